@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kiln engine runtime API: load engine bytes (validating every field: the bytes are untrusted),
+// query the I/O bindings, create execution contexts, bind inputs and outputs, execute.
+//
+// Threading: a loaded kiln_engine is immutable and may be shared by threads; a kiln_context is
+// single-owner (a second thread calling into a busy context gets KILN_ERR_BUSY).
+#ifndef KILN_ENGINE_H
+#define KILN_ENGINE_H
+
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_engine kiln_engine;
+typedef struct kiln_context kiln_context;
+
+// Resolves an external weight key (engines built with external_weights). On success writes a
+// pointer to nbytes bytes that stay valid until the call returns (the engine copies or uploads
+// them). Return KILN_ERR_MISSING_DATA if the key is unknown.
+typedef kiln_status (*kiln_weight_resolver)(void *user_data, const char *key,
+                                            const void **out_data, size_t *out_nbytes);
+
+// One per-load option override ("device" = "cpu", "use_cuda_graphs" = false, ...).
+typedef struct kiln_option_setting {
+    const char *name;
+    kiln_option_type type;
+    int64_t int_value;        // KILN_OPTION_BOOL (0/1) and KILN_OPTION_INT
+    const char *string_value; // KILN_OPTION_STRING
+} kiln_option_setting;
+
+typedef struct kiln_load_options {
+    uint32_t struct_nbytes;          // sizeof(kiln_load_options), set by kiln_load_options_init
+    kiln_weight_resolver resolve;    // required when the engine has external weights
+    void *resolve_user_data;
+    const kiln_option_setting *settings; // per-load overrides of process-wide options
+    uint32_t n_settings;
+} kiln_load_options;
+
+KILN_API void kiln_load_options_init(kiln_load_options *options);
+
+// Loads and validates an engine. The bytes are not referenced after the call returns.
+// Errors: KILN_ERR_NOT_ENGINE (bad magic), KILN_ERR_CORRUPT (names the field and value),
+// KILN_ERR_VERSION (made by a newer Kiln), KILN_ERR_MISSING_DATA (a weight key the resolver
+// does not know), KILN_ERR_NO_MEMORY. options may be NULL.
+KILN_API kiln_status kiln_engine_load(const void *data, size_t nbytes,
+                                      const kiln_load_options *options, kiln_engine **out);
+KILN_API void kiln_engine_free(kiln_engine *engine);
+
+typedef struct kiln_binding_info {
+    const char *name;     // valid while the engine lives
+    kiln_dtype dtype;
+    uint32_t rank;
+    int64_t dim_min[KILN_MAX_RANK];
+    int64_t dim_max[KILN_MAX_RANK];
+    int32_t is_input;     // 1 for inputs, 0 for outputs
+    uint64_t max_nbytes;  // bytes at the largest shape
+} kiln_binding_info;
+
+KILN_API uint32_t kiln_engine_n_inputs(const kiln_engine *engine);
+KILN_API uint32_t kiln_engine_n_outputs(const kiln_engine *engine);
+// Input i (is_input != 0) or output i (is_input == 0).
+KILN_API kiln_status kiln_engine_binding(const kiln_engine *engine, int32_t is_input,
+                                         uint32_t index, kiln_binding_info *out);
+// "cpu" or "cuda:N": where this engine runs.
+KILN_API const char *kiln_engine_device(const kiln_engine *engine);
+// Bytes of the activation arena (the memory plan) and of the weights.
+KILN_API uint64_t kiln_engine_arena_nbytes(const kiln_engine *engine);
+KILN_API uint64_t kiln_engine_weight_nbytes(const kiln_engine *engine);
+
+// Creates an execution context (owns the activation arena). The engine must outlive it.
+KILN_API kiln_status kiln_context_new(kiln_engine *engine, kiln_context **out);
+KILN_API void kiln_context_free(kiln_context *context);
+
+// Binds input i: its shape (checked against the binding's ranges: KILN_ERR_SHAPE names the
+// dimension, the value and the range) and its data (host memory, or device memory on CUDA).
+// The data must stay valid and unmodified until execute returns.
+KILN_API kiln_status kiln_context_set_input(kiln_context *context, uint32_t index, uint32_t rank,
+                                            const int64_t *dims, const void *data);
+// Binds output i to caller memory of capacity_nbytes (checked at execute against the actual
+// output size).
+KILN_API kiln_status kiln_context_set_output(kiln_context *context, uint32_t index, void *data,
+                                             size_t capacity_nbytes);
+// Sets the CUDA stream (a cudaStream_t) to run on; NULL selects the engine's own stream.
+// Ignored on the CPU.
+KILN_API kiln_status kiln_context_set_stream(kiln_context *context, void *stream);
+// Runs the engine; returns with the work finished and outputs written.
+KILN_API kiln_status kiln_context_execute(kiln_context *context);
+// The actual shape of output i after a successful execute (out_dims holds KILN_MAX_RANK).
+KILN_API kiln_status kiln_context_output_shape(const kiln_context *context, uint32_t index,
+                                               uint32_t *out_rank, int64_t *out_dims);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KILN_ENGINE_H

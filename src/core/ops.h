@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal view of the op table (src/core/ops.c) and of attribute storage.
+//
+// Attributes are stored by schema position: a node or layer of op X has exactly
+// kiln_op_def_get(X)->n_attrs attribute slots, in the order of the KILN_A_* constants below,
+// each a list of int64 or float64 values held in shared pools. The same representation is used
+// by the IR (src/ir), the engine plan (src/runtime/plan.h) and the serialized format.
+#ifndef KILN_CORE_OPS_H
+#define KILN_CORE_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+
+#define KILN_MAX_ATTRS 8
+#define KILN_MAX_INPUTS 64 // cat is variadic up to this
+#define KILN_MAX_OUTPUTS 1
+
+typedef struct kiln_op_def {
+    uint32_t id;
+    const char *name;
+    uint32_t min_inputs, max_inputs, optional_mask, n_outputs;
+    uint32_t dtype_mask;
+    uint32_t flags;
+    uint32_t n_attrs;
+    kiln_attr_info attrs[KILN_MAX_ATTRS];
+} kiln_op_def;
+
+// The definition of an op, or NULL for an unknown id.
+const kiln_op_def *kiln_op_def_get(uint32_t op);
+
+#define KILN_DTYPE_BIT(d) (1u << (d))
+
+// --- attribute storage
+
+typedef struct kiln_attr_ref {
+    uint32_t kind;  // kiln_attr_kind
+    uint32_t n;     // number of values
+    uint64_t begin; // index of the first value in the ints or floats pool
+} kiln_attr_ref;
+
+// A read-only view of one node's or layer's attributes.
+typedef struct kiln_attrs {
+    const kiln_attr_ref *refs; // n_attrs entries, schema order
+    uint32_t n_attrs;
+    const int64_t *ints;
+    const double *floats;
+} kiln_attrs;
+
+static inline uint32_t kiln_attrs_count(const kiln_attrs *a, uint32_t idx) {
+    return idx < a->n_attrs ? a->refs[idx].n : 0;
+}
+// Value j of int attribute idx (0 if absent: the loader and graph API guarantee presence).
+static inline int64_t kiln_attrs_int(const kiln_attrs *a, uint32_t idx, uint32_t j) {
+    if (idx >= a->n_attrs || j >= a->refs[idx].n || a->refs[idx].kind != KILN_ATTR_INTS) return 0;
+    return a->ints[a->refs[idx].begin + j];
+}
+static inline const int64_t *kiln_attrs_ints(const kiln_attrs *a, uint32_t idx, uint32_t *out_n) {
+    if (idx >= a->n_attrs || a->refs[idx].kind != KILN_ATTR_INTS) {
+        *out_n = 0;
+        return NULL;
+    }
+    *out_n = a->refs[idx].n;
+    return a->ints + a->refs[idx].begin;
+}
+static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_t j) {
+    if (idx >= a->n_attrs || j >= a->refs[idx].n || a->refs[idx].kind != KILN_ATTR_FLOATS)
+        return 0.0;
+    return a->floats[a->refs[idx].begin + j];
+}
+
+// --- attribute positions per op (schema order; see ops.c)
+
+// conv2d: x, w, bias?
+#define KILN_A_CONV_STRIDE 0
+#define KILN_A_CONV_PADDING 1
+#define KILN_A_CONV_DILATION 2
+#define KILN_A_CONV_GROUPS 3
+// conv_transpose2d: x, w, bias?
+#define KILN_A_CONVT_STRIDE 0
+#define KILN_A_CONVT_PADDING 1
+#define KILN_A_CONVT_OUTPUT_PADDING 2
+#define KILN_A_CONVT_DILATION 3
+#define KILN_A_CONVT_GROUPS 4
+// batch_norm: x, weight?, bias?, mean, var
+#define KILN_A_BN_EPS 0
+// gelu
+#define KILN_A_GELU_APPROXIMATE 0 // 0 = erf, 1 = tanh
+// cast
+#define KILN_A_CAST_DTYPE 0
+// clamp (NaN = no bound)
+#define KILN_A_CLAMP_MIN 0
+#define KILN_A_CLAMP_MAX 1
+// softmax, log_softmax
+#define KILN_A_SOFTMAX_DIM 0
+// layer_norm: x, weight?, bias?   (normalizes over the last normalized_ndim dims)
+#define KILN_A_LN_NDIM 0
+#define KILN_A_LN_EPS 1
+// max_pool2d
+#define KILN_A_MAXPOOL_KERNEL 0
+#define KILN_A_MAXPOOL_STRIDE 1
+#define KILN_A_MAXPOOL_PADDING 2
+#define KILN_A_MAXPOOL_DILATION 3
+#define KILN_A_MAXPOOL_CEIL 4
+// avg_pool2d
+#define KILN_A_AVGPOOL_KERNEL 0
+#define KILN_A_AVGPOOL_STRIDE 1
+#define KILN_A_AVGPOOL_PADDING 2
+#define KILN_A_AVGPOOL_CEIL 3
+#define KILN_A_AVGPOOL_COUNT_PAD 4
+#define KILN_A_AVGPOOL_DIVISOR 5 // 0 = none
+// adaptive_avg_pool2d
+#define KILN_A_ADAPTIVE_OUTPUT 0
+// mean, sum (dims empty = all dims)
+#define KILN_A_REDUCE_DIMS 0
+#define KILN_A_REDUCE_KEEPDIM 1
+// reshape: x, like?   expand: x, like?
+// shape entries: >= 0 literal; -1 infer (reshape) or keep (expand); <= -2 copy dim (-v - 2) of
+// `like` when given, else of x.
+#define KILN_A_RESHAPE_SHAPE 0
+#define KILN_A_EXPAND_SHAPE 0
+// permute
+#define KILN_A_PERMUTE_DIMS 0
+// cat: inputs... (1..KILN_MAX_INPUTS)
+#define KILN_A_CAT_DIM 0
+// slice (end clamps; INT64_MAX = to the end; negative start/end count from the end)
+#define KILN_A_SLICE_DIM 0
+#define KILN_A_SLICE_START 1
+#define KILN_A_SLICE_END 2
+#define KILN_A_SLICE_STEP 3
+// select
+#define KILN_A_SELECT_DIM 0
+#define KILN_A_SELECT_INDEX 1
+// squeeze (dims of size 1 to remove), unsqueeze
+#define KILN_A_SQUEEZE_DIMS 0
+#define KILN_A_UNSQUEEZE_DIM 0
+// sdpa: q, k, v, mask?   (mask bool: true = attend; float: added to the scores)
+#define KILN_A_SDPA_CAUSAL 0
+#define KILN_A_SDPA_SCALE 1 // NaN = 1/sqrt(E)
+
+#endif // KILN_CORE_OPS_H
