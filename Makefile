@@ -1,14 +1,19 @@
 # Kiln's front door. CMake is the real build; these targets name the supported configurations.
+#   make demo       the main job: export a model with Kiln and run it through ExecuTorch
+#   make test       everything CI runs: lint, C tests, C tests under ASan+UBSan, Python tests
 #   make            build libkiln, the CLI and the C tests (build/)
-#   make test       everything CI runs: C tests, the same under ASan+UBSan, Python tests
 #   make ctest      C tests only (build/)
 #   make asan       C tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   make pytest     install the Python packages into the venv and run python/tests
 #   make fuzz       libFuzzer targets with clang (build-fuzz/)
-#   make format     clang-format every C source in place;  make lint: check formatting + ruff
+#   make format     clang-format + ruff format in place;  make lint: check both
+# The Python environment (pinned torch, executorch, cmake, pytest) is made by tools/setup_env.sh
+# in ~/.cache/kiln/ (keyed by tools/pins.txt) on first use.
 JOBS ?= $(shell nproc)
+VENV = $(shell tools/setup_env.sh)
 CMAKE ?= cmake
 
-.PHONY: all build ctest asan test fuzz format lint clean
+.PHONY: all build ctest asan test pytest install demo fuzz format lint clean
 
 all: build
 
@@ -25,17 +30,29 @@ asan:
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS)
 
+install:
+	@venv="$(VENV)"; "$$venv/bin/python" -m pip install -q --no-build-isolation --no-deps .
+
+pytest: install
+	@venv="$(VENV)"; cd python/tests && "$$venv/bin/python" -m pytest -q -p no:cacheprovider .
+
+demo: install
+	@venv="$(VENV)"; "$$venv/bin/python" examples/export_and_run.py
+
+test: lint ctest asan pytest
+
 fuzz:
 	CC=clang $(CMAKE) -S . -B build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug
 	$(CMAKE) --build build-fuzz -j $(JOBS)
 
-test: ctest asan
-
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp' '*.cu' '*.cuh')
+	@venv="$(VENV)"; "$$venv/bin/ruff" format python examples bench tools
 
 lint:
 	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h' '*.cpp' '*.cu' '*.cuh')
+	@venv="$(VENV)"; "$$venv/bin/ruff" check python examples && \
+		"$$venv/bin/ruff" format --check python examples
 
 clean:
 	rm -rf build build-asan build-fuzz

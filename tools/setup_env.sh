@@ -50,6 +50,10 @@ print(int((3, 10) <= sys.version_info[:2] < (3, 15)))
 ' "$pins") || die "'$python' does not run"
 [[ ${#info[@]} -eq 5 ]] || die "could not query '$python'"
 pins_sha=${info[0]} py_ver=${info[1]} py_mm=${info[2]} py_exe=${info[3]}
+case ${KILN_VENV_BOOTSTRAP:=auto} in
+auto | venv | apt | virtualenv | nopip) ;;
+*) die "KILN_VENV_BOOTSTRAP must be auto, venv, apt, virtualenv or nopip" ;;
+esac
 [[ ${info[4]} == 1 ]] ||
   die "$py_exe is Python $py_ver; executorch 1.5.1 needs 3.10-3.14 (set KILN_PYTHON)"
 
@@ -170,16 +174,12 @@ PY
 if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
   mkdir -p "$venv"
   printf '%s\n' "$py_id" >"$marker"
-  case ${KILN_VENV_BOOTSTRAP:-auto} in
-  auto)
+  if [[ $KILN_VENV_BOOTSTRAP == auto ]]; then
     via_venv || via_apt || via_virtualenv || via_nopip ||
       die "could not create a venv with $py_exe. Install the venv module (Debian/Ubuntu: sudo apt-get install python$py_mm-venv) and re-run"
-    ;;
-  venv | apt | virtualenv | nopip)
-    "via_${KILN_VENV_BOOTSTRAP}" || die "KILN_VENV_BOOTSTRAP=$KILN_VENV_BOOTSTRAP failed"
-    ;;
-  *) die "KILN_VENV_BOOTSTRAP must be auto, venv, apt, virtualenv or nopip" ;;
-  esac
+  else
+    "via_$KILN_VENV_BOOTSTRAP" || die "KILN_VENV_BOOTSTRAP=$KILN_VENV_BOOTSTRAP failed"
+  fi
 fi
 vpy="$venv/bin/python"
 "$vpy" -m pip --version >/dev/null 2>&1 || die "the venv at $venv has no working pip"
@@ -197,11 +197,13 @@ log "pip install -r tools/pins.txt (torch and its CUDA wheels are ~3 GB on a col
 # --- verify, then stamp ------------------------------------------------------
 # Importing the runtime extension proves torch and executorch were paired right
 # (the extension NEEDs libtorch*.so and libexecutorch.so).
-"$vpy" -c '
+if grep -q '^executorch==' "$pins"; then
+  "$vpy" -c '
 import torch, executorch.exir
 from executorch.runtime import Runtime
 Runtime.get()
-' || die "the installed torch/executorch do not import together; see docs/dependencies.md"
+' || die "the installed torch and executorch do not import together; see docs/dependencies.md"
+fi
 "$vpy" -m pip check >/dev/null 2>&1 || {
   log "warning: pip check reports conflicts:"
   "$vpy" -m pip check || true

@@ -17,8 +17,8 @@ typedef struct kiln_engine kiln_engine;
 typedef struct kiln_context kiln_context;
 
 // Resolves an external weight key (engines built with external_weights). On success writes a
-// pointer to nbytes bytes that stay valid until the call returns (the engine copies or uploads
-// them). Return KILN_ERR_MISSING_DATA if the key is unknown.
+// pointer to nbytes bytes that must stay valid until kiln_engine_load returns (the engine copies
+// or uploads them). Return KILN_ERR_MISSING_DATA if the key is unknown.
 typedef kiln_status (*kiln_weight_resolver)(void *user_data, const char *key,
                                             const void **out_data, size_t *out_nbytes);
 
@@ -85,9 +85,13 @@ KILN_API kiln_status kiln_context_set_output(kiln_context *context, uint32_t ind
 // Sets the CUDA stream (a cudaStream_t) to run on; NULL selects the engine's own stream.
 // Ignored on the CPU.
 KILN_API kiln_status kiln_context_set_stream(kiln_context *context, void *stream);
+// Computes every output's shape from the bound input shapes without running anything, so a
+// caller can size or resize its output buffers first (kiln_context_output_shape is valid after).
+KILN_API kiln_status kiln_context_infer_shapes(kiln_context *context);
 // Runs the engine; returns with the work finished and outputs written.
 KILN_API kiln_status kiln_context_execute(kiln_context *context);
-// The actual shape of output i after a successful execute (out_dims holds KILN_MAX_RANK).
+// The actual shape of output i after a successful execute or kiln_context_infer_shapes
+// (out_dims holds KILN_MAX_RANK).
 KILN_API kiln_status kiln_context_output_shape(const kiln_context *context, uint32_t index,
                                                uint32_t *out_rank, int64_t *out_dims);
 

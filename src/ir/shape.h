@@ -10,6 +10,11 @@
 #include "core/ops.h"
 #include "kiln/kiln.h"
 
+// Largest dimension kiln_infer accepts or produces (2^40), and the bound on size-like attribute
+// values (kernel, stride, padding, dilation, reshape literals): keeps every intermediate of the
+// shape formulas inside int64. Larger values are KILN_ERR_UNSUPPORTED.
+#define KILN_SHAPE_MAX_DIM (INT64_C(1) << 40)
+
 typedef struct kiln_shape {
     uint32_t rank;
     int64_t min[KILN_MAX_RANK];

@@ -1,0 +1,359 @@
+// SPDX-License-Identifier: Apache-2.0
+// KilnBackend: the ExecuTorch delegate. Translation only: ExecuTorch types <-> the Kiln C API
+// (include/kiln/kiln.h), Kiln status -> ExecuTorch Error (one mapping), registration.
+//
+// Contract with the ahead-of-time side (python/kiln/executorch/backend.py): the delegate's
+// processed bytes are one Kiln engine; delegate inputs are the engine's input bindings in order,
+// delegate outputs its output bindings in order; external weights are named data (in the .pte or
+// a .ptd) read through the NamedDataMap at init.
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/backend/options.h>
+#include <executorch/runtime/core/error.h>
+#include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/exec_aten/util/tensor_util.h>
+#include <executorch/runtime/core/named_data_map.h>
+#include <executorch/runtime/platform/log.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+#define KILN_ET_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::SizesType;
+using executorch::aten::Tensor;
+using executorch::runtime::ArrayRef;
+using executorch::runtime::Backend;
+using executorch::runtime::BackendExecutionContext;
+using executorch::runtime::BackendInitContext;
+using executorch::runtime::BackendInterface;
+using executorch::runtime::BackendOption;
+using executorch::runtime::BackendOptionContext;
+using executorch::runtime::CompileSpec;
+using executorch::runtime::DelegateHandle;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::FreeableBuffer;
+using executorch::runtime::NamedDataMap;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+
+constexpr const char *kBackendName = "KilnBackend";
+
+// One Kiln status -> one ExecuTorch error.
+Error to_et_error(kiln_status st) {
+    switch (st) {
+    case KILN_OK: return Error::Ok;
+    case KILN_ERR_INVALID_ARG: return Error::InvalidArgument;
+    case KILN_ERR_NO_MEMORY: return Error::MemoryAllocationFailed;
+    case KILN_ERR_NOT_ENGINE: return Error::InvalidProgram;
+    case KILN_ERR_CORRUPT: return Error::InvalidProgram;
+    case KILN_ERR_VERSION: return Error::DelegateInvalidCompatibility;
+    case KILN_ERR_UNSUPPORTED: return Error::NotSupported;
+    case KILN_ERR_SHAPE: return Error::InvalidArgument;
+    case KILN_ERR_MISSING_DATA: return Error::InvalidExternalData;
+    case KILN_ERR_DEVICE: return Error::Internal;
+    case KILN_ERR_IO: return Error::AccessFailed;
+    case KILN_ERR_BUSY: return Error::InvalidState;
+    case KILN_ERR_INVALID_STATE: return Error::InvalidState;
+    case KILN_ERR_INTERNAL: return Error::Internal;
+    default: return Error::Internal;
+    }
+}
+
+bool to_kiln_dtype(ScalarType t, kiln_dtype *out) {
+    switch (t) {
+    case ScalarType::Float: *out = KILN_DTYPE_F32; return true;
+    case ScalarType::Half: *out = KILN_DTYPE_F16; return true;
+    case ScalarType::BFloat16: *out = KILN_DTYPE_BF16; return true;
+    case ScalarType::Int: *out = KILN_DTYPE_I32; return true;
+    case ScalarType::Long: *out = KILN_DTYPE_I64; return true;
+    case ScalarType::Bool: *out = KILN_DTYPE_BOOL; return true;
+    default: return false;
+    }
+}
+
+// Kiln's log hook forwarded to ExecuTorch's log (installed lazily, never at static init).
+void forward_log(void *, kiln_log_level level, const char *message) {
+    switch (level) {
+    case KILN_LOG_DEBUG: ET_LOG(Debug, "Kiln: %s", message); break;
+    case KILN_LOG_INFO: ET_LOG(Info, "Kiln: %s", message); break;
+    default: ET_LOG(Error, "Kiln: %s", message); break;
+    }
+}
+
+std::once_flag g_log_once;
+void install_log_hook() {
+    std::call_once(g_log_once, [] { kiln_log_set(forward_log, nullptr, kiln_log_get_level()); });
+}
+
+struct KilnHandle {
+    kiln_engine *engine = nullptr;
+    kiln_context *context = nullptr;
+    uint32_t n_inputs = 0;
+    uint32_t n_outputs = 0;
+    ~KilnHandle() {
+        kiln_context_free(context);
+        kiln_engine_free(engine);
+    }
+};
+
+// Resolves external weight keys through the NamedDataMap; the buffers stay alive until
+// kiln_engine_load returns (then they are freed: the engine has copied or uploaded them).
+struct Resolver {
+    const NamedDataMap *map = nullptr;
+    std::vector<FreeableBuffer> held;
+    std::string method;
+
+    static kiln_status resolve(void *ud, const char *key, const void **out_data,
+                               size_t *out_nbytes) {
+        auto *self = static_cast<Resolver *>(ud);
+        if (self->map == nullptr) {
+            ET_LOG(Error,
+                   "KilnBackend: method '%s' needs external weight '%s' but the program has no "
+                   "named data: load it with its .ptd file (e.g. Module(pte, ptd) or "
+                   "kiln.load(pte, data_path=ptd))",
+                   self->method.c_str(), key);
+            return KILN_ERR_MISSING_DATA;
+        }
+        Result<FreeableBuffer> buf = self->map->get_data(key);
+        if (!buf.ok()) {
+            ET_LOG(Error,
+                   "KilnBackend: external weight '%s' of method '%s' not found (error 0x%x): "
+                   "load the program with the .ptd file it was exported with",
+                   key, self->method.c_str(), static_cast<unsigned>(buf.error()));
+            return KILN_ERR_MISSING_DATA;
+        }
+        self->held.push_back(std::move(buf.get()));
+        *out_data = self->held.back().data();
+        *out_nbytes = self->held.back().size();
+        return KILN_OK;
+    }
+    ~Resolver() {
+        for (auto &b : held) b.Free();
+    }
+};
+
+Error fail(kiln_status st, const char *what) {
+    ET_LOG(Error, "KilnBackend: %s failed: %s: %s", what, kiln_status_str(st), kiln_last_error());
+    return to_et_error(st);
+}
+
+class KilnBackend final : public BackendInterface {
+  public:
+    bool is_available() const override;
+
+    Result<DelegateHandle *> init(BackendInitContext &context, FreeableBuffer *processed,
+                                  ArrayRef<CompileSpec> compile_specs) const override {
+        (void)compile_specs;
+        ET_CHECK_OK_OR_RETURN_ERROR(check_registration());
+        install_log_hook();
+        ET_CHECK_OR_RETURN_ERROR(processed != nullptr && processed->data() != nullptr,
+                                 InvalidArgument, "KilnBackend: null processed buffer");
+
+        // Per-load options (Module::load with a LoadBackendOptionsMap for "KilnBackend").
+        Span<const BackendOption> specs = context.runtime_specs();
+        std::vector<kiln_option_setting> settings;
+        settings.reserve(specs.size());
+        for (size_t i = 0; i < specs.size(); i++) {
+            kiln_option_setting s{};
+            s.name = specs[i].key;
+            if (auto *b = std::get_if<bool>(&specs[i].value)) {
+                s.type = KILN_OPTION_BOOL;
+                s.int_value = *b ? 1 : 0;
+            } else if (auto *n = std::get_if<int>(&specs[i].value)) {
+                s.type = KILN_OPTION_INT;
+                s.int_value = *n;
+            } else {
+                s.type = KILN_OPTION_STRING;
+                s.string_value = std::get<std::array<char, executorch::runtime::kMaxOptionValueLength>>(
+                                     specs[i].value)
+                                     .data();
+            }
+            settings.push_back(s);
+        }
+
+        Resolver resolver;
+        resolver.map = context.get_named_data_map();
+        resolver.method = context.get_method_name() ? context.get_method_name() : "";
+        kiln_load_options opts;
+        kiln_load_options_init(&opts);
+        opts.resolve = &Resolver::resolve;
+        opts.resolve_user_data = &resolver;
+        opts.settings = settings.empty() ? nullptr : settings.data();
+        opts.n_settings = static_cast<uint32_t>(settings.size());
+
+        KilnHandle *handle = new (std::nothrow) KilnHandle();
+        ET_CHECK_OR_RETURN_ERROR(handle != nullptr, MemoryAllocationFailed,
+                                 "KilnBackend: handle allocation failed");
+        kiln_status st =
+            kiln_engine_load(processed->data(), processed->size(), &opts, &handle->engine);
+        if (st == KILN_OK) st = kiln_context_new(handle->engine, &handle->context);
+        if (st != KILN_OK) {
+            delete handle;
+            return fail(st, "loading the Kiln engine");
+        }
+        handle->n_inputs = kiln_engine_n_inputs(handle->engine);
+        handle->n_outputs = kiln_engine_n_outputs(handle->engine);
+        processed->Free(); // the engine holds its own copy of everything it needs
+        ET_LOG(Info, "KilnBackend: engine ready for method '%s' on %s (%u inputs, %u outputs)",
+               resolver.method.c_str(), kiln_engine_device(handle->engine), handle->n_inputs,
+               handle->n_outputs);
+        return handle;
+    }
+
+    Error execute(BackendExecutionContext &context, DelegateHandle *opaque,
+                  Span<EValue *> args) const override {
+        (void)context;
+        auto *h = static_cast<KilnHandle *>(opaque);
+        ET_CHECK_OR_RETURN_ERROR(h != nullptr, InvalidArgument, "KilnBackend: null handle");
+        ET_CHECK_OR_RETURN_ERROR(args.size() == h->n_inputs + h->n_outputs, InvalidArgument,
+                                 "KilnBackend: expected %u inputs + %u outputs, got %zu args",
+                                 h->n_inputs, h->n_outputs, args.size());
+        for (uint32_t i = 0; i < h->n_inputs; i++) {
+            ET_CHECK_OR_RETURN_ERROR(args[i]->isTensor(), InvalidArgument,
+                                     "KilnBackend: input %u is not a tensor", i);
+            const Tensor &t = args[i]->toTensor();
+            kiln_binding_info info;
+            kiln_engine_binding(h->engine, 1, i, &info);
+            kiln_dtype dt;
+            ET_CHECK_OR_RETURN_ERROR(to_kiln_dtype(t.scalar_type(), &dt) && dt == info.dtype,
+                                     InvalidArgument,
+                                     "KilnBackend: input %u ('%s') has dtype %d, the engine "
+                                     "expects %s",
+                                     i, info.name, static_cast<int>(t.scalar_type()),
+                                     kiln_dtype_name(info.dtype));
+            int64_t dims[KILN_MAX_RANK];
+            ET_CHECK_OR_RETURN_ERROR(static_cast<size_t>(t.dim()) <= KILN_MAX_RANK, InvalidArgument,
+                                     "KilnBackend: input %u has rank %zd > %d", i,
+                                     static_cast<ssize_t>(t.dim()), KILN_MAX_RANK);
+            for (ssize_t d = 0; d < t.dim(); d++) dims[d] = t.size(d);
+            kiln_status st = kiln_context_set_input(h->context, i, static_cast<uint32_t>(t.dim()),
+                                                    dims, t.const_data_ptr());
+            if (st != KILN_OK) return fail(st, "binding an input");
+        }
+        kiln_status st = kiln_context_infer_shapes(h->context);
+        if (st != KILN_OK) return fail(st, "inferring output shapes");
+        for (uint32_t o = 0; o < h->n_outputs; o++) {
+            EValue *ev = args[h->n_inputs + o];
+            ET_CHECK_OR_RETURN_ERROR(ev->isTensor(), InvalidArgument,
+                                     "KilnBackend: output %u is not a tensor", o);
+            Tensor &t = ev->toTensor();
+            uint32_t rank = 0;
+            int64_t dims[KILN_MAX_RANK];
+            kiln_context_output_shape(h->context, o, &rank, dims);
+            std::array<SizesType, KILN_MAX_RANK> sizes{};
+            for (uint32_t d = 0; d < rank; d++) sizes[d] = static_cast<SizesType>(dims[d]);
+            // A 0-d ExecuTorch output is left as it is when Kiln reports the same one element.
+            if (!(t.dim() == 0 && rank == 0)) {
+                Error err = executorch::runtime::resize_tensor(
+                    t, ArrayRef<SizesType>(sizes.data(), rank));
+                ET_CHECK_OR_RETURN_ERROR(err == Error::Ok, InvalidArgument,
+                                         "KilnBackend: cannot resize output %u to the shape Kiln "
+                                         "computed (rank %u): error 0x%x; was the program exported "
+                                         "with matching dynamic shapes?",
+                                         o, rank, static_cast<unsigned>(err));
+            }
+            ET_CHECK_OR_RETURN_ERROR(t.mutable_data_ptr() != nullptr || t.nbytes() == 0,
+                                     InvalidArgument,
+                                     "KilnBackend: output %u has no memory: supply it with "
+                                     "set_output_data_ptr",
+                                     o);
+            st = kiln_context_set_output(h->context, o, t.mutable_data_ptr(), t.nbytes());
+            if (st != KILN_OK) return fail(st, "binding an output");
+        }
+        st = kiln_context_execute(h->context);
+        if (st != KILN_OK) return fail(st, "executing the engine");
+        return Error::Ok;
+    }
+
+    Error set_option(BackendOptionContext &context,
+                     const Span<BackendOption> &backend_options) override {
+        (void)context;
+        for (size_t i = 0; i < backend_options.size(); i++) {
+            const BackendOption &o = backend_options[i];
+            kiln_status st;
+            if (auto *b = std::get_if<bool>(&o.value)) {
+                st = kiln_set_option_bool(o.key, *b ? 1 : 0);
+            } else if (auto *n = std::get_if<int>(&o.value)) {
+                st = kiln_set_option_int(o.key, *n);
+            } else {
+                st = kiln_set_option_string(
+                    o.key, std::get<std::array<char, executorch::runtime::kMaxOptionValueLength>>(
+                               o.value)
+                               .data());
+            }
+            if (st != KILN_OK) return fail(st, "setting an option");
+        }
+        return Error::Ok;
+    }
+
+    Error get_option(BackendOptionContext &context,
+                     Span<BackendOption> &backend_options) override {
+        (void)context;
+        for (size_t i = 0; i < backend_options.size(); i++) {
+            BackendOption &o = backend_options[i];
+            char buf[executorch::runtime::kMaxOptionValueLength];
+            kiln_status st = kiln_get_option(o.key, buf, sizeof buf);
+            if (st != KILN_OK) return fail(st, "reading an option");
+            if (std::holds_alternative<bool>(o.value)) {
+                o.value = std::strcmp(buf, "true") == 0;
+            } else if (std::holds_alternative<int>(o.value)) {
+                o.value = static_cast<int>(std::strtol(buf, nullptr, 10));
+            } else {
+                std::array<char, executorch::runtime::kMaxOptionValueLength> v{};
+                std::memcpy(v.data(), buf, std::min(std::strlen(buf), v.size() - 1));
+                o.value = v;
+            }
+        }
+        return Error::Ok;
+    }
+
+    void destroy(DelegateHandle *opaque) const override { delete static_cast<KilnHandle *>(opaque); }
+
+    static Error check_registration();
+};
+
+KilnBackend g_backend;
+Backend g_backend_record{kBackendName, &g_backend};
+// Static registration: the result is kept and checked at first use (no logging at static init).
+Error g_registration = executorch::runtime::register_backend(g_backend_record);
+
+Error KilnBackend::check_registration() {
+    if (g_registration != Error::Ok) {
+        ET_LOG(Error,
+               "KilnBackend registration failed (error 0x%x): another library registered "
+               "'KilnBackend' first, or ExecuTorch's backend table is full",
+               static_cast<unsigned>(g_registration));
+    }
+    return g_registration;
+}
+
+bool KilnBackend::is_available() const { return check_registration() == Error::Ok; }
+
+} // namespace
+
+// --- C entry points for the Python registration package (ctypes)
+
+// ExecuTorch's error code from the static registration (0 = registered by this library).
+KILN_ET_API uint32_t kiln_executorch_registration_error(void) {
+    return static_cast<uint32_t>(g_registration);
+}
+
+// 1 when ExecuTorch's registry maps "KilnBackend" to this library's backend, else 0.
+KILN_ET_API int kiln_executorch_owns_registration(void) {
+    return executorch::runtime::get_backend_class(kBackendName) == &g_backend ? 1 : 0;
+}
+
+// The ExecuTorch version this library was built against.
+KILN_ET_API const char *kiln_executorch_built_against(void) { return KILN_EXECUTORCH_VERSION; }

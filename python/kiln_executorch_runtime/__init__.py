@@ -1,0 +1,183 @@
+"""Kiln's ExecuTorch runtime: registers the ``KilnBackend`` delegate into the ExecuTorch runtime
+of the installed ``executorch`` wheel.
+
+Importing this package loads ``libkiln_executorch.so``, whose static initializer registers
+``KilnBackend`` in ExecuTorch's backend registry (the one in the wheel's ``libexecutorch.so``, so
+there is one runtime per process). Import order relative to ``executorch.runtime`` does not
+matter. Set ``KILN_SKIP_DELEGATE_REGISTRATION`` to a true value (1, true, yes, on; any case) to
+import without loading the library (for path queries and tooling); call :func:`register` later.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from importlib import metadata
+from pathlib import Path
+
+from ._pins import EXECUTORCH_VERSION, KILN_VERSION
+
+__version__ = KILN_VERSION
+__all__ = [
+    "KilnRegistrationError",
+    "backend_info",
+    "cmake_prefix_path",
+    "get_option",
+    "library_path",
+    "register",
+    "set_option",
+]
+
+BACKEND_NAME = "KilnBackend"
+_TRUE_VALUES = {"1", "true", "yes", "on"}
+_lock = threading.Lock()
+_delegate = None  # ctypes.CDLL of libkiln_executorch.so once registered
+_kiln = None  # ctypes.CDLL of libkiln.so
+
+
+class KilnRegistrationError(RuntimeError):
+    """KilnBackend could not be registered with ExecuTorch (the message says what to do)."""
+
+
+def _lib_dir() -> Path:
+    return Path(__file__).resolve().parent / "lib"
+
+
+def library_path() -> Path:
+    """Path of the delegate library, ``libkiln_executorch.so``."""
+    return _lib_dir() / "libkiln_executorch.so"
+
+
+def cmake_prefix_path() -> str:
+    """What to pass to CMake as CMAKE_PREFIX_PATH to find Kiln and ExecuTorch."""
+    et = metadata.distribution("executorch").locate_file("executorch")
+    return ";".join([str(_lib_dir() / "cmake"), str(Path(et) / "share" / "cmake")])
+
+
+def _skip_requested() -> bool:
+    return os.environ.get("KILN_SKIP_DELEGATE_REGISTRATION", "").strip().lower() in _TRUE_VALUES
+
+
+def _check_executorch_version() -> None:
+    try:
+        installed = metadata.version("executorch")
+    except metadata.PackageNotFoundError:
+        raise KilnRegistrationError(
+            "executorch is not installed; Kiln's runtime needs exactly executorch=="
+            f"{EXECUTORCH_VERSION}: pip install executorch=={EXECUTORCH_VERSION}"
+        ) from None
+    public = installed.split("+", 1)[0]
+    if public != EXECUTORCH_VERSION:
+        raise KilnRegistrationError(
+            f"executorch {installed} is installed, but kiln-executorch-runtime {KILN_VERSION} "
+            f"was built against executorch {EXECUTORCH_VERSION} (ExecuTorch has no ABI promise "
+            f"across releases): pip install executorch=={EXECUTORCH_VERSION}"
+        )
+
+
+def _load_kiln() -> ctypes.CDLL:
+    global _kiln
+    if _kiln is None:
+        path = _lib_dir() / "libkiln.so"
+        if not path.exists():
+            raise KilnRegistrationError(
+                f"{path} is missing: the package is incomplete; reinstall it with "
+                "pip install --force-reinstall kiln"
+            )
+        lib = ctypes.CDLL(str(path))
+        lib.kiln_set_option_bool.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        lib.kiln_set_option_int.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+        lib.kiln_set_option_string.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        lib.kiln_get_option.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.kiln_last_error.restype = ctypes.c_char_p
+        lib.kiln_version_string.restype = ctypes.c_char_p
+        _kiln = lib
+    return _kiln
+
+
+def register() -> None:
+    """Registers KilnBackend with ExecuTorch (idempotent).
+
+    Raises KilnRegistrationError if the library cannot load, if the installed executorch is not
+    the one Kiln was built against, or if another library registered ``KilnBackend`` first.
+    """
+    global _delegate
+    with _lock:
+        if _delegate is not None:
+            return
+        _check_executorch_version()
+        path = library_path()
+        if not path.exists():
+            raise KilnRegistrationError(
+                f"{path} is missing: the package is incomplete; reinstall it with "
+                "pip install --force-reinstall kiln"
+            )
+        _load_kiln()
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise KilnRegistrationError(
+                f"cannot load {path}: {e}. Is executorch=={EXECUTORCH_VERSION} installed in this "
+                "environment?"
+            ) from e
+        lib.kiln_executorch_registration_error.restype = ctypes.c_uint32
+        lib.kiln_executorch_owns_registration.restype = ctypes.c_int
+        lib.kiln_executorch_built_against.restype = ctypes.c_char_p
+        err = lib.kiln_executorch_registration_error()
+        if err != 0 or lib.kiln_executorch_owns_registration() != 1:
+            raise KilnRegistrationError(
+                f"ExecuTorch's '{BACKEND_NAME}' is not this library's (registration error "
+                f"0x{err:x}): another library registered a backend named '{BACKEND_NAME}' first. "
+                "Load only one Kiln runtime per process (check for a second copy of "
+                "libkiln_executorch.so, e.g. from another virtual environment)."
+            )
+        _delegate = lib
+
+
+def set_option(name: str, value) -> None:
+    """Sets a process-wide Kiln runtime option (see docs/options.md): bool, int or str values.
+
+    Unknown names and wrongly typed values raise ValueError/TypeError naming the valid options.
+    """
+    lib = _load_kiln()
+    if not isinstance(name, str):
+        raise TypeError(f"option name must be a str, got {type(name).__name__}")
+    if isinstance(value, bool):
+        st = lib.kiln_set_option_bool(name.encode(), int(value))
+    elif isinstance(value, int):
+        st = lib.kiln_set_option_int(name.encode(), value)
+    elif isinstance(value, str):
+        st = lib.kiln_set_option_string(name.encode(), value.encode())
+    else:
+        raise TypeError(
+            f"option {name!r}: value must be a bool, int or str, got {type(value).__name__}"
+        )
+    if st != 0:
+        raise ValueError(lib.kiln_last_error().decode(errors="replace"))
+
+
+def get_option(name: str) -> str:
+    """The current process-wide value of an option, as text."""
+    lib = _load_kiln()
+    buf = ctypes.create_string_buffer(256)
+    if lib.kiln_get_option(name.encode(), buf, len(buf)) != 0:
+        raise ValueError(lib.kiln_last_error().decode(errors="replace"))
+    return buf.value.decode()
+
+
+def backend_info() -> dict:
+    """Versions and the device in use (registers Kiln if needed)."""
+    register()
+    lib = _load_kiln()
+    return {
+        "kiln": lib.kiln_version_string().decode(),
+        "executorch_built_against": _delegate.kiln_executorch_built_against().decode(),
+        "executorch_installed": metadata.version("executorch"),
+        "device_option": get_option("device"),
+        "library": str(library_path()),
+    }
+
+
+if not _skip_requested():
+    register()

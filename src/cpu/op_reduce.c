@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+// mean and sum over a set of dims (empty = every dim), keepdim or not. The input is walked once
+// in row order with the broadcasting iterator, adding into a double (float outputs) or int64
+// (integer outputs) accumulator per output element held in scratch.
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+#define CHUNK 256
+
+// Marks the reduced dims of x; returns the number of output elements, or -1 for a bad dim.
+static int64_t reduce_mask(const kiln_kernel_args *args, int *reduced) {
+    const kiln_tensor *x = args->in[0];
+    uint32_t n = 0;
+    const int64_t *dims = kiln_attrs_ints(&args->attrs, KILN_A_REDUCE_DIMS, &n);
+    for (uint32_t d = 0; d < KILN_MAX_RANK; d++) reduced[d] = n == 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int d = kiln_cpu_norm_dim(dims[i], x->rank ? x->rank : 1);
+        if (d < 0) return -1;
+        reduced[d] = 1;
+    }
+    int64_t out = 1;
+    for (uint32_t d = 0; d < x->rank; d++) {
+        if (!reduced[d]) out *= x->dims[d];
+    }
+    return out;
+}
+
+size_t kiln_cpu_reduce_scratch(const kiln_kernel_args *args) {
+    int reduced[KILN_MAX_RANK];
+    int64_t n = reduce_mask(args, reduced);
+    return KILN_CPU_SCRATCH_SLACK + (n > 0 ? (size_t)n : 1) * sizeof(double) + KILN_CPU_ALIGN;
+}
+
+typedef struct red_ctx {
+    const kiln_tensor *x;
+    double *facc;
+    int64_t *iacc;
+} red_ctx;
+
+static void row_f(void *vctx, const int64_t *offs, int64_t n, const int64_t *inner) {
+    const red_ctx *c = (const red_ctx *)vctx;
+    float buf[CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        const float *v = buf;
+        if (c->x->dtype == KILN_DTYPE_F32 && inner[0] == 1) {
+            v = (const float *)c->x->data + offs[0] + i0;
+        } else {
+            kiln_cpu_load_f32(c->x->data, c->x->dtype, offs[0] + i0 * inner[0], inner[0], m, buf);
+        }
+        if (inner[1] == 0) {
+            double s = 0.0;
+            for (int64_t i = 0; i < m; i++) s += v[i];
+            c->facc[offs[1]] += s;
+        } else {
+            double *a = c->facc + offs[1] + i0 * inner[1];
+            for (int64_t i = 0; i < m; i++) a[i * inner[1]] += v[i];
+        }
+    }
+}
+
+static void row_i(void *vctx, const int64_t *offs, int64_t n, const int64_t *inner) {
+    const red_ctx *c = (const red_ctx *)vctx;
+    int64_t buf[CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        kiln_cpu_load_i64(c->x->data, c->x->dtype, offs[0] + i0 * inner[0], inner[0], m, buf);
+        int64_t *a = c->iacc + offs[1] + i0 * inner[1];
+        for (int64_t i = 0; i < m; i++) {
+            int64_t *t = a + i * inner[1];
+            *t = (int64_t)((uint64_t)*t + (uint64_t)buf[i]); // wraps like PyTorch
+        }
+    }
+}
+
+kiln_status kiln_cpu_reduce(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0];
+    kiln_tensor *y = args->out;
+    int reduced[KILN_MAX_RANK];
+    int64_t n_out = reduce_mask(args, reduced);
+    KILN_CHECK(n_out >= 0, KILN_ERR_INVALID_ARG, "cpu %s: a reduction dim is out of range for "
+               "rank %u", kiln_op_name(args->op), x->rank);
+    KILN_CHECK(kiln_tensor_numel(y) == n_out, KILN_ERR_INVALID_ARG,
+               "cpu %s: output has %lld elements, expected %lld", kiln_op_name(args->op),
+               (long long)kiln_tensor_numel(y), (long long)n_out);
+    if (n_out == 0) return KILN_OK;
+    kiln_cpu_scratch s;
+    kiln_cpu_scratch_init(&s, args);
+    void *acc = kiln_cpu_scratch_bytes(&s, (size_t)n_out * sizeof(double), "reduce accumulator");
+    if (acc == NULL) return KILN_ERR_INTERNAL;
+    memset(acc, 0, (size_t)n_out * sizeof(double));
+    // Iterate over x; the accumulator is x's shape with the reduced dims collapsed to 1.
+    kiln_tensor xt = *x, at = *x;
+    for (uint32_t d = 0; d < x->rank; d++) {
+        if (reduced[d]) at.dims[d] = 1;
+    }
+    const kiln_tensor *ins[1] = {&at};
+    kiln_cpu_iter it;
+    kiln_cpu_iter_init(&it, &xt, ins, 1);
+    red_ctx c = {x, (double *)acc, (int64_t *)acc};
+    int64_t count = n_out > 0 ? kiln_tensor_numel(x) / n_out : 0;
+    if (kiln_cpu_is_int(y->dtype)) {
+        kiln_cpu_iter_run(&it, row_i, &c);
+        kiln_cpu_store_i64(y->data, y->dtype, 0, n_out, c.iacc);
+        return KILN_OK;
+    }
+    kiln_cpu_iter_run(&it, row_f, &c);
+    float buf[CHUNK];
+    int mean = args->op == KILN_OP_MEAN;
+    for (int64_t i0 = 0; i0 < n_out; i0 += CHUNK) {
+        int64_t m = n_out - i0 < CHUNK ? n_out - i0 : CHUNK;
+        for (int64_t i = 0; i < m; i++) {
+            double v = c.facc[i0 + i];
+            buf[i] = (float)(mean ? (count > 0 ? v / (double)count : NAN) : v);
+        }
+        kiln_cpu_store_f32(y->data, y->dtype, i0, m, buf);
+    }
+    return KILN_OK;
+}

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// Inside the CUDA plugin: the per-launch context every kernel launcher receives, the C-callable
+// launchers (one per op family, defined in op_<family>.cu), and the plugin's error and log
+// helpers (forwarded to libkiln through kiln_cuda_services, see cuda_plugin.h).
+//
+// Launchers: kiln_status kiln_cuda_<op>(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args)
+// with every tensor of args in device memory of the current device. They enqueue work on
+// ctx->stream only (no allocation, no synchronization), apply args->tail after the head, check
+// cudaGetLastError after each launch and return KILN_ERR_DEVICE naming the kernel, the CUDA
+// error and ctx->where on failure. Zero-element tensors launch nothing.
+#ifndef KILN_CUDA_CUDA_OPS_H
+#define KILN_CUDA_CUDA_OPS_H
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/ops.h"
+#include "cuda/cuda_plugin.h"
+#include "kiln/kiln.h"
+#include "runtime/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define KILN_CUDA_PRINTF_(fmt_idx, args_idx) __attribute__((format(printf, fmt_idx, args_idx)))
+#else
+#define KILN_CUDA_PRINTF_(fmt_idx, args_idx)
+#endif
+
+// The cached cuBLASLt set-up of one GEMM layer: rebuilt only when its key (sizes, dtypes,
+// epilogue, pointer alignments) changes, so that a steady-state execute does no heuristic query.
+#define KILN_CUDA_GEMM_KEY 24
+typedef struct kiln_cuda_gemm_cache {
+    int valid;    // key and the fields below describe the last set-up
+    int use_lt;   // 1: cuBLASLt with algo; 0: Kiln's own GEMM kernel
+    int64_t key[KILN_CUDA_GEMM_KEY];
+    cublasLtMatmulDescOpaque_t desc;
+    cublasLtMatrixLayoutOpaque_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} kiln_cuda_gemm_cache;
+
+typedef struct kiln_cuda_ctx {
+    cudaStream_t stream;
+    cublasLtHandle_t lt;          // NULL: every GEMM through Kiln's kernel
+    void *workspace;              // cuBLASLt workspace (device)
+    size_t workspace_nbytes;
+    kiln_cuda_gemm_cache *gemm;   // this layer's cache (NULL: none, set up on every call)
+    int sm_count;                 // multiprocessors of the device
+    const char *where;            // "layer 12 (linear)", for messages
+} kiln_cuda_ctx;
+
+// --- errors and logging (cuda_util.c)
+
+// Installs the services (the plugin entry point does, once).
+void kiln_cuda_services_set(const kiln_cuda_services *services);
+kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) KILN_CUDA_PRINTF_(2, 3);
+void kiln_cuda_log(kiln_log_level level, const char *fmt, ...) KILN_CUDA_PRINTF_(2, 3);
+void *kiln_cuda_malloc(size_t nbytes);
+void *kiln_cuda_calloc(size_t nbytes);
+void kiln_cuda_free(void *ptr, size_t nbytes);
+const char *kiln_cuda_op_name(uint32_t op);
+const char *kiln_cuda_dtype_name(uint32_t dtype);
+// A failed CUDA call: "CUDA error in <what> at <where>: <name> (<string>)" -> KILN_ERR_DEVICE.
+kiln_status kiln_cuda_error(const kiln_cuda_ctx *ctx, const char *what, cudaError_t err);
+// The last launch's error, if any (cudaGetLastError), reported as above.
+kiln_status kiln_cuda_check_launch(const kiln_cuda_ctx *ctx, const char *kernel);
+
+// Element size of a dtype (0 if invalid).
+size_t kiln_cuda_dtype_size(uint32_t dtype);
+static inline int kiln_cuda_is_float(uint32_t dtype) {
+    return dtype == KILN_DTYPE_F32 || dtype == KILN_DTYPE_F16 || dtype == KILN_DTYPE_BF16;
+}
+
+// --- launchers (op_<family>.cu)
+
+#define KILN_CUDA_LAUNCHER(name)                                                                   \
+    kiln_status kiln_cuda_##name(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args)
+
+KILN_CUDA_LAUNCHER(linear);           // op_gemm.cu
+KILN_CUDA_LAUNCHER(matmul);           // op_gemm.cu
+KILN_CUDA_LAUNCHER(conv2d);           // op_conv.cu
+KILN_CUDA_LAUNCHER(conv_transpose2d); // op_conv.cu
+KILN_CUDA_LAUNCHER(unary);            // op_eltwise.cu: activations, math, copy, cast, clamp
+KILN_CUDA_LAUNCHER(binary);           // op_eltwise.cu: add, sub, mul, div, pow, where
+KILN_CUDA_LAUNCHER(batch_norm);       // op_norm.cu
+KILN_CUDA_LAUNCHER(layer_norm);       // op_norm.cu
+KILN_CUDA_LAUNCHER(softmax);          // op_norm.cu: softmax, log_softmax
+KILN_CUDA_LAUNCHER(max_pool2d);       // op_pool.cu
+KILN_CUDA_LAUNCHER(avg_pool2d);       // op_pool.cu
+KILN_CUDA_LAUNCHER(adaptive_avg_pool2d); // op_pool.cu
+KILN_CUDA_LAUNCHER(reduce);           // op_reduce.cu: mean, sum
+KILN_CUDA_LAUNCHER(reshape);          // op_shape.cu: reshape, squeeze, unsqueeze
+KILN_CUDA_LAUNCHER(permute);          // op_shape.cu
+KILN_CUDA_LAUNCHER(expand);           // op_shape.cu
+KILN_CUDA_LAUNCHER(cat);              // op_shape.cu
+KILN_CUDA_LAUNCHER(slice);            // op_shape.cu
+KILN_CUDA_LAUNCHER(select);           // op_shape.cu
+KILN_CUDA_LAUNCHER(embedding);        // op_embed.cu
+KILN_CUDA_LAUNCHER(sdpa);             // op_attention.cu
+
+// Applies args->tail[skip..] in place on args->out (op_eltwise.cu); heads call it last.
+kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, uint32_t skip);
+
+// Runs one layer: dispatches on args->op (cuda_dispatch.c).
+kiln_status kiln_cuda_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args);
+// Nonzero when the CUDA backend implements the layer (op, dtypes, tail); when zero and why is
+// not NULL, writes the reason.
+int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KILN_CUDA_CUDA_OPS_H

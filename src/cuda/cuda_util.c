@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plugin's error, log and allocation helpers: thin wrappers over the services libkiln lent
+// at init (cuda_plugin.h), so that messages reach libkiln's log hook and kiln_last_error and
+// host memory comes from libkiln's allocator hook. Before init (never in practice) they fall
+// back to stderr-free no-ops and plain failures.
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/cuda_ops.h"
+
+static const kiln_cuda_services *svc; // set once by the entry point, before any other call
+
+void kiln_cuda_services_set(const kiln_cuda_services *services) { svc = services; }
+
+kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return svc ? svc->fail(status, msg) : status;
+}
+
+void kiln_cuda_log(kiln_log_level level, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    if (svc == NULL || level < svc->log_level()) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    svc->log(level, msg);
+}
+
+void *kiln_cuda_malloc(size_t nbytes) { return svc ? svc->malloc(nbytes, 64) : NULL; }
+
+void *kiln_cuda_calloc(size_t nbytes) {
+    void *p = kiln_cuda_malloc(nbytes);
+    if (p != NULL) memset(p, 0, nbytes);
+    return p;
+}
+
+void kiln_cuda_free(void *ptr, size_t nbytes) {
+    if (ptr != NULL && svc != NULL) svc->free(ptr, nbytes);
+}
+
+const char *kiln_cuda_op_name(uint32_t op) { return svc ? svc->op_name(op) : "?"; }
+const char *kiln_cuda_dtype_name(uint32_t dtype) { return svc ? svc->dtype_name(dtype) : "?"; }
+
+kiln_status kiln_cuda_error(const kiln_cuda_ctx *ctx, const char *what, cudaError_t err) {
+    return kiln_cuda_fail(KILN_ERR_DEVICE, "CUDA error in %s at %s: %s (%s)", what,
+                          ctx && ctx->where ? ctx->where : "(no layer)", cudaGetErrorName(err),
+                          cudaGetErrorString(err));
+}
+
+kiln_status kiln_cuda_check_launch(const kiln_cuda_ctx *ctx, const char *kernel) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess) return KILN_OK;
+    return kiln_cuda_error(ctx, kernel, err);
+}
+
+size_t kiln_cuda_dtype_size(uint32_t dtype) {
+    switch (dtype) {
+    case KILN_DTYPE_F32: return 4;
+    case KILN_DTYPE_F16: return 2;
+    case KILN_DTYPE_BF16: return 2;
+    case KILN_DTYPE_I32: return 4;
+    case KILN_DTYPE_I64: return 8;
+    case KILN_DTYPE_BOOL: return 1;
+    default: return 0;
+    }
+}

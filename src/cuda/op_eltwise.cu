@@ -1,0 +1,486 @@
+// SPDX-License-Identifier: Apache-2.0
+// Elementwise ops (unary activations and math, copy, cast, clamp, the broadcasting binary ops,
+// where) and the fused elementwise tail of GEMM/conv heads, all through one "program" kernel:
+// out[i] = step_n(...step_1(load(operand0, i))...), each binary step reading one more operand
+// broadcast to out (numpy rules). Float outputs compute in float32, integer outputs in int64
+// (wrapping), exactly as the CPU reference (src/cpu/op_eltwise.c) classifies them.
+#include <math.h>
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define EW_BLOCK 256
+#define EW_MAX_STEPS (KILN_MAX_TAIL + 1)
+#define EW_MAX_OPERANDS (KILN_MAX_TAIL + 2)
+
+typedef struct ew_operand {
+    const void *p;
+    uint32_t dtype;
+    int64_t strides[KC_MAX_RANK]; // element strides over the (coalesced) output dims
+} ew_operand;
+
+typedef struct ew_step {
+    uint32_t op;
+    int operand; // index into operands for binary steps, -1 for unary
+    int lhs;     // binary: the running value is the left operand
+    float f0, f1;      // gelu: f0 = tanh approximation; clamp: bounds (NaN: none)
+    int64_t i0, i1;    // clamp bounds for integer outputs
+} ew_step;
+
+typedef struct ew_params {
+    int rank;
+    int64_t dims[KC_MAX_RANK];
+    int64_t numel;
+    void *out;
+    uint32_t out_dtype;
+    int64_t out_strides[KC_MAX_RANK];
+    int contiguous; // every operand and out are dense over the same dims: offset = index
+    int n_operands;
+    ew_operand operands[EW_MAX_OPERANDS];
+    int n_steps;
+    ew_step steps[EW_MAX_STEPS];
+} ew_params;
+
+// --- math (the CPU reference's formulas)
+
+__device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
+    switch (s.op) {
+    case KILN_OP_RELU: return x < 0.0f ? 0.0f : x;
+    case KILN_OP_GELU:
+        if (s.f0 != 0.0f) {
+            const float k = 0.7978845608028654f;
+            return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+        }
+        return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+    case KILN_OP_SILU: return x / (1.0f + expf(-x));
+    case KILN_OP_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case KILN_OP_TANH: return tanhf(x);
+    case KILN_OP_HARDSWISH: {
+        float t = x + 3.0f;
+        t = t < 0.0f ? 0.0f : (t > 6.0f ? 6.0f : t);
+        return x * t / 6.0f;
+    }
+    case KILN_OP_HARDSIGMOID: {
+        float t = x + 3.0f;
+        t = t < 0.0f ? 0.0f : (t > 6.0f ? 6.0f : t);
+        return t / 6.0f;
+    }
+    case KILN_OP_NEG: return -x;
+    case KILN_OP_SQRT: return sqrtf(x);
+    case KILN_OP_RSQRT: return 1.0f / sqrtf(x);
+    case KILN_OP_EXP: return expf(x);
+    case KILN_OP_LOG: return logf(x);
+    case KILN_OP_CLAMP:
+        if (x < s.f0) x = s.f0; // comparisons with a NaN bound are false: no bound
+        if (x > s.f1) x = s.f1;
+        return x;
+    default: return x; // copy, cast
+    }
+}
+
+__device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
+    switch (op) {
+    case KILN_OP_ADD: return a + b;
+    case KILN_OP_SUB: return a - b;
+    case KILN_OP_MUL: return a * b;
+    case KILN_OP_DIV: return a / b;
+    case KILN_OP_POW: return powf(a, b);
+    default: return a;
+    }
+}
+
+__device__ __forceinline__ int64_t ew_unary_i(const ew_step &s, int64_t x) {
+    switch (s.op) {
+    case KILN_OP_NEG: return (int64_t)(0ull - (uint64_t)x);
+    case KILN_OP_RELU: return x < 0 ? 0 : x;
+    case KILN_OP_CLAMP:
+        if (x < s.i0) x = s.i0;
+        if (x > s.i1) x = s.i1;
+        return x;
+    default: return x;
+    }
+}
+
+__device__ __forceinline__ int64_t ew_binary_i(uint32_t op, int64_t a, int64_t b) {
+    switch (op) {
+    case KILN_OP_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
+    case KILN_OP_SUB: return (int64_t)((uint64_t)a - (uint64_t)b);
+    case KILN_OP_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
+    default: return a;
+    }
+}
+
+// --- kernels
+
+// Decomposes i over the output dims into idx (row-major).
+__device__ __forceinline__ void ew_index(const ew_params &P, int64_t i, int64_t *idx) {
+    for (int d = P.rank - 1; d >= 0; d--) {
+        idx[d] = i % P.dims[d];
+        i /= P.dims[d];
+    }
+}
+
+__device__ __forceinline__ int64_t ew_offset(const int64_t *strides, int rank, const int64_t *idx) {
+    int64_t off = 0;
+    for (int d = 0; d < rank; d++) off += idx[d] * strides[d];
+    return off;
+}
+
+static __global__ void ew_float_kernel(const __grid_constant__ ew_params P) {
+    int64_t idx[KC_MAX_RANK];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o0 = i, oo = i;
+        if (!P.contiguous) {
+            ew_index(P, i, idx);
+            o0 = ew_offset(P.operands[0].strides, P.rank, idx);
+            oo = ew_offset(P.out_strides, P.rank, idx);
+        }
+        float v = kc_ld_f(P.operands[0].p, P.operands[0].dtype, o0);
+        for (int s = 0; s < P.n_steps; s++) {
+            const ew_step &st = P.steps[s];
+            if (st.operand < 0) {
+                v = ew_unary(st, v);
+            } else {
+                const ew_operand &od = P.operands[st.operand];
+                int64_t ob = P.contiguous ? i : ew_offset(od.strides, P.rank, idx);
+                float b = kc_ld_f(od.p, od.dtype, ob);
+                v = st.lhs ? ew_binary(st.op, v, b) : ew_binary(st.op, b, v);
+            }
+        }
+        kc_st_f(P.out, P.out_dtype, oo, v);
+    }
+}
+
+static __global__ void ew_int_kernel(const __grid_constant__ ew_params P) {
+    int64_t idx[KC_MAX_RANK];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o0 = i, oo = i;
+        if (!P.contiguous) {
+            ew_index(P, i, idx);
+            o0 = ew_offset(P.operands[0].strides, P.rank, idx);
+            oo = ew_offset(P.out_strides, P.rank, idx);
+        }
+        int64_t v = kc_ld_i(P.operands[0].p, P.operands[0].dtype, o0);
+        for (int s = 0; s < P.n_steps; s++) {
+            const ew_step &st = P.steps[s];
+            if (st.operand < 0) {
+                v = ew_unary_i(st, v);
+            } else {
+                const ew_operand &od = P.operands[st.operand];
+                int64_t ob = P.contiguous ? i : ew_offset(od.strides, P.rank, idx);
+                int64_t b = kc_ld_i(od.p, od.dtype, ob);
+                v = st.lhs ? ew_binary_i(st.op, v, b) : ew_binary_i(st.op, b, v);
+            }
+        }
+        kc_st_i(P.out, P.out_dtype, oo, v);
+    }
+}
+
+// where(cond, a, b): operands 0, 1, 2. Float outputs read cond as float, integer outputs as
+// int64 (the CPU reference's row_f32 / row_i64).
+static __global__ void ew_where_kernel(const __grid_constant__ ew_params P) {
+    int64_t idx[KC_MAX_RANK];
+    const int out_int = !(P.out_dtype == KILN_DTYPE_F32 || P.out_dtype == KILN_DTYPE_F16 ||
+                          P.out_dtype == KILN_DTYPE_BF16);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o[3] = {i, i, i}, oo = i;
+        if (!P.contiguous) {
+            ew_index(P, i, idx);
+            for (int k = 0; k < 3; k++) o[k] = ew_offset(P.operands[k].strides, P.rank, idx);
+            oo = ew_offset(P.out_strides, P.rank, idx);
+        }
+        const ew_operand &c = P.operands[0];
+        if (out_int) {
+            int pick = kc_ld_i(c.p, c.dtype, o[0]) != 0 ? 1 : 2;
+            kc_st_i(P.out, P.out_dtype, oo,
+                    kc_ld_i(P.operands[pick].p, P.operands[pick].dtype, o[pick]));
+        } else {
+            int pick = kc_ld_f(c.p, c.dtype, o[0]) != 0.0f ? 1 : 2;
+            kc_st_f(P.out, P.out_dtype, oo,
+                    kc_ld_f(P.operands[pick].p, P.operands[pick].dtype, o[pick]));
+        }
+    }
+}
+
+// --- host set-up
+
+// Fills dims, out strides and operand strides (operands broadcast to out), then drops size-1
+// dims and merges neighbours that are contiguous for out and every operand.
+static void ew_setup(ew_params *P, const kiln_tensor *out, const kiln_tensor *const *ins, int n) {
+    int r = (int)out->rank;
+    int64_t st[EW_MAX_OPERANDS + 1][KC_MAX_RANK];
+    int n_ops = n + 1; // row 0: out
+    P->numel = kc_numel(out);
+    P->out = out->data;
+    P->out_dtype = out->dtype;
+    P->n_operands = n;
+    kc_strides(out, st[0]);
+    for (int k = 0; k < n; k++) {
+        P->operands[k].p = ins[k]->data;
+        P->operands[k].dtype = ins[k]->dtype;
+        kc_bcast_strides(ins[k], (uint32_t)r, st[k + 1]);
+    }
+    int nr = 0;
+    int64_t dims[KC_MAX_RANK];
+    int64_t ms[EW_MAX_OPERANDS + 1][KC_MAX_RANK];
+    for (int d = 0; d < r; d++) {
+        if (out->dims[d] == 1) continue;
+        if (nr > 0) {
+            int merge = 1;
+            for (int o = 0; o < n_ops; o++) {
+                if (ms[o][nr - 1] != st[o][d] * out->dims[d]) merge = 0;
+            }
+            if (merge) {
+                dims[nr - 1] *= out->dims[d];
+                for (int o = 0; o < n_ops; o++) ms[o][nr - 1] = st[o][d];
+                continue;
+            }
+        }
+        dims[nr] = out->dims[d];
+        for (int o = 0; o < n_ops; o++) ms[o][nr] = st[o][d];
+        nr++;
+    }
+    if (nr == 0) {
+        dims[0] = 1;
+        for (int o = 0; o < n_ops; o++) ms[o][0] = 1;
+        nr = 1;
+    }
+    P->rank = nr;
+    int contiguous = nr == 1;
+    for (int d = 0; d < nr; d++) {
+        P->dims[d] = dims[d];
+        P->out_strides[d] = ms[0][d];
+        for (int k = 0; k < n; k++) P->operands[k].strides[d] = ms[k + 1][d];
+    }
+    if (contiguous) {
+        for (int o = 0; o < n_ops; o++) {
+            if (ms[o][0] != 1 && dims[0] != 1) contiguous = 0;
+        }
+    }
+    P->contiguous = contiguous;
+}
+
+static void ew_set_attrs(ew_step *s, uint32_t op, const kiln_attrs *attrs) {
+    s->op = op;
+    s->f0 = s->f1 = 0.0f;
+    s->i0 = INT64_MIN;
+    s->i1 = INT64_MAX;
+    if (op == KILN_OP_GELU) {
+        s->f0 = kiln_attrs_int(attrs, KILN_A_GELU_APPROXIMATE, 0) != 0 ? 1.0f : 0.0f;
+    } else if (op == KILN_OP_CLAMP) {
+        double lo = kiln_attrs_float(attrs, KILN_A_CLAMP_MIN, 0);
+        double hi = kiln_attrs_float(attrs, KILN_A_CLAMP_MAX, 0);
+        s->f0 = (float)lo;
+        s->f1 = (float)hi;
+        s->i0 = isnan(lo) || lo < -9.2e18 ? INT64_MIN : (lo > 9.2e18 ? INT64_MAX : (int64_t)ceil(lo));
+        s->i1 = isnan(hi) || hi > 9.2e18 ? INT64_MAX : (hi < -9.2e18 ? INT64_MIN : (int64_t)floor(hi));
+    }
+}
+
+static int ew_is_int(uint32_t dtype) {
+    return dtype == KILN_DTYPE_I32 || dtype == KILN_DTYPE_I64 || dtype == KILN_DTYPE_BOOL;
+}
+
+static int ew_n_inputs(uint32_t op) {
+    switch (op) {
+    case KILN_OP_WHERE: return 3;
+    case KILN_OP_ADD:
+    case KILN_OP_SUB:
+    case KILN_OP_MUL:
+    case KILN_OP_DIV:
+    case KILN_OP_POW: return 2;
+    case KILN_OP_RELU:
+    case KILN_OP_GELU:
+    case KILN_OP_SILU:
+    case KILN_OP_SIGMOID:
+    case KILN_OP_TANH:
+    case KILN_OP_HARDSWISH:
+    case KILN_OP_HARDSIGMOID:
+    case KILN_OP_NEG:
+    case KILN_OP_SQRT:
+    case KILN_OP_RSQRT:
+    case KILN_OP_EXP:
+    case KILN_OP_LOG:
+    case KILN_OP_COPY:
+    case KILN_OP_CAST:
+    case KILN_OP_CLAMP: return 1;
+    default: return -1;
+    }
+}
+
+static int ew_int_capable(uint32_t op) {
+    switch (op) {
+    case KILN_OP_NEG:
+    case KILN_OP_RELU:
+    case KILN_OP_CLAMP:
+    case KILN_OP_COPY:
+    case KILN_OP_CAST:
+    case KILN_OP_ADD:
+    case KILN_OP_SUB:
+    case KILN_OP_MUL:
+    case KILN_OP_WHERE: return 1;
+    default: return 0;
+    }
+}
+
+static int ew_supports(uint32_t op, const kiln_tensor *const *ins, int n, const kiln_tensor *out) {
+    if (ew_n_inputs(op) != n || kiln_cuda_dtype_size(out->dtype) == 0) return 0;
+    for (int i = 0; i < n; i++) {
+        if (ins[i] == NULL || kiln_cuda_dtype_size(ins[i]->dtype) == 0) return 0;
+        if (ins[i]->rank > out->rank) return 0;
+        for (uint32_t d = 0; d < ins[i]->rank; d++) {
+            int64_t id = ins[i]->dims[d], od = out->dims[out->rank - ins[i]->rank + d];
+            if (id != 1 && id != od) return 0;
+        }
+    }
+    if (op == KILN_OP_CAST || op == KILN_OP_COPY) return 1;
+    if (ew_is_int(out->dtype)) {
+        if (!ew_int_capable(op)) return 0;
+        if (out->dtype == KILN_DTYPE_BOOL && op != KILN_OP_WHERE) return 0;
+    }
+    return 1;
+}
+
+static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int kind) {
+    if (P->numel == 0) return KILN_OK;
+    unsigned blocks = kc_blocks(P->numel, EW_BLOCK);
+    if (kind == 0) {
+        ew_float_kernel<<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
+        return kiln_cuda_check_launch(ctx, "ew_float_kernel");
+    }
+    if (kind == 1) {
+        ew_int_kernel<<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
+        return kiln_cuda_check_launch(ctx, "ew_int_kernel");
+    }
+    ew_where_kernel<<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
+    return kiln_cuda_check_launch(ctx, "ew_where_kernel");
+}
+
+// Runs one elementwise op: out = op(ins...).
+static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attrs *attrs,
+                          const kiln_tensor *const *ins, int n, const kiln_tensor *out) {
+    if (!ew_supports(op, ins, n, out)) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda backend: elementwise op %s does not support these operands "
+                              "(output %s, %d inputs) at %s",
+                              kiln_cuda_op_name(op), kiln_cuda_dtype_name(out->dtype), n,
+                              ctx->where ? ctx->where : "?");
+    }
+    if (kc_numel(out) == 0) return KILN_OK;
+    if ((op == KILN_OP_COPY || op == KILN_OP_CAST) && ins[0]->dtype == out->dtype) {
+        int64_t ds[KC_MAX_RANK], ss[KC_MAX_RANK];
+        kc_strides(out, ds);
+        kc_bcast_strides(ins[0], out->rank, ss);
+        return kiln_cuda_copy_strided(ctx, out->data, ins[0]->data,
+                                      kiln_cuda_dtype_size(out->dtype), (int)out->rank, out->dims,
+                                      ds, ss);
+    }
+    ew_params *P = (ew_params *)kiln_cuda_calloc(sizeof(ew_params));
+    if (P == NULL) {
+        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory setting up %s at %s",
+                              kiln_cuda_op_name(op), ctx->where ? ctx->where : "?");
+    }
+    ew_setup(P, out, ins, n);
+    int kind;
+    if (op == KILN_OP_WHERE) {
+        kind = 2;
+    } else {
+        P->n_steps = 1;
+        ew_set_attrs(&P->steps[0], op, attrs);
+        P->steps[0].operand = n == 2 ? 1 : -1;
+        P->steps[0].lhs = 1;
+        if (op == KILN_OP_CAST && out->dtype == KILN_DTYPE_BOOL &&
+            kiln_cuda_is_float(ins[0]->dtype)) {
+            kind = 0; // 0.5 -> true: compare as float, not truncated
+        } else {
+            kind = ew_is_int(out->dtype) ? 1 : 0;
+        }
+    }
+    kiln_status st = ew_launch(ctx, P, kind);
+    kiln_cuda_free(P, sizeof(ew_params));
+    return st;
+}
+
+// --- entry points
+
+extern "C" int kiln_cuda_eltwise_supports(uint32_t op, const kiln_tensor *const *ins, int n,
+                                          const kiln_tensor *out) {
+    return ew_supports(op, ins, n, out);
+}
+
+extern "C" kiln_status kiln_cuda_unary(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    return ew_run(ctx, args->op, &args->attrs, args->in, 1, args->out);
+}
+
+extern "C" kiln_status kiln_cuda_binary(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    int n = args->op == KILN_OP_WHERE ? 3 : 2;
+    for (int i = 0; i < n; i++) {
+        if ((uint32_t)i >= args->n_in || args->in[i] == NULL) {
+            return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda %s: input %d is missing at %s",
+                                  kiln_cuda_op_name(args->op), i, ctx->where ? ctx->where : "?");
+        }
+    }
+    return ew_run(ctx, args->op, &args->attrs, args->in, n, args->out);
+}
+
+extern "C" int kiln_cuda_tail_supports(const kiln_kernel_args *args) {
+    const kiln_tensor *out = args->out;
+    if (args->n_tail > KILN_MAX_TAIL) return 0;
+    if (args->n_tail > 0 && !kiln_cuda_is_float(out->dtype)) return 0;
+    for (uint32_t t = 0; t < args->n_tail; t++) {
+        const kiln_tail_op *tl = &args->tail[t];
+        const kiln_tensor *ins[2] = {out, tl->operand};
+        int n = ew_n_inputs(tl->op);
+        if (tl->op == KILN_OP_CAST || tl->op == KILN_OP_WHERE) return 0;
+        if (n == 2) {
+            if (tl->operand == NULL) return 0;
+            if (!tl->running_is_lhs) {
+                ins[0] = tl->operand;
+                ins[1] = out;
+            }
+        } else if (n != 1) {
+            return 0;
+        }
+        if (!ew_supports(tl->op, ins, n, out)) return 0;
+    }
+    return 1;
+}
+
+extern "C" kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                      uint32_t skip) {
+    const kiln_tensor *out = args->out;
+    if (skip >= args->n_tail || kc_numel(out) == 0) return KILN_OK;
+    if (!kiln_cuda_tail_supports(args)) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda backend: the fused tail of %s at %s is not supported",
+                              kiln_cuda_op_name(args->op), ctx->where ? ctx->where : "?");
+    }
+    const kiln_tensor *ins[EW_MAX_OPERANDS];
+    int n = 0;
+    ins[n++] = out; // operand 0: the running value, in place
+    ew_params *P = (ew_params *)kiln_cuda_calloc(sizeof(ew_params));
+    if (P == NULL) {
+        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory setting up the tail at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    int steps = 0;
+    for (uint32_t t = skip; t < args->n_tail; t++) {
+        const kiln_tail_op *tl = &args->tail[t];
+        ew_step *s = &P->steps[steps++];
+        ew_set_attrs(s, tl->op, &tl->attrs);
+        s->operand = -1;
+        if (ew_n_inputs(tl->op) == 2) {
+            s->operand = n;
+            s->lhs = tl->running_is_lhs != 0;
+            ins[n++] = tl->operand;
+        }
+    }
+    ew_setup(P, out, ins, n);
+    P->n_steps = steps;
+    kiln_status st = ew_launch(ctx, P, 0);
+    kiln_cuda_free(P, sizeof(ew_params));
+    return st;
+}

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// The backend interface: what the runtime (src/runtime/engine.c) asks of a device. The runtime
+// owns the plan, validation, shape inference and binding checks; a backend owns device memory
+// (weights, the activation arena, scratch) and runs the layers.
+//
+// Backends: cpu (src/runtime/backend_cpu.c over src/cpu/), cuda (src/cuda/, a plugin library
+// loaded at run time so that libkiln loads on machines without CUDA).
+#ifndef KILN_RUNTIME_BACKEND_H
+#define KILN_RUNTIME_BACKEND_H
+
+#include <stdint.h>
+
+#include "core/options.h"
+#include "runtime/kernel.h"
+#include "runtime/plan.h"
+
+// One execute: the concrete shape of every plan tensor (inferred by the runtime from the bound
+// input shapes, checked against the plan's ranges) and the caller's pointers for the I/O.
+typedef struct kiln_exec {
+    const kiln_plan *plan;
+    kiln_tensor *tensors;   // plan->n_tensors entries: dtype and dims set for every tensor;
+                            // data set for INPUT and OUTPUT tensors (caller memory), NULL for
+                            // the rest (the backend supplies arena and weight pointers)
+    int shapes_changed;     // nonzero when any shape differs from the previous execute
+    void *stream;           // the caller's CUDA stream, or NULL
+} kiln_exec;
+
+typedef struct kiln_backend_ops {
+    const char *name; // "cpu", "cuda"
+    // Prepares an engine: copies or uploads the weights (weight_data[i] is the host data of
+    // tensor i for WEIGHT tensors, NULL otherwise; valid only during the call), chooses
+    // kernels. The plan outlives the state.
+    kiln_status (*engine_init)(const kiln_plan *plan, const void *const *weight_data,
+                               const kiln_options *options, void **out_state);
+    void (*engine_free)(void *engine_state); // NULL-safe
+    // Per-context state: the activation arena (plan->arena_nbytes) and scratch.
+    kiln_status (*context_init)(void *engine_state, void **out_context_state);
+    void (*context_free)(void *context_state); // NULL-safe
+    // Runs every layer; returns with the work finished and outputs written.
+    kiln_status (*execute)(void *context_state, const kiln_exec *exec);
+} kiln_backend_ops;
+
+// The CPU backend (always present).
+extern const kiln_backend_ops kiln_backend_cpu;
+
+// The CUDA backend, or NULL when it is not available (not built, plugin not found, no device).
+// src/runtime/engine.c holds a weak default returning NULL so that CPU-only builds link; the
+// CUDA backend provides the strong definition.
+const kiln_backend_ops *kiln_backend_cuda_get(void);
+
+#endif // KILN_RUNTIME_BACKEND_H

@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CPU backend: glue between the runtime's plan and the reference kernels (src/cpu/cpu.h).
+//
+// Engine state: every weight copied into one 64-byte aligned block (tensor i at
+// weight_offsets[i]), and the scratch size: the maximum of kiln_cpu_scratch_nbytes over the
+// head layers at their largest shapes. Context state: the activation arena (plan->arena_nbytes),
+// one scratch buffer and a tensor view per plan tensor whose data pointers are fixed for
+// weights and activations; execute only refreshes shapes and the caller's I/O pointers.
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/checked.h"
+#include "core/status.h"
+#include "cpu/cpu.h"
+#include "runtime/backend.h"
+#include "runtime/engine_internal.h"
+
+typedef struct cpu_engine {
+    const kiln_plan *plan;    // borrowed: outlives the state
+    uint8_t *weights;         // owned, KILN_DATA_ALIGN-aligned
+    size_t weights_nbytes;
+    uint64_t *weight_offsets; // owned, plan->n_tensors entries (used for WEIGHT tensors)
+    size_t scratch_nbytes;
+} cpu_engine;
+
+typedef struct cpu_context {
+    const cpu_engine *engine; // borrowed
+    uint8_t *arena;           // owned, plan->arena_nbytes bytes
+    void *scratch;            // owned, engine->scratch_nbytes bytes
+    kiln_tensor *views;       // owned, plan->n_tensors entries
+} cpu_context;
+
+// Checks the structure of every fused group once: a head followed by n_tail TAIL layers, each
+// tail reading the running value exactly once (plus at most one operand).
+static kiln_status check_groups(const kiln_plan *p) {
+    uint32_t i = 0;
+    while (i < p->n_layers) {
+        const kiln_plan_layer *l = &p->layers[i];
+        int32_t running = p->ids[l->output_begin];
+        KILN_CHECK(!(l->flags & KILN_LAYER_TAIL), KILN_ERR_CORRUPT,
+                   "layer %u (%s) is marked as a fused tail but follows no head layer", i,
+                   kiln_op_name(l->op));
+        KILN_CHECK(l->n_tail <= KILN_MAX_TAIL && l->n_tail < p->n_layers - i, KILN_ERR_CORRUPT,
+                   "layer %u (%s): n_tail = %u (at most %u, and %u layers follow)", i,
+                   kiln_op_name(l->op), l->n_tail, (unsigned)KILN_MAX_TAIL, p->n_layers - i - 1);
+        for (uint32_t t = 1; t <= l->n_tail; t++) {
+            const kiln_plan_layer *tl = &p->layers[i + t];
+            int32_t a = p->ids[tl->input_begin];
+            int32_t b = tl->n_inputs > 1 ? p->ids[tl->input_begin + 1] : -1;
+            KILN_CHECK((tl->flags & KILN_LAYER_TAIL) && tl->n_tail == 0, KILN_ERR_CORRUPT,
+                       "layer %u (%s): expected a fused tail of layer %u", i + t,
+                       kiln_op_name(tl->op), i);
+            KILN_CHECK(tl->n_inputs >= 1 && tl->n_inputs <= 2 && (a == running) != (b == running),
+                       KILN_ERR_CORRUPT,
+                       "layer %u (%s): a fused tail must read the value of the layer before it "
+                       "exactly once",
+                       i + t, kiln_op_name(tl->op));
+            running = p->ids[tl->output_begin];
+        }
+        i += 1 + l->n_tail;
+    }
+    return KILN_OK;
+}
+
+// The kernel arguments of head layer li over `views`; tails[] receives its fused tail.
+static void build_args(const kiln_plan *p, kiln_tensor *views, uint32_t li, kiln_tail_op *tails,
+                       kiln_kernel_args *args) {
+    const kiln_plan_layer *l = &p->layers[li];
+    int32_t running = p->ids[l->output_begin];
+    memset(args, 0, sizeof *args);
+    args->op = l->op;
+    args->attrs = kiln_plan_layer_attrs(p, l);
+    for (uint32_t j = 0; j < l->n_inputs; j++) {
+        int32_t id = p->ids[l->input_begin + j];
+        args->in[j] = id < 0 ? NULL : &views[id];
+    }
+    args->n_in = l->n_inputs;
+    for (uint32_t t = 0; t < l->n_tail; t++) {
+        const kiln_plan_layer *tl = &p->layers[li + 1 + t];
+        int32_t a = p->ids[tl->input_begin];
+        int32_t b = tl->n_inputs > 1 ? p->ids[tl->input_begin + 1] : -1;
+        tails[t].op = tl->op;
+        tails[t].attrs = kiln_plan_layer_attrs(p, tl);
+        tails[t].running_is_lhs = a == running;
+        tails[t].operand = tl->n_inputs < 2 ? NULL : a == running ? &views[b] : &views[a];
+        running = p->ids[tl->output_begin];
+    }
+    args->out = &views[running]; // the head writes the group's final tensor; tails run in place
+    args->tail = tails;
+    args->n_tail = l->n_tail;
+}
+
+static void cpu_engine_free(void *state) {
+    cpu_engine *e = state;
+    if (e == NULL) return;
+    kiln_free(e->weights, e->weights_nbytes);
+    kiln_free(e->weight_offsets, (size_t)e->plan->n_tensors * sizeof *e->weight_offsets);
+    kiln_free(e, sizeof *e);
+}
+
+// Scratch at the largest shapes, and a support check of every head layer.
+static kiln_status size_scratch(const kiln_plan *p, size_t *out) {
+    size_t views_nbytes = (size_t)p->n_tensors * sizeof(kiln_tensor);
+    kiln_tensor *views = kiln_calloc(views_nbytes, KILN_ALIGN);
+    kiln_tail_op tails[KILN_MAX_TAIL];
+    kiln_kernel_args args;
+    size_t max = 0;
+    kiln_status st = KILN_OK;
+    KILN_CHECK(views != NULL, KILN_ERR_NO_MEMORY, "out of memory sizing the CPU scratch");
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        views[i].dtype = p->tensors[i].dtype;
+        views[i].rank = p->tensors[i].shape.rank;
+        memcpy(views[i].dims, p->tensors[i].shape.max, sizeof views[i].dims);
+    }
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        size_t n;
+        build_args(p, views, li, tails, &args);
+        if (!kiln_cpu_supports(&args)) {
+            st = kiln_fail(KILN_ERR_UNSUPPORTED,
+                           "layer %u (%s): the CPU backend does not implement this op for output "
+                           "dtype %s",
+                           li, kiln_op_name(args.op), kiln_dtype_name((kiln_dtype)args.out->dtype));
+            break;
+        }
+        n = kiln_cpu_scratch_nbytes(&args);
+        if (n > max) max = n;
+    }
+    kiln_free(views, views_nbytes);
+    if (st == KILN_OK) *out = max;
+    return st;
+}
+
+static kiln_status cpu_engine_init(const kiln_plan *p, const void *const *weight_data,
+                                   const kiln_options *options, void **out_state) {
+    cpu_engine *e;
+    uint64_t total = 0;
+    kiln_status st;
+    (void)options; // num_threads: the reference kernels run on the calling thread
+    KILN_TRY(check_groups(p));
+    e = kiln_calloc(sizeof *e, KILN_ALIGN);
+    KILN_CHECK(e != NULL, KILN_ERR_NO_MEMORY, "out of memory allocating the CPU engine state");
+    e->plan = p;
+    e->weight_offsets = kiln_calloc((size_t)p->n_tensors * sizeof *e->weight_offsets, KILN_ALIGN);
+    if (e->weight_offsets == NULL) {
+        st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory allocating the CPU weight table");
+        goto fail;
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (p->tensors[i].kind != KILN_TENSOR_WEIGHT) continue;
+        e->weight_offsets[i] = total;
+        if (!kiln_add_u64(total, p->tensors[i].nbytes, &total) ||
+            !kiln_align_up_u64(total, KILN_DATA_ALIGN, &total) || total > SIZE_MAX) {
+            st = kiln_fail(KILN_ERR_NO_MEMORY, "the weights do not fit in memory (tensor %u)", i);
+            goto fail;
+        }
+    }
+    e->weights_nbytes = (size_t)total;
+    e->weights = kiln_malloc(e->weights_nbytes, KILN_DATA_ALIGN);
+    if (e->weights == NULL) {
+        st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory allocating %zu bytes of weights",
+                       e->weights_nbytes);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind != KILN_TENSOR_WEIGHT || t->nbytes == 0) continue;
+        memcpy(e->weights + e->weight_offsets[i], weight_data[i], (size_t)t->nbytes);
+    }
+    st = size_scratch(p, &e->scratch_nbytes);
+    if (st != KILN_OK) goto fail;
+    *out_state = e;
+    return KILN_OK;
+
+fail:
+    cpu_engine_free(e);
+    return st;
+}
+
+static void cpu_context_free(void *state) {
+    cpu_context *c = state;
+    if (c == NULL) return;
+    kiln_free(c->arena, (size_t)c->engine->plan->arena_nbytes);
+    kiln_free(c->scratch, c->engine->scratch_nbytes);
+    kiln_free(c->views, (size_t)c->engine->plan->n_tensors * sizeof *c->views);
+    kiln_free(c, sizeof *c);
+}
+
+static kiln_status cpu_context_init(void *engine_state, void **out_state) {
+    const cpu_engine *e = engine_state;
+    const kiln_plan *p = e->plan;
+    cpu_context *c;
+    KILN_CHECK(p->arena_nbytes <= SIZE_MAX, KILN_ERR_NO_MEMORY,
+               "the activation arena (%llu bytes) does not fit in memory",
+               (unsigned long long)p->arena_nbytes);
+    c = kiln_calloc(sizeof *c, KILN_ALIGN);
+    KILN_CHECK(c != NULL, KILN_ERR_NO_MEMORY, "out of memory allocating the CPU context state");
+    c->engine = e;
+    // Zeroed so that a run never depends on what was in memory before.
+    c->arena = kiln_calloc((size_t)p->arena_nbytes, KILN_DATA_ALIGN);
+    c->scratch = kiln_malloc(e->scratch_nbytes, KILN_DATA_ALIGN);
+    c->views = kiln_calloc((size_t)p->n_tensors * sizeof *c->views, KILN_ALIGN);
+    if (c->arena == NULL || c->scratch == NULL || c->views == NULL) {
+        cpu_context_free(c);
+        return kiln_fail(KILN_ERR_NO_MEMORY,
+                         "out of memory allocating the activation arena (%llu bytes) and scratch "
+                         "(%zu bytes)",
+                         (unsigned long long)p->arena_nbytes, e->scratch_nbytes);
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        c->views[i].dtype = t->dtype;
+        c->views[i].rank = t->shape.rank;
+        memcpy(c->views[i].dims, t->shape.max, sizeof c->views[i].dims);
+        if (t->kind == KILN_TENSOR_WEIGHT) c->views[i].data = e->weights + e->weight_offsets[i];
+        if (t->kind == KILN_TENSOR_ACTIVATION) c->views[i].data = c->arena + t->offset;
+    }
+    *out_state = c;
+    return KILN_OK;
+}
+
+static kiln_status cpu_execute(void *context_state, const kiln_exec *exec) {
+    cpu_context *c = context_state;
+    const cpu_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    kiln_tail_op tails[KILN_MAX_TAIL];
+    kiln_kernel_args args;
+    KILN_ASSERT(exec->plan == p);
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_tensor *src = &exec->tensors[i];
+        uint32_t kind = p->tensors[i].kind;
+        c->views[i].rank = src->rank;
+        memcpy(c->views[i].dims, src->dims, sizeof c->views[i].dims);
+        if (kind == KILN_TENSOR_INPUT || kind == KILN_TENSOR_OUTPUT) c->views[i].data = src->data;
+    }
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        build_args(p, c->views, li, tails, &args);
+        args.scratch = c->scratch;
+        args.scratch_nbytes = e->scratch_nbytes;
+        KILN_CHECK(kiln_cpu_scratch_nbytes(&args) <= e->scratch_nbytes, KILN_ERR_INTERNAL,
+                   "layer %u (%s) needs more scratch than planned at its largest shape (%zu)", li,
+                   kiln_op_name(args.op), e->scratch_nbytes);
+        KILN_TRY(kiln_cpu_run(&args));
+    }
+    return KILN_OK;
+}
+
+size_t kiln_backend_cpu_scratch_nbytes(const void *engine_state) {
+    return engine_state ? ((const cpu_engine *)engine_state)->scratch_nbytes : 0;
+}
+
+const kiln_backend_ops kiln_backend_cpu = {
+    .name = "cpu",
+    .engine_init = cpu_engine_init,
+    .engine_free = cpu_engine_free,
+    .context_init = cpu_context_init,
+    .context_free = cpu_context_free,
+    .execute = cpu_execute,
+};

@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: Apache-2.0
+// The engine runtime (include/kiln/kiln_engine.h): load = validate the bytes into a plan
+// (src/runtime/load.c), resolve external weights, resolve options, pick a backend and let it
+// place the weights; contexts bind caller memory, infer concrete shapes with the builder's own
+// shape inference (src/ir/shape.h) when the input shapes change, check them against the plan's
+// ranges and the output capacities, and hand the layer loop to the backend.
+//
+// Execute allocates nothing: every array it touches is sized at context creation.
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/checked.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "ir/shape.h"
+#include "runtime/engine_internal.h"
+#include "runtime/load.h"
+
+// --- CUDA hook: the CUDA backend provides the strong definition.
+
+#if defined(__GNUC__)
+__attribute__((weak)) const kiln_backend_ops *kiln_backend_cuda_get(void) { return NULL; }
+#endif
+
+// --- helpers
+
+// Bytes of a tensor of `dtype` with dims; false on overflow.
+static int tensor_nbytes(uint32_t dtype, uint32_t rank, const int64_t *dims, uint64_t *out) {
+    uint64_t n = kiln_dtype_size((kiln_dtype)dtype);
+    for (uint32_t i = 0; i < rank; i++) {
+        if (dims[i] < 0 || !kiln_mul_u64(n, (uint64_t)dims[i], &n)) return 0;
+    }
+    *out = n;
+    return 1;
+}
+
+// Writes "[2, 3, 4]" into buf (truncated to n bytes).
+static const char *dims_str(char *buf, size_t n, uint32_t rank, const int64_t *dims) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i <= rank; i++) {
+        int w = i < rank ? snprintf(buf + used, n - used, "%s%" PRId64, i ? ", " : "[", dims[i])
+                         : snprintf(buf + used, n - used, "%s]", rank ? "" : "[");
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
+static const char *tensor_name(const kiln_plan *p, uint32_t id) {
+    return kiln_plan_string(p, p->tensors[id].name);
+}
+
+// --- load
+
+void kiln_load_options_init(kiln_load_options *options) {
+    if (options == NULL) return;
+    memset(options, 0, sizeof *options);
+    options->struct_nbytes = (uint32_t)sizeof *options;
+}
+
+static kiln_status check_load_options(const kiln_load_options *o) {
+    if (o == NULL) return KILN_OK;
+    KILN_CHECK(o->struct_nbytes == sizeof *o, KILN_ERR_INVALID_ARG,
+               "kiln_load_options.struct_nbytes = %u, expected %u: initialize the options with "
+               "kiln_load_options_init",
+               o->struct_nbytes, (unsigned)sizeof *o);
+    KILN_CHECK(o->n_settings == 0 || o->settings != NULL, KILN_ERR_INVALID_ARG,
+               "kiln_load_options: n_settings = %u but settings is NULL", o->n_settings);
+    return KILN_OK;
+}
+
+static kiln_status choose_backend(const kiln_options *o, const kiln_backend_ops **out,
+                                  char *device, size_t device_nbytes) {
+    const kiln_backend_ops *cuda;
+    if (strcmp(o->device, "cpu") == 0) {
+        *out = &kiln_backend_cpu;
+        snprintf(device, device_nbytes, "cpu");
+        return KILN_OK;
+    }
+    cuda = kiln_backend_cuda_get();
+    if (strcmp(o->device, "auto") == 0) {
+        if (cuda != NULL) {
+            *out = cuda;
+            snprintf(device, device_nbytes, "cuda:0");
+        } else {
+            kiln_log(KILN_LOG_INFO, "device 'auto': no CUDA backend is available (built without "
+                                    "CUDA or no GPU visible); the engine runs on the CPU");
+            *out = &kiln_backend_cpu;
+            snprintf(device, device_nbytes, "cpu");
+        }
+        return KILN_OK;
+    }
+    // "cuda:N" (the options module validated the form).
+    KILN_CHECK(cuda != NULL, KILN_ERR_DEVICE,
+               "device '%s' was requested but no CUDA backend is available (libkiln was built "
+               "without CUDA, the CUDA plugin was not found, or no GPU is visible); use device "
+               "'cpu', or 'auto' to fall back to the CPU",
+               o->device);
+    *out = cuda;
+    snprintf(device, device_nbytes, "%s", o->device);
+    return KILN_OK;
+}
+
+// Fills weight_data[i] for every WEIGHT tensor: inline data from the plan, external data from
+// the resolver (size-checked). Sums the weight bytes.
+static kiln_status resolve_weights(const kiln_plan *p, const kiln_load_options *o,
+                                   const void **weight_data, uint64_t *out_nbytes) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        const char *key;
+        const void *data = NULL;
+        size_t n = 0;
+        kiln_status st;
+        if (t->kind != KILN_TENSOR_WEIGHT) continue;
+        KILN_CHECK(kiln_add_u64(total, t->nbytes, &total), KILN_ERR_CORRUPT,
+                   "weight bytes overflow at tensor %u", i);
+        if (t->key == KILN_NO_KEY) {
+            weight_data[i] = p->weights + t->offset;
+            continue;
+        }
+        key = kiln_plan_string(p, t->key);
+        KILN_CHECK(o != NULL && o->resolve != NULL, KILN_ERR_MISSING_DATA,
+                   "weight '%s' (tensor %u, %" PRIu64 " bytes) is stored outside the engine: "
+                   "load it with the .ptd data file it was exported with, or pass a "
+                   "kiln_weight_resolver in kiln_load_options.resolve",
+                   key, i, t->nbytes);
+        st = o->resolve(o->resolve_user_data, key, &data, &n);
+        if (st != KILN_OK) {
+            if ((unsigned)st >= KILN_STATUS_COUNT) st = KILN_ERR_MISSING_DATA;
+            return kiln_fail(st,
+                             "external weight '%s' (tensor %u, %" PRIu64 " bytes) could not be "
+                             "resolved: the resolver returned '%s'; pass the .ptd data file that "
+                             "was exported with this engine",
+                             key, i, t->nbytes, kiln_status_str(st));
+        }
+        KILN_CHECK((uint64_t)n == t->nbytes, KILN_ERR_CORRUPT,
+                   "external weight '%s' (tensor %u): the resolver returned %zu bytes but the "
+                   "engine expects %" PRIu64 " (%s %s); the data file does not belong to this "
+                   "engine",
+                   key, i, n, t->nbytes, kiln_dtype_name((kiln_dtype)t->dtype),
+                   dims_str((char[96]){0}, 96, t->shape.rank, t->shape.max));
+        KILN_CHECK(data != NULL || n == 0, KILN_ERR_MISSING_DATA,
+                   "external weight '%s': the resolver returned success with NULL data", key);
+        weight_data[i] = data;
+    }
+    *out_nbytes = total;
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *options,
+                                  kiln_engine **out) {
+    kiln_engine *e = NULL;
+    const void **weight_data = NULL;
+    size_t weight_data_nbytes = 0;
+    kiln_options opts;
+    const kiln_backend_ops *backend = NULL;
+    char device[32];
+    kiln_status st;
+
+    st = check_load_options(options);
+    if (st != KILN_OK) goto fail;
+    st = kiln_options_resolve(options ? options->settings : NULL,
+                              options ? options->n_settings : 0, &opts);
+    if (st != KILN_OK) goto fail;
+    st = choose_backend(&opts, &backend, device, sizeof device);
+    if (st != KILN_OK) goto fail;
+
+    e = kiln_calloc(sizeof *e, KILN_ALIGN);
+    if (e == NULL) {
+        st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory allocating the engine");
+        goto fail;
+    }
+    e->plan = *plan; // ownership moves to the engine
+    memset(plan, 0, sizeof *plan);
+    e->options = opts;
+    e->backend = backend;
+    memcpy(e->device, device, sizeof e->device);
+
+    weight_data_nbytes = (size_t)e->plan.n_tensors * sizeof *weight_data;
+    weight_data = kiln_calloc(weight_data_nbytes, KILN_ALIGN);
+    if (weight_data == NULL) {
+        st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory allocating the weight table (%u tensors)",
+                       e->plan.n_tensors);
+        goto fail;
+    }
+    st = resolve_weights(&e->plan, options, weight_data, &e->weight_nbytes);
+    if (st != KILN_OK) goto fail;
+    st = backend->engine_init(&e->plan, weight_data, &e->options, &e->backend_state);
+    if (st != KILN_OK) goto fail;
+    kiln_free(weight_data, weight_data_nbytes);
+
+    // The backend holds its own copy of the weights now.
+    kiln_free(e->plan.weights, (size_t)e->plan.weights_nbytes);
+    e->plan.weights = NULL;
+    e->plan.weights_nbytes = 0;
+    *out = e;
+    return KILN_OK;
+
+fail:
+    kiln_free(weight_data, weight_data_nbytes);
+    if (e != NULL) {
+        kiln_plan_release(&e->plan);
+        kiln_free(e, sizeof *e);
+    } else {
+        kiln_plan_release(plan);
+    }
+    return st;
+}
+
+kiln_status kiln_engine_load(const void *data, size_t nbytes, const kiln_load_options *options,
+                             kiln_engine **out) {
+    kiln_plan plan;
+    KILN_CHECK(out != NULL, KILN_ERR_INVALID_ARG, "kiln_engine_load: out is NULL");
+    KILN_CHECK(data != NULL || nbytes == 0, KILN_ERR_INVALID_ARG,
+               "kiln_engine_load: data is NULL but nbytes = %zu", nbytes);
+    KILN_TRY(check_load_options(options));
+    memset(&plan, 0, sizeof plan);
+    KILN_TRY(kiln_load_plan(data, nbytes, &plan));
+    return kiln_engine_from_plan(&plan, options, out);
+}
+
+void kiln_engine_free(kiln_engine *engine) {
+    if (engine == NULL) return;
+    if (engine->backend != NULL) engine->backend->engine_free(engine->backend_state);
+    kiln_plan_release(&engine->plan);
+    kiln_free(engine, sizeof *engine);
+}
+
+const kiln_plan *kiln_engine_plan(const kiln_engine *engine) {
+    return engine ? &engine->plan : NULL;
+}
+
+// --- engine queries
+
+uint32_t kiln_engine_n_inputs(const kiln_engine *engine) {
+    return engine ? engine->plan.n_inputs : 0;
+}
+
+uint32_t kiln_engine_n_outputs(const kiln_engine *engine) {
+    return engine ? engine->plan.n_outputs : 0;
+}
+
+kiln_status kiln_engine_binding(const kiln_engine *engine, int32_t is_input, uint32_t index,
+                                kiln_binding_info *out) {
+    const kiln_plan *p;
+    const kiln_plan_tensor *t;
+    uint32_t n;
+    uint64_t nbytes = 0;
+    kiln_binding_info info;
+    KILN_CHECK(engine != NULL && out != NULL, KILN_ERR_INVALID_ARG,
+               "kiln_engine_binding: engine and out must not be NULL");
+    p = &engine->plan;
+    n = is_input ? p->n_inputs : p->n_outputs;
+    KILN_CHECK(index < n, KILN_ERR_INVALID_ARG,
+               "kiln_engine_binding: %s index %u is out of range (the engine has %u)",
+               is_input ? "input" : "output", index, n);
+    t = &p->tensors[is_input ? p->inputs[index] : p->outputs[index]];
+    memset(&info, 0, sizeof info);
+    info.name = kiln_plan_string(p, t->name);
+    info.dtype = (kiln_dtype)t->dtype;
+    info.rank = t->shape.rank;
+    for (uint32_t d = 0; d < t->shape.rank; d++) {
+        info.dim_min[d] = t->shape.min[d];
+        info.dim_max[d] = t->shape.max[d];
+    }
+    info.is_input = is_input != 0;
+    KILN_CHECK(tensor_nbytes(t->dtype, t->shape.rank, t->shape.max, &nbytes), KILN_ERR_INTERNAL,
+               "binding '%s': byte size overflows", info.name);
+    info.max_nbytes = nbytes;
+    *out = info;
+    return KILN_OK;
+}
+
+const char *kiln_engine_device(const kiln_engine *engine) { return engine ? engine->device : ""; }
+
+uint64_t kiln_engine_arena_nbytes(const kiln_engine *engine) {
+    return engine ? engine->plan.arena_nbytes : 0;
+}
+
+uint64_t kiln_engine_weight_nbytes(const kiln_engine *engine) {
+    return engine ? engine->weight_nbytes : 0;
+}
+
+// --- contexts
+
+static kiln_status acquire(kiln_context *c, const char *fn) {
+    if (atomic_exchange_explicit(&c->busy, 1, memory_order_acquire) != 0) {
+        return kiln_fail(KILN_ERR_BUSY,
+                         "%s: the context is in use by another thread; use one kiln_context per "
+                         "thread (contexts of one engine may run concurrently)",
+                         fn);
+    }
+    return KILN_OK;
+}
+
+static void release(kiln_context *c) { atomic_store_explicit(&c->busy, 0, memory_order_release); }
+
+static size_t array_nbytes(uint32_t n, size_t elem) { return (size_t)n * elem; }
+
+static void context_free_arrays(kiln_context *c, const kiln_plan *p) {
+    kiln_free(c->tensors, array_nbytes(p->n_tensors, sizeof *c->tensors));
+    kiln_free(c->descs, array_nbytes(p->n_tensors, sizeof *c->descs));
+    kiln_free(c->inputs, array_nbytes(p->n_inputs, sizeof *c->inputs));
+    kiln_free(c->outputs, array_nbytes(p->n_outputs, sizeof *c->outputs));
+}
+
+kiln_status kiln_context_new(kiln_engine *engine, kiln_context **out) {
+    kiln_context *c;
+    const kiln_plan *p;
+    kiln_status st;
+    KILN_CHECK(engine != NULL && out != NULL, KILN_ERR_INVALID_ARG,
+               "kiln_context_new: engine and out must not be NULL");
+    p = &engine->plan;
+    c = kiln_calloc(sizeof *c, KILN_ALIGN);
+    KILN_CHECK(c != NULL, KILN_ERR_NO_MEMORY, "out of memory allocating an execution context");
+    c->engine = engine;
+    atomic_init(&c->busy, 0);
+    c->tensors = kiln_calloc(array_nbytes(p->n_tensors, sizeof *c->tensors), KILN_ALIGN);
+    c->descs = kiln_calloc(array_nbytes(p->n_tensors, sizeof *c->descs), KILN_ALIGN);
+    c->inputs = kiln_calloc(array_nbytes(p->n_inputs, sizeof *c->inputs), KILN_ALIGN);
+    c->outputs = kiln_calloc(array_nbytes(p->n_outputs, sizeof *c->outputs), KILN_ALIGN);
+    if (c->tensors == NULL || c->descs == NULL || c->inputs == NULL || c->outputs == NULL) {
+        st = kiln_fail(KILN_ERR_NO_MEMORY,
+                       "out of memory allocating the context's tensor tables (%u tensors)",
+                       p->n_tensors);
+        goto fail;
+    }
+    // Until the first inference every tensor carries its planned range (weights are static).
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        c->descs[i].dtype = t->dtype;
+        c->descs[i].shape = t->shape;
+        c->tensors[i].dtype = t->dtype;
+        c->tensors[i].rank = t->shape.rank;
+        memcpy(c->tensors[i].dims, t->shape.max, sizeof c->tensors[i].dims);
+    }
+    c->shapes_changed = 1;
+    st = engine->backend->context_init(engine->backend_state, &c->backend_state);
+    if (st != KILN_OK) goto fail;
+    *out = c;
+    return KILN_OK;
+
+fail:
+    context_free_arrays(c, p);
+    kiln_free(c, sizeof *c);
+    return st;
+}
+
+void kiln_context_free(kiln_context *context) {
+    if (context == NULL) return;
+    context->engine->backend->context_free(context->backend_state);
+    context_free_arrays(context, &context->engine->plan);
+    kiln_free(context, sizeof *context);
+}
+
+static kiln_status set_input_locked(kiln_context *c, uint32_t index, uint32_t rank,
+                                    const int64_t *dims, const void *data) {
+    const kiln_plan *p = &c->engine->plan;
+    const kiln_plan_tensor *t;
+    const char *name;
+    kiln_input_binding *b;
+    int64_t numel = 1;
+    KILN_CHECK(index < p->n_inputs, KILN_ERR_INVALID_ARG,
+               "kiln_context_set_input: input index %u is out of range (the engine has %u inputs)",
+               index, p->n_inputs);
+    t = &p->tensors[p->inputs[index]];
+    name = kiln_plan_string(p, t->name);
+    KILN_CHECK(rank == t->shape.rank, KILN_ERR_SHAPE,
+               "input %u '%s': rank %u given, the engine expects rank %u", index, name, rank,
+               t->shape.rank);
+    KILN_CHECK(rank == 0 || dims != NULL, KILN_ERR_INVALID_ARG,
+               "kiln_context_set_input: input %u '%s': dims is NULL for rank %u", index, name,
+               rank);
+    for (uint32_t d = 0; d < rank; d++) {
+        KILN_CHECK(dims[d] >= t->shape.min[d] && dims[d] <= t->shape.max[d], KILN_ERR_SHAPE,
+                   "input %u '%s': dimension %u = %" PRId64 " is outside the engine's range [%" PRId64
+                   ", %" PRId64 "]; rebuild the engine with a wider range to accept it",
+                   index, name, d, dims[d], t->shape.min[d], t->shape.max[d]);
+        numel *= dims[d]; // bounded by the validated max shape
+    }
+    KILN_CHECK(data != NULL || numel == 0, KILN_ERR_INVALID_ARG,
+               "kiln_context_set_input: input %u '%s': data is NULL for %" PRId64 " elements",
+               index, name, numel);
+    b = &c->inputs[index];
+    if (!b->bound || b->rank != rank ||
+        (rank > 0 && memcmp(b->dims, dims, rank * sizeof *dims) != 0)) {
+        c->shapes_valid = 0;
+    }
+    b->bound = 1;
+    b->rank = rank;
+    memset(b->dims, 0, sizeof b->dims);
+    if (rank > 0) memcpy(b->dims, dims, rank * sizeof *dims);
+    b->data = data;
+    return KILN_OK;
+}
+
+kiln_status kiln_context_set_input(kiln_context *context, uint32_t index, uint32_t rank,
+                                   const int64_t *dims, const void *data) {
+    kiln_status st;
+    KILN_CHECK(context != NULL, KILN_ERR_INVALID_ARG, "kiln_context_set_input: context is NULL");
+    KILN_TRY(acquire(context, "kiln_context_set_input"));
+    st = set_input_locked(context, index, rank, dims, data);
+    release(context);
+    return st;
+}
+
+kiln_status kiln_context_set_output(kiln_context *context, uint32_t index, void *data,
+                                    size_t capacity_nbytes) {
+    const kiln_plan *p;
+    KILN_CHECK(context != NULL, KILN_ERR_INVALID_ARG, "kiln_context_set_output: context is NULL");
+    p = &context->engine->plan;
+    KILN_CHECK(index < p->n_outputs, KILN_ERR_INVALID_ARG,
+               "kiln_context_set_output: output index %u is out of range (the engine has %u "
+               "outputs)",
+               index, p->n_outputs);
+    KILN_CHECK(data != NULL || capacity_nbytes == 0, KILN_ERR_INVALID_ARG,
+               "kiln_context_set_output: output %u '%s': data is NULL with capacity %zu", index,
+               tensor_name(p, p->outputs[index]), capacity_nbytes);
+    KILN_TRY(acquire(context, "kiln_context_set_output"));
+    context->outputs[index].bound = 1;
+    context->outputs[index].data = data;
+    context->outputs[index].capacity_nbytes = capacity_nbytes;
+    release(context);
+    return KILN_OK;
+}
+
+kiln_status kiln_context_set_stream(kiln_context *context, void *stream) {
+    KILN_CHECK(context != NULL, KILN_ERR_INVALID_ARG, "kiln_context_set_stream: context is NULL");
+    KILN_TRY(acquire(context, "kiln_context_set_stream"));
+    context->stream = stream;
+    release(context);
+    return KILN_OK;
+}
+
+// Concrete shapes of every tensor from the bound input shapes: the builder's inference, run on
+// min == max, layer by layer; each result must lie inside the planned range.
+static kiln_status infer_shapes(kiln_context *c) {
+    const kiln_plan *p = &c->engine->plan;
+    for (uint32_t i = 0; i < p->n_inputs; i++) {
+        uint32_t id = p->inputs[i];
+        const kiln_input_binding *b = &c->inputs[i];
+        kiln_shape *s = &c->descs[id].shape;
+        s->rank = b->rank;
+        for (uint32_t d = 0; d < KILN_MAX_RANK; d++) s->min[d] = s->max[d] = b->dims[d];
+        c->tensors[id].rank = b->rank;
+        memcpy(c->tensors[id].dims, b->dims, sizeof b->dims);
+    }
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        const kiln_value_desc *ins[KILN_MAX_INPUTS];
+        kiln_attrs attrs = kiln_plan_layer_attrs(p, l);
+        kiln_value_desc out;
+        const kiln_plan_tensor *t;
+        char what[64];
+        uint32_t id;
+        KILN_ASSERT(l->n_inputs <= KILN_MAX_INPUTS && l->n_outputs == 1);
+        for (uint32_t j = 0; j < l->n_inputs; j++) {
+            int32_t in = p->ids[l->input_begin + j];
+            ins[j] = in < 0 ? NULL : &c->descs[in];
+        }
+        snprintf(what, sizeof what, "layer %u (%s)", li, kiln_op_name(l->op));
+        KILN_TRY(kiln_infer(l->op, &attrs, ins, l->n_inputs, what, &out));
+        id = (uint32_t)p->ids[l->output_begin];
+        t = &p->tensors[id];
+        KILN_CHECK(out.dtype == t->dtype && out.shape.rank == t->shape.rank, KILN_ERR_INTERNAL,
+                   "%s: inferred %s rank %u, the plan has %s rank %u for tensor %u '%s'", what,
+                   kiln_dtype_name((kiln_dtype)out.dtype), out.shape.rank,
+                   kiln_dtype_name((kiln_dtype)t->dtype), t->shape.rank, id, tensor_name(p, id));
+        for (uint32_t d = 0; d < out.shape.rank; d++) {
+            int64_t v = out.shape.max[d];
+            KILN_CHECK(out.shape.min[d] == v, KILN_ERR_INTERNAL,
+                       "%s: inference gave a range [%" PRId64 ", %" PRId64 "] for a concrete "
+                       "dimension %u",
+                       what, out.shape.min[d], v, d);
+            KILN_CHECK(v >= t->shape.min[d] && v <= t->shape.max[d], KILN_ERR_SHAPE,
+                       "%s: output tensor %u '%s' dimension %u = %" PRId64 " is outside its "
+                       "planned range [%" PRId64 ", %" PRId64 "] for these input shapes; rebuild "
+                       "the engine with input ranges that cover this combination",
+                       what, id, tensor_name(p, id), d, v, t->shape.min[d], t->shape.max[d]);
+        }
+        c->descs[id].shape = out.shape;
+        c->tensors[id].rank = out.shape.rank;
+        memset(c->tensors[id].dims, 0, sizeof c->tensors[id].dims);
+        memcpy(c->tensors[id].dims, out.shape.max, out.shape.rank * sizeof(int64_t));
+    }
+    return KILN_OK;
+}
+
+// Checks that every input is bound and infers the shapes unless they are cached.
+static kiln_status ensure_shapes(kiln_context *c, const char *fn) {
+    const kiln_plan *p = &c->engine->plan;
+    for (uint32_t i = 0; i < p->n_inputs; i++) {
+        KILN_CHECK(c->inputs[i].bound, KILN_ERR_INVALID_STATE,
+                   "%s: input %u '%s' is not bound; call kiln_context_set_input first", fn, i,
+                   tensor_name(p, p->inputs[i]));
+    }
+    if (!c->shapes_valid) {
+        KILN_TRY(infer_shapes(c));
+        c->shapes_valid = 1;
+        c->shapes_changed = 1;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_context_infer_shapes(kiln_context *context) {
+    kiln_status st;
+    KILN_CHECK(context != NULL, KILN_ERR_INVALID_ARG, "kiln_context_infer_shapes: context is NULL");
+    KILN_TRY(acquire(context, "kiln_context_infer_shapes"));
+    st = ensure_shapes(context, "kiln_context_infer_shapes");
+    release(context);
+    return st;
+}
+
+static kiln_status execute_locked(kiln_context *c) {
+    const kiln_plan *p = &c->engine->plan;
+    kiln_exec exec;
+    char buf[96];
+    KILN_TRY(ensure_shapes(c, "kiln_context_execute"));
+    for (uint32_t i = 0; i < p->n_outputs; i++) {
+        KILN_CHECK(c->outputs[i].bound, KILN_ERR_INVALID_STATE,
+                   "kiln_context_execute: output %u '%s' is not bound; call "
+                   "kiln_context_set_output first",
+                   i, tensor_name(p, p->outputs[i]));
+    }
+    for (uint32_t i = 0; i < p->n_outputs; i++) {
+        const kiln_tensor *t = &c->tensors[p->outputs[i]];
+        uint64_t need = 0;
+        KILN_CHECK(tensor_nbytes(t->dtype, t->rank, t->dims, &need), KILN_ERR_INTERNAL,
+                   "output %u: byte size overflows", i);
+        KILN_CHECK(need <= c->outputs[i].capacity_nbytes, KILN_ERR_SHAPE,
+                   "output %u '%s' needs %" PRIu64 " bytes (%s %s) but only %zu bytes are bound; "
+                   "bind at least kiln_binding_info.max_nbytes",
+                   i, tensor_name(p, p->outputs[i]), need, kiln_dtype_name((kiln_dtype)t->dtype),
+                   dims_str(buf, sizeof buf, t->rank, t->dims), c->outputs[i].capacity_nbytes);
+    }
+    for (uint32_t i = 0; i < p->n_inputs; i++) {
+        c->tensors[p->inputs[i]].data = (void *)(uintptr_t)c->inputs[i].data;
+    }
+    for (uint32_t i = 0; i < p->n_outputs; i++) {
+        c->tensors[p->outputs[i]].data = c->outputs[i].data;
+    }
+    exec.plan = p;
+    exec.tensors = c->tensors;
+    exec.shapes_changed = c->shapes_changed;
+    exec.stream = c->stream;
+    KILN_TRY(c->engine->backend->execute(c->backend_state, &exec));
+    c->shapes_changed = 0;
+    return KILN_OK;
+}
+
+kiln_status kiln_context_execute(kiln_context *context) {
+    kiln_status st;
+    KILN_CHECK(context != NULL, KILN_ERR_INVALID_ARG, "kiln_context_execute: context is NULL");
+    KILN_TRY(acquire(context, "kiln_context_execute"));
+    st = execute_locked(context);
+    release(context);
+    return st;
+}
+
+kiln_status kiln_context_output_shape(const kiln_context *context, uint32_t index,
+                                      uint32_t *out_rank, int64_t *out_dims) {
+    kiln_context *c = (kiln_context *)(uintptr_t)context; // the busy flag is the only write
+    const kiln_plan *p;
+    const kiln_tensor *t;
+    kiln_status st = KILN_OK;
+    KILN_CHECK(c != NULL && out_rank != NULL && out_dims != NULL, KILN_ERR_INVALID_ARG,
+               "kiln_context_output_shape: context, out_rank and out_dims must not be NULL");
+    p = &c->engine->plan;
+    KILN_CHECK(index < p->n_outputs, KILN_ERR_INVALID_ARG,
+               "kiln_context_output_shape: output index %u is out of range (the engine has %u "
+               "outputs)",
+               index, p->n_outputs);
+    KILN_TRY(acquire(c, "kiln_context_output_shape"));
+    if (!c->shapes_valid) {
+        st = kiln_fail(KILN_ERR_INVALID_STATE,
+                       "kiln_context_output_shape: the shape of output %u '%s' is not known for "
+                       "the bound input shapes; call kiln_context_execute or "
+                       "kiln_context_infer_shapes first (and check that it succeeded)",
+                       index, tensor_name(p, p->outputs[index]));
+    } else {
+        t = &c->tensors[p->outputs[index]];
+        *out_rank = t->rank;
+        memcpy(out_dims, t->dims, t->rank * sizeof *out_dims);
+    }
+    release(c);
+    return st;
+}
