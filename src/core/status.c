@@ -107,6 +107,8 @@ kiln_status kiln_fail(kiln_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
-    emit(KILN_LOG_ERROR, last_error);
+    // The caller receives the status and kiln_last_error(); the log gets the detail at INFO so
+    // that errors the caller handles (and reports itself) are not printed twice by default.
+    emit(KILN_LOG_INFO, last_error);
     return status;
 }

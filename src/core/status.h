@@ -15,8 +15,8 @@
 #define KILN_PRINTF(fmt_idx, args_idx)
 #endif
 
-// Records `status` with a printf-style message as this thread's last error, logs it at ERROR
-// level (DEBUG for KILN_ERR_UNSUPPORTED probes is the caller's choice) and returns `status`.
+// Records `status` with a printf-style message as this thread's last error (kiln_last_error),
+// logs it at INFO level (callers report failures they do not handle) and returns `status`.
 kiln_status kiln_fail(kiln_status status, const char *fmt, ...) KILN_PRINTF(2, 3);
 
 // Logs a message at `level` through the log hook (no thread-local error is recorded).
