@@ -2,14 +2,15 @@
 // Runtime options: the process-wide setters and getters, the option table, error messages
 // (unknown names list the valid ones, wrong types, ranges), and per-load overrides resolved on
 // top of the process values (src/core/options.c), including through kiln_engine_load.
-#include "check.h"
 #include "core/options.h"
-#include "kiln/kiln.h"
+#include "runtime/backend.h"
+#include "test_util.h"
 
 static char last_log[1024];
 static void capture(void *ud, kiln_log_level level, const char *msg) {
     (void)ud;
-    if (level >= KILN_LOG_ERROR) snprintf(last_log, sizeof last_log, "%s", msg);
+    (void)level;
+    snprintf(last_log, sizeof last_log, "%s", msg);
 }
 
 static const char *get(const char *name) {
@@ -97,8 +98,8 @@ static void test_errors(void) {
     CHECK(strstr(kiln_last_error(), "1..64") != NULL);
     CHECK_STATUS(kiln_set_option_int("num_threads", 65), KILN_ERR_INVALID_ARG);
     CHECK_STATUS(kiln_set_option_int("num_threads", -1), KILN_ERR_INVALID_ARG);
-    static const char *bad_devices[] = {"gpu", "cuda", "cuda:", "cuda:-1", "cuda:x", "cuda:1x",
-                                        "cuda:1024", "CPU", "", " cpu"};
+    static const char *bad_devices[] = {"gpu",     "cuda",      "cuda:", "cuda:-1", "cuda:x",
+                                        "cuda:1x", "cuda:1024", "CPU",   "",        " cpu"};
     for (size_t i = 0; i < sizeof bad_devices / sizeof bad_devices[0]; i++) {
         CHECK_STATUS(kiln_set_option_string("device", bad_devices[i]), KILN_ERR_INVALID_ARG);
     }
@@ -124,8 +125,8 @@ static void test_per_load(void) {
     CHECK(strcmp(o.device, "cpu") == 0 && o.use_cuda_graphs == 1 && o.num_threads == 2 &&
           o.use_shared_activation_scratch == 1);
     // Overrides apply on top, in order (the last one wins), without touching process values.
-    s[0] = (kiln_option_setting){.name = "device", .type = KILN_OPTION_STRING,
-                                 .string_value = "cuda:1"};
+    s[0] = (kiln_option_setting){
+        .name = "device", .type = KILN_OPTION_STRING, .string_value = "cuda:1"};
     s[1] = (kiln_option_setting){.name = "num_threads", .type = KILN_OPTION_INT, .int_value = 8};
     s[2] = (kiln_option_setting){.name = "num_threads", .type = KILN_OPTION_INT, .int_value = 5};
     CHECK_OK(kiln_options_resolve(s, 3, &o));
@@ -144,11 +145,10 @@ static void test_per_load(void) {
     CHECK_STATUS(kiln_options_resolve(s, 1, &o), KILN_ERR_INVALID_ARG);
     s[0] = (kiln_option_setting){.name = "num_threads", .type = KILN_OPTION_INT, .int_value = 0};
     CHECK_STATUS(kiln_options_resolve(s, 1, &o), KILN_ERR_INVALID_ARG);
-    s[0] = (kiln_option_setting){.name = "device", .type = KILN_OPTION_STRING,
-                                 .string_value = "cuda"};
+    s[0] =
+        (kiln_option_setting){.name = "device", .type = KILN_OPTION_STRING, .string_value = "cuda"};
     CHECK_STATUS(kiln_options_resolve(s, 1, &o), KILN_ERR_INVALID_ARG);
-    s[0] = (kiln_option_setting){.name = "use_shared_activation_scratch",
-                                 .type = KILN_OPTION_BOOL};
+    s[0] = (kiln_option_setting){.name = "use_shared_activation_scratch", .type = KILN_OPTION_BOOL};
     CHECK_STATUS(kiln_options_resolve(s, 1, &o), KILN_ERR_INVALID_ARG);
     CHECK(strstr(kiln_last_error(), "process-wide") != NULL);
     CHECK_STATUS(kiln_options_resolve(NULL, 2, &o), KILN_ERR_INVALID_ARG);
@@ -159,11 +159,66 @@ static void test_per_load(void) {
     CHECK_OK(kiln_set_option_bool("use_shared_activation_scratch", 0));
 }
 
+// Per-load overrides through kiln_engine_load: the engine keeps the values it was loaded with.
+static void test_engine_overrides(void) {
+    kiln_graph *g = NULL;
+    kiln_built *b = NULL;
+    kiln_engine *e = NULL;
+    const void *bytes;
+    size_t n;
+    kiln_load_options lo;
+    kiln_option_setting s[2];
+    int32_t x;
+    CHECK_OK(kiln_graph_new(&g));
+    if (g == NULL) return;
+    x = tu_input(g, "x", KILN_DTYPE_F32, 1, TU_DIMS(1), TU_DIMS(4));
+    tu_output(g, tu_node(g, KILN_OP_RELU, TU_IDS(x), TU_NO_ATTRS), "y");
+    CHECK_OK(tu_build(g, KILN_PRECISION_FP32, 0, &b));
+    kiln_graph_free(g);
+    if (b == NULL) return;
+    CHECK_OK(kiln_built_engine(b, &bytes, &n));
+    kiln_load_options_init(&lo);
+    CHECK_EQ_INT(lo.struct_nbytes, sizeof lo);
+    CHECK(lo.resolve == NULL && lo.settings == NULL && lo.n_settings == 0);
+    // Process-wide device cuda:0 (no CUDA here) overridden per load by cpu.
+    if (kiln_backend_cuda_get() == NULL) {
+        CHECK_OK(kiln_set_option_string("device", "cuda:0"));
+        CHECK_STATUS(kiln_engine_load(bytes, n, &lo, &e), KILN_ERR_DEVICE);
+        s[0] = (kiln_option_setting){
+            .name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"};
+        s[1] =
+            (kiln_option_setting){.name = "num_threads", .type = KILN_OPTION_INT, .int_value = 2};
+        lo.settings = s;
+        lo.n_settings = 2;
+        CHECK_OK(kiln_engine_load(bytes, n, &lo, &e));
+        CHECK(e != NULL && strcmp(kiln_engine_device(e), "cpu") == 0);
+        // Changing the process option later does not touch a loaded engine.
+        CHECK_OK(kiln_set_option_string("device", "auto"));
+        CHECK(e != NULL && strcmp(kiln_engine_device(e), "cpu") == 0);
+        kiln_engine_free(e);
+        e = NULL;
+    }
+    // Errors in the settings fail the load and name the option.
+    s[0] = (kiln_option_setting){.name = "num_thread", .type = KILN_OPTION_INT, .int_value = 2};
+    lo.settings = s;
+    lo.n_settings = 1;
+    CHECK_STATUS(kiln_engine_load(bytes, n, &lo, &e), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "num_thread'") &&
+          strstr(kiln_last_error(), "num_threads (int)"));
+    s[0] = (kiln_option_setting){.name = "device", .type = KILN_OPTION_BOOL, .int_value = 1};
+    CHECK_STATUS(kiln_engine_load(bytes, n, &lo, &e), KILN_ERR_INVALID_ARG);
+    lo.settings = NULL;
+    CHECK_STATUS(kiln_engine_load(bytes, n, &lo, &e), KILN_ERR_INVALID_ARG);
+    CHECK(e == NULL);
+    kiln_built_free(b);
+}
+
 int main(void) {
-    kiln_log_set(capture, NULL, KILN_LOG_ERROR);
+    kiln_log_set(capture, NULL, KILN_LOG_DEBUG);
     test_table();
     test_set_get();
     test_errors();
     test_per_load();
+    test_engine_overrides();
     return check_summary();
 }

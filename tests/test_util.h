@@ -25,10 +25,12 @@
 #define TU_DIMS(...) ((const int64_t[]){__VA_ARGS__})
 // Attributes: TU_ATTRS(TU_INTS("padding", 1, 1), TU_FLOAT("eps", 1e-5)).
 #define TU_INTS(nm, ...)                                                                           \
-    ((kiln_attr){.name = (nm), .ints = (const int64_t[]){__VA_ARGS__},                             \
+    ((kiln_attr){.name = (nm),                                                                     \
+                 .ints = (const int64_t[]){__VA_ARGS__},                                           \
                  .n = (uint32_t)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))})
 #define TU_FLOATS(nm, ...)                                                                         \
-    ((kiln_attr){.name = (nm), .floats = (const double[]){__VA_ARGS__},                            \
+    ((kiln_attr){.name = (nm),                                                                     \
+                 .floats = (const double[]){__VA_ARGS__},                                          \
                  .n = (uint32_t)(sizeof((double[]){__VA_ARGS__}) / sizeof(double))})
 #define TU_ATTRS(...)                                                                              \
     (const kiln_attr[]){__VA_ARGS__},                                                              \
@@ -86,8 +88,7 @@ static inline void *tu_convert(const float *x, int64_t n, kiln_dtype dtype) {
         if (dtype == KILN_DTYPE_F32) {
             memcpy(p + (size_t)i * 4, &x[i], 4);
         } else {
-            uint16_t h =
-                dtype == KILN_DTYPE_F16 ? kiln_f32_to_f16(x[i]) : kiln_f32_to_bf16(x[i]);
+            uint16_t h = dtype == KILN_DTYPE_F16 ? kiln_f32_to_f16(x[i]) : kiln_f32_to_bf16(x[i]);
             memcpy(p + (size_t)i * 2, &h, 2);
         }
     }
@@ -119,8 +120,8 @@ static inline int64_t tu_check_close(const char *what, const float *got, const f
         double tol = atol + rtol * fabs((double)ref[i]);
         if (!(d <= tol)) {
             if (bad < 5) {
-                fprintf(stderr, "  %s[%" PRId64 "]: got %.9g, expected %.9g (tol %.3g)\n", what,
-                        i, (double)got[i], (double)ref[i], tol);
+                fprintf(stderr, "  %s[%" PRId64 "]: got %.9g, expected %.9g (tol %.3g)\n", what, i,
+                        (double)got[i], (double)ref[i], tol);
             }
             bad++;
         }
@@ -128,6 +129,9 @@ static inline int64_t tu_check_close(const char *what, const float *got, const f
     }
     CHECK_MSG(bad == 0, "%s: %" PRId64 " of %" PRId64 " values differ (max abs diff %.3g)", what,
               bad, n, worst);
+    if (getenv("KILN_TEST_VERBOSE") != NULL) {
+        fprintf(stderr, "  %s: max abs diff %.3g over %" PRId64 " values\n", what, worst, n);
+    }
     return bad;
 }
 
@@ -200,8 +204,8 @@ static inline kiln_status tu_load(const kiln_built *b, const char *device, kiln_
     const void *bytes;
     size_t n;
     kiln_load_options lo;
-    kiln_option_setting s = {.name = "device", .type = KILN_OPTION_STRING,
-                             .string_value = device ? device : "cpu"};
+    kiln_option_setting s = {
+        .name = "device", .type = KILN_OPTION_STRING, .string_value = device ? device : "cpu"};
     TU_TRY(kiln_built_engine(b, &bytes, &n));
     kiln_load_options_init(&lo);
     lo.resolve = tu_resolve_built;
@@ -223,8 +227,7 @@ typedef struct tu_io {
 static inline kiln_status tu_execute(kiln_context *c, const tu_io *inputs, uint32_t n_inputs,
                                      const tu_io *outputs, uint32_t n_outputs) {
     for (uint32_t i = 0; i < n_inputs; i++) {
-        TU_TRY(
-            kiln_context_set_input(c, i, inputs[i].rank, inputs[i].dims, inputs[i].data));
+        TU_TRY(kiln_context_set_input(c, i, inputs[i].rank, inputs[i].dims, inputs[i].data));
     }
     for (uint32_t i = 0; i < n_outputs; i++) {
         TU_TRY(kiln_context_set_output(c, i, outputs[i].data, outputs[i].nbytes));
@@ -347,11 +350,12 @@ static inline void ref_mha(const float *q, const float *k, const float *v, int64
 // --- a counting allocator that can fail the Nth allocation and tracks live bytes
 
 typedef struct tu_alloc_state {
-    long n_calls;      // allocations attempted since reset
-    long fail_at;      // fail the allocation with this 1-based number (0: never)
-    int fail_all;      // fail every allocation (used to prove "no allocation here")
-    long n_failed;     // allocations refused
-    long long live;    // bytes allocated and not yet freed
+    long n_calls;   // allocations attempted since reset
+    long fail_at;   // fail the allocation with this 1-based number (0: never)
+    long fail_from; // fail this allocation and every later one (0: never)
+    int fail_all;   // fail every allocation (used to prove "no allocation here")
+    long n_failed;  // allocations refused
+    long long live; // bytes allocated and not yet freed
     long live_blocks;
 } tu_alloc_state;
 
@@ -362,7 +366,8 @@ static inline void *tu_counting_alloc(void *ud, size_t nbytes, size_t align) {
     size_t rounded;
     void *p;
     s->n_calls++;
-    if (s->fail_all || (s->fail_at > 0 && s->n_calls == s->fail_at)) {
+    if (s->fail_all || (s->fail_at > 0 && s->n_calls == s->fail_at) ||
+        (s->fail_from > 0 && s->n_calls >= s->fail_from)) {
         s->n_failed++;
         return NULL;
     }

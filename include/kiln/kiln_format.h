@@ -71,7 +71,7 @@ typedef enum kiln_section_kind {
 // --- caps, checked before any allocation sized by the file
 #define KILN_FORMAT_MAX_SECTIONS 64
 #define KILN_FORMAT_MAX_TENSORS 65536u
-#define KILN_FORMAT_MAX_BINDINGS 65536u  // inputs, and outputs, each
+#define KILN_FORMAT_MAX_BINDINGS 65536u // inputs, and outputs, each
 #define KILN_FORMAT_MAX_LAYERS (1u << 20)
 #define KILN_FORMAT_MAX_IDS (1u << 24)
 #define KILN_FORMAT_MAX_ATTR_REFS (1u << 23)

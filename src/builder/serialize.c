@@ -110,7 +110,8 @@ kiln_status kiln_serialize(const kiln_plan *plan, uint8_t **out_bytes, size_t *o
     s = buf + offset[KILN_SECTION_BINDINGS - 1];
     kiln_wr_u32(s, plan->n_inputs);
     kiln_wr_u32(s + 4, plan->n_outputs);
-    for (uint32_t i = 0; i < plan->n_inputs; i++) kiln_wr_u32(s + 8 + 4 * (size_t)i, plan->inputs[i]);
+    for (uint32_t i = 0; i < plan->n_inputs; i++)
+        kiln_wr_u32(s + 8 + 4 * (size_t)i, plan->inputs[i]);
     s += 8 + 4 * (size_t)plan->n_inputs;
     for (uint32_t i = 0; i < plan->n_outputs; i++) kiln_wr_u32(s + 4 * (size_t)i, plan->outputs[i]);
 
@@ -125,7 +126,8 @@ kiln_status kiln_serialize(const kiln_plan *plan, uint8_t **out_bytes, size_t *o
         write_layer(s + (size_t)i * KILN_FORMAT_LAYER_NBYTES, &plan->layers[i]);
     }
     s = buf + offset[KILN_SECTION_IDS - 1];
-    for (uint32_t i = 0; i < plan->n_ids; i++) kiln_wr_u32(s + 4 * (size_t)i, (uint32_t)plan->ids[i]);
+    for (uint32_t i = 0; i < plan->n_ids; i++)
+        kiln_wr_u32(s + 4 * (size_t)i, (uint32_t)plan->ids[i]);
     s = buf + offset[KILN_SECTION_ATTR_REFS - 1];
     for (uint32_t i = 0; i < plan->n_attr_refs; i++) {
         uint8_t *r = s + (size_t)i * KILN_FORMAT_ATTR_REF_NBYTES;
@@ -160,7 +162,8 @@ kiln_status kiln_serialize(const kiln_plan *plan, uint8_t **out_bytes, size_t *o
         kiln_wr_u64(e + 16, size[k]);
         kiln_wr_u32(e + 24, kiln_crc32(0, buf + offset[k], (size_t)size[k]));
     }
-    size_t table_end = KILN_FORMAT_HEADER_NBYTES + (size_t)N_KINDS * KILN_FORMAT_SECTION_ENTRY_NBYTES;
+    size_t table_end =
+        KILN_FORMAT_HEADER_NBYTES + (size_t)N_KINDS * KILN_FORMAT_SECTION_ENTRY_NBYTES;
     kiln_wr_u32(buf + KILN_FORMAT_OFF_HEADER_CRC, kiln_format_header_crc(buf, table_end));
 
     *out_bytes = buf;

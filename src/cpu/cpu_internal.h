@@ -49,6 +49,9 @@ void kiln_cpu_store_f32(void *dst, uint32_t dtype, int64_t off, int64_t n, const
 void kiln_cpu_load_i64(const void *src, uint32_t dtype, int64_t off, int64_t stride, int64_t n,
                        int64_t *dst);
 void kiln_cpu_store_i64(void *dst, uint32_t dtype, int64_t off, int64_t n, const int64_t *src);
+// Fast exact float16 conversions (same results as kiln_f16_to_f32 / kiln_f32_to_f16).
+float kiln_cpu_f16_to_f32(uint16_t h);
+uint16_t kiln_cpu_f32_to_f16(float v);
 // Float to integer without undefined behaviour: truncates, saturates, NaN -> 0.
 int64_t kiln_cpu_f32_to_i64(float v);
 
@@ -106,15 +109,16 @@ int kiln_cpu_tail_supports(const kiln_kernel_args *args);
 #define KILN_CPU_MC 96  // rows of A per packed block (multiple of MR)
 #define KILN_CPU_KC 256 // depth per packed block
 #define KILN_CPU_NC 512 // columns of B per packed block (multiple of NR)
+#define KILN_CPU_MB 768 // rows sharing one packed B block (multiple of MC); f32 accumulator MB x NC
 
 // Packs A rows [m0, m0 + mc) x depth [k0, k0 + kc) into MR-row panels: element (i, kk) of panel
 // p at dst[p * MR * kc + kk * MR + i]; rows past mc are zero.
-typedef void (*kiln_cpu_pack_a_fn)(const void *ctx, int64_t m0, int64_t mc, int64_t k0,
-                                   int64_t kc, float *dst);
+typedef void (*kiln_cpu_pack_a_fn)(const void *ctx, int64_t m0, int64_t mc, int64_t k0, int64_t kc,
+                                   float *dst);
 // Packs B depth [k0, k0 + kc) x columns [n0, n0 + nc) into NR-column panels: element (kk, j) of
 // panel q at dst[q * NR * kc + kk * NR + j]; columns past nc are zero.
-typedef void (*kiln_cpu_pack_b_fn)(const void *ctx, int64_t k0, int64_t kc, int64_t n0,
-                                   int64_t nc, float *dst);
+typedef void (*kiln_cpu_pack_b_fn)(const void *ctx, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                                   float *dst);
 // Receives the finished f32 block C[m0 .. m0 + mc, n0 .. n0 + nc) at tile[i * ld + j].
 typedef void (*kiln_cpu_epilogue_fn)(void *ctx, int64_t m0, int64_t mc, int64_t n0, int64_t nc,
                                      const float *tile, int64_t ld);
@@ -161,7 +165,7 @@ kiln_status kiln_cpu_gemm_run(const kiln_cpu_gemm *g, kiln_cpu_scratch *s);
 // --- per-op entry points: kiln_cpu_<op>(args) and kiln_cpu_<op>_scratch(args)
 
 #define KILN_CPU_DECLARE(name)                                                                     \
-    kiln_status kiln_cpu_##name(const kiln_kernel_args *args);                                    \
+    kiln_status kiln_cpu_##name(const kiln_kernel_args *args);                                     \
     size_t kiln_cpu_##name##_scratch(const kiln_kernel_args *args)
 
 KILN_CPU_DECLARE(linear);
@@ -176,7 +180,7 @@ KILN_CPU_DECLARE(binary);  // add, sub, mul, div, pow, where
 KILN_CPU_DECLARE(max_pool2d);
 KILN_CPU_DECLARE(avg_pool2d);
 KILN_CPU_DECLARE(adaptive_avg_pool2d);
-KILN_CPU_DECLARE(reduce); // mean, sum
+KILN_CPU_DECLARE(reduce);  // mean, sum
 KILN_CPU_DECLARE(reshape); // reshape, squeeze, unsqueeze (plain copies)
 KILN_CPU_DECLARE(expand);
 KILN_CPU_DECLARE(permute);

@@ -22,8 +22,9 @@ void kiln_cpu_scratch_init(kiln_cpu_scratch *s, const kiln_kernel_args *args) {
 }
 
 void *kiln_cpu_scratch_bytes(kiln_cpu_scratch *s, size_t nbytes, const char *what) {
+    static uint64_t empty; // what an empty request points at (never written)
     size_t need = (nbytes + KILN_CPU_ALIGN - 1) & ~(size_t)(KILN_CPU_ALIGN - 1);
-    if (need == 0) need = KILN_CPU_ALIGN;
+    if (need == 0) return &empty;
     if (s->base == NULL || need > s->nbytes - s->used) {
         kiln_fail(KILN_ERR_INTERNAL,
                   "cpu backend: scratch too small for %s (need %zu more bytes, have %zu of %zu "
@@ -41,6 +42,56 @@ float *kiln_cpu_scratch_f32(kiln_cpu_scratch *s, int64_t n, const char *what) {
 }
 
 // --- dtype rows
+
+// float16 <-> float32 without branches on the common path (F. Giesen's conversions); exact and
+// bit-identical to kiln_f16_to_f32 / kiln_f32_to_f16 (round to nearest even), which the tests
+// check exhaustively.
+float kiln_cpu_f16_to_f32(uint16_t h) {
+    const uint32_t shifted_exp = 0x7c00u << 13;
+    uint32_t u = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t exp = shifted_exp & u;
+    float f;
+    u += (127u - 15u) << 23;
+    if (exp == shifted_exp) {
+        u += (128u - 16u) << 23; // Inf / NaN
+    } else if (exp == 0) {       // zero / subnormal: renormalize through a float subtraction
+        const uint32_t magic_u = 113u << 23;
+        float magic;
+        memcpy(&magic, &magic_u, sizeof magic);
+        u += 1u << 23;
+        memcpy(&f, &u, sizeof f);
+        f -= magic;
+        memcpy(&u, &f, sizeof u);
+    }
+    u |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t kiln_cpu_f32_to_f16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    uint32_t sign = u & 0x80000000u;
+    uint16_t o;
+    u ^= sign;
+    if (u >= ((127u + 16u) << 23)) { // >= 65536: Inf, or NaN -> quiet NaN
+        o = u > (255u << 23) ? 0x7e00u : 0x7c00u;
+    } else if (u < (113u << 23)) { // subnormal or zero in half
+        const uint32_t dm_u = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+        float f, dm;
+        memcpy(&f, &u, sizeof f);
+        memcpy(&dm, &dm_u, sizeof dm);
+        f += dm; // the FPU rounds to nearest even
+        memcpy(&u, &f, sizeof u);
+        o = (uint16_t)(u - dm_u);
+    } else {
+        uint32_t mant_odd = (u >> 13) & 1u;
+        u += ((uint32_t)(15 - 127) << 23) + 0xfffu;
+        u += mant_odd;
+        o = (uint16_t)(u >> 13);
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
 
 int64_t kiln_cpu_f32_to_i64(float v) {
     if (v != v) return 0;
@@ -70,7 +121,7 @@ void kiln_cpu_load_f32(const void *src, uint32_t dtype, int64_t off, int64_t str
     }
     case KILN_DTYPE_F16: {
         const uint16_t *p = (const uint16_t *)src + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = kiln_f16_to_f32(p[i * stride]);
+        for (int64_t i = 0; i < n; i++) dst[i] = kiln_cpu_f16_to_f32(p[i * stride]);
         break;
     }
     case KILN_DTYPE_BF16: {
@@ -108,7 +159,7 @@ void kiln_cpu_store_f32(void *dst, uint32_t dtype, int64_t off, int64_t n, const
     }
     case KILN_DTYPE_F16: {
         uint16_t *p = (uint16_t *)dst + off;
-        for (int64_t i = 0; i < n; i++) p[i] = kiln_f32_to_f16(src[i]);
+        for (int64_t i = 0; i < n; i++) p[i] = kiln_cpu_f32_to_f16(src[i]);
         break;
     }
     case KILN_DTYPE_BF16: {

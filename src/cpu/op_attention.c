@@ -31,8 +31,8 @@ static kiln_status sdpa_analyze(const kiln_kernel_args *args, sdpa_shape *sh) {
     const kiln_tensor *q = args->in[0], *k = args->in[1], *v = args->in[2], *y = args->out;
     const kiln_tensor *mask = args->n_in > 3 ? args->in[3] : NULL;
     memset(sh, 0, sizeof *sh);
-    KILN_CHECK(q->rank >= 2 && k->rank >= 2 && v->rank >= 2 && y->rank >= 2,
-               KILN_ERR_INVALID_ARG, "cpu sdpa: q, k, v must have rank >= 2");
+    KILN_CHECK(q->rank >= 2 && k->rank >= 2 && v->rank >= 2 && y->rank >= 2, KILN_ERR_INVALID_ARG,
+               "cpu sdpa: q, k, v must have rank >= 2");
     sh->l = q->dims[q->rank - 2];
     sh->e = q->dims[q->rank - 1];
     sh->s = k->dims[k->rank - 2];
@@ -43,8 +43,7 @@ static kiln_status sdpa_analyze(const kiln_kernel_args *args, sdpa_shape *sh) {
                "cpu sdpa: shapes disagree (q [.., %lld, %lld], k [.., %lld, %lld], v [.., %lld, "
                "%lld])",
                (long long)sh->l, (long long)sh->e, (long long)k->dims[k->rank - 2],
-               (long long)k->dims[k->rank - 1], (long long)v->dims[v->rank - 2],
-               (long long)sh->ev);
+               (long long)k->dims[k->rank - 1], (long long)v->dims[v->rank - 2], (long long)sh->ev);
     sh->nb = (int)y->rank - 2;
     for (int d = 0; d < sh->nb; d++) sh->bdims[d] = y->dims[d];
     const kiln_tensor *qkv[3] = {q, k, v};
@@ -65,8 +64,8 @@ static kiln_status sdpa_analyze(const kiln_kernel_args *args, sdpa_shape *sh) {
         for (uint32_t d = 0; d < mask->rank; d++) {
             int64_t md = mask->dims[d], vd = virt.dims[y->rank - mask->rank + d];
             KILN_CHECK(md == 1 || md == vd, KILN_ERR_INVALID_ARG,
-                       "cpu sdpa: mask dim %u (%lld) does not broadcast to %lld", d,
-                       (long long)md, (long long)vd);
+                       "cpu sdpa: mask dim %u (%lld) does not broadcast to %lld", d, (long long)md,
+                       (long long)vd);
         }
         bcast_strides(mask, (int)y->rank, full);
         for (int d = 0; d < sh->nb; d++) sh->ms[d] = full[d];
@@ -81,8 +80,8 @@ size_t kiln_cpu_sdpa_scratch(const kiln_kernel_args *args) {
     if (sdpa_analyze(args, &sh) != KILN_OK) return 0;
     size_t g1 = kiln_cpu_gemm_scratch_nbytes(sh.l, sh.s, sh.e);
     size_t g2 = kiln_cpu_gemm_scratch_nbytes(sh.l, sh.ev, sh.s);
-    return KILN_CPU_SCRATCH_SLACK + kiln_cpu_f32_nbytes(sh.l * sh.s) +
-           kiln_cpu_f32_nbytes(sh.s) + (g1 > g2 ? g1 : g2);
+    return KILN_CPU_SCRATCH_SLACK + kiln_cpu_f32_nbytes(sh.l * sh.s) + kiln_cpu_f32_nbytes(sh.s) +
+           (g1 > g2 ? g1 : g2);
 }
 
 kiln_status kiln_cpu_sdpa(const kiln_kernel_args *args) {
@@ -94,8 +93,8 @@ kiln_status kiln_cpu_sdpa(const kiln_kernel_args *args) {
     int64_t l = sh.l, s = sh.s, e = sh.e, ev = sh.ev;
     int causal = kiln_attrs_int(&args->attrs, KILN_A_SDPA_CAUSAL, 0) != 0;
     double scale_attr = kiln_attrs_float(&args->attrs, KILN_A_SDPA_SCALE, 0);
-    float scale = isnan(scale_attr) ? (float)(1.0 / sqrt((double)(e > 0 ? e : 1)))
-                                    : (float)scale_attr;
+    float scale =
+        isnan(scale_attr) ? (float)(1.0 / sqrt((double)(e > 0 ? e : 1))) : (float)scale_attr;
     int64_t batch = 1;
     for (int d = 0; d < sh.nb; d++) batch *= sh.bdims[d];
     if (batch == 0 || l == 0 || ev == 0) return KILN_OK;
@@ -118,8 +117,11 @@ kiln_status kiln_cpu_sdpa(const kiln_kernel_args *args) {
         kiln_cpu_matrix qm = {q->data, q->dtype, qo, e, 1};
         kiln_cpu_matrix km = {k->data, k->dtype, ko, 1, e};
         kiln_cpu_store ss = {scores, KILN_DTYPE_F32, 0, s, scale, NULL, NULL};
-        kiln_cpu_gemm g1 = {l, s, e, kiln_cpu_pack_a_matrix, &qm, kiln_cpu_pack_b_matrix, &km,
-                            kiln_cpu_epilogue_store, &ss};
+        kiln_cpu_gemm g1 = {l,   s,
+                            e,   kiln_cpu_pack_a_matrix,
+                            &qm, kiln_cpu_pack_b_matrix,
+                            &km, kiln_cpu_epilogue_store,
+                            &ss};
         sc.used = mark;
         KILN_TRY(kiln_cpu_gemm_run(&g1, &sc));
         for (int64_t i = 0; i < l; i++) {
@@ -158,8 +160,11 @@ kiln_status kiln_cpu_sdpa(const kiln_kernel_args *args) {
         kiln_cpu_matrix pm = {scores, KILN_DTYPE_F32, 0, s, 1};
         kiln_cpu_matrix vm = {v->data, v->dtype, vo, ev, 1};
         kiln_cpu_store os = {y->data, y->dtype, b * l * ev, ev, 1.0f, NULL, NULL};
-        kiln_cpu_gemm g2 = {l, ev, s, kiln_cpu_pack_a_matrix, &pm, kiln_cpu_pack_b_matrix, &vm,
-                            kiln_cpu_epilogue_store, &os};
+        kiln_cpu_gemm g2 = {l,   ev,
+                            s,   kiln_cpu_pack_a_matrix,
+                            &pm, kiln_cpu_pack_b_matrix,
+                            &vm, kiln_cpu_epilogue_store,
+                            &os};
         sc.used = mark;
         KILN_TRY(kiln_cpu_gemm_run(&g2, &sc));
         for (int d = sh.nb - 1; d >= 0; d--) {

@@ -11,11 +11,11 @@
 #include "cpu/cpu_internal.h"
 
 typedef struct conv_geom {
-    int64_t n, c, h, w;           // input
-    int64_t o, oh, ow;            // output channels and size
-    int64_t kh, kw;               // kernel
+    int64_t n, c, h, w; // input
+    int64_t o, oh, ow;  // output channels and size
+    int64_t kh, kw;     // kernel
     int64_t sh, sw, ph, pw, dh, dw;
-    int64_t groups, cg, og;       // groups, input / output channels per group
+    int64_t groups, cg, og; // groups, input / output channels per group
 } conv_geom;
 
 static const kiln_tensor *opt_in(const kiln_kernel_args *args, uint32_t i) {
@@ -119,16 +119,32 @@ static void pack_b_im2col(const void *vctx, int64_t k0, int64_t kc, int64_t n0, 
                 oh++;
             }
         }
+        // A full panel inside one output row: its input pixels are evenly spaced in one row.
+        int one_row = cols == KILN_CPU_NR && ihb[0] == ihb[KILN_CPU_NR - 1];
         int64_t c = k0 / khw, r = k0 % khw, ki = r / g->kw, kj = r % g->kw;
         for (int64_t kk = 0; kk < kc; kk++) {
             const float *plane = ctx->x + c * g->h * g->w;
             int64_t dy = ki * g->dh, dx = kj * g->dw;
             float *dk = d + kk * KILN_CPU_NR;
             int64_t j = 0;
+            if (one_row) {
+                int64_t ih = ihb[0] + dy, iw0 = iwb[0] + dx;
+                int64_t iw1 = iw0 + (KILN_CPU_NR - 1) * g->sw;
+                if (ih < 0 || ih >= g->h) {
+                    for (; j < KILN_CPU_NR; j++) dk[j] = 0.0f;
+                } else if (iw0 >= 0 && iw1 < g->w) {
+                    const float *row = plane + ih * g->w + iw0;
+                    if (g->sw == 1) {
+                        for (; j < KILN_CPU_NR; j++) dk[j] = row[j];
+                    } else {
+                        for (; j < KILN_CPU_NR; j++) dk[j] = row[j * g->sw];
+                    }
+                }
+            }
             for (; j < cols; j++) {
                 int64_t ih = ihb[j] + dy, iw = iwb[j] + dx;
-                dk[j] = (ih >= 0 && ih < g->h && iw >= 0 && iw < g->w) ? plane[ih * g->w + iw]
-                                                                       : 0.0f;
+                dk[j] =
+                    (ih >= 0 && ih < g->h && iw >= 0 && iw < g->w) ? plane[ih * g->w + iw] : 0.0f;
             }
             for (; j < KILN_CPU_NR; j++) dk[j] = 0.0f;
             if (++kj == g->kw) {
@@ -236,10 +252,11 @@ kiln_status kiln_cpu_conv2d(const kiln_kernel_args *args) {
             kiln_cpu_matrix am = {w->data, w->dtype, gi * g.og * k, k, 1};
             kiln_cpu_matrix bm = {x->data, x->dtype, xoff, hw, 1};
             im2col_ctx ic = {NULL, &g};
-            kiln_cpu_store st = {y->data, y->dtype, (n * g.o + gi * g.og) * ohw, ohw, 1.0f,
+            kiln_cpu_store st = {y->data,          y->dtype, (n * g.o + gi * g.og) * ohw, ohw, 1.0f,
                                  bias + gi * g.og, NULL};
-            kiln_cpu_gemm gm = {g.og, ohw, k, kiln_cpu_pack_a_matrix, &am, NULL, NULL,
-                                kiln_cpu_epilogue_store, &st};
+            kiln_cpu_gemm gm = {g.og, ohw,  k,    kiln_cpu_pack_a_matrix,
+                                &am,  NULL, NULL, kiln_cpu_epilogue_store,
+                                &st};
             if (pointwise) {
                 gm.pack_b = kiln_cpu_pack_b_matrix;
                 gm.b_ctx = &bm;
@@ -324,8 +341,9 @@ kiln_status kiln_cpu_conv_transpose2d(const kiln_kernel_args *args) {
             kiln_cpu_matrix am = {w->data, w->dtype, gi * g.cg * mrows, 1, mrows};
             kiln_cpu_matrix bm = {x->data, x->dtype, (n * g.c + gi * g.cg) * hw, hw, 1};
             col2im_ctx cc = {acc, &g};
-            kiln_cpu_gemm gm = {mrows, hw, g.cg, kiln_cpu_pack_a_matrix, &am,
-                                kiln_cpu_pack_b_matrix, &bm, epilogue_col2im, &cc};
+            kiln_cpu_gemm gm = {
+                mrows,           hw, g.cg, kiln_cpu_pack_a_matrix, &am, kiln_cpu_pack_b_matrix, &bm,
+                epilogue_col2im, &cc};
             s.used = mark;
             KILN_TRY(kiln_cpu_gemm_run(&gm, &s));
             if (abuf) kiln_cpu_store_f32(y->data, y->dtype, yoff, g.og * ohw, abuf);

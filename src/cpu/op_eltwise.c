@@ -12,7 +12,7 @@
 
 typedef struct ew_ctx {
     uint32_t op;
-    float lo, hi;    // clamp bounds (NaN: none)
+    float lo, hi;     // clamp bounds (NaN: none)
     int64_t ilo, ihi; // clamp bounds for integer outputs
     int gelu_tanh;
     int n_in;
@@ -27,7 +27,10 @@ typedef struct ew_ctx {
 static void unary_f32(const ew_ctx *c, const float *x, float *y, int64_t n) {
     switch (c->op) {
     case KILN_OP_RELU:
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i]; // NaN stays NaN
+        for (int64_t i = 0; i < n; i++) { // branch-free; NaN stays NaN, -x * 0 + 0 is +0
+            float v = x[i];
+            y[i] = v * (float)!(v < 0.0f) + 0.0f;
+        }
         break;
     case KILN_OP_GELU:
         if (c->gelu_tanh) {
@@ -140,8 +143,7 @@ static void unary_i64(const ew_ctx *c, const int64_t *x, int64_t *y, int64_t n) 
     }
 }
 
-static void binary_i64(const ew_ctx *c, const int64_t *a, const int64_t *b, int64_t *y,
-                       int64_t n) {
+static void binary_i64(const ew_ctx *c, const int64_t *a, const int64_t *b, int64_t *y, int64_t n) {
     switch (c->op) {
     case KILN_OP_ADD:
         for (int64_t i = 0; i < n; i++) y[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
@@ -191,8 +193,8 @@ static void row_i64(void *vctx, const int64_t *offs, int64_t n, const int64_t *i
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
         for (int k = 0; k < c->n_in; k++) {
-            kiln_cpu_load_i64(c->src[k], c->sdt[k], offs[k + 1] + i0 * inner[k + 1],
-                              inner[k + 1], m, buf[k]);
+            kiln_cpu_load_i64(c->src[k], c->sdt[k], offs[k + 1] + i0 * inner[k + 1], inner[k + 1],
+                              m, buf[k]);
         }
         int64_t *y = buf[3];
         if (c->op == KILN_OP_WHERE) {
@@ -287,8 +289,10 @@ kiln_status kiln_cpu_eltwise(uint32_t op, const kiln_attrs *attrs, const kiln_te
         c.lo = (float)lo;
         c.hi = (float)hi;
         // Integer outputs: the smallest integer >= min and the largest <= max.
-        c.ilo = isnan(lo) || lo < -9.2e18 ? INT64_MIN : (lo > 9.2e18 ? INT64_MAX : (int64_t)ceil(lo));
-        c.ihi = isnan(hi) || hi > 9.2e18 ? INT64_MAX : (hi < -9.2e18 ? INT64_MIN : (int64_t)floor(hi));
+        c.ilo =
+            isnan(lo) || lo < -9.2e18 ? INT64_MIN : (lo > 9.2e18 ? INT64_MAX : (int64_t)ceil(lo));
+        c.ihi =
+            isnan(hi) || hi > 9.2e18 ? INT64_MAX : (hi < -9.2e18 ? INT64_MIN : (int64_t)floor(hi));
     }
     kiln_cpu_iter it;
     kiln_cpu_iter_init(&it, out, ins, n_in);

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // GEMM: the cache-blocked core shared by linear, matmul, conv and attention, and the linear and
-// matmul ops. Goto-style blocking: for each NC-column block of B and MC-row block of A, the
-// KC-deep slices are packed (converted to float32) into MR-row / NR-column panels, and a
-// fixed-size MR x NR micro-kernel (plain loops the compiler vectorizes) accumulates into an f32
-// block that the epilogue finally stores (bias, scale, dtype conversion).
+// matmul ops. Goto-style blocking: for each NC-column block of B, KC-deep slices of B are packed
+// once per MB rows and slices of A per MC rows (both converted to float32, into NR-column and
+// MR-row panels); a fixed-size MR x NR micro-kernel (plain loops the compiler vectorizes)
+// accumulates into an f32 block that the epilogue finally stores (scale, bias, dtype).
 #include <string.h>
 
 #include "cpu/cpu_internal.h"
@@ -13,9 +13,11 @@
 #define MC KILN_CPU_MC
 #define KC KILN_CPU_KC
 #define NC KILN_CPU_NC
+#define MB KILN_CPU_MB
 
 _Static_assert(MC % MR == 0, "MC must be a multiple of MR");
 _Static_assert(NC % NR == 0, "NC must be a multiple of NR");
+_Static_assert(MB % MC == 0, "MB must be a multiple of MC");
 
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -114,38 +116,45 @@ static void micro_kernel(int64_t kc, const float *a, const float *b, float *c, i
 
 size_t kiln_cpu_gemm_scratch_nbytes(int64_t m, int64_t n, int64_t k) {
     if (m <= 0 || n <= 0) return 0;
-    int64_t mc = min64(MC, round_up(m, MR)), nc = min64(NC, round_up(n, NR));
-    int64_t kc = k < 1 ? 1 : min64(KC, k);
+    int64_t mc = min64(MC, round_up(m, MR)), mb = min64(MB, round_up(m, MR));
+    int64_t nc = min64(NC, round_up(n, NR)), kc = k < 1 ? 1 : min64(KC, k);
     return kiln_cpu_f32_nbytes(mc * kc) + kiln_cpu_f32_nbytes(kc * nc) +
-           kiln_cpu_f32_nbytes(mc * nc);
+           kiln_cpu_f32_nbytes(mb * nc);
 }
 
+// Loop order: NC columns (jc) > MB rows (ib, the f32 accumulator) > KC depth (pc: B packed
+// once) > MC rows (ic: A packed) > NR x MR micro-tiles.
 kiln_status kiln_cpu_gemm_run(const kiln_cpu_gemm *g, kiln_cpu_scratch *s) {
     int64_t m = g->m, n = g->n, k = g->k;
     if (m <= 0 || n <= 0) return KILN_OK;
-    int64_t mcm = min64(MC, round_up(m, MR)), ncm = min64(NC, round_up(n, NR));
-    int64_t kcm = k < 1 ? 1 : min64(KC, k);
-    float *apack = kiln_cpu_scratch_f32(s, mcm * kcm, "gemm packed A");
-    float *bpack = kiln_cpu_scratch_f32(s, kcm * ncm, "gemm packed B");
-    float *cbuf = kiln_cpu_scratch_f32(s, mcm * ncm, "gemm accumulator");
-    if (apack == NULL || bpack == NULL || cbuf == NULL) return KILN_ERR_INTERNAL;
+    int64_t mcm = min64(MC, round_up(m, MR)), mbm = min64(MB, round_up(m, MR));
+    int64_t ncm = min64(NC, round_up(n, NR)), kcm = k < 1 ? 1 : min64(KC, k);
+    float *apack, *bpack, *cbuf;
+    if ((apack = kiln_cpu_scratch_f32(s, mcm * kcm, "gemm packed A")) == NULL ||
+        (bpack = kiln_cpu_scratch_f32(s, kcm * ncm, "gemm packed B")) == NULL ||
+        (cbuf = kiln_cpu_scratch_f32(s, mbm * ncm, "gemm accumulator")) == NULL)
+        return KILN_ERR_INTERNAL;
     for (int64_t jc = 0; jc < n; jc += NC) {
         int64_t nc = min64(NC, n - jc), ncp = round_up(nc, NR);
-        for (int64_t ic = 0; ic < m; ic += MC) {
-            int64_t mc = min64(MC, m - ic), mcp = round_up(mc, MR);
-            memset(cbuf, 0, (size_t)(mcp * ncp) * sizeof(float));
+        for (int64_t ib = 0; ib < m; ib += MB) {
+            int64_t mb = min64(MB, m - ib);
+            memset(cbuf, 0, (size_t)(round_up(mb, MR) * ncp) * sizeof(float));
             for (int64_t pc = 0; pc < k; pc += KC) {
                 int64_t kc = min64(KC, k - pc);
                 g->pack_b(g->b_ctx, pc, kc, jc, nc, bpack);
-                g->pack_a(g->a_ctx, ic, mc, pc, kc, apack);
-                for (int64_t jr = 0; jr < ncp; jr += NR) {
-                    for (int64_t ir = 0; ir < mcp; ir += MR) {
-                        micro_kernel(kc, apack + ir * kc, bpack + jr * kc, cbuf + ir * ncp + jr,
-                                     ncp);
+                for (int64_t ic = 0; ic < mb; ic += MC) {
+                    int64_t mc = min64(MC, mb - ic), mcp = round_up(mc, MR);
+                    g->pack_a(g->a_ctx, ib + ic, mc, pc, kc, apack);
+                    float *cblk = cbuf + ic * ncp;
+                    for (int64_t jr = 0; jr < ncp; jr += NR) {
+                        for (int64_t ir = 0; ir < mcp; ir += MR) {
+                            micro_kernel(kc, apack + ir * kc, bpack + jr * kc, cblk + ir * ncp + jr,
+                                         ncp);
+                        }
                     }
                 }
             }
-            g->epilogue(g->e_ctx, ic, mc, jc, nc, cbuf, ncp);
+            g->epilogue(g->e_ctx, ib, mb, jc, nc, cbuf, ncp);
         }
     }
     return KILN_OK;
@@ -212,8 +221,9 @@ kiln_status kiln_cpu_linear(const kiln_kernel_args *args) {
     kiln_cpu_matrix am = {x->data, x->dtype, 0, k, 1};
     kiln_cpu_matrix bm = {w->data, w->dtype, 0, 1, k}; // B[k][n] = w[n][k]
     kiln_cpu_store st = {y->data, y->dtype, 0, n, 1.0f, NULL, bias};
-    kiln_cpu_gemm g = {m,  n,   k, kiln_cpu_pack_a_matrix, &am, kiln_cpu_pack_b_matrix, &bm,
-                       kiln_cpu_epilogue_store, &st};
+    kiln_cpu_gemm g = {
+        m,  n, k, kiln_cpu_pack_a_matrix, &am, kiln_cpu_pack_b_matrix, &bm, kiln_cpu_epilogue_store,
+        &st};
     return kiln_cpu_gemm_run(&g, &s);
 }
 
@@ -221,12 +231,12 @@ kiln_status kiln_cpu_linear(const kiln_kernel_args *args) {
 
 typedef struct mm_shape {
     int64_t m, n, k;
-    int nb;                          // batch rank of the output
-    int64_t bdims[KILN_MAX_RANK];    // output batch dims
-    int64_t astr[KILN_MAX_RANK];     // a's element stride per output batch dim (0: broadcast)
+    int nb;                       // batch rank of the output
+    int64_t bdims[KILN_MAX_RANK]; // output batch dims
+    int64_t astr[KILN_MAX_RANK];  // a's element stride per output batch dim (0: broadcast)
     int64_t bstr[KILN_MAX_RANK];
-    int64_t a_rs, b_rs;              // row strides inside one matrix
-    int fold;                        // b is shared by every batch: fold the batch into m
+    int64_t a_rs, b_rs; // row strides inside one matrix
+    int fold;           // b is shared by every batch: fold the batch into m
 } mm_shape;
 
 static void mm_analyze(const kiln_kernel_args *args, mm_shape *sh) {
@@ -262,8 +272,10 @@ size_t kiln_cpu_matmul_scratch(const kiln_kernel_args *args) {
     mm_analyze(args, &sh);
     int64_t batch = 1;
     for (int d = 0; d < sh.nb; d++) batch *= sh.bdims[d];
-    int64_t m = sh.fold ? sh.m * batch : sh.m;
-    return KILN_CPU_SCRATCH_SLACK + kiln_cpu_gemm_scratch_nbytes(m, sh.n, sh.k);
+    // Sized for the folded GEMM (m * batch rows) whether or not these shapes fold: the runtime
+    // sizes scratch once at the largest shapes, where b may have batch dims that a smaller
+    // execution does not, so the need must not shrink when the shapes grow.
+    return KILN_CPU_SCRATCH_SLACK + kiln_cpu_gemm_scratch_nbytes(sh.m * batch, sh.n, sh.k);
 }
 
 kiln_status kiln_cpu_matmul(const kiln_kernel_args *args) {
@@ -288,8 +300,11 @@ kiln_status kiln_cpu_matmul(const kiln_kernel_args *args) {
         kiln_cpu_matrix am = {a->data, a->dtype, 0, sh.a_rs, 1};
         kiln_cpu_matrix bm = {b->data, b->dtype, 0, sh.b_rs, 1};
         kiln_cpu_store st = {y->data, y->dtype, 0, sh.n, 1.0f, NULL, NULL};
-        kiln_cpu_gemm g = {sh.m * batch, sh.n, sh.k, kiln_cpu_pack_a_matrix, &am,
-                           kiln_cpu_pack_b_matrix, &bm, kiln_cpu_epilogue_store, &st};
+        kiln_cpu_gemm g = {sh.m * batch, sh.n,
+                           sh.k,         kiln_cpu_pack_a_matrix,
+                           &am,          kiln_cpu_pack_b_matrix,
+                           &bm,          kiln_cpu_epilogue_store,
+                           &st};
         return kiln_cpu_gemm_run(&g, &s);
     }
     int64_t idx[KILN_MAX_RANK] = {0};
@@ -302,8 +317,11 @@ kiln_status kiln_cpu_matmul(const kiln_kernel_args *args) {
         kiln_cpu_matrix am = {a->data, a->dtype, aoff, sh.a_rs, 1};
         kiln_cpu_matrix bm = {b->data, b->dtype, boff, sh.b_rs, 1};
         kiln_cpu_store st = {y->data, y->dtype, bi * sh.m * sh.n, sh.n, 1.0f, NULL, NULL};
-        kiln_cpu_gemm g = {sh.m,  sh.n, sh.k, kiln_cpu_pack_a_matrix, &am, kiln_cpu_pack_b_matrix,
-                           &bm,   kiln_cpu_epilogue_store, &st};
+        kiln_cpu_gemm g = {sh.m, sh.n,
+                           sh.k, kiln_cpu_pack_a_matrix,
+                           &am,  kiln_cpu_pack_b_matrix,
+                           &bm,  kiln_cpu_epilogue_store,
+                           &st};
         size_t mark = s.used;
         KILN_TRY(kiln_cpu_gemm_run(&g, &s));
         s.used = mark;

@@ -22,8 +22,8 @@ static int64_t attr_or(const kiln_attrs *a, uint32_t idx, uint32_t j, int64_t df
 static kiln_status pool_geometry(const kiln_kernel_args *args, pool_geom *g) {
     const kiln_tensor *x = args->in[0], *y = args->out;
     KILN_CHECK((x->rank == 3 || x->rank == 4) && y->rank == x->rank, KILN_ERR_INVALID_ARG,
-               "cpu %s: input must be [N, C, H, W] or [C, H, W] (rank %u)",
-               kiln_op_name(args->op), x->rank);
+               "cpu %s: input must be [N, C, H, W] or [C, H, W] (rank %u)", kiln_op_name(args->op),
+               x->rank);
     g->planes = 1;
     for (uint32_t d = 0; d + 2 < x->rank; d++) {
         KILN_CHECK(x->dims[d] == y->dims[d], KILN_ERR_INVALID_ARG,
@@ -79,22 +79,34 @@ size_t kiln_cpu_adaptive_avg_pool2d_scratch(const kiln_kernel_args *args) {
 typedef void (*plane_fn)(const kiln_kernel_args *args, const pool_geom *g, const float *x,
                          float *y);
 
+// Kernel taps t in [*lo, *hi) with 0 <= base + t * step < size.
+static void tap_range(int64_t base, int64_t step, int64_t taps, int64_t size, int64_t *lo,
+                      int64_t *hi) {
+    *lo = base >= 0 ? 0 : (-base + step - 1) / step;
+    *hi = size - 1 - base < 0 ? 0 : (size - 1 - base) / step + 1;
+    if (*hi > taps) *hi = taps;
+    if (*lo > *hi) *lo = *hi;
+}
+
 static void max_plane(const kiln_kernel_args *args, const pool_geom *g, const float *x, float *y) {
     (void)args;
     for (int64_t oh = 0; oh < g->oh; oh++) {
+        int64_t h0 = oh * g->sh - g->ph, ki_lo, ki_hi;
+        tap_range(h0, g->dh, g->kh, g->h, &ki_lo, &ki_hi);
         for (int64_t ow = 0; ow < g->ow; ow++) {
+            int64_t w0 = ow * g->sw - g->pw, kj_lo, kj_hi;
+            tap_range(w0, g->dw, g->kw, g->w, &kj_lo, &kj_hi);
             float m = -INFINITY;
-            for (int64_t ki = 0; ki < g->kh; ki++) {
-                int64_t ih = oh * g->sh - g->ph + ki * g->dh;
-                if (ih < 0 || ih >= g->h) continue;
-                for (int64_t kj = 0; kj < g->kw; kj++) {
-                    int64_t iw = ow * g->sw - g->pw + kj * g->dw;
-                    if (iw < 0 || iw >= g->w) continue;
-                    float v = x[ih * g->w + iw];
-                    if (v > m || isnan(v)) m = v;
+            int nan = 0;
+            for (int64_t ki = ki_lo; ki < ki_hi; ki++) {
+                const float *row = x + (h0 + ki * g->dh) * g->w + w0;
+                for (int64_t kj = kj_lo; kj < kj_hi; kj++) {
+                    float v = row[kj * g->dw];
+                    m = v > m ? v : m; // branch-free max; NaN tracked apart
+                    nan |= v != v;
                 }
             }
-            y[oh * g->ow + ow] = m;
+            y[oh * g->ow + ow] = nan ? NAN : m;
         }
     }
 }

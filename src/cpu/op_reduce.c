@@ -80,8 +80,10 @@ kiln_status kiln_cpu_reduce(const kiln_kernel_args *args) {
     kiln_tensor *y = args->out;
     int reduced[KILN_MAX_RANK];
     int64_t n_out = reduce_mask(args, reduced);
-    KILN_CHECK(n_out >= 0, KILN_ERR_INVALID_ARG, "cpu %s: a reduction dim is out of range for "
-               "rank %u", kiln_op_name(args->op), x->rank);
+    KILN_CHECK(n_out >= 0, KILN_ERR_INVALID_ARG,
+               "cpu %s: a reduction dim is out of range for "
+               "rank %u",
+               kiln_op_name(args->op), x->rank);
     KILN_CHECK(kiln_tensor_numel(y) == n_out, KILN_ERR_INVALID_ARG,
                "cpu %s: output has %lld elements, expected %lld", kiln_op_name(args->op),
                (long long)kiln_tensor_numel(y), (long long)n_out);

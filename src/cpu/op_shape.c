@@ -104,16 +104,16 @@ kiln_status kiln_cpu_permute(const kiln_kernel_args *args) {
     unsigned seen = 0;
     for (uint32_t d = 0; d < n; d++) {
         int p = kiln_cpu_norm_dim(perm[d], x->rank);
-        KILN_CHECK(p >= 0 && !(seen & (1u << p)) && y->dims[d] == x->dims[p],
-                   KILN_ERR_INVALID_ARG, "cpu permute: dims entry %u (%lld) is not a valid "
-                   "permutation of the input dims", d, (long long)perm[d]);
+        KILN_CHECK(p >= 0 && !(seen & (1u << p)) && y->dims[d] == x->dims[p], KILN_ERR_INVALID_ARG,
+                   "cpu permute: dims entry %u (%lld) is not a valid "
+                   "permutation of the input dims",
+                   d, (long long)perm[d]);
         seen |= 1u << p;
         st[1][d] = xs[p];
     }
     if (kiln_tensor_numel(y) == 0) return KILN_OK;
     kiln_cpu_iter it;
-    kiln_cpu_iter_init_strided(&it, (int)y->rank, y->dims, 2,
-                               (const int64_t(*)[KILN_MAX_RANK])st);
+    kiln_cpu_iter_init_strided(&it, (int)y->rank, y->dims, 2, (const int64_t(*)[KILN_MAX_RANK])st);
     copy_ctx c = {(const uint8_t *)x->data, (uint8_t *)y->data, esize_of(x)};
     kiln_cpu_iter_run(&it, row_copy, &c);
     return KILN_OK;
@@ -142,8 +142,8 @@ kiln_status kiln_cpu_cat(const kiln_kernel_args *args) {
                    "cpu cat: input %u has rank %u, output %u", i, x->rank, y->rank);
         for (uint32_t d = 0; d < y->rank; d++) {
             KILN_CHECK((int)d == dim || x->dims[d] == y->dims[d], KILN_ERR_INVALID_ARG,
-                       "cpu cat: input %u dim %u is %lld, output %lld", i, d,
-                       (long long)x->dims[d], (long long)y->dims[d]);
+                       "cpu cat: input %u dim %u is %lld, output %lld", i, d, (long long)x->dims[d],
+                       (long long)y->dims[d]);
         }
         total += x->dims[dim];
     }
@@ -180,11 +180,13 @@ kiln_status kiln_cpu_slice(const kiln_kernel_args *args) {
     KILN_CHECK(dim >= 0 && y->rank == x->rank, KILN_ERR_INVALID_ARG,
                "cpu slice: dim %lld out of range for rank %u", (long long)dim_attr, x->rank);
     int64_t size = x->dims[dim];
-    int64_t start = kiln_attrs_count(a, KILN_A_SLICE_START) ? kiln_attrs_int(a, KILN_A_SLICE_START, 0) : 0;
-    int64_t end = kiln_attrs_count(a, KILN_A_SLICE_END) ? kiln_attrs_int(a, KILN_A_SLICE_END, 0) : INT64_MAX;
-    int64_t step = kiln_attrs_count(a, KILN_A_SLICE_STEP) ? kiln_attrs_int(a, KILN_A_SLICE_STEP, 0) : 1;
-    KILN_CHECK(step > 0, KILN_ERR_INVALID_ARG, "cpu slice: step %lld must be > 0",
-               (long long)step);
+    int64_t start =
+        kiln_attrs_count(a, KILN_A_SLICE_START) ? kiln_attrs_int(a, KILN_A_SLICE_START, 0) : 0;
+    int64_t end =
+        kiln_attrs_count(a, KILN_A_SLICE_END) ? kiln_attrs_int(a, KILN_A_SLICE_END, 0) : INT64_MAX;
+    int64_t step =
+        kiln_attrs_count(a, KILN_A_SLICE_STEP) ? kiln_attrs_int(a, KILN_A_SLICE_STEP, 0) : 1;
+    KILN_CHECK(step > 0, KILN_ERR_INVALID_ARG, "cpu slice: step %lld must be > 0", (long long)step);
     if (start < 0) start = start < -size ? 0 : start + size;
     if (end < 0) end = end < -size ? 0 : end + size;
     if (start > size) start = size;
@@ -226,8 +228,8 @@ kiln_status kiln_cpu_select(const kiln_kernel_args *args) {
     int64_t size = x->dims[dim], index = kiln_attrs_int(&args->attrs, KILN_A_SELECT_INDEX, 0);
     int64_t idx = index < 0 ? index + size : index;
     KILN_CHECK(idx >= 0 && idx < size, KILN_ERR_INVALID_ARG,
-               "cpu select: index %lld out of range for dim %d of size %lld", (long long)index,
-               dim, (long long)size);
+               "cpu select: index %lld out of range for dim %d of size %lld", (long long)index, dim,
+               (long long)size);
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < dim; d++) outer *= x->dims[d];
     for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];

@@ -174,11 +174,4 @@ static inline int kc_norm_dim(int64_t dim, uint32_t rank) {
     return dim >= 0 && dim < (int64_t)rank ? (int)dim : -1;
 }
 
-#define KC_CHECK_LAUNCH(ctx, name) KILN_TRY_CUDA_(kiln_cuda_check_launch((ctx), (name)))
-#define KILN_TRY_CUDA_(expr)                                                                      \
-    do {                                                                                           \
-        kiln_status kc_st_ = (expr);                                                               \
-        if (kc_st_ != KILN_OK) return kc_st_;                                                      \
-    } while (0)
-
 #endif // KILN_CUDA_CUDA_COMMON_CUH

@@ -31,12 +31,19 @@ extern "C" {
 #define KILN_CUDA_PRINTF_(fmt_idx, args_idx)
 #endif
 
+// Propagates a failure (KILN_TRY without libkiln's header).
+#define KILN_CUDA_TRY(expr)                                                                        \
+    do {                                                                                           \
+        kiln_status kc_try_st_ = (expr);                                                           \
+        if (kc_try_st_ != KILN_OK) return kc_try_st_;                                              \
+    } while (0)
+
 // The cached cuBLASLt set-up of one GEMM layer: rebuilt only when its key (sizes, dtypes,
 // epilogue, pointer alignments) changes, so that a steady-state execute does no heuristic query.
 #define KILN_CUDA_GEMM_KEY 24
 typedef struct kiln_cuda_gemm_cache {
-    int valid;    // key and the fields below describe the last set-up
-    int use_lt;   // 1: cuBLASLt with algo; 0: Kiln's own GEMM kernel
+    int valid;  // key and the fields below describe the last set-up
+    int use_lt; // 1: cuBLASLt with algo; 0: Kiln's own GEMM kernel
     int64_t key[KILN_CUDA_GEMM_KEY];
     cublasLtMatmulDescOpaque_t desc;
     cublasLtMatrixLayoutOpaque_t a, b, c;
@@ -45,12 +52,12 @@ typedef struct kiln_cuda_gemm_cache {
 
 typedef struct kiln_cuda_ctx {
     cudaStream_t stream;
-    cublasLtHandle_t lt;          // NULL: every GEMM through Kiln's kernel
-    void *workspace;              // cuBLASLt workspace (device)
+    cublasLtHandle_t lt; // NULL: every GEMM through Kiln's kernel
+    void *workspace;     // cuBLASLt workspace (device)
     size_t workspace_nbytes;
-    kiln_cuda_gemm_cache *gemm;   // this layer's cache (NULL: none, set up on every call)
-    int sm_count;                 // multiprocessors of the device
-    const char *where;            // "layer 12 (linear)", for messages
+    kiln_cuda_gemm_cache *gemm; // this layer's cache (NULL: none, set up on every call)
+    int sm_count;               // multiprocessors of the device
+    const char *where;          // "layer 12 (linear)", for messages
 } kiln_cuda_ctx;
 
 // --- errors and logging (cuda_util.c)
@@ -58,6 +65,8 @@ typedef struct kiln_cuda_ctx {
 // Installs the services (the plugin entry point does, once).
 void kiln_cuda_services_set(const kiln_cuda_services *services);
 kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) KILN_CUDA_PRINTF_(2, 3);
+// The message of this thread's last kiln_cuda_fail ("" if none).
+const char *kiln_cuda_last_message(void);
 void kiln_cuda_log(kiln_log_level level, const char *fmt, ...) KILN_CUDA_PRINTF_(2, 3);
 void *kiln_cuda_malloc(size_t nbytes);
 void *kiln_cuda_calloc(size_t nbytes);
@@ -80,30 +89,45 @@ static inline int kiln_cuda_is_float(uint32_t dtype) {
 #define KILN_CUDA_LAUNCHER(name)                                                                   \
     kiln_status kiln_cuda_##name(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args)
 
-KILN_CUDA_LAUNCHER(linear);           // op_gemm.cu
-KILN_CUDA_LAUNCHER(matmul);           // op_gemm.cu
-KILN_CUDA_LAUNCHER(conv2d);           // op_conv.cu
-KILN_CUDA_LAUNCHER(conv_transpose2d); // op_conv.cu
-KILN_CUDA_LAUNCHER(unary);            // op_eltwise.cu: activations, math, copy, cast, clamp
-KILN_CUDA_LAUNCHER(binary);           // op_eltwise.cu: add, sub, mul, div, pow, where
-KILN_CUDA_LAUNCHER(batch_norm);       // op_norm.cu
-KILN_CUDA_LAUNCHER(layer_norm);       // op_norm.cu
-KILN_CUDA_LAUNCHER(softmax);          // op_norm.cu: softmax, log_softmax
-KILN_CUDA_LAUNCHER(max_pool2d);       // op_pool.cu
-KILN_CUDA_LAUNCHER(avg_pool2d);       // op_pool.cu
+KILN_CUDA_LAUNCHER(linear);              // op_gemm.cu
+KILN_CUDA_LAUNCHER(matmul);              // op_gemm.cu
+KILN_CUDA_LAUNCHER(conv2d);              // op_conv.cu
+KILN_CUDA_LAUNCHER(conv_transpose2d);    // op_conv.cu
+KILN_CUDA_LAUNCHER(unary);               // op_eltwise.cu: activations, math, copy, cast, clamp
+KILN_CUDA_LAUNCHER(binary);              // op_eltwise.cu: add, sub, mul, div, pow, where
+KILN_CUDA_LAUNCHER(batch_norm);          // op_norm.cu
+KILN_CUDA_LAUNCHER(layer_norm);          // op_norm.cu
+KILN_CUDA_LAUNCHER(softmax);             // op_norm.cu: softmax, log_softmax
+KILN_CUDA_LAUNCHER(max_pool2d);          // op_pool.cu
+KILN_CUDA_LAUNCHER(avg_pool2d);          // op_pool.cu
 KILN_CUDA_LAUNCHER(adaptive_avg_pool2d); // op_pool.cu
-KILN_CUDA_LAUNCHER(reduce);           // op_reduce.cu: mean, sum
-KILN_CUDA_LAUNCHER(reshape);          // op_shape.cu: reshape, squeeze, unsqueeze
-KILN_CUDA_LAUNCHER(permute);          // op_shape.cu
-KILN_CUDA_LAUNCHER(expand);           // op_shape.cu
-KILN_CUDA_LAUNCHER(cat);              // op_shape.cu
-KILN_CUDA_LAUNCHER(slice);            // op_shape.cu
-KILN_CUDA_LAUNCHER(select);           // op_shape.cu
-KILN_CUDA_LAUNCHER(embedding);        // op_embed.cu
-KILN_CUDA_LAUNCHER(sdpa);             // op_attention.cu
+KILN_CUDA_LAUNCHER(reduce);              // op_reduce.cu: mean, sum
+KILN_CUDA_LAUNCHER(reshape);             // op_shape.cu: reshape, squeeze, unsqueeze
+KILN_CUDA_LAUNCHER(permute);             // op_shape.cu
+KILN_CUDA_LAUNCHER(expand);              // op_shape.cu
+KILN_CUDA_LAUNCHER(cat);                 // op_shape.cu
+KILN_CUDA_LAUNCHER(slice);               // op_shape.cu
+KILN_CUDA_LAUNCHER(select);              // op_shape.cu
+KILN_CUDA_LAUNCHER(embedding);           // op_embed.cu
+KILN_CUDA_LAUNCHER(sdpa);                // op_attention.cu
+
+// Copies a strided view: dst[sum idx*dst_strides] = src[sum idx*src_strides] over dims (element
+// strides, esize-byte elements; src strides may be 0 to broadcast) (op_shape.cu).
+kiln_status kiln_cuda_copy_strided(const kiln_cuda_ctx *ctx, void *dst, const void *src,
+                                   size_t esize, int rank, const int64_t *dims,
+                                   const int64_t *dst_strides, const int64_t *src_strides);
+
+// Nonzero when the elementwise engine runs op over these operands (op_eltwise.cu).
+int kiln_cuda_eltwise_supports(uint32_t op, const kiln_tensor *const *ins, int n,
+                               const kiln_tensor *out);
+int kiln_cuda_tail_supports(const kiln_kernel_args *args);
 
 // Applies args->tail[skip..] in place on args->out (op_eltwise.cu); heads call it last.
 kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, uint32_t skip);
+
+// Raises the shared-memory limits of the attention kernels on the current device (before any
+// launch or capture on it) (op_attention.cu).
+kiln_status kiln_cuda_attention_init(void);
 
 // Runs one layer: dispatches on args->op (cuda_dispatch.c).
 kiln_status kiln_cuda_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args);

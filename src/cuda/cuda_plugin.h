@@ -25,8 +25,8 @@ extern "C" {
 
 // What libkiln lends the plugin. Every function is thread-safe.
 typedef struct kiln_cuda_services {
-    uint32_t struct_nbytes; // sizeof(kiln_cuda_services)
-    uint32_t abi;           // KILN_CUDA_PLUGIN_ABI
+    uint32_t struct_nbytes;   // sizeof(kiln_cuda_services)
+    uint32_t abi;             // KILN_CUDA_PLUGIN_ABI
     const char *kiln_version; // KILN_VERSION_STRING of libkiln: must equal the plugin's
     // Records `message` as this thread's last error, logs it at ERROR, returns status.
     kiln_status (*fail)(kiln_status status, const char *message);
@@ -50,7 +50,8 @@ typedef struct kiln_cuda_plugin {
     uint32_t abi;           // KILN_CUDA_PLUGIN_ABI
     kiln_backend_ops ops;   // the backend (name "cuda")
     int (*device_count)(void);
-    // "kiln_cuda 0.1.0: CUDA runtime 13.0, driver 13.0, cuBLASLt 130100, device 0 NVIDIA H200 (sm_90)"
+    // "kiln_cuda 0.1.0: CUDA runtime 13.0, driver 13.0, cuBLASLt 130100, device 0 NVIDIA H200
+    // (sm_90)"
     const char *(*version)(void);
     // Test hook: runs one layer (op + fused tail) whose tensors live in device memory on device
     // `device`, on `stream` (a cudaStream_t; NULL: a private stream), and waits for it.
@@ -60,9 +61,15 @@ typedef struct kiln_cuda_plugin {
 // The plugin's exported entry point (KILN_CUDA_PLUGIN_ENTRY). Probes the driver and devices
 // (once; later calls return the same table). On failure returns a status and writes why into
 // reason (NUL-terminated, reason_nbytes > 0): the caller logs it and falls back to the CPU.
-typedef kiln_status (*kiln_cuda_plugin_entry_fn)(const kiln_cuda_services *services,
-                                                 char *reason, size_t reason_nbytes,
+typedef kiln_status (*kiln_cuda_plugin_entry_fn)(const kiln_cuda_services *services, char *reason,
+                                                 size_t reason_nbytes,
                                                  const kiln_cuda_plugin **out);
+
+#ifdef KILN_BUILDING_CUDA_PLUGIN
+// The plugin's definition of the entry point (src/cuda/cuda_backend.c).
+kiln_status kiln_cuda_plugin_v1(const kiln_cuda_services *services, char *reason,
+                                size_t reason_nbytes, const kiln_cuda_plugin **out);
+#endif
 
 // libkiln side (src/runtime/backend_cuda.c): the loaded plugin table, or NULL when the plugin
 // is unavailable (the reason was logged at INFO). Loads at most once per process.

@@ -10,16 +10,18 @@
 #include "cuda/cuda_ops.h"
 
 static const kiln_cuda_services *svc; // set once by the entry point, before any other call
+static _Thread_local char last_message[1024];
+
+const char *kiln_cuda_last_message(void) { return last_message; }
 
 void kiln_cuda_services_set(const kiln_cuda_services *services) { svc = services; }
 
 kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(last_message, sizeof last_message, fmt, ap);
     va_end(ap);
-    return svc ? svc->fail(status, msg) : status;
+    return svc ? svc->fail(status, last_message) : status;
 }
 
 void kiln_cuda_log(kiln_log_level level, const char *fmt, ...) {

@@ -21,10 +21,10 @@ typedef struct ew_operand {
 
 typedef struct ew_step {
     uint32_t op;
-    int operand; // index into operands for binary steps, -1 for unary
-    int lhs;     // binary: the running value is the left operand
-    float f0, f1;      // gelu: f0 = tanh approximation; clamp: bounds (NaN: none)
-    int64_t i0, i1;    // clamp bounds for integer outputs
+    int operand;    // index into operands for binary steps, -1 for unary
+    int lhs;        // binary: the running value is the left operand
+    float f0, f1;   // gelu: f0 = tanh approximation; clamp: bounds (NaN: none)
+    int64_t i0, i1; // clamp bounds for integer outputs
 } ew_step;
 
 typedef struct ew_params {
@@ -275,8 +275,10 @@ static void ew_set_attrs(ew_step *s, uint32_t op, const kiln_attrs *attrs) {
         double hi = kiln_attrs_float(attrs, KILN_A_CLAMP_MAX, 0);
         s->f0 = (float)lo;
         s->f1 = (float)hi;
-        s->i0 = isnan(lo) || lo < -9.2e18 ? INT64_MIN : (lo > 9.2e18 ? INT64_MAX : (int64_t)ceil(lo));
-        s->i1 = isnan(hi) || hi > 9.2e18 ? INT64_MAX : (hi < -9.2e18 ? INT64_MIN : (int64_t)floor(hi));
+        s->i0 =
+            isnan(lo) || lo < -9.2e18 ? INT64_MIN : (lo > 9.2e18 ? INT64_MAX : (int64_t)ceil(lo));
+        s->i1 =
+            isnan(hi) || hi > 9.2e18 ? INT64_MAX : (hi < -9.2e18 ? INT64_MIN : (int64_t)floor(hi));
     }
 }
 
@@ -378,11 +380,9 @@ static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attr
                                       kiln_cuda_dtype_size(out->dtype), (int)out->rank, out->dims,
                                       ds, ss);
     }
-    ew_params *P = (ew_params *)kiln_cuda_calloc(sizeof(ew_params));
-    if (P == NULL) {
-        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory setting up %s at %s",
-                              kiln_cuda_op_name(op), ctx->where ? ctx->where : "?");
-    }
+    ew_params params; // ~1.3 KB on the stack: execute allocates nothing
+    ew_params *P = &params;
+    memset(P, 0, sizeof *P);
     ew_setup(P, out, ins, n);
     int kind;
     if (op == KILN_OP_WHERE) {
@@ -399,9 +399,7 @@ static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attr
             kind = ew_is_int(out->dtype) ? 1 : 0;
         }
     }
-    kiln_status st = ew_launch(ctx, P, kind);
-    kiln_cuda_free(P, sizeof(ew_params));
-    return st;
+    return ew_launch(ctx, P, kind);
 }
 
 // --- entry points
@@ -461,11 +459,9 @@ extern "C" kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kerne
     const kiln_tensor *ins[EW_MAX_OPERANDS];
     int n = 0;
     ins[n++] = out; // operand 0: the running value, in place
-    ew_params *P = (ew_params *)kiln_cuda_calloc(sizeof(ew_params));
-    if (P == NULL) {
-        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory setting up the tail at %s",
-                              ctx->where ? ctx->where : "?");
-    }
+    ew_params params;
+    ew_params *P = &params;
+    memset(P, 0, sizeof *P);
     int steps = 0;
     for (uint32_t t = skip; t < args->n_tail; t++) {
         const kiln_tail_op *tl = &args->tail[t];
@@ -480,7 +476,5 @@ extern "C" kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kerne
     }
     ew_setup(P, out, ins, n);
     P->n_steps = steps;
-    kiln_status st = ew_launch(ctx, P, 0);
-    kiln_cuda_free(P, sizeof(ew_params));
-    return st;
+    return ew_launch(ctx, P, 0);
 }

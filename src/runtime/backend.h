@@ -44,8 +44,7 @@ typedef struct kiln_backend_ops {
 extern const kiln_backend_ops kiln_backend_cpu;
 
 // The CUDA backend, or NULL when it is not available (not built, plugin not found, no device).
-// src/runtime/engine.c holds a weak default returning NULL so that CPU-only builds link; the
-// CUDA backend provides the strong definition.
+// Defined by src/runtime/backend_cuda.c (the plugin loader, compiled into every build).
 const kiln_backend_ops *kiln_backend_cuda_get(void);
 
 #endif // KILN_RUNTIME_BACKEND_H

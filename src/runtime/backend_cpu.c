@@ -16,8 +16,8 @@
 #include "runtime/engine_internal.h"
 
 typedef struct cpu_engine {
-    const kiln_plan *plan;    // borrowed: outlives the state
-    uint8_t *weights;         // owned, KILN_DATA_ALIGN-aligned
+    const kiln_plan *plan; // borrowed: outlives the state
+    uint8_t *weights;      // owned, KILN_DATA_ALIGN-aligned
     size_t weights_nbytes;
     uint64_t *weight_offsets; // owned, plan->n_tensors entries (used for WEIGHT tensors)
     size_t scratch_nbytes;
@@ -31,7 +31,7 @@ typedef struct cpu_context {
 } cpu_context;
 
 // Checks the structure of every fused group once: a head followed by n_tail TAIL layers, each
-// tail reading the running value exactly once (plus at most one operand).
+// tail reading the running value (its own output: tails run in place).
 static kiln_status check_groups(const kiln_plan *p) {
     uint32_t i = 0;
     while (i < p->n_layers) {
@@ -50,10 +50,9 @@ static kiln_status check_groups(const kiln_plan *p) {
             KILN_CHECK((tl->flags & KILN_LAYER_TAIL) && tl->n_tail == 0, KILN_ERR_CORRUPT,
                        "layer %u (%s): expected a fused tail of layer %u", i + t,
                        kiln_op_name(tl->op), i);
-            KILN_CHECK(tl->n_inputs >= 1 && tl->n_inputs <= 2 && (a == running) != (b == running),
+            KILN_CHECK(tl->n_inputs >= 1 && tl->n_inputs <= 2 && (a == running || b == running),
                        KILN_ERR_CORRUPT,
-                       "layer %u (%s): a fused tail must read the value of the layer before it "
-                       "exactly once",
+                       "layer %u (%s): a fused tail must read the value of the layer before it",
                        i + t, kiln_op_name(tl->op));
             running = p->ids[tl->output_begin];
         }
@@ -82,10 +81,13 @@ static void build_args(const kiln_plan *p, kiln_tensor *views, uint32_t li, kiln
         tails[t].op = tl->op;
         tails[t].attrs = kiln_plan_layer_attrs(p, tl);
         tails[t].running_is_lhs = a == running;
+        // y = op(y, y) reads the running value as its operand too: the operand is the output.
         tails[t].operand = tl->n_inputs < 2 ? NULL : a == running ? &views[b] : &views[a];
         running = p->ids[tl->output_begin];
     }
-    args->out = &views[running]; // the head writes the group's final tensor; tails run in place
+    // The head writes the group's final tensor (the loader's rule: tails write the head's output
+    // in place, so this is the head's own output); the tails then run over it.
+    args->out = &views[running];
     args->tail = tails;
     args->n_tail = l->n_tail;
 }

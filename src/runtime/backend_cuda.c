@@ -31,9 +31,7 @@ static kiln_log_level svc_log_level(void) { return kiln_log_get_level(); }
 static void *svc_malloc(size_t nbytes, size_t align) { return kiln_malloc(nbytes, align); }
 static void svc_free(void *ptr, size_t nbytes) { kiln_free(ptr, nbytes); }
 static const char *svc_op_name(uint32_t op) { return kiln_op_name(op); }
-static const char *svc_dtype_name(uint32_t dtype) {
-    return kiln_dtype_name((kiln_dtype)dtype);
-}
+static const char *svc_dtype_name(uint32_t dtype) { return kiln_dtype_name((kiln_dtype)dtype); }
 
 static const kiln_cuda_services services = {
     .struct_nbytes = (uint32_t)sizeof(kiln_cuda_services),

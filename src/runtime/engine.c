@@ -18,12 +18,6 @@
 #include "runtime/engine_internal.h"
 #include "runtime/load.h"
 
-// --- CUDA hook: the CUDA backend provides the strong definition.
-
-#if defined(__GNUC__)
-__attribute__((weak)) const kiln_backend_ops *kiln_backend_cuda_get(void) { return NULL; }
-#endif
-
 // --- helpers
 
 // Bytes of a tensor of `dtype` with dims; false on overflow.
@@ -72,8 +66,8 @@ static kiln_status check_load_options(const kiln_load_options *o) {
     return KILN_OK;
 }
 
-static kiln_status choose_backend(const kiln_options *o, const kiln_backend_ops **out,
-                                  char *device, size_t device_nbytes) {
+static kiln_status choose_backend(const kiln_options *o, const kiln_backend_ops **out, char *device,
+                                  size_t device_nbytes) {
     const kiln_backend_ops *cuda;
     if (strcmp(o->device, "cpu") == 0) {
         *out = &kiln_backend_cpu;
@@ -163,8 +157,8 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
 
     st = check_load_options(options);
     if (st != KILN_OK) goto fail;
-    st = kiln_options_resolve(options ? options->settings : NULL,
-                              options ? options->n_settings : 0, &opts);
+    st = kiln_options_resolve(options ? options->settings : NULL, options ? options->n_settings : 0,
+                              &opts);
     if (st != KILN_OK) goto fail;
     st = choose_backend(&opts, &backend, device, sizeof device);
     if (st != KILN_OK) goto fail;
@@ -377,8 +371,9 @@ static kiln_status set_input_locked(kiln_context *c, uint32_t index, uint32_t ra
                rank);
     for (uint32_t d = 0; d < rank; d++) {
         KILN_CHECK(dims[d] >= t->shape.min[d] && dims[d] <= t->shape.max[d], KILN_ERR_SHAPE,
-                   "input %u '%s': dimension %u = %" PRId64 " is outside the engine's range [%" PRId64
-                   ", %" PRId64 "]; rebuild the engine with a wider range to accept it",
+                   "input %u '%s': dimension %u = %" PRId64
+                   " is outside the engine's range [%" PRId64 ", %" PRId64
+                   "]; rebuild the engine with a wider range to accept it",
                    index, name, d, dims[d], t->shape.min[d], t->shape.max[d]);
         numel *= dims[d]; // bounded by the validated max shape
     }

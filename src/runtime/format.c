@@ -182,7 +182,7 @@ static kiln_status parse_sections(const uint8_t *p, size_t nbytes, kiln_format_i
                        " (%s), which ends at %" PRIu64,
                        i, name, s->offset, prev, kiln_format_section_name(ps->kind), prev_end);
         }
-        uint64_t expected;
+        uint64_t expected = 0;
         // prev_end <= nbytes, so aligning it cannot overflow.
         (void)kiln_align_up_u64(prev_end, align, &expected);
         KILN_CHECK(s->offset == expected, KILN_ERR_CORRUPT,

@@ -46,9 +46,9 @@ static inline void kiln_wr_i64(uint8_t *p, int64_t v) {
 // --- the parsed layout
 
 typedef struct kiln_format_section {
-    uint32_t kind;       // kiln_section_kind, or an unknown optional kind
-    uint32_t flags;      // KILN_SECTION_FLAG_*
-    uint64_t offset;     // from the start of the engine
+    uint32_t kind;   // kiln_section_kind, or an unknown optional kind
+    uint32_t flags;  // KILN_SECTION_FLAG_*
+    uint64_t offset; // from the start of the engine
     uint64_t nbytes;
     uint32_t crc32;      // stored
     uint32_t crc32_calc; // computed over the section's bytes

@@ -27,9 +27,9 @@ typedef struct load_state {
     const uint8_t *data;
     const kiln_format_info *info;
     kiln_plan p;
-    uint8_t *defined;    // n_tensors: tensor has a value (inputs, weights, written outputs)
-    int32_t *def_layer;  // n_tensors: layer that writes it (-1: inputs and weights)
-    int32_t *last_use;   // n_tensors: last layer that reads it (or writes it, for tails)
+    uint8_t *defined;       // n_tensors: tensor has a value (inputs, weights, written outputs)
+    int32_t *def_layer;     // n_tensors: layer that writes it (-1: inputs and weights)
+    int32_t *last_use;      // n_tensors: last layer that reads it (or writes it, for tails)
     kiln_value_desc *descs; // n_tensors
 } load_state;
 
@@ -57,8 +57,7 @@ static kiln_status section_count(const load_state *st, uint32_t kind, uint64_t r
     (void)section(st, kind, &nbytes);
     const char *name = kiln_format_section_name(kind);
     KILN_CHECK(nbytes % record_nbytes == 0, C_,
-               "%s section: nbytes %" PRIu64 " is not a multiple of its %" PRIu64
-               "-byte records",
+               "%s section: nbytes %" PRIu64 " is not a multiple of its %" PRIu64 "-byte records",
                name, nbytes, record_nbytes);
     KILN_CHECK(nbytes / record_nbytes <= cap, C_,
                "%s section: %" PRIu64 " records exceed the cap of %" PRIu64, name,
@@ -73,13 +72,15 @@ static kiln_status check_string(const kiln_plan *p, uint32_t offset, const char 
     KILN_CHECK(offset < p->strings_nbytes, C_,
                "%s %" PRIu32 ": %s %" PRIu32 " is outside the %" PRIu64 "-byte strings section",
                what, index, field, offset, p->strings_nbytes);
-    // The section ends with NUL, so memchr finds one.
+    // Scan at most cap + 1 bytes (a long string referenced by every tensor must not make the
+    // load quadratic). The section ends with NUL, so a shorter scan always finds one.
     size_t avail = (size_t)(p->strings_nbytes - offset);
+    if (avail > KILN_FORMAT_MAX_NAME_NBYTES + 1) avail = KILN_FORMAT_MAX_NAME_NBYTES + 1;
     const char *s = p->strings + offset;
-    size_t len = (size_t)((const char *)memchr(s, '\0', avail) - s);
-    KILN_CHECK(len <= KILN_FORMAT_MAX_NAME_NBYTES, C_,
-               "%s %" PRIu32 ": %s at string offset %" PRIu32 " is %zu bytes long (cap %u)", what,
-               index, field, offset, len, KILN_FORMAT_MAX_NAME_NBYTES);
+    const char *nul = memchr(s, '\0', avail);
+    KILN_CHECK(nul != NULL, C_,
+               "%s %" PRIu32 ": %s at string offset %" PRIu32 " is longer than the cap of %u bytes",
+               what, index, field, offset, KILN_FORMAT_MAX_NAME_NBYTES);
     return KILN_OK;
 }
 
@@ -93,10 +94,9 @@ static kiln_status decode_plan_record(load_state *st) {
     st->p.arena_nbytes = kiln_rd_u64(s);
     st->p.precision = kiln_rd_u32(s + 8);
     uint32_t reserved = kiln_rd_u32(s + 12);
-    KILN_CHECK(st->p.arena_nbytes <= KILN_FORMAT_MAX_TENSOR_NBYTES &&
-                   st->p.arena_nbytes <= SIZE_MAX,
-               C_, "plan: arena_nbytes %" PRIu64 " exceeds the cap of 2^62 bytes",
-               st->p.arena_nbytes);
+    KILN_CHECK(
+        st->p.arena_nbytes <= KILN_FORMAT_MAX_TENSOR_NBYTES && st->p.arena_nbytes <= SIZE_MAX, C_,
+        "plan: arena_nbytes %" PRIu64 " exceeds the cap of 2^62 bytes", st->p.arena_nbytes);
     KILN_CHECK(st->p.precision <= KILN_PRECISION_BF16, C_,
                "plan: precision %" PRIu32 " is not valid (0 fp32, 1 fp16, 2 bf16)",
                st->p.precision);
@@ -212,8 +212,10 @@ static kiln_status decode_bindings(load_state *st, uint64_t n_tensors) {
                    "bindings: %s %" PRIu32 " is tensor %" PRIu32 ", but there are %" PRIu64
                    " tensors",
                    is_in ? "input" : "output", idx, t, n_tensors);
-        if (is_in) p->inputs[idx] = t;
-        else p->outputs[idx] = t;
+        if (is_in)
+            p->inputs[idx] = t;
+        else
+            p->outputs[idx] = t;
     }
     return KILN_OK;
 }
@@ -228,6 +230,10 @@ static const char *kind_name(uint32_t kind) {
     case KILN_TENSOR_WEIGHT: return "weight";
     default: return "invalid";
     }
+}
+
+static const char *article(uint32_t kind) {
+    return kind == KILN_TENSOR_OUTPUT || kind == KILN_TENSOR_WEIGHT ? "a" : "an";
 }
 
 static kiln_status check_tensor(const kiln_plan *p, uint32_t i, const uint8_t *r) {
@@ -248,8 +254,8 @@ static kiln_status check_tensor(const kiln_plan *p, uint32_t i, const uint8_t *r
                "tensor %" PRIu32 ": dtype %" PRIu32 " is not a valid dtype (1..%d)", i, t->dtype,
                KILN_DTYPE_COUNT - 1);
     KILN_CHECK(t->shape.rank <= KILN_MAX_RANK, C_,
-               "tensor %" PRIu32 ": rank %" PRIu32 " exceeds the maximum rank %d", i,
-               t->shape.rank, KILN_MAX_RANK);
+               "tensor %" PRIu32 ": rank %" PRIu32 " exceeds the maximum rank %d", i, t->shape.rank,
+               KILN_MAX_RANK);
     for (uint32_t d = 0; d < KILN_MAX_RANK; d++) {
         int64_t lo = kiln_rd_i64(r + 40 + 8 * d), hi = kiln_rd_i64(r + 104 + 8 * d);
         if (d >= t->shape.rank) {
@@ -294,7 +300,8 @@ static kiln_status check_tensor(const kiln_plan *p, uint32_t i, const uint8_t *r
                    i, kind_name(t->kind), t->binding);
     }
     KILN_CHECK(t->kind == KILN_TENSOR_WEIGHT || t->key == KILN_NO_KEY, C_,
-               "tensor %" PRIu32 " (%s): key %" PRIu32 " must be 0xffffffff (only weights have keys)",
+               "tensor %" PRIu32 " (%s): key %" PRIu32
+               " must be 0xffffffff (only weights have keys)",
                i, kind_name(t->kind), t->key);
 
     switch (t->kind) {
@@ -311,8 +318,8 @@ static kiln_status check_tensor(const kiln_plan *p, uint32_t i, const uint8_t *r
                    " is not a multiple of %d",
                    i, t->offset, KILN_FORMAT_ACTIVATION_ALIGN);
         KILN_CHECK(t->nbytes >= max_nbytes, C_,
-                   "tensor %" PRIu32 " (activation): nbytes %" PRIu64
-                   " is below the %" PRIu64 " bytes of its largest shape",
+                   "tensor %" PRIu32 " (activation): nbytes %" PRIu64 " is below the %" PRIu64
+                   " bytes of its largest shape",
                    i, t->nbytes, max_nbytes);
         KILN_CHECK(kiln_range_ok(t->offset, t->nbytes, p->arena_nbytes), C_,
                    "tensor %" PRIu32 " (activation): arena offset %" PRIu64 " + nbytes %" PRIu64
@@ -332,8 +339,8 @@ static kiln_status check_tensor(const kiln_plan *p, uint32_t i, const uint8_t *r
                    i, t->nbytes, max_nbytes);
         if (t->key == KILN_NO_KEY) {
             KILN_CHECK(t->offset % KILN_FORMAT_WEIGHT_ALIGN == 0, C_,
-                       "tensor %" PRIu32 " (weight): offset %" PRIu64 " is not a multiple of %d",
-                       i, t->offset, KILN_FORMAT_WEIGHT_ALIGN);
+                       "tensor %" PRIu32 " (weight): offset %" PRIu64 " is not a multiple of %d", i,
+                       t->offset, KILN_FORMAT_WEIGHT_ALIGN);
             KILN_CHECK(kiln_range_ok(t->offset, t->nbytes, p->weights_nbytes), C_,
                        "tensor %" PRIu32 " (weight): offset %" PRIu64 " + nbytes %" PRIu64
                        " lies outside the %" PRIu64 "-byte weights section",
@@ -364,8 +371,9 @@ static kiln_status check_bindings(const kiln_plan *p) {
         uint32_t t = is_in ? p->inputs[idx] : p->outputs[idx];
         uint32_t want = is_in ? KILN_TENSOR_INPUT : KILN_TENSOR_OUTPUT;
         KILN_CHECK(p->tensors[t].kind == want && p->tensors[t].binding == idx, C_,
-                   "bindings: %s %" PRIu32 " is tensor %" PRIu32 ", which is %s %s with binding %" PRIu32,
-                   kind_name(want), idx, t, p->tensors[t].kind == KILN_TENSOR_INPUT ? "an" : "a",
+                   "bindings: %s %" PRIu32 " is tensor %" PRIu32
+                   ", which is %s %s with binding %" PRIu32,
+                   kind_name(want), idx, t, article(p->tensors[t].kind),
                    kind_name(p->tensors[t].kind), p->tensors[t].binding);
     }
     // Names unique among inputs and outputs.
@@ -427,8 +435,8 @@ static kiln_status check_layer_static(const kiln_plan *p, uint32_t i, const uint
                " lies outside the %" PRIu32 " ids",
                i, op, l->input_begin, l->n_inputs, p->n_ids);
     KILN_CHECK(l->n_outputs == def->n_outputs, C_,
-               "layer %" PRIu32 " (%s): n_outputs %" PRIu32 ", the op has %u", i, op,
-               l->n_outputs, def->n_outputs);
+               "layer %" PRIu32 " (%s): n_outputs %" PRIu32 ", the op has %u", i, op, l->n_outputs,
+               def->n_outputs);
     KILN_CHECK(kiln_range_ok(l->output_begin, l->n_outputs, p->n_ids), C_,
                "layer %" PRIu32 " (%s): output_begin %" PRIu32 " + n_outputs %" PRIu32
                " lies outside the %" PRIu32 " ids",
@@ -460,13 +468,13 @@ static kiln_status check_layer_static(const kiln_plan *p, uint32_t i, const uint
     }
     for (uint32_t j = 0; j < l->n_outputs; j++) {
         int32_t id = p->ids[l->output_begin + j];
-        KILN_CHECK(id >= 0, C_, "layer %" PRIu32 " (%s): output %" PRIu32 " is -1 (absent)", i,
-                   op, j);
+        KILN_CHECK(id >= 0, C_, "layer %" PRIu32 " (%s): output %" PRIu32 " is -1 (absent)", i, op,
+                   j);
         uint32_t k = p->tensors[id].kind;
         KILN_CHECK(k == KILN_TENSOR_ACTIVATION || k == KILN_TENSOR_OUTPUT, C_,
                    "layer %" PRIu32 " (%s): output %" PRIu32 " is tensor %" PRId32
                    ", %s %s; layers write activations and outputs",
-                   i, op, j, id, k == KILN_TENSOR_INPUT ? "an" : "a", kind_name(k));
+                   i, op, j, id, article(k), kind_name(k));
     }
     if (l->flags & KILN_LAYER_TAIL) {
         KILN_CHECK(def->flags & KILN_OPF_TAIL, C_,
@@ -501,13 +509,12 @@ static kiln_status compare_desc(uint32_t i, const char *op, int32_t id, const ki
                i, op, id, kiln_dtype_name((kiln_dtype)got->dtype), got->shape.rank,
                kiln_dtype_name((kiln_dtype)want->dtype), want->shape.rank);
     for (uint32_t d = 0; d < got->shape.rank; d++) {
-        KILN_CHECK(got->shape.min[d] == want->shape.min[d] && got->shape.max[d] == want->shape.max[d],
-                   C_,
-                   "layer %" PRIu32 " (%s): output tensor %" PRId32 " dim %" PRIu32
-                   " range is [%" PRId64 ", %" PRId64 "], but shape inference gives [%" PRId64
-                   ", %" PRId64 "]",
-                   i, op, id, d, got->shape.min[d], got->shape.max[d], want->shape.min[d],
-                   want->shape.max[d]);
+        KILN_CHECK(
+            got->shape.min[d] == want->shape.min[d] && got->shape.max[d] == want->shape.max[d], C_,
+            "layer %" PRIu32 " (%s): output tensor %" PRId32 " dim %" PRIu32 " range is [%" PRId64
+            ", %" PRId64 "], but shape inference gives [%" PRId64 ", %" PRId64 "]",
+            i, op, id, d, got->shape.min[d], got->shape.max[d], want->shape.min[d],
+            want->shape.max[d]);
     }
     return KILN_OK;
 }
@@ -540,8 +547,7 @@ static kiln_status check_dataflow(load_state *st) {
             KILN_CHECK(tails_left == 0, C_,
                        "layer %" PRIu32 " (%s) is not a TAIL layer, but head layer %" PRIu32
                        " has n_tail %" PRIu32 " and only %" PRIu32 " tails precede it",
-                       i, op, head, p->layers[head].n_tail,
-                       p->layers[head].n_tail - tails_left);
+                       i, op, head, p->layers[head].n_tail, p->layers[head].n_tail - tails_left);
             head = i;
             tails_left = l->n_tail;
         }
@@ -712,8 +718,10 @@ static kiln_status check_memory_plan(load_state *st) {
                 live[by_last[e].pos / 64] &= ~(UINT64_C(1) << (by_last[e].pos % 64));
             }
             int64_t lo = bits_prev(live, r), hi = bits_next(live, n_words, r);
-            if (lo >= 0 && bufs[lo].end > b->begin) s = overlap_error(&bufs[lo], b);
-            else if (hi >= 0 && bufs[hi].begin < b->end) s = overlap_error(b, &bufs[hi]);
+            if (lo >= 0 && bufs[lo].end > b->begin)
+                s = overlap_error(&bufs[lo], b);
+            else if (hi >= 0 && bufs[hi].begin < b->end)
+                s = overlap_error(b, &bufs[hi]);
             live[r / 64] |= UINT64_C(1) << (r % 64);
         }
     }
@@ -733,8 +741,7 @@ static kiln_status check_op_versions(const load_state *st) {
     const uint8_t *s = section(st, KILN_SECTION_LAYERS, &nbytes);
     for (uint64_t i = 0; i + KILN_FORMAT_LAYER_NBYTES <= nbytes; i += KILN_FORMAT_LAYER_NBYTES) {
         uint32_t op = kiln_rd_u32(s + i);
-        KILN_CHECK(op == 0 || op > KILN_OP_MAX_ID || kiln_op_def_get(op) != NULL,
-                   KILN_ERR_VERSION,
+        KILN_CHECK(op == 0 || op > KILN_OP_MAX_ID || kiln_op_def_get(op) != NULL, KILN_ERR_VERSION,
                    "layer %" PRIu64 ": op %" PRIu32
                    " is unknown to this Kiln (%s): the engine was made by a newer Kiln; upgrade "
                    "Kiln",
@@ -772,8 +779,8 @@ static kiln_status load_body(load_state *st) {
     }
     KILN_TRY(check_bindings(p));
 
-    KILN_TRY(alloc_array((void **)&p->layers, n_layers, sizeof(kiln_plan_layer), KILN_ALIGN,
-                         "layers"));
+    KILN_TRY(
+        alloc_array((void **)&p->layers, n_layers, sizeof(kiln_plan_layer), KILN_ALIGN, "layers"));
     p->n_layers = (uint32_t)n_layers;
     memset(p->layers, 0, (size_t)n_layers * sizeof(kiln_plan_layer));
     s = section(st, KILN_SECTION_LAYERS, &nbytes);

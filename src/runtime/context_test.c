@@ -4,8 +4,8 @@
 // left), an external bias resolved by key, a softmax with an attribute, dynamic batch. Checks
 // outputs against a naive reference, the binding queries, and every runtime error path.
 #include <stdatomic.h>
-#include <threads.h>
 
+#include "builder/serialize.h"
 #include "check.h"
 #include "core/alloc.h"
 #include "runtime/engine_internal.h"
@@ -33,49 +33,48 @@ static kiln_shape shape2(int64_t min0, int64_t max0, int64_t d1) {
     return s;
 }
 
-// Tensors: 0 x[B,4] in0, 1 w[3,4] inline, 2 b[3] external "bias", 3 h = linear (activation),
-// 4 r = relu(h) (activation), 5 y[B,3] in1, 6 out = y + r (output 0), 7 sm = softmax(out, -1)
-// (output 1). Layers: linear (head, n_tail 2), relu (tail), add(y, running) (tail), softmax.
+// Tensors: 0 x[B,4] in0, 1 w[3,4] inline, 2 b[3] external "bias", 3 h (activation) =
+// linear(x, w, b) with the fused tail relu, add(y, h) (the operand on the left; tails write h in
+// place), 4 y[B,3] in1, 5 out = copy(h) (output 0), 6 sm = softmax(h, -1) (output 1).
 static void make_plan(kiln_plan *p) {
-    kiln_plan_tensor t[8];
-    kiln_plan_layer l[4];
-    int32_t ids[] = {0, 1, 2, 3, /*relu*/ 3, 4, /*add*/ 5, 4, 6, /*softmax*/ 6, 7};
+    kiln_plan_tensor t[7];
+    kiln_plan_layer l[5];
+    int32_t ids[] = {0, 1, 2, 3, /*relu*/ 3, 3, /*add*/ 4, 3, 3, /*copy*/ 3, 5, /*softmax*/ 3, 6};
     kiln_attr_ref refs[] = {{KILN_ATTR_INTS, 1, 0}};
     int64_t ints[] = {-1};
-    char strings[] = "\0x\0w\0b\0bias\0y\0out\0sm\0h\0r";
+    char strings[] = "\0x\0w\0b\0bias\0y\0out\0sm\0h";
     uint32_t n_strings = sizeof strings;
     uint8_t weights[64];
-    uint32_t inputs[] = {0, 5}, outputs[] = {6, 7};
+    uint32_t inputs[] = {0, 4}, outputs[] = {5, 6};
     memset(t, 0, sizeof t);
     memset(l, 0, sizeof l);
     memset(weights, 0, sizeof weights);
     memcpy(weights, w_data, sizeof w_data);
-    // names: "x"=1 "w"=3 "b"=5 "bias"=7 "y"=12 "out"=14 "sm"=18 "h"=21 "r"=23
+    // names: "x"=1 "w"=3 "b"=5 "bias"=7 "y"=12 "out"=14 "sm"=18 "h"=21
     t[0] = (kiln_plan_tensor){KILN_TENSOR_INPUT, KILN_DTYPE_F32, shape2(1, B_MAX, K), 1, 0, 0, 0,
                               KILN_NO_KEY};
     t[1] = (kiln_plan_tensor){KILN_TENSOR_WEIGHT, KILN_DTYPE_F32, shape2(N, N, K), 3, 0, 0,
-                              sizeof w_data, KILN_NO_KEY};
+                              sizeof w_data,      KILN_NO_KEY};
     t[2] = (kiln_plan_tensor){KILN_TENSOR_WEIGHT, KILN_DTYPE_F32, {0}, 5, 0, 0, sizeof b_data, 7};
     t[2].shape.rank = 1;
     t[2].shape.min[0] = t[2].shape.max[0] = N;
     t[3] = (kiln_plan_tensor){KILN_TENSOR_ACTIVATION, KILN_DTYPE_F32, shape2(1, B_MAX, N), 21, 0, 0,
-                              B_MAX * N * 4, KILN_NO_KEY};
-    t[4] = (kiln_plan_tensor){KILN_TENSOR_ACTIVATION, KILN_DTYPE_F32, shape2(1, B_MAX, N), 23, 0,
-                              128, B_MAX * N * 4, KILN_NO_KEY};
-    t[5] = (kiln_plan_tensor){KILN_TENSOR_INPUT, KILN_DTYPE_F32, shape2(1, B_MAX, N), 12, 1, 0, 0,
+                              B_MAX * N * 4,          KILN_NO_KEY};
+    t[4] = (kiln_plan_tensor){KILN_TENSOR_INPUT, KILN_DTYPE_F32, shape2(1, B_MAX, N), 12, 1, 0, 0,
                               KILN_NO_KEY};
-    t[6] = (kiln_plan_tensor){KILN_TENSOR_OUTPUT, KILN_DTYPE_F32, shape2(1, B_MAX, N), 14, 0, 0, 0,
+    t[5] = (kiln_plan_tensor){KILN_TENSOR_OUTPUT, KILN_DTYPE_F32, shape2(1, B_MAX, N), 14, 0, 0, 0,
                               KILN_NO_KEY};
-    t[7] = (kiln_plan_tensor){KILN_TENSOR_OUTPUT, KILN_DTYPE_F32, shape2(1, B_MAX, N), 18, 1, 0, 0,
+    t[6] = (kiln_plan_tensor){KILN_TENSOR_OUTPUT, KILN_DTYPE_F32, shape2(1, B_MAX, N), 18, 1, 0, 0,
                               KILN_NO_KEY};
     l[0] = (kiln_plan_layer){KILN_OP_LINEAR, 0, 0, 3, 3, 1, 0, 0, 2};
     l[1] = (kiln_plan_layer){KILN_OP_RELU, KILN_LAYER_TAIL, 4, 1, 5, 1, 0, 0, 0};
     l[2] = (kiln_plan_layer){KILN_OP_ADD, KILN_LAYER_TAIL, 6, 2, 8, 1, 0, 0, 0};
-    l[3] = (kiln_plan_layer){KILN_OP_SOFTMAX, 0, 9, 1, 10, 1, 0, 1, 0};
+    l[3] = (kiln_plan_layer){KILN_OP_COPY, 0, 9, 1, 10, 1, 0, 0, 0};
+    l[4] = (kiln_plan_layer){KILN_OP_SOFTMAX, 0, 11, 1, 12, 1, 0, 1, 0};
     memset(p, 0, sizeof *p);
-    p->n_tensors = 8;
+    p->n_tensors = 7;
     p->tensors = dup(t, sizeof t);
-    p->n_layers = 4;
+    p->n_layers = 5;
     p->layers = dup(l, sizeof l);
     p->n_ids = sizeof ids / sizeof ids[0];
     p->ids = dup(ids, sizeof ids);
@@ -91,7 +90,7 @@ static void make_plan(kiln_plan *p) {
     p->outputs = dup(outputs, sizeof outputs);
     p->strings_nbytes = n_strings;
     p->strings = dup(strings, n_strings);
-    p->arena_nbytes = 256;
+    p->arena_nbytes = 128;
     p->weights_nbytes = sizeof weights;
     p->weights = dup(weights, sizeof weights);
 }
@@ -170,7 +169,7 @@ static void test_run(void) {
     CHECK_EQ_INT(kiln_engine_n_inputs(e), 2);
     CHECK_EQ_INT(kiln_engine_n_outputs(e), 2);
     CHECK(strcmp(kiln_engine_device(e), "cpu") == 0);
-    CHECK_EQ_INT(kiln_engine_arena_nbytes(e), 256);
+    CHECK_EQ_INT(kiln_engine_arena_nbytes(e), 128);
     CHECK_EQ_INT(kiln_engine_weight_nbytes(e), sizeof w_data + sizeof b_data);
     CHECK_OK(kiln_engine_binding(e, 1, 1, &info));
     CHECK(strcmp(info.name, "y") == 0);
@@ -193,6 +192,38 @@ static void test_run(void) {
     kiln_engine_free(e);
 }
 
+// The same plan through the serializer and kiln_engine_load (the loader validates it).
+static void test_serialized(void) {
+    kiln_plan p;
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    kiln_load_options o;
+    int mode = 0;
+    make_plan(&p);
+    CHECK_OK(kiln_serialize(&p, &bytes, &n));
+    kiln_plan_release(&p);
+    if (bytes == NULL) return;
+    kiln_load_options_init(&o);
+    o.resolve = resolve;
+    o.resolve_user_data = &mode;
+    CHECK_OK(kiln_engine_load(bytes, n, &o, &e));
+    if (e != NULL) {
+        CHECK_OK(kiln_context_new(e, &c));
+        if (c != NULL) {
+            run_batch(c, 7);
+            run_batch(c, 1);
+        }
+    }
+    // The engine does not reference the bytes.
+    memset(bytes, 0xA5, n);
+    if (c != NULL) run_batch(c, 4);
+    kiln_free(bytes, n);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
 static void test_errors(void) {
     kiln_engine *e = NULL;
     kiln_context *c = NULL;
@@ -201,10 +232,10 @@ static void test_errors(void) {
     uint32_t rank;
     kiln_option_setting bad_opt = {.name = "no_such_option", .type = KILN_OPTION_BOOL};
     kiln_option_setting bad_type = {.name = "device", .type = KILN_OPTION_INT, .int_value = 1};
-    kiln_option_setting cuda = {.name = "device", .type = KILN_OPTION_STRING,
-                                .string_value = "cuda:0"};
-    kiln_option_setting autod = {.name = "device", .type = KILN_OPTION_STRING,
-                                 .string_value = "auto"};
+    kiln_option_setting cuda = {
+        .name = "device", .type = KILN_OPTION_STRING, .string_value = "cuda:0"};
+    kiln_option_setting autod = {
+        .name = "device", .type = KILN_OPTION_STRING, .string_value = "auto"};
     kiln_load_options lo;
 
     for (int i = 0; i < B_MAX * K; i++) x[i] = check_rng_uniform(-1, 1);
@@ -294,9 +325,110 @@ static void test_errors(void) {
     kiln_engine_free(e);
 }
 
+// --- allocation failures: a counting allocator that fails the Nth allocation
+
+static struct {
+    long calls, fail_at, failed;
+    int fail_all;
+    long long live;
+} as;
+
+static void *counting_alloc(void *ud, size_t nbytes, size_t align) {
+    size_t rounded = (nbytes + align - 1) & ~(align - 1);
+    void *p;
+    (void)ud;
+    as.calls++;
+    if (as.fail_all || as.calls == as.fail_at) {
+        as.failed++;
+        return NULL;
+    }
+    p = aligned_alloc(align, rounded ? rounded : align);
+    if (p != NULL) as.live += (long long)nbytes;
+    return p;
+}
+
+static void counting_free(void *ud, void *p, size_t nbytes) {
+    (void)ud;
+    if (p == NULL) return;
+    as.live -= (long long)nbytes;
+    free(p);
+}
+
+// Fails allocation 1, 2, ... of load and of context creation until each succeeds: every failure
+// is KILN_ERR_NO_MEMORY with nothing leaked; then execute runs with every allocation refused.
+static void test_alloc_failures(void) {
+    kiln_plan p;
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    kiln_load_options o;
+    int mode = 0;
+    long long base;
+    long k;
+    make_plan(&p);
+    CHECK_OK(kiln_serialize(&p, &bytes, &n));
+    kiln_plan_release(&p);
+    if (bytes == NULL) return;
+    kiln_load_options_init(&o);
+    o.resolve = resolve;
+    o.resolve_user_data = &mode;
+    base = as.live;
+    for (k = 1; k < 10000; k++) {
+        kiln_status st;
+        as.fail_at = as.calls + k;
+        as.failed = 0;
+        st = kiln_engine_load(bytes, n, &o, &e);
+        as.fail_at = 0;
+        if (st == KILN_OK && as.failed == 0) break;
+        CHECK_MSG(st == KILN_ERR_NO_MEMORY, "load, allocation %ld failed: %s", k,
+                  kiln_status_str(st));
+        if (st == KILN_OK) kiln_engine_free(e);
+        e = NULL;
+        CHECK_MSG(as.live == base, "load, allocation %ld failed: %lld bytes leaked", k,
+                  as.live - base);
+    }
+    CHECK(k > 3 && e != NULL);
+    if (e == NULL) goto done;
+    base = as.live;
+    for (k = 1; k < 10000; k++) {
+        kiln_status st;
+        as.fail_at = as.calls + k;
+        as.failed = 0;
+        st = kiln_context_new(e, &c);
+        as.fail_at = 0;
+        if (st == KILN_OK && as.failed == 0) break;
+        CHECK_MSG(st == KILN_ERR_NO_MEMORY, "context, allocation %ld failed: %s", k,
+                  kiln_status_str(st));
+        if (st == KILN_OK) kiln_context_free(c);
+        c = NULL;
+        CHECK_MSG(as.live == base, "context, allocation %ld failed: %lld bytes leaked", k,
+                  as.live - base);
+    }
+    CHECK(c != NULL);
+    if (c == NULL) goto done;
+    // Execute allocates nothing: not on a shape change, not on a repeated run.
+    as.fail_all = 1;
+    run_batch(c, 3);
+    run_batch(c, 3);
+    run_batch(c, 8);
+    as.fail_all = 0;
+    CHECK_EQ_INT(as.failed, 0);
+done:
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_free(bytes, n);
+    CHECK_EQ_INT(as.live, 0);
+}
+
 int main(void) {
+    kiln_allocator counting = {NULL, counting_alloc, counting_free};
+    CHECK_OK(kiln_set_allocator(&counting));
     kiln_log_set(NULL, NULL, KILN_LOG_NONE);
     test_run();
+    test_serialized();
     test_errors();
+    test_alloc_failures();
+    CHECK_EQ_INT(as.live, 0);
     return check_summary();
 }

@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+# The CUDA backend (KILN_CUDA=ON; included by CMakeLists.txt). Builds:
+#   libkiln_cuda.so    the plugin libkiln dlopen()s at run time (src/runtime/backend_cuda.c);
+#                      libkiln itself never links a CUDA library
+#   kiln_cuda_parity   every op against the CPU reference, plus the end-to-end checks through the
+#                      public API (tests/cuda/cuda_parity.c); exits 77 (ctest: skipped) without a GPU
+#   kiln_cuda_smoke    links the shared libkiln and finds the plugin beside it (dladdr), as an
+#                      installed program would
+# Code: sm_90 machine code plus compute_90 PTX (CMAKE_CUDA_ARCHITECTURES=90), -lineinfo.
+# The plugin's RUNPATH finds the CUDA 13 libraries that the nvidia pip wheels (torch,
+# executorch) install beside the Kiln package, before the system's.
+
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90)
+endif()
+if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+endif()
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+
+file(GLOB KILN_CUDA_SOURCES CONFIGURE_DEPENDS src/cuda/*.c src/cuda/*.cu)
+
+# Then the toolkit this was built with and the usual system location, as a last resort.
+set(KILN_CUDA_RPATH
+    "$ORIGIN"
+    "$ORIGIN/../nvidia/cu13/lib"
+    "$ORIGIN/../../nvidia/cu13/lib"
+    "$ORIGIN/../nvidia/cudnn/lib"
+    "$ORIGIN/../../nvidia/cudnn/lib"
+    "${CUDAToolkit_LIBRARY_DIR}")
+if(NOT CUDAToolkit_LIBRARY_DIR STREQUAL "/usr/local/cuda/lib64")
+  list(APPEND KILN_CUDA_RPATH "/usr/local/cuda/lib64")
+endif()
+
+set(KILN_CUDA_FLAGS -lineinfo -Xcompiler=-Wall,-Wextra,-fvisibility=hidden)
+if(KILN_WERROR)
+  list(APPEND KILN_CUDA_FLAGS -Werror=all-warnings -Xcompiler=-Werror)
+endif()
+
+add_library(kiln_cuda SHARED ${KILN_CUDA_SOURCES})
+if(KILN_SANITIZE)
+  # nvcc does not take -fsanitize: the plugin is built uninstrumented (libkiln and the test
+  # programs that load it stay instrumented).
+  set_property(TARGET kiln_cuda PROPERTY COMPILE_OPTIONS "")
+  set_property(TARGET kiln_cuda PROPERTY LINK_OPTIONS "")
+endif()
+target_include_directories(kiln_cuda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include
+                                             ${CMAKE_CURRENT_SOURCE_DIR}/src)
+target_link_libraries(kiln_cuda PRIVATE CUDA::cudart CUDA::cublasLt)
+target_compile_options(kiln_cuda PRIVATE
+  $<$<COMPILE_LANGUAGE:C>:${KILN_WARNINGS}>
+  $<$<COMPILE_LANGUAGE:CUDA>:${KILN_CUDA_FLAGS}>)
+target_compile_definitions(kiln_cuda PRIVATE KILN_BUILDING_CUDA_PLUGIN)
+# -z defs: the plugin must not depend on libkiln's (hidden) internals; it gets them through
+# kiln_cuda_services.
+target_link_options(kiln_cuda PRIVATE -Wl,--enable-new-dtags -Wl,-z,defs)
+set_target_properties(kiln_cuda PROPERTIES
+  C_VISIBILITY_PRESET hidden
+  CUDA_VISIBILITY_PRESET hidden
+  CUDA_RUNTIME_LIBRARY Shared
+  BUILD_WITH_INSTALL_RPATH ON # the same RUNPATH in the build tree and installed
+  INSTALL_RPATH "${KILN_CUDA_RPATH}")
+install(TARGETS kiln_cuda LIBRARY DESTINATION lib)
+
+# --- the parity program (not a *_test.c: CPU builds glob those)
+add_executable(kiln_cuda_parity tests/cuda/cuda_parity.c)
+target_include_directories(kiln_cuda_parity PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+target_compile_options(kiln_cuda_parity PRIVATE ${KILN_WARNINGS})
+target_link_libraries(kiln_cuda_parity PRIVATE kiln_static CUDA::cudart)
+set_target_properties(kiln_cuda_parity PROPERTIES CUDA_RUNTIME_LIBRARY Shared
+                                                  BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR}")
+add_dependencies(kiln_cuda_parity kiln_cuda)
+
+# --- the smoke program: shared libkiln, plugin found beside it
+add_executable(kiln_cuda_smoke tests/cuda/cuda_smoke.c)
+target_include_directories(kiln_cuda_smoke PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+target_compile_options(kiln_cuda_smoke PRIVATE ${KILN_WARNINGS})
+target_link_libraries(kiln_cuda_smoke PRIVATE kiln)
+target_link_options(kiln_cuda_smoke PRIVATE -Wl,--enable-new-dtags)
+set_target_properties(kiln_cuda_smoke PROPERTIES BUILD_RPATH "$ORIGIN" INSTALL_RPATH "$ORIGIN")
+add_dependencies(kiln_cuda_smoke kiln_cuda)
+
+if(KILN_BUILD_TESTS)
+  enable_testing()
+  add_test(NAME kiln_cuda_parity COMMAND kiln_cuda_parity --quick
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  add_test(NAME kiln_cuda_smoke COMMAND kiln_cuda_smoke WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(kiln_cuda_parity kiln_cuda_smoke PROPERTIES SKIP_RETURN_CODE 77)
+  set_tests_properties(kiln_cuda_parity PROPERTIES
+    ENVIRONMENT "KILN_CUDA_PLUGIN=$<TARGET_FILE:kiln_cuda>")
+endif()

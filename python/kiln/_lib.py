@@ -1,0 +1,388 @@
+"""ctypes bindings for libkiln's C API (include/kiln/*.h): graph and builder, op table, engine
+runtime (for tests and tools), errors, versions.
+
+The library is found, in order, at ``$KILN_LIBRARY`` (a path to ``libkiln.so``, for development
+builds) or in the installed ``kiln_executorch_runtime`` package's ``lib/`` folder. The runtime
+package is located without importing it: importing it registers the ExecuTorch delegate, which
+the export side does not need.
+
+Every non-OK status raises a :class:`KilnError` subclass whose message is ``kiln_last_error()``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+__all__ = [
+    "KILN_MAX_RANK",
+    "KilnBusyError",
+    "KilnCorruptError",
+    "KilnDeviceError",
+    "KilnError",
+    "KilnInternalError",
+    "KilnInvalidArgError",
+    "KilnInvalidStateError",
+    "KilnIOError",
+    "KilnMissingDataError",
+    "KilnNoMemoryError",
+    "KilnNotEngineError",
+    "KilnShapeError",
+    "KilnUnsupportedError",
+    "KilnVersionError",
+    "library",
+    "library_path",
+]
+
+KILN_MAX_RANK = 8
+
+# --- errors (one class per kiln_status; values are ABI)
+
+
+class KilnError(RuntimeError):
+    """A libkiln call failed. ``status`` is the kiln_status value, the message kiln_last_error()."""
+
+    status = -1
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class KilnInvalidArgError(KilnError, ValueError):
+    status = 1
+
+
+class KilnNoMemoryError(KilnError, MemoryError):
+    status = 2
+
+
+class KilnNotEngineError(KilnError):
+    status = 3
+
+
+class KilnCorruptError(KilnError):
+    status = 4
+
+
+class KilnVersionError(KilnError):
+    status = 5
+
+
+class KilnUnsupportedError(KilnError):
+    status = 6
+
+
+class KilnShapeError(KilnError, ValueError):
+    status = 7
+
+
+class KilnMissingDataError(KilnError):
+    status = 8
+
+
+class KilnDeviceError(KilnError):
+    status = 9
+
+
+class KilnIOError(KilnError, OSError):
+    status = 10
+
+
+class KilnBusyError(KilnError):
+    status = 11
+
+
+class KilnInvalidStateError(KilnError):
+    status = 12
+
+
+class KilnInternalError(KilnError):
+    status = 13
+
+
+_ERRORS = {
+    c.status: c
+    for c in (
+        KilnInvalidArgError,
+        KilnNoMemoryError,
+        KilnNotEngineError,
+        KilnCorruptError,
+        KilnVersionError,
+        KilnUnsupportedError,
+        KilnShapeError,
+        KilnMissingDataError,
+        KilnDeviceError,
+        KilnIOError,
+        KilnBusyError,
+        KilnInvalidStateError,
+        KilnInternalError,
+    )
+}
+
+# --- C structs (include/kiln/kiln_graph.h, kiln_ops.h, kiln_engine.h)
+
+
+class Attr(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("ints", ctypes.POINTER(ctypes.c_int64)),
+        ("floats", ctypes.POINTER(ctypes.c_double)),
+        ("n", ctypes.c_uint32),
+    ]
+
+
+class BuildOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_nbytes", ctypes.c_uint32),
+        ("precision", ctypes.c_int),
+        ("external_weights", ctypes.c_int32),
+        ("optimize", ctypes.c_int32),
+        ("min_external_nbytes", ctypes.c_uint64),
+    ]
+
+
+class OpInfo(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_uint32),
+        ("name", ctypes.c_char_p),
+        ("min_inputs", ctypes.c_uint32),
+        ("max_inputs", ctypes.c_uint32),
+        ("optional_mask", ctypes.c_uint32),
+        ("n_outputs", ctypes.c_uint32),
+        ("n_attrs", ctypes.c_uint32),
+        ("dtype_mask", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+    ]
+
+
+class AttrInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_int),
+        ("count", ctypes.c_int32),
+        ("n_default", ctypes.c_uint32),
+        ("default_ints", ctypes.c_int64 * KILN_MAX_RANK),
+        ("default_floats", ctypes.c_double * KILN_MAX_RANK),
+    ]
+
+
+WeightResolver = ctypes.CFUNCTYPE(
+    ctypes.c_int,
+    ctypes.c_void_p,
+    ctypes.c_char_p,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.POINTER(ctypes.c_size_t),
+)
+
+
+class OptionSetting(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("type", ctypes.c_int),
+        ("int_value", ctypes.c_int64),
+        ("string_value", ctypes.c_char_p),
+    ]
+
+
+class LoadOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_nbytes", ctypes.c_uint32),
+        ("resolve", WeightResolver),
+        ("resolve_user_data", ctypes.c_void_p),
+        ("settings", ctypes.POINTER(OptionSetting)),
+        ("n_settings", ctypes.c_uint32),
+    ]
+
+
+class BindingInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_uint32),
+        ("dim_min", ctypes.c_int64 * KILN_MAX_RANK),
+        ("dim_max", ctypes.c_int64 * KILN_MAX_RANK),
+        ("is_input", ctypes.c_int32),
+        ("max_nbytes", ctypes.c_uint64),
+    ]
+
+
+_P = ctypes.c_void_p
+_I32P = ctypes.POINTER(ctypes.c_int32)
+_I64P = ctypes.POINTER(ctypes.c_int64)
+_U32 = ctypes.c_uint32
+_SIG = {
+    # name: (restype, argtypes); restype int = kiln_status
+    "kiln_version": (_U32, []),
+    "kiln_version_string": (ctypes.c_char_p, []),
+    "kiln_status_str": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_last_error": (ctypes.c_char_p, []),
+    "kiln_clear_error": (None, []),
+    "kiln_dtype_size": (ctypes.c_size_t, [ctypes.c_int]),
+    "kiln_dtype_name": (ctypes.c_char_p, [ctypes.c_int]),
+    # op table
+    "kiln_op_count": (_U32, []),
+    "kiln_op_id_at": (_U32, [_U32]),
+    "kiln_op_get_info": (ctypes.c_int, [_U32, ctypes.POINTER(OpInfo)]),
+    "kiln_op_get_attr_info": (ctypes.c_int, [_U32, _U32, ctypes.POINTER(AttrInfo)]),
+    "kiln_op_lookup": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_U32)]),
+    "kiln_op_name": (ctypes.c_char_p, [_U32]),
+    # graph and builder
+    "kiln_graph_new": (ctypes.c_int, [ctypes.POINTER(_P)]),
+    "kiln_graph_free": (None, [_P]),
+    "kiln_graph_add_input": (
+        ctypes.c_int,
+        [_P, ctypes.c_char_p, ctypes.c_int, _U32, _I64P, _I64P, _I32P],
+    ),
+    "kiln_graph_add_constant": (
+        ctypes.c_int,
+        [_P, ctypes.c_char_p, ctypes.c_int, _U32, _I64P, _P, ctypes.c_size_t, _I32P],
+    ),
+    "kiln_graph_add_node": (
+        ctypes.c_int,
+        [_P, _U32, _I32P, _U32, ctypes.POINTER(Attr), _U32, _I32P, _U32],
+    ),
+    "kiln_graph_mark_output": (ctypes.c_int, [_P, ctypes.c_int32, ctypes.c_char_p]),
+    "kiln_graph_value_info": (
+        ctypes.c_int,
+        [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(_U32), _I64P, _I64P],
+    ),
+    "kiln_build_options_init": (None, [ctypes.POINTER(BuildOptions)]),
+    "kiln_build": (ctypes.c_int, [_P, ctypes.POINTER(BuildOptions), ctypes.POINTER(_P)]),
+    "kiln_built_free": (None, [_P]),
+    "kiln_built_engine": (
+        ctypes.c_int,
+        [_P, ctypes.POINTER(_P), ctypes.POINTER(ctypes.c_size_t)],
+    ),
+    "kiln_built_n_weights": (_U32, [_P]),
+    "kiln_built_weight": (
+        ctypes.c_int,
+        [
+            _P,
+            _U32,
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.POINTER(_P),
+            ctypes.POINTER(ctypes.c_size_t),
+        ],
+    ),
+    # engine runtime
+    "kiln_load_options_init": (None, [ctypes.POINTER(LoadOptions)]),
+    "kiln_engine_load": (
+        ctypes.c_int,
+        [_P, ctypes.c_size_t, ctypes.POINTER(LoadOptions), ctypes.POINTER(_P)],
+    ),
+    "kiln_engine_free": (None, [_P]),
+    "kiln_engine_n_inputs": (_U32, [_P]),
+    "kiln_engine_n_outputs": (_U32, [_P]),
+    "kiln_engine_binding": (ctypes.c_int, [_P, ctypes.c_int32, _U32, ctypes.POINTER(BindingInfo)]),
+    "kiln_engine_device": (ctypes.c_char_p, [_P]),
+    "kiln_engine_arena_nbytes": (ctypes.c_uint64, [_P]),
+    "kiln_engine_weight_nbytes": (ctypes.c_uint64, [_P]),
+    "kiln_context_new": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
+    "kiln_context_free": (None, [_P]),
+    "kiln_context_set_input": (ctypes.c_int, [_P, _U32, _U32, _I64P, _P]),
+    "kiln_context_set_output": (ctypes.c_int, [_P, _U32, _P, ctypes.c_size_t]),
+    "kiln_context_infer_shapes": (ctypes.c_int, [_P]),
+    "kiln_context_execute": (ctypes.c_int, [_P]),
+    "kiln_context_output_shape": (ctypes.c_int, [_P, _U32, ctypes.POINTER(_U32), _I64P]),
+}
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_lib_path: Path | None = None
+_missing: set[str] = set()
+
+
+def library_path() -> Path:
+    """Where libkiln.so is loaded from: ``$KILN_LIBRARY``, else the installed runtime package's
+    ``lib/libkiln.so`` (located without importing the package)."""
+    env = os.environ.get("KILN_LIBRARY", "").strip()
+    if env:
+        p = Path(env).expanduser()
+        if not p.is_file():
+            raise FileNotFoundError(
+                f"KILN_LIBRARY={env!r} does not name a file: point it at a built libkiln.so "
+                "(cmake --build <dir> --target kiln) or unset it to use the installed package"
+            )
+        return p
+    spec = importlib.util.find_spec("kiln_executorch_runtime")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            "libkiln.so not found: the kiln_executorch_runtime package is not installed and "
+            "KILN_LIBRARY is not set. Install Kiln (pip install --no-build-isolation . from a "
+            "Kiln checkout) or set KILN_LIBRARY=/path/to/libkiln.so"
+        )
+    p = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libkiln.so"
+    if not p.is_file():
+        raise ImportError(
+            f"{p} is missing: the Kiln installation is incomplete; reinstall it, or set "
+            "KILN_LIBRARY=/path/to/libkiln.so"
+        )
+    return p
+
+
+def library() -> ctypes.CDLL:
+    """The loaded libkiln (loaded once per process, with every signature declared)."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = library_path()
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise ImportError(f"cannot load {path}: {e}") from e
+        missing = []
+        for name, (restype, argtypes) in _SIG.items():
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                missing.append(name)
+                continue
+            fn.restype = restype
+            fn.argtypes = argtypes
+        _missing.update(missing)
+        _lib, _lib_path = lib, path
+        return lib
+
+
+def require(*names: str) -> ctypes.CDLL:
+    """The library, checked to export every function in ``names``."""
+    lib = library()
+    missing = [n for n in names if n in _missing]
+    if missing:
+        raise ImportError(
+            f"{_lib_path} does not export {', '.join(missing)}: it is an older or incomplete "
+            "libkiln; rebuild it or reinstall Kiln"
+        )
+    return lib
+
+
+def last_error() -> str:
+    msg = library().kiln_last_error()
+    return msg.decode("utf-8", errors="replace") if msg else ""
+
+
+def status_str(status: int) -> str:
+    return library().kiln_status_str(status).decode("utf-8", errors="replace")
+
+
+def check(status: int, what: str = "") -> None:
+    """Raises the KilnError subclass for a non-OK status, with kiln_last_error() as message."""
+    if status == 0:
+        return
+    msg = last_error() or status_str(status)
+    if what:
+        msg = f"{what}: {msg}"
+    raise _ERRORS.get(status, KilnError)(msg, status)
+
+
+def version() -> str:
+    """libkiln's version string ("0.1.0")."""
+    return library().kiln_version_string().decode()

@@ -1,0 +1,185 @@
+"""kiln.load: run an ExecuTorch program (.pte, optionally with its .ptd) through the stock
+ExecuTorch runtime with the KilnBackend delegate registered."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+_PIP_HINT = (
+    "Kiln's runtime package (kiln_executorch_runtime) is not installed: install Kiln with "
+    "`pip install --no-build-isolation .` from a Kiln checkout (it needs executorch==1.5.1 and "
+    "torch==2.14.0)"
+)
+
+# ExecuTorch runtime::Error values (runtime/core/error.h) seen when loading or running.
+_ET_ERRORS = {
+    0x01: "Internal",
+    0x02: "InvalidState",
+    0x10: "InvalidArgument",
+    0x11: "InvalidType",
+    0x12: "OperatorMissing",
+    0x13: "RegistrationExceedingMaxKernels",
+    0x14: "RegistrationAlreadyRegistered",
+    0x20: "NotFound",
+    0x21: "MemoryAllocationFailed",
+    0x22: "AccessFailed",
+    0x23: "InvalidProgram",
+    0x24: "InvalidExternalData",
+    0x25: "OutOfResources",
+    0x30: "DelegateInvalidCompatibility",
+    0x31: "DelegateMemoryAllocationFailed",
+    0x32: "DelegateInvalidHandle",
+}
+
+
+class KilnLoadError(RuntimeError):
+    """A program could not be loaded or run (the message names the cause and the fix)."""
+
+
+def _error_code(msg: str) -> int | None:
+    # pybind messages read "... error: 0x:24" (ExecuTorch 1.5) or "... error 0x24".
+    m = re.search(r"(?:error|Error)\W*0x:?([0-9a-fA-F]+)", msg)
+    if m:
+        return int(m.group(1), 16)
+    for code, name in _ET_ERRORS.items():
+        if name in msg:
+            return code
+    return None
+
+
+def _register_kiln() -> None:
+    try:
+        rt = importlib.import_module("kiln_executorch_runtime")
+    except ModuleNotFoundError as e:
+        if e.name == "kiln_executorch_runtime":
+            raise ImportError(_PIP_HINT) from None
+        raise
+    rt.register()
+
+
+class Program:
+    """A loaded ExecuTorch program. ``forward(*tensors)`` and ``run(method, inputs)`` return
+    lists of output tensors."""
+
+    def __init__(self, program, path: Path, data_path: Path | None):
+        self._program = program
+        self.path = path
+        self.data_path = data_path
+        names = list(program.method_names)
+        self.method_names = sorted(names, key=lambda n: (n != "forward", n))
+        self._methods = {}
+        for name in self.method_names:
+            self._methods[name] = self._load_method(name)
+
+    def _load_method(self, name: str):
+        try:
+            return self._program.load_method(name)
+        except Exception as e:  # noqa: BLE001 - pybind raises RuntimeError/ValueError
+            raise KilnLoadError(self._explain_load(name, e)) from e
+
+    def _explain_load(self, name: str, e: Exception) -> str:
+        msg = str(e)
+        code = _error_code(msg)
+        base = f"loading method '{name}' of {self.path} failed ({msg.strip()})"
+        if code == 0x24 or "external" in msg.lower():
+            if self.data_path is None:
+                return (
+                    f"{base}: the program keeps weights in a separate .ptd file (it was exported "
+                    "with external_data=...). Load it with kiln.load(pte_path, "
+                    "data_path='<external_data>.ptd')"
+                )
+            return (
+                f"{base}: {self.data_path} does not hold this program's weights; pass the .ptd "
+                "file written together with this .pte"
+            )
+        if code == 0x20 or "backend" in msg.lower():
+            return (
+                f"{base}: a delegate the program uses is not registered in this process. For "
+                "Kiln, import kiln_executorch_runtime (or use kiln.load) and check that "
+                "KILN_SKIP_DELEGATE_REGISTRATION is not set"
+            )
+        if code == 0x12:
+            return (
+                f"{base}: an operator outside the Kiln delegate has no kernel in this ExecuTorch "
+                "runtime"
+            )
+        return f"{base}: see the ExecuTorch/Kiln log lines above for the cause"
+
+    def run(self, method: str, inputs: Sequence) -> list:
+        """Runs a method on a sequence of inputs (tensors); returns its outputs as tensors."""
+        import torch
+
+        m = self._methods.get(method)
+        if m is None:
+            raise ValueError(
+                f"the program has no method {method!r}; its methods: "
+                f"{', '.join(self.method_names)}"
+            )
+        if isinstance(inputs, torch.Tensor):
+            inputs = (inputs,)
+        if not isinstance(inputs, (list, tuple)):
+            raise TypeError(f"inputs must be a list or tuple of tensors, got {type(inputs).__name__}")
+        meta = m.metadata
+        n_in = meta.num_inputs()
+        if len(inputs) != n_in:
+            raise ValueError(f"method {method!r} takes {n_in} inputs, got {len(inputs)}")
+        args = [t.contiguous() if isinstance(t, torch.Tensor) else t for t in inputs]
+        try:
+            outs = m.execute(args)
+        except Exception as e:  # noqa: BLE001 - pybind raises RuntimeError
+            raise KilnLoadError(self._explain_run(method, args, e)) from e
+        return list(outs)
+
+    def _explain_run(self, method: str, args, e: Exception) -> str:
+        msg = str(e).strip()
+        shapes = ", ".join(
+            str(tuple(a.shape)) + f" {a.dtype}" if hasattr(a, "shape") else repr(a) for a in args
+        )
+        return (
+            f"running method '{method}' failed ({msg}) with inputs {shapes}: check that every "
+            "input has the dtype and rank the program was exported with and that dynamic "
+            "dimensions are within the ranges given to torch.export (the log lines above name "
+            "the input and the allowed range)"
+        )
+
+    def forward(self, *inputs) -> list:
+        """Runs the ``forward`` method."""
+        return self.run("forward", inputs)
+
+    def __call__(self, *inputs) -> list:
+        return self.forward(*inputs)
+
+    def __repr__(self) -> str:
+        return f"kiln.Program({str(self.path)!r}, methods={self.method_names})"
+
+
+def load(path, data_path=None) -> Program:
+    """Loads a .pte program (and its .ptd weights) for ExecuTorch's runtime with KilnBackend
+    registered, and loads every method.
+
+    Raises FileNotFoundError for a missing file, ImportError if Kiln's runtime package is not
+    installed, KilnLoadError (naming the cause and the fix) if a method cannot be initialized,
+    e.g. a program exported with external_data loaded without its .ptd.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no program file at {p}")
+    d = None
+    if data_path is not None:
+        d = Path(data_path)
+        if not d.is_file():
+            raise FileNotFoundError(f"no data file at {d} (the .ptd written with the .pte)")
+    _register_kiln()
+    from executorch.runtime import Runtime
+
+    try:
+        prog = Runtime.get().load_program(str(p), data_path=str(d) if d is not None else None)
+    except Exception as e:  # noqa: BLE001 - pybind raises RuntimeError
+        raise KilnLoadError(
+            f"{p} is not a loadable ExecuTorch program ({str(e).strip()}): pass a .pte file "
+            "written by kiln.executorch.save or ExecutorchProgramManager.write_to_file"
+        ) from e
+    return Program(prog, p, d)

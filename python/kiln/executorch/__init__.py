@@ -1,0 +1,22 @@
+"""Kiln's ExecuTorch export side: ``KilnPartitioner``, ``KilnBackend``, ``export``, ``save``.
+
+Importing this module defines the ``KilnBackend`` BackendDetails class, which ExecuTorch finds by
+name when lowering. It does not register the runtime delegate (``kiln_executorch_runtime`` does;
+``kiln.load`` imports it for you).
+"""
+
+from ._export import EXPORT_OPTIONS, export, save
+from ._options import PRECISIONS
+from .backend import KilnBackend, KilnPreprocessError
+from .partitioner import BACKEND_ID, KilnPartitioner
+
+__all__ = [
+    "BACKEND_ID",
+    "EXPORT_OPTIONS",
+    "PRECISIONS",
+    "KilnBackend",
+    "KilnPartitioner",
+    "KilnPreprocessError",
+    "export",
+    "save",
+]

@@ -1,0 +1,181 @@
+"""kiln.executorch.export / save: one call from a PyTorch model to an ExecuTorch program whose
+supported parts run in Kiln."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.backend.partitioner import Partitioner
+from torch.export import ExportedProgram
+
+from ._options import validate_external_data, validate_precision
+from .partitioner import KilnPartitioner
+
+EXPORT_OPTIONS = ("dynamic_shapes", "precision", "external_data", "partitioners")
+
+
+def _as_args(example_inputs, what: str) -> tuple:
+    if example_inputs is None:
+        raise ValueError(
+            f"{what}: example_inputs are required to export an nn.Module (a tuple of tensors "
+            "with the shapes and dtypes the model takes)"
+        )
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    if isinstance(example_inputs, list):
+        return tuple(example_inputs)
+    if not isinstance(example_inputs, tuple):
+        raise TypeError(
+            f"{what}: example_inputs must be a tuple of tensors, got {type(example_inputs).__name__}"
+        )
+    return example_inputs
+
+
+def _export_module(module: torch.nn.Module, example_inputs, dynamic_shapes, what: str):
+    if module.training:
+        warnings.warn(
+            f"{what}: the model is in training mode (dropout and batch norm behave differently "
+            "than at inference, and Kiln cannot take training-mode batch norm); call "
+            "model.eval() before exporting",
+            stacklevel=4,
+        )
+    args = _as_args(example_inputs, what)
+    return torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
+
+
+def _programs(model, example_inputs, dynamic_shapes) -> dict[str, ExportedProgram]:
+    if isinstance(model, ExportedProgram):
+        if example_inputs is not None or dynamic_shapes is not None:
+            raise ValueError(
+                "example_inputs and dynamic_shapes apply only to an nn.Module; an "
+                "ExportedProgram already carries its inputs and dynamic shapes"
+            )
+        return {"forward": model}
+    if isinstance(model, torch.nn.Module):
+        return {"forward": _export_module(model, example_inputs, dynamic_shapes, "forward")}
+    if isinstance(model, Mapping):
+        if example_inputs is not None or dynamic_shapes is not None:
+            raise ValueError(
+                "with several methods, give each method's inputs in the dict: "
+                "{name: ExportedProgram or (module, example_inputs[, dynamic_shapes])}"
+            )
+        if not model:
+            raise ValueError("the dict of methods is empty")
+        out = {}
+        for name, item in model.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"method name {name!r} must be a non-empty identifier string")
+            if isinstance(item, ExportedProgram):
+                out[name] = item
+            elif isinstance(item, (tuple, list)) and len(item) in (2, 3):
+                mod = item[0]
+                if not isinstance(mod, torch.nn.Module):
+                    raise TypeError(
+                        f"method {name!r}: expected (nn.Module, example_inputs[, dynamic_shapes]), "
+                        f"got a {type(mod).__name__} first"
+                    )
+                dyn = item[2] if len(item) == 3 else None
+                out[name] = _export_module(mod, item[1], dyn, f"method {name!r}")
+            else:
+                raise TypeError(
+                    f"method {name!r}: expected an ExportedProgram or a tuple "
+                    f"(nn.Module, example_inputs[, dynamic_shapes]), got {type(item).__name__}"
+                )
+        return out
+    raise TypeError(
+        "model must be an nn.Module, a torch.export ExportedProgram, or a dict "
+        f"{{method_name: ExportedProgram or (module, example_inputs[, dynamic_shapes])}}; got "
+        f"{type(model).__name__}"
+    )
+
+
+def _check_partitioners(partitioners) -> list[Partitioner]:
+    if partitioners is None:
+        return []
+    if not isinstance(partitioners, (list, tuple)):
+        raise TypeError(
+            "partitioners must be a list of ExecuTorch Partitioner objects (run after Kiln's), "
+            f"got {type(partitioners).__name__}"
+        )
+    for p in partitioners:
+        if isinstance(p, KilnPartitioner):
+            raise ValueError(
+                "partitioners: KilnPartitioner is added by export itself; pass its options "
+                "(precision=, external_data=) to export instead"
+            )
+        if not isinstance(p, Partitioner):
+            raise TypeError(
+                f"partitioners: {type(p).__name__} is not an ExecuTorch Partitioner"
+            )
+    return list(partitioners)
+
+
+def export(
+    model,
+    example_inputs: Sequence | None = None,
+    *,
+    dynamic_shapes=None,
+    precision: str = "fp32",
+    external_data: str | None = None,
+    partitioners: Sequence[Partitioner] | None = None,
+):
+    """Exports a model to an ExecuTorch program whose supported parts run in Kiln.
+
+    Args:
+        model: an ``nn.Module`` (exported with ``torch.export.export(model, example_inputs,
+            dynamic_shapes=...)``), an ``ExportedProgram``, or a dict ``{method_name:
+            ExportedProgram or (module, example_inputs[, dynamic_shapes])}`` for a program with
+            several methods.
+        example_inputs: a tuple of tensors (for an nn.Module).
+        dynamic_shapes: as for ``torch.export.export`` (for an nn.Module); dynamic dimensions
+            need a ``max`` (Kiln plans memory for the largest shapes).
+        precision: "fp32", "fp16" or "bf16": Kiln's compute precision for heavy ops and
+            activations; inputs and outputs keep their dtypes.
+        external_data: None to keep weights in the .pte, or a file stem: weights go to
+            ``<external_data>.ptd`` (written by :func:`save`, or by the returned program's
+            ``write_tensor_data_to_file(dir)``).
+        partitioners: further ExecuTorch partitioners, applied after Kiln's to what Kiln does
+            not take (e.g. XNNPACK or CUDA); anything left runs on ExecuTorch's kernels.
+
+    Returns:
+        ExecuTorch's ``ExecutorchProgramManager`` (``.buffer``, ``.write_to_file(f)``,
+        ``.write_tensor_data_to_file(dir)``, ``.exported_program(name)``).
+    """
+    precision = validate_precision(precision)
+    external_data = validate_external_data(external_data)
+    extra = _check_partitioners(partitioners)
+    programs = _programs(model, example_inputs, dynamic_shapes)
+    kiln = KilnPartitioner(precision=precision, external_data=external_data)
+    edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
+    return edge.to_executorch()
+
+
+def save(model, path, example_inputs: Sequence | None = None, **options):
+    """Exports like :func:`export` and writes the program to ``path`` (a .pte) and, with
+    ``external_data="name"``, the weights to ``name.ptd`` in the same folder.
+
+    Options: ``dynamic_shapes``, ``precision``, ``external_data``, ``partitioners`` (as for
+    :func:`export`). Returns the ``ExecutorchProgramManager``.
+    """
+    unknown = sorted(set(options) - set(EXPORT_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"save() got unknown option(s) {', '.join(map(repr, unknown))}; valid options: "
+            f"{', '.join(EXPORT_OPTIONS)}"
+        )
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory: pass the .pte file path to write")
+    prog = export(model, example_inputs, **options)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        prog.write_to_file(f)
+    if getattr(prog, "_tensor_data", None) or options.get("external_data"):
+        prog.write_tensor_data_to_file(str(path.parent))
+    return prog

@@ -1,0 +1,1221 @@
+"""Edge/ATen op -> Kiln op translation, shared by the partitioner and KilnBackend.preprocess.
+
+The table below holds, per ATen op, only the Kiln op name(s) it becomes and how its arguments
+translate. Everything else (op ids, attribute schemas, supported dtypes, shape rules) is read
+from libkiln: the partitioner decides whether Kiln supports a node by translating it into a
+one-node scratch graph through the real C graph API (kiln_graph_add_node runs the same shape and
+dtype inference as the builder), so Python and C cannot disagree.
+
+Dynamic dimensions: symbolic sizes in ``node.meta["val"]`` are bounded with the program's range
+constraints (see :class:`Ranges`); reshape/expand sizes given as SymInts become Kiln shape codes
+(-1 infer/keep, <= -2 copy a dimension of x or of a ``like`` input); a size that cannot be
+expressed that way makes the node unsupported.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import sympy
+import torch
+from torch.fx import Node
+
+from .. import _graph, _lib, _ops
+
+log = logging.getLogger("kiln.executorch")
+
+# Upper bound used for a dynamic dimension the export left unbounded (torch's int_oo). Kiln plans
+# memory for the largest shapes, so an unbounded dimension needs a cap: declare
+# torch.export.Dim(..., max=N) to choose it yourself.
+DEFAULT_DIM_MAX = 4096
+# Kiln's largest dimension (src/ir/shape.h: KILN_SHAPE_MAX_DIM).
+KILN_SHAPE_MAX_DIM = 1 << 40
+# aten.full constants larger than this are left to ExecuTorch.
+MAX_FOLDED_FULL_NUMEL = 1 << 16
+
+
+class Unsupported(Exception):
+    """The node cannot be translated into Kiln (the message says why)."""
+
+
+# --- dynamic dimension ranges
+
+
+class Ranges:
+    """Bounds of symbolic dimensions, from an ExportedProgram's range constraints.
+
+    A symbol's lower bound is raised to at least 1, and a lower bound of 2 is lowered to 1:
+    torch.export reports 2 for a dimension declared with ``min`` 0 or 1 (its 0/1
+    specialization), and ExecuTorch runs such programs at size 1. An unbounded upper bound
+    becomes :data:`DEFAULT_DIM_MAX` (with a warning).
+    """
+
+    def __init__(self, range_constraints=None, dim_max_default: int = DEFAULT_DIM_MAX):
+        from torch.utils._sympy.value_ranges import ValueRanges
+
+        self._cap = dim_max_default
+        self._warned: set = set()
+        self._vr = {}
+        self._raw = dict(range_constraints or {})
+        for sym, vr in self._raw.items():
+            self._vr[sym] = ValueRanges(*self._adjust(sym, vr.lower, vr.upper))
+
+    def _adjust(self, sym, lo, hi) -> tuple[int, int]:
+        lo_i = _to_int(lo, 0)
+        lo_i = 1 if lo_i <= 2 else lo_i
+        hi_i = _to_int(hi, None)
+        if hi_i is None:
+            if sym not in self._warned:
+                self._warned.add(sym)
+                warnings.warn(
+                    f"Kiln: dynamic dimension {sym} has no upper bound; Kiln plans it for at "
+                    f"most {self._cap}. Declare torch.export.Dim(..., max=N) to choose the bound.",
+                    stacklevel=4,
+                )
+            hi_i = self._cap
+        hi_i = min(hi_i, KILN_SHAPE_MAX_DIM)
+        return lo_i, max(lo_i, hi_i)
+
+    def bounds(self, dim) -> tuple[int, int]:
+        """[min, max] of one dimension (an int, a SymInt or a sympy expression)."""
+        if isinstance(dim, int):
+            return dim, dim
+        expr = dim.node.expr if isinstance(dim, torch.SymInt) else dim
+        if isinstance(expr, sympy.Integer) or getattr(expr, "is_number", False):
+            v = int(expr)
+            return v, v
+        from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+        ranges = dict(self._vr)
+        for s in expr.free_symbols:
+            if s not in ranges:
+                vr = None
+                if isinstance(dim, torch.SymInt):
+                    vr = dim.node.shape_env.var_to_range.get(s)
+                lo, hi = (vr.lower, vr.upper) if vr is not None else (0, None)
+                ranges[s] = ValueRanges(*self._adjust(s, lo, hi))
+        vr = bound_sympy(expr, ranges)
+        lo = max(0, _to_int(vr.lower, 0))
+        hi = _to_int(vr.upper, None)
+        hi = KILN_SHAPE_MAX_DIM if hi is None else min(hi, KILN_SHAPE_MAX_DIM)
+        return lo, max(lo, hi)
+
+
+def _to_int(v, default):
+    try:
+        if v is None:
+            return default
+        if isinstance(v, int):
+            return v
+        if v in (sympy.oo, -sympy.oo) or str(v) in ("int_oo", "-int_oo", "oo", "-oo"):
+            return default
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def sym_expr(v):
+    """The sympy expression of a SymInt (or an int as sympy.Integer)."""
+    if isinstance(v, torch.SymInt):
+        return v.node.expr
+    if isinstance(v, int):
+        return sympy.Integer(v)
+    return None
+
+
+# --- node helpers
+
+
+def op_overload(node: Node):
+    """The ATen OpOverload behind an fx node (edge ops unwrapped), or None."""
+    t = node.target
+    inner = getattr(t, "_op", None)
+    if isinstance(inner, torch._ops.OpOverload):
+        return inner
+    if isinstance(t, torch._ops.OpOverload):
+        return t
+    return None
+
+
+def target_name(node: Node) -> str:
+    op = op_overload(node)
+    if op is not None:
+        return str(op)
+    t = node.target
+    return getattr(t, "__name__", str(t))
+
+
+def is_tensor_node(n) -> bool:
+    return isinstance(n, Node) and isinstance(n.meta.get("val"), torch.Tensor)
+
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def is_sym_node(n) -> bool:
+    """A node computing a symbolic scalar (sym_size, SymInt arithmetic)."""
+    return isinstance(n, Node) and n.op == "call_function" and isinstance(n.meta.get("val"), _SYM_TYPES)
+
+
+def bind_args(node: Node) -> dict:
+    """Arguments of a node by schema name, defaults filled in."""
+    op = op_overload(node)
+    if op is None:
+        raise Unsupported(f"{node.target} is not an ATen operator")
+    out = {}
+    args = list(node.args)
+    for i, a in enumerate(op._schema.arguments):
+        if not a.kwarg_only and i < len(args):
+            out[a.name] = args[i]
+        elif a.name in node.kwargs:
+            out[a.name] = node.kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            out[a.name] = None
+    return out
+
+
+def _meta(n):
+    v = n.meta.get("val") if isinstance(n, Node) else None
+    if not isinstance(v, torch.Tensor):
+        raise Unsupported(f"'{getattr(n, 'name', n)}' is not a tensor")
+    return v
+
+
+def _ints(v, n: int | None = None, what: str = "argument") -> list[int]:
+    """A list of Python ints (a scalar is repeated to n entries); SymInts are unsupported."""
+    if isinstance(v, (list, tuple)):
+        vals = list(v)
+    else:
+        vals = [v]
+    out = []
+    for x in vals:
+        if isinstance(x, bool) or not isinstance(x, int):
+            if isinstance(x, torch.SymInt) or isinstance(x, Node):
+                raise Unsupported(f"{what} is symbolic ({x}); Kiln needs a constant")
+            raise Unsupported(f"{what} = {x!r} is not an integer")
+        out.append(int(x))
+    if n is not None and len(out) == 1 and n > 1:
+        out = out * n
+    if n is not None and len(out) != n:
+        raise Unsupported(f"{what} has {len(out)} values; expected {n}")
+    return out
+
+
+def _static_int(v, what: str) -> int:
+    if isinstance(v, Node):
+        val = v.meta.get("val")
+        e = sym_expr(val)
+        if e is not None and e.is_number:
+            return int(e)
+        raise Unsupported(f"{what} is symbolic ({val}); Kiln needs a constant")
+    if isinstance(v, torch.SymInt):
+        e = v.node.expr
+        if e.is_number:
+            return int(e)
+        raise Unsupported(f"{what} is symbolic ({v}); Kiln needs a constant")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise Unsupported(f"{what} = {v!r} is not an integer")
+    return int(v)
+
+
+def _contiguous_dim_order(dim_order, rank: int) -> bool:
+    return dim_order is None or list(dim_order) in ([], list(range(rank)))
+
+
+# --- the lowerer
+
+
+class Lowerer:
+    """Translates fx nodes into nodes of a Kiln graph.
+
+    In check mode (the partitioner) every tensor argument that has no Kiln value yet becomes a
+    graph input with the shape range from its ``meta["val"]``, so one node can be checked
+    alone. In build mode (preprocess) every argument must have been lowered or added first.
+    """
+
+    def __init__(self, graph: _graph.Graph, ranges: Ranges, check: bool = False):
+        self.g = graph
+        self.ranges = ranges
+        self.check = check
+        self.env: dict[Node, list] = {}
+        self._scalars: dict = {}
+        self._n_auto = 0
+        self.constant_values: set[int] = set()  # ids of Kiln constants (weights, scalars)
+
+    # values
+
+    def dim_bounds(self, t: torch.Tensor) -> tuple[list[int], list[int]]:
+        lo, hi = [], []
+        for d in t.shape:
+            a, b = self.ranges.bounds(d)
+            lo.append(a)
+            hi.append(b)
+        return lo, hi
+
+    def add_input(self, node: Node, name: str | None = None) -> int:
+        t = _meta(node)
+        if t.dim() > _lib.KILN_MAX_RANK:
+            raise Unsupported(f"'{node.name}' has rank {t.dim()} > {_lib.KILN_MAX_RANK}")
+        try:
+            dt = _graph.kiln_dtype(t.dtype)
+        except KeyError as e:
+            raise Unsupported(str(e)) from None
+        lo, hi = self.dim_bounds(t)
+        v = self._call(lambda: self.g.add_input(name or node.name, dt, lo, hi))
+        self.env[node] = [v]
+        return v
+
+    def add_constant(self, node: Node, tensor: torch.Tensor) -> int:
+        try:
+            _graph.kiln_dtype(tensor.dtype)
+        except KeyError as e:
+            raise Unsupported(f"constant '{node.name}': {e}") from None
+        v = self._call(lambda: self.g.add_constant(node.name, tensor))
+        self.constant_values.add(v)
+        self.env[node] = [v]
+        return v
+
+    def value(self, arg) -> int:
+        if not isinstance(arg, Node):
+            raise Unsupported(f"expected a tensor, got {arg!r}")
+        vals = self.env.get(arg)
+        if vals is None:
+            if not self.check:
+                raise Unsupported(f"'{arg.name}' has no Kiln value (it is outside the partition)")
+            _meta(arg)
+            return self.add_input(arg, f"in{len(self.env)}_{arg.name}"[:200])
+        if len(vals) != 1 or vals[0] is None:
+            raise Unsupported(f"'{arg.name}' has several outputs")
+        return vals[0]
+
+    def dtype(self, arg) -> torch.dtype:
+        return _meta(arg).dtype
+
+    def rank(self, arg) -> int:
+        return _meta(arg).dim()
+
+    def scalar(self, value, dtype: torch.dtype) -> int:
+        """A 0-d constant of the given dtype (scalars of binary ops, clamp bounds, ...)."""
+        if isinstance(value, (Node, torch.SymInt, torch.SymFloat)):
+            raise Unsupported(f"scalar {value} is symbolic")
+        if not isinstance(value, (bool, int, float)):
+            raise Unsupported(f"scalar {value!r} is not a number")
+        if dtype not in _graph.TORCH_TO_KILN:
+            raise Unsupported(f"Kiln has no dtype for {dtype}")
+        if not dtype.is_floating_point and dtype != torch.bool:
+            if isinstance(value, float) and not float(value).is_integer():
+                raise Unsupported(f"scalar {value} does not fit {dtype}")
+        key = (repr(value), type(value).__name__, dtype)
+        if key not in self._scalars:
+            t = torch.tensor(value, dtype=dtype)
+            self._n_auto += 1
+            name = f"scalar{self._n_auto}"
+            self._scalars[key] = self._call(lambda: self.g.add_constant(name, t))
+            self.constant_values.add(self._scalars[key])
+        return self._scalars[key]
+
+    def const_tensor(self, t: torch.Tensor, name: str) -> int:
+        if t.dtype not in _graph.TORCH_TO_KILN:
+            raise Unsupported(f"Kiln has no dtype for {t.dtype}")
+        v = self._call(lambda: self.g.add_constant(name, t))
+        self.constant_values.add(v)
+        return v
+
+    def op(self, name: str, inputs: Sequence[int | None], attrs: dict | None = None) -> int:
+        outs = self._call(lambda: self.g.add_node(name, list(inputs), attrs or {}, what=name))
+        return outs[0]
+
+    def cast(self, v: int, src: torch.dtype, dst: torch.dtype) -> int:
+        if src == dst:
+            return v
+        if dst not in _graph.TORCH_TO_KILN:
+            raise Unsupported(f"Kiln has no dtype for {dst}")
+        return self.op("cast", [v], {"dtype": _graph.TORCH_TO_KILN[dst]})
+
+    def operand(self, arg, dtype: torch.dtype) -> int:
+        """A tensor argument cast to dtype, or a scalar as a 0-d constant of dtype."""
+        if isinstance(arg, Node):
+            return self.cast(self.value(arg), self.dtype(arg), dtype)
+        return self.scalar(arg, dtype)
+
+    def _call(self, fn):
+        try:
+            return fn()
+        except _lib.KilnError as e:
+            raise Unsupported(str(e)) from None
+        except KeyError as e:
+            raise Unsupported(str(e).strip("'\"")) from None
+
+    # nodes
+
+    def lower(self, node: Node) -> list:
+        """Adds the Kiln nodes of one fx node; records and returns its values (one per output,
+        None for outputs Kiln does not produce)."""
+        if node.target is operator.getitem:
+            src, idx = node.args
+            vals = self.env.get(src)
+            if vals is None:
+                raise Unsupported(f"getitem of '{getattr(src, 'name', src)}' outside Kiln")
+            if not isinstance(idx, int) or idx >= len(vals) or vals[idx] is None:
+                raise Unsupported(f"output {idx} of '{src.name}' is not produced by Kiln")
+            self.env[node] = [vals[idx]]
+            return self.env[node]
+        if is_sym_node(node):
+            self.env[node] = [None]
+            return self.env[node]
+        name = target_name(node)
+        handler = HANDLERS.get(name)
+        if handler is None:
+            raise Unsupported(f"{name} has no Kiln translation")
+        out = handler.fn(self, node, bind_args(node))
+        vals = out if isinstance(out, list) else [out]
+        self.env[node] = vals
+        return vals
+
+
+# --- the translation table
+
+
+@dataclass(frozen=True)
+class Handler:
+    aten: str
+    kiln_ops: tuple[str, ...]  # the Kiln ops it may emit (checked against the library)
+    fn: Callable
+
+
+HANDLERS: dict[str, Handler] = {}
+
+
+def _handles(*aten_names: str, kiln: Sequence[str] | str):
+    kops = (kiln,) if isinstance(kiln, str) else tuple(kiln)
+
+    def deco(fn):
+        for a in aten_names:
+            HANDLERS[a] = Handler(a, kops, fn)
+        return fn
+
+    return deco
+
+
+def _out_dtype(node: Node) -> torch.dtype:
+    v = node.meta.get("val")
+    if isinstance(v, (list, tuple)):
+        v = v[0]
+    if not isinstance(v, torch.Tensor):
+        raise Unsupported(f"'{node.name}' does not produce a tensor")
+    return v.dtype
+
+
+def _unary(kop: str):
+    def fn(L: Lowerer, node: Node, a: dict):
+        x = a["self"] if "self" in a else a["input"]
+        out = _out_dtype(node)
+        return L.op(kop, [L.cast(L.value(x), L.dtype(x), out)])
+
+    return fn
+
+
+for _aten, _kop in [
+    ("relu", "relu"),
+    ("silu", "silu"),
+    ("sigmoid", "sigmoid"),
+    ("tanh", "tanh"),
+    ("hardswish", "hardswish"),
+    ("hardsigmoid", "hardsigmoid"),
+    ("neg", "neg"),
+    ("sqrt", "sqrt"),
+    ("rsqrt", "rsqrt"),
+    ("exp", "exp"),
+    ("log", "log"),
+]:
+    _handles(f"aten.{_aten}.default", kiln=_kop)(_unary(_kop))
+
+
+@_handles("aten.gelu.default", kiln=("gelu", "cast"))
+def _gelu(L, node, a):
+    approx = {"none": 0, "tanh": 1}.get(a["approximate"])
+    if approx is None:
+        raise Unsupported(f"gelu approximate={a['approximate']!r}")
+    x = a["self"]
+    return L.op("gelu", [L.cast(L.value(x), L.dtype(x), _out_dtype(node))], {"approximate": approx})
+
+
+def _clamp_bound(v, what):
+    if v is None:
+        return None
+    if isinstance(v, (Node, torch.SymInt, torch.SymFloat)):
+        raise Unsupported(f"clamp {what} is symbolic")
+    return float(v)
+
+
+@_handles("aten.clamp.default", kiln=("clamp", "cast"))
+def _clamp(L, node, a):
+    x = a["self"]
+    lo, hi = _clamp_bound(a["min"], "min"), _clamp_bound(a["max"], "max")
+    return L.op("clamp", [L.cast(L.value(x), L.dtype(x), _out_dtype(node))], {"min": lo, "max": hi})
+
+
+@_handles("aten.hardtanh.default", kiln="clamp")
+def _hardtanh(L, node, a):
+    lo, hi = _clamp_bound(a["min_val"], "min"), _clamp_bound(a["max_val"], "max")
+    return L.op("clamp", [L.value(a["self"])], {"min": lo, "max": hi})
+
+
+@_handles("aten.relu6.default", kiln="clamp")
+def _relu6(L, node, a):
+    return L.op("clamp", [L.value(a["self"])], {"min": 0.0, "max": 6.0})
+
+
+def _binary(kop: str, has_alpha: bool = False):
+    def fn(L: Lowerer, node: Node, a: dict):
+        out = _out_dtype(node)
+        if kop == "div" and a.get("rounding_mode") is not None:
+            raise Unsupported(f"div rounding_mode={a['rounding_mode']!r}")
+        lhs = L.operand(a["self"], out)
+        rhs = L.operand(a["other"], out)
+        alpha = a.get("alpha", 1) if has_alpha else 1
+        if isinstance(alpha, (Node, torch.SymInt, torch.SymFloat)):
+            raise Unsupported("alpha is symbolic")
+        if alpha != 1:
+            if isinstance(a["other"], Node):
+                rhs = L.op("mul", [rhs, L.scalar(alpha, out)])
+            else:
+                rhs = L.scalar(a["other"] * alpha, out)
+        return L.op(kop, [lhs, rhs])
+
+    return fn
+
+
+for _name, _kop, _alpha in [
+    ("add", "add", True),
+    ("sub", "sub", True),
+    ("mul", "mul", False),
+    ("div", "div", False),
+]:
+    _overloads = [f"aten.{_name}.Tensor", f"aten.{_name}.Scalar"]
+    if _name == "div":
+        _overloads += ["aten.div.Tensor_mode", "aten.div.Scalar_mode"]
+    _ks = (_kop, "cast", "mul") if _alpha else (_kop, "cast")
+    _handles(*_overloads, kiln=_ks)(_binary(_kop, _alpha))
+
+
+@_handles("aten.rsub.Scalar", "aten.rsub.Tensor", kiln=("sub", "mul", "cast"))
+def _rsub(L, node, a):
+    out = _out_dtype(node)
+    alpha = a.get("alpha", 1)
+    if isinstance(alpha, (Node, torch.SymInt, torch.SymFloat)):
+        raise Unsupported("alpha is symbolic")
+    x = L.operand(a["self"], out)
+    if alpha != 1:
+        x = L.op("mul", [x, L.scalar(alpha, out)])
+    return L.op("sub", [L.operand(a["other"], out), x])
+
+
+@_handles("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar", kiln=("pow", "cast"))
+def _pow(L, node, a):
+    out = _out_dtype(node)
+    return L.op("pow", [L.operand(a["self"], out), L.operand(a["exponent"], out)])
+
+
+@_handles("aten.pow.Scalar", kiln=("pow", "cast"))
+def _pow_scalar(L, node, a):
+    out = _out_dtype(node)
+    return L.op("pow", [L.operand(a["self"], out), L.operand(a["exponent"], out)])
+
+
+@_handles(
+    "aten.where.self",
+    "aten.where.ScalarSelf",
+    "aten.where.ScalarOther",
+    "aten.where.Scalar",
+    kiln=("where", "cast"),
+)
+def _where(L, node, a):
+    out = _out_dtype(node)
+    cond = a["condition"]
+    if not isinstance(cond, Node) or L.dtype(cond) != torch.bool:
+        raise Unsupported("where needs a bool tensor condition")
+    return L.op("where", [L.value(cond), L.operand(a["self"], out), L.operand(a["other"], out)])
+
+
+# matmul family
+
+
+@_handles("aten.linear.default", kiln="linear")
+def _linear(L, node, a):
+    ins = [L.value(a["input"]), L.value(a["weight"])]
+    if a["bias"] is not None:
+        ins.append(L.value(a["bias"]))
+    return L.op("linear", ins)
+
+
+@_handles("aten.mm.default", "aten.bmm.default", kiln="matmul")
+def _mm(L, node, a):
+    return L.op("matmul", [L.value(a["self"]), L.value(a["mat2"])])
+
+
+@_handles("aten.matmul.default", kiln="matmul")
+def _matmul(L, node, a):
+    if L.rank(a["self"]) < 2 or L.rank(a["other"]) < 2:
+        raise Unsupported("matmul with a 1-D operand")
+    return L.op("matmul", [L.value(a["self"]), L.value(a["other"])])
+
+
+def _is_one(v) -> bool:
+    return not isinstance(v, (Node, torch.SymInt, torch.SymFloat)) and v == 1
+
+
+@_handles("aten.addmm.default", kiln=("matmul", "add", "mul", "cast"))
+def _addmm(L, node, a):
+    out = _out_dtype(node)
+    mm = L.op("matmul", [L.value(a["mat1"]), L.value(a["mat2"])])
+    if not _is_one(a["alpha"]):
+        mm = L.op("mul", [mm, L.scalar(a["alpha"], out)])
+    bias = L.operand(a["self"], out)
+    if not _is_one(a["beta"]):
+        bias = L.op("mul", [bias, L.scalar(a["beta"], out)])
+    return L.op("add", [mm, bias])
+
+
+# convolution, normalization, pooling
+
+
+@_handles("aten.convolution.default", kiln=("conv2d", "conv_transpose2d"))
+def _convolution(L, node, a):
+    if L.rank(a["input"]) != 4 or L.rank(a["weight"]) != 4:
+        raise Unsupported("only 2-D convolution (4-D input and weight) is supported")
+    ins = [L.value(a["input"]), L.value(a["weight"])]
+    if a["bias"] is not None:
+        ins.append(L.value(a["bias"]))
+    attrs = {
+        "stride": _ints(a["stride"], 2, "stride"),
+        "padding": _ints(a["padding"], 2, "padding"),
+        "dilation": _ints(a["dilation"], 2, "dilation"),
+        "groups": _static_int(a["groups"], "groups"),
+    }
+    if a["transposed"]:
+        attrs["output_padding"] = _ints(a["output_padding"], 2, "output_padding")
+        return L.op("conv_transpose2d", ins, attrs)
+    if any(_ints(a["output_padding"], None, "output_padding")):
+        raise Unsupported("output_padding on a forward convolution")
+    return L.op("conv2d", ins, attrs)
+
+
+@_handles("aten.conv2d.default", kiln="conv2d")
+def _conv2d(L, node, a):
+    if isinstance(a["padding"], str):
+        raise Unsupported(f"conv2d padding={a['padding']!r}")
+    if L.rank(a["input"]) != 4:
+        raise Unsupported("conv2d on a 3-D (unbatched) input")
+    ins = [L.value(a["input"]), L.value(a["weight"])]
+    if a["bias"] is not None:
+        ins.append(L.value(a["bias"]))
+    return L.op(
+        "conv2d",
+        ins,
+        {
+            "stride": _ints(a["stride"], 2, "stride"),
+            "padding": _ints(a["padding"], 2, "padding"),
+            "dilation": _ints(a["dilation"], 2, "dilation"),
+            "groups": _static_int(a["groups"], "groups"),
+        },
+    )
+
+
+def _bn(L, a):
+    if a["running_mean"] is None or a["running_var"] is None:
+        raise Unsupported("batch norm without running statistics")
+    ins = [
+        L.value(a["input"]),
+        None if a["weight"] is None else L.value(a["weight"]),
+        None if a["bias"] is None else L.value(a["bias"]),
+        L.value(a["running_mean"]),
+        L.value(a["running_var"]),
+    ]
+    return L.op("batch_norm", ins, {"eps": float(a["eps"])})
+
+
+@_handles("aten._native_batch_norm_legit_no_training.default", kiln="batch_norm")
+def _bn_no_training(L, node, a):
+    return [_bn(L, a), None, None]
+
+
+@_handles("aten.native_batch_norm.default", kiln="batch_norm")
+def _native_bn(L, node, a):
+    if a["training"]:
+        raise Unsupported("batch norm in training mode: call model.eval() before exporting")
+    return [_bn(L, a), None, None]
+
+
+@_handles("aten.batch_norm.default", kiln="batch_norm")
+def _batch_norm(L, node, a):
+    if a["training"]:
+        raise Unsupported("batch norm in training mode: call model.eval() before exporting")
+    return _bn(L, a)
+
+
+def _ln(L, a):
+    ins = [L.value(a["input"])]
+    w, b = a["weight"], a["bias"]
+    ins.append(None if w is None else L.value(w))
+    ins.append(None if b is None else L.value(b))
+    nd = len(_ints(a["normalized_shape"], None, "normalized_shape"))
+    return L.op("layer_norm", ins, {"normalized_ndim": nd, "eps": float(a["eps"])})
+
+
+@_handles("aten.layer_norm.default", kiln="layer_norm")
+def _layer_norm(L, node, a):
+    return _ln(L, a)
+
+
+@_handles("aten.native_layer_norm.default", kiln="layer_norm")
+def _native_layer_norm(L, node, a):
+    return [_ln(L, a), None, None]
+
+
+def _softmax_fn(kop: str, legacy: bool):
+    def fn(L, node, a):
+        x = a["self"]
+        if legacy:
+            if a["half_to_float"]:
+                raise Unsupported("softmax with half_to_float")
+        elif a["dtype"] is not None and a["dtype"] != L.dtype(x):
+            raise Unsupported(f"softmax with dtype={a['dtype']}")
+        return L.op(kop, [L.value(x)], {"dim": _static_int(a["dim"], "dim")})
+
+    return fn
+
+
+_handles("aten._softmax.default", kiln="softmax")(_softmax_fn("softmax", True))
+_handles("aten.softmax.int", kiln="softmax")(_softmax_fn("softmax", False))
+_handles("aten._log_softmax.default", kiln="log_softmax")(_softmax_fn("log_softmax", True))
+_handles("aten.log_softmax.int", kiln="log_softmax")(_softmax_fn("log_softmax", False))
+
+
+def _pool_common(a):
+    kernel = _ints(a["kernel_size"], 2, "kernel_size")
+    stride = a["stride"]
+    stride = kernel if stride is None or (isinstance(stride, (list, tuple)) and not stride) else _ints(stride, 2, "stride")
+    return kernel, stride, _ints(a["padding"], 2, "padding")
+
+
+def _max_pool(L, a):
+    if L.rank(a["self"]) != 4:
+        raise Unsupported("max_pool2d on a 3-D (unbatched) input")
+    kernel, stride, padding = _pool_common(a)
+    return L.op(
+        "max_pool2d",
+        [L.value(a["self"])],
+        {
+            "kernel": kernel,
+            "stride": stride,
+            "padding": padding,
+            "dilation": _ints(a["dilation"], 2, "dilation"),
+            "ceil_mode": int(bool(a["ceil_mode"])),
+        },
+    )
+
+
+@_handles("aten.max_pool2d_with_indices.default", kiln="max_pool2d")
+def _max_pool_wi(L, node, a):
+    return [_max_pool(L, a), None]
+
+
+@_handles("aten.max_pool2d.default", kiln="max_pool2d")
+def _max_pool2d(L, node, a):
+    return _max_pool(L, a)
+
+
+@_handles("aten.avg_pool2d.default", kiln="avg_pool2d")
+def _avg_pool2d(L, node, a):
+    if L.rank(a["self"]) != 4:
+        raise Unsupported("avg_pool2d on a 3-D (unbatched) input")
+    kernel, stride, padding = _pool_common(a)
+    div = a["divisor_override"]
+    return L.op(
+        "avg_pool2d",
+        [L.value(a["self"])],
+        {
+            "kernel": kernel,
+            "stride": stride,
+            "padding": padding,
+            "ceil_mode": int(bool(a["ceil_mode"])),
+            "count_include_pad": int(bool(a["count_include_pad"])),
+            "divisor_override": 0 if div is None else _static_int(div, "divisor_override"),
+        },
+    )
+
+
+@_handles(
+    "aten.adaptive_avg_pool2d.default",
+    "aten._adaptive_avg_pool2d.default",
+    kiln="adaptive_avg_pool2d",
+)
+def _adaptive_avg_pool2d(L, node, a):
+    if L.rank(a["self"]) != 4:
+        raise Unsupported("adaptive_avg_pool2d on a 3-D (unbatched) input")
+    size = a["output_size"]
+    if isinstance(size, (list, tuple)) and any(s is None for s in size):
+        raise Unsupported("adaptive_avg_pool2d with a None output size")
+    return L.op("adaptive_avg_pool2d", [L.value(a["self"])], {"output_size": _ints(size, 2, "output_size")})
+
+
+def _reduce_fn(kop: str, has_dims: bool):
+    def fn(L, node, a):
+        x = a["self"]
+        out = _out_dtype(node)
+        dims = a.get("dim") if has_dims else None
+        dims = [] if dims is None else _ints(dims, None, "dim")
+        keep = bool(a.get("keepdim", False)) if has_dims else False
+        if not dims and L.rank(x) == 0:
+            return L.op("copy", [L.cast(L.value(x), L.dtype(x), out)])
+        v = L.cast(L.value(x), L.dtype(x), out)
+        return L.op(kop, [v], {"dims": dims, "keepdim": int(keep)})
+
+    return fn
+
+
+_handles("aten.mean.dim", kiln=("mean", "cast", "copy"))(_reduce_fn("mean", True))
+_handles("aten.mean.default", kiln=("mean", "cast", "copy"))(_reduce_fn("mean", False))
+_handles("aten.sum.dim_IntList", kiln=("sum", "cast", "copy"))(_reduce_fn("sum", True))
+_handles("aten.sum.default", kiln=("sum", "cast", "copy"))(_reduce_fn("sum", False))
+
+
+# shape ops
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and (a == b or sympy.expand(a - b) == 0)
+
+
+def _shape_codes(L: Lowerer, x: Node, sizes, reshape: bool) -> tuple[list[int], Node | None]:
+    """Kiln shape codes for reshape (reshape=True) or expand sizes.
+
+    Entries: a literal stays; -1 stays (infer for reshape, keep for expand); a symbolic size
+    equal to dimension d of x becomes -(d + 2); for reshape, a single remaining unknown becomes
+    -1; otherwise sizes given as sym_size(t, d) of one other tensor t make t the ``like`` input
+    and every copy code then refers to t. Anything else is unsupported.
+    """
+    exprs = []
+    for j, s in enumerate(sizes):
+        if isinstance(s, bool):
+            raise Unsupported(f"size entry {j} = {s!r}")
+        val = s.meta.get("val") if isinstance(s, Node) else s
+        e = sym_expr(val)
+        if e is None:
+            raise Unsupported(f"size entry {j} = {s!r} is not an integer")
+        exprs.append(e)
+
+    def codes_against(src: Node, keep_unknown: bool):
+        src_exprs = [sym_expr(d) for d in _meta(src).shape]
+        out: list[int | None] = []
+        for e in exprs:
+            if e.is_number:
+                out.append(int(e))
+                continue
+            hit = next((d for d, se in enumerate(src_exprs) if _same(se, e)), None)
+            out.append(None if hit is None else -(hit + 2))
+        return out
+
+    codes = codes_against(x, True)
+    unknown = [j for j, c in enumerate(codes) if c is None]
+    if not unknown:
+        return codes, None
+    if reshape and len(unknown) == 1 and -1 not in codes:
+        codes[unknown[0]] = -1
+        return codes, None
+    likes = set()
+    for j in unknown:
+        s = sizes[j]
+        if not (isinstance(s, Node) and target_name(s) == "aten.sym_size.int"):
+            raise Unsupported(f"size {list(sizes)} cannot be expressed with Kiln shape codes")
+        if not is_tensor_node(s.args[0]):
+            raise Unsupported(f"size {list(sizes)} cannot be expressed with Kiln shape codes")
+        likes.add(s.args[0])
+    if len(likes) != 1:
+        raise Unsupported(f"size {list(sizes)} mixes dimensions of several tensors")
+    like = likes.pop()
+    codes = codes_against(like, True)
+    unknown = [j for j, c in enumerate(codes) if c is None]
+    if unknown:
+        if not reshape or len(unknown) > 1 or -1 in codes:
+            raise Unsupported(f"size {list(sizes)} cannot be expressed with Kiln shape codes")
+        codes[unknown[0]] = -1
+    return codes, like
+
+
+@_handles(
+    "aten.view_copy.default",
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.reshape.default",
+    kiln="reshape",
+)
+def _reshape(L, node, a):
+    x = a["self"]
+    codes, like = _shape_codes(L, x, list(a["size"]), reshape=True)
+    ins = [L.value(x)]
+    if like is not None:
+        ins.append(L.value(like))
+    return L.op("reshape", ins, {"shape": codes})
+
+
+@_handles("aten.expand_copy.default", "aten.expand.default", kiln="expand")
+def _expand(L, node, a):
+    x = a["self"]
+    codes, like = _shape_codes(L, x, list(a["size"]), reshape=False)
+    ins = [L.value(x)]
+    if like is not None:
+        ins.append(L.value(like))
+    return L.op("expand", ins, {"shape": codes})
+
+
+@_handles("aten.permute_copy.default", "aten.permute.default", kiln="permute")
+def _permute(L, node, a):
+    return L.op("permute", [L.value(a["self"])], {"dims": _ints(a["dims"], None, "dims")})
+
+
+@_handles("aten.transpose.int", "aten.transpose_copy.int", kiln=("permute", "copy"))
+def _transpose(L, node, a):
+    x = a["self"]
+    r = L.rank(x)
+    if r == 0:
+        return L.op("copy", [L.value(x)])
+    d0, d1 = _static_int(a["dim0"], "dim0") % r, _static_int(a["dim1"], "dim1") % r
+    perm = list(range(r))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return L.op("permute", [L.value(x)], {"dims": perm})
+
+
+@_handles("aten.t.default", "aten.t_copy.default", kiln=("permute", "copy"))
+def _t(L, node, a):
+    x = a["self"]
+    if L.rank(x) < 2:
+        return L.op("copy", [L.value(x)])
+    return L.op("permute", [L.value(x)], {"dims": [1, 0]})
+
+
+@_handles("aten.cat.default", kiln="cat")
+def _cat(L, node, a):
+    ts = list(a["tensors"])
+    if not ts:
+        raise Unsupported("cat of no tensors")
+    return L.op("cat", [L.value(t) for t in ts], {"dim": _static_int(a["dim"], "dim")})
+
+
+@_handles("aten.slice_copy.Tensor", "aten.slice.Tensor", kiln="slice")
+def _slice(L, node, a):
+    start = 0 if a["start"] is None else _static_int(a["start"], "slice start")
+    end = _graph.INT64_MAX if a["end"] is None else _static_int(a["end"], "slice end")
+    step = _static_int(a["step"], "slice step")
+    return L.op(
+        "slice",
+        [L.value(a["self"])],
+        {"dim": _static_int(a["dim"], "dim"), "start": start, "end": end, "step": step},
+    )
+
+
+@_handles("aten.select_copy.int", "aten.select.int", kiln="select")
+def _select(L, node, a):
+    return L.op(
+        "select",
+        [L.value(a["self"])],
+        {"dim": _static_int(a["dim"], "dim"), "index": _static_int(a["index"], "index")},
+    )
+
+
+def _squeeze(L, node: Node, x: Node, dims):
+    """torch.squeeze drops only the listed dimensions of size 1; Kiln's squeeze needs exactly
+    those, so they are read from the static shape and checked against the output rank."""
+    xm = _meta(x)
+    r = xm.dim()
+    if dims is None:
+        dims = list(range(r))
+    drop = set()
+    for d in dims:
+        d = _static_int(d, "dim")
+        if r == 0:
+            continue
+        e = sym_expr(xm.shape[d % r])
+        if e.is_number and int(e) == 1:
+            drop.add(d % r)
+    if r - len(drop) != _meta(node).dim():
+        raise Unsupported("squeeze of a symbolic dimension")
+    if not drop:
+        return L.op("copy", [L.value(x)])
+    return L.op("squeeze", [L.value(x)], {"dims": sorted(drop)})
+
+
+@_handles("aten.squeeze_copy.dims", "aten.squeeze.dims", kiln=("squeeze", "copy"))
+def _squeeze_dims(L, node, a):
+    return _squeeze(L, node, a["self"], list(a["dim"]))
+
+
+@_handles("aten.squeeze_copy.dim", "aten.squeeze.dim", kiln=("squeeze", "copy"))
+def _squeeze_dim(L, node, a):
+    return _squeeze(L, node, a["self"], [a["dim"]])
+
+
+@_handles("aten.squeeze_copy.default", "aten.squeeze.default", kiln=("squeeze", "copy"))
+def _squeeze_all(L, node, a):
+    return _squeeze(L, node, a["self"], None)
+
+
+@_handles("aten.unsqueeze_copy.default", "aten.unsqueeze.default", kiln="unsqueeze")
+def _unsqueeze(L, node, a):
+    return L.op("unsqueeze", [L.value(a["self"])], {"dim": _static_int(a["dim"], "dim")})
+
+
+@_handles(
+    "aten.split_with_sizes_copy.default",
+    "aten.split_with_sizes.default",
+    kiln="slice",
+)
+def _split_with_sizes(L, node, a):
+    x = a["self"]
+    dim = _static_int(a["dim"], "dim")
+    sizes = [_static_int(s, "split size") for s in a["split_sizes"]]
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(
+            L.op("slice", [L.value(x)], {"dim": dim, "start": start, "end": start + s, "step": 1})
+        )
+        start += s
+    return outs
+
+
+@_handles("aten.split_copy.Tensor", "aten.split.Tensor", kiln="slice")
+def _split(L, node, a):
+    x = a["self"]
+    dim = _static_int(a["dim"], "dim")
+    size = _static_int(a["split_size"], "split size")
+    e = sym_expr(_meta(x).shape[dim])
+    if not e.is_number or size <= 0:
+        raise Unsupported("split of a symbolic dimension")
+    n = int(e)
+    outs = []
+    for start in range(0, n, size):
+        outs.append(
+            L.op("slice", [L.value(x)], {"dim": dim, "start": start, "end": start + size, "step": 1})
+        )
+    return outs
+
+
+@_handles("aten.unbind_copy.int", "aten.unbind.int", kiln="select")
+def _unbind(L, node, a):
+    x = a["self"]
+    dim = _static_int(a["dim"], "dim")
+    e = sym_expr(_meta(x).shape[dim])
+    if not e.is_number:
+        raise Unsupported("unbind of a symbolic dimension")
+    return [L.op("select", [L.value(x)], {"dim": dim, "index": i}) for i in range(int(e))]
+
+
+@_handles("aten.embedding.default", kiln="embedding")
+def _embedding(L, node, a):
+    return L.op("embedding", [L.value(a["weight"]), L.value(a["indices"])])
+
+
+# copies and casts
+
+
+@_handles(
+    "aten.clone.default",
+    "aten.alias.default",
+    "aten.alias_copy.default",
+    "aten.lift_fresh_copy.default",
+    "aten.detach.default",
+    "aten.detach_copy.default",
+    kiln="copy",
+)
+def _copy(L, node, a):
+    mf = a.get("memory_format")
+    if mf not in (None, torch.contiguous_format, torch.preserve_format):
+        raise Unsupported(f"clone to memory_format={mf}")
+    return L.op("copy", [L.value(a["self"])])
+
+
+@_handles("dim_order_ops._clone_dim_order.default", kiln="copy")
+def _clone_dim_order(L, node, a):
+    x = a["self"]
+    if not _contiguous_dim_order(a["dim_order"], L.rank(x)):
+        raise Unsupported(f"clone to dim_order {a['dim_order']}")
+    return L.op("copy", [L.value(x)])
+
+
+def _to_copy(L, node, a, dim_order_ok: bool):
+    x = a["self"]
+    if not dim_order_ok:
+        raise Unsupported("copy to a non-contiguous layout")
+    dev = a.get("device")
+    if dev is not None and torch.device(dev).type != "cpu":
+        raise Unsupported(f"copy to device {dev}")
+    out = _out_dtype(node)
+    src = L.dtype(x)
+    if out == src:
+        return L.op("copy", [L.value(x)])
+    return L.cast(L.value(x), src, out)
+
+
+@_handles("aten._to_copy.default", kiln=("cast", "copy"))
+def _to_copy_aten(L, node, a):
+    mf = a.get("memory_format")
+    return _to_copy(L, node, a, mf in (None, torch.contiguous_format, torch.preserve_format))
+
+
+@_handles("dim_order_ops._to_dim_order_copy.default", kiln=("cast", "copy"))
+def _to_dim_order_copy(L, node, a):
+    return _to_copy(L, node, a, _contiguous_dim_order(a["dim_order"], L.rank(a["self"])))
+
+
+# constants
+
+
+@_handles("aten.scalar_tensor.default", kiln=())
+def _scalar_tensor(L, node, a):
+    return L.scalar(a["s"], _out_dtype(node))
+
+
+@_handles("aten.full.default", kiln=())
+def _full(L, node, a):
+    m = _meta(node)
+    if any(not sym_expr(d).is_number for d in m.shape):
+        raise Unsupported("full with a symbolic size")
+    if m.numel() > MAX_FOLDED_FULL_NUMEL:
+        raise Unsupported("full constant too large to fold")
+    v = a["fill_value"]
+    if isinstance(v, (Node, torch.SymInt, torch.SymFloat)):
+        raise Unsupported("full with a symbolic value")
+    t = torch.full([int(sym_expr(d)) for d in m.shape], v, dtype=m.dtype)
+    L._n_auto += 1
+    return L.const_tensor(t, f"full{L._n_auto}")
+
+
+# attention
+
+
+@_handles("aten.scaled_dot_product_attention.default", kiln=("sdpa", "cast"))
+def _sdpa(L, node, a):
+    if not (isinstance(a["dropout_p"], (int, float)) and a["dropout_p"] == 0):
+        raise Unsupported(f"sdpa with dropout_p={a['dropout_p']}")
+    if a.get("enable_gqa"):
+        raise Unsupported("sdpa with enable_gqa=True")
+    q, k, v = a["query"], a["key"], a["value"]
+    ins = [L.value(q), L.value(k), L.value(v)]
+    mask = a["attn_mask"]
+    if mask is not None:
+        if not isinstance(mask, Node):
+            raise Unsupported("sdpa mask is not a tensor")
+        md = L.dtype(mask)
+        ins.append(L.value(mask) if md == torch.bool else L.cast(L.value(mask), md, L.dtype(q)))
+    scale = a["scale"]
+    if isinstance(scale, (Node, torch.SymFloat)):
+        raise Unsupported("sdpa scale is symbolic")
+    return L.op(
+        "sdpa",
+        ins,
+        {
+            "is_causal": int(bool(a["is_causal"])),
+            "scale": math.nan if scale is None else float(scale),
+        },
+    )
+
+
+# Non-core ATen ops Kiln keeps whole (ops_to_not_decompose) when it supports every node of
+# them. Ops whose default decomposition is a single core op Kiln takes (layer_norm ->
+# native_layer_norm, softmax -> _softmax, relu6 -> hardtanh, ...) need no entry.
+PRESERVED_OPS = (
+    "aten.linear.default",
+    "aten.scaled_dot_product_attention.default",
+    "aten.hardswish.default",
+    "aten.hardsigmoid.default",
+    "aten.silu.default",
+    "aten.matmul.default",
+)
+
+
+def kiln_op_names() -> set[str]:
+    """Every Kiln op name the translation table may emit."""
+    return {k for h in HANDLERS.values() for k in h.kiln_ops}
+
+
+# --- checking one node (the partitioner's question)
+
+
+@dataclass
+class Check:
+    ok: bool
+    reason: str = ""
+    outputs: tuple[bool, ...] = ()  # which outputs Kiln produces (multi-output ops)
+    kiln_ops: tuple[str, ...] = ()
+
+
+def check_node(node: Node, ranges: Ranges) -> Check:
+    """Whether Kiln can compute this node: translates it into a scratch graph whose inputs
+    are its tensor arguments, and compares the inferred output dtypes and shapes with
+    ``node.meta["val"]``."""
+    name = target_name(node)
+    if name not in HANDLERS:
+        return Check(False, f"{name} has no Kiln translation")
+    vals = node.meta.get("val")
+    outs = list(vals) if isinstance(vals, (list, tuple)) else [vals]
+    for o in outs:
+        if o is not None and not isinstance(o, torch.Tensor):
+            return Check(False, f"{name} produces a non-tensor")
+    g = _graph.Graph()
+    try:
+        L = Lowerer(g, ranges, check=True)
+        emitted: list[str] = []
+        orig_add_node = g.add_node
+
+        def add_node(op, *args, **kw):
+            emitted.append(op)
+            return orig_add_node(op, *args, **kw)
+
+        g.add_node = add_node
+        got = L.lower(node)
+        produced = []
+        for i, v in enumerate(got):
+            if v is None:
+                produced.append(False)
+                continue
+            if i >= len(outs) or not isinstance(outs[i], torch.Tensor):
+                return Check(False, f"{name}: output {i} has no tensor metadata")
+            _check_value(g, v, outs[i], ranges, name, i)
+            produced.append(True)
+        return Check(True, "", tuple(produced), tuple(emitted))
+    except Unsupported as e:
+        return Check(False, f"{name}: {e}")
+    finally:
+        g.close()
+
+
+def is_contiguous(t: torch.Tensor) -> bool:
+    """Whether a value's memory layout is the default one (layout matters only where a value
+    crosses into or out of Kiln: ExecuTorch derives a tensor's dim order from its strides)."""
+    try:
+        return bool(t.is_contiguous())
+    except Exception:  # noqa: BLE001 - symbolic strides may not evaluate
+        return True
+
+
+def _check_value(g: _graph.Graph, v: int, t: torch.Tensor, ranges: Ranges, name: str, i: int):
+    dt, lo, hi = g.value_info(v)
+    want = _graph.TORCH_TO_KILN.get(t.dtype)
+    if dt != want:
+        raise Unsupported(f"{name}: Kiln infers dtype {dt} for output {i}, PyTorch {t.dtype}")
+    if len(lo) != t.dim():
+        raise Unsupported(f"{name}: Kiln infers rank {len(lo)} for output {i}, PyTorch {t.dim()}")
+    for d, s in enumerate(t.shape):
+        e = sym_expr(s)
+        if e.is_number and lo[d] == hi[d] and lo[d] != int(e):
+            raise Unsupported(
+                f"{name}: Kiln infers size {lo[d]} for output {i} dimension {d}, PyTorch {int(e)}"
+            )

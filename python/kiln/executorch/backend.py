@@ -1,0 +1,156 @@
+"""KilnBackend: ExecuTorch's ahead-of-time side of the delegate. ``preprocess`` turns one edge
+partition into a Kiln engine through the C graph/builder API.
+
+Contract with the C++ delegate (adapter/executorch/kiln_executorch.cpp):
+
+- processed bytes = one Kiln engine;
+- the engine's input bindings are the partition's user-input placeholders in graph order,
+  which is the order ExecuTorch passes the delegate's input arguments (the emitter builds the
+  ``executorch_call_delegate`` arguments from the lowered module's placeholders);
+- its output bindings are the lowered module's outputs in order;
+- external weights are named data under the keys kiln_built_weight returns, in the .pte or in
+  ``<external_data>.ptd``; the delegate reads them through the NamedDataMap at init.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import final
+
+import torch
+from executorch.exir._serialize._named_data_store import NamedDataStore
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from .. import _graph
+from . import _lowering as low
+from ._options import parse_compile_specs
+
+log = logging.getLogger("kiln.executorch")
+
+# Constants smaller than this stay inside the engine instead of becoming named data.
+MIN_EXTERNAL_NBYTES = 1024
+# Alignment requested for each weight blob in the .pte / .ptd.
+WEIGHT_ALIGNMENT = 64
+
+
+class KilnPreprocessError(RuntimeError):
+    """A partition the KilnPartitioner claimed could not be built (a Kiln bug: please report)."""
+
+
+def build_engine(edge_program: ExportedProgram, precision: str = "fp32"):
+    """Describes an edge (sub)program as a Kiln graph and builds it.
+
+    Returns (Built, input placeholder names, output count).
+    """
+    gm = edge_program.graph_module
+    sig = edge_program.graph_signature
+    spec_by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+    ranges = low.Ranges(edge_program.range_constraints)
+    g = _graph.Graph()
+    try:
+        L = low.Lowerer(g, ranges, check=False)
+        inputs = []
+        for node in gm.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            spec = spec_by_name.get(node.name)
+            if spec is None or spec.kind == InputKind.USER_INPUT:
+                val = node.meta.get("val")
+                if not isinstance(val, torch.Tensor):
+                    raise KilnPreprocessError(
+                        f"KilnBackend: delegate input '{node.name}' is {type(val).__name__}, not "
+                        "a tensor (a symbolic size crossed the partition boundary)"
+                    )
+                _try(lambda n=node: L.add_input(n), f"input '{node.name}'")
+                inputs.append(node.name)
+            else:
+                data = _constant_data(edge_program, spec)
+                _try(lambda n=node, d=data: L.add_constant(n, d), f"constant '{node.name}'")
+        out_node = None
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                _try(lambda n=node: L.lower(n), f"node '{node.name}' ({low.target_name(node)})")
+            elif node.op == "output":
+                out_node = node
+        outs = list(out_node.args[0]) if out_node is not None else []
+        out_specs = list(sig.output_specs)
+        for s in out_specs:
+            if s.kind != OutputKind.USER_OUTPUT:
+                raise KilnPreprocessError(
+                    f"KilnBackend: partition output '{s.arg.name}' is a {s.kind.name}; Kiln "
+                    "delegates produce only user outputs"
+                )
+        input_values = {L.env[n][0] for n in gm.graph.nodes if n.op == "placeholder" and n in L.env}
+        marked: set[int] = set()
+        for i, o in enumerate(outs):
+            v = L.env.get(o, [None])[0] if o is not None else None
+            if v is None:
+                raise KilnPreprocessError(f"KilnBackend: output {i} ('{o}') has no Kiln value")
+            if v in marked or v in input_values or v in L.constant_values:
+                # An output that is an input, a constant or another output: give it its own copy.
+                v = _try(lambda v=v: L.op("copy", [v]), f"output {i}")
+            marked.add(v)
+            _try(lambda v=v, i=i: g.mark_output(v, f"output{i}"), f"output {i}")
+        built = _try(
+            lambda: g.build(
+                precision=precision,
+                external_weights=True,
+                min_external_nbytes=MIN_EXTERNAL_NBYTES,
+            ),
+            "kiln_build",
+        )
+        return built, inputs, len(outs)
+    finally:
+        g.close()
+
+
+def _try(fn, what: str):
+    try:
+        return fn()
+    except low.Unsupported as e:
+        raise KilnPreprocessError(
+            f"KilnBackend: cannot build {what}: {e}. This node was claimed by KilnPartitioner "
+            "but does not build: please report it; meanwhile export without Kiln for this model"
+        ) from None
+
+
+def _constant_data(ep: ExportedProgram, spec) -> torch.Tensor:
+    target = spec.target
+    for source in (ep.state_dict, ep.constants):
+        if target in source:
+            t = source[target]
+            if isinstance(t, torch.nn.Parameter):
+                t = t.data
+            if not isinstance(t, torch.Tensor):
+                break
+            return t.detach()
+    raise KilnPreprocessError(
+        f"KilnBackend: constant '{spec.arg.name}' ({target}) has no data in the program"
+    )
+
+
+@final
+class KilnBackend(BackendDetails):
+    """The ``KilnBackend`` delegate's preprocess: edge partition -> Kiln engine bytes."""
+
+    @staticmethod
+    def preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
+        precision, external_data = parse_compile_specs(compile_specs)
+        built, _inputs, _n_out = build_engine(edge_program, precision)
+        store = NamedDataStore()
+        for key, data in built.weights:
+            store.add_named_data(
+                key, data, alignment=WEIGHT_ALIGNMENT, external_tag=external_data
+            )
+        log.debug(
+            "KilnBackend: engine of %d bytes, %d external weights (%s)",
+            len(built.engine),
+            len(built.weights),
+            f"{external_data}.ptd" if external_data else ".pte",
+        )
+        return PreprocessResult(
+            processed_bytes=built.engine,
+            data_store_output=store.get_named_data_store_output() if built.weights else None,
+        )

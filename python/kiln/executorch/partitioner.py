@@ -1,0 +1,234 @@
+"""KilnPartitioner: tags the nodes of an edge program that Kiln supports."""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Callable
+
+import torch
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data
+from torch.export import ExportedProgram
+from torch.fx import Node
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from . import _lowering as low
+from ._options import compile_specs_for, validate_external_data, validate_precision
+
+log = logging.getLogger("kiln.executorch")
+
+BACKEND_ID = "KilnBackend"
+# Re-partitioning rounds after a partition turned out invalid (SymInts crossing its boundary).
+_MAX_ROUNDS = 8
+# Kiln ops that only move data: a partition made of nothing else is left to ExecuTorch (a
+# delegate call costs more than the copy it would save).
+_DATA_MOVEMENT = {"reshape", "permute", "expand", "squeeze", "unsqueeze", "copy", "slice", "select"}
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, supported: set[Node]):
+        super().__init__()
+        self.supported = supported
+
+    def is_node_supported(self, submodules, node: Node) -> bool:
+        return node in self.supported
+
+
+def _ranges(ep: ExportedProgram) -> low.Ranges:
+    return low.Ranges(getattr(ep, "range_constraints", None))
+
+
+def analyze(gm: torch.fx.GraphModule, ranges: low.Ranges) -> tuple[set[Node], dict[Node, low.Check]]:
+    """The set of call_function nodes Kiln can take, and the per-node check results.
+
+    Tensor nodes are checked one by one against libkiln. A getitem is supported when its source
+    produces that output; a multi-output node only when every output used is produced. Symbolic
+    scalar nodes (sym_size, SymInt arithmetic) produce no Kiln value: they are taken only when
+    every user is, so no SymInt ever crosses a partition boundary.
+    """
+    checks: dict[Node, low.Check] = {}
+    supported: set[Node] = set()
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    for n in nodes:
+        if n.target is operator.getitem or low.is_sym_node(n):
+            continue
+        c = low.check_node(n, ranges)
+        checks[n] = c
+        if c.ok:
+            supported.add(n)
+        else:
+            log.debug("Kiln does not take %s: %s", n.name, c.reason)
+    for n in nodes:
+        if n.target is operator.getitem:
+            src, idx = n.args
+            c = checks.get(src)
+            if c is not None and c.ok and isinstance(idx, int) and idx < len(c.outputs) and c.outputs[idx]:
+                supported.add(n)
+    # Multi-output nodes: every user must be a supported getitem.
+    for n, c in checks.items():
+        if c.ok and len(c.outputs) > 1 and not all(u in supported for u in n.users):
+            supported.discard(n)
+            for u in n.users:
+                supported.discard(u)
+    _settle_symbolic(nodes, supported)
+    return supported, checks
+
+
+def _settle_symbolic(nodes: list[Node], supported: set[Node]) -> None:
+    """Adds symbolic scalar nodes whose users are all supported, and drops tensor nodes that need
+    a symbolic argument Kiln cannot take; repeats to a fixed point."""
+    sym = [n for n in nodes if low.is_sym_node(n)]
+    changed = True
+    while changed:
+        changed = False
+        for n in reversed(sym):
+            ok = bool(n.users) and all(u in supported for u in n.users)
+            ok = ok and all(
+                low.is_sym_node(a) or low.is_tensor_node(a) for a in n.all_input_nodes
+            )
+            if ok and n not in supported:
+                supported.add(n)
+                changed = True
+            elif not ok and n in supported:
+                supported.discard(n)
+                changed = True
+        for n in nodes:
+            if n in supported and not low.is_sym_node(n):
+                for a in n.all_input_nodes:
+                    if isinstance(a.meta.get("val"), low._SYM_TYPES) and a not in supported:
+                        if a.op == "call_function":
+                            supported.discard(n)
+                            changed = True
+                            break
+
+
+def _partition_problems(partition_nodes: set[Node]) -> set[Node]:
+    """Nodes that make a partition invalid: a symbolic scalar entering or leaving it, or a
+    tensor with a non-default memory layout (e.g. channels-last) entering or leaving it."""
+    bad = set()
+    for n in partition_nodes:
+        for a in n.all_input_nodes:
+            if a in partition_nodes:
+                continue
+            if not low.is_tensor_node(a) or not low.is_contiguous(a.meta["val"]):
+                bad.add(n)
+        if any(u not in partition_nodes for u in n.users):
+            if not low.is_tensor_node(n) or not low.is_contiguous(n.meta["val"]):
+                if n.target is operator.getitem:
+                    bad.add(n.args[0])
+                bad.add(n)
+    return bad
+
+
+def _has_compute(partition_nodes: set[Node], checks: dict[Node, low.Check]) -> bool:
+    for n in partition_nodes:
+        c = checks.get(n)
+        if c is not None and any(k not in _DATA_MOVEMENT for k in c.kiln_ops):
+            return True
+    return False
+
+
+def propose(ep: ExportedProgram) -> list[set[Node]]:
+    """Convex partitions of the nodes Kiln takes (each a set of fx nodes)."""
+    gm = ep.graph_module
+    ranges = _ranges(ep)
+    supported, checks = analyze(gm, ranges)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    for _ in range(_MAX_ROUNDS):
+        parts = CapabilityBasedPartitioner(
+            gm, _Support(supported), allows_single_node_partition=True
+        ).propose_partitions()
+        result, changed = [], False
+        for p in parts:
+            pn = set(p.nodes)
+            bad = _partition_problems(pn)
+            if bad:
+                log.debug("Kiln drops %s: symbolic values cross the partition", sorted(b.name for b in bad))
+                supported -= bad
+                changed = True
+            elif not _has_compute(pn, checks):
+                supported -= pn
+                changed = True
+            else:
+                result.append(pn)
+        if not changed:
+            return result
+        _settle_symbolic(nodes, supported)
+    return result
+
+
+class KilnPartitioner(Partitioner):
+    """Claims the nodes of an edge program that Kiln supports for the ``KilnBackend`` delegate.
+
+    Args:
+        precision: "fp32" (default), "fp16" or "bf16": the dtype of Kiln's compute-heavy ops and
+            activations (inputs and outputs keep their dtypes).
+        external_data: None (weights in the .pte) or a file stem: the weights of every Kiln
+            engine go to ``<external_data>.ptd`` beside the .pte.
+    """
+
+    def __init__(self, precision: str = "fp32", external_data: str | None = None):
+        super().__init__()
+        self.precision = validate_precision(precision)
+        self.external_data = validate_external_data(external_data)
+        self.delegation_spec = DelegationSpec(
+            BACKEND_ID, compile_specs_for(self.precision, self.external_data)
+        )
+
+    @property
+    def compile_specs(self) -> list[CompileSpec]:
+        return list(self.delegation_spec.compile_specs)
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        partitions = propose(exported_program)
+        tags = {}
+        for i, pn in enumerate(partitions):
+            tag = f"kiln_{i}"
+            for n in pn:
+                n.meta["delegation_tag"] = tag
+            tags[tag] = self.delegation_spec
+        tag_constant_data(exported_program)
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    def ops_to_not_decompose(
+        self, ep: ExportedProgram
+    ) -> tuple[list[torch._ops.OpOverload], Callable[[Node], bool] | None]:
+        """Non-core ops Kiln runs whole (linear, scaled_dot_product_attention, hardswish, ...).
+
+        An op is kept whole only when Kiln supports every node of it in the program (dtypes,
+        arguments, shapes). The choice is per op, not per node: ExecuTorch's per-node filter
+        (the callable this method may return) re-traces preserved nodes with other strides and
+        breaks views after attention (its ``_can_skip_using_EDGE_DO_NOT_DECOMP`` note), so no
+        filter is returned.
+        """
+        from executorch.exir.lowered_backend_module import executorch_call_delegate
+
+        by_op: dict = {}
+        names = set(low.PRESERVED_OPS)
+        for n in ep.graph.nodes:
+            if n.op != "call_function":
+                continue
+            if n.target is executorch_call_delegate:
+                return ([], None)
+            op = low.op_overload(n)
+            if op is not None and str(op) in names:
+                by_op.setdefault(op, []).append(n)
+        if not by_op:
+            return ([], None)
+        ranges = _ranges(ep)
+        keep = []
+        for op, nodes in by_op.items():
+            bad = None
+            for n in nodes:
+                c = low.check_node(n, ranges)
+                if not c.ok:
+                    bad = c.reason
+                    break
+            if bad is None:
+                keep.append(op)
+            else:
+                log.debug("Kiln lets %s decompose: %s", op, bad)
+        return (keep, None)

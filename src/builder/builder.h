@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: Apache-2.0
+// The builder's working graph and its passes (docs/builder.md). kiln_build copies the caller's
+// graph into a kiln_bgraph, runs the passes in order, lays out the plan and serializes it:
+//
+//   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> dce -> fuse]
+//          -> precision -> lower_io -> check -> emit (tensors, layers, memory plan, weights)
+//
+// The working graph mirrors src/ir/graph.h with what the passes need: nodes can die, gain
+// inputs, change op, carry a fused tail; constants can be computed (owned blobs) or borrowed
+// from the caller's graph; every node has an emission key `seq`. Values and nodes only grow
+// (indices stay valid); pointers into the arrays do not survive an add.
+#ifndef KILN_BUILDER_BUILDER_H
+#define KILN_BUILDER_BUILDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/ops.h"
+#include "ir/graph.h"
+#include "ir/shape.h"
+#include "kiln/kiln.h"
+#include "runtime/kernel.h"
+#include "runtime/plan.h"
+
+// Value kinds: those of kiln_ir_value_kind, plus orphans (no longer produced by any node).
+#define KILN_BV_DEAD 0u
+
+typedef struct kiln_bvalue {
+    uint32_t kind;    // KILN_IR_INPUT / KILN_IR_CONSTANT / KILN_IR_NODE / KILN_BV_DEAD
+    uint32_t index;   // INPUT: input number; NODE: producing node
+    const char *name; // "" when unnamed (borrowed from the source graph or a literal)
+    kiln_value_desc desc;
+    const void *data; // CONSTANT: nbytes bytes (the source graph's, or a blob of the bgraph)
+    uint64_t nbytes;
+} kiln_bvalue;
+
+typedef struct kiln_bnode {
+    uint32_t op;
+    uint32_t input_begin, n_inputs; // into ids (-1: absent optional input)
+    uint32_t attr_begin;            // into attr_refs; the op's schema count
+    int32_t output;                 // value id
+    int64_t seq;                    // emission key (KILN_SEQ_*)
+    int32_t head;                   // a fused tail: its head node; -1 otherwise
+    uint32_t n_tail;                // a head: its fused tail nodes, in order
+    int32_t tails[KILN_MAX_TAIL];
+    uint8_t dead;
+} kiln_bnode;
+
+// Emission keys: input casts first, then the caller's nodes in their order, then output casts,
+// then output copies.
+#define KILN_SEQ_INPUT_CAST INT64_C(0)
+#define KILN_SEQ_NODE (INT64_C(1) << 32)
+#define KILN_SEQ_OUTPUT_CAST (INT64_C(2) << 32)
+#define KILN_SEQ_OUTPUT_COPY (INT64_C(3) << 32)
+
+typedef struct kiln_boutput {
+    int32_t value;
+    const char *name;
+} kiln_boutput;
+
+typedef struct kiln_bblob {
+    void *data;
+    size_t nbytes;
+} kiln_bblob;
+
+// What the passes did (for logs and tests).
+typedef struct kiln_build_stats {
+    uint32_t n_dead;       // nodes removed by dead-code elimination
+    uint32_t n_folded;     // nodes evaluated at build time
+    uint32_t n_bn_folded;  // batch norms folded into a conv2d/linear
+    uint32_t n_linear;     // matmuls with a constant weight turned into linear
+    uint32_t n_bias_fused; // adds that became a head's bias
+    uint32_t n_tail_fused; // elementwise ops fused as tails
+    uint32_t n_casts;      // casts inserted by precision conversion
+    uint32_t n_copies;     // copies inserted by I/O lowering
+} kiln_build_stats;
+
+typedef struct kiln_bgraph {
+    kiln_build_options opts;
+    kiln_bvalue *values;
+    size_t n_values, cap_values;
+    kiln_bnode *nodes;
+    size_t n_nodes, cap_nodes;
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+    kiln_attr_ref *attr_refs;
+    size_t n_attr_refs, cap_attr_refs;
+    int64_t *ints;
+    size_t n_ints, cap_ints;
+    double *floats;
+    size_t n_floats, cap_floats;
+    int32_t *inputs; // graph inputs (value ids), in binding order
+    size_t n_inputs, cap_inputs;
+    kiln_boutput *outputs;
+    size_t n_outputs, cap_outputs;
+    kiln_bblob *blobs; // data owned by the build (folded and converted constants)
+    size_t n_blobs, cap_blobs;
+    // Use information, refreshed by kiln_bgraph_count_uses (sized n_values at that time).
+    uint32_t *uses;     // input slots of live nodes that read the value
+    int32_t *user;      // the last live node reading the value (-1 if none)
+    uint8_t *is_output; // marked as a graph output
+    size_t n_use_info, cap_uses, cap_user, cap_is_output;
+    kiln_build_stats stats;
+} kiln_bgraph;
+
+// --- the working graph (bgraph.c)
+
+kiln_status kiln_bgraph_init(kiln_bgraph *b, const kiln_graph *g, const kiln_build_options *o);
+void kiln_bgraph_release(kiln_bgraph *b);
+
+// Owned zeroed memory for constant data (KILN_DATA_ALIGN-aligned), freed with the bgraph.
+kiln_status kiln_bgraph_blob(kiln_bgraph *b, size_t nbytes, void **out);
+// Adds a constant value over data that outlives the bgraph (a blob, or the source graph's).
+kiln_status kiln_bgraph_add_const(kiln_bgraph *b, uint32_t dtype, const kiln_shape *shape,
+                                  const void *data, uint64_t nbytes, int32_t *out_value);
+// Adds a node (attributes: a schema-complete view to copy, or NULL for all defaults), infers
+// its output and returns the new value.
+kiln_status kiln_bgraph_add_node(kiln_bgraph *b, uint32_t op, const int32_t *inputs,
+                                 uint32_t n_inputs, const kiln_attrs *attrs, int64_t seq,
+                                 int32_t *out_value);
+// Replaces a node's inputs (any count within the op's arity; `inputs` must not point into
+// the bgraph).
+kiln_status kiln_bgraph_set_inputs(kiln_bgraph *b, uint32_t node, const int32_t *inputs,
+                                   uint32_t n_inputs);
+// Re-runs shape inference for a node; writes the result to *out (does not store it).
+kiln_status kiln_bgraph_infer(const kiln_bgraph *b, uint32_t node, kiln_value_desc *out);
+// Recomputes uses / user / is_output.
+kiln_status kiln_bgraph_count_uses(kiln_bgraph *b);
+
+static inline kiln_attrs kiln_bgraph_attrs(const kiln_bgraph *b, const kiln_bnode *n) {
+    const kiln_op_def *d = kiln_op_def_get(n->op);
+    uint32_t na = d != NULL ? d->n_attrs : 0;
+    kiln_attrs a = {na > 0 ? b->attr_refs + n->attr_begin : NULL, na, b->ints, b->floats};
+    return a;
+}
+static inline const int32_t *kiln_bgraph_inputs(const kiln_bgraph *b, const kiln_bnode *n) {
+    return b->ids + n->input_begin;
+}
+// The present input i of a node, or -1.
+static inline int32_t kiln_bgraph_input(const kiln_bgraph *b, const kiln_bnode *n, uint32_t i) {
+    return i < n->n_inputs ? b->ids[n->input_begin + i] : -1;
+}
+static inline int kiln_bgraph_is_const(const kiln_bgraph *b, int32_t v) {
+    return v >= 0 && b->values[v].kind == KILN_IR_CONSTANT;
+}
+// True when two descriptors are the same dtype and ranges.
+int kiln_desc_equal(const kiln_value_desc *a, const kiln_value_desc *b);
+// Bytes of a value at its largest shape (false on overflow).
+int kiln_desc_max_nbytes(const kiln_value_desc *d, uint64_t *out);
+
+// --- passes (one file each)
+
+kiln_status kiln_pass_verify(kiln_bgraph *b);           // pass_verify.c
+kiln_status kiln_pass_dce(kiln_bgraph *b);              // pass_dce.c
+kiln_status kiln_pass_fold(kiln_bgraph *b);             // pass_fold.c
+kiln_status kiln_pass_bn_fold(kiln_bgraph *b);          // pass_bn_fold.c
+kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b); // pass_linear.c
+kiln_status kiln_pass_fuse(kiln_bgraph *b);             // pass_fuse.c
+kiln_status kiln_pass_precision(kiln_bgraph *b);        // pass_precision.c
+kiln_status kiln_pass_lower_io(kiln_bgraph *b);         // pass_io.c
+kiln_status kiln_pass_check(const kiln_bgraph *b);      // pass_verify.c: final consistency
+
+// Largest output (bytes) constant folding evaluates.
+#define KILN_FOLD_MAX_NBYTES ((uint64_t)16 << 20)
+
+// --- memory planning (plan_memory.c)
+
+typedef struct kiln_mem_item {
+    uint64_t nbytes;     // size (0: placed at offset 0, takes no space)
+    int32_t first, last; // live over layers [first, last], inclusive
+    uint64_t offset;     // out: arena offset, a multiple of the alignment
+} kiln_mem_item;
+
+// Assigns offsets so that no two items live at a common layer overlap in [offset, offset +
+// nbytes): greedy by size, each item into the best-fitting gap among the items already placed
+// that it conflicts with (offset order), else after them. *out_arena_nbytes = the arena size.
+// Deterministic (ties broken by item index).
+kiln_status kiln_plan_memory(kiln_mem_item *items, uint32_t n, uint64_t align,
+                             uint64_t *out_arena_nbytes);
+
+// --- emission (plan_emit.c)
+
+typedef struct kiln_ext_weight {
+    uint8_t digest[32]; // SHA-256 of the bytes
+    uint32_t key;       // offset of "kiln-w-<hex>" in the plan's strings
+    const void *data;   // borrowed from the bgraph (valid until kiln_bgraph_release)
+    uint64_t nbytes;
+} kiln_ext_weight;
+
+// Lays out the plan of a checked bgraph. External weights (options.external_weights) are
+// listed once per distinct content in *out_ext (kiln_malloc'd, *out_n_ext entries).
+kiln_status kiln_bgraph_emit(const kiln_bgraph *b, kiln_plan *out, kiln_ext_weight **out_ext,
+                             uint32_t *out_n_ext);
+
+// --- the whole pipeline up to the plan (build.c); kiln_build serializes its result.
+kiln_status kiln_build_plan(const kiln_graph *g, const kiln_build_options *o, kiln_plan *out,
+                            kiln_build_stats *out_stats);
+
+#endif // KILN_BUILDER_BUILDER_H

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// Precision conversion (options.precision = fp16 or bf16): every float32 weight and activation
+// of the graph becomes the target dtype; the engine's bindings keep their dtypes through casts
+// at the boundary (float32 inputs are cast once, right after the input; float32 outputs are
+// cast back at the end). Explicit casts to float32 inside the model cast to the target instead.
+// Norm and softmax kernels accumulate in float32 whatever the storage dtype.
+#include <string.h>
+
+#include "builder/builder.h"
+#include "core/alloc.h"
+#include "core/dtype.h"
+#include "core/status.h"
+
+static kiln_status convert_const(kiln_bgraph *b, int32_t v, uint32_t target, int32_t *out) {
+    const kiln_bvalue *src = &b->values[v];
+    uint64_t numel = src->nbytes / 4;
+    kiln_shape s = src->desc.shape;
+    void *data;
+    KILN_TRY(kiln_bgraph_blob(b, (size_t)(numel * 2), &data));
+    src = &b->values[v];
+    for (uint64_t i = 0; i < numel; i++) {
+        kiln_store_f32(data, target, (int64_t)i, ((const float *)src->data)[i]);
+    }
+    return kiln_bgraph_add_const(b, target, &s, data, numel * 2, out);
+}
+
+static kiln_status cast_node(kiln_bgraph *b, int32_t v, uint32_t to, int64_t seq, int32_t *out) {
+    kiln_attr_ref ref = {KILN_ATTR_INTS, 1, 0};
+    int64_t dt = (int64_t)to;
+    kiln_attrs a = {&ref, 1, &dt, NULL};
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_CAST, &v, 1, &a, seq, out));
+    b->stats.n_casts++;
+    return KILN_OK;
+}
+
+kiln_status kiln_pass_precision(kiln_bgraph *b) {
+    uint32_t target;
+    size_t n_orig_vals = b->n_values, n_orig_nodes = b->n_nodes, map_nbytes;
+    int32_t *map = NULL; // F32 input/constant value -> its converted value
+    uint8_t *was_f32 = NULL;
+    kiln_status st = KILN_OK;
+    if (b->opts.precision == KILN_PRECISION_FP32) return KILN_OK;
+    target = b->opts.precision == KILN_PRECISION_FP16 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16;
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    map_nbytes = n_orig_vals * sizeof *map;
+    map = kiln_malloc(map_nbytes, KILN_ALIGN);
+    was_f32 = kiln_malloc(n_orig_vals, KILN_ALIGN);
+    if (map == NULL || was_f32 == NULL) {
+        st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory in precision conversion");
+        goto done;
+    }
+    for (size_t v = 0; v < n_orig_vals; v++) {
+        map[v] = -1;
+        was_f32[v] = b->values[v].desc.dtype == KILN_DTYPE_F32;
+    }
+    // Boundary casts for float32 inputs, converted copies of float32 constants (read by nodes).
+    for (size_t i = 0; i < b->n_inputs && st == KILN_OK; i++) {
+        int32_t v = b->inputs[i];
+        if (was_f32[v] && b->uses[v] > 0) {
+            st = cast_node(b, v, target, KILN_SEQ_INPUT_CAST + (int64_t)i, &map[v]);
+        }
+    }
+    for (size_t v = 0; v < n_orig_vals && st == KILN_OK; v++) {
+        if (b->values[v].kind == KILN_IR_CONSTANT && was_f32[v] && b->uses[v] > 0) {
+            st = convert_const(b, (int32_t)v, target, &map[v]);
+        }
+    }
+    // The caller's nodes, in order (producers before readers): remap, retarget casts, re-infer.
+    for (size_t i = 0; i < n_orig_nodes && st == KILN_OK; i++) {
+        kiln_bnode *n = &b->nodes[i];
+        kiln_value_desc d;
+        if (n->dead) continue;
+        for (uint32_t j = 0; j < n->n_inputs; j++) {
+            int32_t *v = &b->ids[n->input_begin + j];
+            if (*v >= 0 && (size_t)*v < n_orig_vals && map[*v] >= 0) *v = map[*v];
+        }
+        if (n->op == KILN_OP_CAST) {
+            kiln_attrs a = kiln_bgraph_attrs(b, n);
+            if (kiln_attrs_int(&a, KILN_A_CAST_DTYPE, 0) == KILN_DTYPE_F32) {
+                b->ints[a.refs[KILN_A_CAST_DTYPE].begin] = target;
+            }
+        }
+        st = kiln_bgraph_infer(b, (uint32_t)i, &d);
+        if (st == KILN_OK) b->values[n->output].desc = d;
+    }
+    // Float32 outputs computed in the target dtype are cast back (once per value).
+    for (size_t i = 0; i < b->n_outputs && st == KILN_OK; i++) {
+        int32_t v = b->outputs[i].value, w = -1;
+        if ((size_t)v >= n_orig_vals || !was_f32[v] || b->values[v].kind != KILN_IR_NODE ||
+            b->values[v].desc.dtype == KILN_DTYPE_F32) {
+            continue;
+        }
+        if (map[v] < 0) {
+            st = cast_node(b, v, KILN_DTYPE_F32, KILN_SEQ_OUTPUT_CAST + (int64_t)i, &w);
+            if (st != KILN_OK) break;
+            map[v] = w;
+        }
+        b->outputs[i].value = map[v];
+    }
+done:
+    kiln_free(map, map_nbytes);
+    kiln_free(was_f32, n_orig_vals);
+    return st;
+}

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+// Precision conversion: float32 weights and activations become float16/bfloat16, bindings keep
+// their dtypes through boundary casts, integer paths are untouched; results stay within the
+// target dtype's tolerance of the float32 engine (and are exact where no arithmetic happens).
+#include "builder/builder_test_util.h"
+
+#define K 16
+#define N 8
+#define V 10
+
+static void test_mlp(void) {
+    float *w = tu_rand(N * K, -1, 1), *b = tu_rand(N, -1, 1), *lw = tu_rand(N, 0.5f, 1.5f);
+    kiln_graph *g;
+    int32_t x, cw, cb, cl, y;
+    bt_shape s[1] = {{2, {3, K}}};
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 2, TU_DIMS(1, K), TU_DIMS(4, K));
+    cw = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(N, K), w);
+    cb = tu_const(g, "b", KILN_DTYPE_F32, 1, TU_DIMS(N), b);
+    cl = tu_const(g, "ln.w", KILN_DTYPE_F32, 1, TU_DIMS(N), lw);
+    y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, cw, cb), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_GELU, TU_IDS(y), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_LAYER_NORM, TU_IDS(y, cl, -1), TU_ATTRS(TU_INTS("normalized_ndim", 1)));
+    y = tu_node(g, KILN_OP_SOFTMAX, TU_IDS(y), TU_ATTRS(TU_INTS("dim", -1)));
+    tu_output(g, y, "probs");
+    for (int prec = 1; prec <= 2; prec++) {
+        kiln_build_options o32 = bt_opts(1, KILN_PRECISION_FP32, 0);
+        kiln_build_options oh = bt_opts(1, (kiln_precision)prec, 0);
+        uint32_t half = prec == 1 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16;
+        kiln_plan p;
+        if (bt_plan(g, &oh, &p)) {
+            BT_EXPECT_LAYERS(&p, "cast|linear,gelu|layer_norm|softmax|cast");
+            CHECK(p.precision == (uint32_t)prec);
+            CHECK(p.tensors[p.inputs[0]].dtype == KILN_DTYPE_F32);
+            CHECK(p.tensors[p.outputs[0]].dtype == KILN_DTYPE_F32);
+            for (uint32_t i = 0; i < p.n_tensors; i++) {
+                const kiln_plan_tensor *t = &p.tensors[i];
+                if (t->kind == KILN_TENSOR_WEIGHT || t->kind == KILN_TENSOR_ACTIVATION) {
+                    CHECK_MSG(t->dtype == half, "tensor %u is %s", i,
+                              kiln_dtype_name((kiln_dtype)t->dtype));
+                }
+            }
+            // the weights are the float32 ones rounded to the target dtype
+            for (uint32_t i = 0; i < p.n_tensors; i++) {
+                const kiln_plan_tensor *t = &p.tensors[i];
+                if (t->kind != KILN_TENSOR_WEIGHT || t->shape.rank != 2) continue;
+                for (int j = 0; j < N * K; j++) {
+                    CHECK(kiln_load_f32(p.weights + t->offset, half, j) ==
+                          tu_round(w[j], (kiln_dtype)half));
+                }
+            }
+            kiln_plan_release(&p);
+        }
+        bt_compare(g, &o32, &oh, 1, s, 0, prec == 1 ? 1e-2 : 4e-2, 2e-2, "mlp in half precision");
+        // without optimization the conversion still applies
+        oh.optimize = 0;
+        if (bt_plan(g, &oh, &p)) {
+            BT_EXPECT_LAYERS(&p, "cast|linear|gelu|layer_norm|softmax|cast");
+            kiln_plan_release(&p);
+        }
+    }
+    kiln_graph_free(g);
+    free(w);
+    free(b);
+    free(lw);
+}
+
+// Embedding indices stay integer; a gather of converted weights is exact; an explicit cast to
+// float32 inside the model casts to the target instead; an input that is also an output is
+// copied in its own dtype.
+static void test_integer_paths(void) {
+    float *emb = tu_rand(V * N, -1, 1), scale = 3.0f;
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_built *bt = NULL;
+    int32_t idx, cnt, ce, cs, y, z;
+    kiln_build_options oh = bt_opts(1, KILN_PRECISION_FP16, 0);
+    CHECK_OK(kiln_graph_new(&g));
+    idx = tu_input(g, "tokens", KILN_DTYPE_I64, 2, TU_DIMS(1, 1), TU_DIMS(2, 5));
+    cnt = tu_input(g, "count", KILN_DTYPE_I32, 1, TU_DIMS(3), TU_DIMS(3));
+    ce = tu_const(g, "emb", KILN_DTYPE_F32, 2, TU_DIMS(V, N), emb);
+    cs = tu_const(g, "scale", KILN_DTYPE_F32, 0, TU_DIMS(0), &scale);
+    y = tu_node(g, KILN_OP_EMBEDDING, TU_IDS(ce, idx), TU_NO_ATTRS);
+    z = tu_node(g, KILN_OP_CAST, TU_IDS(cnt), TU_ATTRS(TU_INTS("dtype", KILN_DTYPE_F32)));
+    z = tu_node(g, KILN_OP_MUL, TU_IDS(z, cs), TU_NO_ATTRS);
+    tu_output(g, y, "embedded");
+    tu_output(g, z, "scaled");
+    tu_output(g, idx, "tokens_out");
+    if (bt_plan(g, &oh, &p)) {
+        BT_EXPECT_LAYERS(&p, "embedding|cast|mul|cast|cast|copy");
+        CHECK(p.tensors[p.inputs[0]].dtype == KILN_DTYPE_I64);
+        CHECK(p.tensors[p.outputs[0]].dtype == KILN_DTYPE_F32);
+        CHECK(p.tensors[p.outputs[1]].dtype == KILN_DTYPE_F32);
+        CHECK(p.tensors[p.outputs[2]].dtype == KILN_DTYPE_I64);
+        {
+            // the model's cast to float32 now targets float16
+            const kiln_plan_layer *l = &p.layers[1];
+            kiln_attrs a = kiln_plan_layer_attrs(&p, l);
+            CHECK(kiln_attrs_int(&a, KILN_A_CAST_DTYPE, 0) == KILN_DTYPE_F16);
+        }
+        kiln_plan_release(&p);
+    }
+    CHECK_OK(kiln_build(g, &oh, &bt));
+    if (bt != NULL) {
+        int64_t tok[2 * 5];
+        int32_t c[3] = {7, -2, 1000};
+        void *in[2] = {tok, c};
+        bt_shape s[2] = {{2, {2, 5}}, {1, {3}}};
+        bt_outputs r;
+        for (int i = 0; i < 10; i++) tok[i] = check_rng_int(0, V - 1);
+        if (bt_run(bt, 2, s, in, &r)) {
+            for (int i = 0; i < 10; i++) {
+                for (int j = 0; j < N; j++) {
+                    CHECK(r.data[0][i * N + j] == tu_round(emb[tok[i] * N + j], KILN_DTYPE_F16));
+                }
+            }
+            CHECK(r.data[1][0] == 21.0f && r.data[1][1] == -6.0f && r.data[1][2] == 3000.0f);
+            for (int i = 0; i < 10; i++) CHECK(r.data[2][i] == (float)tok[i]);
+            bt_outputs_free(&r);
+        }
+        kiln_built_free(bt);
+    }
+    kiln_graph_free(g);
+    free(emb);
+}
+
+// A float16 model built in float16 needs no casts; a value output twice is cast once and
+// copied once.
+static void test_no_casts_and_shared_output(void) {
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t x, y;
+    kiln_build_options oh = bt_opts(1, KILN_PRECISION_FP16, 0);
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F16, 1, TU_DIMS(1), TU_DIMS(8));
+    y = tu_node(g, KILN_OP_SILU, TU_IDS(x), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    if (bt_plan(g, &oh, &p)) {
+        BT_EXPECT_LAYERS(&p, "silu");
+        kiln_plan_release(&p);
+    }
+    kiln_graph_free(g);
+
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 1, TU_DIMS(1), TU_DIMS(8));
+    y = tu_node(g, KILN_OP_SILU, TU_IDS(x), TU_NO_ATTRS);
+    tu_output(g, y, "a");
+    tu_output(g, y, "b");
+    if (bt_plan(g, &oh, &p)) {
+        BT_EXPECT_LAYERS(&p, "cast|silu|cast|copy");
+        CHECK(p.tensors[p.outputs[0]].dtype == KILN_DTYPE_F32 &&
+              p.tensors[p.outputs[1]].dtype == KILN_DTYPE_F32);
+        kiln_plan_release(&p);
+    }
+    {
+        kiln_build_options o32 = bt_opts(1, KILN_PRECISION_FP32, 0);
+        bt_shape s[1] = {{1, {7}}};
+        bt_compare(g, &o32, &oh, 1, s, 0, 5e-3, 5e-3, "shared output");
+    }
+    kiln_graph_free(g);
+}
+
+int main(void) {
+    kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
+    test_mlp();
+    test_integer_paths();
+    test_no_casts_and_shared_output();
+    return check_summary();
+}

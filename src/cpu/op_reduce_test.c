@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+// mean and sum on the CPU backend: hand-computed values, then random inputs against a loop that
+// recomputes each output element from its own index, over dim subsets (empty = all, negative,
+// innermost, outermost, non-adjacent), keepdim on and off, size-0 and size-1 dims, float and
+// integer dtypes.
+#include "cpu/cpu_internal.h"
+#include "cpu/cpu_test_util.h"
+
+static void test_hand(void) {
+    kiln_tensor *x = tt_new2(KILN_DTYPE_F32, 2, 3), *y = tt_new1(KILN_DTYPE_F32, 2);
+    tt_set_all(x, (const double[]){1, 2, 3, 4, 5, 6});
+    tattrs a;
+    tattrs_init(&a, KILN_OP_SUM);
+    tattrs_int(&a, KILN_A_REDUCE_DIMS, -1);
+    kiln_tensor *ins[1] = {x};
+    CHECK_OK(trun(KILN_OP_SUM, &a, ins, 1, y));
+    tt_close(y, (const double[]){6, 15}, 0, 0, "sum hand");
+    kiln_tensor *z = tt_new(KILN_DTYPE_F32, 0, NULL);
+    tattrs_init(&a, KILN_OP_MEAN);
+    tattrs_ints(&a, KILN_A_REDUCE_DIMS, 0, NULL); // all dims
+    CHECK_OK(trun(KILN_OP_MEAN, &a, ins, 1, z));
+    tt_close(z, (const double[]){3.5}, 0, 0, "mean hand");
+    // mean of an empty tensor is NaN, sum is 0
+    kiln_tensor *e = tt_new2(KILN_DTYPE_F32, 0, 3);
+    kiln_tensor *eins[1] = {e};
+    CHECK_OK(trun(KILN_OP_MEAN, &a, eins, 1, z));
+    tt_close(z, (const double[]){NAN}, 0, 0, "mean empty");
+    tattrs_init(&a, KILN_OP_SUM);
+    tattrs_ints(&a, KILN_A_REDUCE_DIMS, 0, NULL);
+    CHECK_OK(trun(KILN_OP_SUM, &a, eins, 1, z));
+    tt_close(z, (const double[]){0}, 0, 0, "sum empty");
+    tt_free(x), tt_free(y), tt_free(z), tt_free(e);
+}
+
+typedef struct rcase {
+    uint32_t rank;
+    int64_t d[4];
+    uint32_t nd;
+    int64_t dims[4];
+} rcase;
+
+static void test_random(void) {
+    static const rcase cases[] = {
+        {4, {2, 3, 4, 5}, 2, {2, 3}},  {4, {2, 3, 4, 5}, 1, {0}}, {4, {2, 3, 4, 5}, 2, {0, 2}},
+        {4, {2, 3, 4, 5}, 0, {0}},     {3, {3, 1, 7}, 1, {-2}},   {2, {5, 300}, 1, {1}},
+        {2, {300, 5}, 1, {0}},         {3, {2, 0, 3}, 1, {2}},    {3, {2, 0, 3}, 1, {1}},
+        {3, {4, 5, 6}, 3, {-1, 0, 1}}, {1, {1}, 1, {0}},          {4, {1, 8, 7, 7}, 2, {-1, -2}},
+    };
+    static const uint32_t dts[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16, KILN_DTYPE_I32,
+                                   KILN_DTYPE_I64};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const rcase *rc = &cases[c];
+        int red[4] = {rc->nd == 0, rc->nd == 0, rc->nd == 0, rc->nd == 0};
+        for (uint32_t i = 0; i < rc->nd; i++)
+            red[rc->dims[i] < 0 ? rc->dims[i] + rc->rank : rc->dims[i]] = 1;
+        for (int keep = 0; keep < 2; keep++) {
+            int64_t od[4];
+            uint32_t orank = 0;
+            for (uint32_t d = 0; d < rc->rank; d++) {
+                if (!red[d])
+                    od[orank++] = rc->d[d];
+                else if (keep)
+                    od[orank++] = 1;
+            }
+            for (int di = 0; di < 5; di++) {
+                for (int mean = 0; mean < 2; mean++) {
+                    uint32_t dt = dts[di], op = mean ? KILN_OP_MEAN : KILN_OP_SUM;
+                    if (mean && kiln_cpu_is_int(dt)) continue;
+                    // sum of int32 gives int64, as in PyTorch
+                    uint32_t odt = dt == KILN_DTYPE_I32 ? KILN_DTYPE_I64 : dt;
+                    kiln_tensor *x = tt_new(dt, rc->rank, rc->d), *y = tt_new(odt, orank, od);
+                    tt_rand(x, kiln_cpu_is_int(dt) ? -1000 : -2, kiln_cpu_is_int(dt) ? 1000 : 2);
+                    tattrs a;
+                    tattrs_init(&a, op);
+                    tattrs_ints(&a, KILN_A_REDUCE_DIMS, rc->nd, rc->dims);
+                    tattrs_int(&a, KILN_A_REDUCE_KEEPDIM, keep);
+                    kiln_tensor *ins[1] = {x};
+                    CHECK_OK(trun(op, &a, ins, 1, y));
+                    int64_t n_out = tt_numel(y), n_in = tt_numel(x);
+                    double *ref = (double *)calloc((size_t)n_out + 1, sizeof(double));
+                    double *cnt = (double *)calloc((size_t)n_out + 1, sizeof(double));
+                    for (int64_t i = 0; i < n_in; i++) { // scatter each input to its output
+                        int64_t rest = i, idx[4], o = 0;
+                        for (int d = (int)rc->rank - 1; d >= 0; d--) {
+                            idx[d] = rest % rc->d[d];
+                            rest /= rc->d[d];
+                        }
+                        for (uint32_t d = 0; d < rc->rank; d++) {
+                            if (!red[d]) o = o * rc->d[d] + idx[d];
+                        }
+                        ref[o] += tt_get(x, i);
+                        cnt[o] += 1;
+                    }
+                    int64_t per = n_out ? n_in / n_out : 0;
+                    for (int64_t o = 0; o < n_out; o++) {
+                        if (mean) ref[o] = per ? ref[o] / (double)per : NAN;
+                    }
+                    char what[64];
+                    snprintf(what, sizeof what, "%s case %zu keepdim %d", kiln_op_name(op), c,
+                             keep);
+                    tt_close(y, ref, 1e-5, tt_rtol(odt) + 1e-6, what);
+                    free(ref);
+                    free(cnt);
+                    tt_free(x), tt_free(y);
+                }
+            }
+        }
+    }
+}
+
+int main(void) {
+    check_rng_seed();
+    test_hand();
+    test_random();
+    return check_summary();
+}

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend's op switch: which launcher runs a layer (kiln_cuda_run) and whether the
+// backend implements it at all (kiln_cuda_supports, checked for every layer at engine load so
+// that an unsupported engine fails there with a message instead of at execute).
+#include <stdio.h>
+
+#include "cuda/cuda_ops.h"
+
+static int is_unary(uint32_t op) {
+    switch (op) {
+    case KILN_OP_RELU:
+    case KILN_OP_GELU:
+    case KILN_OP_SILU:
+    case KILN_OP_SIGMOID:
+    case KILN_OP_TANH:
+    case KILN_OP_HARDSWISH:
+    case KILN_OP_HARDSIGMOID:
+    case KILN_OP_NEG:
+    case KILN_OP_SQRT:
+    case KILN_OP_RSQRT:
+    case KILN_OP_EXP:
+    case KILN_OP_LOG:
+    case KILN_OP_COPY:
+    case KILN_OP_CAST:
+    case KILN_OP_CLAMP: return 1;
+    default: return 0;
+    }
+}
+
+static int is_binary(uint32_t op) {
+    switch (op) {
+    case KILN_OP_ADD:
+    case KILN_OP_SUB:
+    case KILN_OP_MUL:
+    case KILN_OP_DIV:
+    case KILN_OP_POW:
+    case KILN_OP_WHERE: return 1;
+    default: return 0;
+    }
+}
+
+static int is_head(uint32_t op) {
+    return op == KILN_OP_LINEAR || op == KILN_OP_MATMUL || op == KILN_OP_CONV2D ||
+           op == KILN_OP_CONV_TRANSPOSE2D;
+}
+
+static kiln_status run_op(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    switch (args->op) {
+    case KILN_OP_LINEAR: return kiln_cuda_linear(ctx, args);
+    case KILN_OP_MATMUL: return kiln_cuda_matmul(ctx, args);
+    case KILN_OP_CONV2D: return kiln_cuda_conv2d(ctx, args);
+    case KILN_OP_CONV_TRANSPOSE2D: return kiln_cuda_conv_transpose2d(ctx, args);
+    case KILN_OP_BATCH_NORM: return kiln_cuda_batch_norm(ctx, args);
+    case KILN_OP_SOFTMAX:
+    case KILN_OP_LOG_SOFTMAX: return kiln_cuda_softmax(ctx, args);
+    case KILN_OP_LAYER_NORM: return kiln_cuda_layer_norm(ctx, args);
+    case KILN_OP_MAX_POOL2D: return kiln_cuda_max_pool2d(ctx, args);
+    case KILN_OP_AVG_POOL2D: return kiln_cuda_avg_pool2d(ctx, args);
+    case KILN_OP_ADAPTIVE_AVG_POOL2D: return kiln_cuda_adaptive_avg_pool2d(ctx, args);
+    case KILN_OP_MEAN:
+    case KILN_OP_SUM: return kiln_cuda_reduce(ctx, args);
+    case KILN_OP_RESHAPE:
+    case KILN_OP_SQUEEZE:
+    case KILN_OP_UNSQUEEZE: return kiln_cuda_reshape(ctx, args);
+    case KILN_OP_PERMUTE: return kiln_cuda_permute(ctx, args);
+    case KILN_OP_EXPAND: return kiln_cuda_expand(ctx, args);
+    case KILN_OP_CAT: return kiln_cuda_cat(ctx, args);
+    case KILN_OP_SLICE: return kiln_cuda_slice(ctx, args);
+    case KILN_OP_SELECT: return kiln_cuda_select(ctx, args);
+    case KILN_OP_EMBEDDING: return kiln_cuda_embedding(ctx, args);
+    case KILN_OP_SDPA: return kiln_cuda_sdpa(ctx, args);
+    default:
+        if (is_unary(args->op)) return kiln_cuda_unary(ctx, args);
+        if (is_binary(args->op)) return kiln_cuda_binary(ctx, args);
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda backend: op %u (%s) is not implemented at %s", args->op,
+                              kiln_cuda_op_name(args->op), ctx->where ? ctx->where : "?");
+    }
+}
+
+kiln_status kiln_cuda_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    kiln_status st = run_op(ctx, args);
+    // Heads apply their own tail (part of it may ride in a GEMM epilogue); any other op's tail
+    // runs here.
+    if (st == KILN_OK && args->n_tail > 0 && !is_head(args->op)) st = kiln_cuda_tail(ctx, args, 0);
+    return st;
+}
+
+static int why_not(char *why, size_t n, const kiln_kernel_args *args, const char *what) {
+    if (why != NULL && n > 0) {
+        snprintf(why, n, "op %s (output %s): %s", kiln_cuda_op_name(args->op),
+                 args->out ? kiln_cuda_dtype_name(args->out->dtype) : "none", what);
+    }
+    return 0;
+}
+
+static int all_float(const kiln_kernel_args *args) {
+    for (uint32_t i = 0; i < args->n_in; i++) {
+        if (args->in[i] != NULL && !kiln_cuda_is_float(args->in[i]->dtype)) return 0;
+    }
+    return kiln_cuda_is_float(args->out->dtype);
+}
+
+static int same_dtype_as_out(const kiln_kernel_args *args) {
+    for (uint32_t i = 0; i < args->n_in; i++) {
+        if (args->in[i] != NULL && args->in[i]->dtype != args->out->dtype) return 0;
+    }
+    return kiln_cuda_dtype_size(args->out->dtype) != 0;
+}
+
+int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbytes) {
+    uint32_t op = args->op;
+    if (args->out == NULL || args->n_in == 0 || args->in[0] == NULL) {
+        return why_not(why, why_nbytes, args, "missing input or output");
+    }
+    if (args->n_tail > 0 && !kiln_cuda_tail_supports(args)) {
+        return why_not(why, why_nbytes, args, "its fused elementwise tail is not supported");
+    }
+    if (is_unary(op)) {
+        if (!kiln_cuda_eltwise_supports(op, args->in, 1, args->out)) {
+            return why_not(why, why_nbytes, args, "these dtypes or shapes are not supported");
+        }
+        return 1;
+    }
+    if (is_binary(op)) {
+        int n = op == KILN_OP_WHERE ? 3 : 2;
+        if (args->n_in < (uint32_t)n || !kiln_cuda_eltwise_supports(op, args->in, n, args->out)) {
+            return why_not(why, why_nbytes, args, "these dtypes or shapes are not supported");
+        }
+        return 1;
+    }
+    switch (op) {
+    case KILN_OP_LINEAR:
+    case KILN_OP_MATMUL:
+    case KILN_OP_CONV2D:
+    case KILN_OP_CONV_TRANSPOSE2D:
+        if (args->n_in < 2 || args->in[1] == NULL || !all_float(args)) {
+            return why_not(why, why_nbytes, args, "needs float32/float16/bfloat16 operands");
+        }
+        return 1;
+    case KILN_OP_BATCH_NORM:
+    case KILN_OP_LAYER_NORM:
+    case KILN_OP_SOFTMAX:
+    case KILN_OP_LOG_SOFTMAX:
+    case KILN_OP_MAX_POOL2D:
+    case KILN_OP_AVG_POOL2D:
+    case KILN_OP_ADAPTIVE_AVG_POOL2D:
+        if (!all_float(args) || args->in[0]->dtype != args->out->dtype) {
+            return why_not(why, why_nbytes, args, "needs one float dtype for input and output");
+        }
+        return 1;
+    case KILN_OP_MEAN:
+        if (!kiln_cuda_is_float(args->out->dtype)) {
+            return why_not(why, why_nbytes, args, "mean needs a float output");
+        }
+        return 1;
+    case KILN_OP_SUM:
+        if (kiln_cuda_dtype_size(args->out->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "unknown dtype");
+        }
+        return 1;
+    case KILN_OP_RESHAPE:
+    case KILN_OP_SQUEEZE:
+    case KILN_OP_UNSQUEEZE:
+    case KILN_OP_PERMUTE:
+    case KILN_OP_EXPAND:
+    case KILN_OP_SLICE:
+    case KILN_OP_SELECT:
+        if (args->in[0]->dtype != args->out->dtype || kiln_cuda_dtype_size(args->out->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "input and output dtypes differ");
+        }
+        return 1;
+    case KILN_OP_CAT:
+        if (!same_dtype_as_out(args)) {
+            return why_not(why, why_nbytes, args, "inputs and output dtypes differ");
+        }
+        return 1;
+    case KILN_OP_EMBEDDING:
+        if (args->n_in < 2 || args->in[1] == NULL || args->in[0]->dtype != args->out->dtype ||
+            !kiln_cuda_is_float(args->out->dtype) ||
+            !(args->in[1]->dtype == KILN_DTYPE_I32 || args->in[1]->dtype == KILN_DTYPE_I64 ||
+              args->in[1]->dtype == KILN_DTYPE_BOOL)) {
+            return why_not(why, why_nbytes, args,
+                           "needs a float weight of the output dtype and integer indices");
+        }
+        return 1;
+    case KILN_OP_SDPA:
+        if (args->n_in < 3 || args->in[1] == NULL || args->in[2] == NULL ||
+            args->in[0]->dtype != args->out->dtype || args->in[1]->dtype != args->out->dtype ||
+            args->in[2]->dtype != args->out->dtype || !kiln_cuda_is_float(args->out->dtype)) {
+            return why_not(why, why_nbytes, args, "q, k, v and output must share a float dtype");
+        }
+        if (args->n_in > 3 && args->in[3] != NULL && args->in[3]->dtype != KILN_DTYPE_BOOL &&
+            !kiln_cuda_is_float(args->in[3]->dtype)) {
+            return why_not(why, why_nbytes, args, "the mask must be bool or float");
+        }
+        return 1;
+    default: return why_not(why, why_nbytes, args, "not implemented by the CUDA backend");
+    }
+}

@@ -1,0 +1,396 @@
+// SPDX-License-Identifier: Apache-2.0
+// linear (x[.., K] w[N, K] bias?[N] -> x w^T + b) and matmul (torch.matmul: 1-D operands, batch
+// broadcasting) through cuBLASLt with float32 compute (CUBLAS_COMPUTE_32F: no TF32) for float32,
+// float16 and bfloat16 operands of one dtype. Row-major C = A B is computed as column-major
+// C^T = B^T A^T. The bias, and a ReLU that directly follows it, run in cuBLASLt's epilogue; the
+// rest of the fused tail in one elementwise kernel. The set-up (descriptors, heuristic algorithm)
+// is cached per layer and redone only when sizes, dtypes or pointer alignments change. Cases
+// cuBLASLt does not take (mixed dtypes, general batch broadcasting, K = 0, no algorithm) run on
+// Kiln's tiled GEMM kernel (tiled_gemm.cuh), as does everything when ctx->lt is NULL.
+#include <string.h>
+
+#include "cuda/tiled_gemm.cuh"
+
+// --- the fallback kernel's loader: C[b][i][j] = sum_k A[b](i, k) B[b](k, j) (+ bias[j])
+
+typedef struct gemm_view {
+    const void *a, *b, *bias;
+    uint32_t a_dt, b_dt, bias_dt, c_dt;
+    void *c;
+    int64_t a_rs, a_cs, b_rs, b_cs; // element strides inside one matrix
+    int nb;                         // batch rank
+    int64_t bdims[KC_MAX_RANK], a_bstr[KC_MAX_RANK], b_bstr[KC_MAX_RANK];
+    int64_t m, n;
+} gemm_view;
+
+template <bool BKF> struct gemm_loader {
+    gemm_view v;
+    static constexpr bool b_k_fast = BKF;
+    __device__ __forceinline__ int64_t off(int64_t bt, const int64_t *str) const {
+        int64_t o = 0;
+        for (int d = v.nb - 1; d >= 0; d--) {
+            o += (bt % v.bdims[d]) * str[d];
+            bt /= v.bdims[d];
+        }
+        return o;
+    }
+    __device__ __forceinline__ float a(int64_t bt, int64_t i, int64_t k) const {
+        return kc_ld_f(v.a, v.a_dt, off(bt, v.a_bstr) + i * v.a_rs + k * v.a_cs);
+    }
+    __device__ __forceinline__ float b(int64_t bt, int64_t k, int64_t j) const {
+        return kc_ld_f(v.b, v.b_dt, off(bt, v.b_bstr) + k * v.b_rs + j * v.b_cs);
+    }
+    __device__ __forceinline__ void store(int64_t bt, int64_t i, int64_t j, float acc) const {
+        if (v.bias != NULL) acc += kc_ld_f(v.bias, v.bias_dt, j);
+        kc_st_f(v.c, v.c_dt, (bt * v.m + i) * v.n + j, acc);
+    }
+};
+
+static kiln_status gemm_fallback(const kiln_cuda_ctx *ctx, const gemm_view *v, int64_t k,
+                                 int64_t batch) {
+    if (v->m == 0 || v->n == 0 || batch == 0) return KILN_OK;
+    dim3 grid = tg_grid(v->m, v->n, batch);
+    if (v->b_cs != 1 && v->b_rs == 1) {
+        gemm_loader<true> ld = {*v};
+        tiled_gemm_kernel<gemm_loader<true>>
+            <<<grid, TG_THREADS, 0, ctx->stream>>>(ld, v->m, v->n, k, batch);
+    } else {
+        gemm_loader<false> ld = {*v};
+        tiled_gemm_kernel<gemm_loader<false>>
+            <<<grid, TG_THREADS, 0, ctx->stream>>>(ld, v->m, v->n, k, batch);
+    }
+    return kiln_cuda_check_launch(ctx, "tiled_gemm_kernel");
+}
+
+// --- cuBLASLt
+
+static cudaDataType_t lt_type(uint32_t dtype) {
+    switch (dtype) {
+    case KILN_DTYPE_F16: return CUDA_R_16F;
+    case KILN_DTYPE_BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+    }
+}
+
+// Largest power of two (<= 256) dividing the address.
+static int64_t lt_align(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int64_t a = 1;
+    while (a < 256 && (u & (uintptr_t)(2 * a - 1)) == 0) a *= 2;
+    return a;
+}
+
+// One column-major cuBLASLt problem: D (m x n, ld ldd) = op(A) (m x k) * op(B) (k x n) + bias[m].
+typedef struct lt_problem {
+    uint32_t dtype;
+    int trans_a; // A stored k x m (ld lda), used transposed; else m x k
+    int64_t m, n, k, lda, ldb, ldd;
+    int64_t batch, stride_a, stride_b, stride_d;
+    const void *a, *b, *bias;
+    void *d;
+    int relu; // fuse ReLU (after the bias) into the epilogue
+} lt_problem;
+
+static void lt_key(const lt_problem *p, int64_t *key) {
+    memset(key, 0, KILN_CUDA_GEMM_KEY * sizeof(int64_t));
+    key[0] = p->dtype;
+    key[1] = p->trans_a;
+    key[2] = p->m;
+    key[3] = p->n;
+    key[4] = p->k;
+    key[5] = p->lda;
+    key[6] = p->ldb;
+    key[7] = p->ldd;
+    key[8] = p->batch;
+    key[9] = p->stride_a;
+    key[10] = p->stride_b;
+    key[11] = p->stride_d;
+    key[12] = (int64_t)(uintptr_t)p->bias;
+    key[13] = p->relu;
+    key[14] = lt_align(p->a);
+    key[15] = lt_align(p->b);
+    key[16] = lt_align(p->d);
+    key[17] = 1; // key format
+}
+
+// Sets up descriptors and picks an algorithm; 0 when cuBLASLt has none (use the fallback).
+static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gemm_cache *c) {
+    cudaDataType_t t = lt_type(p->dtype);
+    cublasOperation_t ta = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = p->bias
+                                 ? (p->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                 : (p->relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    cublasLtMatmulPreferenceOpaque_t pref;
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    uint64_t ws = ctx->workspace_nbytes;
+    uint32_t al_a = (uint32_t)lt_align(p->a), al_b = (uint32_t)lt_align(p->b),
+             al_d = (uint32_t)lt_align(p->d);
+    int32_t batch = (int32_t)p->batch;
+    cublasStatus_t s;
+
+    s = cublasLtMatmulDescInit(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulDescSetAttribute(&c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulDescSetAttribute(&c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulDescSetAttribute(&c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                           sizeof epi);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS && p->bias != NULL) {
+        s = cublasLtMatmulDescSetAttribute(&c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
+                                           sizeof p->bias);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = p->trans_a ? cublasLtMatrixLayoutInit(&c->a, t, (uint64_t)p->k, (uint64_t)p->m, p->lda)
+                       : cublasLtMatrixLayoutInit(&c->a, t, (uint64_t)p->m, (uint64_t)p->k, p->lda);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatrixLayoutInit(&c->b, t, (uint64_t)p->k, (uint64_t)p->n, p->ldb);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatrixLayoutInit(&c->c, t, (uint64_t)p->m, (uint64_t)p->n, p->ldd);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS && p->batch > 1) {
+        cublasLtMatrixLayoutOpaque_t *ls[3] = {&c->a, &c->b, &c->c};
+        int64_t strides[3] = {p->stride_a, p->stride_b, p->stride_d};
+        for (int i = 0; i < 3 && s == CUBLAS_STATUS_SUCCESS; i++) {
+            s = cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                 sizeof batch);
+            if (s == CUBLAS_STATUS_SUCCESS) {
+                s = cublasLtMatrixLayoutSetAttribute(ls[i],
+                                                     CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                     &strides[i], sizeof strides[i]);
+            }
+        }
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceInit(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &al_a, sizeof al_a);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &al_b, sizeof al_b);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &al_d, sizeof al_d);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &al_d, sizeof al_d);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, &c->desc, &c->a, &c->b, &c->c, &c->c, &pref, 1,
+                                           &result, &found);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS || found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+        kiln_cuda_log(KILN_LOG_DEBUG,
+                      "cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld (%s, status "
+                      "%d) at %s: using Kiln's GEMM kernel",
+                      (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch,
+                      kiln_cuda_dtype_name(p->dtype), (int)s, ctx->where ? ctx->where : "?");
+        return 0;
+    }
+    c->algo = result.algo;
+    return 1;
+}
+
+// Runs the problem through cuBLASLt when it can; *done = 0 when the caller must use the fallback.
+static kiln_status lt_run(const kiln_cuda_ctx *ctx, const lt_problem *p, int *done) {
+    kiln_cuda_gemm_cache local;
+    kiln_cuda_gemm_cache *c = ctx->gemm ? ctx->gemm : &local;
+    int64_t key[KILN_CUDA_GEMM_KEY];
+    const float one = 1.0f, zero = 0.0f;
+    *done = 0;
+    if (ctx->lt == NULL) return KILN_OK;
+    lt_key(p, key);
+    if (ctx->gemm == NULL || !c->valid || memcmp(c->key, key, sizeof key) != 0) {
+        c->valid = 0;
+        c->use_lt = lt_setup(ctx, p, c);
+        memcpy(c->key, key, sizeof key);
+        c->valid = 1;
+    }
+    if (!c->use_lt) return KILN_OK;
+    cublasStatus_t s =
+        cublasLtMatmul(ctx->lt, &c->desc, &one, p->a, &c->a, p->b, &c->b, &zero, p->d, &c->c, p->d,
+                       &c->c, &c->algo, ctx->workspace, ctx->workspace_nbytes, ctx->stream);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        return kiln_cuda_fail(KILN_ERR_DEVICE,
+                              "cublasLtMatmul failed at %s: %s (%d) for m=%lld n=%lld k=%lld "
+                              "batch=%lld %s",
+                              ctx->where ? ctx->where : "?", cublasLtGetStatusString(s), (int)s,
+                              (long long)p->m, (long long)p->n, (long long)p->k,
+                              (long long)p->batch, kiln_cuda_dtype_name(p->dtype));
+    }
+    *done = 1;
+    return kiln_cuda_check_launch(ctx, "cublasLtMatmul");
+}
+
+static const kiln_tensor *opt_in(const kiln_kernel_args *args, uint32_t i) {
+    return i < args->n_in ? args->in[i] : NULL;
+}
+
+// The first tail op can ride in the epilogue when it is a ReLU.
+static int tail_relu_first(const kiln_kernel_args *args) {
+    return args->n_tail > 0 && args->tail[0].op == KILN_OP_RELU;
+}
+
+static kiln_status gemm_bad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                            const char *what) {
+    return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda %s: %s at %s", kiln_cuda_op_name(args->op),
+                          what, ctx->where ? ctx->where : "?");
+}
+
+// --- entry points
+
+extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *w = args->in[1], *bias = opt_in(args, 2);
+    kiln_tensor *y = args->out;
+    if (x == NULL || w == NULL || w->rank != 2 || !kiln_cuda_is_float(x->dtype) ||
+        !kiln_cuda_is_float(w->dtype) || !kiln_cuda_is_float(y->dtype) ||
+        (bias != NULL && !kiln_cuda_is_float(bias->dtype))) {
+        return gemm_bad(ctx, args, "needs float operands and a 2-D weight");
+    }
+    int64_t k = x->rank > 0 ? x->dims[x->rank - 1] : 1;
+    int64_t n = y->rank > 0 ? y->dims[y->rank - 1] : 1;
+    int64_t m = 1;
+    for (uint32_t i = 0; i + 1 < y->rank; i++) m *= y->dims[i];
+    if (w->dims[0] != n || w->dims[1] != k || (bias != NULL && kc_numel(bias) != n)) {
+        return gemm_bad(ctx, args, "weight or bias shape does not match");
+    }
+    if (m == 0 || n == 0) return KILN_OK;
+    uint32_t skip = 0;
+    int done = 0;
+    int same =
+        x->dtype == w->dtype && x->dtype == y->dtype && (bias == NULL || bias->dtype == y->dtype);
+    if (same && k > 0) {
+        // D^T[n x m] = W (stored k x n, transposed) * X^T (stored k x m)
+        lt_problem p;
+        memset(&p, 0, sizeof p);
+        p.dtype = y->dtype;
+        p.trans_a = 1;
+        p.m = n;
+        p.n = m;
+        p.k = k;
+        p.lda = k;
+        p.ldb = k;
+        p.ldd = n;
+        p.batch = 1;
+        p.a = w->data;
+        p.b = x->data;
+        p.bias = bias ? bias->data : NULL;
+        p.d = y->data;
+        p.relu = tail_relu_first(args);
+        KILN_CUDA_TRY(lt_run(ctx, &p, &done));
+        if (done && p.relu) skip = 1;
+    }
+    if (!done) {
+        gemm_view v;
+        memset(&v, 0, sizeof v);
+        v.a = x->data;
+        v.a_dt = x->dtype;
+        v.a_rs = k;
+        v.a_cs = 1;
+        v.b = w->data; // B(k, j) = w[j][k]
+        v.b_dt = w->dtype;
+        v.b_rs = 1;
+        v.b_cs = k;
+        v.bias = bias ? bias->data : NULL;
+        v.bias_dt = bias ? bias->dtype : 0;
+        v.c = y->data;
+        v.c_dt = y->dtype;
+        v.m = m;
+        v.n = n;
+        KILN_CUDA_TRY(gemm_fallback(ctx, &v, k, 1));
+    }
+    return kiln_cuda_tail(ctx, args, skip);
+}
+
+extern "C" kiln_status kiln_cuda_matmul(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *a = args->in[0], *b = args->in[1];
+    kiln_tensor *y = args->out;
+    if (a == NULL || b == NULL || a->rank < 1 || b->rank < 1 || !kiln_cuda_is_float(a->dtype) ||
+        !kiln_cuda_is_float(b->dtype) || !kiln_cuda_is_float(y->dtype)) {
+        return gemm_bad(ctx, args, "needs float operands of rank >= 1");
+    }
+    int ar = (int)a->rank, br = (int)b->rank;
+    int64_t k = a->dims[ar - 1];
+    int64_t m = ar >= 2 ? a->dims[ar - 2] : 1;
+    int64_t n = br >= 2 ? b->dims[br - 1] : 1;
+    if (b->dims[br >= 2 ? br - 2 : 0] != k) return gemm_bad(ctx, args, "inner dims differ");
+    gemm_view v;
+    memset(&v, 0, sizeof v);
+    int nab = ar >= 2 ? ar - 2 : 0, nbb = br >= 2 ? br - 2 : 0;
+    int64_t as[KC_MAX_RANK], bs[KC_MAX_RANK];
+    kc_strides(a, as);
+    kc_strides(b, bs);
+    v.nb = nab > nbb ? nab : nbb;
+    int64_t batch = 1, a_batch = 1, b_batch = 1;
+    for (int d = 0; d < v.nb; d++) {
+        int ia = d - (v.nb - nab), ib = d - (v.nb - nbb);
+        int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        v.bdims[d] = da > db ? da : db;
+        if (da == 0 || db == 0) v.bdims[d] = 0;
+        v.a_bstr[d] = (ia >= 0 && da != 1) ? as[ia] : 0;
+        v.b_bstr[d] = (ib >= 0 && db != 1) ? bs[ib] : 0;
+        batch *= v.bdims[d];
+        a_batch *= da;
+        b_batch *= db;
+    }
+    if (kc_numel(y) != batch * m * n) return gemm_bad(ctx, args, "output size does not match");
+    if (batch * m * n == 0) return kiln_cuda_tail(ctx, args, 0);
+    int same = a->dtype == b->dtype && a->dtype == y->dtype;
+    int fold = b_batch == 1;                         // one b: fold a's batch into m
+    int full = a_batch == batch && b_batch == batch; // no broadcasting
+    int64_t b_rs = br >= 2 ? n : 1;
+    uint32_t skip = 0;
+    int done = 0;
+    if (same && k > 0 && (fold || full)) {
+        // D^T[n x m] = B^T (b row-major k x n = column-major n x k, ld b_rs) * A^T (k x m, ld k)
+        lt_problem p;
+        memset(&p, 0, sizeof p);
+        p.dtype = y->dtype;
+        p.trans_a = 0;
+        p.m = n;
+        p.n = fold ? m * batch : m;
+        p.k = k;
+        p.lda = b_rs;
+        p.ldb = k;
+        p.ldd = n;
+        p.batch = fold ? 1 : batch;
+        p.stride_a = k * n;
+        p.stride_b = m * k;
+        p.stride_d = m * n;
+        p.a = b->data;
+        p.b = a->data;
+        p.d = y->data;
+        p.relu = tail_relu_first(args);
+        KILN_CUDA_TRY(lt_run(ctx, &p, &done));
+        if (done && p.relu) skip = 1;
+    }
+    if (!done) {
+        v.a = a->data;
+        v.a_dt = a->dtype;
+        v.a_rs = k;
+        v.a_cs = 1;
+        v.b = b->data;
+        v.b_dt = b->dtype;
+        v.b_rs = b_rs;
+        v.b_cs = 1;
+        v.c = y->data;
+        v.c_dt = y->dtype;
+        v.m = m;
+        v.n = n;
+        KILN_CUDA_TRY(gemm_fallback(ctx, &v, k, batch));
+    }
+    return kiln_cuda_tail(ctx, args, skip);
+}

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+// Normalizations: batch_norm (inference: per-channel statistics, channel = dim 1), layer_norm
+// (over the last normalized_ndim dims, biased variance), softmax and log_softmax over one dim.
+// float32/float16/bfloat16 storage, float32 compute. Rows of up to ROW_WARP_MAX elements take one
+// warp each, longer rows one block; softmax over a non-innermost dim takes one thread per
+// (outer, inner) column. Formulas as src/cpu: y = (x - mean) / sqrt(var + eps) * w + b;
+// softmax = exp(x - max) / sum; log_softmax = x - max - log(sum).
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define NORM_BLOCK 256
+#define ROW_WARP_MAX 1024
+#define ROWS_PER_BLOCK 4 // warp-per-row kernels: 4 warps of 32
+
+// --- kernels
+
+template <typename T>
+static __global__ void batch_norm_kernel(const T *x, T *y, int64_t n, int64_t channels,
+                                         int64_t inner, const void *w, uint32_t w_dt, const void *b,
+                                         uint32_t b_dt, const void *mean, uint32_t mean_dt,
+                                         const void *var, uint32_t var_dt, float eps) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = (i / inner) % channels;
+        float v =
+            (kc_to_f(x[i]) - kc_ld_f(mean, mean_dt, c)) / sqrtf(kc_ld_f(var, var_dt, c) + eps);
+        if (w != NULL) v *= kc_ld_f(w, w_dt, c);
+        if (b != NULL) v += kc_ld_f(b, b_dt, c);
+        y[i] = kc_from_f<T>(v);
+    }
+}
+
+// One row of layer norm by a group of `lanes` threads (a warp, or the block with `shared`).
+template <typename T, bool WARP>
+__device__ __forceinline__ void layer_norm_row(const T *x, T *y, int64_t d, int lane, int lanes,
+                                               const void *w, uint32_t w_dt, const void *b,
+                                               uint32_t b_dt, float eps, float *shared) {
+    float s = 0.0f;
+    for (int64_t j = lane; j < d; j += lanes) s += kc_to_f(x[j]);
+    s = WARP ? kc_warp_sum(s) : kc_block_sum(s, shared);
+    float mean = s / (float)d;
+    float q = 0.0f;
+    for (int64_t j = lane; j < d; j += lanes) {
+        float t = kc_to_f(x[j]) - mean;
+        q += t * t;
+    }
+    q = WARP ? kc_warp_sum(q) : kc_block_sum(q, shared);
+    float inv = 1.0f / sqrtf(q / (float)d + eps);
+    for (int64_t j = lane; j < d; j += lanes) {
+        float v = (kc_to_f(x[j]) - mean) * inv;
+        if (w != NULL) v *= kc_ld_f(w, w_dt, j);
+        if (b != NULL) v += kc_ld_f(b, b_dt, j);
+        y[j] = kc_from_f<T>(v);
+    }
+}
+
+template <typename T>
+static __global__ void layer_norm_warp_kernel(const T *x, T *y, int64_t rows, int64_t d,
+                                              const void *w, uint32_t w_dt, const void *b,
+                                              uint32_t b_dt, float eps) {
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= rows) return; // whole warps leave together: the shuffles stay converged
+    layer_norm_row<T, true>(x + row * d, y + row * d, d, lane, 32, w, w_dt, b, b_dt, eps, NULL);
+}
+
+template <typename T>
+static __global__ void layer_norm_block_kernel(const T *x, T *y, int64_t d, const void *w,
+                                               uint32_t w_dt, const void *b, uint32_t b_dt,
+                                               float eps) {
+    __shared__ float shared[32];
+    int64_t row = blockIdx.x;
+    layer_norm_row<T, false>(x + row * d, y + row * d, d, threadIdx.x, blockDim.x, w, w_dt, b, b_dt,
+                             eps, shared);
+}
+
+template <typename T, bool WARP>
+__device__ __forceinline__ void softmax_row(const T *x, T *y, int64_t d, int lane, int lanes,
+                                            bool log_out, float *shared) {
+    float m = -INFINITY;
+    for (int64_t j = lane; j < d; j += lanes) m = fmaxf(m, kc_to_f(x[j]));
+    m = WARP ? kc_warp_max(m) : kc_block_max(m, shared);
+    float s = 0.0f;
+    for (int64_t j = lane; j < d; j += lanes) s += expf(kc_to_f(x[j]) - m);
+    s = WARP ? kc_warp_sum(s) : kc_block_sum(s, shared);
+    if (log_out) {
+        float ls = logf(s);
+        for (int64_t j = lane; j < d; j += lanes) y[j] = kc_from_f<T>(kc_to_f(x[j]) - m - ls);
+    } else {
+        for (int64_t j = lane; j < d; j += lanes) y[j] = kc_from_f<T>(expf(kc_to_f(x[j]) - m) / s);
+    }
+}
+
+template <typename T>
+static __global__ void softmax_warp_kernel(const T *x, T *y, int64_t rows, int64_t d,
+                                           bool log_out) {
+    int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    softmax_row<T, true>(x + row * d, y + row * d, d, threadIdx.x & 31, 32, log_out, NULL);
+}
+
+template <typename T>
+static __global__ void softmax_block_kernel(const T *x, T *y, int64_t d, bool log_out) {
+    __shared__ float shared[32];
+    int64_t row = blockIdx.x;
+    softmax_row<T, false>(x + row * d, y + row * d, d, threadIdx.x, blockDim.x, log_out, shared);
+}
+
+// Softmax over a dim with inner > 1: one thread per (outer, inner) column, stride `inner`.
+template <typename T>
+static __global__ void softmax_col_kernel(const T *x, T *y, int64_t outer, int64_t d, int64_t inner,
+                                          bool log_out) {
+    int64_t cols = outer * inner;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+         c += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = c / inner, in = c % inner;
+        const T *xp = x + o * d * inner + in;
+        T *yp = y + o * d * inner + in;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < d; j++) m = fmaxf(m, kc_to_f(xp[j * inner]));
+        float s = 0.0f;
+        for (int64_t j = 0; j < d; j++) s += expf(kc_to_f(xp[j * inner]) - m);
+        if (log_out) {
+            float ls = logf(s);
+            for (int64_t j = 0; j < d; j++)
+                yp[j * inner] = kc_from_f<T>(kc_to_f(xp[j * inner]) - m - ls);
+        } else {
+            for (int64_t j = 0; j < d; j++) {
+                yp[j * inner] = kc_from_f<T>(expf(kc_to_f(xp[j * inner]) - m) / s);
+            }
+        }
+    }
+}
+
+// --- launchers
+
+static kiln_status norm_bad_dtype(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda %s: dtype %s (input %s) at %s",
+                          kiln_cuda_op_name(args->op), kiln_cuda_dtype_name(args->out->dtype),
+                          args->in[0] ? kiln_cuda_dtype_name(args->in[0]->dtype) : "missing",
+                          ctx->where ? ctx->where : "?");
+}
+
+static const kiln_tensor *opt_in(const kiln_kernel_args *args, uint32_t i) {
+    return i < args->n_in ? args->in[i] : NULL;
+}
+
+template <typename T>
+static kiln_status batch_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *w = opt_in(args, 1), *b = opt_in(args, 2);
+    const kiln_tensor *mean = opt_in(args, 3), *var = opt_in(args, 4);
+    const kiln_tensor *y = args->out;
+    int64_t n = kc_numel(y);
+    if (mean == NULL || var == NULL || x->rank < 2) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG,
+                              "cuda batch_norm: needs rank >= 2 and mean and var at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    if (n == 0) return KILN_OK;
+    int64_t channels = x->dims[1], inner = 1;
+    for (uint32_t d = 2; d < x->rank; d++) inner *= x->dims[d];
+    float eps = (float)kiln_attrs_float(&args->attrs, KILN_A_BN_EPS, 0);
+    batch_norm_kernel<T><<<kc_blocks(n, NORM_BLOCK), NORM_BLOCK, 0, ctx->stream>>>(
+        (const T *)x->data, (T *)y->data, n, channels, inner, w ? w->data : NULL, w ? w->dtype : 0,
+        b ? b->data : NULL, b ? b->dtype : 0, mean->data, mean->dtype, var->data, var->dtype, eps);
+    return kiln_cuda_check_launch(ctx, "batch_norm_kernel");
+}
+
+template <typename T>
+static kiln_status layer_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *w = opt_in(args, 1), *b = opt_in(args, 2);
+    const kiln_tensor *y = args->out;
+    int64_t nd = kiln_attrs_int(&args->attrs, KILN_A_LN_NDIM, 0);
+    float eps = (float)kiln_attrs_float(&args->attrs, KILN_A_LN_EPS, 0);
+    if (nd < 0 || nd > (int64_t)x->rank) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG,
+                              "cuda layer_norm: normalized_ndim %lld for rank %u at %s",
+                              (long long)nd, x->rank, ctx->where ? ctx->where : "?");
+    }
+    int64_t d = 1, n = kc_numel(x);
+    for (uint32_t i = x->rank - (uint32_t)nd; i < x->rank; i++) d *= x->dims[i];
+    if (n == 0 || d == 0) return KILN_OK;
+    int64_t rows = n / d;
+    const void *wp = w ? w->data : NULL, *bp = b ? b->data : NULL;
+    uint32_t wdt = w ? w->dtype : 0, bdt = b ? b->dtype : 0;
+    if (d <= ROW_WARP_MAX) {
+        unsigned blocks = (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+        layer_norm_warp_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
+            (const T *)x->data, (T *)y->data, rows, d, wp, wdt, bp, bdt, eps);
+        return kiln_cuda_check_launch(ctx, "layer_norm_warp_kernel");
+    }
+    layer_norm_block_kernel<T><<<(unsigned)rows, NORM_BLOCK, 0, ctx->stream>>>(
+        (const T *)x->data, (T *)y->data, d, wp, wdt, bp, bdt, eps);
+    return kiln_cuda_check_launch(ctx, "layer_norm_block_kernel");
+}
+
+template <typename T>
+static kiln_status softmax_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    bool log_out = args->op == KILN_OP_LOG_SOFTMAX;
+    int dim =
+        kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_SOFTMAX_DIM, 0), x->rank > 0 ? x->rank : 1);
+    if (dim < 0) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda %s: dim out of range at %s",
+                              kiln_cuda_op_name(args->op), ctx->where ? ctx->where : "?");
+    }
+    int64_t outer = 1, d = x->rank > 0 ? x->dims[dim] : 1, inner = 1;
+    for (int i = 0; i < dim; i++) outer *= x->dims[i];
+    for (uint32_t i = (uint32_t)dim + 1; i < x->rank; i++) inner *= x->dims[i];
+    if (outer * d * inner == 0) return KILN_OK;
+    const T *xp = (const T *)x->data;
+    T *yp = (T *)y->data;
+    if (inner > 1) {
+        int64_t cols = outer * inner;
+        softmax_col_kernel<T><<<kc_blocks(cols, NORM_BLOCK), NORM_BLOCK, 0, ctx->stream>>>(
+            xp, yp, outer, d, inner, log_out);
+        return kiln_cuda_check_launch(ctx, "softmax_col_kernel");
+    }
+    if (d <= ROW_WARP_MAX) {
+        unsigned blocks = (unsigned)((outer + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+        softmax_warp_kernel<T>
+            <<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(xp, yp, outer, d, log_out);
+        return kiln_cuda_check_launch(ctx, "softmax_warp_kernel");
+    }
+    softmax_block_kernel<T><<<(unsigned)outer, NORM_BLOCK, 0, ctx->stream>>>(xp, yp, d, log_out);
+    return kiln_cuda_check_launch(ctx, "softmax_block_kernel");
+}
+
+// --- entry points
+
+#define NORM_DISPATCH(fn)                                                                          \
+    do {                                                                                           \
+        if (args->in[0] == NULL || args->in[0]->dtype != args->out->dtype)                         \
+            return norm_bad_dtype(ctx, args);                                                      \
+        switch (args->out->dtype) {                                                                \
+        case KILN_DTYPE_F32: return fn<float>(ctx, args);                                          \
+        case KILN_DTYPE_F16: return fn<__half>(ctx, args);                                         \
+        case KILN_DTYPE_BF16: return fn<__nv_bfloat16>(ctx, args);                                 \
+        default: return norm_bad_dtype(ctx, args);                                                 \
+        }                                                                                          \
+    } while (0)
+
+extern "C" kiln_status kiln_cuda_batch_norm(const kiln_cuda_ctx *ctx,
+                                            const kiln_kernel_args *args) {
+    NORM_DISPATCH(batch_norm_launch);
+}
+
+extern "C" kiln_status kiln_cuda_layer_norm(const kiln_cuda_ctx *ctx,
+                                            const kiln_kernel_args *args) {
+    NORM_DISPATCH(layer_norm_launch);
+}
+
+extern "C" kiln_status kiln_cuda_softmax(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    NORM_DISPATCH(softmax_launch);
+}

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// mean and sum over a set of dims (empty = all; keepdim only changes the output's shape, not its
+// element order). Float outputs accumulate in float64 (like the CPU reference), integer sums in
+// int64 (wrapping).
+// Runs of adjacent kept or reduced dims are coalesced; when the innermost dim is reduced and
+// the reduction is long, one block reduces each output (coalesced reads), otherwise one thread
+// per output walks its elements (coalesced across neighbouring outputs).
+#include <math.h>
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define RED_BLOCK 256
+#define RED_ROW_BLOCK 128
+#define RED_ROW_MIN 64 // reductions at least this long over the innermost dim take a block each
+
+typedef struct red_params {
+    int n_kept, n_red;
+    int64_t kept_dims[KC_MAX_RANK], kept_strides[KC_MAX_RANK];
+    int64_t red_dims[KC_MAX_RANK], red_strides[KC_MAX_RANK];
+    int64_t n_out, n_red_elems;
+    const void *x;
+    uint32_t x_dtype;
+    void *y;
+    uint32_t y_dtype;
+    int mean;
+} red_params;
+
+// --- kernels
+
+__device__ __forceinline__ int64_t red_decompose(int64_t i, int n, const int64_t *dims,
+                                                 const int64_t *strides) {
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; d--) {
+        off += (i % dims[d]) * strides[d];
+        i /= dims[d];
+    }
+    return off;
+}
+
+template <typename Acc> __device__ __forceinline__ Acc red_load(const red_params &P, int64_t off);
+template <> __device__ __forceinline__ double red_load<double>(const red_params &P, int64_t off) {
+    return (double)kc_ld_f(P.x, P.x_dtype, off);
+}
+template <> __device__ __forceinline__ int64_t red_load<int64_t>(const red_params &P, int64_t off) {
+    return kc_ld_i(P.x, P.x_dtype, off);
+}
+
+__device__ __forceinline__ void red_store(const red_params &P, int64_t o, double s) {
+    kc_st_f(P.y, P.y_dtype, o, (float)(P.mean ? s / (double)P.n_red_elems : s));
+}
+__device__ __forceinline__ void red_store(const red_params &P, int64_t o, int64_t s) {
+    kc_st_i(P.y, P.y_dtype, o, s);
+}
+
+__device__ __forceinline__ int64_t red_add(int64_t a, int64_t b) {
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+__device__ __forceinline__ double red_add(double a, double b) { return a + b; }
+
+template <typename Acc>
+static __global__ void reduce_thread_kernel(const __grid_constant__ red_params P) {
+    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < P.n_out;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t base = red_decompose(o, P.n_kept, P.kept_dims, P.kept_strides);
+        Acc s = 0;
+        for (int64_t r = 0; r < P.n_red_elems; r++) {
+            s = red_add(
+                s, red_load<Acc>(P, base + red_decompose(r, P.n_red, P.red_dims, P.red_strides)));
+        }
+        red_store(P, o, s);
+    }
+}
+
+template <typename Acc>
+static __global__ void reduce_block_kernel(const __grid_constant__ red_params P) {
+    __shared__ Acc shared[RED_ROW_BLOCK / 32];
+    for (int64_t o = blockIdx.x; o < P.n_out; o += gridDim.x) {
+        int64_t base = red_decompose(o, P.n_kept, P.kept_dims, P.kept_strides);
+        Acc s = 0;
+        for (int64_t r = threadIdx.x; r < P.n_red_elems; r += blockDim.x) {
+            s = red_add(
+                s, red_load<Acc>(P, base + red_decompose(r, P.n_red, P.red_dims, P.red_strides)));
+        }
+        for (int k = 16; k > 0; k >>= 1) s = red_add(s, __shfl_xor_sync(0xffffffffu, s, k));
+        if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            Acc t = 0;
+            for (int w = 0; w < RED_ROW_BLOCK / 32; w++) t = red_add(t, shared[w]);
+            red_store(P, o, t);
+        }
+        __syncthreads();
+    }
+}
+
+// --- launchers
+
+template <typename Acc>
+static kiln_status reduce_launch(const kiln_cuda_ctx *ctx, const red_params *P, int by_block) {
+    if (by_block) {
+        unsigned blocks = (unsigned)(P->n_out < 65536 ? P->n_out : 65536);
+        reduce_block_kernel<Acc><<<blocks, RED_ROW_BLOCK, 0, ctx->stream>>>(*P);
+        return kiln_cuda_check_launch(ctx, "reduce_block_kernel");
+    }
+    reduce_thread_kernel<Acc><<<kc_blocks(P->n_out, RED_BLOCK), RED_BLOCK, 0, ctx->stream>>>(*P);
+    return kiln_cuda_check_launch(ctx, "reduce_thread_kernel");
+}
+
+extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    int reduced[KC_MAX_RANK] = {0};
+    int64_t xs[KC_MAX_RANK];
+    uint32_t n_dims = 0;
+    const int64_t *dims = kiln_attrs_ints(&args->attrs, KILN_A_REDUCE_DIMS, &n_dims);
+    red_params P;
+    memset(&P, 0, sizeof P);
+    if (x == NULL || kiln_cuda_dtype_size(x->dtype) == 0 || kiln_cuda_dtype_size(y->dtype) == 0 ||
+        (args->op == KILN_OP_MEAN && !kiln_cuda_is_float(y->dtype))) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda %s: dtype %s at %s",
+                              kiln_cuda_op_name(args->op), kiln_cuda_dtype_name(y->dtype),
+                              ctx->where ? ctx->where : "?");
+    }
+    for (uint32_t i = 0; i < n_dims; i++) {
+        int d = kc_norm_dim(dims[i], x->rank);
+        if (d < 0) {
+            return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda %s: dim %lld out of range at %s",
+                                  kiln_cuda_op_name(args->op), (long long)dims[i],
+                                  ctx->where ? ctx->where : "?");
+        }
+        reduced[d] = 1;
+    }
+    if (n_dims == 0) {
+        for (uint32_t d = 0; d < x->rank; d++) reduced[d] = 1;
+    }
+    kc_strides(x, xs);
+    P.n_out = 1;
+    P.n_red_elems = 1;
+    int prev = -1; // class of the previous non-1 dim: 0 kept, 1 reduced
+    for (uint32_t d = 0; d < x->rank; d++) {
+        int64_t n = x->dims[d];
+        if (reduced[d]) {
+            P.n_red_elems *= n;
+        } else {
+            P.n_out *= n;
+        }
+        if (n == 1) continue;
+        if (reduced[d]) {
+            if (prev == 1) {
+                P.red_dims[P.n_red - 1] *= n;
+                P.red_strides[P.n_red - 1] = xs[d];
+            } else {
+                P.red_dims[P.n_red] = n;
+                P.red_strides[P.n_red++] = xs[d];
+            }
+            prev = 1;
+        } else {
+            if (prev == 0) {
+                P.kept_dims[P.n_kept - 1] *= n;
+                P.kept_strides[P.n_kept - 1] = xs[d];
+            } else {
+                P.kept_dims[P.n_kept] = n;
+                P.kept_strides[P.n_kept++] = xs[d];
+            }
+            prev = 0;
+        }
+    }
+    if (P.n_out != kc_numel(y)) {
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "cuda %s: %lld outputs expected, tensor has %lld at %s",
+                              kiln_cuda_op_name(args->op), (long long)P.n_out,
+                              (long long)kc_numel(y), ctx->where ? ctx->where : "?");
+    }
+    if (P.n_out == 0) return KILN_OK;
+    P.x = x->data;
+    P.x_dtype = x->dtype;
+    P.y = y->data;
+    P.y_dtype = y->dtype;
+    P.mean = args->op == KILN_OP_MEAN;
+    int inner_reduced = x->rank == 0 || reduced[x->rank - 1] || P.n_kept == 0;
+    int by_block = inner_reduced && P.n_red_elems >= RED_ROW_MIN;
+    if (kiln_cuda_is_float(y->dtype)) return reduce_launch<double>(ctx, &P, by_block);
+    return reduce_launch<int64_t>(ctx, &P, by_block);
+}

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+// Data-movement ops on any dtype: reshape / squeeze / unsqueeze (a plain copy), permute, expand,
+// cat, slice, select. All are one strided copy (kiln_cuda_copy_strided): dims coalesced on the
+// host, a dense copy becomes cudaMemcpyAsync, anything else one gather kernel over
+// 1/2/4/8-byte elements. Semantics as src/cpu (negative dims and indices count from the end).
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define COPY_BLOCK 256
+
+typedef struct copy_params {
+    int rank;
+    int64_t numel;
+    int64_t dims[KC_MAX_RANK];
+    int64_t dst_strides[KC_MAX_RANK];
+    int64_t src_strides[KC_MAX_RANK];
+} copy_params;
+
+// --- kernels
+
+template <typename E>
+static __global__ void copy_strided_kernel(E *dst, const E *src, const copy_params P) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rest = i, so = 0, dof = 0;
+        for (int d = P.rank - 1; d >= 0; d--) {
+            int64_t k = rest % P.dims[d];
+            rest /= P.dims[d];
+            so += k * P.src_strides[d];
+            dof += k * P.dst_strides[d];
+        }
+        dst[dof] = src[so];
+    }
+}
+
+// --- launchers
+
+template <typename E>
+static kiln_status copy_launch(const kiln_cuda_ctx *ctx, void *dst, const void *src,
+                               const copy_params *P) {
+    copy_strided_kernel<E><<<kc_blocks(P->numel, COPY_BLOCK), COPY_BLOCK, 0, ctx->stream>>>(
+        (E *)dst, (const E *)src, *P);
+    return kiln_cuda_check_launch(ctx, "copy_strided_kernel");
+}
+
+extern "C" kiln_status kiln_cuda_copy_strided(const kiln_cuda_ctx *ctx, void *dst, const void *src,
+                                              size_t esize, int rank, const int64_t *dims,
+                                              const int64_t *dst_strides,
+                                              const int64_t *src_strides) {
+    copy_params P;
+    memset(&P, 0, sizeof P);
+    P.numel = 1;
+    for (int d = 0; d < rank; d++) P.numel *= dims[d];
+    if (P.numel == 0) return KILN_OK;
+    // Drop size-1 dims; merge a dim into the previous one when both sides are contiguous there.
+    int nr = 0;
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 1) continue;
+        if (nr > 0 && P.dst_strides[nr - 1] == dst_strides[d] * dims[d] &&
+            P.src_strides[nr - 1] == src_strides[d] * dims[d]) {
+            P.dims[nr - 1] *= dims[d];
+            P.dst_strides[nr - 1] = dst_strides[d];
+            P.src_strides[nr - 1] = src_strides[d];
+            continue;
+        }
+        P.dims[nr] = dims[d];
+        P.dst_strides[nr] = dst_strides[d];
+        P.src_strides[nr] = src_strides[d];
+        nr++;
+    }
+    if (nr == 0) {
+        P.dims[0] = 1;
+        P.dst_strides[0] = P.src_strides[0] = 1;
+        nr = 1;
+    }
+    P.rank = nr;
+    if (nr == 1 && P.dst_strides[0] == 1 && P.src_strides[0] == 1) {
+        if (dst == src) return KILN_OK;
+        cudaError_t err = cudaMemcpyAsync(dst, src, (size_t)P.numel * esize,
+                                          cudaMemcpyDeviceToDevice, ctx->stream);
+        return err == cudaSuccess ? KILN_OK : kiln_cuda_error(ctx, "cudaMemcpyAsync (copy)", err);
+    }
+    switch (esize) {
+    case 1: return copy_launch<uint8_t>(ctx, dst, src, &P);
+    case 2: return copy_launch<uint16_t>(ctx, dst, src, &P);
+    case 4: return copy_launch<uint32_t>(ctx, dst, src, &P);
+    case 8: return copy_launch<uint64_t>(ctx, dst, src, &P);
+    default:
+        return kiln_cuda_fail(KILN_ERR_INTERNAL, "cuda copy: element size %zu at %s", esize,
+                              ctx->where ? ctx->where : "?");
+    }
+}
+
+static kiln_status shape_check_dtype(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    if (x == NULL || x->dtype != y->dtype || kiln_cuda_dtype_size(y->dtype) == 0) {
+        return kiln_cuda_fail(
+            KILN_ERR_UNSUPPORTED, "cuda %s: input and output dtypes must match (%s vs %s) at %s",
+            kiln_cuda_op_name(args->op), x ? kiln_cuda_dtype_name(x->dtype) : "missing",
+            kiln_cuda_dtype_name(y->dtype), ctx->where ? ctx->where : "?");
+    }
+    return KILN_OK;
+}
+
+// --- entry points
+
+// reshape, squeeze, unsqueeze: the same bytes under another shape.
+extern "C" kiln_status kiln_cuda_reshape(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    KILN_CUDA_TRY(shape_check_dtype(ctx, args));
+    int64_t n = kc_numel(y);
+    if (kc_numel(x) != n) {
+        return kiln_cuda_fail(KILN_ERR_INTERNAL, "cuda %s: %lld elements in, %lld out at %s",
+                              kiln_cuda_op_name(args->op), (long long)kc_numel(x), (long long)n,
+                              ctx->where ? ctx->where : "?");
+    }
+    int64_t one = 1;
+    return kiln_cuda_copy_strided(ctx, y->data, x->data, kiln_cuda_dtype_size(y->dtype), 1, &n,
+                                  &one, &one);
+}
+
+extern "C" kiln_status kiln_cuda_permute(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    int64_t xs[KC_MAX_RANK], ys[KC_MAX_RANK], ss[KC_MAX_RANK];
+    uint32_t n = 0;
+    const int64_t *perm = kiln_attrs_ints(&args->attrs, KILN_A_PERMUTE_DIMS, &n);
+    KILN_CUDA_TRY(shape_check_dtype(ctx, args));
+    if (n != y->rank || x->rank != y->rank) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda permute: %u dims for rank %u at %s", n,
+                              y->rank, ctx->where ? ctx->where : "?");
+    }
+    kc_strides(x, xs);
+    kc_strides(y, ys);
+    for (uint32_t d = 0; d < n; d++) {
+        int p = kc_norm_dim(perm[d], x->rank);
+        if (p < 0) {
+            return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda permute: dim %lld out of range at %s",
+                                  (long long)perm[d], ctx->where ? ctx->where : "?");
+        }
+        ss[d] = xs[p];
+    }
+    return kiln_cuda_copy_strided(ctx, y->data, x->data, kiln_cuda_dtype_size(y->dtype),
+                                  (int)y->rank, y->dims, ys, ss);
+}
+
+extern "C" kiln_status kiln_cuda_expand(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    int64_t ys[KC_MAX_RANK], ss[KC_MAX_RANK];
+    KILN_CUDA_TRY(shape_check_dtype(ctx, args));
+    kc_strides(y, ys);
+    kc_bcast_strides(x, y->rank, ss);
+    return kiln_cuda_copy_strided(ctx, y->data, x->data, kiln_cuda_dtype_size(y->dtype),
+                                  (int)y->rank, y->dims, ys, ss);
+}
+
+extern "C" kiln_status kiln_cuda_cat(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *y = args->out;
+    size_t es = kiln_cuda_dtype_size(y->dtype);
+    int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_CAT_DIM, 0), y->rank);
+    int64_t ys[KC_MAX_RANK];
+    int64_t at = 0;
+    if (dim < 0 || es == 0) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda cat: bad dim or dtype at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    kc_strides(y, ys);
+    for (uint32_t i = 0; i < args->n_in; i++) {
+        const kiln_tensor *x = args->in[i];
+        int64_t xs[KC_MAX_RANK];
+        if (x == NULL) continue;
+        if (x->dtype != y->dtype || x->rank != y->rank) {
+            return kiln_cuda_fail(
+                KILN_ERR_UNSUPPORTED, "cuda cat: input %u is %s rank %u, output %s rank %u at %s",
+                i, kiln_cuda_dtype_name(x->dtype), x->rank, kiln_cuda_dtype_name(y->dtype), y->rank,
+                ctx->where ? ctx->where : "?");
+        }
+        kc_strides(x, xs);
+        if (kc_numel(x) > 0) {
+            uint8_t *dst = (uint8_t *)y->data + (size_t)(at * ys[dim]) * es;
+            KILN_CUDA_TRY(
+                kiln_cuda_copy_strided(ctx, dst, x->data, es, (int)x->rank, x->dims, ys, xs));
+        }
+        at += x->dims[dim];
+    }
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_slice(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    int64_t xs[KC_MAX_RANK], ys[KC_MAX_RANK];
+    KILN_CUDA_TRY(shape_check_dtype(ctx, args));
+    int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_SLICE_DIM, 0), x->rank);
+    int64_t start = kiln_attrs_int(&args->attrs, KILN_A_SLICE_START, 0);
+    int64_t step = kiln_attrs_int(&args->attrs, KILN_A_SLICE_STEP, 0);
+    if (dim < 0 || step <= 0 || x->rank != y->rank) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda slice: bad dim or step at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    int64_t size = x->dims[dim];
+    if (start < 0) start += size;
+    if (start < 0) start = 0;
+    if (start > size) start = size;
+    kc_strides(x, xs);
+    kc_strides(y, ys);
+    size_t es = kiln_cuda_dtype_size(y->dtype);
+    const uint8_t *src = (const uint8_t *)x->data + (size_t)(start * xs[dim]) * es;
+    xs[dim] *= step;
+    return kiln_cuda_copy_strided(ctx, y->data, src, es, (int)y->rank, y->dims, ys, xs);
+}
+
+extern "C" kiln_status kiln_cuda_select(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    int64_t xs[KC_MAX_RANK], ys[KC_MAX_RANK], ss[KC_MAX_RANK];
+    KILN_CUDA_TRY(shape_check_dtype(ctx, args));
+    int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_SELECT_DIM, 0), x->rank);
+    int64_t index = kiln_attrs_int(&args->attrs, KILN_A_SELECT_INDEX, 0);
+    if (dim < 0 || y->rank + 1 != x->rank) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda select: bad dim at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    if (index < 0) index += x->dims[dim];
+    if (index < 0 || index >= x->dims[dim]) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda select: index out of range at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    kc_strides(x, xs);
+    kc_strides(y, ys);
+    for (uint32_t d = 0, k = 0; d < x->rank; d++) {
+        if ((int)d != dim) ss[k++] = xs[d];
+    }
+    size_t es = kiln_cuda_dtype_size(y->dtype);
+    const uint8_t *src = (const uint8_t *)x->data + (size_t)(index * xs[dim]) * es;
+    return kiln_cuda_copy_strided(ctx, y->data, src, es, (int)y->rank, y->dims, ys, ss);
+}

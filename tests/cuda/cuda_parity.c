@@ -1,0 +1,1643 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA backend parity: every op of the op table, random inputs in every dtype the op takes,
+// awkward shapes (size 1, odd, not multiples of any tile), run by the CPU reference
+// (kiln_cpu_run) and by the CUDA plugin (plugin->run_op on device copies), compared with
+// per-dtype tolerances; then end-to-end through the public API (device "cuda:0" against "cpu"
+// on built graphs): host and device-resident I/O, CUDA-graph record and replay, re-recording
+// after a shape change and after a pointer change, the caller's stream, graphs off.
+//
+//   kiln_cuda_parity [--ops] [--e2e] [--quick] [--dry] [--filter SUBSTRING]
+//     --ops / --e2e   run only that part (default: both)
+//     --quick         fewer shapes and dtypes (for compute-sanitizer)
+//     --dry           no GPU: infer shapes and run the CPU reference only (checks the cases)
+// Prints one line per case and "N passed, N failed"; exits 0 when all passed, 1 on a failure,
+// 77 when no CUDA device or plugin is available (ctest: skipped).
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/dtype.h"
+#include "core/ops.h"
+#include "cpu/cpu.h"
+#include "cuda/cuda_plugin.h"
+#include "ir/shape.h"
+#include "kiln/kiln.h"
+
+#define F32 KILN_DTYPE_F32
+#define F16 KILN_DTYPE_F16
+#define BF16 KILN_DTYPE_BF16
+#define I32 KILN_DTYPE_I32
+#define I64 KILN_DTYPE_I64
+#define BOOL KILN_DTYPE_BOOL
+
+static const kiln_cuda_plugin *plugin;
+static int opt_quick, opt_dry;
+static const char *opt_filter;
+static int n_skipped;
+
+// --- small utilities
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (p == NULL) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+static int cuda_ok(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 1;
+    fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+    return 0;
+}
+
+static size_t dtype_size(uint32_t dt) { return kiln_dtype_size((kiln_dtype)dt); }
+
+static int64_t numel_of(uint32_t rank, const int64_t *dims) {
+    int64_t n = 1;
+    for (uint32_t i = 0; i < rank; i++) n *= dims[i];
+    return n;
+}
+
+static void dims_text(char *buf, size_t n, uint32_t rank, const int64_t *dims) {
+    size_t used = 0;
+    buf[0] = '\0';
+    used += (size_t)snprintf(buf, n, "[");
+    for (uint32_t i = 0; i < rank && used < n; i++) {
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? "," : "", (long long)dims[i]);
+    }
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+// --- attributes by schema position, defaults from the op table
+
+typedef struct attr_set {
+    kiln_attr_ref refs[KILN_MAX_ATTRS];
+    uint32_t n;
+    int64_t ints[256];
+    double floats[64];
+    uint32_t n_ints, n_floats;
+} attr_set;
+
+static void attrs_init(attr_set *a, uint32_t op) {
+    const kiln_op_def *d = kiln_op_def_get(op);
+    memset(a, 0, sizeof *a);
+    if (d == NULL) return;
+    a->n = d->n_attrs;
+    for (uint32_t i = 0; i < d->n_attrs; i++) {
+        const kiln_attr_info *ai = &d->attrs[i];
+        a->refs[i].kind = ai->kind;
+        a->refs[i].n = ai->n_default;
+        if (ai->kind == KILN_ATTR_INTS) {
+            a->refs[i].begin = a->n_ints;
+            for (uint32_t j = 0; j < ai->n_default; j++) a->ints[a->n_ints++] = ai->default_ints[j];
+        } else {
+            a->refs[i].begin = a->n_floats;
+            for (uint32_t j = 0; j < ai->n_default; j++) {
+                a->floats[a->n_floats++] = ai->default_floats[j];
+            }
+        }
+    }
+}
+
+static void attrs_ints(attr_set *a, uint32_t idx, uint32_t n, const int64_t *v) {
+    a->refs[idx].kind = KILN_ATTR_INTS;
+    a->refs[idx].n = n;
+    a->refs[idx].begin = a->n_ints;
+    for (uint32_t j = 0; j < n; j++) a->ints[a->n_ints++] = v[j];
+}
+
+static void attrs_int(attr_set *a, uint32_t idx, int64_t v) { attrs_ints(a, idx, 1, &v); }
+
+static void attrs_int2(attr_set *a, uint32_t idx, int64_t v0, int64_t v1) {
+    int64_t v[2] = {v0, v1};
+    attrs_ints(a, idx, 2, v);
+}
+
+static void attrs_float(attr_set *a, uint32_t idx, double v) {
+    a->refs[idx].kind = KILN_ATTR_FLOATS;
+    a->refs[idx].n = 1;
+    a->refs[idx].begin = a->n_floats;
+    a->floats[a->n_floats++] = v;
+}
+
+static kiln_attrs attrs_view(const attr_set *a) {
+    kiln_attrs v = {a->refs, a->n, a->ints, a->floats};
+    return v;
+}
+
+// --- operand specifications: dtype, dims ("2x3x4", "" for a scalar), value range
+
+typedef struct spec {
+    uint32_t dtype;
+    uint32_t rank;
+    int64_t dims[KILN_MAX_RANK];
+    double lo, hi; // floats uniform in [lo, hi); ints in [lo, hi]
+    double p_true; // bool: probability of true
+    int absent;
+} spec;
+
+static spec S(uint32_t dtype, const char *dims) {
+    spec s;
+    memset(&s, 0, sizeof s);
+    s.dtype = dtype;
+    s.lo = -1.0;
+    s.hi = 1.0;
+    s.p_true = 0.5;
+    if (dtype == I32 || dtype == I64) {
+        s.lo = -50;
+        s.hi = 50;
+    }
+    const char *p = dims;
+    while (*p != '\0' && s.rank < KILN_MAX_RANK) {
+        char *end;
+        s.dims[s.rank++] = strtoll(p, &end, 10);
+        p = *end == 'x' ? end + 1 : end;
+        if (end == p && *end != '\0') break;
+    }
+    return s;
+}
+
+static spec SR(uint32_t dtype, const char *dims, double lo, double hi) {
+    spec s = S(dtype, dims);
+    s.lo = lo;
+    s.hi = hi;
+    return s;
+}
+
+static spec ABSENT(void) {
+    spec s;
+    memset(&s, 0, sizeof s);
+    s.absent = 1;
+    return s;
+}
+
+// A tensor in host memory (and its device copy).
+typedef struct tbuf {
+    kiln_tensor host, dev;
+    size_t nbytes;
+} tbuf;
+
+static void buf_alloc(tbuf *b, uint32_t dtype, uint32_t rank, const int64_t *dims) {
+    memset(b, 0, sizeof *b);
+    b->host.dtype = b->dev.dtype = dtype;
+    b->host.rank = b->dev.rank = rank;
+    memcpy(b->host.dims, dims, rank * sizeof *dims);
+    memcpy(b->dev.dims, dims, rank * sizeof *dims);
+    b->nbytes = (size_t)numel_of(rank, dims) * dtype_size(dtype);
+    b->host.data = xmalloc(b->nbytes);
+}
+
+static void buf_fill(tbuf *b, const spec *s) {
+    int64_t n = numel_of(b->host.rank, b->host.dims);
+    for (int64_t i = 0; i < n; i++) {
+        if (s->dtype == BOOL) {
+            ((uint8_t *)b->host.data)[i] = check_rng_uniform(0.0f, 1.0f) < (float)s->p_true;
+        } else if (s->dtype == I32) {
+            ((int32_t *)b->host.data)[i] = (int32_t)check_rng_int((int64_t)s->lo, (int64_t)s->hi);
+        } else if (s->dtype == I64) {
+            ((int64_t *)b->host.data)[i] = check_rng_int((int64_t)s->lo, (int64_t)s->hi);
+        } else {
+            kiln_store_f32(b->host.data, s->dtype, i,
+                           check_rng_uniform((float)s->lo, (float)s->hi));
+        }
+    }
+}
+
+static int buf_upload(tbuf *b) {
+    if (opt_dry) return 1;
+    if (!cuda_ok(cudaMalloc(&b->dev.data, b->nbytes ? b->nbytes : 1), "cudaMalloc")) return 0;
+    return cuda_ok(cudaMemcpy(b->dev.data, b->host.data, b->nbytes, cudaMemcpyHostToDevice),
+                   "cudaMemcpy H2D");
+}
+
+static void buf_free(tbuf *b) {
+    free(b->host.data);
+    if (b->dev.data != NULL) cudaFree(b->dev.data);
+    memset(b, 0, sizeof *b);
+}
+
+// --- comparison
+
+typedef struct tol {
+    double f32, f16, bf16;
+} tol;
+
+static const tol TOL_DEFAULT = {1e-4, 3e-3, 2e-2};
+
+// Compares got against ref (both host, same dtype and size). Returns 1 when they agree; writes a
+// summary ("max err 1.2e-06 of 3.4") into msg.
+static int compare(const kiln_tensor *ref, const void *got, tol t, char *msg, size_t msg_n) {
+    int64_t n = numel_of(ref->rank, ref->dims);
+    uint32_t dt = ref->dtype;
+    if (!kiln_dtype_is_float(dt)) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t a = kiln_load_i64(ref->data, dt, i), b = kiln_load_i64(got, dt, i);
+            if (a != b) {
+                snprintf(msg, msg_n, "element %lld: got %lld, expected %lld", (long long)i,
+                         (long long)b, (long long)a);
+                return 0;
+            }
+        }
+        snprintf(msg, msg_n, "exact (%lld elements)", (long long)n);
+        return 1;
+    }
+    double rt = dt == F32 ? t.f32 : dt == F16 ? t.f16 : t.bf16;
+    double maxref = 0.0, maxerr = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double r = kiln_load_f32(ref->data, dt, i);
+        if (isfinite(r) && fabs(r) > maxref) maxref = fabs(r);
+    }
+    double atol = rt * (maxref > 1e-6 ? maxref : 1e-6);
+    for (int64_t i = 0; i < n; i++) {
+        double r = kiln_load_f32(ref->data, dt, i), g = kiln_load_f32(got, dt, i);
+        if (isnan(r) || isnan(g)) {
+            if (isnan(r) && isnan(g)) continue;
+            snprintf(msg, msg_n, "element %lld: got %.9g, expected %.9g", (long long)i, g, r);
+            return 0;
+        }
+        if (isinf(r) || isinf(g)) {
+            if (r == g) continue;
+            snprintf(msg, msg_n, "element %lld: got %.9g, expected %.9g", (long long)i, g, r);
+            return 0;
+        }
+        double err = fabs(g - r);
+        if (err > maxerr) maxerr = err;
+        if (err > atol + rt * fabs(r)) {
+            snprintf(msg, msg_n, "element %lld: got %.9g, expected %.9g (err %.3g > %.3g)",
+                     (long long)i, g, r, err, atol + rt * fabs(r));
+            return 0;
+        }
+    }
+    snprintf(msg, msg_n, "max err %.3g of max |ref| %.3g (%lld elements)", maxerr, maxref,
+             (long long)n);
+    return 1;
+}
+
+// --- one op case
+
+#define MAX_IN 8
+
+typedef struct tail_case {
+    uint32_t op;
+    attr_set attrs;
+    int has_operand;
+    spec operand;
+    int running_is_lhs;
+} tail_case;
+
+typedef struct op_case {
+    const char *label; // extra text for the report line
+    uint32_t op;
+    attr_set attrs;
+    uint32_t n_in;
+    spec in[MAX_IN];
+    uint32_t n_tail;
+    tail_case tail[KILN_MAX_TAIL];
+    tol tol;
+    int gemm; // run twice: cuBLASLt and Kiln's own kernel
+} op_case;
+
+static void case_init(op_case *c, uint32_t op) {
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    attrs_init(&c->attrs, op);
+    c->tol = TOL_DEFAULT;
+    c->gemm = op == KILN_OP_LINEAR || op == KILN_OP_MATMUL;
+}
+
+static void case_in(op_case *c, spec s) { c->in[c->n_in++] = s; }
+
+static tail_case *case_tail(op_case *c, uint32_t op) {
+    tail_case *t = &c->tail[c->n_tail++];
+    memset(t, 0, sizeof *t);
+    t->op = op;
+    attrs_init(&t->attrs, op);
+    t->running_is_lhs = 1;
+    return t;
+}
+
+static void tail_operand(tail_case *t, spec s, int running_is_lhs) {
+    t->has_operand = 1;
+    t->operand = s;
+    t->running_is_lhs = running_is_lhs;
+}
+
+static void case_name(const op_case *c, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "%s", kiln_op_name(c->op));
+    for (uint32_t i = 0; i < c->n_in && used < n; i++) {
+        char d[64];
+        if (c->in[i].absent) {
+            used += (size_t)snprintf(buf + used, n - used, " -");
+            continue;
+        }
+        dims_text(d, sizeof d, c->in[i].rank, c->in[i].dims);
+        used += (size_t)snprintf(buf + used, n - used, " %s%s",
+                                 kiln_dtype_name((kiln_dtype)c->in[i].dtype), d);
+    }
+    for (uint32_t t = 0; t < c->n_tail && used < n; t++) {
+        used += (size_t)snprintf(buf + used, n - used, " +%s", kiln_op_name(c->tail[t].op));
+    }
+    if (c->label != NULL && used < n) snprintf(buf + used, n - used, " (%s)", c->label);
+}
+
+#define KILN_TRY_TEST(expr)                                                                        \
+    do {                                                                                           \
+        kiln_status t_st_ = (expr);                                                                \
+        if (t_st_ != KILN_OK) return t_st_;                                                        \
+    } while (0)
+
+static void report(int ok, const char *name, const char *variant, const char *detail) {
+    printf("%s  %s%s%s: %s\n", ok ? "PASS" : "FAIL", name, variant ? " " : "",
+           variant ? variant : "", detail);
+    CHECK_MSG(ok, "%s%s%s: %s", name, variant ? " " : "", variant ? variant : "", detail);
+}
+
+static void run_case(const op_case *c) {
+    char name[512], msg[256];
+    tbuf in[MAX_IN], tails[KILN_MAX_TAIL], out_ref;
+    kiln_value_desc descs[MAX_IN];
+    const kiln_value_desc *dptr[MAX_IN];
+    kiln_value_desc out_desc;
+    kiln_kernel_args args, dargs;
+    kiln_tail_op htail[KILN_MAX_TAIL], dtail[KILN_MAX_TAIL];
+    kiln_attrs attrs = attrs_view(&c->attrs);
+    void *scratch = NULL, *got = NULL, *dev_out = NULL;
+    int ok = 1;
+    case_name(c, name, sizeof name);
+    if (opt_filter != NULL && strstr(name, opt_filter) == NULL) return;
+    memset(in, 0, sizeof in);
+    memset(tails, 0, sizeof tails);
+    memset(&out_ref, 0, sizeof out_ref);
+    for (uint32_t i = 0; i < c->n_in; i++) {
+        if (c->in[i].absent) {
+            dptr[i] = NULL;
+            continue;
+        }
+        descs[i].dtype = c->in[i].dtype;
+        kiln_shape_from_dims(&descs[i].shape, c->in[i].rank, c->in[i].dims);
+        dptr[i] = &descs[i];
+    }
+    kiln_status st = kiln_infer(c->op, &attrs, dptr, c->n_in, name, &out_desc);
+    if (st != KILN_OK) {
+        printf("SKIP  %s: shape inference rejects it: %s\n", name, kiln_last_error());
+        n_skipped++;
+        return;
+    }
+    // Host inputs, the CPU reference, then the device run.
+    memset(&args, 0, sizeof args);
+    args.op = c->op;
+    args.attrs = attrs;
+    args.n_in = c->n_in;
+    for (uint32_t i = 0; i < c->n_in; i++) {
+        if (c->in[i].absent) continue;
+        buf_alloc(&in[i], c->in[i].dtype, c->in[i].rank, c->in[i].dims);
+        buf_fill(&in[i], &c->in[i]);
+        args.in[i] = &in[i].host;
+    }
+    for (uint32_t t = 0; t < c->n_tail; t++) {
+        htail[t].op = c->tail[t].op;
+        htail[t].attrs = attrs_view(&c->tail[t].attrs);
+        htail[t].running_is_lhs = c->tail[t].running_is_lhs;
+        htail[t].operand = NULL;
+        if (c->tail[t].has_operand) {
+            const spec *s = &c->tail[t].operand;
+            buf_alloc(&tails[t], s->dtype, s->rank, s->dims);
+            buf_fill(&tails[t], s);
+            htail[t].operand = &tails[t].host;
+        }
+    }
+    args.tail = htail;
+    args.n_tail = c->n_tail;
+    buf_alloc(&out_ref, out_desc.dtype, out_desc.shape.rank, out_desc.shape.max);
+    memset(out_ref.host.data, 0xAB, out_ref.nbytes);
+    args.out = &out_ref.host;
+    if (!kiln_cpu_supports(&args)) {
+        printf("SKIP  %s: the CPU reference does not support it\n", name);
+        n_skipped++;
+        goto done;
+    }
+    args.scratch_nbytes = kiln_cpu_scratch_nbytes(&args);
+    scratch = xmalloc(args.scratch_nbytes);
+    args.scratch = scratch;
+    st = kiln_cpu_run(&args);
+    if (st != KILN_OK) {
+        printf("SKIP  %s: the CPU reference failed: %s\n", name, kiln_last_error());
+        n_skipped++;
+        goto done;
+    }
+    if (opt_dry) {
+        printf("DRY   %s -> %s\n", name, kiln_dtype_name((kiln_dtype)out_desc.dtype));
+        goto done;
+    }
+    // Device copies.
+    dargs = args;
+    dargs.scratch = NULL;
+    dargs.scratch_nbytes = 0;
+    for (uint32_t i = 0; i < c->n_in; i++) {
+        if (c->in[i].absent) continue;
+        ok = ok && buf_upload(&in[i]);
+        dargs.in[i] = &in[i].dev;
+    }
+    for (uint32_t t = 0; t < c->n_tail; t++) {
+        dtail[t] = htail[t];
+        if (c->tail[t].has_operand) {
+            ok = ok && buf_upload(&tails[t]);
+            dtail[t].operand = &tails[t].dev;
+        }
+    }
+    dargs.tail = dtail;
+    got = xmalloc(out_ref.nbytes);
+    ok = ok && cuda_ok(cudaMalloc(&dev_out, out_ref.nbytes ? out_ref.nbytes : 1), "cudaMalloc");
+    if (!ok) {
+        report(0, name, NULL, "device set-up failed");
+        goto done;
+    }
+    out_ref.dev = out_ref.host;
+    out_ref.dev.data = dev_out;
+    dargs.out = &out_ref.dev;
+    for (int variant = 0; variant < (c->gemm ? 2 : 1); variant++) {
+        const char *vname = c->gemm ? (variant == 0 ? "[cublasLt]" : "[own gemm]") : NULL;
+        uint32_t flags = variant == 1 ? KILN_CUDA_RUN_NO_CUBLASLT : 0;
+        // Poison the output so that an element the kernel forgets to write shows up.
+        if (!cuda_ok(cudaMemset(dev_out, 0xFF, out_ref.nbytes), "cudaMemset")) {
+            report(0, name, vname, "cudaMemset failed");
+            continue;
+        }
+        st = plugin->run_op(&dargs, 0, NULL, flags);
+        if (st != KILN_OK) {
+            snprintf(msg, sizeof msg, "run_op returned %s: %s", kiln_status_str(st),
+                     kiln_last_error());
+            report(0, name, vname, msg);
+            continue;
+        }
+        if (!cuda_ok(cudaMemcpy(got, dev_out, out_ref.nbytes, cudaMemcpyDeviceToHost), "D2H")) {
+            report(0, name, vname, "copy back failed");
+            continue;
+        }
+        int same = compare(&out_ref.host, got, c->tol, msg, sizeof msg);
+        report(same, name, vname, msg);
+    }
+
+done:
+    free(scratch);
+    free(got);
+    if (dev_out != NULL) cudaFree(dev_out);
+    out_ref.dev.data = NULL;
+    for (uint32_t i = 0; i < c->n_in; i++) buf_free(&in[i]);
+    for (uint32_t t = 0; t < c->n_tail; t++) buf_free(&tails[t]);
+    free(out_ref.host.data);
+}
+
+// --- the op cases
+
+static const uint32_t FLOATS[] = {F32, F16, BF16};
+#define N_FLOATS (opt_quick ? 2u : 3u)
+
+static void cases_unary(void) {
+    static const uint32_t ops[] = {
+        KILN_OP_RELU,      KILN_OP_GELU,        KILN_OP_SILU, KILN_OP_SIGMOID, KILN_OP_TANH,
+        KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,  KILN_OP_SQRT,    KILN_OP_RSQRT,
+        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_CLAMP};
+    static const char *shapes[] = {"1", "7x13", "3x1x5x33", ""};
+    uint32_t n_shapes = opt_quick ? 2 : 4;
+    op_case c;
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        for (uint32_t d = 0; d < N_FLOATS; d++) {
+            for (uint32_t s = 0; s < n_shapes; s++) {
+                int positive =
+                    ops[o] == KILN_OP_SQRT || ops[o] == KILN_OP_RSQRT || ops[o] == KILN_OP_LOG;
+                case_init(&c, ops[o]);
+                case_in(&c, positive ? SR(FLOATS[d], shapes[s], 0.05, 4.0)
+                                     : SR(FLOATS[d], shapes[s], -4.0, 4.0));
+                if (ops[o] == KILN_OP_CLAMP) {
+                    attrs_float(&c.attrs, KILN_A_CLAMP_MIN, -0.3);
+                    attrs_float(&c.attrs, KILN_A_CLAMP_MAX, s == 1 ? NAN : 0.5);
+                }
+                run_case(&c);
+                if (ops[o] == KILN_OP_GELU) { // the tanh approximation too
+                    attrs_int(&c.attrs, KILN_A_GELU_APPROXIMATE, 1);
+                    c.label = "tanh";
+                    run_case(&c);
+                }
+            }
+        }
+    }
+    // integer and bool flavours
+    static const uint32_t ints[] = {I32, I64};
+    for (int d = 0; d < 2; d++) {
+        case_init(&c, KILN_OP_NEG);
+        case_in(&c, S(ints[d], "5x9"));
+        run_case(&c);
+        case_init(&c, KILN_OP_CLAMP);
+        case_in(&c, S(ints[d], "5x9"));
+        attrs_float(&c.attrs, KILN_A_CLAMP_MIN, -10.5);
+        attrs_float(&c.attrs, KILN_A_CLAMP_MAX, 20.2);
+        run_case(&c);
+        case_init(&c, KILN_OP_COPY);
+        case_in(&c, S(ints[d], "3x1x7"));
+        run_case(&c);
+    }
+    case_init(&c, KILN_OP_COPY);
+    case_in(&c, S(BOOL, "4x9"));
+    run_case(&c);
+    // cast: every pair
+    static const uint32_t all[] = {F32, F16, BF16, I32, I64, BOOL};
+    for (int a = 0; a < 6; a++) {
+        for (int b = 0; b < 6; b++) {
+            if (opt_quick && a != b && a > 2 && b > 2) continue;
+            case_init(&c, KILN_OP_CAST);
+            case_in(&c, all[a] == BOOL                ? S(BOOL, "5x17")
+                        : kiln_dtype_is_float(all[a]) ? SR(all[a], "5x17", -40.0, 40.0)
+                                                      : S(all[a], "5x17"));
+            attrs_int(&c.attrs, KILN_A_CAST_DTYPE, all[b]);
+            run_case(&c);
+        }
+    }
+}
+
+static void cases_binary(void) {
+    static const uint32_t ops[] = {KILN_OP_ADD, KILN_OP_SUB, KILN_OP_MUL, KILN_OP_DIV, KILN_OP_POW};
+    static const char *pairs[][2] = {{"4x5x6", "4x5x6"}, {"4x5x6", "6"},       {"4x1x6", "1x5x1"},
+                                     {"1", "3x7"},       {"2x3x4x5", "3x1x5"}, {"", "2x3"}};
+    uint32_t n_pairs = opt_quick ? 3 : 6;
+    op_case c;
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        for (uint32_t d = 0; d < N_FLOATS; d++) {
+            for (uint32_t p = 0; p < n_pairs; p++) {
+                case_init(&c, ops[o]);
+                if (ops[o] == KILN_OP_POW) {
+                    case_in(&c, SR(FLOATS[d], pairs[p][0], 0.5, 2.0));
+                    case_in(&c, SR(FLOATS[d], pairs[p][1], -2.0, 2.0));
+                } else if (ops[o] == KILN_OP_DIV) {
+                    case_in(&c, S(FLOATS[d], pairs[p][0]));
+                    case_in(&c, SR(FLOATS[d], pairs[p][1], 0.5, 2.0));
+                } else {
+                    case_in(&c, S(FLOATS[d], pairs[p][0]));
+                    case_in(&c, S(FLOATS[d], pairs[p][1]));
+                }
+                run_case(&c);
+            }
+        }
+    }
+    static const uint32_t ints[] = {I32, I64};
+    for (int d = 0; d < 2; d++) {
+        for (int o = 0; o < 3; o++) {
+            case_init(&c, ops[o]);
+            case_in(&c, S(ints[d], "4x1x6"));
+            case_in(&c, S(ints[d], "5x1"));
+            run_case(&c);
+        }
+    }
+    // where, every dtype
+    static const uint32_t all[] = {F32, F16, BF16, I32, I64, BOOL};
+    for (int d = 0; d < 6; d++) {
+        case_init(&c, KILN_OP_WHERE);
+        case_in(&c, S(BOOL, "4x1x6"));
+        case_in(&c, S(all[d], "4x5x6"));
+        case_in(&c, S(all[d], "6"));
+        run_case(&c);
+    }
+}
+
+static void cases_norm(void) {
+    op_case c;
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        uint32_t dt = FLOATS[d];
+        // softmax / log_softmax: rows (warp and block paths), columns, a 1x1
+        static const char *shapes[] = {"3x37", "2x5x7", "4x2000", "1x1", "2x33x3"};
+        static const int64_t dims[] = {-1, 1, 1, 0, 1};
+        for (int op = 0; op < 2; op++) {
+            for (int s = 0; s < (opt_quick ? 3 : 5); s++) {
+                case_init(&c, op == 0 ? KILN_OP_SOFTMAX : KILN_OP_LOG_SOFTMAX);
+                case_in(&c, SR(dt, shapes[s], -5.0, 5.0));
+                attrs_int(&c.attrs, KILN_A_SOFTMAX_DIM, dims[s]);
+                run_case(&c);
+            }
+        }
+        // layer_norm
+        case_init(&c, KILN_OP_LAYER_NORM);
+        case_in(&c, SR(dt, "3x5x64", -3.0, 3.0));
+        case_in(&c, S(dt, "64"));
+        case_in(&c, S(dt, "64"));
+        attrs_int(&c.attrs, KILN_A_LN_NDIM, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_LAYER_NORM);
+        case_in(&c, SR(dt, "2x3x4x5", 0.0, 3.0));
+        attrs_int(&c.attrs, KILN_A_LN_NDIM, 2);
+        attrs_float(&c.attrs, KILN_A_LN_EPS, 1e-3);
+        run_case(&c);
+        case_init(&c, KILN_OP_LAYER_NORM);
+        case_in(&c, SR(dt, "2x3001", -2.0, 2.0));
+        case_in(&c, S(dt, "3001"));
+        case_in(&c, ABSENT());
+        attrs_int(&c.attrs, KILN_A_LN_NDIM, 1);
+        run_case(&c);
+        // batch_norm
+        case_init(&c, KILN_OP_BATCH_NORM);
+        case_in(&c, S(dt, "2x3x5x7"));
+        case_in(&c, S(dt, "3"));
+        case_in(&c, S(dt, "3"));
+        case_in(&c, S(dt, "3"));
+        case_in(&c, SR(dt, "3", 0.2, 2.0));
+        run_case(&c);
+        case_init(&c, KILN_OP_BATCH_NORM);
+        case_in(&c, S(dt, "4x6"));
+        case_in(&c, ABSENT());
+        case_in(&c, ABSENT());
+        case_in(&c, S(dt, "6"));
+        case_in(&c, SR(dt, "6", 0.2, 2.0));
+        attrs_float(&c.attrs, KILN_A_BN_EPS, 1e-2);
+        run_case(&c);
+    }
+}
+
+static void cases_pool(void) {
+    op_case c;
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        uint32_t dt = FLOATS[d];
+        case_init(&c, KILN_OP_MAX_POOL2D);
+        case_in(&c, S(dt, "2x3x9x11"));
+        attrs_int2(&c.attrs, KILN_A_MAXPOOL_KERNEL, 3, 3);
+        attrs_int2(&c.attrs, KILN_A_MAXPOOL_STRIDE, 2, 2);
+        attrs_int2(&c.attrs, KILN_A_MAXPOOL_PADDING, 1, 1);
+        run_case(&c);
+        attrs_int2(&c.attrs, KILN_A_MAXPOOL_DILATION, 2, 1);
+        attrs_int(&c.attrs, KILN_A_MAXPOOL_CEIL, 1);
+        c.label = "dilation, ceil";
+        run_case(&c);
+        case_init(&c, KILN_OP_MAX_POOL2D);
+        case_in(&c, S(dt, "1x3x8x8"));
+        attrs_int2(&c.attrs, KILN_A_MAXPOOL_KERNEL, 2, 2);
+        attrs_int2(&c.attrs, KILN_A_MAXPOOL_STRIDE, 2, 2);
+        run_case(&c);
+        case_init(&c, KILN_OP_AVG_POOL2D);
+        case_in(&c, S(dt, "2x3x9x11"));
+        attrs_int2(&c.attrs, KILN_A_AVGPOOL_KERNEL, 3, 2);
+        attrs_int2(&c.attrs, KILN_A_AVGPOOL_STRIDE, 2, 2);
+        attrs_int2(&c.attrs, KILN_A_AVGPOOL_PADDING, 1, 1);
+        run_case(&c);
+        attrs_int(&c.attrs, KILN_A_AVGPOOL_COUNT_PAD, 0);
+        c.label = "exclude pad";
+        run_case(&c);
+        attrs_int(&c.attrs, KILN_A_AVGPOOL_CEIL, 1);
+        c.label = "exclude pad, ceil";
+        run_case(&c);
+        attrs_int(&c.attrs, KILN_A_AVGPOOL_DIVISOR, 5);
+        c.label = "divisor 5";
+        run_case(&c);
+        static const int64_t outs[][2] = {{3, 4}, {1, 1}, {10, 7}, {4, 5}};
+        for (int o = 0; o < (opt_quick ? 2 : 4); o++) {
+            case_init(&c, KILN_OP_ADAPTIVE_AVG_POOL2D);
+            case_in(&c, S(dt, "2x3x10x7"));
+            attrs_int2(&c.attrs, KILN_A_ADAPTIVE_OUTPUT, outs[o][0], outs[o][1]);
+            run_case(&c);
+        }
+    }
+}
+
+static void cases_reduce(void) {
+    op_case c;
+    static const int64_t d1[] = {1}, d02[] = {0, 2}, dm1[] = {-1}, d0[] = {0};
+    struct {
+        const char *shape;
+        const int64_t *dims;
+        uint32_t n;
+    } rs[] = {{"3x4x5", d1, 1},   {"3x4x5", d02, 2}, {"3x4x5", NULL, 0},
+              {"2x3000", dm1, 1}, {"64x3", d0, 1},   {"5x1x7", d1, 1}};
+    for (int op = 0; op < 2; op++) {
+        for (uint32_t d = 0; d < N_FLOATS; d++) {
+            for (size_t r = 0; r < sizeof rs / sizeof rs[0]; r++) {
+                for (int keep = 0; keep < 2; keep++) {
+                    case_init(&c, op == 0 ? KILN_OP_MEAN : KILN_OP_SUM);
+                    case_in(&c, S(FLOATS[d], rs[r].shape));
+                    attrs_ints(&c.attrs, KILN_A_REDUCE_DIMS, rs[r].n, rs[r].dims);
+                    attrs_int(&c.attrs, KILN_A_REDUCE_KEEPDIM, keep);
+                    run_case(&c);
+                }
+            }
+        }
+    }
+    static const uint32_t ints[] = {I32, I64};
+    for (int d = 0; d < 2; d++) {
+        case_init(&c, KILN_OP_SUM);
+        case_in(&c, S(ints[d], "6x70"));
+        attrs_ints(&c.attrs, KILN_A_REDUCE_DIMS, 1, dm1);
+        run_case(&c);
+    }
+}
+
+static void cases_shape(void) {
+    static const uint32_t all[] = {F32, F16, BF16, I32, I64, BOOL};
+    op_case c;
+    for (int d = 0; d < (opt_quick ? 2 : 6); d++) {
+        uint32_t dt = all[d];
+        static const int64_t rs1[] = {6, 4}, rs2[] = {4, -1}, perm1[] = {3, 1, 0, 2},
+                             perm2[] = {1, 0}, ex1[] = {2, 3, 4, 5}, ex2[] = {6}, sq[] = {1};
+        case_init(&c, KILN_OP_RESHAPE);
+        case_in(&c, S(dt, "2x3x4"));
+        attrs_ints(&c.attrs, KILN_A_RESHAPE_SHAPE, 2, rs1);
+        run_case(&c);
+        attrs_ints(&c.attrs, KILN_A_RESHAPE_SHAPE, 2, rs2);
+        run_case(&c);
+        case_init(&c, KILN_OP_SQUEEZE);
+        case_in(&c, S(dt, "2x1x3"));
+        attrs_ints(&c.attrs, KILN_A_SQUEEZE_DIMS, 1, sq);
+        run_case(&c);
+        case_init(&c, KILN_OP_UNSQUEEZE);
+        case_in(&c, S(dt, "2x3"));
+        attrs_int(&c.attrs, KILN_A_UNSQUEEZE_DIM, -1);
+        run_case(&c);
+        case_init(&c, KILN_OP_PERMUTE);
+        case_in(&c, S(dt, "2x3x4x5"));
+        attrs_ints(&c.attrs, KILN_A_PERMUTE_DIMS, 4, perm1);
+        run_case(&c);
+        case_init(&c, KILN_OP_PERMUTE);
+        case_in(&c, S(dt, "7x9"));
+        attrs_ints(&c.attrs, KILN_A_PERMUTE_DIMS, 2, perm2);
+        run_case(&c);
+        case_init(&c, KILN_OP_EXPAND);
+        case_in(&c, S(dt, "3x1x5"));
+        attrs_ints(&c.attrs, KILN_A_EXPAND_SHAPE, 4, ex1);
+        run_case(&c);
+        case_init(&c, KILN_OP_EXPAND);
+        case_in(&c, S(dt, "1"));
+        attrs_ints(&c.attrs, KILN_A_EXPAND_SHAPE, 1, ex2);
+        run_case(&c);
+        case_init(&c, KILN_OP_CAT);
+        case_in(&c, S(dt, "2x3x4"));
+        case_in(&c, S(dt, "2x1x4"));
+        case_in(&c, S(dt, "2x5x4"));
+        attrs_int(&c.attrs, KILN_A_CAT_DIM, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_CAT);
+        case_in(&c, S(dt, "2x3"));
+        case_in(&c, S(dt, "2x7"));
+        attrs_int(&c.attrs, KILN_A_CAT_DIM, -1);
+        run_case(&c);
+        case_init(&c, KILN_OP_CAT);
+        case_in(&c, S(dt, "1x5"));
+        case_in(&c, S(dt, "3x5"));
+        attrs_int(&c.attrs, KILN_A_CAT_DIM, 0);
+        run_case(&c);
+        case_init(&c, KILN_OP_SLICE);
+        case_in(&c, S(dt, "5x7x9"));
+        attrs_int(&c.attrs, KILN_A_SLICE_DIM, 1);
+        attrs_int(&c.attrs, KILN_A_SLICE_START, 1);
+        attrs_int(&c.attrs, KILN_A_SLICE_END, 6);
+        attrs_int(&c.attrs, KILN_A_SLICE_STEP, 2);
+        run_case(&c);
+        case_init(&c, KILN_OP_SLICE);
+        case_in(&c, S(dt, "5x7x9"));
+        attrs_int(&c.attrs, KILN_A_SLICE_DIM, -1);
+        attrs_int(&c.attrs, KILN_A_SLICE_START, -4);
+        run_case(&c);
+        case_init(&c, KILN_OP_SELECT);
+        case_in(&c, S(dt, "5x7x9"));
+        attrs_int(&c.attrs, KILN_A_SELECT_DIM, 1);
+        attrs_int(&c.attrs, KILN_A_SELECT_INDEX, -2);
+        run_case(&c);
+        case_init(&c, KILN_OP_SELECT);
+        case_in(&c, S(dt, "5x7x9"));
+        attrs_int(&c.attrs, KILN_A_SELECT_DIM, 0);
+        attrs_int(&c.attrs, KILN_A_SELECT_INDEX, 4);
+        run_case(&c);
+    }
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        static const uint32_t idx[] = {I32, I64};
+        for (int i = 0; i < 2; i++) {
+            case_init(&c, KILN_OP_EMBEDDING);
+            case_in(&c, S(FLOATS[d], "11x17"));
+            case_in(&c, SR(idx[i], "3x5", 0, 10));
+            run_case(&c);
+        }
+    }
+}
+
+static void cases_gemm(void) {
+    op_case c;
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        uint32_t dt = FLOATS[d];
+        static const char *lin[][3] = {{"1x1", "1x1", NULL},      {"5x7", "3x7", "3"},
+                                       {"2x3x33", "65x33", NULL}, {"130x300", "70x300", "70"},
+                                       {"17", "9x17", "9"},       {"4x64", "128x64", "128"}};
+        for (int s = 0; s < (opt_quick ? 3 : 6); s++) {
+            case_init(&c, KILN_OP_LINEAR);
+            case_in(&c, S(dt, lin[s][0]));
+            case_in(&c, SR(dt, lin[s][1], -0.5, 0.5));
+            if (lin[s][2] != NULL) case_in(&c, S(dt, lin[s][2]));
+            run_case(&c);
+        }
+        // fused tails: relu (epilogue), gelu + bias-like add, residual add + relu, clamp
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "130x300"));
+        case_in(&c, SR(dt, "70x300", -0.5, 0.5));
+        case_in(&c, S(dt, "70"));
+        case_tail(&c, KILN_OP_RELU);
+        run_case(&c);
+        case_tail(&c, KILN_OP_MUL)->running_is_lhs = 1;
+        tail_operand(&c.tail[1], S(dt, "70"), 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "3x5x48"));
+        case_in(&c, SR(dt, "40x48", -0.5, 0.5));
+        case_in(&c, S(dt, "40"));
+        case_tail(&c, KILN_OP_GELU);
+        tail_operand(case_tail(&c, KILN_OP_SUB), S(dt, "3x5x40"), 0);
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "9x32"));
+        case_in(&c, SR(dt, "16x32", -0.5, 0.5));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "9x16"), 1);
+        case_tail(&c, KILN_OP_RELU);
+        tail_case *cl = case_tail(&c, KILN_OP_CLAMP);
+        attrs_float(&cl->attrs, KILN_A_CLAMP_MAX, 0.7);
+        run_case(&c);
+        // matmul: plain, folded batch, full batch, broadcast batch, 1-D operands
+        static const char *mm[][2] = {
+            {"3x4", "4x5"},       {"2x3x7x9", "9x6"},  {"2x3x7x9", "2x3x9x6"},
+            {"2x1x7x9", "3x9x6"}, {"1x9", "9x6"},      {"4x9", "9x1"},
+            {"1x5", "5x1"},       {"1x33x65", "65x1"}, {"8x64x64", "8x64x64"}};
+        for (int s = 0; s < (opt_quick ? 4 : 9); s++) {
+            case_init(&c, KILN_OP_MATMUL);
+            case_in(&c, S(dt, mm[s][0]));
+            case_in(&c, S(dt, mm[s][1]));
+            run_case(&c);
+        }
+        case_init(&c, KILN_OP_MATMUL);
+        case_in(&c, S(dt, "2x3x7x9"));
+        case_in(&c, S(dt, "2x3x9x6"));
+        case_tail(&c, KILN_OP_RELU);
+        tail_operand(case_tail(&c, KILN_OP_DIV), SR(dt, "6", 0.5, 2.0), 1);
+        run_case(&c);
+    }
+}
+
+static void cases_conv(void) {
+    op_case c;
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        uint32_t dt = FLOATS[d];
+        // tiled path (8+ output channels per group)
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "2x3x9x11"));
+        case_in(&c, SR(dt, "8x3x3x3", -0.5, 0.5));
+        attrs_int2(&c.attrs, KILN_A_CONV_PADDING, 1, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "2x3x13x12"));
+        case_in(&c, SR(dt, "16x3x3x3", -0.5, 0.5));
+        case_in(&c, S(dt, "16"));
+        attrs_int2(&c.attrs, KILN_A_CONV_STRIDE, 2, 1);
+        attrs_int2(&c.attrs, KILN_A_CONV_PADDING, 1, 2);
+        attrs_int2(&c.attrs, KILN_A_CONV_DILATION, 2, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "1x64x5x5"));
+        case_in(&c, SR(dt, "70x64x1x1", -0.3, 0.3));
+        case_in(&c, S(dt, "70"));
+        case_tail(&c, KILN_OP_RELU);
+        run_case(&c);
+        if (!opt_quick) {
+            case_init(&c, KILN_OP_CONV2D);
+            case_in(&c, S(dt, "1x16x33x35"));
+            case_in(&c, SR(dt, "32x16x3x3", -0.3, 0.3));
+            case_in(&c, S(dt, "32"));
+            attrs_int2(&c.attrs, KILN_A_CONV_PADDING, 1, 1);
+            tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "1x32x33x35"), 0);
+            case_tail(&c, KILN_OP_SILU);
+            run_case(&c);
+        }
+        // direct path: grouped and depthwise
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "1x4x7x7"));
+        case_in(&c, SR(dt, "6x2x3x3", -0.5, 0.5));
+        case_in(&c, S(dt, "6"));
+        attrs_int(&c.attrs, KILN_A_CONV_GROUPS, 2);
+        run_case(&c);
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "2x6x8x8"));
+        case_in(&c, SR(dt, "6x1x3x3", -0.5, 0.5));
+        attrs_int(&c.attrs, KILN_A_CONV_GROUPS, 6);
+        attrs_int2(&c.attrs, KILN_A_CONV_STRIDE, 2, 2);
+        attrs_int2(&c.attrs, KILN_A_CONV_PADDING, 1, 1);
+        run_case(&c);
+        // grouped with 8+ channels per group: tiled, batched over groups
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "2x6x6x5"));
+        case_in(&c, SR(dt, "24x2x3x3", -0.5, 0.5));
+        case_in(&c, S(dt, "24"));
+        attrs_int(&c.attrs, KILN_A_CONV_GROUPS, 3);
+        run_case(&c);
+        // transposed
+        case_init(&c, KILN_OP_CONV_TRANSPOSE2D);
+        case_in(&c, S(dt, "2x4x5x6"));
+        case_in(&c, SR(dt, "4x3x3x3", -0.5, 0.5));
+        case_in(&c, S(dt, "3"));
+        attrs_int2(&c.attrs, KILN_A_CONVT_STRIDE, 2, 2);
+        attrs_int2(&c.attrs, KILN_A_CONVT_PADDING, 1, 1);
+        attrs_int2(&c.attrs, KILN_A_CONVT_OUTPUT_PADDING, 1, 0);
+        run_case(&c);
+        case_init(&c, KILN_OP_CONV_TRANSPOSE2D);
+        case_in(&c, S(dt, "1x4x5x5"));
+        case_in(&c, SR(dt, "4x5x3x3", -0.5, 0.5));
+        attrs_int(&c.attrs, KILN_A_CONVT_GROUPS, 2);
+        attrs_int2(&c.attrs, KILN_A_CONVT_DILATION, 2, 2);
+        run_case(&c);
+        case_init(&c, KILN_OP_CONV_TRANSPOSE2D);
+        case_in(&c, S(dt, "1x8x6x6"));
+        case_in(&c, SR(dt, "8x16x4x4", -0.5, 0.5));
+        case_in(&c, S(dt, "16"));
+        attrs_int2(&c.attrs, KILN_A_CONVT_STRIDE, 2, 2);
+        attrs_int2(&c.attrs, KILN_A_CONVT_PADDING, 1, 1);
+        case_tail(&c, KILN_OP_TANH);
+        run_case(&c);
+    }
+}
+
+static void cases_sdpa(void) {
+    op_case c;
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        uint32_t dt = FLOATS[d];
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x3x17x40"));
+        case_in(&c, S(dt, "2x3x23x40"));
+        case_in(&c, S(dt, "2x3x23x24"));
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x33x16"));
+        case_in(&c, S(dt, "2x33x16"));
+        case_in(&c, S(dt, "2x33x16"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x3x17x40"));
+        case_in(&c, S(dt, "2x3x23x40"));
+        case_in(&c, S(dt, "2x3x23x24"));
+        case_in(&c, S(BOOL, "17x23"));
+        c.label = "bool mask";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x3x17x40"));
+        case_in(&c, S(dt, "2x3x23x40"));
+        case_in(&c, S(dt, "2x3x23x24"));
+        case_in(&c, SR(dt, "2x1x17x23", -3.0, 1.0));
+        attrs_float(&c.attrs, KILN_A_SDPA_SCALE, 0.3);
+        c.label = "float mask, scale 0.3";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x12x128x64"));
+        case_in(&c, S(dt, "1x12x128x64"));
+        case_in(&c, S(dt, "1x12x128x64"));
+        c.label = "BERT head";
+        run_case(&c);
+        if (opt_quick) continue;
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x5x256"));
+        case_in(&c, S(dt, "2x70x256"));
+        case_in(&c, S(dt, "2x70x200"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "E 256, causal L < S";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "3x9x300"));
+        case_in(&c, S(dt, "3x11x300"));
+        case_in(&c, S(dt, "3x11x130"));
+        c.label = "E 300: simple kernel";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x1x40"));
+        case_in(&c, S(dt, "1x1x40"));
+        case_in(&c, S(dt, "1x1x8"));
+        c.label = "L = S = 1";
+        run_case(&c);
+    }
+}
+
+// A bool mask with fully masked rows: zeros, like PyTorch's safe softmax.
+static void case_sdpa_masked_rows(void) {
+    op_case c;
+    case_init(&c, KILN_OP_SDPA);
+    case_in(&c, S(F32, "2x6x8"));
+    case_in(&c, S(F32, "2x9x8"));
+    case_in(&c, S(F32, "2x9x8"));
+    spec m = S(BOOL, "6x9");
+    m.p_true = 0.15; // about one row in four has every key masked
+    case_in(&c, m);
+    c.label = "sparse bool mask";
+    run_case(&c);
+}
+
+static void run_ops(void) {
+    cases_unary();
+    cases_binary();
+    cases_norm();
+    cases_pool();
+    cases_reduce();
+    cases_shape();
+    cases_gemm();
+    cases_conv();
+    cases_sdpa();
+    case_sdpa_masked_rows();
+}
+
+// --- end to end: built graphs through the public API, cuda:0 against cpu
+
+#define E2E_MAX_IO 4
+
+typedef struct gbuild {
+    kiln_graph *g;
+    int ok;
+} gbuild;
+
+static void gb_check(gbuild *b, kiln_status st, const char *what) {
+    if (st != KILN_OK && b->ok) {
+        fprintf(stderr, "graph building failed at %s: %s\n", what, kiln_last_error());
+        b->ok = 0;
+    }
+}
+
+static int32_t gb_input(gbuild *b, const char *name, uint32_t dtype, uint32_t rank,
+                        const int64_t *mins, const int64_t *maxs) {
+    int32_t v = -1;
+    gb_check(b, kiln_graph_add_input(b->g, name, (kiln_dtype)dtype, rank, mins, maxs, &v), name);
+    return v;
+}
+
+// A constant of random values in [lo, hi).
+static int32_t gb_const(gbuild *b, uint32_t dtype, const char *dims, double lo, double hi) {
+    spec s = SR(dtype, dims, lo, hi);
+    tbuf t;
+    int32_t v = -1;
+    buf_alloc(&t, dtype, s.rank, s.dims);
+    buf_fill(&t, &s);
+    gb_check(b,
+             kiln_graph_add_constant(b->g, NULL, (kiln_dtype)dtype, s.rank, s.dims, t.host.data,
+                                     t.nbytes, &v),
+             "constant");
+    free(t.host.data);
+    return v;
+}
+
+// One node; attributes as (name, ints or floats) pairs.
+static int32_t gb_node(gbuild *b, uint32_t op, const int32_t *ins, uint32_t n_in,
+                       const kiln_attr *attrs, uint32_t n_attrs) {
+    int32_t v = -1;
+    char what[64];
+    snprintf(what, sizeof what, "node %s", kiln_op_name(op));
+    gb_check(b, kiln_graph_add_node(b->g, op, ins, n_in, attrs, n_attrs, &v, 1), what);
+    return v;
+}
+
+static int32_t gb1(gbuild *b, uint32_t op, int32_t x) { return gb_node(b, op, &x, 1, NULL, 0); }
+
+static int32_t gb2(gbuild *b, uint32_t op, int32_t x, int32_t y) {
+    int32_t ins[2] = {x, y};
+    return gb_node(b, op, ins, 2, NULL, 0);
+}
+
+static kiln_attr A_INTS(const char *name, const int64_t *v, uint32_t n) {
+    kiln_attr a = {name, v, NULL, n};
+    return a;
+}
+
+static kiln_attr A_FLOATS(const char *name, const double *v, uint32_t n) {
+    kiln_attr a = {name, NULL, v, n};
+    return a;
+}
+
+typedef struct model {
+    const char *name;
+    void *bytes;
+    size_t nbytes;
+    double tol;
+} model;
+
+// Builds the graph in b into engine bytes (kiln_malloc'd copy kept in m).
+static int model_finish(gbuild *b, model *m, kiln_precision precision) {
+    kiln_build_options o;
+    kiln_built *built = NULL;
+    const void *data;
+    size_t n;
+    int ok = b->ok;
+    if (ok) {
+        kiln_build_options_init(&o);
+        o.precision = precision;
+        ok = kiln_build(b->g, &o, &built) == KILN_OK &&
+             kiln_built_engine(built, &data, &n) == KILN_OK;
+        if (!ok) fprintf(stderr, "kiln_build (%s) failed: %s\n", m->name, kiln_last_error());
+    }
+    if (ok) {
+        m->bytes = xmalloc(n);
+        memcpy(m->bytes, data, n);
+        m->nbytes = n;
+    }
+    kiln_built_free(built);
+    kiln_graph_free(b->g);
+    b->g = NULL;
+    return ok;
+}
+
+static int model_mlp(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[2] = {1, 64}, maxs[2] = {16, 64}, nd = 1;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 2, mins, maxs);
+    int32_t l1[3] = {x, gb_const(&b, F32, "128x64", -0.2, 0.2), gb_const(&b, F32, "128", -1, 1)};
+    int32_t h = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    h = gb1(&b, KILN_OP_GELU, h);
+    int32_t l2[3] = {h, gb_const(&b, F32, "64x128", -0.2, 0.2), gb_const(&b, F32, "64", -1, 1)};
+    h = gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0);
+    h = gb2(&b, KILN_OP_ADD, h, x);
+    int32_t ln[3] = {h, gb_const(&b, F32, "64", 0.5, 1.5), gb_const(&b, F32, "64", -0.5, 0.5)};
+    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
+    int32_t y = gb_node(&b, KILN_OP_LAYER_NORM, ln, 3, &la, 1);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = precision == KILN_PRECISION_FP16 ? "mlp fp16" : "mlp fp32";
+    m->tol = precision == KILN_PRECISION_FP16 ? 2e-2 : 1e-3;
+    return model_finish(&b, m, precision);
+}
+
+static int model_cnn(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 3, 16, 16}, maxs[4] = {4, 3, 16, 16};
+    int64_t p1[2] = {1, 1}, s2[2] = {2, 2}, k2[2] = {2, 2}, o11[2] = {1, 1};
+    int64_t shape[2] = {-2, 16}, dim = -1;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "image", F32, 4, mins, maxs);
+    int32_t c1[3] = {x, gb_const(&b, F32, "8x3x3x3", -0.3, 0.3), gb_const(&b, F32, "8", -0.1, 0.1)};
+    kiln_attr pa = A_INTS("padding", p1, 2);
+    int32_t h = gb_node(&b, KILN_OP_CONV2D, c1, 3, &pa, 1);
+    int32_t bn[5] = {h, gb_const(&b, F32, "8", 0.5, 1.5), gb_const(&b, F32, "8", -0.2, 0.2),
+                     gb_const(&b, F32, "8", -0.2, 0.2), gb_const(&b, F32, "8", 0.5, 2.0)};
+    h = gb_node(&b, KILN_OP_BATCH_NORM, bn, 5, NULL, 0);
+    h = gb1(&b, KILN_OP_RELU, h);
+    kiln_attr mp[2] = {A_INTS("kernel", k2, 2), A_INTS("stride", s2, 2)};
+    h = gb_node(&b, KILN_OP_MAX_POOL2D, &h, 1, mp, 2);
+    int32_t c2[2] = {h, gb_const(&b, F32, "16x8x3x3", -0.2, 0.2)};
+    kiln_attr ca[2] = {A_INTS("stride", s2, 2), A_INTS("padding", p1, 2)};
+    h = gb_node(&b, KILN_OP_CONV2D, c2, 2, ca, 2);
+    h = gb1(&b, KILN_OP_RELU, h);
+    kiln_attr aa = A_INTS("output_size", o11, 2);
+    h = gb_node(&b, KILN_OP_ADAPTIVE_AVG_POOL2D, &h, 1, &aa, 1);
+    kiln_attr ra = A_INTS("shape", shape, 2);
+    h = gb_node(&b, KILN_OP_RESHAPE, &h, 1, &ra, 1);
+    int32_t fc[3] = {h, gb_const(&b, F32, "10x16", -0.5, 0.5), gb_const(&b, F32, "10", -0.1, 0.1)};
+    h = gb_node(&b, KILN_OP_LINEAR, fc, 3, NULL, 0);
+    kiln_attr sa = A_INTS("dim", &dim, 1);
+    int32_t y = gb_node(&b, KILN_OP_SOFTMAX, &h, 1, &sa, 1);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "probs"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "cnn bf16" : "cnn fp32";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 1e-3;
+    return model_finish(&b, m, precision);
+}
+
+static int model_attention(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[3] = {1, 1, 32}, maxs[3] = {3, 24, 32};
+    int64_t split[5] = {-2, -3, 3, 4, 8}, perm[5] = {2, 0, 3, 1, 4}, back[4] = {0, 2, 1, 3};
+    int64_t merge[3] = {-2, -3, 32}, zero = 0, causal = 1;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, mins, maxs);
+    int32_t l1[3] = {x, gb_const(&b, F32, "96x32", -0.3, 0.3), gb_const(&b, F32, "96", -0.1, 0.1)};
+    int32_t qkv = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    kiln_attr ra = A_INTS("shape", split, 5);
+    qkv = gb_node(&b, KILN_OP_RESHAPE, &qkv, 1, &ra, 1);
+    kiln_attr pa = A_INTS("dims", perm, 5);
+    qkv = gb_node(&b, KILN_OP_PERMUTE, &qkv, 1, &pa, 1);
+    int32_t parts[3];
+    for (int64_t i = 0; i < 3; i++) {
+        int64_t idx = i;
+        kiln_attr sa[2] = {A_INTS("dim", &zero, 1), A_INTS("index", &idx, 1)};
+        parts[i] = gb_node(&b, KILN_OP_SELECT, &qkv, 1, sa, 2);
+    }
+    kiln_attr ca = A_INTS("is_causal", &causal, 1);
+    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, &ca, 1);
+    kiln_attr pb = A_INTS("dims", back, 4);
+    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pb, 1);
+    kiln_attr rb = A_INTS("shape", merge, 3);
+    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &rb, 1);
+    int32_t l2[2] = {att, gb_const(&b, F32, "32x32", -0.3, 0.3)};
+    int32_t y = gb_node(&b, KILN_OP_LINEAR, l2, 2, NULL, 0);
+    y = gb2(&b, KILN_OP_ADD, y, x);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = precision == KILN_PRECISION_FP16 ? "attention fp16" : "attention fp32";
+    m->tol = precision == KILN_PRECISION_FP16 ? 2e-2 : 1e-3;
+    return model_finish(&b, m, precision);
+}
+
+static int model_misc(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t imin[2] = {1, 5}, imax[2] = {4, 5}, xmin[3] = {1, 5, 6}, xmax[3] = {4, 5, 6};
+    int64_t two = 2, one = 1, five = 5, last = -1, d1 = 1, f16 = F16, f32 = F32;
+    kiln_graph_new(&b.g);
+    int32_t ids = gb_input(&b, "ids", I64, 2, imin, imax);
+    int32_t x = gb_input(&b, "x", F32, 3, xmin, xmax);
+    int32_t emb[2] = {gb_const(&b, F32, "20x6", -1, 1), ids};
+    int32_t e = gb_node(&b, KILN_OP_EMBEDDING, emb, 2, NULL, 0);
+    int32_t p = gb2(&b, KILN_OP_MUL, e, x);
+    kiln_attr sl[3] = {A_INTS("dim", &two, 1), A_INTS("start", &one, 1), A_INTS("end", &five, 1)};
+    int32_t s = gb_node(&b, KILN_OP_SLICE, &p, 1, sl, 3);
+    int32_t cat_in[2] = {s, gb1(&b, KILN_OP_TANH, s)};
+    kiln_attr cd = A_INTS("dim", &last, 1);
+    int32_t c = gb_node(&b, KILN_OP_CAT, cat_in, 2, &cd, 1);
+    kiln_attr rd[1] = {A_INTS("dims", &d1, 1)};
+    int32_t t = gb_node(&b, KILN_OP_SUM, &c, 1, rd, 1);
+    kiln_attr ch = A_INTS("dtype", &f16, 1);
+    int32_t h = gb_node(&b, KILN_OP_CAST, &t, 1, &ch, 1);
+    h = gb1(&b, KILN_OP_SIGMOID, h);
+    kiln_attr cf = A_INTS("dtype", &f32, 1);
+    int32_t y = gb_node(&b, KILN_OP_CAST, &h, 1, &cf, 1);
+    double lo = 0.55;
+    kiln_attr cl = A_FLOATS("min", &lo, 1);
+    y = gb_node(&b, KILN_OP_CLAMP, &y, 1, &cl, 1);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, c, "cat"), "output");
+    m->name = "misc ops";
+    m->tol = 3e-3;
+    return model_finish(&b, m, KILN_PRECISION_FP32);
+}
+
+// --- running
+
+typedef struct io {
+    uint32_t n_in, n_out;
+    kiln_binding_info in_info[E2E_MAX_IO], out_info[E2E_MAX_IO];
+    int64_t dims[E2E_MAX_IO][KILN_MAX_RANK];
+    void *in[E2E_MAX_IO];  // host inputs (max size)
+    void *out[E2E_MAX_IO]; // host outputs (max size)
+    void *ref[E2E_MAX_IO]; // CPU reference outputs
+    uint32_t ref_rank[E2E_MAX_IO];
+    int64_t ref_dims[E2E_MAX_IO][KILN_MAX_RANK];
+    void *din[2][E2E_MAX_IO]; // two sets of device inputs
+    void *dout[2][E2E_MAX_IO];
+} io;
+
+static kiln_status load(const model *m, const char *device, int graphs, kiln_engine **out) {
+    kiln_option_setting s[2];
+    kiln_load_options o;
+    kiln_load_options_init(&o);
+    memset(s, 0, sizeof s);
+    s[0].name = "device";
+    s[0].type = KILN_OPTION_STRING;
+    s[0].string_value = device;
+    s[1].name = "use_cuda_graphs";
+    s[1].type = KILN_OPTION_BOOL;
+    s[1].int_value = graphs;
+    o.settings = s;
+    o.n_settings = 2;
+    return kiln_engine_load(m->bytes, m->nbytes, &o, out);
+}
+
+// Shape variant v of every input: dynamic dims step through their ranges.
+static void io_shapes(io *b, int v) {
+    for (uint32_t i = 0; i < b->n_in; i++) {
+        const kiln_binding_info *bi = &b->in_info[i];
+        for (uint32_t d = 0; d < bi->rank; d++) {
+            int64_t span = bi->dim_max[d] - bi->dim_min[d] + 1;
+            b->dims[i][d] = bi->dim_min[d] + (v * 5 + 1 + (int64_t)d) % span;
+        }
+    }
+}
+
+static size_t io_in_nbytes(const io *b, uint32_t i) {
+    return (size_t)numel_of(b->in_info[i].rank, b->dims[i]) * dtype_size(b->in_info[i].dtype);
+}
+
+// Fresh random input values (indices within [0, 20) for the embedding model).
+static void io_values(io *b) {
+    for (uint32_t i = 0; i < b->n_in; i++) {
+        const kiln_binding_info *bi = &b->in_info[i];
+        spec s =
+            bi->dtype == I64 || bi->dtype == I32 ? SR(bi->dtype, "1", 0, 19) : S(bi->dtype, "1");
+        tbuf t;
+        memset(&t, 0, sizeof t);
+        t.host.data = b->in[i];
+        t.host.dtype = bi->dtype;
+        t.host.rank = bi->rank;
+        memcpy(t.host.dims, b->dims[i], sizeof b->dims[i]);
+        buf_fill(&t, &s);
+    }
+}
+
+static int io_setup(io *b, kiln_engine *e) {
+    int dev = !opt_dry;
+    memset(b, 0, sizeof *b);
+    b->n_in = kiln_engine_n_inputs(e);
+    b->n_out = kiln_engine_n_outputs(e);
+    if (b->n_in > E2E_MAX_IO || b->n_out > E2E_MAX_IO) return 0;
+    for (uint32_t i = 0; i < b->n_in; i++) {
+        if (kiln_engine_binding(e, 1, i, &b->in_info[i]) != KILN_OK) return 0;
+        b->in[i] = xmalloc(b->in_info[i].max_nbytes);
+        for (int k = 0; k < 2 && dev; k++) {
+            if (!cuda_ok(cudaMalloc(&b->din[k][i], b->in_info[i].max_nbytes + 1), "cudaMalloc")) {
+                return 0;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < b->n_out; i++) {
+        if (kiln_engine_binding(e, 0, i, &b->out_info[i]) != KILN_OK) return 0;
+        b->out[i] = xmalloc(b->out_info[i].max_nbytes + 1);
+        b->ref[i] = xmalloc(b->out_info[i].max_nbytes + 1);
+        for (int k = 0; k < 2 && dev; k++) {
+            if (!cuda_ok(cudaMalloc(&b->dout[k][i], b->out_info[i].max_nbytes + 1), "cudaMalloc")) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static void io_free(io *b) {
+    for (uint32_t i = 0; i < E2E_MAX_IO; i++) {
+        free(b->in[i]);
+        free(b->out[i]);
+        free(b->ref[i]);
+        for (int k = 0; k < 2; k++) {
+            if (b->din[k][i]) cudaFree(b->din[k][i]);
+            if (b->dout[k][i]) cudaFree(b->dout[k][i]);
+        }
+    }
+    memset(b, 0, sizeof *b);
+}
+
+// Binds inputs (host, or device set k) and outputs (host, or device set k), then executes.
+static kiln_status bind_run(kiln_context *c, io *b, int dev_in, int dev_out, int k) {
+    for (uint32_t i = 0; i < b->n_in; i++) {
+        const void *p = b->in[i];
+        if (dev_in) {
+            if (!cuda_ok(
+                    cudaMemcpy(b->din[k][i], b->in[i], io_in_nbytes(b, i), cudaMemcpyHostToDevice),
+                    "H2D")) {
+                return KILN_ERR_DEVICE;
+            }
+            p = b->din[k][i];
+        }
+        KILN_TRY_TEST(kiln_context_set_input(c, i, b->in_info[i].rank, b->dims[i], p));
+    }
+    for (uint32_t i = 0; i < b->n_out; i++) {
+        void *p = dev_out ? b->dout[k][i] : b->out[i];
+        KILN_TRY_TEST(kiln_context_set_output(c, i, p, (size_t)b->out_info[i].max_nbytes));
+    }
+    return kiln_context_execute(c);
+}
+
+// The CPU reference for the current shapes and values.
+static int io_reference(kiln_context *cpu, io *b) {
+    kiln_status st = bind_run(cpu, b, 0, 0, 0);
+    if (st != KILN_OK) {
+        fprintf(stderr, "CPU reference failed: %s\n", kiln_last_error());
+        return 0;
+    }
+    for (uint32_t i = 0; i < b->n_out; i++) {
+        memcpy(b->ref[i], b->out[i], (size_t)b->out_info[i].max_nbytes);
+        kiln_context_output_shape(cpu, i, &b->ref_rank[i], b->ref_dims[i]);
+    }
+    return 1;
+}
+
+// Checks the CUDA context's outputs (host, or device set k) against the reference.
+static void io_check(const model *m, const char *what, kiln_context *c, io *b, int dev_out, int k,
+                     kiln_status st) {
+    char name[256], msg[256];
+    snprintf(name, sizeof name, "e2e %s: %s", m->name, what);
+    if (st != KILN_OK) {
+        snprintf(msg, sizeof msg, "execute returned %s: %s", kiln_status_str(st),
+                 kiln_last_error());
+        report(0, name, NULL, msg);
+        return;
+    }
+    for (uint32_t i = 0; i < b->n_out; i++) {
+        uint32_t rank;
+        int64_t dims[KILN_MAX_RANK];
+        kiln_tensor ref;
+        if (kiln_context_output_shape(c, i, &rank, dims) != KILN_OK || rank != b->ref_rank[i] ||
+            memcmp(dims, b->ref_dims[i], rank * sizeof *dims) != 0) {
+            report(0, name, NULL, "output shape differs from the CPU engine's");
+            return;
+        }
+        size_t n = (size_t)numel_of(rank, dims) * dtype_size(b->out_info[i].dtype);
+        void *got = b->out[i];
+        if (dev_out && !cuda_ok(cudaMemcpy(got, b->dout[k][i], n, cudaMemcpyDeviceToHost), "D2H")) {
+            report(0, name, NULL, "copy back failed");
+            return;
+        }
+        memset(&ref, 0, sizeof ref);
+        ref.data = b->ref[i];
+        ref.dtype = b->out_info[i].dtype;
+        ref.rank = rank;
+        memcpy(ref.dims, dims, sizeof dims);
+        tol t = {m->tol, m->tol, m->tol};
+        if (!compare(&ref, got, t, msg, sizeof msg)) {
+            char full[300];
+            snprintf(full, sizeof full, "output %u: %s", i, msg);
+            report(0, name, NULL, full);
+            return;
+        }
+    }
+    report(1, name, NULL, msg);
+}
+
+// Without a GPU: the model builds, loads on the CPU and runs at three shapes.
+static void e2e_model_dry(model *m) {
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    io b;
+    memset(&b, 0, sizeof b);
+    int ok =
+        load(m, "cpu", 1, &e) == KILN_OK && kiln_context_new(e, &c) == KILN_OK && io_setup(&b, e);
+    for (int v = 0; ok && v < 3; v++) {
+        io_shapes(&b, v);
+        io_values(&b);
+        ok = io_reference(c, &b);
+    }
+    printf("DRY   e2e %s: %s\n", m->name,
+           ok ? "built, loaded and ran on the CPU" : kiln_last_error());
+    CHECK_MSG(ok, "e2e %s (dry)", m->name);
+    io_free(&b);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
+static void e2e_model(model *m) {
+    kiln_engine *cpu_e = NULL, *gpu_e = NULL, *nog_e = NULL;
+    kiln_context *cpu = NULL, *ctx = NULL, *ctx2 = NULL, *ctx3 = NULL, *nog = NULL;
+    cudaStream_t stream = NULL;
+    io b;
+    char what[128], name[256];
+    int ok = 1;
+    memset(&b, 0, sizeof b);
+    snprintf(name, sizeof name, "e2e %s: load", m->name);
+    if (opt_filter != NULL && strstr(name, opt_filter) == NULL) goto done;
+    ok = load(m, "cpu", 1, &cpu_e) == KILN_OK && load(m, "cuda:0", 1, &gpu_e) == KILN_OK &&
+         load(m, "cuda:0", 0, &nog_e) == KILN_OK;
+    ok = ok && kiln_context_new(cpu_e, &cpu) == KILN_OK &&
+         kiln_context_new(gpu_e, &ctx) == KILN_OK && kiln_context_new(gpu_e, &ctx2) == KILN_OK &&
+         kiln_context_new(gpu_e, &ctx3) == KILN_OK && kiln_context_new(nog_e, &nog) == KILN_OK;
+    report(ok, name, NULL, ok ? kiln_engine_device(gpu_e) : kiln_last_error());
+    if (!ok) goto done;
+    snprintf(name, sizeof name, "e2e %s: engine device", m->name);
+    report(strcmp(kiln_engine_device(gpu_e), "cuda:0") == 0, name, NULL, kiln_engine_device(gpu_e));
+    if (!io_setup(&b, gpu_e)) {
+        report(0, name, NULL, "I/O set-up failed");
+        goto done;
+    }
+
+    // 1. host I/O, graphs on: direct, record, replay; new values; new shapes; back again.
+    io_shapes(&b, 0);
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+    for (int r = 0; r < 3; r++) {
+        snprintf(what, sizeof what, "host I/O, shape A, run %d (%s)", r + 1,
+                 r == 0   ? "direct"
+                 : r == 1 ? "record"
+                          : "replay");
+        io_check(m, what, ctx, &b, 0, 0, bind_run(ctx, &b, 0, 0, 0));
+    }
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+    io_check(m, "host I/O, shape A, new values (replay)", ctx, &b, 0, 0,
+             bind_run(ctx, &b, 0, 0, 0));
+    io_shapes(&b, 1);
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+    for (int r = 0; r < 3; r++) {
+        snprintf(what, sizeof what, "host I/O, shape B, run %d (%s)", r + 1,
+                 r == 0   ? "direct"
+                 : r == 1 ? "re-record"
+                          : "replay");
+        io_check(m, what, ctx, &b, 0, 0, bind_run(ctx, &b, 0, 0, 0));
+    }
+    io_shapes(&b, 0);
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+    for (int r = 0; r < 2; r++) {
+        snprintf(what, sizeof what, "host I/O, back to shape A, run %d", r + 1);
+        io_check(m, what, ctx, &b, 0, 0, bind_run(ctx, &b, 0, 0, 0));
+    }
+
+    // 2. device-resident I/O on a second context: record, replay, then pointer changes.
+    for (int r = 0; r < 3; r++) {
+        snprintf(what, sizeof what, "device I/O, run %d", r + 1);
+        io_check(m, what, ctx2, &b, 1, 0, bind_run(ctx2, &b, 1, 1, 0));
+    }
+    for (int r = 0; r < 3; r++) {
+        snprintf(what, sizeof what, "device I/O, other output pointers, run %d", r + 1);
+        io_check(m, what, ctx2, &b, 1, 1, bind_run(ctx2, &b, 1, 1, 1));
+    }
+    for (int r = 0; r < 2; r++) {
+        snprintf(what, sizeof what, "device input on, host output, run %d", r + 1);
+        io_check(m, what, ctx2, &b, 0, 0, bind_run(ctx2, &b, 1, 0, 1));
+    }
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+    io_check(m, "device I/O, new values, same pointers", ctx2, &b, 1, 1,
+             bind_run(ctx2, &b, 1, 1, 1));
+    io_check(m, "device I/O, same again (replay)", ctx2, &b, 1, 1, bind_run(ctx2, &b, 1, 1, 1));
+    io_shapes(&b, 2);
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+    for (int r = 0; r < 3; r++) {
+        snprintf(what, sizeof what, "device I/O, shape C, run %d", r + 1);
+        io_check(m, what, ctx2, &b, 1, 0, bind_run(ctx2, &b, 1, 1, 0));
+    }
+
+    // 3. the caller's stream.
+    if (!cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")) {
+        goto done;
+    }
+    kiln_context_set_stream(ctx3, stream);
+    for (int r = 0; r < 3; r++) {
+        snprintf(what, sizeof what, "caller's stream, host I/O, run %d", r + 1);
+        io_check(m, what, ctx3, &b, 0, 0, bind_run(ctx3, &b, 0, 0, 0));
+    }
+    for (int r = 0; r < 2; r++) {
+        snprintf(what, sizeof what, "caller's stream, device I/O, run %d", r + 1);
+        io_check(m, what, ctx3, &b, 1, 1, bind_run(ctx3, &b, 1, 1, 1));
+    }
+
+    // 4. graphs off.
+    for (int r = 0; r < 2; r++) {
+        snprintf(what, sizeof what, "use_cuda_graphs=false, run %d", r + 1);
+        io_check(m, what, nog, &b, 0, 0, bind_run(nog, &b, 0, 0, 0));
+    }
+
+    // 5. the first context again, after the others ran (its graph must still be right).
+    io_check(m, "first context again", ctx, &b, 0, 0, bind_run(ctx, &b, 0, 0, 0));
+
+done:
+    io_free(&b);
+    kiln_context_free(cpu);
+    kiln_context_free(ctx);
+    kiln_context_free(ctx2);
+    kiln_context_free(ctx3);
+    kiln_context_free(nog);
+    kiln_engine_free(cpu_e);
+    kiln_engine_free(gpu_e);
+    kiln_engine_free(nog_e);
+    if (stream != NULL) cudaStreamDestroy(stream);
+}
+
+static void run_e2e(void) {
+    model models[8];
+    int n = 0;
+    memset(models, 0, sizeof models);
+    if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
+    if (model_mlp(&models[n], KILN_PRECISION_FP16)) n++;
+    if (model_cnn(&models[n], KILN_PRECISION_FP32)) n++;
+    if (!opt_quick && model_cnn(&models[n], KILN_PRECISION_BF16)) n++;
+    if (model_attention(&models[n], KILN_PRECISION_FP32)) n++;
+    if (!opt_quick && model_attention(&models[n], KILN_PRECISION_FP16)) n++;
+    if (model_misc(&models[n])) n++;
+    CHECK_MSG(n == (opt_quick ? 5 : 7), "only %d of the e2e models were built", n);
+    for (int i = 0; i < n; i++) {
+        if (opt_dry) {
+            e2e_model_dry(&models[i]);
+        } else {
+            e2e_model(&models[i]);
+        }
+        free(models[i].bytes);
+    }
+}
+
+int main(int argc, char **argv) {
+    int want_ops = 0, want_e2e = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--ops") == 0) {
+            want_ops = 1;
+        } else if (strcmp(argv[i], "--e2e") == 0) {
+            want_e2e = 1;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            opt_quick = 1;
+        } else if (strcmp(argv[i], "--dry") == 0) {
+            opt_dry = 1;
+        } else if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
+            opt_filter = argv[++i];
+        } else {
+            fprintf(stderr, "usage: %s [--ops] [--e2e] [--quick] [--dry] [--filter TEXT]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (!want_ops && !want_e2e) want_ops = want_e2e = 1;
+    check_rng_seed();
+    if (!opt_dry) {
+        kiln_log_level level = kiln_log_get_level();
+        kiln_log_set(NULL, NULL, KILN_LOG_INFO); // show why the plugin is missing, if it is
+        plugin = kiln_cuda_plugin_get();
+        kiln_log_set(NULL, NULL, level);
+        if (plugin == NULL) {
+            printf("SKIP: the CUDA backend is not available (see the message above)\n");
+            return 77;
+        }
+        printf("%s\n", plugin->version());
+    }
+    if (want_ops) run_ops();
+    if (want_e2e) run_e2e();
+    printf("%d skipped\n", n_skipped);
+    return check_summary();
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Kiln's GPU suite, in two steps.
+#
+#   tools/gpu_suite.sh --prepare
+#       Here, on a machine with the CUDA 13 toolkit (no GPU needed): configures and builds libkiln,
+#       the CUDA plugin and the test programs (KILN_CUDA=ON, RelWithDebInfo, sm_90 + PTX) in
+#       build-gpu/, checks that libkiln links no CUDA library, and copies what the GPU machine
+#       needs into .dev/gpu/ (ignored by git; carry it).
+#
+#   tools/gpu_suite.sh --run
+#       On the GPU machine (repository copied there, .dev/gpu carried; nothing is compiled):
+#         1. nvidia-smi summary
+#         2. kiln_cuda_smoke    shared libkiln finds the plugin beside it; device auto -> cuda:0
+#         3. kiln_cuda_parity --ops   every op vs the CPU reference, every dtype, awkward shapes
+#         4. kiln_cuda_parity --e2e   built graphs, cuda:0 vs cpu: host/device I/O, CUDA graphs
+#                                     record/replay/re-record, caller's stream, graphs off
+#         5. the e2e part again with cuBLASLt disabled (Kiln's own GEMM kernel end to end)
+#         6. kiln_cuda_parity --quick under compute-sanitizer --tool memcheck (if present)
+#       Logs go to $OUT (or .dev/gpu/logs); a summary table is printed last. Exit status 0 only
+#       when every step passed.
+#
+# Environment: BUILD_DIR (default build-gpu), JOBS (default 2), CMAKE (default cmake).
+set -uo pipefail
+
+root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
+dev="$root/.dev/gpu"
+
+prepare() {
+  set -e
+  local build="${BUILD_DIR:-$root/build-gpu}" jobs="${JOBS:-2}" cmake="${CMAKE:-cmake}"
+  "$cmake" -S "$root" -B "$build" -DKILN_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_BUILD_TESTS=ON
+  "$cmake" --build "$build" -j "$jobs" --target kiln kiln_cuda kiln_cuda_parity kiln_cuda_smoke
+  # libkiln must load where CUDA is absent: no CUDA library among its dependencies.
+  if readelf -d "$build"/libkiln.so | grep NEEDED | grep -Eqi 'cuda|cublas|cudnn'; then
+    echo "gpu_suite: libkiln.so links a CUDA library:" >&2
+    readelf -d "$build"/libkiln.so | grep NEEDED >&2
+    exit 1
+  fi
+  rm -rf "$dev"
+  mkdir -p "$dev"
+  cp "$build"/kiln_cuda_parity "$build"/kiln_cuda_smoke "$build"/libkiln_cuda.so "$dev"/
+  # The shared libkiln under every name the smoke program may ask for (real files, no links).
+  for f in "$build"/libkiln.so*; do cp -L "$f" "$dev/$(basename "$f")"; done
+  {
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+      git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo ' (dirty tree)')"
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+    (cd "$dev" && sha256sum kiln_cuda_parity kiln_cuda_smoke libkiln_cuda.so libkiln.so*)
+  } >"$dev/MANIFEST"
+  # A dry run here checks the test cases and the e2e graphs against the CPU reference.
+  "$dev"/kiln_cuda_parity --dry >"$build/parity_dry.log" 2>&1 || {
+    tail -20 "$build/parity_dry.log" >&2
+    echo "gpu_suite: the dry run of the parity program failed (log: $build/parity_dry.log)" >&2
+    exit 1
+  }
+  echo "gpu_suite: prepared $(du -sh "$dev" | cut -f1) in .dev/gpu ($(tail -1 "$build/parity_dry.log") dry)"
+  echo "gpu_suite: on the GPU machine run:  tools/gpu_suite.sh --run   (carry: .dev/gpu)"
+}
+
+# --- run
+
+declare -a rows=()
+fails=0
+
+# step NAME LOG TIMEOUT CMD...: runs CMD with a time limit, records a summary row.
+step() {
+  local name=$1 log=$2 limit=$3
+  shift 3
+  local t0=$SECONDS rc
+  echo "=== $name: $*" | tee "$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  local secs=$((SECONDS - t0))
+  local counts
+  counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  local status=PASS
+  case $rc in
+    0) ;;
+    77) status=SKIP ;;
+    124 | 137) status=TIMEOUT ;;
+    *) status="FAIL(rc=$rc)" ;;
+  esac
+  [[ $status == PASS ]] || fails=$((fails + 1))
+  rows+=("$(printf '%-34s %-12s %-26s %5ss' "$name" "$status" "${counts:--}" "$secs")")
+  if [[ $status != PASS ]]; then
+    grep -m 8 -E '^FAIL|CHECK failed|ERROR SUMMARY|error' "$log" | sed 's/^/    /'
+  fi
+  tail -3 "$log"
+}
+
+run() {
+  local out="${OUT:-$dev/logs}"
+  mkdir -p "$out"
+  [[ -x $dev/kiln_cuda_parity ]] || {
+    echo "gpu_suite: $dev/kiln_cuda_parity is missing: run tools/gpu_suite.sh --prepare first and carry .dev/gpu" >&2
+    exit 1
+  }
+  cd "$dev" || exit 1
+  export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export KILN_TEST_SEED="${KILN_TEST_SEED:-$(date +%s)}"
+  echo "gpu_suite: KILN_TEST_SEED=$KILN_TEST_SEED"
+  cat MANIFEST 2>/dev/null | head -3
+
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+      --format=csv 2>&1 || echo "nvidia-smi failed"
+    nvidia-smi 2>&1 | head -15
+  } >"$out/nvidia-smi.txt"
+  head -3 "$out/nvidia-smi.txt"
+
+  KILN_SMOKE_REQUIRE_GPU=1 KILN_LOG_LEVEL=info \
+    step "smoke (plugin beside libkiln)" "$out/smoke.log" 120 ./kiln_cuda_smoke
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+    step "parity: ops" "$out/parity_ops.log" 360 ./kiln_cuda_parity --ops
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+    step "parity: e2e" "$out/parity_e2e.log" 240 ./kiln_cuda_parity --e2e
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_CUBLASLT=1 \
+    step "parity: e2e, own GEMM (no cuBLASLt)" "$out/parity_e2e_own_gemm.log" 180 \
+    ./kiln_cuda_parity --e2e --quick
+
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  if [[ -n $sanitizer ]]; then
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+      step "memcheck: parity --quick" "$out/memcheck.log" 420 \
+      "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 ./kiln_cuda_parity --quick
+  else
+    rows+=("$(printf '%-34s %-12s %-26s %5ss' "memcheck" "NOT RUN" "no compute-sanitizer" 0)")
+  fi
+
+  echo
+  echo "=== Kiln GPU suite summary (seed $KILN_TEST_SEED, logs in $out)"
+  printf '%-34s %-12s %-26s %6s\n' step status checks time
+  for r in "${rows[@]}"; do echo "$r"; done
+  if ((fails == 0)); then echo "ALL PASSED"; else echo "$fails STEP(S) FAILED"; fi
+  ((fails == 0))
+}
+
+case "${1:-}" in
+  --prepare) prepare ;;
+  --run) run ;;
+  *)
+    echo "usage: tools/gpu_suite.sh --prepare | --run" >&2
+    exit 2
+    ;;
+esac
