@@ -8,6 +8,7 @@
 
 #include "builder/serialize.h"
 #include "core/crc32.h"
+#include "format_built.h"
 #include "format_fixtures.h"
 #include "runtime/format.h"
 
@@ -175,6 +176,29 @@ int main(int argc, char **argv) {
     }
     out_dir = argv[1];
     write_programs();
+    // Engines built through the public graph API.
+    for (int g = 0; g < FB_N_GRAPHS; g++) {
+        for (int v = 0; v < FB_N_VARIANTS; v++) {
+            kiln_built *b;
+            if (fb_build(g, v, &b) != KILN_OK) {
+                fprintf(stderr, "gen_corpus: %s/%s: %s\n", fb_name(g), fb_variant(v),
+                        kiln_last_error());
+                return 1;
+            }
+            const void *data;
+            size_t n;
+            (void)kiln_built_engine(b, &data, &n);
+            uint8_t *e = malloc(n);
+            memcpy(e, data, n);
+            kiln_wr_u32(e + KILN_FORMAT_OFF_WRITER_VERSION, 0x000100);
+            fix_crcs(e, n);
+            char name[128];
+            snprintf(name, sizeof name, "%s-%s", fb_name(g), fb_variant(v));
+            write_file(name, e, n);
+            free(e);
+            kiln_built_free(b);
+        }
+    }
     for (int f = 0; f < FX_N_FIXTURES; f++) {
         kiln_plan p;
         fx_make(f, &p);

@@ -20,7 +20,8 @@
 #       Logs go to $OUT (or .dev/gpu/logs); a summary table is printed last. Exit status 0 only
 #       when every step passed.
 #
-# Environment: BUILD_DIR (default build-gpu), JOBS (default 2), CMAKE (default cmake).
+# Environment (--prepare): BUILD_DIR (default build-gpu), BUILD_TYPE (default RelWithDebInfo),
+# JOBS (default 2), CMAKE (default cmake).
 set -uo pipefail
 
 root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -29,7 +30,7 @@ dev="$root/.dev/gpu"
 prepare() {
   set -e
   local build="${BUILD_DIR:-$root/build-gpu}" jobs="${JOBS:-2}" cmake="${CMAKE:-cmake}"
-  "$cmake" -S "$root" -B "$build" -DKILN_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "$cmake" -S "$root" -B "$build" -DKILN_CUDA=ON -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_BUILD_TESTS=ON
   "$cmake" --build "$build" -j "$jobs" --target kiln kiln_cuda kiln_cuda_parity kiln_cuda_smoke
   # libkiln must load where CUDA is absent: no CUDA library among its dependencies.
@@ -84,7 +85,7 @@ step() {
     *) status="FAIL(rc=$rc)" ;;
   esac
   [[ $status == PASS ]] || fails=$((fails + 1))
-  rows+=("$(printf '%-34s %-12s %-26s %5ss' "$name" "$status" "${counts:--}" "$secs")")
+  rows+=("$(printf '%-38s %-10s %-24s %5ss' "$name" "$status" "${counts:--}" "$secs")")
   if [[ $status != PASS ]]; then
     grep -m 8 -E '^FAIL|CHECK failed|ERROR SUMMARY|error' "$log" | sed 's/^/    /'
   fi
@@ -128,12 +129,12 @@ run() {
       step "memcheck: parity --quick" "$out/memcheck.log" 420 \
       "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 ./kiln_cuda_parity --quick
   else
-    rows+=("$(printf '%-34s %-12s %-26s %5ss' "memcheck" "NOT RUN" "no compute-sanitizer" 0)")
+    rows+=("$(printf '%-38s %-10s %-24s %5ss' "memcheck" "NOT RUN" "no compute-sanitizer" 0)")
   fi
 
   echo
   echo "=== Kiln GPU suite summary (seed $KILN_TEST_SEED, logs in $out)"
-  printf '%-34s %-12s %-26s %6s\n' step status checks time
+  printf '%-38s %-10s %-24s %6s\n' step status checks time
   for r in "${rows[@]}"; do echo "$r"; done
   if ((fails == 0)); then echo "ALL PASSED"; else echo "$fails STEP(S) FAILED"; fi
   ((fails == 0))

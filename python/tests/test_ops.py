@@ -125,11 +125,11 @@ CASES = {
         [r(1, 4, 5), r(3, 2, 5)],
     ),
     "slice_select": (
-        Fn(lambda m, x: (x[:, 1:5:2], x[1], x[..., -2], x[:, -3:])),
+        Fn(lambda m, x: (x[:, 1:5:2] * 2, x[1] + 1, x[..., -2] - 1, x[:, -3:] * x[:, :3])),
         [r(3, 7, 4)],
     ),
     "squeeze_unsqueeze": (
-        Fn(lambda m, x: (x.squeeze(1), x.unsqueeze(0), x.squeeze())),
+        Fn(lambda m, x: (x.squeeze(1) * 2, x.unsqueeze(0) + 1, torch.relu(x.squeeze()))),
         [r(3, 1, 4)],
     ),
     "split_chunk": (
@@ -170,6 +170,13 @@ def run_program(prog, method, inputs):
 
     program = Runtime.get().load_program(prog.buffer)
     return program.load_method(method).execute(list(inputs))
+
+
+def test_pure_data_movement_stays_in_executorch():
+    """A partition that only moves data is not worth a delegate call."""
+    model = Fn(lambda m, x: x.transpose(0, 1)[1:].reshape(-1))
+    prog = export(model, (torch.randn(3, 4),))
+    assert delegation_summary(prog)["kiln"] == 0
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

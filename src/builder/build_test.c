@@ -44,6 +44,24 @@ static void test_errors(void) {
     CHECK(n > 8 && memcmp(data, KILN_FORMAT_MAGIC, KILN_FORMAT_MAGIC_NBYTES) == 0);
     kiln_built_free(b);
     kiln_built_free(NULL);
+    {
+        // the in-memory plan equals what the loader reads back from the bytes
+        kiln_plan direct, loaded;
+        kiln_build_stats stats;
+        kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
+        CHECK_STATUS(kiln_build_plan(g, NULL, NULL, NULL), KILN_ERR_INVALID_ARG);
+        CHECK_OK(kiln_build_plan(g, &o1, &direct, &stats));
+        if (bt_plan(g, &o1, &loaded)) {
+            CHECK(direct.n_layers == loaded.n_layers && direct.n_tensors == loaded.n_tensors);
+            CHECK(memcmp(direct.tensors, loaded.tensors,
+                         direct.n_tensors * sizeof *direct.tensors) == 0);
+            CHECK(memcmp(direct.layers, loaded.layers, direct.n_layers * sizeof *direct.layers) ==
+                  0);
+            kiln_plan_release(&loaded);
+        }
+        CHECK(stats.n_dead == 0 && stats.n_copies == 0);
+        kiln_plan_release(&direct);
+    }
     kiln_graph_free(g);
 }
 

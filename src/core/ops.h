@@ -57,9 +57,9 @@ static inline int64_t kiln_attrs_int(const kiln_attrs *a, uint32_t idx, uint32_t
     return a->ints[a->refs[idx].begin + j];
 }
 static inline const int64_t *kiln_attrs_ints(const kiln_attrs *a, uint32_t idx, uint32_t *out_n) {
-    if (idx >= a->n_attrs || a->refs[idx].kind != KILN_ATTR_INTS) {
+    if (idx >= a->n_attrs || a->refs[idx].kind != KILN_ATTR_INTS || a->refs[idx].n == 0) {
         *out_n = 0;
-        return NULL;
+        return NULL; // an empty list (the pool may be NULL: no pointer arithmetic on it)
     }
     *out_n = a->refs[idx].n;
     return a->ints + a->refs[idx].begin;

@@ -224,12 +224,15 @@ static kiln_status lt_run(const kiln_cuda_ctx *ctx, const lt_problem *p, int *do
         cublasLtMatmul(ctx->lt, &c->desc, &one, p->a, &c->a, p->b, &c->b, &zero, p->d, &c->c, p->d,
                        &c->c, &c->algo, ctx->workspace, ctx->workspace_nbytes, ctx->stream);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        return kiln_cuda_fail(KILN_ERR_DEVICE,
-                              "cublasLtMatmul failed at %s: %s (%d) for m=%lld n=%lld k=%lld "
-                              "batch=%lld %s",
-                              ctx->where ? ctx->where : "?", cublasLtGetStatusString(s), (int)s,
-                              (long long)p->m, (long long)p->n, (long long)p->k,
-                              (long long)p->batch, kiln_cuda_dtype_name(p->dtype));
+        // Rejected before any work was enqueued: remember it and use Kiln's kernel instead.
+        kiln_cuda_log(KILN_LOG_WARN,
+                      "cublasLtMatmul rejected m=%lld n=%lld k=%lld batch=%lld %s at %s: %s (%d); "
+                      "using Kiln's GEMM kernel for this layer",
+                      (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch,
+                      kiln_cuda_dtype_name(p->dtype), ctx->where ? ctx->where : "?",
+                      cublasLtGetStatusString(s), (int)s);
+        c->use_lt = 0;
+        return kiln_cuda_check_launch(ctx, "cublasLtMatmul");
     }
     *done = 1;
     return kiln_cuda_check_launch(ctx, "cublasLtMatmul");

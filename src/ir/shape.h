@@ -29,8 +29,10 @@ typedef struct kiln_value_desc {
 // Infers the output of one node of `op`. inputs[i] is NULL for an absent optional input.
 // Validates arity, dtypes, ranks, dimension agreement and attribute values (axis ranges,
 // kernel sizes, ...); failures return KILN_ERR_UNSUPPORTED or KILN_ERR_SHAPE with a message
-// naming the op, the input or attribute and the values. `what` names the node in messages
-// (e.g. "node 12 (linear)"), may be NULL.
+// naming the op, the input or attribute and the values (KILN_ERR_INVALID_ARG for malformed
+// arguments: wrong input count, an absent required input, attribute kinds or counts that do not
+// match the schema, an invalid input descriptor). Rules: docs/builder.md. `what` names the node in
+// messages (e.g. "node 12 (linear)"), may be NULL.
 kiln_status kiln_infer(uint32_t op, const kiln_attrs *attrs, const kiln_value_desc *const *inputs,
                        uint32_t n_inputs, const char *what, kiln_value_desc *out);
 

@@ -1,0 +1,580 @@
+"""Kiln's benchmark models, as plain ``torch.nn`` code.
+
+No torchvision, no transformers: the same file runs on the development machine (torch 2.14, where
+the models are exported to Kiln) and on the H200 (torch 2.11, where the PyTorch anchors run), and
+both sides must hold bit-identical weights and inputs.
+
+Weights and inputs: every parameter and floating-point buffer is overwritten after construction
+by :func:`deterministic_init_`, a counter-based hash evaluated with exact int64 arithmetic and then
+a fixed sequence of single IEEE-754 float32 operations (each correctly rounded, so identical on any
+torch version, CPU or vectorization level). ``torch.manual_seed`` and torch's default initializers
+are not relied upon: their float code paths are not promised stable across versions. Both sides
+print :func:`state_checksum` to prove the weights are the same; ``docs/benchmarks.md`` explains why
+this matters (the weights are regenerated on the H200, never carried).
+
+Models (``CONFIGS``):
+
+| name | model | input |
+|---|---|---|
+| mlp_b1, mlp_b64 | Linear 1024-4096-4096-1024, GELU between | x [B,1024] |
+| resnet50_b1, resnet50_b32 | ResNet-50 v1.5 (torchvision layout: bottleneck, stride on 3x3) | [B,3,224,224] |
+| vit_b16_b1 | ViT-B/16, 224x224, 12 layers, d 768, 12 heads, fused QKV, SDPA | [B,3,224,224] |
+| bert_b1, bert_b8 | BERT-base encoder (embeddings + 12 post-LN layers), no pooler, seq 128 | ids [B,128] |
+| encoder_b1 | pre-norm encoder layer, d 1024, 16 heads, FFN 4096 (ReLU), seq 256 | x [B,256,1024] |
+
+``flops`` counts the matrix work analytically (2 x multiply-adds of convolutions, linears and
+attention's two matmuls; elementwise ops, norms and softmax are left out), ``weight_bytes`` the
+fp16 weights one forward pass reads (BERT: only the embedding rows used).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import zlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# --- deterministic, version-independent weights and inputs
+
+_M32 = (1 << 32) - 1
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2**32 for int64 x in [0, 2**32), without int64 overflow (16-bit halves)."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's 32-bit finalizer on int64 values in [0, 2**32)."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def hash_u32(name: str, numel: int) -> torch.Tensor:
+    """numel pseudo-random uint32 values (as int64) for a stream named ``name``."""
+    key = zlib.crc32(name.encode())
+    key2 = zlib.crc32(("2/" + name).encode())
+    idx = torch.arange(numel, dtype=torch.int64)
+    h = _fmix32(_mul32(idx, 0x9E3779B1) ^ key)
+    return _fmix32(h ^ key2)
+
+
+def uniform(name: str, shape, lo: float, hi: float) -> torch.Tensor:
+    """float32 values in [lo, hi) from the stream ``name``; bit-identical on any torch version.
+
+    24 random bits become an exact float32 in [-1, 1); then one multiply and one add, each a
+    separate correctly rounded float32 operation (no fused multiply-add can be formed).
+    """
+    numel = math.prod(shape)
+    u = (hash_u32(name, numel) >> 8).to(torch.float32)  # exact: < 2**24
+    x = (u - 8388608.0) * (1.0 / 8388608.0)  # exact: integer difference times a power of two
+    half = torch.tensor((hi - lo) / 2.0, dtype=torch.float32)
+    mid = torch.tensor((hi + lo) / 2.0, dtype=torch.float32)
+    return (x * half + mid).reshape(shape)
+
+
+def deterministic_init_(model: nn.Module, tag: str) -> nn.Module:
+    """Overwrites every floating-point parameter and buffer of ``model`` with values from
+    :func:`uniform`, keyed by ``tag`` and the tensor's qualified name. Scales per module type:
+    linears and convolutions keep activations near unit variance (``init_gain`` on a module
+    overrides the gain), norms start near identity, BatchNorm3 of each bottleneck is damped by
+    its ``init_gamma`` so the residual stream stays well inside fp16 range."""
+    with torch.no_grad():
+        for mname, mod in model.named_modules():
+            tensors = list(mod.named_parameters(recurse=False)) + list(
+                mod.named_buffers(recurse=False)
+            )
+            for pname, t in tensors:
+                if not t.dtype.is_floating_point:
+                    continue  # index buffers (position ids, token types) come from construction
+                full = f"{tag}/{mname}.{pname}" if mname else f"{tag}/{pname}"
+                lo, hi = _init_range(mod, pname, t)
+                t.copy_(uniform(full, tuple(t.shape), lo, hi).to(t.dtype))
+    return model
+
+
+def _init_range(mod: nn.Module, pname: str, t: torch.Tensor) -> tuple[float, float]:
+    if isinstance(mod, (nn.Linear, nn.Conv2d)):
+        fan_in = t.numel() // t.shape[0] if pname == "weight" else mod.weight[0].numel()
+        if pname == "weight":
+            default_gain = math.sqrt(2.0) if isinstance(mod, nn.Conv2d) else 1.0
+            a = getattr(mod, "init_gain", default_gain) * math.sqrt(3.0 / fan_in)
+        else:
+            a = 1.0 / math.sqrt(fan_in)
+        return -a, a
+    if isinstance(mod, nn.BatchNorm2d):
+        if pname == "weight":
+            g = getattr(mod, "init_gamma", 1.0)
+            return 0.75 * g, 1.25 * g
+        if pname == "running_var":
+            return 0.75, 1.25
+        return -0.1, 0.1  # bias, running_mean
+    if isinstance(mod, nn.LayerNorm):
+        return (0.9, 1.1) if pname == "weight" else (-0.05, 0.05)
+    if isinstance(mod, nn.Embedding):
+        return -1.0, 1.0
+    return -0.1, 0.1  # free parameters: class token, position embedding
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """The raw little-endian bytes of a tensor (contiguous, on the CPU)."""
+    t = t.detach().to("cpu").contiguous().reshape(-1)
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def state_checksum(model: nn.Module) -> str:
+    """sha256 (first 16 hex digits) over every parameter and buffer: name, dtype, shape, bytes."""
+    h = hashlib.sha256()
+    tensors = dict(model.named_parameters())
+    tensors.update(dict(model.named_buffers()))
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}|{str(t.dtype).replace('torch.', '')}|{list(t.shape)}|".encode())
+        h.update(tensor_bytes(t))
+    return h.hexdigest()[:16]
+
+
+def tensors_checksum(tensors) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(f"{str(t.dtype).replace('torch.', '')}|{list(t.shape)}|".encode())
+        h.update(tensor_bytes(t))
+    return h.hexdigest()[:16]
+
+
+# --- MLP
+
+
+class MLP(nn.Module):
+    def __init__(self, dims=(1024, 4096, 4096, 1024)):
+        super().__init__()
+        self.fc = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x):
+        n = len(self.fc)
+        for i, fc in enumerate(self.fc):
+            x = fc(x)
+            if i + 1 < n:
+                x = F.gelu(x)
+        return x
+
+
+# --- ResNet-50 (torchvision's layout and parameter names)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.bn3.init_gamma = 0.25  # damped residual branch (random weights, fixed BN stats)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+RESNET50_LAYERS = (3, 4, 6, 3)
+
+
+class ResNet50(nn.Module):
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.layer1 = self._layer(64, RESNET50_LAYERS[0], 1)
+        self.layer2 = self._layer(128, RESNET50_LAYERS[1], 2)
+        self.layer3 = self._layer(256, RESNET50_LAYERS[2], 2)
+        self.layer4 = self._layer(512, RESNET50_LAYERS[3], 2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(2048, num_classes)
+        self.fc.init_gain = 1.0
+
+    def _layer(self, planes: int, blocks: int, stride: int) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * 4:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * 4, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(planes * 4),
+            )
+            downsample[0].init_gain = 1.0  # linear path: no ReLU after it
+        layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * 4
+        layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.fc(x)
+
+
+# --- transformer pieces
+
+
+class FusedSelfAttention(nn.Module):
+    """Multi-head self-attention with one packed QKV projection (as nn.MultiheadAttention and
+    torchvision's ViT hold it) and F.scaled_dot_product_attention."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        qkv = self.qkv(x).reshape(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        o = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(o.transpose(1, 2).reshape(b, s, d))
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, d: int, heads: int, ffn: int, eps: float):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d, eps=eps)
+        self.attn = FusedSelfAttention(d, heads)
+        self.ln_2 = nn.LayerNorm(d, eps=eps)
+        self.mlp = nn.Sequential(nn.Linear(d, ffn), nn.GELU(), nn.Linear(ffn, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class ViTB16(nn.Module):
+    """torchvision's vit_b_16 computation: 16x16 patch conv, class token, learned position
+    embedding, 12 pre-LN blocks (eps 1e-6), final LN, linear head on the class token."""
+
+    def __init__(self, image: int = 224, patch: int = 16, d: int = 768, layers: int = 12,
+                 heads: int = 12, ffn: int = 3072, num_classes: int = 1000):
+        super().__init__()
+        self.d = d
+        self.conv_proj = nn.Conv2d(3, d, patch, stride=patch)
+        self.conv_proj.init_gain = 1.0
+        n = (image // patch) ** 2
+        self.class_token = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos_embedding = nn.Parameter(torch.zeros(1, n + 1, d))
+        self.layers = nn.ModuleList(ViTBlock(d, heads, ffn, 1e-6) for _ in range(layers))
+        self.ln = nn.LayerNorm(d, eps=1e-6)
+        self.head = nn.Linear(d, num_classes)
+
+    def forward(self, x):
+        b = x.shape[0]
+        x = self.conv_proj(x).reshape(b, self.d, -1).permute(0, 2, 1)
+        x = torch.cat([self.class_token.expand(b, -1, -1), x], dim=1) + self.pos_embedding
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.ln(x)[:, 0])
+
+
+class BertAttention(nn.Module):
+    """HF BertSelfAttention + BertSelfOutput: separate Q, K, V projections, SDPA, output dense,
+    residual, post-LayerNorm."""
+
+    def __init__(self, d: int, heads: int, eps: float):
+        super().__init__()
+        self.heads = heads
+        self.query = nn.Linear(d, d)
+        self.key = nn.Linear(d, d)
+        self.value = nn.Linear(d, d)
+        self.dense = nn.Linear(d, d)
+        self.LayerNorm = nn.LayerNorm(d, eps=eps)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.heads
+
+        def split(t):
+            return t.reshape(b, s, h, d // h).transpose(1, 2)
+
+        o = F.scaled_dot_product_attention(split(self.query(x)), split(self.key(x)),
+                                           split(self.value(x)))
+        o = self.dense(o.transpose(1, 2).reshape(b, s, d))
+        return self.LayerNorm(o + x)
+
+
+class BertLayer(nn.Module):
+    def __init__(self, d: int, heads: int, ffn: int, eps: float):
+        super().__init__()
+        self.attention = BertAttention(d, heads, eps)
+        self.intermediate = nn.Linear(d, ffn)
+        self.output = nn.Linear(ffn, d)
+        self.LayerNorm = nn.LayerNorm(d, eps=eps)
+
+    def forward(self, x):
+        x = self.attention(x)
+        return self.LayerNorm(self.output(F.gelu(self.intermediate(x))) + x)
+
+
+class BertEncoder(nn.Module):
+    """BERT-base (HF BertModel without the pooler): word + position + token-type(0) embeddings,
+    LayerNorm (eps 1e-12), 12 post-LN layers with exact GELU. Input: token ids [B, S]."""
+
+    def __init__(self, vocab: int = 30522, max_pos: int = 512, seq: int = 128, d: int = 768,
+                 layers: int = 12, heads: int = 12, ffn: int = 3072, eps: float = 1e-12):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, d)
+        self.position_embeddings = nn.Embedding(max_pos, d)
+        self.token_type_embeddings = nn.Embedding(2, d)
+        self.emb_LayerNorm = nn.LayerNorm(d, eps=eps)
+        self.register_buffer("position_ids", torch.arange(seq).unsqueeze(0), persistent=False)
+        self.register_buffer(
+            "token_type_ids", torch.zeros(1, seq, dtype=torch.int64), persistent=False
+        )
+        self.layers = nn.ModuleList(BertLayer(d, heads, ffn, eps) for _ in range(layers))
+
+    def forward(self, input_ids):
+        s = input_ids.shape[1]
+        x = (
+            self.word_embeddings(input_ids)
+            + self.token_type_embeddings(self.token_type_ids[:, :s])
+            + self.position_embeddings(self.position_ids[:, :s])
+        )
+        x = self.emb_LayerNorm(x)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class PreNormEncoderLayer(nn.Module):
+    """nn.TransformerEncoderLayer(d, heads, ffn, norm_first=True, batch_first=True) in eval,
+    written out: x + attn(LN1(x)), then x + FFN(LN2(x)) with ReLU (the module's default)."""
+
+    def __init__(self, d: int = 1024, heads: int = 16, ffn: int = 4096, eps: float = 1e-5):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d, eps=eps)
+        self.self_attn = FusedSelfAttention(d, heads)
+        self.norm2 = nn.LayerNorm(d, eps=eps)
+        self.linear1 = nn.Linear(d, ffn)
+        self.linear2 = nn.Linear(ffn, d)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.norm1(x))
+        return x + self.linear2(F.relu(self.linear1(self.norm2(x))))
+
+
+# --- analytic counts
+
+
+def _attn_layer_flops(b: int, s: int, d: int, ffn: int, qkv_out: int = 3) -> int:
+    proj = 2 * b * s * d * d * (qkv_out + 1)  # Q, K, V and the output projection
+    attn = 2 * 2 * b * s * s * d  # QK^T and PV over all heads
+    mlp = 2 * 2 * b * s * d * ffn
+    return proj + attn + mlp
+
+
+def resnet50_flops(batch: int, image: int = 224) -> int:
+    macs = 0
+    h = image // 2  # conv1, stride 2
+    macs += 64 * h * h * 3 * 7 * 7
+    h //= 2  # maxpool
+    inplanes = 64
+    for stage, (planes, blocks) in enumerate(zip((64, 128, 256, 512), RESNET50_LAYERS)):
+        for i in range(blocks):
+            stride = 2 if (stage > 0 and i == 0) else 1
+            ho = h // stride
+            macs += planes * h * h * inplanes  # conv1 1x1
+            macs += planes * ho * ho * planes * 9  # conv2 3x3 (strided)
+            macs += planes * 4 * ho * ho * planes  # conv3 1x1
+            if i == 0:
+                macs += planes * 4 * ho * ho * inplanes  # downsample 1x1
+            inplanes, h = planes * 4, ho
+    macs += 2048 * 1000
+    return 2 * macs * batch
+
+
+def _params(shapes) -> int:
+    return sum(math.prod(s) for s in shapes)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    build: object  # () -> nn.Module
+    input_specs: object  # batch -> list of (shape, "float" | "ids")
+    flops: object  # batch -> int
+    weight_bytes: object  # (model, batch) -> int, fp16 bytes read by one forward pass
+    tol: float  # relative error allowed for fp16 against the fp64 reference
+    cnn: bool = False
+
+
+def _fp16_param_bytes(model: nn.Module) -> int:
+    return 2 * sum(p.numel() for p in model.parameters())
+
+
+def _resnet_weight_bytes(model: nn.Module, batch: int) -> int:
+    # BN folds into the convolutions: weights read = conv and fc weights plus one bias per
+    # output channel.
+    n = 0
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            n += m.weight.numel() + m.out_channels
+        elif isinstance(m, nn.Linear):
+            n += m.weight.numel() + m.out_features
+    return 2 * n
+
+
+def _bert_weight_bytes(model: nn.Module, batch: int, seq: int = 128, d: int = 768) -> int:
+    total = sum(p.numel() for p in model.parameters())
+    tables = sum(
+        m.weight.numel()
+        for m in (model.word_embeddings, model.position_embeddings, model.token_type_embeddings)
+    )
+    rows = min(batch * seq, model.word_embeddings.num_embeddings) + seq + 1
+    return 2 * (total - tables + rows * d)
+
+
+FAMILIES = {
+    "mlp": Family(
+        "mlp",
+        MLP,
+        lambda b: [((b, 1024), "float")],
+        lambda b: 2 * b * (1024 * 4096 + 4096 * 4096 + 4096 * 1024),
+        lambda m, b: _fp16_param_bytes(m),
+        tol=1e-2,
+    ),
+    "resnet50": Family(
+        "resnet50",
+        ResNet50,
+        lambda b: [((b, 3, 224, 224), "float")],
+        resnet50_flops,
+        _resnet_weight_bytes,
+        tol=2e-2,
+        cnn=True,
+    ),
+    "vit_b16": Family(
+        "vit_b16",
+        ViTB16,
+        lambda b: [((b, 3, 224, 224), "float")],
+        lambda b: 2 * b * 196 * 768 * 768
+        + 12 * _attn_layer_flops(b, 197, 768, 3072)
+        + 2 * b * 768 * 1000,
+        lambda m, b: _fp16_param_bytes(m),
+        tol=2e-2,
+    ),
+    "bert": Family(
+        "bert",
+        BertEncoder,
+        lambda b: [((b, 128), "ids")],
+        lambda b: 12 * _attn_layer_flops(b, 128, 768, 3072),
+        _bert_weight_bytes,
+        tol=2e-2,
+    ),
+    "encoder": Family(
+        "encoder",
+        PreNormEncoderLayer,
+        lambda b: [((b, 256, 1024), "float")],
+        lambda b: _attn_layer_flops(b, 256, 1024, 4096),
+        lambda m, b: _fp16_param_bytes(m),
+        tol=1e-2,
+    ),
+}
+
+BERT_VOCAB = 30522
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    family: str
+    batch: int
+
+    @property
+    def fam(self) -> Family:
+        return FAMILIES[self.family]
+
+
+CONFIGS = [
+    Config("mlp_b1", "mlp", 1),
+    Config("mlp_b64", "mlp", 64),
+    Config("resnet50_b1", "resnet50", 1),
+    Config("resnet50_b32", "resnet50", 32),
+    Config("vit_b16_b1", "vit_b16", 1),
+    Config("bert_b1", "bert", 1),
+    Config("bert_b8", "bert", 8),
+    Config("encoder_b1", "encoder", 1),
+]
+CONFIG_BY_NAME = {c.name: c for c in CONFIGS}
+
+
+def select(names: str | None) -> list[Config]:
+    """Configs by comma-separated names or family names (None or "all": every config)."""
+    if not names or names == "all":
+        return list(CONFIGS)
+    out = []
+    for n in names.split(","):
+        n = n.strip()
+        if n in CONFIG_BY_NAME:
+            out.append(CONFIG_BY_NAME[n])
+        elif n in FAMILIES:
+            out += [c for c in CONFIGS if c.family == n]
+        else:
+            raise SystemExit(
+                f"unknown model {n!r}; known: {', '.join(CONFIG_BY_NAME)} "
+                f"(or a family: {', '.join(FAMILIES)})"
+            )
+    return out
+
+
+def build_model(family: str) -> nn.Module:
+    """The family's model in fp32, eval mode, with the deterministic weights."""
+    torch.manual_seed(0)  # construction order is fixed; the values are overwritten below
+    m = FAMILIES[family].build()
+    deterministic_init_(m, family)
+    return m.eval()
+
+
+def make_inputs(cfg: Config, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    """Deterministic inputs: floats uniform in [-1, 1) (cast to ``dtype``), token ids uniform
+    over BERT's vocabulary (int64)."""
+    out = []
+    for i, (shape, kind) in enumerate(cfg.fam.input_specs(cfg.batch)):
+        stream = f"input/{cfg.name}/{i}"
+        if kind == "ids":
+            out.append((hash_u32(stream, math.prod(shape)) % BERT_VOCAB).reshape(shape))
+        else:
+            out.append(uniform(stream, shape, -1.0, 1.0).to(dtype))
+    return out
+
+
+def counts(cfg: Config, model: nn.Module | None = None) -> dict:
+    """Analytic FLOPs, fp16 weight bytes read, and the floors at the H200's measured ceilings
+    (4.26 TB/s copy bandwidth, 790 TFLOP/s dense 16-bit; docs/benchmarks.md)."""
+    model = model if model is not None else FAMILIES[cfg.family].build()
+    flops = cfg.fam.flops(cfg.batch)
+    wbytes = cfg.fam.weight_bytes(model, cfg.batch)
+    t_flops = flops / 790e12
+    t_bytes = wbytes / 4.26e12
+    return {
+        "flops": flops,
+        "weight_bytes": wbytes,
+        "params": sum(p.numel() for p in model.parameters()),
+        "floor_flops_us": t_flops * 1e6,
+        "floor_bytes_us": t_bytes * 1e6,
+        "floor_us": max(t_flops, t_bytes) * 1e6,
+    }
