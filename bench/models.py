@@ -5,9 +5,9 @@ the models are exported to Kiln) and on the H200 (torch 2.11, where the PyTorch 
 both sides must hold bit-identical weights and inputs.
 
 Weights and inputs: every parameter and floating-point buffer is overwritten after construction
-by :func:`deterministic_init_`, a counter-based hash evaluated with exact int64 arithmetic and then
+by :func:`deterministic_init_`, a counter-based hash evaluated with exact uint32 arithmetic (numpy) and then
 a fixed sequence of single IEEE-754 float32 operations (each correctly rounded, so identical on any
-torch version, CPU or vectorization level). ``torch.manual_seed`` and torch's default initializers
+torch or numpy version, CPU or vectorization level). ``torch.manual_seed`` and torch's default initializers
 are not relied upon: their float code paths are not promised stable across versions. Both sides
 print :func:`state_checksum` to prove the weights are the same; ``docs/benchmarks.md`` explains why
 this matters (the weights are regenerated on the H200, never carried).
@@ -34,51 +34,51 @@ import math
 import zlib
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 # --- deterministic, version-independent weights and inputs
+#
+# numpy uint32 arithmetic wraps modulo 2**32 by definition, so the hash is exact everywhere; the
+# float part is one exact conversion and scaling, then one multiply and one add, each a separate
+# correctly rounded float32 operation (no fused multiply-add can be formed across ufunc calls).
 
-_M32 = (1 << 32) - 1
-
-
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(x * c) mod 2**32 for int64 x in [0, 2**32), without int64 overflow (16-bit halves)."""
-    lo, hi = c & 0xFFFF, c >> 16
-    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+_U32 = np.uint32
 
 
-def _fmix32(h: torch.Tensor) -> torch.Tensor:
-    """MurmurHash3's 32-bit finalizer on int64 values in [0, 2**32)."""
-    h = h ^ (h >> 16)
-    h = _mul32(h, 0x85EBCA6B)
-    h = h ^ (h >> 13)
-    h = _mul32(h, 0xC2B2AE35)
-    return h ^ (h >> 16)
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finalizer, in place on a uint32 array."""
+    h ^= h >> _U32(16)
+    h *= _U32(0x85EBCA6B)
+    h ^= h >> _U32(13)
+    h *= _U32(0xC2B2AE35)
+    h ^= h >> _U32(16)
+    return h
 
 
-def hash_u32(name: str, numel: int) -> torch.Tensor:
-    """numel pseudo-random uint32 values (as int64) for a stream named ``name``."""
-    key = zlib.crc32(name.encode())
-    key2 = zlib.crc32(("2/" + name).encode())
-    idx = torch.arange(numel, dtype=torch.int64)
-    h = _fmix32(_mul32(idx, 0x9E3779B1) ^ key)
-    return _fmix32(h ^ key2)
+def hash_u32(name: str, numel: int) -> np.ndarray:
+    """numel pseudo-random uint32 values for the stream named ``name`` (counter-based)."""
+    h = np.arange(numel, dtype=np.uint32)
+    h *= _U32(0x9E3779B1)
+    h ^= _U32(zlib.crc32(name.encode()))
+    h = _fmix32(h)
+    h ^= _U32(zlib.crc32(("2/" + name).encode()))
+    return _fmix32(h)
 
 
 def uniform(name: str, shape, lo: float, hi: float) -> torch.Tensor:
-    """float32 values in [lo, hi) from the stream ``name``; bit-identical on any torch version.
-
-    24 random bits become an exact float32 in [-1, 1); then one multiply and one add, each a
-    separate correctly rounded float32 operation (no fused multiply-add can be formed).
-    """
+    """float32 values in [lo, hi) from the stream ``name``; bit-identical on any machine, numpy
+    and torch version: 24 random bits become an exact float32 in [-1, 1), then ``x * half + mid``
+    as two separately rounded float32 operations."""
     numel = math.prod(shape)
-    u = (hash_u32(name, numel) >> 8).to(torch.float32)  # exact: < 2**24
-    x = (u - 8388608.0) * (1.0 / 8388608.0)  # exact: integer difference times a power of two
-    half = torch.tensor((hi - lo) / 2.0, dtype=torch.float32)
-    mid = torch.tensor((hi + lo) / 2.0, dtype=torch.float32)
-    return (x * half + mid).reshape(shape)
+    x = (hash_u32(name, numel) >> _U32(8)).astype(np.float32)  # exact: < 2**24
+    x -= np.float32(8388608.0)  # exact (integers)
+    x *= np.float32(1.0 / 8388608.0)  # exact (power of two)
+    x *= np.float32((hi - lo) / 2.0)
+    x += np.float32((hi + lo) / 2.0)
+    return torch.from_numpy(x).reshape(shape)
 
 
 def deterministic_init_(model: nn.Module, tag: str) -> nn.Module:
@@ -556,7 +556,8 @@ def make_inputs(cfg: Config, dtype: torch.dtype = torch.float32) -> list[torch.T
     for i, (shape, kind) in enumerate(cfg.fam.input_specs(cfg.batch)):
         stream = f"input/{cfg.name}/{i}"
         if kind == "ids":
-            out.append((hash_u32(stream, math.prod(shape)) % BERT_VOCAB).reshape(shape))
+            ids = (hash_u32(stream, math.prod(shape)) % _U32(BERT_VOCAB)).astype(np.int64)
+            out.append(torch.from_numpy(ids).reshape(shape))
         else:
             out.append(uniform(stream, shape, -1.0, 1.0).to(dtype))
     return out

@@ -64,7 +64,12 @@ set_target_properties(kiln_cuda PROPERTIES
   CUDA_RUNTIME_LIBRARY Shared
   BUILD_WITH_INSTALL_RPATH ON # the same RUNPATH in the build tree and installed
   INSTALL_RPATH "${KILN_CUDA_RPATH}")
-install(TARGETS kiln_cuda LIBRARY DESTINATION lib)
+# Installed beside libkiln (the loader looks there first).
+if(KILN_WHEEL)
+  install(TARGETS kiln_cuda LIBRARY DESTINATION kiln_executorch_runtime/lib)
+else()
+  install(TARGETS kiln_cuda LIBRARY DESTINATION lib)
+endif()
 
 # --- the parity program (not a *_test.c: CPU builds glob those)
 add_executable(kiln_cuda_parity tests/cuda/cuda_parity.c)

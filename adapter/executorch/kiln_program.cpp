@@ -600,7 +600,7 @@ kiln_status load_impl(const char *path, const kiln_program_options *options, kil
     return KILN_OK;
 }
 
-kiln_status check_input(const kiln_program *p, const MethodState &m, const MethodMeta &meta,
+kiln_status check_input(const MethodState &m, const MethodMeta &meta,
                         uint32_t index, const kiln_input *in) {
     size_t n = meta.num_inputs();
     if (index >= n) {
@@ -681,7 +681,7 @@ Device device_of(kiln_memory memory, int32_t index) {
 
 kiln_status set_input_impl(kiln_program *p, MethodState &m, const MethodMeta &meta, uint32_t index,
                            const kiln_input *in) {
-    kiln_status st = check_input(p, m, meta, index, in);
+    kiln_status st = check_input(m, meta, index, in);
     if (st != KILN_OK) return st;
     std::vector<SizesType> sizes(in->rank);
     for (uint32_t d = 0; d < in->rank; d++) sizes[d] = static_cast<SizesType>(in->dims[d]);

@@ -57,13 +57,17 @@ class Engine:
             opts.n_settings = 1
         buf = ctypes.create_string_buffer(bytes(engine), len(engine))
         _lib.check(
-            self._lib.kiln_engine_load(buf, len(engine), ctypes.byref(opts), ctypes.byref(self._engine)),
+            self._lib.kiln_engine_load(
+                buf, len(engine), ctypes.byref(opts), ctypes.byref(self._engine)
+            ),
             "kiln_engine_load",
         )
         _lib.check(
             self._lib.kiln_context_new(self._engine, ctypes.byref(self._ctx)), "kiln_context_new"
         )
-        self.inputs = [self._binding(1, i) for i in range(self._lib.kiln_engine_n_inputs(self._engine))]
+        self.inputs = [
+            self._binding(1, i) for i in range(self._lib.kiln_engine_n_inputs(self._engine))
+        ]
         self.outputs = [
             self._binding(0, i) for i in range(self._lib.kiln_engine_n_outputs(self._engine))
         ]
@@ -101,7 +105,7 @@ class Engine:
         if len(inputs) != len(self.inputs):
             raise ValueError(f"the engine takes {len(self.inputs)} inputs, got {len(inputs)}")
         keep = []
-        for i, (t, b) in enumerate(zip(inputs, self.inputs)):
+        for i, (t, b) in enumerate(zip(inputs, self.inputs, strict=True)):
             if kiln_dtype(t.dtype) != kiln_dtype(b["dtype"]):
                 raise TypeError(f"input {i} ('{b['name']}') must be {b['dtype']}, got {t.dtype}")
             t = t.detach().to("cpu").contiguous()
@@ -118,9 +122,7 @@ class Engine:
         for o, b in enumerate(self.outputs):
             rank = ctypes.c_uint32()
             dims = (ctypes.c_int64 * _lib.KILN_MAX_RANK)()
-            _lib.check(
-                self._lib.kiln_context_output_shape(self._ctx, o, ctypes.byref(rank), dims)
-            )
+            _lib.check(self._lib.kiln_context_output_shape(self._ctx, o, ctypes.byref(rank), dims))
             t = torch.empty(list(dims[: rank.value]), dtype=b["dtype"])
             outs.append(t)
             _lib.check(

@@ -115,13 +115,14 @@ class Program:
         m = self._methods.get(method)
         if m is None:
             raise ValueError(
-                f"the program has no method {method!r}; its methods: "
-                f"{', '.join(self.method_names)}"
+                f"the program has no method {method!r}; its methods: {', '.join(self.method_names)}"
             )
         if isinstance(inputs, torch.Tensor):
             inputs = (inputs,)
         if not isinstance(inputs, (list, tuple)):
-            raise TypeError(f"inputs must be a list or tuple of tensors, got {type(inputs).__name__}")
+            raise TypeError(
+                f"inputs must be a list or tuple of tensors, got {type(inputs).__name__}"
+            )
         meta = m.metadata
         n_in = meta.num_inputs()
         if len(inputs) != n_in:

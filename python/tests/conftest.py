@@ -31,7 +31,7 @@ def assert_close(actual, expected, precision: str = "fp32", scale: float = 1.0):
     expected = list(expected)
     actual = list(actual)
     assert len(actual) == len(expected), f"{len(actual)} outputs, expected {len(expected)}"
-    for i, (a, e) in enumerate(zip(actual, expected)):
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
         assert isinstance(a, torch.Tensor), f"output {i} is {type(a).__name__}"
         assert a.shape == e.shape, f"output {i}: shape {tuple(a.shape)} != {tuple(e.shape)}"
         assert a.dtype == e.dtype, f"output {i}: dtype {a.dtype} != {e.dtype}"
@@ -66,9 +66,13 @@ def delegation_summary(prog, method: str = "forward") -> dict:
             out["delegate_args"].append((lowered, list(n.args[1:])))
             continue
         name = str(getattr(n.target, "__name__", n.target))
-        if name in ("getitem", "alloc", "sym_size", "view", "_local_scalar_dense") or name.startswith(
-            "executorch.exir.memory"
-        ):
+        if name in (
+            "getitem",
+            "alloc",
+            "sym_size",
+            "view",
+            "_local_scalar_dense",
+        ) or name.startswith("executorch.exir.memory"):
             continue
         if "memory.alloc" in str(n.target) or "memory.view" in str(n.target):
             continue
@@ -76,7 +80,9 @@ def delegation_summary(prog, method: str = "forward") -> dict:
     return out
 
 
-def run_python(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, env: dict | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """Runs code in a fresh interpreter (same Python, same environment plus ``env``)."""
     full_env = dict(os.environ)
     full_env.pop("KILN_SKIP_DELEGATE_REGISTRATION", None)

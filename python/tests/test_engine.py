@@ -7,12 +7,11 @@ import pytest
 import torch
 from conftest import assert_close
 from executorch.exir import to_edge_transform_and_lower
-from kiln_test_models import MLP, EncoderBlock, ResNet18
-
 from kiln import _graph, _ops
 from kiln._engine import Engine
 from kiln.executorch import KilnPartitioner
 from kiln.executorch.backend import build_engine
+from kiln_test_models import MLP, EncoderBlock, ResNet18
 
 
 def _edge(model, args, dynamic_shapes=None):

@@ -3,13 +3,12 @@ with eager PyTorch on fresh random inputs."""
 
 from __future__ import annotations
 
+import kiln
 import pytest
 import torch
 from conftest import assert_close, delegation_summary
-from kiln_test_models import MLP, EncoderBlock, MHABlock, ResNet18, WithCumsum
-
-import kiln
 from kiln.executorch import export, save
+from kiln_test_models import MLP, EncoderBlock, MHABlock, ResNet18, WithCumsum
 
 
 def _roundtrip(tmp_path, model, example, fresh, **options):
@@ -61,7 +60,9 @@ def test_causal_encoder_block_fp16(tmp_path):
 
 def test_multihead_attention_module(tmp_path):
     model = MHABlock().eval()
-    prog, out, expected = _roundtrip(tmp_path, model, (torch.randn(2, 8, 32),), (torch.randn(2, 8, 32),))
+    prog, out, expected = _roundtrip(
+        tmp_path, model, (torch.randn(2, 8, 32),), (torch.randn(2, 8, 32),)
+    )
     s = delegation_summary(prog)
     assert s["kiln"] >= 1, s
     assert_close(out, expected, scale=10)
@@ -92,13 +93,16 @@ def test_argument_permutation_is_caught(tmp_path):
     assert_close(out, expected)
 
 
-def test_fp16_precision(tmp_path):
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_reduced_precision(tmp_path, precision):
     model = MLP().eval()
     prog, out, expected = _roundtrip(
-        tmp_path, model, (torch.randn(4, 32),), (torch.randn(4, 32),), precision="fp16"
+        tmp_path, model, (torch.randn(4, 32),), (torch.randn(4, 32),), precision=precision
     )
     assert out[0].dtype == torch.float32  # inputs and outputs keep their dtypes
-    assert_close(out, expected, precision="fp16")
+    assert_close(out, expected, precision=precision)
+    # The engine really computes in reduced precision: not bit-identical to fp32.
+    assert not torch.equal(out[0], expected)
 
 
 def test_half_model(tmp_path):

@@ -8,7 +8,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import assert_close, delegation_summary
-
 from kiln.executorch import export
 
 
@@ -55,7 +54,10 @@ CASES = {
         [r(1, 4, 8, 8)],
     ),
     "conv_transpose2d": (
-        Fn(lambda m, x: m.c(x), c=nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)),
+        Fn(
+            lambda m, x: m.c(x),
+            c=nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+        ),
         [r(1, 4, 5, 5)],
     ),
     "conv_transpose2d_groups": (
@@ -86,7 +88,9 @@ CASES = {
         [r(2, 3, 4), r(3, 1)],
     ),
     "binary_scalars_alpha": (
-        Fn(lambda m, x: torch.add(x, x, alpha=0.5) - 3.0 + 2 * x / 4.0 - torch.sub(x, 1.5, alpha=2)),
+        Fn(
+            lambda m, x: torch.add(x, x, alpha=0.5) - 3.0 + 2 * x / 4.0 - torch.sub(x, 1.5, alpha=2)
+        ),
         [r(4, 5)],
     ),
     "int_arith": (Fn(lambda m, a, b: a * b + a - 3), [ints(10, 4, 5), ints(10, 4, 5)]),
@@ -117,7 +121,9 @@ CASES = {
     ),
     # shape ops
     "view_permute_transpose_t": (
-        Fn(lambda m, x: (x.view(4, 6).t() @ x.reshape(4, 6), x.permute(2, 0, 1), x.transpose(0, 2))),
+        Fn(
+            lambda m, x: (x.view(4, 6).t() @ x.reshape(4, 6), x.permute(2, 0, 1), x.transpose(0, 2))
+        ),
         [r(2, 3, 4)],
     ),
     "expand_cat": (

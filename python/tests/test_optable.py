@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-
 from kiln import _lib, _ops
 from kiln.executorch import _lowering
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kiln_test_models import MLP
-
 from kiln.executorch import EXPORT_OPTIONS, KilnPartitioner, export, save
 from kiln.executorch._options import parse_compile_specs, validate_external_data
+from kiln_test_models import MLP
 
 
 def _mlp():

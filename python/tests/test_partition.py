@@ -9,11 +9,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from executorch.exir import to_edge_transform_and_lower
-from kiln_test_models import WithCumsum
-
 from kiln.executorch import KilnPartitioner
 from kiln.executorch import _lowering as low
 from kiln.executorch.partitioner import analyze
+from kiln_test_models import WithCumsum
 
 
 class _Probe:
@@ -132,7 +131,9 @@ def test_unbounded_dim_gets_documented_cap():
         def forward(self, x):
             return x + 1
 
-    ep = torch.export.export(M(), (torch.randn(3, 4),), dynamic_shapes=({0: torch.export.Dim("b")},))
+    ep = torch.export.export(
+        M(), (torch.randn(3, 4),), dynamic_shapes=({0: torch.export.Dim("b")},)
+    )
     x = [n for n in ep.graph.nodes if n.op == "placeholder"][0].meta["val"]
     with pytest.warns(UserWarning, match="no upper bound"):
         r = low.Ranges(ep.range_constraints)
@@ -162,7 +163,11 @@ def test_reshape_shape_codes():
     )
     edge = to_edge_transform_and_lower(ep).exported_program()
     supported, checks = analyze(edge.graph_module, low.Ranges(edge.range_constraints))
-    views = [n for n in edge.graph.nodes if "view_copy" in low.target_name(n) or "expand" in low.target_name(n)]
+    views = [
+        n
+        for n in edge.graph.nodes
+        if "view_copy" in low.target_name(n) or "expand" in low.target_name(n)
+    ]
     assert views
     for n in views:
         assert n in supported, checks[n].reason

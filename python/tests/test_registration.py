@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import run_python
-from kiln_test_models import MLP
-
 from kiln.executorch import save
+from kiln_test_models import MLP
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +84,22 @@ def test_kiln_load_registers(mlp_pte):
 
 
 _SKIP_PROBE = """
-from executorch.runtime import Runtime
+# No torch or executorch import here: whether the delegate library is mapped tells whether
+# the import registered KilnBackend (loading libkiln_executorch.so registers it).
+import ctypes
 import kiln_executorch_runtime as rt
-names = Runtime.get().backend_registry.registered_backend_names
-print("REGISTERED" if "KilnBackend" in names else "SKIPPED")
+
+def mapped():
+    with open("/proc/self/maps") as f:
+        return "libkiln_executorch.so" in f.read()
+
+print("REGISTERED" if mapped() else "SKIPPED")
 rt.register()
 rt.register()  # idempotent
-assert "KilnBackend" in Runtime.get().backend_registry.registered_backend_names
+assert mapped()
+lib = ctypes.CDLL(str(rt.library_path()))
+assert lib.kiln_executorch_owns_registration() == 1
+assert lib.kiln_executorch_registration_error() == 0
 print("AFTER-REGISTER-OK")
 """
 
@@ -100,7 +110,7 @@ def test_skip_registration_true_values(value):
     assert "SKIPPED" in out and "AFTER-REGISTER-OK" in out
 
 
-@pytest.mark.parametrize("value", ["0", "false", "no", "off", "2", "maybe"])
+@pytest.mark.parametrize("value", ["", "0", "false", "no", "off", "2", "maybe"])
 def test_skip_registration_other_values_register(value):
     out = _check(run_python(_SKIP_PROBE, env={"KILN_SKIP_DELEGATE_REGISTRATION": value}))
     assert "REGISTERED" in out and "AFTER-REGISTER-OK" in out
@@ -109,16 +119,18 @@ def test_skip_registration_other_values_register(value):
 def test_skipped_then_run_fails_cleanly_then_works(mlp_pte):
     out = _check(
         run_python(
-            f"""
-            from executorch.runtime import Runtime
-            import kiln_executorch_runtime as rt
-            prog = Runtime.get().load_program(r"{mlp_pte}/mlp.pte")
-            try:
-                prog.load_method("forward")
-            except Exception as e:
-                print("REFUSED", type(e).__name__)
-            rt.register()
-            """
+            textwrap.dedent(
+                f"""
+                from executorch.runtime import Runtime
+                import kiln_executorch_runtime as rt
+                prog = Runtime.get().load_program(r"{mlp_pte}/mlp.pte")
+                try:
+                    prog.load_method("forward")
+                except Exception as e:
+                    print("REFUSED", type(e).__name__)
+                rt.register()
+                """
+            )
             + _RUN.format(d=mlp_pte),
             env={"KILN_SKIP_DELEGATE_REGISTRATION": "1"},
         )
@@ -156,7 +168,7 @@ def foreign_backend(tmp_path_factory):
         pytest.skip("no C++ compiler to build the foreign KilnBackend library")
     import executorch
 
-    et = __import__("pathlib").Path(executorch.__file__).parent
+    et = Path(list(executorch.__path__)[0])
     inc, lib = et / "include", et / "lib"
     c10 = inc / "executorch" / "runtime" / "core" / "portable_type" / "c10"
     if not (lib / "libexecutorch.so").is_file() or not inc.is_dir():
@@ -195,20 +207,3 @@ def test_foreign_registration_is_detected(foreign_backend):
     )
     assert "ERROR KilnRegistrationError" in out, out
     assert "another library registered" in out
-
-
-def test_foreign_registration_detected_by_register(foreign_backend):
-    out = _check(
-        run_python(
-            f"""
-            import ctypes
-            import kiln_executorch_runtime as rt
-            import executorch.runtime
-            ctypes.CDLL(r"{foreign_backend}")
-            print("OURS-FIRST")
-            rt.register()  # already registered by us: still fine
-            print("OK")
-            """,
-        )
-    )
-    assert "OK" in out

@@ -57,6 +57,7 @@ typedef struct kiln_cuda_ctx {
     size_t workspace_nbytes;
     kiln_cuda_gemm_cache *gemm; // this layer's cache (NULL: none, set up on every call)
     int sm_count;               // multiprocessors of the device
+    int plan_only;              // GEMM launchers only choose (and cache) their algorithm
     const char *where;          // "layer 12 (linear)", for messages
 } kiln_cuda_ctx;
 
@@ -128,6 +129,10 @@ kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
 // Raises the shared-memory limits of the attention kernels on the current device (before any
 // launch or capture on it) (op_attention.cu).
 kiln_status kiln_cuda_attention_init(void);
+
+// Chooses and caches the GEMM set-up of a linear/matmul layer at the shapes and pointer
+// alignments in args without running it (context creation: algorithms chosen at load).
+kiln_status kiln_cuda_gemm_prepare(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args);
 
 // Runs one layer: dispatches on args->op (cuda_dispatch.c).
 kiln_status kiln_cuda_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args);

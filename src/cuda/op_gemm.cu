@@ -220,6 +220,10 @@ static kiln_status lt_run(const kiln_cuda_ctx *ctx, const lt_problem *p, int *do
         c->valid = 1;
     }
     if (!c->use_lt) return KILN_OK;
+    if (ctx->plan_only) {
+        *done = 1;
+        return KILN_OK;
+    }
     cublasStatus_t s =
         cublasLtMatmul(ctx->lt, &c->desc, &one, p->a, &c->a, p->b, &c->b, &zero, p->d, &c->c, p->d,
                        &c->c, &c->algo, ctx->workspace, ctx->workspace_nbytes, ctx->stream);
@@ -249,6 +253,7 @@ static int tail_relu_first(const kiln_kernel_args *args) {
 
 static kiln_status gemm_bad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                             const char *what) {
+    if (ctx->plan_only) return KILN_ERR_UNSUPPORTED; // quietly: execute reports it if it recurs
     return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda %s: %s at %s", kiln_cuda_op_name(args->op),
                           what, ctx->where ? ctx->where : "?");
 }
@@ -296,6 +301,7 @@ extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_ker
         KILN_CUDA_TRY(lt_run(ctx, &p, &done));
         if (done && p.relu) skip = 1;
     }
+    if (ctx->plan_only) return KILN_OK;
     if (!done) {
         gemm_view v;
         memset(&v, 0, sizeof v);
@@ -350,7 +356,7 @@ extern "C" kiln_status kiln_cuda_matmul(const kiln_cuda_ctx *ctx, const kiln_ker
         b_batch *= db;
     }
     if (kc_numel(y) != batch * m * n) return gemm_bad(ctx, args, "output size does not match");
-    if (batch * m * n == 0) return kiln_cuda_tail(ctx, args, 0);
+    if (batch * m * n == 0) return ctx->plan_only ? KILN_OK : kiln_cuda_tail(ctx, args, 0);
     int same = a->dtype == b->dtype && a->dtype == y->dtype;
     int fold = b_batch == 1;                         // one b: fold a's batch into m
     int full = a_batch == batch && b_batch == batch; // no broadcasting
@@ -380,6 +386,7 @@ extern "C" kiln_status kiln_cuda_matmul(const kiln_cuda_ctx *ctx, const kiln_ker
         KILN_CUDA_TRY(lt_run(ctx, &p, &done));
         if (done && p.relu) skip = 1;
     }
+    if (ctx->plan_only) return KILN_OK;
     if (!done) {
         v.a = a->data;
         v.a_dt = a->dtype;
@@ -396,4 +403,13 @@ extern "C" kiln_status kiln_cuda_matmul(const kiln_cuda_ctx *ctx, const kiln_ker
         KILN_CUDA_TRY(gemm_fallback(ctx, &v, k, batch));
     }
     return kiln_cuda_tail(ctx, args, skip);
+}
+
+extern "C" kiln_status kiln_cuda_gemm_prepare(const kiln_cuda_ctx *ctx,
+                                              const kiln_kernel_args *args) {
+    kiln_cuda_ctx plan = *ctx;
+    plan.plan_only = 1;
+    if (args->op == KILN_OP_LINEAR) return kiln_cuda_linear(&plan, args);
+    if (args->op == KILN_OP_MATMUL) return kiln_cuda_matmul(&plan, args);
+    return KILN_OK;
 }

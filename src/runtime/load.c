@@ -462,7 +462,7 @@ static kiln_status check_layer_static(const kiln_plan *p, uint32_t i, const uint
     }
     for (uint32_t j = 0; j < l->n_inputs; j++) {
         int32_t id = p->ids[l->input_begin + j];
-        KILN_CHECK(id >= 0 || (def->optional_mask >> j & 1u), C_,
+        KILN_CHECK(id >= 0 || (j < 32 && (def->optional_mask >> j & 1u)), C_,
                    "layer %" PRIu32 " (%s): input %" PRIu32 " is absent (-1) but not optional", i,
                    op, j);
     }

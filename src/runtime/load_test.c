@@ -267,9 +267,39 @@ static void random_memory_plans(void) {
     printf("memory plans: %d agree (%d overlapping, %d valid)\n", agree, n_overlapping, n_valid);
 }
 
+// cat with 40 inputs: loads; an absent input 35 (beyond the 32-bit optional mask) is rejected.
+static void wide_cat(void) {
+    for (int absent = 0; absent < 2; absent++) {
+        fx_builder *b = malloc(sizeof *b);
+        fx_init(b);
+        int64_t xd[] = {2}, yd[] = {80}, dim[] = {0};
+        uint32_t x = fx_tensor(b, KILN_TENSOR_INPUT, KILN_DTYPE_F32, "x", 1, xd, NULL);
+        uint32_t y = fx_tensor(b, KILN_TENSOR_OUTPUT, KILN_DTYPE_F32, "y", 1, yd, NULL);
+        int32_t in[40];
+        for (int i = 0; i < 40; i++) in[i] = (int32_t)x;
+        if (absent) in[35] = -1;
+        uint32_t r = fx_ints(b, 1, dim);
+        fx_layer(b, KILN_OP_CAT, 0, 40, in, (int32_t)y, r, 1);
+        kiln_plan p, out;
+        fx_finish(b, &p);
+        free(b);
+        uint8_t *bytes;
+        size_t n;
+        CHECK_OK(kiln_serialize(&p, &bytes, &n));
+        kiln_status st = kiln_load_plan(bytes, n, &out);
+        CHECK_MSG(st == (absent ? KILN_ERR_CORRUPT : KILN_OK), "cat absent=%d: %s", absent,
+                  kiln_last_error());
+        if (absent) CHECK(strstr(kiln_last_error(), "layer 0 (cat): input 35 is absent") != NULL);
+        if (st == KILN_OK) kiln_plan_release(&out);
+        kiln_free(bytes, n);
+        kiln_plan_release(&p);
+    }
+}
+
 int main(void) {
     kiln_log_set(quiet_log, NULL, KILN_LOG_DEBUG);
     run_cases();
+    wide_cat();
     random_memory_plans();
     return check_summary();
 }

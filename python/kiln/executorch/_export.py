@@ -30,7 +30,8 @@ def _as_args(example_inputs, what: str) -> tuple:
         return tuple(example_inputs)
     if not isinstance(example_inputs, tuple):
         raise TypeError(
-            f"{what}: example_inputs must be a tuple of tensors, got {type(example_inputs).__name__}"
+            f"{what}: example_inputs must be a tuple of tensors, got "
+            f"{type(example_inputs).__name__}"
         )
     return example_inputs
 
@@ -108,9 +109,7 @@ def _check_partitioners(partitioners) -> list[Partitioner]:
                 "(precision=, external_data=) to export instead"
             )
         if not isinstance(p, Partitioner):
-            raise TypeError(
-                f"partitioners: {type(p).__name__} is not an ExecuTorch Partitioner"
-            )
+            raise TypeError(f"partitioners: {type(p).__name__} is not an ExecuTorch Partitioner")
     return list(partitioners)
 
 

@@ -25,7 +25,7 @@ import sympy
 import torch
 from torch.fx import Node
 
-from .. import _graph, _lib, _ops
+from .. import _graph, _lib
 
 log = logging.getLogger("kiln.executorch")
 
@@ -159,7 +159,11 @@ _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 def is_sym_node(n) -> bool:
     """A node computing a symbolic scalar (sym_size, SymInt arithmetic)."""
-    return isinstance(n, Node) and n.op == "call_function" and isinstance(n.meta.get("val"), _SYM_TYPES)
+    return (
+        isinstance(n, Node)
+        and n.op == "call_function"
+        and isinstance(n.meta.get("val"), _SYM_TYPES)
+    )
 
 
 def bind_args(node: Node) -> dict:
@@ -702,7 +706,11 @@ _handles("aten.log_softmax.int", kiln="log_softmax")(_softmax_fn("log_softmax", 
 def _pool_common(a):
     kernel = _ints(a["kernel_size"], 2, "kernel_size")
     stride = a["stride"]
-    stride = kernel if stride is None or (isinstance(stride, (list, tuple)) and not stride) else _ints(stride, 2, "stride")
+    stride = (
+        kernel
+        if stride is None or (isinstance(stride, (list, tuple)) and not stride)
+        else _ints(stride, 2, "stride")
+    )
     return kernel, stride, _ints(a["padding"], 2, "padding")
 
 
@@ -764,7 +772,9 @@ def _adaptive_avg_pool2d(L, node, a):
     size = a["output_size"]
     if isinstance(size, (list, tuple)) and any(s is None for s in size):
         raise Unsupported("adaptive_avg_pool2d with a None output size")
-    return L.op("adaptive_avg_pool2d", [L.value(a["self"])], {"output_size": _ints(size, 2, "output_size")})
+    return L.op(
+        "adaptive_avg_pool2d", [L.value(a["self"])], {"output_size": _ints(size, 2, "output_size")}
+    )
 
 
 def _reduce_fn(kop: str, has_dims: bool):
@@ -1003,7 +1013,9 @@ def _split(L, node, a):
     outs = []
     for start in range(0, n, size):
         outs.append(
-            L.op("slice", [L.value(x)], {"dim": dim, "start": start, "end": start + size, "step": 1})
+            L.op(
+                "slice", [L.value(x)], {"dim": dim, "start": start, "end": start + size, "step": 1}
+            )
         )
     return outs
 

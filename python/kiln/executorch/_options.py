@@ -55,8 +55,7 @@ def validate_external_data(name) -> str | None:
             )
     if name.endswith(".ptd"):
         raise ValueError(
-            f"external_data={name!r}: pass the stem without '.ptd' ({name[:-4]!r} writes "
-            f"{name!r})"
+            f"external_data={name!r}: pass the stem without '.ptd' ({name[:-4]!r} writes {name!r})"
         )
     if name in _RESERVED_DATA_NAMES:
         raise ValueError(

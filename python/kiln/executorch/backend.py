@@ -141,9 +141,7 @@ class KilnBackend(BackendDetails):
         built, _inputs, _n_out = build_engine(edge_program, precision)
         store = NamedDataStore()
         for key, data in built.weights:
-            store.add_named_data(
-                key, data, alignment=WEIGHT_ALIGNMENT, external_tag=external_data
-            )
+            store.add_named_data(key, data, alignment=WEIGHT_ALIGNMENT, external_tag=external_data)
         log.debug(
             "KilnBackend: engine of %d bytes, %d external weights (%s)",
             len(built.engine),

@@ -41,7 +41,9 @@ def _ranges(ep: ExportedProgram) -> low.Ranges:
     return low.Ranges(getattr(ep, "range_constraints", None))
 
 
-def analyze(gm: torch.fx.GraphModule, ranges: low.Ranges) -> tuple[set[Node], dict[Node, low.Check]]:
+def analyze(
+    gm: torch.fx.GraphModule, ranges: low.Ranges
+) -> tuple[set[Node], dict[Node, low.Check]]:
     """The set of call_function nodes Kiln can take, and the per-node check results.
 
     Tensor nodes are checked one by one against libkiln. A getitem is supported when its source
@@ -65,7 +67,13 @@ def analyze(gm: torch.fx.GraphModule, ranges: low.Ranges) -> tuple[set[Node], di
         if n.target is operator.getitem:
             src, idx = n.args
             c = checks.get(src)
-            if c is not None and c.ok and isinstance(idx, int) and idx < len(c.outputs) and c.outputs[idx]:
+            if (
+                c is not None
+                and c.ok
+                and isinstance(idx, int)
+                and idx < len(c.outputs)
+                and c.outputs[idx]
+            ):
                 supported.add(n)
     # Multi-output nodes: every user must be a supported getitem.
     for n, c in checks.items():
@@ -86,9 +94,7 @@ def _settle_symbolic(nodes: list[Node], supported: set[Node]) -> None:
         changed = False
         for n in reversed(sym):
             ok = bool(n.users) and all(u in supported for u in n.users)
-            ok = ok and all(
-                low.is_sym_node(a) or low.is_tensor_node(a) for a in n.all_input_nodes
-            )
+            ok = ok and all(low.is_sym_node(a) or low.is_tensor_node(a) for a in n.all_input_nodes)
             if ok and n not in supported:
                 supported.add(n)
                 changed = True
@@ -146,7 +152,10 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
             pn = set(p.nodes)
             bad = _partition_problems(pn)
             if bad:
-                log.debug("Kiln drops %s: symbolic values cross the partition", sorted(b.name for b in bad))
+                log.debug(
+                    "Kiln drops %s: symbolic values cross the partition",
+                    sorted(b.name for b in bad),
+                )
                 supported -= bad
                 changed = True
             elif not _has_compute(pn, checks):
