@@ -18,8 +18,9 @@ those bytes exactly is the builder itself. So:
    against the one recorded here, so the carried ``.pte`` (which embeds that engine) is known to
    match the weights written into the device-side ``.ptd``;
 3. the ``.ptd`` file itself is rebuilt from a skeleton carried from here (the exported ``.ptd``
-   with every weight segment zeroed, gzip-compressed to a few KB) by writing each weight back at
-   its recorded offset; its sha256 is checked against the exported file's.
+   up to its first weight segment: FlatTensor header and flatbuffer, gzip-compressed, a few KB)
+   by writing each weight back at its recorded offset (everything else is zero padding); its
+   sha256 is checked against the exported file's.
 """
 
 from __future__ import annotations
@@ -317,14 +318,23 @@ def ptd_layout(ptd: bytes) -> dict[str, tuple[int, int]]:
 
 
 def make_skeleton(ptd: bytes, layout: dict[str, tuple[int, int]]) -> bytes:
+    """The .ptd with its weight segments removed: everything before the first segment (header
+    and flatbuffer), gzip-compressed. Raises unless every byte after that is weight data or zero
+    padding, so that :func:`fill_skeleton` can rebuild the file exactly."""
+    first = min((off for off, _ in layout.values()), default=len(ptd))
     buf = bytearray(ptd)
     for off, size in layout.values():
         buf[off : off + size] = bytes(size)
-    return gzip.compress(bytes(buf), compresslevel=9, mtime=0)
+    if buf[first:].count(0) != len(buf) - first:
+        raise RuntimeError(".ptd: non-zero bytes between or after the weight segments")
+    return gzip.compress(bytes(buf[:first]), compresslevel=9, mtime=0)
 
 
-def fill_skeleton(skeleton_gz: bytes, layout: dict, weights: dict[str, bytes]) -> bytes:
-    buf = bytearray(gzip.decompress(skeleton_gz))
+def fill_skeleton(skeleton_gz: bytes, nbytes: int, layout: dict, weights: dict[str, bytes]) -> bytes:
+    """Rebuilds a .ptd of ``nbytes`` bytes from its skeleton and the weights by key."""
+    head = gzip.decompress(skeleton_gz)
+    buf = bytearray(nbytes)
+    buf[: len(head)] = head
     for key, (off, size) in layout.items():
         data = weights.get(key)
         if data is None or len(data) != size:

@@ -349,11 +349,11 @@ class BertEncoder(nn.Module):
         self.layers = nn.ModuleList(BertLayer(d, heads, ffn, eps) for _ in range(layers))
 
     def forward(self, input_ids):
-        s = input_ids.shape[1]
+        # The sequence length is fixed at construction (HF slices these buffers to it).
         x = (
             self.word_embeddings(input_ids)
-            + self.token_type_embeddings(self.token_type_ids[:, :s])
-            + self.position_embeddings(self.position_ids[:, :s])
+            + self.token_type_embeddings(self.token_type_ids)
+            + self.position_embeddings(self.position_ids)
         )
         x = self.emb_LayerNorm(x)
         for layer in self.layers:

@@ -623,7 +623,7 @@ kiln_status check_input(const MethodState &m, const MethodMeta &meta,
                     m.name.c_str(), index);
     }
     const TensorInfo &t = ti.get();
-    ScalarType given;
+    ScalarType given = ScalarType::Float;
     if (!to_scalar_type(in->dtype, &given)) {
         return fail(KILN_ERR_INVALID_ARG, "method '%s': input %u has an invalid dtype %d",
                     m.name.c_str(), index, static_cast<int>(in->dtype));
@@ -685,7 +685,7 @@ kiln_status set_input_impl(kiln_program *p, MethodState &m, const MethodMeta &me
     if (st != KILN_OK) return st;
     std::vector<SizesType> sizes(in->rank);
     for (uint32_t d = 0; d < in->rank; d++) sizes[d] = static_cast<SizesType>(in->dims[d]);
-    ScalarType type;
+    ScalarType type = ScalarType::Float;
     to_scalar_type(in->dtype, &type);
     TensorPtr t = executorch::extension::make_tensor_ptr(
         std::move(sizes), const_cast<void *>(in->data), type,

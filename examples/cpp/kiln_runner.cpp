@@ -495,7 +495,7 @@ int main(int argc, char **argv) {
         Result<TensorInfo> ti = meta.input_tensor_meta(i);
         if (!ti.ok()) die("input " + std::to_string(i) + " of the program is not a tensor");
         const HostTensor &h = inputs[i];
-        ScalarType st;
+        ScalarType st = ScalarType::Float;
         to_scalar_type(h.dtype, &st);
         if (st != ti.get().scalar_type()) {
             die("input " + std::to_string(i) + " has dtype " + kiln_dtype_name(h.dtype) +

@@ -35,6 +35,21 @@ _ET_ERRORS = {
 }
 
 
+# ExecuTorch ScalarType values (MethodMeta's TensorInfo.dtype()).
+_ET_SCALAR_TYPES = {
+    0: "uint8",
+    1: "int8",
+    2: "int16",
+    3: "int32",
+    4: "int64",
+    5: "float16",
+    6: "float32",
+    7: "float64",
+    11: "bool",
+    15: "bfloat16",
+}
+
+
 class KilnLoadError(RuntimeError):
     """A program could not be loaded or run (the message names the cause and the fix)."""
 
@@ -128,6 +143,7 @@ class Program:
         if len(inputs) != n_in:
             raise ValueError(f"method {method!r} takes {n_in} inputs, got {len(inputs)}")
         args = [t.contiguous() if isinstance(t, torch.Tensor) else t for t in inputs]
+        _check_inputs(method, meta, args)
         try:
             outs = m.execute(args)
         except Exception as e:  # noqa: BLE001 - pybind raises RuntimeError
@@ -157,6 +173,37 @@ class Program:
         return f"kiln.Program({str(self.path)!r}, methods={self.method_names})"
 
 
+def _check_inputs(method: str, meta, args) -> None:
+    """Refuses inputs whose dtype, rank or size cannot fit the method, before ExecuTorch does
+    (its message only says 'error 0x10'). Sizes are checked against the program's upper bounds
+    (the largest shapes the program was exported for); Kiln checks the rest at run time."""
+    import torch
+
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            continue
+        try:
+            info = meta.input_tensor_meta(i)
+        except Exception:  # noqa: BLE001 - not a tensor input
+            continue
+        want = _ET_SCALAR_TYPES.get(info.dtype())
+        if want is not None and str(a.dtype).removeprefix("torch.") != want:
+            raise TypeError(f"method {method!r} input {i} must be torch.{want}, got {a.dtype}")
+        sizes = list(info.sizes())
+        if a.dim() != len(sizes):
+            raise ValueError(
+                f"method {method!r} input {i} must have rank {len(sizes)} (shape up to "
+                f"{tuple(sizes)}), got shape {tuple(a.shape)}"
+            )
+        for d, (got, most) in enumerate(zip(a.shape, sizes, strict=True)):
+            if got > most:
+                raise ValueError(
+                    f"method {method!r} input {i} dimension {d} is {got}, above the largest "
+                    f"size the program was exported for ({most}; shape up to {tuple(sizes)}); "
+                    "export with a larger torch.export.Dim max to accept it"
+                )
+
+
 def load(path, data_path=None) -> Program:
     """Loads a .pte program (and its .ptd weights) for ExecuTorch's runtime with KilnBackend
     registered, and loads every method.
@@ -179,6 +226,11 @@ def load(path, data_path=None) -> Program:
     try:
         prog = Runtime.get().load_program(str(p), data_path=str(d) if d is not None else None)
     except Exception as e:  # noqa: BLE001 - pybind raises RuntimeError
+        if d is not None and "data map" in str(e):
+            raise KilnLoadError(
+                f"{d} is not an ExecuTorch data file ({str(e).strip()}): pass the .ptd written "
+                "together with the .pte"
+            ) from e
         raise KilnLoadError(
             f"{p} is not a loadable ExecuTorch program ({str(e).strip()}): pass a .pte file "
             "written by kiln.executorch.save or ExecutorchProgramManager.write_to_file"

@@ -175,6 +175,15 @@ def save(model, path, example_inputs: Sequence | None = None, **options):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
         prog.write_to_file(f)
-    if getattr(prog, "_tensor_data", None) or options.get("external_data"):
+    external = options.get("external_data")
+    # ExecuTorch 1.5's ExecutorchProgramManager has no public accessor for the data files.
+    data_files = {str(k).removesuffix(".ptd") for k in (getattr(prog, "_tensor_data", None) or {})}
+    if data_files:
         prog.write_tensor_data_to_file(str(path.parent))
+    if external and external not in data_files:
+        warnings.warn(
+            f"external_data={external!r}: the program has no weights large enough to move out, "
+            f"so no {external}.ptd was written; load the .pte alone",
+            stacklevel=2,
+        )
     return prog

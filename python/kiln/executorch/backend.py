@@ -29,8 +29,11 @@ from ._options import parse_compile_specs
 
 log = logging.getLogger("kiln.executorch")
 
-# Constants smaller than this stay inside the engine instead of becoming named data.
+# Constants smaller than this stay inside the engine instead of becoming named data: 1 KiB when
+# weights live in the .pte (tiny blobs are not worth a named entry), 64 bytes when the user asked
+# for a .ptd (so that the weights really are in it).
 MIN_EXTERNAL_NBYTES = 1024
+MIN_EXTERNAL_NBYTES_PTD = 64
 # Alignment requested for each weight blob in the .pte / .ptd.
 WEIGHT_ALIGNMENT = 64
 
@@ -39,7 +42,11 @@ class KilnPreprocessError(RuntimeError):
     """A partition the KilnPartitioner claimed could not be built (a Kiln bug: please report)."""
 
 
-def build_engine(edge_program: ExportedProgram, precision: str = "fp32"):
+def build_engine(
+    edge_program: ExportedProgram,
+    precision: str = "fp32",
+    min_external_nbytes: int = MIN_EXTERNAL_NBYTES,
+):
     """Describes an edge (sub)program as a Kiln graph and builds it.
 
     Returns (Built, input placeholder names, output count).
@@ -97,7 +104,7 @@ def build_engine(edge_program: ExportedProgram, precision: str = "fp32"):
             lambda: g.build(
                 precision=precision,
                 external_weights=True,
-                min_external_nbytes=MIN_EXTERNAL_NBYTES,
+                min_external_nbytes=min_external_nbytes,
             ),
             "kiln_build",
         )
@@ -138,7 +145,11 @@ class KilnBackend(BackendDetails):
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs) -> PreprocessResult:
         precision, external_data = parse_compile_specs(compile_specs)
-        built, _inputs, _n_out = build_engine(edge_program, precision)
+        built, _inputs, _n_out = build_engine(
+            edge_program,
+            precision,
+            MIN_EXTERNAL_NBYTES_PTD if external_data else MIN_EXTERNAL_NBYTES,
+        )
         store = NamedDataStore()
         for key, data in built.weights:
             store.add_named_data(key, data, alignment=WEIGHT_ALIGNMENT, external_tag=external_data)

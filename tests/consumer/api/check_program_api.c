@@ -131,7 +131,7 @@ static void check_outputs(const char *what, const kiln_output out[2], const tens
 }
 
 static void random_fill(tensor_f32 *t) {
-    for (size_t i = 0; i < t->n; i++) t->data[i] = (float)(check_rng_uniform() * 2.0 - 1.0);
+    for (size_t i = 0; i < t->n; i++) t->data[i] = check_rng_uniform(-1.0f, 1.0f);
 }
 
 struct busy_arg {
