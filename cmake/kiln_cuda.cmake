@@ -50,7 +50,18 @@ if(KILN_SANITIZE)
 endif()
 target_include_directories(kiln_cuda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include
                                              ${CMAKE_CURRENT_SOURCE_DIR}/src)
-target_link_libraries(kiln_cuda PRIVATE CUDA::cudart CUDA::cublasLt)
+target_link_libraries(kiln_cuda PRIVATE CUDA::cudart CUDA::cublasLt ${CMAKE_DL_LIBS})
+# cuDNN: headers at build time only; libcudnn.so.9 is dlopen()ed at run time (src/cuda/cuda_dnn.c),
+# so the plugin loads, and runs convolutions on Kiln's kernels, where cuDNN is absent.
+find_path(KILN_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include
+          PATH_SUFFIXES cudnn)
+if(KILN_CUDNN_INCLUDE_DIR)
+  target_include_directories(kiln_cuda SYSTEM PRIVATE ${KILN_CUDNN_INCLUDE_DIR})
+  target_compile_definitions(kiln_cuda PRIVATE KILN_CUDA_HAVE_CUDNN=1)
+else()
+  message(STATUS "cudnn.h not found: the CUDA plugin is built without cuDNN convolutions")
+  target_compile_definitions(kiln_cuda PRIVATE KILN_CUDA_HAVE_CUDNN=0)
+endif()
 target_compile_options(kiln_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:C>:${KILN_WARNINGS}>
   $<$<COMPILE_LANGUAGE:CUDA>:${KILN_CUDA_FLAGS}>)
@@ -98,3 +109,11 @@ if(KILN_BUILD_TESTS)
   set_tests_properties(kiln_cuda_parity PROPERTIES
     ENVIRONMENT "KILN_CUDA_PLUGIN=$<TARGET_FILE:kiln_cuda>")
 endif()
+
+# --- the latency print of the GPU suite (not a test: tools/gpu_suite.sh --run calls it)
+add_executable(kiln_cuda_bench tests/cuda/cuda_bench.c)
+target_compile_options(kiln_cuda_bench PRIVATE ${KILN_WARNINGS})
+target_link_libraries(kiln_cuda_bench PRIVATE kiln_static CUDA::cudart)
+set_target_properties(kiln_cuda_bench PROPERTIES CUDA_RUNTIME_LIBRARY Shared
+                                                 BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR}")
+add_dependencies(kiln_cuda_bench kiln_cuda)

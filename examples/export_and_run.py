@@ -17,11 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import kiln
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-import kiln
 from kiln.executorch import save
 
 
@@ -94,7 +93,9 @@ class Transformer(nn.Module):
         b, s, d = x.shape
         for blk in self.blocks:
             q, k, v = blk["qkv"](blk["ln1"](x)).split(d, dim=-1)
-            q, k, v = (t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+            q, k, v = (
+                t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v)
+            )
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + blk["out"](a.transpose(1, 2).reshape(b, s, d))
             x = x + blk["fc2"](F.gelu(blk["fc1"](blk["ln2"](x))))
@@ -127,9 +128,7 @@ def main() -> None:
     pte = out_dir / f"{args.model}.pte"
 
     t0 = time.perf_counter()
-    prog = save(
-        model, pte, inputs(), precision=args.precision, external_data=args.external_data
-    )
+    prog = save(model, pte, inputs(), precision=args.precision, external_data=args.external_data)
     export_s = time.perf_counter() - t0
     kiln_calls, other = 0, []
     gm = prog.exported_program().graph_module

@@ -15,8 +15,11 @@
 #         3. kiln_cuda_parity --ops   every op vs the CPU reference, every dtype, awkward shapes
 #         4. kiln_cuda_parity --e2e   built graphs, cuda:0 vs cpu: host/device I/O, CUDA graphs
 #                                     record/replay/re-record, caller's stream, graphs off
-#         5. the e2e part again with cuBLASLt disabled (Kiln's own GEMM kernel end to end)
+#         5. the e2e part again with cuBLASLt and cuDNN disabled (Kiln's own GEMM and conv
+#            kernels end to end)
 #         6. kiln_cuda_parity --quick under compute-sanitizer --tool memcheck (if present)
+#         7. kiln_cuda_bench: per-model latency (median of 200 executes, device I/O, CUDA
+#            graphs) beside the PyTorch anchors; its BENCH lines are repeated in the summary
 #       Logs go to $OUT (or .dev/gpu/logs); a summary table is printed last. Exit status 0 only
 #       when every step passed.
 #
@@ -32,7 +35,7 @@ prepare() {
   local build="${BUILD_DIR:-$root/build-gpu}" jobs="${JOBS:-2}" cmake="${CMAKE:-cmake}"
   "$cmake" -S "$root" -B "$build" -DKILN_CUDA=ON -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_BUILD_TESTS=ON
-  "$cmake" --build "$build" -j "$jobs" --target kiln kiln_cuda kiln_cuda_parity kiln_cuda_smoke
+  "$cmake" --build "$build" -j "$jobs" --target kiln kiln_cuda kiln_cuda_parity kiln_cuda_smoke kiln_cuda_bench
   # libkiln must load where CUDA is absent: no CUDA library among its dependencies.
   if readelf -d "$build"/libkiln.so | grep NEEDED | grep -Eqi 'cuda|cublas|cudnn'; then
     echo "gpu_suite: libkiln.so links a CUDA library:" >&2
@@ -41,7 +44,8 @@ prepare() {
   fi
   rm -rf "$dev"
   mkdir -p "$dev"
-  cp "$build"/kiln_cuda_parity "$build"/kiln_cuda_smoke "$build"/libkiln_cuda.so "$dev"/
+  cp "$build"/kiln_cuda_parity "$build"/kiln_cuda_smoke "$build"/kiln_cuda_bench \
+    "$build"/libkiln_cuda.so "$dev"/
   # The shared libkiln under every name the smoke program may ask for (real files, no links).
   for f in "$build"/libkiln.so*; do cp -L "$f" "$dev/$(basename "$f")"; done
   {
@@ -49,12 +53,18 @@ prepare() {
     echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
       git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo ' (dirty tree)')"
     echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
-    (cd "$dev" && sha256sum kiln_cuda_parity kiln_cuda_smoke libkiln_cuda.so libkiln.so*)
+    (cd "$dev" && sha256sum kiln_cuda_parity kiln_cuda_smoke kiln_cuda_bench libkiln_cuda.so libkiln.so*)
   } >"$dev/MANIFEST"
   # A dry run here checks the test cases and the e2e graphs against the CPU reference.
   "$dev"/kiln_cuda_parity --dry >"$build/parity_dry.log" 2>&1 || {
     tail -20 "$build/parity_dry.log" >&2
     echo "gpu_suite: the dry run of the parity program failed (log: $build/parity_dry.log)" >&2
+    exit 1
+  }
+  # The benchmark graphs build and run on the CPU (b1 shapes only: seconds).
+  "$dev"/kiln_cuda_bench --dry --filter b1 >"$build/bench_dry.log" 2>&1 || {
+    tail -20 "$build/bench_dry.log" >&2
+    echo "gpu_suite: the dry run of the benchmark failed (log: $build/bench_dry.log)" >&2
     exit 1
   }
   echo "gpu_suite: prepared $(du -sh "$dev" | cut -f1) in .dev/gpu ($(tail -1 "$build/parity_dry.log") dry)"
@@ -118,8 +128,8 @@ run() {
     step "parity: ops" "$out/parity_ops.log" 360 ./kiln_cuda_parity --ops
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e" "$out/parity_e2e.log" 240 ./kiln_cuda_parity --e2e
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_CUBLASLT=1 \
-    step "parity: e2e, own GEMM (no cuBLASLt)" "$out/parity_e2e_own_gemm.log" 180 \
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_CUBLASLT=1 KILN_CUDA_NO_CUDNN=1 \
+    step "parity: e2e, own GEMM+conv" "$out/parity_e2e_own_gemm.log" 180 \
     ./kiln_cuda_parity --e2e --quick
 
   local sanitizer
@@ -132,6 +142,12 @@ run() {
     rows+=("$(printf '%-38s %-10s %-24s %5ss' "memcheck" "NOT RUN" "no compute-sanitizer" 0)")
   fi
 
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+    step "bench: per-model latency" "$out/bench.log" 180 ./kiln_cuda_bench
+
+  echo
+  echo "=== Kiln GPU suite: latency (median of 200 executes, fp16, device I/O, CUDA graphs)"
+  grep '^BENCH' "$out/bench.log" 2>/dev/null || echo "(no BENCH lines: see $out/bench.log)"
   echo
   echo "=== Kiln GPU suite summary (seed $KILN_TEST_SEED, logs in $out)"
   printf '%-38s %-10s %-24s %6s\n' step status checks time

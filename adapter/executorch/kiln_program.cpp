@@ -56,9 +56,7 @@ constexpr size_t kErrorCapacity = 2048;
 
 thread_local char t_error[kErrorCapacity];
 
-void set_error_v(const char *fmt, va_list ap) {
-    std::vsnprintf(t_error, sizeof t_error, fmt, ap);
-}
+void set_error_v(const char *fmt, va_list ap) { std::vsnprintf(t_error, sizeof t_error, fmt, ap); }
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
@@ -274,8 +272,7 @@ kiln_status precheck_method(const kiln_program *p, const MethodState &m, const M
                         "process (registered: %s): link the library that provides it (for Kiln: "
                         "kiln::executorch_backend, which links libkiln_executorch.so with "
                         "--no-as-needed)",
-                        m.name.c_str(), p->path.c_str(), name.get(),
-                        registered_backends().c_str());
+                        m.name.c_str(), p->path.c_str(), name.get(), registered_backends().c_str());
         }
     }
     for (size_t i = 0; i < meta.num_memory_planned_buffers(); i++) {
@@ -478,8 +475,8 @@ kiln_status convert_settings(const kiln_option_setting *settings, uint32_t n,
             o.value = s.int_value != 0;
         } else if (type == KILN_OPTION_INT) {
             if (s.int_value < INT_MIN || s.int_value > INT_MAX) {
-                return fail(KILN_ERR_INVALID_ARG, "option '%s' = %lld does not fit an int",
-                            s.name, static_cast<long long>(s.int_value));
+                return fail(KILN_ERR_INVALID_ARG, "option '%s' = %lld does not fit an int", s.name,
+                            static_cast<long long>(s.int_value));
             }
             o.value = static_cast<int>(s.int_value);
         } else {
@@ -527,8 +524,10 @@ kiln_status load_impl(const char *path, const kiln_program_options *options, kil
         std::memcpy(&opts, options, options->struct_nbytes);
     }
     if (opts.n_data_paths > 0 && opts.data_paths == nullptr) {
-        return fail(KILN_ERR_INVALID_ARG, "kiln_program_options: %u data_paths but the array is "
-                    "NULL", opts.n_data_paths);
+        return fail(KILN_ERR_INVALID_ARG,
+                    "kiln_program_options: %u data_paths but the array is "
+                    "NULL",
+                    opts.n_data_paths);
     }
     kiln_status st = check_readable("program", path);
     if (st != KILN_OK) return st;
@@ -576,8 +575,8 @@ kiln_status load_impl(const char *path, const kiln_program_options *options, kil
                         "data (.ptd) (ExecuTorch error %s, 0x%x)",
                         path, et_error_name(e), static_cast<unsigned>(e));
         }
-        return fail(from_et(e), "loading the program '%s' failed: ExecuTorch error %s (0x%x)",
-                    path, et_error_name(e), static_cast<unsigned>(e));
+        return fail(from_et(e), "loading the program '%s' failed: ExecuTorch error %s (0x%x)", path,
+                    et_error_name(e), static_cast<unsigned>(e));
     }
     const Program *prog = p->module->program().get();
     size_t n = prog->num_methods();
@@ -600,12 +599,14 @@ kiln_status load_impl(const char *path, const kiln_program_options *options, kil
     return KILN_OK;
 }
 
-kiln_status check_input(const MethodState &m, const MethodMeta &meta,
-                        uint32_t index, const kiln_input *in) {
+kiln_status check_input(const MethodState &m, const MethodMeta &meta, uint32_t index,
+                        const kiln_input *in) {
     size_t n = meta.num_inputs();
     if (index >= n) {
-        return fail(KILN_ERR_INVALID_ARG, "method '%s' takes %zu input%s; input index %u is out "
-                    "of range", m.name.c_str(), n, n == 1 ? "" : "s", index);
+        return fail(KILN_ERR_INVALID_ARG,
+                    "method '%s' takes %zu input%s; input index %u is out "
+                    "of range",
+                    m.name.c_str(), n, n == 1 ? "" : "s", index);
     }
     if (in == nullptr) {
         return fail(KILN_ERR_INVALID_ARG, "method '%s': input %u is NULL", m.name.c_str(), index);
@@ -687,9 +688,9 @@ kiln_status set_input_impl(kiln_program *p, MethodState &m, const MethodMeta &me
     for (uint32_t d = 0; d < in->rank; d++) sizes[d] = static_cast<SizesType>(in->dims[d]);
     ScalarType type = ScalarType::Float;
     to_scalar_type(in->dtype, &type);
-    TensorPtr t = executorch::extension::make_tensor_ptr(
-        std::move(sizes), const_cast<void *>(in->data), type,
-        device_of(in->memory, in->device_index));
+    TensorPtr t =
+        executorch::extension::make_tensor_ptr(std::move(sizes), const_cast<void *>(in->data), type,
+                                               device_of(in->memory, in->device_index));
     m.input_set[index] = 0;
     Error e = p->module->set_input(m.name, EValue(*t), index);
     if (e != Error::Ok) {
@@ -932,8 +933,7 @@ KILN_API kiln_status kiln_program_set_output_buffer(kiln_program *program, const
         if (!claim.ok()) return busy_error(program);
         MethodState *m;
         std::unique_ptr<MethodMeta> meta;
-        kiln_status st =
-            begin_method(program, method, "kiln_program_set_output_buffer", &m, &meta);
+        kiln_status st = begin_method(program, method, "kiln_program_set_output_buffer", &m, &meta);
         if (st != KILN_OK) return st;
         kiln_tensor_info info;
         st = fill_info(*meta, false, index, &info);
@@ -1032,8 +1032,8 @@ KILN_API kiln_status kiln_program_execute(kiln_program *program, const char *met
     });
 }
 
-KILN_API kiln_status kiln_program_output(kiln_program *program, const char *method,
-                                         uint32_t index, kiln_output *out) {
+KILN_API kiln_status kiln_program_output(kiln_program *program, const char *method, uint32_t index,
+                                         kiln_output *out) {
     return guarded("kiln_program_output", [&] {
         if (program == nullptr || out == nullptr) {
             return fail(KILN_ERR_INVALID_ARG, "kiln_program_output: program or out is NULL");

@@ -246,8 +246,8 @@ struct Cuda {
         }
         malloc_ = reinterpret_cast<int (*)(void **, size_t)>(dlsym(lib, "cudaMalloc"));
         free_ = reinterpret_cast<int (*)(void *)>(dlsym(lib, "cudaFree"));
-        memcpy_ = reinterpret_cast<int (*)(void *, const void *, size_t, int)>(
-            dlsym(lib, "cudaMemcpy"));
+        memcpy_ =
+            reinterpret_cast<int (*)(void *, const void *, size_t, int)>(dlsym(lib, "cudaMemcpy"));
         synchronize = reinterpret_cast<int (*)()>(dlsym(lib, "cudaDeviceSynchronize"));
         error_string = reinterpret_cast<const char *(*)(int)>(dlsym(lib, "cudaGetErrorString"));
         if (!malloc_ || !free_ || !memcpy_ || !synchronize || !error_string) {
@@ -307,18 +307,30 @@ Args parse(int argc, char **argv) {
             }
             return d;
         };
-        if (k == "--model") a.model = value();
-        else if (k == "--data") a.data.push_back(value());
-        else if (k == "--method") a.method = value();
-        else if (k == "--inputs") a.inputs = value();
-        else if (k == "--expected") a.expected = value();
-        else if (k == "--save-outputs") a.save_outputs = value();
-        else if (k == "--tolerance") a.tolerance = number(value());
-        else if (k == "--iterations") a.iterations = static_cast<int>(number(value()));
-        else if (k == "--warmup") a.warmup = static_cast<int>(number(value()));
-        else if (k == "--seed") a.seed = static_cast<unsigned>(number(value()));
-        else if (k == "--device-io") a.device_io = true;
-        else if (k == "--mmap") a.mmap = true;
+        if (k == "--model")
+            a.model = value();
+        else if (k == "--data")
+            a.data.push_back(value());
+        else if (k == "--method")
+            a.method = value();
+        else if (k == "--inputs")
+            a.inputs = value();
+        else if (k == "--expected")
+            a.expected = value();
+        else if (k == "--save-outputs")
+            a.save_outputs = value();
+        else if (k == "--tolerance")
+            a.tolerance = number(value());
+        else if (k == "--iterations")
+            a.iterations = static_cast<int>(number(value()));
+        else if (k == "--warmup")
+            a.warmup = static_cast<int>(number(value()));
+        else if (k == "--seed")
+            a.seed = static_cast<unsigned>(number(value()));
+        else if (k == "--device-io")
+            a.device_io = true;
+        else if (k == "--mmap")
+            a.mmap = true;
         else if (k == "--option") {
             std::string v = value();
             size_t eq = v.find('=');
@@ -328,7 +340,8 @@ Args parse(int argc, char **argv) {
                 usage(argv[0]);
             }
             a.options.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-        } else if (k == "-h" || k == "--help") usage(argv[0]);
+        } else if (k == "-h" || k == "--help")
+            usage(argv[0]);
         else {
             std::fprintf(stderr, "kiln_runner: unknown argument '%s'\n", k.c_str());
             usage(argv[0]);
@@ -435,8 +448,8 @@ int main(int argc, char **argv) {
         err = module->load();
     } else {
         LoadBackendOptionsMap map;
-        err = map.set_options("KilnBackend", executorch::runtime::Span<BackendOption>(
-                                                 opts.data(), opts.size()));
+        err = map.set_options("KilnBackend",
+                              executorch::runtime::Span<BackendOption>(opts.data(), opts.size()));
         if (err == Error::Ok) err = module->load(map);
     }
     if (err != Error::Ok) {
@@ -549,8 +562,8 @@ int main(int argc, char **argv) {
         }
         out_ptr[o] = data;
         std::vector<SizesType> sizes(h.dims.begin(), h.dims.end());
-        out_tensors.push_back(executorch::extension::make_tensor_ptr(
-            std::move(sizes), data, ti.get().scalar_type(), dev));
+        out_tensors.push_back(executorch::extension::make_tensor_ptr(std::move(sizes), data,
+                                                                     ti.get().scalar_type(), dev));
         err = module->set_output(args.method, EValue(*out_tensors.back()), o);
         if (err != Error::Ok) {
             die("binding output " + std::to_string(o) + " failed: ExecuTorch error " +
@@ -565,8 +578,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < in_tensors.size(); i++) {
             err = module->set_input(args.method, EValue(*in_tensors[i]), i);
             if (err != Error::Ok) {
-                die("binding input " + std::to_string(i) + " (shape " +
-                    shape_str(inputs[i].dims) + ") failed: ExecuTorch error " + et_error(err));
+                die("binding input " + std::to_string(i) + " (shape " + shape_str(inputs[i].dims) +
+                    ") failed: ExecuTorch error " + et_error(err));
             }
         }
         kiln_clear_error();
@@ -578,7 +591,8 @@ int main(int argc, char **argv) {
             die("execute failed: ExecuTorch error " + std::string(et_error(r.error())) +
                 (kmsg[0] ? std::string(" (Kiln: ") + kmsg + ")" : std::string()));
         }
-        if (it >= args.warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        if (it >= args.warmup)
+            ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         if (it + 1 == args.warmup + args.iterations) outputs = std::move(r.get());
     }
 
@@ -627,7 +641,8 @@ int main(int argc, char **argv) {
             double max_err = 0.0;
             size_t bad = 0, first_bad = 0;
             for (size_t k = 0; k < a.numel(); k++) {
-                double x = element(a.data.data(), a.dtype, k), y = element(e.data.data(), e.dtype, k);
+                double x = element(a.data.data(), a.dtype, k),
+                       y = element(e.data.data(), e.dtype, k);
                 double d = std::fabs(x - y);
                 if (std::isnan(x) != std::isnan(y)) d = INFINITY;
                 if (std::isnan(x) && std::isnan(y)) d = 0.0;

@@ -71,35 +71,40 @@ def write(path, tensors) -> None:
 def read(path) -> list[torch.Tensor]:
     """Reads the tensors written by :func:`write` (or by any writer of this format)."""
     data = Path(path).read_bytes()
-    if data[:4] != MAGIC:
+    pos = 0
+
+    def take(n: int, what: str) -> bytes:
+        nonlocal pos
+        if pos + n > len(data):
+            raise ValueError(f"{path} is truncated (reading {what} at byte {pos})")
+        chunk = data[pos : pos + n]
+        pos += n
+        return chunk
+
+    if take(4, "the magic") != MAGIC:
         raise ValueError(f"{path}: not a Kiln tensor file (magic {data[:4]!r}, expected {MAGIC!r})")
-    version, count = struct.unpack_from("<II", data, 4)
+    version, count = struct.unpack("<II", take(8, "the header"))
     if version != VERSION:
         raise ValueError(f"{path}: version {version}, this reader handles {VERSION}")
-    pos, out = 12, []
+    out = []
     for i in range(count):
-        code, rank = struct.unpack_from("<II", data, pos)
-        pos += 8
+        code, rank = struct.unpack("<II", take(8, f"tensor {i}'s dtype and rank"))
         if code not in _BY_CODE or rank > MAX_RANK:
             raise ValueError(f"{path}: tensor {i}: bad dtype code {code} or rank {rank}")
-        dims = struct.unpack_from(f"<{rank}q", data, pos)
-        pos += 8 * rank
+        dims = struct.unpack(f"<{rank}q", take(8 * rank, f"tensor {i}'s dims"))
+        if any(d < 0 for d in dims):
+            raise ValueError(f"{path}: tensor {i}: negative dimension in {dims}")
         dt = _BY_CODE[code]
         n = 1
         for d in dims:
             n *= d
         nbytes = n * torch.empty((), dtype=dt).element_size()
-        if pos + nbytes > len(data):
-            raise ValueError(f"{path}: tensor {i} is truncated")
+        raw = take(nbytes, f"tensor {i}'s data")
         if nbytes == 0:
             out.append(torch.empty(dims, dtype=dt))
             continue
-        raw = torch.frombuffer(bytearray(data[pos : pos + nbytes]), dtype=torch.uint8)
-        pos += nbytes
-        if dt == torch.bool:
-            t = raw.to(torch.bool)
-        else:
-            t = raw.view(dt)
+        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        t = t.to(torch.bool) if dt == torch.bool else t.view(dt)
         out.append(t.reshape(dims))
     if pos != len(data):
         raise ValueError(f"{path}: {len(data) - pos} trailing bytes after {count} tensors")

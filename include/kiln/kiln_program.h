@@ -45,14 +45,14 @@ typedef enum kiln_memory {
 } kiln_memory;
 
 typedef struct kiln_program_options {
-    uint32_t struct_nbytes;                 // sizeof(kiln_program_options), set by _init
-    const char *const *data_paths;          // .ptd files holding the program's external weights
+    uint32_t struct_nbytes;        // sizeof(kiln_program_options), set by _init
+    const char *const *data_paths; // .ptd files holding the program's external weights
     uint32_t n_data_paths;
-    const kiln_option_setting *settings;    // per-load KilnBackend options for this program
+    const kiln_option_setting *settings; // per-load KilnBackend options for this program
     uint32_t n_settings;
-    int32_t lazy_methods;                   // 0 (default): load every method in _load;
-                                            // 1: load each method at its first use
-    int32_t use_mmap;                       // 1: map the files instead of reading them
+    int32_t lazy_methods; // 0 (default): load every method in _load;
+                          // 1: load each method at its first use
+    int32_t use_mmap;     // 1: map the files instead of reading them
 } kiln_program_options;
 
 KILN_API void kiln_program_options_init(kiln_program_options *options);
@@ -66,7 +66,8 @@ KILN_API kiln_status kiln_program_load(const char *path, const kiln_program_opti
                                        kiln_program **out);
 KILN_API void kiln_program_free(kiln_program *program);
 
-// The message of the last failing kiln_program_* call on this thread, or "" if none.
+// The message of the last kiln_program_* call on this thread if it failed, else "" (every call
+// clears it first). Valid until the next kiln_program_* call on this thread.
 KILN_API const char *kiln_program_last_error(void);
 
 // --- methods
@@ -85,9 +86,9 @@ KILN_API kiln_status kiln_program_method_uses_kiln(const kiln_program *program, 
 // --- metadata of a method's inputs and outputs (from the program: no method load needed)
 
 typedef struct kiln_tensor_info {
-    int32_t is_tensor;           // 0 for a non-tensor value (int, bool, None): the rest is zero
-    kiln_dtype dtype;            // KILN_DTYPE_INVALID when not one of Kiln's dtypes
-    int32_t scalar_type;         // ExecuTorch's ScalarType code (6 = float, 4 = long, ...)
+    int32_t is_tensor;   // 0 for a non-tensor value (int, bool, None): the rest is zero
+    kiln_dtype dtype;    // KILN_DTYPE_INVALID when not one of Kiln's dtypes
+    int32_t scalar_type; // ExecuTorch's ScalarType code (6 = float, 4 = long, ...)
     uint32_t rank;
     int64_t dims[KILN_MAX_RANK]; // the exported shape; upper bounds for dynamic dimensions
     uint64_t nbytes;             // bytes at that shape
@@ -116,12 +117,13 @@ typedef struct kiln_input {
     int32_t device_index; // with KILN_MEMORY_CUDA
 } kiln_input;
 
-// Binds input `index`. A memory-planned input is copied into the program's memory now; any other
-// input is used in place and must stay valid until execute returns. Inputs must be bound again
-// before every execute (the program may reuse their memory while it runs). Errors:
-// KILN_ERR_INVALID_ARG (index out of range: says how many inputs the method takes; not a tensor
-// input), KILN_ERR_SHAPE (dtype, rank or a dimension that does not match: names it and the
-// expected value).
+// Binds input `index`. A memory-planned input (the default export) is copied into the program's
+// memory now, and must be bound again before every execute (the program may reuse that memory
+// while it runs); any other input is used in place (its data must stay valid until execute
+// returns) and stays bound. Errors: KILN_ERR_INVALID_ARG (index out of range: says how many
+// inputs the method takes; a non-tensor input), KILN_ERR_SHAPE (a dtype, rank or dimension that
+// does not match: names it and the expected value), KILN_ERR_UNSUPPORTED (device memory for a
+// memory-planned input).
 KILN_API kiln_status kiln_program_set_input(kiln_program *program, const char *method,
                                             uint32_t index, const kiln_input *input);
 // Binds all inputs; n_inputs must equal the method's input count (KILN_ERR_INVALID_ARG).
@@ -150,8 +152,8 @@ typedef struct kiln_output {
 } kiln_output;
 
 // Output `index` of the last successful execute (KILN_ERR_INVALID_STATE before one).
-KILN_API kiln_status kiln_program_output(kiln_program *program, const char *method,
-                                         uint32_t index, kiln_output *out);
+KILN_API kiln_status kiln_program_output(kiln_program *program, const char *method, uint32_t index,
+                                         kiln_output *out);
 
 // --- the delegate library itself
 

@@ -18,11 +18,12 @@ _PIP_HINT = (
 _ET_ERRORS = {
     0x01: "Internal",
     0x02: "InvalidState",
-    0x10: "InvalidArgument",
-    0x11: "InvalidType",
-    0x12: "OperatorMissing",
-    0x13: "RegistrationExceedingMaxKernels",
-    0x14: "RegistrationAlreadyRegistered",
+    0x04: "AlreadyLoaded",
+    0x10: "NotSupported",
+    0x11: "NotImplemented",
+    0x12: "InvalidArgument",
+    0x13: "InvalidType",
+    0x14: "OperatorMissing",
     0x20: "NotFound",
     0x21: "MemoryAllocationFailed",
     0x22: "AccessFailed",
@@ -98,6 +99,8 @@ class Program:
     def _explain_load(self, name: str, e: Exception) -> str:
         msg = str(e)
         code = _error_code(msg)
+        if code in _ET_ERRORS:
+            msg = f"{msg.strip()} = {_ET_ERRORS[code]}"
         base = f"loading method '{name}' of {self.path} failed ({msg.strip()})"
         if code == 0x24 or "external" in msg.lower():
             if self.data_path is None:
@@ -116,7 +119,7 @@ class Program:
                 "Kiln, import kiln_executorch_runtime (or use kiln.load) and check that "
                 "KILN_SKIP_DELEGATE_REGISTRATION is not set"
             )
-        if code == 0x12:
+        if code == 0x14:
             return (
                 f"{base}: an operator outside the Kiln delegate has no kernel in this ExecuTorch "
                 "runtime"
@@ -152,6 +155,9 @@ class Program:
 
     def _explain_run(self, method: str, args, e: Exception) -> str:
         msg = str(e).strip()
+        code = _error_code(msg)
+        if code in _ET_ERRORS:
+            msg += f" = {_ET_ERRORS[code]}"
         shapes = ", ".join(
             str(tuple(a.shape)) + f" {a.dtype}" if hasattr(a, "shape") else repr(a) for a in args
         )

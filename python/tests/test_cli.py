@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
+import kiln
 import torch
 from conftest import assert_close
-
-import kiln
 from kiln.cli import main
 
 

@@ -123,12 +123,26 @@ def test_dynamic_batch(tmp_path):
         x = torch.randn(n, 32)
         with torch.no_grad():
             assert_close(program.forward(x), [model(x)])
-    with pytest.raises(kiln.KilnLoadError, match="ranges"):
+    with pytest.raises(ValueError, match="dimension 0 is 17, above the largest size"):
         program.forward(torch.randn(17, 32))
+    # Below the upper bound but outside the engine's range: Kiln refuses it at run time.
+    with pytest.raises(kiln.KilnLoadError, match="ranges"):
+        program.forward(torch.randn(4, 31))
+    with pytest.raises(TypeError, match="must be torch.float32"):
+        program.forward(torch.randn(4, 32).half())
     # The program still works after a refused call.
     x = torch.randn(3, 32)
     with torch.no_grad():
         assert_close(program.forward(x), [model(x)])
+
+
+def test_external_data_without_weights_warns(tmp_path):
+    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh())
+    with pytest.warns(UserWarning, match="no w.ptd was written"):
+        save(model, tmp_path / "m.pte", (torch.randn(2, 3),), external_data="w")
+    assert not (tmp_path / "w.ptd").exists()
+    x = torch.randn(2, 3)
+    assert_close(kiln.load(tmp_path / "m.pte").forward(x), [model(x)])
 
 
 def test_two_methods(tmp_path):

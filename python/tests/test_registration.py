@@ -207,3 +207,20 @@ def test_foreign_registration_is_detected(foreign_backend):
     )
     assert "ERROR KilnRegistrationError" in out, out
     assert "another library registered" in out
+
+
+def test_kiln_load_explains_an_unregistered_delegate(mlp_pte):
+    out = _check(
+        run_python(
+            f"""
+            import kiln, kiln._load
+            kiln._load._register_kiln = lambda: None  # as if registration had not happened
+            try:
+                kiln.load(r"{mlp_pte}/mlp.pte")
+            except kiln.KilnLoadError as e:
+                print("LOAD-ERROR", e)
+            """,
+            env={"KILN_SKIP_DELEGATE_REGISTRATION": "1"},
+        )
+    )
+    assert "LOAD-ERROR" in out and "not registered" in out and "kiln_executorch_runtime" in out

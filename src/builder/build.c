@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/sha256.h"
 #include "core/status.h"
+#include "runtime/load.h"
 
 typedef struct built_weight {
     char key[80]; // "kiln-w-<64 hex>"
@@ -138,6 +139,24 @@ static kiln_status copy_weights(kiln_built *bt, const kiln_plan *p, const kiln_e
     return KILN_OK;
 }
 
+// Runs the loader's validation over the bytes just written: the builder never emits an engine
+// that the runtime would reject (a failure here is a Kiln bug, reported as internal).
+static kiln_status self_check(const uint8_t *bytes, size_t nbytes) {
+    kiln_plan check;
+    kiln_status st = kiln_load_plan(bytes, nbytes, &check);
+    if (st == KILN_ERR_NO_MEMORY) return st;
+    if (st != KILN_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kiln_last_error()); // kiln_fail rewrites that buffer
+        return kiln_fail(KILN_ERR_INTERNAL,
+                         "kiln_build produced an engine the loader rejects (%s): %s; please report "
+                         "this Kiln bug with the model",
+                         kiln_status_str(st), why);
+    }
+    kiln_plan_release(&check);
+    return KILN_OK;
+}
+
 kiln_status kiln_build(const kiln_graph *g, const kiln_build_options *o, kiln_built **out) {
     kiln_bgraph b;
     kiln_plan p;
@@ -154,6 +173,7 @@ kiln_status kiln_build(const kiln_graph *g, const kiln_build_options *o, kiln_bu
         if (bt == NULL) st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory in kiln_build");
     }
     if (st == KILN_OK) st = kiln_serialize(&p, &bt->engine, &bt->engine_nbytes);
+    if (st == KILN_OK) st = self_check(bt->engine, bt->engine_nbytes);
     if (st == KILN_OK) st = copy_weights(bt, &p, ext, n_ext);
     kiln_free(ext, (size_t)n_ext * sizeof *ext);
     kiln_plan_release(&p);

@@ -20,6 +20,9 @@
 #include <string.h>
 #include <threads.h>
 
+#include <cuda.h> // driver types only: entry points come through cudaGetDriverEntryPointByVersion
+
+#include "cuda/cuda_graph_rules.h"
 #include "cuda/cuda_ops.h"
 
 #define WORKSPACE_NBYTES ((size_t)32 << 20) // cuBLASLt workspace per context (Hopper: 32 MiB)
@@ -54,12 +57,16 @@ typedef struct cuda_context {
     uint8_t *staged;            // n_io: this execute stages binding i
     kiln_tensor *views;         // n_tensors
     kiln_cuda_gemm_cache *gemm; // n_layers
+    kiln_cuda_dnn *dnn;         // cuDNN handle (NULL: convolutions on Kiln's kernels)
+    kiln_cuda_conv_cache *conv; // n_layers (cuDNN set-up of conv2d layers)
     // graph signatures: n_io device pointers, then for each input rank and KILN_MAX_RANK dims
     size_t sig_n; // int64 entries
     int64_t *sig_now, *sig_last, *sig_graph;
     int last_valid;
     cudaGraphExec_t graph;
+    cudaGraph_t graph_src; // the graph `graph` was instantiated from (or last updated from)
     int graph_valid;
+    uint64_t graph_instantiations, graph_updates; // counters (DEBUG log)
     int failed;
     char fail_msg[512];
 } cuda_context;
@@ -92,14 +99,19 @@ static kiln_status cuda_fail(const char *what, cudaError_t err) {
 // Makes `device` current, remembering the caller's device.
 static kiln_status device_enter(int device, int *prev) {
     cudaError_t e = cudaGetDevice(prev);
-    if (e != cudaSuccess) *prev = -1;
+    if (e != cudaSuccess) {
+        cudaGetLastError(); // consumed: no CUDA error may stay pending for a later check
+        *prev = -1;
+    }
     if (*prev == device) return KILN_OK;
     e = cudaSetDevice(device);
-    return e == cudaSuccess ? KILN_OK : cuda_fail("cudaSetDevice", e);
+    if (e == cudaSuccess) return KILN_OK;
+    cudaGetLastError();
+    return cuda_fail("cudaSetDevice", e);
 }
 
 static void device_leave(int device, int prev) {
-    if (prev >= 0 && prev != device) cudaSetDevice(prev);
+    if (prev >= 0 && prev != device && cudaSetDevice(prev) != cudaSuccess) cudaGetLastError();
 }
 
 static int parse_device(const char *s, int *out) {
@@ -292,12 +304,17 @@ static void cuda_context_free(void *state) {
     if (entered) {
         if (c->stream != NULL) cudaStreamSynchronize(c->stream);
         if (c->graph_valid) cudaGraphExecDestroy(c->graph);
+        if (c->graph_src != NULL) cudaGraphDestroy(c->graph_src);
         if (c->staging != NULL) {
             for (uint32_t i = 0; i < c->n_io; i++) cudaFree(c->staging[i]);
         }
         cudaFree(c->arena);
         cudaFree(c->workspace);
         if (c->lt != NULL) cublasLtDestroy(c->lt);
+        if (c->conv != NULL) {
+            for (uint32_t i = 0; i < p->n_layers; i++) kiln_cuda_conv_cache_free(&c->conv[i]);
+        }
+        kiln_cuda_dnn_destroy(c->dnn);
         if (c->stream != NULL) cudaStreamDestroy(c->stream);
         cudaGetLastError();
         device_leave(e->device, prev);
@@ -306,6 +323,7 @@ static void cuda_context_free(void *state) {
     kiln_cuda_free(c->staged, c->n_io);
     kiln_cuda_free(c->views, (size_t)p->n_tensors * sizeof *c->views);
     kiln_cuda_free(c->gemm, (size_t)p->n_layers * sizeof *c->gemm);
+    kiln_cuda_free(c->conv, (size_t)p->n_layers * sizeof *c->conv);
     kiln_cuda_free(c->sig_now, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_last, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_graph, c->sig_n * sizeof(int64_t));
@@ -316,30 +334,40 @@ static uint32_t binding_tensor(const kiln_plan *p, uint32_t b) {
     return b < p->n_inputs ? p->inputs[b] : p->outputs[b - p->n_inputs];
 }
 
-// Chooses every GEMM layer's cuBLASLt algorithm now, at the largest shapes with the I/O in the
-// staging buffers, so that a first execute at those shapes finds it cached.
+// Chooses every GEMM layer's cuBLASLt algorithm and every conv2d layer's cuDNN descriptors and
+// algorithm now, at the largest shapes with the I/O in the staging buffers, so that a first
+// execute at those shapes finds them cached (and the layer loop creates no descriptor).
 static void prepare_gemms(cuda_context *c) {
     const kiln_plan *p = c->engine->plan;
     kiln_tail_op tails[KILN_MAX_TAIL];
     kiln_kernel_args args;
     kiln_cuda_ctx ctx;
     char where[96];
-    if (c->lt == NULL) return;
+    if (c->lt == NULL && c->dnn == NULL) return;
     memset(&ctx, 0, sizeof ctx);
     ctx.stream = c->stream;
     ctx.lt = c->lt;
+    ctx.dnn = c->dnn;
     ctx.workspace = c->workspace;
     ctx.workspace_nbytes = c->workspace_nbytes;
     ctx.sm_count = c->engine->sm_count;
     ctx.where = where;
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         uint32_t op = p->layers[li].op;
-        if (op != KILN_OP_LINEAR && op != KILN_OP_MATMUL) continue;
+        if (op != KILN_OP_LINEAR && op != KILN_OP_MATMUL && op != KILN_OP_CONV2D) continue;
         build_args(p, c->views, li, tails, &args);
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(op));
         ctx.gemm = &c->gemm[li];
+        ctx.conv = &c->conv[li];
         (void)kiln_cuda_gemm_prepare(&ctx, &args); // a miss only means a set-up at execute
     }
+}
+
+static int plan_has_conv(const kiln_plan *p) {
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        if (p->layers[li].op == KILN_OP_CONV2D) return 1;
+    }
+    return 0;
 }
 
 static kiln_status cuda_context_init(void *engine_state, void **out_state) {
@@ -357,12 +385,14 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     c->staged = kiln_cuda_calloc(c->n_io);
     c->views = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *c->views);
     c->gemm = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->gemm);
+    c->conv = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->conv);
     c->sig_now = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_last = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_graph = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     if ((c->n_io > 0 && (c->staging == NULL || c->staged == NULL)) ||
-        (p->n_tensors > 0 && c->views == NULL) || (p->n_layers > 0 && c->gemm == NULL) ||
-        c->sig_now == NULL || c->sig_last == NULL || c->sig_graph == NULL) {
+        (p->n_tensors > 0 && c->views == NULL) ||
+        (p->n_layers > 0 && (c->gemm == NULL || c->conv == NULL)) || c->sig_now == NULL ||
+        c->sig_last == NULL || c->sig_graph == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA context tables)");
         goto fail;
     }
@@ -379,8 +409,11 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
                                 "cublasLtCreate failed: %s", cublasLtGetStatusString(s));
             goto fail;
         }
+    }
+    if (plan_has_conv(p)) c->dnn = kiln_cuda_dnn_create(); // NULL: Kiln's conv kernels
+    if (c->lt != NULL || c->dnn != NULL) { // one workspace: the layers run one after another
         c->workspace_nbytes = WORKSPACE_NBYTES;
-        CUDA_TRY(cudaMalloc(&c->workspace, c->workspace_nbytes), "cudaMalloc (cuBLASLt workspace)");
+        CUDA_TRY(cudaMalloc(&c->workspace, c->workspace_nbytes), "cudaMalloc (workspace)");
     }
     if (p->arena_nbytes > 0) {
         CUDA_TRY(cudaMalloc(&c->arena, (size_t)p->arena_nbytes), "cudaMalloc (activation arena)");
@@ -441,6 +474,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     memset(&ctx, 0, sizeof ctx);
     ctx.stream = stream;
     ctx.lt = c->lt;
+    ctx.dnn = c->dnn;
     ctx.workspace = c->workspace;
     ctx.workspace_nbytes = c->workspace_nbytes;
     ctx.sm_count = e->sm_count;
@@ -449,6 +483,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
         build_args(p, c->views, li, tails, &args);
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(args.op));
         ctx.gemm = &c->gemm[li];
+        ctx.conv = &c->conv[li];
         KILN_CUDA_TRY(kiln_cuda_run(&ctx, &args));
         if (e->debug_sync) { // finds the layer of an asynchronous fault
             cudaError_t err = cudaStreamSynchronize(stream);
@@ -459,7 +494,188 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     return KILN_OK;
 }
 
-// Records the layer loop into a graph (updating the existing executable graph when possible).
+// --- graph update or re-instantiation (the rule: cuda_graph_rules.h)
+
+typedef CUresult (*kernel_params_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*kernel_attr_fn)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue *);
+static once_flag driver_once = ONCE_FLAG_INIT;
+static kernel_params_fn drv_kernel_params;
+static kernel_attr_fn drv_kernel_attr;
+
+// The driver's kernel-node queries (the runtime's cudaGraphKernelNodeGetParams fails, with an
+// error left pending, on nodes of kernels the runtime did not load, such as cuBLASLt's).
+static void driver_entry_points(void) {
+    enum cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetParams", &fn, 12000,
+                                         cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess) {
+        memcpy(&drv_kernel_params, &fn, sizeof fn); // object to function pointer (POSIX)
+    }
+    fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetAttribute", &fn, 12000,
+                                         cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess) {
+        memcpy(&drv_kernel_attr, &fn, sizeof fn);
+    }
+    cudaGetLastError();
+}
+
+typedef struct graph_desc {
+    cudaGraphNode_t *nodes;
+    kiln_cuda_gnode *info;
+    kiln_cuda_gedge *edges;
+    size_t n, n_edges;          // counts
+    size_t n_alloc, edge_alloc; // allocated entries
+} graph_desc;
+
+static void graph_desc_free(graph_desc *d) {
+    kiln_cuda_free(d->nodes, d->n_alloc * sizeof *d->nodes);
+    kiln_cuda_free(d->info, d->n_alloc * sizeof *d->info);
+    kiln_cuda_free(d->edges, d->edge_alloc * sizeof *d->edges);
+    memset(d, 0, sizeof *d);
+}
+
+static size_t node_index(const graph_desc *d, cudaGraphNode_t node) {
+    for (size_t i = 0; i < d->n; i++) {
+        if (d->nodes[i] == node) return i;
+    }
+    return (size_t)-1;
+}
+
+// Reads one kernel node's function and launch attributes.
+static void describe_kernel(cudaGraphNode_t node, kiln_cuda_gnode *inf) {
+    CUDA_KERNEL_NODE_PARAMS kp;
+    CUkernelNodeAttrValue v;
+    inf->type = KILN_CUDA_GNODE_KERNEL;
+    memset(&kp, 0, sizeof kp);
+    if (drv_kernel_params == NULL || drv_kernel_attr == NULL ||
+        drv_kernel_params((CUgraphNode)node, &kp) != CUDA_SUCCESS) {
+        inf->info_unavailable = 1;
+        return;
+    }
+    inf->func = kp.func != NULL ? (uintptr_t)kp.func : (uintptr_t)kp.kern;
+    memset(&v, 0, sizeof v);
+    if (drv_kernel_attr((CUgraphNode)node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v) !=
+        CUDA_SUCCESS) {
+        inf->info_unavailable = 1;
+        return;
+    }
+    inf->cluster[0] = v.clusterDim.x;
+    inf->cluster[1] = v.clusterDim.y;
+    inf->cluster[2] = v.clusterDim.z;
+    memset(&v, 0, sizeof v);
+    if (drv_kernel_attr((CUgraphNode)node, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v) != CUDA_SUCCESS) {
+        inf->info_unavailable = 1;
+        return;
+    }
+    inf->cooperative = v.cooperative != 0;
+}
+
+static void describe_node(cudaGraphNode_t node, kiln_cuda_gnode *inf) {
+    enum cudaGraphNodeType t;
+    if (cudaGraphNodeGetType(node, &t) != cudaSuccess) {
+        inf->info_unavailable = 1;
+    } else if (t == cudaGraphNodeTypeKernel) {
+        describe_kernel(node, inf);
+    } else if (t == cudaGraphNodeTypeMemcpy) {
+        struct cudaMemcpy3DParms mp;
+        inf->type = KILN_CUDA_GNODE_MEMCPY;
+        memset(&mp, 0, sizeof mp);
+        if (cudaGraphMemcpyNodeGetParams(node, &mp) != cudaSuccess) {
+            inf->info_unavailable = 1;
+            return;
+        }
+        inf->one_d = mp.extent.height <= 1 && mp.extent.depth <= 1 && mp.srcArray == NULL &&
+                     mp.dstArray == NULL;
+        inf->memcpy_kind = (int)mp.kind;
+    } else if (t == cudaGraphNodeTypeMemset) {
+        struct cudaMemsetParams sp;
+        inf->type = KILN_CUDA_GNODE_MEMSET;
+        memset(&sp, 0, sizeof sp);
+        if (cudaGraphMemsetNodeGetParams(node, &sp) != cudaSuccess) {
+            inf->info_unavailable = 1;
+            return;
+        }
+        inf->one_d = sp.height <= 1;
+    } else if (t == cudaGraphNodeTypeEmpty) {
+        inf->type = KILN_CUDA_GNODE_EMPTY;
+    } else {
+        inf->type = KILN_CUDA_GNODE_OTHER;
+    }
+}
+
+// Reads a graph's nodes and edges into d; 0 when it cannot (then no update is attempted).
+static int graph_describe(cudaGraph_t g, graph_desc *d) {
+    size_t n = 0, ne = 0, ea;
+    cudaGraphNode_t *from = NULL, *to = NULL;
+    cudaGraphEdgeData *data = NULL;
+    int ok = 0;
+    memset(d, 0, sizeof *d);
+    call_once(&driver_once, driver_entry_points);
+    if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess ||
+        cudaGraphGetEdges(g, NULL, NULL, NULL, &ne) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    d->n_alloc = n ? n : 1;
+    d->edge_alloc = ea = ne ? ne : 1;
+    d->nodes = kiln_cuda_calloc(d->n_alloc * sizeof *d->nodes);
+    d->info = kiln_cuda_calloc(d->n_alloc * sizeof *d->info);
+    d->edges = kiln_cuda_calloc(ea * sizeof *d->edges);
+    from = kiln_cuda_calloc(ea * sizeof *from);
+    to = kiln_cuda_calloc(ea * sizeof *to);
+    data = kiln_cuda_calloc(ea * sizeof *data);
+    if (d->nodes != NULL && d->info != NULL && d->edges != NULL && from != NULL && to != NULL &&
+        data != NULL && cudaGraphGetNodes(g, d->nodes, &n) == cudaSuccess &&
+        cudaGraphGetEdges(g, from, to, data, &ne) == cudaSuccess && n <= d->n_alloc && ne <= ea) {
+        d->n = n;
+        d->n_edges = ne;
+        for (size_t i = 0; i < n; i++) describe_node(d->nodes[i], &d->info[i]);
+        for (size_t i = 0; i < ne; i++) {
+            d->edges[i].from = node_index(d, from[i]);
+            d->edges[i].to = node_index(d, to[i]);
+            d->edges[i].type = data[i].type;
+            d->edges[i].from_port = data[i].from_port;
+            d->edges[i].to_port = data[i].to_port;
+        }
+        ok = 1;
+    }
+    cudaGetLastError(); // a failed query only means "no update": consume it
+    kiln_cuda_free(from, ea * sizeof *from);
+    kiln_cuda_free(to, ea * sizeof *to);
+    kiln_cuda_free(data, ea * sizeof *data);
+    return ok;
+}
+
+// 1 when c->graph may be updated from g (cuda_graph_rules.h); 0: instantiate anew.
+static int graph_updatable(const cuda_context *c, cudaGraph_t g) {
+    graph_desc a, b;
+    const char *why = "a graph could not be described";
+    int ok = 0;
+    if (c->graph_src == NULL) return 0;
+    int da = graph_describe(c->graph_src, &a);
+    int db = graph_describe(g, &b);
+    if (da && db) {
+        ok = kiln_cuda_graph_updatable(a.info, a.n, a.edges, a.n_edges, b.info, b.n, b.edges,
+                                       b.n_edges, &why);
+    }
+    if (!ok) kiln_cuda_log(KILN_LOG_DEBUG, "CUDA graph re-instantiated (no update): %s", why);
+    graph_desc_free(&a);
+    graph_desc_free(&b);
+    return ok;
+}
+
+static void graph_drop(cuda_context *c) {
+    if (c->graph_valid) cudaGraphExecDestroy(c->graph);
+    if (c->graph_src != NULL) cudaGraphDestroy(c->graph_src);
+    c->graph_valid = 0;
+    c->graph_src = NULL;
+}
+
+// Records the layer loop into a graph: updates the executable graph in place when the rule
+// allows it (and the update succeeds), else instantiates anew. A refused update is an expected,
+// non-sticky error: it is consumed here so that no later cudaGetLastError sees it.
 static kiln_status record_graph(cuda_context *c, cudaStream_t stream) {
     cudaGraph_t g = NULL;
     kiln_status st;
@@ -473,20 +689,31 @@ static kiln_status record_graph(cuda_context *c, cudaStream_t stream) {
         return st;
     }
     if (err != cudaSuccess) return cuda_fail("cudaStreamEndCapture", err);
-    if (c->graph_valid) {
+    if (c->graph_valid && graph_updatable(c, g)) {
         cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(c->graph, g, &info) == cudaSuccess) {
-            cudaGraphDestroy(g);
+        memset(&info, 0, sizeof info);
+        err = cudaGraphExecUpdate(c->graph, g, &info);
+        if (err == cudaSuccess) {
+            cudaGraphDestroy(c->graph_src);
+            c->graph_src = g;
+            c->graph_updates++;
             return KILN_OK;
         }
-        cudaGetLastError(); // topology changed: instantiate anew
-        cudaGraphExecDestroy(c->graph);
-        c->graph_valid = 0;
+        // Expected (cudaErrorGraphExecUpdateFailure, not sticky): consume it, re-instantiate.
+        cudaGetLastError();
+        kiln_cuda_log(KILN_LOG_DEBUG,
+                      "cudaGraphExecUpdate refused (%s, result %d): re-instantiating",
+                      cudaGetErrorName(err), (int)info.result);
     }
+    graph_drop(c);
     err = cudaGraphInstantiate(&c->graph, g, 0);
-    cudaGraphDestroy(g);
-    if (err != cudaSuccess) return cuda_fail("cudaGraphInstantiate", err);
+    if (err != cudaSuccess) {
+        cudaGraphDestroy(g);
+        return cuda_fail("cudaGraphInstantiate", err);
+    }
+    c->graph_src = g;
     c->graph_valid = 1;
+    c->graph_instantiations++;
     return KILN_OK;
 }
 
@@ -601,6 +828,30 @@ static kiln_status cuda_execute(void *context_state, const kiln_exec *exec) {
 
 // --- test hook: one layer on device tensors
 
+// One cuDNN handle per device for run_op, created on first use and kept (the test programs run
+// hundreds of cases; creating a handle costs far more than a case).
+#define RUN_OP_MAX_DEVICES 64
+static mtx_t run_op_mtx;
+static once_flag run_op_once = ONCE_FLAG_INIT;
+static kiln_cuda_dnn *run_op_handles[RUN_OP_MAX_DEVICES];
+static uint8_t run_op_tried[RUN_OP_MAX_DEVICES];
+
+static void run_op_init(void) { mtx_init(&run_op_mtx, mtx_plain); }
+
+static kiln_cuda_dnn *run_op_dnn(int device) {
+    kiln_cuda_dnn *d = NULL;
+    if (device < 0 || device >= RUN_OP_MAX_DEVICES) return NULL;
+    call_once(&run_op_once, run_op_init);
+    mtx_lock(&run_op_mtx);
+    if (!run_op_tried[device]) {
+        run_op_tried[device] = 1;
+        run_op_handles[device] = kiln_cuda_dnn_create();
+    }
+    d = run_op_handles[device];
+    mtx_unlock(&run_op_mtx);
+    return d;
+}
+
 static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void *stream,
                                  uint32_t flags) {
     kiln_cuda_ctx ctx;
@@ -628,6 +879,11 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
             st = kiln_cuda_fail(KILN_ERR_DEVICE, "run_op: cublasLtCreate failed");
             goto fail;
         }
+    }
+    if (!(flags & KILN_CUDA_RUN_NO_CUDNN) && args->op == KILN_OP_CONV2D) {
+        ctx.dnn = run_op_dnn(device); // kept for the process: cudnnCreate is slow
+    }
+    if (ctx.lt != NULL || ctx.dnn != NULL) {
         ctx.workspace_nbytes = WORKSPACE_NBYTES;
         CUDA_TRY(cudaMalloc(&ctx.workspace, ctx.workspace_nbytes), "cudaMalloc (workspace)");
     }
@@ -639,6 +895,7 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
 
 fail:
     if (ctx.stream != NULL) cudaStreamSynchronize(ctx.stream);
+    if (st != KILN_OK) cudaGetLastError(); // reported: leave nothing pending
     cudaFree(ctx.workspace);
     if (ctx.lt != NULL) cublasLtDestroy(ctx.lt);
     if (own != NULL) cudaStreamDestroy(own);
@@ -663,6 +920,7 @@ static void probe(void) {
     struct cudaDeviceProp prop0;
     cudaError_t err = cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
+    cudaGetLastError();
     if (err != cudaSuccess || drv == 0) {
         snprintf(probe_reason, sizeof probe_reason,
                  "no NVIDIA driver was found (cudaDriverGetVersion: %s)",

@@ -58,20 +58,28 @@ static inline int kiln_cuda_graph_updatable(const kiln_cuda_gnode *old_nodes, si
                                             const kiln_cuda_gedge *new_edges, size_t e_new,
                                             const char **why) {
     const char *w = NULL;
-    if (n_old != n_new) w = "node count differs";
-    else if (e_old != e_new) w = "edge count differs";
+    if (n_old != n_new)
+        w = "node count differs";
+    else if (e_old != e_new)
+        w = "edge count differs";
     for (size_t i = 0; w == NULL && i < n_new; i++) {
         const kiln_cuda_gnode *a = &old_nodes[i], *b = &new_nodes[i];
-        if (a->info_unavailable || b->info_unavailable) w = "node parameters unavailable";
-        else if (a->type != b->type) w = "node type differs";
-        else if (a->type == KILN_CUDA_GNODE_OTHER) w = "node of a type that is not updated";
+        if (a->info_unavailable || b->info_unavailable)
+            w = "node parameters unavailable";
+        else if (a->type != b->type)
+            w = "node type differs";
+        else if (a->type == KILN_CUDA_GNODE_OTHER)
+            w = "node of a type that is not updated";
         else if (a->type == KILN_CUDA_GNODE_KERNEL) {
-            if (a->func != b->func) w = "kernel function differs";
+            if (a->func != b->func)
+                w = "kernel function differs";
             else if (kiln_cuda_gnode_clustered(a) || kiln_cuda_gnode_clustered(b))
                 w = "kernel launched with thread-block clusters";
-            else if (a->cooperative || b->cooperative) w = "cooperative kernel";
+            else if (a->cooperative || b->cooperative)
+                w = "cooperative kernel";
         } else if (a->type == KILN_CUDA_GNODE_MEMCPY || a->type == KILN_CUDA_GNODE_MEMSET) {
-            if (!a->one_d || !b->one_d) w = "memcpy/memset that is not 1-D";
+            if (!a->one_d || !b->one_d)
+                w = "memcpy/memset that is not 1-D";
             else if (a->type == KILN_CUDA_GNODE_MEMCPY && a->memcpy_kind != b->memcpy_kind)
                 w = "memcpy kind differs";
         }

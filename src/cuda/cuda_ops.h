@@ -50,12 +50,35 @@ typedef struct kiln_cuda_gemm_cache {
     cublasLtMatmulAlgo_t algo;
 } kiln_cuda_gemm_cache;
 
+// cuDNN (cuda_dnn.c, loaded at run time): a handle per context; NULL when cuDNN is absent.
+typedef struct kiln_cuda_dnn kiln_cuda_dnn;
+
+// The cached cuDNN set-up of one conv2d layer (descriptors created once, at context creation;
+// re-set and the algorithm re-chosen only when the key changes).
+#define KILN_CUDA_CONV_KEY 16
+typedef struct kiln_cuda_conv_cache {
+    int state; // 0: not set up; 1: cuDNN with algo; 2: never cuDNN; 3: not at these shapes
+    int fused; // -1: cuDNN declined the fused bias/residual/relu call (unfused from then on)
+    int algo;  // cudnnConvolutionFwdAlgo_t
+    size_t ws_nbytes;
+    int64_t key[KILN_CUDA_CONV_KEY];
+    void *descs; // cuDNN descriptors (cuda_dnn.c)
+} kiln_cuda_conv_cache;
+
+// One conv2d's geometry (NCHW input, OIHW weight).
+typedef struct kiln_cuda_conv_params {
+    int64_t n, c, h, w, o, oh, ow, groups;
+    int kh, kw, sh, sw, ph, pw, dh, dw;
+} kiln_cuda_conv_params;
+
 typedef struct kiln_cuda_ctx {
     cudaStream_t stream;
     cublasLtHandle_t lt; // NULL: every GEMM through Kiln's kernel
     void *workspace;     // cuBLASLt workspace (device)
     size_t workspace_nbytes;
     kiln_cuda_gemm_cache *gemm; // this layer's cache (NULL: none, set up on every call)
+    kiln_cuda_dnn *dnn;         // NULL: convolutions on Kiln's kernels
+    kiln_cuda_conv_cache *conv; // this layer's cuDNN cache (NULL: none, set up on every call)
     int sm_count;               // multiprocessors of the device
     int plan_only;              // GEMM launchers only choose (and cache) their algorithm
     const char *where;          // "layer 12 (linear)", for messages
@@ -130,9 +153,21 @@ kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
 // launch or capture on it) (op_attention.cu).
 kiln_status kiln_cuda_attention_init(void);
 
-// Chooses and caches the GEMM set-up of a linear/matmul layer at the shapes and pointer
-// alignments in args without running it (context creation: algorithms chosen at load).
+// Chooses and caches the set-up of a linear/matmul layer (cuBLASLt) or conv2d layer (cuDNN) at
+// the shapes and pointer alignments in args without running it (context creation: algorithms
+// chosen at load).
 kiln_status kiln_cuda_gemm_prepare(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args);
+
+// cuDNN (cuda_dnn.c). kiln_cuda_dnn_create: a handle, or NULL when cuDNN cannot be loaded or
+// KILN_CUDA_NO_CUDNN is set (logged once at INFO; not an error).
+kiln_cuda_dnn *kiln_cuda_dnn_create(void);
+void kiln_cuda_dnn_destroy(kiln_cuda_dnn *dnn);
+size_t kiln_cuda_dnn_version(void); // 0 when not loadable
+void kiln_cuda_conv_cache_free(kiln_cuda_conv_cache *cache);
+// Runs conv2d (and the part of the tail it fuses: *skip tail ops) through cuDNN; *done = 0 when
+// the caller must run Kiln's kernel. With ctx->plan_only it only sets up the cache.
+kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                 const kiln_cuda_conv_params *p, uint32_t *skip, int *done);
 
 // Runs one layer: dispatches on args->op (cuda_dispatch.c).
 kiln_status kiln_cuda_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args);

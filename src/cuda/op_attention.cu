@@ -240,7 +240,10 @@ extern "C" kiln_status kiln_cuda_attention_init(void) {
     cudaError_t e = sdpa_init_type<float>();
     if (e == cudaSuccess) e = sdpa_init_type<__half>();
     if (e == cudaSuccess) e = sdpa_init_type<__nv_bfloat16>();
-    if (e != cudaSuccess) return kiln_cuda_error(NULL, "cudaFuncSetAttribute (sdpa)", e);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); // reported here: leave nothing pending
+        return kiln_cuda_error(NULL, "cudaFuncSetAttribute (sdpa)", e);
+    }
     return KILN_OK;
 }
 

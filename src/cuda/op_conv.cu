@@ -161,6 +161,30 @@ static kiln_status conv_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
     }
     int64_t cols = g.n * g.oh * g.ow;
     if (cols == 0 || g.o == 0) return KILN_OK;
+    if (!transposed) {
+        kiln_cuda_conv_params cp;
+        uint32_t skip = 0;
+        int done = 0;
+        cp.n = g.n;
+        cp.c = g.c;
+        cp.h = g.h;
+        cp.w = g.w_in;
+        cp.o = g.o;
+        cp.oh = g.oh;
+        cp.ow = g.ow;
+        cp.groups = groups;
+        cp.kh = g.kh;
+        cp.kw = g.kw;
+        cp.sh = g.sh;
+        cp.sw = g.sw;
+        cp.ph = g.ph;
+        cp.pw = g.pw;
+        cp.dh = g.dh;
+        cp.dw = g.dw;
+        KILN_CUDA_TRY(kiln_cuda_dnn_conv2d(ctx, args, &cp, &skip, &done));
+        if (done) return kiln_cuda_tail(ctx, args, skip);
+    }
+    if (ctx->plan_only) return KILN_OK;
     if (g.og < DIRECT_MAX_OG) {
         int64_t total = cols * g.o;
         conv_direct_kernel<<<kc_blocks(total, DIRECT_BLOCK), DIRECT_BLOCK, 0, ctx->stream>>>(g);

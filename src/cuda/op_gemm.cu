@@ -87,8 +87,10 @@ typedef struct lt_problem {
     int64_t m, n, k, lda, ldb, ldd;
     int64_t batch, stride_a, stride_b, stride_d;
     const void *a, *b, *bias;
+    const void *c; // beta = 1, C = c (a residual of D's shape and layout) when not NULL
     void *d;
     int relu; // fuse ReLU (after the bias) into the epilogue
+    int gelu; // fuse GELU, tanh form (cuBLASLt's GELU epilogue is the tanh approximation)
 } lt_problem;
 
 static void lt_key(const lt_problem *p, int64_t *key) {
@@ -110,22 +112,29 @@ static void lt_key(const lt_problem *p, int64_t *key) {
     key[14] = lt_align(p->a);
     key[15] = lt_align(p->b);
     key[16] = lt_align(p->d);
-    key[17] = 1; // key format
+    key[17] = p->gelu;
+    key[18] = (int64_t)(uintptr_t)p->c; // the residual's address (C's layout is D's)
+    key[19] = p->c != NULL ? lt_align(p->c) : 0;
+    key[20] = 2; // key format
 }
 
 // Sets up descriptors and picks an algorithm; 0 when cuBLASLt has none (use the fallback).
 static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gemm_cache *c) {
     cudaDataType_t t = lt_type(p->dtype);
     cublasOperation_t ta = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = p->bias
-                                 ? (p->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                 : (p->relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    cublasLtEpilogue_t epi = p->bias ? (p->relu   ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                        : p->gelu ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                                  : CUBLASLT_EPILOGUE_BIAS)
+                                     : (p->relu   ? CUBLASLT_EPILOGUE_RELU
+                                        : p->gelu ? CUBLASLT_EPILOGUE_GELU
+                                                  : CUBLASLT_EPILOGUE_DEFAULT);
     cublasLtMatmulPreferenceOpaque_t pref;
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     uint64_t ws = ctx->workspace_nbytes;
     uint32_t al_a = (uint32_t)lt_align(p->a), al_b = (uint32_t)lt_align(p->b),
              al_d = (uint32_t)lt_align(p->d);
+    uint32_t al_c = p->c != NULL ? (uint32_t)lt_align(p->c) : al_d;
     int32_t batch = (int32_t)p->batch;
     cublasStatus_t s;
 
@@ -182,7 +191,7 @@ static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gem
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                 &al_d, sizeof al_d);
+                                                 &al_c, sizeof al_c);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
@@ -210,6 +219,8 @@ static kiln_status lt_run(const kiln_cuda_ctx *ctx, const lt_problem *p, int *do
     kiln_cuda_gemm_cache *c = ctx->gemm ? ctx->gemm : &local;
     int64_t key[KILN_CUDA_GEMM_KEY];
     const float one = 1.0f, zero = 0.0f;
+    const float *beta = p->c != NULL ? &one : &zero;
+    const void *cptr = p->c != NULL ? p->c : p->d;
     *done = 0;
     if (ctx->lt == NULL) return KILN_OK;
     lt_key(p, key);
@@ -225,7 +236,7 @@ static kiln_status lt_run(const kiln_cuda_ctx *ctx, const lt_problem *p, int *do
         return KILN_OK;
     }
     cublasStatus_t s =
-        cublasLtMatmul(ctx->lt, &c->desc, &one, p->a, &c->a, p->b, &c->b, &zero, p->d, &c->c, p->d,
+        cublasLtMatmul(ctx->lt, &c->desc, &one, p->a, &c->a, p->b, &c->b, beta, cptr, &c->c, p->d,
                        &c->c, &c->algo, ctx->workspace, ctx->workspace_nbytes, ctx->stream);
     if (s != CUBLAS_STATUS_SUCCESS) {
         // Rejected before any work was enqueued: remember it and use Kiln's kernel instead.
@@ -249,6 +260,26 @@ static const kiln_tensor *opt_in(const kiln_kernel_args *args, uint32_t i) {
 // The first tail op can ride in the epilogue when it is a ReLU.
 static int tail_relu_first(const kiln_kernel_args *args) {
     return args->n_tail > 0 && args->tail[0].op == KILN_OP_RELU;
+}
+
+// ... or a GELU of the tanh form (cuBLASLt's GELU epilogue is the tanh approximation, so the
+// exact erf GELU stays in Kiln's tail kernel).
+static int tail_gelu_tanh_first(const kiln_kernel_args *args) {
+    return args->n_tail > 0 && args->tail[0].op == KILN_OP_GELU &&
+           kiln_attrs_int(&args->tail[0].attrs, KILN_A_GELU_APPROXIMATE, 0) == 1;
+}
+
+// ... or an add of a residual of exactly the output's dtype and shape (not the output itself):
+// D = A B + bias + C with beta = 1 and C = the residual. Returns the residual, or NULL.
+static const void *tail_residual_first(const kiln_kernel_args *args) {
+    const kiln_tensor *y = args->out, *r;
+    if (args->n_tail == 0 || args->tail[0].op != KILN_OP_ADD) return NULL;
+    r = args->tail[0].operand;
+    if (r == NULL || r->data == NULL || r->data == y->data || r->dtype != y->dtype ||
+        r->rank != y->rank || memcmp(r->dims, y->dims, y->rank * sizeof(int64_t)) != 0) {
+        return NULL;
+    }
+    return r->data;
 }
 
 static kiln_status gemm_bad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
@@ -298,8 +329,10 @@ extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_ker
         p.bias = bias ? bias->data : NULL;
         p.d = y->data;
         p.relu = tail_relu_first(args);
+        p.gelu = tail_gelu_tanh_first(args);
+        p.c = p.relu || p.gelu ? NULL : tail_residual_first(args);
         KILN_CUDA_TRY(lt_run(ctx, &p, &done));
-        if (done && p.relu) skip = 1;
+        if (done && (p.relu || p.gelu || p.c != NULL)) skip = 1;
     }
     if (ctx->plan_only) return KILN_OK;
     if (!done) {
@@ -383,8 +416,9 @@ extern "C" kiln_status kiln_cuda_matmul(const kiln_cuda_ctx *ctx, const kiln_ker
         p.b = a->data;
         p.d = y->data;
         p.relu = tail_relu_first(args);
+        p.c = p.relu ? NULL : tail_residual_first(args);
         KILN_CUDA_TRY(lt_run(ctx, &p, &done));
-        if (done && p.relu) skip = 1;
+        if (done && (p.relu || p.c != NULL)) skip = 1;
     }
     if (ctx->plan_only) return KILN_OK;
     if (!done) {
@@ -411,5 +445,6 @@ extern "C" kiln_status kiln_cuda_gemm_prepare(const kiln_cuda_ctx *ctx,
     plan.plan_only = 1;
     if (args->op == KILN_OP_LINEAR) return kiln_cuda_linear(&plan, args);
     if (args->op == KILN_OP_MATMUL) return kiln_cuda_matmul(&plan, args);
+    if (args->op == KILN_OP_CONV2D) return kiln_cuda_conv2d(&plan, args);
     return KILN_OK;
 }

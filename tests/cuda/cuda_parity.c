@@ -39,6 +39,7 @@ static int opt_quick, opt_dry;
 static const char *opt_filter;
 static int n_skipped;
 static int n_lt_rejected, n_lt_noalgo, n_lt_rejected_total; // from the plugin's log messages
+static int n_dnn_declined;
 
 // Log hook: prints warnings and errors, counts the plugin's cuBLASLt fallbacks.
 static void log_hook(void *user_data, kiln_log_level level, const char *message) {
@@ -48,6 +49,8 @@ static void log_hook(void *user_data, kiln_log_level level, const char *message)
         n_lt_rejected_total++;
     }
     if (strstr(message, "has no algorithm") != NULL) n_lt_noalgo++;
+    if (strstr(message, "cuDNN declined") != NULL || strstr(message, "cudnnAddTensor declined"))
+        n_dnn_declined++;
     if (level >= KILN_LOG_WARN) fprintf(stderr, "kiln: %s\n", message);
 }
 
@@ -313,6 +316,7 @@ typedef struct op_case {
     tail_case tail[KILN_MAX_TAIL];
     tol tol;
     int gemm; // run twice: cuBLASLt and Kiln's own kernel
+    int dnn;  // run twice: cuDNN and Kiln's own kernel (conv2d)
 } op_case;
 
 static void case_init(op_case *c, uint32_t op) {
@@ -321,6 +325,7 @@ static void case_init(op_case *c, uint32_t op) {
     attrs_init(&c->attrs, op);
     c->tol = TOL_DEFAULT;
     c->gemm = op == KILN_OP_LINEAR || op == KILN_OP_MATMUL;
+    c->dnn = op == KILN_OP_CONV2D;
 }
 
 static void case_in(op_case *c, spec s) { c->in[c->n_in++] = s; }
@@ -473,15 +478,17 @@ static void run_case(const op_case *c) {
     out_ref.dev = out_ref.host;
     out_ref.dev.data = dev_out;
     dargs.out = &out_ref.dev;
-    for (int variant = 0; variant < (c->gemm ? 2 : 1); variant++) {
-        const char *vname = c->gemm ? (variant == 0 ? "[cublasLt]" : "[own gemm]") : NULL;
-        uint32_t flags = variant == 1 ? KILN_CUDA_RUN_NO_CUBLASLT : 0;
+    for (int variant = 0; variant < (c->gemm || c->dnn ? 2 : 1); variant++) {
+        const char *vname = c->gemm  ? (variant == 0 ? "[cublasLt]" : "[own gemm]")
+                            : c->dnn ? (variant == 0 ? "[cudnn]" : "[own conv]")
+                                     : NULL;
+        uint32_t flags = variant == 1 ? KILN_CUDA_RUN_NO_CUBLASLT | KILN_CUDA_RUN_NO_CUDNN : 0;
         // Poison the output so that an element the kernel forgets to write shows up.
         if (!cuda_ok(cudaMemset(dev_out, 0xFF, out_ref.nbytes), "cudaMemset")) {
             report(0, name, vname, "cudaMemset failed");
             continue;
         }
-        n_lt_rejected = n_lt_noalgo = 0;
+        n_lt_rejected = n_lt_noalgo = n_dnn_declined = 0;
         st = plugin->run_op(&dargs, 0, NULL, flags);
         if (st == KILN_OK && n_lt_rejected > 0) {
             report(0, name, vname, "cublasLtMatmul rejected the problem (see the warning)");
@@ -501,6 +508,11 @@ static void run_case(const op_case *c) {
         if (variant == 0 && c->gemm && n_lt_noalgo > 0) {
             size_t used = strlen(msg);
             snprintf(msg + used, sizeof msg - used, "; cuBLASLt had no algorithm: own kernel ran");
+        }
+        if (variant == 0 && c->dnn && n_dnn_declined > 0) {
+            size_t used = strlen(msg);
+            snprintf(msg + used, sizeof msg - used,
+                     "; cuDNN declined (part of) it: own kernel ran");
         }
         report(same, name, vname, msg);
     }
@@ -879,6 +891,24 @@ static void cases_gemm(void) {
         tail_case *cl = case_tail(&c, KILN_OP_CLAMP);
         attrs_float(&cl->attrs, KILN_A_CLAMP_MAX, 0.7);
         run_case(&c);
+        // epilogues: GELU (tanh form) + bias; bias + residual (beta = 1, C = residual)
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "2x9x64"));
+        case_in(&c, SR(dt, "96x64", -0.3, 0.3));
+        case_in(&c, S(dt, "96"));
+        attrs_int(&case_tail(&c, KILN_OP_GELU)->attrs, KILN_A_GELU_APPROXIMATE, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "2x9x96"));
+        case_in(&c, SR(dt, "64x96", -0.3, 0.3));
+        case_in(&c, S(dt, "64"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "2x9x64"), 0);
+        run_case(&c);
+        case_init(&c, KILN_OP_MATMUL);
+        case_in(&c, S(dt, "2x3x7x9"));
+        case_in(&c, S(dt, "2x3x9x6"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "2x3x7x6"), 1);
+        run_case(&c);
         // matmul: plain, folded batch, full batch, broadcast batch, 1-D operands
         static const char *mm[][2] = {
             {"3x4", "4x5"},       {"2x3x7x9", "9x6"},  {"2x3x7x9", "2x3x9x6"},
@@ -921,6 +951,21 @@ static void cases_conv(void) {
         case_in(&c, S(dt, "1x64x5x5"));
         case_in(&c, SR(dt, "70x64x1x1", -0.3, 0.3));
         case_in(&c, S(dt, "70"));
+        case_tail(&c, KILN_OP_RELU);
+        run_case(&c);
+        // a ResNet bottleneck tail: conv + bias + residual + relu (cuDNN: one fused call)
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "2x32x7x7"));
+        case_in(&c, SR(dt, "32x32x3x3", -0.2, 0.2));
+        case_in(&c, S(dt, "32"));
+        attrs_int2(&c.attrs, KILN_A_CONV_PADDING, 1, 1);
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "2x32x7x7"), 1);
+        case_tail(&c, KILN_OP_RELU);
+        run_case(&c);
+        // no bias, relu: unfused cuDNN conv, then Kiln's tail
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "1x16x8x8"));
+        case_in(&c, SR(dt, "24x16x1x1", -0.3, 0.3));
         case_tail(&c, KILN_OP_RELU);
         run_case(&c);
         if (!opt_quick) {

@@ -8,14 +8,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-from executorch.exir import to_edge_transform_and_lower
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
 
 from ._options import validate_external_data, validate_precision
 from .partitioner import KilnPartitioner
 
-EXPORT_OPTIONS = ("dynamic_shapes", "precision", "external_data", "partitioners")
+EXPORT_OPTIONS = ("dynamic_shapes", "precision", "external_data", "partitioners", "backend_config")
 
 
 def _as_args(example_inputs, what: str) -> tuple:
@@ -121,6 +121,7 @@ def export(
     precision: str = "fp32",
     external_data: str | None = None,
     partitioners: Sequence[Partitioner] | None = None,
+    backend_config=None,
 ):
     """Exports a model to an ExecuTorch program whose supported parts run in Kiln.
 
@@ -139,6 +140,8 @@ def export(
             ``write_tensor_data_to_file(dir)``).
         partitioners: further ExecuTorch partitioners, applied after Kiln's to what Kiln does
             not take (e.g. XNNPACK or CUDA); anything left runs on ExecuTorch's kernels.
+        backend_config: an ``ExecutorchBackendConfig`` for ``to_executorch`` (memory planning,
+            e.g. ``MemoryPlanningPass(alloc_graph_input=False)`` for caller-owned inputs).
 
     Returns:
         ExecuTorch's ``ExecutorchProgramManager`` (``.buffer``, ``.write_to_file(f)``,
@@ -147,18 +150,23 @@ def export(
     precision = validate_precision(precision)
     external_data = validate_external_data(external_data)
     extra = _check_partitioners(partitioners)
+    if backend_config is not None and not isinstance(backend_config, ExecutorchBackendConfig):
+        raise TypeError(
+            "backend_config must be an executorch.exir.ExecutorchBackendConfig, got "
+            f"{type(backend_config).__name__}"
+        )
     programs = _programs(model, example_inputs, dynamic_shapes)
     kiln = KilnPartitioner(precision=precision, external_data=external_data)
     edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
-    return edge.to_executorch()
+    return edge.to_executorch(backend_config)
 
 
 def save(model, path, example_inputs: Sequence | None = None, **options):
     """Exports like :func:`export` and writes the program to ``path`` (a .pte) and, with
     ``external_data="name"``, the weights to ``name.ptd`` in the same folder.
 
-    Options: ``dynamic_shapes``, ``precision``, ``external_data``, ``partitioners`` (as for
-    :func:`export`). Returns the ``ExecutorchProgramManager``.
+    Options: ``dynamic_shapes``, ``precision``, ``external_data``, ``partitioners``,
+    ``backend_config`` (as for :func:`export`). Returns the ``ExecutorchProgramManager``.
     """
     unknown = sorted(set(options) - set(EXPORT_OPTIONS))
     if unknown:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -153,7 +154,7 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
             bad = _partition_problems(pn)
             if bad:
                 log.debug(
-                    "Kiln drops %s: symbolic values cross the partition",
+                    "Kiln drops %s: a symbolic or non-contiguous value crosses the partition",
                     sorted(b.name for b in bad),
                 )
                 supported -= bad
@@ -194,11 +195,23 @@ class KilnPartitioner(Partitioner):
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         partitions = propose(exported_program)
         tags = {}
+        claimed = set()
         for i, pn in enumerate(partitions):
             tag = f"kiln_{i}"
             for n in pn:
                 n.meta["delegation_tag"] = tag
             tags[tag] = self.delegation_spec
+            claimed |= pn
+        kept_whole = set(low.PRESERVED_OPS)
+        for n in exported_program.graph.nodes:
+            if n.op == "call_function" and n not in claimed and low.target_name(n) in kept_whole:
+                # Kept whole for Kiln by ops_to_not_decompose but not claimed after all: the
+                # remaining partitioners or ExecuTorch's kernels must handle the non-core op.
+                warnings.warn(
+                    f"Kiln kept {low.target_name(n)} ('{n.name}') whole but could not take it; "
+                    "if no later partitioner takes it, ExecuTorch needs a kernel for it",
+                    stacklevel=2,
+                )
         tag_constant_data(exported_program)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
 

@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: Apache-2.0
+// conv2d through cuDNN (legacy API), loaded at run time: libcudnn.so.9 is dlopen()ed once per
+// process (the plugin's RUNPATH: the nvidia wheels' cudnn/lib, then the toolkit), so the plugin
+// still loads and runs, on Kiln's own conv kernels, where cuDNN is absent
+// (KILN_CUDA_NO_CUDNN=1 forces that too).
+//
+// Layout: NCHW, the engine's activation layout (no transposes around the call; cuDNN's
+// NCHW fp16/bf16 engines use tensor cores with their own internal transposition). Math: fp16 and
+// bf16 with float compute (tensor-core math), float32 with CUDNN_FMA_MATH (no TF32, like the
+// GEMMs). Per layer a cache (kiln_cuda_conv_cache) holds the descriptors (created at context
+// creation, from kiln_cuda_gemm_prepare's pass over the layers) and the algorithm chosen by
+// cudnnGetConvolutionForwardAlgorithm_v7 within the context's workspace; shapes that change
+// only re-set the descriptors and re-query (host-only calls, no allocation).
+//
+// The fused tail: bias plus [add(residual)] plus [relu] become one
+// cudnnConvolutionBiasActivationForward (y = relu(conv(x, w) + z + bias)); otherwise
+// cudnnConvolutionForward, then cudnnAddTensor for the bias, then Kiln's tail kernel. Anything
+// cuDNN declines (status not SUCCESS, returned before any work is enqueued) is remembered per
+// layer and runs on Kiln's kernel instead.
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+
+#include "cuda/cuda_ops.h"
+
+#if KILN_CUDA_HAVE_CUDNN
+#include <cudnn.h>
+
+#define DNN_FN(name) __typeof__(&name) name
+static struct {
+    DNN_FN(cudnnGetVersion);
+    DNN_FN(cudnnGetErrorString);
+    DNN_FN(cudnnCreate);
+    DNN_FN(cudnnDestroy);
+    DNN_FN(cudnnSetStream);
+    DNN_FN(cudnnCreateTensorDescriptor);
+    DNN_FN(cudnnSetTensor4dDescriptor);
+    DNN_FN(cudnnDestroyTensorDescriptor);
+    DNN_FN(cudnnCreateFilterDescriptor);
+    DNN_FN(cudnnSetFilter4dDescriptor);
+    DNN_FN(cudnnDestroyFilterDescriptor);
+    DNN_FN(cudnnCreateConvolutionDescriptor);
+    DNN_FN(cudnnSetConvolution2dDescriptor);
+    DNN_FN(cudnnSetConvolutionGroupCount);
+    DNN_FN(cudnnSetConvolutionMathType);
+    DNN_FN(cudnnDestroyConvolutionDescriptor);
+    DNN_FN(cudnnCreateActivationDescriptor);
+    DNN_FN(cudnnSetActivationDescriptor);
+    DNN_FN(cudnnDestroyActivationDescriptor);
+    DNN_FN(cudnnGetConvolutionForwardAlgorithm_v7);
+    DNN_FN(cudnnConvolutionForward);
+    DNN_FN(cudnnConvolutionBiasActivationForward);
+    DNN_FN(cudnnAddTensor);
+} api;
+
+static once_flag load_once = ONCE_FLAG_INIT;
+static int api_ok;
+static char api_reason[256];
+
+static int resolve(void *lib, const char *name, void *slot, size_t nbytes) {
+    void *f = dlsym(lib, name);
+    if (f == NULL) return 0;
+    memcpy(slot, &f, nbytes); // object to function pointer (POSIX guarantees it works)
+    return 1;
+}
+
+#define RESOLVE(name) ok = ok && resolve(lib, #name, &api.name, sizeof api.name)
+
+static void load_api(void) {
+    void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    int ok = lib != NULL;
+    if (!ok) {
+        const char *e = dlerror();
+        snprintf(api_reason, sizeof api_reason, "%s", e ? e : "dlopen failed");
+        return;
+    }
+    RESOLVE(cudnnGetVersion);
+    RESOLVE(cudnnGetErrorString);
+    RESOLVE(cudnnCreate);
+    RESOLVE(cudnnDestroy);
+    RESOLVE(cudnnSetStream);
+    RESOLVE(cudnnCreateTensorDescriptor);
+    RESOLVE(cudnnSetTensor4dDescriptor);
+    RESOLVE(cudnnDestroyTensorDescriptor);
+    RESOLVE(cudnnCreateFilterDescriptor);
+    RESOLVE(cudnnSetFilter4dDescriptor);
+    RESOLVE(cudnnDestroyFilterDescriptor);
+    RESOLVE(cudnnCreateConvolutionDescriptor);
+    RESOLVE(cudnnSetConvolution2dDescriptor);
+    RESOLVE(cudnnSetConvolutionGroupCount);
+    RESOLVE(cudnnSetConvolutionMathType);
+    RESOLVE(cudnnDestroyConvolutionDescriptor);
+    RESOLVE(cudnnCreateActivationDescriptor);
+    RESOLVE(cudnnSetActivationDescriptor);
+    RESOLVE(cudnnDestroyActivationDescriptor);
+    RESOLVE(cudnnGetConvolutionForwardAlgorithm_v7);
+    RESOLVE(cudnnConvolutionForward);
+    RESOLVE(cudnnConvolutionBiasActivationForward);
+    RESOLVE(cudnnAddTensor);
+    if (!ok) {
+        snprintf(api_reason, sizeof api_reason, "libcudnn.so.9 lacks a legacy API symbol");
+        return; // the library stays loaded (never unloaded, like the plugin)
+    }
+    api_ok = 1;
+}
+
+struct kiln_cuda_dnn {
+    cudnnHandle_t h;
+};
+
+// The per-layer descriptors (hidden behind the cache's opaque pointer).
+typedef struct conv_descs {
+    cudnnTensorDescriptor_t x, y, b;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnActivationDescriptor_t relu;
+} conv_descs;
+
+kiln_cuda_dnn *kiln_cuda_dnn_create(void) {
+    static int logged;
+    kiln_cuda_dnn *d;
+    const char *off = getenv("KILN_CUDA_NO_CUDNN");
+    if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) return NULL;
+    call_once(&load_once, load_api);
+    if (!api_ok) {
+        if (!logged) {
+            logged = 1; // benign race: at worst one more INFO line
+            kiln_cuda_log(KILN_LOG_INFO,
+                          "cuDNN not available (%s): convolutions run on Kiln's "
+                          "own kernels",
+                          api_reason);
+        }
+        return NULL;
+    }
+    d = kiln_cuda_calloc(sizeof *d);
+    if (d == NULL) return NULL;
+    if (api.cudnnCreate(&d->h) != CUDNN_STATUS_SUCCESS) {
+        cudaGetLastError(); // cuDNN's failed set-up must not leave a CUDA error pending
+        kiln_cuda_log(KILN_LOG_INFO, "cudnnCreate failed: convolutions run on Kiln's kernels");
+        kiln_cuda_free(d, sizeof *d);
+        return NULL;
+    }
+    return d;
+}
+
+void kiln_cuda_dnn_destroy(kiln_cuda_dnn *d) {
+    if (d == NULL) return;
+    api.cudnnDestroy(d->h);
+    kiln_cuda_free(d, sizeof *d);
+}
+
+size_t kiln_cuda_dnn_version(void) {
+    call_once(&load_once, load_api);
+    return api_ok ? api.cudnnGetVersion() : 0;
+}
+
+void kiln_cuda_conv_cache_free(kiln_cuda_conv_cache *c) {
+    conv_descs *d = c ? c->descs : NULL;
+    if (d == NULL) return;
+    if (d->x) api.cudnnDestroyTensorDescriptor(d->x);
+    if (d->y) api.cudnnDestroyTensorDescriptor(d->y);
+    if (d->b) api.cudnnDestroyTensorDescriptor(d->b);
+    if (d->w) api.cudnnDestroyFilterDescriptor(d->w);
+    if (d->conv) api.cudnnDestroyConvolutionDescriptor(d->conv);
+    if (d->relu) api.cudnnDestroyActivationDescriptor(d->relu);
+    kiln_cuda_free(d, sizeof *d);
+    c->descs = NULL;
+}
+
+static cudnnDataType_t dnn_type(uint32_t dtype) {
+    return dtype == KILN_DTYPE_F16    ? CUDNN_DATA_HALF
+           : dtype == KILN_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16
+                                      : CUDNN_DATA_FLOAT;
+}
+
+static int descs_create(kiln_cuda_conv_cache *c) {
+    conv_descs *d = kiln_cuda_calloc(sizeof *d);
+    if (d == NULL) return 0;
+    c->descs = d;
+    if (api.cudnnCreateTensorDescriptor(&d->x) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnCreateTensorDescriptor(&d->y) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnCreateTensorDescriptor(&d->b) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnCreateFilterDescriptor(&d->w) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnCreateConvolutionDescriptor(&d->conv) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnCreateActivationDescriptor(&d->relu) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnSetActivationDescriptor(d->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN,
+                                         0.0) != CUDNN_STATUS_SUCCESS) {
+        kiln_cuda_conv_cache_free(c);
+        return 0;
+    }
+    return 1;
+}
+
+static void key_of(const kiln_cuda_conv_params *p, uint32_t dtype, int has_bias, int64_t *key) {
+    memset(key, 0, KILN_CUDA_CONV_KEY * sizeof *key);
+    key[0] = dtype;
+    key[1] = p->n;
+    key[2] = p->c;
+    key[3] = p->h;
+    key[4] = p->w;
+    key[5] = p->o;
+    key[6] = p->oh;
+    key[7] = p->ow;
+    key[8] = p->kh;
+    key[9] = p->kw;
+    key[10] = ((int64_t)p->sh << 32) | (uint32_t)p->sw;
+    key[11] = ((int64_t)p->ph << 32) | (uint32_t)p->pw;
+    key[12] = ((int64_t)p->dh << 32) | (uint32_t)p->dw;
+    key[13] = p->groups;
+    key[14] = has_bias;
+    key[15] = 1; // key format
+}
+
+static int fits_int(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
+
+// Sets the descriptors for these shapes and chooses the algorithm; 0 when cuDNN cannot run it.
+static int conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_params *p, uint32_t dtype,
+                      int has_bias, kiln_cuda_conv_cache *c) {
+    conv_descs *d = c->descs;
+    cudnnDataType_t t = dnn_type(dtype);
+    cudnnConvolutionFwdAlgoPerf_t perf[8];
+    int n_perf = 0, found = -1;
+    cudnnStatus_t s;
+    if (!fits_int(p->n) || !fits_int(p->c) || !fits_int(p->h) || !fits_int(p->w) ||
+        !fits_int(p->o) || !fits_int(p->oh) || !fits_int(p->ow) || !fits_int(p->groups)) {
+        return 0;
+    }
+    s = api.cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, t, (int)p->n, (int)p->c, (int)p->h,
+                                       (int)p->w);
+    if (s == CUDNN_STATUS_SUCCESS) {
+        s = api.cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, t, (int)p->n, (int)p->o,
+                                           (int)p->oh, (int)p->ow);
+    }
+    if (s == CUDNN_STATUS_SUCCESS) {
+        s = api.cudnnSetTensor4dDescriptor(d->b, CUDNN_TENSOR_NCHW, t, 1, (int)p->o, 1, 1);
+    }
+    if (s == CUDNN_STATUS_SUCCESS) {
+        s = api.cudnnSetFilter4dDescriptor(d->w, t, CUDNN_TENSOR_NCHW, (int)p->o,
+                                           (int)(p->c / p->groups), p->kh, p->kw);
+    }
+    if (s == CUDNN_STATUS_SUCCESS) {
+        s = api.cudnnSetConvolution2dDescriptor(d->conv, p->ph, p->pw, p->sh, p->sw, p->dh, p->dw,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    }
+    if (s == CUDNN_STATUS_SUCCESS) s = api.cudnnSetConvolutionGroupCount(d->conv, (int)p->groups);
+    if (s == CUDNN_STATUS_SUCCESS) {
+        s = api.cudnnSetConvolutionMathType(
+            d->conv, dtype == KILN_DTYPE_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
+    }
+    if (s == CUDNN_STATUS_SUCCESS) {
+        s = api.cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn->h, d->x, d->w, d->conv, d->y, 8,
+                                                       &n_perf, perf);
+    }
+    for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < n_perf && found < 0; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ctx->workspace_nbytes)
+            continue;
+        // float32: no TF32 or tensor-core conversion (the parity tolerance is float's)
+        if (dtype == KILN_DTYPE_F32 && perf[i].mathType != CUDNN_FMA_MATH &&
+            perf[i].mathType != CUDNN_DEFAULT_MATH)
+            continue;
+        found = i;
+    }
+    if (found >= 0) {
+        s = api.cudnnSetConvolutionMathType(d->conv, perf[found].mathType);
+        if (s == CUDNN_STATUS_SUCCESS) {
+            c->algo = (int)perf[found].algo;
+            c->ws_nbytes = perf[found].memory;
+        }
+    }
+    cudaGetLastError(); // host-side queries only; nothing of theirs may stay pending
+    if (s != CUDNN_STATUS_SUCCESS || found < 0) {
+        kiln_cuda_log(KILN_LOG_DEBUG,
+                      "cuDNN declined conv2d %lldx%lldx%lldx%lld -> %lld (%s, status %s) at %s: "
+                      "using Kiln's kernel",
+                      (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w,
+                      (long long)p->o, kiln_cuda_dtype_name(dtype), api.cudnnGetErrorString(s),
+                      ctx->where ? ctx->where : "?");
+        return 0;
+    }
+    (void)has_bias;
+    return 1;
+}
+
+kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                 const kiln_cuda_conv_params *p, uint32_t *skip, int *done) {
+    kiln_cuda_conv_cache local, *c = ctx->conv != NULL ? ctx->conv : &local;
+    const kiln_tensor *x = args->in[0], *w = args->in[1];
+    const kiln_tensor *bias = args->n_in > 2 ? args->in[2] : NULL;
+    kiln_tensor *y = args->out;
+    int64_t key[KILN_CUDA_CONV_KEY];
+    kiln_status st = KILN_OK;
+    *done = 0;
+    *skip = 0;
+    if (ctx->dnn == NULL || x->dtype != y->dtype || w->dtype != y->dtype ||
+        (bias != NULL && bias->dtype != y->dtype)) {
+        return KILN_OK;
+    }
+    if (c == &local) memset(&local, 0, sizeof local);
+    if (c->descs == NULL) {
+        if (c->state == 2 || !descs_create(c)) {
+            c->state = 2;
+            return KILN_OK;
+        }
+    }
+    key_of(p, y->dtype, bias != NULL, key);
+    if (c->state == 0 || memcmp(c->key, key, sizeof key) != 0) {
+        c->state = conv_setup(ctx, p, y->dtype, bias != NULL, c) ? 1 : 3; // 3: not these shapes
+        memcpy(c->key, key, sizeof key); // c->fused (-1: declined) stays across shapes
+    }
+    if (c->state != 1 || ctx->plan_only) goto out;
+
+    conv_descs *d = c->descs;
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t s;
+    api.cudnnSetStream(ctx->dnn->h, ctx->stream);
+    // The tail cuDNN can take: [add(z of y's shape and dtype)] then [relu].
+    uint32_t next = 0;
+    const void *z = NULL;
+    if (args->n_tail > 0 && args->tail[0].op == KILN_OP_ADD && args->tail[0].operand != NULL) {
+        const kiln_tensor *r = args->tail[0].operand;
+        if (r->dtype == y->dtype && r->rank == 4 &&
+            memcmp(r->dims, y->dims, 4 * sizeof(int64_t)) == 0) {
+            z = r->data;
+            next = 1;
+        }
+    }
+    int relu = args->n_tail > next && args->tail[next].op == KILN_OP_RELU;
+    if (bias != NULL && relu && c->fused >= 0) {
+        const float alpha2 = z != NULL ? 1.0f : 0.0f;
+        s = api.cudnnConvolutionBiasActivationForward(
+            ctx->dnn->h, &one, d->x, x->data, d->w, w->data, d->conv,
+            (cudnnConvolutionFwdAlgo_t)c->algo, ctx->workspace, c->ws_nbytes, &alpha2, d->y,
+            z != NULL ? z : y->data, d->b, bias->data, d->relu, d->y, y->data);
+        if (s == CUDNN_STATUS_SUCCESS) {
+            st = kiln_cuda_check_launch(ctx, "cudnnConvolutionBiasActivationForward");
+            *skip = next + 1;
+            *done = st == KILN_OK;
+            goto out;
+        }
+        cudaGetLastError();
+        c->fused = -1; // declined before any work: remember, run unfused below
+        kiln_cuda_log(KILN_LOG_DEBUG,
+                      "cuDNN declined the fused conv + bias + relu (%s) at %s: unfused instead",
+                      api.cudnnGetErrorString(s), ctx->where ? ctx->where : "?");
+    }
+    s = api.cudnnConvolutionForward(ctx->dnn->h, &one, d->x, x->data, d->w, w->data, d->conv,
+                                    (cudnnConvolutionFwdAlgo_t)c->algo, ctx->workspace,
+                                    c->ws_nbytes, &zero, d->y, y->data);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        cudaGetLastError();
+        c->state = 3;
+        kiln_cuda_log(KILN_LOG_DEBUG, "cuDNN declined conv2d (%s) at %s: using Kiln's kernel",
+                      api.cudnnGetErrorString(s), ctx->where ? ctx->where : "?");
+        goto out;
+    }
+    if (bias != NULL) {
+        s = api.cudnnAddTensor(ctx->dnn->h, &one, d->b, bias->data, &one, d->y, y->data);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            // The convolution is enqueued already: Kiln's kernel recomputes y from scratch.
+            cudaGetLastError();
+            c->state = 3;
+            kiln_cuda_log(KILN_LOG_DEBUG, "cudnnAddTensor declined (%s) at %s: Kiln's kernel",
+                          api.cudnnGetErrorString(s), ctx->where ? ctx->where : "?");
+            goto out;
+        }
+    }
+    st = kiln_cuda_check_launch(ctx, "cudnnConvolutionForward");
+    *done = st == KILN_OK;
+out:
+    if (c == &local) kiln_cuda_conv_cache_free(&local);
+    return st;
+}
+
+#else // no cudnn.h at build time: Kiln's kernels only
+
+kiln_cuda_dnn *kiln_cuda_dnn_create(void) { return NULL; }
+void kiln_cuda_dnn_destroy(kiln_cuda_dnn *d) { (void)d; }
+size_t kiln_cuda_dnn_version(void) { return 0; }
+void kiln_cuda_conv_cache_free(kiln_cuda_conv_cache *c) { (void)c; }
+kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                 const kiln_cuda_conv_params *p, uint32_t *skip, int *done) {
+    (void)ctx;
+    (void)args;
+    (void)p;
+    *skip = 0;
+    *done = 0;
+    return KILN_OK;
+}
+
+#endif
