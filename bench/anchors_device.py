@@ -55,12 +55,13 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "examples" / "cpp"))  # kiln_tensors: kiln_runner's file format
 
+import models as M  # noqa: E402
 import torch  # noqa: E402
 
-import models as M  # noqa: E402
-
-# Order of work: cheap compiles first, so that a tight budget drops the expensive ones.
-WORK_ORDER = ["mlp", "encoder", "bert", "vit_b16", "resnet50"]
+# Order of work: where torch.compile is the best anchor (gpu-performance.md §1.4: ResNet-50,
+# BERT b8) first, so that a tight budget drops the compiles that matter least (where the manual
+# CUDA graph wins by far).
+WORK_ORDER = ["resnet50", "bert", "vit_b16", "encoder", "mlp"]
 # Rough torch.compile(reduce-overhead) times on the H200 box (seconds, for the budget only;
 # anchors.json records the measured ones: update these from it).
 COMPILE_EST_S = {"mlp": 15, "encoder": 25, "bert": 50, "vit_b16": 50, "resnet50": 100}
@@ -84,13 +85,19 @@ def smi() -> dict | None:
         return None
     q = "clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu"
     try:
-        out = subprocess.run(
-            [exe, f"--query-gpu={q}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10,
-        ).stdout.strip().splitlines()[0]
+        out = (
+            subprocess.run(
+                [exe, f"--query-gpu={q}", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            .stdout.strip()
+            .splitlines()[0]
+        )
         vals = [v.strip() for v in out.split(",")]
         keys = ["sm_mhz", "mem_mhz", "power_w", "temp_c", "util_pct"]
-        return {k: _num(v) for k, v in zip(keys, vals)}
+        return {k: _num(v) for k, v in zip(keys, vals, strict=False)}
     except Exception as e:  # noqa: BLE001
         return {"error": str(e)}
 
@@ -251,8 +258,9 @@ def make_kiln_system(engine_bytes, weights, x_list, out_shape, dev: torch.device
     cuda = dev.type == "cuda"
     if cuda:
         torch.cuda.synchronize()  # the inputs were written on torch's stream
-    eng = C.Engine(engine_bytes, dict(weights), device="cuda:0" if cuda else "cpu",
-                   use_cuda_graphs=cuda)
+    eng = C.Engine(
+        engine_bytes, dict(weights), device="cuda:0" if cuda else "cpu", use_cuda_graphs=cuda
+    )
     ins = [t.contiguous() for t in x_list]
     y = torch.full(out_shape, float("nan"), dtype=torch.float16, device=dev)  # poisoned
     eng.bind(
@@ -268,8 +276,12 @@ def make_kiln_system(engine_bytes, weights, x_list, out_shape, dev: torch.device
         eng.execute()
         return y
 
-    s = System("kiln", run, time.perf_counter() - t0,
-               f"C API via ctypes, {eng.device}, arena {eng.arena_nbytes / 2**20:.1f} MiB")
+    s = System(
+        "kiln",
+        run,
+        time.perf_counter() - t0,
+        f"C API via ctypes, {eng.device}, arena {eng.arena_nbytes / 2**20:.1f} MiB",
+    )
     s._keep = (eng, ins, y)
 
     def poison():
@@ -337,9 +349,12 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
 
     # fp64 reference
     t0 = time.perf_counter()
+    bench_mode = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False  # no autotuning of float64 convolutions
     with torch.no_grad():
         m64 = fam_state["m64"]
         ref = m64(*[t.to(dev, torch.float64) if t.is_floating_point() else t.to(dev) for t in x32])
+    torch.backends.cudnn.benchmark = bench_mode
     res["reference_s"] = round(time.perf_counter() - t0, 2)
 
     systems: list[System] = []
@@ -389,8 +404,9 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
                     systems.append(s)
             else:
                 try:
-                    results, rb = kiln_rebuild(cfg, entry, Path(args.bench_dir),
-                                               fam_state["m16_cpu"], workdir)
+                    results, rb = kiln_rebuild(
+                        cfg, entry, Path(args.bench_dir), fam_state["m16_cpu"], workdir
+                    )
                     res["kiln_rebuild_s"] = round(rb, 2)
                     write_runner_io(cfg, x16, ref, workdir)
                     if "kiln" in want:
@@ -399,9 +415,13 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
                             s.error = "several partitions or ops outside Kiln: C API path skipped"
                             systems.append(s)
                         else:
-                            (eng, w), = results
-                            add("kiln", lambda: make_kiln_system(
-                                eng, w, [t.to(dev) for t in x16], tuple(ref.shape), dev))
+                            ((eng, w),) = results
+                            add(
+                                "kiln",
+                                lambda: make_kiln_system(
+                                    eng, w, [t.to(dev) for t in x16], tuple(ref.shape), dev
+                                ),
+                            )
                 except Exception as e:  # noqa: BLE001
                     s = System("kiln", None)
                     s.error = f"rebuild failed: {type(e).__name__}: {e}"
@@ -442,7 +462,7 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
             s.calls = max(5, min(args.calls, int(args.max_system_s * 1e3 / (args.rounds * est_ms))))
             s.pipe_n = max(2, min(args.pipe_n, int(2e3 / (args.pipe_reps * est_ms))))
         for r in range(args.rounds):
-            order = live[r % len(live):] + live[: r % len(live)] if live else []
+            order = live[r % len(live) :] + live[: r % len(live)] if live else []
             for s in order:
                 for _ in range(3):
                     s.run()
@@ -478,7 +498,7 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
         res["best_anchor_ms"] = median(best.samples)
         kiln = next((s for s in systems if s.name == "kiln" and s.samples), None)
         if kiln is not None:
-            ratios = [k / b for k, b in zip(kiln.round_medians, best.round_medians)]
+            ratios = [k / b for k, b in zip(kiln.round_medians, best.round_medians, strict=True)]
             res["kiln_ratio"] = {"median": median(ratios), "per_round": ratios, "vs": best.name}
     res["smi_after"] = smi() if not dry else None
     return res
@@ -489,8 +509,10 @@ def compile_allowed(cfg, args, t_start: float) -> tuple[bool, str]:
         return False, "not asked"
     if args.no_compile:
         return False, "--no-compile"
-    if args.compile_models and cfg.name not in args.compile_models.split(",") and (
-        cfg.family not in args.compile_models.split(",")
+    if (
+        args.compile_models
+        and cfg.name not in args.compile_models.split(",")
+        and (cfg.family not in args.compile_models.split(","))
     ):
         return False, "not in --compile-models"
     left = args.budget_s - (time.time() - t_start)
@@ -532,7 +554,8 @@ def fmt_ms(d: dict | None) -> str:
 def table(results: dict) -> str:
     cols = ["eager", "graph", "compile", "kiln"]
     lines = [
-        f"{'model':<14} {'floor':>8} " + " ".join(f"{c:>9}" for c in cols)
+        f"{'model':<14} {'floor':>8} "
+        + " ".join(f"{c:>9}" for c in cols)
         + f" {'best':>8} {'kiln/best':>9} {'rel err kiln':>12}"
     ]
     for name, r in results.items():
@@ -558,20 +581,31 @@ def main(argv=None) -> int:
     ap.add_argument("--bench-dir", default=str(ROOT / ".dev" / "bench"))
     ap.add_argument("--workdir", default="/tmp/kiln_bench")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--budget-s", type=float, default=380.0,
-                    help="wall-clock budget; compiles that would overrun it are skipped")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=380.0,
+        help="wall-clock budget; compiles that would overrun it are skipped",
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=40, help="timed calls per system per round")
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--max-system-s", type=float, default=6.0,
-                    help="cap on one system's timed calls per config (slow systems get fewer, >= 5 "
-                    "per round)")
+    ap.add_argument(
+        "--max-system-s",
+        type=float,
+        default=6.0,
+        help="cap on one system's timed calls per config (slow systems get fewer, >= 5 per round)",
+    )
     ap.add_argument("--pipe-n", type=int, default=20)
     ap.add_argument("--pipe-reps", type=int, default=7)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--compile-models", default="", help="compile only these configs/families")
-    ap.add_argument("--no-runner-io", dest="runner_io", action="store_false",
-                    help="do not write the .ptd and tensor files for kiln_runner")
+    ap.add_argument(
+        "--no-runner-io",
+        dest="runner_io",
+        action="store_false",
+        help="do not write the .ptd and tensor files for kiln_runner",
+    )
     ap.add_argument("--dry-run", action="store_true", help="no GPU: CPU code paths only")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -604,7 +638,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     configs = M.select(args.models)
-    configs.sort(key=lambda c: (WORK_ORDER.index(c.family), c.batch))
+    configs.sort(key=lambda c: (WORK_ORDER.index(c.family), -c.batch))
     args._rest_est = {}
     acc = 0.0
     for c in reversed(configs):  # time the configs after this one still need (without compile)
@@ -614,10 +648,14 @@ def main(argv=None) -> int:
     doc = {"env": environment(args), "smi_before": None if args.dry_run else smi(), "models": {}}
     doc["env"]["args"] = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     if manifest:
-        doc["export"] = {k: manifest.get(k) for k in
-                         ("created", "torch", "executorch", "kiln_version", "libkiln_sha256")}
-    log(f"anchors_device: torch {torch.__version__}, {doc['env'].get('gpu', 'no GPU (dry run)')}, "
-        f"smi {doc['smi_before']}")
+        doc["export"] = {
+            k: manifest.get(k)
+            for k in ("created", "torch", "executorch", "kiln_version", "libkiln_sha256")
+        }
+    log(
+        f"anchors_device: torch {torch.__version__}, {doc['env'].get('gpu', 'no GPU (dry run)')}, "
+        f"smi {doc['smi_before']}"
+    )
     fam_cache: dict = {}
     for cfg in configs:
         if cfg.family not in fam_cache:
@@ -627,26 +665,37 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
             t0 = time.perf_counter()
             fam_cache[cfg.family] = family_state(cfg.family, args.dry_run)
-            log(f"{cfg.family}: weights {fam_cache[cfg.family]['cksum16']} "
-                f"({time.perf_counter() - t0:.1f} s)")
+            log(
+                f"{cfg.family}: weights {fam_cache[cfg.family]['cksum16']} "
+                f"({time.perf_counter() - t0:.1f} s)"
+            )
         t0 = time.perf_counter()
         try:
             r = run_config(cfg, fam_cache[cfg.family], args, manifest, workdir, t_start)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
-            r = {"model": cfg.name, "error": f"{type(e).__name__}: {e}",
-                 "counts": M.counts(cfg, fam_cache[cfg.family]["m32"]), "systems": {}}
+            r = {
+                "model": cfg.name,
+                "error": f"{type(e).__name__}: {e}",
+                "counts": M.counts(cfg, fam_cache[cfg.family]["m32"]),
+                "systems": {},
+            }
         r["wall_s"] = round(time.perf_counter() - t0, 1)
         doc["models"][cfg.name] = r
         if not args.dry_run:
             torch._dynamo.reset()
             torch.cuda.synchronize()
         sy = r.get("systems", {})
-        log(f"{cfg.name}: {r['wall_s']} s; "
-            + ", ".join(f"{k} {fmt_ms(v)} (err {v.get('rel_err', math.nan):.1e}"
-                        + (f", build {v['build_s']:.0f} s" if v.get('build_s', 0) >= 1 else "")
-                        + ")" for k, v in sy.items())
-            + (f"; kiln/best {r['kiln_ratio']['median']:.2f}" if "kiln_ratio" in r else ""))
+        log(
+            f"{cfg.name}: {r['wall_s']} s; "
+            + ", ".join(
+                f"{k} {fmt_ms(v)} (err {v.get('rel_err', math.nan):.1e}"
+                + (f", build {v['build_s']:.0f} s" if v.get("build_s", 0) >= 1 else "")
+                + ")"
+                for k, v in sy.items()
+            )
+            + (f"; kiln/best {r['kiln_ratio']['median']:.2f}" if "kiln_ratio" in r else "")
+        )
         for k, v in sy.items():
             if v.get("error"):
                 log(f"  {k}: {v['error']}")
@@ -655,7 +704,9 @@ def main(argv=None) -> int:
     doc["smi_after"] = None if args.dry_run else smi()
     doc["total_s"] = round(time.time() - t_start, 1)
     (out / "anchors.json").write_text(json.dumps(doc, indent=1, default=str))
-    ordered = {c.name: doc["models"][c.name] for c in M.select(args.models) if c.name in doc["models"]}
+    ordered = {
+        c.name: doc["models"][c.name] for c in M.select(args.models) if c.name in doc["models"]
+    }
     log("")
     log(table(ordered))
     sm = [doc["smi_before"], doc["smi_after"]]

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gzip
 import hashlib
 import json
 import os
@@ -49,10 +48,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import torch  # noqa: E402
-
 import kiln_record as R  # noqa: E402
 import models as M  # noqa: E402
+import torch  # noqa: E402
 
 
 def file_sha256(path) -> str:
@@ -131,7 +129,7 @@ def export_config(cfg, model16, out: Path, tmp: Path) -> dict:
             f"{cfg.name}: {len(rec.built)} Kiln builds recorded, "
             f"{summary['kiln_delegates']} delegate calls in the program"
         )
-    for kind, (pte, _) in files.items():
+    for pte, _ in files.values():
         blob = pte.read_bytes()
         for i, eng in enumerate(rec.engines):
             if blob.find(eng) < 0:
@@ -161,7 +159,11 @@ def export_config(cfg, model16, out: Path, tmp: Path) -> dict:
         "delegation": summary,
         "capi_ok": summary["kiln_delegates"] == 1 and not summary["other_ops"],
         "engines": [
-            {"sha256": g["engine_sha256"], "nbytes": g["engine_nbytes"], "n_weights": len(g["weights"])}
+            {
+                "sha256": g["engine_sha256"],
+                "nbytes": g["engine_nbytes"],
+                "n_weights": len(g["weights"]),
+            }
             for g in rec.built
         ],
         "ptd": {
@@ -210,7 +212,7 @@ def cpu_check(entry: dict, out: Path) -> float:
     cfg = M.CONFIG_BY_NAME[entry["model"]]
     m32 = M.build_model(cfg.family)
     doc = R.load_recording(out / entry["files"]["graph"])
-    (engine, weights), = R.replay(doc, R.named_tensors(M.build_model(cfg.family).half()))
+    ((engine, weights),) = R.replay(doc, R.named_tensors(M.build_model(cfg.family).half()))
     x16 = half_inputs(cfg)
     with torch.no_grad():
         ref = m32(*[t.float() if t.is_floating_point() else t for t in x16]).double()
@@ -237,7 +239,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="all", help="configs or families, comma-separated")
     ap.add_argument("--out", default=str(ROOT / ".dev" / "bench"))
-    ap.add_argument("--kiln-dir", help="folder of the libkiln.so (+ libkiln_cuda.so) to use and carry")
+    ap.add_argument(
+        "--kiln-dir", help="folder of the libkiln.so (+ libkiln_cuda.so) to use and carry"
+    )
     ap.add_argument("--runner-dir", help="kiln_runner bundle folder to carry")
     ap.add_argument("--cpu-check", default="", help="configs to run on Kiln's CPU backend here")
     ap.add_argument("--no-verify", action="store_true", help="skip the replay check")
@@ -272,8 +276,10 @@ def main(argv=None) -> int:
     manifest.setdefault("models", {})
     cpu = {n for n in args.cpu_check.split(",") if n}
     print(f"export_here: libkiln {C.version()} ({lib}), torch {torch.__version__}")
-    print(f"{'config':<14} {'lower s':>7} {'pte':>9} {'graph':>8} {'skel':>7} {'ptd MB':>8} "
-          f"{'delegates':>9} {'replay s':>8}  state")
+    print(
+        f"{'config':<14} {'lower s':>7} {'pte':>9} {'graph':>8} {'skel':>7} {'ptd MB':>8} "
+        f"{'delegates':>9} {'replay s':>8}  state"
+    )
     with tempfile.TemporaryDirectory() as td:
         models16 = {}
         for cfg in configs:
@@ -292,12 +298,20 @@ def main(argv=None) -> int:
                 f"{cfg.name:<14} {e['lower_s']:>7.1f} {s['devio_pte'] + s['pte']:>9} "
                 f"{s['graph']:>8} {s['ptd_skeleton']:>7} {e['ptd']['nbytes'] / 1e6:>8.1f} "
                 f"{e['delegation']['kiln_delegates']:>9} {rt:>8}  {e['state_checksum_fp16']}"
-                + (f"  cpu rel err {e['cpu_check_rel_err']:.2e}" if "cpu_check_rel_err" in e else "")
+                + (
+                    f"  cpu rel err {e['cpu_check_rel_err']:.2e}"
+                    if "cpu_check_rel_err" in e
+                    else ""
+                )
             )
             if e["delegation"]["other_ops"]:
-                print(f"  note: ops left to ExecuTorch: {sorted(set(e['delegation']['other_ops']))}")
+                print(
+                    f"  note: ops left to ExecuTorch: {sorted(set(e['delegation']['other_ops']))}"
+                )
     if args.kiln_dir:
-        manifest["lib"] = copy_libs(Path(args.kiln_dir), out / "lib", ["libkiln.so*", "libkiln_cuda.so"])
+        manifest["lib"] = copy_libs(
+            Path(args.kiln_dir), out / "lib", ["libkiln.so*", "libkiln_cuda.so"]
+        )
     if args.runner_dir:
         src = Path(args.runner_dir)
         dst = out / "runner"

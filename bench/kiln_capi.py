@@ -97,12 +97,28 @@ def load(path: str | None = None):
         "kiln_graph_free": (None, [p]),
         "kiln_graph_add_input": (
             st,
-            [p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32, p, p, ctypes.POINTER(ctypes.c_int32)],
+            [
+                p,
+                ctypes.c_char_p,
+                ctypes.c_int,
+                ctypes.c_uint32,
+                p,
+                p,
+                ctypes.POINTER(ctypes.c_int32),
+            ],
         ),
         "kiln_graph_add_constant": (
             st,
-            [p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32, p, p, ctypes.c_size_t,
-             ctypes.POINTER(ctypes.c_int32)],
+            [
+                p,
+                ctypes.c_char_p,
+                ctypes.c_int,
+                ctypes.c_uint32,
+                p,
+                p,
+                ctypes.c_size_t,
+                ctypes.POINTER(ctypes.c_int32),
+            ],
         ),
         "kiln_graph_add_node": (
             st,
@@ -116,11 +132,19 @@ def load(path: str | None = None):
         "kiln_built_n_weights": (ctypes.c_uint32, [p]),
         "kiln_built_weight": (
             st,
-            [p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(p),
-             ctypes.POINTER(ctypes.c_size_t)],
+            [
+                p,
+                ctypes.c_uint32,
+                ctypes.POINTER(ctypes.c_char_p),
+                ctypes.POINTER(p),
+                ctypes.POINTER(ctypes.c_size_t),
+            ],
         ),
         "kiln_load_options_init": (None, [ctypes.POINTER(_LoadOptions)]),
-        "kiln_engine_load": (st, [p, ctypes.c_size_t, ctypes.POINTER(_LoadOptions), ctypes.POINTER(p)]),
+        "kiln_engine_load": (
+            st,
+            [p, ctypes.c_size_t, ctypes.POINTER(_LoadOptions), ctypes.POINTER(p)],
+        ),
         "kiln_engine_free": (None, [p]),
         "kiln_engine_device": (ctypes.c_char_p, [p]),
         "kiln_engine_n_inputs": (ctypes.c_uint32, [p]),
@@ -185,8 +209,14 @@ class Graph:
         buf = ctypes.create_string_buffer(data, len(data)) if data else None
         check(
             self.lib.kiln_graph_add_constant(
-                self.h, name.encode() if name else None, dtype, len(shape), _i64(shape),
-                buf, len(data), ctypes.byref(out),
+                self.h,
+                name.encode() if name else None,
+                dtype,
+                len(shape),
+                _i64(shape),
+                buf,
+                len(data),
+                ctypes.byref(out),
             ),
             f"constant '{name}'",
         )
@@ -219,8 +249,9 @@ class Graph:
     def mark_output(self, value: int, name: str) -> None:
         check(self.lib.kiln_graph_mark_output(self.h, value, name.encode()), f"output '{name}'")
 
-    def build(self, precision: int, external_weights: bool, optimize: bool,
-              min_external_nbytes: int) -> tuple[bytes, list[tuple[str, bytes]]]:
+    def build(
+        self, precision: int, external_weights: bool, optimize: bool, min_external_nbytes: int
+    ) -> tuple[bytes, list[tuple[str, bytes]]]:
         opts = _BuildOptions()
         self.lib.kiln_build_options_init(ctypes.byref(opts))
         opts.precision = precision
@@ -257,8 +288,13 @@ class Engine:
     finished: Kiln synchronizes its stream).
     """
 
-    def __init__(self, engine: bytes, weights: Mapping[str, bytes], device: str = "cuda:0",
-                 use_cuda_graphs: bool = True):
+    def __init__(
+        self,
+        engine: bytes,
+        weights: Mapping[str, bytes],
+        device: str = "cuda:0",
+        use_cuda_graphs: bool = True,
+    ):
         self.lib = load()
         self._weights = dict(weights)
 
@@ -306,7 +342,9 @@ class Engine:
             dims = _i64(shape)
             self._keep.append(dims)
             check(
-                self.lib.kiln_context_set_input(self.ctx, i, len(shape), dims, ctypes.c_void_p(ptr)),
+                self.lib.kiln_context_set_input(
+                    self.ctx, i, len(shape), dims, ctypes.c_void_p(ptr)
+                ),
                 f"input {i}",
             )
         for i, (ptr, nbytes) in enumerate(outputs):

@@ -93,8 +93,14 @@ class Recorder:
             v = orig["add_input"](self_, *a, **k)
             x = args("add_input", self_, a, k)
             self_._bench_calls.append(
-                ["input", x["name"], int(x["dtype"]), [int(d) for d in x["dim_min"]],
-                 [int(d) for d in x["dim_max"]], v]
+                [
+                    "input",
+                    x["name"],
+                    int(x["dtype"]),
+                    [int(d) for d in x["dim_min"]],
+                    [int(d) for d in x["dim_max"]],
+                    v,
+                ]
             )
             return v
 
@@ -155,9 +161,14 @@ class Recorder:
             rec.weights.append(list(built.weights))
             return built
 
-        for n, fn in (("__init__", __init__), ("add_input", add_input),
-                      ("add_constant", add_constant), ("add_node", add_node),
-                      ("mark_output", mark_output), ("build", build)):
+        for n, fn in (
+            ("__init__", __init__),
+            ("add_input", add_input),
+            ("add_constant", add_constant),
+            ("add_node", add_node),
+            ("mark_output", mark_output),
+            ("build", build),
+        ):
             setattr(G, n, fn)
         return self
 
@@ -267,7 +278,7 @@ def replay(doc: dict, tensors: dict[str, torch.Tensor], verify: bool = True):
                 elif kind == "node":
                     ins = [-1 if v < 0 else ids[v] for v in c[3]]
                     outs = graph.add_node(c[2], ins, c[4], len(c[5]))
-                    for a, b in zip(c[5], outs):
+                    for a, b in zip(c[5], outs, strict=True):
                         ids[a] = b
                 elif kind == "output":
                     graph.mark_output(ids[c[1]], c[2])
@@ -330,7 +341,9 @@ def make_skeleton(ptd: bytes, layout: dict[str, tuple[int, int]]) -> bytes:
     return gzip.compress(bytes(buf[:first]), compresslevel=9, mtime=0)
 
 
-def fill_skeleton(skeleton_gz: bytes, nbytes: int, layout: dict, weights: dict[str, bytes]) -> bytes:
+def fill_skeleton(
+    skeleton_gz: bytes, nbytes: int, layout: dict, weights: dict[str, bytes]
+) -> bytes:
     """Rebuilds a .ptd of ``nbytes`` bytes from its skeleton and the weights by key."""
     head = gzip.decompress(skeleton_gz)
     buf = bytearray(nbytes)

@@ -5,21 +5,22 @@ the models are exported to Kiln) and on the H200 (torch 2.11, where the PyTorch 
 both sides must hold bit-identical weights and inputs.
 
 Weights and inputs: every parameter and floating-point buffer is overwritten after construction
-by :func:`deterministic_init_`, a counter-based hash evaluated with exact uint32 arithmetic (numpy) and then
-a fixed sequence of single IEEE-754 float32 operations (each correctly rounded, so identical on any
-torch or numpy version, CPU or vectorization level). ``torch.manual_seed`` and torch's default initializers
-are not relied upon: their float code paths are not promised stable across versions. Both sides
-print :func:`state_checksum` to prove the weights are the same; ``docs/benchmarks.md`` explains why
-this matters (the weights are regenerated on the H200, never carried).
+by :func:`deterministic_init_`, a counter-based hash evaluated with exact uint32 arithmetic
+(numpy) and then a fixed sequence of single IEEE-754 float32 operations (each correctly rounded,
+so identical on any torch or numpy version, CPU or vectorization level). ``torch.manual_seed``
+and torch's default initializers are not relied upon: their float code paths are not promised
+stable across versions. Both sides print :func:`state_checksum` to prove the weights are the
+same; ``docs/benchmarks.md`` explains why this matters (the weights are regenerated on the H200,
+never carried).
 
 Models (``CONFIGS``):
 
 | name | model | input |
 |---|---|---|
 | mlp_b1, mlp_b64 | Linear 1024-4096-4096-1024, GELU between | x [B,1024] |
-| resnet50_b1, resnet50_b32 | ResNet-50 v1.5 (torchvision layout: bottleneck, stride on 3x3) | [B,3,224,224] |
+| resnet50_b1, _b32 | ResNet-50 v1.5 (torchvision layout, stride on 3x3) | [B,3,224,224] |
 | vit_b16_b1 | ViT-B/16, 224x224, 12 layers, d 768, 12 heads, fused QKV, SDPA | [B,3,224,224] |
-| bert_b1, bert_b8 | BERT-base encoder (embeddings + 12 post-LN layers), no pooler, seq 128 | ids [B,128] |
+| bert_b1, bert_b8 | BERT-base encoder (embeddings + 12 post-LN layers), seq 128 | ids [B,128] |
 | encoder_b1 | pre-norm encoder layer, d 1024, 16 heads, FFN 4096 (ReLU), seq 256 | x [B,256,1024] |
 
 ``flops`` counts the matrix work analytically (2 x multiply-adds of convolutions, linears and
@@ -156,7 +157,7 @@ def tensors_checksum(tensors) -> str:
 class MLP(nn.Module):
     def __init__(self, dims=(1024, 4096, 4096, 1024)):
         super().__init__()
-        self.fc = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.fc = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
 
     def forward(self, x):
         n = len(self.fc)
@@ -270,8 +271,16 @@ class ViTB16(nn.Module):
     """torchvision's vit_b_16 computation: 16x16 patch conv, class token, learned position
     embedding, 12 pre-LN blocks (eps 1e-6), final LN, linear head on the class token."""
 
-    def __init__(self, image: int = 224, patch: int = 16, d: int = 768, layers: int = 12,
-                 heads: int = 12, ffn: int = 3072, num_classes: int = 1000):
+    def __init__(
+        self,
+        image: int = 224,
+        patch: int = 16,
+        d: int = 768,
+        layers: int = 12,
+        heads: int = 12,
+        ffn: int = 3072,
+        num_classes: int = 1000,
+    ):
         super().__init__()
         self.d = d
         self.conv_proj = nn.Conv2d(3, d, patch, stride=patch)
@@ -312,8 +321,9 @@ class BertAttention(nn.Module):
         def split(t):
             return t.reshape(b, s, h, d // h).transpose(1, 2)
 
-        o = F.scaled_dot_product_attention(split(self.query(x)), split(self.key(x)),
-                                           split(self.value(x)))
+        o = F.scaled_dot_product_attention(
+            split(self.query(x)), split(self.key(x)), split(self.value(x))
+        )
         o = self.dense(o.transpose(1, 2).reshape(b, s, d))
         return self.LayerNorm(o + x)
 
@@ -335,8 +345,17 @@ class BertEncoder(nn.Module):
     """BERT-base (HF BertModel without the pooler): word + position + token-type(0) embeddings,
     LayerNorm (eps 1e-12), 12 post-LN layers with exact GELU. Input: token ids [B, S]."""
 
-    def __init__(self, vocab: int = 30522, max_pos: int = 512, seq: int = 128, d: int = 768,
-                 layers: int = 12, heads: int = 12, ffn: int = 3072, eps: float = 1e-12):
+    def __init__(
+        self,
+        vocab: int = 30522,
+        max_pos: int = 512,
+        seq: int = 128,
+        d: int = 768,
+        layers: int = 12,
+        heads: int = 12,
+        ffn: int = 3072,
+        eps: float = 1e-12,
+    ):
         super().__init__()
         self.word_embeddings = nn.Embedding(vocab, d)
         self.position_embeddings = nn.Embedding(max_pos, d)
@@ -394,7 +413,8 @@ def resnet50_flops(batch: int, image: int = 224) -> int:
     macs += 64 * h * h * 3 * 7 * 7
     h //= 2  # maxpool
     inplanes = 64
-    for stage, (planes, blocks) in enumerate(zip((64, 128, 256, 512), RESNET50_LAYERS)):
+    widths = (64, 128, 256, 512)
+    for stage, (planes, blocks) in enumerate(zip(widths, RESNET50_LAYERS, strict=True)):
         for i in range(blocks):
             stride = 2 if (stage > 0 and i == 0) else 1
             ho = h // stride
@@ -471,9 +491,9 @@ FAMILIES = {
         "vit_b16",
         ViTB16,
         lambda b: [((b, 3, 224, 224), "float")],
-        lambda b: 2 * b * 196 * 768 * 768
-        + 12 * _attn_layer_flops(b, 197, 768, 3072)
-        + 2 * b * 768 * 1000,
+        lambda b: (
+            2 * b * 196 * 768 * 768 + 12 * _attn_layer_flops(b, 197, 768, 3072) + 2 * b * 768 * 1000
+        ),
         lambda m, b: _fp16_param_bytes(m),
         tol=2e-2,
     ),

@@ -54,7 +54,9 @@ def _runner_section(text: str, rc: int) -> dict:
     m = re.search(r"median_ms=([0-9.]+)", text)
     if m:
         d["median_ms"] = float(m.group(1))
-    m = re.search(r"median ([0-9.]+) ms, min ([0-9.]+) ms, p90 ([0-9.]+) ms, mean ([0-9.]+) ms", text)
+    m = re.search(
+        r"median ([0-9.]+) ms, min ([0-9.]+) ms, p90 ([0-9.]+) ms, mean ([0-9.]+) ms", text
+    )
     if m:
         d.update(min_ms=float(m.group(2)), p90_ms=float(m.group(3)), mean_ms=float(m.group(4)))
     m = re.search(r"engine ready .* on (\S+)", text)
@@ -124,7 +126,9 @@ def merge(anchors: dict, runner: dict, workdir: Path) -> dict:
                     r[f"ratio_kiln_et_{variant}"] = s["median_ms"] / r["best_anchor_ms"]
         clk = (a or {}).get("smi_after") or {}
         if isinstance(clk.get("sm_mhz"), float) and clk["sm_mhz"] < LOW_CLOCK_MHZ:
-            r["clock_flag"] = f"SM clock {clk['sm_mhz']:.0f} MHz after the timing (< {LOW_CLOCK_MHZ})"
+            r["clock_flag"] = (
+                f"SM clock {clk['sm_mhz']:.0f} MHz after the timing (< {LOW_CLOCK_MHZ})"
+            )
         r["smi_after"] = clk or None
         models[cfg.name] = r
     return models
@@ -175,8 +179,10 @@ HEAD = ["model", "floor", *[h for _, h in COLUMNS], "best", "C/best", "ET/best",
 def text_table(models: dict) -> str:
     data = [HEAD, *rows(models)]
     w = [max(len(str(row[i])) for row in data) for i in range(len(HEAD))]
-    lines = [" ".join(str(c).rjust(w[i]) if i else str(c).ljust(w[i]) for i, c in enumerate(row))
-             for row in data]
+    lines = [
+        " ".join(str(c).rjust(w[i]) if i else str(c).ljust(w[i]) for i, c in enumerate(row))
+        for row in data
+    ]
     lines.append(
         "median synchronous latency, ms unless marked; '!' failed the accuracy check; floor = "
         "max(FLOPs / 790 TFLOP/s, fp16 weight bytes / 4.26 TB/s); C = Kiln's C API in the "

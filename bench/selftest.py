@@ -25,10 +25,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import models as M  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-import models as M  # noqa: E402
 
 # sha256 prefixes of the fp16 weights (per family) and fp16 inputs (per config), recorded with
 # torch 2.14 / numpy 2 on the development machine. A change of bench/models.py that changes
@@ -117,36 +116,50 @@ def test_models() -> None:
         fc = FlopCounterMode(display=False)
         with torch.no_grad(), fc:
             y = m(*x)
-        check(tuple(y.shape) == OUT_SHAPES[fam] and bool(torch.isfinite(y).all()),
-              f"{fam}: forward {tuple(y.shape)}, finite, |y|max {float(y.abs().max()):.3g}")
-        attn = {"vit_b16": 12 * 4 * 197 * 197 * 768, "bert": 12 * 4 * 128 * 128 * 768,
-                "encoder": 4 * 256 * 256 * 1024}.get(fam, 0)
+        check(
+            tuple(y.shape) == OUT_SHAPES[fam] and bool(torch.isfinite(y).all()),
+            f"{fam}: forward {tuple(y.shape)}, finite, |y|max {float(y.abs().max()):.3g}",
+        )
+        attn = {
+            "vit_b16": 12 * 4 * 197 * 197 * 768,
+            "bert": 12 * 4 * 128 * 128 * 768,
+            "encoder": 4 * 256 * 256 * 1024,
+        }.get(fam, 0)
         counted = fc.get_total_flops() + attn
-        check(counted == cfg.fam.flops(1), f"{fam}: analytic FLOPs {cfg.fam.flops(1):.4g} "
-              f"= counted {counted:.4g}")
+        check(
+            counted == cfg.fam.flops(1),
+            f"{fam}: analytic FLOPs {cfg.fam.flops(1):.4g} = counted {counted:.4g}",
+        )
     check(M.FAMILIES["mlp"].flops(64) == 64 * M.FAMILIES["mlp"].flops(1), "FLOPs scale with batch")
 
 
 def test_report_parser() -> None:
     import report
 
-    log = "\n".join([
-        "=== runner bert_b1 devio",
-        "I 00:00:00.1 executorch:kiln_executorch.cpp:209] KilnBackend: engine ready for method "
-        "'forward' on cuda:0 (1 inputs, 1 outputs)",
-        "output 0: matches expected (max |err| 0.00391, tolerance 0.05)",
-        "latency over 200 iterations (warmup 20): median 0.5120 ms, min 0.5000 ms, p90 0.5300 ms, "
-        "mean 0.5150 ms",
-        "kiln_runner: OK median_ms=0.5120",
-        "=== end rc=0 s=3",
-        "=== runner bert_b1 host",
-        "kiln_runner: error: execute failed",
-        "=== end rc=1 s=1",
-    ])
+    log = "\n".join(
+        [
+            "=== runner bert_b1 devio",
+            "I 00:00:00.1 executorch:kiln_executorch.cpp:209] KilnBackend: engine ready for method "
+            "'forward' on cuda:0 (1 inputs, 1 outputs)",
+            "output 0: matches expected (max |err| 0.00391, tolerance 0.05)",
+            "latency over 200 iterations (warmup 20): median 0.5120 ms, min 0.5000 ms, "
+            "p90 0.5300 ms, mean 0.5150 ms",
+            "kiln_runner: OK median_ms=0.5120",
+            "=== end rc=0 s=3",
+            "=== runner bert_b1 host",
+            "kiln_runner: error: execute failed",
+            "=== end rc=1 s=1",
+        ]
+    )
     r = report.parse_runner_log(log)
     a, b = r.get(("bert_b1", "devio"), {}), r.get(("bert_b1", "host"), {})
-    check(a.get("median_ms") == 0.512 and a.get("device") == "cuda:0" and a.get("expected_ok")
-          and a.get("p90_ms") == 0.53, "report parses a kiln_runner section")
+    check(
+        a.get("median_ms") == 0.512
+        and a.get("device") == "cuda:0"
+        and a.get("expected_ok")
+        and a.get("p90_ms") == 0.53,
+        "report parses a kiln_runner section",
+    )
     check(b.get("rc") == 1 and "median_ms" not in b and "error" in b, "report keeps a failure")
 
 
@@ -157,7 +170,9 @@ def main() -> int:
     test_uniform()
     test_report_parser()
     test_models()
-    print(f"selftest: {len(failures)} failure(s)" + (": " + "; ".join(failures) if failures else ""))
+    print(
+        f"selftest: {len(failures)} failure(s)" + (": " + "; ".join(failures) if failures else "")
+    )
     return 1 if failures else 0
 
 

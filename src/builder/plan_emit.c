@@ -317,7 +317,7 @@ static void state_free(emit_state *s) {
 static kiln_status emit(emit_state *s, kiln_plan *p) {
     const kiln_bgraph *b = s->b;
     size_t nv = b->n_values;
-    void *q;
+    void *q = NULL;
     s->tensor_of = kiln_malloc(nv * sizeof *s->tensor_of, KILN_ALIGN);
     s->out_binding = kiln_malloc(nv * sizeof *s->out_binding, KILN_ALIGN);
     KILN_CHECK(s->tensor_of != NULL && s->out_binding != NULL, KILN_ERR_NO_MEMORY,
@@ -410,7 +410,7 @@ kiln_status kiln_bgraph_emit(const kiln_bgraph *b, kiln_plan *out, kiln_ext_weig
     s.b = b;
     st = emit(&s, &p);
     if (st == KILN_OK && s.n_ext > 0) {
-        void *q;
+        void *q = NULL;
         st = shrink((void **)&s.ext, s.n_ext, s.cap_ext, sizeof *s.ext, &q);
         if (st == KILN_OK) {
             *out_ext = q;

@@ -64,7 +64,7 @@ static kiln_status pool_geometry(const kiln_kernel_args *args, pool_geom *g) {
 }
 
 static size_t pool_scratch(const kiln_kernel_args *args) {
-    pool_geom g;
+    pool_geom g = {0};
     if (pool_geometry(args, &g) != KILN_OK) return 0;
     return KILN_CPU_SCRATCH_SLACK + kiln_cpu_f32_nbytes(g.h * g.w) +
            kiln_cpu_f32_nbytes(g.oh * g.ow);
@@ -156,7 +156,7 @@ static void adaptive_plane(const kiln_kernel_args *args, const pool_geom *g, con
 }
 
 static kiln_status pool_run(const kiln_kernel_args *args, plane_fn fn) {
-    pool_geom g;
+    pool_geom g = {0};
     KILN_TRY(pool_geometry(args, &g));
     const kiln_tensor *x = args->in[0];
     kiln_tensor *y = args->out;

@@ -13,7 +13,9 @@
 // until the final cudaStreamSynchronize. With use_cuda_graphs the first execute of a signature
 // (input shapes + device I/O pointers) runs directly, the second records the layer loop into a
 // CUDA graph (staging copies stay outside it) and later ones replay it; a new signature runs
-// directly once and is then re-recorded (cudaGraphExecUpdate, else a new instantiation).
+// directly once and is then re-recorded: cudaGraphExecUpdate only when cuda_graph_rules.h allows
+// it (same kernels, no thread-block clusters: cuBLASLt's cluster kernels are not updated
+// correctly), else a new instantiation. Expected CUDA errors are consumed where they occur.
 // A CUDA error marks the context failed: later executes return KILN_ERR_DEVICE at once.
 #include <stdio.h>
 #include <stdlib.h>

@@ -633,7 +633,7 @@ static kiln_status want_axis(const ictx *c, uint32_t idx, uint32_t j, int64_t v,
 static kiln_status infer_softmax(const ictx *c, const kiln_attrs *a,
                                  const kiln_value_desc *const *in, uint32_t n,
                                  kiln_value_desc *out) {
-    uint32_t d;
+    uint32_t d = 0;
     (void)n;
     KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
     KILN_TRY(want_axis(c, KILN_A_SOFTMAX_DIM, 0, kiln_attrs_int(a, KILN_A_SOFTMAX_DIM, 0),
@@ -765,7 +765,7 @@ static kiln_status infer_reduce(const ictx *c, const kiln_attrs *a,
     (void)n;
     KILN_TRY(want_bool_attr(c, a, KILN_A_REDUCE_KEEPDIM));
     for (uint32_t j = 0; j < nd; j++) {
-        uint32_t d;
+        uint32_t d = 0;
         KILN_TRY(want_axis(c, KILN_A_REDUCE_DIMS, j, dims[j], x->rank, &d));
         if (red[d]) {
             return SHAPE_FAIL(c, "attribute 'dims' names dimension %u twice", d);
@@ -918,7 +918,7 @@ static kiln_status infer_expand(const ictx *c, const kiln_attrs *a,
     out->shape.rank = nc;
     for (uint32_t j = 0; j < nc; j++) {
         int32_t xd = (int32_t)j - (int32_t)(nc - x->rank); // aligned dim of x, or < 0 (new)
-        int64_t t0, t1;
+        int64_t t0 = 0, t1 = 0;
         int32_t from;
         if (codes[j] == -1) {
             if (xd < 0) {
@@ -958,7 +958,7 @@ static kiln_status infer_permute(const ictx *c, const kiln_attrs *a,
     }
     out->shape.rank = nd;
     for (uint32_t j = 0; j < nd; j++) {
-        uint32_t d;
+        uint32_t d = 0;
         KILN_TRY(want_axis(c, KILN_A_PERMUTE_DIMS, j, dims[j], x->rank, &d));
         if (seen[d]) {
             return SHAPE_FAIL(c,
@@ -975,7 +975,7 @@ static kiln_status infer_permute(const ictx *c, const kiln_attrs *a,
 static kiln_status infer_cat(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
                              uint32_t n, kiln_value_desc *out) {
     const kiln_shape *x = &in[0]->shape;
-    uint32_t d;
+    uint32_t d = 0;
     int64_t s0 = 0, s1 = 0;
     KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
     KILN_TRY(want_axis(c, KILN_A_CAT_DIM, 0, kiln_attrs_int(a, KILN_A_CAT_DIM, 0), x->rank, &d));
@@ -1023,7 +1023,7 @@ static kiln_status infer_slice(const ictx *c, const kiln_attrs *a, const kiln_va
     int64_t step = kiln_attrs_int(a, KILN_A_SLICE_STEP, 0);
     int64_t s0, s1, lo = INT64_MAX, hi = INT64_MIN;
     int64_t cand[6];
-    uint32_t d, nc = 0;
+    uint32_t d = 0, nc = 0;
     (void)n;
     KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
     KILN_TRY(
@@ -1057,7 +1057,7 @@ static kiln_status infer_select(const ictx *c, const kiln_attrs *a,
                                 kiln_value_desc *out) {
     const kiln_shape *x = &in[0]->shape;
     int64_t idx = kiln_attrs_int(a, KILN_A_SELECT_INDEX, 0);
-    uint32_t d, r = 0;
+    uint32_t d = 0, r = 0;
     (void)n;
     KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
     KILN_TRY(
@@ -1090,7 +1090,7 @@ static kiln_status infer_squeeze(const ictx *c, const kiln_attrs *a,
                              "explicitly");
     }
     for (uint32_t j = 0; j < nd; j++) {
-        uint32_t d;
+        uint32_t d = 0;
         KILN_TRY(want_axis(c, KILN_A_SQUEEZE_DIMS, j, dims[j], x->rank, &d));
         if (drop[d]) return SHAPE_FAIL(c, "attribute 'dims' names dimension %u twice", d);
         if (x->min[d] != 1 || x->max[d] != 1) {
@@ -1110,7 +1110,7 @@ static kiln_status infer_unsqueeze(const ictx *c, const kiln_attrs *a,
                                    const kiln_value_desc *const *in, uint32_t n,
                                    kiln_value_desc *out) {
     const kiln_shape *x = &in[0]->shape;
-    uint32_t d, r = 0;
+    uint32_t d = 0, r = 0;
     (void)n;
     if (x->rank >= KILN_MAX_RANK) {
         return UNSUP_FAIL(c, "x %s already has Kiln's maximum rank %d", SS(x), KILN_MAX_RANK);

@@ -58,8 +58,10 @@ static void *open_candidate(const char *path, char *why, size_t why_nbytes) {
     if (h != NULL) return h;
     err = dlerror();
     if (used < why_nbytes) {
-        snprintf(why + used, why_nbytes - used, "%s%s: %s", used ? "; " : "", path,
-                 err ? err : "dlopen failed");
+        // Truncation is fine here: the message is best-effort diagnostics.
+        int w = snprintf(why + used, why_nbytes - used, "%s%.400s: %.400s", used ? "; " : "",
+                         path, err ? err : "dlopen failed");
+        (void)w;
     }
     return NULL;
 }

@@ -123,7 +123,7 @@ static kiln_status decode_strings(load_state *st) {
 
 static kiln_status decode_pools(load_state *st, uint64_t n_tensors) {
     kiln_plan *p = &st->p;
-    uint64_t n, nbytes;
+    uint64_t n = 0, nbytes = 0;
     const uint8_t *s;
 
     KILN_TRY(section_count(st, KILN_SECTION_INTS, 8, KILN_FORMAT_MAX_INTS, &n));
@@ -752,7 +752,7 @@ static kiln_status check_op_versions(const load_state *st) {
 
 static kiln_status load_body(load_state *st) {
     kiln_plan *p = &st->p;
-    uint64_t n_tensors, n_layers, nbytes;
+    uint64_t n_tensors = 0, n_layers = 0, nbytes = 0;
 
     KILN_TRY(check_op_versions(st));
     KILN_TRY(decode_plan_record(st));
