@@ -25,6 +25,10 @@ engine byte for byte, and the rebuilt ``.ptd`` equals the exported one byte for 
 optionally (``--cpu-check``) the rebuilt engine runs on Kiln's CPU backend and is compared with
 PyTorch.
 
+With ``--io-dir DIR``, kiln_runner's ``<cfg>.inputs.bin`` and ``<cfg>.expected.bin`` are written
+there too (not needed for the H200: the device run regenerates the same inputs, by checksum, and
+takes the expected outputs from a float64 reference there).
+
 With ``--kiln-dir`` the libkiln used for the export (and its CUDA plugin, if beside it) is
 copied to ``<out>/lib``; with ``--runner-dir`` the kiln_runner bundle (examples/cpp, built with
 -DKILN_RUNNER_BUNDLE=ON) is copied to ``<out>/runner``.
@@ -224,6 +228,21 @@ def cpu_check(entry: dict, out: Path) -> float:
     return float((y.double() - ref).norm() / ref.norm())
 
 
+def write_io(cfg, io_dir: Path) -> None:
+    """kiln_runner's input and expected-output files (examples/cpp/kiln_tensors.py format), the
+    expected output from the fp32 model on the CPU, rounded to fp16. The device run writes its
+    own (same inputs, expected from a float64 reference): these are for runs elsewhere."""
+    sys.path.insert(0, str(ROOT / "examples" / "cpp"))
+    import kiln_tensors
+
+    io_dir.mkdir(parents=True, exist_ok=True)
+    x16 = half_inputs(cfg)
+    with torch.no_grad():
+        ref = M.build_model(cfg.family)(*[t.float() if t.is_floating_point() else t for t in x16])
+    kiln_tensors.write(io_dir / f"{cfg.name}.inputs.bin", x16)
+    kiln_tensors.write(io_dir / f"{cfg.name}.expected.bin", [ref.half()])
+
+
 def copy_libs(src: Path, dst: Path, names) -> list[str]:
     dst.mkdir(parents=True, exist_ok=True)
     copied = []
@@ -245,6 +264,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runner-dir", help="kiln_runner bundle folder to carry")
     ap.add_argument("--cpu-check", default="", help="configs to run on Kiln's CPU backend here")
     ap.add_argument("--no-verify", action="store_true", help="skip the replay check")
+    ap.add_argument("--io-dir", help="also write kiln_runner inputs/expected files here")
     args = ap.parse_args(argv)
 
     out = Path(args.out)
@@ -289,6 +309,8 @@ def main(argv=None) -> int:
             e = export_config(cfg, model16, out, Path(td) / cfg.name)
             e["counts"] = M.counts(cfg, model16)
             rt = "-" if args.no_verify else f"{verify_replay(e, out, model16):.1f}"
+            if args.io_dir:
+                write_io(cfg, Path(args.io_dir))
             if cfg.name in cpu:
                 e["cpu_check_rel_err"] = cpu_check(e, out)
             del e["_ptd_bytes"]

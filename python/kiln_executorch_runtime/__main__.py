@@ -3,11 +3,12 @@
 import argparse
 import json
 
+import kiln_executorch_runtime as rt
+
 parser = argparse.ArgumentParser(prog="python -m kiln_executorch_runtime")
 parser.add_argument("--cmake-prefix-path", action="store_true", help="print CMAKE_PREFIX_PATH")
 parser.add_argument("--info", action="store_true", help="print versions and the device in use")
 args = parser.parse_args()
-import kiln_executorch_runtime as rt
 
 if args.cmake_prefix_path:
     print(rt.cmake_prefix_path())

@@ -136,6 +136,35 @@ def test_dynamic_batch(tmp_path):
         assert_close(program.forward(x), [model(x)])
 
 
+def test_dynamic_sequence_attention(tmp_path):
+    """Dynamic sequence length through reshape/transpose/causal SDPA (symbolic sizes become
+    Kiln shape codes)."""
+    model = EncoderBlock(causal=True).eval()
+    seq = torch.export.Dim("seq", min=1, max=32)
+    path = tmp_path / "enc.pte"
+    save(model, path, (torch.randn(2, 8, 32),), dynamic_shapes=({1: seq},))
+    program = kiln.load(path)
+    for n in (1, 17, 32):
+        x = torch.randn(2, n, 32)
+        with torch.no_grad():
+            assert_close(program.forward(x), [model(x)], scale=10)
+
+
+def test_dynamic_batch_and_image_size(tmp_path):
+    model = ResNet18().eval()
+    batch = torch.export.Dim("batch", min=1, max=3)
+    hw = 32 * torch.export.Dim("k", min=1, max=2)
+    path = tmp_path / "cnn.pte"
+    dyn = ({0: batch, 2: hw, 3: hw},)
+    prog = save(model, path, (torch.randn(2, 3, 64, 64),), dynamic_shapes=dyn)
+    assert delegation_summary(prog)["kiln"] == 1
+    program = kiln.load(path)
+    for shape in [(1, 3, 32, 32), (3, 3, 64, 64)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert_close(program.forward(x), [model(x)], scale=10)
+
+
 def test_external_data_without_weights_warns(tmp_path):
     model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh())
     with pytest.warns(UserWarning, match="no w.ptd was written"):

@@ -171,3 +171,19 @@ def test_reshape_shape_codes():
     assert views
     for n in views:
         assert n in supported, checks[n].reason
+
+
+def test_channels_last_values_do_not_cross_into_kiln(monkeypatch):
+    """ExecuTorch derives a tensor's dim order from its strides: Kiln (contiguous layouts only)
+    must not take a channels-last value across a partition boundary."""
+    probe = _Probe(monkeypatch)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last)
+    _lower(model, (x,))
+    for ep in probe.partitions:
+        for n in ep.graph.nodes:
+            if n.op in ("placeholder", "output"):
+                vals = n.meta.get("val")
+                for v in vals if isinstance(vals, (list, tuple)) else [vals]:
+                    if isinstance(v, torch.Tensor) and n.op == "placeholder":
+                        assert v.is_contiguous(), n.name

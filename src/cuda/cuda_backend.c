@@ -41,6 +41,7 @@ typedef struct cuda_engine {
     int device;
     int use_graphs;
     int debug_sync; // KILN_CUDA_DEBUG_SYNC: graphs off, synchronize after every layer
+    int no_tc_attention; // KILN_CUDA_NO_TC_ATTENTION: sdpa on the fp32-FMA kernel only
     int sm_count;
     void *weights; // device, owned
     size_t weights_nbytes;
@@ -250,6 +251,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     e->plan = p;
     e->device = device;
     e->debug_sync = env_flag("KILN_CUDA_DEBUG_SYNC");
+    e->no_tc_attention = env_flag("KILN_CUDA_NO_TC_ATTENTION");
     e->use_graphs = options->use_cuda_graphs != 0 && !e->debug_sync;
     e->sm_count = prop.multiProcessorCount;
     e->weight_offsets = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *e->weight_offsets);
@@ -480,6 +482,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     ctx.workspace = c->workspace;
     ctx.workspace_nbytes = c->workspace_nbytes;
     ctx.sm_count = e->sm_count;
+    ctx.no_tc_attention = e->no_tc_attention;
     ctx.where = where;
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         build_args(p, c->views, li, tails, &args);
@@ -875,6 +878,7 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
         stream = own;
     }
     ctx.stream = (cudaStream_t)stream;
+    ctx.no_tc_attention = (flags & KILN_CUDA_RUN_NO_TC_ATTENTION) != 0;
     if (!(flags & KILN_CUDA_RUN_NO_CUBLASLT) && !no_cublaslt()) {
         if (cublasLtCreate(&ctx.lt) != CUBLAS_STATUS_SUCCESS) {
             ctx.lt = NULL;

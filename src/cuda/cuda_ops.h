@@ -81,6 +81,7 @@ typedef struct kiln_cuda_ctx {
     kiln_cuda_conv_cache *conv; // this layer's cuDNN cache (NULL: none, set up on every call)
     int sm_count;               // multiprocessors of the device
     int plan_only;              // GEMM launchers only choose (and cache) their algorithm
+    int no_tc_attention;        // sdpa: never the tensor-core kernel (tests, debugging)
     const char *where;          // "layer 12 (linear)", for messages
 } kiln_cuda_ctx;
 

@@ -140,6 +140,210 @@ static __global__ void __launch_bounds__(SDPA_WARPS * 32)
     }
 }
 
+// --- tensor-core kernel: float16/bfloat16, E = Ev in {64, 128} (FlashAttention-2 style)
+// One CTA of SDPA_TC_WARPS warps per (batch, block of 64 query rows); warp w owns rows
+// [16 w, 16 w + 16) of the block. K/V tiles of 64 keys are staged in shared memory (rows padded by
+// 8 elements: the fragment reads are bank-conflict free); S = Q K^T and O += P V are
+// mma.sync.m16n8k16 with float32 accumulation; the online softmax runs on the S fragments in
+// registers (a row is spread over the 4 lanes of a quad). P is rounded to the input dtype
+// before P V (as FlashAttention does). Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4,
+// t = lane % 4): A regs {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B regs
+// {(k 2t..2t+1, n g), (k 2t+8.., n g)}; C {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
+
+#define SDPA_TC_WARPS 4
+#define SDPA_TC_BQ (16 * SDPA_TC_WARPS) // query rows per CTA
+#define SDPA_TC_BK 64                   // keys per tile
+
+template <typename T> struct sdpa_tc_mma;
+template <> struct sdpa_tc_mma<__half> {
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi); // .x (low half) = lo
+        uint32_t u;
+        memcpy(&u, &h, sizeof u);
+        return u;
+    }
+};
+template <> struct sdpa_tc_mma<__nv_bfloat16> {
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        uint32_t u;
+        memcpy(&u, &h, sizeof u);
+        return u;
+    }
+};
+
+// Two consecutive 16-bit elements (4-byte aligned) as one register.
+__device__ __forceinline__ uint32_t sdpa_ld2(const uint16_t *p) {
+    return *(const uint32_t *)p;
+}
+
+template <typename T, int D>
+static __global__ void __launch_bounds__(SDPA_TC_WARPS * 32)
+    sdpa_tc_kernel(const __grid_constant__ sdpa_params P) {
+    constexpr int LD = D + 8; // shared row stride (elements): 16-byte multiple, conflict free
+    __shared__ __align__(16) uint16_t ks[SDPA_TC_BK * LD];
+    __shared__ __align__(16) uint16_t vs[SDPA_TC_BK * LD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const uint16_t *q = (const uint16_t *)P.q, *k = (const uint16_t *)P.k,
+                   *v = (const uint16_t *)P.v;
+    uint16_t *out = (uint16_t *)P.out;
+    for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
+        const int64_t qo = sdpa_boff(P, b, P.q_bstr), ko = sdpa_boff(P, b, P.k_bstr),
+                      vo = sdpa_boff(P, b, P.v_bstr);
+        const int64_t mo = P.mask ? sdpa_boff(P, b, P.m_bstr) : 0;
+        const int64_t blk0 = (int64_t)blockIdx.x * SDPA_TC_BQ;
+        const int64_t r0 = blk0 + warp * 16, ra = r0 + g, rb = r0 + g + 8;
+        // Q fragments straight from global memory (rows past L are zeros, never stored).
+        uint32_t qf[D / 16][4];
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) {
+            const int col = kc * 16 + 2 * t4;
+            qf[kc][0] = ra < P.l ? sdpa_ld2(q + qo + ra * D + col) : 0u;
+            qf[kc][1] = rb < P.l ? sdpa_ld2(q + qo + rb * D + col) : 0u;
+            qf[kc][2] = ra < P.l ? sdpa_ld2(q + qo + ra * D + col + 8) : 0u;
+            qf[kc][3] = rb < P.l ? sdpa_ld2(q + qo + rb * D + col + 8) : 0u;
+        }
+        float o[D / 8][4];
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+        int64_t s_end = P.s;
+        if (P.causal && blk0 + SDPA_TC_BQ < s_end) s_end = blk0 + SDPA_TC_BQ;
+        for (int64_t s0 = 0; s0 < s_end; s0 += SDPA_TC_BK) {
+            __syncthreads(); // the previous tile (or batch) is consumed
+            for (int i = threadIdx.x; i < SDPA_TC_BK * (D / 8); i += blockDim.x) {
+                const int j = i / (D / 8), c = (i % (D / 8)) * 8;
+                const int64_t s = s0 + j;
+                uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+                if (s < P.s) {
+                    kv = *(const uint4 *)(k + ko + s * D + c);
+                    vv = *(const uint4 *)(v + vo + s * D + c);
+                }
+                *(uint4 *)(ks + j * LD + c) = kv;
+                *(uint4 *)(vs + j * LD + c) = vv;
+            }
+            __syncthreads();
+            if (P.causal && s0 > r0 + 15) continue; // every key of the tile is masked for this warp
+            // S = Q K^T (16 x 64 per warp)
+            float sc[SDPA_TC_BK / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < SDPA_TC_BK / 8; nt++)
+                sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < D / 16; kc++) {
+#pragma unroll
+                for (int nt = 0; nt < SDPA_TC_BK / 8; nt++) {
+                    const uint16_t *kr = ks + (nt * 8 + g) * LD + kc * 16 + 2 * t4;
+                    sdpa_tc_mma<T>::mma(sc[nt], qf[kc], sdpa_ld2(kr), sdpa_ld2(kr + 8));
+                }
+            }
+            // scale, causal, mask; the row maxima
+            float mxa = -INFINITY, mxb = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < SDPA_TC_BK / 8; nt++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1);
+                    const int64_t row = i < 2 ? ra : rb;
+                    float x = sc[nt][i] * P.scale;
+                    if (s >= P.s || (P.causal && s > row)) {
+                        x = -INFINITY;
+                    } else if (P.mask != NULL && row < P.l) {
+                        const int64_t mi = mo + row * P.m_sl + s * P.m_ss;
+                        if (P.mask_dt == KILN_DTYPE_BOOL) {
+                            if (((const uint8_t *)P.mask)[mi] == 0) x = -INFINITY;
+                        } else {
+                            x += kc_ld_f(P.mask, P.mask_dt, mi);
+                        }
+                    }
+                    sc[nt][i] = x;
+                    if (i < 2) {
+                        mxa = fmaxf(mxa, x);
+                    } else {
+                        mxb = fmaxf(mxb, x);
+                    }
+                }
+            }
+            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
+            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
+            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
+            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+            const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
+            // every key so far masked: subtract 0 (exp(-inf) = 0 keeps p and the sums zero)
+            const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
+            const float ca = expf(ma - ua), cb = expf(mb - ub);
+            ma = mna;
+            mb = mnb;
+            float suma = 0.0f, sumb = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < SDPA_TC_BK / 8; nt++) {
+                sc[nt][0] = expf(sc[nt][0] - ua);
+                sc[nt][1] = expf(sc[nt][1] - ua);
+                sc[nt][2] = expf(sc[nt][2] - ub);
+                sc[nt][3] = expf(sc[nt][3] - ub);
+                suma += sc[nt][0] + sc[nt][1];
+                sumb += sc[nt][2] + sc[nt][3];
+            }
+            suma += __shfl_xor_sync(0xffffffffu, suma, 1);
+            suma += __shfl_xor_sync(0xffffffffu, suma, 2);
+            sumb += __shfl_xor_sync(0xffffffffu, sumb, 1);
+            sumb += __shfl_xor_sync(0xffffffffu, sumb, 2);
+            la = la * ca + suma;
+            lb = lb * cb + sumb;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) {
+                o[dn][0] *= ca;
+                o[dn][1] *= ca;
+                o[dn][2] *= cb;
+                o[dn][3] *= cb;
+            }
+            // O += P V: the S fragments of key columns [16 kk, 16 kk + 16) are P's A fragment
+#pragma unroll
+            for (int kk = 0; kk < SDPA_TC_BK / 16; kk++) {
+                uint32_t pa[4];
+                pa[0] = sdpa_tc_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+                pa[1] = sdpa_tc_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+                pa[2] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+                pa[3] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+                for (int dn = 0; dn < D / 8; dn++) {
+                    const uint16_t *vr = vs + (kk * 16 + 2 * t4) * LD + dn * 8 + g;
+                    const uint32_t b0 = (uint32_t)vr[0] | ((uint32_t)vr[LD] << 16);
+                    const uint32_t b1 = (uint32_t)vr[8 * LD] | ((uint32_t)vr[9 * LD] << 16);
+                    sdpa_tc_mma<T>::mma(o[dn], pa, b0, b1);
+                }
+            }
+        }
+        const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            const int col = dn * 8 + 2 * t4;
+            if (ra < P.l) {
+                *(uint32_t *)(out + (b * P.l + ra) * D + col) =
+                    sdpa_tc_mma<T>::pack(o[dn][0] * ia, o[dn][1] * ia);
+            }
+            if (rb < P.l) {
+                *(uint32_t *)(out + (b * P.l + rb) * D + col) =
+                    sdpa_tc_mma<T>::pack(o[dn][2] * ib, o[dn][3] * ib);
+            }
+        }
+    }
+}
+
 // --- simple kernel: one block per (batch, query row), one key at a time
 
 template <typename T>
@@ -199,8 +403,30 @@ static kiln_status sdpa_flash_launch(const kiln_cuda_ctx *ctx, const sdpa_params
     return kiln_cuda_check_launch(ctx, "sdpa_flash_kernel");
 }
 
+// The tensor-core kernel takes float16/bfloat16 with E = Ev in {64, 128} and 16-byte aligned
+// q, k, v (every row then is: E is a multiple of 8) and a 4-byte aligned output.
+template <typename T> static int sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    if (ctx->no_tc_attention) return 0;
+    if (P->e != P->ev || (P->e != 64 && P->e != 128)) return 0;
+    return ((uintptr_t)P->q % 16) == 0 && ((uintptr_t)P->k % 16) == 0 &&
+           ((uintptr_t)P->v % 16) == 0 && ((uintptr_t)P->out % 4) == 0;
+}
+
+template <typename T, int D>
+static kiln_status sdpa_tc_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    int64_t by = P->batch < 65535 ? P->batch : 65535;
+    dim3 grid((unsigned)((P->l + SDPA_TC_BQ - 1) / SDPA_TC_BQ), (unsigned)by);
+    sdpa_tc_kernel<T, D><<<grid, SDPA_TC_WARPS * 32, 0, ctx->stream>>>(*P);
+    return kiln_cuda_check_launch(ctx, "sdpa_tc_kernel");
+}
+
 template <typename T>
 static kiln_status sdpa_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    if constexpr (sizeof(T) == 2) {
+        if (sdpa_tc_ok<T>(ctx, P)) {
+            return P->e == 64 ? sdpa_tc_launch<T, 64>(ctx, P) : sdpa_tc_launch<T, 128>(ctx, P);
+        }
+    }
     if (P->e <= SDPA_MAX_HEAD && P->ev <= SDPA_MAX_HEAD && P->e > 0) {
         if (P->ev <= 64) return sdpa_flash_launch<T, 2>(ctx, P);
         if (P->ev <= 128) return sdpa_flash_launch<T, 4>(ctx, P);

@@ -317,6 +317,7 @@ typedef struct op_case {
     tol tol;
     int gemm; // run twice: cuBLASLt and Kiln's own kernel
     int dnn;  // run twice: cuDNN and Kiln's own kernel (conv2d)
+    int attn; // run twice: the tensor-core sdpa kernel (where it applies) and the fp32-FMA one
 } op_case;
 
 static void case_init(op_case *c, uint32_t op) {
@@ -326,6 +327,7 @@ static void case_init(op_case *c, uint32_t op) {
     c->tol = TOL_DEFAULT;
     c->gemm = op == KILN_OP_LINEAR || op == KILN_OP_MATMUL;
     c->dnn = op == KILN_OP_CONV2D;
+    c->attn = op == KILN_OP_SDPA;
 }
 
 static void case_in(op_case *c, spec s) { c->in[c->n_in++] = s; }
@@ -478,11 +480,14 @@ static void run_case(const op_case *c) {
     out_ref.dev = out_ref.host;
     out_ref.dev.data = dev_out;
     dargs.out = &out_ref.dev;
-    for (int variant = 0; variant < (c->gemm || c->dnn ? 2 : 1); variant++) {
-        const char *vname = c->gemm  ? (variant == 0 ? "[cublasLt]" : "[own gemm]")
-                            : c->dnn ? (variant == 0 ? "[cudnn]" : "[own conv]")
-                                     : NULL;
-        uint32_t flags = variant == 1 ? KILN_CUDA_RUN_NO_CUBLASLT | KILN_CUDA_RUN_NO_CUDNN : 0;
+    for (int variant = 0; variant < (c->gemm || c->dnn || c->attn ? 2 : 1); variant++) {
+        const char *vname = c->gemm   ? (variant == 0 ? "[cublasLt]" : "[own gemm]")
+                            : c->dnn  ? (variant == 0 ? "[cudnn]" : "[own conv]")
+                            : c->attn ? (variant == 0 ? "[tc attention]" : "[fma attention]")
+                                      : NULL;
+        uint32_t flags = variant == 1 ? KILN_CUDA_RUN_NO_CUBLASLT | KILN_CUDA_RUN_NO_CUDNN |
+                                            KILN_CUDA_RUN_NO_TC_ATTENTION
+                                      : 0;
         // Poison the output so that an element the kernel forgets to write shows up.
         if (!cuda_ok(cudaMemset(dev_out, 0xFF, out_ref.nbytes), "cudaMemset")) {
             report(0, name, vname, "cudaMemset failed");
@@ -1084,6 +1089,97 @@ static void cases_sdpa(void) {
     }
 }
 
+// Shapes for the tensor-core kernel (float16/bfloat16, E = Ev in {64, 128}): rows and keys off
+// the 64-row/64-key tiles, causal with L < S and L > S, every mask broadcast, fully masked rows.
+static void cases_sdpa_tc(void) {
+    static const uint32_t dts[] = {F16, BF16};
+    op_case c;
+    for (uint32_t d = 0; d < 2; d++) {
+        uint32_t dt = dts[d];
+        for (int e = 64; e <= 128; e += 64) {
+            char qs[32], ks[32];
+            snprintf(qs, sizeof qs, "2x3x100x%d", e);
+            snprintf(ks, sizeof ks, "2x3x77x%d", e);
+            case_init(&c, KILN_OP_SDPA);
+            case_in(&c, S(dt, qs));
+            case_in(&c, S(dt, ks));
+            case_in(&c, S(dt, ks));
+            c.label = "tc: L 100, S 77";
+            run_case(&c);
+            case_init(&c, KILN_OP_SDPA);
+            case_in(&c, S(dt, qs));
+            case_in(&c, S(dt, ks));
+            case_in(&c, S(dt, ks));
+            attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+            c.label = "tc: causal L 100 > S 77";
+            run_case(&c);
+            snprintf(qs, sizeof qs, "3x40x%d", e);
+            snprintf(ks, sizeof ks, "3x130x%d", e);
+            case_init(&c, KILN_OP_SDPA);
+            case_in(&c, S(dt, qs));
+            case_in(&c, S(dt, ks));
+            case_in(&c, S(dt, ks));
+            attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+            attrs_float(&c.attrs, KILN_A_SDPA_SCALE, 0.2);
+            c.label = "tc: causal L 40 < S 130, scale 0.2";
+            run_case(&c);
+            snprintf(qs, sizeof qs, "2x4x65x%d", e);
+            snprintf(ks, sizeof ks, "2x4x129x%d", e);
+            case_init(&c, KILN_OP_SDPA);
+            case_in(&c, S(dt, qs));
+            case_in(&c, S(dt, ks));
+            case_in(&c, S(dt, ks));
+            case_in(&c, SR(dt, "2x1x1x129", -4.0, 0.0));
+            c.label = "tc: float key-padding mask [B,1,1,S]";
+            run_case(&c);
+            case_init(&c, KILN_OP_SDPA);
+            case_in(&c, S(dt, qs));
+            case_in(&c, S(dt, ks));
+            case_in(&c, S(dt, ks));
+            case_in(&c, SR(dt, "4x65x129", -3.0, 1.0));
+            c.label = "tc: float mask [H,L,S]";
+            run_case(&c);
+            case_init(&c, KILN_OP_SDPA);
+            case_in(&c, S(dt, qs));
+            case_in(&c, S(dt, ks));
+            case_in(&c, S(dt, ks));
+            spec m = S(BOOL, "65x129");
+            m.p_true = 0.97;
+            case_in(&c, m);
+            c.label = "tc: bool mask [L,S]";
+            run_case(&c);
+            case_init(&c, KILN_OP_SDPA);
+            case_in(&c, S(dt, qs));
+            case_in(&c, S(dt, ks));
+            case_in(&c, S(dt, ks));
+            spec mr = S(BOOL, "2x1x65x129");
+            mr.p_true = 0.01; // many rows with every key masked
+            case_in(&c, mr);
+            c.label = "tc: sparse bool mask, masked rows";
+            run_case(&c);
+            if (opt_quick) break;
+        }
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "8x12x128x64"));
+        case_in(&c, S(dt, "8x12x128x64"));
+        case_in(&c, S(dt, "8x12x128x64"));
+        c.label = "tc: BERT b8";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x16x256x64"));
+        case_in(&c, S(dt, "1x16x256x64"));
+        case_in(&c, S(dt, "1x16x256x64"));
+        c.label = "tc: encoder d1024 s256";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x1x128"));
+        case_in(&c, S(dt, "1x1x128"));
+        case_in(&c, S(dt, "1x1x128"));
+        c.label = "tc: L = S = 1, E 128";
+        run_case(&c);
+    }
+}
+
 // A bool mask with fully masked rows: zeros, like PyTorch's safe softmax.
 static void case_sdpa_masked_rows(void) {
     op_case c;
@@ -1108,6 +1204,7 @@ static void run_ops(void) {
     cases_gemm();
     cases_conv();
     cases_sdpa();
+    cases_sdpa_tc();
     case_sdpa_masked_rows();
 }
 
