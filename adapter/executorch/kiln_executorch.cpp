@@ -176,9 +176,10 @@ class KilnBackend final : public BackendInterface {
                 s.int_value = *n;
             } else {
                 s.type = KILN_OPTION_STRING;
-                s.string_value = std::get<std::array<char, executorch::runtime::kMaxOptionValueLength>>(
-                                     specs[i].value)
-                                     .data();
+                s.string_value =
+                    std::get<std::array<char, executorch::runtime::kMaxOptionValueLength>>(
+                        specs[i].value)
+                        .data();
             }
             settings.push_back(s);
         }
@@ -227,12 +228,11 @@ class KilnBackend final : public BackendInterface {
             kiln_binding_info info;
             kiln_engine_binding(h->engine, 1, i, &info);
             kiln_dtype dt;
-            ET_CHECK_OR_RETURN_ERROR(to_kiln_dtype(t.scalar_type(), &dt) && dt == info.dtype,
-                                     InvalidArgument,
-                                     "KilnBackend: input %u ('%s') has dtype %d, the engine "
-                                     "expects %s",
-                                     i, info.name, static_cast<int>(t.scalar_type()),
-                                     kiln_dtype_name(info.dtype));
+            ET_CHECK_OR_RETURN_ERROR(
+                to_kiln_dtype(t.scalar_type(), &dt) && dt == info.dtype, InvalidArgument,
+                "KilnBackend: input %u ('%s') has dtype %d, the engine "
+                "expects %s",
+                i, info.name, static_cast<int>(t.scalar_type()), kiln_dtype_name(info.dtype));
             int64_t dims[KILN_MAX_RANK];
             ET_CHECK_OR_RETURN_ERROR(static_cast<size_t>(t.dim()) <= KILN_MAX_RANK, InvalidArgument,
                                      "KilnBackend: input %u has rank %zd > %d", i,
@@ -256,8 +256,8 @@ class KilnBackend final : public BackendInterface {
             for (uint32_t d = 0; d < rank; d++) sizes[d] = static_cast<SizesType>(dims[d]);
             // A 0-d ExecuTorch output is left as it is when Kiln reports the same one element.
             if (!(t.dim() == 0 && rank == 0)) {
-                Error err = executorch::runtime::resize_tensor(
-                    t, ArrayRef<SizesType>(sizes.data(), rank));
+                Error err =
+                    executorch::runtime::resize_tensor(t, ArrayRef<SizesType>(sizes.data(), rank));
                 ET_CHECK_OR_RETURN_ERROR(err == Error::Ok, InvalidArgument,
                                          "KilnBackend: cannot resize output %u to the shape Kiln "
                                          "computed (rank %u): error 0x%x; was the program exported "
@@ -289,17 +289,16 @@ class KilnBackend final : public BackendInterface {
                 st = kiln_set_option_int(o.key, *n);
             } else {
                 st = kiln_set_option_string(
-                    o.key, std::get<std::array<char, executorch::runtime::kMaxOptionValueLength>>(
-                               o.value)
-                               .data());
+                    o.key,
+                    std::get<std::array<char, executorch::runtime::kMaxOptionValueLength>>(o.value)
+                        .data());
             }
             if (st != KILN_OK) return fail(st, "setting an option");
         }
         return Error::Ok;
     }
 
-    Error get_option(BackendOptionContext &context,
-                     Span<BackendOption> &backend_options) override {
+    Error get_option(BackendOptionContext &context, Span<BackendOption> &backend_options) override {
         (void)context;
         for (size_t i = 0; i < backend_options.size(); i++) {
             BackendOption &o = backend_options[i];
@@ -319,7 +318,9 @@ class KilnBackend final : public BackendInterface {
         return Error::Ok;
     }
 
-    void destroy(DelegateHandle *opaque) const override { delete static_cast<KilnHandle *>(opaque); }
+    void destroy(DelegateHandle *opaque) const override {
+        delete static_cast<KilnHandle *>(opaque);
+    }
 
     static Error check_registration();
 };

@@ -57,19 +57,19 @@ KILN_API const char *kiln_version_string(void);
 
 typedef enum kiln_status {
     KILN_OK = 0,
-    KILN_ERR_INVALID_ARG = 1,  // the caller broke an API contract (null pointer, bad index, ...)
-    KILN_ERR_NO_MEMORY = 2,    // a host or device allocation failed
-    KILN_ERR_NOT_ENGINE = 3,   // the bytes are not a Kiln engine at all (bad magic)
-    KILN_ERR_CORRUPT = 4,      // a Kiln engine, but malformed or truncated
-    KILN_ERR_VERSION = 5,      // a well-formed engine made by a newer Kiln (format or op version)
-    KILN_ERR_UNSUPPORTED = 6,  // op, dtype, attribute or shape not supported
-    KILN_ERR_SHAPE = 7,        // an input shape or dtype outside what the engine accepts
-    KILN_ERR_MISSING_DATA = 8, // an external weight key could not be resolved
-    KILN_ERR_DEVICE = 9,       // a device (CUDA) call failed; the engine may be unusable
-    KILN_ERR_IO = 10,          // a file read or write failed (CLI, tools)
-    KILN_ERR_BUSY = 11,        // the execution context is in use by another thread
+    KILN_ERR_INVALID_ARG = 1,    // the caller broke an API contract (null pointer, bad index, ...)
+    KILN_ERR_NO_MEMORY = 2,      // a host or device allocation failed
+    KILN_ERR_NOT_ENGINE = 3,     // the bytes are not a Kiln engine at all (bad magic)
+    KILN_ERR_CORRUPT = 4,        // a Kiln engine, but malformed or truncated
+    KILN_ERR_VERSION = 5,        // a well-formed engine made by a newer Kiln (format or op version)
+    KILN_ERR_UNSUPPORTED = 6,    // op, dtype, attribute or shape not supported
+    KILN_ERR_SHAPE = 7,          // an input shape or dtype outside what the engine accepts
+    KILN_ERR_MISSING_DATA = 8,   // an external weight key could not be resolved
+    KILN_ERR_DEVICE = 9,         // a device (CUDA) call failed; the engine may be unusable
+    KILN_ERR_IO = 10,            // a file read or write failed (CLI, tools)
+    KILN_ERR_BUSY = 11,          // the execution context is in use by another thread
     KILN_ERR_INVALID_STATE = 12, // call out of order (e.g. execute before inputs are bound)
-    KILN_ERR_INTERNAL = 13,    // an invariant broke: a bug in Kiln
+    KILN_ERR_INTERNAL = 13,      // an invariant broke: a bug in Kiln
     KILN_STATUS_COUNT
 } kiln_status;
 

@@ -19,8 +19,8 @@ typedef struct kiln_context kiln_context;
 // Resolves an external weight key (engines built with external_weights). On success writes a
 // pointer to nbytes bytes that must stay valid until kiln_engine_load returns (the engine copies
 // or uploads them). Return KILN_ERR_MISSING_DATA if the key is unknown.
-typedef kiln_status (*kiln_weight_resolver)(void *user_data, const char *key,
-                                            const void **out_data, size_t *out_nbytes);
+typedef kiln_status (*kiln_weight_resolver)(void *user_data, const char *key, const void **out_data,
+                                            size_t *out_nbytes);
 
 // One per-load option override ("device" = "cpu", "use_cuda_graphs" = false, ...).
 typedef struct kiln_option_setting {
@@ -31,8 +31,8 @@ typedef struct kiln_option_setting {
 } kiln_option_setting;
 
 typedef struct kiln_load_options {
-    uint32_t struct_nbytes;          // sizeof(kiln_load_options), set by kiln_load_options_init
-    kiln_weight_resolver resolve;    // required when the engine has external weights
+    uint32_t struct_nbytes;       // sizeof(kiln_load_options), set by kiln_load_options_init
+    kiln_weight_resolver resolve; // required when the engine has external weights
     void *resolve_user_data;
     const kiln_option_setting *settings; // per-load overrides of process-wide options
     uint32_t n_settings;
@@ -49,13 +49,13 @@ KILN_API kiln_status kiln_engine_load(const void *data, size_t nbytes,
 KILN_API void kiln_engine_free(kiln_engine *engine);
 
 typedef struct kiln_binding_info {
-    const char *name;     // valid while the engine lives
+    const char *name; // valid while the engine lives
     kiln_dtype dtype;
     uint32_t rank;
     int64_t dim_min[KILN_MAX_RANK];
     int64_t dim_max[KILN_MAX_RANK];
-    int32_t is_input;     // 1 for inputs, 0 for outputs
-    uint64_t max_nbytes;  // bytes at the largest shape
+    int32_t is_input;    // 1 for inputs, 0 for outputs
+    uint64_t max_nbytes; // bytes at the largest shape
 } kiln_binding_info;
 
 KILN_API uint32_t kiln_engine_n_inputs(const kiln_engine *engine);

@@ -37,18 +37,16 @@ KILN_API kiln_status kiln_graph_add_input(kiln_graph *graph, const char *name, k
 
 // Adds a constant (weights). data holds nbytes = numel * dtype size bytes, copied. name is
 // informational (may be NULL).
-KILN_API kiln_status kiln_graph_add_constant(kiln_graph *graph, const char *name,
-                                             kiln_dtype dtype, uint32_t rank, const int64_t *dims,
-                                             const void *data, size_t nbytes,
-                                             int32_t *out_value);
+KILN_API kiln_status kiln_graph_add_constant(kiln_graph *graph, const char *name, kiln_dtype dtype,
+                                             uint32_t rank, const int64_t *dims, const void *data,
+                                             size_t nbytes, int32_t *out_value);
 
 // Adds a node. inputs[i] is a value id or -1 for an absent optional input. Writes n_outputs
 // new value ids to out_values (n_outputs must equal the op's output count). Shapes and dtypes
 // of the outputs are inferred; errors name the node, the op and the offending input.
 KILN_API kiln_status kiln_graph_add_node(kiln_graph *graph, uint32_t op, const int32_t *inputs,
                                          uint32_t n_inputs, const kiln_attr *attrs,
-                                         uint32_t n_attrs, int32_t *out_values,
-                                         uint32_t n_outputs);
+                                         uint32_t n_attrs, int32_t *out_values, uint32_t n_outputs);
 
 // Marks a value as a graph output under a name. Outputs keep the order of these calls.
 KILN_API kiln_status kiln_graph_mark_output(kiln_graph *graph, int32_t value, const char *name);
@@ -67,13 +65,14 @@ typedef enum kiln_precision {
 } kiln_precision;
 
 typedef struct kiln_build_options {
-    uint32_t struct_nbytes;     // sizeof(kiln_build_options), set by kiln_build_options_init
-    kiln_precision precision;   // dtype of compute-heavy ops and activations (fp32 accumulation;
-                                // model input/output dtypes are kept)
-    int32_t external_weights;   // nonzero: weights become named keys (see kiln_built_weight)
-                                // instead of being stored inline in the engine
-    int32_t optimize;           // nonzero (default): fold, fuse and eliminate dead code
-    uint64_t min_external_nbytes; // with external_weights: smaller constants stay inline (default 0)
+    uint32_t struct_nbytes;   // sizeof(kiln_build_options), set by kiln_build_options_init
+    kiln_precision precision; // dtype of compute-heavy ops and activations (fp32 accumulation;
+                              // model input/output dtypes are kept)
+    int32_t external_weights; // nonzero: weights become named keys (see kiln_built_weight)
+                              // instead of being stored inline in the engine
+    int32_t optimize;         // nonzero (default): fold, fuse and eliminate dead code
+    uint64_t
+        min_external_nbytes; // with external_weights: smaller constants stay inline (default 0)
 } kiln_build_options;
 
 KILN_API void kiln_build_options_init(kiln_build_options *options);

@@ -31,18 +31,18 @@ extern "C" {
     X(RSQRT, 19, "rsqrt")                                                                          \
     X(EXP, 20, "exp")                                                                              \
     X(LOG, 21, "log")                                                                              \
-    X(COPY, 22, "copy")                        /* clone / identity                             */   \
-    X(CAST, 23, "cast")                        /* dtype conversion                             */   \
-    X(CLAMP, 24, "clamp")                      /* clamp/hardtanh/relu6 (min/max NaN = none)    */   \
-    X(ADD, 30, "add")                          /* broadcasting binary ops                      */   \
+    X(COPY, 22, "copy")   /* clone / identity                             */                       \
+    X(CAST, 23, "cast")   /* dtype conversion                             */                       \
+    X(CLAMP, 24, "clamp") /* clamp/hardtanh/relu6 (min/max NaN = none)    */                       \
+    X(ADD, 30, "add")     /* broadcasting binary ops                      */                       \
     X(SUB, 31, "sub")                                                                              \
     X(MUL, 32, "mul")                                                                              \
     X(DIV, 33, "div")                                                                              \
     X(POW, 34, "pow")                                                                              \
-    X(WHERE, 35, "where")                      /* cond(bool), a, b (broadcasting)              */   \
+    X(WHERE, 35, "where") /* cond(bool), a, b (broadcasting)              */                       \
     X(SOFTMAX, 40, "softmax")                                                                      \
     X(LOG_SOFTMAX, 41, "log_softmax")                                                              \
-    X(LAYER_NORM, 42, "layer_norm")            /* x, weight?, bias?                            */   \
+    X(LAYER_NORM, 42, "layer_norm") /* x, weight?, bias?                            */             \
     X(MAX_POOL2D, 50, "max_pool2d")                                                                \
     X(AVG_POOL2D, 51, "avg_pool2d")                                                                \
     X(ADAPTIVE_AVG_POOL2D, 52, "adaptive_avg_pool2d")                                              \
@@ -56,8 +56,8 @@ extern "C" {
     X(SELECT, 75, "select")                                                                        \
     X(SQUEEZE, 76, "squeeze")                                                                      \
     X(UNSQUEEZE, 77, "unsqueeze")                                                                  \
-    X(EMBEDDING, 80, "embedding")              /* weight[V,D], indices(int) -> [..,D]          */   \
-    X(SDPA, 90, "sdpa")                        /* q[..,L,E], k[..,S,E], v[..,S,Ev], mask?      */
+    X(EMBEDDING, 80, "embedding") /* weight[V,D], indices(int) -> [..,D]          */               \
+    X(SDPA, 90, "sdpa")           /* q[..,L,E], k[..,S,E], v[..,S,Ev], mask?      */
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,
@@ -85,7 +85,7 @@ typedef struct kiln_op_info {
     uint32_t id;
     const char *name;
     uint32_t min_inputs;
-    uint32_t max_inputs; // variadic ops (cat) have a large max
+    uint32_t max_inputs;    // variadic ops (cat) have a large max
     uint32_t optional_mask; // bit i set: input i may be -1 (absent)
     uint32_t n_outputs;
     uint32_t n_attrs;
@@ -96,8 +96,8 @@ typedef struct kiln_op_info {
 typedef struct kiln_attr_info {
     const char *name;
     kiln_attr_kind kind;
-    int32_t count;       // required number of values, or -1 for any number (>= 0)
-    uint32_t n_default;  // number of default values; 0 means the attribute is required
+    int32_t count;      // required number of values, or -1 for any number (>= 0)
+    uint32_t n_default; // number of default values; 0 means the attribute is required
     int64_t default_ints[KILN_MAX_RANK];
     double default_floats[KILN_MAX_RANK];
 } kiln_attr_info;

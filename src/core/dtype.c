@@ -52,10 +52,10 @@ uint16_t kiln_f32_to_f16(float f) {
     memcpy(&u, &f, sizeof u);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); // NaN
+    if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  // NaN
     if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); // overflow (rounds to inf)
-    if (abs < 0x38800000u) { // subnormal or zero in half
-        if (abs < 0x33000000u) return (uint16_t)sign; // rounds to zero
+    if (abs < 0x38800000u) {                                   // subnormal or zero in half
+        if (abs < 0x33000000u) return (uint16_t)sign;          // rounds to zero
         uint32_t exp = abs >> 23;
         uint32_t man = (abs & 0x7fffffu) | 0x800000u;
         // value = man * 2^(exp - 150) and the half subnormal unit is 2^-24, so the result is

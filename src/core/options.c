@@ -79,9 +79,8 @@ static kiln_status apply(kiln_options *o, const char *name, kiln_option_type typ
                          const char *sval) {
     const option_def *d;
     KILN_TRY(find(name, &d));
-    KILN_CHECK(type == d->type, KILN_ERR_INVALID_ARG,
-               "option '%s' takes a %s value, got a %s", name, type_name(d->type),
-               type_name(type));
+    KILN_CHECK(type == d->type, KILN_ERR_INVALID_ARG, "option '%s' takes a %s value, got a %s",
+               name, type_name(d->type), type_name(type));
     if (strcmp(name, "device") == 0) {
         KILN_CHECK(sval != NULL, KILN_ERR_INVALID_ARG, "option 'device' value is NULL");
         KILN_TRY(check_device(sval));

@@ -40,7 +40,7 @@ typedef struct cuda_engine {
     const kiln_plan *plan; // borrowed: outlives the state
     int device;
     int use_graphs;
-    int debug_sync; // KILN_CUDA_DEBUG_SYNC: graphs off, synchronize after every layer
+    int debug_sync;      // KILN_CUDA_DEBUG_SYNC: graphs off, synchronize after every layer
     int no_tc_attention; // KILN_CUDA_NO_TC_ATTENTION: sdpa on the fp32-FMA kernel only
     int sm_count;
     void *weights; // device, owned
@@ -671,6 +671,34 @@ static int graph_updatable(const cuda_context *c, cudaGraph_t g) {
     return ok;
 }
 
+// INFO: the node count of a freshly instantiated graph by kind (the benchmark prints it).
+static void graph_log_nodes(const cuda_context *c, cudaGraph_t g) {
+    size_t n = 0, kinds[4] = {0, 0, 0, 0}; // kernel, memcpy, memset, other
+    if (!kiln_cuda_log_enabled(KILN_LOG_INFO)) return;
+    if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return;
+    }
+    const size_t cap = n;
+    cudaGraphNode_t *nodes = kiln_cuda_calloc(cap * sizeof *nodes);
+    if (nodes != NULL && cudaGraphGetNodes(g, nodes, &n) == cudaSuccess) {
+        for (size_t i = 0; i < n; i++) {
+            enum cudaGraphNodeType t;
+            if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess) t = cudaGraphNodeTypeEmpty;
+            kinds[t == cudaGraphNodeTypeKernel   ? 0
+                  : t == cudaGraphNodeTypeMemcpy ? 1
+                  : t == cudaGraphNodeTypeMemset ? 2
+                                                 : 3]++;
+        }
+        kiln_cuda_log(KILN_LOG_INFO,
+                      "CUDA graph instantiated: %zu nodes (%zu kernels, %zu memcpy, %zu memset, "
+                      "%zu other) for %u plan layers",
+                      n, kinds[0], kinds[1], kinds[2], kinds[3], c->engine->plan->n_layers);
+    }
+    cudaGetLastError();
+    kiln_cuda_free(nodes, cap * sizeof *nodes);
+}
+
 static void graph_drop(cuda_context *c) {
     if (c->graph_valid) cudaGraphExecDestroy(c->graph);
     if (c->graph_src != NULL) cudaGraphDestroy(c->graph_src);
@@ -719,6 +747,7 @@ static kiln_status record_graph(cuda_context *c, cudaStream_t stream) {
     c->graph_src = g;
     c->graph_valid = 1;
     c->graph_instantiations++;
+    graph_log_nodes(c, g);
     return KILN_OK;
 }
 

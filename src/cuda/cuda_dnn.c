@@ -50,6 +50,7 @@ static struct {
     DNN_FN(cudnnSetActivationDescriptor);
     DNN_FN(cudnnDestroyActivationDescriptor);
     DNN_FN(cudnnGetConvolutionForwardAlgorithm_v7);
+    DNN_FN(cudnnFindConvolutionForwardAlgorithmEx); // optional (NULL: heuristics only)
     DNN_FN(cudnnConvolutionForward);
     DNN_FN(cudnnConvolutionBiasActivationForward);
     DNN_FN(cudnnAddTensor);
@@ -99,6 +100,9 @@ static void load_api(void) {
     RESOLVE(cudnnConvolutionForward);
     RESOLVE(cudnnConvolutionBiasActivationForward);
     RESOLVE(cudnnAddTensor);
+    (void)resolve(lib, "cudnnFindConvolutionForwardAlgorithmEx",
+                  &api.cudnnFindConvolutionForwardAlgorithmEx,
+                  sizeof api.cudnnFindConvolutionForwardAlgorithmEx);
     if (!ok) {
         snprintf(api_reason, sizeof api_reason, "libcudnn.so.9 lacks a legacy API symbol");
         return; // the library stays loaded (never unloaded, like the plugin)
@@ -213,11 +217,30 @@ static void key_of(const kiln_cuda_conv_params *p, uint32_t dtype, int has_bias,
     key[15] = 1; // key format
 }
 
+static int heuristic_only(void) {
+    const char *v = getenv("KILN_CUDA_CONV_HEURISTIC");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
 static int fits_int(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
 
 // Sets the descriptors for these shapes and chooses the algorithm; 0 when cuDNN cannot run it.
+// At context creation (ctx->plan_only) the candidates are timed on the layer's own buffers with
+// cudnnFindConvolutionForwardAlgorithmEx (sorted fastest first; the output buffer is
+// overwritten, harmless before the first execute); at execute (possibly inside a caller's stream
+// capture, where nothing may synchronize) the heuristic query only. KILN_CUDA_CONV_HEURISTIC=1
+// forces the heuristic everywhere (A/B measurements).
+static const char *algo_name(int a) {
+    static const char *names[] = {
+        "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+        "WINOGRAD",      "WINOGRAD_NONFUSED"};
+    return a >= 0 && a < (int)(sizeof names / sizeof names[0]) ? names[a] : "?";
+}
+
 static int conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_params *p, uint32_t dtype,
-                      int has_bias, kiln_cuda_conv_cache *c) {
+                      int has_bias, kiln_cuda_conv_cache *c, const void *xd, const void *wd,
+                      void *yd) {
+    int timed = 0;
     conv_descs *d = c->descs;
     cudnnDataType_t t = dnn_type(dtype);
     cudnnConvolutionFwdAlgoPerf_t perf[8];
@@ -249,7 +272,16 @@ static int conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_params *p, 
         s = api.cudnnSetConvolutionMathType(
             d->conv, dtype == KILN_DTYPE_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
     }
-    if (s == CUDNN_STATUS_SUCCESS) {
+    if (s == CUDNN_STATUS_SUCCESS && ctx->plan_only && xd != NULL && wd != NULL && yd != NULL &&
+        api.cudnnFindConvolutionForwardAlgorithmEx != NULL && !heuristic_only()) {
+        api.cudnnSetStream(ctx->dnn->h, ctx->stream);
+        cudnnStatus_t fs = api.cudnnFindConvolutionForwardAlgorithmEx(
+            ctx->dnn->h, d->x, xd, d->w, wd, d->conv, d->y, yd, 8, &n_perf, perf, ctx->workspace,
+            ctx->workspace_nbytes);
+        timed = fs == CUDNN_STATUS_SUCCESS && n_perf > 0;
+        if (!timed) cudaGetLastError(); // fall back to the heuristic
+    }
+    if (s == CUDNN_STATUS_SUCCESS && !timed) {
         s = api.cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn->h, d->x, d->w, d->conv, d->y, 8,
                                                        &n_perf, perf);
     }
@@ -279,6 +311,17 @@ static int conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_params *p, 
                       ctx->where ? ctx->where : "?");
         return 0;
     }
+    kiln_cuda_log(ctx->plan_only ? KILN_LOG_INFO : KILN_LOG_DEBUG,
+                  "conv2d %lldx%lldx%lldx%lld -> %lld k%dx%d s%d (%s) at %s: cuDNN %s, %s math, "
+                  "%s %.4f ms, workspace %zu",
+                  (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w,
+                  (long long)p->o, p->kh, p->kw, p->sh, kiln_cuda_dtype_name(dtype),
+                  ctx->where ? ctx->where : "?", algo_name(c->algo),
+                  perf[found].mathType == CUDNN_TENSOR_OP_MATH                    ? "tensor-op"
+                  : perf[found].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? "tensor-op-conv"
+                                                                                  : "fma",
+                  timed ? "timed" : "heuristic estimate", (double)perf[found].time,
+                  perf[found].memory);
     (void)has_bias;
     return 1;
 }
@@ -306,7 +349,9 @@ kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
     }
     key_of(p, y->dtype, bias != NULL, key);
     if (c->state == 0 || memcmp(c->key, key, sizeof key) != 0) {
-        c->state = conv_setup(ctx, p, y->dtype, bias != NULL, c) ? 1 : 3; // 3: not these shapes
+        c->state = conv_setup(ctx, p, y->dtype, bias != NULL, c, x->data, w->data, y->data)
+                       ? 1
+                       : 3;              // 3: not these shapes
         memcpy(c->key, key, sizeof key); // c->fused (-1: declined) stays across shapes
     }
     if (c->state != 1 || ctx->plan_only) goto out;

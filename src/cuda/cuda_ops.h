@@ -93,6 +93,8 @@ kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) KILN_CUDA_P
 // The message of this thread's last kiln_cuda_fail ("" if none).
 const char *kiln_cuda_last_message(void);
 void kiln_cuda_log(kiln_log_level level, const char *fmt, ...) KILN_CUDA_PRINTF_(2, 3);
+// 1 when a message at `level` would be logged.
+int kiln_cuda_log_enabled(kiln_log_level level);
 void *kiln_cuda_malloc(size_t nbytes);
 void *kiln_cuda_calloc(size_t nbytes);
 void kiln_cuda_free(void *ptr, size_t nbytes);

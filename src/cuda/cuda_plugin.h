@@ -42,8 +42,8 @@ typedef struct kiln_cuda_services {
 } kiln_cuda_services;
 
 // Flags of run_op.
-#define KILN_CUDA_RUN_NO_CUBLASLT 0x1u // GEMMs through Kiln's own kernel instead of cuBLASLt
-#define KILN_CUDA_RUN_NO_CUDNN 0x2u    // convolutions through Kiln's own kernels, not cuDNN
+#define KILN_CUDA_RUN_NO_CUBLASLT 0x1u     // GEMMs through Kiln's own kernel instead of cuBLASLt
+#define KILN_CUDA_RUN_NO_CUDNN 0x2u        // convolutions through Kiln's own kernels, not cuDNN
 #define KILN_CUDA_RUN_NO_TC_ATTENTION 0x4u // sdpa on the fp32-FMA kernel, not the tensor-core one
 
 // What the plugin gives back. Valid for the life of the process (the plugin is never unloaded).

@@ -34,6 +34,8 @@ void kiln_cuda_log(kiln_log_level level, const char *fmt, ...) {
     svc->log(level, msg);
 }
 
+int kiln_cuda_log_enabled(kiln_log_level level) { return svc != NULL && level >= svc->log_level(); }
+
 void *kiln_cuda_malloc(size_t nbytes) { return svc ? svc->malloc(nbytes, 64) : NULL; }
 
 void *kiln_cuda_calloc(size_t nbytes) {

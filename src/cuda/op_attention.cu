@@ -187,9 +187,7 @@ template <> struct sdpa_tc_mma<__nv_bfloat16> {
 };
 
 // Two consecutive 16-bit elements (4-byte aligned) as one register.
-__device__ __forceinline__ uint32_t sdpa_ld2(const uint16_t *p) {
-    return *(const uint32_t *)p;
-}
+__device__ __forceinline__ uint32_t sdpa_ld2(const uint16_t *p) { return *(const uint32_t *)p; }
 
 template <typename T, int D>
 static __global__ void __launch_bounds__(SDPA_TC_WARPS * 32)

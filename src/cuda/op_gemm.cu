@@ -210,6 +210,24 @@ static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gem
         return 0;
     }
     c->algo = result.algo;
+    if (ctx->plan_only && kiln_cuda_log_enabled(KILN_LOG_INFO)) {
+        int32_t id = -1, tile = -1, stages = -1, splitk = -1;
+        cublasLtMatmulAlgoConfigGetAttribute(&c->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
+                                             NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(&c->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                             sizeof tile, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(&c->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                             sizeof stages, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(&c->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof splitk, NULL);
+        kiln_cuda_log(KILN_LOG_INFO,
+                      "gemm m=%lld n=%lld k=%lld batch=%lld (%s, epilogue %d%s) at %s: cuBLASLt "
+                      "algo %d tile %d stages %d split-k %d, waves %.2f, workspace %zu",
+                      (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch,
+                      kiln_cuda_dtype_name(p->dtype), (int)epi, p->c != NULL ? ", +C" : "",
+                      ctx->where ? ctx->where : "?", (int)id, (int)tile, (int)stages, (int)splitk,
+                      (double)result.wavesCount, result.workspaceSize);
+    }
     return 1;
 }
 

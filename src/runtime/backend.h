@@ -18,11 +18,11 @@
 // input shapes, checked against the plan's ranges) and the caller's pointers for the I/O.
 typedef struct kiln_exec {
     const kiln_plan *plan;
-    kiln_tensor *tensors;   // plan->n_tensors entries: dtype and dims set for every tensor;
-                            // data set for INPUT and OUTPUT tensors (caller memory), NULL for
-                            // the rest (the backend supplies arena and weight pointers)
-    int shapes_changed;     // nonzero when any shape differs from the previous execute
-    void *stream;           // the caller's CUDA stream, or NULL
+    kiln_tensor *tensors; // plan->n_tensors entries: dtype and dims set for every tensor;
+                          // data set for INPUT and OUTPUT tensors (caller memory), NULL for
+                          // the rest (the backend supplies arena and weight pointers)
+    int shapes_changed;   // nonzero when any shape differs from the previous execute
+    void *stream;         // the caller's CUDA stream, or NULL
 } kiln_exec;
 
 typedef struct kiln_backend_ops {

@@ -59,8 +59,8 @@ static void *open_candidate(const char *path, char *why, size_t why_nbytes) {
     err = dlerror();
     if (used < why_nbytes) {
         // Truncation is fine here: the message is best-effort diagnostics.
-        int w = snprintf(why + used, why_nbytes - used, "%s%.400s: %.400s", used ? "; " : "",
-                         path, err ? err : "dlopen failed");
+        int w = snprintf(why + used, why_nbytes - used, "%s%.400s: %.400s", used ? "; " : "", path,
+                         err ? err : "dlopen failed");
         (void)w;
     }
     return NULL;

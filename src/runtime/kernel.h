@@ -45,7 +45,7 @@ typedef struct kiln_kernel_args {
     kiln_tensor *out;
     const kiln_tail_op *tail; // applied after the op, in order (n_tail may be 0)
     uint32_t n_tail;
-    void *scratch;            // backend scratch, scratch_nbytes as the backend asked at load
+    void *scratch; // backend scratch, scratch_nbytes as the backend asked at load
     size_t scratch_nbytes;
 } kiln_kernel_args;
 

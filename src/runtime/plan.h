@@ -38,12 +38,12 @@ typedef struct kiln_plan_tensor {
 #define KILN_LAYER_TAIL 0x1u // fused into the preceding head layer
 
 typedef struct kiln_plan_layer {
-    uint32_t op;      // kiln_op
-    uint32_t flags;   // KILN_LAYER_*
+    uint32_t op;                      // kiln_op
+    uint32_t flags;                   // KILN_LAYER_*
     uint32_t input_begin, n_inputs;   // into ids[]; an id of -1 is an absent optional input
     uint32_t output_begin, n_outputs; // into ids[]
     uint32_t attr_begin, n_attrs;     // into attr_refs[]; n_attrs == the op's schema count
-    uint32_t n_tail;  // head layers: number of TAIL layers that follow; 0 otherwise
+    uint32_t n_tail;                  // head layers: number of TAIL layers that follow; 0 otherwise
 } kiln_plan_layer;
 
 typedef struct kiln_plan {
@@ -60,15 +60,15 @@ typedef struct kiln_plan {
     uint64_t n_floats;
     double *floats;
     uint32_t n_inputs;
-    uint32_t *inputs;  // tensor ids of the input bindings, in binding order
+    uint32_t *inputs; // tensor ids of the input bindings, in binding order
     uint32_t n_outputs;
     uint32_t *outputs; // tensor ids of the output bindings
     uint64_t strings_nbytes;
-    char *strings;     // NUL-terminated names and keys; strings[0] == '\0'
-    uint64_t arena_nbytes;   // activation arena size (the memory plan)
+    char *strings;         // NUL-terminated names and keys; strings[0] == '\0'
+    uint64_t arena_nbytes; // activation arena size (the memory plan)
     uint64_t weights_nbytes;
-    uint8_t *weights;        // inline weight data, KILN_FORMAT_WEIGHT_ALIGN-aligned offsets
-    uint32_t precision;      // kiln_precision the engine was built with (informational)
+    uint8_t *weights;   // inline weight data, KILN_FORMAT_WEIGHT_ALIGN-aligned offsets
+    uint32_t precision; // kiln_precision the engine was built with (informational)
 } kiln_plan;
 
 // Frees every array of a plan (kiln_malloc'd, sizes from the counts) and zeroes it. NULL ok.

@@ -332,6 +332,7 @@ int main(int argc, char **argv) {
             dry = 1;
     }
     if (runs < 10) runs = 10;
+    setvbuf(stdout, NULL, _IOLBF, 0); // BENCH lines interleave with the plugin's log (stderr)
     if (!dry && (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0)) {
         printf("kiln_cuda_bench: no CUDA device: skipped\n");
         return 77;
@@ -356,6 +357,7 @@ int main(int argc, char **argv) {
         int ok;
         if (filter != NULL && strstr(list[i].name, filter) == NULL) continue;
         memset(&m, 0, sizeof m);
+        printf("== %s\n", list[i].name); // the INFO log lines below belong to this model
         m.name = list[i].name;
         m.anchor_ms = list[i].anchor;
         m.anchor_note = list[i].note;

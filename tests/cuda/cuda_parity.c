@@ -799,6 +799,24 @@ static void cases_shape(void) {
         case_in(&c, S(dt, "7x9"));
         attrs_ints(&c.attrs, KILN_A_PERMUTE_DIMS, 2, perm2);
         run_case(&c);
+        { // head split/merge permutes: contiguous inner runs copied in 16/8/4-byte units
+            static const int64_t split[5] = {2, 0, 3, 1, 4}, swap[4] = {0, 2, 1, 3};
+            case_init(&c, KILN_OP_PERMUTE);
+            case_in(&c, S(dt, "2x5x3x4x64"));
+            attrs_ints(&c.attrs, KILN_A_PERMUTE_DIMS, 5, split);
+            c.label = "qkv head split";
+            run_case(&c);
+            case_init(&c, KILN_OP_PERMUTE);
+            case_in(&c, S(dt, "2x4x7x24"));
+            attrs_ints(&c.attrs, KILN_A_PERMUTE_DIMS, 4, swap);
+            c.label = "head merge, run 24";
+            run_case(&c);
+            case_init(&c, KILN_OP_PERMUTE);
+            case_in(&c, S(dt, "2x3x5x6"));
+            attrs_ints(&c.attrs, KILN_A_PERMUTE_DIMS, 4, swap);
+            c.label = "run 6";
+            run_case(&c);
+        }
         case_init(&c, KILN_OP_EXPAND);
         case_in(&c, S(dt, "3x1x5"));
         attrs_ints(&c.attrs, KILN_A_EXPAND_SHAPE, 4, ex1);
