@@ -3,12 +3,12 @@
 # Installs, relative to the install root:
 #   plain `cmake --install`:  lib/libkiln.so, lib/libkiln_executorch.so (KILN_EXECUTORCH),
 #                             include/kiln/*.h, lib/cmake/Kiln/KilnConfig{,Version}.cmake
-#   the Python wheel:         the same tree under kiln_executorch_runtime/ (lib/, include/,
+#   KILN_DIST=runtime (wheel): the same tree under kiln_executorch_runtime/ (lib/, include/,
 #                             lib/cmake/Kiln/), which `python -m kiln_executorch_runtime
 #                             --cmake-prefix-path` names
 # The config derives every path from its own location, so either tree can be moved.
 
-if(KILN_WHEEL)
+if(KILN_DIST STREQUAL "runtime")
   set(KILN_PACKAGE_ROOT kiln_executorch_runtime/)
   # The root CMakeLists installs the libraries for the wheel; the headers go here.
   install(DIRECTORY include/kiln DESTINATION ${KILN_PACKAGE_ROOT}include)

@@ -35,6 +35,11 @@ set(KILN_CUDA_RPATH
 if(NOT CUDAToolkit_LIBRARY_DIR STREQUAL "/usr/local/cuda/lib64")
   list(APPEND KILN_CUDA_RPATH "/usr/local/cuda/lib64")
 endif()
+if(KILN_DIST)
+  # A wheel carries no absolute path: only the $ORIGIN entries (the nvidia wheels), then the
+  # system's search (ldconfig, LD_LIBRARY_PATH) for a toolkit outside Python.
+  list(FILTER KILN_CUDA_RPATH INCLUDE REGEX "^[$]ORIGIN")
+endif()
 
 set(KILN_CUDA_FLAGS -lineinfo -Xcompiler=-Wall,-Wextra,-fvisibility=hidden)
 if(KILN_WERROR)
@@ -76,7 +81,7 @@ set_target_properties(kiln_cuda PROPERTIES
   BUILD_WITH_INSTALL_RPATH ON # the same RUNPATH in the build tree and installed
   INSTALL_RPATH "${KILN_CUDA_RPATH}")
 # Installed beside libkiln (the loader looks there first).
-if(KILN_WHEEL)
+if(KILN_DIST STREQUAL "runtime")
   install(TARGETS kiln_cuda LIBRARY DESTINATION kiln_executorch_runtime/lib)
 else()
   install(TARGETS kiln_cuda LIBRARY DESTINATION lib)
