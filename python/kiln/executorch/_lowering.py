@@ -242,13 +242,24 @@ class Lowerer:
     In check mode (the partitioner) every tensor argument that has no Kiln value yet becomes a
     graph input with the shape range from its ``meta["val"]``, so one node can be checked
     alone. In build mode (preprocess) every argument must have been lowered or added first.
+
+    ``constants`` maps placeholder nodes of the program's constants (parameters, buffers, lifted
+    constants) to their data (None: not available), for handlers that read constant arguments
+    (embedding bag offsets) in check mode; in build mode :meth:`add_constant` records them.
     """
 
-    def __init__(self, graph: _graph.Graph, ranges: Ranges, check: bool = False):
+    def __init__(
+        self,
+        graph: _graph.Graph,
+        ranges: Ranges,
+        check: bool = False,
+        constants: dict[Node, torch.Tensor | None] | None = None,
+    ):
         self.g = graph
         self.ranges = ranges
         self.check = check
         self.env: dict[Node, list] = {}
+        self.const_data: dict[Node, torch.Tensor | None] = dict(constants or {})
         self._scalars: dict = {}
         self._n_auto = 0
         self.constant_values: set[int] = set()  # ids of Kiln constants (weights, scalars)
@@ -283,6 +294,7 @@ class Lowerer:
             raise Unsupported(f"constant '{node.name}': {e}") from None
         v = self._call(lambda: self.g.add_constant(node.name, tensor))
         self.constant_values.add(v)
+        self.const_data[node] = tensor
         self.env[node] = [v]
         return v
 
@@ -1035,6 +1047,223 @@ def _embedding(L, node, a):
     return L.op("embedding", [L.value(a["weight"]), L.value(a["indices"])])
 
 
+# embedding bags: only uniform bags (every bag the same size), which is what nn.EmbeddingBag
+# makes of 2-D indices: indices.view(-1) with offsets arange(0, numel, bag_size). Kiln computes
+# them as reshape(indices, [-1, bag_size]) -> embedding -> sum/mean over the bag (max through a
+# [bag_size, 1] max_pool2d). The offsets arange produces no Kiln value: it is taken ("virtual")
+# only together with the bags that read it as their offsets.
+
+EMBEDDING_BAG_OPS = (
+    "aten._embedding_bag.default",
+    "aten._embedding_bag_forward_only.default",
+    "aten.embedding_bag.padding_idx",
+    "aten.embedding_bag.default",
+)
+ARANGE_OPS = ("aten.arange.start_step", "aten.arange.start", "aten.arange.default")
+# Check reasons starting with this mark a bag whose offsets are only known at run time.
+RUNTIME_OFFSETS = "offsets are given at run time"
+
+
+def _arange_parts(node: Node) -> tuple:
+    """(start, end, step) of an aten.arange node, as given (ints, floats or symbolic nodes)."""
+    a = bind_args(node)
+    name = target_name(node)
+    if name == "aten.arange.default":
+        return 0, a["end"], 1
+    if name == "aten.arange.start":
+        return a["start"], a["end"], 1
+    return a["start"], a["end"], a["step"]
+
+
+def _scalar_expr(v):
+    """The sympy expression of an int or an int-valued SymInt node; None otherwise."""
+    if isinstance(v, Node):
+        v = v.meta.get("val")
+    if isinstance(v, bool):
+        return None
+    return sym_expr(v)
+
+
+# Ops that pass a value through unchanged (a lifted constant reaches its user through a clone).
+_COPY_OPS = (
+    "aten.clone.default",
+    "aten.lift_fresh_copy.default",
+    "aten.alias.default",
+    "aten.alias_copy.default",
+    "aten.detach.default",
+    "aten.detach_copy.default",
+    "dim_order_ops._clone_dim_order.default",
+)
+
+
+def _through_copies(n: Node) -> Node:
+    while n.op == "call_function" and target_name(n) in _COPY_OPS and isinstance(n.args[0], Node):
+        n = n.args[0]
+    return n
+
+
+def _uniform_bag_size(L: Lowerer, node: Node, a: dict) -> int:
+    """The size of every bag, when the offsets split the 1-D indices into equal bags."""
+    if a["include_last_offset"]:
+        raise Unsupported("embedding bag with include_last_offset=True")
+    indices, offsets = a["indices"], a["offsets"]
+    im = _meta(indices)
+    if im.dim() != 1:
+        raise Unsupported(f"embedding bag indices of rank {im.dim()}; expected 1-D")
+    numel = sym_expr(im.shape[0])
+    if not isinstance(offsets, Node):
+        raise Unsupported("embedding bag offsets are not a tensor")
+    src = _through_copies(offsets)
+    if target_name(offsets) in ARANGE_OPS:
+        start, end, step = (_scalar_expr(v) for v in _arange_parts(offsets))
+        if start is None or not start.is_number or int(start) != 0:
+            raise Unsupported("embedding bag offsets: arange does not start at 0")
+        if step is None or not step.is_number or int(step) <= 0:
+            raise Unsupported("embedding bag offsets: arange step is not a positive constant")
+        if not _same(end, numel):
+            raise Unsupported(
+                f"embedding bag offsets: arange ends at {end}, not at the number of indices "
+                f"({numel})"
+            )
+        bag = int(step)
+    elif L.const_data.get(src) is not None:
+        t = L.const_data[src]
+        if not numel.is_number:
+            raise Unsupported("embedding bag with constant offsets and a dynamic number of indices")
+        n = int(numel)
+        nb = t.numel()
+        if t.dim() != 1 or nb == 0 or n % nb or n == 0:
+            raise Unsupported("embedding bag offsets do not make bags of one size")
+        bag = n // nb
+        if not torch.equal(t.to(torch.int64), torch.arange(0, n, bag, dtype=torch.int64)):
+            raise Unsupported("embedding bag offsets do not make bags of one size")
+    elif src in L.const_data and L.check:
+        raise Unsupported(
+            f"embedding bag offsets '{src.name}' are a parameter or buffer, whose values "
+            "ExecuTorch does not show partitioners; make them a tensor created in forward "
+            "(torch.tensor or torch.arange), or use 2-D indices"
+        )
+    elif src.op == "placeholder" and L.check:
+        raise Unsupported(
+            f"{RUNTIME_OFFSETS} ('{src.name}'); Kiln takes only bags of one size (2-D "
+            "indices, or offsets that are an arange or a constant)"
+        )
+    elif src.op == "placeholder":
+        # Build mode: constant offsets the partitioner verified can reach the partition as a
+        # delegate input (when they have users outside it); the shapes give the bag size.
+        om = _meta(src)
+        if om.dim() != 1 or not numel.is_number or not sym_expr(om.shape[0]).is_number:
+            raise Unsupported(f"{RUNTIME_OFFSETS} ('{src.name}')")
+        nb = int(sym_expr(om.shape[0]))
+        if nb == 0 or int(numel) % nb:
+            raise Unsupported("embedding bag offsets do not make bags of one size")
+        bag = int(numel) // nb
+    else:
+        raise Unsupported(
+            f"{RUNTIME_OFFSETS} (computed by '{offsets.name}'); Kiln takes only bags of one size "
+            "(2-D indices, or offsets that are an arange or a constant)"
+        )
+    vals = node.meta.get("val")
+    out = vals[0] if isinstance(vals, (list, tuple)) and vals else None
+    if not isinstance(out, torch.Tensor) or out.dim() != 2:
+        raise Unsupported("embedding bag output is not a 2-D tensor")
+    if not _same(sym_expr(out.shape[0]) * bag, numel):
+        raise Unsupported(
+            f"embedding bag: {out.shape[0]} bags of {bag} indices do not cover {numel} indices"
+        )
+    return bag
+
+
+def _bag_padding_idx(name: str, a: dict, n_rows: int) -> int | None:
+    """The padding row of an embedding bag, or None. ``_embedding_bag`` spells "no padding" -1
+    (``embedding_bag.padding_idx`` wraps a negative index before calling it);
+    ``embedding_bag.padding_idx`` spells it None and wraps negative indices itself."""
+    p = a.get("padding_idx")
+    if p is None:
+        return None
+    p = _static_int(p, "padding_idx")
+    if name.startswith("aten._embedding_bag"):
+        if p == -1:
+            return None
+    elif p < 0:
+        p += n_rows
+    if p < 0 or p >= n_rows:
+        raise Unsupported(f"embedding bag padding_idx={p} outside [0, {n_rows})")
+    return p
+
+
+_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+
+
+@_handles(
+    *EMBEDDING_BAG_OPS,
+    kiln=("reshape", "embedding", "sum", "mean", "mul", "div", "clamp", "max_pool2d", "cast"),
+)
+def _embedding_bag(L, node, a):
+    name = target_name(node)
+    weight, indices = a["weight"], a["indices"]
+    mode = _BAG_MODES.get(_static_int(a["mode"], "mode"))
+    if mode is None:
+        raise Unsupported(f"embedding bag mode={a['mode']!r}")
+    wm = _meta(weight)
+    if wm.dim() != 2 or not all(sym_expr(d).is_number for d in wm.shape):
+        raise Unsupported("embedding bag weight is not a static 2-D tensor")
+    n_rows, width = (int(sym_expr(d)) for d in wm.shape)
+    bag = _uniform_bag_size(L, node, a)
+    pad = _bag_padding_idx(name, a, n_rows)
+    psw = a["per_sample_weights"]
+    if psw is not None and mode != "sum":
+        raise Unsupported(f"embedding bag per_sample_weights with mode={mode!r}")
+    if pad is not None and mode == "max":
+        raise Unsupported("embedding bag mode='max' with padding_idx")
+    idx = L.op("reshape", [L.value(indices)], {"shape": [-1, bag]})  # [B, bag]
+    rows = L.op("embedding", [L.value(weight), idx])  # [B, bag, width]
+    if psw is not None:
+        if not isinstance(psw, Node):
+            raise Unsupported("embedding bag per_sample_weights is not a tensor")
+        w = L.op("reshape", [L.operand(psw, wm.dtype)], {"shape": [-1, bag, 1]})
+        rows = L.op("mul", [rows, w])
+    keep = None
+    if pad is not None:
+        # 1 for every row but the padding row: its rows drop out of the sum and the count.
+        table = torch.ones(n_rows, 1, dtype=wm.dtype)
+        table[pad] = 0
+        L._n_auto += 1
+        keep = L.op("embedding", [L.const_tensor(table, f"bag_keep{L._n_auto}"), idx])
+        rows = L.op("mul", [rows, keep])
+    if mode == "max":
+        x = L.op("reshape", [rows], {"shape": [-1, 1, bag, width]})
+        x = L.op("max_pool2d", [x], {"kernel": [bag, 1], "stride": [bag, 1]})
+        out = L.op("reshape", [x], {"shape": [-1, width]})
+    elif mode == "mean" and keep is not None:
+        total = L.op("sum", [rows], {"dims": [1], "keepdim": 0})
+        count = L.op("sum", [keep], {"dims": [1], "keepdim": 0})  # [B, 1]
+        # A bag of padding only gives 0 (as PyTorch): 0 / max(count, 1).
+        out = L.op("div", [total, L.op("clamp", [count], {"min": 1.0})])
+    else:
+        out = L.op(mode, [rows], {"dims": [1], "keepdim": 0})
+    # Only the bags are computed; offset2bag, bag_size and max_indices are left to ExecuTorch,
+    # so a node whose other outputs are used is not taken.
+    return [out, None, None, None]
+
+
+@_handles(*ARANGE_OPS, kiln=())
+def _arange(L, node, a):
+    """Taken only as the offsets of embedding bags, which read its arguments, not its values:
+    it produces no Kiln value (Kiln has no arange op)."""
+    users = list(node.users)
+    for u in users:
+        if target_name(u) not in EMBEDDING_BAG_OPS:
+            break
+        uses = [k for k, v in bind_args(u).items() if v is node]
+        if uses != ["offsets"]:
+            break
+    else:
+        if users:
+            return None
+    raise Unsupported("arange is taken only as the offsets of an embedding bag")
+
+
 # copies and casts
 
 
@@ -1150,6 +1379,10 @@ PRESERVED_OPS = (
     "aten.hardsigmoid.default",
     "aten.silu.default",
     "aten.matmul.default",
+    # decomposes to _embedding_bag_forward_only (not core ATen) when the weight does not require
+    # grad, which to_edge refuses
+    "aten.embedding_bag.padding_idx",
+    "aten.embedding_bag.default",
 )
 
 
@@ -1168,11 +1401,19 @@ class Check:
     outputs: tuple[bool, ...] = ()  # which outputs Kiln produces (multi-output ops)
     kiln_ops: tuple[str, ...] = ()
 
+    @property
+    def virtual(self) -> bool:
+        """A node taken without a Kiln value (an embedding bag's offsets arange): its users
+        read its arguments, so it must be in the partition of every user."""
+        return self.ok and self.outputs == (False,)
 
-def check_node(node: Node, ranges: Ranges) -> Check:
+
+def check_node(
+    node: Node, ranges: Ranges, constants: dict[Node, torch.Tensor | None] | None = None
+) -> Check:
     """Whether Kiln can compute this node: translates it into a scratch graph whose inputs
     are its tensor arguments, and compares the inferred output dtypes and shapes with
-    ``node.meta["val"]``."""
+    ``node.meta["val"]``. ``constants``: data of the program's constant placeholders."""
     name = target_name(node)
     if name not in HANDLERS:
         return Check(False, f"{name} has no Kiln translation")
@@ -1183,7 +1424,7 @@ def check_node(node: Node, ranges: Ranges) -> Check:
             return Check(False, f"{name} produces a non-tensor")
     g = _graph.Graph()
     try:
-        L = Lowerer(g, ranges, check=True)
+        L = Lowerer(g, ranges, check=True, constants=constants)
         emitted: list[str] = []
         orig_add_node = g.add_node
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import warnings
@@ -11,6 +12,7 @@ import torch
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -42,15 +44,43 @@ def _ranges(ep: ExportedProgram) -> low.Ranges:
     return low.Ranges(getattr(ep, "range_constraints", None))
 
 
+def constant_tensors(ep: ExportedProgram) -> dict[Node, torch.Tensor | None]:
+    """The data of the program's constant placeholders (parameters, buffers, lifted
+    constants), for handlers that read constant arguments; None where the program holds no
+    data (ExecuTorch hands partitioners fake parameters and buffers)."""
+    sig = ep.graph_signature
+    targets = {
+        **sig.inputs_to_parameters,
+        **sig.inputs_to_buffers,
+        **sig.inputs_to_lifted_tensor_constants,
+    }
+    out = {}
+    for n in ep.graph.nodes:
+        target = targets.get(n.name) if n.op == "placeholder" else None
+        if target is None:
+            continue
+        out[n] = None
+        for source in (ep.state_dict, ep.constants):
+            t = source.get(target)
+            if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
+                out[n] = t.detach()
+                break
+    return out
+
+
 def analyze(
-    gm: torch.fx.GraphModule, ranges: low.Ranges
+    gm: torch.fx.GraphModule,
+    ranges: low.Ranges,
+    constants: dict[Node, torch.Tensor | None] | None = None,
 ) -> tuple[set[Node], dict[Node, low.Check]]:
     """The set of call_function nodes Kiln can take, and the per-node check results.
 
     Tensor nodes are checked one by one against libkiln. A getitem is supported when its source
     produces that output; a multi-output node only when every output used is produced. Symbolic
     scalar nodes (sym_size, SymInt arithmetic) produce no Kiln value: they are taken only when
-    every user is, so no SymInt ever crosses a partition boundary.
+    every user is, so no SymInt ever crosses a partition boundary. Virtual nodes (taken without
+    a Kiln value, see :attr:`low.Check.virtual`) follow the same rule, and a node that reads a
+    virtual node is taken only with it.
     """
     checks: dict[Node, low.Check] = {}
     supported: set[Node] = set()
@@ -58,7 +88,7 @@ def analyze(
     for n in nodes:
         if n.target is operator.getitem or low.is_sym_node(n):
             continue
-        c = low.check_node(n, ranges)
+        c = low.check_node(n, ranges, constants)
         checks[n] = c
         if c.ok:
             supported.add(n)
@@ -82,17 +112,32 @@ def analyze(
             supported.discard(n)
             for u in n.users:
                 supported.discard(u)
-    _settle_symbolic(nodes, supported)
+    _settle_symbolic(nodes, supported, _virtual(checks))
     return supported, checks
 
 
-def _settle_symbolic(nodes: list[Node], supported: set[Node]) -> None:
+def _virtual(checks: dict[Node, low.Check]) -> set[Node]:
+    return {n for n, c in checks.items() if c.virtual}
+
+
+def _settle_symbolic(nodes: list[Node], supported: set[Node], virtual: set[Node]) -> None:
     """Adds symbolic scalar nodes whose users are all supported, and drops tensor nodes that need
-    a symbolic argument Kiln cannot take; repeats to a fixed point."""
+    a symbolic argument Kiln cannot take; drops virtual nodes with an unsupported user and nodes
+    reading an unsupported virtual node; repeats to a fixed point."""
     sym = [n for n in nodes if low.is_sym_node(n)]
     changed = True
     while changed:
         changed = False
+        for n in virtual:
+            if n in supported and not (n.users and all(u in supported for u in n.users)):
+                supported.discard(n)
+                changed = True
+        for n in nodes:
+            if n in supported and any(
+                a in virtual and a not in supported for a in n.all_input_nodes
+            ):
+                supported.discard(n)
+                changed = True
         for n in reversed(sym):
             ok = bool(n.users) and all(u in supported for u in n.users)
             ok = ok and all(low.is_sym_node(a) or low.is_tensor_node(a) for a in n.all_input_nodes)
@@ -112,18 +157,19 @@ def _settle_symbolic(nodes: list[Node], supported: set[Node]) -> None:
                             break
 
 
-def _partition_problems(partition_nodes: set[Node]) -> set[Node]:
-    """Nodes that make a partition invalid: a symbolic scalar entering or leaving it, or a
-    tensor with a non-default memory layout (e.g. channels-last) entering or leaving it."""
+def _partition_problems(partition_nodes: set[Node], virtual: set[Node]) -> set[Node]:
+    """Nodes that make a partition invalid: a symbolic scalar or a virtual node entering or
+    leaving it, or a tensor with a non-default memory layout (e.g. channels-last) entering or
+    leaving it."""
     bad = set()
     for n in partition_nodes:
         for a in n.all_input_nodes:
             if a in partition_nodes:
                 continue
-            if not low.is_tensor_node(a) or not low.is_contiguous(a.meta["val"]):
+            if a in virtual or not low.is_tensor_node(a) or not low.is_contiguous(a.meta["val"]):
                 bad.add(n)
         if any(u not in partition_nodes for u in n.users):
-            if not low.is_tensor_node(n) or not low.is_contiguous(n.meta["val"]):
+            if n in virtual or not low.is_tensor_node(n) or not low.is_contiguous(n.meta["val"]):
                 if n.target is operator.getitem:
                     bad.add(n.args[0])
                 bad.add(n)
@@ -142,7 +188,8 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
     """Convex partitions of the nodes Kiln takes (each a set of fx nodes)."""
     gm = ep.graph_module
     ranges = _ranges(ep)
-    supported, checks = analyze(gm, ranges)
+    supported, checks = analyze(gm, ranges, constant_tensors(ep))
+    virtual = _virtual(checks)
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     for _ in range(_MAX_ROUNDS):
         parts = CapabilityBasedPartitioner(
@@ -151,7 +198,7 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
         result, changed = [], False
         for p in parts:
             pn = set(p.nodes)
-            bad = _partition_problems(pn)
+            bad = _partition_problems(pn, virtual)
             if bad:
                 log.debug(
                     "Kiln drops %s: a symbolic or non-contiguous value crosses the partition",
@@ -166,8 +213,78 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
                 result.append(pn)
         if not changed:
             return result
-        _settle_symbolic(nodes, supported)
+        _settle_symbolic(nodes, supported, virtual)
     return result
+
+
+@functools.cache
+def _executorch_kernels() -> frozenset[str] | None:
+    """The operator kernels of the installed ExecuTorch runtime, or None if it cannot tell."""
+    try:
+        from executorch.extension.pybindings import portable_lib
+
+        return frozenset(portable_lib._get_operator_names())
+    except Exception:  # noqa: BLE001 - no runtime installed, or an older API
+        return None
+
+
+# The ExecuTorch kernel an unclaimed embedding bag node would need.
+_BAG_KERNEL = "aten::_embedding_bag.out"
+
+
+def _executorch_runs_bags() -> bool:
+    kernels = _executorch_kernels()
+    return kernels is not None and _BAG_KERNEL in kernels
+
+
+def _refuse_unrunnable_bags(ep: ExportedProgram, claimed: set[Node]) -> None:
+    """Raises for an embedding bag Kiln does not take when ExecuTorch has no kernel for it
+    either: the program would export but fail to load (OperatorMissing)."""
+    bags = [
+        n
+        for n in ep.graph.nodes
+        if n.op == "call_function"
+        and n not in claimed
+        and low.target_name(n) in low.EMBEDDING_BAG_OPS
+    ]
+    if not bags:
+        return
+    if _executorch_runs_bags():
+        return
+    n = bags[0]
+    c = low.check_node(n, _ranges(ep), constant_tensors(ep))
+    if c.ok:
+        names = ("bags", "offset2bag", "bag_size", "max_indices")
+        used = sorted(
+            {
+                names[u.args[1]]
+                for u in n.users
+                if u.target is operator.getitem and u.args[1] in (1, 2, 3) and u.users
+            }
+        )
+        why = (
+            f"its output(s) {', '.join(used)} are used; Kiln computes only the bags (output 0)"
+            if used
+            else "it could not be placed in a Kiln partition"
+        )
+    else:
+        why = c.reason
+    if low.RUNTIME_OFFSETS in why:
+        offsets = low.bind_args(n).get("offsets")
+        raise NotImplementedError(
+            f"EmbeddingBag with runtime offsets ('{getattr(offsets, 'name', offsets)}' of "
+            f"'{n.name}') is not supported by Kiln or the "
+            f"ExecuTorch kernels (ExecuTorch has no {_BAG_KERNEL} kernel), so the program "
+            "could not load. Give the bags as 2-D indices [num_bags, bag_size] without offsets "
+            "(every bag the same size; pad shorter bags with padding_idx in mode 'sum' or "
+            "'mean')."
+        )
+    raise NotImplementedError(
+        f"EmbeddingBag node '{n.name}' cannot run: Kiln does not take it ({why}) and ExecuTorch "
+        f"has no {_BAG_KERNEL} kernel. Kiln takes modes 'sum' and 'mean' (with padding_idx and, "
+        "for 'sum', per_sample_weights) and 'max' (without padding_idx) on 2-D indices "
+        "[num_bags, bag_size], using only the bags output."
+    )
 
 
 class KilnPartitioner(Partitioner):
@@ -202,6 +319,7 @@ class KilnPartitioner(Partitioner):
                 n.meta["delegation_tag"] = tag
             tags[tag] = self.delegation_spec
             claimed |= pn
+        _refuse_unrunnable_bags(exported_program, claimed)
         kept_whole = set(low.PRESERVED_OPS)
         for n in exported_program.graph.nodes:
             if n.op == "call_function" and n not in claimed and low.target_name(n) in kept_whole:
@@ -225,6 +343,11 @@ class KilnPartitioner(Partitioner):
         (the callable this method may return) re-traces preserved nodes with other strides and
         breaks views after attention (its ``_can_skip_using_EDGE_DO_NOT_DECOMP`` note), so no
         filter is returned.
+
+        Embedding bags (``embedding_bag.padding_idx``) are kept whole as well when ExecuTorch has
+        no kernel for them even though Kiln cannot take them: they would otherwise decompose
+        into ``_embedding_bag_forward_only`` (weights that do not require grad), which to_edge
+        refuses, and :meth:`partition` explains the problem instead.
         """
         from executorch.exir.lowered_backend_module import executorch_call_delegate
 
@@ -241,15 +364,19 @@ class KilnPartitioner(Partitioner):
         if not by_op:
             return ([], None)
         ranges = _ranges(ep)
+        constants = constant_tensors(ep)
         keep = []
         for op, nodes in by_op.items():
             bad = None
             for n in nodes:
-                c = low.check_node(n, ranges)
+                c = low.check_node(n, ranges, constants)
                 if not c.ok:
                     bad = c.reason
                     break
-            if bad is None:
+            if bad is None or (str(op) in low.EMBEDDING_BAG_OPS and not _executorch_runs_bags()):
+                # An embedding bag nothing can run is kept whole too: partition() then explains
+                # why, instead of to_edge refusing the _embedding_bag_forward_only it decomposes
+                # into when the weight does not require grad.
                 keep.append(op)
             else:
                 log.debug("Kiln lets %s decompose: %s", op, bad)

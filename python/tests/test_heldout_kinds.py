@@ -1,0 +1,255 @@
+"""Model kinds beyond the basic suite, exported with Kiln, loaded with kiln.load and compared
+with eager PyTorch on fresh random inputs: EmbeddingBag (uniform bags, dynamic batch), a
+depthwise + transposed-convolution CNN, a GPT-style decoder with a dynamic sequence length, and
+ops Kiln leaves to ExecuTorch between Kiln partitions."""
+
+from __future__ import annotations
+
+import math
+
+import kiln
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import assert_close, delegation_summary
+from kiln.executorch import save
+
+VOCAB, WIDTH = 50, 16
+
+
+def _load_and_compare(tmp_path, model, example, runs, scale=1.0, **options):
+    """Saves the model, loads it with kiln.load and compares every run with eager PyTorch;
+    returns the program manager."""
+    path = tmp_path / "model.pte"
+    prog = save(model, path, example, **options)
+    program = kiln.load(path)
+    for inputs in runs:
+        out = program.forward(*inputs)
+        with torch.no_grad():
+            expected = model(*inputs)
+        assert_close(out, expected, scale=scale)
+    return prog
+
+
+# --- EmbeddingBag
+
+
+class BagClassifier(nn.Module):
+    def __init__(self, mode="mean", padding_idx=None):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(VOCAB, WIDTH, mode=mode, padding_idx=padding_idx)
+        self.head = nn.Linear(WIDTH, 5)
+
+    def forward(self, tokens, weights=None):
+        return self.head(self.bag(tokens, per_sample_weights=weights))
+
+
+def _tokens(batch, bag, padding_idx=None):
+    t = torch.randint(0, VOCAB, (batch, bag))
+    if padding_idx is not None:
+        t[0] = padding_idx  # a bag of padding only
+        t[1, ::2] = padding_idx  # a bag with some padding
+    return t
+
+
+@pytest.mark.parametrize(
+    "mode, padding_idx, frozen",
+    [("mean", None, False), ("sum", None, False), ("mean", 3, True), ("max", None, False)],
+)
+def test_embedding_bag_2d_dynamic_batch(tmp_path, mode, padding_idx, frozen):
+    model = BagClassifier(mode, padding_idx).eval()
+    if padding_idx is not None:
+        # nn.EmbeddingBag zeroes the padding row; make it count if it were not excluded.
+        model.bag.weight.data[padding_idx] = torch.randn(WIDTH)
+    if frozen:
+        # Weights that do not require grad decompose to _embedding_bag_forward_only, which
+        # to_edge refuses unless the op is kept whole.
+        model.requires_grad_(False)
+    batch = torch.export.Dim("batch", min=1, max=16)
+    runs = [(_tokens(b, 6, padding_idx),) for b in (3, 11)]
+    prog = _load_and_compare(tmp_path, model, (_tokens(4, 6),), runs, dynamic_shapes=({0: batch},))
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+
+
+def test_embedding_bag_per_sample_weights(tmp_path):
+    model = BagClassifier("sum").eval()
+    runs = [(_tokens(4, 5), torch.rand(4, 5)) for _ in range(2)]
+    prog = _load_and_compare(tmp_path, model, runs[0], runs)
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+
+
+def test_embedding_bag_constant_uniform_offsets(tmp_path):
+    """1-D indices with offsets made in forward (a constant and an arange of constant step)."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = nn.EmbeddingBag(VOCAB, WIDTH, mode="sum")
+
+        def forward(self, idx):
+            a = self.bag(idx, torch.tensor([0, 4, 8]))
+            b = self.bag(idx, torch.arange(0, idx.shape[0], 3))
+            return a.sum(0) + b.sum(0)
+
+    runs = [(torch.randint(0, VOCAB, (12,)),) for _ in range(2)]
+    prog = _load_and_compare(tmp_path, M().eval(), runs[0], runs)
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+
+
+def test_embedding_bag_runtime_offsets_is_refused(tmp_path):
+    model = BagClassifier("sum").eval()
+
+    class Ragged(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, idx, offsets):
+            return self.m.head(self.m.bag(idx, offsets))
+
+    example = (torch.randint(0, VOCAB, (10,)), torch.tensor([0, 3, 7]))
+    with pytest.raises(NotImplementedError, match="EmbeddingBag with runtime offsets.*2-D"):
+        save(Ragged().eval(), tmp_path / "ragged.pte", example)
+
+
+# --- depthwise + transposed-convolution CNN
+
+
+class DepthwiseUpsampler(nn.Module):
+    """Stem conv, depthwise-separable blocks (BN, relu6, hardswish), a stride-2 transposed
+    convolution back up (BN, relu6) and a 1x1 head."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, 2, 1, bias=False)
+        self.bn0 = nn.BatchNorm2d(c)
+        self.dw = nn.Conv2d(c, c, 3, 1, 1, groups=c, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.pw = nn.Conv2d(c, 2 * c, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(2 * c)
+        self.dw2 = nn.Conv2d(2 * c, 2 * c, 5, 2, 2, groups=2 * c)
+        self.up = nn.ConvTranspose2d(2 * c, c, 4, 2, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(c)
+        self.up2 = nn.ConvTranspose2d(c, c, 3, 2, 1, output_padding=1, groups=c)
+        self.head = nn.Conv2d(c, 4, 1)
+        g = torch.Generator().manual_seed(3)
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+
+    def forward(self, x):
+        x = F.relu6(self.bn0(self.stem(x)))
+        x = F.hardswish(self.bn1(self.dw(x)))
+        x = F.relu6(self.bn2(self.pw(x)))
+        x = F.hardswish(self.dw2(x))
+        x = F.relu6(self.bn3(self.up(x)))
+        x = self.up2(x)
+        return self.head(x)
+
+
+def test_depthwise_transposed_cnn(tmp_path):
+    model = DepthwiseUpsampler().eval()
+    runs = [(torch.randn(2, 3, 32, 32),) for _ in range(2)]
+    prog = _load_and_compare(tmp_path, model, runs[0], runs, scale=10)
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+
+
+# --- GPT-style decoder
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.ln1(x)
+
+        def split(y):
+            return y.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+
+        a = F.scaled_dot_product_attention(
+            split(self.q(h)), split(self.k(h)), split(self.v(h)), is_causal=True
+        )
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab=64, d=32, heads=4, layers=2, max_len=32):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(max_len, d)
+        self.blocks = nn.ModuleList(DecoderBlock(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        x = self.tok(ids) + self.pos(torch.arange(t))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+def test_gpt_decoder_dynamic_sequence(tmp_path):
+    torch.manual_seed(0)
+    model = TinyGPT().eval()
+    seq = torch.export.Dim("seq", min=1, max=32)
+    runs = [(torch.randint(0, 64, (2, t)),) for t in (5, 23)]
+    prog = _load_and_compare(
+        tmp_path,
+        model,
+        (torch.randint(0, 64, (2, 8)),),
+        runs,
+        scale=10,
+        dynamic_shapes=({1: seq},),
+    )
+    s = delegation_summary(prog)
+    # The position ids (an arange of the dynamic length) are ExecuTorch's, everything else is
+    # Kiln's. The length's sym_size then stays outside Kiln too, so the head reshapes that read
+    # it run as ExecuTorch views between several Kiln partitions.
+    assert s["kiln"] >= 1, s
+    assert {op.split(".")[1] for op in s["ops"]} <= {"arange", "sym_size"}, s
+
+
+# --- ops Kiln leaves to ExecuTorch between Kiln partitions
+
+
+class CumsumFlip(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(12, 12)
+        self.b = nn.Linear(12, 12)
+        self.c = nn.Linear(12, 6)
+
+    def forward(self, x):
+        y = F.silu(self.a(x))
+        y = torch.cumsum(y, dim=1)  # ExecuTorch kernel
+        y = torch.tanh(self.b(y)) * 0.5 + y
+        y = torch.flip(y, dims=[0, 1])  # ExecuTorch kernel
+        return self.c(F.layer_norm(y, (12,))) + math.pi
+
+
+def test_executorch_ops_between_kiln_partitions(tmp_path):
+    model = CumsumFlip().eval()
+    runs = [(torch.randn(5, 12),) for _ in range(2)]
+    prog = _load_and_compare(tmp_path, model, runs[0], runs)
+    s = delegation_summary(prog)
+    assert s["kiln"] == 3, s
+    assert any("cumsum" in op for op in s["ops"]) and any("flip" in op for op in s["ops"]), s
