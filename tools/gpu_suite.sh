@@ -131,6 +131,9 @@ run() {
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_CUBLASLT=1 KILN_CUDA_NO_CUDNN=1 \
     step "parity: e2e, own GEMM+conv" "$out/parity_e2e_own_gemm.log" 180 \
     ./kiln_cuda_parity --e2e --quick
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_NHWC=1 \
+    step "parity: e2e, NCHW convs (no NHWC)" "$out/parity_e2e_nchw.log" 180 \
+    ./kiln_cuda_parity --e2e --quick
 
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
@@ -142,22 +145,22 @@ run() {
     rows+=("$(printf '%-38s %-10s %-24s %5ss' "memcheck" "NOT RUN" "no compute-sanitizer" 0)")
   fi
 
-  # KILN_LOG_LEVEL=info: the plugin logs each conv2d's cuDNN algorithm (timed at context
-  # creation), each GEMM's cuBLASLt algorithm and each graph's node count, under "== <model>".
+  # KILN_LOG_LEVEL=info: the plugin logs each conv2d's cuDNN algorithm and layout (NHWC/NCHW),
+  # the engine's NHWC summary, each GEMM's cuBLASLt algorithm and each graph's node count, under "== <model>".
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_LOG_LEVEL=info \
     step "bench: per-model latency" "$out/bench.log" 180 ./kiln_cuda_bench
-  # A/B: the previous paths (fp32-FMA attention kernel, heuristic cuDNN algorithm).
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_TC_ATTENTION=1 KILN_CUDA_CONV_HEURISTIC=1 \
-    KILN_LOG_LEVEL=info step "bench: A/B old attention+conv algo" "$out/bench_ab.log" 180 \
+  # A/B: the previous conv path (NCHW activations; the heuristic algorithm, as now).
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_NHWC=1 \
+    KILN_LOG_LEVEL=info step "bench: A/B NCHW convs" "$out/bench_ab.log" 180 \
     ./kiln_cuda_bench
 
   echo
   echo "=== Kiln GPU suite: latency (median of 200 executes, fp16, device I/O, CUDA graphs)"
   grep '^BENCH' "$out/bench.log" 2>/dev/null || echo "(no BENCH lines: see $out/bench.log)"
   echo "--- graph nodes and conv algorithms per model (details: $out/bench.log)"
-  grep -E '^== |CUDA graph instantiated|conv2d .*cuDNN' "$out/bench.log" 2>/dev/null |
-    sed -E 's/^.*(CUDA graph instantiated|conv2d )/  \1/' | awk '!seen[$0]++'
-  echo "--- A/B: KILN_CUDA_NO_TC_ATTENTION=1 KILN_CUDA_CONV_HEURISTIC=1"
+  grep -E '^== |CUDA graph instantiated|conv2d .*cuDNN|NHWC: ' "$out/bench.log" 2>/dev/null |
+    sed -E 's/^.*(CUDA graph instantiated|conv2d |CUDA engine on)/  \1/' | awk '!seen[$0]++'
+  echo "--- A/B: KILN_CUDA_NO_NHWC=1"
   grep '^BENCH' "$out/bench_ab.log" 2>/dev/null || echo "(no BENCH lines: see $out/bench_ab.log)"
   echo
   echo "=== Kiln GPU suite summary (seed $KILN_TEST_SEED, logs in $out)"

@@ -25,6 +25,7 @@
 #include <cuda.h> // driver types only: entry points come through cudaGetDriverEntryPointByVersion
 
 #include "cuda/cuda_graph_rules.h"
+#include "cuda/cuda_layout.h"
 #include "cuda/cuda_ops.h"
 
 #define WORKSPACE_NBYTES ((size_t)32 << 20) // cuBLASLt workspace per context (Hopper: 32 MiB)
@@ -46,6 +47,10 @@ typedef struct cuda_engine {
     void *weights; // device, owned
     size_t weights_nbytes;
     uint64_t *weight_offsets; // host, n_tensors entries
+    kiln_cuda_layout layout;  // NHWC activations (cuda_layout.h)
+    void *krsc;               // device, owned: KRSC copies of the NHWC convs' weights
+    size_t krsc_nbytes;
+    uint64_t *krsc_offsets; // host, n_tensors entries (valid where layout.krsc)
 } cuda_engine;
 
 typedef struct cuda_context {
@@ -62,6 +67,7 @@ typedef struct cuda_context {
     kiln_cuda_gemm_cache *gemm; // n_layers
     kiln_cuda_dnn *dnn;         // cuDNN handle (NULL: convolutions on Kiln's kernels)
     kiln_cuda_conv_cache *conv; // n_layers (cuDNN set-up of conv2d layers)
+    void **nhwc_copy;           // n_tensors: NHWC copies of NCHW conv inputs (layout.copy)
     // graph signatures: n_io device pointers, then for each input rank and KILN_MAX_RANK dims
     size_t sig_n; // int64 entries
     int64_t *sig_now, *sig_last, *sig_graph;
@@ -174,11 +180,14 @@ static void cuda_engine_free(void *state) {
     cuda_engine *e = state;
     int prev;
     if (e == NULL) return;
-    if (e->weights != NULL && device_enter(e->device, &prev) == KILN_OK) {
+    if ((e->weights != NULL || e->krsc != NULL) && device_enter(e->device, &prev) == KILN_OK) {
         cudaFree(e->weights);
+        cudaFree(e->krsc);
         device_leave(e->device, prev);
     }
     kiln_cuda_free(e->weight_offsets, (size_t)e->plan->n_tensors * sizeof *e->weight_offsets);
+    kiln_cuda_free(e->krsc_offsets, (size_t)e->plan->n_tensors * sizeof *e->krsc_offsets);
+    kiln_cuda_layout_free(e->plan, &e->layout);
     kiln_cuda_free(e, sizeof *e);
 }
 
@@ -213,6 +222,34 @@ static kiln_status check_layers(const kiln_plan *p) {
     }
     kiln_cuda_free(views, nbytes);
     return st;
+}
+
+// Uploads an OIHW weight reordered to KRSC (O, kh, kw, C): cuDNN's NHWC filter layout.
+static kiln_status upload_krsc(const kiln_plan_tensor *t, const void *src, void *dst) {
+    size_t es = kiln_cuda_dtype_size(t->dtype), nbytes = (size_t)t->nbytes;
+    int64_t o = t->shape.max[0], c = t->shape.max[1], hw = t->shape.max[2] * t->shape.max[3];
+    const uint8_t *s = src;
+    uint8_t *h;
+    cudaError_t err;
+    if (nbytes == 0) return KILN_OK;
+    if (src == NULL || es == 0 || (uint64_t)(o * c * hw) * es != t->nbytes) {
+        return kiln_cuda_fail(KILN_ERR_CORRUPT, "conv2d weight of %llu bytes is not OIHW",
+                              (unsigned long long)t->nbytes);
+    }
+    h = kiln_cuda_malloc(nbytes);
+    if (h == NULL) return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (KRSC weight)");
+    for (int64_t k = 0; k < o; k++) {
+        for (int64_t ci = 0; ci < c; ci++) {
+            for (int64_t r = 0; r < hw; r++) {
+                memcpy(h + (size_t)((k * hw + r) * c + ci) * es,
+                       s + (size_t)((k * c + ci) * hw + r) * es, es);
+            }
+        }
+    }
+    err = cudaMemcpy(dst, h, nbytes, cudaMemcpyHostToDevice);
+    kiln_cuda_free(h, nbytes);
+    if (err != cudaSuccess) return cuda_fail("cudaMemcpy (KRSC weight upload)", err);
+    return KILN_OK;
 }
 
 static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weight_data,
@@ -264,6 +301,23 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         e->weight_offsets[i] = total;
         total += (p->tensors[i].nbytes + WEIGHT_ALIGN - 1) / WEIGHT_ALIGN * WEIGHT_ALIGN;
     }
+    // NHWC needs cuDNN (Kiln's own NHWC conv is only the per-shape fallback).
+    st = kiln_cuda_layout_plan(p,
+                               !env_flag("KILN_CUDA_NO_NHWC") && !env_flag("KILN_CUDA_NO_CUDNN") &&
+                                   kiln_cuda_dnn_version() > 0,
+                               &e->layout);
+    if (st != KILN_OK) goto fail;
+    e->krsc_offsets = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *e->krsc_offsets + 1);
+    if (e->krsc_offsets == NULL) {
+        st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA weight table)");
+        goto fail;
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (!e->layout.krsc[i]) continue;
+        e->krsc_offsets[i] = e->krsc_nbytes;
+        e->krsc_nbytes +=
+            (size_t)(p->tensors[i].nbytes + WEIGHT_ALIGN - 1) / WEIGHT_ALIGN * WEIGHT_ALIGN;
+    }
     st = device_enter(device, &prev);
     if (st != KILN_OK) goto fail;
     entered = 1;
@@ -280,12 +334,23 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
                      "cudaMemcpy (weight upload)");
         }
     }
+    if (e->krsc_nbytes > 0) {
+        CUDA_TRY(cudaMalloc(&e->krsc, e->krsc_nbytes), "cudaMalloc (KRSC weights)");
+        for (uint32_t i = 0; i < p->n_tensors; i++) {
+            if (!e->layout.krsc[i]) continue;
+            st = upload_krsc(&p->tensors[i], weight_data[i],
+                             (uint8_t *)e->krsc + e->krsc_offsets[i]);
+            if (st != KILN_OK) goto fail;
+        }
+    }
     device_leave(device, prev);
     kiln_cuda_log(KILN_LOG_INFO,
                   "CUDA engine on device %d (%s): %u layers, %zu bytes of weights, arena %llu "
-                  "bytes, CUDA graphs %s",
+                  "bytes, CUDA graphs %s; NHWC: %u of %u conv2d, %u tensors, %u boundary "
+                  "transposes",
                   device, prop.name, p->n_layers, e->weights_nbytes,
-                  (unsigned long long)p->arena_nbytes, e->use_graphs ? "on" : "off");
+                  (unsigned long long)p->arena_nbytes, e->use_graphs ? "on" : "off",
+                  e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_nhwc, e->layout.n_copies);
     *out_state = e;
     return KILN_OK;
 
@@ -312,6 +377,9 @@ static void cuda_context_free(void *state) {
         if (c->staging != NULL) {
             for (uint32_t i = 0; i < c->n_io; i++) cudaFree(c->staging[i]);
         }
+        if (c->nhwc_copy != NULL) {
+            for (uint32_t i = 0; i < p->n_tensors; i++) cudaFree(c->nhwc_copy[i]);
+        }
         cudaFree(c->arena);
         cudaFree(c->workspace);
         if (c->lt != NULL) cublasLtDestroy(c->lt);
@@ -326,6 +394,7 @@ static void cuda_context_free(void *state) {
     kiln_cuda_free(c->staging, (size_t)c->n_io * sizeof *c->staging);
     kiln_cuda_free(c->staged, c->n_io);
     kiln_cuda_free(c->views, (size_t)p->n_tensors * sizeof *c->views);
+    kiln_cuda_free(c->nhwc_copy, (size_t)p->n_tensors * sizeof *c->nhwc_copy + 1);
     kiln_cuda_free(c->gemm, (size_t)p->n_layers * sizeof *c->gemm);
     kiln_cuda_free(c->conv, (size_t)p->n_layers * sizeof *c->conv);
     kiln_cuda_free(c->sig_now, c->sig_n * sizeof(int64_t));
@@ -338,6 +407,59 @@ static uint32_t binding_tensor(const kiln_plan *p, uint32_t b) {
     return b < p->n_inputs ? p->inputs[b] : p->outputs[b - p->n_inputs];
 }
 
+static int same_dims_or_one(const kiln_tensor *t, const kiln_tensor *out) {
+    return t == NULL || kiln_tensor_numel(t) == 1 ||
+           (t->rank == out->rank && memcmp(t->dims, out->dims, t->rank * sizeof(int64_t)) == 0);
+}
+
+// Sets ctx's layout fields for head layer li (cuda_layout.h). A conv computing in NHWC whose
+// input is stored NCHW reads the input's NHWC copy (args->in[0] is pointed at *xview); with
+// `run`, the first such conv in layer order makes the copy (a transpose). An NHWC group's
+// elementwise operands must have the output's shape (or one element) at these shapes too.
+static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx,
+                                kiln_kernel_args *args, kiln_tensor *xview, int run) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    const kiln_cuda_layout *L = &e->layout;
+    const kiln_plan_layer *l = &p->layers[li];
+    ctx->nhwc = L->head_nhwc[li];
+    ctx->w_krsc = NULL;
+    if (!ctx->nhwc) return KILN_OK;
+    if (args->op == KILN_OP_CONV2D) {
+        int32_t x = p->ids[l->input_begin], w = p->ids[l->input_begin + 1];
+        ctx->w_krsc = (const uint8_t *)e->krsc + e->krsc_offsets[w];
+        if (L->copy[x]) {
+            const kiln_tensor *src = args->in[0];
+            *xview = *src;
+            xview->data = c->nhwc_copy[x];
+            if (run && L->xpose[li] && kiln_tensor_numel(src) > 0) {
+                const int64_t *d = src->dims; // N, C, H, W
+                int64_t dims[4] = {d[0], d[2], d[3], d[1]};
+                int64_t dst_st[4] = {d[2] * d[3] * d[1], d[3] * d[1], d[1], 1};
+                int64_t src_st[4] = {d[1] * d[2] * d[3], d[3], 1, d[2] * d[3]};
+                KILN_CUDA_TRY(kiln_cuda_copy_strided(ctx, xview->data, src->data,
+                                                     kiln_cuda_dtype_size(src->dtype), 4, dims,
+                                                     dst_st, src_st));
+            }
+            args->in[0] = xview;
+        }
+    }
+    int ok = 1;
+    if (args->op != KILN_OP_CONV2D && args->n_in == 2) {
+        ok = same_dims_or_one(args->in[0], args->out) && same_dims_or_one(args->in[1], args->out);
+    }
+    for (uint32_t t = 0; t < args->n_tail; t++) {
+        ok = ok && same_dims_or_one(args->tail[t].operand, args->out);
+    }
+    if (!ok) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "%s: an operand's shape differs from the output's in an NHWC layer; "
+                              "set KILN_CUDA_NO_NHWC=1",
+                              ctx->where ? ctx->where : "?");
+    }
+    return KILN_OK;
+}
+
 // Chooses every GEMM layer's cuBLASLt algorithm and every conv2d layer's cuDNN descriptors and
 // algorithm now, at the largest shapes with the I/O in the staging buffers, so that a first
 // execute at those shapes finds them cached (and the layer loop creates no descriptor).
@@ -346,6 +468,7 @@ static void prepare_gemms(cuda_context *c) {
     kiln_tail_op tails[KILN_MAX_TAIL];
     kiln_kernel_args args;
     kiln_cuda_ctx ctx;
+    kiln_tensor xview;
     char where[96];
     if (c->lt == NULL && c->dnn == NULL) return;
     memset(&ctx, 0, sizeof ctx);
@@ -363,6 +486,7 @@ static void prepare_gemms(cuda_context *c) {
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(op));
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
+        if (layer_layout(c, li, &ctx, &args, &xview, 0) != KILN_OK) continue;
         (void)kiln_cuda_gemm_prepare(&ctx, &args); // a miss only means a set-up at execute
     }
 }
@@ -388,13 +512,14 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     c->staging = kiln_cuda_calloc((size_t)c->n_io * sizeof *c->staging);
     c->staged = kiln_cuda_calloc(c->n_io);
     c->views = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *c->views);
+    c->nhwc_copy = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *c->nhwc_copy + 1);
     c->gemm = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->gemm);
     c->conv = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->conv);
     c->sig_now = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_last = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_graph = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     if ((c->n_io > 0 && (c->staging == NULL || c->staged == NULL)) ||
-        (p->n_tensors > 0 && c->views == NULL) ||
+        (p->n_tensors > 0 && c->views == NULL) || c->nhwc_copy == NULL ||
         (p->n_layers > 0 && (c->gemm == NULL || c->conv == NULL)) || c->sig_now == NULL ||
         c->sig_last == NULL || c->sig_graph == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA context tables)");
@@ -428,6 +553,13 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         const kiln_plan_tensor *t = &p->tensors[binding_tensor(p, b)];
         uint64_t n = tensor_nbytes(t->dtype, t->shape.rank, t->shape.max);
         if (n > 0) CUDA_TRY(cudaMalloc(&c->staging[b], (size_t)n), "cudaMalloc (I/O staging)");
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        uint64_t n = tensor_nbytes(t->dtype, t->shape.rank, t->shape.max);
+        if (e->layout.copy[i] && n > 0) {
+            CUDA_TRY(cudaMalloc(&c->nhwc_copy[i], (size_t)n), "cudaMalloc (NHWC copy)");
+        }
     }
     CUDA_TRY(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (context init)");
     for (uint32_t i = 0; i < p->n_tensors; i++) {
@@ -474,6 +606,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     kiln_tail_op tails[KILN_MAX_TAIL];
     kiln_kernel_args args;
     kiln_cuda_ctx ctx;
+    kiln_tensor xview;
     char where[96];
     memset(&ctx, 0, sizeof ctx);
     ctx.stream = stream;
@@ -489,6 +622,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(args.op));
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
+        KILN_CUDA_TRY(layer_layout(c, li, &ctx, &args, &xview, 1));
         KILN_CUDA_TRY(kiln_cuda_run(&ctx, &args));
         if (e->debug_sync) { // finds the layer of an asynchronous fault
             cudaError_t err = cudaStreamSynchronize(stream);

@@ -4,8 +4,9 @@
 // still loads and runs, on Kiln's own conv kernels, where cuDNN is absent
 // (KILN_CUDA_NO_CUDNN=1 forces that too).
 //
-// Layout: NCHW, the engine's activation layout (no transposes around the call; cuDNN's
-// NCHW fp16/bf16 engines use tensor cores with their own internal transposition). Math: fp16 and
+// Layout: NCHW, or NHWC (x, y, bias and residual; the filter in KRSC order from ctx->w_krsc)
+// when the layout pass (cuda_layout.h) keeps the layer's activations NHWC (ctx->nhwc): cuDNN's
+// NCHW fp16 engines measured on the H200 ran FMA implicit GEMMs for 1x1 convs. Math: fp16 and
 // bf16 with float compute (tensor-core math), float32 with CUDNN_FMA_MATH (no TF32, like the
 // GEMMs). Per layer a cache (kiln_cuda_conv_cache) holds the descriptors (created at context
 // creation, from kiln_cuda_gemm_prepare's pass over the layers) and the algorithm chosen by
@@ -197,7 +198,8 @@ static int descs_create(kiln_cuda_conv_cache *c) {
     return 1;
 }
 
-static void key_of(const kiln_cuda_conv_params *p, uint32_t dtype, int has_bias, int64_t *key) {
+static void key_of(const kiln_cuda_conv_params *p, uint32_t dtype, int has_bias, int nhwc,
+                   int64_t *key) {
     memset(key, 0, KILN_CUDA_CONV_KEY * sizeof *key);
     key[0] = dtype;
     key[1] = p->n;
@@ -213,13 +215,18 @@ static void key_of(const kiln_cuda_conv_params *p, uint32_t dtype, int has_bias,
     key[11] = ((int64_t)p->ph << 32) | (uint32_t)p->pw;
     key[12] = ((int64_t)p->dh << 32) | (uint32_t)p->dw;
     key[13] = p->groups;
-    key[14] = has_bias;
-    key[15] = 1; // key format
+    key[14] = has_bias | (nhwc << 1);
+    key[15] = 2; // key format
 }
 
+// Timing with cudnnFindConvolutionForwardAlgorithmEx only on request (KILN_CUDA_CONV_FIND=1):
+// on the H200 (gpu3) it picked slower algorithms than the heuristic at b1.
+// KILN_CUDA_CONV_HEURISTIC=1 still forces the heuristic.
 static int heuristic_only(void) {
     const char *v = getenv("KILN_CUDA_CONV_HEURISTIC");
-    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+    const char *f = getenv("KILN_CUDA_CONV_FIND");
+    if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0) return 1;
+    return f == NULL || f[0] == '\0' || strcmp(f, "0") == 0;
 }
 
 static int fits_int(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
@@ -243,6 +250,7 @@ static int conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_params *p, 
     int timed = 0;
     conv_descs *d = c->descs;
     cudnnDataType_t t = dnn_type(dtype);
+    cudnnTensorFormat_t fmt = ctx->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     int n_perf = 0, found = -1;
     cudnnStatus_t s;
@@ -250,18 +258,17 @@ static int conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_params *p, 
         !fits_int(p->o) || !fits_int(p->oh) || !fits_int(p->ow) || !fits_int(p->groups)) {
         return 0;
     }
-    s = api.cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, t, (int)p->n, (int)p->c, (int)p->h,
-                                       (int)p->w);
+    s = api.cudnnSetTensor4dDescriptor(d->x, fmt, t, (int)p->n, (int)p->c, (int)p->h, (int)p->w);
     if (s == CUDNN_STATUS_SUCCESS) {
-        s = api.cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, t, (int)p->n, (int)p->o,
-                                           (int)p->oh, (int)p->ow);
+        s = api.cudnnSetTensor4dDescriptor(d->y, fmt, t, (int)p->n, (int)p->o, (int)p->oh,
+                                           (int)p->ow);
     }
     if (s == CUDNN_STATUS_SUCCESS) {
-        s = api.cudnnSetTensor4dDescriptor(d->b, CUDNN_TENSOR_NCHW, t, 1, (int)p->o, 1, 1);
+        s = api.cudnnSetTensor4dDescriptor(d->b, fmt, t, 1, (int)p->o, 1, 1);
     }
     if (s == CUDNN_STATUS_SUCCESS) {
-        s = api.cudnnSetFilter4dDescriptor(d->w, t, CUDNN_TENSOR_NCHW, (int)p->o,
-                                           (int)(p->c / p->groups), p->kh, p->kw);
+        s = api.cudnnSetFilter4dDescriptor(d->w, t, fmt, (int)p->o, (int)(p->c / p->groups), p->kh,
+                                           p->kw);
     }
     if (s == CUDNN_STATUS_SUCCESS) {
         s = api.cudnnSetConvolution2dDescriptor(d->conv, p->ph, p->pw, p->sh, p->sw, p->dh, p->dw,
@@ -312,11 +319,11 @@ static int conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_params *p, 
         return 0;
     }
     kiln_cuda_log(ctx->plan_only ? KILN_LOG_INFO : KILN_LOG_DEBUG,
-                  "conv2d %lldx%lldx%lldx%lld -> %lld k%dx%d s%d (%s) at %s: cuDNN %s, %s math, "
-                  "%s %.4f ms, workspace %zu",
+                  "conv2d %lldx%lldx%lldx%lld -> %lld k%dx%d s%d (%s, %s) at %s: cuDNN %s, %s "
+                  "math, %s %.4f ms, workspace %zu",
                   (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w,
                   (long long)p->o, p->kh, p->kw, p->sh, kiln_cuda_dtype_name(dtype),
-                  ctx->where ? ctx->where : "?", algo_name(c->algo),
+                  ctx->nhwc ? "NHWC" : "NCHW", ctx->where ? ctx->where : "?", algo_name(c->algo),
                   perf[found].mathType == CUDNN_TENSOR_OP_MATH                    ? "tensor-op"
                   : perf[found].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? "tensor-op-conv"
                                                                                   : "fma",
@@ -332,12 +339,13 @@ kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
     const kiln_tensor *x = args->in[0], *w = args->in[1];
     const kiln_tensor *bias = args->n_in > 2 ? args->in[2] : NULL;
     kiln_tensor *y = args->out;
+    const void *wdata = ctx->nhwc ? ctx->w_krsc : w->data; // NHWC: the KRSC copy
     int64_t key[KILN_CUDA_CONV_KEY];
     kiln_status st = KILN_OK;
     *done = 0;
     *skip = 0;
-    if (ctx->dnn == NULL || x->dtype != y->dtype || w->dtype != y->dtype ||
-        (bias != NULL && bias->dtype != y->dtype)) {
+    if (ctx->dnn == NULL || (ctx->nhwc && ctx->w_krsc == NULL) || x->dtype != y->dtype ||
+        w->dtype != y->dtype || (bias != NULL && bias->dtype != y->dtype)) {
         return KILN_OK;
     }
     if (c == &local) memset(&local, 0, sizeof local);
@@ -347,9 +355,9 @@ kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
             return KILN_OK;
         }
     }
-    key_of(p, y->dtype, bias != NULL, key);
+    key_of(p, y->dtype, bias != NULL, ctx->nhwc != 0, key);
     if (c->state == 0 || memcmp(c->key, key, sizeof key) != 0) {
-        c->state = conv_setup(ctx, p, y->dtype, bias != NULL, c, x->data, w->data, y->data)
+        c->state = conv_setup(ctx, p, y->dtype, bias != NULL, c, x->data, wdata, y->data)
                        ? 1
                        : 3;              // 3: not these shapes
         memcpy(c->key, key, sizeof key); // c->fused (-1: declined) stays across shapes
@@ -375,7 +383,7 @@ kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
     if (bias != NULL && relu && c->fused >= 0) {
         const float alpha2 = z != NULL ? 1.0f : 0.0f;
         s = api.cudnnConvolutionBiasActivationForward(
-            ctx->dnn->h, &one, d->x, x->data, d->w, w->data, d->conv,
+            ctx->dnn->h, &one, d->x, x->data, d->w, wdata, d->conv,
             (cudnnConvolutionFwdAlgo_t)c->algo, ctx->workspace, c->ws_nbytes, &alpha2, d->y,
             z != NULL ? z : y->data, d->b, bias->data, d->relu, d->y, y->data);
         if (s == CUDNN_STATUS_SUCCESS) {
@@ -390,7 +398,7 @@ kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
                       "cuDNN declined the fused conv + bias + relu (%s) at %s: unfused instead",
                       api.cudnnGetErrorString(s), ctx->where ? ctx->where : "?");
     }
-    s = api.cudnnConvolutionForward(ctx->dnn->h, &one, d->x, x->data, d->w, w->data, d->conv,
+    s = api.cudnnConvolutionForward(ctx->dnn->h, &one, d->x, x->data, d->w, wdata, d->conv,
                                     (cudnnConvolutionFwdAlgo_t)c->algo, ctx->workspace,
                                     c->ws_nbytes, &zero, d->y, y->data);
     if (s != CUDNN_STATUS_SUCCESS) {

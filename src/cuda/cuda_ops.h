@@ -82,7 +82,12 @@ typedef struct kiln_cuda_ctx {
     int sm_count;               // multiprocessors of the device
     int plan_only;              // GEMM launchers only choose (and cache) their algorithm
     int no_tc_attention;        // sdpa: never the tensor-core kernel (tests, debugging)
-    const char *where;          // "layer 12 (linear)", for messages
+    // NHWC layout (cuda_layout.h): conv2d's input, output and residual, max/avg pool's input and
+    // output, adaptive_avg_pool2d's input (its output stays NCHW) are stored NHWC (their dims
+    // stay logical NCHW). Elementwise heads and tails are layout-blind (same-shape operands).
+    int nhwc;
+    const void *w_krsc; // conv2d with nhwc: the weight in KRSC (O, kh, kw, C) order, for cuDNN
+    const char *where;  // "layer 12 (linear)", for messages
 } kiln_cuda_ctx;
 
 // --- errors and logging (cuda_util.c)

@@ -21,6 +21,7 @@ typedef struct conv_geom {
     int64_t cg, og; // channels per group (input, output)
     int kh, kw, sh, sw, ph, pw, dh, dw;
     int transposed;
+    int nhwc; // x and y stored NHWC (ctx->nhwc; conv2d only); w stays OIHW
 } conv_geom;
 
 // Input element feeding output pixel (n, oy, ox) through kernel tap (a, b) of input channel ci,
@@ -38,7 +39,9 @@ __device__ __forceinline__ float conv_tap(const conv_geom &g, int64_t n, int64_t
         ix = tx / g.sw;
     }
     if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w_in) return 0.0f;
-    return kc_ld_f(g.x, g.x_dt, ((n * g.c + ci) * g.h + iy) * g.w_in + ix);
+    return kc_ld_f(g.x, g.x_dt,
+                   g.nhwc ? ((n * g.h + iy) * g.w_in + ix) * g.c + ci
+                          : ((n * g.c + ci) * g.h + iy) * g.w_in + ix);
 }
 
 // Weight of (group gr, output channel i of the group, input channel c of the group, tap a, b).
@@ -53,7 +56,7 @@ __device__ __forceinline__ float conv_weight(const conv_geom &g, int64_t gr, int
 __device__ __forceinline__ void conv_store(const conv_geom &g, int64_t oc, int64_t j, float acc) {
     int64_t hw = g.oh * g.ow, n = j / hw, p = j % hw;
     if (g.bias != NULL) acc += kc_ld_f(g.bias, g.bias_dt, oc);
-    kc_st_f(g.y, g.y_dt, (n * g.o + oc) * hw + p, acc);
+    kc_st_f(g.y, g.y_dt, g.nhwc ? j * g.o + oc : (n * g.o + oc) * hw + p, acc);
 }
 
 // --- implicit GEMM loader: batch = group, A(i, k) = weights, B(k, j) = gathered input
@@ -145,6 +148,7 @@ static kiln_status conv_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
     g.dh = (int)kiln_attrs_int(at, ai_dil, 0);
     g.dw = (int)kiln_attrs_int(at, ai_dil, 1);
     g.transposed = transposed;
+    g.nhwc = !transposed && ctx->nhwc;
     if (groups <= 0 || g.c % groups != 0 || g.o % groups != 0 || g.sh <= 0 || g.sw <= 0 ||
         g.dh <= 0 || g.dw <= 0 || y->dims[0] != g.n) {
         return kiln_cuda_fail(

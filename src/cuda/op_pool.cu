@@ -3,7 +3,8 @@
 // max_pool2d (padding counts as -inf, dilation, NaN propagates), avg_pool2d (PyTorch's divisor
 // rules: count_include_pad, divisor_override, windows clipped to the padded input), and
 // adaptive_avg_pool2d (bins [floor(i*H/OH), ceil((i+1)*H/OH))). One thread per output element,
-// float32 accumulation.
+// float32 accumulation. With ctx->nhwc (4-D, cuda_layout.h) x is stored NHWC (threads run
+// channel-fastest) and y too, except adaptive_avg_pool2d which writes NCHW.
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
@@ -15,7 +16,38 @@ typedef struct pool_params {
     int kh, kw, sh, sw, ph, pw, dh, dw;
     int count_include_pad;
     int64_t divisor; // 0 = none
+    int64_t c;       // nhwc_in: channels (planes = N * c)
+    int nhwc_in;     // x is [N, C, H, W] stored NHWC (ctx->nhwc)
+    int nhwc_out;    // y stored NHWC (max/avg pool with nhwc_in; adaptive pool writes NCHW)
 } pool_params;
+
+// Output element i (in y's storage order) -> its window origin in x, x's element stride within
+// a plane, and y's storage index.
+typedef struct pool_pos {
+    int64_t oy, ox, xbase, xs, yi;
+} pool_pos;
+
+__device__ __forceinline__ pool_pos pool_at(const pool_params &P, int64_t i) {
+    pool_pos q;
+    if (!P.nhwc_in) {
+        int64_t pl = i / (P.ow * P.oh);
+        q.ox = i % P.ow;
+        q.oy = (i / P.ow) % P.oh;
+        q.xbase = pl * P.h * P.w;
+        q.xs = 1;
+        q.yi = i;
+    } else {
+        // i runs over NHWC positions: channel fastest (coalesced reads of x)
+        int64_t ch = i % P.c, r = i / P.c;
+        int64_t n = r / (P.ow * P.oh);
+        q.ox = r % P.ow;
+        q.oy = (r / P.ow) % P.oh;
+        q.xbase = n * P.h * P.w * P.c + ch;
+        q.xs = P.c;
+        q.yi = P.nhwc_out ? i : ((n * P.c + ch) * P.oh + q.oy) * P.ow + q.ox;
+    }
+    return q;
+}
 
 // --- kernels
 
@@ -24,8 +56,9 @@ static __global__ void max_pool_kernel(const T *x, T *y, const pool_params P) {
     int64_t n = P.planes * P.oh * P.ow;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ox = i % P.ow, oy = (i / P.ow) % P.oh, pl = i / (P.ow * P.oh);
-        const T *xp = x + pl * P.h * P.w;
+        pool_pos q = pool_at(P, i);
+        int64_t ox = q.ox, oy = q.oy, xs = q.xs;
+        const T *xp = x + q.xbase;
         float m = -INFINITY;
         for (int a = 0; a < P.kh; a++) {
             int64_t iy = oy * P.sh - P.ph + (int64_t)a * P.dh;
@@ -33,12 +66,12 @@ static __global__ void max_pool_kernel(const T *x, T *y, const pool_params P) {
             for (int b = 0; b < P.kw; b++) {
                 int64_t ix = ox * P.sw - P.pw + (int64_t)b * P.dw;
                 if (ix < 0 || ix >= P.w) continue;
-                float v = kc_to_f(xp[iy * P.w + ix]);
+                float v = kc_to_f(xp[(iy * P.w + ix) * xs]);
                 if (v > m || v != v) m = v;
                 if (m != m) break;
             }
         }
-        y[i] = kc_from_f<T>(m);
+        y[q.yi] = kc_from_f<T>(m);
     }
 }
 
@@ -47,8 +80,9 @@ static __global__ void avg_pool_kernel(const T *x, T *y, const pool_params P) {
     int64_t n = P.planes * P.oh * P.ow;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ox = i % P.ow, oy = (i / P.ow) % P.oh, pl = i / (P.ow * P.oh);
-        const T *xp = x + pl * P.h * P.w;
+        pool_pos q = pool_at(P, i);
+        int64_t ox = q.ox, oy = q.oy, xs = q.xs;
+        const T *xp = x + q.xbase;
         int64_t hs = oy * P.sh - P.ph, ws = ox * P.sw - P.pw;
         int64_t he = hs + P.kh, we = ws + P.kw;
         if (he > P.h + P.ph) he = P.h + P.ph;
@@ -60,12 +94,12 @@ static __global__ void avg_pool_kernel(const T *x, T *y, const pool_params P) {
         if (we > P.w) we = P.w;
         float s = 0.0f;
         for (int64_t iy = hs; iy < he; iy++) {
-            for (int64_t ix = ws; ix < we; ix++) s += kc_to_f(xp[iy * P.w + ix]);
+            for (int64_t ix = ws; ix < we; ix++) s += kc_to_f(xp[(iy * P.w + ix) * xs]);
         }
         int64_t div = P.divisor != 0        ? P.divisor
                       : P.count_include_pad ? pool
                                             : (he - hs) * (we - ws);
-        y[i] = kc_from_f<T>(div > 0 ? s / (float)div : 0.0f);
+        y[q.yi] = kc_from_f<T>(div > 0 ? s / (float)div : 0.0f);
     }
 }
 
@@ -74,16 +108,17 @@ static __global__ void adaptive_avg_pool_kernel(const T *x, T *y, const pool_par
     int64_t n = P.planes * P.oh * P.ow;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ox = i % P.ow, oy = (i / P.ow) % P.oh, pl = i / (P.ow * P.oh);
-        const T *xp = x + pl * P.h * P.w;
+        pool_pos q = pool_at(P, i);
+        int64_t ox = q.ox, oy = q.oy, xs = q.xs;
+        const T *xp = x + q.xbase;
         int64_t hs = oy * P.h / P.oh, he = ((oy + 1) * P.h + P.oh - 1) / P.oh;
         int64_t ws = ox * P.w / P.ow, we = ((ox + 1) * P.w + P.ow - 1) / P.ow;
         float s = 0.0f;
         for (int64_t iy = hs; iy < he; iy++) {
-            for (int64_t ix = ws; ix < we; ix++) s += kc_to_f(xp[iy * P.w + ix]);
+            for (int64_t ix = ws; ix < we; ix++) s += kc_to_f(xp[(iy * P.w + ix) * xs]);
         }
         int64_t cnt = (he - hs) * (we - ws);
-        y[i] = kc_from_f<T>(cnt > 0 ? s / (float)cnt : 0.0f);
+        y[q.yi] = kc_from_f<T>(cnt > 0 ? s / (float)cnt : 0.0f);
     }
 }
 
@@ -96,10 +131,13 @@ static kiln_status pool_fail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *a
 }
 
 // Shapes and attributes; 0 on success.
-static int pool_setup(const kiln_kernel_args *args, pool_params *P) {
+static int pool_setup(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, pool_params *P) {
     const kiln_tensor *x = args->in[0], *y = args->out;
     const kiln_attrs *a = &args->attrs;
     if (x->rank < 2 || y->rank != x->rank) return 1;
+    P->nhwc_in = ctx->nhwc && x->rank == 4;
+    P->nhwc_out = P->nhwc_in && args->op != KILN_OP_ADAPTIVE_AVG_POOL2D;
+    P->c = x->rank == 4 ? x->dims[1] : 1;
     P->h = x->dims[x->rank - 2];
     P->w = x->dims[x->rank - 1];
     P->oh = y->dims[y->rank - 2];
@@ -140,7 +178,7 @@ static int pool_setup(const kiln_kernel_args *args, pool_params *P) {
 template <typename T>
 static kiln_status pool_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     pool_params P;
-    if (pool_setup(args, &P) != 0) return pool_fail(ctx, args, "bad shape or attributes");
+    if (pool_setup(ctx, args, &P) != 0) return pool_fail(ctx, args, "bad shape or attributes");
     int64_t n = P.planes * P.oh * P.ow;
     if (n == 0) return KILN_OK;
     const T *x = (const T *)args->in[0]->data;

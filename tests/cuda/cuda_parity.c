@@ -1377,6 +1377,64 @@ static int model_cnn(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// conv (+ bias) [+ residual add] [+ relu]: c_in -> c_out, k x k, stride st, padding k / 2.
+static int32_t res_conv(gbuild *b, int32_t x, int64_t c_in, int64_t c_out, int64_t k, int64_t st,
+                        int32_t residual, int relu) {
+    char wd[64], bd[32];
+    int64_t s2[2] = {st, st}, p2[2] = {k / 2, k / 2};
+    snprintf(wd, sizeof wd, "%lldx%lldx%lldx%lld", (long long)c_out, (long long)c_in, (long long)k,
+             (long long)k);
+    snprintf(bd, sizeof bd, "%lld", (long long)c_out);
+    double r = 1.0 / sqrt((double)(c_in * k * k));
+    int32_t ins[3] = {x, gb_const(b, F32, wd, -r, r), gb_const(b, F32, bd, -0.1, 0.1)};
+    kiln_attr ca[2] = {A_INTS("stride", s2, 2), A_INTS("padding", p2, 2)};
+    int32_t h = gb_node(b, KILN_OP_CONV2D, ins, 3, ca, 2);
+    if (residual >= 0) h = gb2(b, KILN_OP_ADD, h, residual);
+    return relu ? gb1(b, KILN_OP_RELU, h) : h;
+}
+
+// A ResNet-like fp16 stack for the CUDA backend's NHWC layout (cuda_layout.h): a stem conv with
+// C = 3 (stays NCHW) and a maxpool (NCHW), then a bottleneck with a stride-2 downsample branch
+// (both read the maxpool's output: one NCHW -> NHWC boundary copy shared by two convs), an
+// identity bottleneck (conv + bias + residual + relu fused), a standalone relu, an avg pool and
+// a maxpool in NHWC, an adaptive avg pool reading NHWC and writing NCHW, then reshape + linear.
+static int model_resnet(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 3, 20, 20}, maxs[4] = {3, 3, 20, 20};
+    int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[2] = {1, 1}, k2[2] = {2, 2}, o11[2] = {1, 1};
+    int64_t shape[2] = {-2, 32};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "image", F32, 4, mins, maxs);
+    int32_t h = res_conv(&b, x, 3, 16, 3, 1, -1, 1);
+    kiln_attr mp[3] = {A_INTS("kernel", k3, 2), A_INTS("stride", s2, 2), A_INTS("padding", p1, 2)};
+    int32_t pool = gb_node(&b, KILN_OP_MAX_POOL2D, &h, 1, mp, 3); // [N, 16, 10, 10]
+    // bottleneck 1 with downsample
+    h = res_conv(&b, pool, 16, 8, 1, 1, -1, 1);
+    h = res_conv(&b, h, 8, 8, 3, 2, -1, 1);
+    int32_t ds = res_conv(&b, pool, 16, 32, 1, 2, -1, 0);
+    int32_t blk = res_conv(&b, h, 8, 32, 1, 1, ds, 1); // [N, 32, 5, 5]
+    // bottleneck 2, identity
+    h = res_conv(&b, blk, 32, 8, 1, 1, -1, 1);
+    h = res_conv(&b, h, 8, 8, 3, 1, -1, 1);
+    h = res_conv(&b, h, 8, 32, 1, 1, blk, 0);
+    h = gb1(&b, KILN_OP_RELU, h);
+    kiln_attr ap[3] = {A_INTS("kernel", k2, 2), A_INTS("stride", k2, 2), A_INTS("padding", o11, 2)};
+    h = gb_node(&b, KILN_OP_AVG_POOL2D, &h, 1, ap, 3); // [N, 32, 3, 3]
+    kiln_attr mp2[2] = {A_INTS("kernel", k2, 2), A_INTS("stride", o11, 2)};
+    h = gb_node(&b, KILN_OP_MAX_POOL2D, &h, 1, mp2, 2); // [N, 32, 2, 2]
+    h = res_conv(&b, h, 32, 32, 3, 1, -1, 1);
+    kiln_attr aa = A_INTS("output_size", o11, 2);
+    h = gb_node(&b, KILN_OP_ADAPTIVE_AVG_POOL2D, &h, 1, &aa, 1);
+    kiln_attr ra = A_INTS("shape", shape, 2);
+    h = gb_node(&b, KILN_OP_RESHAPE, &h, 1, &ra, 1);
+    int32_t fc[3] = {h, gb_const(&b, F32, "10x32", -0.3, 0.3), gb_const(&b, F32, "10", -0.1, 0.1)};
+    int32_t y = gb_node(&b, KILN_OP_LINEAR, fc, 3, NULL, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "logits"), "output");
+    m->name = "resnet nhwc fp16";
+    m->tol = 3e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
 static int model_attention(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[3] = {1, 1, 32}, maxs[3] = {3, 24, 32};
@@ -1764,7 +1822,7 @@ done:
 }
 
 static void run_e2e(void) {
-    model models[8];
+    model models[9];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -1774,7 +1832,8 @@ static void run_e2e(void) {
     if (model_attention(&models[n], KILN_PRECISION_FP32)) n++;
     if (!opt_quick && model_attention(&models[n], KILN_PRECISION_FP16)) n++;
     if (model_misc(&models[n])) n++;
-    CHECK_MSG(n == (opt_quick ? 5 : 7), "only %d of the e2e models were built", n);
+    if (model_resnet(&models[n])) n++;
+    CHECK_MSG(n == (opt_quick ? 6 : 8), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         if (opt_dry) {
             e2e_model_dry(&models[i]);

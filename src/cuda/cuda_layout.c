@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: Apache-2.0
+// The NHWC layout pass (see cuda_layout.h).
+// Plain C without CUDA headers: tests/cuda/cuda_layout_test.c includes this file on the CPU.
+#include "cuda/cuda_layout.h"
+
+#include <string.h>
+
+int32_t kiln_cuda_group_output(const kiln_plan *p, uint32_t li) {
+    const kiln_plan_layer *l = &p->layers[li];
+    int32_t running = p->ids[l->output_begin];
+    for (uint32_t t = 0; t < l->n_tail && li + 1 + t < p->n_layers; t++) {
+        running = p->ids[p->layers[li + 1 + t].output_begin];
+    }
+    return running;
+}
+
+static int64_t max_numel(const kiln_plan_tensor *t) {
+    int64_t n = 1;
+    for (uint32_t d = 0; d < t->shape.rank; d++) n *= t->shape.max[d];
+    return n;
+}
+
+static int same_shape(const kiln_plan_tensor *a, const kiln_plan_tensor *b) {
+    if (a->shape.rank != b->shape.rank) return 0;
+    for (uint32_t d = 0; d < a->shape.rank; d++) {
+        if (a->shape.min[d] != b->shape.min[d] || a->shape.max[d] != b->shape.max[d]) return 0;
+    }
+    return 1;
+}
+
+static int half_4d(const kiln_plan_tensor *t) {
+    return t->shape.rank == 4 && (t->dtype == KILN_DTYPE_F16 || t->dtype == KILN_DTYPE_BF16);
+}
+
+enum { K_OTHER, K_CONV, K_FOLLOW, K_ADAPTIVE };
+
+static int follow_unary(uint32_t op) {
+    return op == KILN_OP_RELU || op == KILN_OP_CLAMP || op == KILN_OP_SILU ||
+           op == KILN_OP_HARDSWISH || op == KILN_OP_SIGMOID || op == KILN_OP_TANH;
+}
+
+static int follow_binary(uint32_t op) {
+    return op == KILN_OP_ADD || op == KILN_OP_SUB || op == KILN_OP_MUL;
+}
+
+static int32_t in_id(const kiln_plan *p, const kiln_plan_layer *l, uint32_t j) {
+    return j < l->n_inputs ? p->ids[l->input_begin + j] : -1;
+}
+
+// What head layer li is to the pass.
+static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
+    const kiln_plan_layer *l = &p->layers[li];
+    const kiln_plan_tensor *o = &p->tensors[out];
+    int32_t x = in_id(p, l, 0);
+    if (x < 0 || !half_4d(o))
+        return l->op == KILN_OP_ADAPTIVE_AVG_POOL2D && x >= 0 ? K_ADAPTIVE : K_OTHER;
+    const kiln_plan_tensor *xt = &p->tensors[x];
+    if (l->op == KILN_OP_CONV2D) {
+        kiln_attrs a = kiln_plan_layer_attrs(p, l);
+        int32_t w = in_id(p, l, 1);
+        if (w < 0 || p->tensors[w].kind != KILN_TENSOR_WEIGHT || p->tensors[w].shape.rank != 4 ||
+            p->tensors[w].dtype != o->dtype || xt->dtype != o->dtype || xt->shape.rank != 4 ||
+            kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 1 || xt->shape.max[1] % 8 != 0 ||
+            xt->shape.min[1] != xt->shape.max[1] || o->shape.max[1] % 8 != 0) {
+            return K_OTHER;
+        }
+        // the fused tail: elementwise with operands of one element or of the output's shape
+        int32_t running = p->ids[l->output_begin];
+        for (uint32_t t = 0; t < l->n_tail; t++) {
+            const kiln_plan_layer *tl = &p->layers[li + 1 + t];
+            for (uint32_t j = 0; j < tl->n_inputs; j++) {
+                int32_t r = in_id(p, tl, j);
+                if (r < 0 || r == running) continue;
+                if (max_numel(&p->tensors[r]) != 1 && !same_shape(&p->tensors[r], o)) {
+                    return K_OTHER;
+                }
+            }
+            if (p->tensors[p->ids[tl->output_begin]].dtype != o->dtype) return K_OTHER;
+            running = p->ids[tl->output_begin];
+        }
+        return K_CONV;
+    }
+    if (l->op == KILN_OP_ADAPTIVE_AVG_POOL2D) return K_ADAPTIVE;
+    if (xt->dtype != o->dtype) return K_OTHER;
+    if ((follow_unary(l->op) && l->n_inputs >= 1) || l->op == KILN_OP_MAX_POOL2D ||
+        l->op == KILN_OP_AVG_POOL2D) {
+        return K_FOLLOW;
+    }
+    if (follow_binary(l->op) && l->n_inputs == 2) {
+        for (uint32_t j = 0; j < 2; j++) {
+            int32_t r = in_id(p, l, j);
+            if (r < 0 || (max_numel(&p->tensors[r]) != 1 && !same_shape(&p->tensors[r], o)))
+                return K_OTHER;
+        }
+        return K_FOLLOW;
+    }
+    return K_OTHER;
+}
+
+void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
+    size_t nt = p->n_tensors > 0 ? p->n_tensors : 1, nl = p->n_layers > 0 ? p->n_layers : 1;
+    if (l == NULL) return;
+    kiln_cuda_free(l->nhwc, nt);
+    kiln_cuda_free(l->copy, nt);
+    kiln_cuda_free(l->krsc, nt);
+    kiln_cuda_free(l->head_nhwc, nl);
+    kiln_cuda_free(l->xpose, nl);
+    memset(l, 0, sizeof *l);
+}
+
+// Demotes whichever of a, b is NHWC when their layouts differ (one-element tensors match any).
+static int unify(const kiln_plan *p, uint8_t *nhwc, int32_t a, int32_t b) {
+    if (a < 0 || b < 0 || nhwc[a] == nhwc[b]) return 0;
+    if (max_numel(&p->tensors[a]) == 1 || max_numel(&p->tensors[b]) == 1) return 0;
+    nhwc[a] = nhwc[b] = 0;
+    return 1;
+}
+
+kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layout *out) {
+    kiln_cuda_layout l;
+    uint8_t *kind = NULL;
+    memset(&l, 0, sizeof l);
+    size_t nt = p->n_tensors > 0 ? p->n_tensors : 1, nl = p->n_layers > 0 ? p->n_layers : 1;
+    l.nhwc = kiln_cuda_calloc(nt);
+    l.copy = kiln_cuda_calloc(nt);
+    l.krsc = kiln_cuda_calloc(nt);
+    l.head_nhwc = kiln_cuda_calloc(nl);
+    l.xpose = kiln_cuda_calloc(nl);
+    kind = kiln_cuda_calloc(nl);
+    if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.head_nhwc == NULL ||
+        l.xpose == NULL || kind == NULL) {
+        kiln_cuda_free(l.nhwc, nt);
+        kiln_cuda_free(l.copy, nt);
+        kiln_cuda_free(l.krsc, nt);
+        kiln_cuda_free(l.head_nhwc, nl);
+        kiln_cuda_free(l.xpose, nl);
+        kiln_cuda_free(kind, nl);
+        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA layout pass)");
+    }
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        int32_t o = kiln_cuda_group_output(p, li);
+        kind[li] = (uint8_t)head_kind(p, li, o);
+        if (p->layers[li].op == KILN_OP_CONV2D) l.n_conv++;
+        if (enable && (kind[li] == K_CONV || kind[li] == K_FOLLOW) &&
+            p->tensors[o].kind == KILN_TENSOR_ACTIVATION) {
+            l.nhwc[o] = 1;
+        }
+    }
+    // Demote to a fixed point (each round only clears flags: it terminates).
+    for (int changed = enable; changed;) {
+        changed = 0;
+        for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+            const kiln_plan_layer *hl = &p->layers[li];
+            int32_t o = kiln_cuda_group_output(p, li);
+            for (uint32_t j = 0; j < hl->n_inputs; j++) {
+                int32_t x = in_id(p, hl, j);
+                if (x < 0) continue;
+                if (kind[li] == K_CONV && j == 0) {
+                    if (l.nhwc[x] && !l.nhwc[o]) l.nhwc[x] = 0, changed = 1;
+                } else if (kind[li] == K_FOLLOW) {
+                    changed |= unify(p, l.nhwc, x, o);
+                } else if (kind[li] == K_ADAPTIVE && j == 0) {
+                    // reads either layout, writes NCHW
+                } else if (l.nhwc[x]) {
+                    l.nhwc[x] = 0, changed = 1; // a consumer that reads NCHW only
+                }
+            }
+            // fused tail operands: the group's layout (a tail of another head demotes them)
+            int32_t running = p->ids[hl->output_begin];
+            for (uint32_t t = 0; t < hl->n_tail; t++) {
+                const kiln_plan_layer *tl = &p->layers[li + 1 + t];
+                for (uint32_t j = 0; j < tl->n_inputs; j++) {
+                    int32_t r = in_id(p, tl, j);
+                    if (r < 0 || r == running) continue;
+                    if (kind[li] == K_CONV) {
+                        changed |= unify(p, l.nhwc, r, o);
+                    } else if (l.nhwc[r]) {
+                        l.nhwc[r] = 0, changed = 1;
+                    }
+                }
+                running = p->ids[tl->output_begin];
+            }
+        }
+    }
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        const kiln_plan_layer *hl = &p->layers[li];
+        int32_t o = kiln_cuda_group_output(p, li), x = in_id(p, hl, 0);
+        if (kind[li] == K_CONV || kind[li] == K_FOLLOW) {
+            l.head_nhwc[li] = l.nhwc[o];
+        } else if (kind[li] == K_ADAPTIVE) {
+            l.head_nhwc[li] = x >= 0 && l.nhwc[x];
+        }
+        if (kind[li] == K_CONV && l.head_nhwc[li]) {
+            l.n_conv_nhwc++;
+            l.krsc[in_id(p, hl, 1)] = 1;
+            if (!l.nhwc[x]) {
+                if (!l.copy[x]) l.xpose[li] = 1, l.n_copies++;
+                l.copy[x] = 1;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) l.n_nhwc += l.nhwc[i];
+    kiln_cuda_free(kind, nl);
+    *out = l;
+    return KILN_OK;
+}
