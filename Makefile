@@ -5,6 +5,8 @@
 #   make ctest      C tests only (build/)
 #   make asan       C tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make pytest     install the Python packages into the venv and run python/tests
+#   make install    build and install both Python distributions (kiln, kiln-executorch-runtime)
+#   make wheels     build both wheels into dist/ (docs/packaging.md)
 #   make fuzz       libFuzzer targets with clang (build-fuzz/)
 #   make format     clang-format + ruff format in place;  make lint: check both
 # The Python environment (pinned torch, executorch, cmake, pytest) is made by tools/setup_env.sh
@@ -13,7 +15,7 @@ JOBS ?= $(shell nproc)
 VENV = $(shell tools/setup_env.sh)
 CMAKE ?= cmake
 
-.PHONY: all build ctest asan test pytest install demo fuzz format lint clean
+.PHONY: all build ctest asan test pytest install wheels demo fuzz format lint clean
 
 all: build
 
@@ -30,8 +32,15 @@ asan:
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS)
 
+# Both distributions, built by tools/build_wheels.sh (pip wheel --no-build-isolation --no-deps
+# with the venv; CMake build folders kept under build/wheel/) and installed from those wheels.
 install:
-	@venv="$(VENV)"; "$$venv/bin/python" -m pip install -q --no-build-isolation --no-deps .
+	@venv="$(VENV)"; tools/build_wheels.sh "$$venv/bin/python" install
+
+WHEEL_DIR ?= dist
+wheels:
+	@venv="$(VENV)"; tools/build_wheels.sh "$$venv/bin/python" wheels "$(WHEEL_DIR)"
+	@ls -1 $(WHEEL_DIR)/*.whl
 
 pytest: install
 	@venv="$(VENV)"; cd python/tests && "$$venv/bin/python" -m pytest -q -p no:cacheprovider .

@@ -6,7 +6,8 @@
 #                      public API (tests/cuda/cuda_parity.c); exits 77 (ctest: skipped) without a GPU
 #   kiln_cuda_smoke    links the shared libkiln and finds the plugin beside it (dladdr), as an
 #                      installed program would
-# Code: sm_90 machine code plus compute_90 PTX (CMAKE_CUDA_ARCHITECTURES=90), -lineinfo.
+# Code: sm_90 machine code plus compute_90 PTX (CMAKE_CUDA_ARCHITECTURES=90), -lineinfo (not in
+# wheel builds, KILN_DIST).
 # The plugin's RUNPATH finds the CUDA 13 libraries that the nvidia pip wheels (torch,
 # executorch) install beside the Kiln package, before the system's.
 
@@ -41,7 +42,11 @@ if(KILN_DIST)
   list(FILTER KILN_CUDA_RPATH INCLUDE REGEX "^[$]ORIGIN")
 endif()
 
-set(KILN_CUDA_FLAGS -lineinfo -Xcompiler=-Wall,-Wextra,-fvisibility=hidden)
+set(KILN_CUDA_FLAGS -Xcompiler=-Wall,-Wextra,-fvisibility=hidden)
+if(NOT KILN_DIST)
+  # Source lines for profilers; they record absolute source paths, which a wheel must not carry.
+  list(PREPEND KILN_CUDA_FLAGS -lineinfo)
+endif()
 if(KILN_WERROR)
   list(APPEND KILN_CUDA_FLAGS -Werror=all-warnings -Xcompiler=-Werror)
 endif()

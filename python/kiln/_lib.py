@@ -1,10 +1,20 @@
 """ctypes bindings for libkiln's C API (include/kiln/*.h): graph and builder, op table, engine
 runtime (for tests and tools), errors, versions.
 
-The library is found, in order, at ``$KILN_LIBRARY`` (a path to ``libkiln.so``, for development
-builds) or in the installed ``kiln_executorch_runtime`` package's ``lib/`` folder. The runtime
-package is located without importing it: importing it registers the ExecuTorch delegate, which
-the export side does not need.
+Which libkiln is loaded (once per process; :func:`library_path` says which, docs/packaging.md
+explains why):
+
+1. ``$KILN_LIBRARY``, a path to a libkiln build (development; its SONAME decides what a delegate
+   loaded later in the same process binds to, so prefer ``libkiln_export.so``, the CMake target
+   ``kiln_export``, when the process also registers the delegate).
+2. The installed ``kiln-executorch-runtime``'s ``lib/libkiln.so`` when that distribution is
+   exactly :data:`RUNTIME_VERSION` (the release this kiln's ``executorch`` extra pins). The
+   delegate NEEDs that very file, so a process that exports and then runs holds one libkiln.
+   The package is located without importing it: importing it registers the delegate, which the
+   export side does not need.
+3. Otherwise kiln's own copy, ``kiln/lib/libkiln_export.so`` (a distinct file name and SONAME,
+   so the delegate's ``NEEDED libkiln.so`` can never bind to it). A runtime of another version
+   is reported with a :class:`RuntimeWarning`.
 
 Every non-OK status raises a :class:`KilnError` subclass whose message is ``kiln_last_error()``.
 """
@@ -14,7 +24,10 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import sys
 import threading
+import warnings
+from importlib import metadata
 from pathlib import Path
 
 __all__ = [
@@ -33,11 +46,19 @@ __all__ = [
     "KilnShapeError",
     "KilnUnsupportedError",
     "KilnVersionError",
+    "RUNTIME_VERSION",
     "library",
     "library_path",
 ]
 
 KILN_MAX_RANK = 8
+
+# The kiln-executorch-runtime release this kiln pins (pyproject.toml's `executorch` extra; a test
+# checks the two agree). Only that release's libkiln.so is used for exporting (see above).
+RUNTIME_DISTRIBUTION = "kiln-executorch-runtime"
+RUNTIME_VERSION = "0.1.0"
+# kiln's own copy, in the kiln package's lib/ folder.
+OWN_LIBRARY = "libkiln_export.so"
 
 # --- errors (one class per kiln_status; values are ABI)
 
@@ -297,32 +318,101 @@ _lib_path: Path | None = None
 _missing: set[str] = set()
 
 
-def library_path() -> Path:
-    """Where libkiln.so is loaded from: ``$KILN_LIBRARY``, else the installed runtime package's
-    ``lib/libkiln.so`` (located without importing the package)."""
+def _package_file(package: str, search: list[str], distribution: str, *rel: str) -> Path | None:
+    """``<package>/<rel...>`` of an installed package, or None.
+
+    Looked for along the package's search locations first (``__path__``, which is what
+    ``importlib.resources`` reads: in an editable install it lists the checkout's folder AND the
+    site-packages folder holding the built files, so ``Path(__file__).parent`` is not enough),
+    then in the distribution's file list (``importlib.metadata``).
+    """
+    for d in search:
+        p = Path(d).joinpath(*rel)
+        if p.is_file():
+            return p.resolve()
+    try:
+        files = metadata.files(distribution) or []
+    except metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.parts == (package, *rel):
+            p = Path(f.locate())
+            if p.is_file():
+                return p.resolve()
+    return None
+
+
+def _runtime_library() -> tuple[Path | None, str]:
+    """The installed runtime's lib/libkiln.so if it is RUNTIME_VERSION, else (None, why not)."""
+    try:
+        spec = importlib.util.find_spec("kiln_executorch_runtime")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None, ""
+    try:
+        installed = metadata.version(RUNTIME_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None, ""  # a source folder on sys.path, not an installed distribution
+    if installed != RUNTIME_VERSION:
+        return None, (
+            f"{RUNTIME_DISTRIBUTION} {installed} is installed, but this kiln pins "
+            f"{RUNTIME_VERSION}: exporting with kiln's own libkiln ({OWN_LIBRARY}); programs may "
+            f'not load in that runtime. pip install "kiln[executorch]" installs the matching pair'
+        )
+    path = _package_file(
+        "kiln_executorch_runtime",
+        list(spec.submodule_search_locations),
+        RUNTIME_DISTRIBUTION,
+        "lib",
+        "libkiln.so",
+    )
+    if path is None:
+        return None, (
+            f"{RUNTIME_DISTRIBUTION} {installed} is installed without lib/libkiln.so (an "
+            f"incomplete installation): exporting with kiln's own libkiln ({OWN_LIBRARY}); "
+            f"reinstall it with pip install --force-reinstall {RUNTIME_DISTRIBUTION}=={installed}"
+        )
+    return path, ""
+
+
+def _own_library() -> Path | None:
+    """kiln's own copy, lib/libkiln_export.so in the kiln package."""
+    pkg = sys.modules[__package__]
+    return _package_file(__package__, list(pkg.__path__), "kiln", "lib", OWN_LIBRARY)
+
+
+def _resolve() -> tuple[Path, str]:
+    """(the library to load, a warning to give when loading it, or "")."""
     env = os.environ.get("KILN_LIBRARY", "").strip()
     if env:
         p = Path(env).expanduser()
         if not p.is_file():
             raise FileNotFoundError(
-                f"KILN_LIBRARY={env!r} does not name a file: point it at a built libkiln.so "
-                "(cmake --build <dir> --target kiln) or unset it to use the installed package"
+                f"KILN_LIBRARY={env!r} does not name a file: point it at a built libkiln "
+                "(cmake --build <dir> --target kiln_export) or unset it to use the installed "
+                "package"
             )
-        return p
-    spec = importlib.util.find_spec("kiln_executorch_runtime")
-    if spec is None or not spec.submodule_search_locations:
+        return p, ""
+    path, why = _runtime_library()
+    if path is not None:
+        return path, ""
+    own = _own_library()
+    if own is None:
         raise ImportError(
-            "libkiln.so not found: the kiln_executorch_runtime package is not installed and "
-            "KILN_LIBRARY is not set. Install Kiln (pip install --no-build-isolation . from a "
-            "Kiln checkout) or set KILN_LIBRARY=/path/to/libkiln.so"
+            f"libkiln not found: {OWN_LIBRARY} is missing from the kiln package (an incomplete "
+            "installation) and no matching kiln-executorch-runtime is installed. Reinstall "
+            'Kiln (pip install --force-reinstall "kiln[executorch]", or `make install` in a '
+            "Kiln checkout) or set KILN_LIBRARY=/path/to/libkiln_export.so"
         )
-    p = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libkiln.so"
-    if not p.is_file():
-        raise ImportError(
-            f"{p} is missing: the Kiln installation is incomplete; reinstall it, or set "
-            "KILN_LIBRARY=/path/to/libkiln.so"
-        )
-    return p
+    return own, why
+
+
+def library_path() -> Path:
+    """The libkiln this process uses for exporting (the rules are in this module's docstring)."""
+    if _lib_path is not None:
+        return _lib_path
+    return _resolve()[0]
 
 
 def library() -> ctypes.CDLL:
@@ -333,7 +423,9 @@ def library() -> ctypes.CDLL:
     with _lock:
         if _lib is not None:
             return _lib
-        path = library_path()
+        path, why = _resolve()
+        if why:
+            warnings.warn(why, RuntimeWarning, stacklevel=2)
         try:
             lib = ctypes.CDLL(str(path))
         except OSError as e:

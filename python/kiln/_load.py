@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 _PIP_HINT = (
-    "Kiln's runtime package (kiln_executorch_runtime) is not installed: install Kiln with "
-    "`pip install --no-build-isolation .` from a Kiln checkout (it needs executorch==1.5.1 and "
-    "torch==2.14.0)"
+    "Kiln's runtime package (kiln_executorch_runtime, distribution kiln-executorch-runtime) is "
+    'not installed: pip install "kiln[executorch]" (or `make install` in a Kiln checkout)'
 )
 
 # ExecuTorch runtime::Error values (runtime/core/error.h) seen when loading or running.

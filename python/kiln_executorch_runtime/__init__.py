@@ -1,5 +1,5 @@
-"""Kiln's ExecuTorch runtime: registers the ``KilnBackend`` delegate into the ExecuTorch runtime
-of the installed ``executorch`` wheel.
+"""Kiln's ExecuTorch runtime (the ``kiln-executorch-runtime`` distribution): registers the
+``KilnBackend`` delegate into the ExecuTorch runtime of the installed ``executorch`` wheel.
 
 Importing this package loads ``libkiln_executorch.so``, whose static initializer registers
 ``KilnBackend`` in ExecuTorch's backend registry (the one in the wheel's ``libexecutorch.so``, so
@@ -16,9 +16,9 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-from ._pins import EXECUTORCH_VERSION, KILN_VERSION
+from ._pins import EXECUTORCH_VERSION, RUNTIME_VERSION
 
-__version__ = KILN_VERSION
+__version__ = RUNTIME_VERSION
 __all__ = [
     "KilnRegistrationError",
     "backend_info",
@@ -40,8 +40,38 @@ class KilnRegistrationError(RuntimeError):
     """KilnBackend could not be registered with ExecuTorch (the message says what to do)."""
 
 
+DISTRIBUTION = "kiln-executorch-runtime"
+_lib_dir_cache: Path | None = None
+
+
 def _lib_dir() -> Path:
-    return Path(__file__).resolve().parent / "lib"
+    """The package's ``lib/`` folder (the native libraries and ``lib/cmake/Kiln``).
+
+    Not ``Path(__file__).parent``: in an editable install (scikit-build-core's redirect mode) the
+    Python files are the checkout's while the built files are installed in site-packages. The
+    package's ``__path__`` (what ``importlib.resources`` reads) lists both folders; the
+    distribution's file list (``importlib.metadata``) is the fallback.
+    """
+    global _lib_dir_cache
+    if _lib_dir_cache is not None:
+        return _lib_dir_cache
+    marker = "libkiln_executorch.so"
+    for d in __path__:
+        if (Path(d) / "lib" / marker).is_file():
+            _lib_dir_cache = Path(d).resolve() / "lib"
+            return _lib_dir_cache
+    try:
+        files = metadata.files(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.parts == (__name__, "lib", marker):
+            path = Path(f.locate())
+            if path.is_file():
+                _lib_dir_cache = path.resolve().parent
+                return _lib_dir_cache
+    # Not found: where it should be (the error messages name this path).
+    return Path(list(__path__)[0]).resolve() / "lib"
 
 
 def library_path() -> Path:
@@ -70,7 +100,7 @@ def _check_executorch_version() -> None:
     public = installed.split("+", 1)[0]
     if public != EXECUTORCH_VERSION:
         raise KilnRegistrationError(
-            f"executorch {installed} is installed, but kiln-executorch-runtime {KILN_VERSION} "
+            f"executorch {installed} is installed, but kiln-executorch-runtime {RUNTIME_VERSION} "
             f"was built against executorch {EXECUTORCH_VERSION} (ExecuTorch has no ABI promise "
             f"across releases): pip install executorch=={EXECUTORCH_VERSION}"
         )
@@ -83,7 +113,7 @@ def _load_kiln() -> ctypes.CDLL:
         if not path.exists():
             raise KilnRegistrationError(
                 f"{path} is missing: the package is incomplete; reinstall it with "
-                "pip install --force-reinstall kiln"
+                f"pip install --force-reinstall {DISTRIBUTION}=={RUNTIME_VERSION}"
             )
         lib = ctypes.CDLL(str(path))
         lib.kiln_set_option_bool.argtypes = [ctypes.c_char_p, ctypes.c_int]
@@ -111,7 +141,7 @@ def register() -> None:
         if not path.exists():
             raise KilnRegistrationError(
                 f"{path} is missing: the package is incomplete; reinstall it with "
-                "pip install --force-reinstall kiln"
+                f"pip install --force-reinstall {DISTRIBUTION}=={RUNTIME_VERSION}"
             )
         _load_kiln()
         try:
@@ -172,6 +202,7 @@ def backend_info() -> dict:
     lib = _load_kiln()
     return {
         "kiln": lib.kiln_version_string().decode(),
+        "kiln_executorch_runtime": RUNTIME_VERSION,
         "executorch_built_against": _delegate.kiln_executorch_built_against().decode(),
         "executorch_installed": metadata.version("executorch"),
         "device_option": get_option("device"),

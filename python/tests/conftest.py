@@ -1,8 +1,9 @@
 """Shared helpers for Kiln's Python tests.
 
-The tests run against the installed packages (``kiln`` and ``kiln_executorch_runtime``, from
-``pip install --no-build-isolation .``). For development without installing, set
-``PYTHONPATH=python`` and ``KILN_LIBRARY=/path/to/libkiln.so`` (export-side tests only).
+The tests run against the installed packages (``kiln`` and ``kiln_executorch_runtime``, the
+two distributions ``make install`` builds and installs; docs/packaging.md). For development
+without installing, set ``PYTHONPATH=python`` and ``KILN_LIBRARY=/path/to/libkiln_export.so``
+(export-side tests only).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ typedef struct cuda_context {
     kiln_cuda_gemm_cache *gemm; // n_layers
     kiln_cuda_dnn *dnn;         // cuDNN handle (NULL: convolutions on Kiln's kernels)
     kiln_cuda_conv_cache *conv; // n_layers (cuDNN set-up of conv2d layers)
-    void **nhwc_copy;           // n_tensors: NHWC copies of NCHW conv inputs (layout.copy)
+    void **nhwc_copy;           // n_tensors: copies in the other layout (layout.copy)
     // graph signatures: n_io device pointers, then for each input rank and KILN_MAX_RANK dims
     size_t sig_n; // int64 entries
     int64_t *sig_now, *sig_last, *sig_graph;
@@ -412,37 +412,67 @@ static int same_dims_or_one(const kiln_tensor *t, const kiln_tensor *out) {
            (t->rank == out->rank && memcmp(t->dims, out->dims, t->rank * sizeof(int64_t)) == 0);
 }
 
-// Sets ctx's layout fields for head layer li (cuda_layout.h). A conv computing in NHWC whose
-// input is stored NCHW reads the input's NHWC copy (args->in[0] is pointed at *xview); with
-// `run`, the first such conv in layer order makes the copy (a transpose). An NHWC group's
-// elementwise operands must have the output's shape (or one element) at these shapes too.
+// Points a read at ids slot `slot` of tensor src (a view) at the tensor's copy in the other
+// layout (cuda_layout.h) in *view; with `run`, the first such read in layer order makes the copy
+// (a transpose: NCHW -> NHWC when the tensor is stored NCHW, NHWC -> NCHW otherwise).
+static kiln_status read_copy(const cuda_context *c, const kiln_cuda_ctx *ctx, uint32_t slot,
+                             int32_t id, const kiln_tensor *src, kiln_tensor *view, int run) {
+    const kiln_cuda_layout *L = &c->engine->layout;
+    *view = *src;
+    view->data = c->nhwc_copy[id];
+    if (run && L->xpose[slot] && kiln_tensor_numel(src) > 0) {
+        const int64_t *d = src->dims; // logical N, C, H, W
+        // iterate in the destination's order (dense destination strides)
+        int64_t to_nhwc_dims[4] = {d[0], d[2], d[3], d[1]};
+        int64_t to_nhwc_dst[4] = {d[2] * d[3] * d[1], d[3] * d[1], d[1], 1};
+        int64_t to_nhwc_src[4] = {d[1] * d[2] * d[3], d[3], 1, d[2] * d[3]};
+        int64_t to_nchw_dst[4] = {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
+        int64_t to_nchw_src[4] = {d[2] * d[3] * d[1], 1, d[3] * d[1], d[1]};
+        int back = L->nhwc[id]; // stored NHWC: the copy is NCHW
+        KILN_CUDA_TRY(
+            kiln_cuda_copy_strided(ctx, view->data, src->data, kiln_cuda_dtype_size(src->dtype), 4,
+                                   back ? d : to_nhwc_dims, back ? to_nchw_dst : to_nhwc_dst,
+                                   back ? to_nchw_src : to_nhwc_src));
+    }
+    return KILN_OK;
+}
+
+// Sets ctx's layout fields for head layer li (cuda_layout.h). A read of a tensor in the layout
+// it is not stored in (a conv's input or residual, an NCHW-only consumer of an NHWC tensor)
+// reads the tensor's copy (args->in[j] / tails[t].operand are pointed at views[]); with `run`,
+// the first such read in layer order makes the copy. An NHWC group's elementwise operands must
+// have the output's shape (or one element) at these shapes too.
 static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx,
-                                kiln_kernel_args *args, kiln_tensor *xview, int run) {
+                                kiln_kernel_args *args, kiln_tail_op *tails, kiln_tensor *views,
+                                int run) {
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
     const kiln_cuda_layout *L = &e->layout;
     const kiln_plan_layer *l = &p->layers[li];
+    uint32_t nv = 0;
     ctx->nhwc = L->head_nhwc[li];
     ctx->w_krsc = NULL;
+    for (uint32_t j = 0; j < l->n_inputs && j < KILN_MAX_INPUTS; j++) {
+        uint32_t slot = l->input_begin + j;
+        if (!L->alt[slot] || args->in[j] == NULL) continue;
+        KILN_CUDA_TRY(read_copy(c, ctx, slot, p->ids[slot], args->in[j], &views[nv], run));
+        args->in[j] = &views[nv++];
+    }
+    int32_t running = p->ids[l->output_begin];
+    for (uint32_t t = 0; t < l->n_tail && t < KILN_MAX_TAIL; t++) {
+        const kiln_plan_layer *tl = &p->layers[li + 1 + t];
+        for (uint32_t j = 0; j < tl->n_inputs && tails[t].operand != NULL; j++) {
+            uint32_t slot = tl->input_begin + j;
+            if (p->ids[slot] == running || !L->alt[slot]) continue;
+            KILN_CUDA_TRY(read_copy(c, ctx, slot, p->ids[slot], tails[t].operand, &views[nv], run));
+            tails[t].operand = &views[nv++];
+        }
+        running = p->ids[tl->output_begin];
+    }
     if (!ctx->nhwc) return KILN_OK;
     if (args->op == KILN_OP_CONV2D) {
-        int32_t x = p->ids[l->input_begin], w = p->ids[l->input_begin + 1];
+        int32_t w = p->ids[l->input_begin + 1];
         ctx->w_krsc = (const uint8_t *)e->krsc + e->krsc_offsets[w];
-        if (L->copy[x]) {
-            const kiln_tensor *src = args->in[0];
-            *xview = *src;
-            xview->data = c->nhwc_copy[x];
-            if (run && L->xpose[li] && kiln_tensor_numel(src) > 0) {
-                const int64_t *d = src->dims; // N, C, H, W
-                int64_t dims[4] = {d[0], d[2], d[3], d[1]};
-                int64_t dst_st[4] = {d[2] * d[3] * d[1], d[3] * d[1], d[1], 1};
-                int64_t src_st[4] = {d[1] * d[2] * d[3], d[3], 1, d[2] * d[3]};
-                KILN_CUDA_TRY(kiln_cuda_copy_strided(ctx, xview->data, src->data,
-                                                     kiln_cuda_dtype_size(src->dtype), 4, dims,
-                                                     dst_st, src_st));
-            }
-            args->in[0] = xview;
-        }
     }
     int ok = 1;
     if (args->op != KILN_OP_CONV2D && args->n_in == 2) {
@@ -468,7 +498,7 @@ static void prepare_gemms(cuda_context *c) {
     kiln_tail_op tails[KILN_MAX_TAIL];
     kiln_kernel_args args;
     kiln_cuda_ctx ctx;
-    kiln_tensor xview;
+    kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL];
     char where[96];
     if (c->lt == NULL && c->dnn == NULL) return;
     memset(&ctx, 0, sizeof ctx);
@@ -486,7 +516,7 @@ static void prepare_gemms(cuda_context *c) {
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(op));
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
-        if (layer_layout(c, li, &ctx, &args, &xview, 0) != KILN_OK) continue;
+        if (layer_layout(c, li, &ctx, &args, tails, views, 0) != KILN_OK) continue;
         (void)kiln_cuda_gemm_prepare(&ctx, &args); // a miss only means a set-up at execute
     }
 }
@@ -558,7 +588,7 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         const kiln_plan_tensor *t = &p->tensors[i];
         uint64_t n = tensor_nbytes(t->dtype, t->shape.rank, t->shape.max);
         if (e->layout.copy[i] && n > 0) {
-            CUDA_TRY(cudaMalloc(&c->nhwc_copy[i], (size_t)n), "cudaMalloc (NHWC copy)");
+            CUDA_TRY(cudaMalloc(&c->nhwc_copy[i], (size_t)n), "cudaMalloc (layout copy)");
         }
     }
     CUDA_TRY(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (context init)");
@@ -606,7 +636,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     kiln_tail_op tails[KILN_MAX_TAIL];
     kiln_kernel_args args;
     kiln_cuda_ctx ctx;
-    kiln_tensor xview;
+    kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL];
     char where[96];
     memset(&ctx, 0, sizeof ctx);
     ctx.stream = stream;
@@ -622,7 +652,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(args.op));
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
-        KILN_CUDA_TRY(layer_layout(c, li, &ctx, &args, &xview, 1));
+        KILN_CUDA_TRY(layer_layout(c, li, &ctx, &args, tails, views, 1));
         KILN_CUDA_TRY(kiln_cuda_run(&ctx, &args));
         if (e->debug_sync) { // finds the layer of an asynchronous fault
             cudaError_t err = cudaStreamSynchronize(stream);

@@ -47,6 +47,24 @@ static int32_t in_id(const kiln_plan *p, const kiln_plan_layer *l, uint32_t j) {
     return j < l->n_inputs ? p->ids[l->input_begin + j] : -1;
 }
 
+// The fused tail of head li (whose group writes o): elementwise ops whose operands have one
+// element or o's shape and whose outputs keep o's dtype (layout-blind in either layout).
+static int tail_ok(const kiln_plan *p, uint32_t li, const kiln_plan_tensor *o) {
+    const kiln_plan_layer *l = &p->layers[li];
+    int32_t running = p->ids[l->output_begin];
+    for (uint32_t t = 0; t < l->n_tail; t++) {
+        const kiln_plan_layer *tl = &p->layers[li + 1 + t];
+        for (uint32_t j = 0; j < tl->n_inputs; j++) {
+            int32_t r = in_id(p, tl, j);
+            if (r < 0 || r == running) continue;
+            if (max_numel(&p->tensors[r]) != 1 && !same_shape(&p->tensors[r], o)) return 0;
+        }
+        if (p->tensors[p->ids[tl->output_begin]].dtype != o->dtype) return 0;
+        running = p->ids[tl->output_begin];
+    }
+    return 1;
+}
+
 // What head layer li is to the pass.
 static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
     const kiln_plan_layer *l = &p->layers[li];
@@ -64,24 +82,10 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
             xt->shape.min[1] != xt->shape.max[1] || o->shape.max[1] % 8 != 0) {
             return K_OTHER;
         }
-        // the fused tail: elementwise with operands of one element or of the output's shape
-        int32_t running = p->ids[l->output_begin];
-        for (uint32_t t = 0; t < l->n_tail; t++) {
-            const kiln_plan_layer *tl = &p->layers[li + 1 + t];
-            for (uint32_t j = 0; j < tl->n_inputs; j++) {
-                int32_t r = in_id(p, tl, j);
-                if (r < 0 || r == running) continue;
-                if (max_numel(&p->tensors[r]) != 1 && !same_shape(&p->tensors[r], o)) {
-                    return K_OTHER;
-                }
-            }
-            if (p->tensors[p->ids[tl->output_begin]].dtype != o->dtype) return K_OTHER;
-            running = p->ids[tl->output_begin];
-        }
-        return K_CONV;
+        return tail_ok(p, li, o) ? K_CONV : K_OTHER;
     }
     if (l->op == KILN_OP_ADAPTIVE_AVG_POOL2D) return K_ADAPTIVE;
-    if (xt->dtype != o->dtype) return K_OTHER;
+    if (xt->dtype != o->dtype || !tail_ok(p, li, o)) return K_OTHER;
     if ((follow_unary(l->op) && l->n_inputs >= 1) || l->op == KILN_OP_MAX_POOL2D ||
         l->op == KILN_OP_AVG_POOL2D) {
         return K_FOLLOW;
@@ -99,12 +103,14 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
 
 void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     size_t nt = p->n_tensors > 0 ? p->n_tensors : 1, nl = p->n_layers > 0 ? p->n_layers : 1;
+    size_t ni = p->n_ids > 0 ? p->n_ids : 1;
     if (l == NULL) return;
     kiln_cuda_free(l->nhwc, nt);
     kiln_cuda_free(l->copy, nt);
     kiln_cuda_free(l->krsc, nt);
     kiln_cuda_free(l->head_nhwc, nl);
-    kiln_cuda_free(l->xpose, nl);
+    kiln_cuda_free(l->xpose, ni);
+    kiln_cuda_free(l->alt, ni);
     memset(l, 0, sizeof *l);
 }
 
@@ -116,24 +122,35 @@ static int unify(const kiln_plan *p, uint8_t *nhwc, int32_t a, int32_t b) {
     return 1;
 }
 
+// Marks the read at ids slot `slot` of tensor r as one of r's copy in the other layout; the first
+// such read in layer order makes the copy (a transpose).
+static void read_copy(kiln_cuda_layout *l, uint32_t slot, int32_t r) {
+    if (!l->copy[r]) l->xpose[slot] = 1, l->n_copies++;
+    l->copy[r] = 1;
+    l->alt[slot] = 1;
+}
+
 kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layout *out) {
     kiln_cuda_layout l;
     uint8_t *kind = NULL;
     memset(&l, 0, sizeof l);
     size_t nt = p->n_tensors > 0 ? p->n_tensors : 1, nl = p->n_layers > 0 ? p->n_layers : 1;
+    size_t ni = p->n_ids > 0 ? p->n_ids : 1;
     l.nhwc = kiln_cuda_calloc(nt);
     l.copy = kiln_cuda_calloc(nt);
     l.krsc = kiln_cuda_calloc(nt);
     l.head_nhwc = kiln_cuda_calloc(nl);
-    l.xpose = kiln_cuda_calloc(nl);
+    l.xpose = kiln_cuda_calloc(ni);
+    l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
     if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.head_nhwc == NULL ||
-        l.xpose == NULL || kind == NULL) {
+        l.xpose == NULL || l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
         kiln_cuda_free(l.head_nhwc, nl);
-        kiln_cuda_free(l.xpose, nl);
+        kiln_cuda_free(l.xpose, ni);
+        kiln_cuda_free(l.alt, ni);
         kiln_cuda_free(kind, nl);
         return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA layout pass)");
     }
@@ -146,40 +163,19 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layo
             l.nhwc[o] = 1;
         }
     }
-    // Demote to a fixed point (each round only clears flags: it terminates).
+    // Only unary/binary heads and pools tie layouts together (input(s) and output in one
+    // layout): demote to a fixed point over them (each round only clears flags: it terminates).
+    // Every other mismatch (an NCHW-only consumer of an NHWC tensor, a conv reading a tensor in
+    // the other layout, a fused tail's operand) reads a copy instead, so that a boundary costs
+    // one transpose rather than NCHW for the whole residual chain behind it.
     for (int changed = enable; changed;) {
         changed = 0;
         for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
             const kiln_plan_layer *hl = &p->layers[li];
+            if (kind[li] != K_FOLLOW) continue;
             int32_t o = kiln_cuda_group_output(p, li);
-            for (uint32_t j = 0; j < hl->n_inputs; j++) {
-                int32_t x = in_id(p, hl, j);
-                if (x < 0) continue;
-                if (kind[li] == K_CONV && j == 0) {
-                    if (l.nhwc[x] && !l.nhwc[o]) l.nhwc[x] = 0, changed = 1;
-                } else if (kind[li] == K_FOLLOW) {
-                    changed |= unify(p, l.nhwc, x, o);
-                } else if (kind[li] == K_ADAPTIVE && j == 0) {
-                    // reads either layout, writes NCHW
-                } else if (l.nhwc[x]) {
-                    l.nhwc[x] = 0, changed = 1; // a consumer that reads NCHW only
-                }
-            }
-            // fused tail operands: the group's layout (a tail of another head demotes them)
-            int32_t running = p->ids[hl->output_begin];
-            for (uint32_t t = 0; t < hl->n_tail; t++) {
-                const kiln_plan_layer *tl = &p->layers[li + 1 + t];
-                for (uint32_t j = 0; j < tl->n_inputs; j++) {
-                    int32_t r = in_id(p, tl, j);
-                    if (r < 0 || r == running) continue;
-                    if (kind[li] == K_CONV) {
-                        changed |= unify(p, l.nhwc, r, o);
-                    } else if (l.nhwc[r]) {
-                        l.nhwc[r] = 0, changed = 1;
-                    }
-                }
-                running = p->ids[tl->output_begin];
-            }
+            for (uint32_t j = 0; j < hl->n_inputs; j++)
+                changed |= unify(p, l.nhwc, in_id(p, hl, j), o);
         }
     }
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
@@ -190,12 +186,28 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layo
         } else if (kind[li] == K_ADAPTIVE) {
             l.head_nhwc[li] = x >= 0 && l.nhwc[x];
         }
+        uint8_t group = kind[li] == K_ADAPTIVE ? 0 : l.head_nhwc[li]; // the tails' layout
         if (kind[li] == K_CONV && l.head_nhwc[li]) {
             l.n_conv_nhwc++;
             l.krsc[in_id(p, hl, 1)] = 1;
-            if (!l.nhwc[x]) {
-                if (!l.copy[x]) l.xpose[li] = 1, l.n_copies++;
-                l.copy[x] = 1;
+        }
+        if (enable) {
+            for (uint32_t j = 0; j < hl->n_inputs; j++) {
+                int32_t r = in_id(p, hl, j);
+                if (r < 0 || max_numel(&p->tensors[r]) == 1) continue;
+                uint8_t want = kind[li] == K_CONV && j == 0 ? l.head_nhwc[li] : 0;
+                if (kind[li] == K_FOLLOW || (kind[li] == K_ADAPTIVE && j == 0)) want = l.nhwc[r];
+                if (l.nhwc[r] != want) read_copy(&l, hl->input_begin + j, r);
+            }
+            int32_t running = p->ids[hl->output_begin];
+            for (uint32_t t = 0; t < hl->n_tail; t++) {
+                const kiln_plan_layer *tl = &p->layers[li + 1 + t];
+                for (uint32_t j = 0; j < tl->n_inputs; j++) {
+                    int32_t r = in_id(p, tl, j);
+                    if (r < 0 || r == running || max_numel(&p->tensors[r]) == 1) continue;
+                    if (l.nhwc[r] != group) read_copy(&l, tl->input_begin + j, r);
+                }
+                running = p->ids[tl->output_begin];
             }
         }
     }

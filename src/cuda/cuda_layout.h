@@ -4,18 +4,21 @@
 // transposes), decided once per engine by a pass over the plan (cuda_layout.c).
 //
 // A tensor is NHWC only when it is an activation (never an engine input or output: those stay
-// NCHW), 4-D, float16/bfloat16, and every layer that writes or reads it can work in NHWC:
-//   * producers: conv2d with groups 1 and C, K multiples of 8 (its fused tail elementwise with
-//     operands of the output's shape, in the same layout, or of one element); relu-like unary
-//     heads, same-shape binary heads, max_pool2d, avg_pool2d whose inputs are NHWC too;
-//   * consumers: such a conv2d's input (a conv whose output is NCHW demotes its input), those
-//     unary/binary heads and pools (input and output in one layout), a fused tail's residual
-//     operand (same layout as the group's output), adaptive_avg_pool2d's input (it writes NCHW).
-// Demotions propagate to a fixed point. A conv2d computing in NHWC whose input is NCHW (the
-// layout boundary: the stem's output, an engine input) reads an NHWC copy of it, made by a
-// transpose at the first such conv in layer order (the copy lives in the context, outside the
-// arena). NHWC convs use their weights in KRSC (OHWI) order, a second copy made at upload.
-// KILN_CUDA_NO_NHWC=1 turns the pass off (everything NCHW, the previous behaviour).
+// NCHW), 4-D, float16/bfloat16, written by a layer that can work in NHWC:
+//   * conv2d with groups 1 and C, K multiples of 8 (its fused tail elementwise with operands of
+//     the output's shape or of one element: layout-blind); relu-like unary heads, same-shape
+//     binary heads, max_pool2d, avg_pool2d (the same tail rule);
+//   * unary/binary heads and pools keep their input(s) and output in one layout: an NCHW input
+//     demotes their output and an NCHW output their input (to a fixed point); nothing else
+//     demotes a tensor.
+// Every other layout mismatch is a boundary read through a copy of the tensor in the other
+// layout (an NHWC copy of an NCHW tensor, an NCHW copy of an NHWC one), made by one transpose at
+// the first such read in layer order and shared by later ones (the copy lives in the context,
+// outside the arena): a conv computing NHWC whose input is NCHW (the stem's pool, a cast engine
+// input), a conv group's residual operand in the other layout, any NCHW-only consumer (mean,
+// cast, reshape, linear, batch_norm, ...) of an NHWC tensor. adaptive_avg_pool2d reads either
+// layout and writes NCHW. NHWC convs use their weights in KRSC (OHWI) order, a second copy made
+// at upload. KILN_CUDA_NO_NHWC=1 turns the pass off (everything NCHW, the previous behaviour).
 #ifndef KILN_CUDA_CUDA_LAYOUT_H
 #define KILN_CUDA_CUDA_LAYOUT_H
 
@@ -28,8 +31,10 @@
 typedef struct kiln_cuda_layout {
     uint8_t *nhwc;      // n_tensors: 1 = stored NHWC (logical dims stay NCHW)
     uint8_t *head_nhwc; // n_layers: head layer runs with ctx->nhwc
-    uint8_t *xpose;     // n_layers: head transposes its NCHW input 0 into that tensor's copy
-    uint8_t *copy;      // n_tensors: an NCHW tensor some NHWC conv reads (needs an NHWC copy)
+    uint8_t *alt;       // n_ids: this input slot (of a head or a tail) reads the tensor's copy
+    uint8_t *xpose;     // n_ids: ... and makes it first (transposes the tensor into the copy)
+    uint8_t *copy;      // n_tensors: the tensor has a copy in the other layout (NHWC of an
+                        // NCHW tensor, NCHW of an NHWC one)
     uint8_t *krsc;      // n_tensors: a weight some NHWC conv uses (needs a KRSC copy)
     uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies;
 } kiln_cuda_layout;

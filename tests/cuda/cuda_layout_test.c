@@ -82,6 +82,11 @@ static uint32_t find_head(const kiln_plan *p, uint32_t op, uint32_t from) {
     return UINT32_MAX;
 }
 
+// The tensor head li's group writes.
+static int32_t blk_t(const kiln_plan *p, uint32_t li) {
+    return li == UINT32_MAX ? 0 : kiln_cuda_group_output(p, li);
+}
+
 // stem conv (C 3) -> maxpool -> [conv 16->8 relu, conv 8->32 + downsample(pool) 16->32, relu]
 // -> conv 32->32 + residual relu -> avg pool -> adaptive pool -> reshape -> (output)
 static void resnet_like(kiln_precision prec, int extra_output) {
@@ -135,9 +140,11 @@ static void resnet_like(kiln_precision prec, int extra_output) {
     } else if (!extra_output) {
         CHECK_MSG(l.n_conv_nhwc == 4, "%u NHWC convs", l.n_conv_nhwc);
         CHECK(l.copy[pool_t] && l.n_copies == 1); // one copy for two consumers
-        uint32_t first = find_head(&p, KILN_OP_CONV2D, stem + 1);
-        uint32_t second = find_head(&p, KILN_OP_CONV2D, first + 1);
-        CHECK(first != UINT32_MAX && l.xpose[first] && second != UINT32_MAX && !l.xpose[second]);
+        uint32_t n_alt = 0, n_xpose = 0;          // two convs read the pool: one transpose
+        for (uint32_t i = 0; i < p.n_ids; i++) {
+            if (p.ids[i] == pool_t) n_alt += l.alt[i], n_xpose += l.xpose[i];
+        }
+        CHECK_MSG(n_alt == 2 && n_xpose == 1, "%u reads, %u transposes", n_alt, n_xpose);
         CHECK(l.head_nhwc[apool] && l.nhwc[kiln_cuda_group_output(&p, apool)]);
         CHECK(l.head_nhwc[adapt]);
         for (uint32_t i = 0; i < p.n_tensors; i++) {
@@ -145,12 +152,69 @@ static void resnet_like(kiln_precision prec, int extra_output) {
             if (l.krsc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_WEIGHT);
         }
     } else {
-        // blk is an engine output (NCHW): its producer conv goes NCHW, that conv's input (the
-        // relu'd 16->8 conv) and its residual (the downsample) follow; the last conv reads blk
-        // as input and residual, so it is NCHW too, and so are the pools after it.
-        CHECK_MSG(l.n_conv_nhwc == 0, "%u NHWC convs", l.n_conv_nhwc);
-        CHECK(l.n_nhwc == 0 && l.n_copies == 0);
-        CHECK(!l.head_nhwc[apool] && !l.head_nhwc[adapt]);
+        // blk is also an engine output: the fp16 output cast (NCHW only) reads it through an
+        // NCHW copy; every conv but the stem stays NHWC (no demotion through the residuals).
+        CHECK_MSG(l.n_conv_nhwc == 4, "%u NHWC convs", l.n_conv_nhwc);
+        uint32_t c1 = find_head(&p, KILN_OP_CONV2D, stem + 1);
+        uint32_t c2 = find_head(&p, KILN_OP_CONV2D, c1 + 1);
+        uint32_t c3 = find_head(&p, KILN_OP_CONV2D, c2 + 1);
+        CHECK(c3 != UINT32_MAX && l.nhwc[blk_t(&p, c3)] && l.copy[blk_t(&p, c3)]);
+        CHECK(l.copy[pool_t]);
+        CHECK_MSG(l.n_copies == 2, "%u copies", l.n_copies); // pool (NHWC), blk (NCHW)
+        CHECK(l.head_nhwc[apool] && l.head_nhwc[adapt]);
+    }
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
+// kiln_cuda_bench's conv2_x graph (and ResNet-50's structure as ExecuTorch exports it): fp16
+// precision puts a cast on the engine input, read by the first conv and the first residual add;
+// the last block feeds the output cast and a mean over H, W (ExecuTorch's global pool). Every
+// conv NHWC; boundaries: one NHWC copy of the input cast, one NCHW copy of the last block.
+static void bench_stage(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t dims[4] = {1, 32, 8, 8}, hw[2] = {2, 3};
+    int32_t x = -1, mean = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, dims, dims, &x) == KILN_OK);
+    int32_t in = x;
+    for (int blk = 0; blk < 3; blk++) {
+        int32_t h = conv(g, x, 32, 8, 1, -1, 1);
+        h = conv(g, h, 8, 8, 3, -1, 1);
+        x = conv(g, h, 8, 32, 1, x, 1);
+    }
+    kiln_attr ma = {"dims", hw, NULL, 2};
+    CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &x, 1, &ma, 1, &mean, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, x, "y") == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, mean, "pooled") == KILN_OK);
+    (void)in;
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(count_op(&p, KILN_OP_CONV2D) == 9 && count_op(&p, KILN_OP_CAST) >= 2);
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    CHECK_MSG(l.n_conv == 9 && l.n_conv_nhwc == 9, "%u of %u NHWC convs", l.n_conv_nhwc, l.n_conv);
+    CHECK_MSG(l.n_copies == 2, "%u copies", l.n_copies);
+    uint32_t first = find_head(&p, KILN_OP_CONV2D, 0), cast_in = find_head(&p, KILN_OP_CAST, 0);
+    uint32_t mn = find_head(&p, KILN_OP_MEAN, 0);
+    CHECK(first != UINT32_MAX && cast_in != UINT32_MAX && mn != UINT32_MAX);
+    if (first != UINT32_MAX && cast_in != UINT32_MAX && mn != UINT32_MAX) {
+        int32_t xin = kiln_cuda_group_output(&p, cast_in);
+        uint32_t slot = p.layers[first].input_begin;
+        CHECK(p.ids[slot] == xin && !l.nhwc[xin] && l.copy[xin] && l.alt[slot] && l.xpose[slot]);
+        // the first block's residual add reads the same copy, without a second transpose
+        uint32_t n_alt = 0, n_xpose = 0;
+        for (uint32_t i = 0; i < p.n_ids; i++) {
+            if (p.ids[i] == xin) n_alt += l.alt[i], n_xpose += l.xpose[i];
+        }
+        CHECK_MSG(n_alt == 2 && n_xpose == 1, "%u reads, %u transposes", n_alt, n_xpose);
+        int32_t last = p.ids[p.layers[mn].input_begin];
+        CHECK(l.nhwc[last] && l.copy[last] && l.alt[p.layers[mn].input_begin]);
+        CHECK(l.xpose[p.layers[mn].input_begin] + 0 <= 1);
+    }
+    for (uint32_t i = 0; i < p.n_tensors; i++) {
+        if (l.nhwc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_ACTIVATION);
     }
     kiln_cuda_layout_free(&p, &l);
     kiln_plan_release(&p);
@@ -158,6 +222,7 @@ static void resnet_like(kiln_precision prec, int extra_output) {
 
 int main(void) {
     check_rng_seed();
+    bench_stage();
     resnet_like(KILN_PRECISION_FP16, 0);
     resnet_like(KILN_PRECISION_BF16, 0);
     resnet_like(KILN_PRECISION_FP32, 0);

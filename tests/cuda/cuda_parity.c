@@ -1435,6 +1435,29 @@ static int model_resnet(model *m) {
     return model_finish(&b, m, KILN_PRECISION_FP16);
 }
 
+// Built like the real engines (kiln_cuda_bench's conv2_x graph, ResNet-50 from ExecuTorch): the
+// fp16 conversion's cast on the engine input (NCHW) is read by the first conv and by the first
+// residual add (both through one NHWC copy), the last block feeds the output cast and a
+// mean over H, W (both NCHW-only: one NCHW copy); every conv NHWC (cuda_layout.h).
+static int model_resnet_boundary(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 16, 6, 6}, maxs[4] = {3, 16, 6, 6}, hw[2] = {2, 3}, keep = 1;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
+    for (int blk = 0; blk < 3; blk++) {
+        int32_t h = res_conv(&b, x, 16, 8, 1, 1, -1, 1);
+        h = res_conv(&b, h, 8, 8, 3, 1, -1, 1);
+        x = res_conv(&b, h, 8, 16, 1, 1, x, 1);
+    }
+    kiln_attr ma[2] = {A_INTS("dims", hw, 2), A_INTS("keepdim", &keep, 1)};
+    int32_t mean = gb_node(&b, KILN_OP_MEAN, &x, 1, ma, 2);
+    gb_check(&b, kiln_graph_mark_output(b.g, x, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, mean, "pooled"), "output");
+    m->name = "resnet boundary fp16";
+    m->tol = 3e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
 static int model_attention(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[3] = {1, 1, 32}, maxs[3] = {3, 24, 32};
@@ -1822,7 +1845,7 @@ done:
 }
 
 static void run_e2e(void) {
-    model models[9];
+    model models[10];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -1833,7 +1856,8 @@ static void run_e2e(void) {
     if (!opt_quick && model_attention(&models[n], KILN_PRECISION_FP16)) n++;
     if (model_misc(&models[n])) n++;
     if (model_resnet(&models[n])) n++;
-    CHECK_MSG(n == (opt_quick ? 6 : 8), "only %d of the e2e models were built", n);
+    if (model_resnet_boundary(&models[n])) n++;
+    CHECK_MSG(n == (opt_quick ? 7 : 9), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         if (opt_dry) {
             e2e_model_dry(&models[i]);
