@@ -60,7 +60,8 @@ def save_for_runner(
     name: str = "model",
 ) -> dict:
     """Exports ``model`` and writes ``<name>.pte`` [``<name>.ptd``], ``inputs.bin`` and
-    ``expected.bin`` to ``out_dir``. Returns the paths."""
+    ``expected.bin`` to ``out_dir``. Returns the paths, and under ``ops_outside_delegates`` the
+    operators left to ExecuTorch's CPU kernels (empty when the delegates take everything)."""
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -80,6 +81,17 @@ def save_for_runner(
             KilnPartitioner(precision=precision, external_data=name if external_data else None)
         ]
     edge = to_edge_transform_and_lower(ep, partitioner=partitioner)
+    # Operators left outside the delegates (run by ExecuTorch's CPU kernels: these cannot read
+    # device memory, so device I/O needs this to be empty).
+    outside = sorted(
+        {
+            str(n.target)
+            for n in edge.exported_program().graph.nodes
+            if n.op == "call_function"
+            and "executorch_call_delegate" not in str(n.target)
+            and "getitem" not in str(n.target)
+        }
+    )
     config = ExecutorchBackendConfig()
     if device_io:
         config = ExecutorchBackendConfig(
@@ -98,6 +110,7 @@ def save_for_runner(
     paths["expected"] = out / "expected.bin"
     kiln_tensors.write(paths["inputs"], example_inputs)
     kiln_tensors.write(paths["expected"], list(expected))
+    paths["ops_outside_delegates"] = outside
     return paths
 
 
@@ -128,7 +141,7 @@ def main(argv=None) -> int:
     cmd += f" --inputs {paths['inputs']} --expected {paths['expected']} --tolerance {tol}"
     if args.device_io:
         cmd += " --device-io"
-    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    print("\n".join(f"{k}: {v}" for k, v in paths.items() if k != "ops_outside_delegates"))
     print(f"run: {cmd} --iterations 100 --warmup 10")
     return 0
 
