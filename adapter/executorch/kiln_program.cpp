@@ -183,6 +183,7 @@ struct MethodState {
     std::vector<uint8_t> output_is_tensor;
     std::vector<uint8_t> output_planned;
     std::vector<uint8_t> output_bound;
+    std::vector<uint8_t> output_memory; // kiln_memory of the caller's buffer per output
     std::vector<TensorPtr> input_tensors;  // the caller's data, wrapped (kept until re-bound)
     std::vector<TensorPtr> output_tensors; // caller output buffers, wrapped
     std::vector<EValue> outputs;           // of the last successful execute
@@ -343,6 +344,7 @@ kiln_status ensure_loaded(kiln_program *p, MethodState &m) {
     m.output_is_tensor.assign(n_out, 0);
     m.output_planned.assign(n_out, 0);
     m.output_bound.assign(n_out, 0);
+    m.output_memory.assign(n_out, KILN_MEMORY_HOST);
     m.output_tensors.assign(n_out, nullptr);
     for (size_t i = 0; i < n_in; i++) {
         Result<Tag> tag = meta.input_tag(i);
@@ -978,6 +980,9 @@ KILN_API kiln_status kiln_program_set_output_buffer(kiln_program *program, const
         }
         m->output_tensors[index] = std::move(t);
         m->output_bound[index] = 1;
+        // ExecuTorch keeps only the data pointer of a caller's buffer, not its device: remember
+        // where it lives so kiln_program_output reports it truthfully.
+        m->output_memory[index] = static_cast<uint8_t>(memory);
         return KILN_OK;
     });
 }
@@ -1077,6 +1082,11 @@ KILN_API kiln_status kiln_program_output(kiln_program *program, const char *meth
         o.nbytes = t.nbytes();
         o.memory = t.device_type() == DeviceType::CUDA ? KILN_MEMORY_CUDA : KILN_MEMORY_HOST;
         o.device_index = t.device_index();
+        if (index < m.output_bound.size() && m.output_bound[index] &&
+            m.output_memory[index] == KILN_MEMORY_CUDA) {
+            o.memory = KILN_MEMORY_CUDA; // the caller's device buffer (set_output_buffer)
+            o.device_index = 0;
+        }
         *out = o;
         return KILN_OK;
     });

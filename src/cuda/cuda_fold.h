@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend's view folding into attention (host C only; cuda_fold.c): the head
+// split/merge around sdpa runs no kernel. Decided once per engine by a pass over the plan.
+//
+// Reads: a PERMUTE, SELECT or RESHAPE layer (no fused tail, its input stored as the plan says)
+// is *virtual* (no kernel; its output is never written) when its output is an activation, not
+// an engine output, and every reader of that output is a virtual layer or the q, k or v input of
+// an sdpa. A RESHAPE is virtual only when its input is written by a layer that is not one of
+// these three (its input is then dense). The sdpa reads each such operand through a strided view
+// of the nearest materialized tensor (the *base*): [B, S, H, E] memory as [B, H, S, E], or the
+// packed QKV projection [B, S, 3, H, E] through permute (2, 0, 3, 1, 4) and select, with the
+// innermost stride 1.
+// Writes: an sdpa (no fused tail) whose output is an activation read only by a PERMUTE that keeps
+// the innermost dim (e.g. (0, 2, 1, 3)) writes the permute's output directly ([B, L, H, E]); the
+// permute is then virtual too.
+// Lifetimes: the memory plan ends a tensor's life at its last reader in the plan, so a folded
+// base must not be overwritten before the sdpa reads it: every fold is checked against the
+// arena ranges of the tensors written by the layers that really run in between (and the
+// redirected sdpa output against the tensors the sdpa reads, with nothing running between the
+// sdpa and its permute); a fold that fails is undone, to a fixed point.
+// KILN_CUDA_NO_PERMUTE_FOLD=1 turns the pass off (every layer runs, the previous behaviour).
+#ifndef KILN_CUDA_CUDA_FOLD_H
+#define KILN_CUDA_CUDA_FOLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+#include "runtime/kernel.h"
+
+struct kiln_plan;
+
+// A strided view of device memory (element strides; the innermost is 1 where sdpa reads it).
+typedef struct kiln_cuda_strided {
+    void *data;
+    uint32_t rank;
+    int64_t dims[KILN_MAX_RANK];
+    int64_t str[KILN_MAX_RANK];
+} kiln_cuda_strided;
+
+#define KILN_CUDA_FOLD_VIRTUAL 1u // the layer runs no kernel: its readers read through views
+#define KILN_CUDA_FOLD_WRITTEN 2u // ... and its output is written by the sdpa before it
+
+typedef struct kiln_cuda_fold {
+    uint8_t *virt;      // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
+    uint8_t *sdpa_in;   // n_layers: bit j (0..2): the sdpa's q/k/v is read through a view
+    int32_t *sdpa_out;  // n_layers: the layer index of the permute the sdpa writes for, or -1
+    int32_t *producer;  // n_tensors: the layer writing the tensor (-1: input, weight, none)
+    uint32_t n_virtual; // layers that run no kernel
+    uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs
+} kiln_cuda_fold;
+
+// Decides the folds of p (none when enable is 0). nhwc (n_tensors, may be NULL) and alt (n_ids,
+// may be NULL) are the layout pass's tensors stored NHWC and slots reading a copy: nothing
+// involving them is folded. Fails only for memory.
+kiln_status kiln_cuda_fold_plan(const struct kiln_plan *p, const uint8_t *nhwc,
+                                const uint8_t *alt, int enable, kiln_cuda_fold *out);
+void kiln_cuda_fold_free(const struct kiln_plan *p, kiln_cuda_fold *f);
+
+// The view of tensor id at the current shapes (views[]: the context's tensor views, dims of this
+// execute and data of materialized tensors): through the virtual layers writing it, down to
+// its base.
+void kiln_cuda_fold_view(const struct kiln_plan *p, const kiln_cuda_fold *f,
+                         const kiln_tensor *views, int32_t id, kiln_cuda_strided *out);
+
+// The view through which sdpa layer li writes its output o (logical [.., L, Ev]) into the
+// output of the permute f->sdpa_out[li].
+void kiln_cuda_fold_out_view(const struct kiln_plan *p, const kiln_cuda_fold *f,
+                             const kiln_tensor *views, uint32_t li, kiln_cuda_strided *out);
+
+#endif // KILN_CUDA_CUDA_FOLD_H
