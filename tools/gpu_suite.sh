@@ -16,10 +16,12 @@
 #         4. kiln_cuda_parity --e2e   built graphs, cuda:0 vs cpu: host/device I/O, CUDA graphs
 #                                     record/replay/re-record, caller's stream, graphs off
 #         5. the e2e part again with cuBLASLt and cuDNN disabled (Kiln's own GEMM and conv
-#            kernels end to end)
+#            kernels end to end), and with NHWC off; the tensor-core sdpa cases at 64-, 32- and
+#            16-row CTAs (KILN_CUDA_ATTN_ROWS)
 #         6. kiln_cuda_parity --quick under compute-sanitizer --tool memcheck (if present)
 #         7. kiln_cuda_bench: per-model latency (median of 200 executes, device I/O, CUDA
-#            graphs) beside the PyTorch anchors; its BENCH lines are repeated in the summary
+#            graphs) beside the PyTorch anchors; its BENCH lines are repeated in the summary;
+#            then A/B with the previous attention path (no view folding, 64-row sdpa CTAs)
 #       Logs go to $OUT (or .dev/gpu/logs); a summary table is printed last. Exit status 0 only
 #       when every step passed.
 #
@@ -134,6 +136,13 @@ run() {
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_NHWC=1 \
     step "parity: e2e, NCHW convs (no NHWC)" "$out/parity_e2e_nchw.log" 180 \
     ./kiln_cuda_parity --e2e --quick
+  # The tensor-core sdpa at each CTA size (by default the occupancy rule picks 16/32/64 rows).
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=64 \
+    step "parity: tc sdpa, 64-row CTAs" "$out/parity_tc64.log" 120 ./kiln_cuda_parity --ops --filter tc:
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=32 \
+    step "parity: tc sdpa, 32-row CTAs" "$out/parity_tc32.log" 120 ./kiln_cuda_parity --ops --filter tc:
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=16 \
+    step "parity: tc sdpa, 16-row CTAs" "$out/parity_tc16.log" 120 ./kiln_cuda_parity --ops --filter tc:
 
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
@@ -149,9 +158,9 @@ run() {
   # the engine's NHWC summary, each GEMM's cuBLASLt algorithm and each graph's node count, under "== <model>".
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_LOG_LEVEL=info \
     step "bench: per-model latency" "$out/bench.log" 180 ./kiln_cuda_bench
-  # A/B: the previous conv path (NCHW activations; the heuristic algorithm, as now).
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_NHWC=1 \
-    KILN_LOG_LEVEL=info step "bench: A/B NCHW convs" "$out/bench_ab.log" 180 \
+  # A/B: the previous attention path (every head split/merge layer runs; 64-row sdpa CTAs).
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_PERMUTE_FOLD=1 KILN_CUDA_ATTN_ROWS=64 \
+    KILN_LOG_LEVEL=info step "bench: A/B no fold, 64-row sdpa" "$out/bench_ab.log" 180 \
     ./kiln_cuda_bench
 
   echo
@@ -160,8 +169,10 @@ run() {
   echo "--- graph nodes and conv algorithms per model (details: $out/bench.log)"
   grep -E '^== |CUDA graph instantiated|conv2d .*cuDNN|NHWC: ' "$out/bench.log" 2>/dev/null |
     sed -E 's/^.*(CUDA graph instantiated|conv2d |CUDA engine on)/  \1/' | awk '!seen[$0]++'
-  echo "--- A/B: KILN_CUDA_NO_NHWC=1"
+  echo "--- A/B: KILN_CUDA_NO_PERMUTE_FOLD=1 KILN_CUDA_ATTN_ROWS=64 (the previous attention path)"
   grep '^BENCH' "$out/bench_ab.log" 2>/dev/null || echo "(no BENCH lines: see $out/bench_ab.log)"
+  grep -E '^== |CUDA graph instantiated' "$out/bench_ab.log" 2>/dev/null |
+    sed -E 's/^.*(CUDA graph instantiated)/  \1/' | awk '!seen[$0]++'
   echo
   echo "=== Kiln GPU suite summary (seed $KILN_TEST_SEED, logs in $out)"
   printf '%-38s %-10s %-24s %6s\n' step status checks time

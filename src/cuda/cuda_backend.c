@@ -51,6 +51,8 @@ typedef struct cuda_engine {
     void *krsc;               // device, owned: KRSC copies of the NHWC convs' weights
     size_t krsc_nbytes;
     uint64_t *krsc_offsets; // host, n_tensors entries (valid where layout.krsc)
+    kiln_cuda_fold fold;    // views folded into sdpa (cuda_fold.h)
+    int attn_rows;          // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
 } cuda_engine;
 
 typedef struct cuda_context {
@@ -58,6 +60,7 @@ typedef struct cuda_context {
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *arena;
+    void *fold_pool; // the folded attention bases moved out of the arena (cuda_fold.h)
     void *workspace;
     size_t workspace_nbytes;
     uint32_t n_io;              // n_inputs + n_outputs (bindings: inputs first)
@@ -85,6 +88,14 @@ typedef struct cuda_context {
 static int env_flag(const char *name) {
     const char *v = getenv(name);
     return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+// KILN_CUDA_ATTN_ROWS=16|32|64: the tensor-core sdpa kernel's query rows per CTA (0, unset or
+// anything else: by occupancy; 64 is the kernel before the occupancy rule).
+static int attn_rows_env(void) {
+    const char *v = getenv("KILN_CUDA_ATTN_ROWS");
+    int n = v != NULL ? atoi(v) : 0;
+    return n == 16 || n == 32 || n == 64 ? n : 0;
 }
 
 // KILN_CUDA_NO_CUBLASLT=1: every GEMM through Kiln's own kernel (debugging).
@@ -188,6 +199,7 @@ static void cuda_engine_free(void *state) {
     kiln_cuda_free(e->weight_offsets, (size_t)e->plan->n_tensors * sizeof *e->weight_offsets);
     kiln_cuda_free(e->krsc_offsets, (size_t)e->plan->n_tensors * sizeof *e->krsc_offsets);
     kiln_cuda_layout_free(e->plan, &e->layout);
+    kiln_cuda_fold_free(e->plan, &e->fold);
     kiln_cuda_free(e, sizeof *e);
 }
 
@@ -307,6 +319,10 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
                                    kiln_cuda_dnn_version() > 0,
                                &e->layout);
     if (st != KILN_OK) goto fail;
+    st = kiln_cuda_fold_plan(p, e->layout.nhwc, e->layout.alt,
+                             !env_flag("KILN_CUDA_NO_PERMUTE_FOLD"), &e->fold);
+    if (st != KILN_OK) goto fail;
+    e->attn_rows = attn_rows_env();
     e->krsc_offsets = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *e->krsc_offsets + 1);
     if (e->krsc_offsets == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA weight table)");
@@ -347,10 +363,13 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     kiln_cuda_log(KILN_LOG_INFO,
                   "CUDA engine on device %d (%s): %u layers, %zu bytes of weights, arena %llu "
                   "bytes, CUDA graphs %s; NHWC: %u of %u conv2d, %u tensors, %u boundary "
-                  "transposes",
+                  "transposes; attention folds: %u layers run no kernel, %u sdpa operands and %u "
+                  "outputs through strided views, %u tensors (%llu bytes) moved out of the arena",
                   device, prop.name, p->n_layers, e->weights_nbytes,
                   (unsigned long long)p->arena_nbytes, e->use_graphs ? "on" : "off",
-                  e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_nhwc, e->layout.n_copies);
+                  e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_nhwc, e->layout.n_copies,
+                  e->fold.n_virtual, e->fold.n_sdpa_in, e->fold.n_sdpa_out, e->fold.n_reloc,
+                  (unsigned long long)e->fold.pool_nbytes);
     *out_state = e;
     return KILN_OK;
 
@@ -381,6 +400,7 @@ static void cuda_context_free(void *state) {
             for (uint32_t i = 0; i < p->n_tensors; i++) cudaFree(c->nhwc_copy[i]);
         }
         cudaFree(c->arena);
+        cudaFree(c->fold_pool);
         cudaFree(c->workspace);
         if (c->lt != NULL) cublasLtDestroy(c->lt);
         if (c->conv != NULL) {
@@ -579,6 +599,12 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         CUDA_TRY(cudaMemsetAsync(c->arena, 0, (size_t)p->arena_nbytes, c->stream),
                  "cudaMemsetAsync (arena)");
     }
+    if (e->fold.pool_nbytes > 0) {
+        CUDA_TRY(cudaMalloc(&c->fold_pool, (size_t)e->fold.pool_nbytes),
+                 "cudaMalloc (attention fold pool)");
+        CUDA_TRY(cudaMemsetAsync(c->fold_pool, 0, (size_t)e->fold.pool_nbytes, c->stream),
+                 "cudaMemsetAsync (attention fold pool)");
+    }
     for (uint32_t b = 0; b < c->n_io; b++) {
         const kiln_plan_tensor *t = &p->tensors[binding_tensor(p, b)];
         uint64_t n = tensor_nbytes(t->dtype, t->shape.rank, t->shape.max);
@@ -599,6 +625,8 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         memcpy(c->views[i].dims, t->shape.max, sizeof c->views[i].dims);
         if (t->kind == KILN_TENSOR_WEIGHT) {
             c->views[i].data = (uint8_t *)e->weights + e->weight_offsets[i];
+        } else if (t->kind == KILN_TENSOR_ACTIVATION && e->fold.reloc[i] != 0) {
+            c->views[i].data = (uint8_t *)c->fold_pool + (e->fold.reloc[i] - 1);
         } else if (t->kind == KILN_TENSOR_ACTIVATION) {
             c->views[i].data = (uint8_t *)c->arena + t->offset;
         }
@@ -637,6 +665,8 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     kiln_kernel_args args;
     kiln_cuda_ctx ctx;
     kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL];
+    kiln_cuda_strided sdpa_io[4];
+    kiln_status st;
     char where[96];
     memset(&ctx, 0, sizeof ctx);
     ctx.stream = stream;
@@ -646,14 +676,32 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     ctx.workspace_nbytes = c->workspace_nbytes;
     ctx.sm_count = e->sm_count;
     ctx.no_tc_attention = e->no_tc_attention;
+    ctx.attn_rows = e->attn_rows;
     ctx.where = where;
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        if (e->fold.virt[li]) continue; // folded into an sdpa: no kernel (cuda_fold.h)
         build_args(p, c->views, li, tails, &args);
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(args.op));
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
         KILN_CUDA_TRY(layer_layout(c, li, &ctx, &args, tails, views, 1));
-        KILN_CUDA_TRY(kiln_cuda_run(&ctx, &args));
+        if (e->fold.sdpa_in[li] != 0 || e->fold.sdpa_out[li] >= 0) {
+            for (uint32_t j = 0; j < 3; j++) {
+                ctx.sdpa_io[j] = NULL;
+                if (!(e->fold.sdpa_in[li] & (1u << j))) continue;
+                kiln_cuda_fold_view(p, &e->fold, c->views, p->ids[p->layers[li].input_begin + j],
+                                    &sdpa_io[j]);
+                ctx.sdpa_io[j] = &sdpa_io[j];
+            }
+            ctx.sdpa_io[3] = NULL;
+            if (e->fold.sdpa_out[li] >= 0) {
+                kiln_cuda_fold_out_view(p, &e->fold, c->views, li, &sdpa_io[3]);
+                ctx.sdpa_io[3] = &sdpa_io[3];
+            }
+        }
+        st = kiln_cuda_run(&ctx, &args);
+        memset(ctx.sdpa_io, 0, sizeof ctx.sdpa_io);
+        if (st != KILN_OK) return st;
         if (e->debug_sync) { // finds the layer of an asynchronous fault
             cudaError_t err = cudaStreamSynchronize(stream);
             if (err != cudaSuccess)
@@ -1072,6 +1120,12 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
     }
     ctx.stream = (cudaStream_t)stream;
     ctx.no_tc_attention = (flags & KILN_CUDA_RUN_NO_TC_ATTENTION) != 0;
+    ctx.attn_rows = attn_rows_env();
+    if (cudaDeviceGetAttribute(&ctx.sm_count, cudaDevAttrMultiProcessorCount, device) !=
+        cudaSuccess) {
+        cudaGetLastError(); // consumed: the sdpa occupancy rule then keeps 64-row blocks
+        ctx.sm_count = 0;
+    }
     if (!(flags & KILN_CUDA_RUN_NO_CUBLASLT) && !no_cublaslt()) {
         if (cublasLtCreate(&ctx.lt) != CUBLAS_STATUS_SUCCESS) {
             ctx.lt = NULL;

@@ -12,12 +12,15 @@
 // innermost stride 1.
 // Writes: an sdpa (no fused tail) whose output is an activation read only by a PERMUTE that keeps
 // the innermost dim (e.g. (0, 2, 1, 3)) writes the permute's output directly ([B, L, H, E]); the
-// permute is then virtual too.
+// permute is then virtual too, and so is a RESHAPE that is the permute output's only reader (the
+// sdpa writes the reshape's output: the merge [B, L, H, E] -> [B, L, H * E] is the same bytes).
 // Lifetimes: the memory plan ends a tensor's life at its last reader in the plan, so a folded
 // base must not be overwritten before the sdpa reads it: every fold is checked against the
 // arena ranges of the tensors written by the layers that really run in between (and the
 // redirected sdpa output against the tensors the sdpa reads, with nothing running between the
-// sdpa and its permute); a fold that fails is undone, to a fixed point.
+// sdpa and its permute). A base that fails moves out of the arena into a private pool of the
+// context (first fit by live range: producer .. last read through the views); a redirected
+// output that fails is undone; to a fixed point.
 // KILN_CUDA_NO_PERMUTE_FOLD=1 turns the pass off (every layer runs, the previous behaviour).
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
@@ -42,19 +45,25 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_WRITTEN 2u // ... and its output is written by the sdpa before it
 
 typedef struct kiln_cuda_fold {
-    uint8_t *virt;      // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
-    uint8_t *sdpa_in;   // n_layers: bit j (0..2): the sdpa's q/k/v is read through a view
-    int32_t *sdpa_out;  // n_layers: the layer index of the permute the sdpa writes for, or -1
-    int32_t *producer;  // n_tensors: the layer writing the tensor (-1: input, weight, none)
-    uint32_t n_virtual; // layers that run no kernel
+    uint8_t *virt;        // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
+    uint8_t *sdpa_in;     // n_layers: bit j (0..2): the sdpa's q/k/v is read through a view
+    int32_t *sdpa_out;    // n_layers: the layer index of the permute the sdpa writes for, or -1
+    int32_t *sdpa_dst;    // n_layers: the tensor it writes: the permute's output, or the output of
+                          // the RESHAPE that is its only reader (dense: the same bytes), or -1
+    int32_t *producer;    // n_tensors: the layer writing the tensor (-1: input, weight, none)
+    uint64_t *reloc;      // n_tensors: 0, or 1 + the tensor's offset in the context's private
+                          // pool (a folded base whose arena slot is reused before the sdpa)
+    uint64_t pool_nbytes; // the private pool (0: none)
+    uint32_t n_reloc;     // tensors in the pool
+    uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs
 } kiln_cuda_fold;
 
 // Decides the folds of p (none when enable is 0). nhwc (n_tensors, may be NULL) and alt (n_ids,
 // may be NULL) are the layout pass's tensors stored NHWC and slots reading a copy: nothing
 // involving them is folded. Fails only for memory.
-kiln_status kiln_cuda_fold_plan(const struct kiln_plan *p, const uint8_t *nhwc,
-                                const uint8_t *alt, int enable, kiln_cuda_fold *out);
+kiln_status kiln_cuda_fold_plan(const struct kiln_plan *p, const uint8_t *nhwc, const uint8_t *alt,
+                                int enable, kiln_cuda_fold *out);
 void kiln_cuda_fold_free(const struct kiln_plan *p, kiln_cuda_fold *f);
 
 // The view of tensor id at the current shapes (views[]: the context's tensor views, dims of this

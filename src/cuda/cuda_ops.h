@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/ops.h"
+#include "cuda/cuda_fold.h"
 #include "cuda/cuda_plugin.h"
 #include "kiln/kiln.h"
 #include "runtime/kernel.h"
@@ -82,6 +83,11 @@ typedef struct kiln_cuda_ctx {
     int sm_count;               // multiprocessors of the device
     int plan_only;              // GEMM launchers only choose (and cache) their algorithm
     int no_tc_attention;        // sdpa: never the tensor-core kernel (tests, debugging)
+    int attn_rows;              // sdpa tensor-core kernel: query rows per CTA (16, 32, 64; 0:
+                                // by occupancy: fewer rows while the grid is under one wave)
+    // sdpa with folded views (cuda_fold.h): q, k, v, out read/written through these strided
+    // views (NULL: the dense tensor of args); dims are the args' logical ones
+    const kiln_cuda_strided *sdpa_io[4];
     // NHWC layout (cuda_layout.h): conv2d's input, output and residual, max/avg pool's input and
     // output, adaptive_avg_pool2d's input (its output stays NCHW) are stored NHWC (their dims
     // stay logical NCHW). Elementwise heads and tails are layout-blind (same-shape operands).

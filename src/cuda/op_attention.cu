@@ -28,7 +28,9 @@ typedef struct sdpa_params {
     int64_t batch;
     int64_t bdims[KC_MAX_RANK];
     int64_t q_bstr[KC_MAX_RANK], k_bstr[KC_MAX_RANK], v_bstr[KC_MAX_RANK], m_bstr[KC_MAX_RANK];
-    int64_t m_sl, m_ss; // mask strides along L and S (0: broadcast)
+    int64_t o_bstr[KC_MAX_RANK];    // output batch strides (dense: the flat layout)
+    int64_t q_rs, k_rs, v_rs, o_rs; // row strides (elements; dense: E or Ev); innermost stride 1
+    int64_t m_sl, m_ss;             // mask strides along L and S (0: broadcast)
 } sdpa_params;
 
 __device__ __forceinline__ int64_t sdpa_boff(const sdpa_params &P, int64_t b, const int64_t *str) {
@@ -73,12 +75,13 @@ static __global__ void __launch_bounds__(SDPA_WARPS * 32)
         const int64_t qo = sdpa_boff(P, b, P.q_bstr), ko = sdpa_boff(P, b, P.k_bstr),
                       vo = sdpa_boff(P, b, P.v_bstr);
         const int64_t mo = P.mask ? sdpa_boff(P, b, P.m_bstr) : 0;
+        const int64_t oo = sdpa_boff(P, b, P.o_bstr);
         const int64_t row0 = (int64_t)blockIdx.x * SDPA_WARPS, row = row0 + warp;
         const bool active = row < P.l;
         __syncthreads(); // qs of the previous batch is no longer read
         if (active) {
             for (int64_t e = lane; e < P.e; e += 32) {
-                qs[warp * P.e + e] = kc_to_f(q[qo + row * P.e + e]);
+                qs[warp * P.e + e] = kc_to_f(q[qo + row * P.q_rs + e]);
             }
         }
         float acc[EVT];
@@ -94,11 +97,11 @@ static __global__ void __launch_bounds__(SDPA_WARPS * 32)
             __syncthreads(); // the previous tile is consumed
             for (int64_t i = threadIdx.x; i < SDPA_TK * P.e; i += blockDim.x) {
                 int64_t j = i / P.e, e = i % P.e, s = s0 + j;
-                ks[j * ep + e] = s < P.s ? kc_to_f(k[ko + s * P.e + e]) : 0.0f;
+                ks[j * ep + e] = s < P.s ? kc_to_f(k[ko + s * P.k_rs + e]) : 0.0f;
             }
             for (int64_t i = threadIdx.x; i < SDPA_TK * P.ev; i += blockDim.x) {
                 int64_t j = i / P.ev, e = i % P.ev, s = s0 + j;
-                vs[j * P.ev + e] = s < P.s ? kc_to_f(v[vo + s * P.ev + e]) : 0.0f;
+                vs[j * P.ev + e] = s < P.s ? kc_to_f(v[vo + s * P.v_rs + e]) : 0.0f;
             }
             __syncthreads();
             if (!active) continue;
@@ -134,7 +137,7 @@ static __global__ void __launch_bounds__(SDPA_WARPS * 32)
 #pragma unroll
             for (int t = 0; t < EVT; t++) {
                 int64_t d = lane + 32 * t;
-                if (d < P.ev) out[(b * P.l + row) * P.ev + d] = kc_from_f<T>(acc[t] * inv);
+                if (d < P.ev) out[oo + row * P.o_rs + d] = kc_from_f<T>(acc[t] * inv);
             }
         }
     }
@@ -150,9 +153,7 @@ static __global__ void __launch_bounds__(SDPA_WARPS * 32)
 // t = lane % 4): A regs {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B regs
 // {(k 2t..2t+1, n g), (k 2t+8.., n g)}; C {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
 
-#define SDPA_TC_WARPS 4
-#define SDPA_TC_BQ (16 * SDPA_TC_WARPS) // query rows per CTA
-#define SDPA_TC_BK 64                   // keys per tile
+#define SDPA_TC_BK 64 // keys per tile
 
 template <typename T> struct sdpa_tc_mma;
 template <> struct sdpa_tc_mma<__half> {
@@ -189,10 +190,11 @@ template <> struct sdpa_tc_mma<__nv_bfloat16> {
 // Two consecutive 16-bit elements (4-byte aligned) as one register.
 __device__ __forceinline__ uint32_t sdpa_ld2(const uint16_t *p) { return *(const uint32_t *)p; }
 
-template <typename T, int D>
-static __global__ void __launch_bounds__(SDPA_TC_WARPS * 32)
+template <typename T, int D, int NW>
+static __global__ void __launch_bounds__(NW * 32)
     sdpa_tc_kernel(const __grid_constant__ sdpa_params P) {
-    constexpr int LD = D + 8; // shared row stride (elements): 16-byte multiple, conflict free
+    constexpr int BQ = 16 * NW; // query rows per CTA
+    constexpr int LD = D + 8;   // shared row stride (elements): 16-byte multiple, conflict free
     __shared__ __align__(16) uint16_t ks[SDPA_TC_BK * LD];
     __shared__ __align__(16) uint16_t vs[SDPA_TC_BK * LD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -203,24 +205,25 @@ static __global__ void __launch_bounds__(SDPA_TC_WARPS * 32)
         const int64_t qo = sdpa_boff(P, b, P.q_bstr), ko = sdpa_boff(P, b, P.k_bstr),
                       vo = sdpa_boff(P, b, P.v_bstr);
         const int64_t mo = P.mask ? sdpa_boff(P, b, P.m_bstr) : 0;
-        const int64_t blk0 = (int64_t)blockIdx.x * SDPA_TC_BQ;
+        const int64_t oo = sdpa_boff(P, b, P.o_bstr);
+        const int64_t blk0 = (int64_t)blockIdx.x * BQ;
         const int64_t r0 = blk0 + warp * 16, ra = r0 + g, rb = r0 + g + 8;
         // Q fragments straight from global memory (rows past L are zeros, never stored).
         uint32_t qf[D / 16][4];
 #pragma unroll
         for (int kc = 0; kc < D / 16; kc++) {
             const int col = kc * 16 + 2 * t4;
-            qf[kc][0] = ra < P.l ? sdpa_ld2(q + qo + ra * D + col) : 0u;
-            qf[kc][1] = rb < P.l ? sdpa_ld2(q + qo + rb * D + col) : 0u;
-            qf[kc][2] = ra < P.l ? sdpa_ld2(q + qo + ra * D + col + 8) : 0u;
-            qf[kc][3] = rb < P.l ? sdpa_ld2(q + qo + rb * D + col + 8) : 0u;
+            qf[kc][0] = ra < P.l ? sdpa_ld2(q + qo + ra * P.q_rs + col) : 0u;
+            qf[kc][1] = rb < P.l ? sdpa_ld2(q + qo + rb * P.q_rs + col) : 0u;
+            qf[kc][2] = ra < P.l ? sdpa_ld2(q + qo + ra * P.q_rs + col + 8) : 0u;
+            qf[kc][3] = rb < P.l ? sdpa_ld2(q + qo + rb * P.q_rs + col + 8) : 0u;
         }
         float o[D / 8][4];
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
         float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
         int64_t s_end = P.s;
-        if (P.causal && blk0 + SDPA_TC_BQ < s_end) s_end = blk0 + SDPA_TC_BQ;
+        if (P.causal && blk0 + BQ < s_end) s_end = blk0 + BQ;
         for (int64_t s0 = 0; s0 < s_end; s0 += SDPA_TC_BK) {
             __syncthreads(); // the previous tile (or batch) is consumed
             for (int i = threadIdx.x; i < SDPA_TC_BK * (D / 8); i += blockDim.x) {
@@ -228,8 +231,8 @@ static __global__ void __launch_bounds__(SDPA_TC_WARPS * 32)
                 const int64_t s = s0 + j;
                 uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
                 if (s < P.s) {
-                    kv = *(const uint4 *)(k + ko + s * D + c);
-                    vv = *(const uint4 *)(v + vo + s * D + c);
+                    kv = *(const uint4 *)(k + ko + s * P.k_rs + c);
+                    vv = *(const uint4 *)(v + vo + s * P.v_rs + c);
                 }
                 *(uint4 *)(ks + j * LD + c) = kv;
                 *(uint4 *)(vs + j * LD + c) = vv;
@@ -331,11 +334,11 @@ static __global__ void __launch_bounds__(SDPA_TC_WARPS * 32)
         for (int dn = 0; dn < D / 8; dn++) {
             const int col = dn * 8 + 2 * t4;
             if (ra < P.l) {
-                *(uint32_t *)(out + (b * P.l + ra) * D + col) =
+                *(uint32_t *)(out + oo + ra * P.o_rs + col) =
                     sdpa_tc_mma<T>::pack(o[dn][0] * ia, o[dn][1] * ia);
             }
             if (rb < P.l) {
-                *(uint32_t *)(out + (b * P.l + rb) * D + col) =
+                *(uint32_t *)(out + oo + rb * P.o_rs + col) =
                     sdpa_tc_mma<T>::pack(o[dn][2] * ib, o[dn][3] * ib);
             }
         }
@@ -359,14 +362,14 @@ static __global__ void sdpa_simple_kernel(const __grid_constant__ sdpa_params P)
         const int64_t mo = P.mask ? sdpa_boff(P, b, P.m_bstr) : 0;
         __syncthreads();
         for (int64_t e = threadIdx.x; e < P.e; e += blockDim.x)
-            qs[e] = kc_to_f(q[qo + row * P.e + e]);
+            qs[e] = kc_to_f(q[qo + row * P.q_rs + e]);
         for (int64_t d = threadIdx.x; d < P.ev; d += blockDim.x) acc[d] = 0.0f;
         __syncthreads();
         float m = -INFINITY, lsum = 0.0f;
         for (int64_t s = 0; s < P.s; s++) {
             float part = 0.0f;
             for (int64_t e = threadIdx.x; e < P.e; e += blockDim.x) {
-                part = fmaf(qs[e], kc_to_f(k[ko + s * P.e + e]), part);
+                part = fmaf(qs[e], kc_to_f(k[ko + s * P.k_rs + e]), part);
             }
             float score = sdpa_score(P, mo, row, s, kc_block_sum(part, red));
             if (score == -INFINITY) continue;
@@ -374,13 +377,13 @@ static __global__ void sdpa_simple_kernel(const __grid_constant__ sdpa_params P)
             float p = expf(score - m_new), corr = expf(m - m_new);
             lsum = lsum * corr + p;
             for (int64_t d = threadIdx.x; d < P.ev; d += blockDim.x) {
-                acc[d] = acc[d] * corr + p * kc_to_f(v[vo + s * P.ev + d]);
+                acc[d] = acc[d] * corr + p * kc_to_f(v[vo + s * P.v_rs + d]);
             }
             m = m_new;
         }
         float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
         for (int64_t d = threadIdx.x; d < P.ev; d += blockDim.x) {
-            out[(b * P.l + row) * P.ev + d] = kc_from_f<T>(acc[d] * inv);
+            out[sdpa_boff(P, b, P.o_bstr) + row * P.o_rs + d] = kc_from_f<T>(acc[d] * inv);
         }
     }
 }
@@ -403,19 +406,48 @@ static kiln_status sdpa_flash_launch(const kiln_cuda_ctx *ctx, const sdpa_params
 
 // The tensor-core kernel takes float16/bfloat16 with E = Ev in {64, 128} and 16-byte aligned
 // q, k, v (every row then is: E is a multiple of 8) and a 4-byte aligned output.
+// Strided operands (folded views): every row and batch stride a multiple of 8 elements (16
+// bytes), the output's even (4 bytes).
 template <typename T> static int sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     if (ctx->no_tc_attention) return 0;
     if (P->e != P->ev || (P->e != 64 && P->e != 128)) return 0;
+    if (P->q_rs % 8 != 0 || P->k_rs % 8 != 0 || P->v_rs % 8 != 0 || P->o_rs % 2 != 0) return 0;
+    for (int d = 0; d < P->nb; d++) {
+        if (P->q_bstr[d] % 8 != 0 || P->k_bstr[d] % 8 != 0 || P->v_bstr[d] % 8 != 0 ||
+            P->o_bstr[d] % 2 != 0)
+            return 0;
+    }
     return ((uintptr_t)P->q % 16) == 0 && ((uintptr_t)P->k % 16) == 0 &&
            ((uintptr_t)P->v % 16) == 0 && ((uintptr_t)P->out % 4) == 0;
 }
 
+// Query rows per CTA: ctx->attn_rows when set; else 64 (4 warps) when batch x ceil(L / 64)
+// CTAs fill the device, 32 when that grid is under one wave, 16 when even 32-row CTAs fill less
+// than half a wave (the encoder d1024 s256 b1: 16 heads x 4 = 64 CTAs of 64 rows on 132 SMs ->
+// 128 CTAs of 32 rows; BERT s128 b1: 24 -> 96 CTAs of 16 rows). Smaller CTAs re-read K/V
+// from L2 more often; they only pay while SMs sit idle.
+static int sdpa_tc_rows(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    if (ctx->attn_rows == 16 || ctx->attn_rows == 32 || ctx->attn_rows == 64) return ctx->attn_rows;
+    int64_t n64 = P->batch * ((P->l + 63) / 64), n32 = P->batch * ((P->l + 31) / 32);
+    if (ctx->sm_count <= 0 || n64 >= ctx->sm_count) return 64;
+    return 2 * n32 >= ctx->sm_count ? 32 : 16;
+}
+
+template <typename T, int D, int NW>
+static kiln_status sdpa_tc_launch_nw(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    int64_t by = P->batch < 65535 ? P->batch : 65535;
+    dim3 grid((unsigned)((P->l + 16 * NW - 1) / (16 * NW)), (unsigned)by);
+    sdpa_tc_kernel<T, D, NW><<<grid, NW * 32, 0, ctx->stream>>>(*P);
+    return kiln_cuda_check_launch(ctx, "sdpa_tc_kernel");
+}
+
 template <typename T, int D>
 static kiln_status sdpa_tc_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
-    int64_t by = P->batch < 65535 ? P->batch : 65535;
-    dim3 grid((unsigned)((P->l + SDPA_TC_BQ - 1) / SDPA_TC_BQ), (unsigned)by);
-    sdpa_tc_kernel<T, D><<<grid, SDPA_TC_WARPS * 32, 0, ctx->stream>>>(*P);
-    return kiln_cuda_check_launch(ctx, "sdpa_tc_kernel");
+    switch (sdpa_tc_rows(ctx, P)) {
+    case 16: return sdpa_tc_launch_nw<T, D, 1>(ctx, P);
+    case 32: return sdpa_tc_launch_nw<T, D, 2>(ctx, P);
+    default: return sdpa_tc_launch_nw<T, D, 4>(ctx, P);
+    }
 }
 
 template <typename T>
@@ -506,15 +538,34 @@ extern "C" kiln_status kiln_cuda_sdpa(const kiln_cuda_ctx *ctx, const kiln_kerne
     P.out = y->data;
     P.nb = (int)y->rank - 2;
     P.batch = 1;
-    const kiln_tensor *bt[3] = {q, k, v};
-    int64_t *bstr[3] = {P.q_bstr, P.k_bstr, P.v_bstr};
-    for (int i = 0; i < 3; i++) {
+    // q, k, v, out: dense, or folded strided views (cuda_fold.h: same logical dims)
+    const kiln_tensor *bt[4] = {q, k, v, y};
+    int64_t *bstr[4] = {P.q_bstr, P.k_bstr, P.v_bstr, P.o_bstr};
+    int64_t *rstr[4] = {&P.q_rs, &P.k_rs, &P.v_rs, &P.o_rs};
+    for (int i = 0; i < 4; i++) {
+        const kiln_cuda_strided *sv = ctx->sdpa_io[i];
         int64_t st[KC_MAX_RANK];
-        kc_strides(bt[i], st);
+        if (sv != NULL && (sv->rank != bt[i]->rank || sv->str[sv->rank - 1] != 1)) {
+            return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                                  "cuda sdpa: a folded view of operand %d has rank %u or an "
+                                  "innermost stride other than 1 at %s; set "
+                                  "KILN_CUDA_NO_PERMUTE_FOLD=1",
+                                  i, sv->rank, ctx->where ? ctx->where : "?");
+        }
+        if (sv != NULL) {
+            memcpy(st, sv->str, sizeof(int64_t) * sv->rank);
+            if (i == 0) P.q = sv->data;
+            if (i == 1) P.k = sv->data;
+            if (i == 2) P.v = sv->data;
+            if (i == 3) P.out = sv->data;
+        } else {
+            kc_strides(bt[i], st);
+        }
         int nbi = (int)bt[i]->rank - 2;
+        *rstr[i] = st[bt[i]->rank - 2];
         for (int d = 0; d < P.nb; d++) {
             int id = d - (P.nb - nbi);
-            bstr[i][d] = (id < 0 || bt[i]->dims[id] == 1) ? 0 : st[id];
+            bstr[i][d] = (id < 0 || (i < 3 && bt[i]->dims[id] == 1)) ? 0 : st[id];
         }
     }
     for (int d = 0; d < P.nb; d++) {

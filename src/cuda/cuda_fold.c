@@ -1,0 +1,493 @@
+// SPDX-License-Identifier: Apache-2.0
+// View folding into attention (cuda_fold.h): which permute/select/reshape layers around sdpa
+// run no kernel, decided once per engine; the strided views sdpa reads and writes through.
+#include <string.h>
+
+#include "cuda/cuda_fold.h"
+#include "cuda/cuda_layout.h"
+#include "runtime/plan.h"
+
+#define VIRT KILN_CUDA_FOLD_VIRTUAL
+#define WRIT KILN_CUDA_FOLD_WRITTEN
+
+static size_t elem_size(uint32_t dtype) {
+    switch (dtype) {
+    case KILN_DTYPE_F16:
+    case KILN_DTYPE_BF16: return 2;
+    case KILN_DTYPE_I64: return 8;
+    case KILN_DTYPE_BOOL: return 1;
+    default: return 4;
+    }
+}
+
+static int view_op(uint32_t op) {
+    return op == KILN_OP_PERMUTE || op == KILN_OP_SELECT || op == KILN_OP_RESHAPE;
+}
+
+static int32_t in0(const kiln_plan *p, uint32_t li) {
+    return p->layers[li].n_inputs > 0 ? p->ids[p->layers[li].input_begin] : -1;
+}
+
+static int32_t out0(const kiln_plan *p, uint32_t li) {
+    return p->layers[li].n_outputs > 0 ? p->ids[p->layers[li].output_begin] : -1;
+}
+
+// The permutation of permute layer li (normalized), for an input of `rank` dims.
+static int perm_of(const kiln_plan *p, uint32_t li, uint32_t rank, uint32_t *perm) {
+    kiln_attrs a = kiln_plan_layer_attrs(p, &p->layers[li]);
+    uint32_t n = 0;
+    const int64_t *d = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &n);
+    if (n != rank || rank == 0 || rank > KILN_MAX_RANK) return 0;
+    for (uint32_t j = 0; j < rank; j++) {
+        int64_t v = d[j] < 0 ? d[j] + (int64_t)rank : d[j];
+        if (v < 0 || v >= (int64_t)rank) return 0;
+        perm[j] = (uint32_t)v;
+    }
+    return 1;
+}
+
+static void dense(const kiln_tensor *v, void *data, kiln_cuda_strided *out) {
+    int64_t s = 1;
+    out->data = data;
+    out->rank = v->rank;
+    memcpy(out->dims, v->dims, sizeof out->dims);
+    for (uint32_t d = v->rank; d-- > 0;) {
+        out->str[d] = s;
+        s *= v->dims[d];
+    }
+}
+
+// The view of `id` given the view `in` of its virtual producer's input (dims of the output: d).
+static void apply(const kiln_plan *p, uint32_t li, const kiln_cuda_strided *in, uint32_t rank,
+                  const int64_t *d, size_t es, kiln_cuda_strided *out) {
+    uint32_t perm[KILN_MAX_RANK];
+    kiln_attrs a = kiln_plan_layer_attrs(p, &p->layers[li]);
+    memset(out, 0, sizeof *out);
+    out->data = in->data;
+    out->rank = rank;
+    memcpy(out->dims, d, sizeof out->dims);
+    switch (p->layers[li].op) {
+    case KILN_OP_PERMUTE:
+        if (perm_of(p, li, in->rank, perm)) {
+            for (uint32_t j = 0; j < rank; j++) out->str[j] = in->str[perm[j]];
+        }
+        break;
+    case KILN_OP_SELECT: {
+        int64_t dim = kiln_attrs_int(&a, KILN_A_SELECT_DIM, 0);
+        int64_t idx = kiln_attrs_int(&a, KILN_A_SELECT_INDEX, 0);
+        if (dim < 0) dim += in->rank;
+        if (dim < 0 || dim >= (int64_t)in->rank) break;
+        if (idx < 0) idx += in->dims[dim];
+        if (in->data != NULL) out->data = (uint8_t *)in->data + (size_t)(idx * in->str[dim]) * es;
+        for (uint32_t j = 0, k = 0; j < in->rank && k < rank; j++) {
+            if ((int64_t)j != dim) out->str[k++] = in->str[j];
+        }
+        break;
+    }
+    default: { // RESHAPE of a dense input
+        kiln_tensor t;
+        memset(&t, 0, sizeof t);
+        t.rank = rank;
+        memcpy(t.dims, d, sizeof t.dims);
+        dense(&t, in->data, out);
+        break;
+    }
+    }
+}
+
+static int is_virtual_read(const kiln_cuda_fold *f, int32_t pl) {
+    return pl >= 0 && (f->virt[pl] & VIRT) && !(f->virt[pl] & WRIT);
+}
+
+void kiln_cuda_fold_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln_tensor *views,
+                         int32_t id, kiln_cuda_strided *out) {
+    int32_t pl = f->producer[id];
+    const kiln_tensor *v = &views[id];
+    kiln_cuda_strided in;
+    if (!is_virtual_read(f, pl)) {
+        dense(v, v->data, out);
+        return;
+    }
+    kiln_cuda_fold_view(p, f, views, in0(p, (uint32_t)pl), &in);
+    apply(p, (uint32_t)pl, &in, v->rank, v->dims, elem_size(v->dtype), out);
+}
+
+void kiln_cuda_fold_out_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln_tensor *views,
+                             uint32_t li, kiln_cuda_strided *out) {
+    uint32_t pl = (uint32_t)f->sdpa_out[li], perm[KILN_MAX_RANK];
+    const kiln_tensor *o = &views[out0(p, li)];
+    const kiln_tensor *w = &views[out0(p, pl)];
+    kiln_cuda_strided wd;
+    dense(w, w->data, &wd);
+    memset(out, 0, sizeof *out);
+    out->data = views[f->sdpa_dst[li]].data; // w, or the dense reshape of w (same bytes)
+    out->rank = o->rank;
+    memcpy(out->dims, o->dims, sizeof out->dims);
+    if (!perm_of(p, pl, o->rank, perm)) return;
+    for (uint32_t j = 0; j < o->rank; j++) out->str[perm[j]] = wd.str[j]; // w dim j = o dim perm[j]
+}
+
+// --- the pass
+
+typedef struct fold_state {
+    const kiln_plan *p;
+    kiln_cuda_fold *f;
+    uint32_t *rbeg;      // n_tensors + 1: readers of tensor t are rl[rbeg[t] .. rbeg[t + 1])
+    uint32_t *rl;        // reader layer
+    uint32_t *rj;        // reader's input position
+    uint8_t *cand;       // n_layers: may be virtual
+    kiln_tensor *shapes; // n_tensors: the largest shapes, no data (views at plan time)
+} fold_state;
+
+static int overlap(const fold_state *s, int32_t a, int32_t b) {
+    const kiln_plan *p = s->p;
+    const kiln_plan_tensor *x = &p->tensors[a], *y = &p->tensors[b];
+    if (a == b) return 1;
+    if (x->kind != KILN_TENSOR_ACTIVATION || y->kind != KILN_TENSOR_ACTIVATION) return 0;
+    if (s->f->reloc[a] || s->f->reloc[b]) return 0; // in the context's private pool
+    if (x->nbytes == 0 || y->nbytes == 0) return 0;
+    return x->offset < y->offset + y->nbytes && y->offset < x->offset + x->nbytes;
+}
+
+// The materialized tensor a read of t reads (through virtual layers).
+static int32_t base_of(const fold_state *s, int32_t t) {
+    while (is_virtual_read(s->f, s->f->producer[t])) t = in0(s->p, (uint32_t)s->f->producer[t]);
+    return t;
+}
+
+// 1 when the group of head li (running) writes memory overlapping tensor x.
+static int group_writes(const fold_state *s, uint32_t li, int32_t x) {
+    const kiln_plan *p = s->p;
+    const kiln_plan_layer *l = &p->layers[li];
+    if (s->f->virt[li] & VIRT) return 0;
+    if (s->f->sdpa_out[li] >= 0) {
+        return overlap(s, s->f->sdpa_dst[li], x);
+    }
+    for (uint32_t t = 0; t <= l->n_tail && li + t < p->n_layers; t++) {
+        const kiln_plan_layer *g = &p->layers[li + t];
+        for (uint32_t k = 0; k < g->n_outputs; k++) {
+            int32_t o = p->ids[g->output_begin + k];
+            if (o >= 0 && overlap(s, o, x)) return 1;
+        }
+    }
+    return 0;
+}
+
+// 1 when base x (read at sdpa layer si) is not overwritten between its producer and si.
+static int base_safe(const fold_state *s, int32_t x, uint32_t si) {
+    const kiln_plan *p = s->p;
+    int32_t from = s->f->producer[x];
+    if (p->tensors[x].kind != KILN_TENSOR_ACTIVATION) return 1;
+    for (uint32_t li = 0; li <= si && li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        if ((int32_t)li <= from) continue;
+        if (group_writes(s, li, x)) return 0;
+    }
+    return 1;
+}
+
+// Makes the layers writing read t (through virtual layers) real again.
+static void unfold_chain(fold_state *s, int32_t t) {
+    int32_t pl;
+    while (is_virtual_read(s->f, pl = s->f->producer[t])) {
+        s->f->virt[pl] = 0;
+        t = in0(s->p, (uint32_t)pl);
+    }
+}
+
+static int readers_ok(const fold_state *s, int32_t t) {
+    const kiln_plan *p = s->p;
+    if (s->rbeg[t] == s->rbeg[t + 1]) return 0; // nobody reads it: nothing to gain
+    for (uint32_t r = s->rbeg[t]; r < s->rbeg[t + 1]; r++) {
+        uint32_t li = s->rl[r];
+        const kiln_plan_layer *l = &p->layers[li];
+        if (s->f->virt[li] & VIRT) continue;
+        if (l->op == KILN_OP_SDPA && !(l->flags & KILN_LAYER_TAIL) && s->rj[r] < 3) continue;
+        return 0;
+    }
+    return 1;
+}
+
+static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    // candidates
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        int32_t x = in0(p, li), y = out0(p, li);
+        uint32_t perm[KILN_MAX_RANK];
+        if (!view_op(l->op) || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
+            l->n_outputs != 1 || x < 0 || y < 0)
+            continue;
+        if (p->tensors[y].kind != KILN_TENSOR_ACTIVATION ||
+            p->tensors[x].dtype != p->tensors[y].dtype)
+            continue;
+        if ((nhwc != NULL && (nhwc[x] || nhwc[y])) || (alt != NULL && alt[l->input_begin]))
+            continue;
+        if (l->op == KILN_OP_PERMUTE && !perm_of(p, li, p->tensors[x].shape.rank, perm)) continue;
+        if (l->op == KILN_OP_RESHAPE && f->producer[x] >= 0 &&
+            view_op(p->layers[f->producer[x]].op))
+            continue;
+        s->cand[li] = 1;
+    }
+    // reads: in reverse, a candidate is virtual when every reader is virtual or an sdpa q/k/v
+    for (uint32_t li = p->n_layers; li-- > 0;) {
+        if (s->cand[li] && readers_ok(s, out0(p, li))) f->virt[li] = VIRT;
+    }
+    // writes: sdpa -> (only reader) permute keeping the innermost dim
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        int32_t o = out0(p, li);
+        uint32_t perm[KILN_MAX_RANK];
+        if (l->op != KILN_OP_SDPA || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 || o < 0)
+            continue;
+        if (p->tensors[o].kind != KILN_TENSOR_ACTIVATION || s->rbeg[o + 1] - s->rbeg[o] != 1)
+            continue;
+        uint32_t pl = s->rl[s->rbeg[o]], rank = p->tensors[o].shape.rank;
+        const kiln_plan_layer *pp = &p->layers[pl];
+        int32_t w = out0(p, pl);
+        if (pp->op != KILN_OP_PERMUTE || (pp->flags & KILN_LAYER_TAIL) || pp->n_tail != 0 ||
+            (f->virt[pl] & VIRT) || pp->n_outputs != 1 || w < 0 || pl <= li)
+            continue;
+        if ((nhwc != NULL && nhwc[w]) || (alt != NULL && alt[pp->input_begin])) continue;
+        if (!perm_of(p, pl, rank, perm) || perm[rank - 1] != rank - 1) continue;
+        f->sdpa_out[li] = (int32_t)pl;
+        f->sdpa_dst[li] = w;
+        f->virt[pl] = VIRT | WRIT;
+        // ... and when w is read only by a RESHAPE (dense: the same bytes), the reshape's output
+        if (p->tensors[w].kind != KILN_TENSOR_ACTIVATION || s->rbeg[w + 1] - s->rbeg[w] != 1)
+            continue;
+        uint32_t rl = s->rl[s->rbeg[w]];
+        const kiln_plan_layer *rp = &p->layers[rl];
+        int32_t r = out0(p, rl);
+        if (rp->op != KILN_OP_RESHAPE || (rp->flags & KILN_LAYER_TAIL) || rp->n_tail != 0 ||
+            (f->virt[rl] & VIRT) || rp->n_outputs != 1 || r < 0 || rl <= pl ||
+            p->tensors[r].dtype != p->tensors[w].dtype)
+            continue;
+        if ((nhwc != NULL && nhwc[r]) || (alt != NULL && alt[rp->input_begin])) continue;
+        f->sdpa_dst[li] = r;
+        f->virt[rl] = VIRT | WRIT;
+    }
+    // lifetimes, to a fixed point (folds only ever undone)
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+            const kiln_plan_layer *l = &p->layers[li];
+            if (l->op != KILN_OP_SDPA || (f->virt[li] & VIRT)) continue;
+            for (uint32_t j = 0; j < 3 && j < l->n_inputs; j++) {
+                int32_t t = p->ids[l->input_begin + j];
+                if (t < 0 || !is_virtual_read(f, f->producer[t])) continue;
+                int32_t x = base_of(s, t);
+                kiln_cuda_strided v;
+                kiln_cuda_fold_view(p, f, s->shapes, t, &v);
+                if (v.rank < 2 || v.str[v.rank - 1] != 1) { // sdpa needs E innermost
+                    unfold_chain(s, t);
+                    changed = 1;
+                } else if (!base_safe(s, x, li)) {
+                    // the arena slot is reused before the sdpa reads it: the base moves to the
+                    // context's private pool (only its producer writes there)
+                    if (p->tensors[x].kind == KILN_TENSOR_ACTIVATION && !f->reloc[x]) {
+                        f->reloc[x] = 1;
+                    } else {
+                        unfold_chain(s, t);
+                    }
+                    changed = 1;
+                }
+            }
+            if (f->sdpa_out[li] < 0) continue;
+            uint32_t pl = (uint32_t)f->sdpa_out[li];
+            int32_t w = f->sdpa_dst[li];
+            uint32_t last = (uint32_t)f->producer[w]; // the permute, or the reshape after it
+            int ok = 1;
+            for (uint32_t k = li + 1; k < last && ok; k++) ok = (f->virt[k] & VIRT) != 0;
+            for (uint32_t j = 0; j < l->n_inputs && ok; j++) {
+                int32_t t = p->ids[l->input_begin + j];
+                ok = t < 0 || !overlap(s, base_of(s, t), w);
+            }
+            if (!ok) {
+                f->sdpa_out[li] = -1;
+                f->sdpa_dst[li] = -1;
+                f->virt[pl] = 0;
+                f->virt[last] = 0;
+                changed = 1;
+            }
+        }
+        // a virtual layer read by a layer that runs again runs too (defensive: unfold_chain
+        // undoes whole chains)
+        for (uint32_t li = p->n_layers; li-- > 0;) {
+            if (is_virtual_read(f, (int32_t)li) && !readers_ok(s, out0(p, li))) {
+                unfold_chain(s, out0(p, li));
+                changed = 1;
+            }
+        }
+    }
+}
+
+// The last layer reading tensor t, directly or through virtual layers.
+static uint32_t last_read(const fold_state *s, int32_t t) {
+    uint32_t end = 0;
+    for (uint32_t r = s->rbeg[t]; r < s->rbeg[t + 1]; r++) {
+        uint32_t li = s->rl[r], e = li;
+        if (is_virtual_read(s->f, (int32_t)li)) e = last_read(s, out0(s->p, li));
+        if (e > end) end = e;
+    }
+    return end;
+}
+
+#define POOL_ALIGN 256u
+
+// Places the relocated bases in the private pool: first fit among those whose live ranges
+// (producer .. last read) overlap. reloc[t] becomes offset + 1.
+static kiln_status place_pool(fold_state *s) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    size_t nt = p->n_tensors;
+    uint32_t *lo = kiln_cuda_calloc((nt + 1) * sizeof *lo),
+             *hi = kiln_cuda_calloc((nt + 1) * sizeof *hi);
+    if (lo == NULL || hi == NULL) {
+        kiln_cuda_free(lo, (nt + 1) * sizeof *lo);
+        kiln_cuda_free(hi, (nt + 1) * sizeof *hi);
+        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold pool)");
+    }
+    for (size_t t = 0; t < nt; t++) {
+        if (!f->reloc[t]) continue;
+        lo[t] = f->producer[t] < 0 ? 0 : (uint32_t)f->producer[t];
+        hi[t] = last_read(s, (int32_t)t);
+        f->reloc[t] = 0; // placed below (offset + 1); 0 again means "not placed yet"
+        uint64_t off = 0, size = (p->tensors[t].nbytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+        for (int moved = 1; moved;) { // first fit: bump past every live, overlapping placement
+            moved = 0;
+            for (size_t u = 0; u < t; u++) {
+                if (!f->reloc[u] || hi[u] < lo[t] || hi[t] < lo[u]) continue;
+                uint64_t uo = f->reloc[u] - 1;
+                uint64_t us = (p->tensors[u].nbytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+                if (off < uo + us && uo < off + size) {
+                    off = uo + us;
+                    moved = 1;
+                }
+            }
+        }
+        f->reloc[t] = off + 1;
+        if (off + size > f->pool_nbytes) f->pool_nbytes = off + size;
+        f->n_reloc++;
+    }
+    kiln_cuda_free(lo, (nt + 1) * sizeof *lo);
+    kiln_cuda_free(hi, (nt + 1) * sizeof *hi);
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const uint8_t *alt,
+                                int enable, kiln_cuda_fold *out) {
+    kiln_cuda_fold f;
+    fold_state s;
+    size_t nl = p->n_layers, nt = p->n_tensors;
+    kiln_status st = KILN_OK;
+    memset(&f, 0, sizeof f);
+    memset(&s, 0, sizeof s);
+    f.virt = kiln_cuda_calloc(nl + 1);
+    f.sdpa_in = kiln_cuda_calloc(nl + 1);
+    f.sdpa_out = kiln_cuda_calloc((nl + 1) * sizeof *f.sdpa_out);
+    f.sdpa_dst = kiln_cuda_calloc((nl + 1) * sizeof *f.sdpa_dst);
+    f.producer = kiln_cuda_calloc((nt + 1) * sizeof *f.producer);
+    f.reloc = kiln_cuda_calloc((nt + 1) * sizeof *f.reloc);
+    s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
+    s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
+    s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
+    s.cand = kiln_cuda_calloc(nl + 1);
+    s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
+    if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
+        f.producer == NULL || f.reloc == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL ||
+        s.cand == NULL || s.shapes == NULL) {
+        st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
+        kiln_cuda_fold_free(p, &f);
+        goto done;
+    }
+    for (size_t i = 0; i < nl; i++) f.sdpa_out[i] = f.sdpa_dst[i] = -1;
+    for (size_t i = 0; i < nt; i++) {
+        f.producer[i] = -1;
+        s.shapes[i].dtype = p->tensors[i].dtype;
+        s.shapes[i].rank = p->tensors[i].shape.rank;
+        memcpy(s.shapes[i].dims, p->tensors[i].shape.max, sizeof s.shapes[i].dims);
+    }
+    // producers (a group's tensors belong to its head) and readers
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        for (uint32_t t = 0; t <= p->layers[li].n_tail && li + t < p->n_layers; t++) {
+            const kiln_plan_layer *g = &p->layers[li + t];
+            for (uint32_t k = 0; k < g->n_outputs; k++) {
+                int32_t o = p->ids[g->output_begin + k];
+                if (o >= 0 && (uint32_t)o < nt) f.producer[o] = (int32_t)li;
+            }
+        }
+    }
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        for (uint32_t j = 0; j < l->n_inputs; j++) {
+            int32_t t = p->ids[l->input_begin + j];
+            if (t >= 0 && (uint32_t)t < nt) s.rbeg[t + 1]++;
+        }
+    }
+    for (size_t t = 0; t < nt; t++) s.rbeg[t + 1] += s.rbeg[t];
+    s.rbeg[nt + 1] = s.rbeg[nt];
+    {
+        // a cursor per tensor (rbeg stays the CSR start)
+        uint32_t *cur = kiln_cuda_calloc((nt + 1) * sizeof *cur);
+        if (cur == NULL) {
+            st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
+            kiln_cuda_fold_free(p, &f);
+            goto done;
+        }
+        memcpy(cur, s.rbeg, nt * sizeof *cur);
+        for (uint32_t li = 0; li < p->n_layers; li++) {
+            const kiln_plan_layer *l = &p->layers[li];
+            for (uint32_t j = 0; j < l->n_inputs; j++) {
+                int32_t t = p->ids[l->input_begin + j];
+                if (t < 0 || (uint32_t)t >= nt) continue;
+                s.rl[cur[t]] = li;
+                s.rj[cur[t]++] = j;
+            }
+        }
+        kiln_cuda_free(cur, (nt + 1) * sizeof *cur);
+    }
+    s.p = p;
+    s.f = &f;
+    if (enable) {
+        decide(&s, nhwc, alt);
+        st = place_pool(&s);
+        if (st != KILN_OK) {
+            kiln_cuda_fold_free(p, &f);
+            goto done;
+        }
+    }
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        if (f.virt[li] & VIRT) f.n_virtual++;
+        if (f.sdpa_out[li] >= 0) f.n_sdpa_out++;
+        if (l->op != KILN_OP_SDPA || (l->flags & KILN_LAYER_TAIL)) continue;
+        for (uint32_t j = 0; j < 3 && j < l->n_inputs; j++) {
+            int32_t t = p->ids[l->input_begin + j];
+            if (t >= 0 && is_virtual_read(&f, f.producer[t])) {
+                f.sdpa_in[li] |= (uint8_t)(1u << j);
+                f.n_sdpa_in++;
+            }
+        }
+    }
+    *out = f;
+done:
+    kiln_cuda_free(s.rbeg, (nt + 2) * sizeof *s.rbeg);
+    kiln_cuda_free(s.rl, ((size_t)p->n_ids + 1) * sizeof *s.rl);
+    kiln_cuda_free(s.rj, ((size_t)p->n_ids + 1) * sizeof *s.rj);
+    kiln_cuda_free(s.cand, nl + 1);
+    kiln_cuda_free(s.shapes, (nt + 1) * sizeof *s.shapes);
+    return st;
+}
+
+void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
+    size_t nl = p->n_layers, nt = p->n_tensors;
+    if (f == NULL) return;
+    kiln_cuda_free(f->virt, nl + 1);
+    kiln_cuda_free(f->sdpa_in, nl + 1);
+    kiln_cuda_free(f->sdpa_out, (nl + 1) * sizeof *f->sdpa_out);
+    kiln_cuda_free(f->sdpa_dst, (nl + 1) * sizeof *f->sdpa_dst);
+    kiln_cuda_free(f->producer, (nt + 1) * sizeof *f->producer);
+    kiln_cuda_free(f->reloc, (nt + 1) * sizeof *f->reloc);
+    memset(f, 0, sizeof *f);
+}

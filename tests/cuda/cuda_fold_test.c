@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend's attention view folding (src/cuda/cuda_fold.c, included here: plain C) on
+// the CPU: built transformer layers (packed QKV as the benchmark builds it, separate q/k/v
+// projections as exported BERT is), which layers run no kernel, and the strided views sdpa
+// reads and writes through, element by element against the head split/merge written out by
+// hand ([B, S, H, E] memory read as [B, H, S, E]).
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/alloc.h"
+#include "core/status.h"
+#include "cuda/cuda_fold.h"
+#include "cuda/cuda_layout.h"
+#include "kiln/kiln.h"
+#include "runtime/load.h"
+
+// The plugin's helpers, on libkiln's allocator.
+void *kiln_cuda_calloc(size_t nbytes) { return kiln_calloc(nbytes, 16); }
+void kiln_cuda_free(void *ptr, size_t nbytes) { kiln_free(ptr, nbytes); }
+kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kiln_fail(status, "%s", msg);
+}
+
+#include "../../src/cuda/cuda_fold.c"
+#include "../../src/cuda/cuda_layout.c"
+
+#define B 2
+#define S 5
+#define H 2
+#define E 8
+#define D (H * E)
+
+static float wbuf[3 * D * D];
+
+static int32_t constant(kiln_graph *g, uint32_t rank, const int64_t *dims) {
+    int64_t n = 1;
+    int32_t v = -1;
+    for (uint32_t i = 0; i < rank; i++) n *= dims[i];
+    for (int64_t i = 0; i < n; i++) wbuf[i] = (float)check_rng_uniform(-0.2, 0.2);
+    CHECK(kiln_graph_add_constant(g, NULL, KILN_DTYPE_F32, rank, dims, wbuf,
+                                  (size_t)n * sizeof(float), &v) == KILN_OK);
+    return v;
+}
+
+static int32_t node(kiln_graph *g, uint32_t op, const int32_t *ins, uint32_t n, const kiln_attr *a,
+                    uint32_t na) {
+    int32_t v = -1;
+    CHECK(kiln_graph_add_node(g, op, ins, n, a, na, &v, 1) == KILN_OK);
+    return v;
+}
+
+static int32_t linear(kiln_graph *g, int32_t x, int64_t in, int64_t out) {
+    int64_t wd[2] = {out, in}, bd[1] = {out};
+    int32_t ins[3] = {x, constant(g, 2, wd), constant(g, 1, bd)};
+    return node(g, KILN_OP_LINEAR, ins, 3, NULL, 0);
+}
+
+static int32_t permute(kiln_graph *g, int32_t x, const int64_t *dims, uint32_t n) {
+    kiln_attr a = {"dims", dims, NULL, n};
+    return node(g, KILN_OP_PERMUTE, &x, 1, &a, 1);
+}
+
+static int32_t reshape(kiln_graph *g, int32_t x, const int64_t *shape, uint32_t n) {
+    kiln_attr a = {"shape", shape, NULL, n};
+    return node(g, KILN_OP_RESHAPE, &x, 1, &a, 1);
+}
+
+static int load(kiln_graph *g, kiln_plan *plan) {
+    kiln_build_options o;
+    kiln_built *b = NULL;
+    const void *bytes;
+    size_t n;
+    kiln_build_options_init(&o);
+    o.precision = KILN_PRECISION_FP16;
+    int ok = kiln_build(g, &o, &b) == KILN_OK && kiln_built_engine(b, &bytes, &n) == KILN_OK &&
+             kiln_load_plan(bytes, n, plan) == KILN_OK;
+    if (!ok) fprintf(stderr, "build/load failed: %s\n", kiln_last_error());
+    kiln_built_free(b);
+    kiln_graph_free(g);
+    return ok;
+}
+
+static uint32_t find_head(const kiln_plan *p, uint32_t op, uint32_t from) {
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        if (li >= from && p->layers[li].op == op) return li;
+    }
+    return UINT32_MAX;
+}
+
+static uint32_t count_virtual(const kiln_plan *p, const kiln_cuda_fold *f, uint32_t op) {
+    uint32_t n = 0;
+    for (uint32_t li = 0; li < p->n_layers; li++) n += f->virt[li] != 0 && p->layers[li].op == op;
+    return n;
+}
+
+// Host "device" memory: one buffer per tensor (the views' data), so a view's element offset is
+// checked against the base tensor's layout written out by hand.
+static uint16_t *mem[64];
+
+static void bind_views(const kiln_plan *p, kiln_tensor *views) {
+    CHECK(p->n_tensors <= 64);
+    for (uint32_t i = 0; i < p->n_tensors && i < 64; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        int64_t n = 1;
+        views[i].dtype = t->dtype;
+        views[i].rank = t->shape.rank;
+        memcpy(views[i].dims, t->shape.max, sizeof views[i].dims);
+        for (uint32_t d = 0; d < t->shape.rank; d++) n *= t->shape.max[d];
+        mem[i] = kiln_calloc((size_t)(n > 0 ? n : 1), sizeof(uint16_t));
+        views[i].data = mem[i];
+    }
+}
+
+static void unbind(const kiln_plan *p, kiln_tensor *views) {
+    for (uint32_t i = 0; i < p->n_tensors && i < 64; i++) {
+        int64_t n = 1;
+        for (uint32_t d = 0; d < views[i].rank; d++) n *= p->tensors[i].shape.max[d];
+        kiln_free(mem[i], (size_t)(n > 0 ? n : 1) * sizeof(uint16_t));
+        mem[i] = NULL;
+    }
+}
+
+// Element offset of view element [b, h, s, e] relative to tensor `base`.
+static int64_t at(const kiln_cuda_strided *v, int32_t base, int64_t b, int64_t h, int64_t s,
+                  int64_t e) {
+    int64_t o = b * v->str[0] + h * v->str[1] + s * v->str[2] + e * v->str[3];
+    return ((const uint16_t *)v->data - mem[base]) + o;
+}
+
+// Checks sdpa li's q/k/v views against bases[j] read as [B, S, width] with head h of operand j
+// at column col0[j] + h * E; and its output view against W [B, L, H, E] when redirected.
+static void check_views(const kiln_plan *p, const kiln_cuda_fold *f, kiln_tensor *views,
+                        uint32_t li, const int32_t *bases, const int64_t *col0, int64_t width) {
+    int bad = 0;
+    for (uint32_t j = 0; j < 3; j++) {
+        kiln_cuda_strided v;
+        if (!(f->sdpa_in[li] & (1u << j))) continue;
+        kiln_cuda_fold_view(p, f, views, p->ids[p->layers[li].input_begin + j], &v);
+        CHECK(v.rank == 4 && v.dims[0] == B && v.dims[1] == H && v.dims[2] == S && v.dims[3] == E);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t s = 0; s < S; s++)
+                    for (int64_t e = 0; e < E; e++) {
+                        int64_t want = (b * S + s) * width + col0[j] + h * E + e;
+                        bad += at(&v, bases[j], b, h, s, e) != want;
+                    }
+    }
+    if (f->sdpa_out[li] >= 0) {
+        kiln_cuda_strided v;
+        int32_t w = f->sdpa_dst[li];
+        kiln_cuda_fold_out_view(p, f, views, li, &v);
+        CHECK(v.rank == 4 && v.dims[1] == H && v.dims[2] == S && v.str[3] == 1);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t l = 0; l < S; l++)
+                    for (int64_t e = 0; e < E; e++) {
+                        bad += at(&v, w, b, h, l, e) != ((b * S + l) * H + h) * E + e;
+                    }
+    }
+    CHECK_MSG(bad == 0, "%d view elements at the wrong offset", bad);
+}
+
+// Every folded base is not overwritten before its sdpa (checked independently of the pass's own
+// walk): a base left in the arena overlaps no tensor written by a layer that runs in between; a
+// base moved to the private pool (all live at once here) overlaps no other one there.
+static void check_lifetimes(const kiln_plan *p, const kiln_cuda_fold *f, uint32_t sdpa,
+                            const int32_t *bases, uint32_t n_bases) {
+    for (uint32_t j = 0; j < n_bases; j++) {
+        const kiln_plan_tensor *x = &p->tensors[bases[j]];
+        if (!(f->sdpa_in[sdpa] & (1u << j))) continue;
+        if (f->reloc[bases[j]]) {
+            uint64_t xo = f->reloc[bases[j]] - 1;
+            CHECK(xo + x->nbytes <= f->pool_nbytes && xo % 256 == 0);
+            for (uint32_t k = 0; k < n_bases; k++) {
+                const kiln_plan_tensor *y = &p->tensors[bases[k]];
+                uint64_t yo = f->reloc[bases[k]] - 1;
+                if (bases[k] == bases[j] || !f->reloc[bases[k]]) continue;
+                CHECK_MSG(xo >= yo + y->nbytes || yo >= xo + x->nbytes,
+                          "bases %d and %d share pool memory", bases[j], bases[k]);
+            }
+            continue;
+        }
+        for (uint32_t li = (uint32_t)f->producer[bases[j]] + 1; li <= sdpa; li++) {
+            if (f->virt[li]) continue;
+            int32_t o = f->sdpa_out[li] >= 0 ? f->sdpa_dst[li] : p->ids[p->layers[li].output_begin];
+            const kiln_plan_tensor *y = &p->tensors[o];
+            if (o == bases[j] || y->kind != KILN_TENSOR_ACTIVATION || f->reloc[o]) continue;
+            CHECK_MSG(x->offset >= y->offset + y->nbytes || y->offset >= x->offset + x->nbytes,
+                      "layer %u overwrites the folded base %d before sdpa %u", li, bases[j], sdpa);
+        }
+    }
+}
+
+// Packed QKV, as kiln_cuda_bench builds it: linear -> reshape [B, S, 3, H, E] -> permute
+// (2, 0, 3, 1, 4) -> select 0/1/2 -> sdpa -> permute (0, 2, 1, 3) -> reshape -> linear + x.
+static void packed(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    int64_t dims[3] = {B, S, D}, split[5] = {B, S, 3, H, E}, perm[5] = {2, 0, 3, 1, 4};
+    int64_t back[4] = {0, 2, 1, 3}, merge[3] = {B, S, D}, zero = 0;
+    int32_t x = -1, parts[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    int32_t qkv = permute(g, reshape(g, linear(g, x, D, 3 * D), split, 5), perm, 5);
+    for (int64_t i = 0; i < 3; i++) {
+        int64_t idx = i;
+        kiln_attr sa[2] = {{"dim", &zero, NULL, 1}, {"index", &idx, NULL, 1}};
+        parts[i] = node(g, KILN_OP_SELECT, &qkv, 1, sa, 2);
+    }
+    int32_t att =
+        reshape(g, permute(g, node(g, KILN_OP_SDPA, parts, 3, NULL, 0), back, 4), merge, 3);
+    int32_t two[2] = {linear(g, att, D, D), x};
+    CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_ADD, two, 2, NULL, 0), "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    // disabled: every layer runs
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 0, &f) == KILN_OK);
+    CHECK(f.n_virtual == 0 && f.n_sdpa_in == 0 && f.n_sdpa_out == 0);
+    kiln_cuda_fold_free(&p, &f);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), lin = find_head(&p, KILN_OP_LINEAR, 0);
+    CHECK(sdpa != UINT32_MAX && lin != UINT32_MAX);
+    if (sdpa != UINT32_MAX && lin != UINT32_MAX) {
+        int32_t x3 = kiln_cuda_group_output(&p, lin);
+        int32_t bases[3] = {x3, x3, x3};
+        int64_t col0[3] = {0, D, 2 * D};
+        fprintf(stderr,
+                "packed: %u virtual, sdpa operands %u, outputs %u, pool %u tensors %llu bytes\n",
+                f.n_virtual, f.n_sdpa_in, f.n_sdpa_out, f.n_reloc,
+                (unsigned long long)f.pool_nbytes);
+        // reshape, permute, 3 selects on the way in; the merge permute on the way out
+        CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SELECT), 3);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), 2);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_RESHAPE), 2); // split and merge
+        CHECK(f.sdpa_out[sdpa] > (int32_t)sdpa);
+        CHECK_EQ_INT(f.n_virtual, 7);
+        CHECK(f.sdpa_dst[sdpa] >= 0 &&
+              p.layers[f.producer[f.sdpa_dst[sdpa]]].op == KILN_OP_RESHAPE);
+        bind_views(&p, views);
+        check_views(&p, &f, views, sdpa, bases, col0, 3 * D);
+        check_lifetimes(&p, &f, sdpa, bases, 1);
+        unbind(&p, views);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
+// Separate projections (exported BERT): q, k, v = linear -> reshape [B, S, H, E] -> permute
+// (0, 2, 1, 3); sdpa -> permute (0, 2, 1, 3) -> reshape -> linear. With k_out, k's permuted
+// tensor is also an engine output: that permute runs (its output is materialized).
+static void separate(int k_out) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    int64_t dims[3] = {B, S, D}, split[4] = {B, S, H, E}, swap[4] = {0, 2, 1, 3};
+    int64_t merge[3] = {B, S, D};
+    int32_t x = -1, qkv[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    for (int i = 0; i < 3; i++) {
+        qkv[i] = permute(g, reshape(g, linear(g, x, D, D), split, 4), swap, 4);
+    }
+    int32_t att = node(g, KILN_OP_SDPA, qkv, 3, NULL, 0);
+    att = linear(g, reshape(g, permute(g, att, swap, 4), merge, 3), D, D);
+    CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
+    if (k_out) CHECK(kiln_graph_mark_output(g, qkv[1], "k") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), l0 = find_head(&p, KILN_OP_LINEAR, 0);
+    uint32_t l1 = find_head(&p, KILN_OP_LINEAR, l0 + 1);
+    uint32_t l2 = l1 == UINT32_MAX ? l1 : find_head(&p, KILN_OP_LINEAR, l1 + 1);
+    CHECK(sdpa != UINT32_MAX && l2 != UINT32_MAX);
+    if (sdpa != UINT32_MAX && l2 != UINT32_MAX) {
+        int32_t bases[3] = {kiln_cuda_group_output(&p, l0), kiln_cuda_group_output(&p, l1),
+                            kiln_cuda_group_output(&p, l2)};
+        int64_t col0[3] = {0, 0, 0};
+        fprintf(stderr, "separate%s: %u virtual, sdpa operands %u (mask %u), outputs %u, pool %u\n",
+                k_out ? " (k an output)" : "", f.n_virtual, f.n_sdpa_in, f.sdpa_in[sdpa],
+                f.n_sdpa_out, f.n_reloc);
+        CHECK_EQ_INT(f.sdpa_in[sdpa], k_out ? 5 : 7);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), k_out ? 3 : 4);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_RESHAPE), k_out ? 3 : 4);
+        CHECK(f.sdpa_out[sdpa] > (int32_t)sdpa);
+        bind_views(&p, views);
+        check_views(&p, &f, views, sdpa, bases, col0, D);
+        check_lifetimes(&p, &f, sdpa, bases, 3);
+        unbind(&p, views);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
+// k reaches the sdpa as permute (0, 2, 3, 1) of [1, 8, 2, 8] (S = E = 8: k^T as k): its view
+// would have E not innermost, so that chain is not folded (q and v still are).
+static void transposed_k(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t dims[3] = {1, 8, 16}, split[4] = {1, 8, 2, 8}, swap[4] = {0, 2, 1, 3};
+    int64_t to_es[4] = {0, 2, 3, 1};
+    int32_t x = -1, qkv[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    for (int i = 0; i < 3; i++) {
+        int32_t h = reshape(g, linear(g, x, 16, 16), split, 4);
+        qkv[i] = permute(g, h, i == 1 ? to_es : swap, 4);
+    }
+    CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SDPA, qkv, 3, NULL, 0), "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0);
+    CHECK(sdpa != UINT32_MAX);
+    if (sdpa != UINT32_MAX) CHECK_EQ_INT(f.sdpa_in[sdpa], 5);
+    CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), 2);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
+int main(void) {
+    check_rng_seed();
+    packed();
+    separate(0);
+    separate(1);
+    transposed_k();
+    return check_summary();
+}
