@@ -183,7 +183,7 @@ struct MethodState {
     std::vector<uint8_t> output_is_tensor;
     std::vector<uint8_t> output_planned;
     std::vector<uint8_t> output_bound;
-    std::vector<uint8_t> output_memory; // kiln_memory of the caller's buffer per output
+    std::vector<uint8_t> output_memory;    // kiln_memory of the caller's buffer per output
     std::vector<TensorPtr> input_tensors;  // the caller's data, wrapped (kept until re-bound)
     std::vector<TensorPtr> output_tensors; // caller output buffers, wrapped
     std::vector<EValue> outputs;           // of the last successful execute
