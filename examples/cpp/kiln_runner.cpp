@@ -6,14 +6,16 @@
 //   kiln_runner --model m.pte [--data m.ptd]... [--method forward] [--inputs in.bin]
 //               [--expected out.bin [--tolerance 1e-4]] [--iterations 10 --warmup 2]
 //               [--device-io] [--option NAME=VALUE]... [--save-outputs out.bin] [--mmap]
-//               [--seed N]
+//               [--seed N] [--caller-stream]
 //
 // Inputs come from --inputs (Kiln's tensor file format: examples/cpp/kiln_tensors.py) or are
 // random at the exported shapes. --expected compares every output elementwise:
 // |out - expected| <= tol + tol * |expected| (exact for integer and bool outputs).
 // --device-io binds inputs and outputs in CUDA memory (libcudart is opened at run time; the
 // program must be exported with alloc_graph_input/output=False: export_for_runner.py
-// --device-io). Latency is per execute (inputs are bound before each one, outside the timing).
+// --device-io). --caller-stream creates a CUDA stream (non-blocking) and hands it to Kiln with
+// kiln_set_thread_stream, so the delegate's work runs on the caller's stream. Latency is per
+// execute (inputs are bound before each one, outside the timing).
 // Exit status: 0 ok, 1 a failure or a mismatch, 2 bad usage.
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor_ptr.h>
@@ -226,10 +228,15 @@ struct Cuda {
     int (*free_)(void *) = nullptr;
     int (*memcpy_)(void *, const void *, size_t, int) = nullptr;
     int (*synchronize)() = nullptr;
+    int (*stream_create)(void **, unsigned) = nullptr;
+    int (*stream_synchronize)(void *) = nullptr;
+    int (*stream_destroy)(void *) = nullptr;
     const char *(*error_string)(int) = nullptr;
     static constexpr int kHostToDevice = 1, kDeviceToHost = 2;
+    static constexpr unsigned kStreamNonBlocking = 1;
 
-    void open() {
+    void open(const char *why) {
+        if (lib != nullptr) return;
         const char *env = std::getenv("KILN_CUDART");
         const char *names[] = {env, "libcudart.so.13", "libcudart.so.12", "libcudart.so"};
         std::string tried;
@@ -240,7 +247,7 @@ struct Cuda {
             tried += std::string(tried.empty() ? "" : ", ") + n;
         }
         if (lib == nullptr) {
-            die("--device-io needs the CUDA runtime; none of " + tried +
+            die(std::string(why) + " needs the CUDA runtime; none of " + tried +
                 " could be opened (set LD_LIBRARY_PATH to the directory holding libcudart, or "
                 "KILN_CUDART to its path)");
         }
@@ -250,8 +257,14 @@ struct Cuda {
             reinterpret_cast<int (*)(void *, const void *, size_t, int)>(dlsym(lib, "cudaMemcpy"));
         synchronize = reinterpret_cast<int (*)()>(dlsym(lib, "cudaDeviceSynchronize"));
         error_string = reinterpret_cast<const char *(*)(int)>(dlsym(lib, "cudaGetErrorString"));
-        if (!malloc_ || !free_ || !memcpy_ || !synchronize || !error_string) {
-            die("the CUDA runtime library lacks cudaMalloc/cudaFree/cudaMemcpy");
+        stream_create =
+            reinterpret_cast<int (*)(void **, unsigned)>(dlsym(lib, "cudaStreamCreateWithFlags"));
+        stream_synchronize = reinterpret_cast<int (*)(void *)>(dlsym(lib, "cudaStreamSynchronize"));
+        stream_destroy = reinterpret_cast<int (*)(void *)>(dlsym(lib, "cudaStreamDestroy"));
+        if (!malloc_ || !free_ || !memcpy_ || !synchronize || !error_string || !stream_create ||
+            !stream_synchronize || !stream_destroy) {
+            die("the CUDA runtime library lacks cudaMalloc/cudaFree/cudaMemcpy/"
+                "cudaStreamCreateWithFlags/cudaStreamSynchronize/cudaStreamDestroy");
         }
     }
     void check(int rc, const char *what) const {
@@ -272,7 +285,7 @@ struct Args {
     std::vector<std::pair<std::string, std::string>> options;
     double tolerance = 1e-4;
     int iterations = 10, warmup = 2;
-    bool device_io = false, mmap = false;
+    bool device_io = false, mmap = false, caller_stream = false;
     unsigned seed = 0;
 };
 
@@ -281,7 +294,7 @@ void usage(const char *argv0) {
                  "usage: %s --model m.pte [--data m.ptd]... [--method forward] [--inputs in.bin]\n"
                  "       [--expected out.bin [--tolerance 1e-4]] [--iterations 10] [--warmup 2]\n"
                  "       [--device-io] [--option NAME=VALUE]... [--save-outputs out.bin] [--mmap]\n"
-                 "       [--seed N]\n",
+                 "       [--seed N] [--caller-stream]\n",
                  argv0);
     std::exit(2);
 }
@@ -331,6 +344,8 @@ Args parse(int argc, char **argv) {
             a.device_io = true;
         else if (k == "--mmap")
             a.mmap = true;
+        else if (k == "--caller-stream")
+            a.caller_stream = true;
         else if (k == "--option") {
             std::string v = value();
             size_t eq = v.find('=');
@@ -501,7 +516,19 @@ int main(int argc, char **argv) {
         }
     }
     Cuda cuda;
-    if (args.device_io) cuda.open();
+    if (args.device_io) cuda.open("--device-io");
+    void *caller_stream = nullptr;
+    if (args.caller_stream) {
+        // The caller's stream reaches the delegate through Kiln's per-thread stream (the CPU
+        // executorch build has no CallerStreamGuard); ignored when the engine runs on the CPU.
+        cuda.open("--caller-stream");
+        cuda.check(cuda.stream_create(&caller_stream, Cuda::kStreamNonBlocking),
+                   "cudaStreamCreateWithFlags");
+        if (kiln_set_thread_stream(caller_stream) != KILN_OK) {
+            die(std::string("kiln_set_thread_stream failed: ") + kiln_last_error());
+        }
+    }
+    std::printf("kiln_runner: caller stream: %s\n", caller_stream != nullptr ? "yes" : "no");
     std::vector<TensorPtr> in_tensors;
     std::vector<void *> device_buffers;
     for (size_t i = 0; i < inputs.size(); i++) {
@@ -596,6 +623,11 @@ int main(int argc, char **argv) {
         if (it + 1 == args.warmup + args.iterations) outputs = std::move(r.get());
     }
 
+    if (caller_stream != nullptr) {
+        // Execute returned with the work finished; this only proves the stream is still usable.
+        cuda.check(cuda.stream_synchronize(caller_stream), "cudaStreamSynchronize (caller stream)");
+    }
+
     // Outputs back on the host.
     for (size_t o = 0; o < outputs.size() && o < host_out.size(); o++) {
         if (!outputs[o].isTensor()) die("output " + std::to_string(o) + " is not a tensor");
@@ -678,5 +710,9 @@ int main(int argc, char **argv) {
     std::printf("kiln_runner: %s median_ms=%.4f\n", status == 0 ? "OK" : "FAILED", median);
 
     for (void *p : device_buffers) cuda.free_(p);
+    if (caller_stream != nullptr) {
+        kiln_set_thread_stream(nullptr);
+        cuda.check(cuda.stream_destroy(caller_stream), "cudaStreamDestroy");
+    }
     return status;
 }

@@ -85,6 +85,14 @@ KILN_API kiln_status kiln_context_set_output(kiln_context *context, uint32_t ind
 // Sets the CUDA stream (a cudaStream_t) to run on; NULL selects the engine's own stream.
 // Ignored on the CPU.
 KILN_API kiln_status kiln_context_set_stream(kiln_context *context, void *stream);
+// Sets the calling thread's CUDA stream (a cudaStream_t): kiln_context_execute called from this
+// thread runs on it unless the context has its own stream (kiln_context_set_stream). NULL
+// clears it. Per thread, so it reaches Kiln through callers that never see a kiln_context (the
+// ExecuTorch delegate). The stream must belong to the engine's device; execute still returns
+// with the work finished. Ignored on the CPU.
+KILN_API kiln_status kiln_set_thread_stream(void *stream);
+// The calling thread's stream set by kiln_set_thread_stream, or NULL.
+KILN_API void *kiln_thread_stream(void);
 // Computes every output's shape from the bound input shapes without running anything, so a
 // caller can size or resize its output buffers first (kiln_context_output_shape is valid after).
 KILN_API kiln_status kiln_context_infer_shapes(kiln_context *context);

@@ -423,6 +423,16 @@ kiln_status kiln_context_set_output(kiln_context *context, uint32_t index, void 
     return KILN_OK;
 }
 
+// The per-thread stream of kiln_set_thread_stream (consulted by execute after the context's).
+static _Thread_local void *thread_stream;
+
+kiln_status kiln_set_thread_stream(void *stream) {
+    thread_stream = stream;
+    return KILN_OK;
+}
+
+void *kiln_thread_stream(void) { return thread_stream; }
+
 kiln_status kiln_context_set_stream(kiln_context *context, void *stream) {
     KILN_CHECK(context != NULL, KILN_ERR_INVALID_ARG, "kiln_context_set_stream: context is NULL");
     KILN_TRY(acquire(context, "kiln_context_set_stream"));
@@ -541,7 +551,7 @@ static kiln_status execute_locked(kiln_context *c) {
     exec.plan = p;
     exec.tensors = c->tensors;
     exec.shapes_changed = c->shapes_changed;
-    exec.stream = c->stream;
+    exec.stream = c->stream != NULL ? c->stream : thread_stream; // NULL: the engine's own
     KILN_TRY(c->engine->backend->execute(c->backend_state, &exec));
     c->shapes_changed = 0;
     return KILN_OK;

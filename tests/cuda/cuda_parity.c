@@ -4,7 +4,8 @@
 // (kiln_cpu_run) and by the CUDA plugin (plugin->run_op on device copies), compared with
 // per-dtype tolerances; then end-to-end through the public API (device "cuda:0" against "cpu"
 // on built graphs): host and device-resident I/O, CUDA-graph record and replay, re-recording
-// after a shape change and after a pointer change, the caller's stream, graphs off.
+// after a shape change and after a pointer change, the caller's stream (the context's and the
+// thread's: kiln_set_thread_stream, ordered after the caller's pending work), graphs off.
 //
 //   kiln_cuda_parity [--ops] [--e2e] [--quick] [--dry] [--filter SUBSTRING]
 //     --ops / --e2e   run only that part (default: both)
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "core/dtype.h"
@@ -1792,10 +1794,50 @@ static void e2e_model_dry(model *m) {
     kiln_engine_free(e);
 }
 
+// A host callback that holds its stream for ~50 ms (busy-waits: no CUDA calls allowed in it).
+static void CUDART_CB hold_stream(void *ud) {
+    (void)ud;
+    clock_t end = clock() + CLOCKS_PER_SEC / 20;
+    while (clock() < end) {
+    }
+}
+
+// Kiln on the thread's stream, ordered after the caller's pending work there: the new input
+// values reach device set 0 only after a ~50 ms hold on the thread stream, and execute is called
+// without any synchronization; only an engine that runs on that stream sees the new values (on
+// its own stream it would read the previous ones and the comparison fails).
+static kiln_status ordered_thread_stream_run(kiln_context *c, io *b, cudaStream_t s) {
+    void *pinned[E2E_MAX_IO] = {NULL}; // pinned, so the async copy really waits on the stream
+    kiln_status st = KILN_ERR_DEVICE;
+    if (!cuda_ok(cudaLaunchHostFunc(s, hold_stream, NULL), "cudaLaunchHostFunc")) goto out;
+    for (uint32_t i = 0; i < b->n_in; i++) {
+        size_t n = io_in_nbytes(b, i);
+        if (!cuda_ok(cudaMallocHost(&pinned[i], n ? n : 1), "cudaMallocHost")) goto out;
+        memcpy(pinned[i], b->in[i], n);
+        if (!cuda_ok(cudaMemcpyAsync(b->din[0][i], pinned[i], n, cudaMemcpyHostToDevice, s),
+                     "H2D (async, thread stream)")) {
+            goto out;
+        }
+        st = kiln_context_set_input(c, i, b->in_info[i].rank, b->dims[i], b->din[0][i]);
+        if (st != KILN_OK) goto out;
+    }
+    for (uint32_t i = 0; i < b->n_out; i++) {
+        st = kiln_context_set_output(c, i, b->dout[0][i], (size_t)b->out_info[i].max_nbytes);
+        if (st != KILN_OK) goto out;
+    }
+    st = kiln_context_execute(c);
+out:
+    cudaStreamSynchronize(s); // the copies are done before their pinned sources are freed
+    for (uint32_t i = 0; i < b->n_in; i++) {
+        if (pinned[i] != NULL) cudaFreeHost(pinned[i]);
+    }
+    return st;
+}
+
 static void e2e_model(model *m) {
     kiln_engine *cpu_e = NULL, *gpu_e = NULL, *nog_e = NULL;
-    kiln_context *cpu = NULL, *ctx = NULL, *ctx2 = NULL, *ctx3 = NULL, *nog = NULL;
-    cudaStream_t stream = NULL;
+    kiln_context *cpu = NULL, *ctx = NULL, *ctx2 = NULL, *ctx3 = NULL, *ctx4 = NULL, *nog = NULL;
+    cudaStream_t stream = NULL, tstream = NULL;
     io b;
     char what[128], name[256];
     int ok = 1;
@@ -1806,7 +1848,8 @@ static void e2e_model(model *m) {
          load(m, "cuda:0", 0, &nog_e) == KILN_OK;
     ok = ok && kiln_context_new(cpu_e, &cpu) == KILN_OK &&
          kiln_context_new(gpu_e, &ctx) == KILN_OK && kiln_context_new(gpu_e, &ctx2) == KILN_OK &&
-         kiln_context_new(gpu_e, &ctx3) == KILN_OK && kiln_context_new(nog_e, &nog) == KILN_OK;
+         kiln_context_new(gpu_e, &ctx3) == KILN_OK && kiln_context_new(gpu_e, &ctx4) == KILN_OK &&
+         kiln_context_new(nog_e, &nog) == KILN_OK;
     report(ok, name, NULL, ok ? kiln_engine_device(gpu_e) : kiln_last_error());
     if (!ok) goto done;
     snprintf(name, sizeof name, "e2e %s: engine device", m->name);
@@ -1889,6 +1932,26 @@ static void e2e_model(model *m) {
         io_check(m, what, ctx3, &b, 1, 1, bind_run(ctx3, &b, 1, 1, 1));
     }
 
+    // 3b. the thread's stream (kiln_set_thread_stream, as the ExecuTorch delegate gets it): a
+    // context without its own stream runs on it; host and device I/O, then stream ordering.
+    if (!cuda_ok(cudaStreamCreateWithFlags(&tstream, cudaStreamNonBlocking), "cudaStreamCreate")) {
+        goto done;
+    }
+    kiln_set_thread_stream(tstream);
+    for (int r = 0; r < 3; r++) {
+        snprintf(what, sizeof what, "thread stream, host I/O, run %d", r + 1);
+        io_check(m, what, ctx4, &b, 0, 0, bind_run(ctx4, &b, 0, 0, 0));
+    }
+    for (int r = 0; r < 2; r++) {
+        snprintf(what, sizeof what, "thread stream, device I/O, run %d", r + 1);
+        io_check(m, what, ctx4, &b, 1, 0, bind_run(ctx4, &b, 1, 1, 0));
+    }
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done; // the CPU engine ignores the thread stream
+    io_check(m, "thread stream, ordered after the caller's pending copy", ctx4, &b, 1, 0,
+             ordered_thread_stream_run(ctx4, &b, tstream));
+    kiln_set_thread_stream(NULL);
+
     // 4. graphs off.
     for (int r = 0; r < 2; r++) {
         snprintf(what, sizeof what, "use_cuda_graphs=false, run %d", r + 1);
@@ -1899,16 +1962,19 @@ static void e2e_model(model *m) {
     io_check(m, "first context again", ctx, &b, 0, 0, bind_run(ctx, &b, 0, 0, 0));
 
 done:
+    kiln_set_thread_stream(NULL);
     io_free(&b);
     kiln_context_free(cpu);
     kiln_context_free(ctx);
     kiln_context_free(ctx2);
     kiln_context_free(ctx3);
+    kiln_context_free(ctx4);
     kiln_context_free(nog);
     kiln_engine_free(cpu_e);
     kiln_engine_free(gpu_e);
     kiln_engine_free(nog_e);
     if (stream != NULL) cudaStreamDestroy(stream);
+    if (tstream != NULL) cudaStreamDestroy(tstream);
 }
 
 static void run_e2e(void) {
