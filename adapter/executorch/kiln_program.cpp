@@ -249,6 +249,21 @@ kiln_status find_method(const kiln_program *p, const char *method, size_t *out) 
                 p->path.c_str(), name, method_list(p).c_str());
 }
 
+// Finds a method and reads its metadata (the common start of the metadata queries).
+kiln_status method_meta_of(const kiln_program *p, const char *method,
+                           std::optional<MethodMeta> *out) {
+    size_t mi;
+    kiln_status st = find_method(p, method, &mi);
+    if (st != KILN_OK) return st;
+    Result<MethodMeta> meta = p->module->program()->method_meta(p->methods[mi].name.c_str());
+    if (!meta.ok()) {
+        return fail(from_et(meta.error()), "the metadata of method '%s' is unreadable",
+                    p->methods[mi].name.c_str());
+    }
+    out->emplace(meta.get());
+    return KILN_OK;
+}
+
 kiln_status method_meta(const kiln_program *p, const MethodState &m,
                         std::optional<MethodMeta> *out) {
     Result<MethodMeta> meta = p->module->program()->method_meta(m.name.c_str());
@@ -820,16 +835,10 @@ KILN_API kiln_status kiln_program_method_uses_kiln(const kiln_program *program, 
             return fail(KILN_ERR_INVALID_ARG,
                         "kiln_program_method_uses_kiln: program or out is NULL");
         }
-        size_t mi;
-        kiln_status st = find_method(program, method, &mi);
+        std::optional<MethodMeta> meta;
+        kiln_status st = method_meta_of(program, method, &meta);
         if (st != KILN_OK) return st;
-        Result<MethodMeta> meta =
-            program->module->program()->method_meta(program->methods[mi].name.c_str());
-        if (!meta.ok()) {
-            return fail(from_et(meta.error()), "the metadata of method '%s' is unreadable",
-                        program->methods[mi].name.c_str());
-        }
-        *out_uses_kiln = meta.get().uses_backend(kBackendName) ? 1 : 0;
+        *out_uses_kiln = meta->uses_backend(kBackendName) ? 1 : 0;
         return KILN_OK;
     });
 }
@@ -840,13 +849,10 @@ KILN_API kiln_status kiln_program_n_inputs(const kiln_program *program, const ch
         if (program == nullptr || out_count == nullptr) {
             return fail(KILN_ERR_INVALID_ARG, "kiln_program_n_inputs: program or out is NULL");
         }
-        size_t mi;
-        kiln_status st = find_method(program, method, &mi);
+        std::optional<MethodMeta> meta;
+        kiln_status st = method_meta_of(program, method, &meta);
         if (st != KILN_OK) return st;
-        Result<MethodMeta> meta =
-            program->module->program()->method_meta(program->methods[mi].name.c_str());
-        if (!meta.ok()) return fail(from_et(meta.error()), "method metadata is unreadable");
-        *out_count = static_cast<uint32_t>(meta.get().num_inputs());
+        *out_count = static_cast<uint32_t>(meta->num_inputs());
         return KILN_OK;
     });
 }
@@ -857,13 +863,10 @@ KILN_API kiln_status kiln_program_n_outputs(const kiln_program *program, const c
         if (program == nullptr || out_count == nullptr) {
             return fail(KILN_ERR_INVALID_ARG, "kiln_program_n_outputs: program or out is NULL");
         }
-        size_t mi;
-        kiln_status st = find_method(program, method, &mi);
+        std::optional<MethodMeta> meta;
+        kiln_status st = method_meta_of(program, method, &meta);
         if (st != KILN_OK) return st;
-        Result<MethodMeta> meta =
-            program->module->program()->method_meta(program->methods[mi].name.c_str());
-        if (!meta.ok()) return fail(from_et(meta.error()), "method metadata is unreadable");
-        *out_count = static_cast<uint32_t>(meta.get().num_outputs());
+        *out_count = static_cast<uint32_t>(meta->num_outputs());
         return KILN_OK;
     });
 }
