@@ -42,6 +42,7 @@ typedef struct cuda_engine {
     int device;
     int use_graphs;
     int debug_sync;      // KILN_CUDA_DEBUG_SYNC: graphs off, synchronize after every layer
+    int profile;         // KILN_CUDA_PROFILE: graphs off, per-layer GPU times (logged at free)
     int no_tc_attention; // KILN_CUDA_NO_TC_ATTENTION: sdpa on the fp32-FMA kernel only
     int sm_count;
     void *weights; // device, owned
@@ -81,6 +82,13 @@ typedef struct cuda_context {
     uint64_t graph_instantiations, graph_updates; // counters (DEBUG log)
     int failed;
     char fail_msg[512];
+    // KILN_CUDA_PROFILE: an event before and after each launched layer
+    cudaEvent_t *prof_ev; // 2 * n_layers (created at context init)
+    uint32_t *prof_layer; // n_layers: the plan layer of the k-th launched layer
+    double *prof_us;      // n_layers: accumulated GPU microseconds per plan layer
+    uint32_t prof_n;      // layers launched by the last run_layers
+    uint64_t prof_runs;
+    uint32_t prof_warm; // executes seen before counting (module loading, first-use set-up)
 } cuda_context;
 
 // --- small helpers
@@ -301,7 +309,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     e->device = device;
     e->debug_sync = env_flag("KILN_CUDA_DEBUG_SYNC");
     e->no_tc_attention = env_flag("KILN_CUDA_NO_TC_ATTENTION");
-    e->use_graphs = options->use_cuda_graphs != 0 && !e->debug_sync;
+    e->profile = env_flag("KILN_CUDA_PROFILE");
+    e->use_graphs = options->use_cuda_graphs != 0 && !e->debug_sync && !e->profile;
     e->sm_count = prop.multiProcessorCount;
     e->weight_offsets = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *e->weight_offsets);
     if (e->weight_offsets == NULL) {
@@ -382,6 +391,42 @@ fail:
 
 // --- context
 
+// KILN_CUDA_PROFILE: each launched layer's mean GPU time over the profiled executes, at INFO.
+// A short delay kernel ahead of each layer lets the host queue the layer (and its events) before
+// the GPU reaches it, so the time between a layer's two events is GPU time, not launch latency.
+static void profile_log(const cuda_context *c) {
+    const kiln_plan *p = c->engine->plan;
+    double total = 0;
+    for (uint32_t li = 0; li < p->n_layers; li++) total += c->prof_us[li];
+    kiln_cuda_log(KILN_LOG_INFO,
+                  "CUDA profile: %llu executes (after 2 uncounted), %.2f us of GPU time per "
+                  "execute (graphs off; each layer timed alone behind a delay kernel)",
+                  (unsigned long long)c->prof_runs, total / (double)c->prof_runs);
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        const kiln_plan_layer *l = &p->layers[li];
+        char tail[96] = "";
+        size_t used = 0;
+        if (c->engine->fold.virt[li]) continue;
+        for (uint32_t t = 0; t < l->n_tail && used + 16 < sizeof tail; t++) {
+            int n = snprintf(tail + used, sizeof tail - used, "+%s",
+                             kiln_cuda_op_name(p->layers[li + 1 + t].op));
+            if (n > 0) used += (size_t)n;
+        }
+        const kiln_tensor *o = &c->views[p->ids[l->output_begin]];
+        char dims[96] = "";
+        used = 0;
+        for (uint32_t d = 0; d < o->rank && used + 24 < sizeof dims; d++) {
+            int n = snprintf(dims + used, sizeof dims - used, "%s%lld", d ? "x" : "",
+                             (long long)o->dims[d]);
+            if (n > 0) used += (size_t)n;
+        }
+        double us = c->prof_us[li] / (double)c->prof_runs;
+        kiln_cuda_log(KILN_LOG_INFO, "CUDA profile: layer %4u %-14s%-18s -> %-20s %9.2f us %5.1f%%",
+                      li, kiln_cuda_op_name(l->op), tail, dims, us,
+                      total > 0 ? 100.0 * c->prof_us[li] / total : 0.0);
+    }
+}
+
 static void cuda_context_free(void *state) {
     cuda_context *c = state;
     int prev = -1, entered;
@@ -389,8 +434,14 @@ static void cuda_context_free(void *state) {
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
     entered = device_enter(e->device, &prev) == KILN_OK;
+    if (c->prof_runs > 0) profile_log(c);
     if (entered) {
         if (c->stream != NULL) cudaStreamSynchronize(c->stream);
+        if (c->prof_ev != NULL) {
+            for (uint32_t i = 0; i < 2 * p->n_layers; i++) {
+                if (c->prof_ev[i] != NULL) cudaEventDestroy(c->prof_ev[i]);
+            }
+        }
         if (c->graph_valid) cudaGraphExecDestroy(c->graph);
         if (c->graph_src != NULL) cudaGraphDestroy(c->graph_src);
         if (c->staging != NULL) {
@@ -420,6 +471,9 @@ static void cuda_context_free(void *state) {
     kiln_cuda_free(c->sig_now, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_last, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_graph, c->sig_n * sizeof(int64_t));
+    kiln_cuda_free(c->prof_ev, 2 * (size_t)p->n_layers * sizeof *c->prof_ev + 1);
+    kiln_cuda_free(c->prof_layer, (size_t)p->n_layers * sizeof *c->prof_layer + 1);
+    kiln_cuda_free(c->prof_us, (size_t)p->n_layers * sizeof *c->prof_us + 1);
     kiln_cuda_free(c, sizeof *c);
 }
 
@@ -617,6 +671,18 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
             CUDA_TRY(cudaMalloc(&c->nhwc_copy[i], (size_t)n), "cudaMalloc (layout copy)");
         }
     }
+    if (e->profile) {
+        c->prof_ev = kiln_cuda_calloc(2 * (size_t)p->n_layers * sizeof *c->prof_ev + 1);
+        c->prof_layer = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->prof_layer + 1);
+        c->prof_us = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->prof_us + 1);
+        if (c->prof_ev == NULL || c->prof_layer == NULL || c->prof_us == NULL) {
+            st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA profile tables)");
+            goto fail;
+        }
+        for (uint32_t i = 0; i < 2 * p->n_layers; i++) {
+            CUDA_TRY(cudaEventCreate(&c->prof_ev[i]), "cudaEventCreate (profile)");
+        }
+    }
     CUDA_TRY(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (context init)");
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
@@ -678,8 +744,24 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     ctx.no_tc_attention = e->no_tc_attention;
     ctx.attn_rows = e->attn_rows;
     ctx.where = where;
+    int profiling = c->prof_ev != NULL;
+    c->prof_n = 0;
+    if (profiling) {
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess ||
+            cap != cudaStreamCaptureStatusNone) {
+            cudaGetLastError();
+            profiling = 0; // a caller's capture: events cannot be timed
+        }
+    }
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         if (e->fold.virt[li]) continue; // folded into an sdpa: no kernel (cuda_fold.h)
+        if (profiling) {
+            KILN_CUDA_TRY(kiln_cuda_delay(stream, 100));
+            c->prof_layer[c->prof_n] = li;
+            cudaError_t err = cudaEventRecord(c->prof_ev[2 * c->prof_n], stream);
+            if (err != cudaSuccess) return cuda_fail("cudaEventRecord (profile)", err);
+        }
         build_args(p, c->views, li, tails, &args);
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(args.op));
         ctx.gemm = &c->gemm[li];
@@ -702,12 +784,36 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
         st = kiln_cuda_run(&ctx, &args);
         memset(ctx.sdpa_io, 0, sizeof ctx.sdpa_io);
         if (st != KILN_OK) return st;
+        if (profiling) {
+            cudaError_t err = cudaEventRecord(c->prof_ev[2 * c->prof_n++ + 1], stream);
+            if (err != cudaSuccess) return cuda_fail("cudaEventRecord (profile)", err);
+        }
         if (e->debug_sync) { // finds the layer of an asynchronous fault
             cudaError_t err = cudaStreamSynchronize(stream);
             if (err != cudaSuccess)
                 return kiln_cuda_error(&ctx, "cudaStreamSynchronize (debug)", err);
         }
     }
+    if (!profiling) c->prof_n = 0;
+    return KILN_OK;
+}
+
+// After the execute's synchronize: the launched layers' times into the profile.
+static kiln_status profile_collect(cuda_context *c) {
+    if (c->prof_n == 0) return KILN_OK;
+    if (c->prof_warm < 2) { // the first executes load modules lazily: not counted
+        c->prof_warm++;
+        c->prof_n = 0;
+        return KILN_OK;
+    }
+    for (uint32_t k = 0; k < c->prof_n; k++) {
+        float ms = 0;
+        cudaError_t err = cudaEventElapsedTime(&ms, c->prof_ev[2 * k], c->prof_ev[2 * k + 1]);
+        if (err != cudaSuccess) return cuda_fail("cudaEventElapsedTime (profile)", err);
+        c->prof_us[c->prof_layer[k]] += 1000.0 * (double)ms;
+    }
+    c->prof_runs++;
+    c->prof_n = 0;
     return KILN_OK;
 }
 
@@ -1039,7 +1145,7 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
                               "the layer)",
                               cudaGetErrorName(err), cudaGetErrorString(err));
     }
-    return KILN_OK;
+    return profile_collect(c);
 }
 
 static kiln_status cuda_execute(void *context_state, const kiln_exec *exec) {

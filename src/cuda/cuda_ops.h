@@ -49,6 +49,11 @@ typedef struct kiln_cuda_gemm_cache {
     cublasLtMatmulDescOpaque_t desc;
     cublasLtMatrixLayoutOpaque_t a, b, c;
     cublasLtMatmulAlgo_t algo;
+    // the algorithm timed at context creation, for the key without its pointers (a re-set-up for
+    // other I/O pointers keeps it)
+    int tuned;
+    int64_t tuned_key[KILN_CUDA_GEMM_KEY];
+    cublasLtMatmulAlgo_t tuned_algo;
 } kiln_cuda_gemm_cache;
 
 // cuDNN (cuda_dnn.c, loaded at run time): a handle per context; NULL when cuDNN is absent.
@@ -148,6 +153,9 @@ KILN_CUDA_LAUNCHER(slice);               // op_shape.cu
 KILN_CUDA_LAUNCHER(select);              // op_shape.cu
 KILN_CUDA_LAUNCHER(embedding);           // op_embed.cu
 KILN_CUDA_LAUNCHER(sdpa);                // op_attention.cu
+
+// KILN_CUDA_PROFILE: a one-thread kernel that waits `us` microseconds (op_eltwise.cu).
+kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us);
 
 // Copies a strided view: dst[sum idx*dst_strides] = src[sum idx*src_strides] over dims (element
 // strides, esize-byte elements; src strides may be 0 to broadcast) (op_shape.cu).

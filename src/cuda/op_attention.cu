@@ -345,6 +345,232 @@ static __global__ void __launch_bounds__(NW * 32)
     }
 }
 
+// --- tensor-core kernel, keys split across warps (small grids)
+// One CTA of NS warps per (batch, 16 query rows); warp w takes the key tiles w, w + NS, ... of
+// SDPA_SP_BK keys, staged in its own shared-memory slice (no block-wide barrier in the loop),
+// runs the same online softmax as sdpa_tc_kernel, and the NS partial results (row maxima, sums,
+// unnormalized outputs) are merged through shared memory at the end. This gives NS times the
+// warps of sdpa_tc_kernel for the same rows: BERT s128 b1 has 12 x 128 / 16 = 96 row blocks, too
+// few warps to hide a 16-row warp's latency on 132 SMs. Fragments come from ldmatrix (K plain, V
+// transposed); scores are kept in log2 units (exp2f). Tiles that need no masking skip the checks.
+
+#define SDPA_SP_BK 32 // keys per warp tile
+
+__device__ __forceinline__ void sdpa_ldsm_x4(uint32_t *r, const uint16_t *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void sdpa_ldsm_x4_t(uint32_t *r, const uint16_t *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// 16 bytes global -> shared without a register round trip; `valid` 0 writes zeros.
+__device__ __forceinline__ void sdpa_cp_async16(uint16_t *dst, const uint16_t *src, bool valid) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(n)
+                 : "memory");
+}
+
+template <int D, int NS> struct sdpa_sp_smem {
+    static constexpr int LD = D + 8;                          // padded row (elements)
+    static constexpr int TILE = SDPA_SP_BK * LD;              // one K or V tile (elements)
+    static constexpr int KV_BYTES = NS * 2 * TILE * 2;        // every warp's K and V tiles
+    static constexpr int MERGE_BYTES = NS * 16 * (D + 2) * 4; // o, m, l of every warp
+    static constexpr int BYTES = KV_BYTES > MERGE_BYTES ? KV_BYTES : MERGE_BYTES;
+};
+
+template <typename T, int D, int NS>
+static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 regs at D 64
+    sdpa_tc_split_kernel(const __grid_constant__ sdpa_params P) {
+    using SM = sdpa_sp_smem<D, NS>;
+    constexpr int LD = SM::LD;
+    __shared__ __align__(16) uint8_t smem_raw[SM::BYTES];
+    uint16_t *ks = (uint16_t *)smem_raw + (threadIdx.x >> 5) * 2 * SM::TILE;
+    uint16_t *vs = ks + SM::TILE;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const uint16_t *q = (const uint16_t *)P.q, *k = (const uint16_t *)P.k,
+                   *v = (const uint16_t *)P.v;
+    uint16_t *out = (uint16_t *)P.out;
+    const float sl2 = P.scale * 1.4426950408889634f; // scores in log2 units
+    for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
+        const int64_t qo = sdpa_boff(P, b, P.q_bstr), ko = sdpa_boff(P, b, P.k_bstr),
+                      vo = sdpa_boff(P, b, P.v_bstr);
+        const int64_t mo = P.mask ? sdpa_boff(P, b, P.m_bstr) : 0;
+        const int64_t oo = sdpa_boff(P, b, P.o_bstr);
+        const int64_t r0 = (int64_t)blockIdx.x * 16, ra = r0 + g, rb = r0 + g + 8;
+        uint32_t qf[D / 16][4];
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) {
+            const int col = kc * 16 + 2 * t4;
+            qf[kc][0] = ra < P.l ? sdpa_ld2(q + qo + ra * P.q_rs + col) : 0u;
+            qf[kc][1] = rb < P.l ? sdpa_ld2(q + qo + rb * P.q_rs + col) : 0u;
+            qf[kc][2] = ra < P.l ? sdpa_ld2(q + qo + ra * P.q_rs + col + 8) : 0u;
+            qf[kc][3] = rb < P.l ? sdpa_ld2(q + qo + rb * P.q_rs + col + 8) : 0u;
+        }
+        float o[D / 8][4];
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+        int64_t s_end = P.s;
+        if (P.causal && r0 + 16 < s_end) s_end = r0 + 16;
+        __syncthreads(); // the previous batch's merge buffers are consumed
+        for (int64_t s0 = (int64_t)warp * SDPA_SP_BK; s0 < s_end; s0 += NS * SDPA_SP_BK) {
+            // this warp's K/V tile: cp.async 16-byte copies straight into shared memory (rows
+            // past S are zero-filled)
+            constexpr int PER = SDPA_SP_BK * (D / 8) / 32;
+#pragma unroll
+            for (int i = 0; i < PER; i++) {
+                const int idx = lane + 32 * i, j = idx / (D / 8), c = (idx % (D / 8)) * 8;
+                const int64_t s = s0 + j;
+                const bool in = s < P.s;
+                sdpa_cp_async16(ks + j * LD + c, in ? k + ko + s * P.k_rs + c : k, in);
+                sdpa_cp_async16(vs + j * LD + c, in ? v + vo + s * P.v_rs + c : v, in);
+            }
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            __syncwarp();
+            // S = Q K^T (16 x 32): ldmatrix.x4 gives the B fragments of two k-chunks of one n-tile
+            float sc[SDPA_SP_BK / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < SDPA_SP_BK / 8; nt++) {
+                sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+                for (int kc = 0; kc < D / 16; kc += 2) {
+                    uint32_t kb[4];
+                    sdpa_ldsm_x4(kb, ks + (nt * 8 + (lane & 7)) * LD + kc * 16 + (lane >> 3) * 8);
+                    sdpa_tc_mma<T>::mma(sc[nt], qf[kc], kb[0], kb[1]);
+                    sdpa_tc_mma<T>::mma(sc[nt], qf[kc + 1], kb[2], kb[3]);
+                }
+            }
+            const bool plain = !P.causal && P.mask == NULL && s0 + SDPA_SP_BK <= P.s;
+            float mxa = -INFINITY, mxb = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < SDPA_SP_BK / 8; nt++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float x = sc[nt][i] * sl2;
+                    if (!plain) {
+                        const int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1);
+                        const int64_t row = i < 2 ? ra : rb;
+                        if (s >= P.s || (P.causal && s > row)) {
+                            x = -INFINITY;
+                        } else if (P.mask != NULL && row < P.l) {
+                            const int64_t mi = mo + row * P.m_sl + s * P.m_ss;
+                            if (P.mask_dt == KILN_DTYPE_BOOL) {
+                                if (((const uint8_t *)P.mask)[mi] == 0) x = -INFINITY;
+                            } else {
+                                x += kc_ld_f(P.mask, P.mask_dt, mi) * 1.4426950408889634f;
+                            }
+                        }
+                    }
+                    sc[nt][i] = x;
+                    if (i < 2) {
+                        mxa = fmaxf(mxa, x);
+                    } else {
+                        mxb = fmaxf(mxb, x);
+                    }
+                }
+            }
+            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
+            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
+            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
+            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+            const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
+            const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
+            const float ca = exp2f(ma - ua), cb = exp2f(mb - ub);
+            ma = mna;
+            mb = mnb;
+            float suma = 0.0f, sumb = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < SDPA_SP_BK / 8; nt++) {
+                sc[nt][0] = exp2f(sc[nt][0] - ua);
+                sc[nt][1] = exp2f(sc[nt][1] - ua);
+                sc[nt][2] = exp2f(sc[nt][2] - ub);
+                sc[nt][3] = exp2f(sc[nt][3] - ub);
+                suma += sc[nt][0] + sc[nt][1];
+                sumb += sc[nt][2] + sc[nt][3];
+            }
+            la = la * ca + suma; // quad-partial sums: reduced once at the end
+            lb = lb * cb + sumb;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) {
+                o[dn][0] *= ca;
+                o[dn][1] *= ca;
+                o[dn][2] *= cb;
+                o[dn][3] *= cb;
+            }
+            // O += P V: ldmatrix.x4.trans gives the B fragments of two n-tiles of V
+#pragma unroll
+            for (int kk = 0; kk < SDPA_SP_BK / 16; kk++) {
+                uint32_t pa[4];
+                pa[0] = sdpa_tc_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+                pa[1] = sdpa_tc_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+                pa[2] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+                pa[3] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+                for (int dn = 0; dn < D / 8; dn += 2) {
+                    uint32_t vb[4];
+                    sdpa_ldsm_x4_t(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                           (dn + (lane >> 4)) * 8);
+                    sdpa_tc_mma<T>::mma(o[dn], pa, vb[0], vb[1]);
+                    sdpa_tc_mma<T>::mma(o[dn + 1], pa, vb[2], vb[3]);
+                }
+            }
+            __syncwarp(); // the tile is consumed before the next one is stored
+        }
+        la += __shfl_xor_sync(0xffffffffu, la, 1);
+        la += __shfl_xor_sync(0xffffffffu, la, 2);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+        // merge: warp w's o rows at mo_[w][row][0..D), its max and sum at [D] and [D + 1]
+        __syncthreads(); // every warp is done with its K/V slice
+        float *mg = (float *)smem_raw;
+        float *mine = mg + warp * 16 * (D + 2);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            const int col = dn * 8 + 2 * t4;
+            mine[g * (D + 2) + col] = o[dn][0];
+            mine[g * (D + 2) + col + 1] = o[dn][1];
+            mine[(g + 8) * (D + 2) + col] = o[dn][2];
+            mine[(g + 8) * (D + 2) + col + 1] = o[dn][3];
+        }
+        if (t4 == 0) {
+            mine[g * (D + 2) + D] = ma;
+            mine[g * (D + 2) + D + 1] = la;
+            mine[(g + 8) * (D + 2) + D] = mb;
+            mine[(g + 8) * (D + 2) + D + 1] = lb;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < 16 * (D / 2); i += NS * 32) {
+            const int row = i / (D / 2), col = (i % (D / 2)) * 2;
+            const int64_t r = r0 + row;
+            if (r >= P.l) continue;
+            float m = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < NS; w++) m = fmaxf(m, mg[(w * 16 + row) * (D + 2) + D]);
+            float l = 0.0f, a0 = 0.0f, a1 = 0.0f;
+            if (m != -INFINITY) {
+#pragma unroll
+                for (int w = 0; w < NS; w++) {
+                    const float *src = mg + (w * 16 + row) * (D + 2);
+                    const float f = src[D] == -INFINITY ? 0.0f : exp2f(src[D] - m);
+                    l += src[D + 1] * f;
+                    a0 += src[col] * f;
+                    a1 += src[col + 1] * f;
+                }
+            }
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            *(uint32_t *)(out + oo + r * P.o_rs + col) = sdpa_tc_mma<T>::pack(a0 * inv, a1 * inv);
+        }
+    }
+}
+
 // --- simple kernel: one block per (batch, query row), one key at a time
 
 template <typename T>
@@ -441,8 +667,32 @@ static kiln_status sdpa_tc_launch_nw(const kiln_cuda_ctx *ctx, const sdpa_params
     return kiln_cuda_check_launch(ctx, "sdpa_tc_kernel");
 }
 
+template <typename T, int D, int NS>
+static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    int64_t by = P->batch < 65535 ? P->batch : 65535;
+    dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)by);
+    sdpa_tc_split_kernel<T, D, NS><<<grid, NS * 32, 0, ctx->stream>>>(*P);
+    return kiln_cuda_check_launch(ctx, "sdpa_tc_split_kernel");
+}
+
+// The split-key kernel when 64-row CTAs would leave most of the device idle (fewer than two
+// waves) and no row count is forced (KILN_CUDA_ATTN_ROWS): the encoder d1024 s256 b1 (64 CTAs),
+// BERT s128 at b1 (24) and b8 (192), ViT-B/16 (48).
+static int sdpa_use_split(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    if (ctx->attn_rows == 16 || ctx->attn_rows == 32 || ctx->attn_rows == 64) return 0;
+    if (ctx->sm_count <= 0 || P->l > 65535 * 16) return 0;
+    return P->batch * ((P->l + 63) / 64) < 2 * (int64_t)ctx->sm_count;
+}
+
 template <typename T, int D>
 static kiln_status sdpa_tc_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    if (sdpa_use_split(ctx, P)) {
+        if constexpr (D == 64) {
+            return sdpa_tc_split_launch<T, D, 4>(ctx, P); // 37 KB of shared memory
+        } else {
+            return sdpa_tc_split_launch<T, D, 2>(ctx, P); // 35 KB
+        }
+    }
     switch (sdpa_tc_rows(ctx, P)) {
     case 16: return sdpa_tc_launch_nw<T, D, 1>(ctx, P);
     case 32: return sdpa_tc_launch_nw<T, D, 2>(ctx, P);

@@ -478,3 +478,26 @@ extern "C" kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kerne
     P->n_steps = steps;
     return ew_launch(ctx, P, 0);
 }
+
+// --- the profiler's delay kernel (KILN_CUDA_PROFILE, cuda_backend.c)
+
+__global__ void kc_delay_kernel(unsigned long long ns) {
+    unsigned long long t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (;;) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 >= ns) break;
+        __nanosleep(1000);
+    }
+}
+
+extern "C" kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us) {
+    kc_delay_kernel<<<1, 1, 0, stream>>>((unsigned long long)us * 1000ull);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) {
+        return kiln_cuda_fail(KILN_ERR_DEVICE, "CUDA error launching the profile delay kernel: %s",
+                              cudaGetErrorString(err));
+    }
+    return KILN_OK;
+}

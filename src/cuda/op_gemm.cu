@@ -7,6 +7,7 @@
 // is cached per layer and redone only when sizes, dtypes or pointer alignments change. Cases
 // cuBLASLt does not take (mixed dtypes, general batch broadcasting, K = 0, no algorithm) run on
 // Kiln's tiled GEMM kernel (tiled_gemm.cuh), as does everything when ctx->lt is NULL.
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/tiled_gemm.cuh"
@@ -118,7 +119,72 @@ static void lt_key(const lt_problem *p, int64_t *key) {
     key[20] = 2; // key format
 }
 
+#define LT_TUNE_MAX 8 // heuristic candidates timed at context creation
+
+// The key without the bias and residual addresses (alignments stay in it).
+static void lt_shape_key(const int64_t *key, int64_t *out) {
+    memcpy(out, key, KILN_CUDA_GEMM_KEY * sizeof(int64_t));
+    out[12] = out[12] != 0;
+    out[18] = out[18] != 0;
+}
+
+static int lt_tune_enabled(void) {
+    const char *v = getenv("KILN_CUDA_GEMM_TUNE");
+    return v == NULL || strcmp(v, "0") != 0;
+}
+
+// Times each candidate (2 warm-up runs, then 10 between events, all queued behind a delay kernel
+// so that launch latency does not count) on the layer's own buffers at context creation; returns
+// the index of the fastest, or -1 when none ran.
+static int lt_time_candidates(const kiln_cuda_ctx *ctx, const lt_problem *p,
+                              kiln_cuda_gemm_cache *c, const cublasLtMatmulHeuristicResult_t *r,
+                              int n, float *best_us) {
+    const float one = 1.0f, zero = 0.0f;
+    const float *beta = p->c != NULL ? &one : &zero;
+    const void *cptr = p->c != NULL ? p->c : p->d;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int best = -1;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) goto out;
+    for (int i = 0; i < n; i++) {
+        cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+        float ms = 0.0f;
+        if (r[i].state != CUBLAS_STATUS_SUCCESS || r[i].workspaceSize > ctx->workspace_nbytes) {
+            continue;
+        }
+        // the GPU waits while the host queues every run: the events then time GPU work only
+        if (kiln_cuda_delay(ctx->stream, 250) != KILN_OK) break;
+        for (int rep = 0; rep < 12 && s == CUBLAS_STATUS_SUCCESS; rep++) {
+            if (rep == 2 && cudaEventRecord(e0, ctx->stream) != cudaSuccess)
+                s = CUBLAS_STATUS_EXECUTION_FAILED;
+            if (s == CUBLAS_STATUS_SUCCESS) {
+                s = cublasLtMatmul(ctx->lt, &c->desc, &one, p->a, &c->a, p->b, &c->b, beta, cptr,
+                                   &c->c, p->d, &c->c, &r[i].algo, ctx->workspace,
+                                   ctx->workspace_nbytes, ctx->stream);
+            }
+        }
+        if (s != CUBLAS_STATUS_SUCCESS || cudaEventRecord(e1, ctx->stream) != cudaSuccess ||
+            cudaEventSynchronize(e1) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        if (best < 0 || ms * 100.0f < *best_us) {
+            best = i;
+            *best_us = ms * 100.0f; // 10 runs: microseconds per run
+        }
+    }
+out:
+    if (e0 != NULL) cudaEventDestroy(e0);
+    if (e1 != NULL) cudaEventDestroy(e1);
+    cudaStreamSynchronize(ctx->stream);
+    cudaGetLastError();
+    return best;
+}
+
 // Sets up descriptors and picks an algorithm; 0 when cuBLASLt has none (use the fallback).
+// At context creation (ctx->plan_only) up to LT_TUNE_MAX heuristic candidates are timed and the
+// fastest is kept (KILN_CUDA_GEMM_TUNE=0: the heuristic's first choice); a later set-up of the
+// same problem with other pointers reuses it.
 static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gemm_cache *c) {
     cudaDataType_t t = lt_type(p->dtype);
     cublasOperation_t ta = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -129,8 +195,10 @@ static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gem
                                         : p->gelu ? CUBLASLT_EPILOGUE_GELU
                                                   : CUBLASLT_EPILOGUE_DEFAULT);
     cublasLtMatmulPreferenceOpaque_t pref;
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
+    cublasLtMatmulHeuristicResult_t results[LT_TUNE_MAX];
+    int found = 0, pick = 0, n_ask = 1;
+    int64_t key[KILN_CUDA_GEMM_KEY], skey[KILN_CUDA_GEMM_KEY];
+    float tuned_us = -1.0f;
     uint64_t ws = ctx->workspace_nbytes;
     uint32_t al_a = (uint32_t)lt_align(p->a), al_b = (uint32_t)lt_align(p->b),
              al_d = (uint32_t)lt_align(p->d);
@@ -197,10 +265,19 @@ static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gem
         s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                  &al_d, sizeof al_d);
     }
+    lt_key(p, key);
+    lt_shape_key(key, skey);
+    const int reuse = c->tuned && memcmp(c->tuned_key, skey, sizeof skey) == 0;
+    if (ctx->plan_only && !reuse && lt_tune_enabled()) n_ask = LT_TUNE_MAX;
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, &c->desc, &c->a, &c->b, &c->c, &c->c, &pref, 1,
-                                           &result, &found);
+        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, &c->desc, &c->a, &c->b, &c->c, &c->c, &pref,
+                                           n_ask, results, &found);
     }
+    if (s == CUBLAS_STATUS_SUCCESS && found > 1) {
+        int t = lt_time_candidates(ctx, p, c, results, found, &tuned_us);
+        if (t >= 0) pick = t;
+    }
+    const cublasLtMatmulHeuristicResult_t result = results[pick];
     if (s != CUBLAS_STATUS_SUCCESS || found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
         kiln_cuda_log(KILN_LOG_DEBUG,
                       "cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld (%s, status "
@@ -209,7 +286,12 @@ static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gem
                       kiln_cuda_dtype_name(p->dtype), (int)s, ctx->where ? ctx->where : "?");
         return 0;
     }
-    c->algo = result.algo;
+    c->algo = reuse ? c->tuned_algo : result.algo;
+    if (n_ask > 1) {
+        c->tuned = 1;
+        memcpy(c->tuned_key, skey, sizeof skey);
+        c->tuned_algo = result.algo;
+    }
     if (ctx->plan_only && kiln_cuda_log_enabled(KILN_LOG_INFO)) {
         int32_t id = -1, tile = -1, stages = -1, splitk = -1;
         cublasLtMatmulAlgoConfigGetAttribute(&c->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
@@ -222,11 +304,13 @@ static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gem
                                              sizeof splitk, NULL);
         kiln_cuda_log(KILN_LOG_INFO,
                       "gemm m=%lld n=%lld k=%lld batch=%lld (%s, epilogue %d%s) at %s: cuBLASLt "
-                      "algo %d tile %d stages %d split-k %d, waves %.2f, workspace %zu",
+                      "algo %d tile %d stages %d split-k %d, waves %.2f, workspace %zu, "
+                      "candidate %d of %d (%.2f us)",
                       (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch,
                       kiln_cuda_dtype_name(p->dtype), (int)epi, p->c != NULL ? ", +C" : "",
                       ctx->where ? ctx->where : "?", (int)id, (int)tile, (int)stages, (int)splitk,
-                      (double)result.wavesCount, result.workspaceSize);
+                      (double)result.wavesCount, result.workspaceSize, pick + 1, found,
+                      (double)tuned_us);
     }
     return 1;
 }

@@ -75,6 +75,85 @@ static __global__ void layer_norm_block_kernel(const T *x, T *y, int64_t d, cons
                              eps, shared);
 }
 
+// Layer norm, fast path: one warp per row held in registers, 16-byte loads and stores. Each lane
+// keeps up to NV vectors of 16 / sizeof(T) elements (vector j of the row at lane j % 32); the row
+// is read once, mean and variance come from the registers (two passes, no cancellation), weight
+// and bias (dtype T, or absent) are read as vectors too. Needs d a multiple of the vector width,
+// 16-byte aligned x, y, w, b, and d <= 32 * NV * vector width.
+template <typename T> struct ln_vec { static constexpr int N = 16 / (int)sizeof(T); };
+
+template <typename T> __device__ __forceinline__ void ln_unpack(const uint4 &u, float *f) {
+    const T *h = (const T *)&u;
+#pragma unroll
+    for (int i = 0; i < ln_vec<T>::N; i++) f[i] = kc_to_f(h[i]);
+}
+
+template <typename T> __device__ __forceinline__ uint4 ln_pack(const float *f) {
+    uint4 u;
+    T *h = (T *)&u;
+#pragma unroll
+    for (int i = 0; i < ln_vec<T>::N; i++) h[i] = kc_from_f<T>(f[i]);
+    return u;
+}
+
+template <typename T, int NV>
+static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    layer_norm_vec_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int nvec,
+                          float inv_d, const T *__restrict__ w, const T *__restrict__ b,
+                          float eps) {
+    constexpr int N = ln_vec<T>::N;
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const uint4 *xr = (const uint4 *)(x + row * (int64_t)nvec * N);
+    float v[NV][N];
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int j = lane + 32 * i;
+        uint4 u = make_uint4(0u, 0u, 0u, 0u);
+        if (j < nvec) u = __ldg(xr + j);
+        ln_unpack<T>(u, v[i]);
+#pragma unroll
+        for (int k = 0; k < N; k++) s += v[i][k];
+    }
+    const float mean = kc_warp_sum(s) * inv_d;
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        if (lane + 32 * i < nvec) {
+#pragma unroll
+            for (int k = 0; k < N; k++) {
+                const float t = v[i][k] - mean;
+                q += t * t;
+            }
+        }
+    }
+    const float inv = rsqrtf(kc_warp_sum(q) * inv_d + eps);
+    uint4 *yr = (uint4 *)(y + row * (int64_t)nvec * N);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int j = lane + 32 * i;
+        if (j >= nvec) continue;
+        float wf[N], bf[N], o[N];
+        if (w != NULL) {
+            ln_unpack<T>(__ldg((const uint4 *)w + j), wf);
+        } else {
+#pragma unroll
+            for (int k = 0; k < N; k++) wf[k] = 1.0f;
+        }
+        if (b != NULL) {
+            ln_unpack<T>(__ldg((const uint4 *)b + j), bf);
+        } else {
+#pragma unroll
+            for (int k = 0; k < N; k++) bf[k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < N; k++) o[k] = (v[i][k] - mean) * inv * wf[k] + bf[k];
+        yr[j] = ln_pack<T>(o);
+    }
+}
+
 template <typename T, bool WARP>
 __device__ __forceinline__ void softmax_row(const T *x, T *y, int64_t d, int lane, int lanes,
                                             bool log_out, float *shared) {
@@ -167,6 +246,42 @@ static kiln_status batch_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
     return kiln_cuda_check_launch(ctx, "batch_norm_kernel");
 }
 
+// The vectorized kernel when it applies (see layer_norm_vec_kernel); 0: use the general one.
+template <typename T>
+static int layer_norm_vec_launch(const kiln_cuda_ctx *ctx, const kiln_tensor *x,
+                                 const kiln_tensor *y, int64_t rows, int64_t d,
+                                 const kiln_tensor *w, const kiln_tensor *b, float eps) {
+    constexpr int N = ln_vec<T>::N;
+    if (d % N != 0 || d / N > 32 * 16 || rows > (int64_t)ROWS_PER_BLOCK * 0x7fffffff) return 0;
+    if ((w != NULL && (w->dtype != x->dtype || kc_numel(w) != d)) ||
+        (b != NULL && (b->dtype != x->dtype || kc_numel(b) != d)))
+        return 0;
+    const void *ptrs[4] = {x->data, y->data, w ? w->data : NULL, b ? b->data : NULL};
+    for (int i = 0; i < 4; i++) {
+        if (((uintptr_t)ptrs[i] % 16) != 0) return 0;
+    }
+    const int nvec = (int)(d / N), per_lane = (nvec + 31) / 32;
+    const unsigned blocks = (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    const T *wp = w ? (const T *)w->data : NULL, *bp = b ? (const T *)b->data : NULL;
+    const float inv_d = 1.0f / (float)d;
+#define LN_VEC(NV)                                                                                 \
+    layer_norm_vec_kernel<T, NV><<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(                 \
+        (const T *)x->data, (T *)y->data, rows, nvec, inv_d, wp, bp, eps)
+    if (per_lane <= 1) {
+        LN_VEC(1);
+    } else if (per_lane <= 2) {
+        LN_VEC(2);
+    } else if (per_lane <= 4) {
+        LN_VEC(4);
+    } else if (per_lane <= 8) {
+        LN_VEC(8);
+    } else {
+        LN_VEC(16);
+    }
+#undef LN_VEC
+    return 1;
+}
+
 template <typename T>
 static kiln_status layer_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0], *w = opt_in(args, 1), *b = opt_in(args, 2);
@@ -184,6 +299,9 @@ static kiln_status layer_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
     int64_t rows = n / d;
     const void *wp = w ? w->data : NULL, *bp = b ? b->data : NULL;
     uint32_t wdt = w ? w->dtype : 0, bdt = b ? b->dtype : 0;
+    if (layer_norm_vec_launch<T>(ctx, x, y, rows, d, w, b, eps)) {
+        return kiln_cuda_check_launch(ctx, "layer_norm_vec_kernel");
+    }
     if (d <= ROW_WARP_MAX) {
         unsigned blocks = (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
         layer_norm_warp_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(

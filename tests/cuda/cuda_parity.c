@@ -676,6 +676,21 @@ static void cases_norm(void) {
         attrs_int(&c.attrs, KILN_A_LN_NDIM, 2);
         attrs_float(&c.attrs, KILN_A_LN_EPS, 1e-3);
         run_case(&c);
+        // the vectorized path: every per-lane register count, weight/bias present or absent,
+        // and a row one vector too long for it (general kernel)
+        {
+            static const char *rows[] = {"7x8", "3x5x768", "6x1024", "2x2048", "3x4096", "2x4104"};
+            static const char *cols[] = {"8", "768", "1024", "2048", "4096", "4104"};
+            for (int s = 0; s < (opt_quick ? 3 : 6); s++) {
+                case_init(&c, KILN_OP_LAYER_NORM);
+                case_in(&c, SR(dt, rows[s], -3.0, 4.0));
+                case_in(&c, s == 3 ? ABSENT() : S(dt, cols[s]));
+                case_in(&c, s == 2 ? ABSENT() : S(dt, cols[s]));
+                attrs_int(&c.attrs, KILN_A_LN_NDIM, 1);
+                attrs_float(&c.attrs, KILN_A_LN_EPS, s == 1 ? 1e-12 : 1e-5);
+                run_case(&c);
+            }
+        }
         case_init(&c, KILN_OP_LAYER_NORM);
         case_in(&c, SR(dt, "2x3001", -2.0, 2.0));
         case_in(&c, S(dt, "3001"));
@@ -1194,6 +1209,21 @@ static void cases_sdpa_tc(void) {
         case_in(&c, S(dt, "1x16x256x64"));
         case_in(&c, S(dt, "1x16x256x64"));
         c.label = "tc: encoder d1024 s256";
+        run_case(&c);
+        // the split-key kernel: several tiles per warp, a causal diagonal inside a warp's tile
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x700x64"));
+        case_in(&c, S(dt, "2x701x64"));
+        case_in(&c, S(dt, "2x701x64"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, d);
+        c.label = d ? "tc split: causal L 700, S 701" : "tc split: L 700, S 701";
+        run_case(&c);
+        // a grid of 64-row CTAs large enough for the shared-tile kernel
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "24x12x130x64"));
+        case_in(&c, S(dt, "24x12x130x64"));
+        case_in(&c, S(dt, "24x12x130x64"));
+        c.label = "tc: 24 x 12 heads, L 130";
         run_case(&c);
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "1x1x128"));
