@@ -3,6 +3,7 @@
 // passes may rewrite, plus the memory the build owns (computed constants).
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "builder/builder.h"
@@ -257,6 +258,59 @@ kiln_status kiln_bgraph_set_inputs(kiln_bgraph *b, uint32_t node, const int32_t 
     }
     memmove(b->ids + n->input_begin, inputs, n_inputs * sizeof *inputs);
     n->n_inputs = n_inputs;
+    return KILN_OK;
+}
+
+typedef struct seq_key {
+    int64_t seq;
+    uint32_t node;
+} seq_key;
+
+static int cmp_seq_key(const void *a, const void *b) {
+    const seq_key *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return x->node < y->node ? -1 : (x->node > y->node);
+}
+
+kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b) {
+    size_t n = b->n_nodes;
+    seq_key *keys;
+    uint32_t *new_index;
+    kiln_bnode *sorted;
+    if (n < 2) return KILN_OK;
+    keys = kiln_malloc(n * sizeof *keys, KILN_ALIGN);
+    new_index = kiln_malloc(n * sizeof *new_index, KILN_ALIGN);
+    sorted = kiln_malloc(n * sizeof *sorted, KILN_ALIGN);
+    if (keys == NULL || new_index == NULL || sorted == NULL) {
+        kiln_free(keys, n * sizeof *keys);
+        kiln_free(new_index, n * sizeof *new_index);
+        kiln_free(sorted, n * sizeof *sorted);
+        return kiln_fail(KILN_ERR_NO_MEMORY, "out of memory ordering %zu nodes", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        keys[i].seq = b->nodes[i].seq;
+        keys[i].node = (uint32_t)i;
+    }
+    qsort(keys, n, sizeof *keys, cmp_seq_key);
+    for (size_t i = 0; i < n; i++) {
+        sorted[i] = b->nodes[keys[i].node];
+        new_index[keys[i].node] = (uint32_t)i;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kiln_bnode *nd = &sorted[i];
+        if (nd->head >= 0) nd->head = (int32_t)new_index[nd->head];
+        for (uint32_t t = 0; t < nd->n_tail; t++) nd->tails[t] = (int32_t)new_index[nd->tails[t]];
+    }
+    for (size_t v = 0; v < b->n_values; v++) {
+        kiln_bvalue *val = &b->values[v];
+        if ((val->kind == KILN_IR_NODE || val->kind == KILN_BV_DEAD) && val->index < n) {
+            val->index = new_index[val->index];
+        }
+    }
+    memcpy(b->nodes, sorted, n * sizeof *sorted);
+    kiln_free(keys, n * sizeof *keys);
+    kiln_free(new_index, n * sizeof *new_index);
+    kiln_free(sorted, n * sizeof *sorted);
     return KILN_OK;
 }
 

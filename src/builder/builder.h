@@ -2,7 +2,7 @@
 // The builder's working graph and its passes (docs/builder.md). kiln_build copies the caller's
 // graph into a kiln_bgraph, runs the passes in order, lays out the plan and serializes it:
 //
-//   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> dce -> fuse]
+//   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> attention -> dce -> fuse]
 //          -> precision -> lower_io -> check -> emit (tensors, layers, memory plan, weights)
 //
 // The working graph mirrors src/ir/graph.h with what the passes need: nodes can die, gain
@@ -73,6 +73,8 @@ typedef struct kiln_build_stats {
     uint32_t n_tail_fused; // elementwise ops fused as tails
     uint32_t n_casts;      // casts inserted by precision conversion
     uint32_t n_copies;     // copies inserted by I/O lowering
+    uint32_t n_select;     // slice + squeeze pairs turned into select
+    uint32_t n_qkv_merged; // sdpa whose q, k, v projections became one linear
 } kiln_build_stats;
 
 typedef struct kiln_bgraph {
@@ -124,6 +126,10 @@ kiln_status kiln_bgraph_set_inputs(kiln_bgraph *b, uint32_t node, const int32_t 
                                    uint32_t n_inputs);
 // Re-runs shape inference for a node; writes the result to *out (does not store it).
 kiln_status kiln_bgraph_infer(const kiln_bgraph *b, uint32_t node, kiln_value_desc *out);
+// Reorders the nodes by (seq, index), the emission order: after a rewrite that appended nodes
+// read by earlier ones, index order is a topological order again (what the later passes
+// assume). Node indices change; value ids do not.
+kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b);
 // Recomputes uses / user / is_output.
 kiln_status kiln_bgraph_count_uses(kiln_bgraph *b);
 
@@ -155,6 +161,7 @@ kiln_status kiln_pass_dce(kiln_bgraph *b);              // pass_dce.c
 kiln_status kiln_pass_fold(kiln_bgraph *b);             // pass_fold.c
 kiln_status kiln_pass_bn_fold(kiln_bgraph *b);          // pass_bn_fold.c
 kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b); // pass_linear.c
+kiln_status kiln_pass_attention(kiln_bgraph *b);        // pass_attention.c
 kiln_status kiln_pass_fuse(kiln_bgraph *b);             // pass_fuse.c
 kiln_status kiln_pass_precision(kiln_bgraph *b);        // pass_precision.c
 kiln_status kiln_pass_lower_io(kiln_bgraph *b);         // pass_io.c

@@ -256,8 +256,9 @@ static void packed(void) {
 }
 
 // Separate projections (exported BERT): q, k, v = linear -> reshape [B, S, H, E] -> permute
-// (0, 2, 1, 3); sdpa -> permute (0, 2, 1, 3) -> reshape -> linear. With k_out, k's permuted
-// tensor is also an engine output: that permute runs (its output is materialized).
+// (0, 2, 1, 3); sdpa -> permute (0, 2, 1, 3) -> reshape -> linear. Without k_out the builder
+// merges the projections into the packed form; with k_out, k's permuted tensor is also an engine
+// output: nothing is merged, and that permute runs (its output is materialized).
 static void separate(int k_out) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -281,6 +282,25 @@ static void separate(int k_out) {
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), l0 = find_head(&p, KILN_OP_LINEAR, 0);
     uint32_t l1 = find_head(&p, KILN_OP_LINEAR, l0 + 1);
     uint32_t l2 = l1 == UINT32_MAX ? l1 : find_head(&p, KILN_OP_LINEAR, l1 + 1);
+    if (!k_out) {
+        // the builder merged the three projections (pass_attention.c): the packed form, folded
+        CHECK(sdpa != UINT32_MAX && l0 < sdpa && l1 > sdpa);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SELECT), 3);
+        if (sdpa != UINT32_MAX && l0 < sdpa) {
+            int32_t x3 = kiln_cuda_group_output(&p, l0);
+            int32_t bases[3] = {x3, x3, x3};
+            int64_t col0[3] = {0, D, 2 * D};
+            CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
+            CHECK(f.sdpa_out[sdpa] > (int32_t)sdpa);
+            bind_views(&p, views);
+            check_views(&p, &f, views, sdpa, bases, col0, 3 * D);
+            check_lifetimes(&p, &f, sdpa, bases, 1);
+            unbind(&p, views);
+        }
+        kiln_cuda_fold_free(&p, &f);
+        kiln_plan_release(&p);
+        return;
+    }
     CHECK(sdpa != UINT32_MAX && l2 != UINT32_MAX);
     if (sdpa != UINT32_MAX && l2 != UINT32_MAX) {
         int32_t bases[3] = {kiln_cuda_group_output(&p, l0), kiln_cuda_group_output(&p, l1),

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+// Attention canonicalization: puts the head split in front of sdpa into the packed form that
+// backends read without copies (the CUDA backend folds it into strided views, cuda_fold.h).
+//
+// 1. select: squeeze(slice(x, dim d, start i, end i + 1, step 1), dims [d]) is select(x, d, i)
+//    (torch's unbind(0) of a packed QKV exports as exactly this), when the slice's output is
+//    read only by the squeeze.
+// 2. QKV merge: an sdpa whose q, k and v are each
+//        permute(reshape(linear(x, W_j, b_j), [a0, a1, H, E]), (0, 2, 1, 3))
+//    over the same x (HF BERT's separate query/key/value projections), every link read only by
+//    the next, constant weights [H * E, K] of one dtype and biases all present or all absent,
+//    becomes one linear over the rows [W_q; W_k; W_v] (and [b_q; b_k; b_v]) and
+//        select(permute(reshape(y, [a0, a1, 3, H, E]), (2, 0, 3, 1, 4)), 0, j)
+//    the same values: one GEMM instead of three. The old chains lose their last reader and dead-
+//    code elimination removes them (this pass runs before the second dce).
+// New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
+// three linears), and the nodes are re-sorted by key at the end, so index order stays
+// topological.
+#include <string.h>
+
+#include "builder/builder.h"
+#include "core/dtype.h"
+#include "core/status.h"
+
+// The live node producing v with op `op` whose output is read once and is not an output, or -1.
+static int32_t single_use_producer(const kiln_bgraph *b, int32_t v, uint32_t op) {
+    if (v < 0 || (size_t)v >= b->n_use_info || b->values[v].kind != KILN_IR_NODE) return -1;
+    if (b->uses[v] != 1 || b->is_output[v]) return -1;
+    const kiln_bnode *n = &b->nodes[b->values[v].index];
+    if (n->dead || n->op != op || n->n_tail > 0 || n->head >= 0) return -1;
+    return (int32_t)b->values[v].index;
+}
+
+static kiln_status add_select(kiln_bgraph *b, int32_t x, int64_t dim, int64_t index, int64_t seq,
+                              int32_t *out) {
+    int64_t ints[2] = {dim, index};
+    kiln_attr_ref refs[2] = {{KILN_ATTR_INTS, 1, 0}, {KILN_ATTR_INTS, 1, 1}};
+    kiln_attrs a = {refs, 2, ints, NULL};
+    return kiln_bgraph_add_node(b, KILN_OP_SELECT, &x, 1, &a, seq, out);
+}
+
+// Rewires input slot `slot` of node `node` to value v.
+static kiln_status rewire(kiln_bgraph *b, uint32_t node, uint32_t slot, int32_t v) {
+    int32_t ins[KILN_MAX_INPUTS];
+    const kiln_bnode *n = &b->nodes[node];
+    uint32_t k = n->n_inputs;
+    memcpy(ins, b->ids + n->input_begin, k * sizeof *ins);
+    ins[slot] = v;
+    return kiln_bgraph_set_inputs(b, node, ins, k);
+}
+
+// --- 1. slice + squeeze -> select
+
+static kiln_status slice_squeeze(kiln_bgraph *b, uint32_t sq_node, int *done) {
+    const kiln_bnode *sq = &b->nodes[sq_node];
+    kiln_attrs sa = kiln_bgraph_attrs(b, sq), la;
+    uint32_t n_dims = 0;
+    const int64_t *dims = kiln_attrs_ints(&sa, KILN_A_SQUEEZE_DIMS, &n_dims);
+    int32_t sl = single_use_producer(b, kiln_bgraph_input(b, sq, 0), KILN_OP_SLICE), x, sel;
+    uint32_t rank;
+    int64_t d, start, end, step, sq_dim;
+    kiln_value_desc check;
+    *done = 0;
+    if (sl < 0 || n_dims != 1) return KILN_OK;
+    la = kiln_bgraph_attrs(b, &b->nodes[sl]);
+    x = kiln_bgraph_input(b, &b->nodes[sl], 0);
+    rank = b->values[x].desc.shape.rank;
+    d = kiln_attrs_int(&la, KILN_A_SLICE_DIM, 0);
+    start = kiln_attrs_int(&la, KILN_A_SLICE_START, 0);
+    end = kiln_attrs_int(&la, KILN_A_SLICE_END, 0);
+    step = kiln_attrs_int(&la, KILN_A_SLICE_STEP, 0);
+    sq_dim = dims[0];
+    if (rank == 0) return KILN_OK;
+    if (d < 0) d += rank;
+    if (sq_dim < 0) sq_dim += rank;
+    if (d < 0 || d >= (int64_t)rank || sq_dim != d || step != 1 || start < 0 || end != start + 1) {
+        return KILN_OK;
+    }
+    // the dim must be static so that the index is in range at every shape
+    if (b->values[x].desc.shape.min[d] != b->values[x].desc.shape.max[d] ||
+        start >= b->values[x].desc.shape.min[d]) {
+        return KILN_OK;
+    }
+    KILN_TRY(add_select(b, x, d, start, b->nodes[sq_node].seq, &sel));
+    // the squeeze's readers now read the select: it takes over the squeeze's output value
+    {
+        kiln_bnode *s = &b->nodes[sq_node];
+        int32_t out = s->output;
+        uint32_t sel_node = b->values[sel].index;
+        KILN_TRY(kiln_bgraph_infer(b, sel_node, &check));
+        KILN_CHECK(kiln_desc_equal(&check, &b->values[out].desc), KILN_ERR_INTERNAL,
+                   "select canonicalization changed the output of node %u", sq_node);
+        b->values[sel].kind = KILN_BV_DEAD;
+        b->nodes[sel_node].output = out;
+        b->values[out].index = sel_node;
+        b->nodes[sq_node].dead = 1;
+    }
+    *done = 1;
+    return KILN_OK;
+}
+
+// --- 2. QKV merge
+
+typedef struct qkv_chain {
+    int32_t perm, resh, lin; // node indices
+    int32_t x, w, bias;      // values
+} qkv_chain;
+
+// The chain behind sdpa input v, or 0.
+static int match_chain(const kiln_bgraph *b, int32_t v, qkv_chain *c, int64_t shape[4]) {
+    uint32_t n = 0;
+    const int64_t *p, *s;
+    kiln_attrs a;
+    c->perm = single_use_producer(b, v, KILN_OP_PERMUTE);
+    if (c->perm < 0) return 0;
+    a = kiln_bgraph_attrs(b, &b->nodes[c->perm]);
+    p = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &n);
+    if (n != 4 || p[0] != 0 || p[1] != 2 || p[2] != 1 || p[3] != 3) return 0;
+    c->resh = single_use_producer(b, kiln_bgraph_input(b, &b->nodes[c->perm], 0), KILN_OP_RESHAPE);
+    if (c->resh < 0 || kiln_bgraph_input(b, &b->nodes[c->resh], 1) >= 0) return 0; // no `like`
+    a = kiln_bgraph_attrs(b, &b->nodes[c->resh]);
+    s = kiln_attrs_ints(&a, KILN_A_RESHAPE_SHAPE, &n);
+    if (n != 4 || s[2] <= 0 || s[3] <= 0 || s[0] < -3 || s[1] < -3)
+        return 0; // dims 0, 1 copied at most
+    memcpy(shape, s, 4 * sizeof *shape);
+    c->lin = single_use_producer(b, kiln_bgraph_input(b, &b->nodes[c->resh], 0), KILN_OP_LINEAR);
+    if (c->lin < 0) return 0;
+    c->x = kiln_bgraph_input(b, &b->nodes[c->lin], 0);
+    c->w = kiln_bgraph_input(b, &b->nodes[c->lin], 1);
+    c->bias = kiln_bgraph_input(b, &b->nodes[c->lin], 2);
+    if (!kiln_bgraph_is_const(b, c->w) || b->values[c->w].desc.shape.rank != 2) return 0;
+    if (c->bias >= 0 && !kiln_bgraph_is_const(b, c->bias)) return 0;
+    // the linear's output [.., a1, N]: rank 3 and N = H * E
+    if (b->values[b->nodes[c->lin].output].desc.shape.rank != 3 ||
+        b->values[c->w].desc.shape.max[0] != shape[2] * shape[3]) {
+        return 0;
+    }
+    return 1;
+}
+
+// Rows of the constants a, b, c stacked into one new constant.
+static kiln_status stack3(kiln_bgraph *b, const int32_t v[3], int32_t *out) {
+    uint32_t dtype = b->values[v[0]].desc.dtype;
+    kiln_shape s = b->values[v[0]].desc.shape;
+    uint64_t each = b->values[v[0]].nbytes, total = 3 * each;
+    uint8_t *dst;
+    void *p;
+    KILN_TRY(kiln_bgraph_blob(b, (size_t)total, &p));
+    dst = p;
+    for (int j = 0; j < 3; j++) memcpy(dst + (size_t)j * each, b->values[v[j]].data, each);
+    s.min[0] = s.max[0] = 3 * s.max[0];
+    return kiln_bgraph_add_const(b, dtype, &s, dst, total, out);
+}
+
+static kiln_status qkv_merge(kiln_bgraph *b, uint32_t sdpa, int *done) {
+    qkv_chain c[3];
+    int64_t shape[3][4];
+    int32_t w[3], bias[3], wc, bc = -1, ins[3], y, r, pm;
+    int64_t seq = 0;
+    *done = 0;
+    for (int j = 0; j < 3; j++) {
+        if (!match_chain(b, kiln_bgraph_input(b, &b->nodes[sdpa], (uint32_t)j), &c[j], shape[j]))
+            return KILN_OK;
+    }
+    for (int j = 0; j < 3; j++) {
+        const kiln_value_desc *wd = &b->values[c[j].w].desc, *w0 = &b->values[c[0].w].desc;
+        if (c[j].x != c[0].x || memcmp(shape[j], shape[0], sizeof shape[0]) != 0 ||
+            !kiln_desc_equal(wd, w0) || (c[j].bias >= 0) != (c[0].bias >= 0) ||
+            (c[j].bias >= 0 &&
+             !kiln_desc_equal(&b->values[c[j].bias].desc, &b->values[c[0].bias].desc))) {
+            return KILN_OK;
+        }
+        if (j > 0 && (c[j].lin == c[0].lin || c[j].lin == c[j - 1].lin)) return KILN_OK;
+        w[j] = c[j].w;
+        bias[j] = c[j].bias;
+        if (b->nodes[c[j].lin].seq > seq) seq = b->nodes[c[j].lin].seq;
+    }
+    if (b->values[c[0].w].desc.shape.min[0] != b->values[c[0].w].desc.shape.max[0]) return KILN_OK;
+    KILN_TRY(stack3(b, w, &wc));
+    if (bias[0] >= 0) KILN_TRY(stack3(b, bias, &bc));
+    ins[0] = c[0].x;
+    ins[1] = wc;
+    ins[2] = bc;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_LINEAR, ins, bc >= 0 ? 3 : 2, NULL, seq, &y));
+    {
+        int64_t rs[5] = {shape[0][0], shape[0][1], 3, shape[0][2], shape[0][3]};
+        kiln_attr_ref ref = {KILN_ATTR_INTS, 5, 0};
+        kiln_attrs a = {&ref, 1, rs, NULL};
+        int32_t rin[2] = {y, -1};
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, rin, 1, &a, seq, &r));
+    }
+    {
+        int64_t pd[5] = {2, 0, 3, 1, 4};
+        kiln_attr_ref ref = {KILN_ATTR_INTS, 5, 0};
+        kiln_attrs a = {&ref, 1, pd, NULL};
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_PERMUTE, &r, 1, &a, seq, &pm));
+    }
+    for (int j = 0; j < 3; j++) {
+        int32_t sel, old = kiln_bgraph_input(b, &b->nodes[sdpa], (uint32_t)j);
+        kiln_value_desc check;
+        KILN_TRY(add_select(b, pm, 0, j, seq, &sel));
+        KILN_TRY(kiln_bgraph_infer(b, b->values[sel].index, &check));
+        KILN_CHECK(kiln_desc_equal(&check, &b->values[old].desc), KILN_ERR_INTERNAL,
+                   "QKV merge changed operand %d of node %u", j, sdpa);
+        KILN_TRY(rewire(b, sdpa, (uint32_t)j, sel));
+    }
+    *done = 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_pass_attention(kiln_bgraph *b) {
+    size_t n = b->n_nodes;
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_SQUEEZE) continue;
+        KILN_TRY(slice_squeeze(b, (uint32_t)i, &done));
+        b->stats.n_select += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_SDPA) continue;
+        KILN_TRY(qkv_merge(b, (uint32_t)i, &done));
+        b->stats.n_qkv_merged += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
+    // the new nodes were appended after the sdpa that reads them: restore index = topological order
+    if (b->stats.n_select + b->stats.n_qkv_merged > 0) KILN_TRY(kiln_bgraph_sort_nodes(b));
+    return KILN_OK;
+}

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+// Attention canonicalization (pass_attention.c): separate q/k/v projections merged into one
+// linear + select, slice + squeeze turned into select, the cases that must be left alone, and
+// that every rewritten engine computes what the unoptimized one does (CPU backend, random
+// inputs, static and dynamic shapes).
+#include "builder/builder_test_util.h"
+
+#define D 32
+#define H 4
+#define E 8
+
+static kiln_build_options o0, o1;
+
+static float *rnd(int64_t n) { return tu_rand(n, -0.5f, 0.5f); }
+
+// permute(reshape(linear(x, w, b), shape), (0, 2, 1, 3)); *lin = the linear's output
+static int32_t head_split(kiln_graph *g, int32_t x, int32_t w, int32_t b, const int64_t *shape,
+                          int32_t *lin) {
+    int32_t y = b >= 0 ? tu_node(g, KILN_OP_LINEAR, TU_IDS(x, w, b), TU_NO_ATTRS)
+                       : tu_node(g, KILN_OP_LINEAR, TU_IDS(x, w), TU_NO_ATTRS);
+    *lin = y;
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y),
+                TU_ATTRS(TU_INTS("shape", shape[0], shape[1], shape[2], shape[3])));
+    return tu_node(g, KILN_OP_PERMUTE, TU_IDS(y), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+}
+
+// A BERT-style self-attention block. variant 0: the pattern; 1: k's projection also an output;
+// 2: v projects another input; 3: no biases, dynamic batch and sequence (copied reshape dims).
+static kiln_graph *bert_block(int variant, float **blobs) {
+    kiln_graph *g;
+    int32_t x, x2 = -1, w[3], b[3] = {-1, -1, -1}, qkv[3], lin[3], o;
+    int dyn = variant == 3;
+    int64_t shape[4] = {dyn ? -2 : 2, dyn ? -3 : 5, H, E};
+    CHECK_OK(kiln_graph_new(&g));
+    x = dyn ? tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(1, 1, D), TU_DIMS(3, 9, D))
+            : tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(2, 5, D), TU_DIMS(2, 5, D));
+    if (variant == 2) x2 = tu_input(g, "x2", KILN_DTYPE_F32, 3, TU_DIMS(2, 5, D), TU_DIMS(2, 5, D));
+    for (int j = 0; j < 3; j++) {
+        static const char *wn[3] = {"wq", "wk", "wv"}, *bn[3] = {"bq", "bk", "bv"};
+        blobs[2 * j] = rnd(D * D);
+        blobs[2 * j + 1] = rnd(D);
+        w[j] = tu_const(g, wn[j], KILN_DTYPE_F32, 2, TU_DIMS(D, D), blobs[2 * j]);
+        if (variant != 3)
+            b[j] = tu_const(g, bn[j], KILN_DTYPE_F32, 1, TU_DIMS(D), blobs[2 * j + 1]);
+    }
+    for (int j = 0; j < 3; j++) {
+        qkv[j] = head_split(g, j == 2 && x2 >= 0 ? x2 : x, w[j], b[j], shape, &lin[j]);
+    }
+    o = tu_node(g, KILN_OP_SDPA, TU_IDS(qkv[0], qkv[1], qkv[2]), TU_NO_ATTRS);
+    o = tu_node(g, KILN_OP_PERMUTE, TU_IDS(o), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    o = tu_node(g, KILN_OP_RESHAPE, TU_IDS(o), TU_ATTRS(TU_INTS("shape", shape[0], shape[1], D)));
+    tu_output(g, o, "y");
+    if (variant == 1) tu_output(g, lin[1], "k_proj"); // the key projection read twice: no merge
+    return g;
+}
+
+static void test_bert(int variant, uint32_t want_linear, uint32_t want_select, const char *what) {
+    float *blobs[6] = {0};
+    kiln_graph *g = bert_block(variant, blobs);
+    kiln_plan p;
+    if (bt_plan(g, &o1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_LINEAR) == want_linear, "%s: %u linear layers, want %u",
+                  what, bt_count(&p, KILN_OP_LINEAR), want_linear);
+        CHECK_MSG(bt_count(&p, KILN_OP_SELECT) == want_select, "%s: %u select layers, want %u",
+                  what, bt_count(&p, KILN_OP_SELECT), want_select);
+        kiln_plan_release(&p);
+    }
+    if (variant == 3) {
+        bt_shape s1[1] = {{3, {3, 9, D}}}, s2[1] = {{3, {1, 4, D}}};
+        bt_compare(g, &o0, &o1, 1, s1, 0, 1e-5, 1e-5, what);
+        bt_compare(g, &o0, &o1, 1, s2, 0, 1e-5, 1e-5, what);
+    } else {
+        bt_shape s[2] = {{3, {2, 5, D}}, {3, {2, 5, D}}};
+        bt_compare(g, &o0, &o1, variant == 2 ? 2 : 1, s, 0, 1e-5, 1e-5, what);
+    }
+    kiln_graph_free(g);
+    for (int i = 0; i < 6; i++) free(blobs[i]);
+}
+
+// The packed projection exported through unbind(0): slice + squeeze per operand.
+static void test_packed_unbind(void) {
+    float *w = rnd(3 * D * D), *b = rnd(3 * D);
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t x, cw, cb, y, part[3], o;
+    bt_shape s[1] = {{3, {2, 6, D}}};
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(2, 6, D), TU_DIMS(2, 6, D));
+    cw = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(3 * D, D), w);
+    cb = tu_const(g, "b", KILN_DTYPE_F32, 1, TU_DIMS(3 * D), b);
+    y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, cw, cb), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", 2, 6, 3, H, E)));
+    y = tu_node(g, KILN_OP_PERMUTE, TU_IDS(y), TU_ATTRS(TU_INTS("dims", 2, 0, 3, 1, 4)));
+    for (int j = 0; j < 3; j++) {
+        int32_t sl = tu_node(g, KILN_OP_SLICE, TU_IDS(y),
+                             TU_ATTRS(TU_INTS("dim", 0), TU_INTS("start", j), TU_INTS("end", j + 1),
+                                      TU_INTS("step", 1)));
+        part[j] = tu_node(g, KILN_OP_SQUEEZE, TU_IDS(sl), TU_ATTRS(TU_INTS("dims", 0)));
+    }
+    o = tu_node(g, KILN_OP_SDPA, TU_IDS(part[0], part[1], part[2]),
+                TU_ATTRS(TU_INTS("is_causal", 1)));
+    tu_output(g, o, "y");
+    if (bt_plan(g, &o1, &p)) {
+        CHECK(bt_count(&p, KILN_OP_SELECT) == 3);
+        CHECK(bt_count(&p, KILN_OP_SLICE) == 0 && bt_count(&p, KILN_OP_SQUEEZE) == 0);
+        kiln_plan_release(&p);
+    }
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-5, 1e-5, "packed qkv through slice + squeeze");
+    kiln_graph_free(g);
+    free(w);
+    free(b);
+}
+
+// slice + squeeze pairs that are not a select stay as they are (and still compute the same).
+static void test_not_select(void) {
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t x, a, b2, c, t;
+    bt_shape s[1] = {{3, {4, 3, 5}}};
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(4, 3, 5), TU_DIMS(4, 3, 5));
+    // a width-2 slice, then a squeeze of another dim of size 1 (after a slice of width 1)
+    a = tu_node(
+        g, KILN_OP_SLICE, TU_IDS(x),
+        TU_ATTRS(TU_INTS("dim", 0), TU_INTS("start", 1), TU_INTS("end", 3), TU_INTS("step", 1)));
+    tu_output(g, a, "wide");
+    b2 = tu_node(
+        g, KILN_OP_SLICE, TU_IDS(x),
+        TU_ATTRS(TU_INTS("dim", 1), TU_INTS("start", 2), TU_INTS("end", 3), TU_INTS("step", 1)));
+    t = tu_node(g, KILN_OP_SQUEEZE, TU_IDS(b2), TU_ATTRS(TU_INTS("dims", 1)));
+    tu_output(g, t, "picked"); // this one is a select
+    c = tu_node(
+        g, KILN_OP_SLICE, TU_IDS(x),
+        TU_ATTRS(TU_INTS("dim", 2), TU_INTS("start", 0), TU_INTS("end", 1), TU_INTS("step", 1)));
+    tu_output(g, c, "kept_slice"); // read by an output as well as the squeeze: must stay
+    t = tu_node(g, KILN_OP_SQUEEZE, TU_IDS(c), TU_ATTRS(TU_INTS("dims", 2)));
+    tu_output(g, t, "squeezed");
+    if (bt_plan(g, &o1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_SELECT) == 1, "%u selects", bt_count(&p, KILN_OP_SELECT));
+        kiln_plan_release(&p);
+    }
+    bt_compare(g, &o0, &o1, 1, s, 0, 0, 0, "slices that are not selects");
+    kiln_graph_free(g);
+}
+
+int main(void) {
+    kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
+    o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
+    test_bert(0, 1, 3, "BERT q/k/v merged");
+    test_bert(1, 3, 0, "k projection read twice");
+    test_bert(2, 3, 0, "v from another input");
+    test_bert(3, 1, 3, "no biases, dynamic shapes");
+    test_packed_unbind();
+    test_not_select();
+    return check_summary();
+}
