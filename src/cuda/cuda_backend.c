@@ -7,6 +7,11 @@
 // shapes. Context: a non-blocking stream, a cuBLASLt handle and workspace, ONE activation arena
 // (plan->arena_nbytes, zeroed), a staging buffer per I/O binding (its largest size), a tensor
 // view per plan tensor, a GEMM set-up cache per layer.
+// With use_shared_activation_scratch (read at engine load) a context takes no arena of its own:
+// it joins its device's shared arena (cuda_scratch.h), sized to the largest sharing context, and
+// holds that arena's execution lock through each execute (sharing engines run one at a time);
+// when the arena was replaced (grown) since its last execute, the context re-points its arena
+// views and drops its CUDA graph first.
 // Execute: each I/O pointer is bound directly when it is memory of this device (or managed),
 // else staged (cudaMemcpyAsync before and after the layers); the layers run on the caller's
 // stream if one was set, else the context's; nothing is allocated and nothing synchronizes
@@ -27,6 +32,7 @@
 #include "cuda/cuda_graph_rules.h"
 #include "cuda/cuda_layout.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/cuda_scratch.h"
 
 #define WORKSPACE_NBYTES ((size_t)32 << 20) // cuBLASLt workspace per context (Hopper: 32 MiB)
 #define WEIGHT_ALIGN 256
@@ -42,7 +48,8 @@ typedef struct cuda_engine {
     int device;
     int use_graphs;
     int debug_sync;      // KILN_CUDA_DEBUG_SYNC: graphs off, synchronize after every layer
-    int profile;         // KILN_CUDA_PROFILE: graphs off, per-layer GPU times (logged at free)
+    int profile;         // KILN_CUDA_PROFILE: graphs off, per-layer GPU times (logged at free); the
+                         // delay ahead of each layer in us (0: not profiling)
     int no_tc_attention; // KILN_CUDA_NO_TC_ATTENTION: sdpa on the fp32-FMA kernel only
     int sm_count;
     void *weights; // device, owned
@@ -54,14 +61,17 @@ typedef struct cuda_engine {
     uint64_t *krsc_offsets; // host, n_tensors entries (valid where layout.krsc)
     kiln_cuda_fold fold;    // views folded into sdpa (cuda_fold.h)
     int attn_rows;          // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
+    int share_arena;        // use_shared_activation_scratch: contexts use the device's shared arena
 } cuda_engine;
 
 typedef struct cuda_context {
     const cuda_engine *engine;
     cudaStream_t stream;
     cublasLtHandle_t lt;
-    void *arena;
-    void *fold_pool; // the folded attention bases moved out of the arena (cuda_fold.h)
+    void *arena;                // owned; borrowed from `scratch` when that is not NULL
+    kiln_cuda_scratch *scratch; // the device's shared arena (use_shared_activation_scratch)
+    uint64_t arena_gen;         // the shared arena's generation the views point into
+    void *fold_pool;            // the folded attention bases moved out of the arena (cuda_fold.h)
     void *workspace;
     size_t workspace_nbytes;
     uint32_t n_io;              // n_inputs + n_outputs (bindings: inputs first)
@@ -309,8 +319,13 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     e->device = device;
     e->debug_sync = env_flag("KILN_CUDA_DEBUG_SYNC");
     e->no_tc_attention = env_flag("KILN_CUDA_NO_TC_ATTENTION");
-    e->profile = env_flag("KILN_CUDA_PROFILE");
+    e->profile = 0;
+    if (env_flag("KILN_CUDA_PROFILE")) { // 1: 100 us of delay per layer; N > 1: N us
+        long us = strtol(getenv("KILN_CUDA_PROFILE"), NULL, 10);
+        e->profile = us > 1 && us <= 1000000 ? (int)us : 100;
+    }
     e->use_graphs = options->use_cuda_graphs != 0 && !e->debug_sync && !e->profile;
+    e->share_arena = options->use_shared_activation_scratch != 0;
     e->sm_count = prop.multiProcessorCount;
     e->weight_offsets = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *e->weight_offsets);
     if (e->weight_offsets == NULL) {
@@ -371,14 +386,15 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     device_leave(device, prev);
     kiln_cuda_log(KILN_LOG_INFO,
                   "CUDA engine on device %d (%s): %u layers, %zu bytes of weights, arena %llu "
-                  "bytes, CUDA graphs %s; NHWC: %u of %u conv2d, %u tensors, %u boundary "
+                  "bytes%s, CUDA graphs %s; NHWC: %u of %u conv2d, %u tensors, %u boundary "
                   "transposes; attention folds: %u layers run no kernel, %u sdpa operands and %u "
                   "outputs through strided views, %u tensors (%llu bytes) moved out of the arena",
                   device, prop.name, p->n_layers, e->weights_nbytes,
-                  (unsigned long long)p->arena_nbytes, e->use_graphs ? "on" : "off",
-                  e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_nhwc, e->layout.n_copies,
-                  e->fold.n_virtual, e->fold.n_sdpa_in, e->fold.n_sdpa_out, e->fold.n_reloc,
-                  (unsigned long long)e->fold.pool_nbytes);
+                  (unsigned long long)p->arena_nbytes,
+                  e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
+                  e->use_graphs ? "on" : "off", e->layout.n_conv_nhwc, e->layout.n_conv,
+                  e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
+                  e->fold.n_sdpa_out, e->fold.n_reloc, (unsigned long long)e->fold.pool_nbytes);
     *out_state = e;
     return KILN_OK;
 
@@ -450,7 +466,7 @@ static void cuda_context_free(void *state) {
         if (c->nhwc_copy != NULL) {
             for (uint32_t i = 0; i < p->n_tensors; i++) cudaFree(c->nhwc_copy[i]);
         }
-        cudaFree(c->arena);
+        if (c->scratch == NULL) cudaFree(c->arena);
         cudaFree(c->fold_pool);
         cudaFree(c->workspace);
         if (c->lt != NULL) cublasLtDestroy(c->lt);
@@ -462,6 +478,7 @@ static void cuda_context_free(void *state) {
         cudaGetLastError();
         device_leave(e->device, prev);
     }
+    kiln_cuda_scratch_release(c->scratch); // after the synchronize: no work of c is in flight
     kiln_cuda_free(c->staging, (size_t)c->n_io * sizeof *c->staging);
     kiln_cuda_free(c->staged, c->n_io);
     kiln_cuda_free(c->views, (size_t)p->n_tensors * sizeof *c->views);
@@ -595,6 +612,19 @@ static void prepare_gemms(cuda_context *c) {
     }
 }
 
+// Points the views of the arena's tensors (activations the attention fold did not move to the
+// fold pool) into c->arena. I/O bindings (staging or caller memory) and weights are not touched.
+static void bind_arena_views(cuda_context *c) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind == KILN_TENSOR_ACTIVATION && e->fold.reloc[i] == 0) {
+            c->views[i].data = (uint8_t *)c->arena + t->offset;
+        }
+    }
+}
+
 static int plan_has_conv(const kiln_plan *p) {
     for (uint32_t li = 0; li < p->n_layers; li++) {
         if (p->layers[li].op == KILN_OP_CONV2D) return 1;
@@ -648,7 +678,10 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         c->workspace_nbytes = WORKSPACE_NBYTES;
         CUDA_TRY(cudaMalloc(&c->workspace, c->workspace_nbytes), "cudaMalloc (workspace)");
     }
-    if (p->arena_nbytes > 0) {
+    if (p->arena_nbytes > 0 && e->share_arena) {
+        st = kiln_cuda_scratch_acquire(e->device, (size_t)p->arena_nbytes, &c->scratch);
+        if (st != KILN_OK) goto fail;
+    } else if (p->arena_nbytes > 0) {
         CUDA_TRY(cudaMalloc(&c->arena, (size_t)p->arena_nbytes), "cudaMalloc (activation arena)");
         CUDA_TRY(cudaMemsetAsync(c->arena, 0, (size_t)p->arena_nbytes, c->stream),
                  "cudaMemsetAsync (arena)");
@@ -684,6 +717,9 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         }
     }
     CUDA_TRY(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (context init)");
+    // A shared arena: its execution lock from here through the GEMM set-up, which times the
+    // candidate algorithms on the layers' own buffers (arena memory other contexts use).
+    if (c->scratch != NULL) c->arena = kiln_cuda_scratch_lock(c->scratch, &c->arena_gen);
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
         c->views[i].dtype = t->dtype;
@@ -693,12 +729,19 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
             c->views[i].data = (uint8_t *)e->weights + e->weight_offsets[i];
         } else if (t->kind == KILN_TENSOR_ACTIVATION && e->fold.reloc[i] != 0) {
             c->views[i].data = (uint8_t *)c->fold_pool + (e->fold.reloc[i] - 1);
-        } else if (t->kind == KILN_TENSOR_ACTIVATION) {
-            c->views[i].data = (uint8_t *)c->arena + t->offset;
         }
     }
+    bind_arena_views(c);
     for (uint32_t b = 0; b < c->n_io; b++) c->views[binding_tensor(p, b)].data = c->staging[b];
     prepare_gemms(c);
+    if (c->scratch != NULL) {
+        cudaError_t err = cudaStreamSynchronize(c->stream); // the timing runs are done
+        kiln_cuda_scratch_unlock(c->scratch);
+        if (err != cudaSuccess) {
+            st = cuda_fail("cudaStreamSynchronize (context init, shared arena)", err);
+            goto fail;
+        }
+    }
     device_leave(e->device, prev);
     *out_state = c;
     return KILN_OK;
@@ -757,7 +800,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         if (e->fold.virt[li]) continue; // folded into an sdpa: no kernel (cuda_fold.h)
         if (profiling) {
-            KILN_CUDA_TRY(kiln_cuda_delay(stream, 100));
+            KILN_CUDA_TRY(kiln_cuda_delay(stream, (unsigned)e->profile));
             c->prof_layer[c->prof_n] = li;
             cudaError_t err = cudaEventRecord(c->prof_ev[2 * c->prof_n], stream);
             if (err != cudaSuccess) return cuda_fail("cudaEventRecord (profile)", err);
@@ -1136,7 +1179,11 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
                               stream);
         if (err != cudaSuccess) return cuda_fail("cudaMemcpyAsync (output staging)", err);
     }
-    if (external_capture) return KILN_OK; // the caller's graph runs the work later
+    // The caller's graph runs the work later. On a shared arena the execution lock covers only
+    // the enqueue: a caller who captures sharing engines must not replay their graphs
+    // concurrently (with each other or with other executes of sharing engines on the device),
+    // and must capture again after a new sharing context grew the arena (the old block is freed).
+    if (external_capture) return KILN_OK;
     err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess) {
         return kiln_cuda_fail(KILN_ERR_DEVICE,
@@ -1148,11 +1195,30 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
     return profile_collect(c);
 }
 
+// A context on a shared arena: takes the arena's execution lock (held until the execute's work
+// is finished, or enqueued into a caller's capture) and, when the arena was replaced since the
+// views were bound, re-points them and drops the CUDA graph that recorded the old addresses
+// (the next executes run directly, then re-record). The GEMM and conv set-up caches need nothing:
+// the GEMM key holds the residual's address and the operands' alignments (cudaMalloc blocks are
+// aligned past the 256 bytes the key distinguishes), cuDNN's set-up no address at all.
+static void scratch_enter(cuda_context *c) {
+    uint64_t gen;
+    void *base = kiln_cuda_scratch_lock(c->scratch, &gen);
+    if (gen == c->arena_gen && base == c->arena) return;
+    c->arena = base;
+    c->arena_gen = gen;
+    bind_arena_views(c);
+    graph_drop(c);
+    c->last_valid = 0;
+    kiln_cuda_log(KILN_LOG_DEBUG,
+                  "shared activation arena replaced: views re-pointed, CUDA graph dropped");
+}
+
 static kiln_status cuda_execute(void *context_state, const kiln_exec *exec) {
     cuda_context *c = context_state;
     const cuda_engine *e = c->engine;
     cudaStream_t stream = exec->stream != NULL ? (cudaStream_t)exec->stream : c->stream;
-    int prev = -1;
+    int prev = -1, locked = 0;
     kiln_status st;
     if (c->failed) {
         return kiln_cuda_fail(KILN_ERR_DEVICE,
@@ -1162,6 +1228,10 @@ static kiln_status cuda_execute(void *context_state, const kiln_exec *exec) {
                               c->fail_msg);
     }
     st = device_enter(e->device, &prev);
+    if (st == KILN_OK && c->scratch != NULL) {
+        scratch_enter(c);
+        locked = 1;
+    }
     if (st == KILN_OK) st = execute_on(c, exec, stream);
     if (st == KILN_ERR_DEVICE) {
         snprintf(c->fail_msg, sizeof c->fail_msg, "%s", kiln_cuda_last_message());
@@ -1174,6 +1244,8 @@ static kiln_status cuda_execute(void *context_state, const kiln_exec *exec) {
         cudaStreamSynchronize(stream);
         cudaGetLastError();
     }
+    // After the synchronize (or, in a caller's capture, the enqueue): the next user may start.
+    if (locked) kiln_cuda_scratch_unlock(c->scratch);
     device_leave(e->device, prev);
     return st;
 }

@@ -42,6 +42,35 @@ __device__ __forceinline__ int64_t sdpa_boff(const sdpa_params &P, int64_t b, co
     return o;
 }
 
+// The batch offsets of q, k, v, mask and out for flat batch b: the index is decomposed once,
+// in 32-bit arithmetic when the batch count allows (a 64-bit division is ~100 instructions;
+// five operands x two dims of them cost as much as a 32-key tile of the tensor-core kernels).
+struct sdpa_offs {
+    int64_t q, k, v, m, o;
+};
+__device__ __forceinline__ sdpa_offs sdpa_offsets(const sdpa_params &P, int64_t b) {
+    sdpa_offs r = {0, 0, 0, 0, 0};
+    if (P.batch <= 0x7fffffff) {
+        uint32_t rem = (uint32_t)b;
+        for (int d = P.nb - 1; d >= 0; d--) {
+            const uint32_t n = (uint32_t)P.bdims[d], i = rem % n;
+            rem /= n;
+            r.q += (int64_t)i * P.q_bstr[d];
+            r.k += (int64_t)i * P.k_bstr[d];
+            r.v += (int64_t)i * P.v_bstr[d];
+            r.m += (int64_t)i * P.m_bstr[d];
+            r.o += (int64_t)i * P.o_bstr[d];
+        }
+        return r;
+    }
+    r.q = sdpa_boff(P, b, P.q_bstr);
+    r.k = sdpa_boff(P, b, P.k_bstr);
+    r.v = sdpa_boff(P, b, P.v_bstr);
+    r.m = sdpa_boff(P, b, P.m_bstr);
+    r.o = sdpa_boff(P, b, P.o_bstr);
+    return r;
+}
+
 // The score of (query row l, key s) from its raw dot product: scale, causal, mask.
 __device__ __forceinline__ float sdpa_score(const sdpa_params &P, int64_t moff, int64_t l,
                                             int64_t s, float dot) {
@@ -72,10 +101,8 @@ static __global__ void __launch_bounds__(SDPA_WARPS * 32)
     const T *q = (const T *)P.q, *k = (const T *)P.k, *v = (const T *)P.v;
     T *out = (T *)P.out;
     for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
-        const int64_t qo = sdpa_boff(P, b, P.q_bstr), ko = sdpa_boff(P, b, P.k_bstr),
-                      vo = sdpa_boff(P, b, P.v_bstr);
-        const int64_t mo = P.mask ? sdpa_boff(P, b, P.m_bstr) : 0;
-        const int64_t oo = sdpa_boff(P, b, P.o_bstr);
+        const sdpa_offs bo = sdpa_offsets(P, b);
+        const int64_t qo = bo.q, ko = bo.k, vo = bo.v, mo = bo.m, oo = bo.o;
         const int64_t row0 = (int64_t)blockIdx.x * SDPA_WARPS, row = row0 + warp;
         const bool active = row < P.l;
         __syncthreads(); // qs of the previous batch is no longer read
@@ -202,10 +229,8 @@ static __global__ void __launch_bounds__(NW * 32)
                    *v = (const uint16_t *)P.v;
     uint16_t *out = (uint16_t *)P.out;
     for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
-        const int64_t qo = sdpa_boff(P, b, P.q_bstr), ko = sdpa_boff(P, b, P.k_bstr),
-                      vo = sdpa_boff(P, b, P.v_bstr);
-        const int64_t mo = P.mask ? sdpa_boff(P, b, P.m_bstr) : 0;
-        const int64_t oo = sdpa_boff(P, b, P.o_bstr);
+        const sdpa_offs bo = sdpa_offsets(P, b);
+        const int64_t qo = bo.q, ko = bo.k, vo = bo.v, mo = bo.m, oo = bo.o;
         const int64_t blk0 = (int64_t)blockIdx.x * BQ;
         const int64_t r0 = blk0 + warp * 16, ra = r0 + g, rb = r0 + g + 8;
         // Q fragments straight from global memory (rows past L are zeros, never stored).
@@ -356,6 +381,14 @@ static __global__ void __launch_bounds__(NW * 32)
 
 #define SDPA_SP_BK 32 // keys per warp tile
 
+// 2^x with the SFU's ex2.approx (2 ulp; ex2(-inf) = +0): the split kernel's softmax, whose
+// probabilities are rounded to 16 bits before P V anyway.
+__device__ __forceinline__ float sdpa_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ void sdpa_ldsm_x4(uint32_t *r, const uint16_t *p) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -400,10 +433,8 @@ static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 reg
     uint16_t *out = (uint16_t *)P.out;
     const float sl2 = P.scale * 1.4426950408889634f; // scores in log2 units
     for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
-        const int64_t qo = sdpa_boff(P, b, P.q_bstr), ko = sdpa_boff(P, b, P.k_bstr),
-                      vo = sdpa_boff(P, b, P.v_bstr);
-        const int64_t mo = P.mask ? sdpa_boff(P, b, P.m_bstr) : 0;
-        const int64_t oo = sdpa_boff(P, b, P.o_bstr);
+        const sdpa_offs bo = sdpa_offsets(P, b);
+        const int64_t qo = bo.q, ko = bo.k, vo = bo.v, mo = bo.m, oo = bo.o;
         const int64_t r0 = (int64_t)blockIdx.x * 16, ra = r0 + g, rb = r0 + g + 8;
         uint32_t qf[D / 16][4];
 #pragma unroll
@@ -483,16 +514,16 @@ static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 reg
             mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
             const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
             const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
-            const float ca = exp2f(ma - ua), cb = exp2f(mb - ub);
+            const float ca = sdpa_ex2(ma - ua), cb = sdpa_ex2(mb - ub);
             ma = mna;
             mb = mnb;
             float suma = 0.0f, sumb = 0.0f;
 #pragma unroll
             for (int nt = 0; nt < SDPA_SP_BK / 8; nt++) {
-                sc[nt][0] = exp2f(sc[nt][0] - ua);
-                sc[nt][1] = exp2f(sc[nt][1] - ua);
-                sc[nt][2] = exp2f(sc[nt][2] - ub);
-                sc[nt][3] = exp2f(sc[nt][3] - ub);
+                sc[nt][0] = sdpa_ex2(sc[nt][0] - ua);
+                sc[nt][1] = sdpa_ex2(sc[nt][1] - ua);
+                sc[nt][2] = sdpa_ex2(sc[nt][2] - ub);
+                sc[nt][3] = sdpa_ex2(sc[nt][3] - ub);
                 suma += sc[nt][0] + sc[nt][1];
                 sumb += sc[nt][2] + sc[nt][3];
             }
@@ -559,7 +590,7 @@ static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 reg
 #pragma unroll
                 for (int w = 0; w < NS; w++) {
                     const float *src = mg + (w * 16 + row) * (D + 2);
-                    const float f = src[D] == -INFINITY ? 0.0f : exp2f(src[D] - m);
+                    const float f = src[D] == -INFINITY ? 0.0f : sdpa_ex2(src[D] - m);
                     l += src[D + 1] * f;
                     a0 += src[col] * f;
                     a1 += src[col + 1] * f;

@@ -391,6 +391,212 @@ static kiln_status gemm_bad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
                           what, ctx->where ? ctx->where : "?");
 }
 
+// --- small-M linear: a weight-streaming GEMV kernel (M <= GEMV_MAX_M rows)
+// At M = 1..8 a linear is a pass over the weight: cuBLASLt's tiles leave most of each CTA idle
+// and split K across a second reduction kernel. Here each warp owns GEMV_COLS output columns
+// (weight rows), streams them with 16-byte loads (several in flight per lane), multiplies by the
+// M input rows (16-byte __ldg: every warp of the block reads the same rows, so they stay in L1),
+// reduces across the warp, and applies the epilogue in float32 before the one rounding: bias,
+// then one of ReLU, GELU (erf or tanh form) or a residual add of the output's shape.
+// float16/bfloat16, K a multiple of 8, 16-byte aligned x and w.
+
+#define GEMV_MAX_M 8
+#define GEMV_WARPS 8
+#define GEMV_COLS 2
+#define GEMV_UNROLL 4
+
+enum { GEMV_EPI_NONE = 0, GEMV_EPI_RELU, GEMV_EPI_GELU_ERF, GEMV_EPI_GELU_TANH, GEMV_EPI_RESIDUAL };
+
+template <typename T> __device__ __forceinline__ void gemv_unpack(const uint4 &u, float *f) {
+    const T *h = (const T *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = kc_to_f(h[i]);
+}
+
+// KS warps share a column group and split K among them (KS = 1: each warp its own columns;
+// KS = GEMV_WARPS: the block's warps all work on GEMV_COLS columns, partial sums meet in shared
+// memory), so that a narrow output (N = 1024 at K = 4096) still spreads over every SM.
+template <typename T, int M, int KS>
+static __global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
+                const T *__restrict__ res, T *__restrict__ y, int64_t n, int64_t k, int epi) {
+    constexpr int GROUPS = GEMV_WARPS / KS; // column groups per block
+    __shared__ float part[KS > 1 ? GEMV_WARPS * GEMV_COLS * M : 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int grp = warp / KS, ks = warp % KS;
+    const int64_t col0 = ((int64_t)blockIdx.x * GROUPS + grp) * GEMV_COLS;
+    if (KS == 1 && col0 >= n) return; // (split blocks stay whole for the barrier)
+    const int64_t kv = k / 8;         // 16-byte vectors per row
+    float acc[GEMV_COLS][M];
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+        for (int r = 0; r < M; r++) acc[c][r] = 0.0f;
+    }
+    const uint4 *wv[GEMV_COLS];
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++) {
+        const int64_t col = col0 + c < n ? col0 + c : n - 1; // a clamped duplicate, not stored
+        wv[c] = (const uint4 *)(w + col * k);
+    }
+    const uint4 *xv = (const uint4 *)x;
+    for (int64_t j0 = lane + 32 * ks; j0 < kv; j0 += 32 * KS * GEMV_UNROLL) {
+        uint4 wb[GEMV_UNROLL][GEMV_COLS];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int64_t j = j0 + 32 * KS * u;
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) {
+                wb[u][c] = j < kv ? __ldg(wv[c] + j) : make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int64_t j = j0 + 32 * KS * u;
+            if (j >= kv) break;
+            float wf[GEMV_COLS][8];
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) gemv_unpack<T>(wb[u][c], wf[c]);
+#pragma unroll
+            for (int r = 0; r < M; r++) {
+                float xf[8];
+                gemv_unpack<T>(__ldg(xv + r * kv + j), xf);
+#pragma unroll
+                for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[c][r] = fmaf(wf[c][e], xf[e], acc[c][r]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+        for (int r = 0; r < M; r++) acc[c][r] = kc_warp_sum(acc[c][r]);
+    }
+    // thread `lane` = c * M + r of the group finishes column col0 + c of row r
+    int mine = -1;
+    float v = 0.0f;
+    if (KS == 1) {
+#pragma unroll
+        for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+            for (int r = 0; r < M; r++) {
+                if (lane == c * M + r) v = acc[c][r];
+            }
+        }
+        mine = lane < GEMV_COLS * M ? lane : -1;
+    } else {
+        if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+                for (int r = 0; r < M; r++) part[(warp * GEMV_COLS + c) * M + r] = acc[c][r];
+            }
+        }
+        __syncthreads();
+        if (ks == 0 && lane < GEMV_COLS * M) {
+            for (int s = 0; s < KS; s++) v += part[((grp * KS + s) * GEMV_COLS) * M + lane];
+            mine = lane;
+        }
+    }
+    if (mine < 0) return;
+    const int c = mine / M, r = mine % M;
+    const int64_t col = col0 + c;
+    if (col >= n) return;
+    if (bias != NULL) v += kc_to_f(bias[col]);
+    switch (epi) {
+    case GEMV_EPI_RELU: v = v < 0.0f ? 0.0f : v; break;
+    case GEMV_EPI_GELU_ERF: v = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f)); break;
+    case GEMV_EPI_GELU_TANH: {
+        const float kk = 0.7978845608028654f;
+        v = 0.5f * v * (1.0f + tanhf(kk * (v + 0.044715f * v * v * v)));
+        break;
+    }
+    case GEMV_EPI_RESIDUAL: v += kc_to_f(res[r * n + col]); break;
+    default: break;
+    }
+    y[r * n + col] = kc_from_f<T>(v);
+}
+
+static int gemv_disabled(void) {
+    const char *v = getenv("KILN_CUDA_NO_GEMV");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+// The GEMV path for this linear, or 0 (then cuBLASLt / the tiled kernel). *epi_out: the fused
+// first tail op (GEMV_EPI_*), *res_out its residual.
+static int gemv_applies(const kiln_kernel_args *args, int64_t m, int64_t n, int64_t k, int *epi_out,
+                        const void **res_out) {
+    const kiln_tensor *x = args->in[0], *w = args->in[1];
+    const kiln_tensor *bias = args->n_in > 2 ? args->in[2] : NULL;
+    const kiln_tensor *y = args->out;
+    if (gemv_disabled() || m < 1 || m > GEMV_MAX_M || k < 8 || k % 8 != 0 || n < 1) return 0;
+    if (y->dtype != KILN_DTYPE_F16 && y->dtype != KILN_DTYPE_BF16) return 0;
+    if (x->dtype != y->dtype || w->dtype != y->dtype || (bias != NULL && bias->dtype != y->dtype))
+        return 0;
+    if (((uintptr_t)x->data % 16) != 0 || ((uintptr_t)w->data % 16) != 0) return 0;
+    if ((uint64_t)n > (uint64_t)GEMV_COLS * 0x7fffffffu) return 0;
+    *epi_out = GEMV_EPI_NONE;
+    *res_out = NULL;
+    if (args->n_tail > 0) {
+        const kiln_tail_op *t = &args->tail[0];
+        if (t->op == KILN_OP_RELU) {
+            *epi_out = GEMV_EPI_RELU;
+        } else if (t->op == KILN_OP_GELU) {
+            *epi_out = kiln_attrs_int(&t->attrs, KILN_A_GELU_APPROXIMATE, 0) != 0
+                           ? GEMV_EPI_GELU_TANH
+                           : GEMV_EPI_GELU_ERF;
+        } else if ((*res_out = tail_residual_first(args)) != NULL) {
+            *epi_out = GEMV_EPI_RESIDUAL;
+        }
+    }
+    return 1;
+}
+
+template <typename T>
+static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m,
+                                 int64_t n, int64_t k, int epi, const void *res) {
+    const kiln_tensor *bias = args->n_in > 2 ? args->in[2] : NULL;
+    const T *x = (const T *)args->in[0]->data, *w = (const T *)args->in[1]->data;
+    const T *b = bias ? (const T *)bias->data : NULL;
+    T *y = (T *)args->out->data;
+    // one warp per column pair while that gives every SM a block; else the block's warps split K
+    const int64_t whole = (n + GEMV_WARPS * GEMV_COLS - 1) / (GEMV_WARPS * GEMV_COLS);
+    const bool split = whole < (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
+    const unsigned blocks = (unsigned)(split ? (n + GEMV_COLS - 1) / GEMV_COLS : whole);
+#define GEMV_CASE(MM)                                                                              \
+    case MM:                                                                                       \
+        if (split) {                                                                               \
+            gemv_kernel<T, MM, GEMV_WARPS><<<blocks, GEMV_WARPS * 32, 0, ctx->stream>>>(           \
+                x, w, b, (const T *)res, y, n, k, epi);                                            \
+        } else {                                                                                   \
+            gemv_kernel<T, MM, 1><<<blocks, GEMV_WARPS * 32, 0, ctx->stream>>>(                    \
+                x, w, b, (const T *)res, y, n, k, epi);                                            \
+        }                                                                                          \
+        break
+    switch (m) {
+        GEMV_CASE(1);
+        GEMV_CASE(2);
+        GEMV_CASE(3);
+        GEMV_CASE(4);
+        GEMV_CASE(5);
+        GEMV_CASE(6);
+        GEMV_CASE(7);
+    default: GEMV_CASE(8);
+    }
+#undef GEMV_CASE
+    return kiln_cuda_check_launch(ctx, "gemv_kernel");
+}
+
+static kiln_status gemv_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m,
+                               int64_t n, int64_t k, int epi, const void *res) {
+    if (args->out->dtype == KILN_DTYPE_F16) {
+        return gemv_launch_t<__half>(ctx, args, m, n, k, epi, res);
+    }
+    return gemv_launch_t<__nv_bfloat16>(ctx, args, m, n, k, epi, res);
+}
+
 // --- entry points
 
 extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
@@ -410,7 +616,13 @@ extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_ker
     }
     if (m == 0 || n == 0) return KILN_OK;
     uint32_t skip = 0;
-    int done = 0;
+    int done = 0, epi = 0;
+    const void *res = NULL;
+    if (gemv_applies(args, m, n, k, &epi, &res)) {
+        if (ctx->plan_only) return KILN_OK;
+        KILN_CUDA_TRY(gemv_launch(ctx, args, m, n, k, epi, res));
+        return kiln_cuda_tail(ctx, args, epi != GEMV_EPI_NONE ? 1 : 0);
+    }
     int same =
         x->dtype == w->dtype && x->dtype == y->dtype && (bias == NULL || bias->dtype == y->dtype);
     if (same && k > 0) {

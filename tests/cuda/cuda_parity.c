@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #include <time.h>
 
 #include "check.h"
@@ -548,8 +549,9 @@ static void cases_unary(void) {
         KILN_OP_RELU,      KILN_OP_GELU,        KILN_OP_SILU, KILN_OP_SIGMOID, KILN_OP_TANH,
         KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,  KILN_OP_SQRT,    KILN_OP_RSQRT,
         KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_CLAMP};
-    static const char *shapes[] = {"1", "7x13", "3x1x5x33", ""};
-    uint32_t n_shapes = opt_quick ? 2 : 4;
+    // "6x40": a whole number of 16-byte vectors in every float dtype (the vectorized kernel)
+    static const char *shapes[] = {"1", "6x40", "7x13", "3x1x5x33", ""};
+    uint32_t n_shapes = opt_quick ? 2 : 5;
     op_case c;
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         for (uint32_t d = 0; d < N_FLOATS; d++) {
@@ -952,6 +954,49 @@ static void cases_gemm(void) {
         case_in(&c, S(dt, "2x3x7x9"));
         case_in(&c, S(dt, "2x3x9x6"));
         tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "2x3x7x6"), 1);
+        run_case(&c);
+        // small-M linears (the GEMV kernel at float16/bfloat16, M <= 8, K % 8 == 0): every
+        // epilogue it fuses, odd N (a clamped last column pair), K not a multiple of its unroll,
+        // a tail after the fused residual
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "1x1024"));
+        case_in(&c, SR(dt, "520x1024", -0.1, 0.1));
+        case_in(&c, S(dt, "520"));
+        case_tail(&c, KILN_OP_GELU);
+        c.label = "gemv M 1 + gelu";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "3x136"));
+        case_in(&c, SR(dt, "77x136", -0.3, 0.3));
+        case_tail(&c, KILN_OP_RELU);
+        c.label = "gemv M 3 + relu, N 77";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "2x2056"));
+        case_in(&c, SR(dt, "24x2056", -0.05, 0.05));
+        case_in(&c, S(dt, "24"));
+        attrs_int(&case_tail(&c, KILN_OP_GELU)->attrs, KILN_A_GELU_APPROXIMATE, 1);
+        c.label = "gemv M 2 + gelu tanh, K 2056";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "2x4x264"));
+        case_in(&c, SR(dt, "33x264", -0.2, 0.2));
+        case_in(&c, S(dt, "33"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "2x4x33"), 0);
+        attrs_float(&case_tail(&c, KILN_OP_CLAMP)->attrs, KILN_A_CLAMP_MAX, 0.5);
+        c.label = "gemv M 8 + residual + clamp";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "5x8"));
+        case_in(&c, SR(dt, "300x8", -0.5, 0.5));
+        c.label = "gemv M 5, K 8";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR); // wide enough for one warp per column pair (no K split)
+        case_in(&c, S(dt, "2x72"));
+        case_in(&c, SR(dt, "2201x72", -0.3, 0.3));
+        case_in(&c, S(dt, "2201"));
+        case_tail(&c, KILN_OP_RELU);
+        c.label = "gemv M 2, N 2201 + relu";
         run_case(&c);
         // matmul: plain, folded batch, full batch, broadcast batch, 1-D operands
         static const char *mm[][2] = {
@@ -2007,6 +2052,348 @@ done:
     if (tstream != NULL) cudaStreamDestroy(tstream);
 }
 
+// --- shared activation scratch (use_shared_activation_scratch): the contexts of sharing engines
+// on one device use one arena, sized to the largest, and their executes are serialized by the
+// arena's lock. Checked: growth after other contexts recorded graphs (they re-point their views
+// and re-record), interleaved executes, two threads at once, and the device memory saved. With
+// --dry the same sequences run on CPU engines (the harness itself), and the memory part only
+// builds its model and runs it on the CPU.
+
+#define SHARED_SETS 3  // input sets per worker thread (shape variants)
+#define SHARED_RUNS 50 // executes per worker thread
+#define SHARED_N 4     // contexts in the memory measurement
+
+// Like io_check, without reporting (worker threads): 1 when c's outputs (host, or device set k)
+// agree with b's reference, else 0 with the reason in msg.
+static int shared_outputs_ok(const model *m, kiln_context *c, io *b, int dev_out, int k, char *msg,
+                             size_t msg_n) {
+    for (uint32_t i = 0; i < b->n_out; i++) {
+        uint32_t rank;
+        int64_t dims[KILN_MAX_RANK];
+        kiln_tensor ref;
+        char why[192];
+        if (kiln_context_output_shape(c, i, &rank, dims) != KILN_OK || rank != b->ref_rank[i] ||
+            memcmp(dims, b->ref_dims[i], rank * sizeof *dims) != 0) {
+            snprintf(msg, msg_n, "output %u: shape differs from the CPU engine's", i);
+            return 0;
+        }
+        size_t n = (size_t)numel_of(rank, dims) * dtype_size(b->out_info[i].dtype);
+        if (dev_out &&
+            cudaMemcpy(b->out[i], b->dout[k][i], n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            snprintf(msg, msg_n, "output %u: copy back failed", i);
+            return 0;
+        }
+        memset(&ref, 0, sizeof ref);
+        ref.data = b->ref[i];
+        ref.dtype = b->out_info[i].dtype;
+        ref.rank = rank;
+        memcpy(ref.dims, dims, sizeof dims);
+        tol t = {m->tol, m->tol, m->tol};
+        if (!compare(&ref, b->out[i], t, why, sizeof why)) {
+            snprintf(msg, msg_n, "output %u: %s", i, why);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct shared_worker {
+    const model *m;
+    kiln_context *ctx;
+    io sets[SHARED_SETS]; // input sets with their CPU references (computed before the start)
+    int dev;              // device-resident I/O (set 0), else host I/O
+    int n_bad;
+    char msg[320];
+} shared_worker;
+
+// SHARED_RUNS executes, five in a row per input set (direct, record, replays), each checked.
+static int shared_worker_run(void *arg) {
+    shared_worker *w = arg;
+    for (int r = 0; r < SHARED_RUNS; r++) {
+        io *b = &w->sets[(r / 5) % SHARED_SETS];
+        char why[256] = "";
+        kiln_status st = bind_run(w->ctx, b, w->dev, w->dev, 0);
+        if (st != KILN_OK) {
+            snprintf(why, sizeof why, "execute returned %s: %s", kiln_status_str(st),
+                     kiln_last_error());
+        }
+        if (st != KILN_OK || !shared_outputs_ok(w->m, w->ctx, b, w->dev, 0, why, sizeof why)) {
+            if (w->n_bad++ == 0) snprintf(w->msg, sizeof w->msg, "run %d: %s", r + 1, why);
+        }
+    }
+    return 0;
+}
+
+// Loads m on `device` with use_shared_activation_scratch set process-wide for this load only
+// (an engine reads the options at load; the option is restored to false at once).
+static kiln_status load_sharing(const model *m, const char *device, kiln_engine **out) {
+    kiln_status st = kiln_set_option_bool("use_shared_activation_scratch", 1);
+    if (st == KILN_OK) st = load(m, device, 1, out);
+    if (kiln_set_option_bool("use_shared_activation_scratch", 0) != KILN_OK && st == KILN_OK) {
+        st = KILN_ERR_INTERNAL;
+    }
+    return st;
+}
+
+// Fresh values for b at shape variant v, the CPU reference, then c's run (host I/O, or device
+// set k), checked.
+static int shared_step(const model *m, kiln_context *cpu, kiln_context *c, io *b, int v, int dev,
+                       int k, const char *what) {
+    char full[160];
+    io_shapes(b, v);
+    io_values(b);
+    if (!io_reference(cpu, b)) return 0;
+    snprintf(full, sizeof full, "shared scratch, %s%s", what, opt_dry ? " [dry: cpu]" : "");
+    io_check(m, full, c, b, dev, k, bind_run(c, b, dev, dev, k));
+    return 1;
+}
+
+// Two engines of different arena sizes (the smaller's contexts first, so that the arena grows
+// under contexts that already recorded graphs), three contexts interleaved, then two threads.
+static void e2e_shared_interleaved(void) {
+    const char *device = opt_dry ? "cpu" : "cuda:0";
+    int dev = !opt_dry; // device-resident I/O where there is a device
+    model ms[2];
+    kiln_engine *gpu_e[2] = {NULL, NULL}, *cpu_e[2] = {NULL, NULL};
+    kiln_context *cpu[2] = {NULL, NULL}, *a1 = NULL, *a2 = NULL, *b1 = NULL;
+    io ios[2];
+    shared_worker *w = NULL;
+    char name[160], msg[512], what[96];
+    int ok, nm = 0;
+    memset(ms, 0, sizeof ms);
+    memset(ios, 0, sizeof ios);
+    snprintf(name, sizeof name, "e2e shared activation scratch: two engines%s",
+             opt_dry ? " [dry: cpu]" : "");
+    if (opt_filter != NULL && strstr(name, opt_filter) == NULL) return;
+    if (model_mlp(&ms[0], KILN_PRECISION_FP32)) nm++;
+    if (nm == 1 && model_attention(&ms[1], KILN_PRECISION_FP32)) nm++;
+    ok = nm == 2;
+    for (int i = 0; ok && i < 2; i++) {
+        ok = load_sharing(&ms[i], device, &gpu_e[i]) == KILN_OK &&
+             load(&ms[i], "cpu", 1, &cpu_e[i]) == KILN_OK &&
+             kiln_context_new(cpu_e[i], &cpu[i]) == KILN_OK;
+    }
+    if (!ok) {
+        report(0, name, NULL, kiln_last_error());
+        goto done;
+    }
+    // s: the engine with the smaller arena (contexts A1, A2), l: the larger (context B)
+    uint64_t n0 = kiln_engine_arena_nbytes(gpu_e[0]), n1 = kiln_engine_arena_nbytes(gpu_e[1]);
+    int s = n0 <= n1 ? 0 : 1, l = 1 - s;
+    snprintf(msg, sizeof msg, "A = %s (arena %llu bytes), B = %s (arena %llu bytes)", ms[s].name,
+             (unsigned long long)(s ? n1 : n0), ms[l].name, (unsigned long long)(s ? n0 : n1));
+    report(n0 != n1, name, NULL, msg);
+    if (!io_setup(&ios[s], gpu_e[s]) || !io_setup(&ios[l], gpu_e[l])) {
+        report(0, name, NULL, "I/O set-up failed");
+        goto done;
+    }
+    // 1. A1 and A2 on the arena sized for A: warm up, record, replay.
+    ok = kiln_context_new(gpu_e[s], &a1) == KILN_OK && kiln_context_new(gpu_e[s], &a2) == KILN_OK;
+    snprintf(name, sizeof name, "e2e %s: shared scratch, two contexts", ms[s].name);
+    report(ok, name, NULL, ok ? "created" : kiln_last_error());
+    if (!ok) goto done;
+    for (int r = 0; r < 3 && ok; r++) {
+        snprintf(what, sizeof what, "A1 before growth, run %d", r + 1);
+        ok = shared_step(&ms[s], cpu[s], a1, &ios[s], 0, 0, 0, what);
+        snprintf(what, sizeof what, "A2 before growth, run %d", r + 1);
+        ok = ok && shared_step(&ms[s], cpu[s], a2, &ios[s], 0, dev, 1, what);
+    }
+    // 2. B: the arena grows (a new block); A1 and A2 re-point their views and re-record.
+    ok = ok && kiln_context_new(gpu_e[l], &b1) == KILN_OK;
+    snprintf(name, sizeof name, "e2e %s: shared scratch, context B (the arena grows)", ms[l].name);
+    report(ok, name, NULL, ok ? "created" : kiln_last_error());
+    if (!ok) goto done;
+    for (int r = 0; r < 9 && ok; r++) {
+        snprintf(what, sizeof what, "interleaved round %d: A1", r + 1);
+        ok = shared_step(&ms[s], cpu[s], a1, &ios[s], r / 3, 0, 0, what);
+        snprintf(what, sizeof what, "interleaved round %d: B", r + 1);
+        ok = ok && shared_step(&ms[l], cpu[l], b1, &ios[l], r / 3, dev, 0, what);
+        snprintf(what, sizeof what, "interleaved round %d: A2", r + 1);
+        ok = ok && shared_step(&ms[s], cpu[s], a2, &ios[s], r / 3, dev, 1, what);
+    }
+    if (!ok) goto done;
+    // 3. Two threads at once: A1 (host I/O) and B (device I/O), inputs and references made first.
+    w = xmalloc(2 * sizeof *w);
+    memset(w, 0, 2 * sizeof *w);
+    for (int t = 0; t < 2 && ok; t++) {
+        int x = t == 0 ? s : l;
+        w[t].m = &ms[x];
+        w[t].ctx = t == 0 ? a1 : b1;
+        w[t].dev = t == 1 && dev;
+        for (int j = 0; j < SHARED_SETS && ok; j++) {
+            ok = io_setup(&w[t].sets[j], gpu_e[x]);
+            io_shapes(&w[t].sets[j], j);
+            io_values(&w[t].sets[j]);
+            ok = ok && io_reference(cpu[x], &w[t].sets[j]);
+        }
+    }
+    thrd_t th[2];
+    int started[2] = {0, 0};
+    for (int t = 0; t < 2 && ok; t++) {
+        started[t] = thrd_create(&th[t], shared_worker_run, &w[t]) == thrd_success;
+        if (!started[t]) shared_worker_run(&w[t]); // still checked, on this thread
+    }
+    for (int t = 0; t < 2; t++) {
+        if (started[t]) thrd_join(th[t], NULL);
+    }
+    for (int t = 0; t < 2 && ok; t++) {
+        snprintf(name, sizeof name, "e2e %s: shared scratch, thread %d (%s I/O)%s", w[t].m->name,
+                 t + 1, w[t].dev ? "device" : "host", opt_dry ? " [dry: cpu]" : "");
+        snprintf(msg, sizeof msg, "%d of %d executes right%s%s%s", SHARED_RUNS - w[t].n_bad,
+                 SHARED_RUNS, started[t] ? "" : " (no thread: run inline)",
+                 w[t].n_bad ? "; first failure: " : "", w[t].n_bad ? w[t].msg : "");
+        report(w[t].n_bad == 0 && started[t], name, NULL, msg);
+    }
+    if (!ok) report(0, "e2e shared activation scratch: threads", NULL, "set-up failed");
+    // 4. A2, idle during the threads, still right.
+    if (ok) shared_step(&ms[s], cpu[s], a2, &ios[s], 0, dev, 1, "A2 after the threads");
+
+done:
+    for (int t = 0; w != NULL && t < 2; t++) {
+        for (int j = 0; j < SHARED_SETS; j++) io_free(&w[t].sets[j]);
+    }
+    free(w);
+    kiln_context_free(a1);
+    kiln_context_free(a2);
+    kiln_context_free(b1);
+    for (int i = 0; i < 2; i++) {
+        io_free(&ios[i]);
+        kiln_context_free(cpu[i]);
+        kiln_engine_free(cpu_e[i]);
+        kiln_engine_free(gpu_e[i]);
+    }
+    for (int i = 0; i < nm; i++) free(ms[i].bytes);
+}
+
+// A model with a large arena (the hidden activation: 2048 x 16384 fp32, 128 MiB).
+static int model_shared_wide(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t mins[2] = {1, 256}, maxs[2] = {2048, 256};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 2, mins, maxs);
+    int32_t l1[3] = {x, gb_const(&b, F32, "16384x256", -0.05, 0.05),
+                     gb_const(&b, F32, "16384", -0.1, 0.1)};
+    int32_t h = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    h = gb1(&b, KILN_OP_RELU, h);
+    int32_t l2[3] = {h, gb_const(&b, F32, "256x16384", -0.02, 0.02),
+                     gb_const(&b, F32, "256", -0.1, 0.1)};
+    h = gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0);
+    int32_t y = gb2(&b, KILN_OP_ADD, h, x);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = "shared scratch wide fp32";
+    m->tol = 1e-3;
+    return model_finish(&b, m, KILN_PRECISION_FP32);
+}
+
+static long long device_free_bytes(void) {
+    size_t free_b = 0, total_b = 0;
+    if (!cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize") ||
+        !cuda_ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo")) {
+        return -1;
+    }
+    return (long long)free_b;
+}
+
+// Device memory taken by SHARED_N new contexts of e (they are left in ctx[]); -1 on failure.
+static long long contexts_drop(kiln_engine *e, kiln_context **ctx) {
+    long long before = device_free_bytes(), after;
+    for (int i = 0; i < SHARED_N; i++) {
+        if (kiln_context_new(e, &ctx[i]) != KILN_OK) return -1;
+    }
+    after = device_free_bytes();
+    return before < 0 || after < 0 ? -1 : before - after;
+}
+
+// SHARED_N contexts of an engine with a large arena take about one arena with the option (and
+// their other buffers), SHARED_N arenas without it.
+static void e2e_shared_memory(void) {
+    const char *name = "e2e shared activation scratch: device memory of 4 contexts";
+    model m;
+    kiln_engine *shared_e = NULL, *own_e = NULL, *cpu_e = NULL;
+    kiln_context *ctx[SHARED_N] = {NULL}, *cpu = NULL, *warm = NULL;
+    io b;
+    char msg[400];
+    memset(&m, 0, sizeof m);
+    memset(&b, 0, sizeof b);
+    if (opt_filter != NULL && strstr(name, opt_filter) == NULL) return;
+    if (!model_shared_wide(&m)) {
+        report(0, name, NULL, "the model did not build");
+        return;
+    }
+    if (opt_dry) { // the model itself, on the CPU
+        e2e_model_dry(&m);
+        free(m.bytes);
+        return;
+    }
+    if (opt_quick) { // --quick runs under compute-sanitizer: 10 contexts tuning 17-GFLOP GEMMs
+        printf("SKIP  %s: not with --quick\n", name);
+        n_skipped++;
+        free(m.bytes);
+        return;
+    }
+    int ok = load_sharing(&m, "cuda:0", &shared_e) == KILN_OK &&
+             load(&m, "cuda:0", 1, &own_e) == KILN_OK && load(&m, "cpu", 1, &cpu_e) == KILN_OK &&
+             kiln_context_new(cpu_e, &cpu) == KILN_OK && io_setup(&b, shared_e);
+    if (!ok) {
+        report(0, name, NULL, kiln_last_error());
+        goto done;
+    }
+    // warm-up: whatever the first context of each engine loads once (modules, handles)
+    ok = kiln_context_new(own_e, &warm) == KILN_OK;
+    kiln_context_free(warm);
+    warm = NULL;
+    ok = ok && kiln_context_new(shared_e, &warm) == KILN_OK;
+    kiln_context_free(warm);
+    if (!ok) {
+        report(0, name, NULL, kiln_last_error());
+        goto done;
+    }
+    long long arena = (long long)kiln_engine_arena_nbytes(shared_e);
+    long long own = contexts_drop(own_e, ctx);
+    for (int i = 0; i < SHARED_N; i++) {
+        kiln_context_free(ctx[i]);
+        ctx[i] = NULL;
+    }
+    long long shared = contexts_drop(shared_e, ctx);
+    if (own < 0 || shared < 0) {
+        report(0, name, NULL, kiln_last_error());
+        goto done;
+    }
+    // the other per-context buffers (workspace, staging, handles), measured without sharing
+    long long other = own - SHARED_N * arena;
+    snprintf(msg, sizeof msg,
+             "arena %.1f MiB; %d contexts take %.1f MiB without sharing (>= %d arenas: %s), %.1f "
+             "MiB with it: %.1f MiB beyond the other per-context buffers (%.1f MiB), < 2 arenas: "
+             "%s",
+             arena / 1048576.0, SHARED_N, own / 1048576.0, SHARED_N, other >= 0 ? "yes" : "NO",
+             shared / 1048576.0, (shared - other) / 1048576.0, other / 1048576.0,
+             shared - other < 2 * arena ? "yes" : "NO");
+    report(arena >= (64ll << 20) && other >= 0 && shared - other < 2 * arena, name, NULL, msg);
+    // each sharing context runs right
+    for (int i = 0; i < SHARED_N; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "shared scratch, context %d of %d", i + 1, SHARED_N);
+        io_shapes(&b, i);
+        io_values(&b);
+        if (!io_reference(cpu, &b)) break;
+        io_check(&m, what, ctx[i], &b, 1, 0, bind_run(ctx[i], &b, 1, 1, 0));
+    }
+
+done:
+    for (int i = 0; i < SHARED_N; i++) kiln_context_free(ctx[i]);
+    io_free(&b);
+    kiln_context_free(cpu);
+    kiln_engine_free(shared_e);
+    kiln_engine_free(own_e);
+    kiln_engine_free(cpu_e);
+    free(m.bytes);
+}
+
+static void e2e_shared_scratch(void) {
+    e2e_shared_interleaved();
+    e2e_shared_memory();
+}
+
 static void run_e2e(void) {
     model models[16];
     int n = 0;
@@ -2048,6 +2435,7 @@ static void run_e2e(void) {
         }
         free(models[i].bytes);
     }
+    e2e_shared_scratch(); // use_shared_activation_scratch
 }
 
 int main(int argc, char **argv) {
