@@ -69,7 +69,8 @@ KILN_API const char *kiln_engine_device(const kiln_engine *engine);
 KILN_API uint64_t kiln_engine_arena_nbytes(const kiln_engine *engine);
 KILN_API uint64_t kiln_engine_weight_nbytes(const kiln_engine *engine);
 
-// Creates an execution context (owns the activation arena). The engine must outlive it.
+// Creates an execution context (owns the activation arena, or on CUDA with the process option
+// use_shared_activation_scratch shares its device's arena). The engine must outlive it.
 KILN_API kiln_status kiln_context_new(kiln_engine *engine, kiln_context **out);
 KILN_API void kiln_context_free(kiln_context *context);
 

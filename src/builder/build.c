@@ -60,6 +60,7 @@ static kiln_status run_passes(kiln_bgraph *b) {
         KILN_TRY(kiln_pass_fold(b));
         KILN_TRY(kiln_pass_bn_fold(b));
         KILN_TRY(kiln_pass_matmul_to_linear(b));
+        KILN_TRY(kiln_pass_patchify(b));
         KILN_TRY(kiln_pass_attention(b));
         KILN_TRY(kiln_pass_dce(b)); // last pass before nodes are inserted (see pass_dce.c)
         KILN_TRY(kiln_pass_fuse(b));
@@ -73,10 +74,11 @@ static void log_stats(const kiln_plan *p, const kiln_build_stats *s) {
     kiln_log(KILN_LOG_INFO,
              "kiln_build: %u layers, %u tensors, arena %" PRIu64 " bytes, inline weights %" PRIu64
              " bytes; removed %u dead, folded %u, batch norms folded %u, matmul->linear %u, "
-             "bias fused %u, tails fused %u, casts %u, copies %u, selects %u, qkv merged %u",
+             "bias fused %u, tails fused %u, casts %u, copies %u, selects %u, qkv merged %u, "
+             "patchify convs %u",
              p->n_layers, p->n_tensors, p->arena_nbytes, p->weights_nbytes, s->n_dead, s->n_folded,
              s->n_bn_folded, s->n_linear, s->n_bias_fused, s->n_tail_fused, s->n_casts, s->n_copies,
-             s->n_select, s->n_qkv_merged);
+             s->n_select, s->n_qkv_merged, s->n_patchify);
 }
 
 // The pipeline up to the plan; *b must be released by the caller.

@@ -2,7 +2,8 @@
 // The builder's working graph and its passes (docs/builder.md). kiln_build copies the caller's
 // graph into a kiln_bgraph, runs the passes in order, lays out the plan and serializes it:
 //
-//   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> attention -> dce -> fuse]
+//   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> patchify -> attention
+//              -> dce -> fuse]
 //          -> precision -> lower_io -> check -> emit (tensors, layers, memory plan, weights)
 //
 // The working graph mirrors src/ir/graph.h with what the passes need: nodes can die, gain
@@ -75,6 +76,7 @@ typedef struct kiln_build_stats {
     uint32_t n_copies;     // copies inserted by I/O lowering
     uint32_t n_select;     // slice + squeeze pairs turned into select
     uint32_t n_qkv_merged; // sdpa whose q, k, v projections became one linear
+    uint32_t n_patchify;   // stride = kernel convolutions turned into a linear
 } kiln_build_stats;
 
 typedef struct kiln_bgraph {
@@ -161,6 +163,7 @@ kiln_status kiln_pass_dce(kiln_bgraph *b);              // pass_dce.c
 kiln_status kiln_pass_fold(kiln_bgraph *b);             // pass_fold.c
 kiln_status kiln_pass_bn_fold(kiln_bgraph *b);          // pass_bn_fold.c
 kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b); // pass_linear.c
+kiln_status kiln_pass_patchify(kiln_bgraph *b);         // pass_patchify.c
 kiln_status kiln_pass_attention(kiln_bgraph *b);        // pass_attention.c
 kiln_status kiln_pass_fuse(kiln_bgraph *b);             // pass_fuse.c
 kiln_status kiln_pass_precision(kiln_bgraph *b);        // pass_precision.c

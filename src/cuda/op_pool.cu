@@ -19,6 +19,7 @@ typedef struct pool_params {
     int64_t c;       // nhwc_in: channels (planes = N * c)
     int nhwc_in;     // x is [N, C, H, W] stored NHWC (ctx->nhwc)
     int nhwc_out;    // y stored NHWC (max/avg pool with nhwc_in; adaptive pool writes NCHW)
+    int idx32;       // every output index fits 31 bits: pool_at divides in 32-bit
 } pool_params;
 
 // Output element i (in y's storage order) -> its window origin in x, x's element stride within
@@ -29,6 +30,26 @@ typedef struct pool_pos {
 
 __device__ __forceinline__ pool_pos pool_at(const pool_params &P, int64_t i) {
     pool_pos q;
+    if (P.idx32) { // the same in 32-bit arithmetic (a 64-bit division is ~100 instructions)
+        const uint32_t u = (uint32_t)i, ow = (uint32_t)P.ow, oh = (uint32_t)P.oh;
+        if (!P.nhwc_in) {
+            const uint32_t r = u / ow;
+            q.ox = u - r * ow;
+            q.oy = r % oh;
+            q.xbase = (int64_t)(r / oh) * P.h * P.w;
+            q.xs = 1;
+            q.yi = i;
+        } else {
+            const uint32_t c = (uint32_t)P.c, r = u / c, ch = u - r * c, r2 = r / ow;
+            const uint32_t n = r2 / oh;
+            q.ox = r - r2 * ow;
+            q.oy = r2 - n * oh;
+            q.xbase = (int64_t)n * P.h * P.w * P.c + ch;
+            q.xs = P.c;
+            q.yi = P.nhwc_out ? i : (((int64_t)n * P.c + ch) * P.oh + q.oy) * P.ow + q.ox;
+        }
+        return q;
+    }
     if (!P.nhwc_in) {
         int64_t pl = i / (P.ow * P.oh);
         q.ox = i % P.ow;
@@ -181,6 +202,7 @@ static kiln_status pool_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args 
     if (pool_setup(ctx, args, &P) != 0) return pool_fail(ctx, args, "bad shape or attributes");
     int64_t n = P.planes * P.oh * P.ow;
     if (n == 0) return KILN_OK;
+    P.idx32 = n < INT64_C(0x7fffffff);
     const T *x = (const T *)args->in[0]->data;
     T *y = (T *)args->out->data;
     unsigned blocks = kc_blocks(n, POOL_BLOCK);
