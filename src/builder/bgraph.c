@@ -261,6 +261,21 @@ kiln_status kiln_bgraph_set_inputs(kiln_bgraph *b, uint32_t node, const int32_t 
     return KILN_OK;
 }
 
+kiln_status kiln_bgraph_replace_node(kiln_bgraph *b, uint32_t old_node, int32_t new_value,
+                                     const char *what) {
+    uint32_t nn = b->values[new_value].index;
+    int32_t out = b->nodes[old_node].output;
+    kiln_value_desc check;
+    KILN_TRY(kiln_bgraph_infer(b, nn, &check));
+    KILN_CHECK(kiln_desc_equal(&check, &b->values[out].desc), KILN_ERR_INTERNAL,
+               "%s changed the output of node %u", what, old_node);
+    b->values[new_value].kind = KILN_BV_DEAD;
+    b->nodes[nn].output = out;
+    b->values[out].index = nn;
+    b->nodes[old_node].dead = 1;
+    return KILN_OK;
+}
+
 typedef struct seq_key {
     int64_t seq;
     uint32_t node;

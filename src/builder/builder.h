@@ -128,6 +128,11 @@ kiln_status kiln_bgraph_set_inputs(kiln_bgraph *b, uint32_t node, const int32_t 
                                    uint32_t n_inputs);
 // Re-runs shape inference for a node; writes the result to *out (does not store it).
 kiln_status kiln_bgraph_infer(const kiln_bgraph *b, uint32_t node, kiln_value_desc *out);
+// The node producing new_value takes over old_node's output value (its readers now read the new
+// node's result; the descriptors must agree, else KILN_ERR_INTERNAL naming `what`) and old_node
+// dies.
+kiln_status kiln_bgraph_replace_node(kiln_bgraph *b, uint32_t old_node, int32_t new_value,
+                                     const char *what);
 // Reorders the nodes by (seq, index), the emission order: after a rewrite that appended nodes
 // read by earlier ones, index order is a topological order again (what the later passes
 // assume). Node indices change; value ids do not.

@@ -59,7 +59,6 @@ static kiln_status slice_squeeze(kiln_bgraph *b, uint32_t sq_node, int *done) {
     int32_t sl = single_use_producer(b, kiln_bgraph_input(b, sq, 0), KILN_OP_SLICE), x, sel;
     uint32_t rank;
     int64_t d, start, end, step, sq_dim;
-    kiln_value_desc check;
     *done = 0;
     if (sl < 0 || n_dims != 1) return KILN_OK;
     la = kiln_bgraph_attrs(b, &b->nodes[sl]);
@@ -83,18 +82,7 @@ static kiln_status slice_squeeze(kiln_bgraph *b, uint32_t sq_node, int *done) {
     }
     KILN_TRY(add_select(b, x, d, start, b->nodes[sq_node].seq, &sel));
     // the squeeze's readers now read the select: it takes over the squeeze's output value
-    {
-        kiln_bnode *s = &b->nodes[sq_node];
-        int32_t out = s->output;
-        uint32_t sel_node = b->values[sel].index;
-        KILN_TRY(kiln_bgraph_infer(b, sel_node, &check));
-        KILN_CHECK(kiln_desc_equal(&check, &b->values[out].desc), KILN_ERR_INTERNAL,
-                   "select canonicalization changed the output of node %u", sq_node);
-        b->values[sel].kind = KILN_BV_DEAD;
-        b->nodes[sel_node].output = out;
-        b->values[out].index = sel_node;
-        b->nodes[sq_node].dead = 1;
-    }
+    KILN_TRY(kiln_bgraph_replace_node(b, sq_node, sel, "select canonicalization"));
     *done = 1;
     return KILN_OK;
 }

@@ -30,7 +30,6 @@ static kiln_status patchify_one(kiln_bgraph *b, uint32_t ci, int *done) {
     int32_t bias = kiln_bgraph_input(b, cv, 2), v, wl, ins[3];
     const kiln_shape *xs, *ws;
     int64_t seq = cv->seq, kh, kw, c, h, wd, o, nb;
-    kiln_value_desc check;
     *done = 0;
     if (x < 0 || !kiln_bgraph_is_const(b, w) || (bias >= 0 && !kiln_bgraph_is_const(b, bias)))
         return KILN_OK;
@@ -86,17 +85,7 @@ static kiln_status patchify_one(kiln_bgraph *b, uint32_t ci, int *done) {
         KILN_TRY(add_shaped(b, KILN_OP_PERMUTE, v, back, 4, seq, &v));
     }
     // the last permute takes over the conv's output value
-    {
-        uint32_t pn = b->values[v].index;
-        int32_t out = b->nodes[ci].output;
-        KILN_TRY(kiln_bgraph_infer(b, pn, &check));
-        KILN_CHECK(kiln_desc_equal(&check, &b->values[out].desc), KILN_ERR_INTERNAL,
-                   "patchify changed the output of node %u", ci);
-        b->values[v].kind = KILN_BV_DEAD;
-        b->nodes[pn].output = out;
-        b->values[out].index = pn;
-        b->nodes[ci].dead = 1;
-    }
+    KILN_TRY(kiln_bgraph_replace_node(b, ci, v, "patchify"));
     *done = 1;
     return KILN_OK;
 }

@@ -217,6 +217,49 @@ template <> struct sdpa_tc_mma<__nv_bfloat16> {
 // Two consecutive 16-bit elements (4-byte aligned) as one register.
 __device__ __forceinline__ uint32_t sdpa_ld2(const uint16_t *p) { return *(const uint32_t *)p; }
 
+// The tensor-core kernels' score step on S fragments sc[NT][4] (C layout of m16n8k16: rows ra
+// for [0..1], rb for [2..3]; key s0 + nt * 8 + 2 t4 + (i & 1)): multiply by `mult`, then keys
+// past S, causal and mask to -inf (a float mask scaled by mask_mult), and the two rows' maxima
+// over the quad. `plain`: no key of the tile needs a check (the caller knows).
+template <int NT>
+__device__ __forceinline__ void
+sdpa_tc_mask_max(const sdpa_params &P, float (*sc)[4], int64_t s0, int64_t ra, int64_t rb, int t4,
+                 int64_t mo, float mult, float mask_mult, bool plain, float &mxa, float &mxb) {
+    mxa = -INFINITY;
+    mxb = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float x = sc[nt][i] * mult;
+            if (!plain) {
+                const int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1);
+                const int64_t row = i < 2 ? ra : rb;
+                if (s >= P.s || (P.causal && s > row)) {
+                    x = -INFINITY;
+                } else if (P.mask != NULL && row < P.l) {
+                    const int64_t mi = mo + row * P.m_sl + s * P.m_ss;
+                    if (P.mask_dt == KILN_DTYPE_BOOL) {
+                        if (((const uint8_t *)P.mask)[mi] == 0) x = -INFINITY;
+                    } else {
+                        x += kc_ld_f(P.mask, P.mask_dt, mi) * mask_mult;
+                    }
+                }
+            }
+            sc[nt][i] = x;
+            if (i < 2) {
+                mxa = fmaxf(mxa, x);
+            } else {
+                mxb = fmaxf(mxb, x);
+            }
+        }
+    }
+    mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
+    mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
+    mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
+    mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+}
+
 template <typename T, int D, int NW>
 static __global__ void __launch_bounds__(NW * 32)
     sdpa_tc_kernel(const __grid_constant__ sdpa_params P) {
@@ -278,36 +321,10 @@ static __global__ void __launch_bounds__(NW * 32)
                 }
             }
             // scale, causal, mask; the row maxima
-            float mxa = -INFINITY, mxb = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < SDPA_TC_BK / 8; nt++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1);
-                    const int64_t row = i < 2 ? ra : rb;
-                    float x = sc[nt][i] * P.scale;
-                    if (s >= P.s || (P.causal && s > row)) {
-                        x = -INFINITY;
-                    } else if (P.mask != NULL && row < P.l) {
-                        const int64_t mi = mo + row * P.m_sl + s * P.m_ss;
-                        if (P.mask_dt == KILN_DTYPE_BOOL) {
-                            if (((const uint8_t *)P.mask)[mi] == 0) x = -INFINITY;
-                        } else {
-                            x += kc_ld_f(P.mask, P.mask_dt, mi);
-                        }
-                    }
-                    sc[nt][i] = x;
-                    if (i < 2) {
-                        mxa = fmaxf(mxa, x);
-                    } else {
-                        mxb = fmaxf(mxb, x);
-                    }
-                }
-            }
-            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
-            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
-            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
-            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+            float mxa, mxb;
+            sdpa_tc_mask_max<SDPA_TC_BK / 8>(P, sc, s0, ra, rb, t4, mo, P.scale, 1.0f,
+                                             !P.causal && P.mask == NULL && s0 + SDPA_TC_BK <= P.s,
+                                             mxa, mxb);
             const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
             // every key so far masked: subtract 0 (exp(-inf) = 0 keeps p and the sums zero)
             const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
@@ -479,39 +496,10 @@ static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 reg
                     sdpa_tc_mma<T>::mma(sc[nt], qf[kc + 1], kb[2], kb[3]);
                 }
             }
-            const bool plain = !P.causal && P.mask == NULL && s0 + SDPA_SP_BK <= P.s;
-            float mxa = -INFINITY, mxb = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < SDPA_SP_BK / 8; nt++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float x = sc[nt][i] * sl2;
-                    if (!plain) {
-                        const int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1);
-                        const int64_t row = i < 2 ? ra : rb;
-                        if (s >= P.s || (P.causal && s > row)) {
-                            x = -INFINITY;
-                        } else if (P.mask != NULL && row < P.l) {
-                            const int64_t mi = mo + row * P.m_sl + s * P.m_ss;
-                            if (P.mask_dt == KILN_DTYPE_BOOL) {
-                                if (((const uint8_t *)P.mask)[mi] == 0) x = -INFINITY;
-                            } else {
-                                x += kc_ld_f(P.mask, P.mask_dt, mi) * 1.4426950408889634f;
-                            }
-                        }
-                    }
-                    sc[nt][i] = x;
-                    if (i < 2) {
-                        mxa = fmaxf(mxa, x);
-                    } else {
-                        mxb = fmaxf(mxb, x);
-                    }
-                }
-            }
-            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
-            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
-            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
-            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+            float mxa, mxb;
+            sdpa_tc_mask_max<SDPA_SP_BK / 8>(P, sc, s0, ra, rb, t4, mo, sl2, 1.4426950408889634f,
+                                             !P.causal && P.mask == NULL && s0 + SDPA_SP_BK <= P.s,
+                                             mxa, mxb);
             const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
             const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
             const float ca = sdpa_ex2(ma - ua), cb = sdpa_ex2(mb - ub);
