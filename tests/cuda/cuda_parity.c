@@ -681,9 +681,11 @@ static void cases_norm(void) {
         // the vectorized path: every per-lane register count, weight/bias present or absent,
         // and a row one vector too long for it (general kernel)
         {
-            static const char *rows[] = {"7x8", "3x5x768", "6x1024", "2x2048", "3x4096", "2x4104"};
-            static const char *cols[] = {"8", "768", "1024", "2048", "4096", "4104"};
-            for (int s = 0; s < (opt_quick ? 3 : 6); s++) {
+            // (600 rows: many blocks of 4 rows, each row a warp)
+            static const char *rows[] = {"7x8",    "3x5x768", "6x1024", "2x2048",
+                                         "3x4096", "2x4104",  "600x64"};
+            static const char *cols[] = {"8", "768", "1024", "2048", "4096", "4104", "64"};
+            for (int s = 0; s < (opt_quick ? 3 : 7); s++) {
                 case_init(&c, KILN_OP_LAYER_NORM);
                 case_in(&c, SR(dt, rows[s], -3.0, 4.0));
                 case_in(&c, s == 3 ? ABSENT() : S(dt, cols[s]));
