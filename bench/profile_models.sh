@@ -7,7 +7,8 @@
 # Rebuilds each model's .ptd and inputs (bench/anchors_device.py with the Kiln system only, one
 # short round), then runs kiln_runner --device-io with KILN_CUDA_PROFILE=1 (docs/cuda.md): the
 # mean GPU time of every launched layer, logged when the runner frees the context.
-# MODELS: configs (default: all); ITERS: profiled executes (default 10).
+# MODELS: configs (default: all); ITERS: profiled executes (default 10); PROFILE_US: the delay
+# ahead of each layer (default 100; cuDNN convolutions need ~3000, their host set-up is long).
 set -uo pipefail
 root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$root" || exit 1
@@ -26,7 +27,7 @@ for pte in "$BENCH_DIR"/models/*.devio.pte; do
   cfg=$(basename "$pte" .devio.pte)
   [[ -f $WORK/$cfg.ptd ]] || continue
   echo "=== $cfg"
-  KILN_CUDA_PROFILE=1 KILN_LOG_LEVEL=info "$BENCH_DIR/runner/kiln_runner" --model "$pte" \
+  KILN_CUDA_PROFILE="${PROFILE_US:-100}" KILN_LOG_LEVEL=info "$BENCH_DIR/runner/kiln_runner" --model "$pte" \
     --data "$WORK/$cfg.ptd" --inputs "$WORK/$cfg.inputs.bin" --iterations "${ITERS:-10}" --warmup 2 \
     --option device=cuda:0 --device-io 2>&1 | grep -E "CUDA profile|median_ms" | sed 's/^kiln info: CUDA profile: //'
 done 2>&1 | tee "$OUT/profile_models.log"
@@ -37,7 +38,8 @@ cfg, agg, tot = None, collections.OrderedDict(), {}
 for line in open(sys.argv[1]):
     if line.startswith("=== "):
         cfg = line.split()[1]; agg[cfg] = collections.Counter(); continue
-    m = re.match(r"layer\s+\d+\s+(\S+)\s+(\+\S+)?\s*->\s+\S+\s+([\d.]+) us", line.strip())
+    line = re.sub(r"^.*CUDA profile: ", "", line.strip())  # runner log prefixes, if any
+    m = re.match(r"layer\s+\d+\s+(\S+)\s+(\+\S+)?\s*->\s+\S+\s+([\d.]+) us", line)
     if m and cfg:
         agg[cfg][m.group(1) + (m.group(2) or "")] += float(m.group(3))
     m = re.search(r"([\d.]+) us of GPU time per execute", line)
