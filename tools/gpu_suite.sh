@@ -17,7 +17,8 @@
 #                                     record/replay/re-record, caller's stream, graphs off
 #         5. the e2e part again with cuBLASLt and cuDNN disabled (Kiln's own GEMM and conv
 #            kernels end to end), and with NHWC off; the tensor-core sdpa cases at 64-, 32- and
-#            16-row CTAs (KILN_CUDA_ATTN_ROWS)
+#            16-row CTAs (KILN_CUDA_ATTN_ROWS), and the split-key kernel with 2, 4 and 8 warps
+#            per row block (KILN_CUDA_ATTN_SPLIT)
 #         6. kiln_cuda_parity --quick under compute-sanitizer --tool memcheck (if present)
 #         7. kiln_cuda_bench: per-model latency (median of 200 executes, device I/O, CUDA
 #            graphs) beside the PyTorch anchors; its BENCH lines are repeated in the summary;
@@ -143,6 +144,11 @@ run() {
     step "parity: tc sdpa, 32-row CTAs" "$out/parity_tc32.log" 120 ./kiln_cuda_parity --ops --filter tc:
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=16 \
     step "parity: tc sdpa, 16-row CTAs" "$out/parity_tc16.log" 120 ./kiln_cuda_parity --ops --filter tc:
+  # ... and the split-key kernel at each warp count (by default the residency rule picks it)
+  for ns in 2 4 8; do
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_SPLIT=$ns \
+      step "parity: tc sdpa, split x$ns" "$out/parity_split$ns.log" 120 ./kiln_cuda_parity --ops --filter tc:
+  done
 
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)

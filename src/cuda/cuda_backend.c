@@ -61,6 +61,7 @@ typedef struct cuda_engine {
     uint64_t *krsc_offsets; // host, n_tensors entries (valid where layout.krsc)
     kiln_cuda_fold fold;    // views folded into sdpa (cuda_fold.h)
     int attn_rows;          // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
+    int attn_split;         // KILN_CUDA_ATTN_SPLIT: its key-split warps per row block (0: auto)
     int share_arena;        // use_shared_activation_scratch: contexts use the device's shared arena
 } cuda_engine;
 
@@ -114,6 +115,14 @@ static int attn_rows_env(void) {
     const char *v = getenv("KILN_CUDA_ATTN_ROWS");
     int n = v != NULL ? atoi(v) : 0;
     return n == 16 || n == 32 || n == 64 ? n : 0;
+}
+
+// KILN_CUDA_ATTN_SPLIT=2|4|8: the split-key sdpa kernel with that many warps per 16-row block
+// whatever the grid (tests; 0, unset or anything else: by residency).
+static int attn_split_env(void) {
+    const char *v = getenv("KILN_CUDA_ATTN_SPLIT");
+    int n = v != NULL ? atoi(v) : 0;
+    return n == 2 || n == 4 || n == 8 ? n : 0;
 }
 
 // KILN_CUDA_NO_CUBLASLT=1: every GEMM through Kiln's own kernel (debugging).
@@ -172,6 +181,17 @@ static uint64_t tensor_nbytes(uint32_t dtype, uint32_t rank, const int64_t *dims
     uint64_t n = kiln_cuda_dtype_size(dtype);
     for (uint32_t i = 0; i < rank; i++) n *= (uint64_t)(dims[i] > 0 ? dims[i] : 0);
     return n;
+}
+
+// Channels rounded up to a multiple of 8: the padded NHWC copies and KRSC weights (layout.padc).
+static int64_t pad8(int64_t c) { return (c + 7) / 8 * 8; }
+
+// Bytes of tensor t at its largest shape, C padded where layout.padc says so (4-D).
+static uint64_t layout_nbytes(const kiln_cuda_layout *L, uint32_t i, const kiln_plan_tensor *t) {
+    int64_t dims[KILN_MAX_RANK];
+    for (uint32_t d = 0; d < t->shape.rank && d < KILN_MAX_RANK; d++) dims[d] = t->shape.max[d];
+    if (L->padc[i] && t->shape.rank == 4) dims[1] = pad8(dims[1]);
+    return tensor_nbytes(t->dtype, t->shape.rank, dims);
 }
 
 // The kernel arguments of head layer li over `views`, tails[] receiving its fused tail (the
@@ -254,10 +274,13 @@ static kiln_status check_layers(const kiln_plan *p) {
     return st;
 }
 
-// Uploads an OIHW weight reordered to KRSC (O, kh, kw, C): cuDNN's NHWC filter layout.
-static kiln_status upload_krsc(const kiln_plan_tensor *t, const void *src, void *dst) {
-    size_t es = kiln_cuda_dtype_size(t->dtype), nbytes = (size_t)t->nbytes;
+// Uploads an OIHW weight reordered to KRSC (O, kh, kw, C): cuDNN's NHWC filter layout; with
+// `padded`, C rounded up to a multiple of 8 with zero filters (layout.padc).
+static kiln_status upload_krsc(const kiln_plan_tensor *t, const void *src, void *dst, int padded) {
+    size_t es = kiln_cuda_dtype_size(t->dtype);
     int64_t o = t->shape.max[0], c = t->shape.max[1], hw = t->shape.max[2] * t->shape.max[3];
+    int64_t cp = padded ? pad8(c) : c;
+    size_t nbytes = (size_t)(o * hw * cp) * es;
     const uint8_t *s = src;
     uint8_t *h;
     cudaError_t err;
@@ -266,12 +289,12 @@ static kiln_status upload_krsc(const kiln_plan_tensor *t, const void *src, void 
         return kiln_cuda_fail(KILN_ERR_CORRUPT, "conv2d weight of %llu bytes is not OIHW",
                               (unsigned long long)t->nbytes);
     }
-    h = kiln_cuda_malloc(nbytes);
+    h = kiln_cuda_calloc(nbytes);
     if (h == NULL) return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (KRSC weight)");
     for (int64_t k = 0; k < o; k++) {
         for (int64_t ci = 0; ci < c; ci++) {
             for (int64_t r = 0; r < hw; r++) {
-                memcpy(h + (size_t)((k * hw + r) * c + ci) * es,
+                memcpy(h + (size_t)((k * hw + r) * cp + ci) * es,
                        s + (size_t)((k * c + ci) * hw + r) * es, es);
             }
         }
@@ -347,6 +370,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
                              !env_flag("KILN_CUDA_NO_PERMUTE_FOLD"), &e->fold);
     if (st != KILN_OK) goto fail;
     e->attn_rows = attn_rows_env();
+    e->attn_split = attn_split_env();
     e->krsc_offsets = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *e->krsc_offsets + 1);
     if (e->krsc_offsets == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA weight table)");
@@ -356,7 +380,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         if (!e->layout.krsc[i]) continue;
         e->krsc_offsets[i] = e->krsc_nbytes;
         e->krsc_nbytes +=
-            (size_t)(p->tensors[i].nbytes + WEIGHT_ALIGN - 1) / WEIGHT_ALIGN * WEIGHT_ALIGN;
+            (size_t)(layout_nbytes(&e->layout, i, &p->tensors[i]) + WEIGHT_ALIGN - 1) /
+            WEIGHT_ALIGN * WEIGHT_ALIGN;
     }
     st = device_enter(device, &prev);
     if (st != KILN_OK) goto fail;
@@ -379,22 +404,23 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         for (uint32_t i = 0; i < p->n_tensors; i++) {
             if (!e->layout.krsc[i]) continue;
             st = upload_krsc(&p->tensors[i], weight_data[i],
-                             (uint8_t *)e->krsc + e->krsc_offsets[i]);
+                             (uint8_t *)e->krsc + e->krsc_offsets[i], e->layout.padc[i]);
             if (st != KILN_OK) goto fail;
         }
     }
     device_leave(device, prev);
-    kiln_cuda_log(KILN_LOG_INFO,
-                  "CUDA engine on device %d (%s): %u layers, %zu bytes of weights, arena %llu "
-                  "bytes%s, CUDA graphs %s; NHWC: %u of %u conv2d, %u tensors, %u boundary "
-                  "transposes; attention folds: %u layers run no kernel, %u sdpa operands and %u "
-                  "outputs through strided views, %u tensors (%llu bytes) moved out of the arena",
-                  device, prop.name, p->n_layers, e->weights_nbytes,
-                  (unsigned long long)p->arena_nbytes,
-                  e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
-                  e->use_graphs ? "on" : "off", e->layout.n_conv_nhwc, e->layout.n_conv,
-                  e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
-                  e->fold.n_sdpa_out, e->fold.n_reloc, (unsigned long long)e->fold.pool_nbytes);
+    kiln_cuda_log(
+        KILN_LOG_INFO,
+        "CUDA engine on device %d (%s): %u layers, %zu bytes of weights, arena %llu "
+        "bytes%s, CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded), %u tensors, %u "
+        "boundary transposes; attention folds: %u layers run no kernel, %u sdpa operands and %u "
+        "outputs through strided views, %u tensors (%llu bytes) moved out of the arena",
+        device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)p->arena_nbytes,
+        e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
+        e->use_graphs ? "on" : "off", e->layout.n_conv_nhwc, e->layout.n_conv,
+        e->layout.n_conv_padded, e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual,
+        e->fold.n_sdpa_in, e->fold.n_sdpa_out, e->fold.n_reloc,
+        (unsigned long long)e->fold.pool_nbytes);
     *out_state = e;
     return KILN_OK;
 
@@ -512,10 +538,11 @@ static kiln_status read_copy(const cuda_context *c, const kiln_cuda_ctx *ctx, ui
     *view = *src;
     view->data = c->nhwc_copy[id];
     if (run && L->xpose[slot] && kiln_tensor_numel(src) > 0) {
-        const int64_t *d = src->dims; // logical N, C, H, W
+        const int64_t *d = src->dims;                 // logical N, C, H, W
+        int64_t cs = L->padc[id] ? pad8(d[1]) : d[1]; // NHWC channel stride (padded copies)
         // iterate in the destination's order (dense destination strides)
         int64_t to_nhwc_dims[4] = {d[0], d[2], d[3], d[1]};
-        int64_t to_nhwc_dst[4] = {d[2] * d[3] * d[1], d[3] * d[1], d[1], 1};
+        int64_t to_nhwc_dst[4] = {d[2] * d[3] * cs, d[3] * cs, cs, 1};
         int64_t to_nhwc_src[4] = {d[1] * d[2] * d[3], d[3], 1, d[2] * d[3]};
         int64_t to_nchw_dst[4] = {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
         int64_t to_nchw_src[4] = {d[2] * d[3] * d[1], 1, d[3] * d[1], d[1]};
@@ -543,6 +570,7 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
     uint32_t nv = 0;
     ctx->nhwc = L->head_nhwc[li];
     ctx->w_krsc = NULL;
+    ctx->x_cpad = 0;
     for (uint32_t j = 0; j < l->n_inputs && j < KILN_MAX_INPUTS; j++) {
         uint32_t slot = l->input_begin + j;
         if (!L->alt[slot] || args->in[j] == NULL) continue;
@@ -562,8 +590,11 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
     }
     if (!ctx->nhwc) return KILN_OK;
     if (args->op == KILN_OP_CONV2D) {
-        int32_t w = p->ids[l->input_begin + 1];
+        int32_t w = p->ids[l->input_begin + 1], x = p->ids[l->input_begin];
         ctx->w_krsc = (const uint8_t *)e->krsc + e->krsc_offsets[w];
+        if (L->padc[x] && L->alt[l->input_begin] && args->in[0] != NULL) {
+            ctx->x_cpad = pad8(args->in[0]->dims[1]);
+        }
     }
     int ok = 1;
     if (args->op != KILN_OP_CONV2D && args->n_in == 2) {
@@ -699,9 +730,13 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     }
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
-        uint64_t n = tensor_nbytes(t->dtype, t->shape.rank, t->shape.max);
+        uint64_t n = layout_nbytes(&e->layout, i, t);
         if (e->layout.copy[i] && n > 0) {
             CUDA_TRY(cudaMalloc(&c->nhwc_copy[i], (size_t)n), "cudaMalloc (layout copy)");
+            // the pad channels of a padded copy stay zero: transposes write channels < C only
+            if (e->layout.padc[i]) {
+                CUDA_TRY(cudaMemset(c->nhwc_copy[i], 0, (size_t)n), "cudaMemset (layout copy)");
+            }
         }
     }
     if (e->profile) {
@@ -786,6 +821,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     ctx.sm_count = e->sm_count;
     ctx.no_tc_attention = e->no_tc_attention;
     ctx.attn_rows = e->attn_rows;
+    ctx.attn_split = e->attn_split;
     ctx.where = where;
     int profiling = c->prof_ev != NULL;
     c->prof_n = 0;
@@ -1299,6 +1335,7 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
     ctx.stream = (cudaStream_t)stream;
     ctx.no_tc_attention = (flags & KILN_CUDA_RUN_NO_TC_ATTENTION) != 0;
     ctx.attn_rows = attn_rows_env();
+    ctx.attn_split = attn_split_env();
     if (cudaDeviceGetAttribute(&ctx.sm_count, cudaDevAttrMultiProcessorCount, device) !=
         cudaSuccess) {
         cudaGetLastError(); // consumed: the sdpa occupancy rule then keeps 64-row blocks

@@ -78,14 +78,16 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
         int32_t w = in_id(p, l, 1);
         if (w < 0 || p->tensors[w].kind != KILN_TENSOR_WEIGHT || p->tensors[w].shape.rank != 4 ||
             p->tensors[w].dtype != o->dtype || xt->dtype != o->dtype || xt->shape.rank != 4 ||
-            kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 1 || xt->shape.max[1] % 8 != 0 ||
+            kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 1 ||
             xt->shape.min[1] != xt->shape.max[1] || o->shape.max[1] % 8 != 0) {
             return K_OTHER;
         }
         return tail_ok(p, li, o) ? K_CONV : K_OTHER;
     }
     if (l->op == KILN_OP_ADAPTIVE_AVG_POOL2D) return K_ADAPTIVE;
-    if (xt->dtype != o->dtype || !tail_ok(p, li, o)) return K_OTHER;
+    // Every NHWC tensor has C % 8 == 0 (conv outputs, and what follows them): a conv with
+    // C % 8 != 0 therefore always reads an NCHW tensor, through a channel-padded copy.
+    if (xt->dtype != o->dtype || o->shape.max[1] % 8 != 0 || !tail_ok(p, li, o)) return K_OTHER;
     if ((follow_unary(l->op) && l->n_inputs >= 1) || l->op == KILN_OP_MAX_POOL2D ||
         l->op == KILN_OP_AVG_POOL2D) {
         return K_FOLLOW;
@@ -108,6 +110,7 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->nhwc, nt);
     kiln_cuda_free(l->copy, nt);
     kiln_cuda_free(l->krsc, nt);
+    kiln_cuda_free(l->padc, nt);
     kiln_cuda_free(l->head_nhwc, nl);
     kiln_cuda_free(l->xpose, ni);
     kiln_cuda_free(l->alt, ni);
@@ -139,15 +142,17 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layo
     l.nhwc = kiln_cuda_calloc(nt);
     l.copy = kiln_cuda_calloc(nt);
     l.krsc = kiln_cuda_calloc(nt);
+    l.padc = kiln_cuda_calloc(nt);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
-    if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.head_nhwc == NULL ||
-        l.xpose == NULL || l.alt == NULL || kind == NULL) {
+    if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.padc == NULL ||
+        l.head_nhwc == NULL || l.xpose == NULL || l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
+        kiln_cuda_free(l.padc, nt);
         kiln_cuda_free(l.head_nhwc, nl);
         kiln_cuda_free(l.xpose, ni);
         kiln_cuda_free(l.alt, ni);
@@ -190,6 +195,10 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layo
         if (kind[li] == K_CONV && l.head_nhwc[li]) {
             l.n_conv_nhwc++;
             l.krsc[in_id(p, hl, 1)] = 1;
+            if (p->tensors[x].shape.max[1] % 8 != 0) { // x is NCHW (see head_kind)
+                l.padc[x] = l.padc[in_id(p, hl, 1)] = 1;
+                l.n_conv_padded++;
+            }
         }
         if (enable) {
             for (uint32_t j = 0; j < hl->n_inputs; j++) {

@@ -4,10 +4,10 @@
 // transposes), decided once per engine by a pass over the plan (cuda_layout.c).
 //
 // A tensor is NHWC only when it is an activation (never an engine input or output: those stay
-// NCHW), 4-D, float16/bfloat16, written by a layer that can work in NHWC:
-//   * conv2d with groups 1 and C, K multiples of 8 (its fused tail elementwise with operands of
-//     the output's shape or of one element: layout-blind); relu-like unary heads, same-shape
-//     binary heads, max_pool2d, avg_pool2d (the same tail rule);
+// NCHW), 4-D, float16/bfloat16, with C a multiple of 8, written by a layer that can work in NHWC:
+//   * conv2d with groups 1, a static C and K a multiple of 8 (its fused tail elementwise with
+//     operands of the output's shape or of one element: layout-blind); relu-like unary heads,
+//     same-shape binary heads, max_pool2d, avg_pool2d (the same tail rule);
 //   * unary/binary heads and pools keep their input(s) and output in one layout: an NCHW input
 //     demotes their output and an NCHW output their input (to a fixed point); nothing else
 //     demotes a tensor.
@@ -18,7 +18,11 @@
 // input), a conv group's residual operand in the other layout, any NCHW-only consumer (mean,
 // cast, reshape, linear, batch_norm, ...) of an NHWC tensor. adaptive_avg_pool2d reads either
 // layout and writes NCHW. NHWC convs use their weights in KRSC (OHWI) order, a second copy made
-// at upload. KILN_CUDA_NO_NHWC=1 turns the pass off (everything NCHW, the previous behaviour).
+// at upload. A conv whose C is not a multiple of 8 (a 3-channel stem) reads an NHWC copy whose
+// channels are padded with zeros to the next multiple of 8, and a KRSC weight padded the same
+// way (zero filters for the pad), so that cuDNN runs it on tensor cores: such a tensor is never
+// NHWC itself, so the copy is always the padded one. KILN_CUDA_NO_NHWC=1 turns the pass off
+// (everything NCHW, the previous behaviour).
 #ifndef KILN_CUDA_CUDA_LAYOUT_H
 #define KILN_CUDA_CUDA_LAYOUT_H
 
@@ -36,7 +40,9 @@ typedef struct kiln_cuda_layout {
     uint8_t *copy;      // n_tensors: the tensor has a copy in the other layout (NHWC of an
                         // NCHW tensor, NCHW of an NHWC one)
     uint8_t *krsc;      // n_tensors: a weight some NHWC conv uses (needs a KRSC copy)
-    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies;
+    uint8_t *padc;      // n_tensors: the NHWC copy of this NCHW tensor, or this weight's KRSC
+                        // copy, pads C up to a multiple of 8 with zeros (a conv with C % 8 != 0)
+    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded;
 } kiln_cuda_layout;
 
 // Decides the layout of every tensor of p (all NCHW when enable is 0). Fails only for memory.

@@ -90,6 +90,8 @@ typedef struct kiln_cuda_ctx {
     int no_tc_attention;        // sdpa: never the tensor-core kernel (tests, debugging)
     int attn_rows;              // sdpa tensor-core kernel: query rows per CTA (16, 32, 64; 0:
                                 // by occupancy: fewer rows while the grid is under one wave)
+    int attn_split; // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
+                    // D 128), whatever the grid (0: by residency; attn_rows wins)
     // sdpa with folded views (cuda_fold.h): q, k, v, out read/written through these strided
     // views (NULL: the dense tensor of args); dims are the args' logical ones
     const kiln_cuda_strided *sdpa_io[4];
@@ -98,6 +100,8 @@ typedef struct kiln_cuda_ctx {
     // stay logical NCHW). Elementwise heads and tails are layout-blind (same-shape operands).
     int nhwc;
     const void *w_krsc; // conv2d with nhwc: the weight in KRSC (O, kh, kw, C) order, for cuDNN
+    int64_t x_cpad;     // conv2d with nhwc: x's NHWC channel stride when its copy is padded
+                        // (cuda_layout.h; w_krsc padded alike), 0 when dense
     const char *where;  // "layer 12 (linear)", for messages
 } kiln_cuda_ctx;
 

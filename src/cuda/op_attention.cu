@@ -170,17 +170,14 @@ static __global__ void __launch_bounds__(SDPA_WARPS * 32)
     }
 }
 
-// --- tensor-core kernel: float16/bfloat16, E = Ev in {64, 128} (FlashAttention-2 style)
-// One CTA of SDPA_TC_WARPS warps per (batch, block of 64 query rows); warp w owns rows
-// [16 w, 16 w + 16) of the block. K/V tiles of 64 keys are staged in shared memory (rows padded by
-// 8 elements: the fragment reads are bank-conflict free); S = Q K^T and O += P V are
+// --- tensor-core kernels: float16/bfloat16, E = Ev in {64, 128} (FlashAttention-2 style)
+// Each warp owns 16 query rows; K/V tiles are staged in shared memory (rows padded by 8
+// elements: the fragment reads are bank-conflict free); S = Q K^T and O += P V are
 // mma.sync.m16n8k16 with float32 accumulation; the online softmax runs on the S fragments in
 // registers (a row is spread over the 4 lanes of a quad). P is rounded to the input dtype
 // before P V (as FlashAttention does). Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4,
 // t = lane % 4): A regs {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B regs
 // {(k 2t..2t+1, n g), (k 2t+8.., n g)}; C {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
-
-#define SDPA_TC_BK 64 // keys per tile
 
 template <typename T> struct sdpa_tc_mma;
 template <> struct sdpa_tc_mma<__half> {
@@ -227,12 +224,22 @@ sdpa_tc_mask_max(const sdpa_params &P, float (*sc)[4], int64_t s0, int64_t ra, i
                  int64_t mo, float mult, float mask_mult, bool plain, float &mxa, float &mxb) {
     mxa = -INFINITY;
     mxb = -INFINITY;
+    if (plain) { // one branch per tile, none per element (the common case: no mask, full tile)
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
+        for (int nt = 0; nt < NT; nt++) {
+            sc[nt][0] *= mult;
+            sc[nt][1] *= mult;
+            sc[nt][2] *= mult;
+            sc[nt][3] *= mult;
+            mxa = fmaxf(mxa, fmaxf(sc[nt][0], sc[nt][1]));
+            mxb = fmaxf(mxb, fmaxf(sc[nt][2], sc[nt][3]));
+        }
+    } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float x = sc[nt][i] * mult;
-            if (!plain) {
+        for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float x = sc[nt][i] * mult;
                 const int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1);
                 const int64_t row = i < 2 ? ra : rb;
                 if (s >= P.s || (P.causal && s > row)) {
@@ -245,12 +252,12 @@ sdpa_tc_mask_max(const sdpa_params &P, float (*sc)[4], int64_t s0, int64_t ra, i
                         x += kc_ld_f(P.mask, P.mask_dt, mi) * mask_mult;
                     }
                 }
-            }
-            sc[nt][i] = x;
-            if (i < 2) {
-                mxa = fmaxf(mxa, x);
-            } else {
-                mxb = fmaxf(mxb, x);
+                sc[nt][i] = x;
+                if (i < 2) {
+                    mxa = fmaxf(mxa, x);
+                } else {
+                    mxb = fmaxf(mxb, x);
+                }
             }
         }
     }
@@ -260,143 +267,17 @@ sdpa_tc_mask_max(const sdpa_params &P, float (*sc)[4], int64_t s0, int64_t ra, i
     mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
 }
 
-template <typename T, int D, int NW>
-static __global__ void __launch_bounds__(NW * 32)
-    sdpa_tc_kernel(const __grid_constant__ sdpa_params P) {
-    constexpr int BQ = 16 * NW; // query rows per CTA
-    constexpr int LD = D + 8;   // shared row stride (elements): 16-byte multiple, conflict free
-    __shared__ __align__(16) uint16_t ks[SDPA_TC_BK * LD];
-    __shared__ __align__(16) uint16_t vs[SDPA_TC_BK * LD];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const uint16_t *q = (const uint16_t *)P.q, *k = (const uint16_t *)P.k,
-                   *v = (const uint16_t *)P.v;
-    uint16_t *out = (uint16_t *)P.out;
-    for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
-        const sdpa_offs bo = sdpa_offsets(P, b);
-        const int64_t qo = bo.q, ko = bo.k, vo = bo.v, mo = bo.m, oo = bo.o;
-        const int64_t blk0 = (int64_t)blockIdx.x * BQ;
-        const int64_t r0 = blk0 + warp * 16, ra = r0 + g, rb = r0 + g + 8;
-        // Q fragments straight from global memory (rows past L are zeros, never stored).
-        uint32_t qf[D / 16][4];
-#pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) {
-            const int col = kc * 16 + 2 * t4;
-            qf[kc][0] = ra < P.l ? sdpa_ld2(q + qo + ra * P.q_rs + col) : 0u;
-            qf[kc][1] = rb < P.l ? sdpa_ld2(q + qo + rb * P.q_rs + col) : 0u;
-            qf[kc][2] = ra < P.l ? sdpa_ld2(q + qo + ra * P.q_rs + col + 8) : 0u;
-            qf[kc][3] = rb < P.l ? sdpa_ld2(q + qo + rb * P.q_rs + col + 8) : 0u;
-        }
-        float o[D / 8][4];
-#pragma unroll
-        for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-        int64_t s_end = P.s;
-        if (P.causal && blk0 + BQ < s_end) s_end = blk0 + BQ;
-        for (int64_t s0 = 0; s0 < s_end; s0 += SDPA_TC_BK) {
-            __syncthreads(); // the previous tile (or batch) is consumed
-            for (int i = threadIdx.x; i < SDPA_TC_BK * (D / 8); i += blockDim.x) {
-                const int j = i / (D / 8), c = (i % (D / 8)) * 8;
-                const int64_t s = s0 + j;
-                uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
-                if (s < P.s) {
-                    kv = *(const uint4 *)(k + ko + s * P.k_rs + c);
-                    vv = *(const uint4 *)(v + vo + s * P.v_rs + c);
-                }
-                *(uint4 *)(ks + j * LD + c) = kv;
-                *(uint4 *)(vs + j * LD + c) = vv;
-            }
-            __syncthreads();
-            if (P.causal && s0 > r0 + 15) continue; // every key of the tile is masked for this warp
-            // S = Q K^T (16 x 64 per warp)
-            float sc[SDPA_TC_BK / 8][4];
-#pragma unroll
-            for (int nt = 0; nt < SDPA_TC_BK / 8; nt++)
-                sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-#pragma unroll
-            for (int kc = 0; kc < D / 16; kc++) {
-#pragma unroll
-                for (int nt = 0; nt < SDPA_TC_BK / 8; nt++) {
-                    const uint16_t *kr = ks + (nt * 8 + g) * LD + kc * 16 + 2 * t4;
-                    sdpa_tc_mma<T>::mma(sc[nt], qf[kc], sdpa_ld2(kr), sdpa_ld2(kr + 8));
-                }
-            }
-            // scale, causal, mask; the row maxima
-            float mxa, mxb;
-            sdpa_tc_mask_max<SDPA_TC_BK / 8>(P, sc, s0, ra, rb, t4, mo, P.scale, 1.0f,
-                                             !P.causal && P.mask == NULL && s0 + SDPA_TC_BK <= P.s,
-                                             mxa, mxb);
-            const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
-            // every key so far masked: subtract 0 (exp(-inf) = 0 keeps p and the sums zero)
-            const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
-            const float ca = expf(ma - ua), cb = expf(mb - ub);
-            ma = mna;
-            mb = mnb;
-            float suma = 0.0f, sumb = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < SDPA_TC_BK / 8; nt++) {
-                sc[nt][0] = expf(sc[nt][0] - ua);
-                sc[nt][1] = expf(sc[nt][1] - ua);
-                sc[nt][2] = expf(sc[nt][2] - ub);
-                sc[nt][3] = expf(sc[nt][3] - ub);
-                suma += sc[nt][0] + sc[nt][1];
-                sumb += sc[nt][2] + sc[nt][3];
-            }
-            suma += __shfl_xor_sync(0xffffffffu, suma, 1);
-            suma += __shfl_xor_sync(0xffffffffu, suma, 2);
-            sumb += __shfl_xor_sync(0xffffffffu, sumb, 1);
-            sumb += __shfl_xor_sync(0xffffffffu, sumb, 2);
-            la = la * ca + suma;
-            lb = lb * cb + sumb;
-#pragma unroll
-            for (int dn = 0; dn < D / 8; dn++) {
-                o[dn][0] *= ca;
-                o[dn][1] *= ca;
-                o[dn][2] *= cb;
-                o[dn][3] *= cb;
-            }
-            // O += P V: the S fragments of key columns [16 kk, 16 kk + 16) are P's A fragment
-#pragma unroll
-            for (int kk = 0; kk < SDPA_TC_BK / 16; kk++) {
-                uint32_t pa[4];
-                pa[0] = sdpa_tc_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
-                pa[1] = sdpa_tc_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
-                pa[2] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-                pa[3] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-#pragma unroll
-                for (int dn = 0; dn < D / 8; dn++) {
-                    const uint16_t *vr = vs + (kk * 16 + 2 * t4) * LD + dn * 8 + g;
-                    const uint32_t b0 = (uint32_t)vr[0] | ((uint32_t)vr[LD] << 16);
-                    const uint32_t b1 = (uint32_t)vr[8 * LD] | ((uint32_t)vr[9 * LD] << 16);
-                    sdpa_tc_mma<T>::mma(o[dn], pa, b0, b1);
-                }
-            }
-        }
-        const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-#pragma unroll
-        for (int dn = 0; dn < D / 8; dn++) {
-            const int col = dn * 8 + 2 * t4;
-            if (ra < P.l) {
-                *(uint32_t *)(out + oo + ra * P.o_rs + col) =
-                    sdpa_tc_mma<T>::pack(o[dn][0] * ia, o[dn][1] * ia);
-            }
-            if (rb < P.l) {
-                *(uint32_t *)(out + oo + rb * P.o_rs + col) =
-                    sdpa_tc_mma<T>::pack(o[dn][2] * ib, o[dn][3] * ib);
-            }
-        }
-    }
-}
-
-// --- tensor-core kernel, keys split across warps (small grids)
+// --- tensor-core kernel, keys split across warps (grids of up to one resident wave)
 // One CTA of NS warps per (batch, 16 query rows); warp w takes the key tiles w, w + NS, ... of
-// SDPA_SP_BK keys, staged in its own shared-memory slice (no block-wide barrier in the loop),
-// runs the same online softmax as sdpa_tc_kernel, and the NS partial results (row maxima, sums,
-// unnormalized outputs) are merged through shared memory at the end. This gives NS times the
-// warps of sdpa_tc_kernel for the same rows: BERT s128 b1 has 12 x 128 / 16 = 96 row blocks, too
-// few warps to hide a 16-row warp's latency on 132 SMs. Fragments come from ldmatrix (K plain, V
-// transposed); scores are kept in log2 units (exp2f). Tiles that need no masking skip the checks.
-
-#define SDPA_SP_BK 32 // keys per warp tile
+// BK keys, staged in its own shared-memory slice (no block-wide barrier in the loop), runs the
+// same online softmax (sdpa_tc_tile), and the NS partial results (row maxima, sums, unnormalized
+// outputs) are merged through shared memory at the end. Nsight Compute on the H200 (BERT b8,
+// 64-row pipelined CTAs): 1.45 warps per scheduler, 79% of cycles with no eligible warp, ~1900
+// instructions on each warp's serial path: the time is one warp's chain of dependent
+// instructions, which is proportional to its keys. So the launcher splits every 16-row block's
+// keys over as many warps as stay resident in one wave (NS 8 x 16 keys for BERT b1, 8 x 32 for
+// the encoder and ViT, 2 x 64 for BERT b8). Fragments come from ldmatrix (K plain, V
+// transposed); scores are kept in log2 units (ex2). Tiles that need no masking skip the checks.
 
 // 2^x with the SFU's ex2.approx (2 ulp; ex2(-inf) = +0): the split kernel's softmax, whose
 // probabilities are rounded to 16 bits before P V anyway.
@@ -428,20 +309,206 @@ __device__ __forceinline__ void sdpa_cp_async16(uint16_t *dst, const uint16_t *s
                  : "memory");
 }
 
-template <int D, int NS> struct sdpa_sp_smem {
+// Q's A fragments for rows ra, rb (rows past L are zeros, never stored) straight from global
+// memory.
+template <int D>
+__device__ __forceinline__ void sdpa_load_q(const sdpa_params &P, const uint16_t *q, int64_t ra,
+                                            int64_t rb, int t4, uint32_t (*qf)[4]) {
+#pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) {
+        const int col = kc * 16 + 2 * t4;
+        qf[kc][0] = ra < P.l ? sdpa_ld2(q + ra * P.q_rs + col) : 0u;
+        qf[kc][1] = rb < P.l ? sdpa_ld2(q + rb * P.q_rs + col) : 0u;
+        qf[kc][2] = ra < P.l ? sdpa_ld2(q + ra * P.q_rs + col + 8) : 0u;
+        qf[kc][3] = rb < P.l ? sdpa_ld2(q + rb * P.q_rs + col + 8) : 0u;
+    }
+}
+
+// One warp's online-softmax step over a tile of BK keys staged in shared memory (K and V rows
+// at ks / vs, LD elements apart), for its 16 query rows ra = r0 + g, rb = ra + 8: S = Q K^T
+// (ldmatrix.x4 gives the B fragments of two k-chunks of one n-tile), scores in log2 units
+// (sl2 = scale * log2 e), masks, running maxima ma/mb, lane-partial sums la/lb (the quad is
+// reduced once at the end), O rescaled, then O += P V (ldmatrix.x4.trans gives the B fragments
+// of two n-tiles of V; the S fragments of key columns [16 kk, 16 kk + 16) are P's A fragment).
+template <typename T, int D, int BK, int LD>
+__device__ __forceinline__ void
+sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, const uint16_t *vs,
+             int64_t s0, int64_t ra, int64_t rb, int lane, int64_t mo, float sl2, float (*o)[4],
+             float &ma, float &mb, float &la, float &lb) {
+    const int t4 = lane & 3;
+    float sc[BK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; nt++) {
+        sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc += 2) {
+            uint32_t kb[4];
+            sdpa_ldsm_x4(kb, ks + (nt * 8 + (lane & 7)) * LD + kc * 16 + (lane >> 3) * 8);
+            sdpa_tc_mma<T>::mma(sc[nt], qf[kc], kb[0], kb[1]);
+            sdpa_tc_mma<T>::mma(sc[nt], qf[kc + 1], kb[2], kb[3]);
+        }
+    }
+    float mxa, mxb;
+    sdpa_tc_mask_max<BK / 8>(P, sc, s0, ra, rb, t4, mo, sl2, 1.4426950408889634f,
+                             !P.causal && P.mask == NULL && s0 + BK <= P.s, mxa, mxb);
+    const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
+    // every key so far masked: subtract 0 (ex2(-inf) = 0 keeps p and the sums zero)
+    const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
+    const float ca = sdpa_ex2(ma - ua), cb = sdpa_ex2(mb - ub);
+    ma = mna;
+    mb = mnb;
+    float suma = 0.0f, sumb = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; nt++) {
+        sc[nt][0] = sdpa_ex2(sc[nt][0] - ua);
+        sc[nt][1] = sdpa_ex2(sc[nt][1] - ua);
+        sc[nt][2] = sdpa_ex2(sc[nt][2] - ub);
+        sc[nt][3] = sdpa_ex2(sc[nt][3] - ub);
+        suma += sc[nt][0] + sc[nt][1];
+        sumb += sc[nt][2] + sc[nt][3];
+    }
+    la = la * ca + suma;
+    lb = lb * cb + sumb;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        o[dn][0] *= ca;
+        o[dn][1] *= ca;
+        o[dn][2] *= cb;
+        o[dn][3] *= cb;
+    }
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++) {
+        uint32_t pa[4];
+        pa[0] = sdpa_tc_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+        pa[1] = sdpa_tc_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+        pa[2] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        pa[3] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn += 2) {
+            uint32_t vb[4];
+            sdpa_ldsm_x4_t(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                   (dn + (lane >> 4)) * 8);
+            sdpa_tc_mma<T>::mma(o[dn], pa, vb[0], vb[1]);
+            sdpa_tc_mma<T>::mma(o[dn + 1], pa, vb[2], vb[3]);
+        }
+    }
+}
+
+// --- tensor-core kernel, pipelined (FlashAttention-2 style)
+// One CTA of NW warps per (batch, block of 16 NW query rows); warp w owns rows [16 w, 16 w + 16).
+// K/V tiles of SDPA_TC_BK keys go global -> shared with cp.async into two stages: tile t + 1
+// is in flight while tile t is computed (sdpa_tc_tile). Rows padded by 8 elements (ldmatrix
+// without bank conflicts). Shared memory: 2 stages x (K + V) tiles, dynamic (D 128: 68 KB).
+
+#define SDPA_TC_BK 64 // keys per tile
+
+template <int D> struct sdpa_tc_smem {
+    static constexpr int LD = D + 8;
+    static constexpr int TILE = SDPA_TC_BK * LD; // elements
+    static constexpr int BYTES = 2 * 2 * TILE * 2;
+};
+
+// Tile s0's K and V rows into ks / vs with cp.async, every thread of the CTA taking a share
+// (keys past S are zero-filled).
+template <int D, int LD>
+__device__ __forceinline__ void sdpa_tc_stage(const sdpa_params &P, const uint16_t *k,
+                                              const uint16_t *v, int64_t s0, uint16_t *ks,
+                                              uint16_t *vs) {
+    for (int i = threadIdx.x; i < SDPA_TC_BK * (D / 8); i += blockDim.x) {
+        const int j = i / (D / 8), c = (i % (D / 8)) * 8;
+        const int64_t s = s0 + j;
+        const bool in = s < P.s;
+        sdpa_cp_async16(ks + j * LD + c, in ? k + s * P.k_rs + c : k, in);
+        sdpa_cp_async16(vs + j * LD + c, in ? v + s * P.v_rs + c : v, in);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <typename T, int D, int NW>
+static __global__ void __launch_bounds__(NW * 32)
+    sdpa_tc_kernel(const __grid_constant__ sdpa_params P) {
+    using SM = sdpa_tc_smem<D>;
+    constexpr int LD = SM::LD, BQ = 16 * NW;
+    extern __shared__ __align__(16) uint8_t sdpa_tc_dyn[];
+    uint16_t *const sm = (uint16_t *)sdpa_tc_dyn; // stage st: K at sm + 2 st TILE, V after it
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const uint16_t *q = (const uint16_t *)P.q, *k = (const uint16_t *)P.k,
+                   *v = (const uint16_t *)P.v;
+    uint16_t *out = (uint16_t *)P.out;
+    const float sl2 = P.scale * 1.4426950408889634f;
+    for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
+        const sdpa_offs bo = sdpa_offsets(P, b);
+        const int64_t blk0 = (int64_t)blockIdx.x * BQ;
+        const int64_t r0 = blk0 + warp * 16, ra = r0 + g, rb = r0 + g + 8;
+        int64_t s_end = P.s;
+        if (P.causal && blk0 + BQ < s_end) s_end = blk0 + BQ;
+        const int64_t n_tiles = (s_end + SDPA_TC_BK - 1) / SDPA_TC_BK;
+        if (n_tiles > 0) sdpa_tc_stage<D, LD>(P, k + bo.k, v + bo.v, 0, sm, sm + SM::TILE);
+        uint32_t qf[D / 16][4];
+        sdpa_load_q<D>(P, q + bo.q, ra, rb, t4, qf);
+        float o[D / 8][4];
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+        for (int64_t t = 0; t < n_tiles; t++) {
+            if (t + 1 < n_tiles) {
+                uint16_t *nx = sm + ((t + 1) & 1) * 2 * SM::TILE;
+                sdpa_tc_stage<D, LD>(P, k + bo.k, v + bo.v, (t + 1) * SDPA_TC_BK, nx,
+                                     nx + SM::TILE);
+                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            } else {
+                asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+            }
+            __syncthreads(); // tile t is in shared memory for every warp
+            const int64_t s0 = t * SDPA_TC_BK;
+            if (!(P.causal && s0 > r0 + 15)) { // else every key of the tile is masked here
+                const uint16_t *cur = sm + (t & 1) * 2 * SM::TILE;
+                sdpa_tc_tile<T, D, SDPA_TC_BK, LD>(P, qf, cur, cur + SM::TILE, s0, ra, rb, lane,
+                                                   bo.m, sl2, o, ma, mb, la, lb);
+            }
+            __syncthreads(); // tile t's stage is consumed before tile t + 2 is staged into it
+        }
+        la += __shfl_xor_sync(0xffffffffu, la, 1);
+        la += __shfl_xor_sync(0xffffffffu, la, 2);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+        const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            const int col = dn * 8 + 2 * t4;
+            if (ra < P.l) {
+                *(uint32_t *)(out + bo.o + ra * P.o_rs + col) =
+                    sdpa_tc_mma<T>::pack(o[dn][0] * ia, o[dn][1] * ia);
+            }
+            if (rb < P.l) {
+                *(uint32_t *)(out + bo.o + rb * P.o_rs + col) =
+                    sdpa_tc_mma<T>::pack(o[dn][2] * ib, o[dn][3] * ib);
+            }
+        }
+    }
+}
+
+template <int D, int NS, int BK> struct sdpa_sp_smem {
     static constexpr int LD = D + 8;                          // padded row (elements)
-    static constexpr int TILE = SDPA_SP_BK * LD;              // one K or V tile (elements)
+    static constexpr int TILE = BK * LD;                      // one K or V tile (elements)
     static constexpr int KV_BYTES = NS * 2 * TILE * 2;        // every warp's K and V tiles
     static constexpr int MERGE_BYTES = NS * 16 * (D + 2) * 4; // o, m, l of every warp
     static constexpr int BYTES = KV_BYTES > MERGE_BYTES ? KV_BYTES : MERGE_BYTES;
 };
 
-template <typename T, int D, int NS>
-static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 regs at D 64
+// Resident CTAs per SM the split kernel is compiled for (its register budget): D 64 with tiles of
+// up to 32 keys: 16 warps per SM (<= 128 registers); 64-key tiles: 12 warps (<= 168); D 128: 3
+// CTAs.
+template <int D, int NS, int BK> constexpr int sdpa_sp_min_blocks() {
+    return D != 64 ? 3 : BK <= 32 ? 16 / NS : 12 / NS;
+}
+
+template <typename T, int D, int NS, int BK>
+static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>()))
     sdpa_tc_split_kernel(const __grid_constant__ sdpa_params P) {
-    using SM = sdpa_sp_smem<D, NS>;
+    using SM = sdpa_sp_smem<D, NS, BK>;
     constexpr int LD = SM::LD;
-    __shared__ __align__(16) uint8_t smem_raw[SM::BYTES];
+    extern __shared__ __align__(16) uint8_t smem_raw[];
     uint16_t *ks = (uint16_t *)smem_raw + (threadIdx.x >> 5) * 2 * SM::TILE;
     uint16_t *vs = ks + SM::TILE;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -454,14 +521,7 @@ static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 reg
         const int64_t qo = bo.q, ko = bo.k, vo = bo.v, mo = bo.m, oo = bo.o;
         const int64_t r0 = (int64_t)blockIdx.x * 16, ra = r0 + g, rb = r0 + g + 8;
         uint32_t qf[D / 16][4];
-#pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) {
-            const int col = kc * 16 + 2 * t4;
-            qf[kc][0] = ra < P.l ? sdpa_ld2(q + qo + ra * P.q_rs + col) : 0u;
-            qf[kc][1] = rb < P.l ? sdpa_ld2(q + qo + rb * P.q_rs + col) : 0u;
-            qf[kc][2] = ra < P.l ? sdpa_ld2(q + qo + ra * P.q_rs + col + 8) : 0u;
-            qf[kc][3] = rb < P.l ? sdpa_ld2(q + qo + rb * P.q_rs + col + 8) : 0u;
-        }
+        sdpa_load_q<D>(P, q + qo, ra, rb, t4, qf);
         float o[D / 8][4];
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
@@ -469,10 +529,10 @@ static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 reg
         int64_t s_end = P.s;
         if (P.causal && r0 + 16 < s_end) s_end = r0 + 16;
         __syncthreads(); // the previous batch's merge buffers are consumed
-        for (int64_t s0 = (int64_t)warp * SDPA_SP_BK; s0 < s_end; s0 += NS * SDPA_SP_BK) {
+        for (int64_t s0 = (int64_t)warp * BK; s0 < s_end; s0 += NS * BK) {
             // this warp's K/V tile: cp.async 16-byte copies straight into shared memory (rows
             // past S are zero-filled)
-            constexpr int PER = SDPA_SP_BK * (D / 8) / 32;
+            constexpr int PER = BK * (D / 8) / 32;
 #pragma unroll
             for (int i = 0; i < PER; i++) {
                 const int idx = lane + 32 * i, j = idx / (D / 8), c = (idx % (D / 8)) * 8;
@@ -483,64 +543,7 @@ static __global__ void __launch_bounds__(NS * 32, D == 64 ? 4 : 3) // <= 128 reg
             }
             asm volatile("cp.async.wait_all;\n" ::: "memory");
             __syncwarp();
-            // S = Q K^T (16 x 32): ldmatrix.x4 gives the B fragments of two k-chunks of one n-tile
-            float sc[SDPA_SP_BK / 8][4];
-#pragma unroll
-            for (int nt = 0; nt < SDPA_SP_BK / 8; nt++) {
-                sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-#pragma unroll
-                for (int kc = 0; kc < D / 16; kc += 2) {
-                    uint32_t kb[4];
-                    sdpa_ldsm_x4(kb, ks + (nt * 8 + (lane & 7)) * LD + kc * 16 + (lane >> 3) * 8);
-                    sdpa_tc_mma<T>::mma(sc[nt], qf[kc], kb[0], kb[1]);
-                    sdpa_tc_mma<T>::mma(sc[nt], qf[kc + 1], kb[2], kb[3]);
-                }
-            }
-            float mxa, mxb;
-            sdpa_tc_mask_max<SDPA_SP_BK / 8>(P, sc, s0, ra, rb, t4, mo, sl2, 1.4426950408889634f,
-                                             !P.causal && P.mask == NULL && s0 + SDPA_SP_BK <= P.s,
-                                             mxa, mxb);
-            const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
-            const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
-            const float ca = sdpa_ex2(ma - ua), cb = sdpa_ex2(mb - ub);
-            ma = mna;
-            mb = mnb;
-            float suma = 0.0f, sumb = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < SDPA_SP_BK / 8; nt++) {
-                sc[nt][0] = sdpa_ex2(sc[nt][0] - ua);
-                sc[nt][1] = sdpa_ex2(sc[nt][1] - ua);
-                sc[nt][2] = sdpa_ex2(sc[nt][2] - ub);
-                sc[nt][3] = sdpa_ex2(sc[nt][3] - ub);
-                suma += sc[nt][0] + sc[nt][1];
-                sumb += sc[nt][2] + sc[nt][3];
-            }
-            la = la * ca + suma; // quad-partial sums: reduced once at the end
-            lb = lb * cb + sumb;
-#pragma unroll
-            for (int dn = 0; dn < D / 8; dn++) {
-                o[dn][0] *= ca;
-                o[dn][1] *= ca;
-                o[dn][2] *= cb;
-                o[dn][3] *= cb;
-            }
-            // O += P V: ldmatrix.x4.trans gives the B fragments of two n-tiles of V
-#pragma unroll
-            for (int kk = 0; kk < SDPA_SP_BK / 16; kk++) {
-                uint32_t pa[4];
-                pa[0] = sdpa_tc_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
-                pa[1] = sdpa_tc_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
-                pa[2] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-                pa[3] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-#pragma unroll
-                for (int dn = 0; dn < D / 8; dn += 2) {
-                    uint32_t vb[4];
-                    sdpa_ldsm_x4_t(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                           (dn + (lane >> 4)) * 8);
-                    sdpa_tc_mma<T>::mma(o[dn], pa, vb[0], vb[1]);
-                    sdpa_tc_mma<T>::mma(o[dn + 1], pa, vb[2], vb[3]);
-                }
-            }
+            sdpa_tc_tile<T, D, BK, LD>(P, qf, ks, vs, s0, ra, rb, lane, mo, sl2, o, ma, mb, la, lb);
             __syncwarp(); // the tile is consumed before the next one is stored
         }
         la += __shfl_xor_sync(0xffffffffu, la, 1);
@@ -682,35 +685,50 @@ template <typename T, int D, int NW>
 static kiln_status sdpa_tc_launch_nw(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     int64_t by = P->batch < 65535 ? P->batch : 65535;
     dim3 grid((unsigned)((P->l + 16 * NW - 1) / (16 * NW)), (unsigned)by);
-    sdpa_tc_kernel<T, D, NW><<<grid, NW * 32, 0, ctx->stream>>>(*P);
+    sdpa_tc_kernel<T, D, NW><<<grid, NW * 32, sdpa_tc_smem<D>::BYTES, ctx->stream>>>(*P);
     return kiln_cuda_check_launch(ctx, "sdpa_tc_kernel");
 }
 
-template <typename T, int D, int NS>
+template <typename T, int D, int NS, int BK>
 static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     int64_t by = P->batch < 65535 ? P->batch : 65535;
     dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)by);
-    sdpa_tc_split_kernel<T, D, NS><<<grid, NS * 32, 0, ctx->stream>>>(*P);
+    sdpa_tc_split_kernel<T, D, NS, BK>
+        <<<grid, NS * 32, sdpa_sp_smem<D, NS, BK>::BYTES, ctx->stream>>>(*P);
     return kiln_cuda_check_launch(ctx, "sdpa_tc_split_kernel");
 }
 
-// The split-key kernel when 64-row CTAs would leave most of the device idle (fewer than two
-// waves) and no row count is forced (KILN_CUDA_ATTN_ROWS): the encoder d1024 s256 b1 (64 CTAs),
-// BERT s128 at b1 (24) and b8 (192), ViT-B/16 (48).
-static int sdpa_use_split(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+// The split-key kernel's warps per 16-row block (0: the pipelined kernel): the most that keep
+// every CTA resident in one wave (sdpa_sp_min_blocks), unless a row count is forced
+// (KILN_CUDA_ATTN_ROWS: the pipelined kernel) or a split (KILN_CUDA_ATTN_SPLIT). D 64: 8 warps
+// (16-key tiles when S <= 128, else 32), 4 (32), 2 (64); D 128: 2 (32) while 3 CTAs per SM hold the
+// grid. Larger grids run pipelined.
+static int sdpa_split_warps(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     if (ctx->attn_rows == 16 || ctx->attn_rows == 32 || ctx->attn_rows == 64) return 0;
-    if (ctx->sm_count <= 0 || P->l > 65535 * 16) return 0;
-    return P->batch * ((P->l + 63) / 64) < 2 * (int64_t)ctx->sm_count;
+    if (P->l > 65535 * 16) return 0;
+    if (ctx->attn_split != 0) return P->e == 64 ? ctx->attn_split : 2;
+    if (ctx->sm_count <= 0) return 0;
+    const int64_t blocks = P->batch * ((P->l + 15) / 16), sms = ctx->sm_count;
+    if (P->e != 64) return blocks <= 3 * sms ? 2 : 0;
+    if (blocks * 8 <= 16 * sms) return 8;
+    if (blocks * 4 <= 16 * sms) return 4;
+    if (blocks * 2 <= 12 * sms) return 2;
+    return 0;
 }
 
 template <typename T, int D>
 static kiln_status sdpa_tc_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
-    if (sdpa_use_split(ctx, P)) {
-        if constexpr (D == 64) {
-            return sdpa_tc_split_launch<T, D, 4>(ctx, P); // 37 KB of shared memory
-        } else {
-            return sdpa_tc_split_launch<T, D, 2>(ctx, P); // 35 KB
+    if constexpr (D == 64) {
+        switch (sdpa_split_warps(ctx, P)) {
+        case 8:
+            return P->s <= 128 ? sdpa_tc_split_launch<T, D, 8, 16>(ctx, P)
+                               : sdpa_tc_split_launch<T, D, 8, 32>(ctx, P);
+        case 4: return sdpa_tc_split_launch<T, D, 4, 32>(ctx, P);
+        case 2: return sdpa_tc_split_launch<T, D, 2, 64>(ctx, P);
+        default: break;
         }
+    } else {
+        if (sdpa_split_warps(ctx, P) == 2) return sdpa_tc_split_launch<T, D, 2, 32>(ctx, P);
     }
     switch (sdpa_tc_rows(ctx, P)) {
     case 16: return sdpa_tc_launch_nw<T, D, 1>(ctx, P);
@@ -744,6 +762,35 @@ static kiln_status sdpa_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     return kiln_cuda_check_launch(ctx, "sdpa_simple_kernel");
 }
 
+template <typename T, int D, int NS, int BK> static cudaError_t sdpa_sp_init(void) {
+    return cudaFuncSetAttribute(sdpa_tc_split_kernel<T, D, NS, BK>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                sdpa_sp_smem<D, NS, BK>::BYTES);
+}
+
+template <typename T, int D> static cudaError_t sdpa_tc_init(void) {
+    const int n = sdpa_tc_smem<D>::BYTES;
+    cudaError_t e = cudaFuncSetAttribute(sdpa_tc_kernel<T, D, 1>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+    if (e == cudaSuccess) {
+        e = cudaFuncSetAttribute(sdpa_tc_kernel<T, D, 2>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+    }
+    if (e == cudaSuccess) {
+        e = cudaFuncSetAttribute(sdpa_tc_kernel<T, D, 4>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+    }
+    if constexpr (D == 64) {
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 8, 16>();
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 8, 32>();
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 4, 32>();
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 2, 64>();
+    } else {
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 2, 32>();
+    }
+    return e;
+}
+
 // Raises the dynamic shared-memory limit of the fused kernels (once per device, before any
 // launch or graph capture: the plugin calls it when it starts using a device).
 template <typename T> static cudaError_t sdpa_init_type(void) {
@@ -757,6 +804,10 @@ template <typename T> static cudaError_t sdpa_init_type(void) {
     if (e == cudaSuccess) {
         e = cudaFuncSetAttribute(sdpa_flash_kernel<T, 8>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, max);
+    }
+    if constexpr (sizeof(T) == 2) {
+        if (e == cudaSuccess) e = sdpa_tc_init<T, 64>();
+        if (e == cudaSuccess) e = sdpa_tc_init<T, 128>();
     }
     return e;
 }

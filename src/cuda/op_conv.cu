@@ -21,7 +21,8 @@ typedef struct conv_geom {
     int64_t cg, og; // channels per group (input, output)
     int kh, kw, sh, sw, ph, pw, dh, dw;
     int transposed;
-    int nhwc; // x and y stored NHWC (ctx->nhwc; conv2d only); w stays OIHW
+    int nhwc;    // x and y stored NHWC (ctx->nhwc; conv2d only); w stays OIHW
+    int64_t xcs; // nhwc: x's channel stride (c, or ctx->x_cpad for a channel-padded copy)
 } conv_geom;
 
 // Input element feeding output pixel (n, oy, ox) through kernel tap (a, b) of input channel ci,
@@ -40,7 +41,7 @@ __device__ __forceinline__ float conv_tap(const conv_geom &g, int64_t n, int64_t
     }
     if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w_in) return 0.0f;
     return kc_ld_f(g.x, g.x_dt,
-                   g.nhwc ? ((n * g.h + iy) * g.w_in + ix) * g.c + ci
+                   g.nhwc ? ((n * g.h + iy) * g.w_in + ix) * g.xcs + ci
                           : ((n * g.c + ci) * g.h + iy) * g.w_in + ix);
 }
 
@@ -149,6 +150,7 @@ static kiln_status conv_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
     g.dw = (int)kiln_attrs_int(at, ai_dil, 1);
     g.transposed = transposed;
     g.nhwc = !transposed && ctx->nhwc;
+    g.xcs = g.nhwc && ctx->x_cpad > x->dims[1] ? ctx->x_cpad : x->dims[1];
     if (groups <= 0 || g.c % groups != 0 || g.o % groups != 0 || g.sh <= 0 || g.sw <= 0 ||
         g.dh <= 0 || g.dw <= 0 || y->dims[0] != g.n) {
         return kiln_cuda_fail(
@@ -170,7 +172,7 @@ static kiln_status conv_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
         uint32_t skip = 0;
         int done = 0;
         cp.n = g.n;
-        cp.c = g.c;
+        cp.c = g.xcs; // a channel-padded NHWC copy: cuDNN sees the zero channels (and filters)
         cp.h = g.h;
         cp.w = g.w_in;
         cp.o = g.o;

@@ -4,7 +4,8 @@
 // rules: count_include_pad, divisor_override, windows clipped to the padded input), and
 // adaptive_avg_pool2d (bins [floor(i*H/OH), ceil((i+1)*H/OH))). One thread per output element,
 // float32 accumulation. With ctx->nhwc (4-D, cuda_layout.h) x is stored NHWC (threads run
-// channel-fastest) and y too, except adaptive_avg_pool2d which writes NCHW.
+// channel-fastest) and y too, except adaptive_avg_pool2d which writes NCHW; an NHWC
+// float16/bfloat16 max pool with C % 8 == 0 takes 8 channels per thread (16-byte accesses).
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
@@ -143,6 +144,43 @@ static __global__ void adaptive_avg_pool_kernel(const T *x, T *y, const pool_par
     }
 }
 
+// max_pool2d on NHWC float16/bfloat16 with C % 8 == 0 (ResNet's stem pool): one thread per
+// 8 channels of an output pixel, 16-byte loads and stores, 32-bit indices (the caller checks
+// that every index of x and y fits). NaN propagates as in max_pool_kernel.
+template <typename T>
+static __global__ void max_pool_nhwc8_kernel(const T *x, T *y, const pool_params P, uint32_t n) {
+    const uint32_t cg = (uint32_t)P.c / 8, ow = (uint32_t)P.ow, oh = (uint32_t)P.oh;
+    const uint32_t h = (uint32_t)P.h, w = (uint32_t)P.w, c = (uint32_t)P.c;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const uint32_t g = i % cg, r = i / cg, ox = r % ow, r2 = r / ow, oy = r2 % oh;
+        const uint32_t nb = r2 / oh;
+        float m[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) m[e] = -INFINITY;
+        for (int a = 0; a < P.kh; a++) {
+            const int iy = (int)oy * P.sh - P.ph + a * P.dh;
+            if (iy < 0 || iy >= (int)h) continue;
+            for (int b = 0; b < P.kw; b++) {
+                const int ix = (int)ox * P.sw - P.pw + b * P.dw;
+                if (ix < 0 || ix >= (int)w) continue;
+                const uint4 u =
+                    *(const uint4 *)(x + ((nb * h + (uint32_t)iy) * w + (uint32_t)ix) * c + g * 8);
+                const T *hv = (const T *)&u;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const float v = kc_to_f(hv[e]);
+                    if (v > m[e] || v != v) m[e] = v; // a NaN stays: nothing compares above it
+                }
+            }
+        }
+        uint4 o;
+        T *ho = (T *)&o;
+#pragma unroll
+        for (int e = 0; e < 8; e++) ho[e] = kc_from_f<T>(m[e]);
+        *(uint4 *)(y + i * 8) = o;
+    }
+}
+
 // --- launchers
 
 static kiln_status pool_fail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
@@ -206,6 +244,17 @@ static kiln_status pool_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args 
     const T *x = (const T *)args->in[0]->data;
     T *y = (T *)args->out->data;
     unsigned blocks = kc_blocks(n, POOL_BLOCK);
+    if constexpr (sizeof(T) == 2) {
+        const int64_t xn = kc_numel(args->in[0]);
+        if (args->op == KILN_OP_MAX_POOL2D && P.nhwc_in && P.nhwc_out && P.c % 8 == 0 &&
+            xn < INT64_C(0x7fffffff) && n < INT64_C(0x7fffffff) && (uintptr_t)x % 16 == 0 &&
+            (uintptr_t)y % 16 == 0) {
+            const uint32_t nv = (uint32_t)(n / 8);
+            max_pool_nhwc8_kernel<T>
+                <<<kc_blocks(nv, POOL_BLOCK), POOL_BLOCK, 0, ctx->stream>>>(x, y, P, nv);
+            return kiln_cuda_check_launch(ctx, "max_pool_nhwc8_kernel");
+        }
+    }
     switch (args->op) {
     case KILN_OP_MAX_POOL2D:
         max_pool_kernel<T><<<blocks, POOL_BLOCK, 0, ctx->stream>>>(x, y, P);

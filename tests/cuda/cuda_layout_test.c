@@ -131,36 +131,47 @@ static void resnet_like(kiln_precision prec, int extra_output) {
         return;
     }
     int32_t pool_t = kiln_cuda_group_output(&p, mpool);
+    int32_t stem_x = p.ids[p.layers[stem].input_begin],
+            stem_w = p.ids[p.layers[stem].input_begin + 1];
     int half = prec == KILN_PRECISION_FP16 || prec == KILN_PRECISION_BF16;
-    CHECK(!l.head_nhwc[stem] && !l.nhwc[kiln_cuda_group_output(&p, stem)]); // C = 3
-    CHECK(!l.head_nhwc[mpool] && !l.nhwc[pool_t]);                          // its input is NCHW
-    CHECK(!l.nhwc[kiln_cuda_group_output(&p, adapt)]);                      // writes NCHW
+    CHECK(!l.nhwc[kiln_cuda_group_output(&p, adapt)]); // writes NCHW
+    CHECK(!l.nhwc[stem_x]);                            // C = 3: never NHWC itself
     if (!half) {
-        CHECK(l.n_nhwc == 0 && l.n_conv_nhwc == 0);
-    } else if (!extra_output) {
-        CHECK_MSG(l.n_conv_nhwc == 4, "%u NHWC convs", l.n_conv_nhwc);
-        CHECK(l.copy[pool_t] && l.n_copies == 1); // one copy for two consumers
-        uint32_t n_alt = 0, n_xpose = 0;          // two convs read the pool: one transpose
-        for (uint32_t i = 0; i < p.n_ids; i++) {
-            if (p.ids[i] == pool_t) n_alt += l.alt[i], n_xpose += l.xpose[i];
+        CHECK(l.n_nhwc == 0 && l.n_conv_nhwc == 0 && l.n_conv_padded == 0);
+        CHECK(!l.head_nhwc[stem] && !l.head_nhwc[mpool] && !l.padc[stem_x]);
+    } else {
+        // the stem (C = 3) runs NHWC on a copy of its input padded to 8 channels, with a KRSC
+        // weight padded alike; the max pool follows it in NHWC, and so does everything after
+        CHECK(l.head_nhwc[stem] && l.nhwc[kiln_cuda_group_output(&p, stem)]);
+        CHECK(l.copy[stem_x] && l.padc[stem_x] && l.krsc[stem_w] && l.padc[stem_w]);
+        CHECK(l.n_conv_padded == 1);
+        CHECK(l.head_nhwc[mpool] && l.nhwc[pool_t] && !l.copy[pool_t] && !l.padc[pool_t]);
+        CHECK_MSG(l.n_conv_nhwc == 5, "%u NHWC convs", l.n_conv_nhwc);
+        for (uint32_t i = 0; i < p.n_tensors; i++) {
+            if (l.padc[i] && (int32_t)i != stem_x) CHECK((int32_t)i == stem_w);
         }
-        CHECK_MSG(n_alt == 2 && n_xpose == 1, "%u reads, %u transposes", n_alt, n_xpose);
+    }
+    if (half && !extra_output) {
+        CHECK_MSG(l.n_copies == 1, "%u copies", l.n_copies); // the stem's padded input
+        uint32_t n_alt = 0, n_xpose = 0;
+        for (uint32_t i = 0; i < p.n_ids; i++) {
+            if (p.ids[i] == stem_x) n_alt += l.alt[i], n_xpose += l.xpose[i];
+        }
+        CHECK_MSG(n_alt == 1 && n_xpose == 1, "%u reads, %u transposes", n_alt, n_xpose);
         CHECK(l.head_nhwc[apool] && l.nhwc[kiln_cuda_group_output(&p, apool)]);
         CHECK(l.head_nhwc[adapt]);
         for (uint32_t i = 0; i < p.n_tensors; i++) {
             if (l.nhwc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_ACTIVATION);
             if (l.krsc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_WEIGHT);
         }
-    } else {
+    } else if (half) {
         // blk is also an engine output: the fp16 output cast (NCHW only) reads it through an
-        // NCHW copy; every conv but the stem stays NHWC (no demotion through the residuals).
-        CHECK_MSG(l.n_conv_nhwc == 4, "%u NHWC convs", l.n_conv_nhwc);
+        // NCHW copy; every conv stays NHWC (no demotion through the residuals).
         uint32_t c1 = find_head(&p, KILN_OP_CONV2D, stem + 1);
         uint32_t c2 = find_head(&p, KILN_OP_CONV2D, c1 + 1);
         uint32_t c3 = find_head(&p, KILN_OP_CONV2D, c2 + 1);
         CHECK(c3 != UINT32_MAX && l.nhwc[blk_t(&p, c3)] && l.copy[blk_t(&p, c3)]);
-        CHECK(l.copy[pool_t]);
-        CHECK_MSG(l.n_copies == 2, "%u copies", l.n_copies); // pool (NHWC), blk (NCHW)
+        CHECK_MSG(l.n_copies == 2, "%u copies", l.n_copies); // stem input (padded), blk (NCHW)
         CHECK(l.head_nhwc[apool] && l.head_nhwc[adapt]);
     }
     kiln_cuda_layout_free(&p, &l);
