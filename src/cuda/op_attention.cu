@@ -273,11 +273,10 @@ sdpa_tc_mask_max(const sdpa_params &P, float (*sc)[4], int64_t s0, int64_t ra, i
 // same online softmax (sdpa_tc_tile), and the NS partial results (row maxima, sums, unnormalized
 // outputs) are merged through shared memory at the end. Nsight Compute on the H200 (BERT b8,
 // 64-row pipelined CTAs): 1.45 warps per scheduler, 79% of cycles with no eligible warp, ~1900
-// instructions on each warp's serial path: the time is one warp's chain of dependent
-// instructions, which is proportional to its keys. So the launcher splits every 16-row block's
-// keys over as many warps as stay resident in one wave (NS 8 x 16 keys for BERT b1, 8 x 32 for
-// the encoder and ViT, 2 x 64 for BERT b8). Fragments come from ldmatrix (K plain, V
-// transposed); scores are kept in log2 units (ex2). Tiles that need no masking skip the checks.
+// instructions on each warp's serial path. Grids under one wave of 64-row CTAs (BERT b1, ViT,
+// the encoder) therefore split each 16-row block's keys over NS warps (sdpa_split_warps picks
+// NS and the tile size). Fragments come from ldmatrix (K plain, V transposed); scores are kept
+// in log2 units (ex2). Tiles that need no masking skip the checks.
 
 // 2^x with the SFU's ex2.approx (2 ulp; ex2(-inf) = +0): the split kernel's softmax, whose
 // probabilities are rounded to 16 bits before P V anyway.
@@ -698,19 +697,21 @@ static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_par
     return kiln_cuda_check_launch(ctx, "sdpa_tc_split_kernel");
 }
 
-// The split-key kernel's warps per 16-row block (0: the pipelined kernel): the most that keep
-// every CTA resident in one wave (sdpa_sp_min_blocks), unless a row count is forced
-// (KILN_CUDA_ATTN_ROWS: the pipelined kernel) or a split (KILN_CUDA_ATTN_SPLIT). D 64: 8 warps
-// (16-key tiles when S <= 128, else 32), 4 (32), 2 (64); D 128: 2 (32) while 3 CTAs per SM hold the
-// grid. Larger grids run pipelined.
+// The split-key kernel's warps per 16-row block (0: the pipelined kernel), unless a row count
+// (KILN_CUDA_ATTN_ROWS: the pipelined kernel) or a split (KILN_CUDA_ATTN_SPLIT) is forced.
+// Grids of at least one wave of 64-row CTAs run pipelined (BERT b8: 192 CTAs, 9.5 us where the
+// best split took 11.7, Nsight Compute on the H200); smaller ones split each 16-row block's keys
+// over 4 warps (BERT b1 5.6 us, the encoder d1024 s256 9.4: 8 warps took 5.7 and 9.8, 2 warps
+// 6.8 and 10.7), or 2 while 4 would not stay resident in one wave (sdpa_sp_min_blocks).
+// D 128: 2 warps while 3 CTAs per SM hold the grid.
 static int sdpa_split_warps(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     if (ctx->attn_rows == 16 || ctx->attn_rows == 32 || ctx->attn_rows == 64) return 0;
     if (P->l > 65535 * 16) return 0;
     if (ctx->attn_split != 0) return P->e == 64 ? ctx->attn_split : 2;
     if (ctx->sm_count <= 0) return 0;
     const int64_t blocks = P->batch * ((P->l + 15) / 16), sms = ctx->sm_count;
+    if (P->batch * ((P->l + 63) / 64) >= sms) return 0;
     if (P->e != 64) return blocks <= 3 * sms ? 2 : 0;
-    if (blocks * 8 <= 16 * sms) return 8;
     if (blocks * 4 <= 16 * sms) return 4;
     if (blocks * 2 <= 12 * sms) return 2;
     return 0;
