@@ -16,7 +16,8 @@
 #         4. kiln_cuda_parity --e2e   built graphs, cuda:0 vs cpu: host/device I/O, CUDA graphs
 #                                     record/replay/re-record, caller's stream, graphs off
 #         5. the e2e part again with cuBLASLt and cuDNN disabled (Kiln's own GEMM and conv
-#            kernels end to end), and with NHWC off; the tensor-core sdpa cases at 64-, 32- and
+#            kernels end to end), with NHWC off, and with the GEMV launched plainly (no programmatic
+#            dependent launch); the tensor-core sdpa cases at 64-, 32- and
 #            16-row CTAs (KILN_CUDA_ATTN_ROWS), and the split-key kernel with 2, 4 and 8 warps
 #            per row block (KILN_CUDA_ATTN_SPLIT)
 #         6. kiln_cuda_parity --quick under compute-sanitizer --tool memcheck (if present)
@@ -136,6 +137,9 @@ run() {
     ./kiln_cuda_parity --e2e --quick
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_NHWC=1 \
     step "parity: e2e, NCHW convs (no NHWC)" "$out/parity_e2e_nchw.log" 180 \
+    ./kiln_cuda_parity --e2e --quick
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_PDL=1 \
+    step "parity: e2e, GEMV without PDL" "$out/parity_e2e_nopdl.log" 180 \
     ./kiln_cuda_parity --e2e --quick
   # The tensor-core sdpa at each CTA size (by default the occupancy rule picks 16/32/64 rows).
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=64 \

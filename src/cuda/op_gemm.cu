@@ -399,6 +399,13 @@ static kiln_status gemm_bad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
 // reduces across the warp, and applies the epilogue in float32 before the one rounding: bias,
 // then one of ReLU, GELU (erf or tanh form) or a residual add of the output's shape.
 // float16/bfloat16, K a multiple of 8, 16-byte aligned x and w.
+// Programmatic dependent launch (sm_90): the kernel is launched with programmatic stream
+// serialization, so it may start while the previous kernel of the stream still runs. Before
+// griddepcontrol.wait it only prefetches its own weight rows into L2 (weights are never written);
+// x, the residual and y are touched after it (the wait returns once the previous grid has
+// finished and its writes are visible), so arena reuse stays safe. It then lets the next
+// kernel launch early. Back-to-back linears (the MLP at batch 1) overlap one's launch and weight
+// fetch with the other's tail. KILN_CUDA_NO_PDL=1 launches plainly.
 
 #define GEMV_MAX_M 8
 #define GEMV_WARPS 8
@@ -440,6 +447,17 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
         wv[c] = (const uint4 *)(w + col * k);
     }
     const uint4 *xv = (const uint4 *)x;
+    // weights into L2 ahead of the wait: one prefetch per 128-byte line this warp will read
+    if ((lane & 7) == 0) {
+        for (int64_t j = lane + 32 * ks; j < kv; j += 32 * KS) {
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wv[c] + j));
+            }
+        }
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
     for (int64_t j0 = lane + 32 * ks; j0 < kv; j0 += 32 * KS * GEMV_UNROLL) {
         uint4 wb[GEMV_UNROLL][GEMV_COLS];
 #pragma unroll
@@ -519,6 +537,27 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     y[r * n + col] = kc_from_f<T>(v);
 }
 
+static int gemv_pdl_disabled(void) {
+    const char *v = getenv("KILN_CUDA_NO_PDL");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+// Launches gemv_kernel<T, M, KS> with programmatic stream serialization (see above).
+template <typename T, int M, int KS>
+static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T *x, const T *w,
+                              const T *b, const T *res, T *y, int64_t n, int64_t k, int epi) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(GEMV_WARPS * 32);
+    cfg.stream = ctx->stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = gemv_pdl_disabled() ? 0 : 1;
+    return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS>, x, w, b, res, y, n, k, epi);
+}
+
 static int gemv_disabled(void) {
     const char *v = getenv("KILN_CUDA_NO_GEMV");
     return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
@@ -565,15 +604,12 @@ static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
     const int64_t whole = (n + GEMV_WARPS * GEMV_COLS - 1) / (GEMV_WARPS * GEMV_COLS);
     const bool split = whole < (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
     const unsigned blocks = (unsigned)(split ? (n + GEMV_COLS - 1) / GEMV_COLS : whole);
+    cudaError_t err = cudaSuccess;
 #define GEMV_CASE(MM)                                                                              \
     case MM:                                                                                       \
-        if (split) {                                                                               \
-            gemv_kernel<T, MM, GEMV_WARPS><<<blocks, GEMV_WARPS * 32, 0, ctx->stream>>>(           \
-                x, w, b, (const T *)res, y, n, k, epi);                                            \
-        } else {                                                                                   \
-            gemv_kernel<T, MM, 1><<<blocks, GEMV_WARPS * 32, 0, ctx->stream>>>(                    \
-                x, w, b, (const T *)res, y, n, k, epi);                                            \
-        }                                                                                          \
+        err = split ? gemv_start<T, MM, GEMV_WARPS>(ctx, blocks, x, w, b, (const T *)res, y, n, k, \
+                                                    epi)                                           \
+                    : gemv_start<T, MM, 1>(ctx, blocks, x, w, b, (const T *)res, y, n, k, epi);    \
         break
     switch (m) {
         GEMV_CASE(1);
@@ -586,6 +622,7 @@ static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
     default: GEMV_CASE(8);
     }
 #undef GEMV_CASE
+    if (err != cudaSuccess) return kiln_cuda_error(ctx, "cudaLaunchKernelEx (gemv_kernel)", err);
     return kiln_cuda_check_launch(ctx, "gemv_kernel");
 }
 
