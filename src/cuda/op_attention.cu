@@ -3,10 +3,12 @@
 // broadcast to the output's), an optional mask broadcast to [.., L, S] (bool: true = attend;
 // float: added to the scores), is_causal (key s attends query l iff s <= l, top-left aligned
 // like PyTorch), scale NaN = 1/sqrt(E). A row with every key masked gives zeros.
-// E, Ev <= 256: a fused flash-style kernel (online softmax, no L x S scores in memory): a block
-// of SDPA_WARPS warps, one query row per warp, walks K/V in tiles of 32 keys staged in shared
-// memory; lane j scores key j of the tile, each lane accumulates its slice of the output row.
-// Larger heads: a simple kernel, one block per query row, one key at a time. Float32 compute.
+// float16/bfloat16 with E = Ev in {64, 128}: the tensor-core kernels (pipelined, or split-key for
+// small grids; below). Otherwise E, Ev <= 256: a fused flash-style kernel (online softmax, no
+// L x S scores in memory): a block of SDPA_WARPS warps, one query row per warp, walks K/V in
+// tiles of 32 keys staged in shared memory; lane j scores key j of the tile, each lane
+// accumulates its slice of the output row. Larger heads: a simple kernel, one block per query
+// row, one key at a time. Float32 compute.
 #include <math.h>
 #include <string.h>
 
@@ -668,11 +670,11 @@ template <typename T> static int sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa
            ((uintptr_t)P->v % 16) == 0 && ((uintptr_t)P->out % 4) == 0;
 }
 
-// Query rows per CTA: ctx->attn_rows when set; else 64 (4 warps) when batch x ceil(L / 64)
-// CTAs fill the device, 32 when that grid is under one wave, 16 when even 32-row CTAs fill less
-// than half a wave (the encoder d1024 s256 b1: 16 heads x 4 = 64 CTAs of 64 rows on 132 SMs ->
-// 128 CTAs of 32 rows; BERT s128 b1: 24 -> 96 CTAs of 16 rows). Smaller CTAs re-read K/V
-// from L2 more often; they only pay while SMs sit idle.
+// The pipelined kernel's query rows per CTA: ctx->attn_rows when set; else 64 (4 warps) when
+// batch x ceil(L / 64) CTAs fill the device, 32 when that grid is under one wave, 16 when even
+// 32-row CTAs fill less than half a wave. Smaller CTAs re-read K/V from L2 more often; they only
+// pay while SMs sit idle. (Grids under one wave of 64-row CTAs normally take the split-key
+// kernel: sdpa_split_warps.)
 static int sdpa_tc_rows(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     if (ctx->attn_rows == 16 || ctx->attn_rows == 32 || ctx->attn_rows == 64) return ctx->attn_rows;
     int64_t n64 = P->batch * ((P->l + 63) / 64), n32 = P->batch * ((P->l + 31) / 32);
