@@ -97,6 +97,16 @@ __device__ __forceinline__ void kc_st_i(void *p, uint32_t dtype, int64_t i, int6
     }
 }
 
+// --- GELU, the CPU reference's two forms (exact erf; tanh approximation)
+
+__device__ __forceinline__ float kc_gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+__device__ __forceinline__ float kc_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
 // --- warp and block reductions (blockDim.x a multiple of 32, at most 1024)
 
 __device__ __forceinline__ float kc_warp_sum(float v) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/mma.cuh"
 
 #define SDPA_WARPS 4
 #define SDPA_TK 32        // keys per tile (one per lane)
@@ -177,41 +178,7 @@ static __global__ void __launch_bounds__(SDPA_WARPS * 32)
 // elements: the fragment reads are bank-conflict free); S = Q K^T and O += P V are
 // mma.sync.m16n8k16 with float32 accumulation; the online softmax runs on the S fragments in
 // registers (a row is spread over the 4 lanes of a quad). P is rounded to the input dtype
-// before P V (as FlashAttention does). Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4,
-// t = lane % 4): A regs {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B regs
-// {(k 2t..2t+1, n g), (k 2t+8.., n g)}; C {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
-
-template <typename T> struct sdpa_tc_mma;
-template <> struct sdpa_tc_mma<__half> {
-    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
-                                               uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 h = __floats2half2_rn(lo, hi); // .x (low half) = lo
-        uint32_t u;
-        memcpy(&u, &h, sizeof u);
-        return u;
-    }
-};
-template <> struct sdpa_tc_mma<__nv_bfloat16> {
-    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
-                                               uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        uint32_t u;
-        memcpy(&u, &h, sizeof u);
-        return u;
-    }
-};
+// before P V (as FlashAttention does). The MMA helpers and fragment layouts: cuda/mma.cuh.
 
 // Two consecutive 16-bit elements (4-byte aligned) as one register.
 __device__ __forceinline__ uint32_t sdpa_ld2(const uint16_t *p) { return *(const uint32_t *)p; }
@@ -302,14 +269,6 @@ __device__ __forceinline__ void sdpa_ldsm_x4_t(uint32_t *r, const uint16_t *p) {
                  : "r"(a));
 }
 
-// 16 bytes global -> shared without a register round trip; `valid` 0 writes zeros.
-__device__ __forceinline__ void sdpa_cp_async16(uint16_t *dst, const uint16_t *src, bool valid) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(n)
-                 : "memory");
-}
-
 // Q's A fragments for rows ra, rb (rows past L are zeros, never stored) straight from global
 // memory.
 template <int D>
@@ -345,8 +304,8 @@ sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, 
         for (int kc = 0; kc < D / 16; kc += 2) {
             uint32_t kb[4];
             sdpa_ldsm_x4(kb, ks + (nt * 8 + (lane & 7)) * LD + kc * 16 + (lane >> 3) * 8);
-            sdpa_tc_mma<T>::mma(sc[nt], qf[kc], kb[0], kb[1]);
-            sdpa_tc_mma<T>::mma(sc[nt], qf[kc + 1], kb[2], kb[3]);
+            kc_mma<T>::mma(sc[nt], qf[kc], kb[0], kb[1]);
+            kc_mma<T>::mma(sc[nt], qf[kc + 1], kb[2], kb[3]);
         }
     }
     float mxa, mxb;
@@ -380,17 +339,17 @@ sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, 
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++) {
         uint32_t pa[4];
-        pa[0] = sdpa_tc_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
-        pa[1] = sdpa_tc_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
-        pa[2] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-        pa[3] = sdpa_tc_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+        pa[0] = kc_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+        pa[1] = kc_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+        pa[2] = kc_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        pa[3] = kc_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn += 2) {
             uint32_t vb[4];
             sdpa_ldsm_x4_t(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
                                    (dn + (lane >> 4)) * 8);
-            sdpa_tc_mma<T>::mma(o[dn], pa, vb[0], vb[1]);
-            sdpa_tc_mma<T>::mma(o[dn + 1], pa, vb[2], vb[3]);
+            kc_mma<T>::mma(o[dn], pa, vb[0], vb[1]);
+            kc_mma<T>::mma(o[dn + 1], pa, vb[2], vb[3]);
         }
     }
 }
@@ -419,8 +378,8 @@ __device__ __forceinline__ void sdpa_tc_stage(const sdpa_params &P, const uint16
         const int j = i / (D / 8), c = (i % (D / 8)) * 8;
         const int64_t s = s0 + j;
         const bool in = s < P.s;
-        sdpa_cp_async16(ks + j * LD + c, in ? k + s * P.k_rs + c : k, in);
-        sdpa_cp_async16(vs + j * LD + c, in ? v + s * P.v_rs + c : v, in);
+        kc_cp_async16(ks + j * LD + c, in ? k + s * P.k_rs + c : k, in);
+        kc_cp_async16(vs + j * LD + c, in ? v + s * P.v_rs + c : v, in);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
@@ -479,11 +438,11 @@ static __global__ void __launch_bounds__(NW * 32)
             const int col = dn * 8 + 2 * t4;
             if (ra < P.l) {
                 *(uint32_t *)(out + bo.o + ra * P.o_rs + col) =
-                    sdpa_tc_mma<T>::pack(o[dn][0] * ia, o[dn][1] * ia);
+                    kc_mma<T>::pack(o[dn][0] * ia, o[dn][1] * ia);
             }
             if (rb < P.l) {
                 *(uint32_t *)(out + bo.o + rb * P.o_rs + col) =
-                    sdpa_tc_mma<T>::pack(o[dn][2] * ib, o[dn][3] * ib);
+                    kc_mma<T>::pack(o[dn][2] * ib, o[dn][3] * ib);
             }
         }
     }
@@ -539,8 +498,8 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
                 const int idx = lane + 32 * i, j = idx / (D / 8), c = (idx % (D / 8)) * 8;
                 const int64_t s = s0 + j;
                 const bool in = s < P.s;
-                sdpa_cp_async16(ks + j * LD + c, in ? k + ko + s * P.k_rs + c : k, in);
-                sdpa_cp_async16(vs + j * LD + c, in ? v + vo + s * P.v_rs + c : v, in);
+                kc_cp_async16(ks + j * LD + c, in ? k + ko + s * P.k_rs + c : k, in);
+                kc_cp_async16(vs + j * LD + c, in ? v + vo + s * P.v_rs + c : v, in);
             }
             asm volatile("cp.async.wait_all;\n" ::: "memory");
             __syncwarp();
@@ -589,7 +548,7 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
                 }
             }
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            *(uint32_t *)(out + oo + r * P.o_rs + col) = sdpa_tc_mma<T>::pack(a0 * inv, a1 * inv);
+            *(uint32_t *)(out + oo + r * P.o_rs + col) = kc_mma<T>::pack(a0 * inv, a1 * inv);
         }
     }
 }

@@ -46,12 +46,7 @@ typedef struct ew_params {
 __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     switch (s.op) {
     case KILN_OP_RELU: return x < 0.0f ? 0.0f : x;
-    case KILN_OP_GELU:
-        if (s.f0 != 0.0f) {
-            const float k = 0.7978845608028654f;
-            return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-        }
-        return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+    case KILN_OP_GELU: return s.f0 != 0.0f ? kc_gelu_tanh(x) : kc_gelu_erf(x);
     case KILN_OP_SILU: return x / (1.0f + expf(-x));
     case KILN_OP_SIGMOID: return 1.0f / (1.0f + expf(-x));
     case KILN_OP_TANH: return tanhf(x);
@@ -229,13 +224,7 @@ static __global__ void ew_vec_gelu_kernel(const T *x, T *out, int64_t nvec) {
 #pragma unroll
         for (int e = 0; e < N; e++) {
             const float v = kc_to_f(h[e]);
-            float r;
-            if (TANH) {
-                r = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-            } else {
-                r = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-            }
-            ho[e] = kc_from_f<T>(r);
+            ho[e] = kc_from_f<T>(TANH ? kc_gelu_tanh(v) : kc_gelu_erf(v));
         }
         ((uint4 *)out)[i] = o;
     }
