@@ -62,6 +62,7 @@ typedef struct cuda_engine {
     kiln_cuda_fold fold;    // views folded into sdpa (cuda_fold.h)
     int attn_rows;          // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
     int attn_split;         // KILN_CUDA_ATTN_SPLIT: its key-split warps per row block (0: auto)
+    int small_m;            // small-M linear kernels switched off (kiln_cuda_ctx.small_m)
     int share_arena;        // use_shared_activation_scratch: contexts use the device's shared arena
 } cuda_engine;
 
@@ -123,6 +124,12 @@ static int attn_split_env(void) {
     const char *v = getenv("KILN_CUDA_ATTN_SPLIT");
     int n = v != NULL ? atoi(v) : 0;
     return n == 2 || n == 4 || n == 8 ? n : 0;
+}
+
+// KILN_CUDA_NO_GEMV / KILN_CUDA_NO_PDL as kiln_cuda_ctx.small_m bits (cuda_ops.h).
+static int small_m_env(void) {
+    return (env_flag("KILN_CUDA_NO_GEMV") ? KILN_CUDA_SMALL_M_NO_GEMV : 0) |
+           (env_flag("KILN_CUDA_NO_PDL") ? KILN_CUDA_SMALL_M_NO_PDL : 0);
 }
 
 // KILN_CUDA_NO_CUBLASLT=1: every GEMM through Kiln's own kernel (debugging).
@@ -342,6 +349,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     e->device = device;
     e->debug_sync = env_flag("KILN_CUDA_DEBUG_SYNC");
     e->no_tc_attention = env_flag("KILN_CUDA_NO_TC_ATTENTION");
+    e->small_m = small_m_env();
     e->profile = 0;
     if (env_flag("KILN_CUDA_PROFILE")) { // 1: 100 us of delay per layer; N > 1: N us
         long us = strtol(getenv("KILN_CUDA_PROFILE"), NULL, 10);
@@ -630,6 +638,7 @@ static void prepare_gemms(cuda_context *c) {
     ctx.workspace = c->workspace;
     ctx.workspace_nbytes = c->workspace_nbytes;
     ctx.sm_count = c->engine->sm_count;
+    ctx.small_m = c->engine->small_m;
     ctx.where = where;
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         uint32_t op = p->layers[li].op;
@@ -822,6 +831,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     ctx.no_tc_attention = e->no_tc_attention;
     ctx.attn_rows = e->attn_rows;
     ctx.attn_split = e->attn_split;
+    ctx.small_m = e->small_m;
     ctx.where = where;
     int profiling = c->prof_ev != NULL;
     c->prof_n = 0;
@@ -1336,6 +1346,7 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
     ctx.no_tc_attention = (flags & KILN_CUDA_RUN_NO_TC_ATTENTION) != 0;
     ctx.attn_rows = attn_rows_env();
     ctx.attn_split = attn_split_env();
+    ctx.small_m = small_m_env();
     if (cudaDeviceGetAttribute(&ctx.sm_count, cudaDevAttrMultiProcessorCount, device) !=
         cudaSuccess) {
         cudaGetLastError(); // consumed: the sdpa occupancy rule then keeps 64-row blocks

@@ -77,6 +77,11 @@ typedef struct kiln_cuda_conv_params {
     int kh, kw, sh, sw, ph, pw, dh, dw;
 } kiln_cuda_conv_params;
 
+// kiln_cuda_ctx.small_m: KILN_CUDA_NO_GEMV=1 (small-M linears then run on cuBLASLt) and
+// KILN_CUDA_NO_PDL=1 (the GEMV launched plainly), read when an engine is created.
+#define KILN_CUDA_SMALL_M_NO_GEMV 0x1
+#define KILN_CUDA_SMALL_M_NO_PDL 0x2
+
 typedef struct kiln_cuda_ctx {
     cudaStream_t stream;
     cublasLtHandle_t lt; // NULL: every GEMM through Kiln's kernel
@@ -90,6 +95,7 @@ typedef struct kiln_cuda_ctx {
     int no_tc_attention;        // sdpa: never the tensor-core kernel (tests, debugging)
     int attn_rows;              // sdpa tensor-core kernel: query rows per CTA (16, 32, 64; 0:
                                 // by occupancy: fewer rows while the grid is under one wave)
+    int small_m;    // KILN_CUDA_SMALL_M_* bits: small-M linear kernels switched off (env)
     int attn_split; // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
                     // D 128), whatever the grid (0: by residency; attn_rows wins)
     // sdpa with folded views (cuda_fold.h): q, k, v, out read/written through these strided

@@ -414,6 +414,19 @@ static kiln_status gemm_bad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
 
 enum { GEMV_EPI_NONE = 0, GEMV_EPI_RELU, GEMV_EPI_GELU_ERF, GEMV_EPI_GELU_TANH, GEMV_EPI_RESIDUAL };
 
+// v (bias already added) through epilogue epi; res: the residual, of the output's shape, read
+// at element i.
+template <typename T>
+__device__ __forceinline__ float gemv_epilogue(float v, int epi, const T *res, int64_t i) {
+    switch (epi) {
+    case GEMV_EPI_RELU: return v < 0.0f ? 0.0f : v;
+    case GEMV_EPI_GELU_ERF: return kc_gelu_erf(v);
+    case GEMV_EPI_GELU_TANH: return kc_gelu_tanh(v);
+    case GEMV_EPI_RESIDUAL: return v + kc_to_f(res[i]);
+    default: return v;
+    }
+}
+
 template <typename T> __device__ __forceinline__ void gemv_unpack(const uint4 &u, float *f) {
     const T *h = (const T *)&u;
 #pragma unroll
@@ -523,23 +536,8 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int64_t col = col0 + c;
     if (col >= n) return;
     if (bias != NULL) v += kc_to_f(bias[col]);
-    switch (epi) {
-    case GEMV_EPI_RELU: v = v < 0.0f ? 0.0f : v; break;
-    case GEMV_EPI_GELU_ERF: v = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f)); break;
-    case GEMV_EPI_GELU_TANH: {
-        const float kk = 0.7978845608028654f;
-        v = 0.5f * v * (1.0f + tanhf(kk * (v + 0.044715f * v * v * v)));
-        break;
-    }
-    case GEMV_EPI_RESIDUAL: v += kc_to_f(res[r * n + col]); break;
-    default: break;
-    }
+    v = gemv_epilogue<T>(v, epi, res, r * n + col);
     y[r * n + col] = kc_from_f<T>(v);
-}
-
-static int gemv_pdl_disabled(void) {
-    const char *v = getenv("KILN_CUDA_NO_PDL");
-    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
 }
 
 // Launches gemv_kernel<T, M, KS> with programmatic stream serialization (see above).
@@ -554,23 +552,19 @@ static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = gemv_pdl_disabled() ? 0 : 1;
+    cfg.numAttrs = (ctx->small_m & KILN_CUDA_SMALL_M_NO_PDL) ? 0 : 1;
     return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS>, x, w, b, res, y, n, k, epi);
-}
-
-static int gemv_disabled(void) {
-    const char *v = getenv("KILN_CUDA_NO_GEMV");
-    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
 }
 
 // The GEMV path for this linear, or 0 (then cuBLASLt / the tiled kernel). *epi_out: the fused
 // first tail op (GEMV_EPI_*), *res_out its residual.
-static int gemv_applies(const kiln_kernel_args *args, int64_t m, int64_t n, int64_t k, int *epi_out,
-                        const void **res_out) {
+static int gemv_applies(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m,
+                        int64_t n, int64_t k, int *epi_out, const void **res_out) {
     const kiln_tensor *x = args->in[0], *w = args->in[1];
     const kiln_tensor *bias = args->n_in > 2 ? args->in[2] : NULL;
     const kiln_tensor *y = args->out;
-    if (gemv_disabled() || m < 1 || m > GEMV_MAX_M || k < 8 || k % 8 != 0 || n < 1) return 0;
+    if (ctx->small_m & KILN_CUDA_SMALL_M_NO_GEMV) return 0;
+    if (m < 1 || m > GEMV_MAX_M || k < 8 || k % 8 != 0 || n < 1) return 0;
     if (y->dtype != KILN_DTYPE_F16 && y->dtype != KILN_DTYPE_BF16) return 0;
     if (x->dtype != y->dtype || w->dtype != y->dtype || (bias != NULL && bias->dtype != y->dtype))
         return 0;
@@ -655,7 +649,7 @@ extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_ker
     uint32_t skip = 0;
     int done = 0, epi = 0;
     const void *res = NULL;
-    if (gemv_applies(args, m, n, k, &epi, &res)) {
+    if (gemv_applies(ctx, args, m, n, k, &epi, &res)) {
         if (ctx->plan_only) return KILN_OK;
         KILN_CUDA_TRY(gemv_launch(ctx, args, m, n, k, epi, res));
         return kiln_cuda_tail(ctx, args, epi != GEMV_EPI_NONE ? 1 : 0);

@@ -1000,6 +1000,36 @@ static void cases_gemm(void) {
         case_tail(&c, KILN_OP_RELU);
         c.label = "gemv M 2, N 2201 + relu";
         run_case(&c);
+        // linears past the GEMV's rows (9 <= M <= 64: cuBLASLt) at the MLP's and ResNet-50's
+        // classifier shapes, a partial last tile and every epilogue the GEMV fuses
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "64x1024"));
+        case_in(&c, SR(dt, "4096x1024", -0.1, 0.1));
+        case_in(&c, S(dt, "4096"));
+        case_tail(&c, KILN_OP_GELU);
+        c.label = "M 64, N 4096, K 1024 + gelu";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "2x24x4096"));
+        case_in(&c, SR(dt, "1024x4096", -0.05, 0.05));
+        attrs_int(&case_tail(&c, KILN_OP_GELU)->attrs, KILN_A_GELU_APPROXIMATE, 1);
+        c.label = "M 48, N 1024, K 4096 + gelu tanh";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "33x200"));
+        case_in(&c, SR(dt, "130x200", -0.3, 0.3));
+        case_in(&c, S(dt, "130"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "33x130"), 0);
+        attrs_float(&case_tail(&c, KILN_OP_CLAMP)->attrs, KILN_A_CLAMP_MAX, 0.5);
+        c.label = "M 33, N 130, K 200 + residual + clamp";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "32x2048"));
+        case_in(&c, SR(dt, "1000x2048", -0.05, 0.05));
+        case_in(&c, S(dt, "1000"));
+        case_tail(&c, KILN_OP_RELU);
+        c.label = "M 32, N 1000, K 2048 + relu";
+        run_case(&c);
         // matmul: plain, folded batch, full batch, broadcast batch, 1-D operands
         static const char *mm[][2] = {
             {"3x4", "4x5"},       {"2x3x7x9", "9x6"},  {"2x3x7x9", "2x3x9x6"},
