@@ -1,9 +1,11 @@
 # Kiln's front door. CMake is the real build; these targets name the supported configurations.
 #   make demo       the main job: export a model with Kiln and run it through ExecuTorch
-#   make test       everything CI runs: lint, C tests, C tests under ASan+UBSan, Python tests
+#   make test       everything CI runs: lint, C tests, C tests under ASan+UBSan and under TSan,
+#                   Python tests
 #   make            build libkiln, the CLI and the C tests (build/)
 #   make ctest      C tests only (build/)
 #   make asan       C tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   make tsan       C tests under ThreadSanitizer (build-tsan/)
 #   make pytest     install the Python packages into the venv and run python/tests
 #   make install    build and install both Python distributions (kiln, kiln-executorch-runtime)
 #   make wheels     build both wheels into dist/ (docs/packaging.md)
@@ -15,7 +17,7 @@ JOBS ?= $(shell nproc)
 VENV = $(shell tools/setup_env.sh)
 CMAKE ?= cmake
 
-.PHONY: all build ctest asan test pytest install wheels demo fuzz format lint clean
+.PHONY: all build ctest asan tsan test pytest install wheels demo fuzz format lint clean
 
 all: build
 
@@ -30,6 +32,14 @@ asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON
 	$(CMAKE) --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j $(JOBS)
+
+# ThreadSanitizer over every C test (the threaded ones: engine_test's concurrent executes and
+# rebinding, thread_stream_test); a report fails the test (halt_on_error).
+tsan:
+	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON
+	$(CMAKE) --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 		ctest --output-on-failure -j $(JOBS)
 
 # Both distributions, built by tools/build_wheels.sh (pip wheel --no-build-isolation --no-deps
@@ -48,7 +58,7 @@ pytest: install
 demo: install
 	@venv="$(VENV)"; "$$venv/bin/python" examples/export_and_run.py
 
-test: lint ctest asan pytest
+test: lint ctest asan tsan pytest
 
 fuzz:
 	CC=clang $(CMAKE) -S . -B build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug
@@ -64,4 +74,4 @@ lint:
 		"$$venv/bin/ruff" format --check python examples
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz
