@@ -12,18 +12,23 @@
 #include <stdint.h>
 #include <string.h>
 
-// c += A B for one m16n8k16 tile (a: 4 registers, b0/b1: the 2 B registers).
+// c += A B for one m16n8k16 tile (a: 4 registers, b0/b1: the 2 B registers) of element type TY
+// ("f16" or "bf16").
+#define KC_MMA_16816(TY, c, a, b0, b1)                                                             \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, "         \
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                        \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
 template <typename T> struct kc_mma;
 template <> struct kc_mma<__half> {
     static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
                                                uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        KC_MMA_16816("f16", c, a, b0, b1);
     }
+    // two floats as one register of the element type (.x, the low half, = lo)
     static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 h = __floats2half2_rn(lo, hi); // .x (low half) = lo
+        __half2 h = __floats2half2_rn(lo, hi);
         uint32_t u;
         memcpy(&u, &h, sizeof u);
         return u;
@@ -32,10 +37,7 @@ template <> struct kc_mma<__half> {
 template <> struct kc_mma<__nv_bfloat16> {
     static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
                                                uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        KC_MMA_16816("bf16", c, a, b0, b1);
     }
     static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
         __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
