@@ -121,33 +121,38 @@ __device__ __forceinline__ int64_t ew_offset(const int64_t *strides, int rank, c
     return off;
 }
 
-static __global__ void ew_float_kernel(const __grid_constant__ ew_params P) {
-    int64_t idx[KC_MAX_RANK];
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t o0 = i, oo = i;
-        if (!P.contiguous) {
-            ew_index(P, i, idx);
-            o0 = ew_offset(P.operands[0].strides, P.rank, idx);
-            oo = ew_offset(P.out_strides, P.rank, idx);
-        }
-        float v = kc_ld_f(P.operands[0].p, P.operands[0].dtype, o0);
-        for (int s = 0; s < P.n_steps; s++) {
-            const ew_step &st = P.steps[s];
-            if (st.operand < 0) {
-                v = ew_unary(st, v);
-            } else {
-                const ew_operand &od = P.operands[st.operand];
-                int64_t ob = P.contiguous ? i : ew_offset(od.strides, P.rank, idx);
-                float b = kc_ld_f(od.p, od.dtype, ob);
-                v = st.lhs ? ew_binary(st.op, v, b) : ew_binary(st.op, b, v);
-            }
-        }
-        kc_st_f(P.out, P.out_dtype, oo, v);
+// The running value in float32 (float programs) or int64 (integer programs): its loads, stores
+// and op math.
+struct ew_float_math {
+    typedef float V;
+    static __device__ __forceinline__ V ld(const void *p, uint32_t dt, int64_t i) {
+        return kc_ld_f(p, dt, i);
     }
-}
+    static __device__ __forceinline__ void st(void *p, uint32_t dt, int64_t i, V v) {
+        kc_st_f(p, dt, i, v);
+    }
+    static __device__ __forceinline__ V unary(const ew_step &s, V x) { return ew_unary(s, x); }
+    static __device__ __forceinline__ V binary(uint32_t op, V a, V b) {
+        return ew_binary(op, a, b);
+    }
+};
+struct ew_int_math {
+    typedef int64_t V;
+    static __device__ __forceinline__ V ld(const void *p, uint32_t dt, int64_t i) {
+        return kc_ld_i(p, dt, i);
+    }
+    static __device__ __forceinline__ void st(void *p, uint32_t dt, int64_t i, V v) {
+        kc_st_i(p, dt, i, v);
+    }
+    static __device__ __forceinline__ V unary(const ew_step &s, V x) { return ew_unary_i(s, x); }
+    static __device__ __forceinline__ V binary(uint32_t op, V a, V b) {
+        return ew_binary_i(op, a, b);
+    }
+};
 
-static __global__ void ew_int_kernel(const __grid_constant__ ew_params P) {
+// The program element by element: any dtypes, broadcast or strided operands.
+template <typename Math> static __global__ void ew_kernel(const __grid_constant__ ew_params P) {
+    typedef typename Math::V V;
     int64_t idx[KC_MAX_RANK];
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -157,26 +162,26 @@ static __global__ void ew_int_kernel(const __grid_constant__ ew_params P) {
             o0 = ew_offset(P.operands[0].strides, P.rank, idx);
             oo = ew_offset(P.out_strides, P.rank, idx);
         }
-        int64_t v = kc_ld_i(P.operands[0].p, P.operands[0].dtype, o0);
+        V v = Math::ld(P.operands[0].p, P.operands[0].dtype, o0);
         for (int s = 0; s < P.n_steps; s++) {
             const ew_step &st = P.steps[s];
             if (st.operand < 0) {
-                v = ew_unary_i(st, v);
+                v = Math::unary(st, v);
             } else {
                 const ew_operand &od = P.operands[st.operand];
                 int64_t ob = P.contiguous ? i : ew_offset(od.strides, P.rank, idx);
-                int64_t b = kc_ld_i(od.p, od.dtype, ob);
-                v = st.lhs ? ew_binary_i(st.op, v, b) : ew_binary_i(st.op, b, v);
+                V b = Math::ld(od.p, od.dtype, ob);
+                v = st.lhs ? Math::binary(st.op, v, b) : Math::binary(st.op, b, v);
             }
         }
-        kc_st_i(P.out, P.out_dtype, oo, v);
+        Math::st(P.out, P.out_dtype, oo, v);
     }
 }
 
 // The same program over dense operands that all have the output's float dtype: 16 bytes per
 // load and store (8 float16/bfloat16 or 4 float32 values per thread and step), no per-element
 // index or dtype dispatch. The fused GELU tail of BERT b8's FFN ([8 x 128, 3072] float16) ran
-// at a fraction of copy bandwidth through ew_float_kernel.
+// at a fraction of copy bandwidth through ew_kernel<ew_float_math>.
 template <typename T>
 static __global__ void ew_vec_kernel(const __grid_constant__ ew_params P, int64_t nvec) {
     constexpr int N = 16 / (int)sizeof(T);
@@ -452,12 +457,12 @@ static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int k
         return kiln_cuda_check_launch(ctx, "ew_vec_kernel");
     }
     if (kind == 0) {
-        ew_float_kernel<<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
-        return kiln_cuda_check_launch(ctx, "ew_float_kernel");
+        ew_kernel<ew_float_math><<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
+        return kiln_cuda_check_launch(ctx, "ew_kernel (float)");
     }
     if (kind == 1) {
-        ew_int_kernel<<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
-        return kiln_cuda_check_launch(ctx, "ew_int_kernel");
+        ew_kernel<ew_int_math><<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
+        return kiln_cuda_check_launch(ctx, "ew_kernel (int)");
     }
     ew_where_kernel<<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
     return kiln_cuda_check_launch(ctx, "ew_where_kernel");
