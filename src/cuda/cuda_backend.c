@@ -371,7 +371,10 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     // NHWC needs cuDNN (Kiln's own NHWC conv is only the per-shape fallback).
     st = kiln_cuda_layout_plan(p,
                                !env_flag("KILN_CUDA_NO_NHWC") && !env_flag("KILN_CUDA_NO_CUDNN") &&
-                                   kiln_cuda_dnn_version() > 0,
+                                       kiln_cuda_dnn_version() > 0
+                                   ? KILN_CUDA_LAYOUT_NHWC |
+                                         (env_flag("KILN_CUDA_NO_STEM") ? 0 : KILN_CUDA_LAYOUT_STEM)
+                                   : 0,
                                &e->layout);
     if (st != KILN_OK) goto fail;
     st = kiln_cuda_fold_plan(p, e->layout.nhwc, e->layout.alt,
@@ -420,14 +423,15 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     kiln_cuda_log(
         KILN_LOG_INFO,
         "CUDA engine on device %d (%s): %u layers, %zu bytes of weights, arena %llu "
-        "bytes%s, CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded), %u tensors, %u "
+        "bytes%s, CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the stem "
+        "kernel), %u tensors, %u "
         "boundary transposes; attention folds: %u layers run no kernel, %u sdpa operands and %u "
         "outputs through strided views, %u tensors (%llu bytes) moved out of the arena",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
         e->use_graphs ? "on" : "off", e->layout.n_conv_nhwc, e->layout.n_conv,
-        e->layout.n_conv_padded, e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual,
-        e->fold.n_sdpa_in, e->fold.n_sdpa_out, e->fold.n_reloc,
+        e->layout.n_conv_padded, e->layout.n_conv_stem, e->layout.n_nhwc, e->layout.n_copies,
+        e->fold.n_virtual, e->fold.n_sdpa_in, e->fold.n_sdpa_out, e->fold.n_reloc,
         (unsigned long long)e->fold.pool_nbytes);
     *out_state = e;
     return KILN_OK;
@@ -579,6 +583,7 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
     ctx->nhwc = L->head_nhwc[li];
     ctx->w_krsc = NULL;
     ctx->x_cpad = 0;
+    ctx->stem = 0;
     for (uint32_t j = 0; j < l->n_inputs && j < KILN_MAX_INPUTS; j++) {
         uint32_t slot = l->input_begin + j;
         if (!L->alt[slot] || args->in[j] == NULL) continue;
@@ -597,7 +602,9 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
         running = p->ids[tl->output_begin];
     }
     if (!ctx->nhwc) return KILN_OK;
-    if (args->op == KILN_OP_CONV2D) {
+    if (args->op == KILN_OP_CONV2D && L->stem[li]) {
+        ctx->stem = 1; // x NCHW, the OIHW weight: nothing to point at
+    } else if (args->op == KILN_OP_CONV2D) {
         int32_t w = p->ids[l->input_begin + 1], x = p->ids[l->input_begin];
         ctx->w_krsc = (const uint8_t *)e->krsc + e->krsc_offsets[w];
         if (L->padc[x] && L->alt[l->input_begin] && args->in[0] != NULL) {

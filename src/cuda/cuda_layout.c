@@ -111,6 +111,7 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->copy, nt);
     kiln_cuda_free(l->krsc, nt);
     kiln_cuda_free(l->padc, nt);
+    kiln_cuda_free(l->stem, nl);
     kiln_cuda_free(l->head_nhwc, nl);
     kiln_cuda_free(l->xpose, ni);
     kiln_cuda_free(l->alt, ni);
@@ -133,7 +134,19 @@ static void read_copy(kiln_cuda_layout *l, uint32_t slot, int32_t r) {
     l->alt[slot] = 1;
 }
 
-kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layout *out) {
+// Head li (a K_CONV head, x with C % 8 != 0) fits the stem kernel (cuda_layout.h).
+static int stem_conv(const kiln_plan *p, uint32_t li) {
+    const kiln_plan_layer *l = &p->layers[li];
+    const kiln_plan_tensor *x = &p->tensors[in_id(p, l, 0)], *w = &p->tensors[in_id(p, l, 1)];
+    kiln_attrs a = kiln_plan_layer_attrs(p, l);
+    return w->shape.max[1] == x->shape.max[1] &&
+           kiln_cuda_stem_fits(x->shape.max[1], w->shape.max[2], w->shape.max[3], x->shape.max[2],
+                               x->shape.max[3], kiln_attrs_int(&a, KILN_A_CONV_DILATION, 0),
+                               kiln_attrs_int(&a, KILN_A_CONV_DILATION, 1));
+}
+
+kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layout *out) {
+    const int enable = (flags & KILN_CUDA_LAYOUT_NHWC) != 0;
     kiln_cuda_layout l;
     uint8_t *kind = NULL;
     memset(&l, 0, sizeof l);
@@ -143,16 +156,18 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layo
     l.copy = kiln_cuda_calloc(nt);
     l.krsc = kiln_cuda_calloc(nt);
     l.padc = kiln_cuda_calloc(nt);
+    l.stem = kiln_cuda_calloc(nl);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
-    if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.padc == NULL ||
+    if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.padc == NULL || l.stem == NULL ||
         l.head_nhwc == NULL || l.xpose == NULL || l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
         kiln_cuda_free(l.padc, nt);
+        kiln_cuda_free(l.stem, nl);
         kiln_cuda_free(l.head_nhwc, nl);
         kiln_cuda_free(l.xpose, ni);
         kiln_cuda_free(l.alt, ni);
@@ -194,8 +209,13 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layo
         uint8_t group = kind[li] == K_ADAPTIVE ? 0 : l.head_nhwc[li]; // the tails' layout
         if (kind[li] == K_CONV && l.head_nhwc[li]) {
             l.n_conv_nhwc++;
-            l.krsc[in_id(p, hl, 1)] = 1;
-            if (p->tensors[x].shape.max[1] % 8 != 0) { // x is NCHW (see head_kind)
+            if (p->tensors[x].shape.max[1] % 8 == 0) {
+                l.krsc[in_id(p, hl, 1)] = 1;
+            } else if ((flags & KILN_CUDA_LAYOUT_STEM) && stem_conv(p, li)) {
+                l.stem[li] = 1; // reads x (NCHW) and the OIHW weight as they are
+                l.n_conv_stem++;
+            } else { // x is NCHW (see head_kind): a channel-padded NHWC copy
+                l.krsc[in_id(p, hl, 1)] = 1;
                 l.padc[x] = l.padc[in_id(p, hl, 1)] = 1;
                 l.n_conv_padded++;
             }
@@ -204,7 +224,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layo
             for (uint32_t j = 0; j < hl->n_inputs; j++) {
                 int32_t r = in_id(p, hl, j);
                 if (r < 0 || max_numel(&p->tensors[r]) == 1) continue;
-                uint8_t want = kind[li] == K_CONV && j == 0 ? l.head_nhwc[li] : 0;
+                uint8_t want = kind[li] == K_CONV && j == 0 && !l.stem[li] ? l.head_nhwc[li] : 0;
                 if (kind[li] == K_FOLLOW || (kind[li] == K_ADAPTIVE && j == 0)) want = l.nhwc[r];
                 if (l.nhwc[r] != want) read_copy(&l, hl->input_begin + j, r);
             }

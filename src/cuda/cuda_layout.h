@@ -21,8 +21,11 @@
 // at upload. A conv whose C is not a multiple of 8 (a 3-channel stem) reads an NHWC copy whose
 // channels are padded with zeros to the next multiple of 8, and a KRSC weight padded the same
 // way (zero filters for the pad), so that cuDNN runs it on tensor cores: such a tensor is never
-// NHWC itself, so the copy is always the padded one. KILN_CUDA_NO_NHWC=1 turns the pass off
-// (everything NCHW, the previous behaviour).
+// NHWC itself, so the copy is always the padded one. With KILN_CUDA_LAYOUT_STEM, such a conv
+// whose depth C * kh * kw is at most KILN_CUDA_STEM_MAX_K (ResNet's 3-channel 7x7 stem) runs on
+// Kiln's stem kernel instead (op_conv.cu): it reads its NCHW input as it is (no copy, no KRSC
+// weight) and writes NHWC. KILN_CUDA_NO_NHWC=1 turns the pass off (everything NCHW, the previous
+// behaviour); KILN_CUDA_NO_STEM=1 only the stem kernel (the padded copy and cuDNN instead).
 #ifndef KILN_CUDA_CUDA_LAYOUT_H
 #define KILN_CUDA_CUDA_LAYOUT_H
 
@@ -31,6 +34,10 @@
 
 #include "kiln/kiln.h"
 #include "runtime/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct kiln_cuda_layout {
     uint8_t *nhwc;      // n_tensors: 1 = stored NHWC (logical dims stay NCHW)
@@ -42,11 +49,29 @@ typedef struct kiln_cuda_layout {
     uint8_t *krsc;      // n_tensors: a weight some NHWC conv uses (needs a KRSC copy)
     uint8_t *padc;      // n_tensors: the NHWC copy of this NCHW tensor, or this weight's KRSC
                         // copy, pads C up to a multiple of 8 with zeros (a conv with C % 8 != 0)
-    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded;
+    uint8_t *stem;      // n_layers: conv2d head on the stem kernel (NCHW input, NHWC output)
+    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem;
 } kiln_cuda_layout;
 
-// Decides the layout of every tensor of p (all NCHW when enable is 0). Fails only for memory.
-kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int enable, kiln_cuda_layout *out);
+// kiln_cuda_layout_plan's flags: NHWC activations where they pay; the stem kernel for convs with
+// C % 8 != 0 (only with NHWC).
+#define KILN_CUDA_LAYOUT_NHWC 0x1
+#define KILN_CUDA_LAYOUT_STEM 0x2
+
+// The stem kernel's limits (op_conv.cu), checked at plan time on the largest shapes: a conv2d of
+// groups 1 with C % 8 != 0, depth C * kh * kw <= KILN_CUDA_STEM_MAX_K, kh and kw at most 31 (the
+// tap masks are 32-bit), and every offset within an image (C * H * W, the last tap's) below 2^31.
+#define KILN_CUDA_STEM_MAX_K 192
+static inline int kiln_cuda_stem_fits(int64_t c, int64_t kh, int64_t kw, int64_t h, int64_t w,
+                                      int64_t dh, int64_t dw) {
+    return c > 0 && c % 8 != 0 && kh > 0 && kw > 0 && kh <= 31 && kw <= 31 && dh > 0 && dw > 0 &&
+           c * kh * kw <= KILN_CUDA_STEM_MAX_K && c * h * w < ((int64_t)1 << 31) &&
+           (c * h + (kh - 1) * dh) * w + (kw - 1) * dw < ((int64_t)1 << 31);
+}
+
+// Decides the layout of every tensor of p (flags: KILN_CUDA_LAYOUT_*; 0: all NCHW). Fails only
+// for memory.
+kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layout *out);
 void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l);
 
 // The plugin's allocator and error helpers (cuda_util.c; also declared in cuda_ops.h).
@@ -56,5 +81,9 @@ kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...);
 
 // The final tensor a head layer's group writes (the head's output or its last tail's).
 int32_t kiln_cuda_group_output(const kiln_plan *p, uint32_t li);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif // KILN_CUDA_CUDA_LAYOUT_H

@@ -108,6 +108,7 @@ typedef struct kiln_cuda_ctx {
     const void *w_krsc; // conv2d with nhwc: the weight in KRSC (O, kh, kw, C) order, for cuDNN
     int64_t x_cpad;     // conv2d with nhwc: x's NHWC channel stride when its copy is padded
                         // (cuda_layout.h; w_krsc padded alike), 0 when dense
+    int stem;           // conv2d with nhwc: Kiln's stem kernel (x read NCHW, the OIHW weight)
     const char *where;  // "layer 12 (linear)", for messages
 } kiln_cuda_ctx;
 

@@ -120,61 +120,82 @@ static void resnet_like(kiln_precision prec, int extra_output) {
     CHECK(kiln_cuda_layout_plan(&p, 0, &l) == KILN_OK);
     CHECK(l.n_nhwc == 0 && l.n_conv_nhwc == 0 && l.n_copies == 0 && l.n_conv == 5);
     kiln_cuda_layout_free(&p, &l);
-    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
-    uint32_t stem = find_head(&p, KILN_OP_CONV2D, 0), mpool = find_head(&p, KILN_OP_MAX_POOL2D, 0);
-    uint32_t apool = find_head(&p, KILN_OP_AVG_POOL2D, 0);
-    uint32_t adapt = find_head(&p, KILN_OP_ADAPTIVE_AVG_POOL2D, 0);
-    CHECK(stem != UINT32_MAX && mpool != UINT32_MAX && apool != UINT32_MAX && adapt != UINT32_MAX);
-    if (stem == UINT32_MAX || mpool == UINT32_MAX || apool == UINT32_MAX || adapt == UINT32_MAX) {
+    // NHWC alone (the stem on a channel-padded copy + cuDNN), then with the stem kernel
+    for (int flags = KILN_CUDA_LAYOUT_NHWC;
+         flags <= (KILN_CUDA_LAYOUT_NHWC | KILN_CUDA_LAYOUT_STEM); flags += KILN_CUDA_LAYOUT_STEM) {
+        const int sk = (flags & KILN_CUDA_LAYOUT_STEM) != 0;
+        CHECK(kiln_cuda_layout_plan(&p, flags, &l) == KILN_OK);
+        uint32_t stem = find_head(&p, KILN_OP_CONV2D, 0),
+                 mpool = find_head(&p, KILN_OP_MAX_POOL2D, 0);
+        uint32_t apool = find_head(&p, KILN_OP_AVG_POOL2D, 0);
+        uint32_t adapt = find_head(&p, KILN_OP_ADAPTIVE_AVG_POOL2D, 0);
+        CHECK(stem != UINT32_MAX && mpool != UINT32_MAX && apool != UINT32_MAX &&
+              adapt != UINT32_MAX);
+        if (stem == UINT32_MAX || mpool == UINT32_MAX || apool == UINT32_MAX ||
+            adapt == UINT32_MAX) {
+            kiln_cuda_layout_free(&p, &l);
+            kiln_plan_release(&p);
+            return;
+        }
+        int32_t pool_t = kiln_cuda_group_output(&p, mpool);
+        int32_t stem_x = p.ids[p.layers[stem].input_begin],
+                stem_w = p.ids[p.layers[stem].input_begin + 1];
+        int half = prec == KILN_PRECISION_FP16 || prec == KILN_PRECISION_BF16;
+        CHECK(!l.nhwc[kiln_cuda_group_output(&p, adapt)]); // writes NCHW
+        CHECK(!l.nhwc[stem_x]);                            // C = 3: never NHWC itself
+        if (!half) {
+            CHECK(l.n_nhwc == 0 && l.n_conv_nhwc == 0 && l.n_conv_padded == 0);
+            CHECK(l.n_conv_stem == 0 && !l.stem[stem]);
+            CHECK(!l.head_nhwc[stem] && !l.head_nhwc[mpool] && !l.padc[stem_x]);
+        } else {
+            // the stem (C = 3) writes NHWC: on the stem kernel straight from its NCHW input and
+            // OIHW weight, or on a copy of its input padded to 8 channels with a KRSC weight
+            // padded alike; the max pool follows it in NHWC, and so does everything after
+            CHECK(l.head_nhwc[stem] && l.nhwc[kiln_cuda_group_output(&p, stem)]);
+            if (sk) {
+                CHECK(l.stem[stem] && l.n_conv_stem == 1 && l.n_conv_padded == 0);
+                CHECK(!l.copy[stem_x] && !l.padc[stem_x] && !l.krsc[stem_w] && !l.padc[stem_w]);
+            } else {
+                CHECK(!l.stem[stem] && l.n_conv_stem == 0 && l.n_conv_padded == 1);
+                CHECK(l.copy[stem_x] && l.padc[stem_x] && l.krsc[stem_w] && l.padc[stem_w]);
+            }
+            for (uint32_t i = 0; i < p.n_layers; i++) {
+                if (i != stem) CHECK(!l.stem[i]); // the other convs have C % 8 == 0
+            }
+            CHECK(l.head_nhwc[mpool] && l.nhwc[pool_t] && !l.copy[pool_t] && !l.padc[pool_t]);
+            CHECK_MSG(l.n_conv_nhwc == 5, "%u NHWC convs", l.n_conv_nhwc);
+            for (uint32_t i = 0; i < p.n_tensors; i++) {
+                if (l.padc[i] && (int32_t)i != stem_x) CHECK((int32_t)i == stem_w);
+            }
+        }
+        if (half && !extra_output) {
+            // the stem's padded input (none for the stem kernel)
+            CHECK_MSG(l.n_copies == (sk ? 0u : 1u), "%u copies", l.n_copies);
+            uint32_t n_alt = 0, n_xpose = 0;
+            for (uint32_t i = 0; i < p.n_ids; i++) {
+                if (p.ids[i] == stem_x) n_alt += l.alt[i], n_xpose += l.xpose[i];
+            }
+            CHECK_MSG(n_alt == (sk ? 0u : 1u) && n_xpose == (sk ? 0u : 1u),
+                      "%u reads, %u transposes", n_alt, n_xpose);
+            CHECK(l.head_nhwc[apool] && l.nhwc[kiln_cuda_group_output(&p, apool)]);
+            CHECK(l.head_nhwc[adapt]);
+            for (uint32_t i = 0; i < p.n_tensors; i++) {
+                if (l.nhwc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_ACTIVATION);
+                if (l.krsc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_WEIGHT);
+            }
+        } else if (half) {
+            // blk is also an engine output: the fp16 output cast (NCHW only) reads it through an
+            // NCHW copy; every conv stays NHWC (no demotion through the residuals).
+            uint32_t c1 = find_head(&p, KILN_OP_CONV2D, stem + 1);
+            uint32_t c2 = find_head(&p, KILN_OP_CONV2D, c1 + 1);
+            uint32_t c3 = find_head(&p, KILN_OP_CONV2D, c2 + 1);
+            CHECK(c3 != UINT32_MAX && l.nhwc[blk_t(&p, c3)] && l.copy[blk_t(&p, c3)]);
+            // the stem's padded input (not for the stem kernel), blk (NCHW)
+            CHECK_MSG(l.n_copies == (sk ? 1u : 2u), "%u copies", l.n_copies);
+            CHECK(l.head_nhwc[apool] && l.head_nhwc[adapt]);
+        }
         kiln_cuda_layout_free(&p, &l);
-        kiln_plan_release(&p);
-        return;
     }
-    int32_t pool_t = kiln_cuda_group_output(&p, mpool);
-    int32_t stem_x = p.ids[p.layers[stem].input_begin],
-            stem_w = p.ids[p.layers[stem].input_begin + 1];
-    int half = prec == KILN_PRECISION_FP16 || prec == KILN_PRECISION_BF16;
-    CHECK(!l.nhwc[kiln_cuda_group_output(&p, adapt)]); // writes NCHW
-    CHECK(!l.nhwc[stem_x]);                            // C = 3: never NHWC itself
-    if (!half) {
-        CHECK(l.n_nhwc == 0 && l.n_conv_nhwc == 0 && l.n_conv_padded == 0);
-        CHECK(!l.head_nhwc[stem] && !l.head_nhwc[mpool] && !l.padc[stem_x]);
-    } else {
-        // the stem (C = 3) runs NHWC on a copy of its input padded to 8 channels, with a KRSC
-        // weight padded alike; the max pool follows it in NHWC, and so does everything after
-        CHECK(l.head_nhwc[stem] && l.nhwc[kiln_cuda_group_output(&p, stem)]);
-        CHECK(l.copy[stem_x] && l.padc[stem_x] && l.krsc[stem_w] && l.padc[stem_w]);
-        CHECK(l.n_conv_padded == 1);
-        CHECK(l.head_nhwc[mpool] && l.nhwc[pool_t] && !l.copy[pool_t] && !l.padc[pool_t]);
-        CHECK_MSG(l.n_conv_nhwc == 5, "%u NHWC convs", l.n_conv_nhwc);
-        for (uint32_t i = 0; i < p.n_tensors; i++) {
-            if (l.padc[i] && (int32_t)i != stem_x) CHECK((int32_t)i == stem_w);
-        }
-    }
-    if (half && !extra_output) {
-        CHECK_MSG(l.n_copies == 1, "%u copies", l.n_copies); // the stem's padded input
-        uint32_t n_alt = 0, n_xpose = 0;
-        for (uint32_t i = 0; i < p.n_ids; i++) {
-            if (p.ids[i] == stem_x) n_alt += l.alt[i], n_xpose += l.xpose[i];
-        }
-        CHECK_MSG(n_alt == 1 && n_xpose == 1, "%u reads, %u transposes", n_alt, n_xpose);
-        CHECK(l.head_nhwc[apool] && l.nhwc[kiln_cuda_group_output(&p, apool)]);
-        CHECK(l.head_nhwc[adapt]);
-        for (uint32_t i = 0; i < p.n_tensors; i++) {
-            if (l.nhwc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_ACTIVATION);
-            if (l.krsc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_WEIGHT);
-        }
-    } else if (half) {
-        // blk is also an engine output: the fp16 output cast (NCHW only) reads it through an
-        // NCHW copy; every conv stays NHWC (no demotion through the residuals).
-        uint32_t c1 = find_head(&p, KILN_OP_CONV2D, stem + 1);
-        uint32_t c2 = find_head(&p, KILN_OP_CONV2D, c1 + 1);
-        uint32_t c3 = find_head(&p, KILN_OP_CONV2D, c2 + 1);
-        CHECK(c3 != UINT32_MAX && l.nhwc[blk_t(&p, c3)] && l.copy[blk_t(&p, c3)]);
-        CHECK_MSG(l.n_copies == 2, "%u copies", l.n_copies); // stem input (padded), blk (NCHW)
-        CHECK(l.head_nhwc[apool] && l.head_nhwc[adapt]);
-    }
-    kiln_cuda_layout_free(&p, &l);
     kiln_plan_release(&p);
 }
 

@@ -44,6 +44,8 @@ static const char *opt_filter;
 static int n_skipped;
 static int n_lt_rejected, n_lt_noalgo, n_lt_rejected_total; // from the plugin's log messages
 static int n_dnn_declined;
+static int n_stem_logged = -1; // "N on the stem kernel" of the last CUDA engine loaded
+static int n_nhwc_logged = -1; // "NHWC: N of M conv2d" of the last CUDA engine loaded
 
 // Log hook: prints warnings and errors, counts the plugin's cuBLASLt fallbacks.
 static void log_hook(void *user_data, kiln_log_level level, const char *message) {
@@ -55,6 +57,14 @@ static void log_hook(void *user_data, kiln_log_level level, const char *message)
     if (strstr(message, "has no algorithm") != NULL) n_lt_noalgo++;
     if (strstr(message, "cuDNN declined") != NULL || strstr(message, "cudnnAddTensor declined"))
         n_dnn_declined++;
+    const char *stem = strstr(message, " on the stem kernel");
+    if (stem != NULL) {
+        const char *d = stem;
+        while (d > message && d[-1] >= '0' && d[-1] <= '9') d--;
+        n_stem_logged = atoi(d);
+    }
+    const char *nhwc = strstr(message, "NHWC: ");
+    if (nhwc != NULL && stem != NULL) n_nhwc_logged = atoi(nhwc + 6);
     if (level >= KILN_LOG_WARN) fprintf(stderr, "kiln: %s\n", message);
 }
 
@@ -1341,7 +1351,7 @@ static void run_ops(void) {
 
 // --- end to end: built graphs through the public API, cuda:0 against cpu
 
-#define E2E_MAX_IO 4
+#define E2E_MAX_IO 8
 
 typedef struct gbuild {
     kiln_graph *g;
@@ -1504,6 +1514,53 @@ static int32_t res_conv(gbuild *b, int32_t x, int64_t c_in, int64_t c_out, int64
     int32_t h = gb_node(b, KILN_OP_CONV2D, ins, 3, ca, 2);
     if (residual >= 0) h = gb2(b, KILN_OP_ADD, h, residual);
     return relu ? gb1(b, KILN_OP_RELU, h) : h;
+}
+
+// conv2d c_in -> c_out, k x k, stride st, padding pd, dilation dl, [+ bias].
+static int32_t stem_conv(gbuild *b, int32_t x, int64_t c_in, int64_t c_out, int64_t k, int64_t st,
+                         int64_t pd, int64_t dl, int bias) {
+    char wd[64], bd[32];
+    int64_t s2[2] = {st, st}, p2[2] = {pd, pd}, d2[2] = {dl, dl};
+    snprintf(wd, sizeof wd, "%lldx%lldx%lldx%lld", (long long)c_out, (long long)c_in, (long long)k,
+             (long long)k);
+    snprintf(bd, sizeof bd, "%lld", (long long)c_out);
+    double r = 1.0 / sqrt((double)(c_in * k * k));
+    int32_t ins[3] = {x, gb_const(b, F32, wd, -r, r), bias ? gb_const(b, F32, bd, -0.2, 0.2) : -1};
+    kiln_attr ca[3] = {A_INTS("stride", s2, 2), A_INTS("padding", p2, 2),
+                       A_INTS("dilation", d2, 2)};
+    return gb_node(b, KILN_OP_CONV2D, ins, bias ? 3 : 2, ca, 3);
+}
+
+// Convolutions with few input channels (C % 8 != 0), which the CUDA backend runs on its stem
+// kernel (op_conv.cu; KILN_CUDA_NO_STEM=1: cuDNN on a channel-padded copy): ResNet's 7x7/2 stem
+// with bias + relu, a 3x3 without bias or tail, 72 outputs (two channel blocks, the second
+// partial) at stride 2 and dilation 2, a 1x1 at stride 3, and on a 5-channel input a 3x3 whose
+// tail adds a 1x1 stem conv's output before the relu (the tail kernel after the stem kernel).
+// Odd, dynamic spatial sizes; outputs through the fp16 output casts (NHWC -> NCHW copies).
+#define STEM_MODEL_CONVS 6
+static int model_stems(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 3, 9, 11}, maxs[4] = {3, 3, 30, 27};
+    int64_t mins5[4] = {1, 5, 7, 7}, maxs5[4] = {2, 5, 19, 13};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
+    int32_t x5 = gb_input(&b, "x5", F32, 4, mins5, maxs5);
+    int32_t y[5];
+    y[0] = gb1(&b, KILN_OP_RELU, stem_conv(&b, x, 3, 64, 7, 2, 3, 1, 1));
+    y[1] = stem_conv(&b, x, 3, 16, 3, 1, 1, 1, 0);
+    y[2] = gb1(&b, KILN_OP_RELU, stem_conv(&b, x, 3, 72, 5, 2, 2, 2, 1));
+    y[3] = stem_conv(&b, x, 3, 8, 1, 3, 0, 1, 1);
+    int32_t side = stem_conv(&b, x5, 5, 32, 1, 1, 0, 1, 0);
+    y[4] =
+        gb1(&b, KILN_OP_RELU, gb2(&b, KILN_OP_ADD, stem_conv(&b, x5, 5, 32, 3, 1, 1, 1, 1), side));
+    for (int i = 0; i < 5; i++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "y%d", i);
+        gb_check(&b, kiln_graph_mark_output(b.g, y[i], nm), "output");
+    }
+    m->name = precision == KILN_PRECISION_BF16 ? "stems bf16" : "stems fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
+    return model_finish(&b, m, precision);
 }
 
 // A ResNet-like fp16 stack for the CUDA backend's NHWC layout (cuda_layout.h): a stem conv with
@@ -2439,13 +2496,17 @@ static void run_e2e(void) {
     if (model_misc(&models[n])) n++;
     if (model_resnet(&models[n])) n++;
     if (model_resnet_boundary(&models[n])) n++;
+    int first_stem = n;
+    if (model_stems(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_stems(&models[n], KILN_PRECISION_BF16)) n++;
+    int end_stem = n;
     // attention folding (cuda_fold.h): each twice, folded and with KILN_CUDA_NO_PERMUTE_FOLD=1
     int first_fold = n;
     if (model_bert(&models[n], KILN_PRECISION_FP16, 0, "bert fp16")) n++;
     if (model_bert(&models[n], KILN_PRECISION_FP16, 1, "bert packed-qkv fp16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 0, "bert bf16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 1, "bert packed-qkv bf16")) n++;
-    CHECK_MSG(n == (opt_quick ? 9 : 13), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 10 : 15), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
             char nm[128];
@@ -2458,7 +2519,23 @@ static void run_e2e(void) {
             if (opt_dry) {
                 e2e_model_dry(&models[i]);
             } else {
+                char lname[160];
+                n_stem_logged = n_nhwc_logged = -1;
                 e2e_model(&models[i]);
+                snprintf(lname, sizeof lname, "e2e %s: load", models[i].name);
+                if (i >= first_stem && i < end_stem &&
+                    (opt_filter == NULL || strstr(lname, opt_filter) != NULL)) {
+                    // with NHWC (cuDNN loaded, not switched off) every conv of the model runs
+                    // on the stem kernel, unless KILN_CUDA_NO_STEM=1
+                    const char *off = getenv("KILN_CUDA_NO_STEM");
+                    int want = n_nhwc_logged > 0 && !(off && off[0] && strcmp(off, "0") != 0)
+                                   ? STEM_MODEL_CONVS
+                                   : 0;
+                    CHECK_MSG(n_nhwc_logged == 0 || n_nhwc_logged == STEM_MODEL_CONVS,
+                              "%s: %d NHWC convs", models[i].name, n_nhwc_logged);
+                    CHECK_MSG(n_stem_logged == want, "%s: %d convs on the stem kernel, want %d",
+                              models[i].name, n_stem_logged, want);
+                }
             }
             if (pass == 1) {
                 unsetenv("KILN_CUDA_NO_PERMUTE_FOLD");
