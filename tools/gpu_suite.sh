@@ -18,7 +18,7 @@
 #         5. the e2e part again with cuBLASLt and cuDNN disabled (Kiln's own GEMM and conv
 #            kernels end to end), with NHWC off, and with the GEMV launched plainly (no programmatic
 #            dependent launch), and the stem models with the stem kernel off (KILN_CUDA_NO_STEM: cuDNN
-#            on a channel-padded copy); the linear cases with the GEMV off (its shapes on cuBLASLt); the
+#            on a channel-padded copy) and in its global-gather mode (KILN_CUDA_STEM_GLOBAL); the linear cases with the GEMV off (its shapes on cuBLASLt); the
 #            tensor-core sdpa cases at 64-, 32- and
 #            16-row CTAs (KILN_CUDA_ATTN_ROWS), and the split-key kernel with 2, 4 and 8 warps
 #            per row block (KILN_CUDA_ATTN_SPLIT)
@@ -145,6 +145,9 @@ run() {
     ./kiln_cuda_parity --e2e --quick
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_STEM=1 \
     step "parity: e2e stems, stem kernel off" "$out/parity_e2e_nostem.log" 120 \
+    ./kiln_cuda_parity --e2e --filter stems
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_STEM_GLOBAL=1 \
+    step "parity: e2e stems, global gather" "$out/parity_e2e_stemglobal.log" 120 \
     ./kiln_cuda_parity --e2e --filter stems
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_GEMV=1 \
     step "parity: linears, GEMV off (cuBLASLt)" "$out/parity_linear_lt.log" 120 \

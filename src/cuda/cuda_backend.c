@@ -63,6 +63,8 @@ typedef struct cuda_engine {
     int attn_rows;          // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
     int attn_split;         // KILN_CUDA_ATTN_SPLIT: its key-split warps per row block (0: auto)
     int small_m;            // small-M linear kernels switched off (kiln_cuda_ctx.small_m)
+    uint8_t *gemv_l2;       // n_layers: a GEMV layer's weight L2 priority (kiln_cuda_ctx.gemv_l2)
+    uint64_t l2_kept;       // bytes of GEMV weights loaded evict-last
     int share_arena;        // use_shared_activation_scratch: contexts use the device's shared arena
 } cuda_engine;
 
@@ -243,6 +245,7 @@ static void cuda_engine_free(void *state) {
     }
     kiln_cuda_free(e->weight_offsets, (size_t)e->plan->n_tensors * sizeof *e->weight_offsets);
     kiln_cuda_free(e->krsc_offsets, (size_t)e->plan->n_tensors * sizeof *e->krsc_offsets);
+    kiln_cuda_free(e->gemv_l2, (size_t)e->plan->n_layers + 1);
     kiln_cuda_layout_free(e->plan, &e->layout);
     kiln_cuda_fold_free(e->plan, &e->fold);
     kiln_cuda_free(e, sizeof *e);
@@ -358,6 +361,15 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     e->use_graphs = options->use_cuda_graphs != 0 && !e->debug_sync && !e->profile;
     e->share_arena = options->use_shared_activation_scratch != 0;
     e->sm_count = prop.multiProcessorCount;
+    e->gemv_l2 = kiln_cuda_calloc((size_t)p->n_layers + 1);
+    if (e->gemv_l2 == NULL) {
+        st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA layer table)");
+        goto fail;
+    }
+    if (!env_flag("KILN_CUDA_NO_L2_HINTS")) {
+        e->l2_kept = kiln_cuda_plan_gemv_l2(
+            p, prop.l2CacheSize > 0 ? (uint64_t)prop.l2CacheSize : 0, e->gemv_l2);
+    }
     e->weight_offsets = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *e->weight_offsets);
     if (e->weight_offsets == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA weight table)");
@@ -426,13 +438,14 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "bytes%s, CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the stem "
         "kernel), %u tensors, %u "
         "boundary transposes; attention folds: %u layers run no kernel, %u sdpa operands and %u "
-        "outputs through strided views, %u tensors (%llu bytes) moved out of the arena",
+        "outputs through strided views, %u tensors (%llu bytes) moved out of the arena; GEMV "
+        "weights kept in L2: %llu bytes",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
         e->use_graphs ? "on" : "off", e->layout.n_conv_nhwc, e->layout.n_conv,
         e->layout.n_conv_padded, e->layout.n_conv_stem, e->layout.n_nhwc, e->layout.n_copies,
         e->fold.n_virtual, e->fold.n_sdpa_in, e->fold.n_sdpa_out, e->fold.n_reloc,
-        (unsigned long long)e->fold.pool_nbytes);
+        (unsigned long long)e->fold.pool_nbytes, (unsigned long long)e->l2_kept);
     *out_state = e;
     return KILN_OK;
 
@@ -862,6 +875,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(args.op));
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
+        ctx.gemv_l2 = e->gemv_l2[li];
         KILN_CUDA_TRY(layer_layout(c, li, &ctx, &args, tails, views, 1));
         if (e->fold.sdpa_in[li] != 0 || e->fold.sdpa_out[li] >= 0) {
             for (uint32_t j = 0; j < 3; j++) {

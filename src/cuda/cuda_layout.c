@@ -245,3 +245,32 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     *out = l;
     return KILN_OK;
 }
+
+uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t l2_nbytes, uint8_t *out) {
+    uint64_t kept = 0;
+    for (;;) { // repeatedly the smallest undecided candidate (a few layers: quadratic is fine)
+        uint32_t best = UINT32_MAX;
+        uint64_t best_n = 0;
+        for (uint32_t li = 0; li < p->n_layers; li++) {
+            const kiln_plan_layer *l = &p->layers[li];
+            if (l->op != KILN_OP_LINEAR || l->n_inputs < 2 || out[li] != KILN_CUDA_L2_DEFAULT)
+                continue;
+            int32_t xi = p->ids[l->input_begin], wi = p->ids[l->input_begin + 1];
+            if (xi < 0 || wi < 0) continue;
+            const kiln_plan_tensor *x = &p->tensors[xi], *w = &p->tensors[wi];
+            int64_t rows = 1;
+            for (uint32_t d = 0; d + 1 < x->shape.rank; d++) rows *= x->shape.max[d];
+            if (w->kind != KILN_TENSOR_WEIGHT || rows > KILN_CUDA_GEMV_MAX_M ||
+                (w->dtype != KILN_DTYPE_F16 && w->dtype != KILN_DTYPE_BF16))
+                continue;
+            if (best == UINT32_MAX || w->nbytes < best_n) best = li, best_n = w->nbytes;
+        }
+        if (best == UINT32_MAX) return kept;
+        if (kept + best_n <= l2_nbytes / 2) {
+            kept += best_n;
+            out[best] = KILN_CUDA_L2_EVICT_LAST;
+        } else {
+            out[best] = KILN_CUDA_L2_EVICT_FIRST;
+        }
+    }
+}

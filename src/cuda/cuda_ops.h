@@ -96,6 +96,7 @@ typedef struct kiln_cuda_ctx {
     int attn_rows;              // sdpa tensor-core kernel: query rows per CTA (16, 32, 64; 0:
                                 // by occupancy: fewer rows while the grid is under one wave)
     int small_m;    // KILN_CUDA_SMALL_M_* bits: small-M linear kernels switched off (env)
+    int gemv_l2;    // this layer's GEMV weight loads: KILN_CUDA_L2_* (cuda_layout.h)
     int attn_split; // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
                     // D 128), whatever the grid (0: by residency; attn_rows wins)
     // sdpa with folded views (cuda_fold.h): q, k, v, out read/written through these strided

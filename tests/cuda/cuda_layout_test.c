@@ -27,7 +27,7 @@ kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) {
 
 #include "../../src/cuda/cuda_layout.c"
 
-static float wbuf[32 * 32 * 9];
+static float wbuf[64 * 64];
 
 static int32_t constant(kiln_graph *g, uint32_t rank, const int64_t *dims) {
     int64_t n = 1;
@@ -252,6 +252,66 @@ static void bench_stage(void) {
     kiln_plan_release(&p);
 }
 
+// kiln_cuda_plan_gemv_l2: linears 64 -> 32 -> 64 -> 48 -> 16 (weights of 2048, 2048, 3072, 768
+// elements) at batch `rows`; with fp16 weights (2 bytes) and an L2 of `l2` bytes, the smallest
+// weights are kept (evict last) while they sum to at most l2 / 2, the others streamed.
+static void gemv_l2(kiln_precision prec, int64_t rows) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    int64_t dims[2] = {rows, 64}, sizes[5] = {64, 32, 64, 48, 16};
+    int32_t h = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 2, dims, dims, &h) == KILN_OK);
+    for (int i = 0; i < 4; i++) {
+        int64_t wd[2] = {sizes[i + 1], sizes[i]}, bd[1] = {sizes[i + 1]};
+        int32_t ins[3] = {h, constant(g, 2, wd), constant(g, 1, bd)};
+        CHECK(kiln_graph_add_node(g, KILN_OP_LINEAR, ins, 3, NULL, 0, &h, 1) == KILN_OK);
+        if (i < 3) CHECK(kiln_graph_add_node(g, KILN_OP_RELU, &h, 1, NULL, 0, &h, 1) == KILN_OK);
+    }
+    CHECK(kiln_graph_mark_output(g, h, "y") == KILN_OK);
+    if (!load(g, prec, &p)) return;
+    CHECK(count_op(&p, KILN_OP_LINEAR) == 4);
+    int half = prec == KILN_PRECISION_FP16 || prec == KILN_PRECISION_BF16;
+    // the four weights' bytes in layer order, and each L2 size's expected choice
+    uint64_t wb[4];
+    uint32_t lin[4], nl = 0;
+    for (uint32_t li = 0; li < p.n_layers && nl < 4; li++) {
+        if (p.layers[li].op != KILN_OP_LINEAR) continue;
+        lin[nl] = li;
+        wb[nl++] = p.tensors[p.ids[p.layers[li].input_begin + 1]].nbytes;
+    }
+    CHECK(nl == 4);
+    if (nl != 4) {
+        kiln_plan_release(&p);
+        return;
+    }
+    if (half) CHECK(wb[0] == 4096 && wb[1] == 4096 && wb[2] == 6144 && wb[3] == 1536);
+    const uint64_t l2s[4] = {0, 2 * 1536 + 1, 2 * (1536 + 4096 + 4096), 1u << 20};
+    // kept (evict last) per L2 size, in layer order
+    const int keep[4][4] = {{0, 0, 0, 0}, {0, 0, 0, 1}, {1, 1, 0, 1}, {1, 1, 1, 1}};
+    for (int s = 0; s < 4; s++) {
+        uint8_t out[64];
+        memset(out, 0, sizeof out);
+        CHECK(p.n_layers <= sizeof out);
+        if (p.n_layers > sizeof out) break;
+        uint64_t kept = kiln_cuda_plan_gemv_l2(&p, l2s[s], out), want_kept = 0;
+        for (uint32_t li = 0; li < p.n_layers; li++) {
+            int which = -1;
+            for (int j = 0; j < 4; j++) which = lin[j] == li ? j : which;
+            uint8_t want = KILN_CUDA_L2_DEFAULT;
+            if (which >= 0 && half && rows <= KILN_CUDA_GEMV_MAX_M) {
+                want = keep[s][which] ? KILN_CUDA_L2_EVICT_LAST : KILN_CUDA_L2_EVICT_FIRST;
+                if (keep[s][which]) want_kept += wb[which];
+            }
+            CHECK_MSG(out[li] == want, "rows %lld, L2 %llu: layer %u got %u, want %u",
+                      (long long)rows, (unsigned long long)l2s[s], li, out[li], want);
+        }
+        CHECK(kept == want_kept);
+    }
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
     bench_stage();
@@ -259,5 +319,9 @@ int main(void) {
     resnet_like(KILN_PRECISION_BF16, 0);
     resnet_like(KILN_PRECISION_FP32, 0);
     resnet_like(KILN_PRECISION_FP16, 1);
+    gemv_l2(KILN_PRECISION_FP16, 1);
+    gemv_l2(KILN_PRECISION_BF16, 8);
+    gemv_l2(KILN_PRECISION_FP16, 9); // too many rows: cuBLASLt, no hints
+    gemv_l2(KILN_PRECISION_FP32, 1); // float32 weights: cuBLASLt
     return check_summary();
 }
