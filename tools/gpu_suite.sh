@@ -17,8 +17,10 @@
 #                                     record/replay/re-record, caller's stream, graphs off
 #         5. the e2e part again with cuBLASLt and cuDNN disabled (Kiln's own GEMM and conv
 #            kernels end to end), with NHWC off, and with the GEMV launched plainly (no programmatic
-#            dependent launch), and the stem models with the stem kernel off (KILN_CUDA_NO_STEM: cuDNN
-#            on a channel-padded copy) and in its global-gather mode (KILN_CUDA_STEM_GLOBAL); the linear cases with the GEMV off (its shapes on cuBLASLt); the
+#            dependent launch), and the stem models with the stem kernel off (KILN_CUDA_NO_STEM:
+#            cuDNN on a channel-padded copy) and in its 16-bit and global gather modes
+#            (KILN_CUDA_STEM_GATHER), and the GEMV models with less L2 kept (KILN_CUDA_L2_KEEP_PCT);
+#            the linear cases with the GEMV off (its shapes on cuBLASLt); the
 #            tensor-core sdpa cases at 64-, 32- and
 #            16-row CTAs (KILN_CUDA_ATTN_ROWS), and the split-key kernel with 2, 4 and 8 warps
 #            per row block (KILN_CUDA_ATTN_SPLIT)
@@ -146,9 +148,16 @@ run() {
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_STEM=1 \
     step "parity: e2e stems, stem kernel off" "$out/parity_e2e_nostem.log" 120 \
     ./kiln_cuda_parity --e2e --filter stems
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_STEM_GLOBAL=1 \
-    step "parity: e2e stems, global gather" "$out/parity_e2e_stemglobal.log" 120 \
-    ./kiln_cuda_parity --e2e --filter stems
+  for gather in half global; do
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_STEM_GATHER=$gather \
+      step "parity: e2e stems, $gather gather" "$out/parity_e2e_stem_$gather.log" 120 \
+      ./kiln_cuda_parity --e2e --filter stems
+  done
+  for pct in 1 0; do # the GEMV weights' L2 plan: the second kept in part, then both streamed
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_L2_KEEP_PCT=$pct \
+      step "parity: e2e gemv, L2 keep $pct%" "$out/parity_e2e_l2_$pct.log" 120 \
+      ./kiln_cuda_parity --e2e --filter gemv
+  done
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_GEMV=1 \
     step "parity: linears, GEMV off (cuBLASLt)" "$out/parity_linear_lt.log" 120 \
     ./kiln_cuda_parity --ops --filter linear

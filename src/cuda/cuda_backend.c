@@ -63,7 +63,7 @@ typedef struct cuda_engine {
     int attn_rows;          // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
     int attn_split;         // KILN_CUDA_ATTN_SPLIT: its key-split warps per row block (0: auto)
     int small_m;            // small-M linear kernels switched off (kiln_cuda_ctx.small_m)
-    uint8_t *gemv_l2;       // n_layers: a GEMV layer's weight L2 priority (kiln_cuda_ctx.gemv_l2)
+    int64_t *gemv_keep;     // n_layers: kiln_cuda_ctx.gemv_keep (the L2 plan, cuda_layout.h)
     uint64_t l2_kept;       // bytes of GEMV weights loaded evict-last
     int share_arena;        // use_shared_activation_scratch: contexts use the device's shared arena
 } cuda_engine;
@@ -245,7 +245,7 @@ static void cuda_engine_free(void *state) {
     }
     kiln_cuda_free(e->weight_offsets, (size_t)e->plan->n_tensors * sizeof *e->weight_offsets);
     kiln_cuda_free(e->krsc_offsets, (size_t)e->plan->n_tensors * sizeof *e->krsc_offsets);
-    kiln_cuda_free(e->gemv_l2, (size_t)e->plan->n_layers + 1);
+    kiln_cuda_free(e->gemv_keep, ((size_t)e->plan->n_layers + 1) * sizeof *e->gemv_keep);
     kiln_cuda_layout_free(e->plan, &e->layout);
     kiln_cuda_fold_free(e->plan, &e->fold);
     kiln_cuda_free(e, sizeof *e);
@@ -315,6 +315,21 @@ static kiln_status upload_krsc(const kiln_plan_tensor *t, const void *src, void 
     return KILN_OK;
 }
 
+// The bytes of GEMV weights an engine keeps in L2 (kiln_cuda_plan_gemv_l2): a percentage of the
+// device's L2, KILN_L2_KEEP_PCT or KILN_CUDA_L2_KEEP_PCT (0 streams every GEMV weight).
+// KILN_CUDA_NO_L2_HINTS=1 (the caller) drops the hints altogether.
+#define KILN_L2_KEEP_PCT 50
+static uint64_t l2_budget(const struct cudaDeviceProp *prop) {
+    const char *v = getenv("KILN_CUDA_L2_KEEP_PCT");
+    long pct = KILN_L2_KEEP_PCT;
+    if (v != NULL && v[0] != '\0') {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end == '\0' && n >= 0 && n <= 100) pct = n;
+    }
+    return prop->l2CacheSize > 0 ? (uint64_t)prop->l2CacheSize * (uint64_t)pct / 100 : 0;
+}
+
 static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weight_data,
                                     const kiln_options *options, void **out_state) {
     cuda_engine *e;
@@ -361,14 +376,15 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     e->use_graphs = options->use_cuda_graphs != 0 && !e->debug_sync && !e->profile;
     e->share_arena = options->use_shared_activation_scratch != 0;
     e->sm_count = prop.multiProcessorCount;
-    e->gemv_l2 = kiln_cuda_calloc((size_t)p->n_layers + 1);
-    if (e->gemv_l2 == NULL) {
+    e->gemv_keep = kiln_cuda_calloc(((size_t)p->n_layers + 1) * sizeof *e->gemv_keep);
+    if (e->gemv_keep == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA layer table)");
         goto fail;
     }
-    if (!env_flag("KILN_CUDA_NO_L2_HINTS")) {
-        e->l2_kept = kiln_cuda_plan_gemv_l2(
-            p, prop.l2CacheSize > 0 ? (uint64_t)prop.l2CacheSize : 0, e->gemv_l2);
+    e->l2_kept = kiln_cuda_plan_gemv_l2(p, l2_budget(&prop), e->gemv_keep);
+    if (env_flag("KILN_CUDA_NO_L2_HINTS")) {
+        for (uint32_t li = 0; li < p->n_layers; li++) e->gemv_keep[li] = -1;
+        e->l2_kept = 0;
     }
     e->weight_offsets = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *e->weight_offsets);
     if (e->weight_offsets == NULL) {
@@ -652,6 +668,7 @@ static void prepare_gemms(cuda_context *c) {
     char where[96];
     if (c->lt == NULL && c->dnn == NULL) return;
     memset(&ctx, 0, sizeof ctx);
+    ctx.gemv_keep = -1;
     ctx.stream = c->stream;
     ctx.lt = c->lt;
     ctx.dnn = c->dnn;
@@ -842,6 +859,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     kiln_status st;
     char where[96];
     memset(&ctx, 0, sizeof ctx);
+    ctx.gemv_keep = -1;
     ctx.stream = stream;
     ctx.lt = c->lt;
     ctx.dnn = c->dnn;
@@ -875,7 +893,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(args.op));
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
-        ctx.gemv_l2 = e->gemv_l2[li];
+        ctx.gemv_keep = e->gemv_keep[li];
         KILN_CUDA_TRY(layer_layout(c, li, &ctx, &args, tails, views, 1));
         if (e->fold.sdpa_in[li] != 0 || e->fold.sdpa_out[li] >= 0) {
             for (uint32_t j = 0; j < 3; j++) {
@@ -1351,6 +1369,7 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
     char where[96], why[256];
     kiln_status st = KILN_OK;
     memset(&ctx, 0, sizeof ctx);
+    ctx.gemv_keep = -1;
     if (!kiln_cuda_supports(args, why, sizeof why)) {
         return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "run_op: %s", why);
     }

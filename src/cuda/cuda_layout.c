@@ -246,15 +246,15 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     return KILN_OK;
 }
 
-uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t l2_nbytes, uint8_t *out) {
+uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t budget, int64_t *keep) {
     uint64_t kept = 0;
+    for (uint32_t li = 0; li < p->n_layers; li++) keep[li] = -1;
     for (;;) { // repeatedly the smallest undecided candidate (a few layers: quadratic is fine)
         uint32_t best = UINT32_MAX;
         uint64_t best_n = 0;
         for (uint32_t li = 0; li < p->n_layers; li++) {
             const kiln_plan_layer *l = &p->layers[li];
-            if (l->op != KILN_OP_LINEAR || l->n_inputs < 2 || out[li] != KILN_CUDA_L2_DEFAULT)
-                continue;
+            if (l->op != KILN_OP_LINEAR || l->n_inputs < 2 || keep[li] >= 0) continue;
             int32_t xi = p->ids[l->input_begin], wi = p->ids[l->input_begin + 1];
             if (xi < 0 || wi < 0) continue;
             const kiln_plan_tensor *x = &p->tensors[xi], *w = &p->tensors[wi];
@@ -266,11 +266,8 @@ uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t l2_nbytes, uint8_t 
             if (best == UINT32_MAX || w->nbytes < best_n) best = li, best_n = w->nbytes;
         }
         if (best == UINT32_MAX) return kept;
-        if (kept + best_n <= l2_nbytes / 2) {
-            kept += best_n;
-            out[best] = KILN_CUDA_L2_EVICT_LAST;
-        } else {
-            out[best] = KILN_CUDA_L2_EVICT_FIRST;
-        }
+        uint64_t k = budget - kept < best_n ? budget - kept : best_n;
+        keep[best] = (int64_t)k;
+        kept += k;
     }
 }

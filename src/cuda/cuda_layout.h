@@ -69,20 +69,17 @@ static inline int kiln_cuda_stem_fits(int64_t c, int64_t kh, int64_t kw, int64_t
            (c * h + (kh - 1) * dh) * w + (kw - 1) * dw < ((int64_t)1 << 31);
 }
 
-// The GEMV kernel's largest M (op_gemm.cu), and the L2 eviction priority of its weight loads
-// (kiln_cuda_ctx.gemv_l2).
+// The GEMV kernel's largest M (op_gemm.cu).
 #define KILN_CUDA_GEMV_MAX_M 8
-#define KILN_CUDA_L2_DEFAULT 0
-#define KILN_CUDA_L2_EVICT_FIRST 1
-#define KILN_CUDA_L2_EVICT_LAST 2
 
-// Chooses out[li] (n_layers entries, zeroed by the caller) for every linear layer of p that runs
-// on the GEMV kernel (a float16/bfloat16 weight, at most KILN_CUDA_GEMV_MAX_M input rows at the
-// largest shape): smallest weight first, KILN_CUDA_L2_EVICT_LAST while the kept weights sum to at
-// most half of l2_nbytes (back-to-back executes then read them from L2 instead of HBM), then
-// KILN_CUDA_L2_EVICT_FIRST (streamed once, they push out neither the kept weights nor the
-// activations). Other layers stay KILN_CUDA_L2_DEFAULT. Returns the bytes kept.
-uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t l2_nbytes, uint8_t *out);
+// The L2 plan of the GEMV weights (kiln_cuda_ctx.gemv_keep): for every linear layer of p that
+// runs on the GEMV kernel (a float16/bfloat16 weight, at most KILN_CUDA_GEMV_MAX_M input rows at
+// the largest shape), smallest weight first, keep[li] = the bytes at the start of its weight
+// that its loads mark evict-last, while the kept bytes sum to at most budget (the last one kept
+// in part); the rest of every such weight is marked evict-first (streamed once, it pushes out
+// neither the kept weights nor the activations). Back-to-back executes then read the kept bytes
+// from L2 instead of HBM. Other layers get -1 (no hint). Returns the bytes kept.
+uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t budget, int64_t *keep);
 
 // Decides the layout of every tensor of p (flags: KILN_CUDA_LAYOUT_*; 0: all NCHW). Fails only
 // for memory.

@@ -95,10 +95,11 @@ typedef struct kiln_cuda_ctx {
     int no_tc_attention;        // sdpa: never the tensor-core kernel (tests, debugging)
     int attn_rows;              // sdpa tensor-core kernel: query rows per CTA (16, 32, 64; 0:
                                 // by occupancy: fewer rows while the grid is under one wave)
-    int small_m;    // KILN_CUDA_SMALL_M_* bits: small-M linear kernels switched off (env)
-    int gemv_l2;    // this layer's GEMV weight loads: KILN_CUDA_L2_* (cuda_layout.h)
-    int attn_split; // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
-                    // D 128), whatever the grid (0: by residency; attn_rows wins)
+    int small_m;       // KILN_CUDA_SMALL_M_* bits: small-M linear kernels switched off (env)
+    int64_t gemv_keep; // this layer's GEMV weight: bytes kept in L2 (evict-last; the rest
+                       // evict-first), -1: no cache hints (cuda_layout.h)
+    int attn_split;    // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
+                       // D 128), whatever the grid (0: by residency; attn_rows wins)
     // sdpa with folded views (cuda_fold.h): q, k, v, out read/written through these strided
     // views (NULL: the dense tensor of args); dims are the args' logical ones
     const kiln_cuda_strided *sdpa_io[4];

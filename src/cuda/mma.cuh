@@ -47,6 +47,16 @@ template <> struct kc_mma<__nv_bfloat16> {
     }
 };
 
+// Four 8x8 16-bit matrices from shared memory (ldmatrix, not transposed): lane l gives the row
+// address of matrix l / 8, row l % 8 (16-byte aligned); r[i] receives matrix i's fragment (row
+// lane / 4, elements 2 (lane % 4), +1), the B operand layout of an [n][k] tile.
+__device__ __forceinline__ void kc_ldmatrix_x4(uint32_t *r, const uint16_t *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 // 16 bytes global -> shared without a register round trip; `valid` 0 writes zeros.
 __device__ __forceinline__ void kc_cp_async16(uint16_t *dst, const uint16_t *src, bool valid) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(dst);

@@ -133,6 +133,8 @@ static __global__ void conv_direct_kernel(const conv_geom g) {
 #define STEM_TR 8             // patch mode: output rows per tile (two per warp)
 #define STEM_TC 16            // ... and columns (one m16 fragment per row)
 #define STEM_PATCH_MAX 8192   // patch mode: most elements of the patch plus its zero plane
+#define STEM_PW_CHUNKS 4      // patch mode: patch_w <= 32 * STEM_PW_CHUNKS
+#define STEM_KP_MAX 256       // most depth in shared memory (pair mode doubles a 1-wide kernel's)
 
 struct stem_geom {
     const uint16_t *x, *w; // raw 16-bit elements (float16 or bfloat16)
@@ -140,7 +142,8 @@ struct stem_geom {
     void *y;
     int64_t pixels; // n * oh * ow
     int n, c, h, w_in, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
-    int k, kp; // depth c * kh * kw, and rounded up to 16
+    int k, kp; // depth c * kh * kw, and the shared-memory depth rounded up to 16
+    int kwp;   // taps per weight row in shared memory: kw, or kw rounded up to even (pair mode)
     int relu;
     int patch_h, patch_w; // patch mode: the patch's rows and columns (0: global mode)
     int tiles_y, tiles_x; // patch mode: tiles per image
@@ -164,8 +167,11 @@ __device__ __forceinline__ uint32_t stem_mask(int base, int step, int taps, int 
     return m;
 }
 
-template <typename T, bool PATCH>
+enum { STEM_GLOBAL = 0, STEM_HALF = 1, STEM_PAIR = 2 }; // gather modes
+
+template <typename T, int MODE>
 static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem_geom g) {
+    constexpr bool PATCH = MODE != STEM_GLOBAL;
     extern __shared__ __align__(16) uint8_t stem_sm[];
     const int ws = g.kp + 8; // weight row stride: conflict-free B fragment loads
     uint16_t *sw = (uint16_t *)stem_sm;
@@ -176,12 +182,61 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
     const int o0 = blockIdx.y * STEM_BN;
     const int nb = g.o - o0 < STEM_BN ? g.o - o0 : STEM_BN; // a multiple of 8
     const int nj = nb / 8;
-    for (int i = tid; i < STEM_BN * g.kp; i += blockDim.x) {
-        const int r = i / g.kp, k = i % g.kp;
-        sw[r * ws + k] = r < nb && k < g.k ? g.w[(int64_t)(o0 + r) * g.k + k] : (uint16_t)0;
+    // weights: row r, depth k = (c, ky, kx) with g.kwp taps per (c, ky) row (kx >= kw: zero)
+    // (each depth's source column first, in the staging area: one division per depth)
+    const int kd = g.k / g.kw * g.kwp;
+    int *wsrc = (int *)stage;
+    for (int k = tid; k < g.kp; k += blockDim.x) {
+        const int kx = k % g.kwp;
+        wsrc[k] = k < kd && kx < g.kw ? k / g.kwp * g.kw + kx : -1;
+    }
+    __syncthreads();
+    // rows by warp, four at a time, every load of the four issued before the first store (a
+    // load-store loop would wait out one memory latency per element)
+    for (int r0 = warp; r0 < STEM_BN; r0 += 4 * STEM_WARPS) {
+        uint16_t v[4][STEM_KP_MAX / 32];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = r0 + i * STEM_WARPS;
+            const uint16_t *wr = g.w + (int64_t)(o0 + r) * g.k;
+#pragma unroll
+            for (int u = 0; u < STEM_KP_MAX / 32; u++) {
+                const int k = lane + 32 * u, src = k < g.kp ? wsrc[k] : -1;
+                v[i][u] = r < nb && src >= 0 ? wr[src] : (uint16_t)0;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int u = 0; u < STEM_KP_MAX / 32; u++) {
+                const int k = lane + 32 * u;
+                if (k < g.kp) sw[(r0 + i * STEM_WARPS) * ws + k] = v[i][u];
+            }
+        }
+    }
+    // this thread's bias pairs (channels 8j + 2t, +1), for every tile
+    float bias2[8][2];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int oc = o0 + 8 * j + 2 * t4;
+        const bool has = g.bias != NULL && 8 * j < nb;
+        bias2[j][0] = has ? kc_to_f(((const T *)g.bias)[oc]) : 0.0f;
+        bias2[j][1] = has ? kc_to_f(((const T *)g.bias)[oc + 1]) : 0.0f;
     }
     const int taps = g.kh * g.kw, plane = g.patch_h * g.patch_w;
-    for (int k = tid; k < g.kp; k += blockDim.x) {
+    for (int k = tid; MODE == STEM_PAIR && k < g.kp / 2; k += blockDim.x) {
+        // pair mode: depth columns 2k, 2k + 1 (kx even, kx + 1): (patch offset, mask of the
+        // taps that exist: the pad tap kx + 1 == kw and the padded depth read as zero)
+        const int c = 2 * k / (g.kh * g.kwp), t = 2 * k % (g.kh * g.kwp), ky = t / g.kwp,
+                  kx = t % g.kwp;
+        int2 e = make_int2(0, 0);
+        if (2 * k < kd) {
+            e.x = (c * g.patch_h + ky * g.dh) * g.patch_w + kx;
+            e.y = kx + 1 < g.kw ? -1 : 0xffff;
+        }
+        tab[k] = e;
+    }
+    for (int k = tid; MODE != STEM_PAIR && k < g.kp; k += blockDim.x) {
         // global mode: (offset in the image, ky | kx << 8), padded k: tap 31 is never valid;
         // patch mode: (offset in the patch, 0), padded k: the zero plane
         int2 e = PATCH ? make_int2(g.c * plane, 0) : make_int2(0, 31 | (31 << 8));
@@ -216,20 +271,44 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
         int64_t p0 = 0, base[4] = {0, 0, 0, 0};
         int n = 0, oy0 = 0, ox0 = 0;
         uint32_t ym[4] = {0, 0, 0, 0}, xm[4] = {0, 0, 0, 0};
-        if (PATCH) {
-            const int per = g.tiles_y * g.tiles_x, r = (int)(tile % per);
-            n = (int)(tile / per);
-            oy0 = r / g.tiles_x * STEM_TR;
-            ox0 = r % g.tiles_x * STEM_TC;
+        if (PATCH) { // (tiles < 2^31: stem_run)
+            const int per = g.tiles_y * g.tiles_x, t = (int)tile;
+            n = t / per;
+            const int r = t - n * per, ty = r / g.tiles_x;
+            oy0 = ty * STEM_TR;
+            ox0 = (r - ty * g.tiles_x) * STEM_TC;
             const int iy0 = oy0 * g.sh - g.ph, ix0 = ox0 * g.sw - g.pw;
             const uint16_t *xn = g.x + (int64_t)n * chw;
             __syncthreads(); // the previous tile's reads of the patch are done
-            for (int i = tid; i < g.c * plane; i += blockDim.x) {
-                const int c = i / plane, r2 = i % plane, py = r2 / g.patch_w, px = r2 % g.patch_w;
-                const int iy = iy0 + py, ix = ix0 + px;
-                patch[i] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w_in
-                               ? __ldg(xn + ((int64_t)c * g.h + iy) * g.w_in + ix)
-                               : (uint16_t)0;
+            // (c, py) rows by warp, four at a time (every load of the four before the first
+            // store), columns by lane (patch_w <= 32 * STEM_PW_CHUNKS); STEM_WARPS <= STEM_TR <=
+            // patch_h, so py wraps at most once per step
+            const int rows = g.c * g.patch_h;
+            for (int row0 = warp, c = 0, py = warp; row0 < rows; row0 += 4 * STEM_WARPS) {
+                uint16_t v[4][STEM_PW_CHUNKS];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int iy = iy0 + py;
+                    const bool yin = row0 + i * STEM_WARPS < rows && iy >= 0 && iy < g.h;
+                    const uint16_t *src = xn + ((int64_t)c * g.h + (yin ? iy : 0)) * g.w_in;
+#pragma unroll
+                    for (int u = 0; u < STEM_PW_CHUNKS; u++) {
+                        const int px = lane + 32 * u, ix = ix0 + px;
+                        v[i][u] = yin && px < g.patch_w && ix >= 0 && ix < g.w_in ? __ldg(src + ix)
+                                                                                  : (uint16_t)0;
+                    }
+                    py += STEM_WARPS;
+                    if (py >= g.patch_h) py -= g.patch_h, c++;
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int row = row0 + i * STEM_WARPS;
+#pragma unroll
+                    for (int u = 0; u < STEM_PW_CHUNKS; u++) {
+                        const int px = lane + 32 * u;
+                        if (row < rows && px < g.patch_w) patch[row * g.patch_w + px] = v[i][u];
+                    }
+                }
             }
             __syncthreads();
         } else {
@@ -257,38 +336,58 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
             }
         }
         for (int k0 = 0; k0 < g.kp; k0 += 16) {
-            // this thread's depth columns: k0 + 2t, +1, +8, +9
-            int2 e[4] = {tab[k0 + 2 * t4], tab[k0 + 2 * t4 + 1], tab[k0 + 2 * t4 + 8],
-                         tab[k0 + 2 * t4 + 9]};
-            uint32_t v[4][4];
+            uint32_t a[2][4];
+            if (MODE == STEM_PAIR) { // depth pairs k0 + 2t, +1 and k0 + 2t + 8, +9: 32-bit loads
+                const int2 e0 = tab[k0 / 2 + t4], e1 = tab[k0 / 2 + t4 + 4];
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
+                for (int f = 0; f < 2; f++) {
+                    const uint16_t *p0r = patch + poff[2 * f], *p1r = patch + poff[2 * f + 1];
+                    a[f][0] = *(const uint32_t *)(p0r + e0.x) & (uint32_t)e0.y;
+                    a[f][1] = *(const uint32_t *)(p1r + e0.x) & (uint32_t)e0.y;
+                    a[f][2] = *(const uint32_t *)(p0r + e1.x) & (uint32_t)e1.y;
+                    a[f][3] = *(const uint32_t *)(p1r + e1.x) & (uint32_t)e1.y;
+                }
+            } else {
+                // this thread's depth columns: k0 + 2t, +1, +8, +9
+                int2 e[4] = {tab[k0 + 2 * t4], tab[k0 + 2 * t4 + 1], tab[k0 + 2 * t4 + 8],
+                             tab[k0 + 2 * t4 + 9]};
+                uint32_t v[4][4];
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    if (PATCH) {
-                        v[q][i] = patch[poff[q] + e[i].x];
-                    } else {
-                        const int ky = e[i].y & 255, kx = e[i].y >> 8;
-                        const bool ok = ((ym[q] >> ky) & (xm[q] >> kx) & 1u) != 0;
-                        v[q][i] = ok ? (uint32_t)__ldg(g.x + base[q] + e[i].x) : 0u;
+                for (int q = 0; q < 4; q++) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        if (PATCH) {
+                            v[q][i] = patch[poff[q] + e[i].x];
+                        } else {
+                            const int ky = e[i].y & 255, kx = e[i].y >> 8;
+                            const bool ok = ((ym[q] >> ky) & (xm[q] >> kx) & 1u) != 0;
+                            v[q][i] = ok ? (uint32_t)__ldg(g.x + base[q] + e[i].x) : 0u;
+                        }
                     }
                 }
-            }
-            uint32_t a[2][4];
 #pragma unroll
-            for (int f = 0; f < 2; f++) {
-                a[f][0] = v[2 * f][0] | (v[2 * f][1] << 16);
-                a[f][1] = v[2 * f + 1][0] | (v[2 * f + 1][1] << 16);
-                a[f][2] = v[2 * f][2] | (v[2 * f][3] << 16);
-                a[f][3] = v[2 * f + 1][2] | (v[2 * f + 1][3] << 16);
+                for (int f = 0; f < 2; f++) {
+                    a[f][0] = v[2 * f][0] | (v[2 * f][1] << 16);
+                    a[f][1] = v[2 * f + 1][0] | (v[2 * f + 1][1] << 16);
+                    a[f][2] = v[2 * f][2] | (v[2 * f][3] << 16);
+                    a[f][3] = v[2 * f + 1][2] | (v[2 * f + 1][3] << 16);
+                }
             }
+            // B fragments of n-tiles j, j + 1 by one ldmatrix.x4: lane l addresses row
+            // 8 (j + l / 16) + l % 8, depth k0 + 8 ((l / 8) % 2) (rows past nb are zeros)
+            const uint16_t *brow =
+                sw + (8 * (lane >> 4) + (lane & 7)) * ws + k0 + ((lane >> 3) & 1) * 8;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < 8; j += 2) {
                 if (j >= nj) break;
-                const uint16_t *wr = sw + (8 * j + gq) * ws + k0 + 2 * t4;
-                const uint32_t b0 = *(const uint32_t *)wr, b1 = *(const uint32_t *)(wr + 8);
-                kc_mma<T>::mma(acc[0][j], a[0], b0, b1);
-                kc_mma<T>::mma(acc[1][j], a[1], b0, b1);
+                uint32_t b[4];
+                kc_ldmatrix_x4(b, brow + 8 * j * ws);
+                kc_mma<T>::mma(acc[0][j], a[0], b[0], b[1]);
+                kc_mma<T>::mma(acc[1][j], a[1], b[0], b[1]);
+                if (j + 1 < nj) {
+                    kc_mma<T>::mma(acc[0][j + 1], a[0], b[2], b[3]);
+                    kc_mma<T>::mma(acc[1][j + 1], a[1], b[2], b[3]);
+                }
             }
         }
         // epilogue: C fragment (row g / g+8, columns 2t, 2t+1) -> staging row f*16 + g (+8)
@@ -296,11 +395,7 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
         for (int j = 0; j < 8; j++) {
             if (j >= nj) break;
             const int oc = 8 * j + 2 * t4;
-            float b0 = 0.0f, b1 = 0.0f;
-            if (g.bias != NULL) {
-                b0 = kc_to_f(((const T *)g.bias)[o0 + oc]);
-                b1 = kc_to_f(((const T *)g.bias)[o0 + oc + 1]);
-            }
+            const float b0 = bias2[j][0], b1 = bias2[j][1];
 #pragma unroll
             for (int f = 0; f < 2; f++) {
 #pragma unroll
@@ -317,17 +412,23 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
         }
         __syncwarp();
         // staging row r: pixel p0 + r (global mode), or tile row 2 * warp + r / 16, column r % 16
-        for (int i = lane; i < STEM_PIX * nj; i += 32) {
-            const int row = i / nj, part = i % nj;
-            int64_t p = p0 + row;
-            bool in = p < g.pixels;
-            if (PATCH) {
-                const int oy = oy0 + 2 * warp + row / 16, ox = ox0 + row % 16;
-                in = oy < g.oh && ox < g.ow;
-                p = ((int64_t)n * g.oh + oy) * g.ow + ox;
+        const int part = lane & 7; // 16 bytes: channels 8 part .. 8 part + 7
+        if (PATCH) {               // staging row f * 16 + col: tile row 2 * warp + f, column col
+#pragma unroll
+            for (int f = 0; f < 2; f++) {
+                const int oy = oy0 + 2 * warp + f;
+                if (oy >= g.oh || part >= nj) continue;
+                uint16_t *yr =
+                    (uint16_t *)g.y + (((int64_t)n * g.oh + oy) * g.ow + ox0) * g.o + o0 + part * 8;
+                for (int col = lane >> 3; col < 16 && ox0 + col < g.ow; col += 4) {
+                    *(uint4 *)(yr + (int64_t)col * g.o) =
+                        *(const uint4 *)(mine + (f * 16 + col) * STEM_OS + part * 8);
+                }
             }
-            if (in) {
-                *(uint4 *)((uint16_t *)g.y + p * g.o + o0 + part * 8) =
+        } else { // staging row r: pixel p0 + r
+            for (int row = lane >> 3; row < STEM_PIX && part < nj && p0 + row < g.pixels;
+                 row += 4) {
+                *(uint4 *)((uint16_t *)g.y + (p0 + row) * g.o + o0 + part * 8) =
                     *(const uint4 *)(mine + row * STEM_OS + part * 8);
             }
         }
@@ -335,14 +436,18 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
     }
 }
 
-// KILN_CUDA_STEM_GLOBAL=1: the stem kernel's global mode for every shape (tests, A/B).
-static bool stem_global_only(void) {
-    static int v = -1; // benign race: every thread computes the same value
-    if (v < 0) {
-        const char *e = getenv("KILN_CUDA_STEM_GLOBAL");
-        v = e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
+// KILN_CUDA_STEM_GATHER=global|half caps the stem kernel's gather mode (tests, A/B); -1 when
+// unset (the best that applies).
+static int stem_gather_env(void) {
+    static int v = -2; // benign race: every thread computes the same value
+    if (v == -2) {
+        const char *e = getenv("KILN_CUDA_STEM_GATHER");
+        v = e == NULL                  ? -1
+            : strcmp(e, "global") == 0 ? STEM_GLOBAL
+            : strcmp(e, "half") == 0   ? STEM_HALF
+                                       : -1;
     }
-    return v != 0;
+    return v;
 }
 
 // Runs conv2d `args` (geometry g, groups 1) on the stem kernel; *fused: tail ops applied.
@@ -383,26 +488,46 @@ static kiln_status stem_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
     s.dh = g.dh;
     s.dw = g.dw;
     s.k = (int)k;
-    s.kp = (int)((k + 15) / 16 * 16);
     s.relu = args->n_tail > 0 && args->tail[0].op == KILN_OP_RELU;
     s.n = (int)g.n;
-    s.patch_h = (STEM_TR - 1) * g.sh + (g.kh - 1) * g.dh + 1;
-    s.patch_w = (STEM_TC - 1) * g.sw + (g.kw - 1) * g.dw + 1;
     s.tiles_y = (int)((g.oh + STEM_TR - 1) / STEM_TR);
     s.tiles_x = (int)((g.ow + STEM_TC - 1) / STEM_TC);
-    const bool patch =
-        !stem_global_only() && (int64_t)(g.c + 1) * s.patch_h * s.patch_w <= STEM_PATCH_MAX;
-    if (!patch) s.patch_h = s.patch_w = 0;
+    // gather mode: pairs when every pixel offset and depth pair is 32-bit aligned (an even
+    // column stride, no column dilation, an even patch width), else 16-bit patch loads when the
+    // patch fits, else global gathers (KILN_CUDA_STEM_GATHER caps it)
+    const int want = stem_gather_env();
+    int mode = STEM_GLOBAL;
+    s.kwp = g.kw;
+    s.patch_h = s.patch_w = 0;
+    for (int m = want >= 0 ? want : STEM_PAIR; m > STEM_GLOBAL && mode == STEM_GLOBAL; m--) {
+        const int kwp = m == STEM_PAIR ? g.kw + (g.kw & 1) : g.kw;
+        const int ph = (STEM_TR - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+        const int pw = ((STEM_TC - 1) * g.sw + (kwp - 1) * g.dw + 2) / 2 * 2;
+        if (m == STEM_PAIR && (g.sw % 2 != 0 || g.dw != 1)) continue;
+        const int64_t kp = ((int64_t)g.c * g.kh * kwp + 15) / 16 * 16;
+        if ((int64_t)(g.c + 1) * ph * pw > STEM_PATCH_MAX || pw > 32 * STEM_PW_CHUNKS ||
+            kp > STEM_KP_MAX || g.n * s.tiles_y * s.tiles_x > 0x7fffffff)
+            continue;
+        mode = m;
+        s.kwp = kwp;
+        s.patch_h = ph;
+        s.patch_w = pw;
+    }
+    s.kp = (int)(((int64_t)g.c * g.kh * s.kwp + 15) / 16 * 16);
+    const bool patch = mode != STEM_GLOBAL;
     const int64_t tiles = patch ? g.n * s.tiles_y * s.tiles_x
                                 : (s.pixels + STEM_WARPS * STEM_PIX - 1) / (STEM_WARPS * STEM_PIX);
     const unsigned yb = (unsigned)((g.o + STEM_BN - 1) / STEM_BN);
     const int64_t resident = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 4 / yb;
     const unsigned xb = (unsigned)(tiles < resident ? tiles : resident > 0 ? resident : 1);
     const size_t smem = stem_smem(s);
-    void (*kern)(stem_geom) =
-        dt == KILN_DTYPE_F16
-            ? (patch ? stem_kernel<__half, true> : stem_kernel<__half, false>)
-            : (patch ? stem_kernel<__nv_bfloat16, true> : stem_kernel<__nv_bfloat16, false>);
+    void (*kern)(stem_geom) = dt == KILN_DTYPE_F16
+                                  ? (mode == STEM_PAIR   ? stem_kernel<__half, STEM_PAIR>
+                                     : mode == STEM_HALF ? stem_kernel<__half, STEM_HALF>
+                                                         : stem_kernel<__half, STEM_GLOBAL>)
+                                  : (mode == STEM_PAIR   ? stem_kernel<__nv_bfloat16, STEM_PAIR>
+                                     : mode == STEM_HALF ? stem_kernel<__nv_bfloat16, STEM_HALF>
+                                                         : stem_kernel<__nv_bfloat16, STEM_GLOBAL>);
     if (smem > 48 * 1024) {
         cudaError_t e =
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

@@ -408,11 +408,11 @@ static kiln_status gemm_bad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
 // (Prefetching the weight rows into L2 before the wait was measured on the H200 and removed:
 // the MLP b1 took 29.3-30.7 us with it, 27.4-28.4 us without.) KILN_CUDA_NO_PDL=1 launches
 // plainly.
-// L2 policy (ctx->gemv_l2, planned per engine in cuda_backend.c): the weight loads carry an L2
-// eviction priority, evict-last for the engine's smallest GEMV weights up to half the L2 (they
-// stay cached from one execute to the next) and evict-first for the rest (streamed once, they
-// do not push the kept ones or the activations out). The MLP b1 on the H200 through ExecuTorch:
-// 27.1-28.7 -> 25.8-26.1 us (8 + 8 MB kept, 32 MB streamed); KILN_CUDA_NO_L2_HINTS=1 turns it off.
+// L2 plan (ctx->gemv_keep, per engine: kiln_cuda_plan_gemv_l2 in cuda_layout.h): the weight
+// loads carry an L2 cache policy that keeps the first `keep` bytes of the weight (evict-last:
+// they stay cached from one execute to the next) and streams the rest (evict-first: read once,
+// it pushes out neither the kept bytes nor the activations). KILN_CUDA_NO_L2_HINTS=1: plain
+// loads.
 
 #define GEMV_MAX_M KILN_CUDA_GEMV_MAX_M
 #define GEMV_WARPS 8
@@ -434,21 +434,25 @@ __device__ __forceinline__ float gemv_epilogue(float v, int epi, const T *res, i
     }
 }
 
-// The L2 cache policy of eviction priority pol (KILN_CUDA_L2_EVICT_FIRST / _LAST).
-__device__ __forceinline__ uint64_t gemv_policy(int pol) {
+// The L2 cache policy of a GEMV weight of `total` bytes at w whose first `keep` bytes are kept
+// (evict-last) and the rest streamed (evict-first).
+__device__ __forceinline__ uint64_t gemv_policy(const void *w, int64_t keep, int64_t total) {
     uint64_t cp;
-    if (pol == KILN_CUDA_L2_EVICT_FIRST) {
+    if (keep >= total) {
+        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(cp));
+    } else if (keep <= 0 || total > 0xffffffffll) {
         asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(cp));
     } else {
-        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(cp));
+        asm("createpolicy.range.global.L2::evict_last.L2::evict_first.b64 %0, [%1], %2, %3;"
+            : "=l"(cp)
+            : "l"(w), "r"((unsigned)keep), "r"((unsigned)total));
     }
     return cp;
 }
 
-// A weight vector: a plain non-coherent load (pol KILN_CUDA_L2_DEFAULT), or one with L2 cache
-// policy cp.
-__device__ __forceinline__ uint4 gemv_ldw(const uint4 *p, int pol, uint64_t cp) {
-    if (pol == KILN_CUDA_L2_DEFAULT) return __ldg(p);
+// A weight vector: a plain non-coherent load, or with `hint` one with L2 cache policy cp.
+__device__ __forceinline__ uint4 gemv_ldw(const uint4 *p, bool hint, uint64_t cp) {
+    if (!hint) return __ldg(p);
     uint4 v;
     asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -469,7 +473,7 @@ template <typename T, int M, int KS>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
                 const T *__restrict__ res, T *__restrict__ y, int64_t n, int64_t k, int epi,
-                int pol) {
+                int64_t keep) {
     constexpr int GROUPS = GEMV_WARPS / KS; // column groups per block
     __shared__ float part[KS > 1 ? GEMV_WARPS * GEMV_COLS * M : 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -490,7 +494,8 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
         wv[c] = (const uint4 *)(w + col * k);
     }
     const uint4 *xv = (const uint4 *)x;
-    const uint64_t cp = pol == KILN_CUDA_L2_DEFAULT ? 0 : gemv_policy(pol);
+    const bool hint = keep >= 0; // the L2 plan (cuda_layout.h)
+    const uint64_t cp = hint ? gemv_policy(w, keep, n * k * (int64_t)sizeof(T)) : 0;
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;");
     for (int64_t j0 = lane + 32 * ks; j0 < kv; j0 += 32 * KS * GEMV_UNROLL) {
@@ -500,7 +505,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
             const int64_t j = j0 + 32 * KS * u;
 #pragma unroll
             for (int c = 0; c < GEMV_COLS; c++) {
-                wb[u][c] = j < kv ? gemv_ldw(wv[c] + j, pol, cp) : make_uint4(0u, 0u, 0u, 0u);
+                wb[u][c] = j < kv ? gemv_ldw(wv[c] + j, hint, cp) : make_uint4(0u, 0u, 0u, 0u);
             }
         }
 #pragma unroll
@@ -566,7 +571,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
 template <typename T, int M, int KS>
 static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T *x, const T *w,
                               const T *b, const T *res, T *y, int64_t n, int64_t k, int epi,
-                              int pol) {
+                              int64_t keep) {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1] = {};
     cfg.gridDim = dim3(blocks);
@@ -576,7 +581,7 @@ static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = (ctx->small_m & KILN_CUDA_SMALL_M_NO_PDL) ? 0 : 1;
-    return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS>, x, w, b, res, y, n, k, epi, pol);
+    return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS>, x, w, b, res, y, n, k, epi, keep);
 }
 
 // The GEMV path for this linear, or 0 (then cuBLASLt / the tiled kernel). *epi_out: the fused
@@ -622,13 +627,13 @@ static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
     const bool split = whole < (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
     const unsigned blocks = (unsigned)(split ? (n + GEMV_COLS - 1) / GEMV_COLS : whole);
     cudaError_t err = cudaSuccess;
-    const int pol = ctx->gemv_l2;
+    const int64_t keep = ctx->gemv_keep;
 #define GEMV_CASE(MM)                                                                              \
     case MM:                                                                                       \
-        err = split                                                                                \
-                  ? gemv_start<T, MM, GEMV_WARPS>(ctx, blocks, x, w, b, (const T *)res, y, n, k,   \
-                                                  epi, pol)                                        \
-                  : gemv_start<T, MM, 1>(ctx, blocks, x, w, b, (const T *)res, y, n, k, epi, pol); \
+        err = split ? gemv_start<T, MM, GEMV_WARPS>(ctx, blocks, x, w, b, (const T *)res, y, n, k, \
+                                                    epi, keep)                                     \
+                    : gemv_start<T, MM, 1>(ctx, blocks, x, w, b, (const T *)res, y, n, k, epi,     \
+                                           keep);                                                  \
         break
     switch (m) {
         GEMV_CASE(1);

@@ -253,8 +253,8 @@ static void bench_stage(void) {
 }
 
 // kiln_cuda_plan_gemv_l2: linears 64 -> 32 -> 64 -> 48 -> 16 (weights of 2048, 2048, 3072, 768
-// elements) at batch `rows`; with fp16 weights (2 bytes) and an L2 of `l2` bytes, the smallest
-// weights are kept (evict last) while they sum to at most l2 / 2, the others streamed.
+// elements) at batch `rows`; with fp16 weights (2 bytes) and a budget of b bytes, the smallest
+// weights are kept first (the first of equal ones first), the last one kept in part.
 static void gemv_l2(kiln_precision prec, int64_t rows) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -272,40 +272,40 @@ static void gemv_l2(kiln_precision prec, int64_t rows) {
     CHECK(kiln_graph_mark_output(g, h, "y") == KILN_OK);
     if (!load(g, prec, &p)) return;
     CHECK(count_op(&p, KILN_OP_LINEAR) == 4);
-    int half = prec == KILN_PRECISION_FP16 || prec == KILN_PRECISION_BF16;
-    // the four weights' bytes in layer order, and each L2 size's expected choice
-    uint64_t wb[4];
+    int gemv = (prec == KILN_PRECISION_FP16 || prec == KILN_PRECISION_BF16) &&
+               rows <= KILN_CUDA_GEMV_MAX_M;
     uint32_t lin[4], nl = 0;
     for (uint32_t li = 0; li < p.n_layers && nl < 4; li++) {
-        if (p.layers[li].op != KILN_OP_LINEAR) continue;
-        lin[nl] = li;
-        wb[nl++] = p.tensors[p.ids[p.layers[li].input_begin + 1]].nbytes;
+        if (p.layers[li].op == KILN_OP_LINEAR) lin[nl++] = li;
     }
-    CHECK(nl == 4);
-    if (nl != 4) {
+    CHECK(nl == 4 && p.n_layers <= 64);
+    if (nl != 4 || p.n_layers > 64) {
         kiln_plan_release(&p);
         return;
     }
-    if (half) CHECK(wb[0] == 4096 && wb[1] == 4096 && wb[2] == 6144 && wb[3] == 1536);
-    const uint64_t l2s[4] = {0, 2 * 1536 + 1, 2 * (1536 + 4096 + 4096), 1u << 20};
-    // kept (evict last) per L2 size, in layer order
-    const int keep[4][4] = {{0, 0, 0, 0}, {0, 0, 0, 1}, {1, 1, 0, 1}, {1, 1, 1, 1}};
-    for (int s = 0; s < 4; s++) {
-        uint8_t out[64];
-        memset(out, 0, sizeof out);
-        CHECK(p.n_layers <= sizeof out);
-        if (p.n_layers > sizeof out) break;
-        uint64_t kept = kiln_cuda_plan_gemv_l2(&p, l2s[s], out), want_kept = 0;
+    if (gemv) {
+        const int64_t wb[4] = {4096, 4096, 6144, 1536};
+        for (int j = 0; j < 4; j++) {
+            CHECK(p.tensors[p.ids[p.layers[lin[j]].input_begin + 1]].nbytes == (uint64_t)wb[j]);
+        }
+    }
+    // per budget: the bytes kept of each weight, in layer order
+    const uint64_t budgets[5] = {0, 1537, 1536 + 4096 + 100, 1536 + 4096 + 4096, 1u << 20};
+    const int64_t want_keep[5][4] = {{0, 0, 0, 0},
+                                     {1, 0, 0, 1536},
+                                     {4096, 100, 0, 1536},
+                                     {4096, 4096, 0, 1536},
+                                     {4096, 4096, 6144, 1536}};
+    for (int s = 0; s < 5; s++) {
+        int64_t keep[64];
+        uint64_t kept = kiln_cuda_plan_gemv_l2(&p, budgets[s], keep), want_kept = 0;
         for (uint32_t li = 0; li < p.n_layers; li++) {
-            int which = -1;
-            for (int j = 0; j < 4; j++) which = lin[j] == li ? j : which;
-            uint8_t want = KILN_CUDA_L2_DEFAULT;
-            if (which >= 0 && half && rows <= KILN_CUDA_GEMV_MAX_M) {
-                want = keep[s][which] ? KILN_CUDA_L2_EVICT_LAST : KILN_CUDA_L2_EVICT_FIRST;
-                if (keep[s][which]) want_kept += wb[which];
-            }
-            CHECK_MSG(out[li] == want, "rows %lld, L2 %llu: layer %u got %u, want %u",
-                      (long long)rows, (unsigned long long)l2s[s], li, out[li], want);
+            int64_t want = -1;
+            for (int j = 0; j < 4 && gemv; j++) want = lin[j] == li ? want_keep[s][j] : want;
+            want_kept += want > 0 ? (uint64_t)want : 0;
+            CHECK_MSG(keep[li] == want, "rows %lld, budget %llu: layer %u keeps %lld, want %lld",
+                      (long long)rows, (unsigned long long)budgets[s], li, (long long)keep[li],
+                      (long long)want);
         }
         CHECK(kept == want_kept);
     }

@@ -44,8 +44,9 @@ static const char *opt_filter;
 static int n_skipped;
 static int n_lt_rejected, n_lt_noalgo, n_lt_rejected_total; // from the plugin's log messages
 static int n_dnn_declined;
-static int n_stem_logged = -1; // "N on the stem kernel" of the last CUDA engine loaded
-static int n_nhwc_logged = -1; // "NHWC: N of M conv2d" of the last CUDA engine loaded
+static int n_stem_logged = -1;     // "N on the stem kernel" of the last CUDA engine loaded
+static int n_nhwc_logged = -1;     // "NHWC: N of M conv2d" of the last CUDA engine loaded
+static long long n_l2_logged = -1; // "GEMV weights kept in L2: N bytes" of the last one
 
 // Log hook: prints warnings and errors, counts the plugin's cuBLASLt fallbacks.
 static void log_hook(void *user_data, kiln_log_level level, const char *message) {
@@ -65,6 +66,8 @@ static void log_hook(void *user_data, kiln_log_level level, const char *message)
     }
     const char *nhwc = strstr(message, "NHWC: ");
     if (nhwc != NULL && stem != NULL) n_nhwc_logged = atoi(nhwc + 6);
+    const char *l2 = strstr(message, "kept in L2: ");
+    if (l2 != NULL) n_l2_logged = atoll(l2 + 12);
     if (level >= KILN_LOG_WARN) fprintf(stderr, "kiln: %s\n", message);
 }
 
@@ -1466,6 +1469,26 @@ static int model_mlp(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// Linears at M <= 8 (the GEMV kernel at every shape): 256 -> 768, exact GELU, -> 256 plus the
+// input. Their weights (384 KB each) carry the engine's L2 plan (cuda_layout.h): kept in L2 by
+// default; the suite runs them again with KILN_CUDA_L2_KEEP_PCT=1 (on a 50 MB L2 the second is
+// kept in part: a range policy) and 0 (both streamed).
+#define GEMV_MLP_WEIGHT_BYTES (2 * 768 * 256 * 2)
+static int model_gemv_mlp(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[2] = {1, 256}, maxs[2] = {8, 256};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 2, mins, maxs);
+    int32_t l1[3] = {x, gb_const(&b, F32, "768x256", -0.06, 0.06), gb_const(&b, F32, "768", -1, 1)};
+    int32_t h = gb1(&b, KILN_OP_GELU, gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0));
+    int32_t l2[3] = {h, gb_const(&b, F32, "256x768", -0.04, 0.04), gb_const(&b, F32, "256", -1, 1)};
+    h = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0), x);
+    gb_check(&b, kiln_graph_mark_output(b.g, h, "y"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "gemv mlp bf16" : "gemv mlp fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 5e-2 : 2e-2;
+    return model_finish(&b, m, precision);
+}
+
 static int model_cnn(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[4] = {1, 3, 16, 16}, maxs[4] = {4, 3, 16, 16};
@@ -1534,10 +1557,11 @@ static int32_t stem_conv(gbuild *b, int32_t x, int64_t c_in, int64_t c_out, int6
 // Convolutions with few input channels (C % 8 != 0), which the CUDA backend runs on its stem
 // kernel (op_conv.cu; KILN_CUDA_NO_STEM=1: cuDNN on a channel-padded copy): ResNet's 7x7/2 stem
 // with bias + relu, a 3x3 without bias or tail, 72 outputs (two channel blocks, the second
-// partial) at stride 2 and dilation 2, a 1x1 at stride 3, and on a 5-channel input a 3x3 whose
+// partial) at stride 2 and dilation 2, a 1x1 at stride 3, a 2x2 plus a 4x4 at stride 2, and on a
+// 5-channel input a 3x3 whose
 // tail adds a 1x1 stem conv's output before the relu (the tail kernel after the stem kernel).
 // Odd, dynamic spatial sizes; outputs through the fp16 output casts (NHWC -> NCHW copies).
-#define STEM_MODEL_CONVS 6
+#define STEM_MODEL_CONVS 8
 static int model_stems(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[4] = {1, 3, 9, 11}, maxs[4] = {3, 3, 30, 27};
@@ -1545,15 +1569,18 @@ static int model_stems(model *m, kiln_precision precision) {
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
     int32_t x5 = gb_input(&b, "x5", F32, 4, mins5, maxs5);
-    int32_t y[5];
+    int32_t y[6];
     y[0] = gb1(&b, KILN_OP_RELU, stem_conv(&b, x, 3, 64, 7, 2, 3, 1, 1));
     y[1] = stem_conv(&b, x, 3, 16, 3, 1, 1, 1, 0);
     y[2] = gb1(&b, KILN_OP_RELU, stem_conv(&b, x, 3, 72, 5, 2, 2, 2, 1));
     y[3] = stem_conv(&b, x, 3, 8, 1, 3, 0, 1, 1);
+    // even widths at stride 2 (no pad tap in the stem kernel's pair gather): one shape, added
+    y[5] = gb2(&b, KILN_OP_ADD, stem_conv(&b, x, 3, 16, 2, 2, 0, 1, 1),
+               stem_conv(&b, x, 3, 16, 4, 2, 1, 1, 0));
     int32_t side = stem_conv(&b, x5, 5, 32, 1, 1, 0, 1, 0);
     y[4] =
         gb1(&b, KILN_OP_RELU, gb2(&b, KILN_OP_ADD, stem_conv(&b, x5, 5, 32, 3, 1, 1, 1, 1), side));
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         char nm[8];
         snprintf(nm, sizeof nm, "y%d", i);
         gb_check(&b, kiln_graph_mark_output(b.g, y[i], nm), "output");
@@ -2483,12 +2510,30 @@ static void e2e_shared_scratch(void) {
     e2e_shared_memory();
 }
 
+// The L2 plan of model_gemv_mlp's engine as logged: min(its weights, KILN_CUDA_L2_KEEP_PCT
+// (default 50) percent of the L2) kept, nothing with KILN_CUDA_NO_L2_HINTS=1.
+static void check_l2_plan(const char *name) {
+    struct cudaDeviceProp prop;
+    const char *pct_s = getenv("KILN_CUDA_L2_KEEP_PCT"), *off = getenv("KILN_CUDA_NO_L2_HINTS");
+    long long pct = pct_s != NULL ? atoll(pct_s) : 50, want;
+    if (!cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties")) return;
+    want = (long long)prop.l2CacheSize * pct / 100;
+    if (want > GEMV_MLP_WEIGHT_BYTES) want = GEMV_MLP_WEIGHT_BYTES;
+    if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) want = 0;
+    CHECK_MSG(n_l2_logged == want, "%s: %lld bytes kept in L2, want %lld (L2 %d bytes)", name,
+              n_l2_logged, want, prop.l2CacheSize);
+}
+
 static void run_e2e(void) {
-    model models[16];
+    model models[20];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
     if (model_mlp(&models[n], KILN_PRECISION_FP16)) n++;
+    int first_gemv = n;
+    if (model_gemv_mlp(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_gemv_mlp(&models[n], KILN_PRECISION_BF16)) n++;
+    int end_gemv = n;
     if (model_cnn(&models[n], KILN_PRECISION_FP32)) n++;
     if (!opt_quick && model_cnn(&models[n], KILN_PRECISION_BF16)) n++;
     if (model_attention(&models[n], KILN_PRECISION_FP32)) n++;
@@ -2506,7 +2551,7 @@ static void run_e2e(void) {
     if (model_bert(&models[n], KILN_PRECISION_FP16, 1, "bert packed-qkv fp16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 0, "bert bf16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 1, "bert packed-qkv bf16")) n++;
-    CHECK_MSG(n == (opt_quick ? 10 : 15), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 11 : 17), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
             char nm[128];
@@ -2521,6 +2566,7 @@ static void run_e2e(void) {
             } else {
                 char lname[160];
                 n_stem_logged = n_nhwc_logged = -1;
+                n_l2_logged = -1;
                 e2e_model(&models[i]);
                 snprintf(lname, sizeof lname, "e2e %s: load", models[i].name);
                 if (i >= first_stem && i < end_stem &&
@@ -2535,6 +2581,10 @@ static void run_e2e(void) {
                               "%s: %d NHWC convs", models[i].name, n_nhwc_logged);
                     CHECK_MSG(n_stem_logged == want, "%s: %d convs on the stem kernel, want %d",
                               models[i].name, n_stem_logged, want);
+                }
+                if (i >= first_gemv && i < end_gemv &&
+                    (opt_filter == NULL || strstr(lname, opt_filter) != NULL)) {
+                    check_l2_plan(models[i].name);
                 }
             }
             if (pass == 1) {
