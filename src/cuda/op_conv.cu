@@ -170,7 +170,7 @@ __device__ __forceinline__ uint32_t stem_mask(int base, int step, int taps, int 
 enum { STEM_GLOBAL = 0, STEM_HALF = 1, STEM_PAIR = 2 }; // gather modes
 
 template <typename T, int MODE>
-static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem_geom g) {
+static __global__ void __launch_bounds__(STEM_WARPS * 32, 4) stem_kernel(const stem_geom g) {
     constexpr bool PATCH = MODE != STEM_GLOBAL;
     extern __shared__ __align__(16) uint8_t stem_sm[];
     const int ws = g.kp + 8; // weight row stride: conflict-free B fragment loads
@@ -293,6 +293,8 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
                     const uint16_t *src = xn + ((int64_t)c * g.h + (yin ? iy : 0)) * g.w_in;
 #pragma unroll
                     for (int u = 0; u < STEM_PW_CHUNKS; u++) {
+                        v[i][u] = 0;
+                        if (32 * u >= g.patch_w) break; // (block-uniform)
                         const int px = lane + 32 * u, ix = ix0 + px;
                         v[i][u] = yin && px < g.patch_w && ix >= 0 && ix < g.w_in ? __ldg(src + ix)
                                                                                   : (uint16_t)0;
@@ -305,6 +307,7 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
                     const int row = row0 + i * STEM_WARPS;
 #pragma unroll
                     for (int u = 0; u < STEM_PW_CHUNKS; u++) {
+                        if (32 * u >= g.patch_w) break;
                         const int px = lane + 32 * u;
                         if (row < rows && px < g.patch_w) patch[row * g.patch_w + px] = v[i][u];
                     }
@@ -375,19 +378,19 @@ static __global__ void __launch_bounds__(STEM_WARPS * 32) stem_kernel(const stem
             }
             // B fragments of n-tiles j, j + 1 by one ldmatrix.x4: lane l addresses row
             // 8 (j + l / 16) + l % 8, depth k0 + 8 ((l / 8) % 2) (rows past nb are zeros)
+            // All four loads first, then the 16 MMAs, without branches: n-tiles past nj
+            // multiply zero weights into accumulators that are never stored.
             const uint16_t *brow =
                 sw + (8 * (lane >> 4) + (lane & 7)) * ws + k0 + ((lane >> 3) & 1) * 8;
+            uint32_t b[4][4];
 #pragma unroll
-            for (int j = 0; j < 8; j += 2) {
-                if (j >= nj) break;
-                uint32_t b[4];
-                kc_ldmatrix_x4(b, brow + 8 * j * ws);
-                kc_mma<T>::mma(acc[0][j], a[0], b[0], b[1]);
-                kc_mma<T>::mma(acc[1][j], a[1], b[0], b[1]);
-                if (j + 1 < nj) {
-                    kc_mma<T>::mma(acc[0][j + 1], a[0], b[2], b[3]);
-                    kc_mma<T>::mma(acc[1][j + 1], a[1], b[2], b[3]);
-                }
+            for (int j = 0; j < 4; j++) kc_ldmatrix_x4(b[j], brow + 16 * j * ws);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                kc_mma<T>::mma(acc[0][2 * j], a[0], b[j][0], b[j][1]);
+                kc_mma<T>::mma(acc[1][2 * j], a[1], b[j][0], b[j][1]);
+                kc_mma<T>::mma(acc[0][2 * j + 1], a[0], b[j][2], b[j][3]);
+                kc_mma<T>::mma(acc[1][2 * j + 1], a[1], b[j][2], b[j][3]);
             }
         }
         // epilogue: C fragment (row g / g+8, columns 2t, 2t+1) -> staging row f*16 + g (+8)
