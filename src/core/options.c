@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The runtime-option table and its process-wide values.
 #include <inttypes.h>
+#include <pthread.h> // not C11 threads: ThreadSanitizer sees pthread mutexes as synchronization
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <threads.h>
 
 #include "core/options.h"
 #include "core/status.h"
@@ -28,9 +28,7 @@ static const option_def defs[] = {
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
-static mtx_t lock;
-static once_flag lock_once = ONCE_FLAG_INIT;
-static void init_lock(void) { mtx_init(&lock, mtx_plain); }
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static kiln_options process = {"auto", 1, 0, 1};
 
@@ -100,12 +98,11 @@ static kiln_status apply(kiln_options *o, const char *name, kiln_option_type typ
 static kiln_status set_process(const char *name, kiln_option_type type, int64_t ival,
                                const char *sval) {
     kiln_status st;
-    call_once(&lock_once, init_lock);
-    mtx_lock(&lock);
+    pthread_mutex_lock(&lock);
     kiln_options next = process;
     st = apply(&next, name, type, ival, sval);
     if (st == KILN_OK) process = next;
-    mtx_unlock(&lock);
+    pthread_mutex_unlock(&lock);
     return st;
 }
 
@@ -125,10 +122,9 @@ kiln_status kiln_get_option(const char *name, char *buf, size_t buf_nbytes) {
     KILN_TRY(find(name, &d));
     KILN_CHECK(buf != NULL && buf_nbytes > 0, KILN_ERR_INVALID_ARG,
                "kiln_get_option: buffer is NULL or empty");
-    call_once(&lock_once, init_lock);
-    mtx_lock(&lock);
+    pthread_mutex_lock(&lock);
     o = process;
-    mtx_unlock(&lock);
+    pthread_mutex_unlock(&lock);
     if (strcmp(name, "device") == 0) {
         snprintf(buf, buf_nbytes, "%s", o.device);
     } else if (strcmp(name, "use_cuda_graphs") == 0) {
@@ -157,10 +153,9 @@ kiln_status kiln_option_info(uint32_t index, const char **out_name, kiln_option_
 kiln_status kiln_options_resolve(const kiln_option_setting *settings, uint32_t n_settings,
                                  kiln_options *out) {
     kiln_options o;
-    call_once(&lock_once, init_lock);
-    mtx_lock(&lock);
+    pthread_mutex_lock(&lock);
     o = process;
-    mtx_unlock(&lock);
+    pthread_mutex_unlock(&lock);
     KILN_CHECK(n_settings == 0 || settings != NULL, KILN_ERR_INVALID_ARG,
                "load options: %u settings but the array is NULL", n_settings);
     for (uint32_t i = 0; i < n_settings; i++) {

@@ -7,16 +7,16 @@
 // (LD_LIBRARY_PATH, RUNPATH). It is never unloaded.
 #define _GNU_SOURCE // dladdr
 #include <dlfcn.h>
+#include <pthread.h> // not C11 threads: ThreadSanitizer sees pthread_once as synchronization
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <threads.h>
 
 #include "core/alloc.h"
 #include "core/status.h"
 #include "cuda/cuda_plugin.h"
 
-static once_flag plugin_once = ONCE_FLAG_INIT;
+static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
 static const kiln_cuda_plugin *plugin; // written once under plugin_once
 
 // --- services lent to the plugin
@@ -142,7 +142,7 @@ static void load_plugin(void) {
 }
 
 const kiln_cuda_plugin *kiln_cuda_plugin_get(void) {
-    call_once(&plugin_once, load_plugin);
+    pthread_once(&plugin_once, load_plugin);
     return plugin;
 }
 
