@@ -57,6 +57,14 @@ __device__ __forceinline__ void kc_ldmatrix_x4(uint32_t *r, const uint16_t *row)
                  : "r"(a));
 }
 
+// The same, transposed (ldmatrix .trans): the B operand layout of a [k][n] tile (V in P V).
+__device__ __forceinline__ void kc_ldmatrix_x4_t(uint32_t *r, const uint16_t *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 // 16 bytes global -> shared without a register round trip; `valid` 0 writes zeros.
 __device__ __forceinline__ void kc_cp_async16(uint16_t *dst, const uint16_t *src, bool valid) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(dst);

@@ -255,20 +255,6 @@ __device__ __forceinline__ float sdpa_ex2(float x) {
     return y;
 }
 
-__device__ __forceinline__ void sdpa_ldsm_x4(uint32_t *r, const uint16_t *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
-__device__ __forceinline__ void sdpa_ldsm_x4_t(uint32_t *r, const uint16_t *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
 // Q's A fragments for rows ra, rb (rows past L are zeros, never stored) straight from global
 // memory.
 template <int D>
@@ -303,7 +289,7 @@ sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, 
 #pragma unroll
         for (int kc = 0; kc < D / 16; kc += 2) {
             uint32_t kb[4];
-            sdpa_ldsm_x4(kb, ks + (nt * 8 + (lane & 7)) * LD + kc * 16 + (lane >> 3) * 8);
+            kc_ldmatrix_x4(kb, ks + (nt * 8 + (lane & 7)) * LD + kc * 16 + (lane >> 3) * 8);
             kc_mma<T>::mma(sc[nt], qf[kc], kb[0], kb[1]);
             kc_mma<T>::mma(sc[nt], qf[kc + 1], kb[2], kb[3]);
         }
@@ -346,8 +332,8 @@ sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, 
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn += 2) {
             uint32_t vb[4];
-            sdpa_ldsm_x4_t(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                   (dn + (lane >> 4)) * 8);
+            kc_ldmatrix_x4_t(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                     (dn + (lane >> 4)) * 8);
             kc_mma<T>::mma(o[dn], pa, vb[0], vb[1]);
             kc_mma<T>::mma(o[dn + 1], pa, vb[2], vb[3]);
         }
