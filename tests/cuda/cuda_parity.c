@@ -1043,6 +1043,27 @@ static void cases_gemm(void) {
         case_tail(&c, KILN_OP_RELU);
         c.label = "M 32, N 1000, K 2048 + relu";
         run_case(&c);
+        // more shapes past the GEMV's rows: M 9..20, a K that ends inside any 32- or 64-wide
+        // step, N not a multiple of any tile, a tiny K
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "12x64"));
+        case_in(&c, SR(dt, "300x64", -0.3, 0.3));
+        case_in(&c, S(dt, "300"));
+        case_tail(&c, KILN_OP_GELU);
+        c.label = "M 12, N 300, K 64 + gelu";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "4x5x1000"));
+        case_in(&c, SR(dt, "77x1000", -0.1, 0.1));
+        c.label = "M 20, N 77, K 1000";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "9x4104"));
+        case_in(&c, SR(dt, "136x4104", -0.05, 0.05));
+        case_in(&c, S(dt, "136"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "9x136"), 0);
+        c.label = "M 9, N 136, K 4104 + residual";
+        run_case(&c);
         // matmul: plain, folded batch, full batch, broadcast batch, 1-D operands
         static const char *mm[][2] = {
             {"3x4", "4x5"},       {"2x3x7x9", "9x6"},  {"2x3x7x9", "2x3x9x6"},
