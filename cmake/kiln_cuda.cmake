@@ -60,7 +60,7 @@ if(KILN_SANITIZE)
 endif()
 target_include_directories(kiln_cuda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include
                                              ${CMAKE_CURRENT_SOURCE_DIR}/src)
-target_link_libraries(kiln_cuda PRIVATE CUDA::cudart CUDA::cublasLt ${CMAKE_DL_LIBS})
+target_link_libraries(kiln_cuda PRIVATE CUDA::cudart CUDA::cublasLt Threads::Threads ${CMAKE_DL_LIBS})
 # cuDNN: headers at build time only; libcudnn.so.9 is dlopen()ed at run time (src/cuda/cuda_dnn.c),
 # so the plugin loads, and runs convolutions on Kiln's kernels, where cuDNN is absent.
 find_path(KILN_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include

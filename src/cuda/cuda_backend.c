@@ -22,10 +22,10 @@
 // it (same kernels, no thread-block clusters: cuBLASLt's cluster kernels are not updated
 // correctly), else a new instantiation. Expected CUDA errors are consumed where they occur.
 // A CUDA error marks the context failed: later executes return KILN_ERR_DEVICE at once.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <threads.h>
 
 #include <cuda.h> // driver types only: entry points come through cudaGetDriverEntryPointByVersion
 
@@ -949,7 +949,7 @@ static kiln_status profile_collect(cuda_context *c) {
 
 typedef CUresult (*kernel_params_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
 typedef CUresult (*kernel_attr_fn)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue *);
-static once_flag driver_once = ONCE_FLAG_INIT;
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static kernel_params_fn drv_kernel_params;
 static kernel_attr_fn drv_kernel_attr;
 
@@ -1063,7 +1063,7 @@ static int graph_describe(cudaGraph_t g, graph_desc *d) {
     cudaGraphEdgeData *data = NULL;
     int ok = 0;
     memset(d, 0, sizeof *d);
-    call_once(&driver_once, driver_entry_points);
+    pthread_once(&driver_once, driver_entry_points);
     if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess ||
         cudaGraphGetEdges(g, NULL, NULL, NULL, &ne) != cudaSuccess) {
         cudaGetLastError();
@@ -1340,24 +1340,24 @@ static kiln_status cuda_execute(void *context_state, const kiln_exec *exec) {
 // One cuDNN handle per device for run_op, created on first use and kept (the test programs run
 // hundreds of cases; creating a handle costs far more than a case).
 #define RUN_OP_MAX_DEVICES 64
-static mtx_t run_op_mtx;
-static once_flag run_op_once = ONCE_FLAG_INIT;
+static pthread_mutex_t run_op_mtx;
+static pthread_once_t run_op_once = PTHREAD_ONCE_INIT;
 static kiln_cuda_dnn *run_op_handles[RUN_OP_MAX_DEVICES];
 static uint8_t run_op_tried[RUN_OP_MAX_DEVICES];
 
-static void run_op_init(void) { mtx_init(&run_op_mtx, mtx_plain); }
+static void run_op_init(void) { pthread_mutex_init(&run_op_mtx, NULL); }
 
 static kiln_cuda_dnn *run_op_dnn(int device) {
     kiln_cuda_dnn *d = NULL;
     if (device < 0 || device >= RUN_OP_MAX_DEVICES) return NULL;
-    call_once(&run_op_once, run_op_init);
-    mtx_lock(&run_op_mtx);
+    pthread_once(&run_op_once, run_op_init);
+    pthread_mutex_lock(&run_op_mtx);
     if (!run_op_tried[device]) {
         run_op_tried[device] = 1;
         run_op_handles[device] = kiln_cuda_dnn_create();
     }
     d = run_op_handles[device];
-    mtx_unlock(&run_op_mtx);
+    pthread_mutex_unlock(&run_op_mtx);
     return d;
 }
 
@@ -1424,7 +1424,7 @@ fail:
 
 // --- plugin entry point
 
-static once_flag probe_once = ONCE_FLAG_INIT;
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static int probe_ok;
 static int probe_count;
 static char probe_reason[512];
@@ -1527,7 +1527,7 @@ KILN_CUDA_EXPORT kiln_status kiln_cuda_plugin_v1(const kiln_cuda_services *servi
         return KILN_ERR_VERSION;
     }
     kiln_cuda_services_set(services);
-    call_once(&probe_once, probe);
+    pthread_once(&probe_once, probe);
     if (!probe_ok) {
         if (reason != NULL && reason_nbytes > 0)
             snprintf(reason, reason_nbytes, "%s", probe_reason);

@@ -19,10 +19,10 @@
 // cuDNN declines (status not SUCCESS, returned before any work is enqueued) is remembered per
 // layer and runs on Kiln's kernel instead.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <threads.h>
 
 #include "cuda/cuda_ops.h"
 
@@ -57,7 +57,7 @@ static struct {
     DNN_FN(cudnnAddTensor);
 } api;
 
-static once_flag load_once = ONCE_FLAG_INIT;
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int api_ok;
 static char api_reason[256];
 
@@ -128,7 +128,7 @@ kiln_cuda_dnn *kiln_cuda_dnn_create(void) {
     kiln_cuda_dnn *d;
     const char *off = getenv("KILN_CUDA_NO_CUDNN");
     if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) return NULL;
-    call_once(&load_once, load_api);
+    pthread_once(&load_once, load_api);
     if (!api_ok) {
         if (!logged) {
             logged = 1; // benign race: at worst one more INFO line
@@ -157,7 +157,7 @@ void kiln_cuda_dnn_destroy(kiln_cuda_dnn *d) {
 }
 
 size_t kiln_cuda_dnn_version(void) {
-    call_once(&load_once, load_api);
+    pthread_once(&load_once, load_api);
     return api_ok ? api.cudnnGetVersion() : 0;
 }
 

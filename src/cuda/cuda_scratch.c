@@ -1,31 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 // The registry of shared activation arenas, one per CUDA device (cuda_scratch.h).
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <threads.h>
 
 #include "cuda/cuda_ops.h"
 #include "cuda/cuda_scratch.h"
 
 struct kiln_cuda_scratch {
     int device;
-    void *base;          // device block, nbytes (NULL while the arena has no user)
-    size_t nbytes;       // registry lock and execution lock to write; either one to read
-    uint32_t users;      // registry lock
-    uint64_t generation; // bumped whenever base changes (never reused: it only grows)
-    mtx_t exec;          // the execution lock
+    void *base;           // device block, nbytes (NULL while the arena has no user)
+    size_t nbytes;        // registry lock and execution lock to write; either one to read
+    uint32_t users;       // registry lock
+    uint64_t generation;  // bumped whenever base changes (never reused: it only grows)
+    pthread_mutex_t exec; // the execution lock
 };
 
 static kiln_cuda_scratch arenas[KILN_CUDA_SCRATCH_MAX_DEVICES];
-static mtx_t registry_mtx;
-static once_flag registry_once = ONCE_FLAG_INIT;
+static pthread_mutex_t registry_mtx;
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 static int registry_ok;
 
 static void registry_init(void) {
-    int ok = mtx_init(&registry_mtx, mtx_plain) == thrd_success;
+    int ok = pthread_mutex_init(&registry_mtx, NULL) == 0;
     for (int d = 0; d < KILN_CUDA_SCRATCH_MAX_DEVICES && ok; d++) {
         arenas[d].device = d;
-        ok = mtx_init(&arenas[d].exec, mtx_plain) == thrd_success;
+        ok = pthread_mutex_init(&arenas[d].exec, NULL) == 0;
     }
     registry_ok = ok;
 }
@@ -36,7 +36,7 @@ static void registry_init(void) {
 // after unlocking: a log hook must never run under these locks).
 static cudaError_t grow(kiln_cuda_scratch *s, size_t nbytes, const char **what) {
     void *fresh = NULL;
-    mtx_lock(&s->exec);
+    pthread_mutex_lock(&s->exec);
     *what = "cudaMalloc";
     cudaError_t err = cudaMalloc(&fresh, nbytes);
     if (err == cudaSuccess) {
@@ -50,7 +50,7 @@ static cudaError_t grow(kiln_cuda_scratch *s, size_t nbytes, const char **what) 
     if (err != cudaSuccess) {
         if (fresh != NULL) cudaFree(fresh);
         cudaGetLastError(); // reported by the caller: leave nothing pending
-        mtx_unlock(&s->exec);
+        pthread_mutex_unlock(&s->exec);
         return err;
     }
     if (s->base != NULL) cudaFree(s->base);
@@ -58,7 +58,7 @@ static cudaError_t grow(kiln_cuda_scratch *s, size_t nbytes, const char **what) 
     s->base = fresh;
     s->nbytes = nbytes;
     s->generation++;
-    mtx_unlock(&s->exec);
+    pthread_mutex_unlock(&s->exec);
     return cudaSuccess;
 }
 
@@ -73,20 +73,20 @@ kiln_status kiln_cuda_scratch_acquire(int device, size_t nbytes, kiln_cuda_scrat
                               device, KILN_CUDA_SCRATCH_MAX_DEVICES,
                               KILN_CUDA_SCRATCH_MAX_DEVICES - 1);
     }
-    call_once(&registry_once, registry_init);
+    pthread_once(&registry_once, registry_init);
     if (!registry_ok) {
         return kiln_cuda_fail(KILN_ERR_INTERNAL,
                               "use_shared_activation_scratch: the arena registry's locks could "
                               "not be created; set the option to false");
     }
     s = &arenas[device];
-    mtx_lock(&registry_mtx);
+    pthread_mutex_lock(&registry_mtx);
     size_t before = s->nbytes;
     if (nbytes > s->nbytes) err = grow(s, nbytes, &what);
     if (err == cudaSuccess) s->users++;
     size_t now = s->nbytes;
     uint32_t users = s->users;
-    mtx_unlock(&registry_mtx);
+    pthread_mutex_unlock(&registry_mtx);
     if (err == cudaErrorMemoryAllocation) {
         return kiln_cuda_fail(KILN_ERR_NO_MEMORY,
                               "out of device memory for the shared activation arena of device %d "
@@ -120,12 +120,12 @@ void kiln_cuda_scratch_release(kiln_cuda_scratch *s) {
     size_t nbytes, freed = 0;
     uint32_t users;
     if (s == NULL) return;
-    mtx_lock(&registry_mtx);
+    pthread_mutex_lock(&registry_mtx);
     if (s->users > 0) s->users--;
     if (s->users == 0 && s->base != NULL) {
         int prev = -1;
         freed = s->nbytes;
-        mtx_lock(&s->exec);
+        pthread_mutex_lock(&s->exec);
         if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
         if (prev != s->device) cudaSetDevice(s->device);
         cudaFree(s->base);
@@ -134,11 +134,11 @@ void kiln_cuda_scratch_release(kiln_cuda_scratch *s) {
         s->base = NULL;
         s->nbytes = 0;
         s->generation++;
-        mtx_unlock(&s->exec);
+        pthread_mutex_unlock(&s->exec);
     }
     nbytes = s->nbytes;
     users = s->users;
-    mtx_unlock(&registry_mtx);
+    pthread_mutex_unlock(&registry_mtx);
     if (freed > 0) {
         kiln_cuda_log(KILN_LOG_INFO,
                       "shared activation scratch on device %d: %zu bytes freed, 0 contexts",
@@ -152,9 +152,9 @@ void kiln_cuda_scratch_release(kiln_cuda_scratch *s) {
 }
 
 void *kiln_cuda_scratch_lock(kiln_cuda_scratch *s, uint64_t *generation) {
-    mtx_lock(&s->exec);
+    pthread_mutex_lock(&s->exec);
     *generation = s->generation;
     return s->base;
 }
 
-void kiln_cuda_scratch_unlock(kiln_cuda_scratch *s) { mtx_unlock(&s->exec); }
+void kiln_cuda_scratch_unlock(kiln_cuda_scratch *s) { pthread_mutex_unlock(&s->exec); }
