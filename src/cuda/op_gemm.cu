@@ -129,6 +129,16 @@ static void lt_shape_key(const int64_t *key, int64_t *out) {
     out[18] = out[18] != 0;
 }
 
+// KILN_CUDA_LT_WORKSPACE_KB=N: the workspace cuBLASLt's algorithms may use, at most N KiB (A/B
+// of the heuristic's candidate set; default, or a value that is not a number: all of it).
+static uint64_t lt_workspace_cap(uint64_t have) {
+    const char *v = getenv("KILN_CUDA_LT_WORKSPACE_KB");
+    char *end = NULL;
+    const long long kb = v != NULL && v[0] != '\0' ? strtoll(v, &end, 10) : -1;
+    if (kb < 0 || end == NULL || *end != '\0' || (uint64_t)kb > have / 1024) return have;
+    return (uint64_t)kb * 1024;
+}
+
 static int lt_tune_enabled(void) {
     const char *v = getenv("KILN_CUDA_GEMM_TUNE");
     return v == NULL || strcmp(v, "0") != 0;
@@ -200,7 +210,7 @@ static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gem
     int found = 0, pick = 0, n_ask = 1;
     int64_t key[KILN_CUDA_GEMM_KEY], skey[KILN_CUDA_GEMM_KEY];
     float tuned_us = -1.0f;
-    uint64_t ws = ctx->workspace_nbytes;
+    uint64_t ws = lt_workspace_cap(ctx->workspace_nbytes);
     uint32_t al_a = (uint32_t)lt_align(p->a), al_b = (uint32_t)lt_align(p->b),
              al_d = (uint32_t)lt_align(p->d);
     uint32_t al_c = p->c != NULL ? (uint32_t)lt_align(p->c) : al_d;
