@@ -1,7 +1,8 @@
 # Kiln's front door. CMake is the real build; these targets name the supported configurations.
 #   make demo       the main job: export a model with Kiln and run it through ExecuTorch
 #   make test       everything CI runs: lint, C tests, C tests under ASan+UBSan and under TSan,
-#                   Python tests
+#                   the CUDA plugin compiled and linked (where a CUDA toolkit is), Python tests
+#   make cuda       the CUDA plugin and the GPU test programs (build-gpu/, .dev/gpu/; no GPU needed)
 #   make            build libkiln, the CLI and the C tests (build/)
 #   make ctest      C tests only (build/)
 #   make asan       C tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
@@ -17,7 +18,7 @@ JOBS ?= $(shell nproc)
 VENV = $(shell tools/setup_env.sh)
 CMAKE ?= cmake
 
-.PHONY: all build ctest asan tsan test pytest install wheels demo fuzz format lint clean
+.PHONY: all build ctest asan tsan cuda test pytest install wheels demo fuzz format lint clean
 
 all: build
 
@@ -58,7 +59,20 @@ pytest: install
 demo: install
 	@venv="$(VENV)"; "$$venv/bin/python" examples/export_and_run.py
 
-test: lint ctest asan tsan pytest
+# The CUDA plugin (every .cu file, warnings as errors, sm_90 + PTX) and the GPU test programs,
+# compiled and linked without a GPU, their cases dry-run against the CPU reference:
+# tools/gpu_suite.sh --prepare (build-gpu/; .dev/gpu/ is what the H200 run carries). Where no
+# CUDA toolkit is installed it says so and builds nothing.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+cuda:
+	@if [ -z "$(NVCC)" ]; then \
+		echo "make cuda: no CUDA toolkit (nvcc) found: the CUDA plugin is not compiled" \
+			"(install the CUDA 13 toolkit to build it)"; \
+	else \
+		PATH="$$(dirname "$(NVCC)"):$$PATH" CMAKE="$(CMAKE)" JOBS=$(JOBS) tools/gpu_suite.sh --prepare; \
+	fi
+
+test: lint ctest asan tsan cuda pytest
 
 fuzz:
 	CC=clang $(CMAKE) -S . -B build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug
