@@ -4,7 +4,8 @@
 The comparison column for Kiln's per-layer profile (KILN_CUDA_PROFILE=1, docs/cuda.md): which
 kernels PyTorch launches for the same layer and how long each runs inside a graph replay.
 
-    python3 bench/profile_torch.py [--model encoder|bert_layer|bert_layer_b8|mlp_b1] [--replays 20]
+    python3 bench/profile_torch.py [--model encoder|bert_layer|bert_layer_b8|mlp_b1|mlp_b64]
+                                   [--replays 20]
 """
 
 import argparse
@@ -24,11 +25,11 @@ def build(name: str):
     elif name.startswith("bert_layer"):
         b = 8 if name.endswith("b8") else 1
         m, x = M.BertLayer(768, 12, 3072, 1e-12), torch.randn(b, 128, 768)
-    elif name == "mlp_b1":
-        m, x = M.MLP(), torch.randn(1, 1024)
+    elif name in ("mlp_b1", "mlp_b64"):
+        m, x = M.MLP(), torch.randn(int(name[5:]), 1024)
     else:
         raise SystemExit(f"unknown model {name!r}")
-    M.deterministic_init_(m, name)
+    M.deterministic_init_(m, name.split("_")[0] if name.startswith("mlp") else name)
     return m.eval().half().cuda(), x.half().cuda()
 
 

@@ -144,44 +144,90 @@ static int lt_tune_enabled(void) {
     return v == NULL || strcmp(v, "0") != 0;
 }
 
-// Times each candidate (2 warm-up runs, then 10 between events, all queued behind a delay kernel
-// so that launch latency does not count) on the layer's own buffers at context creation; returns
-// the index of the fastest, or -1 when none ran.
+// KILN_CUDA_GEMM_TUNE=stream: candidates timed as back-to-back stream launches (the previous
+// method, for A/B) instead of inside a CUDA graph.
+static int lt_tune_stream(void) {
+    const char *v = getenv("KILN_CUDA_GEMM_TUNE");
+    return v != NULL && strcmp(v, "stream") == 0;
+}
+
+#define LT_TUNE_REPS 10 // runs of one candidate per timed graph
+
+// Queues one run of the problem with algorithm algo on the context's stream.
+static cublasStatus_t lt_enqueue(const kiln_cuda_ctx *ctx, const lt_problem *p,
+                                 kiln_cuda_gemm_cache *c, const cublasLtMatmulAlgo_t *algo) {
+    const float one = 1.0f, zero = 0.0f;
+    return cublasLtMatmul(ctx->lt, &c->desc, &one, p->a, &c->a, p->b, &c->b,
+                          p->c != NULL ? &one : &zero, p->c != NULL ? p->c : p->d, &c->c, p->d,
+                          &c->c, algo, ctx->workspace, ctx->workspace_nbytes, ctx->stream);
+}
+
+// One candidate's microseconds per run, or a negative value when it cannot run. By default its
+// LT_TUNE_REPS runs are captured into a CUDA graph, launched once to warm up and then twice
+// between events: the layers run as graph kernel nodes, where the gap between two kernels is
+// smaller than between stream launches and differs by kernel (Nsight Compute on the H200: a
+// candidate that wins back-to-back stream launches can lose by 1.5 us inside the graph).
+// With KILN_CUDA_GEMM_TUNE=stream: 2 + 10 stream launches, the last 10 timed.
+static float lt_time_one(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gemm_cache *c,
+                         const cublasLtMatmulAlgo_t *algo, cudaEvent_t e0, cudaEvent_t e1) {
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    float ms = -1.0f;
+    int ok = 0;
+    if (lt_tune_stream()) {
+        // the GPU waits while the host queues every run: the events then time GPU work only
+        if (kiln_cuda_delay(ctx->stream, 250) != KILN_OK) return -1.0f;
+        for (int rep = 0; rep < LT_TUNE_REPS + 2 && s == CUBLAS_STATUS_SUCCESS; rep++) {
+            if (rep == 2 && cudaEventRecord(e0, ctx->stream) != cudaSuccess)
+                s = CUBLAS_STATUS_EXECUTION_FAILED;
+            if (s == CUBLAS_STATUS_SUCCESS) s = lt_enqueue(ctx, p, c, algo);
+        }
+        ok = s == CUBLAS_STATUS_SUCCESS && cudaEventRecord(e1, ctx->stream) == cudaSuccess &&
+             cudaEventSynchronize(e1) == cudaSuccess &&
+             cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+        cudaGetLastError();
+        return ok ? ms * 1000.0f / LT_TUNE_REPS : -1.0f;
+    }
+    if (cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return -1.0f;
+    }
+    for (int rep = 0; rep < LT_TUNE_REPS && s == CUBLAS_STATUS_SUCCESS; rep++)
+        s = lt_enqueue(ctx, p, c, algo);
+    // the capture always ends, whatever failed inside it
+    ok = cudaStreamEndCapture(ctx->stream, &g) == cudaSuccess && s == CUBLAS_STATUS_SUCCESS &&
+         cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
+         cudaGraphLaunch(ge, ctx->stream) == cudaSuccess &&
+         kiln_cuda_delay(ctx->stream, 100) == KILN_OK &&
+         cudaEventRecord(e0, ctx->stream) == cudaSuccess &&
+         cudaGraphLaunch(ge, ctx->stream) == cudaSuccess &&
+         cudaGraphLaunch(ge, ctx->stream) == cudaSuccess &&
+         cudaEventRecord(e1, ctx->stream) == cudaSuccess &&
+         cudaEventSynchronize(e1) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+    cudaGetLastError();
+    if (ge != NULL) cudaGraphExecDestroy(ge);
+    if (g != NULL) cudaGraphDestroy(g);
+    return ok ? ms * 1000.0f / (2 * LT_TUNE_REPS) : -1.0f;
+}
+
+// Times each candidate on the layer's own buffers at context creation; returns the index of the
+// fastest, or -1 when none ran.
 static int lt_time_candidates(const kiln_cuda_ctx *ctx, const lt_problem *p,
                               kiln_cuda_gemm_cache *c, const cublasLtMatmulHeuristicResult_t *r,
                               int n, float *best_us) {
-    const float one = 1.0f, zero = 0.0f;
-    const float *beta = p->c != NULL ? &one : &zero;
-    const void *cptr = p->c != NULL ? p->c : p->d;
     cudaEvent_t e0 = NULL, e1 = NULL;
     int best = -1;
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) goto out;
     for (int i = 0; i < n; i++) {
-        cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-        float ms = 0.0f;
         if (r[i].state != CUBLAS_STATUS_SUCCESS || r[i].workspaceSize > ctx->workspace_nbytes) {
             continue;
         }
-        // the GPU waits while the host queues every run: the events then time GPU work only
-        if (kiln_cuda_delay(ctx->stream, 250) != KILN_OK) break;
-        for (int rep = 0; rep < 12 && s == CUBLAS_STATUS_SUCCESS; rep++) {
-            if (rep == 2 && cudaEventRecord(e0, ctx->stream) != cudaSuccess)
-                s = CUBLAS_STATUS_EXECUTION_FAILED;
-            if (s == CUBLAS_STATUS_SUCCESS) {
-                s = cublasLtMatmul(ctx->lt, &c->desc, &one, p->a, &c->a, p->b, &c->b, beta, cptr,
-                                   &c->c, p->d, &c->c, &r[i].algo, ctx->workspace,
-                                   ctx->workspace_nbytes, ctx->stream);
-            }
-        }
-        if (s != CUBLAS_STATUS_SUCCESS || cudaEventRecord(e1, ctx->stream) != cudaSuccess ||
-            cudaEventSynchronize(e1) != cudaSuccess ||
-            cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
-            cudaGetLastError();
-            continue;
-        }
-        if (best < 0 || ms * 100.0f < *best_us) {
+        const float us = lt_time_one(ctx, p, c, &r[i].algo, e0, e1);
+        if (us >= 0.0f && (best < 0 || us < *best_us)) {
             best = i;
-            *best_us = ms * 100.0f; // 10 runs: microseconds per run
+            *best_us = us;
         }
     }
 out:
@@ -193,8 +239,9 @@ out:
 }
 
 // Sets up descriptors and picks an algorithm; 0 when cuBLASLt has none (use the fallback).
-// At context creation (ctx->plan_only) up to LT_TUNE_MAX heuristic candidates are timed and the
-// fastest is kept (KILN_CUDA_GEMM_TUNE=0: the heuristic's first choice); a later set-up of the
+// At context creation (ctx->plan_only) up to LT_TUNE_MAX heuristic candidates are timed
+// (lt_time_one: inside a CUDA graph) and the fastest is kept (KILN_CUDA_GEMM_TUNE=0: the
+// heuristic's first choice); a later set-up of the
 // same problem with other pointers reuses it.
 static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gemm_cache *c) {
     cudaDataType_t t = lt_type(p->dtype);
