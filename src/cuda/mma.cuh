@@ -73,4 +73,12 @@ __device__ __forceinline__ void kc_cp_async16(uint16_t *dst, const uint16_t *src
                  : "memory");
 }
 
+// The same copy to a shared-memory address already converted (__cvta_generic_to_shared), so that a
+// loop of copies adds constant offsets instead of converting each destination.
+__device__ __forceinline__ void kc_cp_async16_s(unsigned dst, const uint16_t *src, bool valid) {
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+}
+
 #endif // KILN_CUDA_MMA_CUH

@@ -475,17 +475,26 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
         int64_t s_end = P.s;
         if (P.causal && r0 + 16 < s_end) s_end = r0 + 16;
         __syncthreads(); // the previous batch's merge buffers are consumed
+        // This lane's share of every K/V tile: 8 columns at c of rows j0, j0 + RSTEP, ... (PER
+        // rows); shared addresses and row steps computed once, so each copy costs a pointer add.
+        constexpr int PER = BK * (D / 8) / 32, RSTEP = 32 / (D / 8);
+        const int j0 = lane / (D / 8), c = (lane % (D / 8)) * 8;
+        const unsigned ks_a = (unsigned)__cvta_generic_to_shared(ks + j0 * LD + c),
+                       vs_a = (unsigned)__cvta_generic_to_shared(vs + j0 * LD + c);
+        const int64_t kstep = (int64_t)RSTEP * P.k_rs, vstep = (int64_t)RSTEP * P.v_rs;
         for (int64_t s0 = (int64_t)warp * BK; s0 < s_end; s0 += NS * BK) {
             // this warp's K/V tile: cp.async 16-byte copies straight into shared memory (rows
             // past S are zero-filled)
-            constexpr int PER = BK * (D / 8) / 32;
+            const uint16_t *kp = k + ko + (s0 + j0) * P.k_rs + c,
+                           *vp = v + vo + (s0 + j0) * P.v_rs + c;
+            const int64_t left = P.s - (s0 + j0); // this lane's rows still inside S
 #pragma unroll
             for (int i = 0; i < PER; i++) {
-                const int idx = lane + 32 * i, j = idx / (D / 8), c = (idx % (D / 8)) * 8;
-                const int64_t s = s0 + j;
-                const bool in = s < P.s;
-                kc_cp_async16(ks + j * LD + c, in ? k + ko + s * P.k_rs + c : k, in);
-                kc_cp_async16(vs + j * LD + c, in ? v + vo + s * P.v_rs + c : v, in);
+                const bool in = (int64_t)i * RSTEP < left;
+                kc_cp_async16_s(ks_a + (unsigned)(i * RSTEP * LD * 2), in ? kp : k, in);
+                kc_cp_async16_s(vs_a + (unsigned)(i * RSTEP * LD * 2), in ? vp : v, in);
+                kp += kstep;
+                vp += vstep;
             }
             asm volatile("cp.async.wait_all;\n" ::: "memory");
             __syncwarp();
@@ -498,39 +507,41 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
         lb += __shfl_xor_sync(0xffffffffu, lb, 2);
         // merge: warp w's o rows at mo_[w][row][0..D), its max and sum at [D] and [D + 1]
         __syncthreads(); // every warp is done with its K/V slice
+        // (rows of D + 2 floats: every pair written or read below starts at an even index, so
+        // it moves as one 8-byte float2)
         float *mg = (float *)smem_raw;
         float *mine = mg + warp * 16 * (D + 2);
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) {
             const int col = dn * 8 + 2 * t4;
-            mine[g * (D + 2) + col] = o[dn][0];
-            mine[g * (D + 2) + col + 1] = o[dn][1];
-            mine[(g + 8) * (D + 2) + col] = o[dn][2];
-            mine[(g + 8) * (D + 2) + col + 1] = o[dn][3];
+            *(float2 *)(mine + g * (D + 2) + col) = make_float2(o[dn][0], o[dn][1]);
+            *(float2 *)(mine + (g + 8) * (D + 2) + col) = make_float2(o[dn][2], o[dn][3]);
         }
         if (t4 == 0) {
-            mine[g * (D + 2) + D] = ma;
-            mine[g * (D + 2) + D + 1] = la;
-            mine[(g + 8) * (D + 2) + D] = mb;
-            mine[(g + 8) * (D + 2) + D + 1] = lb;
+            *(float2 *)(mine + g * (D + 2) + D) = make_float2(ma, la);
+            *(float2 *)(mine + (g + 8) * (D + 2) + D) = make_float2(mb, lb);
         }
         __syncthreads();
         for (int i = threadIdx.x; i < 16 * (D / 2); i += NS * 32) {
             const int row = i / (D / 2), col = (i % (D / 2)) * 2;
             const int64_t r = r0 + row;
             if (r >= P.l) continue;
+            float2 ml[NS]; // each warp's row maximum and sum
             float m = -INFINITY;
 #pragma unroll
-            for (int w = 0; w < NS; w++) m = fmaxf(m, mg[(w * 16 + row) * (D + 2) + D]);
+            for (int w = 0; w < NS; w++) {
+                ml[w] = *(const float2 *)(mg + (w * 16 + row) * (D + 2) + D);
+                m = fmaxf(m, ml[w].x);
+            }
             float l = 0.0f, a0 = 0.0f, a1 = 0.0f;
             if (m != -INFINITY) {
 #pragma unroll
                 for (int w = 0; w < NS; w++) {
-                    const float *src = mg + (w * 16 + row) * (D + 2);
-                    const float f = src[D] == -INFINITY ? 0.0f : sdpa_ex2(src[D] - m);
-                    l += src[D + 1] * f;
-                    a0 += src[col] * f;
-                    a1 += src[col + 1] * f;
+                    const float2 a = *(const float2 *)(mg + (w * 16 + row) * (D + 2) + col);
+                    const float f = ml[w].x == -INFINITY ? 0.0f : sdpa_ex2(ml[w].x - m);
+                    l += ml[w].y * f;
+                    a0 += a.x * f;
+                    a1 += a.y * f;
                 }
             }
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
