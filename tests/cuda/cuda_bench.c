@@ -239,54 +239,30 @@ static double now_ms(void) {
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-// What the CUDA runtime itself costs per call: a one-node graph (a 4-byte memset) launched on a
-// non-blocking stream and synchronized, the median of runs; beside Kiln's tiny engine this is
-// the floor of a synchronous execute.
-static void raw_floor(int runs) {
-    cudaStream_t st = NULL;
-    cudaGraph_t g = NULL;
-    cudaGraphExec_t ge = NULL;
-    cudaGraphNode_t node = NULL;
-    void *buf = NULL;
-    double *t = calloc((size_t)runs, sizeof *t);
-    struct cudaMemsetParams mp;
-    if (t == NULL || cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaMalloc(&buf, 256) != cudaSuccess || cudaGraphCreate(&g, 0) != cudaSuccess)
-        goto done;
-    memset(&mp, 0, sizeof mp);
-    mp.dst = buf;
-    mp.value = 1;
-    mp.elementSize = 4;
-    mp.width = 1;
-    mp.height = 1;
-    if (cudaGraphAddMemsetNode(&node, g, NULL, 0, &mp) != cudaSuccess ||
-        cudaGraphInstantiate(&ge, g, 0) != cudaSuccess)
-        goto done;
-    for (int i = 0; i < 20 + runs; i++) {
-        double t0 = now_ms();
-        if (cudaGraphLaunch(ge, st) != cudaSuccess || cudaStreamSynchronize(st) != cudaSuccess)
-            goto done;
-        if (i >= 20) t[i - 20] = now_ms() - t0;
-    }
-    qsort(t, (size_t)runs, sizeof *t, cmp_double);
-    printf("BASE  cudaGraphLaunch + cudaStreamSynchronize (one memset node): median %8.4f ms  p10 "
-           "%8.4f  p90 %8.4f\n",
-           t[runs / 2], t[runs / 10], t[runs * 9 / 10]);
-done:
-    if (ge) cudaGraphExecDestroy(ge);
-    if (g) cudaGraphDestroy(g);
-    if (buf) cudaFree(buf);
-    if (st) cudaStreamDestroy(st);
-    cudaGetLastError();
-    free(t);
-}
-
 // An empty kernel through the runtime's library API (this program has no device code), for the
 // floor of a one-kernel graph.
 static const char empty_ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
                                 ".visible .entry kiln_bench_empty()\n{\n\tret;\n}\n";
 
 static double per_call_us(double t0_ms, int n) { return (now_ms() - t0_ms) * 1e3 / n; }
+
+// One BASE line: the median, p10 and p90 of `runs` launches (graph ge, else kernel k alone) each
+// followed by a synchronize, after 20 warm-ups; 0 when a call failed.
+static int base_line(const char *what, cudaGraphExec_t ge, cudaKernel_t k, cudaStream_t st,
+                     double *t, int runs) {
+    dim3 one = {1, 1, 1}, warp = {32, 1, 1};
+    for (int i = 0; i < 20 + runs; i++) {
+        double t0 = now_ms();
+        cudaError_t e = ge != NULL ? cudaGraphLaunch(ge, st)
+                                   : cudaLaunchKernel((const void *)k, one, warp, NULL, 0, st);
+        if (e != cudaSuccess || cudaStreamSynchronize(st) != cudaSuccess) return 0;
+        if (i >= 20) t[i - 20] = now_ms() - t0;
+    }
+    qsort(t, (size_t)runs, sizeof *t, cmp_double);
+    printf("BASE  %s: median %8.4f ms  p10 %8.4f  p90 %8.4f\n", what, t[runs / 2], t[runs / 10],
+           t[runs * 9 / 10]);
+    return 1;
+}
 
 // The CUDA runtime calls Kiln's execute makes, each timed alone (mean of n calls), and a graph
 // of one empty kernel launched and synchronized (median).
@@ -331,28 +307,9 @@ static void api_costs(int runs) {
     if (cudaStreamEndCapture(st, &g) != cudaSuccess ||
         cudaGraphInstantiate(&ge, g, 0) != cudaSuccess)
         goto done;
-    for (int i = 0; i < 20 + runs; i++) {
-        t0 = now_ms();
-        if (cudaGraphLaunch(ge, st) != cudaSuccess || cudaStreamSynchronize(st) != cudaSuccess)
-            goto done;
-        if (i >= 20) t[i - 20] = now_ms() - t0;
-    }
-    qsort(t, (size_t)runs, sizeof *t, cmp_double);
-    printf("BASE  cudaGraphLaunch + cudaStreamSynchronize (one empty kernel): median %8.4f ms  p10 "
-           "%8.4f  p90 %8.4f\n",
-           t[runs / 2], t[runs / 10], t[runs * 9 / 10]);
-    for (int i = 0; i < 20 + runs; i++) {
-        t0 = now_ms();
-        if (cudaLaunchKernel((const void *)k, one, warp, NULL, 0, st) != cudaSuccess ||
-            cudaStreamSynchronize(st) != cudaSuccess)
-            goto done;
-        if (i >= 20) t[i - 20] = now_ms() - t0;
-    }
-    qsort(t, (size_t)runs, sizeof *t, cmp_double);
-    printf(
-        "BASE  cudaLaunchKernel + cudaStreamSynchronize (one empty kernel): median %8.4f ms  p10 "
-        "%8.4f  p90 %8.4f\n",
-        t[runs / 2], t[runs / 10], t[runs * 9 / 10]);
+    if (base_line("cudaGraphLaunch + cudaStreamSynchronize (one empty kernel)", ge, k, st, t, runs))
+        base_line("cudaLaunchKernel + cudaStreamSynchronize (one empty kernel)", NULL, k, st, t,
+                  runs);
 done:
     cudaGetLastError();
     if (ge) cudaGraphExecDestroy(ge);
@@ -501,7 +458,6 @@ int main(int argc, char **argv) {
         {"overhead: relu 1x256 fp16", 0.0, "Kiln's fixed cost per execute (one kernel)", 4, 1},
     };
     if (!dry && (filter == NULL || strstr("overhead", filter) != NULL)) {
-        raw_floor(runs);
         api_costs(runs);
     }
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
