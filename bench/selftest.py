@@ -11,7 +11,8 @@
 4. every model's forward at batch 1 in fp32 runs, is finite and has the expected shape;
 5. the analytic FLOP counts equal torch's FlopCounterMode plus attention's two matmuls (which the
    counter does not see through the CPU SDPA kernel);
-6. bench/report.py's parser on a synthetic kiln_runner log.
+6. bench/report.py's parser on a synthetic kiln_runner log;
+7. bench/kernels_table.py on a synthetic Nsight Compute CSV and runner log (two engines).
 
 Exit status 0 when everything passes.
 """
@@ -163,12 +164,39 @@ def test_report_parser() -> None:
     check(b.get("rc") == 1 and "median_ms" not in b and "error" in b, "report keeps a failure")
 
 
+def test_kernels_table() -> None:
+    import kernels_table as K
+
+    head = '"ID","PID","Process","Host","Kernel Name","Ctx","Stream","Block","Grid","Dev","CC",'
+    head += '"Section","Metric Name","Metric Unit","Metric Value"'
+    names = ["tuning_a", "tuning_b", "ln", "gemm", "sdpa", "ln", "gemm", "sdpa", "tail"]
+    lines = [head, "kiln_runner: OK median_ms=0.1"]
+    for i, n in enumerate(names):
+        v = f"{1000 * (i + 1):,}"
+        lines.append(
+            f'"{i}","1","kiln_runner","h","{n}","1","13","(128, 1, 1)","(8, 1, 1)","0","9.0",'
+            f'"Command line profiler metrics","gpu__time_duration.sum","ns","{v}"'
+        )
+    log = (
+        "Kiln: CUDA graph instantiated: 2 nodes (2 kernels, 0 memcpy, 0 memset, 0 other)\n"
+        "Kiln: CUDA graph instantiated: 3 nodes (1 kernels, 2 memcpy, 0 memset, 0 other)\n"
+    )
+    rows = K.rows("\n".join(lines))
+    n = K.kernels_per_execute(log)
+    last = rows[-n:]
+    check(
+        n == 3 and [r[0] for r in last] == ["gemm", "sdpa", "tail"] and last[0][1] == 7.0,
+        "kernels_table takes the last execute's kernels",
+    )
+
+
 def main() -> int:
     torch.set_num_threads(2)
     print(f"selftest: torch {torch.__version__}, numpy {np.__version__}")
     test_hash()
     test_uniform()
     test_report_parser()
+    test_kernels_table()
     test_models()
     print(
         f"selftest: {len(failures)} failure(s)" + (": " + "; ".join(failures) if failures else "")

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Kernel-by-kernel times of benchmark models on the GPU machine (docs/benchmarks.md, round 11):
+# Kiln's kernels of one execute through ExecuTorch (kiln_runner under Nsight Compute: each kernel
+# alone, `gpu__time_duration`) beside PyTorch's kernels inside its CUDA-graph replay
+# (bench/profile_torch.py: torch.profiler).
+#
+#   run(command="MODELS=encoder_b1,mlp_b64 bash bench/kernels_device.sh", carry=[".dev/bench"])
+#
+# .dev/bench as bench/run_device.sh needs it (exported here, lib/ with libkiln.so and
+# libkiln_cuda.so). First run_device.sh rebuilds the inputs and weights on this machine (graph
+# anchor only, no torch.compile), then each model's last execute is profiled. MODELS: bench
+# configs (mlp_b1, mlp_b64, bert_b1, bert_b8, encoder_b1 have a PyTorch counterpart in
+# profile_torch.py). Files in $OUT: anchors/ (run_device.sh), ncu_<model>.csv, kernels.log.
+set -uo pipefail
+root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
+BENCH_DIR=${BENCH_DIR:-$root/.dev/bench}
+OUT=${OUT:-$BENCH_DIR/out}
+WORK=${WORK:-/tmp/kiln_bench}
+MODELS=${MODELS:-encoder_b1,mlp_b64}
+mkdir -p "$OUT"
+log="$OUT/kernels.log"
+MODELS=$MODELS ANCHOR_ARGS="--no-compile --systems graph" HOST_IO=0 BUDGET_S=${BUDGET_S:-150} \
+  OUT="$OUT/anchors" WORK="$WORK" BENCH_DIR="$BENCH_DIR" bash "$root/bench/run_device.sh" \
+  >"$OUT/anchors.log" 2>&1 || echo "kernels_device: run_device.sh failed (see $OUT/anchors.log)" | tee -a "$log"
+lib="$BENCH_DIR/lib"
+export KILN_LIBRARY="$lib/libkiln.so" KILN_CUDA_PLUGIN="$lib/libkiln_cuda.so"
+export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+IFS=',' read -r -a models <<<"$MODELS"
+for m in "${models[@]}"; do
+  echo "== Kiln $m: one execute through ExecuTorch, each kernel alone (Nsight Compute)" | tee -a "$log"
+  KILN_LOG_LEVEL=info timeout 300 ncu --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum --csv "$BENCH_DIR/runner/kiln_runner" \
+    --model "$BENCH_DIR/models/$m.devio.pte" --data "$WORK/$m.ptd" --inputs "$WORK/$m.inputs.bin" \
+    --iterations 2 --warmup 1 --option device=cuda:0 --device-io \
+    >"$OUT/ncu_$m.csv" 2>"$OUT/ncu_$m.err"
+  python3 "$root/bench/kernels_table.py" "$OUT/ncu_$m.csv" "$OUT/ncu_$m.err" | tee -a "$log"
+  case $m in
+  encoder_b1) tm=encoder ;;
+  bert_b1) tm=bert_layer ;;
+  bert_b8) tm=bert_layer_b8 ;;
+  mlp_b1 | mlp_b64) tm=$m ;;
+  *) tm= ;;
+  esac
+  if [[ -n $tm ]]; then
+    echo "== PyTorch $tm: kernels inside the CUDA-graph replay (torch.profiler)" | tee -a "$log"
+    python3 "$root/bench/profile_torch.py" --model "$tm" --replays 50 2>&1 | grep -v Warn | tee -a "$log"
+  fi
+done
