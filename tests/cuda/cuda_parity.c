@@ -1064,6 +1064,22 @@ static void cases_gemm(void) {
         tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "9x136"), 0);
         c.label = "M 9, N 136, K 4104 + residual";
         run_case(&c);
+        // the MLP b64's inner layer (with its erf GELU) and a last layer with a residual at the
+        // MLP b64's shapes (K 4096)
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "64x4096"));
+        case_in(&c, SR(dt, "4096x4096", -0.03, 0.03));
+        case_in(&c, S(dt, "4096"));
+        case_tail(&c, KILN_OP_GELU);
+        c.label = "M 64, N 4096, K 4096 + gelu";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "64x4096"));
+        case_in(&c, SR(dt, "1024x4096", -0.03, 0.03));
+        case_in(&c, S(dt, "1024"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "64x1024"), 1);
+        c.label = "M 64, N 1024, K 4096 + residual";
+        run_case(&c);
         // matmul: plain, folded batch, full batch, broadcast batch, 1-D operands
         static const char *mm[][2] = {
             {"3x4", "4x5"},       {"2x3x7x9", "9x6"},  {"2x3x7x9", "2x3x9x6"},
