@@ -12,6 +12,11 @@
 # anchor only, no torch.compile), then each model's last execute is profiled. MODELS: bench
 # configs (mlp_b1, mlp_b64, bert_b1, bert_b8, encoder_b1 have a PyTorch counterpart in
 # profile_torch.py). Files in $OUT: anchors/ (run_device.sh), ncu_<model>.csv, kernels.log.
+# GEMM algorithms: under Nsight Compute every kernel is replayed and takes milliseconds, so the
+# plugin's candidate timing at context creation means nothing there and its picks are arbitrary.
+# The ncu pass therefore runs with KILN_CUDA_GEMM_TUNE=0 (cuBLASLt's heuristic first choice,
+# deterministic), and a plain run before it logs the algorithms a normal run tunes to, with their
+# timed microseconds ("gemm m=... candidate i of n (x us)" lines in kernels.log).
 set -uo pipefail
 root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
 BENCH_DIR=${BENCH_DIR:-$root/.dev/bench}
@@ -28,9 +33,15 @@ export KILN_LIBRARY="$lib/libkiln.so" KILN_CUDA_PLUGIN="$lib/libkiln_cuda.so"
 export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 IFS=',' read -r -a models <<<"$MODELS"
 for m in "${models[@]}"; do
-  echo "== Kiln $m: one execute through ExecuTorch, each kernel alone (Nsight Compute)" | tee -a "$log"
-  KILN_LOG_LEVEL=info timeout 300 ncu --clock-control none --cache-control none \
-    --metrics gpu__time_duration.sum --csv "$BENCH_DIR/runner/kiln_runner" \
+  echo "== Kiln $m: GEMM algorithms a plain run tunes to (timed inside a CUDA graph)" | tee -a "$log"
+  KILN_LOG_LEVEL=info timeout 120 "$BENCH_DIR/runner/kiln_runner" \
+    --model "$BENCH_DIR/models/$m.devio.pte" --data "$WORK/$m.ptd" --inputs "$WORK/$m.inputs.bin" \
+    --iterations 200 --warmup 20 --option device=cuda:0 --device-io 2>&1 |
+    grep -E "gemm m=|median_ms" | sed 's/.*Kiln: //' | tee -a "$log"
+  echo "== Kiln $m: one execute through ExecuTorch, each kernel alone (Nsight Compute; GEMMs:" \
+    "the heuristic's first choice)" | tee -a "$log"
+  KILN_LOG_LEVEL=info KILN_CUDA_GEMM_TUNE=0 timeout 300 ncu --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv "$BENCH_DIR/runner/kiln_runner" \
     --model "$BENCH_DIR/models/$m.devio.pte" --data "$WORK/$m.ptd" --inputs "$WORK/$m.inputs.bin" \
     --iterations 2 --warmup 1 --option device=cuda:0 --device-io \
     >"$OUT/ncu_$m.csv" 2>"$OUT/ncu_$m.err"

@@ -173,20 +173,29 @@ def test_kernels_table() -> None:
     lines = [head, "kiln_runner: OK median_ms=0.1"]
     for i, n in enumerate(names):
         v = f"{1000 * (i + 1):,}"
-        lines.append(
-            f'"{i}","1","kiln_runner","h","{n}","1","13","(128, 1, 1)","(8, 1, 1)","0","9.0",'
-            f'"Command line profiler metrics","gpu__time_duration.sum","ns","{v}"'
-        )
+        for metric, unit, val in (
+            ("dram__bytes_read.sum", "Kbyte", f"{1.5 * (i + 1):,}"),
+            ("gpu__time_duration.sum", "ns", v),
+        ):
+            lines.append(
+                f'"{i}","1","kiln_runner","h","{n}","1","13","(128, 1, 1)","(8, 1, 1)","0","9.0",'
+                f'"Command line profiler metrics","{metric}","{unit}","{val}"'
+            )
     log = (
         "Kiln: CUDA graph instantiated: 2 nodes (2 kernels, 0 memcpy, 0 memset, 0 other)\n"
         "Kiln: CUDA graph instantiated: 3 nodes (1 kernels, 2 memcpy, 0 memset, 0 other)\n"
     )
     rows = K.rows("\n".join(lines))
+    mb = K.dram_mb("\n".join(lines))
     n = K.kernels_per_execute(log)
     last = rows[-n:]
     check(
         n == 3 and [r[0] for r in last] == ["gemm", "sdpa", "tail"] and last[0][1] == 7.0,
         "kernels_table takes the last execute's kernels",
+    )
+    check(
+        len(mb) == len(rows) and abs(mb[-n] - 0.0105) < 1e-12,
+        "kernels_table reads each kernel's DRAM bytes (Kbyte -> MB)",
     )
 
 
