@@ -16,7 +16,10 @@
 # plugin's candidate timing at context creation means nothing there and its picks are arbitrary.
 # The ncu pass therefore runs with KILN_CUDA_GEMM_TUNE=0 (cuBLASLt's heuristic first choice,
 # deterministic), and a plain run before it logs the algorithms a normal run tunes to, with their
-# timed microseconds ("gemm m=... candidate i of n (x us)" lines in kernels.log).
+# timed microseconds ("gemm m=... candidate i of n (x us)" lines in kernels.log). Attention
+# likewise: KILN_CUDA_ATTN_TUNE=0 under ncu (cuDNN's fused attention wherever it accepts the
+# shapes, its heuristic's first engine configuration); the plain run logs the timed choice
+# ("sdpa at layer ...: cuDNN x us, Kiln's kernel y us").
 set -uo pipefail
 root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
 BENCH_DIR=${BENCH_DIR:-$root/.dev/bench}
@@ -37,10 +40,10 @@ for m in "${models[@]}"; do
   KILN_LOG_LEVEL=info timeout 120 "$BENCH_DIR/runner/kiln_runner" \
     --model "$BENCH_DIR/models/$m.devio.pte" --data "$WORK/$m.ptd" --inputs "$WORK/$m.inputs.bin" \
     --iterations 200 --warmup 20 --option device=cuda:0 --device-io 2>&1 |
-    grep -E "gemm m=|median_ms" | sed 's/.*Kiln: //' | tee -a "$log"
+    grep -E "gemm m=|sdpa at|median_ms" | sed 's/.*Kiln: //' | tee -a "$log"
   echo "== Kiln $m: one execute through ExecuTorch, each kernel alone (Nsight Compute; GEMMs:" \
     "the heuristic's first choice)" | tee -a "$log"
-  KILN_LOG_LEVEL=info KILN_CUDA_GEMM_TUNE=0 timeout 300 ncu --clock-control none --cache-control none \
+  KILN_LOG_LEVEL=info KILN_CUDA_GEMM_TUNE=0 KILN_CUDA_ATTN_TUNE=0 timeout 300 ncu --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv "$BENCH_DIR/runner/kiln_runner" \
     --model "$BENCH_DIR/models/$m.devio.pte" --data "$WORK/$m.ptd" --inputs "$WORK/$m.inputs.bin" \
     --iterations 2 --warmup 1 --option device=cuda:0 --device-io \

@@ -20,7 +20,9 @@
 #            dependent launch), and the stem models with the stem kernel off (KILN_CUDA_NO_STEM:
 #            cuDNN on a channel-padded copy) and in its 16-bit and global gather modes
 #            (KILN_CUDA_STEM_GATHER), and the GEMV models with less L2 kept (KILN_CUDA_L2_KEEP_PCT);
-#            the linear cases with the GEMV off (its shapes on cuBLASLt); the
+#            the BERT models with cuDNN's fused attention untuned (KILN_CUDA_ATTN_TUNE=0: cuDNN
+#            runs every eligible sdpa, checked) and switched off (KILN_CUDA_NO_CUDNN_SDPA: Kiln's
+#            kernels); the linear cases with the GEMV off (its shapes on cuBLASLt); the
 #            tensor-core sdpa cases at 64-, 32- and
 #            16-row CTAs (KILN_CUDA_ATTN_ROWS), and the split-key kernel with 2, 4 and 8 warps
 #            per row block (KILN_CUDA_ATTN_SPLIT)
@@ -158,6 +160,12 @@ run() {
       step "parity: e2e gemv, L2 keep $pct%" "$out/parity_e2e_l2_$pct.log" 120 \
       ./kiln_cuda_parity --e2e --filter gemv
   done
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_TUNE=0 \
+    step "parity: e2e bert, cuDNN sdpa untuned" "$out/parity_e2e_dnn_sdpa.log" 120 \
+    ./kiln_cuda_parity --e2e --filter bert
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_CUDNN_SDPA=1 \
+    step "parity: e2e bert, Kiln's sdpa (no cuDNN)" "$out/parity_e2e_own_sdpa.log" 120 \
+    ./kiln_cuda_parity --e2e --filter bert
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_GEMV=1 \
     step "parity: linears, GEMV off (cuBLASLt)" "$out/parity_linear_lt.log" 120 \
     ./kiln_cuda_parity --ops --filter linear

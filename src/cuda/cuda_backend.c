@@ -51,6 +51,7 @@ typedef struct cuda_engine {
     int profile;         // KILN_CUDA_PROFILE: graphs off, per-layer GPU times (logged at free); the
                          // delay ahead of each layer in us (0: not profiling)
     int no_tc_attention; // KILN_CUDA_NO_TC_ATTENTION: sdpa on the fp32-FMA kernel only
+    int no_dnn_attention; // KILN_CUDA_NO_CUDNN_SDPA: sdpa on Kiln's kernels, not cuDNN's
     int sm_count;
     void *weights; // device, owned
     size_t weights_nbytes;
@@ -85,6 +86,7 @@ typedef struct cuda_context {
     kiln_cuda_gemm_cache *gemm; // n_layers
     kiln_cuda_dnn *dnn;         // cuDNN handle (NULL: convolutions on Kiln's kernels)
     kiln_cuda_conv_cache *conv; // n_layers (cuDNN set-up of conv2d layers)
+    kiln_cuda_attn_cache *attn; // n_layers (cuDNN set-up of sdpa layers)
     void **nhwc_copy;           // n_tensors: copies in the other layout (layout.copy)
     // graph signatures: n_io device pointers, then for each input rank and KILN_MAX_RANK dims
     size_t sig_n; // int64 entries
@@ -367,6 +369,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     e->device = device;
     e->debug_sync = env_flag("KILN_CUDA_DEBUG_SYNC");
     e->no_tc_attention = env_flag("KILN_CUDA_NO_TC_ATTENTION");
+    e->no_dnn_attention = env_flag("KILN_CUDA_NO_CUDNN_SDPA");
     e->small_m = small_m_env();
     e->profile = 0;
     if (env_flag("KILN_CUDA_PROFILE")) { // 1: 100 us of delay per layer; N > 1: N us
@@ -540,6 +543,9 @@ static void cuda_context_free(void *state) {
         if (c->conv != NULL) {
             for (uint32_t i = 0; i < p->n_layers; i++) kiln_cuda_conv_cache_free(&c->conv[i]);
         }
+        if (c->attn != NULL) {
+            for (uint32_t i = 0; i < p->n_layers; i++) kiln_cuda_attn_cache_free(&c->attn[i]);
+        }
         kiln_cuda_dnn_destroy(c->dnn);
         if (c->stream != NULL) cudaStreamDestroy(c->stream);
         cudaGetLastError();
@@ -552,6 +558,7 @@ static void cuda_context_free(void *state) {
     kiln_cuda_free(c->nhwc_copy, (size_t)p->n_tensors * sizeof *c->nhwc_copy + 1);
     kiln_cuda_free(c->gemm, (size_t)p->n_layers * sizeof *c->gemm);
     kiln_cuda_free(c->conv, (size_t)p->n_layers * sizeof *c->conv);
+    kiln_cuda_free(c->attn, (size_t)p->n_layers * sizeof *c->attn);
     kiln_cuda_free(c->sig_now, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_last, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_graph, c->sig_n * sizeof(int64_t));
@@ -656,6 +663,26 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
     return KILN_OK;
 }
 
+// An sdpa layer whose operands the attention fold turned into strided views (cuda_fold.h):
+// points ctx->sdpa_io at them (views[4] is the storage).
+static void sdpa_fold_views(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx,
+                            kiln_cuda_strided *views) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    memset(ctx->sdpa_io, 0, sizeof ctx->sdpa_io);
+    if (e->fold.sdpa_in[li] == 0 && e->fold.sdpa_out[li] < 0) return;
+    for (uint32_t j = 0; j < 3; j++) {
+        if (!(e->fold.sdpa_in[li] & (1u << j))) continue;
+        kiln_cuda_fold_view(p, &e->fold, c->views, p->ids[p->layers[li].input_begin + j],
+                            &views[j]);
+        ctx->sdpa_io[j] = &views[j];
+    }
+    if (e->fold.sdpa_out[li] >= 0) {
+        kiln_cuda_fold_out_view(p, &e->fold, c->views, li, &views[3]);
+        ctx->sdpa_io[3] = &views[3];
+    }
+}
+
 // Chooses every GEMM layer's cuBLASLt algorithm and every conv2d layer's cuDNN descriptors and
 // algorithm now, at the largest shapes with the I/O in the staging buffers, so that a first
 // execute at those shapes finds them cached (and the layer loop creates no descriptor).
@@ -665,6 +692,7 @@ static void prepare_gemms(cuda_context *c) {
     kiln_kernel_args args;
     kiln_cuda_ctx ctx;
     kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL];
+    kiln_cuda_strided sdpa_io[4];
     char where[96];
     if (c->lt == NULL && c->dnn == NULL) return;
     memset(&ctx, 0, sizeof ctx);
@@ -676,15 +704,24 @@ static void prepare_gemms(cuda_context *c) {
     ctx.workspace_nbytes = c->workspace_nbytes;
     ctx.sm_count = c->engine->sm_count;
     ctx.small_m = c->engine->small_m;
+    ctx.no_tc_attention = c->engine->no_tc_attention;
+    ctx.no_dnn_attention = c->engine->no_dnn_attention;
+    ctx.attn_rows = c->engine->attn_rows;
+    ctx.attn_split = c->engine->attn_split;
     ctx.where = where;
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         uint32_t op = p->layers[li].op;
-        if (op != KILN_OP_LINEAR && op != KILN_OP_MATMUL && op != KILN_OP_CONV2D) continue;
+        if (op != KILN_OP_LINEAR && op != KILN_OP_MATMUL && op != KILN_OP_CONV2D &&
+            op != KILN_OP_SDPA)
+            continue;
+        if (c->engine->fold.virt[li]) continue;
         build_args(p, c->views, li, tails, &args);
         snprintf(where, sizeof where, "layer %u (%s)", li, kiln_cuda_op_name(op));
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
+        ctx.attn = &c->attn[li];
         if (layer_layout(c, li, &ctx, &args, tails, views, 0) != KILN_OK) continue;
+        sdpa_fold_views(c, li, &ctx, sdpa_io);
         (void)kiln_cuda_gemm_prepare(&ctx, &args); // a miss only means a set-up at execute
     }
 }
@@ -702,9 +739,12 @@ static void bind_arena_views(cuda_context *c) {
     }
 }
 
-static int plan_has_conv(const kiln_plan *p) {
+// Convolutions and attention may run on cuDNN (attention: not with KILN_CUDA_NO_CUDNN_SDPA).
+static int plan_wants_dnn(const cuda_engine *e) {
+    const kiln_plan *p = e->plan;
     for (uint32_t li = 0; li < p->n_layers; li++) {
         if (p->layers[li].op == KILN_OP_CONV2D) return 1;
+        if (p->layers[li].op == KILN_OP_SDPA && !e->no_dnn_attention) return 1;
     }
     return 0;
 }
@@ -726,13 +766,14 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     c->nhwc_copy = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *c->nhwc_copy + 1);
     c->gemm = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->gemm);
     c->conv = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->conv);
+    c->attn = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->attn);
     c->sig_now = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_last = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_graph = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     if ((c->n_io > 0 && (c->staging == NULL || c->staged == NULL)) ||
         (p->n_tensors > 0 && c->views == NULL) || c->nhwc_copy == NULL ||
-        (p->n_layers > 0 && (c->gemm == NULL || c->conv == NULL)) || c->sig_now == NULL ||
-        c->sig_last == NULL || c->sig_graph == NULL) {
+        (p->n_layers > 0 && (c->gemm == NULL || c->conv == NULL || c->attn == NULL)) ||
+        c->sig_now == NULL || c->sig_last == NULL || c->sig_graph == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA context tables)");
         goto fail;
     }
@@ -750,7 +791,7 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
             goto fail;
         }
     }
-    if (plan_has_conv(p)) c->dnn = kiln_cuda_dnn_create(); // NULL: Kiln's conv kernels
+    if (plan_wants_dnn(e)) c->dnn = kiln_cuda_dnn_create(); // NULL: Kiln's kernels
     if (c->lt != NULL || c->dnn != NULL) { // one workspace: the layers run one after another
         c->workspace_nbytes = WORKSPACE_NBYTES;
         CUDA_TRY(cudaMalloc(&c->workspace, c->workspace_nbytes), "cudaMalloc (workspace)");
@@ -867,6 +908,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     ctx.workspace_nbytes = c->workspace_nbytes;
     ctx.sm_count = e->sm_count;
     ctx.no_tc_attention = e->no_tc_attention;
+    ctx.no_dnn_attention = e->no_dnn_attention;
     ctx.attn_rows = e->attn_rows;
     ctx.attn_split = e->attn_split;
     ctx.small_m = e->small_m;
@@ -894,21 +936,9 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
         ctx.gemv_keep = e->gemv_keep[li];
+        ctx.attn = &c->attn[li];
         KILN_CUDA_TRY(layer_layout(c, li, &ctx, &args, tails, views, 1));
-        if (e->fold.sdpa_in[li] != 0 || e->fold.sdpa_out[li] >= 0) {
-            for (uint32_t j = 0; j < 3; j++) {
-                ctx.sdpa_io[j] = NULL;
-                if (!(e->fold.sdpa_in[li] & (1u << j))) continue;
-                kiln_cuda_fold_view(p, &e->fold, c->views, p->ids[p->layers[li].input_begin + j],
-                                    &sdpa_io[j]);
-                ctx.sdpa_io[j] = &sdpa_io[j];
-            }
-            ctx.sdpa_io[3] = NULL;
-            if (e->fold.sdpa_out[li] >= 0) {
-                kiln_cuda_fold_out_view(p, &e->fold, c->views, li, &sdpa_io[3]);
-                ctx.sdpa_io[3] = &sdpa_io[3];
-            }
-        }
+        sdpa_fold_views(c, li, &ctx, sdpa_io);
         st = kiln_cuda_run(&ctx, &args);
         memset(ctx.sdpa_io, 0, sizeof ctx.sdpa_io);
         if (st != KILN_OK) return st;
@@ -1364,9 +1394,11 @@ static kiln_cuda_dnn *run_op_dnn(int device) {
 static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void *stream,
                                  uint32_t flags) {
     kiln_cuda_ctx ctx;
+    kiln_cuda_attn_cache attn;
     cudaStream_t own = NULL;
     int prev = -1, entered = 0;
     char where[96], why[256];
+    memset(&attn, 0, sizeof attn);
     kiln_status st = KILN_OK;
     memset(&ctx, 0, sizeof ctx);
     ctx.gemv_keep = -1;
@@ -1399,9 +1431,12 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
             goto fail;
         }
     }
-    if (!(flags & KILN_CUDA_RUN_NO_CUDNN) && args->op == KILN_OP_CONV2D) {
+    ctx.no_dnn_attention = env_flag("KILN_CUDA_NO_CUDNN_SDPA");
+    if (!(flags & KILN_CUDA_RUN_NO_CUDNN) &&
+        (args->op == KILN_OP_CONV2D || (args->op == KILN_OP_SDPA && !ctx.no_dnn_attention))) {
         ctx.dnn = run_op_dnn(device); // kept for the process: cudnnCreate is slow
     }
+    ctx.attn = &attn; // freed after the synchronize below
     if (ctx.lt != NULL || ctx.dnn != NULL) {
         ctx.workspace_nbytes = WORKSPACE_NBYTES;
         CUDA_TRY(cudaMalloc(&ctx.workspace, ctx.workspace_nbytes), "cudaMalloc (workspace)");
@@ -1415,6 +1450,7 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
 fail:
     if (ctx.stream != NULL) cudaStreamSynchronize(ctx.stream);
     if (st != KILN_OK) cudaGetLastError(); // reported: leave nothing pending
+    kiln_cuda_attn_cache_free(&attn);
     cudaFree(ctx.workspace);
     if (ctx.lt != NULL) cublasLtDestroy(ctx.lt);
     if (own != NULL) cudaStreamDestroy(own);
@@ -1499,6 +1535,7 @@ static const kiln_cuda_plugin plugin_table = {
     .device_count = plugin_device_count,
     .version = plugin_version,
     .run_op = plugin_run_op,
+    .dnn_version = kiln_cuda_dnn_version,
 };
 
 KILN_CUDA_EXPORT kiln_status kiln_cuda_plugin_v1(const kiln_cuda_services *services, char *reason,

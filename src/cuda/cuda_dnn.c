@@ -20,6 +20,7 @@
 // layer and runs on Kiln's kernel instead.
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,10 +56,19 @@ static struct {
     DNN_FN(cudnnConvolutionForward);
     DNN_FN(cudnnConvolutionBiasActivationForward);
     DNN_FN(cudnnAddTensor);
+    // the backend graph API (sdpa): optional, NULL when absent
+    DNN_FN(cudnnBackendCreateDescriptor);
+    DNN_FN(cudnnBackendDestroyDescriptor);
+    DNN_FN(cudnnBackendSetAttribute);
+    DNN_FN(cudnnBackendGetAttribute);
+    DNN_FN(cudnnBackendFinalize);
+    DNN_FN(cudnnBackendExecute);
+    DNN_FN(cudnnGetLastErrorString);
 } api;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int api_ok;
+static int api_graph_ok; // the backend API with the SDPA_FWD operation (cuDNN >= 9.13)
 static char api_reason[256];
 
 static int resolve(void *lib, const char *name, void *slot, size_t nbytes) {
@@ -104,11 +114,23 @@ static void load_api(void) {
     (void)resolve(lib, "cudnnFindConvolutionForwardAlgorithmEx",
                   &api.cudnnFindConvolutionForwardAlgorithmEx,
                   sizeof api.cudnnFindConvolutionForwardAlgorithmEx);
+    int graph_ok = 1;
+#define RESOLVE_GRAPH(name) graph_ok = graph_ok && resolve(lib, #name, &api.name, sizeof api.name)
+    RESOLVE_GRAPH(cudnnBackendCreateDescriptor);
+    RESOLVE_GRAPH(cudnnBackendDestroyDescriptor);
+    RESOLVE_GRAPH(cudnnBackendSetAttribute);
+    RESOLVE_GRAPH(cudnnBackendGetAttribute);
+    RESOLVE_GRAPH(cudnnBackendFinalize);
+    RESOLVE_GRAPH(cudnnBackendExecute);
+    RESOLVE_GRAPH(cudnnGetLastErrorString);
+#undef RESOLVE_GRAPH
     if (!ok) {
         snprintf(api_reason, sizeof api_reason, "libcudnn.so.9 lacks a legacy API symbol");
         return; // the library stays loaded (never unloaded, like the plugin)
     }
     api_ok = 1;
+    // The fused SDPA operation exists from cuDNN 9.13 on.
+    api_graph_ok = graph_ok && api.cudnnGetVersion() >= 91300;
 }
 
 struct kiln_cuda_dnn {
@@ -133,8 +155,8 @@ kiln_cuda_dnn *kiln_cuda_dnn_create(void) {
         if (!logged) {
             logged = 1; // benign race: at worst one more INFO line
             kiln_cuda_log(KILN_LOG_INFO,
-                          "cuDNN not available (%s): convolutions run on Kiln's "
-                          "own kernels",
+                          "cuDNN not available (%s): convolutions and attention run on "
+                          "Kiln's own kernels",
                           api_reason);
         }
         return NULL;
@@ -143,7 +165,8 @@ kiln_cuda_dnn *kiln_cuda_dnn_create(void) {
     if (d == NULL) return NULL;
     if (api.cudnnCreate(&d->h) != CUDNN_STATUS_SUCCESS) {
         cudaGetLastError(); // cuDNN's failed set-up must not leave a CUDA error pending
-        kiln_cuda_log(KILN_LOG_INFO, "cudnnCreate failed: convolutions run on Kiln's kernels");
+        kiln_cuda_log(KILN_LOG_INFO,
+                      "cudnnCreate failed: convolutions and attention run on Kiln's kernels");
         kiln_cuda_free(d, sizeof *d);
         return NULL;
     }
@@ -426,12 +449,377 @@ out:
     return st;
 }
 
+#if CUDNN_VERSION >= 91300 // the header declares the SDPA_FWD operation
+
+// --- sdpa: cuDNN's fused attention through the backend graph API
+//
+// One CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR (cuDNN >= 9.13: O = softmax(Q K^T * scale) V,
+// no mask, no stats) in an operation graph. At context creation (ctx->plan_only) every engine
+// configuration of the heuristic that finalizes within the workspace is timed as the engine
+// runs it (kiln_cuda_time_in_graph: cuDNN's own workspace memset included) and the fastest is
+// kept; a set-up at execute (a new shape) takes the heuristic's first. Each layer keeps up to
+// ATTN_MAX_PLANS plans, one per geometry, for the life of the context: a CUDA graph recorded
+// with a plan's kernel may still be described or replayed after the shapes changed, and cuDNN
+// releases a plan's kernels with it. Geometries beyond that, and any refusal (the operation, the
+// graph, no engine, the workspace), run on Kiln's kernel.
+
+#define ATTN_MAX_CFG 8
+#define ATTN_MAX_PLANS 8
+enum { ATTN_UID_Q = 1, ATTN_UID_K, ATTN_UID_V, ATTN_UID_O, ATTN_UID_SCALE };
+
+typedef struct attn_descs {
+    int state; // 1: plan ready; 3: cuDNN refused this geometry
+    int64_t key[KILN_CUDA_ATTN_KEY];
+    cudnnBackendDescriptor_t t[5], op, graph, heur, cfg[ATTN_MAX_CFG], plan, vpack;
+    int64_t ws_nbytes;
+    const void *vp_ptrs[4]; // the pointers vpack binds (q, k, v, out)
+    void *vp_ws;
+    float scale; // the by-value scale tensor's host value (read at execute and capture)
+} attn_descs;
+
+typedef struct attn_store {
+    int n;
+    attn_descs e[ATTN_MAX_PLANS];
+} attn_store;
+
+static void destroy_desc(cudnnBackendDescriptor_t *d) {
+    if (*d != NULL) api.cudnnBackendDestroyDescriptor(*d);
+    *d = NULL;
+}
+
+static void attn_descs_clear(attn_descs *d) {
+    for (int i = 0; i < 5; i++) destroy_desc(&d->t[i]);
+    for (int i = 0; i < ATTN_MAX_CFG; i++) destroy_desc(&d->cfg[i]);
+    destroy_desc(&d->op);
+    destroy_desc(&d->graph);
+    destroy_desc(&d->heur);
+    destroy_desc(&d->plan);
+    destroy_desc(&d->vpack);
+}
+
+void kiln_cuda_attn_cache_free(kiln_cuda_attn_cache *c) {
+    attn_store *st = c ? c->descs : NULL;
+    if (st == NULL) return;
+    for (int i = 0; i < st->n; i++) attn_descs_clear(&st->e[i]);
+    kiln_cuda_free(st, sizeof *st);
+    c->descs = NULL;
+}
+
+static int bset(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                cudnnBackendAttributeType_t t, int64_t n, const void *v) {
+    return api.cudnnBackendSetAttribute(d, a, t, n, v) == CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnBackendDescriptor_t bnew(cudnnBackendDescriptorType_t t) {
+    cudnnBackendDescriptor_t d = NULL;
+    if (api.cudnnBackendCreateDescriptor(t, &d) != CUDNN_STATUS_SUCCESS) return NULL;
+    return d;
+}
+
+static cudnnBackendDescriptor_t attn_tensor(int64_t uid, cudnnDataType_t dt, const int64_t *dims,
+                                            const int64_t *str, int by_value) {
+    cudnnBackendDescriptor_t t = bnew(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t align = 16;
+    const bool bv = by_value != 0;
+    if (t == NULL) return NULL;
+    if (!bset(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt) ||
+        !bset(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims) ||
+        !bset(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str) ||
+        !bset(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) ||
+        !bset(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align) ||
+        (bv && !bset(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &bv)) ||
+        api.cudnnBackendFinalize(t) != CUDNN_STATUS_SUCCESS) {
+        api.cudnnBackendDestroyDescriptor(t);
+        return NULL;
+    }
+    return t;
+}
+
+// Why cuDNN refused (its last error message), for the DEBUG log.
+static const char *attn_why(char *buf, size_t n) {
+    buf[0] = '\0';
+    api.cudnnGetLastErrorString(buf, n);
+    return buf[0] != '\0' ? buf : "no message";
+}
+
+// (Re)binds the variant pack to g's pointers; 0 when cuDNN refuses it.
+static int attn_bind(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, attn_descs *d) {
+    const void *now[4] = {g->q, g->k, g->v, g->out};
+    void *ws = d->ws_nbytes > 0 ? ctx->workspace : NULL;
+    if (d->vpack != NULL && memcmp(now, d->vp_ptrs, sizeof now) == 0 && ws == d->vp_ws) return 1;
+    destroy_desc(&d->vpack);
+    d->vpack = bnew(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    void *ptrs[5] = {(void *)g->q, (void *)g->k, (void *)g->v, g->out, &d->scale};
+    const int64_t uids[5] = {ATTN_UID_Q, ATTN_UID_K, ATTN_UID_V, ATTN_UID_O, ATTN_UID_SCALE};
+    if (d->vpack == NULL ||
+        !bset(d->vpack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 5, ptrs) ||
+        !bset(d->vpack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 5, uids) ||
+        !bset(d->vpack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws) ||
+        api.cudnnBackendFinalize(d->vpack) != CUDNN_STATUS_SUCCESS) {
+        destroy_desc(&d->vpack);
+        return 0;
+    }
+    memcpy(d->vp_ptrs, now, sizeof now);
+    d->vp_ws = ws;
+    return 1;
+}
+
+typedef struct attn_run {
+    cudnnHandle_t h;
+    cudnnBackendDescriptor_t plan, vpack;
+} attn_run;
+
+static int attn_enqueue(void *arg) {
+    const attn_run *r = arg;
+    return api.cudnnBackendExecute(r->h, r->plan, r->vpack) == CUDNN_STATUS_SUCCESS;
+}
+
+// A finalized execution plan for engine configuration cfg within the workspace, or NULL.
+static cudnnBackendDescriptor_t attn_plan(const kiln_cuda_ctx *ctx, cudnnBackendDescriptor_t cfg,
+                                          int64_t *ws) {
+    cudnnHandle_t h = ctx->dnn->h;
+    int64_t cnt = 0;
+    cudnnBackendDescriptor_t plan = bnew(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    if (plan == NULL) return NULL;
+    *ws = 0;
+    if (bset(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) &&
+        bset(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+             &cfg) &&
+        api.cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+        api.cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &cnt, ws) == CUDNN_STATUS_SUCCESS &&
+        *ws >= 0 && (size_t)*ws <= ctx->workspace_nbytes) {
+        return plan;
+    }
+    api.cudnnBackendDestroyDescriptor(plan);
+    return NULL;
+}
+
+// Builds the plan for g into d (tuned when `tune`); *best_us gets the kept plan's time when
+// timed. 0 with a DEBUG log when cuDNN refuses at any step.
+static int attn_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, attn_descs *d,
+                      int tune, float *best_us) {
+    const cudnnDataType_t dt = g->dtype == KILN_DTYPE_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+    const int64_t dims[4][4] = {{g->b, g->hq, g->sq, g->d},
+                                {g->b, g->hk, g->skv, g->d},
+                                {g->b, g->hk, g->skv, g->dv},
+                                {g->b, g->hq, g->sq, g->dv}};
+    const int64_t one[4] = {1, 1, 1, 1};
+    const cudnnBackendAttributeName_t io[4] = {
+        CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC,
+        CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC};
+    const char *step = "tensor descriptors";
+    char why[256];
+    cudnnHandle_t h = ctx->dnn->h;
+    int64_t n = 0, got = 0;
+    int timed = 0, pick = -1;
+    attn_descs_clear(d);
+    *best_us = -1.0f;
+    for (int i = 0; i < 4; i++) {
+        d->t[i] = attn_tensor(ATTN_UID_Q + i, dt, dims[i], g->str[i], 0);
+        if (d->t[i] == NULL) goto refused;
+    }
+    d->t[4] = attn_tensor(ATTN_UID_SCALE, CUDNN_DATA_FLOAT, one, one, 1);
+    if (d->t[4] == NULL) goto refused;
+    step = "the SDPA_FWD operation";
+    d->op = bnew(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR);
+    if (d->op == NULL) goto refused;
+    for (int i = 0; i < 4; i++) {
+        if (!bset(d->op, io[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d->t[i])) goto refused;
+    }
+    if (!bset(d->op, CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+              &d->t[4]) ||
+        api.cudnnBackendFinalize(d->op) != CUDNN_STATUS_SUCCESS)
+        goto refused;
+    step = "the operation graph";
+    d->graph = bnew(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    if (d->graph == NULL ||
+        !bset(d->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
+        !bset(d->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d->op) ||
+        api.cudnnBackendFinalize(d->graph) != CUDNN_STATUS_SUCCESS)
+        goto refused;
+    step = "the engine heuristic";
+    for (int pass = 0; pass < 2 && n == 0; pass++) {
+        const cudnnBackendHeurMode_t mode =
+            pass == 0 ? CUDNN_HEUR_MODE_A : CUDNN_HEUR_MODE_FALLBACK;
+        destroy_desc(&d->heur);
+        d->heur = bnew(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+        if (d->heur == NULL ||
+            !bset(d->heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                  &d->graph) ||
+            !bset(d->heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ||
+            api.cudnnBackendFinalize(d->heur) != CUDNN_STATUS_SUCCESS ||
+            api.cudnnBackendGetAttribute(d->heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
+                                         NULL) != CUDNN_STATUS_SUCCESS)
+            n = 0;
+    }
+    if (n <= 0) goto refused;
+    if (n > ATTN_MAX_CFG) n = ATTN_MAX_CFG;
+    for (int64_t i = 0; i < n; i++) {
+        d->cfg[i] = bnew(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+        if (d->cfg[i] == NULL) goto refused;
+    }
+    if (api.cudnnBackendGetAttribute(d->heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got,
+                                     d->cfg) != CUDNN_STATUS_SUCCESS)
+        goto refused;
+    step = "an execution plan";
+    d->scale = g->scale;
+    for (int64_t i = 0; i < got && i < n; i++) {
+        int64_t ws = 0;
+        cudnnBackendDescriptor_t plan = attn_plan(ctx, d->cfg[i], &ws);
+        if (plan == NULL) continue;
+        if (!tune) {
+            d->plan = plan;
+            d->ws_nbytes = ws;
+            pick = (int)i;
+            break;
+        }
+        d->ws_nbytes = ws; // the candidate's variant pack
+        float us = -1.0f;
+        if (attn_bind(ctx, g, d)) {
+            attn_run r = {h, plan, d->vpack};
+            api.cudnnSetStream(h, ctx->stream);
+            us = kiln_cuda_time_in_graph(ctx->stream, attn_enqueue, &r);
+            timed++;
+        }
+        if (us >= 0.0f && (d->plan == NULL || us < *best_us)) {
+            int64_t keep_ws = ws;
+            destroy_desc(&d->plan);
+            d->plan = plan;
+            *best_us = us;
+            pick = (int)i;
+            d->ws_nbytes = keep_ws;
+        } else {
+            api.cudnnBackendDestroyDescriptor(plan);
+        }
+        destroy_desc(&d->vpack); // rebuilt for the kept plan's workspace
+    }
+    if (d->plan == NULL) goto refused;
+    if (tune) { // the kept plan's workspace size (the loop left the last candidate's)
+        int64_t cnt = 0;
+        api.cudnnBackendGetAttribute(d->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &cnt, &d->ws_nbytes);
+    }
+    kiln_cuda_log(KILN_LOG_DEBUG,
+                  "cuDNN sdpa plan [%lld, %lld/%lld, %lld x %lld, %lld/%lld] ready at %s: engine "
+                  "configuration %d of %lld%s%.2f us, workspace %lld bytes",
+                  (long long)g->b, (long long)g->hq, (long long)g->hk, (long long)g->sq,
+                  (long long)g->skv, (long long)g->d, (long long)g->dv,
+                  ctx->where ? ctx->where : "?", pick + 1, (long long)got,
+                  timed > 0 ? ", the fastest of the timed: " : " (heuristic's first), ",
+                  timed > 0 ? (double)*best_us : 0.0, (long long)d->ws_nbytes);
+    cudaGetLastError();
+    return 1;
+refused:
+    kiln_cuda_log(KILN_LOG_DEBUG,
+                  "cuDNN declined sdpa [%lld, %lld/%lld, %lld x %lld, %lld/%lld] at %s (%s: %s): "
+                  "Kiln's kernel",
+                  (long long)g->b, (long long)g->hq, (long long)g->hk, (long long)g->sq,
+                  (long long)g->skv, (long long)g->d, (long long)g->dv,
+                  ctx->where ? ctx->where : "?", step, attn_why(why, sizeof why));
+    attn_descs_clear(d);
+    cudaGetLastError(); // a refusal must not leave a CUDA error pending
+    return 0;
+}
+
+static int attn_tune_enabled(void) {
+    const char *v = getenv("KILN_CUDA_ATTN_TUNE");
+    return v == NULL || strcmp(v, "0") != 0;
+}
+
+kiln_status kiln_cuda_dnn_sdpa(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, int *done) {
+    kiln_cuda_attn_cache local, *c = ctx->attn != NULL ? ctx->attn : &local;
+    int64_t key[KILN_CUDA_ATTN_KEY];
+    kiln_status st = KILN_OK;
+    attn_descs *d = NULL;
+    char why[256];
+    *done = 0;
+    if (ctx->dnn == NULL || !api_graph_ok || ctx->no_dnn_attention) return KILN_OK;
+    if (c == &local) memset(&local, 0, sizeof local);
+    if (c->state == 2 || c->state == 4) return KILN_OK; // never / Kiln's kernel was faster
+    if (c->descs == NULL) {
+        c->descs = kiln_cuda_calloc(sizeof(attn_store));
+        if (c->descs == NULL) {
+            c->state = 2;
+            return KILN_OK;
+        }
+    }
+    attn_store *store = c->descs;
+    memset(key, 0, sizeof key);
+    union {
+        float f;
+        uint32_t u;
+    } sc = {.f = g->scale};
+    const int64_t head[9] = {g->dtype, g->b, g->hq, g->hk, g->sq, g->skv, g->d, g->dv, sc.u};
+    memcpy(key, head, sizeof head);
+    memcpy(key + 9, g->str, sizeof g->str);
+    for (int i = 0; i < store->n && d == NULL; i++) {
+        if (memcmp(store->e[i].key, key, sizeof key) == 0) d = &store->e[i];
+    }
+    if (d == NULL) {
+        if (store->n == ATTN_MAX_PLANS) goto out; // a geometry beyond the kept plans
+        d = &store->e[store->n++];
+        memcpy(d->key, key, sizeof key);
+        float us = -1.0f;
+        d->state = attn_setup(ctx, g, d, ctx->plan_only && attn_tune_enabled(), &us) ? 1 : 3;
+        if (d->state == 1) {
+            c->state = 1;
+            c->dnn_us = us;
+        }
+    }
+    if (d->state != 1 || ctx->plan_only) goto out;
+    if (!attn_bind(ctx, g, d)) {
+        kiln_cuda_log(KILN_LOG_DEBUG, "cuDNN sdpa variant pack refused at %s (%s): Kiln's kernel",
+                      ctx->where ? ctx->where : "?", attn_why(why, sizeof why));
+        cudaGetLastError();
+        goto out;
+    }
+    api.cudnnSetStream(ctx->dnn->h, ctx->stream);
+    cudnnStatus_t s = api.cudnnBackendExecute(ctx->dnn->h, d->plan, d->vpack);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        // Refused before any work was enqueued: Kiln's kernel from now on at this geometry.
+        cudaGetLastError();
+        d->state = 3;
+        kiln_cuda_log(KILN_LOG_DEBUG, "cudnnBackendExecute declined sdpa (%s) at %s: %s",
+                      api.cudnnGetErrorString(s), ctx->where ? ctx->where : "?",
+                      attn_why(why, sizeof why));
+        goto out;
+    }
+    st = kiln_cuda_check_launch(ctx, "cudnnBackendExecute (sdpa)");
+    *done = st == KILN_OK;
+out:
+    if (c == &local) kiln_cuda_attn_cache_free(&local);
+    return st;
+}
+
+#else // cudnn.h older than 9.13: attention on Kiln's kernels
+
+void kiln_cuda_attn_cache_free(kiln_cuda_attn_cache *c) { (void)c; }
+kiln_status kiln_cuda_dnn_sdpa(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, int *done) {
+    (void)ctx;
+    (void)g;
+    (void)api_graph_ok;
+    *done = 0;
+    return KILN_OK;
+}
+
+#endif
+
 #else // no cudnn.h at build time: Kiln's kernels only
 
 kiln_cuda_dnn *kiln_cuda_dnn_create(void) { return NULL; }
 void kiln_cuda_dnn_destroy(kiln_cuda_dnn *d) { (void)d; }
 size_t kiln_cuda_dnn_version(void) { return 0; }
 void kiln_cuda_conv_cache_free(kiln_cuda_conv_cache *c) { (void)c; }
+void kiln_cuda_attn_cache_free(kiln_cuda_attn_cache *c) { (void)c; }
+kiln_status kiln_cuda_dnn_sdpa(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, int *done) {
+    (void)ctx;
+    (void)g;
+    *done = 0;
+    return KILN_OK;
+}
 kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                                  const kiln_cuda_conv_params *p, uint32_t *skip, int *done) {
     (void)ctx;

@@ -71,6 +71,28 @@ typedef struct kiln_cuda_conv_cache {
     void *descs; // cuDNN descriptors (cuda_dnn.c)
 } kiln_cuda_conv_cache;
 
+// The cuDNN set-up of one sdpa layer (cuda_dnn.c: the backend graph API's fused SDPA operation,
+// cuDNN >= 9.13): a plan per geometry (key: sizes, strides, dtype, scale), kept for the life of
+// the context. At context creation the fastest engine configuration is timed against Kiln's
+// own kernel (op_attention.cu) and the faster one runs the layer.
+#define KILN_CUDA_ATTN_KEY 25
+typedef struct kiln_cuda_attn_cache {
+    int state;    // 0: not set up; 1: cuDNN; 2: never cuDNN; 4: Kiln's kernel timed faster
+    float dnn_us; // cuDNN's time at context creation (negative: not timed)
+    void *descs;  // cuDNN backend descriptors (cuda_dnn.c)
+} kiln_cuda_attn_cache;
+
+// One sdpa as cuDNN sees it: q [b, hq, sq, d], k [b, hk, skv, d], v [b, hk, skv, dv],
+// out [b, hq, sq, dv], each with element strides over those four dims (innermost 1).
+typedef struct kiln_cuda_attn_geom {
+    uint32_t dtype;
+    int64_t b, hq, hk, sq, skv, d, dv;
+    int64_t str[4][4]; // q, k, v, out
+    float scale;
+    const void *q, *k, *v;
+    void *out;
+} kiln_cuda_attn_geom;
+
 // One conv2d's geometry (NCHW input, OIHW weight).
 typedef struct kiln_cuda_conv_params {
     int64_t n, c, h, w, o, oh, ow, groups;
@@ -90,6 +112,8 @@ typedef struct kiln_cuda_ctx {
     kiln_cuda_gemm_cache *gemm; // this layer's cache (NULL: none, set up on every call)
     kiln_cuda_dnn *dnn;         // NULL: convolutions on Kiln's kernels
     kiln_cuda_conv_cache *conv; // this layer's cuDNN cache (NULL: none, set up on every call)
+    kiln_cuda_attn_cache *attn; // this sdpa layer's cuDNN cache (NULL: none, set up per call)
+    int no_dnn_attention;       // sdpa: never cuDNN (KILN_CUDA_NO_CUDNN_SDPA, tests)
     int sm_count;               // multiprocessors of the device
     int plan_only;              // GEMM launchers only choose (and cache) their algorithm
     int no_tc_attention;        // sdpa: never the tensor-core kernel (tests, debugging)
@@ -170,6 +194,13 @@ KILN_CUDA_LAUNCHER(sdpa);                // op_attention.cu
 // KILN_CUDA_PROFILE: a one-thread kernel that waits `us` microseconds (op_eltwise.cu).
 kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us);
 
+// Microseconds per run of a candidate, timed as the engine runs it: KILN_CUDA_TIME_REPS runs
+// (`enqueue` queues one on `stream` and returns nonzero on success) captured into a CUDA graph,
+// launched once to warm up, then twice between events (cuda_util.c). Negative when it cannot
+// run (nothing is left pending). Context creation only: it synchronizes the stream.
+#define KILN_CUDA_TIME_REPS 10
+float kiln_cuda_time_in_graph(cudaStream_t stream, int (*enqueue)(void *arg), void *arg);
+
 // Copies a strided view: dst[sum idx*dst_strides] = src[sum idx*src_strides] over dims (element
 // strides, esize-byte elements; src strides may be 0 to broadcast) (op_shape.cu).
 kiln_status kiln_cuda_copy_strided(const kiln_cuda_ctx *ctx, void *dst, const void *src,
@@ -203,6 +234,12 @@ void kiln_cuda_conv_cache_free(kiln_cuda_conv_cache *cache);
 // the caller must run Kiln's kernel. With ctx->plan_only it only sets up the cache.
 kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                                  const kiln_cuda_conv_params *p, uint32_t *skip, int *done);
+
+void kiln_cuda_attn_cache_free(kiln_cuda_attn_cache *cache);
+// Runs sdpa (no mask, not causal) through cuDNN's fused attention; *done = 0 when the caller
+// must run Kiln's kernel (cuDNN absent or older than 9.13, or it declined these shapes: declines
+// are remembered per key). With ctx->plan_only it only sets up the cache.
+kiln_status kiln_cuda_dnn_sdpa(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, int *done);
 
 // Runs one layer: dispatches on args->op (cuda_dispatch.c).
 kiln_status kiln_cuda_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args);

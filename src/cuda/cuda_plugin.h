@@ -58,6 +58,9 @@ typedef struct kiln_cuda_plugin {
     // Test hook: runs one layer (op + fused tail) whose tensors live in device memory on device
     // `device`, on `stream` (a cudaStream_t; NULL: a private stream), and waits for it.
     kiln_status (*run_op)(const kiln_kernel_args *args, int device, void *stream, uint32_t flags);
+    // cuDNN's version (cudnnGetVersion, e.g. 91900), loading it on first call; 0 when it cannot
+    // be loaded (tests and diagnostics: which cuDNN paths must run).
+    size_t (*dnn_version)(void);
 } kiln_cuda_plugin;
 
 // The plugin's exported entry point (KILN_CUDA_PLUGIN_ENTRY). Probes the driver and devices

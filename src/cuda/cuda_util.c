@@ -74,3 +74,32 @@ size_t kiln_cuda_dtype_size(uint32_t dtype) {
     default: return 0;
     }
 }
+
+float kiln_cuda_time_in_graph(cudaStream_t stream, int (*enqueue)(void *arg), void *arg) {
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    float ms = -1.0f;
+    int ok = 1;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess ||
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        ok = 0;
+    } else {
+        for (int rep = 0; rep < KILN_CUDA_TIME_REPS && ok; rep++) ok = enqueue(arg);
+        // the capture always ends, whatever failed inside it
+        ok = cudaStreamEndCapture(stream, &g) == cudaSuccess && ok;
+    }
+    ok = ok && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
+         cudaGraphLaunch(ge, stream) == cudaSuccess && kiln_cuda_delay(stream, 100) == KILN_OK &&
+         cudaEventRecord(e0, stream) == cudaSuccess && cudaGraphLaunch(ge, stream) == cudaSuccess &&
+         cudaGraphLaunch(ge, stream) == cudaSuccess && cudaEventRecord(e1, stream) == cudaSuccess &&
+         cudaEventSynchronize(e1) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+    cudaStreamSynchronize(stream);
+    cudaGetLastError(); // a candidate that cannot run is not an error of the engine
+    if (ge != NULL) cudaGraphExecDestroy(ge);
+    if (g != NULL) cudaGraphDestroy(g);
+    if (e0 != NULL) cudaEventDestroy(e0);
+    if (e1 != NULL) cudaEventDestroy(e1);
+    return ok ? ms * 1000.0f / (2 * KILN_CUDA_TIME_REPS) : -1.0f;
+}

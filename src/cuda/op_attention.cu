@@ -782,6 +782,117 @@ extern "C" kiln_status kiln_cuda_attention_init(void) {
     return KILN_OK;
 }
 
+// --- cuDNN's fused attention (cuda_dnn.c) for float16/bfloat16 without mask or causality
+
+// The batch dims as cuDNN's (B, H) for one operand: the last batch dim is H, the ones before it
+// merge into B when their strides chain (size-1 dims skipped). Stride 0 on a dim > 1 (a
+// broadcast) is allowed only where `bcast_h` (k, v: one head for all, hk = 1). 0: not mappable.
+static int sdpa_dnn_bh(const sdpa_params *P, const int64_t *bstr, int64_t rows, int64_t rs,
+                       int bcast_h, int64_t *b_str, int64_t *h_str, int *h_bcast) {
+    int64_t hs = rows * rs, bs = 0, expect = -1;
+    *h_bcast = 0;
+    if (P->nb >= 1) {
+        const int64_t n = P->bdims[P->nb - 1], st = bstr[P->nb - 1];
+        if (n > 1 && st == 0) {
+            if (!bcast_h) return 0;
+            *h_bcast = 1;
+        } else if (n > 1) {
+            hs = st;
+        }
+    }
+    const int64_t hn = P->nb >= 1 && !*h_bcast ? P->bdims[P->nb - 1] : 1;
+    bs = hn * hs;
+    for (int d = P->nb - 2; d >= 0; d--) {
+        const int64_t n = P->bdims[d], st = bstr[d];
+        if (n == 1) continue;
+        if (st == 0) return 0;
+        if (expect < 0) {
+            bs = st; // the innermost merged dim sets B's stride
+        } else if (st != expect) {
+            return 0;
+        }
+        expect = st * n;
+    }
+    *b_str = bs;
+    *h_str = hs;
+    return 1;
+}
+
+static int sdpa_dnn_geom(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype,
+                         kiln_cuda_attn_geom *g) {
+    if (ctx->dnn == NULL || ctx->no_dnn_attention || ctx->no_tc_attention || ctx->attn_rows != 0 ||
+        ctx->attn_split != 0)
+        return 0; // a forced kernel choice (tests, debugging) keeps Kiln's kernels
+    if (P->mask != NULL || P->causal || (dtype != KILN_DTYPE_F16 && dtype != KILN_DTYPE_BF16))
+        return 0;
+    if (P->e % 8 != 0 || P->ev % 8 != 0 || P->e > 256 || P->ev > 256) return 0;
+    const void *ptr[4] = {P->q, P->k, P->v, P->out};
+    const int64_t *bs[4] = {P->q_bstr, P->k_bstr, P->v_bstr, P->o_bstr};
+    const int64_t rs[4] = {P->q_rs, P->k_rs, P->v_rs, P->o_rs};
+    const int64_t rows[4] = {P->l, P->s, P->s, P->l};
+    int hb[4];
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < 4; i++) {
+        if ((uintptr_t)ptr[i] % 16 != 0 || rs[i] % 8 != 0) return 0;
+        if (!sdpa_dnn_bh(P, bs[i], rows[i], rs[i], i == 1 || i == 2, &g->str[i][0], &g->str[i][1],
+                         &hb[i]))
+            return 0;
+        if (g->str[i][0] % 8 != 0 || g->str[i][1] % 8 != 0) return 0;
+        g->str[i][2] = rs[i];
+        g->str[i][3] = 1;
+    }
+    if (hb[1] != hb[2]) return 0;
+    g->dtype = dtype;
+    g->hq = P->nb >= 1 ? P->bdims[P->nb - 1] : 1;
+    g->hk = hb[1] ? 1 : g->hq;
+    g->b = g->hq > 0 ? P->batch / g->hq : 0;
+    g->sq = P->l;
+    g->skv = P->s;
+    g->d = P->e;
+    g->dv = P->ev;
+    g->scale = P->scale;
+    g->q = P->q;
+    g->k = P->k;
+    g->v = P->v;
+    g->out = P->out;
+    return g->b > 0 && g->sq > 0 && g->skv > 0;
+}
+
+// Kiln's own kernels for the dtype.
+static kiln_status sdpa_own(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype) {
+    switch (dtype) {
+    case KILN_DTYPE_F32: return sdpa_launch<float>(ctx, P);
+    case KILN_DTYPE_F16: return sdpa_launch<__half>(ctx, P);
+    default: return sdpa_launch<__nv_bfloat16>(ctx, P);
+    }
+}
+
+struct sdpa_own_run {
+    const kiln_cuda_ctx *ctx;
+    const sdpa_params *P;
+    uint32_t dtype;
+};
+
+static int sdpa_own_enqueue(void *arg) {
+    const sdpa_own_run *r = (const sdpa_own_run *)arg;
+    return sdpa_own(r->ctx, r->P, r->dtype) == KILN_OK;
+}
+
+// Context creation, after cuDNN set up (and timed) the layer: times Kiln's own kernel the same
+// way and keeps it (attn state 4) when it is at least as fast (BERT b1's 128 x 128 heads, for
+// one: Kiln's split-key kernel 5.4 us against cuDNN's 7.2 plus its workspace memset, H200).
+static void sdpa_pick(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype) {
+    kiln_cuda_attn_cache *c = ctx->attn;
+    if (c == NULL || c->state != 1 || c->dnn_us < 0.0f) return;
+    sdpa_own_run r = {ctx, P, dtype};
+    const float own = kiln_cuda_time_in_graph(ctx->stream, sdpa_own_enqueue, &r);
+    const int keep_own = own >= 0.0f && own <= c->dnn_us;
+    if (keep_own) c->state = 4;
+    kiln_cuda_log(KILN_LOG_INFO, "sdpa at %s: cuDNN %.2f us, Kiln's kernel %.2f us: %s",
+                  ctx->where ? ctx->where : "?", (double)c->dnn_us, (double)own,
+                  keep_own ? "Kiln's kernel" : "cuDNN");
+}
+
 // --- entry points
 
 extern "C" kiln_status kiln_cuda_sdpa(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
@@ -871,9 +982,16 @@ extern "C" kiln_status kiln_cuda_sdpa(const kiln_cuda_ctx *ctx, const kiln_kerne
         P.mask_dt = mask->dtype;
     }
     if (P.batch * P.l * P.ev == 0) return KILN_OK;
-    switch (y->dtype) {
-    case KILN_DTYPE_F32: return sdpa_launch<float>(ctx, &P);
-    case KILN_DTYPE_F16: return sdpa_launch<__half>(ctx, &P);
-    default: return sdpa_launch<__nv_bfloat16>(ctx, &P);
+    kiln_cuda_attn_geom g;
+    if (sdpa_dnn_geom(ctx, &P, y->dtype, &g)) {
+        int done = 0;
+        KILN_CUDA_TRY(kiln_cuda_dnn_sdpa(ctx, &g, &done));
+        if (done) return KILN_OK;
+        if (ctx->plan_only) {
+            sdpa_pick(ctx, &P, y->dtype);
+            return KILN_OK;
+        }
     }
+    if (ctx->plan_only) return KILN_OK;
+    return sdpa_own(ctx, &P, y->dtype);
 }

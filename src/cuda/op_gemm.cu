@@ -878,5 +878,6 @@ extern "C" kiln_status kiln_cuda_gemm_prepare(const kiln_cuda_ctx *ctx,
     if (args->op == KILN_OP_LINEAR) return kiln_cuda_linear(&plan, args);
     if (args->op == KILN_OP_MATMUL) return kiln_cuda_matmul(&plan, args);
     if (args->op == KILN_OP_CONV2D) return kiln_cuda_conv2d(&plan, args);
+    if (args->op == KILN_OP_SDPA) return kiln_cuda_sdpa(&plan, args);
     return KILN_OK;
 }

@@ -15,7 +15,9 @@
 // 77 when no CUDA device or plugin is available (ctest: skipped).
 #define _POSIX_C_SOURCE 200809L // setenv (the attention-fold kill switch cases)
 #include <cuda_runtime_api.h>
+#include <execinfo.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +46,11 @@ static const char *opt_filter;
 static int n_skipped;
 static int n_lt_rejected, n_lt_noalgo, n_lt_rejected_total; // from the plugin's log messages
 static int n_dnn_declined;
-static int n_stem_logged = -1;     // "N on the stem kernel" of the last CUDA engine loaded
-static int n_nhwc_logged = -1;     // "NHWC: N of M conv2d" of the last CUDA engine loaded
+static int log_all;            // KILN_TEST_LOG_ALL=1: print every plugin message, not only warnings
+static int n_attn_dnn;         // "cuDNN sdpa plan ... ready" messages (the fused attention set up)
+static int dnn_attn_ok = -1;   // cuDNN's fused attention available (>= 9.13, not switched off)
+static int n_stem_logged = -1; // "N on the stem kernel" of the last CUDA engine loaded
+static int n_nhwc_logged = -1; // "NHWC: N of M conv2d" of the last CUDA engine loaded
 static long long n_l2_logged = -1; // "GEMV weights kept in L2: N bytes" of the last one
 
 // Log hook: prints warnings and errors, counts the plugin's cuBLASLt fallbacks.
@@ -58,6 +63,7 @@ static void log_hook(void *user_data, kiln_log_level level, const char *message)
     if (strstr(message, "has no algorithm") != NULL) n_lt_noalgo++;
     if (strstr(message, "cuDNN declined") != NULL || strstr(message, "cudnnAddTensor declined"))
         n_dnn_declined++;
+    if (strstr(message, "cuDNN sdpa plan") != NULL) n_attn_dnn++;
     const char *stem = strstr(message, " on the stem kernel");
     if (stem != NULL) {
         const char *d = stem;
@@ -68,7 +74,17 @@ static void log_hook(void *user_data, kiln_log_level level, const char *message)
     if (nhwc != NULL && stem != NULL) n_nhwc_logged = atoi(nhwc + 6);
     const char *l2 = strstr(message, "kept in L2: ");
     if (l2 != NULL) n_l2_logged = atoll(l2 + 12);
-    if (level >= KILN_LOG_WARN) fprintf(stderr, "kiln: %s\n", message);
+    if (level >= KILN_LOG_WARN || log_all) fprintf(stderr, "kiln: %s\n", message);
+}
+
+// A crash prints the stack (addresses inside the plugin resolve with addr2line on its build).
+static void on_crash(int sig) {
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    fprintf(stderr, "kiln_cuda_parity: signal %d; stack:\n", sig);
+    backtrace_symbols_fd(frames, n, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 // --- small utilities
@@ -335,9 +351,11 @@ typedef struct op_case {
     uint32_t n_tail;
     tail_case tail[KILN_MAX_TAIL];
     tol tol;
-    int gemm; // run twice: cuBLASLt and Kiln's own kernel
-    int dnn;  // run twice: cuDNN and Kiln's own kernel (conv2d)
-    int attn; // run twice: the tensor-core sdpa kernel (where it applies) and the fp32-FMA one
+    int gemm;     // run twice: cuBLASLt and Kiln's own kernel
+    int dnn;      // run twice: cuDNN and Kiln's own kernel (conv2d)
+    int attn;     // run three times: the default (cuDNN's fused attention where it applies), Kiln's
+                  // tensor-core kernel (where it applies) and its fp32-FMA one
+    int attn_dnn; // the default must run on cuDNN where its fused attention is available
 } op_case;
 
 static void case_init(op_case *c, uint32_t op) {
@@ -500,20 +518,24 @@ static void run_case(const op_case *c) {
     out_ref.dev = out_ref.host;
     out_ref.dev.data = dev_out;
     dargs.out = &out_ref.dev;
-    for (int variant = 0; variant < (c->gemm || c->dnn || c->attn ? 2 : 1); variant++) {
+    static const char *const attn_names[3] = {"[attention]", "[tc attention]", "[fma attention]"};
+    for (int variant = 0; variant < (c->attn ? 3 : c->gemm || c->dnn ? 2 : 1); variant++) {
         const char *vname = c->gemm   ? (variant == 0 ? "[cublasLt]" : "[own gemm]")
                             : c->dnn  ? (variant == 0 ? "[cudnn]" : "[own conv]")
-                            : c->attn ? (variant == 0 ? "[tc attention]" : "[fma attention]")
+                            : c->attn ? attn_names[variant]
                                       : NULL;
         uint32_t flags = variant == 1 ? KILN_CUDA_RUN_NO_CUBLASLT | KILN_CUDA_RUN_NO_CUDNN |
                                             KILN_CUDA_RUN_NO_TC_ATTENTION
                                       : 0;
+        if (c->attn && variant > 0) { // 1: no cuDNN; 2: no cuDNN, no tensor-core kernel
+            flags = KILN_CUDA_RUN_NO_CUDNN | (variant == 2 ? KILN_CUDA_RUN_NO_TC_ATTENTION : 0);
+        }
         // Poison the output so that an element the kernel forgets to write shows up.
         if (!cuda_ok(cudaMemset(dev_out, 0xFF, out_ref.nbytes), "cudaMemset")) {
             report(0, name, vname, "cudaMemset failed");
             continue;
         }
-        n_lt_rejected = n_lt_noalgo = n_dnn_declined = 0;
+        n_lt_rejected = n_lt_noalgo = n_dnn_declined = n_attn_dnn = 0;
         st = plugin->run_op(&dargs, 0, NULL, flags);
         if (st == KILN_OK && n_lt_rejected > 0) {
             report(0, name, vname, "cublasLtMatmul rejected the problem (see the warning)");
@@ -538,6 +560,17 @@ static void run_case(const op_case *c) {
             size_t used = strlen(msg);
             snprintf(msg + used, sizeof msg - used,
                      "; cuDNN declined (part of) it: own kernel ran");
+        }
+        if (variant == 0 && c->attn) {
+            size_t used = strlen(msg);
+            snprintf(msg + used, sizeof msg - used, "; %s",
+                     n_attn_dnn > 0 ? "on cuDNN" : "on Kiln's kernel");
+            if (c->attn_dnn && dnn_attn_ok == 1 && n_attn_dnn == 0) {
+                same = 0;
+                used = strlen(msg);
+                snprintf(msg + used, sizeof msg - used,
+                         " (cuDNN's fused attention is available: it must run this case)");
+            }
         }
         report(same, name, vname, msg);
     }
@@ -1231,6 +1264,7 @@ static void cases_sdpa(void) {
         case_in(&c, S(dt, "1x12x128x64"));
         case_in(&c, S(dt, "1x12x128x64"));
         c.label = "BERT head";
+        c.attn_dnn = dt != F32;
         run_case(&c);
         if (opt_quick) continue;
         case_init(&c, KILN_OP_SDPA);
@@ -1271,6 +1305,7 @@ static void cases_sdpa_tc(void) {
             case_in(&c, S(dt, ks));
             case_in(&c, S(dt, ks));
             c.label = "tc: L 100, S 77";
+            c.attn_dnn = 1;
             run_case(&c);
             case_init(&c, KILN_OP_SDPA);
             case_in(&c, S(dt, qs));
@@ -1330,12 +1365,14 @@ static void cases_sdpa_tc(void) {
         case_in(&c, S(dt, "8x12x128x64"));
         case_in(&c, S(dt, "8x12x128x64"));
         c.label = "tc: BERT b8";
+        c.attn_dnn = 1;
         run_case(&c);
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "1x16x256x64"));
         case_in(&c, S(dt, "1x16x256x64"));
         case_in(&c, S(dt, "1x16x256x64"));
         c.label = "tc: encoder d1024 s256";
+        c.attn_dnn = 1;
         run_case(&c);
         // the split-key kernel: several tiles per warp, a causal diagonal inside a warp's tile
         case_init(&c, KILN_OP_SDPA);
@@ -2604,8 +2641,16 @@ static void run_e2e(void) {
                 char lname[160];
                 n_stem_logged = n_nhwc_logged = -1;
                 n_l2_logged = -1;
+                n_attn_dnn = 0;
                 e2e_model(&models[i]);
                 snprintf(lname, sizeof lname, "e2e %s: load", models[i].name);
+                // untuned (KILN_CUDA_ATTN_TUNE=0), cuDNN's fused attention runs every eligible
+                // sdpa: the attention models' engines must have set it up
+                const char *tune = getenv("KILN_CUDA_ATTN_TUNE");
+                if (i >= first_fold && dnn_attn_ok == 1 && tune != NULL && strcmp(tune, "0") == 0 &&
+                    (opt_filter == NULL || strstr(lname, opt_filter) != NULL)) {
+                    CHECK_MSG(n_attn_dnn > 0, "%s: no sdpa ran on cuDNN", models[i].name);
+                }
                 if (i >= first_stem && i < end_stem &&
                     (opt_filter == NULL || strstr(lname, opt_filter) != NULL)) {
                     // with NHWC (cuDNN loaded, not switched off) every conv of the model runs
@@ -2634,6 +2679,20 @@ static void run_e2e(void) {
     e2e_shared_scratch(); // use_shared_activation_scratch
 }
 
+static int env_set(const char *name) {
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+// cuDNN's fused attention must run the eligible cases: cuDNN >= 9.13 loadable by the plugin
+// and nothing switches it off or forces one of Kiln's kernels.
+static int dnn_attention_expected(size_t dnn_version) {
+    if (dnn_version < 91300) return 0;
+    return !env_set("KILN_CUDA_NO_CUDNN") && !env_set("KILN_CUDA_NO_CUDNN_SDPA") &&
+           !env_set("KILN_CUDA_NO_TC_ATTENTION") && !env_set("KILN_CUDA_ATTN_ROWS") &&
+           !env_set("KILN_CUDA_ATTN_SPLIT");
+}
+
 int main(int argc, char **argv) {
     int want_ops = 0, want_e2e = 0;
     for (int i = 1; i < argc; i++) {
@@ -2654,6 +2713,9 @@ int main(int argc, char **argv) {
         }
     }
     if (!want_ops && !want_e2e) want_ops = want_e2e = 1;
+    log_all = env_set("KILN_TEST_LOG_ALL");
+    signal(SIGSEGV, on_crash);
+    signal(SIGABRT, on_crash);
     check_rng_seed();
     if (!opt_dry) {
         kiln_log_set(NULL, NULL, KILN_LOG_INFO); // show why the plugin is missing, if it is
@@ -2664,6 +2726,9 @@ int main(int argc, char **argv) {
             return 77;
         }
         printf("%s\n", plugin->version());
+        dnn_attn_ok = dnn_attention_expected(plugin->dnn_version());
+        printf("cuDNN %zu: fused attention %s\n", plugin->dnn_version(),
+               dnn_attn_ok ? "expected on eligible sdpa cases" : "not expected");
     }
     if (want_ops) run_ops();
     if (want_e2e) run_e2e();
