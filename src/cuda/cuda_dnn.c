@@ -684,6 +684,10 @@ static int attn_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, at
             us = kiln_cuda_time_in_graph(ctx->stream, attn_enqueue, &r);
             timed++;
         }
+        kiln_cuda_log(KILN_LOG_DEBUG,
+                      "cuDNN sdpa candidate %lld of %lld at %s: workspace %lld bytes, %.2f us",
+                      (long long)i + 1, (long long)got, ctx->where ? ctx->where : "?",
+                      (long long)ws, (double)us);
         if (us >= 0.0f && (d->plan == NULL || us < *best_us)) {
             int64_t keep_ws = ws;
             destroy_desc(&d->plan);

@@ -108,11 +108,24 @@ static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     const uint4 *xr = (const uint4 *)(x + row * (int64_t)nvec * N);
     float v[NV][N];
     float s = 0.0f;
+    // Rows of up to 4 vectors per lane (1024 float16): weight and bias are loaded with x, not after
+    // the two reductions, so their latency overlaps x's instead of adding an L2 round trip at the
+    // end of the critical path (longer rows load them late: the registers would spill, as
+    // bfloat16's unpacking does at 4 vectors per lane).
+    constexpr bool PRE = NV <= (std::is_same<T, __nv_bfloat16>::value ? 2 : 4);
+    uint4 wu[PRE ? NV : 1], bu[PRE ? NV : 1];
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         const int j = lane + 32 * i;
         uint4 u = make_uint4(0u, 0u, 0u, 0u);
-        if (j < nvec) u = __ldg(xr + j);
+        if constexpr (PRE) wu[i] = bu[i] = u;
+        if (j < nvec) {
+            u = __ldg(xr + j);
+            if constexpr (PRE) {
+                if (w != NULL) wu[i] = __ldg((const uint4 *)w + j);
+                if (b != NULL) bu[i] = __ldg((const uint4 *)b + j);
+            }
+        }
         ln_unpack<T>(u, v[i]);
 #pragma unroll
         for (int k = 0; k < N; k++) s += v[i][k];
@@ -137,13 +150,13 @@ static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
         if (j >= nvec) continue;
         float wf[N], bf[N], o[N];
         if (w != NULL) {
-            ln_unpack<T>(__ldg((const uint4 *)w + j), wf);
+            ln_unpack<T>(PRE ? wu[PRE ? i : 0] : __ldg((const uint4 *)w + j), wf);
         } else {
 #pragma unroll
             for (int k = 0; k < N; k++) wf[k] = 1.0f;
         }
         if (b != NULL) {
-            ln_unpack<T>(__ldg((const uint4 *)b + j), bf);
+            ln_unpack<T>(PRE ? bu[PRE ? i : 0] : __ldg((const uint4 *)b + j), bf);
         } else {
 #pragma unroll
             for (int k = 0; k < N; k++) bf[k] = 0.0f;
