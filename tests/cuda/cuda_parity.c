@@ -1395,6 +1395,15 @@ static void cases_sdpa_tc(void) {
         case_in(&c, S(dt, "1x1x128"));
         c.label = "tc: L = S = 1, E 128";
         run_case(&c);
+        // three batch dims merged into cuDNN's B (k and v cannot broadcast: shape inference
+        // requires the query's batch dims)
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x2x3x33x64"));
+        case_in(&c, S(dt, "2x2x3x47x64"));
+        case_in(&c, S(dt, "2x2x3x47x64"));
+        c.label = "tc: batch dims [2, 2, 3]";
+        c.attn_dnn = 1;
+        run_case(&c);
     }
 }
 
