@@ -734,14 +734,15 @@ static int attn_tune_enabled(void) {
 }
 
 kiln_status kiln_cuda_dnn_sdpa(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, int *done) {
-    kiln_cuda_attn_cache local, *c = ctx->attn != NULL ? ctx->attn : &local;
+    kiln_cuda_attn_cache *c = ctx->attn;
     int64_t key[KILN_CUDA_ATTN_KEY];
     kiln_status st = KILN_OK;
     attn_descs *d = NULL;
     char why[256];
     *done = 0;
-    if (ctx->dnn == NULL || !api_graph_ok || ctx->no_dnn_attention) return KILN_OK;
-    if (c == &local) memset(&local, 0, sizeof local);
+    // Without a cache (a caller that keeps none) Kiln's kernel runs: a plan must outlive the
+    // work and any CUDA graph that recorded it.
+    if (c == NULL || ctx->dnn == NULL || !api_graph_ok || ctx->no_dnn_attention) return KILN_OK;
     if (c->state == 2 || c->state == 4) return KILN_OK; // never / Kiln's kernel was faster
     if (c->descs == NULL) {
         c->descs = kiln_cuda_calloc(sizeof(attn_store));
@@ -794,7 +795,6 @@ kiln_status kiln_cuda_dnn_sdpa(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_ge
     st = kiln_cuda_check_launch(ctx, "cudnnBackendExecute (sdpa)");
     *done = st == KILN_OK;
 out:
-    if (c == &local) kiln_cuda_attn_cache_free(&local);
     return st;
 }
 

@@ -112,7 +112,7 @@ typedef struct kiln_cuda_ctx {
     kiln_cuda_gemm_cache *gemm; // this layer's cache (NULL: none, set up on every call)
     kiln_cuda_dnn *dnn;         // NULL: convolutions on Kiln's kernels
     kiln_cuda_conv_cache *conv; // this layer's cuDNN cache (NULL: none, set up on every call)
-    kiln_cuda_attn_cache *attn; // this sdpa layer's cuDNN cache (NULL: none, set up per call)
+    kiln_cuda_attn_cache *attn; // this sdpa layer's cuDNN cache (NULL: Kiln's kernels)
     int no_dnn_attention;       // sdpa: never cuDNN (KILN_CUDA_NO_CUDNN_SDPA, tests)
     int sm_count;               // multiprocessors of the device
     int plan_only;              // GEMM launchers only choose (and cache) their algorithm
@@ -237,8 +237,8 @@ kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
 
 void kiln_cuda_attn_cache_free(kiln_cuda_attn_cache *cache);
 // Runs sdpa (no mask, not causal) through cuDNN's fused attention; *done = 0 when the caller
-// must run Kiln's kernel (cuDNN absent or older than 9.13, or it declined these shapes: declines
-// are remembered per key). With ctx->plan_only it only sets up the cache.
+// must run Kiln's kernel (cuDNN absent or older than 9.13, no ctx->attn cache, or it declined
+// these shapes: declines are remembered per key). With ctx->plan_only it only sets up the cache.
 kiln_status kiln_cuda_dnn_sdpa(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g, int *done);
 
 // Runs one layer: dispatches on args->op (cuda_dispatch.c).

@@ -785,32 +785,22 @@ extern "C" kiln_status kiln_cuda_attention_init(void) {
 // --- cuDNN's fused attention (cuda_dnn.c) for float16/bfloat16 without mask or causality
 
 // The batch dims as cuDNN's (B, H) for one operand: the last batch dim is H, the ones before it
-// merge into B when their strides chain (size-1 dims skipped). Stride 0 on a dim > 1 (a
-// broadcast) is allowed only where `bcast_h` (k, v: one head for all, hk = 1). 0: not mappable.
+// merge into B when their strides chain (size-1 dims skipped). 0 when not mappable: a stride of
+// 0 on a dim larger than 1 (a broadcast operand) or strides that do not chain.
 static int sdpa_dnn_bh(const sdpa_params *P, const int64_t *bstr, int64_t rows, int64_t rs,
-                       int bcast_h, int64_t *b_str, int64_t *h_str, int *h_bcast) {
-    int64_t hs = rows * rs, bs = 0, expect = -1;
-    *h_bcast = 0;
+                       int64_t *b_str, int64_t *h_str) {
+    int64_t hs = rows * rs, hn = 1, expect = -1;
     if (P->nb >= 1) {
-        const int64_t n = P->bdims[P->nb - 1], st = bstr[P->nb - 1];
-        if (n > 1 && st == 0) {
-            if (!bcast_h) return 0;
-            *h_bcast = 1;
-        } else if (n > 1) {
-            hs = st;
-        }
+        hn = P->bdims[P->nb - 1];
+        if (hn > 1 && bstr[P->nb - 1] == 0) return 0;
+        if (hn > 1) hs = bstr[P->nb - 1];
     }
-    const int64_t hn = P->nb >= 1 && !*h_bcast ? P->bdims[P->nb - 1] : 1;
-    bs = hn * hs;
+    int64_t bs = hn * hs;
     for (int d = P->nb - 2; d >= 0; d--) {
         const int64_t n = P->bdims[d], st = bstr[d];
         if (n == 1) continue;
-        if (st == 0) return 0;
-        if (expect < 0) {
-            bs = st; // the innermost merged dim sets B's stride
-        } else if (st != expect) {
-            return 0;
-        }
+        if (st == 0 || (expect >= 0 && st != expect)) return 0;
+        if (expect < 0) bs = st; // the innermost merged dim sets B's stride
         expect = st * n;
     }
     *b_str = bs;
@@ -830,21 +820,17 @@ static int sdpa_dnn_geom(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_
     const int64_t *bs[4] = {P->q_bstr, P->k_bstr, P->v_bstr, P->o_bstr};
     const int64_t rs[4] = {P->q_rs, P->k_rs, P->v_rs, P->o_rs};
     const int64_t rows[4] = {P->l, P->s, P->s, P->l};
-    int hb[4];
     memset(g, 0, sizeof *g);
     for (int i = 0; i < 4; i++) {
         if ((uintptr_t)ptr[i] % 16 != 0 || rs[i] % 8 != 0) return 0;
-        if (!sdpa_dnn_bh(P, bs[i], rows[i], rs[i], i == 1 || i == 2, &g->str[i][0], &g->str[i][1],
-                         &hb[i]))
-            return 0;
+        if (!sdpa_dnn_bh(P, bs[i], rows[i], rs[i], &g->str[i][0], &g->str[i][1])) return 0;
         if (g->str[i][0] % 8 != 0 || g->str[i][1] % 8 != 0) return 0;
         g->str[i][2] = rs[i];
         g->str[i][3] = 1;
     }
-    if (hb[1] != hb[2]) return 0;
     g->dtype = dtype;
     g->hq = P->nb >= 1 ? P->bdims[P->nb - 1] : 1;
-    g->hk = hb[1] ? 1 : g->hq;
+    g->hk = g->hq; // k and v have the query's batch dims (the op's shape inference)
     g->b = g->hq > 0 ? P->batch / g->hq : 0;
     g->sq = P->l;
     g->skv = P->s;
