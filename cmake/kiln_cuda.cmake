@@ -24,6 +24,9 @@ set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 
 file(GLOB KILN_CUDA_SOURCES CONFIGURE_DEPENDS src/cuda/*.c src/cuda/*.cu)
+# The small-M linear's warpgroup MMAs (wgmma) exist only in sm_90a code: that file is built for
+# sm_90a SASS (plus compute_90 PTX, where its kernel body is empty and the host never picks it).
+list(FILTER KILN_CUDA_SOURCES EXCLUDE REGEX "op_linear_wg[.]cu$")
 
 # Then the toolkit this was built with and the usual system location, as a last resort.
 set(KILN_CUDA_RPATH
@@ -51,7 +54,18 @@ if(KILN_WERROR)
   list(APPEND KILN_CUDA_FLAGS -Werror=all-warnings -Xcompiler=-Werror)
 endif()
 
-add_library(kiln_cuda SHARED ${KILN_CUDA_SOURCES})
+add_library(kiln_cuda_sm90a OBJECT src/cuda/op_linear_wg.cu)
+set_target_properties(kiln_cuda_sm90a PROPERTIES CUDA_ARCHITECTURES OFF
+                                                 POSITION_INDEPENDENT_CODE ON
+                                                 CUDA_VISIBILITY_PRESET hidden)
+target_include_directories(kiln_cuda_sm90a PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include
+                                                   ${CMAKE_CURRENT_SOURCE_DIR}/src)
+# (set, not appended: a sanitizer build's -fsanitize options are not for nvcc)
+set_property(TARGET kiln_cuda_sm90a PROPERTY COMPILE_OPTIONS ${KILN_CUDA_FLAGS}
+  --generate-code=arch=compute_90a,code=sm_90a --generate-code=arch=compute_90,code=compute_90)
+target_compile_definitions(kiln_cuda_sm90a PRIVATE KILN_BUILDING_CUDA_PLUGIN)
+
+add_library(kiln_cuda SHARED ${KILN_CUDA_SOURCES} $<TARGET_OBJECTS:kiln_cuda_sm90a>)
 if(KILN_SANITIZE)
   # nvcc does not take -fsanitize: the plugin is built uninstrumented (libkiln and the test
   # programs that load it stay instrumented).

@@ -20,6 +20,8 @@
 #            dependent launch), and the stem models with the stem kernel off (KILN_CUDA_NO_STEM:
 #            cuDNN on a channel-padded copy) and in its 16-bit and global gather modes
 #            (KILN_CUDA_STEM_GATHER), and the GEMV models with less L2 kept (KILN_CUDA_L2_KEEP_PCT);
+#            the small-M wgmma linear forced (KILN_CUDA_WG_CFG, two configurations: it must run)
+#            and off (KILN_CUDA_NO_WG);
 #            the BERT models with cuDNN's fused attention untuned (KILN_CUDA_ATTN_TUNE=0: cuDNN
 #            runs every eligible sdpa, checked) and switched off (KILN_CUDA_NO_CUDNN_SDPA: Kiln's
 #            kernels); the linear cases with the GEMV off (its shapes on cuBLASLt); the
@@ -169,6 +171,16 @@ run() {
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_GEMV=1 \
     step "parity: linears, GEMV off (cuBLASLt)" "$out/parity_linear_lt.log" 120 \
     ./kiln_cuda_parity --ops --filter linear
+  # The small-M wgmma linear end to end (graphs, re-records, I/O pointer changes) in two forced
+  # configurations (a cluster of 2; clusters of 4 at 2 CTAs per SM), and switched off.
+  for cfg in 128,2,1 64,4,2; do
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_WG_CFG=$cfg \
+      step "parity: e2e, wgmma linear $cfg" "$out/parity_e2e_wg_${cfg//,/_}.log" 180 \
+      ./kiln_cuda_parity --e2e --quick
+  done
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_WG=1 \
+    step "parity: e2e, wgmma linear off" "$out/parity_e2e_nowg.log" 180 \
+    ./kiln_cuda_parity --e2e --quick
   # The tensor-core sdpa at each CTA size (by default the occupancy rule picks 16/32/64 rows).
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=64 \
     step "parity: tc sdpa, 64-row CTAs" "$out/parity_tc64.log" 120 ./kiln_cuda_parity --ops --filter tc:

@@ -59,14 +59,15 @@ typedef struct cuda_engine {
     kiln_cuda_layout layout;  // NHWC activations (cuda_layout.h)
     void *krsc;               // device, owned: KRSC copies of the NHWC convs' weights
     size_t krsc_nbytes;
-    uint64_t *krsc_offsets; // host, n_tensors entries (valid where layout.krsc)
-    kiln_cuda_fold fold;    // views folded into sdpa (cuda_fold.h)
-    int attn_rows;          // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
-    int attn_split;         // KILN_CUDA_ATTN_SPLIT: its key-split warps per row block (0: auto)
-    int small_m;            // small-M linear kernels switched off (kiln_cuda_ctx.small_m)
-    int64_t *gemv_keep;     // n_layers: kiln_cuda_ctx.gemv_keep (the L2 plan, cuda_layout.h)
-    uint64_t l2_kept;       // bytes of GEMV weights loaded evict-last
-    int share_arena;        // use_shared_activation_scratch: contexts use the device's shared arena
+    uint64_t *krsc_offsets;    // host, n_tensors entries (valid where layout.krsc)
+    kiln_cuda_fold fold;       // views folded into sdpa (cuda_fold.h)
+    int attn_rows;             // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
+    int attn_split;            // KILN_CUDA_ATTN_SPLIT: its key-split warps per row block (0: auto)
+    int small_m;               // small-M linear kernels switched off (kiln_cuda_ctx.small_m)
+    kiln_cuda_wg_cfg wg_force; // KILN_CUDA_WG_CFG=bn,split,occ (profiling): every eligible linear
+    int64_t *gemv_keep;        // n_layers: kiln_cuda_ctx.gemv_keep (the L2 plan, cuda_layout.h)
+    uint64_t l2_kept;          // bytes of GEMV weights loaded evict-last
+    int share_arena; // use_shared_activation_scratch: contexts use the device's shared arena
 } cuda_engine;
 
 typedef struct cuda_context {
@@ -134,6 +135,24 @@ static int attn_split_env(void) {
 static int small_m_env(void) {
     return (env_flag("KILN_CUDA_NO_GEMV") ? KILN_CUDA_SMALL_M_NO_GEMV : 0) |
            (env_flag("KILN_CUDA_NO_PDL") ? KILN_CUDA_SMALL_M_NO_PDL : 0);
+}
+
+// KILN_CUDA_NO_WG=1: Kiln's small-M wgmma linear never runs (cuda_wg.h; every such layer on
+// cuBLASLt, no timing of the two at context creation).
+static int wg_enabled(void) { return !env_flag("KILN_CUDA_NO_WG"); }
+
+// KILN_CUDA_WG_CFG=bn,split,occ: every linear the small-M wgmma kernel takes runs on it with
+// that configuration, untimed (profiling the kernel; nothing else reads it).
+static kiln_cuda_wg_cfg wg_force_env(void) {
+    kiln_cuda_wg_cfg c = {0, 0, 0};
+    const char *v = getenv("KILN_CUDA_WG_CFG");
+    if (v == NULL || sscanf(v, "%d,%d,%d", &c.bn, &c.split, &c.occ) != 3 ||
+        (c.bn != 64 && c.bn != 128) ||
+        (c.split != 1 && c.split != 2 && c.split != 4 && c.split != 8) ||
+        (c.occ != 1 && c.occ != 2)) {
+        c.bn = c.split = c.occ = 0;
+    }
+    return c;
 }
 
 // KILN_CUDA_NO_CUBLASLT=1: every GEMM through Kiln's own kernel (debugging).
@@ -384,7 +403,12 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA layer table)");
         goto fail;
     }
-    e->l2_kept = kiln_cuda_plan_gemv_l2(p, l2_budget(&prop), e->gemv_keep);
+    // (on sm_90 the small-M wgmma linear's weights too: cuda_wg.h)
+    e->l2_kept =
+        kiln_cuda_plan_l2(p, l2_budget(&prop),
+                          prop.major == 9 && prop.minor == 0 && wg_enabled() ? KILN_CUDA_WG_MAX_M
+                                                                             : KILN_CUDA_GEMV_MAX_M,
+                          e->gemv_keep);
     if (env_flag("KILN_CUDA_NO_L2_HINTS")) {
         for (uint32_t li = 0; li < p->n_layers; li++) e->gemv_keep[li] = -1;
         e->l2_kept = 0;
@@ -430,6 +454,10 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     entered = 1;
     st = kiln_cuda_attention_init();
     if (st != KILN_OK) goto fail;
+    if (wg_enabled() && kiln_cuda_wg_init(device)) {
+        e->small_m |= KILN_CUDA_SMALL_M_WG;
+        e->wg_force = wg_force_env();
+    }
     if (total > 0) {
         e->weights_nbytes = (size_t)total;
         CUDA_TRY(cudaMalloc(&e->weights, e->weights_nbytes), "cudaMalloc (weights)");
@@ -720,6 +748,7 @@ static void prepare_gemms(cuda_context *c) {
         ctx.gemm = &c->gemm[li];
         ctx.conv = &c->conv[li];
         ctx.attn = &c->attn[li];
+        ctx.gemv_keep = c->engine->gemv_keep[li]; // (timed under the L2 plan's hints)
         if (layer_layout(c, li, &ctx, &args, tails, views, 0) != KILN_OK) continue;
         sdpa_fold_views(c, li, &ctx, sdpa_io);
         (void)kiln_cuda_gemm_prepare(&ctx, &args); // a miss only means a set-up at execute
@@ -912,6 +941,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     ctx.attn_rows = e->attn_rows;
     ctx.attn_split = e->attn_split;
     ctx.small_m = e->small_m;
+    ctx.wg_force = e->wg_force;
     ctx.where = where;
     int profiling = c->prof_ev != NULL;
     c->prof_n = 0;
@@ -1419,6 +1449,13 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
     ctx.attn_rows = attn_rows_env();
     ctx.attn_split = attn_split_env();
     ctx.small_m = small_m_env();
+    if (KILN_CUDA_RUN_WG_BN(flags) != 0 && kiln_cuda_wg_init(device)) {
+        // a test forces one configuration of Kiln's small-M linear
+        ctx.small_m |= KILN_CUDA_SMALL_M_WG;
+        ctx.wg_force.bn = (int)KILN_CUDA_RUN_WG_BN(flags);
+        ctx.wg_force.split = (int)KILN_CUDA_RUN_WG_SPLIT(flags);
+        ctx.wg_force.occ = KILN_CUDA_RUN_WG_OCC(flags) == 2 ? 2 : 1;
+    }
     if (cudaDeviceGetAttribute(&ctx.sm_count, cudaDevAttrMultiProcessorCount, device) !=
         cudaSuccess) {
         cudaGetLastError(); // consumed: the sdpa occupancy rule then keeps 64-row blocks

@@ -247,6 +247,10 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
 }
 
 uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t budget, int64_t *keep) {
+    return kiln_cuda_plan_l2(p, budget, KILN_CUDA_GEMV_MAX_M, keep);
+}
+
+uint64_t kiln_cuda_plan_l2(const kiln_plan *p, uint64_t budget, int64_t max_rows, int64_t *keep) {
     uint64_t kept = 0;
     for (uint32_t li = 0; li < p->n_layers; li++) keep[li] = -1;
     for (;;) { // repeatedly the smallest undecided candidate (a few layers: quadratic is fine)
@@ -260,7 +264,7 @@ uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t budget, int64_t *ke
             const kiln_plan_tensor *x = &p->tensors[xi], *w = &p->tensors[wi];
             int64_t rows = 1;
             for (uint32_t d = 0; d + 1 < x->shape.rank; d++) rows *= x->shape.max[d];
-            if (w->kind != KILN_TENSOR_WEIGHT || rows > KILN_CUDA_GEMV_MAX_M ||
+            if (w->kind != KILN_TENSOR_WEIGHT || rows > max_rows ||
                 (w->dtype != KILN_DTYPE_F16 && w->dtype != KILN_DTYPE_BF16))
                 continue;
             if (best == UINT32_MAX || w->nbytes < best_n) best = li, best_n = w->nbytes;

@@ -80,6 +80,9 @@ static inline int kiln_cuda_stem_fits(int64_t c, int64_t kh, int64_t kw, int64_t
 // neither the kept weights nor the activations). Back-to-back executes then read the kept bytes
 // from L2 instead of HBM. Other layers get -1 (no hint). Returns the bytes kept.
 uint64_t kiln_cuda_plan_gemv_l2(const kiln_plan *p, uint64_t budget, int64_t *keep);
+// The same plan over the linears of at most max_rows input rows (on sm_90 the small-M wgmma
+// linear, cuda_wg.h, loads its weight tiles under the same hints: KILN_CUDA_WG_MAX_M).
+uint64_t kiln_cuda_plan_l2(const kiln_plan *p, uint64_t budget, int64_t max_rows, int64_t *keep);
 
 // Decides the layout of every tensor of p (flags: KILN_CUDA_LAYOUT_*; 0: all NCHW). Fails only
 // for memory.

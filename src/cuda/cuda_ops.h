@@ -19,6 +19,7 @@
 #include "core/ops.h"
 #include "cuda/cuda_fold.h"
 #include "cuda/cuda_plugin.h"
+#include "cuda/cuda_wg.h"
 #include "kiln/kiln.h"
 #include "runtime/kernel.h"
 
@@ -54,6 +55,12 @@ typedef struct kiln_cuda_gemm_cache {
     int tuned;
     int64_t tuned_key[KILN_CUDA_GEMM_KEY];
     cublasLtMatmulAlgo_t tuned_algo;
+    // Kiln's small-M linear (cuda_wg.h), timed against cuBLASLt at context creation: wg = 1
+    // runs it with wg_cfg, -1 keeps cuBLASLt, 0 not decided (cuBLASLt) for wg_key's shape
+    int wg;
+    kiln_cuda_wg_cfg wg_cfg;
+    int64_t wg_key[5];
+    kiln_cuda_wg_maps_t wg_maps;
 } kiln_cuda_gemm_cache;
 
 // cuDNN (cuda_dnn.c, loaded at run time): a handle per context; NULL when cuDNN is absent.
@@ -103,6 +110,8 @@ typedef struct kiln_cuda_conv_params {
 // KILN_CUDA_NO_PDL=1 (the GEMV launched plainly), read when an engine is created.
 #define KILN_CUDA_SMALL_M_NO_GEMV 0x1
 #define KILN_CUDA_SMALL_M_NO_PDL 0x2
+// Kiln's small-M wgmma linear can run (sm_90 device, KILN_CUDA_NO_WG unset: cuda_wg.h).
+#define KILN_CUDA_SMALL_M_WG 0x4
 
 typedef struct kiln_cuda_ctx {
     cudaStream_t stream;
@@ -119,11 +128,12 @@ typedef struct kiln_cuda_ctx {
     int no_tc_attention;        // sdpa: never the tensor-core kernel (tests, debugging)
     int attn_rows;              // sdpa tensor-core kernel: query rows per CTA (16, 32, 64; 0:
                                 // by occupancy: fewer rows while the grid is under one wave)
-    int small_m;       // KILN_CUDA_SMALL_M_* bits: small-M linear kernels switched off (env)
-    int64_t gemv_keep; // this layer's GEMV weight: bytes kept in L2 (evict-last; the rest
-                       // evict-first), -1: no cache hints (cuda_layout.h)
-    int attn_split;    // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
-                       // D 128), whatever the grid (0: by residency; attn_rows wins)
+    int small_m; // KILN_CUDA_SMALL_M_* bits: small-M linear kernels switched off (env)
+    kiln_cuda_wg_cfg wg_force; // run_op (tests): bn > 0 runs Kiln's small-M linear with it
+    int64_t gemv_keep;         // this layer's GEMV weight: bytes kept in L2 (evict-last; the rest
+                               // evict-first), -1: no cache hints (cuda_layout.h)
+    int attn_split; // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
+                    // D 128), whatever the grid (0: by residency; attn_rows wins)
     // sdpa with folded views (cuda_fold.h): q, k, v, out read/written through these strided
     // views (NULL: the dense tensor of args); dims are the args' logical ones
     const kiln_cuda_strided *sdpa_io[4];

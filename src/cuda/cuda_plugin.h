@@ -45,6 +45,14 @@ typedef struct kiln_cuda_services {
 #define KILN_CUDA_RUN_NO_CUBLASLT 0x1u     // GEMMs through Kiln's own kernel instead of cuBLASLt
 #define KILN_CUDA_RUN_NO_CUDNN 0x2u        // convolutions through Kiln's own kernels, not cuDNN
 #define KILN_CUDA_RUN_NO_TC_ATTENTION 0x4u // sdpa on the fp32-FMA kernel, not the tensor-core one
+// A linear Kiln's small-M wgmma kernel takes (cuda_wg.h) runs on it with BN columns per CTA (64
+// or 128), K split over `split` CTAs (1, 2, 4, 8) and occ CTAs per SM (1, 2), where the device
+// has it (sm_90).
+#define KILN_CUDA_RUN_WG(bn, split, occ)                                                           \
+    ((((uint32_t)(bn) / 64u) << 8) | ((uint32_t)(split) << 12) | ((uint32_t)(occ) << 16))
+#define KILN_CUDA_RUN_WG_BN(flags) ((((flags) >> 8) & 0xfu) * 64u)
+#define KILN_CUDA_RUN_WG_SPLIT(flags) (((flags) >> 12) & 0xfu)
+#define KILN_CUDA_RUN_WG_OCC(flags) (((flags) >> 16) & 0xfu)
 
 // What the plugin gives back. Valid for the life of the process (the plugin is never unloaded).
 typedef struct kiln_cuda_plugin {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda/cuda_layout.h"
+#include "cuda/cuda_wg.h"
 #include "cuda/tiled_gemm.cuh"
 
 // --- the fallback kernel's loader: C[b][i][j] = sum_k A[b](i, k) B[b](k, j) (+ bias[j])
@@ -476,7 +477,14 @@ static kiln_status gemm_bad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
 #define GEMV_COLS 2
 #define GEMV_UNROLL 4
 
-enum { GEMV_EPI_NONE = 0, GEMV_EPI_RELU, GEMV_EPI_GELU_ERF, GEMV_EPI_GELU_TANH, GEMV_EPI_RESIDUAL };
+// (the same codes as Kiln's small-M wgmma linear's, cuda_wg.h)
+enum {
+    GEMV_EPI_NONE = KILN_CUDA_WG_EPI_NONE,
+    GEMV_EPI_RELU = KILN_CUDA_WG_EPI_RELU,
+    GEMV_EPI_GELU_ERF = KILN_CUDA_WG_EPI_GELU_ERF,
+    GEMV_EPI_GELU_TANH = KILN_CUDA_WG_EPI_GELU_TANH,
+    GEMV_EPI_RESIDUAL = KILN_CUDA_WG_EPI_RESIDUAL
+};
 
 // v (bias already added) through epilogue epi; res: the residual, of the output's shape, read
 // at element i.
@@ -641,20 +649,8 @@ static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T
     return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS>, x, w, b, res, y, n, k, epi, keep);
 }
 
-// The GEMV path for this linear, or 0 (then cuBLASLt / the tiled kernel). *epi_out: the fused
-// first tail op (GEMV_EPI_*), *res_out its residual.
-static int gemv_applies(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m,
-                        int64_t n, int64_t k, int *epi_out, const void **res_out) {
-    const kiln_tensor *x = args->in[0], *w = args->in[1];
-    const kiln_tensor *bias = args->n_in > 2 ? args->in[2] : NULL;
-    const kiln_tensor *y = args->out;
-    if (ctx->small_m & KILN_CUDA_SMALL_M_NO_GEMV) return 0;
-    if (m < 1 || m > GEMV_MAX_M || k < 8 || k % 8 != 0 || n < 1) return 0;
-    if (y->dtype != KILN_DTYPE_F16 && y->dtype != KILN_DTYPE_BF16) return 0;
-    if (x->dtype != y->dtype || w->dtype != y->dtype || (bias != NULL && bias->dtype != y->dtype))
-        return 0;
-    if (((uintptr_t)x->data % 16) != 0 || ((uintptr_t)w->data % 16) != 0) return 0;
-    if ((uint64_t)n > (uint64_t)GEMV_COLS * 0x7fffffffu) return 0;
+// The first tail op a small-M kernel fuses after the bias (GEMV_EPI_*), and its residual.
+static void small_m_epilogue(const kiln_kernel_args *args, int *epi_out, const void **res_out) {
     *epi_out = GEMV_EPI_NONE;
     *res_out = NULL;
     if (args->n_tail > 0) {
@@ -669,6 +665,23 @@ static int gemv_applies(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, 
             *epi_out = GEMV_EPI_RESIDUAL;
         }
     }
+}
+
+// The GEMV path for this linear, or 0 (then cuBLASLt / the tiled kernel). *epi_out: the fused
+// first tail op (GEMV_EPI_*), *res_out its residual.
+static int gemv_applies(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m,
+                        int64_t n, int64_t k, int *epi_out, const void **res_out) {
+    const kiln_tensor *x = args->in[0], *w = args->in[1];
+    const kiln_tensor *bias = args->n_in > 2 ? args->in[2] : NULL;
+    const kiln_tensor *y = args->out;
+    if (ctx->small_m & KILN_CUDA_SMALL_M_NO_GEMV) return 0;
+    if (m < 1 || m > GEMV_MAX_M || k < 8 || k % 8 != 0 || n < 1) return 0;
+    if (y->dtype != KILN_DTYPE_F16 && y->dtype != KILN_DTYPE_BF16) return 0;
+    if (x->dtype != y->dtype || w->dtype != y->dtype || (bias != NULL && bias->dtype != y->dtype))
+        return 0;
+    if (((uintptr_t)x->data % 16) != 0 || ((uintptr_t)w->data % 16) != 0) return 0;
+    if ((uint64_t)n > (uint64_t)GEMV_COLS * 0x7fffffffu) return 0;
+    small_m_epilogue(args, epi_out, res_out);
     return 1;
 }
 
@@ -715,6 +728,138 @@ static kiln_status gemv_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args 
     return gemv_launch_t<__nv_bfloat16>(ctx, args, m, n, k, epi, res);
 }
 
+// --- small-M linear on Hopper: Kiln's TMA + wgmma kernel (op_linear_wg.cu, cuda_wg.h)
+// Offered for 8 < M <= KILN_CUDA_WG_MAX_M float16/bfloat16 linears on sm_90. At context creation
+// (gemm_prepare) the layer is timed as it runs, inside a CUDA graph: cuBLASLt with its tuned
+// algorithm and Kiln's tail kernel, against each configuration of Kiln's kernel (one wave of
+// 64 x BN tiles, K split over a cluster of 1-8 CTAs) with the epilogue fused; the fastest runs
+// the layer. Nothing is decided at execute: an undecided shape runs on cuBLASLt.
+
+// Fills *p for this linear when Kiln's kernel can take it; 0 otherwise.
+static int wg_applies(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m, int64_t n,
+                      int64_t k, kiln_cuda_wg_problem *p) {
+    const kiln_tensor *x = args->in[0], *w = args->in[1], *bias = opt_in(args, 2);
+    const kiln_tensor *y = args->out;
+    if (!(ctx->small_m & KILN_CUDA_SMALL_M_WG)) return 0;
+    if (m < 1 || m > KILN_CUDA_WG_MAX_M || k < 64 || k % 8 != 0 || n < 1 || n > 0x7fffffff ||
+        k > 0x7fffffff)
+        return 0;
+    if (y->dtype != KILN_DTYPE_F16 && y->dtype != KILN_DTYPE_BF16) return 0;
+    if (x->dtype != y->dtype || w->dtype != y->dtype || (bias != NULL && bias->dtype != y->dtype))
+        return 0;
+    if (((uintptr_t)x->data % 16) != 0 || ((uintptr_t)w->data % 16) != 0 ||
+        ((uintptr_t)y->data % 8) != 0)
+        return 0;
+    memset(p, 0, sizeof *p);
+    p->dtype = y->dtype;
+    p->m = m;
+    p->n = n;
+    p->k = k;
+    p->x = x->data;
+    p->w = w->data;
+    p->bias = bias != NULL ? bias->data : NULL;
+    p->y = y->data;
+    p->keep = ctx->gemv_keep; // the engine's L2 plan (-1: none, or KILN_CUDA_NO_L2_HINTS)
+    small_m_epilogue(args, &p->epi, &p->res);
+    if (p->res != NULL && ((uintptr_t)p->res % 8) != 0) {
+        p->epi = KILN_CUDA_WG_EPI_NONE; // the residual then runs in the tail kernel
+        p->res = NULL;
+    }
+    return 1;
+}
+
+static void wg_key(const kiln_cuda_wg_problem *p, int64_t *key) {
+    key[0] = p->m;
+    key[1] = p->n;
+    key[2] = p->k;
+    key[3] = p->dtype;
+    key[4] = p->epi | (p->bias != NULL ? 0x100 : 0);
+}
+
+// Enqueues the layer on Kiln's kernel with cfg, then the tail ops it did not fuse.
+static kiln_status wg_layer(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                            const kiln_cuda_wg_problem *p, kiln_cuda_wg_cfg cfg,
+                            kiln_cuda_wg_maps_t *maps) {
+    if (!kiln_cuda_wg_maps(maps, p, cfg)) {
+        return kiln_cuda_fail(KILN_ERR_DEVICE,
+                              "cuda linear: the driver refused a tensor map (m=%lld n=%lld "
+                              "k=%lld) at %s; set KILN_CUDA_NO_WG=1 to run it on cuBLASLt",
+                              (long long)p->m, (long long)p->n, (long long)p->k,
+                              ctx->where ? ctx->where : "?");
+    }
+    const int pdl = !(ctx->small_m & KILN_CUDA_SMALL_M_NO_PDL);
+    cudaError_t err = kiln_cuda_wg_launch(ctx->stream, maps, p, cfg, pdl);
+    if (err != cudaSuccess)
+        return kiln_cuda_error(ctx, "cudaLaunchKernelEx (wg_linear_kernel)", err);
+    KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "wg_linear_kernel"));
+    return kiln_cuda_tail(ctx, args, p->epi != KILN_CUDA_WG_EPI_NONE ? 1 : 0);
+}
+
+typedef struct wg_timed {
+    kiln_cuda_ctx run; // the layer's context, executing
+    const kiln_kernel_args *args;
+    const kiln_cuda_wg_problem *p;
+    int own; // 1: Kiln's kernel with cfg; 0: the layer as cuBLASLt runs it
+    kiln_cuda_wg_cfg cfg;
+} wg_timed;
+
+static int wg_timed_enqueue(void *arg) {
+    wg_timed *t = (wg_timed *)arg;
+    if (t->own) return wg_layer(&t->run, t->args, t->p, t->cfg, &t->run.gemm->wg_maps) == KILN_OK;
+    return kiln_cuda_linear(&t->run, t->args) == KILN_OK;
+}
+
+// Context creation: decides between cuBLASLt (already set up) and Kiln's kernel for this shape.
+static void wg_pick(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                    const kiln_cuda_wg_problem *p) {
+    kiln_cuda_gemm_cache *c = ctx->gemm;
+    int64_t key[5];
+    kiln_cuda_wg_cfg cfgs[16];
+    char line[512];
+    wg_key(p, key);
+    if (c->wg != 0 && memcmp(c->wg_key, key, sizeof key) == 0) return; // decided
+    const int ncfg = kiln_cuda_wg_configs(p->m, p->n, p->k, ctx->sm_count, cfgs, 16);
+    memcpy(c->wg_key, key, sizeof key);
+    c->wg = -1;
+    if (ncfg == 0) return;
+    if (!lt_tune_enabled()) { // KILN_CUDA_GEMM_TUNE=0 (profiling): the first guess, untimed
+        c->wg = 1;
+        c->wg_cfg = cfgs[0];
+        return;
+    }
+    wg_timed t;
+    memset(&t, 0, sizeof t);
+    t.run = *ctx;
+    t.run.plan_only = 0;
+    t.args = args;
+    t.p = p;
+    const float lt_us =
+        c->valid && c->use_lt ? kiln_cuda_time_in_graph(ctx->stream, wg_timed_enqueue, &t) : -1.0f;
+    float best_us = lt_us;
+    int best = -1, used = 0;
+    used = snprintf(line, sizeof line, "linear m=%lld n=%lld k=%lld at %s: cuBLASLt %.2f us",
+                    (long long)p->m, (long long)p->n, (long long)p->k,
+                    ctx->where ? ctx->where : "?", (double)lt_us);
+    t.own = 1;
+    for (int i = 0; i < ncfg; i++) {
+        t.cfg = cfgs[i];
+        const float us = kiln_cuda_time_in_graph(ctx->stream, wg_timed_enqueue, &t);
+        if (used > 0 && (size_t)used < sizeof line) {
+            used += snprintf(line + used, sizeof line - (size_t)used, ", %dx%d/%d %.2f", cfgs[i].bn,
+                             cfgs[i].split, cfgs[i].occ, (double)us);
+        }
+        if (us >= 0.0f && (best_us < 0.0f || us < best_us)) {
+            best = i;
+            best_us = us;
+        }
+    }
+    if (best >= 0) {
+        c->wg = 1;
+        c->wg_cfg = cfgs[best];
+    }
+    kiln_cuda_log(KILN_LOG_INFO, "%s: %s", line, best >= 0 ? "Kiln's wgmma kernel" : "cuBLASLt");
+}
+
 // --- entry points
 
 extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
@@ -741,6 +886,23 @@ extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_ker
         KILN_CUDA_TRY(gemv_launch(ctx, args, m, n, k, epi, res));
         return kiln_cuda_tail(ctx, args, epi != GEMV_EPI_NONE ? 1 : 0);
     }
+    kiln_cuda_wg_problem wp;
+    const int wg = wg_applies(ctx, args, m, n, k, &wp);
+    if (wg && ctx->wg_force.bn > 0) { // run_op: a test's configuration
+        if (ctx->plan_only) return KILN_OK;
+        kiln_cuda_wg_maps_t maps;
+        memset(&maps, 0, sizeof maps);
+        kiln_cuda_log(KILN_LOG_INFO, "linear at %s: Kiln's wgmma kernel %dx%d/%d (forced)",
+                      ctx->where ? ctx->where : "?", ctx->wg_force.bn, ctx->wg_force.split,
+                      ctx->wg_force.occ);
+        return wg_layer(ctx, args, &wp, ctx->wg_force, &maps);
+    }
+    if (wg && !ctx->plan_only && ctx->gemm != NULL && ctx->gemm->wg == 1) {
+        int64_t key[5];
+        wg_key(&wp, key);
+        if (memcmp(ctx->gemm->wg_key, key, sizeof key) == 0)
+            return wg_layer(ctx, args, &wp, ctx->gemm->wg_cfg, &ctx->gemm->wg_maps);
+    }
     int same =
         x->dtype == w->dtype && x->dtype == y->dtype && (bias == NULL || bias->dtype == y->dtype);
     if (same && k > 0) {
@@ -766,7 +928,10 @@ extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_ker
         KILN_CUDA_TRY(lt_run(ctx, &p, &done));
         if (done && (p.relu || p.gelu || p.c != NULL)) skip = 1;
     }
-    if (ctx->plan_only) return KILN_OK;
+    if (ctx->plan_only) {
+        if (wg && ctx->gemm != NULL) wg_pick(ctx, args, &wp);
+        return KILN_OK;
+    }
     if (!done) {
         gemm_view v;
         memset(&v, 0, sizeof v);

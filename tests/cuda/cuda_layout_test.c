@@ -252,10 +252,11 @@ static void bench_stage(void) {
     kiln_plan_release(&p);
 }
 
-// kiln_cuda_plan_gemv_l2: linears 64 -> 32 -> 64 -> 48 -> 16 (weights of 2048, 2048, 3072, 768
-// elements) at batch `rows`; with fp16 weights (2 bytes) and a budget of b bytes, the smallest
-// weights are kept first (the first of equal ones first), the last one kept in part.
-static void gemv_l2(kiln_precision prec, int64_t rows) {
+// kiln_cuda_plan_gemv_l2 (max_rows 0) or kiln_cuda_plan_l2 with max_rows: linears 64 -> 32 ->
+// 64 -> 48 -> 16 (weights of 2048, 2048, 3072, 768 elements) at batch `rows`; with fp16 weights
+// (2 bytes) and a budget of b bytes, the smallest weights are kept first (the first of equal
+// ones first), the last one kept in part.
+static void gemv_l2(kiln_precision prec, int64_t rows, int64_t max_rows) {
     kiln_graph *g = NULL;
     kiln_plan p;
     int64_t dims[2] = {rows, 64}, sizes[5] = {64, 32, 64, 48, 16};
@@ -273,7 +274,7 @@ static void gemv_l2(kiln_precision prec, int64_t rows) {
     if (!load(g, prec, &p)) return;
     CHECK(count_op(&p, KILN_OP_LINEAR) == 4);
     int gemv = (prec == KILN_PRECISION_FP16 || prec == KILN_PRECISION_BF16) &&
-               rows <= KILN_CUDA_GEMV_MAX_M;
+               rows <= (max_rows > 0 ? max_rows : KILN_CUDA_GEMV_MAX_M);
     uint32_t lin[4], nl = 0;
     for (uint32_t li = 0; li < p.n_layers && nl < 4; li++) {
         if (p.layers[li].op == KILN_OP_LINEAR) lin[nl++] = li;
@@ -298,7 +299,9 @@ static void gemv_l2(kiln_precision prec, int64_t rows) {
                                      {4096, 4096, 6144, 1536}};
     for (int s = 0; s < 5; s++) {
         int64_t keep[64];
-        uint64_t kept = kiln_cuda_plan_gemv_l2(&p, budgets[s], keep), want_kept = 0;
+        uint64_t kept = max_rows > 0 ? kiln_cuda_plan_l2(&p, budgets[s], max_rows, keep)
+                                     : kiln_cuda_plan_gemv_l2(&p, budgets[s], keep),
+                 want_kept = 0;
         for (uint32_t li = 0; li < p.n_layers; li++) {
             int64_t want = -1;
             for (int j = 0; j < 4 && gemv; j++) want = lin[j] == li ? want_keep[s][j] : want;
@@ -319,9 +322,14 @@ int main(void) {
     resnet_like(KILN_PRECISION_BF16, 0);
     resnet_like(KILN_PRECISION_FP32, 0);
     resnet_like(KILN_PRECISION_FP16, 1);
-    gemv_l2(KILN_PRECISION_FP16, 1);
-    gemv_l2(KILN_PRECISION_BF16, 8);
-    gemv_l2(KILN_PRECISION_FP16, 9); // too many rows: cuBLASLt, no hints
-    gemv_l2(KILN_PRECISION_FP32, 1); // float32 weights: cuBLASLt
+    gemv_l2(KILN_PRECISION_FP16, 1, 0);
+    gemv_l2(KILN_PRECISION_BF16, 8, 0);
+    gemv_l2(KILN_PRECISION_FP16, 9, 0); // too many rows: cuBLASLt, no hints
+    gemv_l2(KILN_PRECISION_FP32, 1, 0); // float32 weights: cuBLASLt
+    // the plan over the small-M wgmma linear's rows too (sm_90): 9 and 256 rows planned, 257 not
+    gemv_l2(KILN_PRECISION_FP16, 9, 256);
+    gemv_l2(KILN_PRECISION_BF16, 256, 256);
+    gemv_l2(KILN_PRECISION_FP16, 257, 256);
+    gemv_l2(KILN_PRECISION_FP32, 64, 256);
     return check_summary();
 }

@@ -48,6 +48,9 @@ static int n_lt_rejected, n_lt_noalgo, n_lt_rejected_total; // from the plugin's
 static int n_dnn_declined;
 static int log_all;            // KILN_TEST_LOG_ALL=1: print every plugin message, not only warnings
 static int n_attn_dnn;         // "cuDNN sdpa plan ... ready" messages (the fused attention set up)
+static int n_wg_forced;        // "Kiln's wgmma kernel ... (forced)": the small-M linear ran
+static int n_wg_forced_total;  // ... over the whole run (the e2e steps with KILN_CUDA_WG_CFG)
+static int wg_expected = -1;   // the small-M wgmma linear can run (sm_90, KILN_CUDA_NO_WG unset)
 static int dnn_attn_ok = -1;   // cuDNN's fused attention available (>= 9.13, not switched off)
 static int n_stem_logged = -1; // "N on the stem kernel" of the last CUDA engine loaded
 static int n_nhwc_logged = -1; // "NHWC: N of M conv2d" of the last CUDA engine loaded
@@ -64,6 +67,8 @@ static void log_hook(void *user_data, kiln_log_level level, const char *message)
     if (strstr(message, "cuDNN declined") != NULL || strstr(message, "cudnnAddTensor declined"))
         n_dnn_declined++;
     if (strstr(message, "cuDNN sdpa plan") != NULL) n_attn_dnn++;
+    if (strstr(message, "Kiln's wgmma kernel") != NULL && strstr(message, "(forced)") != NULL)
+        n_wg_forced++, n_wg_forced_total++;
     const char *stem = strstr(message, " on the stem kernel");
     if (stem != NULL) {
         const char *d = stem;
@@ -519,8 +524,28 @@ static void run_case(const op_case *c) {
     out_ref.dev.data = dev_out;
     dargs.out = &out_ref.dev;
     static const char *const attn_names[3] = {"[attention]", "[tc attention]", "[fma attention]"};
-    for (int variant = 0; variant < (c->attn ? 3 : c->gemm || c->dnn ? 2 : 1); variant++) {
-        const char *vname = c->gemm   ? (variant == 0 ? "[cublasLt]" : "[own gemm]")
+    // float16/bfloat16 linears also run on each configuration of the small-M wgmma kernel
+    // (BN, split, CTAs per SM)
+    enum { N_WG = 12 };
+    static const int wg_cfgs[N_WG][3] = {{128, 1, 1}, {64, 1, 1},  {128, 2, 1}, {64, 2, 1},
+                                         {128, 4, 1}, {64, 4, 1},  {128, 8, 1}, {64, 8, 1},
+                                         {128, 2, 2}, {128, 4, 2}, {128, 8, 2}, {64, 8, 2}};
+    static const char *const wg_names[N_WG] = {
+        "[wgmma 128x1]",   "[wgmma 64x1]",    "[wgmma 128x2]",   "[wgmma 64x2]",
+        "[wgmma 128x4]",   "[wgmma 64x4]",    "[wgmma 128x8]",   "[wgmma 64x8]",
+        "[wgmma 128x2/2]", "[wgmma 128x4/2]", "[wgmma 128x8/2]", "[wgmma 64x8/2]"};
+    const int n_base = c->attn ? 3 : c->gemm || c->dnn ? 2 : 1;
+    const int wg_case =
+        c->op == KILN_OP_LINEAR && (out_desc.dtype == F16 || out_desc.dtype == BF16);
+    const int64_t wg_k = c->in[0].rank > 0 ? c->in[0].dims[c->in[0].rank - 1] : 1;
+    int64_t wg_m = wg_k > 0 ? numel_of(c->in[0].rank, c->in[0].dims) / wg_k : 0;
+    // the plugin's rule (op_gemm.cu wg_applies): past the GEMV's rows, K % 8 == 0, K >= 64
+    const int wg_must =
+        wg_case && wg_expected == 1 && wg_m > 8 && wg_m <= 256 && wg_k >= 64 && wg_k % 8 == 0;
+    for (int variant = 0; variant < n_base + (wg_case ? N_WG : 0); variant++) {
+        const int wgv = variant - n_base; // >= 0: a wgmma configuration
+        const char *vname = wgv >= 0  ? wg_names[wgv]
+                            : c->gemm ? (variant == 0 ? "[cublasLt]" : "[own gemm]")
                             : c->dnn  ? (variant == 0 ? "[cudnn]" : "[own conv]")
                             : c->attn ? attn_names[variant]
                                       : NULL;
@@ -530,6 +555,8 @@ static void run_case(const op_case *c) {
         if (c->attn && variant > 0) { // 1: no cuDNN; 2: no cuDNN, no tensor-core kernel
             flags = KILN_CUDA_RUN_NO_CUDNN | (variant == 2 ? KILN_CUDA_RUN_NO_TC_ATTENTION : 0);
         }
+        if (wgv >= 0) flags = KILN_CUDA_RUN_WG(wg_cfgs[wgv][0], wg_cfgs[wgv][1], wg_cfgs[wgv][2]);
+        n_wg_forced = 0;
         // Poison the output so that an element the kernel forgets to write shows up.
         if (!cuda_ok(cudaMemset(dev_out, 0xFF, out_ref.nbytes), "cudaMemset")) {
             report(0, name, vname, "cudaMemset failed");
@@ -570,6 +597,16 @@ static void run_case(const op_case *c) {
                 used = strlen(msg);
                 snprintf(msg + used, sizeof msg - used,
                          " (cuDNN's fused attention is available: it must run this case)");
+            }
+        }
+        if (wgv >= 0) {
+            size_t used = strlen(msg);
+            snprintf(msg + used, sizeof msg - used, "; %s",
+                     n_wg_forced > 0 ? "on the wgmma kernel" : "not on the wgmma kernel");
+            if (wg_must && n_wg_forced == 0) {
+                same = 0;
+                used = strlen(msg);
+                snprintf(msg + used, sizeof msg - used, " (sm_90: it must run this case)");
             }
         }
         report(same, name, vname, msg);
@@ -1112,6 +1149,29 @@ static void cases_gemm(void) {
         case_in(&c, S(dt, "1024"));
         tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "64x1024"), 1);
         c.label = "M 64, N 1024, K 4096 + residual";
+        run_case(&c);
+        // the small-M wgmma kernel's edges: four 64-row tiles (the encoder's M 256), a K that
+        // ends 8 elements into its second 64-wide step, rows and columns past the last tile
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "256x1024"));
+        case_in(&c, SR(dt, "1024x1024", -0.05, 0.05));
+        case_in(&c, S(dt, "1024"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "256x1024"), 0);
+        c.label = "M 256, N 1024, K 1024 + residual";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "100x72"));
+        case_in(&c, SR(dt, "200x72", -0.3, 0.3));
+        case_in(&c, S(dt, "200"));
+        case_tail(&c, KILN_OP_RELU);
+        c.label = "M 100, N 200, K 72 + relu";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "2x75x768"));
+        case_in(&c, SR(dt, "3070x768", -0.05, 0.05));
+        case_in(&c, S(dt, "3070"));
+        case_tail(&c, KILN_OP_GELU);
+        c.label = "M 150, N 3070, K 768 + gelu";
         run_case(&c);
         // matmul: plain, folded batch, full batch, broadcast batch, 1-D operands
         static const char *mm[][2] = {
@@ -2702,6 +2762,18 @@ static int dnn_attention_expected(size_t dnn_version) {
            !env_set("KILN_CUDA_ATTN_SPLIT");
 }
 
+// Kiln's small-M wgmma linear runs on compute capability 9.0 unless switched off.
+static int wg_device_expected(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (env_set("KILN_CUDA_NO_WG") || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return major == 9 && minor == 0;
+}
+
 int main(int argc, char **argv) {
     int want_ops = 0, want_e2e = 0;
     for (int i = 1; i < argc; i++) {
@@ -2736,11 +2808,19 @@ int main(int argc, char **argv) {
         }
         printf("%s\n", plugin->version());
         dnn_attn_ok = dnn_attention_expected(plugin->dnn_version());
+        wg_expected = wg_device_expected();
+        printf("small-M wgmma linear: %s\n",
+               wg_expected ? "expected on eligible linears (sm_90)" : "not expected");
         printf("cuDNN %zu: fused attention %s\n", plugin->dnn_version(),
                dnn_attn_ok ? "expected on eligible sdpa cases" : "not expected");
     }
     if (want_ops) run_ops();
     if (want_e2e) run_e2e();
+    if (want_e2e && wg_expected == 1 && env_set("KILN_CUDA_WG_CFG")) {
+        // the engines ran their small-M linears on the forced configuration (graphs included)
+        CHECK_MSG(n_wg_forced_total > 0, "KILN_CUDA_WG_CFG is set on sm_90 but no linear ran on "
+                                         "the wgmma kernel");
+    }
     CHECK_MSG(n_lt_rejected_total == 0, "cublasLtMatmul rejected %d problems (warnings above)",
               n_lt_rejected_total);
     printf("%d skipped\n", n_skipped);
