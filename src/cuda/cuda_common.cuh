@@ -107,6 +107,20 @@ __device__ __forceinline__ float kc_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
+// The op a small-M linear kernel (the GEMV, the wgmma linear) fuses after the bias: v through
+// epilogue epi (KILN_CUDA_WG_EPI_*, cuda_wg.h); res: the residual, of the output's shape, read at
+// element i.
+template <typename T>
+__device__ __forceinline__ float kc_linear_epilogue(float v, int epi, const T *res, int64_t i) {
+    switch (epi) {
+    case KILN_CUDA_WG_EPI_RELU: return v < 0.0f ? 0.0f : v;
+    case KILN_CUDA_WG_EPI_GELU_ERF: return kc_gelu_erf(v);
+    case KILN_CUDA_WG_EPI_GELU_TANH: return kc_gelu_tanh(v);
+    case KILN_CUDA_WG_EPI_RESIDUAL: return v + kc_to_f(res[i]);
+    default: return v;
+    }
+}
+
 // --- warp and block reductions (blockDim.x a multiple of 32, at most 1024)
 
 __device__ __forceinline__ float kc_warp_sum(float v) {

@@ -152,7 +152,7 @@ static int lt_tune_stream(void) {
     return v != NULL && strcmp(v, "stream") == 0;
 }
 
-#define LT_TUNE_REPS 10 // runs of one candidate per timed graph
+#define LT_TUNE_REPS 10 // timed runs of one candidate (KILN_CUDA_GEMM_TUNE=stream)
 
 // Queues one run of the problem with algorithm algo on the context's stream.
 static cublasStatus_t lt_enqueue(const kiln_cuda_ctx *ctx, const lt_problem *p,
@@ -163,54 +163,46 @@ static cublasStatus_t lt_enqueue(const kiln_cuda_ctx *ctx, const lt_problem *p,
                           &c->c, algo, ctx->workspace, ctx->workspace_nbytes, ctx->stream);
 }
 
-// One candidate's microseconds per run, or a negative value when it cannot run. By default its
-// LT_TUNE_REPS runs are captured into a CUDA graph, launched once to warm up and then twice
-// between events: the layers run as graph kernel nodes, where the gap between two kernels is
-// smaller than between stream launches and differs by kernel (Nsight Compute on the H200: a
-// candidate that wins back-to-back stream launches can lose by 1.5 us inside the graph).
-// With KILN_CUDA_GEMM_TUNE=stream: 2 + 10 stream launches, the last 10 timed.
+typedef struct lt_timed {
+    const kiln_cuda_ctx *ctx;
+    const lt_problem *p;
+    kiln_cuda_gemm_cache *c;
+    const cublasLtMatmulAlgo_t *algo;
+} lt_timed;
+
+static int lt_timed_enqueue(void *arg) {
+    const lt_timed *t = (const lt_timed *)arg;
+    return lt_enqueue(t->ctx, t->p, t->c, t->algo) == CUBLAS_STATUS_SUCCESS;
+}
+
+// One candidate's microseconds per run, or a negative value when it cannot run. By default it
+// is timed as the engine runs it, inside a CUDA graph (kiln_cuda_time_in_graph: 10 runs
+// captured, launched once to warm up and then twice between events): the layers run as graph
+// kernel nodes, where the gap between two kernels is smaller than between stream launches and
+// differs by kernel (Nsight Compute on the H200: a candidate that wins back-to-back stream
+// launches can lose by 1.5 us inside the graph). With `stream` (KILN_CUDA_GEMM_TUNE=stream):
+// 2 + 10 stream launches, the last 10 timed between e0 and e1.
 static float lt_time_one(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gemm_cache *c,
-                         const cublasLtMatmulAlgo_t *algo, cudaEvent_t e0, cudaEvent_t e1) {
+                         const cublasLtMatmulAlgo_t *algo, int stream, cudaEvent_t e0,
+                         cudaEvent_t e1) {
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-    cudaGraph_t g = NULL;
-    cudaGraphExec_t ge = NULL;
     float ms = -1.0f;
-    int ok = 0;
-    if (lt_tune_stream()) {
-        // the GPU waits while the host queues every run: the events then time GPU work only
-        if (kiln_cuda_delay(ctx->stream, 250) != KILN_OK) return -1.0f;
-        for (int rep = 0; rep < LT_TUNE_REPS + 2 && s == CUBLAS_STATUS_SUCCESS; rep++) {
-            if (rep == 2 && cudaEventRecord(e0, ctx->stream) != cudaSuccess)
-                s = CUBLAS_STATUS_EXECUTION_FAILED;
-            if (s == CUBLAS_STATUS_SUCCESS) s = lt_enqueue(ctx, p, c, algo);
-        }
-        ok = s == CUBLAS_STATUS_SUCCESS && cudaEventRecord(e1, ctx->stream) == cudaSuccess &&
-             cudaEventSynchronize(e1) == cudaSuccess &&
-             cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
-        cudaGetLastError();
-        return ok ? ms * 1000.0f / LT_TUNE_REPS : -1.0f;
+    if (!stream) {
+        lt_timed t = {ctx, p, c, algo};
+        return kiln_cuda_time_in_graph(ctx->stream, lt_timed_enqueue, &t);
     }
-    if (cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        cudaGetLastError();
-        return -1.0f;
+    // the GPU waits while the host queues every run: the events then time GPU work only
+    if (kiln_cuda_delay(ctx->stream, 250) != KILN_OK) return -1.0f;
+    for (int rep = 0; rep < LT_TUNE_REPS + 2 && s == CUBLAS_STATUS_SUCCESS; rep++) {
+        if (rep == 2 && cudaEventRecord(e0, ctx->stream) != cudaSuccess)
+            s = CUBLAS_STATUS_EXECUTION_FAILED;
+        if (s == CUBLAS_STATUS_SUCCESS) s = lt_enqueue(ctx, p, c, algo);
     }
-    for (int rep = 0; rep < LT_TUNE_REPS && s == CUBLAS_STATUS_SUCCESS; rep++)
-        s = lt_enqueue(ctx, p, c, algo);
-    // the capture always ends, whatever failed inside it
-    ok = cudaStreamEndCapture(ctx->stream, &g) == cudaSuccess && s == CUBLAS_STATUS_SUCCESS &&
-         cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
-         cudaGraphLaunch(ge, ctx->stream) == cudaSuccess &&
-         kiln_cuda_delay(ctx->stream, 100) == KILN_OK &&
-         cudaEventRecord(e0, ctx->stream) == cudaSuccess &&
-         cudaGraphLaunch(ge, ctx->stream) == cudaSuccess &&
-         cudaGraphLaunch(ge, ctx->stream) == cudaSuccess &&
-         cudaEventRecord(e1, ctx->stream) == cudaSuccess &&
-         cudaEventSynchronize(e1) == cudaSuccess &&
-         cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+    const int ok = s == CUBLAS_STATUS_SUCCESS && cudaEventRecord(e1, ctx->stream) == cudaSuccess &&
+                   cudaEventSynchronize(e1) == cudaSuccess &&
+                   cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
     cudaGetLastError();
-    if (ge != NULL) cudaGraphExecDestroy(ge);
-    if (g != NULL) cudaGraphDestroy(g);
-    return ok ? ms * 1000.0f / (2 * LT_TUNE_REPS) : -1.0f;
+    return ok ? ms * 1000.0f / LT_TUNE_REPS : -1.0f;
 }
 
 // Times each candidate on the layer's own buffers at context creation; returns the index of the
@@ -220,12 +212,13 @@ static int lt_time_candidates(const kiln_cuda_ctx *ctx, const lt_problem *p,
                               int n, float *best_us) {
     cudaEvent_t e0 = NULL, e1 = NULL;
     int best = -1;
+    const int stream = lt_tune_stream();
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) goto out;
     for (int i = 0; i < n; i++) {
         if (r[i].state != CUBLAS_STATUS_SUCCESS || r[i].workspaceSize > ctx->workspace_nbytes) {
             continue;
         }
-        const float us = lt_time_one(ctx, p, c, &r[i].algo, e0, e1);
+        const float us = lt_time_one(ctx, p, c, &r[i].algo, stream, e0, e1);
         if (us >= 0.0f && (best < 0 || us < *best_us)) {
             best = i;
             *best_us = us;
@@ -242,8 +235,7 @@ out:
 // Sets up descriptors and picks an algorithm; 0 when cuBLASLt has none (use the fallback).
 // At context creation (ctx->plan_only) up to LT_TUNE_MAX heuristic candidates are timed
 // (lt_time_one: inside a CUDA graph) and the fastest is kept (KILN_CUDA_GEMM_TUNE=0: the
-// heuristic's first choice); a later set-up of the
-// same problem with other pointers reuses it.
+// heuristic's first choice); a later set-up of the same problem with other pointers reuses it.
 static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gemm_cache *c) {
     cudaDataType_t t = lt_type(p->dtype);
     cublasOperation_t ta = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -486,19 +478,6 @@ enum {
     GEMV_EPI_RESIDUAL = KILN_CUDA_WG_EPI_RESIDUAL
 };
 
-// v (bias already added) through epilogue epi; res: the residual, of the output's shape, read
-// at element i.
-template <typename T>
-__device__ __forceinline__ float gemv_epilogue(float v, int epi, const T *res, int64_t i) {
-    switch (epi) {
-    case GEMV_EPI_RELU: return v < 0.0f ? 0.0f : v;
-    case GEMV_EPI_GELU_ERF: return kc_gelu_erf(v);
-    case GEMV_EPI_GELU_TANH: return kc_gelu_tanh(v);
-    case GEMV_EPI_RESIDUAL: return v + kc_to_f(res[i]);
-    default: return v;
-    }
-}
-
 // The L2 cache policy of a GEMV weight of `total` bytes at w whose first `keep` bytes are kept
 // (evict-last) and the rest streamed (evict-first).
 __device__ __forceinline__ uint64_t gemv_policy(const void *w, int64_t keep, int64_t total) {
@@ -628,7 +607,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int64_t col = col0 + c;
     if (col >= n) return;
     if (bias != NULL) v += kc_to_f(bias[col]);
-    v = gemv_epilogue<T>(v, epi, res, r * n + col);
+    v = kc_linear_epilogue<T>(v, epi, res, r * n + col);
     y[r * n + col] = kc_from_f<T>(v);
 }
 

@@ -155,95 +155,31 @@ __device__ __forceinline__ void wg_wait1(void) {
     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
 }
 
-__device__ __forceinline__ void wg_mma_n64_f16(float *d, uint64_t da, uint64_t db) {
-    asm volatile("{\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7,"
-                 " %8, %9, %10, %11, %12, %13, %14, %15,"
-                 " %16, %17, %18, %19, %20, %21, %22, %23,"
-                 " %24, %25, %26, %27, %28, %29, %30, %31},"
-                 " %32, %33, 1, 1, 1, 0, 0;\n"
-                 "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db));
-}
-
-__device__ __forceinline__ void wg_mma_n64_bf16(float *d, uint64_t da, uint64_t db) {
-    asm volatile("{\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7,"
-                 " %8, %9, %10, %11, %12, %13, %14, %15,"
-                 " %16, %17, %18, %19, %20, %21, %22, %23,"
-                 " %24, %25, %26, %27, %28, %29, %30, %31},"
-                 " %32, %33, 1, 1, 1, 0, 0;\n"
-                 "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db));
-}
-
-__device__ __forceinline__ void wg_mma_n128_f16(float *d, uint64_t da, uint64_t db) {
-    asm volatile("{\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7,"
-                 " %8, %9, %10, %11, %12, %13, %14, %15,"
-                 " %16, %17, %18, %19, %20, %21, %22, %23,"
-                 " %24, %25, %26, %27, %28, %29, %30, %31,"
-                 " %32, %33, %34, %35, %36, %37, %38, %39,"
-                 " %40, %41, %42, %43, %44, %45, %46, %47,"
-                 " %48, %49, %50, %51, %52, %53, %54, %55,"
-                 " %56, %57, %58, %59, %60, %61, %62, %63},"
-                 " %64, %65, 1, 1, 1, 0, 0;\n"
-                 "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db));
-}
-
-__device__ __forceinline__ void wg_mma_n128_bf16(float *d, uint64_t da, uint64_t db) {
-    asm volatile("{\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7,"
-                 " %8, %9, %10, %11, %12, %13, %14, %15,"
-                 " %16, %17, %18, %19, %20, %21, %22, %23,"
-                 " %24, %25, %26, %27, %28, %29, %30, %31,"
-                 " %32, %33, %34, %35, %36, %37, %38, %39,"
-                 " %40, %41, %42, %43, %44, %45, %46, %47,"
-                 " %48, %49, %50, %51, %52, %53, %54, %55,"
-                 " %56, %57, %58, %59, %60, %61, %62, %63},"
-                 " %64, %65, 1, 1, 1, 0, 0;\n"
-                 "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db));
-}
+// The warpgroup MMAs: d (the thread's BN / 2 float32 accumulators) += A (64 x 16, descriptor
+// da) * B (16 x BN, descriptor db), both K-major in shared memory (no transpose), scale 1.
+#define WG_ACC4(i) "+f"(d[i]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define WG_ACC16(i) WG_ACC4(i), WG_ACC4((i) + 4), WG_ACC4((i) + 8), WG_ACC4((i) + 12)
+#define WG_ACC32 WG_ACC16(0), WG_ACC16(16)
+#define WG_ACC64 WG_ACC32, WG_ACC16(32), WG_ACC16(48)
+#define WG_REGS32                                                                                  \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "   \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_REGS64                                                                                  \
+    WG_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+              "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_MMA(name, n, ty, regs, descs, acc)                                                      \
+    __device__ __forceinline__ void name(float *d, uint64_t da, uint64_t db) {                     \
+        asm volatile("{\n"                                                                         \
+                     "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." ty "." ty " {" regs         \
+                     "}, " descs ", 1, 1, 1, 0, 0;\n"                                              \
+                     "}\n"                                                                         \
+                     : acc                                                                         \
+                     : "l"(da), "l"(db));                                                          \
+    }
+WG_MMA(wg_mma_n64_f16, 64, "f16", WG_REGS32, "%32, %33", WG_ACC32)
+WG_MMA(wg_mma_n64_bf16, 64, "bf16", WG_REGS32, "%32, %33", WG_ACC32)
+WG_MMA(wg_mma_n128_f16, 128, "f16", WG_REGS64, "%64, %65", WG_ACC64)
+WG_MMA(wg_mma_n128_bf16, 128, "bf16", WG_REGS64, "%64, %65", WG_ACC64)
 
 // Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
 template <int N> __device__ __forceinline__ void wg_fence_acc(float *acc) {
@@ -273,17 +209,6 @@ template <> struct wg_mma<__nv_bfloat16, 128> {
     }
 };
 #endif // WG_DEVICE
-
-template <typename T>
-__device__ __forceinline__ float wg_epilogue(float v, int epi, const T *res, int64_t i) {
-    switch (epi) {
-    case KILN_CUDA_WG_EPI_RELU: return v < 0.0f ? 0.0f : v;
-    case KILN_CUDA_WG_EPI_GELU_ERF: return kc_gelu_erf(v);
-    case KILN_CUDA_WG_EPI_GELU_TANH: return kc_gelu_tanh(v);
-    case KILN_CUDA_WG_EPI_RESIDUAL: return v + kc_to_f(res[i]);
-    default: return v;
-    }
-}
 
 // grid (S, ceil(n / BN), ceil(m / 64)), cluster (S, 1, 1), WG_THREADS threads,
 // wg_shape<BN, OCC>::SMEM bytes of dynamic shared memory. ksteps = ceil(k / 64), per = ceil(ksteps
@@ -420,13 +345,13 @@ static __global__ void __launch_bounds__(WG_THREADS, OCC)
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float v = o[j] + (bias != NULL ? kc_to_f(bias[col + j]) : 0.0f);
-                out[j] = kc_from_f<T>(wg_epilogue<T>(v, epi, res, at + j));
+                out[j] = kc_from_f<T>(kc_linear_epilogue<T>(v, epi, res, at + j));
             }
             *(uint2 *)&y[at] = *(const uint2 *)out;
         } else {
             for (int j = 0; j < 4 && col + j < n; j++) {
                 float v = o[j] + (bias != NULL ? kc_to_f(bias[col + j]) : 0.0f);
-                y[at + j] = kc_from_f<T>(wg_epilogue<T>(v, epi, res, at + j));
+                y[at + j] = kc_from_f<T>(kc_linear_epilogue<T>(v, epi, res, at + j));
             }
         }
     }
