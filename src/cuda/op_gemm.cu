@@ -768,9 +768,15 @@ static kiln_status wg_layer(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
     }
     const int pdl = !(ctx->small_m & KILN_CUDA_SMALL_M_NO_PDL);
     cudaError_t err = kiln_cuda_wg_launch(ctx->stream, maps, p, cfg, pdl);
-    if (err != cudaSuccess)
-        return kiln_cuda_error(ctx, "cudaLaunchKernelEx (wg_linear_kernel)", err);
-    KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "wg_linear_kernel"));
+    if (err == cudaSuccess) err = cudaGetLastError();
+    if (err != cudaSuccess) {
+        return kiln_cuda_fail(KILN_ERR_DEVICE,
+                              "CUDA error in cudaLaunchKernelEx (wg_linear_kernel, configuration "
+                              "%dx%d/%d) at %s: %s (%s); set KILN_CUDA_NO_WG=1 to run the small-M "
+                              "linears on cuBLASLt",
+                              cfg.bn, cfg.split, cfg.occ, ctx->where ? ctx->where : "?",
+                              cudaGetErrorName(err), cudaGetErrorString(err));
+    }
     return kiln_cuda_tail(ctx, args, p->epi != KILN_CUDA_WG_EPI_NONE ? 1 : 0);
 }
 

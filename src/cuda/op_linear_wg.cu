@@ -27,6 +27,8 @@
 #include <cuda.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_wg.h"
 
@@ -187,27 +189,16 @@ template <int N> __device__ __forceinline__ void wg_fence_acc(float *acc) {
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
-template <typename T, int BN> struct wg_mma;
-template <> struct wg_mma<__half, 64> {
-    static __device__ __forceinline__ void run(float *d, uint64_t a, uint64_t b) {
-        wg_mma_n64_f16(d, a, b);
+// The MMA of a stage's 16-wide K step for dtype T and BN columns.
+template <typename T, int BN>
+__device__ __forceinline__ void wg_mma(float *d, uint64_t a, uint64_t b) {
+    constexpr bool bf = std::is_same<T, __nv_bfloat16>::value;
+    if constexpr (BN == 128) {
+        bf ? wg_mma_n128_bf16(d, a, b) : wg_mma_n128_f16(d, a, b);
+    } else {
+        bf ? wg_mma_n64_bf16(d, a, b) : wg_mma_n64_f16(d, a, b);
     }
-};
-template <> struct wg_mma<__half, 128> {
-    static __device__ __forceinline__ void run(float *d, uint64_t a, uint64_t b) {
-        wg_mma_n128_f16(d, a, b);
-    }
-};
-template <> struct wg_mma<__nv_bfloat16, 64> {
-    static __device__ __forceinline__ void run(float *d, uint64_t a, uint64_t b) {
-        wg_mma_n64_bf16(d, a, b);
-    }
-};
-template <> struct wg_mma<__nv_bfloat16, 128> {
-    static __device__ __forceinline__ void run(float *d, uint64_t a, uint64_t b) {
-        wg_mma_n128_bf16(d, a, b);
-    }
-};
+}
 #endif // WG_DEVICE
 
 // grid (S, ceil(n / BN), ceil(m / 64)), cluster (S, 1, 1), WG_THREADS threads,
@@ -279,8 +270,7 @@ static __global__ void __launch_bounds__(WG_THREADS, OCC)
             wg_fence_acc<BN / 2>(acc);
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < WG_BK / 16; kk++)
-                wg_mma<T, BN>::run(acc, da + 2 * kk, db + 2 * kk);
+            for (int kk = 0; kk < WG_BK / 16; kk++) wg_mma<T, BN>(acc, da + 2 * kk, db + 2 * kk);
             wg_commit();
             wg_wait1(); // step i - 1's MMAs are done: its stage can be refilled
             wg_fence_acc<BN / 2>(acc);
