@@ -142,7 +142,7 @@ typedef struct conv_descs {
     cudnnTensorDescriptor_t x, y, b;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
-    cudnnActivationDescriptor_t relu;
+    cudnnActivationDescriptor_t relu, ident;
 } conv_descs;
 
 kiln_cuda_dnn *kiln_cuda_dnn_create(void) {
@@ -193,6 +193,7 @@ void kiln_cuda_conv_cache_free(kiln_cuda_conv_cache *c) {
     if (d->w) api.cudnnDestroyFilterDescriptor(d->w);
     if (d->conv) api.cudnnDestroyConvolutionDescriptor(d->conv);
     if (d->relu) api.cudnnDestroyActivationDescriptor(d->relu);
+    if (d->ident) api.cudnnDestroyActivationDescriptor(d->ident);
     kiln_cuda_free(d, sizeof *d);
     c->descs = NULL;
 }
@@ -214,6 +215,9 @@ static int descs_create(kiln_cuda_conv_cache *c) {
         api.cudnnCreateConvolutionDescriptor(&d->conv) != CUDNN_STATUS_SUCCESS ||
         api.cudnnCreateActivationDescriptor(&d->relu) != CUDNN_STATUS_SUCCESS ||
         api.cudnnSetActivationDescriptor(d->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN,
+                                         0.0) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnCreateActivationDescriptor(&d->ident) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnSetActivationDescriptor(d->ident, CUDNN_ACTIVATION_IDENTITY, CUDNN_PROPAGATE_NAN,
                                          0.0) != CUDNN_STATUS_SUCCESS) {
         kiln_cuda_conv_cache_free(c);
         return 0;
@@ -403,23 +407,28 @@ kiln_status kiln_cuda_dnn_conv2d(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
         }
     }
     int relu = args->n_tail > next && args->tail[next].op == KILN_OP_RELU;
-    if (bias != NULL && relu && c->fused >= 0) {
+    // Without a ReLU the same call with the identity activation, which cuDNN allows with
+    // IMPLICIT_PRECOMP_GEMM only (the heuristic's choice for ResNet's convs): the bias (and the
+    // residual) in the convolution's epilogue instead of a cudnnAddTensor pass over y.
+    int *fused = relu ? &c->fused : &c->fused_identity;
+    if (bias != NULL && *fused >= 0 &&
+        (relu || c->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) {
         const float alpha2 = z != NULL ? 1.0f : 0.0f;
         s = api.cudnnConvolutionBiasActivationForward(
             ctx->dnn->h, &one, d->x, x->data, d->w, wdata, d->conv,
             (cudnnConvolutionFwdAlgo_t)c->algo, ctx->workspace, c->ws_nbytes, &alpha2, d->y,
-            z != NULL ? z : y->data, d->b, bias->data, d->relu, d->y, y->data);
+            z != NULL ? z : y->data, d->b, bias->data, relu ? d->relu : d->ident, d->y, y->data);
         if (s == CUDNN_STATUS_SUCCESS) {
             st = kiln_cuda_check_launch(ctx, "cudnnConvolutionBiasActivationForward");
-            *skip = next + 1;
+            *skip = next + (relu ? 1 : 0);
             *done = st == KILN_OK;
             goto out;
         }
         cudaGetLastError();
-        c->fused = -1; // declined before any work: remember, run unfused below
-        kiln_cuda_log(KILN_LOG_DEBUG,
-                      "cuDNN declined the fused conv + bias + relu (%s) at %s: unfused instead",
-                      api.cudnnGetErrorString(s), ctx->where ? ctx->where : "?");
+        *fused = -1; // declined before any work: remember, run unfused below
+        kiln_cuda_log(
+            KILN_LOG_DEBUG, "cuDNN declined the fused conv + bias%s (%s) at %s: unfused instead",
+            relu ? " + relu" : "", api.cudnnGetErrorString(s), ctx->where ? ctx->where : "?");
     }
     s = api.cudnnConvolutionForward(ctx->dnn->h, &one, d->x, x->data, d->w, wdata, d->conv,
                                     (cudnnConvolutionFwdAlgo_t)c->algo, ctx->workspace,

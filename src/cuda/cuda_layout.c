@@ -65,13 +65,22 @@ static int tail_ok(const kiln_plan *p, uint32_t li, const kiln_plan_tensor *o) {
     return 1;
 }
 
+// Heads that read a 4-D input in either layout and write NCHW: adaptive_avg_pool2d, and mean
+// or sum over any dims (ExecuTorch's global average pool is a mean over H and W; op_reduce.cu
+// walks the input through the strides of its stored layout and writes in logical order).
+static int reads_either(const kiln_plan *p, const kiln_plan_layer *l, int32_t x) {
+    if (x < 0) return 0;
+    if (l->op == KILN_OP_ADAPTIVE_AVG_POOL2D) return 1;
+    return (l->op == KILN_OP_MEAN || l->op == KILN_OP_SUM) && p->tensors[x].shape.rank == 4;
+}
+
 // What head layer li is to the pass.
 static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
     const kiln_plan_layer *l = &p->layers[li];
     const kiln_plan_tensor *o = &p->tensors[out];
     int32_t x = in_id(p, l, 0);
-    if (x < 0 || !half_4d(o))
-        return l->op == KILN_OP_ADAPTIVE_AVG_POOL2D && x >= 0 ? K_ADAPTIVE : K_OTHER;
+    if (reads_either(p, l, x)) return K_ADAPTIVE;
+    if (x < 0 || !half_4d(o)) return K_OTHER;
     const kiln_plan_tensor *xt = &p->tensors[x];
     if (l->op == KILN_OP_CONV2D) {
         kiln_attrs a = kiln_plan_layer_attrs(p, l);
@@ -84,7 +93,6 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
         }
         return tail_ok(p, li, o) ? K_CONV : K_OTHER;
     }
-    if (l->op == KILN_OP_ADAPTIVE_AVG_POOL2D) return K_ADAPTIVE;
     // Every NHWC tensor has C % 8 == 0 (conv outputs, and what follows them): a conv with
     // C % 8 != 0 therefore always reads an NCHW tensor, through a channel-padded copy.
     if (xt->dtype != o->dtype || o->shape.max[1] % 8 != 0 || !tail_ok(p, li, o)) return K_OTHER;

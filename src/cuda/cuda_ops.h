@@ -72,7 +72,8 @@ typedef struct kiln_cuda_dnn kiln_cuda_dnn;
 typedef struct kiln_cuda_conv_cache {
     int state; // 0: not set up; 1: cuDNN with algo; 2: never cuDNN; 3: not at these shapes
     int fused; // -1: cuDNN declined the fused bias/residual/relu call (unfused from then on)
-    int algo;  // cudnnConvolutionFwdAlgo_t
+    int fused_identity; // the same for the fused call without relu (identity activation)
+    int algo;           // cudnnConvolutionFwdAlgo_t
     size_t ws_nbytes;
     int64_t key[KILN_CUDA_CONV_KEY];
     void *descs; // cuDNN descriptors (cuda_dnn.c)

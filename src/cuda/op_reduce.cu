@@ -2,9 +2,13 @@
 // mean and sum over a set of dims (empty = all; keepdim only changes the output's shape, not its
 // element order). Float outputs accumulate in float64 (like the CPU reference), integer sums in
 // int64 (wrapping).
-// Runs of adjacent kept or reduced dims are coalesced; when the innermost dim is reduced and
-// the reduction is long, one block reduces each output (coalesced reads), otherwise one thread
-// per output walks its elements (coalesced across neighbouring outputs).
+// A 4-D input the layout pass stored NHWC (ctx->nhwc, cuda_layout.h) is walked through the
+// strides of that layout; the output is written in logical order (NCHW), as cuda_layout.c
+// expects of a mean or sum head.
+// Runs of adjacent kept or reduced dims that are contiguous in memory are coalesced; when the
+// dim of stride 1 is reduced and the reduction is long, one block reduces each output
+// (coalesced reads), otherwise one thread per output walks its elements (coalesced across
+// neighbouring outputs).
 #include <math.h>
 #include <string.h>
 
@@ -134,9 +138,17 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
         for (uint32_t d = 0; d < x->rank; d++) reduced[d] = 1;
     }
     kc_strides(x, xs);
+    if (ctx->nhwc && x->rank == 4) { // stored [N, H, W, C]
+        xs[1] = 1;
+        xs[3] = x->dims[1];
+        xs[2] = x->dims[3] * xs[3];
+        xs[0] = x->dims[2] * xs[2];
+    }
     P.n_out = 1;
     P.n_red_elems = 1;
-    int prev = -1; // class of the previous non-1 dim: 0 kept, 1 reduced
+    int prev = -1;         // class of the previous non-1 dim: 0 kept, 1 reduced
+    int64_t prev_xs = 0;   // its stride
+    int inner_reduced = 0; // the dim of stride 1 is reduced
     for (uint32_t d = 0; d < x->rank; d++) {
         int64_t n = x->dims[d];
         if (reduced[d]) {
@@ -145,8 +157,11 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
             P.n_out *= n;
         }
         if (n == 1) continue;
+        if (xs[d] == 1 && reduced[d]) inner_reduced = 1;
+        const int contiguous = prev_xs == xs[d] * n; // merges with the previous dim
+        prev_xs = xs[d];
         if (reduced[d]) {
-            if (prev == 1) {
+            if (prev == 1 && contiguous) {
                 P.red_dims[P.n_red - 1] *= n;
                 P.red_strides[P.n_red - 1] = xs[d];
             } else {
@@ -155,7 +170,7 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
             }
             prev = 1;
         } else {
-            if (prev == 0) {
+            if (prev == 0 && contiguous) {
                 P.kept_dims[P.n_kept - 1] *= n;
                 P.kept_strides[P.n_kept - 1] = xs[d];
             } else {
@@ -177,8 +192,7 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
     P.y = y->data;
     P.y_dtype = y->dtype;
     P.mean = args->op == KILN_OP_MEAN;
-    int inner_reduced = x->rank == 0 || reduced[x->rank - 1] || P.n_kept == 0;
-    int by_block = inner_reduced && P.n_red_elems >= RED_ROW_MIN;
+    int by_block = (inner_reduced || P.n_kept == 0) && P.n_red_elems >= RED_ROW_MIN;
     if (kiln_cuda_is_float(y->dtype)) return reduce_launch<double>(ctx, &P, by_block);
     return reduce_launch<int64_t>(ctx, &P, by_block);
 }

@@ -1777,11 +1777,13 @@ static int model_resnet(model *m) {
 
 // Built like the real engines (kiln_cuda_bench's conv2_x graph, ResNet-50 from ExecuTorch): the
 // fp16 conversion's cast on the engine input (NCHW) is read by the first conv and by the first
-// residual add (both through one NHWC copy), the last block feeds the output cast and a
-// mean over H, W (both NCHW-only: one NCHW copy); every conv NHWC (cuda_layout.h).
+// residual add (both through one NHWC copy), the last block feeds the output cast (NCHW-only:
+// one NCHW copy) and reductions that read the NHWC tensor in place: a mean over H, W with and
+// without keepdim (ExecuTorch's global pool), a sum over C and a mean over C, H, W.
 static int model_resnet_boundary(model *m) {
     gbuild b = {NULL, 1};
-    int64_t mins[4] = {1, 16, 6, 6}, maxs[4] = {3, 16, 6, 6}, hw[2] = {2, 3}, keep = 1;
+    int64_t mins[4] = {1, 16, 6, 6}, maxs[4] = {3, 16, 6, 6}, hw[2] = {2, 3}, keep = 1, drop = 0;
+    int64_t wh[2] = {-1, -2}, ch[1] = {1}, chw[3] = {1, 2, 3};
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
     for (int blk = 0; blk < 3; blk++) {
@@ -1791,8 +1793,17 @@ static int model_resnet_boundary(model *m) {
     }
     kiln_attr ma[2] = {A_INTS("dims", hw, 2), A_INTS("keepdim", &keep, 1)};
     int32_t mean = gb_node(&b, KILN_OP_MEAN, &x, 1, ma, 2);
+    kiln_attr mb[2] = {A_INTS("dims", wh, 2), A_INTS("keepdim", &drop, 1)};
+    int32_t flat = gb_node(&b, KILN_OP_MEAN, &x, 1, mb, 2);
+    kiln_attr sc[2] = {A_INTS("dims", ch, 1), A_INTS("keepdim", &keep, 1)};
+    int32_t csum = gb_node(&b, KILN_OP_SUM, &x, 1, sc, 2);
+    kiln_attr mc[2] = {A_INTS("dims", chw, 3), A_INTS("keepdim", &drop, 1)};
+    int32_t all = gb_node(&b, KILN_OP_MEAN, &x, 1, mc, 2);
     gb_check(&b, kiln_graph_mark_output(b.g, x, "y"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, mean, "pooled"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, flat, "pooled_flat"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, csum, "channel_sum"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, all, "image_mean"), "output");
     m->name = "resnet boundary fp16";
     m->tol = 3e-2;
     return model_finish(&b, m, KILN_PRECISION_FP16);
