@@ -806,12 +806,9 @@ static void wg_pick(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     const int ncfg = kiln_cuda_wg_configs(p->m, p->n, p->k, ctx->sm_count, cfgs, 16);
     memcpy(c->wg_key, key, sizeof key);
     c->wg = -1;
-    if (ncfg == 0) return;
-    if (!lt_tune_enabled()) { // KILN_CUDA_GEMM_TUNE=0 (profiling): the first guess, untimed
-        c->wg = 1;
-        c->wg_cfg = cfgs[0];
-        return;
-    }
+    // KILN_CUDA_GEMM_TUNE=0 (profiling): nothing timed, so cuBLASLt's heuristic choice, as for
+    // every other GEMM (KILN_CUDA_WG_CFG runs the small-M kernel untimed)
+    if (ncfg == 0 || !lt_tune_enabled()) return;
     wg_timed t;
     memset(&t, 0, sizeof t);
     t.run = *ctx;
