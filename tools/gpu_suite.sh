@@ -17,7 +17,9 @@
 #                                     record/replay/re-record, caller's stream, graphs off
 #         5. the e2e part again with cuBLASLt and cuDNN disabled (Kiln's own GEMM and conv
 #            kernels end to end), with NHWC off, and with the GEMV launched plainly (no programmatic
-#            dependent launch), and the stem models with the stem kernel off (KILN_CUDA_NO_STEM:
+#            dependent launch), with the end of an execute through cudaStreamSynchronize instead
+#            of the graph's end-of-execute flag (KILN_CUDA_NO_FLAG_WAIT), and the stem models
+#            with the stem kernel off (KILN_CUDA_NO_STEM:
 #            cuDNN on a channel-padded copy) and in its 16-bit and global gather modes
 #            (KILN_CUDA_STEM_GATHER), and the GEMV models with less L2 kept (KILN_CUDA_L2_KEEP_PCT);
 #            the small-M wgmma linear forced (KILN_CUDA_WG_CFG, two configurations: it must run)
@@ -148,6 +150,10 @@ run() {
     ./kiln_cuda_parity --e2e --quick
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_PDL=1 \
     step "parity: e2e, GEMV without PDL" "$out/parity_e2e_nopdl.log" 180 \
+    ./kiln_cuda_parity --e2e --quick
+  # The end of an execute through cudaStreamSynchronize instead of the graph's flag node.
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_FLAG_WAIT=1 \
+    step "parity: e2e, stream synchronize" "$out/parity_e2e_noflag.log" 180 \
     ./kiln_cuda_parity --e2e --quick
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_STEM=1 \
     step "parity: e2e stems, stem kernel off" "$out/parity_e2e_nostem.log" 120 \

@@ -2057,6 +2057,22 @@ static kiln_status bind_run(kiln_context *c, io *b, int dev_in, int dev_out, int
     }
     for (uint32_t i = 0; i < b->n_out; i++) {
         void *p = dev_out ? b->dout[k][i] : b->out[i];
+        // Device outputs are poisoned (NaN) first: the check reads them back on the legacy
+        // stream, which does not wait for the engine's stream, so an execute that returned
+        // before its last layer finished (the end-of-execute wait) shows up as NaN. On the
+        // thread's own stream: a device-wide synchronize would invalidate another thread's
+        // capture (the shared-scratch cases run executes on several threads).
+        if (dev_out && !cuda_ok(cudaMemsetAsync(p, 0xFF, (size_t)b->out_info[i].max_nbytes,
+                                                cudaStreamPerThread),
+                                "poison")) {
+            return KILN_ERR_DEVICE;
+        }
+    }
+    if (dev_out && !cuda_ok(cudaStreamSynchronize(cudaStreamPerThread), "poison (synchronize)")) {
+        return KILN_ERR_DEVICE;
+    }
+    for (uint32_t i = 0; i < b->n_out; i++) {
+        void *p = dev_out ? b->dout[k][i] : b->out[i];
         KILN_TRY_TEST(kiln_context_set_output(c, i, p, (size_t)b->out_info[i].max_nbytes));
     }
     return kiln_context_execute(c);
