@@ -1308,6 +1308,14 @@ static cudaError_t flag_wait(const cuda_context *c, cudaStream_t stream) {
     }
 }
 
+// Sets the end-of-execute flag to 1 ahead of a launch; the fence orders the store before the
+// launch's own writes (on weakly ordered hosts too), so the device's 0 always lands last.
+static void flag_arm(cuda_context *c) {
+    if (c->done_flag == NULL) return;
+    *c->done_flag = 1;
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
 static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream_t stream) {
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
@@ -1356,14 +1364,14 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
     int replayed = 0; // the graph ran: its last node writes the end-of-execute flag
     if (use_graph && c->graph_valid && memcmp(c->sig_now, c->sig_graph, sig_nbytes) == 0 &&
         !exec->shapes_changed) {
-        if (c->done_flag != NULL) *c->done_flag = 1; // before the launch: the node writes 0
+        flag_arm(c); // before the launch: the graph's last node writes 0
         err = cudaGraphLaunch(c->graph, stream);
         if (err != cudaSuccess) return cuda_fail("cudaGraphLaunch", err);
         replayed = 1;
     } else if (use_graph && same_as_last) {
         KILN_CUDA_TRY(record_graph(c, stream));
         memcpy(c->sig_graph, c->sig_now, sig_nbytes);
-        if (c->done_flag != NULL) *c->done_flag = 1;
+        flag_arm(c);
         err = cudaGraphLaunch(c->graph, stream);
         if (err != cudaSuccess) return cuda_fail("cudaGraphLaunch", err);
         replayed = 1;
