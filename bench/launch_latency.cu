@@ -5,8 +5,9 @@
 // Graphs of 1 and 7 empty kernels, plain and with programmatic dependent launch; each variant
 // launched 3000 times after 200 warm-ups, interleaved, median in microseconds.
 //
+// Built with the CUDA plugin (target kiln_launch_latency; tools/gpu_suite.sh --prepare copies it
+// to .dev/gpu, and --run prints it as the step "bench: graph launch and wait"), or alone:
 //   nvcc -O2 -arch=sm_90 -o /tmp/launch_latency bench/launch_latency.cu
-//   run(command="/tmp/launch_latency") on the GPU machine (build there, or carry the binary)
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>

@@ -134,6 +134,14 @@ if(KILN_BUILD_TESTS)
     ENVIRONMENT "KILN_CUDA_PLUGIN=$<TARGET_FILE:kiln_cuda>")
 endif()
 
+# --- launch-and-wait latency of CUDA graphs by how their end is observed (bench/launch_latency.cu;
+# the GPU suite prints it)
+add_executable(kiln_launch_latency bench/launch_latency.cu)
+target_compile_options(kiln_launch_latency PRIVATE ${KILN_CUDA_FLAGS})
+target_link_libraries(kiln_launch_latency PRIVATE CUDA::cudart)
+set_target_properties(kiln_launch_latency PROPERTIES CUDA_RUNTIME_LIBRARY Shared
+                                                     BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR}")
+
 # --- the latency print of the GPU suite (not a test: tools/gpu_suite.sh --run calls it)
 add_executable(kiln_cuda_bench tests/cuda/cuda_bench.c)
 target_compile_options(kiln_cuda_bench PRIVATE ${KILN_WARNINGS})

@@ -33,7 +33,9 @@
 #         6. kiln_cuda_parity --quick under compute-sanitizer --tool memcheck (if present)
 #         7. kiln_cuda_bench: per-model latency (median of 200 executes, device I/O, CUDA
 #            graphs) beside the PyTorch anchors; its BENCH lines are repeated in the summary;
-#            then A/B with the previous attention path (no view folding, 64-row sdpa CTAs)
+#            then A/B with the previous attention path (no view folding, 64-row sdpa CTAs);
+#            kiln_launch_latency: a CUDA graph's launch plus the wait for its end, by how the
+#            end is observed (bench/launch_latency.cu)
 #       Logs go to $OUT (or .dev/gpu/logs); a summary table is printed last. Exit status 0 only
 #       when every step passed.
 #
@@ -49,7 +51,8 @@ prepare() {
   local build="${BUILD_DIR:-$root/build-gpu}" jobs="${JOBS:-2}" cmake="${CMAKE:-cmake}"
   "$cmake" -S "$root" -B "$build" -DKILN_CUDA=ON -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_BUILD_TESTS=ON
-  "$cmake" --build "$build" -j "$jobs" --target kiln kiln_cuda kiln_cuda_parity kiln_cuda_smoke kiln_cuda_bench
+  "$cmake" --build "$build" -j "$jobs" --target kiln kiln_cuda kiln_cuda_parity kiln_cuda_smoke \
+    kiln_cuda_bench kiln_launch_latency
   # libkiln must load where CUDA is absent: no CUDA library among its dependencies.
   if readelf -d "$build"/libkiln.so | grep NEEDED | grep -Eqi 'cuda|cublas|cudnn'; then
     echo "gpu_suite: libkiln.so links a CUDA library:" >&2
@@ -59,7 +62,7 @@ prepare() {
   rm -rf "$dev"
   mkdir -p "$dev"
   cp "$build"/kiln_cuda_parity "$build"/kiln_cuda_smoke "$build"/kiln_cuda_bench \
-    "$build"/libkiln_cuda.so "$dev"/
+    "$build"/kiln_launch_latency "$build"/libkiln_cuda.so "$dev"/
   # The shared libkiln under every name the smoke program may ask for (real files, no links).
   for f in "$build"/libkiln.so*; do cp -L "$f" "$dev/$(basename "$f")"; done
   {
@@ -67,7 +70,8 @@ prepare() {
     echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
       git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo ' (dirty tree)')"
     echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
-    (cd "$dev" && sha256sum kiln_cuda_parity kiln_cuda_smoke kiln_cuda_bench libkiln_cuda.so libkiln.so*)
+    (cd "$dev" && sha256sum kiln_cuda_parity kiln_cuda_smoke kiln_cuda_bench kiln_launch_latency \
+      libkiln_cuda.so libkiln.so*)
   } >"$dev/MANIFEST"
   # A dry run here checks the test cases and the e2e graphs against the CPU reference.
   "$dev"/kiln_cuda_parity --dry >"$build/parity_dry.log" 2>&1 || {
@@ -218,6 +222,8 @@ run() {
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_PERMUTE_FOLD=1 KILN_CUDA_ATTN_ROWS=64 \
     KILN_LOG_LEVEL=info step "bench: A/B no fold, 64-row sdpa" "$out/bench_ab.log" 180 \
     ./kiln_cuda_bench
+  # The launch-and-wait floor under every execute (docs/cuda.md "The end of an execute").
+  step "bench: graph launch and wait" "$out/launch_latency.log" 120 ./kiln_launch_latency
 
   echo
   echo "=== Kiln GPU suite: latency (median of 200 executes, fp16, device I/O, CUDA graphs)"
@@ -229,6 +235,8 @@ run() {
   grep '^BENCH' "$out/bench_ab.log" 2>/dev/null || echo "(no BENCH lines: see $out/bench_ab.log)"
   grep -E '^== |CUDA graph instantiated' "$out/bench_ab.log" 2>/dev/null |
     sed -E 's/^.*(CUDA graph instantiated)/  \1/' | awk '!seen[$0]++'
+  echo "--- CUDA graph launch + wait for its end (median us; details: $out/launch_latency.log)"
+  grep -E '^[0-9]+ kernel' "$out/launch_latency.log" 2>/dev/null || echo "(none)"
   echo
   echo "=== Kiln GPU suite summary (seed $KILN_TEST_SEED, logs in $out)"
   printf '%-38s %-10s %-24s %6s\n' step status checks time
