@@ -832,11 +832,18 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     entered = 1;
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     if (e->use_graphs && flag_wait_enabled()) {
+        // An optimization only: without the mapped flag every execute synchronizes the stream.
         void *flag = NULL;
-        CUDA_TRY(cudaHostAlloc(&flag, 64, cudaHostAllocMapped), "cudaHostAlloc (execute flag)");
-        c->done_flag = flag;
-        CUDA_TRY(cudaHostGetDevicePointer(&c->done_dev, flag, 0),
-                 "cudaHostGetDevicePointer (execute flag)");
+        if (cudaHostAlloc(&flag, 64, cudaHostAllocMapped) == cudaSuccess &&
+            cudaHostGetDevicePointer(&c->done_dev, flag, 0) == cudaSuccess) {
+            c->done_flag = flag;
+        } else {
+            if (flag != NULL) cudaFreeHost(flag);
+            cudaGetLastError(); // non-sticky (no pinned memory left): consumed
+            c->done_dev = NULL;
+            kiln_cuda_log(KILN_LOG_DEBUG, "no mapped end-of-execute flag: executes synchronize "
+                                          "the stream");
+        }
     }
     if (!no_cublaslt()) {
         cublasStatus_t s = cublasLtCreate(&c->lt);
