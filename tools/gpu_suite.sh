@@ -23,7 +23,8 @@
 #            cuDNN on a channel-padded copy) and in its 16-bit and global gather modes
 #            (KILN_CUDA_STEM_GATHER), and the GEMV models with less L2 kept (KILN_CUDA_L2_KEEP_PCT);
 #            the small-M wgmma linear forced (KILN_CUDA_WG_CFG, two configurations: it must run)
-#            and off (KILN_CUDA_NO_WG);
+#            and off (KILN_CUDA_NO_WG); the K split forced (KILN_CUDA_SPLITK=2: it must run) and
+#            off (KILN_CUDA_SPLITK=0);
 #            the BERT models with cuDNN's fused attention untuned (KILN_CUDA_ATTN_TUNE=0: cuDNN
 #            runs every eligible sdpa, checked) and switched off (KILN_CUDA_NO_CUDNN_SDPA: Kiln's
 #            kernels); the linear cases with the GEMV off (its shapes on cuBLASLt); the
@@ -190,6 +191,14 @@ run() {
   done
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_WG=1 \
     step "parity: e2e, wgmma linear off" "$out/parity_e2e_nowg.log" 180 \
+    ./kiln_cuda_parity --e2e --quick
+  # The K split (a batched cuBLASLt GEMM over K slices + the reduce kernel) end to end, forced on
+  # every linear it can take (2 slices: it must run), and switched off.
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_SPLITK=2 \
+    step "parity: e2e, K split x2 (forced)" "$out/parity_e2e_sk2.log" 180 \
+    ./kiln_cuda_parity --e2e --quick
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_SPLITK=0 \
+    step "parity: e2e, K split off" "$out/parity_e2e_sk0.log" 180 \
     ./kiln_cuda_parity --e2e --quick
   # The tensor-core sdpa at each CTA size (by default the occupancy rule picks 16/32/64 rows).
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=64 \

@@ -65,6 +65,7 @@ typedef struct cuda_engine {
     int attn_rows;             // KILN_CUDA_ATTN_ROWS: the tensor-core sdpa's rows per CTA (0: auto)
     int attn_split;            // KILN_CUDA_ATTN_SPLIT: its key-split warps per row block (0: auto)
     int small_m;               // small-M linear kernels switched off (kiln_cuda_ctx.small_m)
+    int splitk;                // KILN_CUDA_SPLITK (kiln_cuda_ctx.splitk)
     kiln_cuda_wg_cfg wg_force; // KILN_CUDA_WG_CFG=bn,split,occ (profiling): every eligible linear
     int64_t *gemv_keep;        // n_layers: kiln_cuda_ctx.gemv_keep (the L2 plan, cuda_layout.h)
     uint64_t l2_kept;          // bytes of GEMV weights loaded evict-last
@@ -159,6 +160,17 @@ static kiln_cuda_wg_cfg wg_force_env(void) {
         c.bn = c.split = c.occ = 0;
     }
     return c;
+}
+
+// KILN_CUDA_SPLITK=0: linears never split K over a batched GEMM; =2, 4 or 8: every linear the
+// split can take runs with that many slices, untimed (A/B, the GPU suite); unset: timed at
+// context creation where it may pay (kiln_cuda_ctx.splitk).
+static int splitk_env(void) {
+    const char *v = getenv("KILN_CUDA_SPLITK");
+    if (v == NULL) return 0;
+    if (strcmp(v, "0") == 0) return -1;
+    if (strcmp(v, "2") == 0 || strcmp(v, "4") == 0 || strcmp(v, "8") == 0) return v[0] - '0';
+    return 0;
 }
 
 // A replay waits for the graph's last node (flag_wait) unless KILN_CUDA_NO_FLAG_WAIT=1 or the
@@ -410,6 +422,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     e->no_tc_attention = env_flag("KILN_CUDA_NO_TC_ATTENTION");
     e->no_dnn_attention = env_flag("KILN_CUDA_NO_CUDNN_SDPA");
     e->small_m = small_m_env();
+    e->splitk = splitk_env();
     e->profile = 0;
     if (env_flag("KILN_CUDA_PROFILE")) { // 1: 100 us of delay per layer; N > 1: N us
         long us = strtol(getenv("KILN_CUDA_PROFILE"), NULL, 10);
@@ -605,6 +618,8 @@ static void cuda_context_free(void *state) {
     kiln_cuda_free(c->staged, c->n_io);
     kiln_cuda_free(c->views, (size_t)p->n_tensors * sizeof *c->views);
     kiln_cuda_free(c->nhwc_copy, (size_t)p->n_tensors * sizeof *c->nhwc_copy + 1);
+    for (uint32_t li = 0; c->gemm != NULL && li < p->n_layers; li++)
+        kiln_cuda_gemm_cache_release(&c->gemm[li]);
     kiln_cuda_free(c->gemm, (size_t)p->n_layers * sizeof *c->gemm);
     kiln_cuda_free(c->conv, (size_t)p->n_layers * sizeof *c->conv);
     kiln_cuda_free(c->attn, (size_t)p->n_layers * sizeof *c->attn);
@@ -753,6 +768,7 @@ static void prepare_gemms(cuda_context *c) {
     ctx.workspace_nbytes = c->workspace_nbytes;
     ctx.sm_count = c->engine->sm_count;
     ctx.small_m = c->engine->small_m;
+    ctx.splitk = c->engine->splitk;
     ctx.no_tc_attention = c->engine->no_tc_attention;
     ctx.no_dnn_attention = c->engine->no_dnn_attention;
     ctx.attn_rows = c->engine->attn_rows;
@@ -976,6 +992,7 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     ctx.attn_rows = e->attn_rows;
     ctx.attn_split = e->attn_split;
     ctx.small_m = e->small_m;
+    ctx.splitk = e->splitk;
     ctx.wg_force = e->wg_force;
     ctx.where = where;
     int profiling = c->prof_ev != NULL;
@@ -1524,6 +1541,7 @@ static kiln_status plugin_run_op(const kiln_kernel_args *args, int device, void 
     ctx.attn_rows = attn_rows_env();
     ctx.attn_split = attn_split_env();
     ctx.small_m = small_m_env();
+    ctx.splitk = KILN_CUDA_RUN_SPLITK_OF(flags) != 0 ? (int)KILN_CUDA_RUN_SPLITK_OF(flags) : -1;
     if (KILN_CUDA_RUN_WG_BN(flags) != 0 && kiln_cuda_wg_init(device)) {
         // a test forces one configuration of Kiln's small-M linear
         ctx.small_m |= KILN_CUDA_SMALL_M_WG;

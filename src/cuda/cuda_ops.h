@@ -61,7 +61,18 @@ typedef struct kiln_cuda_gemm_cache {
     kiln_cuda_wg_cfg wg_cfg;
     int64_t wg_key[5];
     kiln_cuda_wg_maps_t wg_maps;
+    // K split (op_gemm.cu), timed against the plain GEMM at context creation for sk_key's shape:
+    // sk = S (2, 4, 8) runs the linear as one strided-batched cuBLASLt GEMM over S slices of K
+    // into float32 partial sums (in the workspace's tail) and one kernel that adds them with
+    // the bias and the epilogue; 1 the plain GEMM; 0 not decided (plain). split: that GEMM's
+    // cuBLASLt set-up (allocated when first timed, freed with the cache).
+    int sk;
+    int64_t sk_key[5];
+    struct kiln_cuda_gemm_cache *split;
 } kiln_cuda_gemm_cache;
+
+// Frees what a layer's GEMM cache owns (not the cache itself).
+void kiln_cuda_gemm_cache_release(kiln_cuda_gemm_cache *c);
 
 // cuDNN (cuda_dnn.c, loaded at run time): a handle per context; NULL when cuDNN is absent.
 typedef struct kiln_cuda_dnn kiln_cuda_dnn;
@@ -131,10 +142,12 @@ typedef struct kiln_cuda_ctx {
                                 // by occupancy: fewer rows while the grid is under one wave)
     int small_m; // KILN_CUDA_SMALL_M_* bits: small-M linear kernels switched off (env)
     kiln_cuda_wg_cfg wg_force; // run_op (tests): bn > 0 runs Kiln's small-M linear with it
-    int64_t gemv_keep;         // this layer's GEMV weight: bytes kept in L2 (evict-last; the rest
-                               // evict-first), -1: no cache hints (cuda_layout.h)
-    int attn_split; // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
-                    // D 128), whatever the grid (0: by residency; attn_rows wins)
+    int splitk; // K split of linears (op_gemm.cu): 0 timed at context creation where it may pay,
+                // -1 never (KILN_CUDA_SPLITK=0), 2/4/8 every linear it can take (tests, A/B)
+    int64_t gemv_keep; // this layer's GEMV weight: bytes kept in L2 (evict-last; the rest
+                       // evict-first), -1: no cache hints (cuda_layout.h)
+    int attn_split;    // sdpa split-key kernel: warps per 16-row block (2, 4, 8 for D 64; 2 for
+                       // D 128), whatever the grid (0: by residency; attn_rows wins)
     // sdpa with folded views (cuda_fold.h): q, k, v, out read/written through these strided
     // views (NULL: the dense tensor of args); dims are the args' logical ones
     const kiln_cuda_strided *sdpa_io[4];

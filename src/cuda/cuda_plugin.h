@@ -53,6 +53,11 @@ typedef struct kiln_cuda_services {
 #define KILN_CUDA_RUN_WG_BN(flags) ((((flags) >> 8) & 0xfu) * 64u)
 #define KILN_CUDA_RUN_WG_SPLIT(flags) (((flags) >> 12) & 0xfu)
 #define KILN_CUDA_RUN_WG_OCC(flags) (((flags) >> 16) & 0xfu)
+// A float16/bfloat16 linear runs with K split over s (2, 4, 8) slices of a strided-batched
+// cuBLASLt GEMM and Kiln's reduce kernel, where it can (op_gemm.cu); without it run_op never
+// splits.
+#define KILN_CUDA_RUN_SPLITK(s) ((uint32_t)(s) << 20)
+#define KILN_CUDA_RUN_SPLITK_OF(flags) (((flags) >> 20) & 0xfu)
 
 // What the plugin gives back. Valid for the life of the process (the plugin is never unloaded).
 typedef struct kiln_cuda_plugin {

@@ -92,8 +92,9 @@ typedef struct lt_problem {
     const void *a, *b, *bias;
     const void *c; // beta = 1, C = c (a residual of D's shape and layout) when not NULL
     void *d;
-    int relu; // fuse ReLU (after the bias) into the epilogue
-    int gelu; // fuse GELU, tanh form (cuBLASLt's GELU epilogue is the tanh approximation)
+    int relu;         // fuse ReLU (after the bias) into the epilogue
+    int gelu;         // fuse GELU, tanh form (cuBLASLt's GELU epilogue is the tanh approximation)
+    uint32_t d_dtype; // D's (and C's) dtype when it is not A's and B's (0: the same)
 } lt_problem;
 
 static void lt_key(const lt_problem *p, int64_t *key) {
@@ -118,7 +119,7 @@ static void lt_key(const lt_problem *p, int64_t *key) {
     key[17] = p->gelu;
     key[18] = (int64_t)(uintptr_t)p->c; // the residual's address (C's layout is D's)
     key[19] = p->c != NULL ? lt_align(p->c) : 0;
-    key[20] = 2; // key format
+    key[20] = 2 + ((int64_t)p->d_dtype << 8); // key format, D's dtype
 }
 
 #define LT_TUNE_MAX 8 // heuristic candidates timed at context creation
@@ -280,7 +281,8 @@ static int lt_setup(const kiln_cuda_ctx *ctx, const lt_problem *p, kiln_cuda_gem
         s = cublasLtMatrixLayoutInit(&c->b, t, (uint64_t)p->k, (uint64_t)p->n, p->ldb);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatrixLayoutInit(&c->c, t, (uint64_t)p->m, (uint64_t)p->n, p->ldd);
+        s = cublasLtMatrixLayoutInit(&c->c, p->d_dtype != 0 ? lt_type(p->d_dtype) : t,
+                                     (uint64_t)p->m, (uint64_t)p->n, p->ldd);
     }
     if (s == CUBLAS_STATUS_SUCCESS && p->batch > 1) {
         cublasLtMatrixLayoutOpaque_t *ls[3] = {&c->a, &c->b, &c->c};
@@ -842,6 +844,237 @@ static void wg_pick(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     kiln_cuda_log(KILN_LOG_INFO, "%s: %s", line, best >= 0 ? "Kiln's wgmma kernel" : "cuBLASLt");
 }
 
+// --- K split over a strided-batched cuBLASLt GEMM
+// A linear whose output has few tiles for its K (BERT-base b1's FFN 2: 128 x 768 outputs over K
+// 3072, six 128 x 128 tiles for 132 SMs) leaves most SMs idle in cuBLASLt's kernel. Here it runs
+// as one strided-batched GEMM over S slices of K (batch i: x[:, i K/S ..] w[:, i K/S ..]^T; the
+// batch count multiplies the tiles) writing float32 partial sums into the tail of the context's
+// cuBLASLt workspace (the GEMM is given the rest), then one kernel adds the S partial sums, the
+// bias and the first tail op (ReLU, GELU erf or tanh, or a residual) in float32 and rounds once.
+// Chosen per layer at context creation by timing inside a CUDA graph, the plain GEMM with its
+// tail against each S, where it may pay: float16/bfloat16, M > 64 (smaller M is the GEMV's and
+// the wgmma kernel's, whose K split needs no second kernel; the MLP b64 lost 1.5-2 us with every
+// eligible layer split, round 17), at most 16 output tiles of 128 x 128, K >= 1024.
+
+#define SK_MAX_PART ((size_t)16 << 20) // float32 partial sums at most (bytes)
+#define SK_TIMING 0x100                // kiln_cuda_ctx.splitk: a split being timed (not logged)
+
+// 1 when the K split can run this linear with S slices (dtypes, alignment, divisibility, room in
+// the workspace).
+static int sk_fits(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m, int64_t n,
+                   int64_t k, int s) {
+    const kiln_tensor *x = args->in[0], *w = args->in[1], *bias = opt_in(args, 2);
+    const kiln_tensor *y = args->out;
+    const size_t part = (size_t)s * (size_t)m * (size_t)n * 4u;
+    if (ctx->lt == NULL || ctx->workspace == NULL) return 0;
+    if (y->dtype != KILN_DTYPE_F16 && y->dtype != KILN_DTYPE_BF16) return 0;
+    if (x->dtype != y->dtype || w->dtype != y->dtype || (bias != NULL && bias->dtype != y->dtype))
+        return 0;
+    if (m < 1 || n % 4 != 0 || k % (8 * s) != 0 || k / s < 64) return 0;
+    if (((uintptr_t)x->data % 16) != 0 || ((uintptr_t)w->data % 16) != 0 ||
+        ((uintptr_t)y->data % 8) != 0)
+        return 0;
+    return part <= SK_MAX_PART && part <= ctx->workspace_nbytes / 2;
+}
+
+// 1 when timing the K split against the plain GEMM is worth it for this linear (see above).
+static int sk_worth(const kiln_cuda_ctx *ctx, int64_t m, int64_t n, int64_t k) {
+    if (ctx->splitk < 0 || ctx->gemm == NULL) return 0;
+    return m > 64 && k >= 1024 && ((m + 127) / 128) * ((n + 127) / 128) <= 16;
+}
+
+template <typename T, int SK>
+static __global__ void __launch_bounds__(256)
+    sk_reduce_kernel(const float4 *__restrict__ part, int64_t m, int64_t n,
+                     const T *__restrict__ bias, int epi, const T *__restrict__ res,
+                     T *__restrict__ y) {
+    const int64_t plane = m * n / 4;
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= plane) return;
+    float4 p[SK];
+#pragma unroll
+    for (int s = 0; s < SK; s++) p[s] = __ldcs(&part[s * plane + i]); // all loads in flight
+    float o[4] = {p[0].x, p[0].y, p[0].z, p[0].w};
+#pragma unroll
+    for (int s = 1; s < SK; s++) {
+        o[0] += p[s].x;
+        o[1] += p[s].y;
+        o[2] += p[s].z;
+        o[3] += p[s].w;
+    }
+    const int64_t at = i * 4, col = at % n;
+    T out[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float v = o[j] + (bias != NULL ? kc_to_f(bias[col + j]) : 0.0f);
+        out[j] = kc_from_f<T>(kc_linear_epilogue<T>(v, epi, res, at + j));
+    }
+    *(uint2 *)&y[at] = *(const uint2 *)out;
+}
+
+template <typename T>
+static void sk_reduce_t(cudaStream_t st, const float *part, int s, int64_t m, int64_t n,
+                        const void *bias, int epi, const void *res, void *y) {
+    const unsigned blocks = (unsigned)((m * n / 4 + 255) / 256);
+    const float4 *p = (const float4 *)part;
+    const T *b = (const T *)bias, *r = (const T *)res;
+    if (s == 2) sk_reduce_kernel<T, 2><<<blocks, 256, 0, st>>>(p, m, n, b, epi, r, (T *)y);
+    if (s == 4) sk_reduce_kernel<T, 4><<<blocks, 256, 0, st>>>(p, m, n, b, epi, r, (T *)y);
+    if (s == 8) sk_reduce_kernel<T, 8><<<blocks, 256, 0, st>>>(p, m, n, b, epi, r, (T *)y);
+}
+
+// Enqueues (or, at context creation, sets up and times the algorithms of) the linear with K split
+// over s slices, then its tail ops. *done = 0: cuBLASLt has no algorithm (the caller runs it
+// plainly).
+static kiln_status sk_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m,
+                          int64_t n, int64_t k, int s, int *done) {
+    const kiln_tensor *x = args->in[0], *w = args->in[1], *bias = opt_in(args, 2);
+    kiln_tensor *y = args->out;
+    kiln_cuda_ctx sctx = *ctx;
+    const size_t part = ((size_t)s * (size_t)m * (size_t)n * 4u + 255u) & ~(size_t)255u;
+    *done = 0;
+    // the GEMM's own workspace is what the partial sums leave free
+    sctx.workspace_nbytes = (ctx->workspace_nbytes - part) & ~(size_t)255u;
+    if (ctx->gemm != NULL) {
+        if (ctx->gemm->split == NULL) {
+            if (!ctx->plan_only) return KILN_OK; // never set up: run it plainly
+            ctx->gemm->split = (kiln_cuda_gemm_cache *)kiln_cuda_calloc(sizeof *ctx->gemm->split);
+            if (ctx->gemm->split == NULL) return KILN_OK;
+        }
+        sctx.gemm = ctx->gemm->split;
+    } else {
+        sctx.gemm = NULL; // (run_op) lt_run sets up on every call
+    }
+    lt_problem p;
+    memset(&p, 0, sizeof p);
+    p.dtype = y->dtype;
+    p.d_dtype = KILN_DTYPE_F32;
+    p.trans_a = 1; // D^T[n x m] = W (stored k x n, transposed) * X^T, per slice of K
+    p.m = n;
+    p.n = m;
+    p.k = k / s;
+    p.lda = k;
+    p.ldb = k;
+    p.ldd = n;
+    p.batch = s;
+    p.stride_a = k / s;
+    p.stride_b = k / s;
+    p.stride_d = m * n;
+    p.a = w->data;
+    p.b = x->data;
+    p.d = (char *)ctx->workspace + sctx.workspace_nbytes;
+    KILN_CUDA_TRY(lt_run(&sctx, &p, done));
+    if (!*done || ctx->plan_only) return KILN_OK;
+    int epi = 0;
+    const void *res = NULL;
+    small_m_epilogue(args, &epi, &res);
+    if (y->dtype == KILN_DTYPE_F16) {
+        sk_reduce_t<__half>(ctx->stream, (const float *)p.d, s, m, n, bias ? bias->data : NULL, epi,
+                            res, y->data);
+    } else {
+        sk_reduce_t<__nv_bfloat16>(ctx->stream, (const float *)p.d, s, m, n,
+                                   bias ? bias->data : NULL, epi, res, y->data);
+    }
+    KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "sk_reduce_kernel"));
+    return kiln_cuda_tail(ctx, args, epi != GEMV_EPI_NONE ? 1 : 0);
+}
+
+static void sk_key(int64_t m, int64_t n, int64_t k, const kiln_kernel_args *args, int64_t *key) {
+    int epi = 0;
+    const void *res = NULL;
+    small_m_epilogue(args, &epi, &res);
+    key[0] = m;
+    key[1] = n;
+    key[2] = k;
+    key[3] = args->out->dtype;
+    key[4] = epi | (opt_in(args, 2) != NULL ? 0x100 : 0);
+}
+
+typedef struct sk_timed {
+    kiln_cuda_ctx run; // the layer's context, executing
+    const kiln_kernel_args *args;
+} sk_timed;
+
+static int sk_timed_enqueue(void *arg) {
+    sk_timed *t = (sk_timed *)arg;
+    return kiln_cuda_linear(&t->run, t->args) == KILN_OK;
+}
+
+// Context creation: decides between the plain GEMM (already set up) and a K split for this shape
+// (ctx->gemm->sk), timing each the way the engine runs it.
+static void sk_pick(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m, int64_t n,
+                    int64_t k) {
+    kiln_cuda_gemm_cache *c = ctx->gemm;
+    int64_t key[5];
+    char line[512];
+    sk_key(m, n, k, args, key);
+    if (c->sk != 0 && memcmp(c->sk_key, key, sizeof key) == 0) return; // decided
+    memcpy(c->sk_key, key, sizeof key);
+    c->sk = 1;
+    if (!lt_tune_enabled() || !c->valid || !c->use_lt) return;
+    sk_timed t;
+    t.run = *ctx;
+    t.run.plan_only = 0;
+    t.run.splitk = -1; // the plain GEMM and its tail
+    t.args = args;
+    const float plain_us = kiln_cuda_time_in_graph(ctx->stream, sk_timed_enqueue, &t);
+    float best_us = plain_us;
+    int best = 1, used = 0;
+    used = snprintf(line, sizeof line, "linear m=%lld n=%lld k=%lld at %s: cuBLASLt %.2f us",
+                    (long long)m, (long long)n, (long long)k, ctx->where ? ctx->where : "?",
+                    (double)plain_us);
+    static const int splits[3] = {2, 4, 8};
+    for (int i = 0; i < 3; i++) {
+        const int s = splits[i];
+        int done = 0;
+        if (!sk_fits(ctx, args, m, n, k, s)) continue;
+        kiln_cuda_ctx plan = *ctx;
+        if (sk_run(&plan, args, m, n, k, s, &done) != KILN_OK || !done) continue;
+        t.run.splitk = s | SK_TIMING;
+        const float us = kiln_cuda_time_in_graph(ctx->stream, sk_timed_enqueue, &t);
+        if (used > 0 && (size_t)used < sizeof line) {
+            used += snprintf(line + used, sizeof line - (size_t)used, ", K split %d %.2f", s,
+                             (double)us);
+        }
+        if (us >= 0.0f && (plain_us < 0.0f || us < best_us)) {
+            best = s;
+            best_us = us;
+        }
+    }
+    if (best > 1) { // set up again for the pick (the last one timed may be another split)
+        int done = 0;
+        kiln_cuda_ctx plan = *ctx;
+        if (sk_run(&plan, args, m, n, k, best, &done) != KILN_OK || !done) best = 1;
+    }
+    c->sk = best;
+    cudaGetLastError();
+    if (best > 1) {
+        kiln_cuda_log(KILN_LOG_INFO, "%s: K split %d", line, best);
+    } else {
+        kiln_cuda_log(KILN_LOG_INFO, "%s: cuBLASLt", line);
+    }
+}
+
+// The K split this execute runs (0: none): forced (ctx->splitk > 0, where it fits; with
+// SK_TIMING, sk_pick's timed runs), or decided at context creation for this shape.
+static int sk_now(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t m, int64_t n,
+                  int64_t k) {
+    if (ctx->splitk > 0) {
+        const int s = ctx->splitk & ~SK_TIMING;
+        return sk_fits(ctx, args, m, n, k, s) ? s : 0;
+    }
+    if (ctx->splitk < 0 || ctx->gemm == NULL || ctx->gemm->sk <= 1) return 0;
+    int64_t key[5];
+    sk_key(m, n, k, args, key);
+    return memcmp(ctx->gemm->sk_key, key, sizeof key) == 0 ? ctx->gemm->sk : 0;
+}
+
+extern "C" void kiln_cuda_gemm_cache_release(kiln_cuda_gemm_cache *c) {
+    if (c == NULL || c->split == NULL) return;
+    kiln_cuda_free(c->split, sizeof *c->split);
+    c->split = NULL;
+}
+
 // --- entry points
 
 extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
@@ -887,6 +1120,15 @@ extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_ker
     }
     int same =
         x->dtype == w->dtype && x->dtype == y->dtype && (bias == NULL || bias->dtype == y->dtype);
+    const int sk = ctx->plan_only ? 0 : sk_now(ctx, args, m, n, k);
+    if (sk > 1) {
+        if (ctx->splitk > 0 && !(ctx->splitk & SK_TIMING)) {
+            kiln_cuda_log(KILN_LOG_INFO, "linear at %s: K split %d (forced)",
+                          ctx->where ? ctx->where : "?", sk);
+        }
+        KILN_CUDA_TRY(sk_run(ctx, args, m, n, k, sk, &done));
+        if (done) return KILN_OK;
+    }
     if (same && k > 0) {
         // D^T[n x m] = W (stored k x n, transposed) * X^T (stored k x m)
         lt_problem p;
@@ -911,7 +1153,15 @@ extern "C" kiln_status kiln_cuda_linear(const kiln_cuda_ctx *ctx, const kiln_ker
         if (done && (p.relu || p.gelu || p.c != NULL)) skip = 1;
     }
     if (ctx->plan_only) {
-        if (wg && ctx->gemm != NULL) wg_pick(ctx, args, &wp);
+        // a forced split (KILN_CUDA_SPLITK) is set up here; else timed where it may pay
+        if (ctx->splitk > 0 && sk_fits(ctx, args, m, n, k, ctx->splitk)) {
+            int sk_done = 0;
+            KILN_CUDA_TRY(sk_run(ctx, args, m, n, k, ctx->splitk, &sk_done));
+        } else if (done && sk_worth(ctx, m, n, k)) {
+            sk_pick(ctx, args, m, n, k);
+        }
+        // (a forced split leaves every layer it takes on it: no small-M kernel timed)
+        if (wg && ctx->gemm != NULL && ctx->splitk <= 0) wg_pick(ctx, args, &wp);
         return KILN_OK;
     }
     if (!done) {

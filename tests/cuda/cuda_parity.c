@@ -46,14 +46,17 @@ static const char *opt_filter;
 static int n_skipped;
 static int n_lt_rejected, n_lt_noalgo, n_lt_rejected_total; // from the plugin's log messages
 static int n_dnn_declined;
-static int log_all;            // KILN_TEST_LOG_ALL=1: print every plugin message, not only warnings
-static int n_attn_dnn;         // "cuDNN sdpa plan ... ready" messages (the fused attention set up)
-static int n_wg_forced;        // "Kiln's wgmma kernel ... (forced)": the small-M linear ran
-static int n_wg_forced_total;  // ... over the whole run (the e2e steps with KILN_CUDA_WG_CFG)
-static int wg_expected = -1;   // the small-M wgmma linear can run (sm_90, KILN_CUDA_NO_WG unset)
-static int dnn_attn_ok = -1;   // cuDNN's fused attention available (>= 9.13, not switched off)
-static int n_stem_logged = -1; // "N on the stem kernel" of the last CUDA engine loaded
-static int n_nhwc_logged = -1; // "NHWC: N of M conv2d" of the last CUDA engine loaded
+static int log_all;           // KILN_TEST_LOG_ALL=1: print every plugin message, not only warnings
+static int n_attn_dnn;        // "cuDNN sdpa plan ... ready" messages (the fused attention set up)
+static int n_wg_forced;       // "Kiln's wgmma kernel ... (forced)": the small-M linear ran
+static int n_wg_forced_total; // ... over the whole run (the e2e steps with KILN_CUDA_WG_CFG)
+static int wg_expected = -1;  // the small-M wgmma linear can run (sm_90, KILN_CUDA_NO_WG unset)
+static int env_set(const char *name);
+static int n_sk_forced;            // "K split N (forced)": a linear ran with K split over a batch
+static int n_sk_forced_total;      // ... over the whole run (the e2e step with KILN_CUDA_SPLITK)
+static int dnn_attn_ok = -1;       // cuDNN's fused attention available (>= 9.13, not switched off)
+static int n_stem_logged = -1;     // "N on the stem kernel" of the last CUDA engine loaded
+static int n_nhwc_logged = -1;     // "NHWC: N of M conv2d" of the last CUDA engine loaded
 static long long n_l2_logged = -1; // "GEMV weights kept in L2: N bytes" of the last one
 
 // Log hook: prints warnings and errors, counts the plugin's cuBLASLt fallbacks.
@@ -69,6 +72,8 @@ static void log_hook(void *user_data, kiln_log_level level, const char *message)
     if (strstr(message, "cuDNN sdpa plan") != NULL) n_attn_dnn++;
     if (strstr(message, "Kiln's wgmma kernel") != NULL && strstr(message, "(forced)") != NULL)
         n_wg_forced++, n_wg_forced_total++;
+    if (strstr(message, ": K split ") != NULL && strstr(message, "(forced)") != NULL)
+        n_sk_forced++, n_sk_forced_total++;
     const char *stem = strstr(message, " on the stem kernel");
     if (stem != NULL) {
         const char *d = stem;
@@ -534,6 +539,10 @@ static void run_case(const op_case *c) {
         "[wgmma 128x1]",   "[wgmma 64x1]",    "[wgmma 128x2]",   "[wgmma 64x2]",
         "[wgmma 128x4]",   "[wgmma 64x4]",    "[wgmma 128x8]",   "[wgmma 64x8]",
         "[wgmma 128x2/2]", "[wgmma 128x4/2]", "[wgmma 128x8/2]", "[wgmma 64x8/2]"};
+    // ... and with K split over 2 and 4 slices of a batched cuBLASLt GEMM (op_gemm.cu sk_*)
+    enum { N_SK = 2 };
+    static const int sk_slices[N_SK] = {2, 4};
+    static const char *const sk_names[N_SK] = {"[K split 2]", "[K split 4]"};
     const int n_base = c->attn ? 3 : c->gemm || c->dnn ? 2 : 1;
     const int wg_case =
         c->op == KILN_OP_LINEAR && (out_desc.dtype == F16 || out_desc.dtype == BF16);
@@ -542,13 +551,16 @@ static void run_case(const op_case *c) {
     // the plugin's rule (op_gemm.cu wg_applies): past the GEMV's rows, K % 8 == 0, K >= 64
     const int wg_must =
         wg_case && wg_expected == 1 && wg_m > 8 && wg_m <= 256 && wg_k >= 64 && wg_k % 8 == 0;
-    for (int variant = 0; variant < n_base + (wg_case ? N_WG : 0); variant++) {
-        const int wgv = variant - n_base; // >= 0: a wgmma configuration
-        const char *vname = wgv >= 0  ? wg_names[wgv]
-                            : c->gemm ? (variant == 0 ? "[cublasLt]" : "[own gemm]")
-                            : c->dnn  ? (variant == 0 ? "[cudnn]" : "[own conv]")
-                            : c->attn ? attn_names[variant]
-                                      : NULL;
+    const int64_t wg_n = c->in[1].rank > 0 ? c->in[1].dims[0] : 1;
+    for (int variant = 0; variant < n_base + (wg_case ? N_WG + N_SK : 0); variant++) {
+        const int skv = variant - n_base - N_WG;          // >= 0: a K split
+        const int wgv = skv >= 0 ? -1 : variant - n_base; // >= 0: a wgmma configuration
+        const char *vname = skv >= 0   ? sk_names[skv]
+                            : wgv >= 0 ? wg_names[wgv]
+                            : c->gemm  ? (variant == 0 ? "[cublasLt]" : "[own gemm]")
+                            : c->dnn   ? (variant == 0 ? "[cudnn]" : "[own conv]")
+                            : c->attn  ? attn_names[variant]
+                                       : NULL;
         uint32_t flags = variant == 1 ? KILN_CUDA_RUN_NO_CUBLASLT | KILN_CUDA_RUN_NO_CUDNN |
                                             KILN_CUDA_RUN_NO_TC_ATTENTION
                                       : 0;
@@ -556,7 +568,9 @@ static void run_case(const op_case *c) {
             flags = KILN_CUDA_RUN_NO_CUDNN | (variant == 2 ? KILN_CUDA_RUN_NO_TC_ATTENTION : 0);
         }
         if (wgv >= 0) flags = KILN_CUDA_RUN_WG(wg_cfgs[wgv][0], wg_cfgs[wgv][1], wg_cfgs[wgv][2]);
+        if (skv >= 0) flags = KILN_CUDA_RUN_SPLITK(sk_slices[skv]);
         n_wg_forced = 0;
+        n_sk_forced = 0;
         // Poison the output so that an element the kernel forgets to write shows up.
         if (!cuda_ok(cudaMemset(dev_out, 0xFF, out_ref.nbytes), "cudaMemset")) {
             report(0, name, vname, "cudaMemset failed");
@@ -607,6 +621,28 @@ static void run_case(const op_case *c) {
                 same = 0;
                 used = strlen(msg);
                 snprintf(msg + used, sizeof msg - used, " (sm_90: it must run this case)");
+            }
+        }
+        if (skv >= 0) {
+            // the plugin's rule (op_gemm.cu sk_fits): N % 4 == 0, K a multiple of 8 per slice and
+            // at least 64 per slice, the partial sums within 16 MiB (the buffers are aligned)
+            const int sl = sk_slices[skv];
+            // (and every operand of the output's dtype; M <= 8 is the GEMV's unless it is off;
+            // cuBLASLt present)
+            int one_dtype = 1;
+            for (uint32_t i = 0; i < c->n_in; i++) one_dtype &= c->in[i].dtype == out_desc.dtype;
+            const int sk_must = wg_m > 0 && wg_n % 4 == 0 && wg_k % (8 * sl) == 0 &&
+                                wg_k / sl >= 64 && (int64_t)sl * wg_m * wg_n * 4 <= (16 << 20) &&
+                                one_dtype && (wg_m > 8 || env_set("KILN_CUDA_NO_GEMV")) &&
+                                !env_set("KILN_CUDA_NO_CUBLASLT");
+            size_t used = strlen(msg);
+            snprintf(msg + used, sizeof msg - used, "; %s",
+                     n_sk_forced > 0 ? "K split" : "not split");
+            if (sk_must != (n_sk_forced > 0)) {
+                same = 0;
+                used = strlen(msg);
+                snprintf(msg + used, sizeof msg - used, " (the split %s take this case)",
+                         sk_must ? "must" : "must not");
             }
         }
         report(same, name, vname, msg);
@@ -2843,6 +2879,10 @@ int main(int argc, char **argv) {
     }
     if (want_ops) run_ops();
     if (want_e2e) run_e2e();
+    if (want_e2e && env_set("KILN_CUDA_SPLITK") && strcmp(getenv("KILN_CUDA_SPLITK"), "0") != 0) {
+        // the engines ran some linear with K split (graphs included)
+        CHECK_MSG(n_sk_forced_total > 0, "KILN_CUDA_SPLITK is set but no linear ran with K split");
+    }
     if (want_e2e && wg_expected == 1 && env_set("KILN_CUDA_WG_CFG")) {
         // the engines ran their small-M linears on the forced configuration (graphs included)
         CHECK_MSG(n_wg_forced_total > 0, "KILN_CUDA_WG_CFG is set on sm_90 but no linear ran on "
