@@ -1066,7 +1066,9 @@ static int sk_now(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_
     if (ctx->splitk < 0 || ctx->gemm == NULL || ctx->gemm->sk <= 1) return 0;
     int64_t key[5];
     sk_key(m, n, k, args, key);
-    return memcmp(ctx->gemm->sk_key, key, sizeof key) == 0 ? ctx->gemm->sk : 0;
+    if (memcmp(ctx->gemm->sk_key, key, sizeof key) != 0) return 0;
+    // (the pointers bound now, e.g. a caller's device output, must suit it too)
+    return sk_fits(ctx, args, m, n, k, ctx->gemm->sk) ? ctx->gemm->sk : 0;
 }
 
 extern "C" void kiln_cuda_gemm_cache_release(kiln_cuda_gemm_cache *c) {
