@@ -866,7 +866,7 @@ static int sk_fits(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64
     const kiln_tensor *x = args->in[0], *w = args->in[1], *bias = opt_in(args, 2);
     const kiln_tensor *y = args->out;
     const size_t part = (size_t)s * (size_t)m * (size_t)n * 4u;
-    if (ctx->lt == NULL || ctx->workspace == NULL) return 0;
+    if ((s != 2 && s != 4 && s != 8) || ctx->lt == NULL || ctx->workspace == NULL) return 0;
     if (y->dtype != KILN_DTYPE_F16 && y->dtype != KILN_DTYPE_BF16) return 0;
     if (x->dtype != y->dtype || w->dtype != y->dtype || (bias != NULL && bias->dtype != y->dtype))
         return 0;

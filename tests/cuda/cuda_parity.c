@@ -630,7 +630,8 @@ static void run_case(const op_case *c) {
             // (and every operand of the output's dtype; M <= 8 is the GEMV's unless it is off;
             // cuBLASLt present)
             int one_dtype = 1;
-            for (uint32_t i = 0; i < c->n_in; i++) one_dtype &= c->in[i].dtype == out_desc.dtype;
+            for (uint32_t i = 0; i < c->n_in; i++)
+                one_dtype &= c->in[i].absent || c->in[i].dtype == out_desc.dtype;
             const int sk_must = wg_m > 0 && wg_n % 4 == 0 && wg_k % (8 * sl) == 0 &&
                                 wg_k / sl >= 64 && (int64_t)sl * wg_m * wg_n * 4 <= (16 << 20) &&
                                 one_dtype && (wg_m > 8 || env_set("KILN_CUDA_NO_GEMV")) &&
