@@ -1669,6 +1669,26 @@ static int model_gemv_mlp(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// An FFN whose second linear (M 65..160 rows, K 1024, N 256: at most 4 output tiles) is one the
+// K split is timed for at context creation (op_gemm.cu sk_pick), so the e2e variants (graphs,
+// re-records, device I/O) run whichever it picks; KILN_CUDA_SPLITK=2 forces both linears.
+static int model_ksplit_ffn(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t mins[2] = {65, 256}, maxs[2] = {160, 256};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 2, mins, maxs);
+    int32_t l1[3] = {x, gb_const(&b, F32, "1024x256", -0.06, 0.06),
+                     gb_const(&b, F32, "1024", -0.5, 0.5)};
+    int32_t h = gb1(&b, KILN_OP_RELU, gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0));
+    int32_t l2[3] = {h, gb_const(&b, F32, "256x1024", -0.03, 0.03),
+                     gb_const(&b, F32, "256", -0.5, 0.5)};
+    h = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0), x);
+    gb_check(&b, kiln_graph_mark_output(b.g, h, "y"), "output");
+    m->name = "ksplit ffn fp16";
+    m->tol = 2e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
 static int model_cnn(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[4] = {1, 3, 16, 16}, maxs[4] = {4, 3, 16, 16};
@@ -2741,6 +2761,7 @@ static void run_e2e(void) {
     if (model_gemv_mlp(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_gemv_mlp(&models[n], KILN_PRECISION_BF16)) n++;
     int end_gemv = n;
+    if (model_ksplit_ffn(&models[n])) n++;
     if (model_cnn(&models[n], KILN_PRECISION_FP32)) n++;
     if (!opt_quick && model_cnn(&models[n], KILN_PRECISION_BF16)) n++;
     if (model_attention(&models[n], KILN_PRECISION_FP32)) n++;
@@ -2758,7 +2779,7 @@ static void run_e2e(void) {
     if (model_bert(&models[n], KILN_PRECISION_FP16, 1, "bert packed-qkv fp16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 0, "bert bf16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 1, "bert packed-qkv bf16")) n++;
-    CHECK_MSG(n == (opt_quick ? 11 : 17), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 12 : 18), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
             char nm[128];
