@@ -170,6 +170,10 @@ static int splitk_env(void) {
     if (v == NULL) return 0;
     if (strcmp(v, "0") == 0) return -1;
     if (strcmp(v, "2") == 0 || strcmp(v, "4") == 0 || strcmp(v, "8") == 0) return v[0] - '0';
+    kiln_cuda_log(KILN_LOG_WARN,
+                  "KILN_CUDA_SPLITK=%s is not 0, 2, 4 or 8: ignored (the K split is timed per "
+                  "layer); unset it, or set 0 (off) or 2, 4, 8 (slices, forced)",
+                  v);
     return 0;
 }
 
