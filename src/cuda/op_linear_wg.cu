@@ -41,7 +41,7 @@
 #define WG_BM 64         // output rows per CTA: one warpgroup MMA's height
 #define WG_BK 64         // K per stage: 128 bytes per row, the 128-byte swizzle's width
 #define WG_CONSUMERS 128 // warps 0-3: the warpgroup that runs the MMAs
-#define WG_THREADS 160   // + warp 4: the producer that issues the TMA copies
+#define WG_PRODUCER 32   // + warp 4: the producer that issues the TMA copies
 #define WG_MAX_SPLIT 8   // K shares of one tile: the largest portable cluster
 
 // OCC: CTAs per SM. 1: the deepest ring that fits (192 KiB); 2: half of it each, so that
@@ -56,6 +56,11 @@ template <int BN, int OCC> struct wg_shape {
     static constexpr int RING = STAGES * STAGE_BYTES;
     // + 1024: the dynamic shared memory is aligned up to the swizzle's 1024-byte period
     static constexpr int SMEM = (RING > RED_BYTES ? RING : RED_BYTES) + 1024;
+    // + helper warps that wait through the main loop and share the epilogue: after the main
+    // loop the CTA is latency-bound (float32 sums from the peers, the erf, the stores), and
+    // more warps per SM hide it (H200, the MLP b64's layers: 0.5-1.3 us per layer with one
+    // helper warpgroup; two at two CTAs per SM exceed the register file)
+    static constexpr int THREADS = WG_CONSUMERS + WG_PRODUCER + (OCC == 1 ? 256 : 128);
 };
 
 // --- PTX helpers (sm_90a)
@@ -201,7 +206,7 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t a, uint64_t b) {
 }
 #endif // WG_DEVICE
 
-// grid (S, ceil(n / BN), ceil(m / 64)), cluster (S, 1, 1), WG_THREADS threads,
+// grid (S, ceil(n / BN), ceil(m / 64)), cluster (S, 1, 1), wg_shape<BN, OCC>::THREADS threads,
 // wg_shape<BN, OCC>::SMEM bytes of dynamic shared memory. ksteps = ceil(k / 64), per = ceil(ksteps
 // / S): this CTA's K steps are [S_rank * per, min(+per, ksteps)). TMA fills what lies outside x or
 // w (rows past m or n, K past k) with zeros. Warp specialization: warp 4's lane 0 keeps the ring
@@ -209,7 +214,7 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t a, uint64_t b) {
 // 0-3 wait on each stage's `full` barrier, issue its four MMAs and, keeping one MMA group in flight
 // (wait_group 1), release the stage before it. No CTA-wide barrier inside the main loop.
 template <typename T, int BN, int OCC>
-static __global__ void __launch_bounds__(WG_THREADS, OCC)
+static __global__ void __launch_bounds__(wg_shape<BN, OCC>::THREADS, OCC)
     wg_linear_kernel(const __grid_constant__ CUtensorMap wmap,
                      const __grid_constant__ CUtensorMap xmap, const T *__restrict__ bias,
                      const T *__restrict__ res, T *__restrict__ y, int m, int n, int ksteps,
@@ -313,7 +318,7 @@ static __global__ void __launch_bounds__(WG_THREADS, OCC)
     }
     constexpr int V = BN / 4; // float4 per row
     const bool vec = (n & 3) == 0;
-    for (int e = tid; e < rows * V; e += WG_THREADS) { // (the producer warp helps here)
+    for (int e = tid; e < rows * V; e += S::THREADS) { // (the producer and helper warps help)
         const int r = split * rows + e / V, c = (e % V) * 4;
         float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -430,7 +435,7 @@ static void wg_config(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, int64_t 
     at[1] = cudaLaunchAttribute{};
     cfg->gridDim =
         dim3((unsigned)split, (unsigned)((n + BN - 1) / BN), (unsigned)((m + WG_BM - 1) / WG_BM));
-    cfg->blockDim = dim3(WG_THREADS);
+    cfg->blockDim = dim3(wg_shape<BN, OCC>::THREADS);
     cfg->dynamicSmemBytes = wg_shape<BN, OCC>::SMEM;
     if (split > 1) {
         at[na].id = cudaLaunchAttributeClusterDimension;
