@@ -142,6 +142,20 @@ target_link_libraries(kiln_launch_latency PRIVATE CUDA::cudart)
 set_target_properties(kiln_launch_latency PROPERTIES CUDA_RUNTIME_LIBRARY Shared
                                                      BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR}")
 
+# --- the memory floor of the MLP b64 beside Kiln's wgmma linear (bench/stream_floor.cu: streams of
+# the three weights into shared memory by access pattern, then the kernel's configurations; the
+# GPU suite prints it). sm_90a only, like the kernel it includes.
+add_executable(kiln_stream_floor bench/stream_floor.cu)
+set_target_properties(kiln_stream_floor PROPERTIES CUDA_ARCHITECTURES OFF
+                                                   CUDA_RUNTIME_LIBRARY Shared
+                                                   BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR}")
+target_include_directories(kiln_stream_floor PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include
+                                                     ${CMAKE_CURRENT_SOURCE_DIR}/src)
+set_property(TARGET kiln_stream_floor PROPERTY COMPILE_OPTIONS ${KILN_CUDA_FLAGS}
+  --generate-code=arch=compute_90a,code=sm_90a)
+target_compile_definitions(kiln_stream_floor PRIVATE WITH_WG)
+target_link_libraries(kiln_stream_floor PRIVATE CUDA::cudart)
+
 # --- the latency print of the GPU suite (not a test: tools/gpu_suite.sh --run calls it)
 add_executable(kiln_cuda_bench tests/cuda/cuda_bench.c)
 target_compile_options(kiln_cuda_bench PRIVATE ${KILN_WARNINGS})

@@ -36,7 +36,9 @@
 #            graphs) beside the PyTorch anchors; its BENCH lines are repeated in the summary;
 #            then A/B with the previous attention path (no view folding, 64-row sdpa CTAs);
 #            kiln_launch_latency: a CUDA graph's launch plus the wait for its end, by how the
-#            end is observed (bench/launch_latency.cu)
+#            end is observed (bench/launch_latency.cu); kiln_stream_floor: the MLP b64's
+#            memory floor (its three weights streamed without math, by access pattern) beside
+#            the wgmma linear's configurations on the same weights (bench/stream_floor.cu)
 #       Logs go to $OUT (or .dev/gpu/logs); a summary table is printed last. Exit status 0 only
 #       when every step passed.
 #
@@ -53,7 +55,7 @@ prepare() {
   "$cmake" -S "$root" -B "$build" -DKILN_CUDA=ON -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_BUILD_TESTS=ON
   "$cmake" --build "$build" -j "$jobs" --target kiln kiln_cuda kiln_cuda_parity kiln_cuda_smoke \
-    kiln_cuda_bench kiln_launch_latency
+    kiln_cuda_bench kiln_launch_latency kiln_stream_floor
   # libkiln must load where CUDA is absent: no CUDA library among its dependencies.
   if readelf -d "$build"/libkiln.so | grep NEEDED | grep -Eqi 'cuda|cublas|cudnn'; then
     echo "gpu_suite: libkiln.so links a CUDA library:" >&2
@@ -63,7 +65,7 @@ prepare() {
   rm -rf "$dev"
   mkdir -p "$dev"
   cp "$build"/kiln_cuda_parity "$build"/kiln_cuda_smoke "$build"/kiln_cuda_bench \
-    "$build"/kiln_launch_latency "$build"/libkiln_cuda.so "$dev"/
+    "$build"/kiln_launch_latency "$build"/kiln_stream_floor "$build"/libkiln_cuda.so "$dev"/
   # The shared libkiln under every name the smoke program may ask for (real files, no links).
   for f in "$build"/libkiln.so*; do cp -L "$f" "$dev/$(basename "$f")"; done
   {
@@ -71,7 +73,7 @@ prepare() {
     echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
       git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo ' (dirty tree)')"
     echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
-    (cd "$dev" && sha256sum kiln_cuda_parity kiln_cuda_smoke kiln_cuda_bench kiln_launch_latency \
+    (cd "$dev" && sha256sum kiln_cuda_parity kiln_cuda_smoke kiln_cuda_bench kiln_launch_latency kiln_stream_floor \
       libkiln_cuda.so libkiln.so*)
   } >"$dev/MANIFEST"
   # A dry run here checks the test cases and the e2e graphs against the CPU reference.
@@ -233,6 +235,8 @@ run() {
     ./kiln_cuda_bench
   # The launch-and-wait floor under every execute (docs/cuda.md "The end of an execute").
   step "bench: graph launch and wait" "$out/launch_latency.log" 120 ./kiln_launch_latency
+  # The MLP b64's memory floor beside the wgmma linear (docs/benchmarks.md round 18).
+  step "bench: MLP b64 memory floor" "$out/stream_floor.log" 120 ./kiln_stream_floor
 
   echo
   echo "=== Kiln GPU suite: latency (median of 200 executes, fp16, device I/O, CUDA graphs)"
@@ -246,6 +250,8 @@ run() {
     sed -E 's/^.*(CUDA graph instantiated)/  \1/' | awk '!seen[$0]++'
   echo "--- CUDA graph launch + wait for its end (median us; details: $out/launch_latency.log)"
   grep -E '^[0-9]+ kernel' "$out/launch_latency.log" 2>/dev/null || echo "(none)"
+  echo "--- MLP b64: its weights streamed without math, then the wgmma linear (us; $out/stream_floor.log)"
+  grep -E '^(tma2d|bulk1d|ldg|three|wgmma)' "$out/stream_floor.log" 2>/dev/null | cut -c1-200 || echo "(none)"
   echo
   echo "=== Kiln GPU suite summary (seed $KILN_TEST_SEED, logs in $out)"
   printf '%-38s %-10s %-24s %6s\n' step status checks time
