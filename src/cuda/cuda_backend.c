@@ -819,6 +819,8 @@ static int plan_wants_dnn(const cuda_engine *e) {
     return 0;
 }
 
+static void wg_engine_choice(cuda_context *c); // (below, beside the layer loop)
+
 static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     const cuda_engine *e = engine_state;
     const kiln_plan *p = e->plan;
@@ -940,6 +942,7 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     bind_arena_views(c);
     for (uint32_t b = 0; b < c->n_io; b++) c->views[binding_tensor(p, b)].data = c->staging[b];
     prepare_gemms(c);
+    wg_engine_choice(c);
     if (c->scratch != NULL) {
         cudaError_t err = cudaStreamSynchronize(c->stream); // the timing runs are done
         kiln_cuda_scratch_unlock(c->scratch);
@@ -1040,6 +1043,61 @@ static kiln_status run_layers(cuda_context *c, cudaStream_t stream) {
     }
     if (!profiling) c->prof_n = 0;
     return KILN_OK;
+}
+
+// --- the wgmma kernel chosen on the whole engine
+// The per-layer choice (op_gemm.cu, wg_pick) times each linear alone, its weight hot in L2 from
+// the repeats. In the engine a weight comes from HBM unless the L2 plan keeps it (only the wgmma
+// kernel's loads carry the plan's hints), the erf GELU the kernel fuses saves a kernel, and with
+// PDL a layer's weight stream starts under the previous layer's end: a chain of linears can run
+// faster on it even where each layer alone is slower (round 17: the MLP b64 about 2 us faster
+// with every layer on it). So once the layers are chosen, the linears left on cuBLASLt whose
+// fastest wgmma configuration timed within WG_ENGINE_RATIO of cuBLASLt move to it together; the
+// whole engine is timed both ways inside a CUDA graph, and the move stays only when the engine
+// runs at WG_ENGINE_GAIN of its time or better. KILN_CUDA_NO_WG_ENGINE=1 keeps the per-layer
+// choice.
+#define WG_ENGINE_RATIO 1.3f
+#define WG_ENGINE_GAIN 0.98f
+
+static int engine_enqueue(void *arg) {
+    cuda_context *c = arg;
+    return run_layers(c, c->stream) == KILN_OK;
+}
+
+static uint32_t wg_engine_candidate(const kiln_cuda_gemm_cache *g) {
+    return g->wg == -1 && g->wg_alt_ratio > 0.0f && g->wg_alt_ratio <= WG_ENGINE_RATIO ? 1u : 0u;
+}
+
+static void wg_engine_choice(cuda_context *c) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    uint32_t moved = 0;
+    if (c->lt == NULL || env_flag("KILN_CUDA_NO_WG_ENGINE") || e->profile || e->debug_sync ||
+        e->wg_force.bn > 0)
+        return;
+    for (uint32_t li = 0; li < p->n_layers; li++) moved += wg_engine_candidate(&c->gemm[li]);
+    if (moved == 0) return;
+    uint8_t *mv = kiln_cuda_calloc(p->n_layers);
+    if (mv == NULL) return; // (an optimization only)
+    const float per_layer = kiln_cuda_time_in_graph(c->stream, engine_enqueue, c);
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        kiln_cuda_gemm_cache *g = &c->gemm[li];
+        if (!wg_engine_candidate(g)) continue;
+        mv[li] = 1;
+        g->wg = 1; // run_layers takes the wgmma kernel with wg_cfg
+        g->wg_cfg = g->wg_alt;
+    }
+    const float together = kiln_cuda_time_in_graph(c->stream, engine_enqueue, c);
+    const int keep = per_layer > 0.0f && together > 0.0f && together <= WG_ENGINE_GAIN * per_layer;
+    for (uint32_t li = 0; li < p->n_layers && !keep; li++) {
+        if (mv[li]) c->gemm[li].wg = -1;
+    }
+    kiln_cuda_free(mv, p->n_layers);
+    kiln_cuda_log(KILN_LOG_INFO,
+                  "engine: %u linear%s left on cuBLASLt within %.1fx of the wgmma kernel, moved "
+                  "to it together: %.2f us per run against %.2f us as chosen per layer: %s",
+                  moved, moved == 1 ? "" : "s", (double)WG_ENGINE_RATIO, (double)together,
+                  (double)per_layer, keep ? "kept" : "undone");
 }
 
 // After the execute's synchronize: the launched layers' times into the profile.

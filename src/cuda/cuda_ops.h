@@ -61,6 +61,10 @@ typedef struct kiln_cuda_gemm_cache {
     kiln_cuda_wg_cfg wg_cfg;
     int64_t wg_key[5];
     kiln_cuda_wg_maps_t wg_maps;
+    // the fastest wgmma configuration timed for it, and its time over cuBLASLt's (0: none), for
+    // the choice on the whole engine (cuda_backend.c, wg_engine_choice)
+    kiln_cuda_wg_cfg wg_alt;
+    float wg_alt_ratio;
     // K split (op_gemm.cu), timed against the plain GEMM at context creation for sk_key's shape:
     // sk = S (2, 4, 8) runs the linear as one strided-batched cuBLASLt GEMM over S slices of K
     // into float32 partial sums (in the workspace's tail) and one kernel that adds them with

@@ -811,6 +811,7 @@ static void wg_pick(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     const int ncfg = kiln_cuda_wg_configs(p->m, p->n, p->k, ctx->sm_count, cfgs, 16);
     memcpy(c->wg_key, key, sizeof key);
     c->wg = -1;
+    c->wg_alt_ratio = 0.0f;
     // KILN_CUDA_GEMM_TUNE=0 (profiling): nothing timed, so cuBLASLt's heuristic choice, as for
     // every other GEMM (KILN_CUDA_WG_CFG runs the small-M kernel untimed)
     if (ncfg == 0 || !lt_tune_enabled()) return;
@@ -822,7 +823,7 @@ static void wg_pick(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     t.p = p;
     const float lt_us =
         c->valid && c->use_lt ? kiln_cuda_time_in_graph(ctx->stream, wg_timed_enqueue, &t) : -1.0f;
-    float best_us = lt_us;
+    float best_us = -1.0f; // the fastest wgmma configuration's
     int best = -1, used = 0;
     used = snprintf(line, sizeof line, "linear m=%lld n=%lld k=%lld at %s: cuBLASLt %.2f us",
                     (long long)p->m, (long long)p->n, (long long)p->k,
@@ -835,17 +836,22 @@ static void wg_pick(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
             used += snprintf(line + used, sizeof line - (size_t)used, ", %dx%d/%d %.2f", cfgs[i].bn,
                              cfgs[i].split, cfgs[i].occ, (double)us);
         }
-        if (us >= 0.0f && (best_us < 0.0f || us < best_us)) {
+        if (us >= 0.0f && (best < 0 || us < best_us)) {
             best = i;
             best_us = us;
         }
+    }
+    if (best >= 0 && lt_us > 0.0f) { // for the choice on the whole engine (cuda_backend.c)
+        c->wg_alt = cfgs[best];
+        c->wg_alt_ratio = best_us / lt_us;
     }
     // Each candidate is timed alone, its weight hot in L2 from the repeats; in the engine the
     // weight may come from HBM and the L2 plan changes with the choice. A win within the margin
     // does not carry over: the MLP b64's first layer at 5.41 against cuBLASLt's 5.59 us (3%)
     // made the model 2 us slower through ExecuTorch (35.4 against 33.1-33.5 us, round 18).
-    const int in_margin = best >= 0 && lt_us >= 0.0f && best_us > WG_MARGIN * lt_us;
-    if (in_margin) best = -1;
+    const int in_margin =
+        best >= 0 && lt_us >= 0.0f && best_us > WG_MARGIN * lt_us && best_us < lt_us;
+    if (best >= 0 && lt_us >= 0.0f && best_us > WG_MARGIN * lt_us) best = -1;
     if (best >= 0) {
         c->wg = 1;
         c->wg_cfg = cfgs[best];
