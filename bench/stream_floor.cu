@@ -224,6 +224,51 @@ static double now_us(void) {
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
+// Microseconds per launch of enqueue (one kernel), over 50 back-to-back launches after 20.
+template <typename F>
+static float time_alone(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, F enqueue) {
+    for (int i = 0; i < 20; i++) enqueue();
+    CK(cudaEventRecord(e0, st));
+    for (int i = 0; i < 50; i++) enqueue();
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1e3f / 50;
+}
+
+// enqueue (the three layers) captured as one graph: *gpu_us, its GPU time per replay over 200
+// back-to-back replays; *sync_us, the median of 2000 launches each followed by a synchronize.
+template <typename F>
+static void time_graph(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, F enqueue, float *gpu_us,
+                       double *sync_us) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    enqueue();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 50; i++) CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(e0, st));
+    for (int i = 0; i < 200; i++) CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    *gpu_us = ms * 1e3f / 200;
+    std::vector<double> t;
+    for (int i = 0; i < 2000; i++) {
+        const double a = now_us();
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaStreamSynchronize(st));
+        t.push_back(now_us() - a);
+    }
+    std::sort(t.begin(), t.end());
+    *sync_us = t[t.size() / 2];
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+}
+
 int main(void) {
     CK(cudaSetDevice(0));
     void *fnp = NULL;
@@ -282,44 +327,18 @@ int main(void) {
                     wm[l], xm[l], w[l], x, k, per, mode == 3 ? 0 : (mode == 2 ? 2 : mode), hint,
                     keep_rows[l], sink);
             };
-            float alone[3];
-            for (int l = 0; l < 3; l++) {
-                for (int i = 0; i < 20; i++) launch(l);
-                CK(cudaEventRecord(e0, st));
-                for (int i = 0; i < 50; i++) launch(l);
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                alone[l] = ms * 1e3f / 50;
-            }
-            cudaGraph_t g;
-            cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-            for (int l = 0; l < 3; l++) launch(l);
-            CK(cudaStreamEndCapture(st, &g));
-            CK(cudaGraphInstantiate(&ge, g, 0));
-            for (int i = 0; i < 50; i++) CK(cudaGraphLaunch(ge, st));
-            CK(cudaEventRecord(e0, st));
-            for (int i = 0; i < 200; i++) CK(cudaGraphLaunch(ge, st));
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            const float seq = ms * 1e3f / 200;
-            std::vector<double> t;
-            for (int i = 0; i < 2000; i++) {
-                double a = now_us();
-                CK(cudaGraphLaunch(ge, st));
-                CK(cudaStreamSynchronize(st));
-                t.push_back(now_us() - a);
-            }
-            std::sort(t.begin(), t.end());
+            float alone[3], seq;
+            double sync_us;
+            for (int l = 0; l < 3; l++) alone[l] = time_alone(st, e0, e1, [&] { launch(l); });
+            time_graph(
+                st, e0, e1,
+                [&] {
+                    for (int l = 0; l < 3; l++) launch(l);
+                },
+                &seq, &sync_us);
             printf("%-14s %5s | %6.2f  %6.2f  %6.2f | %6.2f (%.2f) | %6.2f\n", names[mode],
                    hint ? "L2" : "-", alone[0], alone[1], alone[2], seq,
-                   total / (seq * 1e-6) / 1e12, t[t.size() / 2]);
-            CK(cudaGraphExecDestroy(ge));
-            CK(cudaGraphDestroy(g));
+                   total / (seq * 1e-6) / 1e12, sync_us);
         }
     }
 #ifdef WITH_WG
@@ -359,16 +378,9 @@ int main(void) {
                     fprintf(stderr, "wg maps failed\n");
                     return 1;
                 }
-                for (int i = 0; i < 20; i++)
+                const float us = time_alone(st, e0, e1, [&] {
                     CK(kiln_cuda_wg_launch(st, &maps[l], &pr[l], list[c], pdl));
-                CK(cudaEventRecord(e0, st));
-                for (int i = 0; i < 50; i++)
-                    CK(kiln_cuda_wg_launch(st, &maps[l], &pr[l], list[c], pdl));
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                const float us = ms * 1e3f / 50;
+                });
                 // the output against the first configuration's (the reference: split 1 when
                 // offered), as the largest difference relative to the reference's largest value
                 const size_t ny = (size_t)BM * pr[l].n;
@@ -395,34 +407,19 @@ int main(void) {
             printf("\n");
             if (nc == 0 || !kiln_cuda_wg_maps(&maps[l], &pr[l], best[l])) return 1;
         }
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int l = 0; l < 3; l++) CK(kiln_cuda_wg_launch(st, &maps[l], &pr[l], best[l], pdl));
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        for (int i = 0; i < 50; i++) CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(e0, st));
-        for (int i = 0; i < 200; i++) CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        const float seq = ms * 1e3f / 200;
-        std::vector<double> t;
-        for (int i = 0; i < 2000; i++) {
-            double a = now_us();
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaStreamSynchronize(st));
-            t.push_back(now_us() - a);
-        }
-        std::sort(t.begin(), t.end());
+        float seq;
+        double sync_us;
+        time_graph(
+            st, e0, e1,
+            [&] {
+                for (int l = 0; l < 3; l++)
+                    CK(kiln_cuda_wg_launch(st, &maps[l], &pr[l], best[l], pdl));
+            },
+            &seq, &sync_us);
         printf(
             "wgmma, fastest per layer, as one graph: %.2f us GPU (%.2f TB/s), launch+sync median "
             "%.2f us\n",
-            seq, total / (seq * 1e-6) / 1e12, t[t.size() / 2]);
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
+            seq, total / (seq * 1e-6) / 1e12, sync_us);
         // float16 outputs of K up to 4096 summed in other orders: a few 1e-4 apart
         if (!(worst <= 1e-2f)) {
             printf("FAIL: the wgmma configurations disagree by %.1e (relative)\n", worst);
@@ -431,23 +428,15 @@ int main(void) {
     }
 #endif
     // the floor of a synchronous execute: a graph of three empty kernels
-    {
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int l = 0; l < 3; l++) ldg_kernel<<<1, 32, 0, st>>>((const uint4 *)w[0], 0, sink);
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        std::vector<double> t;
-        for (int i = 0; i < 2200; i++) {
-            double a = now_us();
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaStreamSynchronize(st));
-            if (i >= 200) t.push_back(now_us() - a);
-        }
-        std::sort(t.begin(), t.end());
-        printf("three empty kernels, launch+sync median %.2f us\n", t[t.size() / 2]);
-    }
+    float empty_gpu;
+    double empty_sync;
+    time_graph(
+        st, e0, e1,
+        [&] {
+            for (int l = 0; l < 3; l++) ldg_kernel<<<1, 32, 0, st>>>((const uint4 *)w[0], 0, sink);
+        },
+        &empty_gpu, &empty_sync);
+    printf("three empty kernels, launch+sync median %.2f us\n", empty_sync);
     CK(cudaGetLastError());
     return 0;
 }
