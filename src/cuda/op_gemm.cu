@@ -796,10 +796,11 @@ static int wg_timed_enqueue(void *arg) {
     return kiln_cuda_linear(&t->run, t->args) == KILN_OK;
 }
 
-// Context creation: decides between cuBLASLt (already set up) and Kiln's kernel for this shape.
 // How much faster than cuBLASLt (with its tail kernel) the wgmma kernel must time to take a layer.
 #define WG_MARGIN 0.95f
 
+// Context creation: decides between cuBLASLt (already set up) and Kiln's kernel for this shape,
+// and keeps the fastest configuration and its time over cuBLASLt's for the whole-engine choice.
 static void wg_pick(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                     const kiln_cuda_wg_problem *p) {
     kiln_cuda_gemm_cache *c = ctx->gemm;

@@ -58,8 +58,9 @@ template <int BN, int OCC> struct wg_shape {
     static constexpr int SMEM = (RING > RED_BYTES ? RING : RED_BYTES) + 1024;
     // + helper warps that wait through the main loop and share the epilogue: after the main
     // loop the CTA is latency-bound (float32 sums from the peers, the erf, the stores), and
-    // more warps per SM hide it (H200, the MLP b64's layers: 0.5-1.3 us per layer with one
-    // helper warpgroup; two at two CTAs per SM exceed the register file)
+    // more warps per SM hide it (H200, the MLP b64's layers: 0.1-2.2 us per configuration,
+    // docs/benchmarks.md round 18; two extra warpgroups at two CTAs per SM exceed the register
+    // file)
     static constexpr int THREADS = WG_CONSUMERS + WG_PRODUCER + (OCC == 1 ? 256 : 128);
 };
 
@@ -212,7 +213,8 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t a, uint64_t b) {
 // w (rows past m or n, K past k) with zeros. Warp specialization: warp 4's lane 0 keeps the ring
 // full (a stage is refilled once its `empty` barrier has the four consumer warps' arrivals); warps
 // 0-3 wait on each stage's `full` barrier, issue its four MMAs and, keeping one MMA group in flight
-// (wait_group 1), release the stage before it. No CTA-wide barrier inside the main loop.
+// (wait_group 1), release the stage before it. No CTA-wide barrier inside the main loop. The
+// helper warps (5 and up) wait at the barrier after it and share the epilogue.
 template <typename T, int BN, int OCC>
 static __global__ void __launch_bounds__(wg_shape<BN, OCC>::THREADS, OCC)
     wg_linear_kernel(const __grid_constant__ CUtensorMap wmap,
