@@ -713,7 +713,74 @@ static void test_shared_engine_threads(void) {
     kiln_engine_free(e);
 }
 
+// kiln_context_layer_info on the CPU: every plan layer is described (the fused ReLU as part of
+// its head's group), and with the option profile each group's mean time over the executes.
+static void test_layer_info(void) {
+    mlp m;
+    kiln_graph *g;
+    kiln_built *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    kiln_layer_info info;
+    kiln_load_options lo;
+    kiln_option_setting s[2] = {
+        {.name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"},
+        {.name = "profile", .type = KILN_OPTION_BOOL, .int_value = 1},
+    };
+    float x[4 * MK], y[4 * MO], ref[4 * MO];
+    mlp_init(&m);
+    g = mlp_graph(&m, KILN_DTYPE_F32);
+    CHECK_OK(tu_build(g, KILN_PRECISION_FP32, 0, &b));
+    kiln_graph_free(g);
+    if (b == NULL) return;
+    const void *bytes;
+    size_t n;
+    CHECK_OK(kiln_built_engine(b, &bytes, &n));
+    kiln_load_options_init(&lo);
+    lo.settings = s;
+    lo.n_settings = 2;
+    CHECK_OK(kiln_engine_load(bytes, n, &lo, &e));
+    kiln_built_free(b);
+    if (e == NULL) return;
+    // linear (+ fused relu), linear: three plan layers, two groups
+    CHECK_EQ_INT(kiln_engine_n_layers(e), 3);
+    CHECK_OK(kiln_context_new(e, &c));
+    if (c == NULL) goto out;
+    CHECK_OK(kiln_context_layer_info(c, 0, &info));
+    CHECK(info.op == KILN_OP_LINEAR && info.head == 0 && info.n_fused == 1 && info.flags == 0);
+    CHECK(strcmp(info.kernel, "cpu") == 0 && info.n_profiled == 0 && info.device_us < 0);
+    CHECK(info.l2_keep_nbytes == -1 && info.workspace_nbytes == 0);
+    CHECK_OK(kiln_context_layer_info(c, 1, &info));
+    CHECK(info.op == KILN_OP_RELU && info.head == 0 && (info.flags & KILN_LAYER_INFO_TAIL));
+    CHECK_MSG(strcmp(info.kernel, "fused") == 0 && strstr(info.detail, "layer 0 (linear, cpu)"),
+              "%s: %s", info.kernel, info.detail);
+    tu_fill(x, 4 * MK, -1, 1);
+    mlp_ref(&m, x, 4, ref);
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(kiln_context_set_input(c, 0, 2, TU_DIMS(4, MK), x));
+        CHECK_OK(kiln_context_set_output(c, 0, y, sizeof y));
+        CHECK_OK(kiln_context_execute(c));
+    }
+    tu_check_close("layer info mlp (profiled)", y, ref, 4 * MO, 1e-5, 1e-5);
+    for (uint32_t li = 0; li < 3; li += 2) {
+        CHECK_OK(kiln_context_layer_info(c, li, &info));
+        CHECK_MSG(info.n_profiled == 3 && info.device_us >= 0 && info.host_us == info.device_us,
+                  "layer %u: %llu runs, %.3f us", li, (unsigned long long)info.n_profiled,
+                  info.device_us);
+    }
+    CHECK_OK(kiln_context_layer_info(c, 1, &info)); // a tail carries no time of its own
+    CHECK(info.n_profiled == 0 && info.device_us < 0);
+    CHECK_STATUS(kiln_context_layer_info(c, 3, &info), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "3 layers") != NULL);
+    CHECK_STATUS(kiln_context_layer_info(c, 0, NULL), KILN_ERR_INVALID_ARG);
+    CHECK_STATUS(kiln_context_layer_info(NULL, 0, &info), KILN_ERR_INVALID_ARG);
+out:
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
 int main(void) {
+    test_layer_info();
     static const kiln_precision precs[] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16,
                                            KILN_PRECISION_BF16};
     kiln_log_set(NULL, NULL, KILN_LOG_NONE);

@@ -2,6 +2,10 @@
 // Runtime options: the process-wide setters and getters, the option table, error messages
 // (unknown names list the valid ones, wrong types, ranges), and per-load overrides resolved on
 // top of the process values (src/core/options.c), including through kiln_engine_load.
+#define _POSIX_C_SOURCE 200809L // setenv, unsetenv (the environment's debug overrides)
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "core/options.h"
 #include "runtime/backend.h"
 #include "test_util.h"
@@ -21,7 +25,7 @@ static const char *get(const char *name) {
 }
 
 static void test_table(void) {
-    // The table as documented in docs/runtime.md and docs/options.md.
+    // The first rows as documented (their order is part of the table's contract).
     static const struct {
         const char *name;
         kiln_option_type type;
@@ -32,9 +36,11 @@ static void test_table(void) {
         {"use_cuda_graphs", KILN_OPTION_BOOL, "true", "both"},
         {"use_shared_activation_scratch", KILN_OPTION_BOOL, "false", "process"},
         {"num_threads", KILN_OPTION_INT, "1", "both"},
+        {"profile", KILN_OPTION_BOOL, "false", "both"},
+        {"cuda.cublaslt", KILN_OPTION_BOOL, "true", "both"},
     };
     uint32_t n = kiln_option_count();
-    CHECK_EQ_INT(n, sizeof want / sizeof want[0]);
+    CHECK(n > sizeof want / sizeof want[0]);
     for (uint32_t i = 0; i < n && i < sizeof want / sizeof want[0]; i++) {
         const char *name = NULL, *def = NULL, *scope = NULL;
         kiln_option_type type = 0;
@@ -43,13 +49,95 @@ static void test_table(void) {
         CHECK_EQ_INT(type, want[i].type);
         CHECK_MSG(def && strcmp(def, want[i].def) == 0, "%s default %s", want[i].name, def);
         CHECK_MSG(scope && strcmp(scope, want[i].scope) == 0, "%s scope %s", want[i].name, scope);
-        // Defaults read back as their documented text.
-        CHECK_MSG(strcmp(get(want[i].name), want[i].def) == 0, "%s = %s", want[i].name,
-                  get(want[i].name));
+    }
+    // Every option: its default reads back as its documented text, it has help and accepted
+    // values, and docs/options.md has its row (name, type, default, environment variable).
+    FILE *f = fopen("docs/options.md", "rb");
+    static char doc[65536];
+    size_t doc_n = f != NULL ? fread(doc, 1, sizeof doc - 1, f) : 0;
+    if (f != NULL) fclose(f);
+    doc[doc_n] = '\0';
+    CHECK_MSG(doc_n > 0, "docs/options.md not readable from the test's working directory");
+    for (uint32_t i = 0; i < n; i++) {
+        const char *name = NULL, *def = NULL, *scope = NULL, *help = NULL;
+        kiln_option_type type = 0;
+        char env[64], acc[256], row[256];
+        CHECK_OK(kiln_option_info(i, &name, &type, &def, &scope));
+        CHECK_OK(kiln_option_describe(i, &help, env, sizeof env, acc, sizeof acc));
+        CHECK_MSG(strcmp(get(name), def) == 0, "%s = %s, default %s", name, get(name), def);
+        CHECK_MSG(help != NULL && strlen(help) > 10 && acc[0] != '\0', "%s: no help", name);
+        CHECK_MSG(strncmp(name, "cuda.", 5) != 0 || strncmp(env, "KILN_CUDA_", 10) == 0,
+                  "%s: env %s", name, env);
+        snprintf(row, sizeof row, "| `%s` | %s | `%s` | %s | %s%s%s |", name,
+                 type == KILN_OPTION_BOOL  ? "bool"
+                 : type == KILN_OPTION_INT ? "int"
+                                           : "string",
+                 def, scope, env[0] ? "`" : "", env[0] ? env : "-", env[0] ? "`" : "");
+        CHECK_MSG(strstr(doc, row) != NULL, "docs/options.md lacks the row: %s", row);
     }
     CHECK_STATUS(kiln_option_info(n, NULL, NULL, NULL, NULL), KILN_ERR_INVALID_ARG);
+    CHECK_STATUS(kiln_option_describe(n, NULL, NULL, 0, NULL, 0), KILN_ERR_INVALID_ARG);
     // NULL outs are allowed.
     CHECK_OK(kiln_option_info(0, NULL, NULL, NULL, NULL));
+    CHECK_OK(kiln_option_describe(0, NULL, NULL, 0, NULL, 0));
+}
+
+// The CUDA policy: typed values, enums by name or number, the config string, every source.
+static void test_cuda_policy(void) {
+    kiln_options o;
+    kiln_option_setting s[3];
+    CHECK_OK(kiln_options_resolve(NULL, 0, &o));
+    CHECK(o.cuda.cublaslt == 1 && o.cuda.tune == 1 && o.cuda.splitk == 0 && o.cuda.wgmma_bn == 0 &&
+          o.cuda.l2_keep_pct == 50 && o.cuda.sdpa_rows == 0 && o.cuda.debug_sync == 0 &&
+          o.cuda.profile_delay_us == 100 && o.profile == 0);
+    CHECK_OK(kiln_set_option_string("cuda.splitk", "off"));
+    CHECK(strcmp(get("cuda.splitk"), "off") == 0);
+    CHECK_OK(kiln_set_option_int("cuda.splitk", 4)); // a number names a numeric choice
+    CHECK(strcmp(get("cuda.splitk"), "4") == 0);
+    CHECK_STATUS(kiln_set_option_int("cuda.splitk", 3), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "auto, off, 2, 4, 8") != NULL);
+    CHECK(strcmp(get("cuda.splitk"), "4") == 0); // unchanged by the failed set
+    CHECK_OK(kiln_set_option_string("cuda.splitk", "auto"));
+    CHECK_OK(kiln_set_option_string("cuda.wgmma_config", "128,2,1"));
+    CHECK(strcmp(get("cuda.wgmma_config"), "128,2,1") == 0);
+    static const char *bad_cfg[] = {"128,2", "96,2,1", "128,3,1", "128,2,3", "128,2,1,", "x", ""};
+    for (size_t i = 0; i < sizeof bad_cfg / sizeof bad_cfg[0]; i++) {
+        CHECK_STATUS(kiln_set_option_string("cuda.wgmma_config", bad_cfg[i]), KILN_ERR_INVALID_ARG);
+    }
+    CHECK(strstr(kiln_last_error(), "BN,SPLIT,OCC") != NULL);
+    CHECK_OK(kiln_set_option_string("cuda.wgmma_config", "auto"));
+    CHECK_STATUS(kiln_set_option_int("cuda.l2_keep_pct", 101), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "0..100") != NULL);
+    CHECK_STATUS(kiln_set_option_string("cuda.tune", "no"), KILN_ERR_INVALID_ARG); // bool type
+    // Per load: the settings land in the policy.
+    s[0] = (kiln_option_setting){.name = "cuda.tune", .type = KILN_OPTION_BOOL, .int_value = 0};
+    s[1] = (kiln_option_setting){
+        .name = "cuda.wgmma_config", .type = KILN_OPTION_STRING, .string_value = "64,4,2"};
+    s[2] = (kiln_option_setting){
+        .name = "cuda.sdpa_rows", .type = KILN_OPTION_STRING, .string_value = "32"};
+    CHECK_OK(kiln_options_resolve(s, 3, &o));
+    CHECK(o.cuda.tune == 0 && o.cuda.wgmma_bn == 64 && o.cuda.wgmma_split == 4 &&
+          o.cuda.wgmma_occ == 2 && o.cuda.sdpa_rows == 32);
+    CHECK(strcmp(get("cuda.tune"), "true") == 0); // the process value is untouched
+    // The environment overrides both, with one parsing rule; a bad value names the variable.
+    setenv("KILN_CUDA_TUNE", "Yes", 1);
+    setenv("KILN_CUDA_SPLITK", "8", 1);
+    setenv("KILN_PROFILE", "on", 1);
+    CHECK_OK(kiln_options_resolve(s, 3, &o));
+    CHECK(o.cuda.tune == 1 && o.cuda.splitk == 8 && o.profile == 1);
+    setenv("KILN_CUDA_TUNE", "maybe", 1);
+    CHECK_STATUS(kiln_options_resolve(NULL, 0, &o), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "KILN_CUDA_TUNE='maybe'") != NULL &&
+          strstr(kiln_last_error(), "cuda.tune") != NULL &&
+          strstr(kiln_last_error(), "true") != NULL);
+    setenv("KILN_CUDA_TUNE", "false", 1); // "false" is false (not just "0")
+    CHECK_OK(kiln_options_resolve(NULL, 0, &o));
+    CHECK_EQ_INT(o.cuda.tune, 0);
+    unsetenv("KILN_CUDA_TUNE");
+    unsetenv("KILN_CUDA_SPLITK");
+    unsetenv("KILN_PROFILE");
+    CHECK_OK(kiln_options_resolve(NULL, 0, &o));
+    CHECK(o.cuda.tune == 1 && o.cuda.splitk == 0 && o.profile == 0);
 }
 
 static void test_set_get(void) {
@@ -213,9 +301,24 @@ static void test_engine_overrides(void) {
     kiln_built_free(b);
 }
 
+// A KILN_CUDA_* variable that overrides no option (a misspelling, or a removed switch) is
+// reported once per process, at the first resolution, instead of being silently ignored.
+static void test_env_unknown(void) {
+    kiln_options o;
+    setenv("KILN_CUDA_NO_CUDNN", "1", 1);
+    last_log[0] = '\0';
+    CHECK_OK(kiln_options_resolve(NULL, 0, &o));
+    CHECK_MSG(strstr(last_log, "KILN_CUDA_NO_CUDNN is not a Kiln option") != NULL, "log: %s",
+              last_log);
+    CHECK_EQ_INT(o.cuda.cudnn, 1);
+    unsetenv("KILN_CUDA_NO_CUDNN");
+}
+
 int main(void) {
     kiln_log_set(capture, NULL, KILN_LOG_DEBUG);
+    test_env_unknown(); // first: the check runs at the process's first resolution
     test_table();
+    test_cuda_policy();
     test_set_get();
     test_errors();
     test_per_load();

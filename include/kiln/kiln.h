@@ -154,6 +154,12 @@ KILN_API uint32_t kiln_option_count(void);
 KILN_API kiln_status kiln_option_info(uint32_t index, const char **out_name,
                                       kiln_option_type *out_type, const char **out_default,
                                       const char **out_scope);
+// Documents option i: one line of help (static), the environment variable that overrides it for
+// debugging ("" when none; e.g. KILN_CUDA_TUNE for cuda.tune) and its accepted values as text.
+// Any out-pointer may be NULL (a buffer with its size 0).
+KILN_API kiln_status kiln_option_describe(uint32_t index, const char **out_help, char *env_buf,
+                                          size_t env_nbytes, char *accepted_buf,
+                                          size_t accepted_nbytes);
 
 #ifdef __cplusplus
 }

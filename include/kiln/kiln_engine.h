@@ -104,6 +104,35 @@ KILN_API kiln_status kiln_context_execute(kiln_context *context);
 KILN_API kiln_status kiln_context_output_shape(const kiln_context *context, uint32_t index,
                                                uint32_t *out_rank, int64_t *out_dims);
 
+// --- what runs each layer (diagnostics, tests, `kiln inspect` and `kiln profile`)
+
+#define KILN_LAYER_INFO_TAIL 0x1u   // fused into the head layer `head` (kernel "fused")
+#define KILN_LAYER_INFO_FOLDED 0x2u // runs no kernel: its readers read its input through a view
+#define KILN_LAYER_INFO_NHWC 0x4u   // the CUDA backend keeps its activations channels-last
+#define KILN_LAYER_INFO_TIMED 0x8u  // its kernel was chosen by timing candidates on this device
+
+typedef struct kiln_layer_info {
+    uint32_t op;               // kiln_op of this plan layer
+    uint32_t flags;            // KILN_LAYER_INFO_*
+    uint32_t head;             // the head layer of its group (itself for a head layer)
+    uint32_t n_fused;          // head layers: the tail layers fused into it
+    char kernel[32];           // what runs the group: "cpu", "cublaslt", "gemv", "wgmma", ...
+    char detail[224];          // the decision in words (algorithm, configuration, layout)
+    uint64_t workspace_nbytes; // device workspace the group uses (0: none)
+    int64_t l2_keep_nbytes;    // bytes of its weight the L2 plan keeps between executes (-1: none)
+    uint64_t n_profiled;       // executes timed so far (the option profile; 0 without it)
+    double device_us;          // mean device time of the group per timed execute (-1: not timed)
+    double host_us;            // mean host time of the group per timed execute (-1: not timed)
+} kiln_layer_info;
+
+// The engine's plan layers (heads and fused tails, in execution order).
+KILN_API uint32_t kiln_engine_n_layers(const kiln_engine *engine);
+// Describes plan layer `layer` as this context runs it: the kernel and the decision made at
+// context creation (or at the last execute, for shapes first seen there) and, with the option
+// profile, its mean times. KILN_ERR_BUSY while another thread is inside the context.
+KILN_API kiln_status kiln_context_layer_info(kiln_context *context, uint32_t layer,
+                                             kiln_layer_info *out);
+
 #ifdef __cplusplus
 }
 #endif

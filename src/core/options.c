@@ -1,54 +1,531 @@
 // SPDX-License-Identifier: Apache-2.0
-// The runtime-option table and its process-wide values.
+// The runtime-option table, its process-wide values, per-load overrides and the environment's
+// debug overrides. One row per option: where its value lives in kiln_options, how its text is
+// parsed (the same rule for every source), its default and its documentation line.
 #include <inttypes.h>
 #include <pthread.h> // not C11 threads: ThreadSanitizer sees pthread mutexes as synchronization
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/options.h"
 #include "core/status.h"
 
+typedef enum value_kind {
+    V_BOOL,   // true/false (text: 1/true/yes/on, 0/false/no/off, any case)
+    V_INT,    // an int field in [min, max]
+    V_INT64,  // an int64_t field in [min, max]
+    V_ENUM,   // text, one of choices[] (stored as values[]); an int whose text is a choice too
+    V_DEVICE, // "auto", "cpu" or "cuda:N"
+    V_WGCFG,  // "auto" or "BN,SPLIT,OCC" (cuda.wgmma_config: three int fields)
+} value_kind;
+
+#define MAX_CHOICES 6
+
 typedef struct option_def {
     const char *name;
-    kiln_option_type type;
+    value_kind kind;
     const char *default_text;
     const char *scope; // "process", "load" or "both"
+    int env;           // 1: KILN_<NAME> (upper case, '.' as '_') overrides it, for debugging
+    size_t offset;     // of the value in kiln_options
+    int64_t min, max;  // V_INT, V_INT64
+    const char *choices[MAX_CHOICES]; // V_ENUM, NULL-terminated
+    int values[MAX_CHOICES];
     const char *help;
 } option_def;
 
+#define AT(field) offsetof(kiln_options, field)
+#define CUDA(field) offsetof(kiln_options, cuda.field)
+
 static const option_def defs[] = {
-    {"device", KILN_OPTION_STRING, "auto", "both",
-     "where engines run: auto (the GPU when one is present), cpu, or cuda:N"},
-    {"use_cuda_graphs", KILN_OPTION_BOOL, "true", "both",
-     "record each engine's work in a CUDA graph on the second execute and replay it after"},
-    {"use_shared_activation_scratch", KILN_OPTION_BOOL, "false", "process",
-     "engines on one device and stream share one activation arena, sized to the largest"},
-    {"num_threads", KILN_OPTION_INT, "1", "both", "CPU backend worker threads (1..64)"},
+    {"device",
+     V_DEVICE,
+     "auto",
+     "both",
+     0,
+     AT(device),
+     0,
+     0,
+     {NULL},
+     {0},
+     "where engines run: auto (the GPU when the CUDA plugin loads and a device is present, else "
+     "the CPU), cpu, or cuda:N"},
+    {"use_cuda_graphs",
+     V_BOOL,
+     "true",
+     "both",
+     0,
+     AT(use_cuda_graphs),
+     0,
+     0,
+     {NULL},
+     {0},
+     "CUDA: record each engine's layers in a CUDA graph on the second execute and replay it "
+     "after; a new input shape or bound pointer re-records"},
+    {"use_shared_activation_scratch",
+     V_BOOL,
+     "false",
+     "process",
+     0,
+     AT(use_shared_activation_scratch),
+     0,
+     0,
+     {NULL},
+     {0},
+     "CUDA: the contexts of engines loaded with it share one activation arena per device and "
+     "run one at a time"},
+    {"num_threads",
+     V_INT64,
+     "1",
+     "both",
+     0,
+     AT(num_threads),
+     1,
+     64,
+     {NULL},
+     {0},
+     "CPU backend worker threads (accepted; the CPU backend runs on the calling thread)"},
+    {"profile",
+     V_BOOL,
+     "false",
+     "both",
+     1,
+     AT(profile),
+     0,
+     0,
+     {NULL},
+     {0},
+     "time every layer of every execute (CUDA: graphs off, each layer behind a delay kernel); "
+     "kiln_context_layer_info reports the means"},
+    // The CUDA backend's policy (kiln_cuda_policy).
+    {"cuda.cublaslt",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(cublaslt),
+     0,
+     0,
+     {NULL},
+     {0},
+     "GEMMs through cuBLASLt; false: Kiln's tiled kernel (debugging)"},
+    {"cuda.cudnn",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(cudnn),
+     0,
+     0,
+     {NULL},
+     {0},
+     "convolutions and attention may run on cuDNN; false: Kiln's own kernels"},
+    {"cuda.cudnn_sdpa",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(cudnn_sdpa),
+     0,
+     0,
+     {NULL},
+     {0},
+     "attention may run on cuDNN's fused SDPA (timed against Kiln's kernel)"},
+    {"cuda.tune",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(tune),
+     0,
+     0,
+     {NULL},
+     {0},
+     "time candidate algorithms and kernels at context creation; false: every choice by "
+     "heuristic (cuDNN runs every sdpa it takes; no wgmma kernel or K split unless forced)"},
+    {"cuda.gemv",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(gemv),
+     0,
+     0,
+     {NULL},
+     {0},
+     "Kiln's GEMV runs fp16/bf16 linears of at most 8 rows; false: cuBLASLt"},
+    {"cuda.wgmma",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(wgmma),
+     0,
+     0,
+     {NULL},
+     {0},
+     "Kiln's small-M TMA + wgmma linear (sm_90) is timed against cuBLASLt for 9-256 rows"},
+    {"cuda.wgmma_config",
+     V_WGCFG,
+     "auto",
+     "both",
+     1,
+     CUDA(wgmma_bn),
+     0,
+     0,
+     {NULL},
+     {0},
+     "BN,SPLIT,OCC (BN 64 or 128, SPLIT 1, 2, 4 or 8, OCC 1 or 2): every linear the wgmma "
+     "kernel takes runs on it with that configuration, untimed"},
+    {"cuda.splitk",
+     V_ENUM,
+     "auto",
+     "both",
+     1,
+     CUDA(splitk),
+     0,
+     0,
+     {"auto", "off", "2", "4", "8", NULL},
+     {0, -1, 2, 4, 8},
+     "K split of fp16/bf16 linears over a batched cuBLASLt GEMM: auto (timed where it may "
+     "pay), off, or 2/4/8 slices on every linear it can take, untimed"},
+    {"cuda.pdl",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(pdl),
+     0,
+     0,
+     {NULL},
+     {0},
+     "the small-M kernels use programmatic dependent launch"},
+    {"cuda.nhwc",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(nhwc),
+     0,
+     0,
+     {NULL},
+     {0},
+     "4-D fp16/bf16 activations around convolutions are kept NHWC (with cuDNN)"},
+    {"cuda.stem_kernel",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(stem_kernel),
+     0,
+     0,
+     {NULL},
+     {0},
+     "Kiln's stem kernel runs NHWC convs with C % 8 != 0; false: cuDNN on a padded copy"},
+    {"cuda.stem_gather",
+     V_ENUM,
+     "auto",
+     "both",
+     1,
+     CUDA(stem_gather),
+     0,
+     0,
+     {"auto", "half", "global", NULL},
+     {0, 1, 2},
+     "the stem kernel's input gather: auto (the best that applies), half (16-bit patch "
+     "loads) or global (gathers from global memory)"},
+    {"cuda.attention_fold",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(attention_fold),
+     0,
+     0,
+     {NULL},
+     {0},
+     "the head split/merge permutes around sdpa run no kernel (sdpa reads strided views)"},
+    {"cuda.tc_attention",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(tc_attention),
+     0,
+     0,
+     {NULL},
+     {0},
+     "fp16/bf16 sdpa may run on Kiln's tensor-core kernels; false: the fp32-FMA kernels"},
+    {"cuda.sdpa_rows",
+     V_ENUM,
+     "auto",
+     "both",
+     1,
+     CUDA(sdpa_rows),
+     0,
+     0,
+     {"auto", "16", "32", "64", NULL},
+     {0, 16, 32, 64},
+     "query rows per CTA of the tensor-core sdpa (forcing it keeps Kiln's kernel): auto (by "
+     "occupancy), 16, 32 or 64"},
+    {"cuda.sdpa_split",
+     V_ENUM,
+     "auto",
+     "both",
+     1,
+     CUDA(sdpa_split),
+     0,
+     0,
+     {"auto", "2", "4", "8", NULL},
+     {0, 2, 4, 8},
+     "warps per 16-row block of the split-key sdpa (forcing it keeps Kiln's kernel): auto (by "
+     "residency), 2, 4 or 8"},
+    {"cuda.l2_keep_pct",
+     V_INT,
+     "50",
+     "both",
+     1,
+     CUDA(l2_keep_pct),
+     0,
+     100,
+     {NULL},
+     {0},
+     "percent of the device's L2 the small-M linears' weights may keep between executes"},
+    {"cuda.flag_wait",
+     V_BOOL,
+     "true",
+     "both",
+     1,
+     CUDA(flag_wait),
+     0,
+     0,
+     {NULL},
+     {0},
+     "a CUDA graph replay ends by waiting on a flag its last node clears instead of "
+     "cudaStreamSynchronize"},
+    {"cuda.debug_sync",
+     V_BOOL,
+     "false",
+     "both",
+     1,
+     CUDA(debug_sync),
+     0,
+     0,
+     {NULL},
+     {0},
+     "graphs off; synchronize after every layer so that a fault names its layer"},
+    {"cuda.profile_delay_us",
+     V_INT,
+     "100",
+     "both",
+     1,
+     CUDA(profile_delay_us),
+     1,
+     1000000,
+     {NULL},
+     {0},
+     "with profile: microseconds of the delay kernel queued ahead of each layer, so that the "
+     "events around a layer time GPU work only"},
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
+_Static_assert(offsetof(kiln_cuda_policy, wgmma_split) ==
+                       offsetof(kiln_cuda_policy, wgmma_bn) + sizeof(int) &&
+                   offsetof(kiln_cuda_policy, wgmma_occ) ==
+                       offsetof(kiln_cuda_policy, wgmma_bn) + 2 * sizeof(int),
+               "cuda.wgmma_config writes three ints in a row");
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
+static kiln_options process; // guarded by lock; the defaults until set
 
-static kiln_options process = {"auto", 1, 0, 1};
+// --- the one reader of the environment
 
-static const char *type_name(kiln_option_type t) {
-    return t == KILN_OPTION_BOOL ? "bool" : t == KILN_OPTION_INT ? "int" : "string";
+const char *kiln_env(const char *name) { return name != NULL ? getenv(name) : NULL; }
+
+// --- values
+
+static const char *kind_name(value_kind k) {
+    switch (k) {
+    case V_BOOL: return "bool";
+    case V_INT:
+    case V_INT64: return "int";
+    default: return "string";
+    }
 }
+
+static kiln_option_type public_type(value_kind k) {
+    return k == V_BOOL                  ? KILN_OPTION_BOOL
+           : k == V_INT || k == V_INT64 ? KILN_OPTION_INT
+                                        : KILN_OPTION_STRING;
+}
+
+static int *int_at(kiln_options *o, const option_def *d) { return (int *)((char *)o + d->offset); }
+static const int *cint_at(const kiln_options *o, const option_def *d) {
+    return (const int *)((const char *)o + d->offset);
+}
+
+// "bool", "int in 0..100", "one of auto, off, 2, 4, 8", ...: for messages.
+static void accepted(const option_def *d, char *buf, size_t n) {
+    size_t used = 0;
+    switch (d->kind) {
+    case V_BOOL: snprintf(buf, n, "1, true, yes, on, 0, false, no or off"); return;
+    case V_INT:
+    case V_INT64: snprintf(buf, n, "an integer in %" PRId64 "..%" PRId64, d->min, d->max); return;
+    case V_DEVICE: snprintf(buf, n, "auto, cpu or cuda:N"); return;
+    case V_WGCFG:
+        snprintf(buf, n, "auto or BN,SPLIT,OCC with BN 64 or 128, SPLIT 1, 2, 4 or 8, OCC 1 or 2");
+        return;
+    case V_ENUM:
+        buf[0] = '\0';
+        for (int i = 0; i < MAX_CHOICES && d->choices[i] != NULL && used < n; i++) {
+            int w = snprintf(buf + used, n - used, "%s%s", i == 0 ? "" : ", ", d->choices[i]);
+            if (w < 0) break;
+            used += (size_t)w;
+        }
+        return;
+    }
+}
+
+static int parse_bool(const char *t, int *out) {
+    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no",
+                                                                                "off"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(t, yes[i]) == 0) return *out = 1, 1;
+        if (strcasecmp(t, no[i]) == 0) return *out = 0, 1;
+    }
+    return 0;
+}
+
+static int parse_int(const char *t, int64_t min, int64_t max, int64_t *out) {
+    char *end = NULL;
+    long long v;
+    if (t[0] == '\0') return 0;
+    v = strtoll(t, &end, 10);
+    if (end == NULL || *end != '\0' || v < min || v > max) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_device(const char *v) {
+    if (strcmp(v, "auto") == 0 || strcmp(v, "cpu") == 0) return 1;
+    if (strncmp(v, "cuda:", 5) == 0 && v[5] >= '0' && v[5] <= '9') {
+        char *end;
+        long n = strtol(v + 5, &end, 10);
+        return *end == '\0' && n >= 0 && n < 1024;
+    }
+    return 0;
+}
+
+static int parse_wgcfg(const char *t, int out[3]) {
+    int bn = 0, split = 0, occ = 0, n = 0;
+    if (strcmp(t, "auto") == 0) return out[0] = out[1] = out[2] = 0, 1;
+    if (sscanf(t, "%d,%d,%d%n", &bn, &split, &occ, &n) != 3 || t[n] != '\0') return 0;
+    if ((bn != 64 && bn != 128) || (split != 1 && split != 2 && split != 4 && split != 8) ||
+        (occ != 1 && occ != 2))
+        return 0;
+    out[0] = bn, out[1] = split, out[2] = occ;
+    return 1;
+}
+
+// Parses text for d into o (one rule for every source: API strings, the environment).
+static int apply_text(kiln_options *o, const option_def *d, const char *t) {
+    int b, cfg[3];
+    int64_t v;
+    switch (d->kind) {
+    case V_BOOL:
+        if (!parse_bool(t, &b)) return 0;
+        *int_at(o, d) = b;
+        return 1;
+    case V_INT:
+        if (!parse_int(t, d->min, d->max, &v)) return 0;
+        *int_at(o, d) = (int)v;
+        return 1;
+    case V_INT64:
+        if (!parse_int(t, d->min, d->max, &v)) return 0;
+        *(int64_t *)((char *)o + d->offset) = v;
+        return 1;
+    case V_ENUM:
+        for (int i = 0; i < MAX_CHOICES && d->choices[i] != NULL; i++) {
+            if (strcmp(t, d->choices[i]) == 0) return *int_at(o, d) = d->values[i], 1;
+        }
+        return 0;
+    case V_DEVICE:
+        if (!parse_device(t) || strlen(t) >= sizeof o->device) return 0;
+        snprintf(o->device, sizeof o->device, "%s", t);
+        return 1;
+    case V_WGCFG:
+        if (!parse_wgcfg(t, cfg)) return 0;
+        memcpy(int_at(o, d), cfg, sizeof cfg); // wgmma_bn, wgmma_split, wgmma_occ in a row
+        return 1;
+    }
+    return 0;
+}
+
+static void value_text(const kiln_options *o, const option_def *d, char *buf, size_t n) {
+    const int *p = cint_at(o, d);
+    switch (d->kind) {
+    case V_BOOL: snprintf(buf, n, "%s", *p ? "true" : "false"); return;
+    case V_INT: snprintf(buf, n, "%d", *p); return;
+    case V_INT64:
+        snprintf(buf, n, "%" PRId64, *(const int64_t *)((const char *)o + d->offset));
+        return;
+    case V_DEVICE: snprintf(buf, n, "%s", o->device); return;
+    case V_WGCFG:
+        if (p[0] == 0) {
+            snprintf(buf, n, "auto");
+        } else {
+            snprintf(buf, n, "%d,%d,%d", p[0], p[1], p[2]);
+        }
+        return;
+    case V_ENUM:
+        for (int i = 0; i < MAX_CHOICES && d->choices[i] != NULL; i++) {
+            if (d->values[i] == *p) {
+                snprintf(buf, n, "%s", d->choices[i]);
+                return;
+            }
+        }
+        snprintf(buf, n, "?");
+        return;
+    }
+}
+
+static void set_defaults(void) {
+    memset(&process, 0, sizeof process);
+    for (size_t i = 0; i < N_DEFS; i++) {
+        int ok = apply_text(&process, &defs[i], defs[i].default_text);
+        (void)ok; // every default parses (options_test checks each one reads back)
+    }
+}
+
+static kiln_options snapshot(void) {
+    kiln_options o;
+    pthread_once(&defaults_once, set_defaults);
+    pthread_mutex_lock(&lock);
+    o = process;
+    pthread_mutex_unlock(&lock);
+    return o;
+}
+
+// --- lookup and typed setting
 
 static void valid_names(char *buf, size_t n) {
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < N_DEFS && used < n; i++) {
         int w = snprintf(buf + used, n - used, "%s%s (%s)", i ? ", " : "", defs[i].name,
-                         type_name(defs[i].type));
+                         kind_name(defs[i].kind));
         if (w < 0) break;
         used += (size_t)w;
     }
 }
 
 static kiln_status find(const char *name, const option_def **out) {
-    char names[512];
+    char names[900];
     KILN_CHECK(name != NULL, KILN_ERR_INVALID_ARG, "option name is NULL");
     for (size_t i = 0; i < N_DEFS; i++) {
         if (strcmp(defs[i].name, name) == 0) {
@@ -57,47 +534,45 @@ static kiln_status find(const char *name, const option_def **out) {
         }
     }
     valid_names(names, sizeof names);
-    return kiln_fail(KILN_ERR_INVALID_ARG, "unknown Kiln option '%s'; valid options: %s", name,
+    return kiln_fail(KILN_ERR_INVALID_ARG, "unknown Kiln option '%.64s'; valid options: %s", name,
                      names);
 }
 
-static kiln_status check_device(const char *v) {
-    if (strcmp(v, "auto") == 0 || strcmp(v, "cpu") == 0) return KILN_OK;
-    if (strncmp(v, "cuda:", 5) == 0 && v[5] >= '0' && v[5] <= '9') {
-        char *end;
-        long n = strtol(v + 5, &end, 10);
-        if (*end == '\0' && n >= 0 && n < 1024) return KILN_OK;
-    }
-    return kiln_fail(KILN_ERR_INVALID_ARG,
-                     "option 'device' = '%s' is not valid; use auto, cpu or cuda:N", v);
-}
-
-// Applies one typed value to an options struct.
+// Applies one typed value (from the C API, a per-load setting or ExecuTorch) to o.
 static kiln_status apply(kiln_options *o, const char *name, kiln_option_type type, int64_t ival,
                          const char *sval) {
     const option_def *d;
+    char want[160], text[32];
     KILN_TRY(find(name, &d));
-    KILN_CHECK(type == d->type, KILN_ERR_INVALID_ARG, "option '%s' takes a %s value, got a %s",
-               name, type_name(d->type), type_name(type));
-    if (strcmp(name, "device") == 0) {
-        KILN_CHECK(sval != NULL, KILN_ERR_INVALID_ARG, "option 'device' value is NULL");
-        KILN_TRY(check_device(sval));
-        snprintf(o->device, sizeof o->device, "%s", sval);
-    } else if (strcmp(name, "use_cuda_graphs") == 0) {
-        o->use_cuda_graphs = ival != 0;
-    } else if (strcmp(name, "use_shared_activation_scratch") == 0) {
-        o->use_shared_activation_scratch = ival != 0;
-    } else if (strcmp(name, "num_threads") == 0) {
-        KILN_CHECK(ival >= 1 && ival <= 64, KILN_ERR_INVALID_ARG,
-                   "option 'num_threads' = %" PRId64 " is out of range 1..64", ival);
-        o->num_threads = ival;
+    accepted(d, want, sizeof want);
+    if (type == KILN_OPTION_BOOL && d->kind == V_BOOL) {
+        *int_at(o, d) = ival != 0;
+        return KILN_OK;
     }
-    return KILN_OK;
+    if (type == KILN_OPTION_INT && (d->kind == V_INT || d->kind == V_INT64 || d->kind == V_ENUM)) {
+        // an int is also accepted for an enum whose choices are numbers (cuda.splitk = 4)
+        snprintf(text, sizeof text, "%" PRId64, ival);
+        KILN_CHECK(apply_text(o, d, text), KILN_ERR_INVALID_ARG,
+                   "option '%s' = %" PRId64 " is not valid; accepted: %s", name, ival, want);
+        return KILN_OK;
+    }
+    if (type == KILN_OPTION_STRING && public_type(d->kind) == KILN_OPTION_STRING) {
+        KILN_CHECK(sval != NULL, KILN_ERR_INVALID_ARG, "option '%s' value is NULL", name);
+        KILN_CHECK(apply_text(o, d, sval), KILN_ERR_INVALID_ARG,
+                   "option '%s' = '%.64s' is not valid; accepted: %s", name, sval, want);
+        return KILN_OK;
+    }
+    return kiln_fail(KILN_ERR_INVALID_ARG, "option '%s' takes a %s value (%s), got a %s", name,
+                     kind_name(d->kind), want,
+                     type == KILN_OPTION_BOOL  ? "bool"
+                     : type == KILN_OPTION_INT ? "int"
+                                               : "string");
 }
 
 static kiln_status set_process(const char *name, kiln_option_type type, int64_t ival,
                                const char *sval) {
     kiln_status st;
+    pthread_once(&defaults_once, set_defaults);
     pthread_mutex_lock(&lock);
     kiln_options next = process;
     st = apply(&next, name, type, ival, sval);
@@ -118,22 +593,11 @@ kiln_status kiln_set_option_string(const char *name, const char *value) {
 
 kiln_status kiln_get_option(const char *name, char *buf, size_t buf_nbytes) {
     const option_def *d;
-    kiln_options o;
     KILN_TRY(find(name, &d));
     KILN_CHECK(buf != NULL && buf_nbytes > 0, KILN_ERR_INVALID_ARG,
                "kiln_get_option: buffer is NULL or empty");
-    pthread_mutex_lock(&lock);
-    o = process;
-    pthread_mutex_unlock(&lock);
-    if (strcmp(name, "device") == 0) {
-        snprintf(buf, buf_nbytes, "%s", o.device);
-    } else if (strcmp(name, "use_cuda_graphs") == 0) {
-        snprintf(buf, buf_nbytes, "%s", o.use_cuda_graphs ? "true" : "false");
-    } else if (strcmp(name, "use_shared_activation_scratch") == 0) {
-        snprintf(buf, buf_nbytes, "%s", o.use_shared_activation_scratch ? "true" : "false");
-    } else {
-        snprintf(buf, buf_nbytes, "%" PRId64, o.num_threads);
-    }
+    kiln_options o = snapshot();
+    value_text(&o, d, buf, buf_nbytes);
     return KILN_OK;
 }
 
@@ -144,18 +608,97 @@ kiln_status kiln_option_info(uint32_t index, const char **out_name, kiln_option_
     KILN_CHECK(index < N_DEFS, KILN_ERR_INVALID_ARG, "option index %u out of range (%u options)",
                index, (unsigned)N_DEFS);
     if (out_name) *out_name = defs[index].name;
-    if (out_type) *out_type = defs[index].type;
+    if (out_type) *out_type = public_type(defs[index].kind);
     if (out_default) *out_default = defs[index].default_text;
     if (out_scope) *out_scope = defs[index].scope;
     return KILN_OK;
 }
 
+// The environment variable overriding option d: KILN_ + its name in upper case, '.' as '_'.
+static void env_name(const option_def *d, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "KILN_");
+    for (const char *s = d->name; *s != '\0' && k + 1 < n; s++, k++) {
+        buf[k] = *s == '.' ? '_' : (*s >= 'a' && *s <= 'z') ? (char)(*s - 'a' + 'A') : *s;
+    }
+    buf[k < n ? k : n - 1] = '\0';
+}
+
+kiln_status kiln_option_describe(uint32_t index, const char **out_help, char *env_buf,
+                                 size_t env_nbytes, char *accepted_buf, size_t accepted_nbytes) {
+    KILN_CHECK(index < N_DEFS, KILN_ERR_INVALID_ARG, "option index %u out of range (%u options)",
+               index, (unsigned)N_DEFS);
+    if (out_help) *out_help = defs[index].help;
+    if (env_buf != NULL && env_nbytes > 0) {
+        env_buf[0] = '\0';
+        if (defs[index].env) env_name(&defs[index], env_buf, env_nbytes);
+    }
+    if (accepted_buf != NULL && accepted_nbytes > 0) {
+        accepted(&defs[index], accepted_buf, accepted_nbytes);
+    }
+    return KILN_OK;
+}
+
+// --- resolution at engine load
+
+// Logs each distinct environment override once per process (INFO).
+static atomic_int env_logged[N_DEFS];
+
+extern char **environ;
+
+// Once per process: a warning for each KILN_CUDA_* variable that overrides no option (a
+// misspelling, or a switch that no longer exists), so that it is not silently ignored.
+static void warn_unknown_env(void) {
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        const char *eq = strchr(*e, '=');
+        size_t n = eq != NULL ? (size_t)(eq - *e) : strlen(*e);
+        int known = n == strlen("KILN_CUDA_PLUGIN") && strncmp(*e, "KILN_CUDA_PLUGIN", n) == 0;
+        if (n < 10 || strncmp(*e, "KILN_CUDA_", 10) != 0) continue;
+        for (size_t i = 0; i < N_DEFS && !known; i++) {
+            char name[64];
+            if (!defs[i].env) continue;
+            env_name(&defs[i], name, sizeof name);
+            known = strlen(name) == n && strncmp(name, *e, n) == 0;
+        }
+        if (!known) {
+            kiln_log(KILN_LOG_WARN,
+                     "environment variable %.*s is not a Kiln option and is ignored; the CUDA "
+                     "options and their variables are listed in docs/options.md",
+                     (int)(n < 64 ? n : 64), *e);
+        }
+    }
+}
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static kiln_status apply_env(kiln_options *o) {
+    pthread_once(&env_once, warn_unknown_env);
+    for (size_t i = 0; i < N_DEFS; i++) {
+        const option_def *d = &defs[i];
+        char name[64], want[160];
+        const char *v;
+        if (!d->env) continue;
+        env_name(d, name, sizeof name);
+        v = kiln_env(name);
+        if (v == NULL || v[0] == '\0') continue;
+        if (!apply_text(o, d, v)) {
+            accepted(d, want, sizeof want);
+            return kiln_fail(KILN_ERR_INVALID_ARG,
+                             "environment variable %s='%.64s' is not a valid value for option "
+                             "'%s'; accepted: %s (or unset it)",
+                             name, v, d->name, want);
+        }
+        if (atomic_exchange(&env_logged[i], 1) == 0) {
+            kiln_log(KILN_LOG_INFO,
+                     "%s=%s overrides option '%s' (a debug override from the "
+                     "environment)",
+                     name, v, d->name);
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_options_resolve(const kiln_option_setting *settings, uint32_t n_settings,
                                  kiln_options *out) {
-    kiln_options o;
-    pthread_mutex_lock(&lock);
-    o = process;
-    pthread_mutex_unlock(&lock);
+    kiln_options o = snapshot();
     KILN_CHECK(n_settings == 0 || settings != NULL, KILN_ERR_INVALID_ARG,
                "load options: %u settings but the array is NULL", n_settings);
     for (uint32_t i = 0; i < n_settings; i++) {
@@ -167,6 +710,7 @@ kiln_status kiln_options_resolve(const kiln_option_setting *settings, uint32_t n
         KILN_TRY(apply(&o, settings[i].name, settings[i].type, settings[i].int_value,
                        settings[i].string_value));
     }
+    KILN_TRY(apply_env(&o));
     *out = o;
     return KILN_OK;
 }

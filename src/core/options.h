@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Runtime options: one table (name, type, default, scope), process-wide values, and per-load
-// overrides resolved into a kiln_options snapshot at engine load. docs/options.md documents it.
+// Runtime options: one table (name, type, default, scope, help, where the value lives),
+// process-wide values, per-load overrides and, for the debug options, an override from the
+// environment, all resolved into a kiln_options snapshot when an engine loads (kiln_engine_load).
+// docs/options.md lists the table; options_test checks that it matches.
 #ifndef KILN_CORE_OPTIONS_H
 #define KILN_CORE_OPTIONS_H
 
@@ -8,16 +10,51 @@
 
 #include "kiln/kiln.h"
 
+// The CUDA backend's policy: every kernel and library choice a user or a test may force, the
+// options "cuda.<name>" (docs/options.md). The CUDA plugin reads only this struct: it never
+// looks at the environment. Values are already validated.
+typedef struct kiln_cuda_policy {
+    int cublaslt;         // bool: GEMMs through cuBLASLt (else Kiln's tiled kernel)
+    int cudnn;            // bool: convolutions and attention may use cuDNN
+    int cudnn_sdpa;       // bool: attention may use cuDNN's fused SDPA
+    int tune;             // bool: candidates are timed at context creation (else heuristics)
+    int gemv;             // bool: Kiln's GEMV for linears of at most 8 rows
+    int wgmma;            // bool: Kiln's small-M TMA + wgmma linear (sm_90)
+    int wgmma_bn;         // wgmma_config: 0 (auto) or 64 / 128 columns per CTA, untimed
+    int wgmma_split;      // ... K split over 1, 2, 4 or 8 CTAs
+    int wgmma_occ;        // ... 1 or 2 CTAs per SM
+    int splitk;           // 0: timed where it may pay; -1: never; 2, 4, 8: forced, untimed
+    int pdl;              // bool: the small-M kernels use programmatic dependent launch
+    int nhwc;             // bool: 4-D fp16/bf16 activations of convolutions kept NHWC
+    int stem_kernel;      // bool: Kiln's stem conv for C % 8 != 0 convs (with nhwc)
+    int stem_gather;      // the stem kernel's gather mode: 0 auto, 1 half, 2 global
+    int attention_fold;   // bool: head split/merge views folded into sdpa
+    int tc_attention;     // bool: the tensor-core sdpa kernels (else the fp32-FMA ones)
+    int sdpa_rows;        // 0 (by occupancy) or 16 / 32 / 64 query rows per CTA
+    int sdpa_split;       // 0 (by residency) or 2 / 4 / 8 warps of the split-key kernel
+    int l2_keep_pct;      // percent of L2 the small-M weights may keep (0..100)
+    int flag_wait;        // bool: a replay ends by waiting on its last node's flag
+    int debug_sync;       // bool: graphs off, synchronize and check after every layer
+    int profile_delay_us; // with the option profile: the delay kernel ahead of each layer (us)
+} kiln_cuda_policy;
+
 typedef struct kiln_options {
     char device[32];                   // "auto" | "cpu" | "cuda:N"
     int use_cuda_graphs;               // bool
     int use_shared_activation_scratch; // bool
     int64_t num_threads;               // CPU backend threads (1..64)
+    int profile;                       // bool: time every layer (kiln_context_layer_info)
+    kiln_cuda_policy cuda;             // the options cuda.*
 } kiln_options;
 
-// The process-wide options with per-load settings applied on top (validated: unknown names and
-// wrong types are KILN_ERR_INVALID_ARG naming the valid options).
+// The process-wide options with per-load settings applied on top, then the environment's debug
+// overrides (validated: unknown names, wrong types and bad values are KILN_ERR_INVALID_ARG
+// naming the option or variable and the accepted values).
 kiln_status kiln_options_resolve(const kiln_option_setting *settings, uint32_t n_settings,
                                  kiln_options *out);
+
+// The value of environment variable `name`, or NULL. The one place libkiln reads the
+// environment: the options' debug overrides, KILN_LOG_LEVEL and KILN_CUDA_PLUGIN.
+const char *kiln_env(const char *name);
 
 #endif // KILN_CORE_OPTIONS_H

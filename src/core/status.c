@@ -9,6 +9,7 @@
 #endif
 #include <stdatomic.h>
 
+#include "core/options.h"
 #include "core/status.h"
 
 static const char *const status_names[KILN_STATUS_COUNT] = {
@@ -61,7 +62,7 @@ static void *log_user_data;
 static _Atomic int log_level = -1; // -1: not yet read from KILN_LOG_LEVEL
 
 static kiln_log_level level_from_env(void) {
-    const char *v = getenv("KILN_LOG_LEVEL");
+    const char *v = kiln_env("KILN_LOG_LEVEL");
     static const char *const names[] = {"debug", "info", "warn", "error", "none"};
     if (v != NULL) {
         for (int i = 0; i <= KILN_LOG_NONE; i++) {

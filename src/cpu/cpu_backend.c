@@ -1,205 +1,225 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CPU backend's entry points: a dispatch table by op id, the dtype/rank support check, the
-// scratch query, and the fused tail applied after every op that carries one.
+// The CPU backend: glue between the runtime's plan and the reference kernels (src/cpu/cpu.h).
+//
+// Engine state: every weight copied into one 64-byte aligned block (tensor i at
+// weight_offsets[i]), and the scratch size: the maximum of kiln_cpu_scratch_nbytes over the
+// head layers at their largest shapes. Context state: the activation arena (plan->arena_nbytes),
+// one scratch buffer and a tensor view per plan tensor whose data pointers are fixed for
+// weights and activations; execute only refreshes shapes and the caller's I/O pointers.
+// With the option profile every group is timed by the monotonic clock.
+#define _POSIX_C_SOURCE 200809L // clock_gettime
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 
-#include "cpu/cpu_internal.h"
+#include "core/alloc.h"
+#include "core/checked.h"
+#include "core/status.h"
+#include "cpu/cpu.h"
+#include "runtime/backend.h"
+#include "runtime/plan_group.h"
 
-typedef struct cpu_op_entry {
-    kiln_status (*run)(const kiln_kernel_args *args);
-    size_t (*scratch)(const kiln_kernel_args *args);
-} cpu_op_entry;
+typedef struct cpu_engine {
+    const kiln_plan *plan; // borrowed: outlives the state
+    uint8_t *weights;      // owned, KILN_DATA_ALIGN-aligned
+    size_t weights_nbytes;
+    uint64_t *weight_offsets; // owned, plan->n_tensors entries (used for WEIGHT tensors)
+    size_t scratch_nbytes;
+    int profile; // the option profile: each group is timed (wall clock)
+} cpu_engine;
 
-#define E_(fn)                                                                                     \
-    { kiln_cpu_##fn, kiln_cpu_##fn##_scratch }
+typedef struct cpu_context {
+    const cpu_engine *engine; // borrowed
+    uint8_t *arena;           // owned, plan->arena_nbytes bytes
+    void *scratch;            // owned, engine->scratch_nbytes bytes
+    kiln_tensor *views;       // owned, plan->n_tensors entries
+    double *prof_us;          // owned, plan->n_layers entries with profile: summed time per head
+    uint64_t prof_runs;       // executes timed
+} cpu_context;
 
-static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
-    [KILN_OP_LINEAR] = E_(linear),
-    [KILN_OP_MATMUL] = E_(matmul),
-    [KILN_OP_CONV2D] = E_(conv2d),
-    [KILN_OP_CONV_TRANSPOSE2D] = E_(conv_transpose2d),
-    [KILN_OP_BATCH_NORM] = E_(batch_norm),
-    [KILN_OP_RELU] = E_(unary),
-    [KILN_OP_GELU] = E_(unary),
-    [KILN_OP_SILU] = E_(unary),
-    [KILN_OP_SIGMOID] = E_(unary),
-    [KILN_OP_TANH] = E_(unary),
-    [KILN_OP_HARDSWISH] = E_(unary),
-    [KILN_OP_HARDSIGMOID] = E_(unary),
-    [KILN_OP_NEG] = E_(unary),
-    [KILN_OP_SQRT] = E_(unary),
-    [KILN_OP_RSQRT] = E_(unary),
-    [KILN_OP_EXP] = E_(unary),
-    [KILN_OP_LOG] = E_(unary),
-    [KILN_OP_COPY] = E_(unary),
-    [KILN_OP_CAST] = E_(unary),
-    [KILN_OP_CLAMP] = E_(unary),
-    [KILN_OP_ADD] = E_(binary),
-    [KILN_OP_SUB] = E_(binary),
-    [KILN_OP_MUL] = E_(binary),
-    [KILN_OP_DIV] = E_(binary),
-    [KILN_OP_POW] = E_(binary),
-    [KILN_OP_WHERE] = E_(binary),
-    [KILN_OP_SOFTMAX] = E_(softmax),
-    [KILN_OP_LOG_SOFTMAX] = E_(softmax),
-    [KILN_OP_LAYER_NORM] = E_(layer_norm),
-    [KILN_OP_MAX_POOL2D] = E_(max_pool2d),
-    [KILN_OP_AVG_POOL2D] = E_(avg_pool2d),
-    [KILN_OP_ADAPTIVE_AVG_POOL2D] = E_(adaptive_avg_pool2d),
-    [KILN_OP_MEAN] = E_(reduce),
-    [KILN_OP_SUM] = E_(reduce),
-    [KILN_OP_RESHAPE] = E_(reshape),
-    [KILN_OP_PERMUTE] = E_(permute),
-    [KILN_OP_EXPAND] = E_(expand),
-    [KILN_OP_CAT] = E_(cat),
-    [KILN_OP_SLICE] = E_(slice),
-    [KILN_OP_SELECT] = E_(select),
-    [KILN_OP_SQUEEZE] = E_(reshape),
-    [KILN_OP_UNSQUEEZE] = E_(reshape),
-    [KILN_OP_EMBEDDING] = E_(embedding),
-    [KILN_OP_SDPA] = E_(sdpa),
-};
-
-static const cpu_op_entry *entry_of(uint32_t op) {
-    if (op > KILN_OP_MAX_ID || table[op].run == NULL) return NULL;
-    return &table[op];
+static void cpu_engine_free(void *state) {
+    cpu_engine *e = state;
+    if (e == NULL) return;
+    kiln_free(e->weights, e->weights_nbytes);
+    kiln_free(e->weight_offsets, (size_t)e->plan->n_tensors * sizeof *e->weight_offsets);
+    kiln_free(e, sizeof *e);
 }
 
-static int is_float(const kiln_tensor *t) { return t != NULL && kiln_dtype_is_float(t->dtype); }
-
-// Why a layer is not supported, or NULL when it is. buf receives formatted detail.
-static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, size_t n) {
-    const kiln_op_def *def = kiln_op_def_get(args->op);
-    const kiln_tensor *y = args->out;
-    if (def == NULL || entry_of(args->op) == NULL) return "op not implemented";
-    if (y == NULL || !kiln_dtype_valid(y->dtype) || y->rank > KILN_MAX_RANK) return "bad output";
-    if (args->n_in < def->min_inputs || args->n_in > def->max_inputs ||
-        args->n_in > KILN_MAX_INPUTS) {
-        return "wrong number of inputs";
+// Scratch at the largest shapes, and a support check of every head layer.
+static kiln_status size_scratch(const kiln_plan *p, size_t *out) {
+    size_t views_nbytes = (size_t)p->n_tensors * sizeof(kiln_tensor);
+    kiln_tensor *views = kiln_calloc(views_nbytes, KILN_ALIGN);
+    kiln_tail_op tails[KILN_MAX_TAIL];
+    kiln_kernel_args args;
+    size_t max = 0;
+    kiln_status st = KILN_OK;
+    KILN_CHECK(views != NULL, KILN_ERR_NO_MEMORY, "out of memory sizing the CPU scratch");
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        views[i].dtype = p->tensors[i].dtype;
+        views[i].rank = p->tensors[i].shape.rank;
+        memcpy(views[i].dims, p->tensors[i].shape.max, sizeof views[i].dims);
     }
-    for (uint32_t i = 0; i < args->n_in; i++) {
-        const kiln_tensor *t = args->in[i];
-        if (t == NULL) {
-            if (i >= 32 || !(def->optional_mask & (1u << i))) return "a required input is missing";
-            continue;
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        size_t n;
+        kiln_plan_group_args(p, li, views, tails, &args);
+        if (!kiln_cpu_supports(&args)) {
+            st = kiln_fail(KILN_ERR_UNSUPPORTED,
+                           "layer %u (%s): the CPU backend does not implement this op for output "
+                           "dtype %s",
+                           li, kiln_op_name(args.op), kiln_dtype_name((kiln_dtype)args.out->dtype));
+            break;
         }
-        if (!kiln_dtype_valid(t->dtype) || t->rank > KILN_MAX_RANK) return "bad input tensor";
+        n = kiln_cpu_scratch_nbytes(&args);
+        if (n > max) max = n;
     }
-    if (args->op != KILN_OP_CAST && !(def->dtype_mask & KILN_DTYPE_BIT(y->dtype))) {
-        snprintf(buf, n, "output dtype %s not in the op's dtypes",
-                 kiln_dtype_name((kiln_dtype)y->dtype));
-        return buf;
-    }
-    const kiln_tensor *x = args->in[0];
-    switch (args->op) {
-    case KILN_OP_LINEAR:
-        if (!is_float(x) || !is_float(args->in[1]) || args->in[1]->rank != 2 || x->rank < 1)
-            return "linear needs float x of rank >= 1 and a float [N, K] weight";
-        if (args->n_in > 2 && args->in[2] && !is_float(args->in[2])) return "bias must be float";
-        break;
-    case KILN_OP_MATMUL:
-        if (!is_float(x) || !is_float(args->in[1]) || x->rank < 1 || args->in[1]->rank < 1)
-            return "matmul needs float operands of rank >= 1";
-        break;
-    case KILN_OP_CONV2D:
-    case KILN_OP_CONV_TRANSPOSE2D:
-        if (!is_float(x) || !is_float(args->in[1]) || (x->rank != 3 && x->rank != 4) ||
-            args->in[1]->rank != 4 || y->rank != x->rank)
-            return "conv needs float [N, C, H, W] (or [C, H, W]) input and a 4-D weight";
-        if (args->n_in > 2 && args->in[2] && !is_float(args->in[2])) return "bias must be float";
-        break;
-    case KILN_OP_BATCH_NORM:
-        if (x->rank < 2) return "batch_norm needs rank >= 2";
-        for (uint32_t i = 0; i < args->n_in; i++) {
-            if (args->in[i] && !is_float(args->in[i])) return "batch_norm inputs must be float";
-        }
-        break;
-    case KILN_OP_MAX_POOL2D:
-    case KILN_OP_AVG_POOL2D:
-    case KILN_OP_ADAPTIVE_AVG_POOL2D:
-        if (!is_float(x) || (x->rank != 3 && x->rank != 4) || y->rank != x->rank)
-            return "pooling needs a float rank-3 or rank-4 input";
-        break;
-    case KILN_OP_EMBEDDING:
-        if (!is_float(x) || x->rank != 2) return "embedding weight must be a float [V, D]";
-        if (args->in[1]->dtype != KILN_DTYPE_I32 && args->in[1]->dtype != KILN_DTYPE_I64)
-            return "embedding indices must be int32 or int64";
-        break;
-    case KILN_OP_SDPA:
-        for (uint32_t i = 0; i < 3; i++) {
-            if (!is_float(args->in[i]) || args->in[i]->rank < 2 || args->in[i]->rank > y->rank)
-                return "sdpa q, k, v must be float of rank >= 2";
-        }
-        if (y->rank < 2) return "sdpa output rank < 2";
-        if (args->n_in > 3 && args->in[3] && !is_float(args->in[3]) &&
-            args->in[3]->dtype != KILN_DTYPE_BOOL)
-            return "sdpa mask must be bool or float";
-        break;
-    case KILN_OP_SOFTMAX:
-    case KILN_OP_LOG_SOFTMAX:
-    case KILN_OP_LAYER_NORM:
-    case KILN_OP_MEAN:
-        for (uint32_t i = 0; i < args->n_in; i++) {
-            if (args->in[i] && !is_float(args->in[i])) return "inputs must be float";
-        }
-        break;
-    case KILN_OP_SUM:
-        if (kiln_cpu_is_int(y->dtype) && !kiln_cpu_is_int(x->dtype))
-            return "an integer sum needs an integer input";
-        break;
-    case KILN_OP_RESHAPE:
-    case KILN_OP_EXPAND:
-    case KILN_OP_PERMUTE:
-    case KILN_OP_SLICE:
-    case KILN_OP_SELECT:
-    case KILN_OP_SQUEEZE:
-    case KILN_OP_UNSQUEEZE:
-        if (x->dtype != y->dtype) return "input and output dtypes differ";
-        if (args->op == KILN_OP_EXPAND && !kiln_cpu_eltwise_supports(KILN_OP_COPY, args->in, 1, y))
-            return "input does not broadcast to the output shape";
-        break;
-    case KILN_OP_CAT:
-        for (uint32_t i = 0; i < args->n_in; i++) {
-            if (args->in[i]->dtype != y->dtype) return "input and output dtypes differ";
-        }
-        break;
-    default: { // elementwise
-        int n_el = args->op == KILN_OP_WHERE ? 3 : (def->flags & KILN_OPF_BINARY) ? 2 : 1;
-        if (!kiln_cpu_eltwise_supports(args->op, args->in, n_el, y))
-            return "operands do not broadcast to the output, or the dtypes are not supported";
-        if (args->op != KILN_OP_CAST && kiln_cpu_is_int(y->dtype)) {
-            for (int i = args->op == KILN_OP_WHERE ? 1 : 0; i < n_el; i++) {
-                if (!kiln_cpu_is_int(args->in[i]->dtype))
-                    return "integer outputs need integer inputs";
-            }
-        }
-        break;
-    }
-    }
-    if (args->n_tail > 0 && (args->tail == NULL || !kiln_cpu_tail_supports(args)))
-        return "the fused tail is not supported (unknown op, operand shape or dtype)";
-    return NULL;
+    kiln_free(views, views_nbytes);
+    if (st == KILN_OK) *out = max;
+    return st;
 }
 
-int kiln_cpu_supports(const kiln_kernel_args *args) {
-    char buf[128];
-    return args != NULL && unsupported_reason(args, buf, sizeof buf) == NULL;
+static kiln_status cpu_engine_init(const kiln_plan *p, const void *const *weight_data,
+                                   const kiln_options *options, void **out_state) {
+    cpu_engine *e;
+    uint64_t total = 0;
+    kiln_status st;
+    // num_threads is accepted: the reference kernels run on the calling thread
+    e = kiln_calloc(sizeof *e, KILN_ALIGN);
+    KILN_CHECK(e != NULL, KILN_ERR_NO_MEMORY, "out of memory allocating the CPU engine state");
+    e->plan = p;
+    e->profile = options->profile;
+    e->weight_offsets = kiln_calloc((size_t)p->n_tensors * sizeof *e->weight_offsets, KILN_ALIGN);
+    if (e->weight_offsets == NULL) {
+        st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory allocating the CPU weight table");
+        goto fail;
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (p->tensors[i].kind != KILN_TENSOR_WEIGHT) continue;
+        e->weight_offsets[i] = total;
+        if (!kiln_add_u64(total, p->tensors[i].nbytes, &total) ||
+            !kiln_align_up_u64(total, KILN_DATA_ALIGN, &total) || total > SIZE_MAX) {
+            st = kiln_fail(KILN_ERR_NO_MEMORY, "the weights do not fit in memory (tensor %u)", i);
+            goto fail;
+        }
+    }
+    e->weights_nbytes = (size_t)total;
+    e->weights = kiln_malloc(e->weights_nbytes, KILN_DATA_ALIGN);
+    if (e->weights == NULL) {
+        st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory allocating %zu bytes of weights",
+                       e->weights_nbytes);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind != KILN_TENSOR_WEIGHT || t->nbytes == 0) continue;
+        memcpy(e->weights + e->weight_offsets[i], weight_data[i], (size_t)t->nbytes);
+    }
+    st = size_scratch(p, &e->scratch_nbytes);
+    if (st != KILN_OK) goto fail;
+    *out_state = e;
+    return KILN_OK;
+
+fail:
+    cpu_engine_free(e);
+    return st;
 }
 
-size_t kiln_cpu_scratch_nbytes(const kiln_kernel_args *args) {
-    if (!kiln_cpu_supports(args)) return 0;
-    return entry_of(args->op)->scratch(args);
+static void cpu_context_free(void *state) {
+    cpu_context *c = state;
+    if (c == NULL) return;
+    kiln_free(c->arena, (size_t)c->engine->plan->arena_nbytes);
+    kiln_free(c->scratch, c->engine->scratch_nbytes);
+    kiln_free(c->views, (size_t)c->engine->plan->n_tensors * sizeof *c->views);
+    kiln_free(c->prof_us, (size_t)c->engine->plan->n_layers * sizeof *c->prof_us);
+    kiln_free(c, sizeof *c);
 }
 
-kiln_status kiln_cpu_run(const kiln_kernel_args *args) {
-    KILN_CHECK(args != NULL && args->out != NULL, KILN_ERR_INVALID_ARG,
-               "kiln_cpu_run: args and args->out must not be NULL");
-    char buf[128];
-    const char *why = unsupported_reason(args, buf, sizeof buf);
-    KILN_CHECK(why == NULL, KILN_ERR_UNSUPPORTED, "cpu backend: op %u (%s) with output %s: %s",
-               args->op, kiln_op_name(args->op), kiln_dtype_name((kiln_dtype)args->out->dtype),
-               why);
-    KILN_TRY(entry_of(args->op)->run(args));
-    if (args->n_tail > 0) KILN_TRY(kiln_cpu_tail_apply(args));
+static kiln_status cpu_context_init(void *engine_state, void **out_state) {
+    const cpu_engine *e = engine_state;
+    const kiln_plan *p = e->plan;
+    cpu_context *c;
+    KILN_CHECK(p->arena_nbytes <= SIZE_MAX, KILN_ERR_NO_MEMORY,
+               "the activation arena (%llu bytes) does not fit in memory",
+               (unsigned long long)p->arena_nbytes);
+    c = kiln_calloc(sizeof *c, KILN_ALIGN);
+    KILN_CHECK(c != NULL, KILN_ERR_NO_MEMORY, "out of memory allocating the CPU context state");
+    c->engine = e;
+    // Zeroed so that a run never depends on what was in memory before.
+    c->arena = kiln_calloc((size_t)p->arena_nbytes, KILN_DATA_ALIGN);
+    c->scratch = kiln_malloc(e->scratch_nbytes, KILN_DATA_ALIGN);
+    c->views = kiln_calloc((size_t)p->n_tensors * sizeof *c->views, KILN_ALIGN);
+    if (e->profile) c->prof_us = kiln_calloc((size_t)p->n_layers * sizeof *c->prof_us, KILN_ALIGN);
+    if (c->arena == NULL || c->scratch == NULL || c->views == NULL ||
+        (e->profile && p->n_layers > 0 && c->prof_us == NULL)) {
+        cpu_context_free(c);
+        return kiln_fail(KILN_ERR_NO_MEMORY,
+                         "out of memory allocating the activation arena (%llu bytes) and scratch "
+                         "(%zu bytes)",
+                         (unsigned long long)p->arena_nbytes, e->scratch_nbytes);
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        c->views[i].dtype = t->dtype;
+        c->views[i].rank = t->shape.rank;
+        memcpy(c->views[i].dims, t->shape.max, sizeof c->views[i].dims);
+        if (t->kind == KILN_TENSOR_WEIGHT) c->views[i].data = e->weights + e->weight_offsets[i];
+        if (t->kind == KILN_TENSOR_ACTIVATION) c->views[i].data = c->arena + t->offset;
+    }
+    *out_state = c;
     return KILN_OK;
 }
+
+static kiln_status cpu_execute(void *context_state, const kiln_exec *exec) {
+    cpu_context *c = context_state;
+    const cpu_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    kiln_tail_op tails[KILN_MAX_TAIL];
+    kiln_kernel_args args;
+    KILN_ASSERT(exec->plan == p);
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_tensor *src = &exec->tensors[i];
+        uint32_t kind = p->tensors[i].kind;
+        c->views[i].rank = src->rank;
+        memcpy(c->views[i].dims, src->dims, sizeof c->views[i].dims);
+        if (kind == KILN_TENSOR_INPUT || kind == KILN_TENSOR_OUTPUT) c->views[i].data = src->data;
+    }
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        kiln_plan_group_args(p, li, c->views, tails, &args);
+        args.scratch = c->scratch;
+        args.scratch_nbytes = e->scratch_nbytes;
+        KILN_CHECK(kiln_cpu_scratch_nbytes(&args) <= e->scratch_nbytes, KILN_ERR_INTERNAL,
+                   "layer %u (%s) needs more scratch than planned at its largest shape (%zu)", li,
+                   kiln_op_name(args.op), e->scratch_nbytes);
+        if (c->prof_us == NULL) {
+            KILN_TRY(kiln_cpu_run(&args));
+            continue;
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        KILN_TRY(kiln_cpu_run(&args));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        c->prof_us[li] +=
+            (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+    }
+    if (c->prof_us != NULL) c->prof_runs++;
+    return KILN_OK;
+}
+
+static void cpu_describe_layer(const void *context_state, uint32_t li, kiln_layer_info *out) {
+    const cpu_context *c = context_state;
+    snprintf(out->kernel, sizeof out->kernel, "cpu");
+    snprintf(out->detail, sizeof out->detail, "reference kernel (float32 arithmetic)");
+    if (c->prof_us != NULL && c->prof_runs > 0) {
+        out->n_profiled = c->prof_runs;
+        out->device_us = out->host_us = c->prof_us[li] / (double)c->prof_runs;
+    }
+}
+
+const kiln_backend_ops kiln_backend_cpu = {
+    .name = "cpu",
+    .engine_init = cpu_engine_init,
+    .engine_free = cpu_engine_free,
+    .context_init = cpu_context_init,
+    .context_free = cpu_context_free,
+    .execute = cpu_execute,
+    .describe_layer = cpu_describe_layer,
+};

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Inside the CUDA plugin: the per-launch context every kernel launcher receives, the C-callable
 // launchers (one per op family, defined in op_<family>.cu), and the plugin's error and log
-// helpers (forwarded to libkiln through kiln_cuda_services, see cuda_plugin.h).
+// helpers (forwarded to libkiln through kiln_cuda_services, see runtime/backend_plugin.h).
 //
 // Launchers: kiln_status kiln_cuda_<op>(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args)
 // with every tensor of args in device memory of the current device. They enqueue work on
@@ -18,7 +18,7 @@
 
 #include "core/ops.h"
 #include "cuda/cuda_fold.h"
-#include "cuda/cuda_plugin.h"
+#include "runtime/backend_plugin.h"
 #include "cuda/cuda_wg.h"
 #include "kiln/kiln.h"
 #include "runtime/kernel.h"

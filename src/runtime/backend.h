@@ -3,8 +3,9 @@
 // owns the plan, validation, shape inference and binding checks; a backend owns device memory
 // (weights, the activation arena, scratch) and runs the layers.
 //
-// Backends: cpu (src/runtime/backend_cpu.c over src/cpu/), cuda (src/cuda/, a plugin library
-// loaded at run time so that libkiln loads on machines without CUDA).
+// Backends: cpu (src/cpu/cpu_backend.c over the reference kernels) and cuda (src/cuda/, a plugin
+// library loaded at run time so that libkiln loads on machines without CUDA). The runtime owns
+// this seam and never includes a backend's headers.
 #ifndef KILN_RUNTIME_BACKEND_H
 #define KILN_RUNTIME_BACKEND_H
 
@@ -38,6 +39,10 @@ typedef struct kiln_backend_ops {
     void (*context_free)(void *context_state); // NULL-safe
     // Runs every layer; returns with the work finished and outputs written.
     kiln_status (*execute)(void *context_state, const kiln_exec *exec);
+    // Fills what the backend knows of head layer li (kernel, detail, flags, workspace, L2,
+    // profile times) into *out, which the runtime has filled with the plan's view (op, head,
+    // n_fused, "?" as the kernel, -1 times). Never called while the context executes.
+    void (*describe_layer)(const void *context_state, uint32_t li, kiln_layer_info *out);
 } kiln_backend_ops;
 
 // The CPU backend (always present).

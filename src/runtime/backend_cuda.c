@@ -13,8 +13,9 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/options.h"
 #include "core/status.h"
-#include "cuda/cuda_plugin.h"
+#include "runtime/backend_plugin.h"
 
 static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
 static const kiln_cuda_plugin *plugin; // written once under plugin_once
@@ -84,7 +85,7 @@ static void self_dir(char *buf, size_t nbytes) {
 static void load_plugin(void) {
     char why[1024] = "";
     char path[4096 + 64];
-    const char *env = getenv(KILN_CUDA_PLUGIN_ENV);
+    const char *env = kiln_env(KILN_CUDA_PLUGIN_ENV);
     int explicit_path = env != NULL && env[0] != '\0';
     kiln_log_level level = explicit_path ? KILN_LOG_WARN : KILN_LOG_INFO;
     void *handle = NULL;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "cuda/cuda_plugin.h"
+#include "runtime/backend_plugin.h"
 
 #define MISSING "/nonexistent-kiln-dir/libkiln_cuda.so"
 

@@ -279,6 +279,10 @@ uint64_t kiln_engine_weight_nbytes(const kiln_engine *engine) {
     return engine ? engine->weight_nbytes : 0;
 }
 
+uint32_t kiln_engine_n_layers(const kiln_engine *engine) {
+    return engine ? engine->plan.n_layers : 0;
+}
+
 // --- contexts
 
 static kiln_status acquire(kiln_context *c, const char *fn) {
@@ -593,4 +597,44 @@ kiln_status kiln_context_output_shape(const kiln_context *context, uint32_t inde
     }
     release(c);
     return st;
+}
+
+kiln_status kiln_context_layer_info(kiln_context *context, uint32_t layer, kiln_layer_info *out) {
+    kiln_layer_info info;
+    KILN_CHECK(context != NULL && out != NULL, KILN_ERR_INVALID_ARG,
+               "kiln_context_layer_info: context and out must not be NULL");
+    const kiln_plan *p = &context->engine->plan;
+    KILN_CHECK(layer < p->n_layers, KILN_ERR_INVALID_ARG,
+               "kiln_context_layer_info: layer %u is out of range (the engine has %u layers)",
+               layer, p->n_layers);
+    uint32_t head = layer;
+    while (head > 0 && (p->layers[head].flags & KILN_LAYER_TAIL)) head--; // loader: a head exists
+    memset(&info, 0, sizeof info);
+    info.op = p->layers[layer].op;
+    info.head = head;
+    info.n_fused = layer == head ? p->layers[head].n_tail : 0;
+    info.l2_keep_nbytes = -1;
+    info.device_us = info.host_us = -1.0;
+    snprintf(info.kernel, sizeof info.kernel, "?");
+    KILN_TRY(acquire(context, "kiln_context_layer_info"));
+    if (context->engine->backend->describe_layer != NULL) {
+        context->engine->backend->describe_layer(context->backend_state, head, &info);
+    }
+    release(context);
+    if (layer != head) { // a fused tail: its group's kernel, none of its own
+        char kernel[sizeof info.kernel];
+        snprintf(kernel, sizeof kernel, "%s", info.kernel);
+        info.op = p->layers[layer].op;
+        info.flags = (info.flags & KILN_LAYER_INFO_NHWC) | KILN_LAYER_INFO_TAIL;
+        info.n_fused = 0;
+        info.workspace_nbytes = 0;
+        info.l2_keep_nbytes = -1;
+        info.n_profiled = 0;
+        info.device_us = info.host_us = -1.0;
+        snprintf(info.kernel, sizeof info.kernel, "fused");
+        snprintf(info.detail, sizeof info.detail, "into layer %u (%s, %s)", head,
+                 kiln_op_name(p->layers[head].op), kernel);
+    }
+    *out = info;
+    return KILN_OK;
 }

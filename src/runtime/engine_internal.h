@@ -60,7 +60,4 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
 // The plan of a loaded engine (read-only; inline weights already released).
 const kiln_plan *kiln_engine_plan(const kiln_engine *engine);
 
-// Scratch bytes the CPU backend allocates per context for an engine (for tests and inspect).
-size_t kiln_backend_cpu_scratch_nbytes(const void *engine_state);
-
 #endif // KILN_RUNTIME_ENGINE_INTERNAL_H

@@ -29,7 +29,7 @@
 #include "core/dtype.h"
 #include "core/ops.h"
 #include "cpu/cpu.h"
-#include "cuda/cuda_plugin.h"
+#include "runtime/backend_plugin.h"
 #include "ir/shape.h"
 #include "kiln/kiln.h"
 

@@ -4,8 +4,8 @@
 // point with libkiln's services (error, log and allocator hooks, so that the plugin's messages
 // reach the same log hook and kiln_last_error) and receives a table of functions. Plain C types
 // only; both sides are built from the same tree and check abi and struct sizes.
-#ifndef KILN_CUDA_CUDA_PLUGIN_H
-#define KILN_CUDA_CUDA_PLUGIN_H
+#ifndef KILN_RUNTIME_BACKEND_PLUGIN_H
+#define KILN_RUNTIME_BACKEND_PLUGIN_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -97,4 +97,4 @@ const kiln_cuda_plugin *kiln_cuda_plugin_get(void);
 }
 #endif
 
-#endif // KILN_CUDA_CUDA_PLUGIN_H
+#endif // KILN_RUNTIME_BACKEND_PLUGIN_H
