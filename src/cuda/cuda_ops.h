@@ -18,9 +18,9 @@
 
 #include "core/ops.h"
 #include "cuda/cuda_fold.h"
-#include "runtime/backend_plugin.h"
 #include "cuda/cuda_wg.h"
 #include "kiln/kiln.h"
+#include "runtime/backend_plugin.h"
 #include "runtime/kernel.h"
 
 #ifdef __cplusplus

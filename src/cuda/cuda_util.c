@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The plugin's error, log and allocation helpers: thin wrappers over the services libkiln lent
-// at init (runtime/backend_plugin.h), so that messages reach libkiln's log hook and kiln_last_error and
-// host memory comes from libkiln's allocator hook. Before init (never in practice) they fall
+// at init (runtime/backend_plugin.h), so that messages reach libkiln's log hook and kiln_last_error
+// and host memory comes from libkiln's allocator hook. Before init (never in practice) they fall
 // back to stderr-free no-ops and plain failures.
 #include <stdarg.h>
 #include <stdio.h>

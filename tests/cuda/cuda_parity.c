@@ -29,9 +29,9 @@
 #include "core/dtype.h"
 #include "core/ops.h"
 #include "cpu/cpu.h"
-#include "runtime/backend_plugin.h"
 #include "ir/shape.h"
 #include "kiln/kiln.h"
+#include "runtime/backend_plugin.h"
 
 #define F32 KILN_DTYPE_F32
 #define F16 KILN_DTYPE_F16
