@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/env.h"
 #include "core/options.h"
 #include "core/status.h"
 
@@ -343,10 +344,6 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
 static kiln_options process; // guarded by lock; the defaults until set
 
-// --- the one reader of the environment
-
-const char *kiln_env(const char *name) { return name != NULL ? getenv(name) : NULL; }
-
 // --- values
 
 static const char *kind_name(value_kind k) {
@@ -643,30 +640,26 @@ kiln_status kiln_option_describe(uint32_t index, const char **out_help, char *en
 // Logs each distinct environment override once per process (INFO).
 static atomic_int env_logged[N_DEFS];
 
-extern char **environ;
-
-// Once per process: a warning for each KILN_CUDA_* variable that overrides no option (a
-// misspelling, or a switch that no longer exists), so that it is not silently ignored.
-static void warn_unknown_env(void) {
-    for (char **e = environ; e != NULL && *e != NULL; e++) {
-        const char *eq = strchr(*e, '=');
-        size_t n = eq != NULL ? (size_t)(eq - *e) : strlen(*e);
-        int known = n == strlen("KILN_CUDA_PLUGIN") && strncmp(*e, "KILN_CUDA_PLUGIN", n) == 0;
-        if (n < 10 || strncmp(*e, "KILN_CUDA_", 10) != 0) continue;
-        for (size_t i = 0; i < N_DEFS && !known; i++) {
-            char name[64];
-            if (!defs[i].env) continue;
-            env_name(&defs[i], name, sizeof name);
-            known = strlen(name) == n && strncmp(name, *e, n) == 0;
-        }
-        if (!known) {
-            kiln_log(KILN_LOG_WARN,
-                     "environment variable %.*s is not a Kiln option and is ignored; the CUDA "
-                     "options and their variables are listed in docs/options.md",
-                     (int)(n < 64 ? n : 64), *e);
-        }
+// A KILN_CUDA_* variable that overrides no option (a misspelling, or a switch that no longer
+// exists) is reported once per process instead of being silently ignored.
+static void warn_if_unknown(const char *var, size_t n, void *user_data) {
+    int known = n == strlen("KILN_CUDA_PLUGIN") && strncmp(var, "KILN_CUDA_PLUGIN", n) == 0;
+    (void)user_data;
+    for (size_t i = 0; i < N_DEFS && !known; i++) {
+        char name[64];
+        if (!defs[i].env) continue;
+        env_name(&defs[i], name, sizeof name);
+        known = strlen(name) == n && strncmp(name, var, n) == 0;
+    }
+    if (!known) {
+        kiln_log(KILN_LOG_WARN,
+                 "environment variable %.*s is not a Kiln option and is ignored; the CUDA options "
+                 "and their variables are listed in docs/options.md",
+                 (int)(n < 64 ? n : 64), var);
     }
 }
+
+static void warn_unknown_env(void) { kiln_env_each("KILN_CUDA_", warn_if_unknown, NULL); }
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static kiln_status apply_env(kiln_options *o) {

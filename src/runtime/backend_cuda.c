@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/options.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "runtime/backend_plugin.h"
 
