@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/ops.h"
+#include "core/plan_memory.h"
 #include "ir/graph.h"
 #include "ir/shape.h"
 #include "kiln/kiln.h"
@@ -177,21 +178,6 @@ kiln_status kiln_pass_check(const kiln_bgraph *b);      // pass_verify.c: final 
 
 // Largest output (bytes) constant folding evaluates.
 #define KILN_FOLD_MAX_NBYTES ((uint64_t)16 << 20)
-
-// --- memory planning (plan_memory.c)
-
-typedef struct kiln_mem_item {
-    uint64_t nbytes;     // size (0: placed at offset 0, takes no space)
-    int32_t first, last; // live over layers [first, last], inclusive
-    uint64_t offset;     // out: arena offset, a multiple of the alignment
-} kiln_mem_item;
-
-// Assigns offsets so that no two items live at a common layer overlap in [offset, offset +
-// nbytes): greedy by size, each item into the best-fitting gap among the items already placed
-// that it conflicts with (offset order), else after them. *out_arena_nbytes = the arena size.
-// Deterministic (ties broken by item index).
-kiln_status kiln_plan_memory(kiln_mem_item *items, uint32_t n, uint64_t align,
-                             uint64_t *out_arena_nbytes);
 
 // --- emission (plan_emit.c)
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "builder/builder.h"
+#include "core/plan_memory.h"
 #include "core/alloc.h"
 #include "core/checked.h"
 #include "core/status.h"
