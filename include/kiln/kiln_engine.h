@@ -110,6 +110,9 @@ KILN_API kiln_status kiln_context_output_shape(const kiln_context *context, uint
 #define KILN_LAYER_INFO_FOLDED 0x2u // runs no kernel: its readers read its input through a view
 #define KILN_LAYER_INFO_NHWC 0x4u   // the CUDA backend keeps its activations channels-last
 #define KILN_LAYER_INFO_TIMED 0x8u  // its kernel was chosen by timing candidates on this device
+#define KILN_LAYER_INFO_FELL_BACK                                                                  \
+    0x10u // the library its plan named refused at run: Kiln's
+          // own kernel runs it now (a warning or debug log says why)
 
 typedef struct kiln_layer_info {
     uint32_t op;               // kiln_op of this plan layer

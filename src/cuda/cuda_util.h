@@ -48,6 +48,15 @@ const char *kiln_cuda_dtype_name(uint32_t dtype);
 kiln_status kiln_cuda_plan_memory(kiln_mem_item *items, uint32_t n, uint64_t align,
                                   uint64_t *out_nbytes);
 
+// The largest power of two (<= 256) dividing the address; 0 for NULL (plan keys, alignments).
+static inline int64_t kiln_cuda_align_of(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int64_t a = 1;
+    if (p == NULL) return 0;
+    while (a < 256 && (u & (uintptr_t)(2 * a - 1)) == 0) a *= 2;
+    return a;
+}
+
 // Element size of a dtype (0 if invalid).
 size_t kiln_cuda_dtype_size(uint32_t dtype);
 static inline int kiln_cuda_is_float(uint32_t dtype) {

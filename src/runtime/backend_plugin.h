@@ -84,6 +84,13 @@ typedef struct kiln_cuda_test_hooks {
 
 typedef const kiln_cuda_test_hooks *(*kiln_cuda_test_entry_fn)(void);
 
+#ifdef KILN_BUILDING_CUDA_PLUGIN
+// The plugin's definitions of the two exported symbols (src/cuda/cuda_backend.c, cuda_run_op.c).
+kiln_status kiln_cuda_plugin_v2(const kiln_cuda_services *services, char *reason,
+                                size_t reason_nbytes, const kiln_cuda_plugin **out);
+const kiln_cuda_test_hooks *kiln_cuda_test_hooks_v2(void);
+#endif
+
 // libkiln side (src/runtime/backend_cuda.c): the loaded plugin table, or NULL when the plugin
 // is unavailable (the reason was logged at INFO). Loads at most once per process.
 const kiln_cuda_plugin *kiln_cuda_plugin_get(void);
