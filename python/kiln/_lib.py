@@ -157,6 +157,22 @@ class Attr(ctypes.Structure):
     ]
 
 
+class BuildProgress(ctypes.Structure):
+    _fields_ = [
+        ("struct_nbytes", ctypes.c_uint32),
+        ("phase", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+        ("step", ctypes.c_uint32),
+        ("n_steps", ctypes.c_uint32),
+    ]
+
+
+# kiln_build_phase values (include/kiln/kiln_graph.h).
+BUILD_PHASES = {1: "pass", 2: "layer", 3: "tune", 4: "output"}
+
+BuildProgressFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(BuildProgress))
+
+
 class BuildOptions(ctypes.Structure):
     _fields_ = [
         ("struct_nbytes", ctypes.c_uint32),
@@ -164,6 +180,8 @@ class BuildOptions(ctypes.Structure):
         ("external_weights", ctypes.c_int32),
         ("optimize", ctypes.c_int32),
         ("min_external_nbytes", ctypes.c_uint64),
+        ("progress", BuildProgressFn),
+        ("progress_user_data", ctypes.c_void_p),
     ]
 
 
