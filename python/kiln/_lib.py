@@ -250,6 +250,24 @@ class BindingInfo(ctypes.Structure):
     ]
 
 
+class LayerInfo(ctypes.Structure):
+    _fields_ = [
+        ("op", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("head", ctypes.c_uint32),
+        ("n_fused", ctypes.c_uint32),
+        ("kernel", ctypes.c_char * 32),
+        ("detail", ctypes.c_char * 224),
+        ("workspace_nbytes", ctypes.c_uint64),
+        ("l2_keep_nbytes", ctypes.c_int64),
+        ("n_profiled", ctypes.c_uint64),
+        ("device_us", ctypes.c_double),
+        ("host_us", ctypes.c_double),
+    ]
+
+
+LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
 _P = ctypes.c_void_p
 _I32P = ctypes.POINTER(ctypes.c_int32)
 _I64P = ctypes.POINTER(ctypes.c_int64)
@@ -328,6 +346,20 @@ _SIG = {
     "kiln_context_infer_shapes": (ctypes.c_int, [_P]),
     "kiln_context_execute": (ctypes.c_int, [_P]),
     "kiln_context_output_shape": (ctypes.c_int, [_P, _U32, ctypes.POINTER(_U32), _I64P]),
+    "kiln_context_set_stream": (ctypes.c_int, [_P, _P]),
+    "kiln_engine_n_layers": (_U32, [_P]),
+    "kiln_context_layer_info": (ctypes.c_int, [_P, _U32, ctypes.POINTER(LayerInfo)]),
+    "kiln_engine_describe": (
+        ctypes.c_int,
+        [_P, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)],
+    ),
+    # process-wide options and the log hook
+    "kiln_set_option_bool": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
+    "kiln_set_option_int": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64]),
+    "kiln_set_option_string": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p]),
+    "kiln_get_option": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+    "kiln_log_set": (None, [LogFn, _P, ctypes.c_int]),
+    "kiln_log_get_level": (ctypes.c_int, []),
 }
 
 _lock = threading.Lock()
