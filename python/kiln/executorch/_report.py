@@ -286,6 +286,6 @@ def _op_name(n) -> str:
     name = getattr(t, "__name__", None)
     op = getattr(t, "_op", None) or t
     schema = getattr(op, "_schema", None)
-    if schema is not None:
-        return f"{schema.name.split('::')[-1]}.{schema.overload_name or 'default'}"
+    if schema is not None:  # "aten.cumsum.default", as the edge program prints it
+        return f"{schema.name.replace('::', '.')}.{schema.overload_name or 'default'}"
     return str(name or t)
