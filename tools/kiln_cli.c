@@ -48,8 +48,8 @@ static void die(int code, const char *fmt, ...) {
             put_json_string(stdout, json_file);
         else
             fputs("null", stdout);
-        fprintf(stdout, ",\"error\":{\"kind\":\"%s\",\"message\":",
-                code == EXIT_USAGE ? "usage" : "error");
+        fprintf(stdout,
+                ",\"error\":{\"kind\":\"%s\",\"message\":", code == EXIT_USAGE ? "usage" : "error");
         put_json_string(stdout, msg);
         fputs("}}\n", stdout);
     }
@@ -103,7 +103,8 @@ static size_t utf8_seq(const unsigned char *p) {
     return n;
 }
 
-// Writes s for a terminal: printable ASCII and valid UTF-8 as they are, every other byte (controls, DEL, bytes that are not UTF-8) as \xNN.
+// Writes s for a terminal: printable ASCII and valid UTF-8 as they are, every other byte (controls,
+// DEL, bytes that are not UTF-8) as \xNN.
 static void put_text(FILE *f, const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         size_t n = *p >= 0x80 ? utf8_seq(p) : 0;

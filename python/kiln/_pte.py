@@ -91,7 +91,7 @@ class PteError(ValueError):
 
 
 def file_kind(data: bytes) -> str:
-    """"pte", "ptd", "engine" (a raw Kiln engine) or "unknown", from the first bytes."""
+    """ "pte", "ptd", "engine" (a raw Kiln engine) or "unknown", from the first bytes."""
     if data[:8] == ENGINE_MAGIC:
         return "engine"
     if len(data) >= 8 and data[4:8] == PTE_IDENTIFIER:

@@ -44,7 +44,14 @@ def programs(tmp_path_factory):
     x = torch.randn(4, 16)
     save(net, d / "net.pte", (x,), external_data="netw", quiet=True)
     save(net, d / "inline.pte", (x,), quiet=True)
-    return {"dir": d, "net": net, "x": x, "pte": d / "net.pte", "ptd": d / "netw.ptd", "inline": d / "inline.pte"}
+    return {
+        "dir": d,
+        "net": net,
+        "x": x,
+        "pte": d / "net.pte",
+        "ptd": d / "netw.ptd",
+        "inline": d / "inline.pte",
+    }
 
 
 def kiln(*args) -> tuple[int, str, str]:
@@ -77,7 +84,11 @@ def test_inspect_matches_executorch_and_the_model(programs):
     ops = [f"{o.name}.{o.overload}" for o in plan.operators]
     assert [o["op"] for o in m["outside"]] == ops == ["aten::cumsum.out"]
     assert "no translation for aten::cumsum" in m["outside"][0]["why"]
-    assert m["calls"] == ["delegate 0 (KilnBackend)", "aten::cumsum.out", "delegate 1 (KilnBackend)"]
+    assert m["calls"] == [
+        "delegate 0 (KilnBackend)",
+        "aten::cumsum.out",
+        "delegate 1 (KilnBackend)",
+    ]
     assert m["inputs"][0]["sizes"] == [4, 16] and m["inputs"][0]["dtype"] == "float32"
     assert m["outputs"][0]["sizes"] == [4, 8]
     e0, e1 = doc["engines"]
@@ -155,7 +166,10 @@ def _malformed(programs, tmp_path) -> list[Path]:
     data = programs["pte"].read_bytes()
     rng = random.Random(25)
     cases = []
-    cuts = sorted({0, 1, 4, 7, 8, 15, 16, 40, 100, len(data) // 2, len(data) - 1} | {rng.randrange(len(data)) for _ in range(25)})
+    cuts = sorted(
+        {0, 1, 4, 7, 8, 15, 16, 40, 100, len(data) // 2, len(data) - 1}
+        | {rng.randrange(len(data)) for _ in range(25)}
+    )
     for n in cuts:
         cases.append((f"cut{n}", data[:n]))
     for k in range(60):
@@ -180,7 +194,11 @@ def _malformed(programs, tmp_path) -> list[Path]:
 def test_malformed_files_never_crash(programs, tmp_path):
     truncated_ok = 0
     for p in _malformed(programs, tmp_path):
-        for cmd in (["inspect"], ["profile", "--iters", "1", "--warmup", "0"], ["bench", "--engines", "--iters", "1", "--warmup", "0"]):
+        for cmd in (
+            ["inspect"],
+            ["profile", "--iters", "1", "--warmup", "0"],
+            ["bench", "--engines", "--iters", "1", "--warmup", "0"],
+        ):
             rc, out, err = kiln(*cmd, p, "--json")
             doc = json.loads(out)  # valid JSON whatever the input
             assert rc in (0, 1), (p.name, cmd, rc, out, err)
@@ -205,7 +223,10 @@ def test_not_a_program_messages(programs, tmp_path):
     assert rc == 1 and "is a directory" in doc["error"]["message"]
     (tmp_path / "t.pte").write_bytes(b"not a program at all")
     rc, doc = kiln_json("inspect", tmp_path / "t.pte")
-    assert rc == 1 and "neither an ExecuTorch program (.pte) nor a Kiln engine" in doc["error"]["message"]
+    assert (
+        rc == 1
+        and "neither an ExecuTorch program (.pte) nor a Kiln engine" in doc["error"]["message"]
+    )
     rc, doc = kiln_json("inspect", programs["ptd"])
     assert rc == 1 and "data file (.ptd), not a program" in doc["error"]["message"]
     data = programs["pte"].read_bytes()
@@ -244,7 +265,9 @@ def test_run_against_eager(programs, tmp_path):
     assert doc["kiln_devices"] == ["cpu"]
     np.testing.assert_allclose(np.load(tmp_path / "out.npz")["arr_0"], ref, rtol=1e-4, atol=1e-4)
     np.savez(tmp_path / "bad.npz", ref + 0.5)
-    rc, out, _ = kiln("run", programs["pte"], "--inputs", tmp_path / "in.npz", "--compare", tmp_path / "bad.npz")
+    rc, out, _ = kiln(
+        "run", programs["pte"], "--inputs", tmp_path / "in.npz", "--compare", tmp_path / "bad.npz"
+    )
     assert rc == 1 and "MISMATCH" in out
     rc, doc = kiln_json("run", programs["pte"], "--seed", "3")
     assert rc == 0 and doc["outputs"][0]["shape"] == [4, 8]
@@ -259,18 +282,34 @@ def test_run_against_eager(programs, tmp_path):
 
 
 def test_bench_percentiles_and_side_by_side(programs):
-    rc, doc = kiln_json("bench", programs["pte"], programs["inline"], "--iters", "7", "--warmup", "1", "--device", "cpu")
+    rc, doc = kiln_json(
+        "bench",
+        programs["pte"],
+        programs["inline"],
+        "--iters",
+        "7",
+        "--warmup",
+        "1",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, doc
     a, b = doc["results"]
     for r in (a, b):
-        assert r["n"] == 7 and r["min_ms"] <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"]
+        assert (
+            r["n"] == 7 and r["min_ms"] <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"]
+        )
         assert r["throughput_per_s"] == pytest.approx(1e3 / r["mean_ms"])
         assert r["path"] == "executorch" and r["io"] == "host" and r["device"] == "cpu"
         assert r["cuda_graphs"] == "n/a" and r["batch"] == 4
-    assert a["p50_vs_first"] == 1.0 and b["p50_vs_first"] == pytest.approx(b["p50_ms"] / a["p50_ms"])
+    assert a["p50_vs_first"] == 1.0 and b["p50_vs_first"] == pytest.approx(
+        b["p50_ms"] / a["p50_ms"]
+    )
     rc, doc = kiln_json("bench", programs["pte"], "--engines", "--iters", "5", "--warmup", "0")
     assert rc == 0 and [e["delegate"] for e in doc["results"][0]["engines"]] == [0, 1]
-    rc, doc = kiln_json("bench", programs["pte"], "--engines", "--io", "device", "--device", "cpu", "--iters", "1")
+    rc, doc = kiln_json(
+        "bench", programs["pte"], "--engines", "--io", "device", "--device", "cpu", "--iters", "1"
+    )
     assert rc == 1 and "--io device needs an engine on a CUDA device" in doc["error"]["message"]
     rc, out, _ = kiln("bench", programs["pte"], "--iters", "3", "--warmup", "0")
     assert rc == 0 and "p50 ms" in out and "p99 ms" in out
@@ -281,7 +320,18 @@ def test_bench_percentiles_and_side_by_side(programs):
 
 def test_profile_layers_and_trace(programs, tmp_path):
     trace = tmp_path / "t.json"
-    rc, doc = kiln_json("profile", programs["pte"], "--iters", "4", "--warmup", "2", "--trace", trace, "--device", "cpu")
+    rc, doc = kiln_json(
+        "profile",
+        programs["pte"],
+        "--iters",
+        "4",
+        "--warmup",
+        "2",
+        "--trace",
+        trace,
+        "--device",
+        "cpu",
+    )
     assert rc == 0, doc
     e0, e1 = doc["engines"]
     heads = [la for la in e0["layers"] if not la["tail"]]
@@ -292,7 +342,11 @@ def test_profile_layers_and_trace(programs, tmp_path):
     t = json.loads(trace.read_text())
     xs = [ev for ev in t["traceEvents"] if ev["ph"] == "X"]
     assert len(xs) == 2 * (len(heads) + len(e1["layers"]))  # one host and one stream event each
-    names = {ev["args"]["name"] for ev in t["traceEvents"] if ev["ph"] == "M" and ev["name"] == "thread_name"}
+    names = {
+        ev["args"]["name"]
+        for ev in t["traceEvents"]
+        if ev["ph"] == "M" and ev["name"] == "thread_name"
+    }
     assert names == {"host", "stream (CPU: the calling thread)"}
     for ev in xs:
         assert ev["dur"] > 0 and ev["ts"] >= 0

@@ -643,9 +643,7 @@ def test_manylinux_wheels(manylinux_wheels, wheels):
         with zipfile.ZipFile(whl) as z:
             assert _headers(_dist_info(z, "WHEEL"), "Tag") == [tag]
             # (auditwheel's zip also lists the folders)
-            files = {
-                n: z.read(n) for n in z.namelist() if ".dist-info/" not in n and n[-1] != "/"
-            }
+            files = {n: z.read(n) for n in z.namelist() if ".dist-info/" not in n and n[-1] != "/"}
         with zipfile.ZipFile(wheels[dist]) as z:
             plain = {n: z.read(n) for n in z.namelist() if ".dist-info/" not in n}
         assert files == plain, sorted(set(files) ^ set(plain))

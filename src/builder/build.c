@@ -85,9 +85,7 @@ kiln_status kiln_build_report(const kiln_build_options *o, kiln_build_phase phas
     return KILN_OK;
 }
 
-static kiln_status pass_check(kiln_bgraph *b) {
-    return kiln_pass_check(b);
-}
+static kiln_status pass_check(kiln_bgraph *b) { return kiln_pass_check(b); }
 
 // The passes in order; `optimizing` ones run only with options.optimize.
 typedef struct build_pass {
@@ -228,7 +226,8 @@ kiln_status kiln_build(const kiln_graph *g, const kiln_build_options *o, kiln_bu
         bt = kiln_calloc(sizeof *bt, KILN_ALIGN);
         if (bt == NULL) st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory in kiln_build");
     }
-    if (st == KILN_OK) st = kiln_build_report(&b.opts, KILN_BUILD_PHASE_OUTPUT, "memory plan", 1, 3);
+    if (st == KILN_OK)
+        st = kiln_build_report(&b.opts, KILN_BUILD_PHASE_OUTPUT, "memory plan", 1, 3);
     if (st == KILN_OK) st = kiln_serialize(&p, &bt->engine, &bt->engine_nbytes);
     if (st == KILN_OK) st = kiln_build_report(&b.opts, KILN_BUILD_PHASE_OUTPUT, "serialize", 2, 3);
     if (st == KILN_OK) st = self_check(bt->engine, bt->engine_nbytes);

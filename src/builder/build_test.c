@@ -323,32 +323,29 @@ static int record_progress(void *ud, const kiln_build_progress *p) {
 }
 
 static void check_progress(const progress_log *log, int optimize, uint32_t n_head_layers) {
-    static const char *const all[] = {"verify",   "dce",       "fold",      "bn_fold",
-                                      "matmul_to_linear",      "patchify",  "attention",
-                                      "dce",      "fuse",      "precision", "lower_io",
-                                      "check"};
+    static const char *const all[] = {
+        "verify",    "dce", "fold", "bn_fold",   "matmul_to_linear", "patchify",
+        "attention", "dce", "fuse", "precision", "lower_io",         "check"};
     static const char *const plain[] = {"verify", "precision", "lower_io", "check"};
     const char *const *names = optimize ? all : plain;
     uint32_t n_pass = optimize ? 12 : 4;
     int i = 0;
     for (uint32_t k = 0; k < n_pass; k++, i++) {
-        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_PASS &&
-                      log->step[i] == k + 1 && log->n_steps[i] == n_pass &&
-                      strcmp(log->name[i], names[k]) == 0,
+        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_PASS && log->step[i] == k + 1 &&
+                      log->n_steps[i] == n_pass && strcmp(log->name[i], names[k]) == 0,
                   "optimize %d: event %d is %s %u/%u, expected pass %s %u/%u", optimize, i,
                   i < log->n ? log->name[i] : "(none)", i < log->n ? log->step[i] : 0,
                   i < log->n ? log->n_steps[i] : 0, names[k], k + 1, n_pass);
     }
     for (uint32_t k = 0; k < n_head_layers; k++, i++) {
-        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_LAYER &&
-                      log->step[i] == k + 1 && log->n_steps[i] == n_head_layers,
+        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_LAYER && log->step[i] == k + 1 &&
+                      log->n_steps[i] == n_head_layers,
                   "optimize %d: event %d is not layer %u/%u", optimize, i, k + 1, n_head_layers);
     }
     static const char *const out[] = {"memory plan", "serialize", "self-check"};
     for (uint32_t k = 0; k < 3; k++, i++) {
-        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_OUTPUT &&
-                      log->step[i] == k + 1 && log->n_steps[i] == 3 &&
-                      strcmp(log->name[i], out[k]) == 0,
+        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_OUTPUT && log->step[i] == k + 1 &&
+                      log->n_steps[i] == 3 && strcmp(log->name[i], out[k]) == 0,
                   "optimize %d: event %d is not output %s", optimize, i, out[k]);
     }
     CHECK_MSG(log->n == i, "optimize %d: %d events, expected %d", optimize, log->n, i);

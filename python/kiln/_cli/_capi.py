@@ -160,12 +160,16 @@ class Engine:
         self._keep = (settings,)
         buf = ctypes.create_string_buffer(data, len(data))
         _lib.check(
-            self.lib.kiln_engine_load(buf, len(data), ctypes.byref(opts), ctypes.byref(self._engine)),
+            self.lib.kiln_engine_load(
+                buf, len(data), ctypes.byref(opts), ctypes.byref(self._engine)
+            ),
             "kiln_engine_load",
         )
         self.device = self.lib.kiln_engine_device(self._engine).decode()
         _lib.check(self.lib.kiln_context_new(self._engine, ctypes.byref(self._ctx)))
-        self.inputs = [self._binding(1, i) for i in range(self.lib.kiln_engine_n_inputs(self._engine))]
+        self.inputs = [
+            self._binding(1, i) for i in range(self.lib.kiln_engine_n_inputs(self._engine))
+        ]
         self.outputs = [
             self._binding(0, i) for i in range(self.lib.kiln_engine_n_outputs(self._engine))
         ]

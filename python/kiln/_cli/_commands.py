@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -60,7 +59,11 @@ def _layers_summary(desc: dict) -> list[dict]:
                 "op": la["op"],
                 "fused": la.get("fused", []),
                 "inputs": [
-                    {"dtype": t.get("dtype"), "dim_min": t.get("dim_min"), "dim_max": t.get("dim_max")}
+                    {
+                        "dtype": t.get("dtype"),
+                        "dim_min": t.get("dim_min"),
+                        "dim_max": t.get("dim_max"),
+                    }
                     for t in la.get("inputs", [])
                     if t.get("kind") != "weight"
                 ],
@@ -77,7 +80,11 @@ def _layers_summary(desc: dict) -> list[dict]:
 
 def _shape(t: dict) -> str:
     lo, hi = t.get("dim_min") or [], t.get("dim_max") or []
-    return "[" + ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in zip(lo, hi, strict=False)) + "]"
+    return (
+        "["
+        + ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in zip(lo, hi, strict=False))
+        + "]"
+    )
 
 
 # --- inspect
@@ -126,7 +133,8 @@ def _inspect_pte(op: Opened) -> dict:
                         "location": d.location,
                         "nbytes": len(d.data or b""),
                         "compile_specs": {
-                            k: v.decode("utf-8", "surrogateescape") for k, v in d.compile_specs.items()
+                            k: v.decode("utf-8", "surrogateescape")
+                            for k, v in d.compile_specs.items()
                         },
                     }
                     for d in m.delegates
@@ -197,7 +205,10 @@ def _inspect_pte(op: Opened) -> dict:
 
 def _print_engine(path: str, d: dict, layers: bool) -> None:
     w = d["weights"]
-    print(f"engine: {text(path)} ({d['header']['file_nbytes']} bytes), format {d['header']['format_version']}, precision {d['precision']}")
+    print(
+        f"engine: {text(path)} ({d['header']['file_nbytes']} bytes), format "
+        f"{d['header']['format_version']}, precision {d['precision']}"
+    )
     for which in ("inputs", "outputs"):
         print(f"  {which}:")
         for t in d[which]:
@@ -208,7 +219,9 @@ def _print_engine(path: str, d: dict, layers: bool) -> None:
         f"external ({size(w['external_nbytes'])})"
     )
     heads = _layers_summary(d)
-    print(f"  layers: {len(d['layers'])} ({len(heads)} kernels; fused tails listed with their head)")
+    print(
+        f"  layers: {len(d['layers'])} ({len(heads)} kernels; fused tails listed with their head)"
+    )
     if layers:
         rows = [
             [
@@ -224,7 +237,10 @@ def _print_engine(path: str, d: dict, layers: bool) -> None:
 
 
 def _print_pte(doc: dict, layers: bool) -> None:
-    print(f"program: {text(doc['file'])} ({doc['nbytes']} bytes, ExecuTorch program version {doc['version']})")
+    print(
+        f"program: {text(doc['file'])} ({doc['nbytes']} bytes, ExecuTorch program version "
+        f"{doc['version']})"
+    )
     for m in doc["methods"]:
         print(f"method {text(m['name'])}:")
         for which in ("inputs", "outputs"):
@@ -238,7 +254,10 @@ def _print_pte(doc: dict, layers: bool) -> None:
         print(f"  runs, in order: {text('; '.join(m['calls'])) or '-'}")
         for d in m["delegates"]:
             specs = ", ".join(f"{k}={v}" for k, v in d["compile_specs"].items())
-            print(f"  delegate {d['index']}: {text(d['backend'])}, {size(d['nbytes'])} ({d['location']}){' ' + text(specs) if specs else ''}")
+            print(
+                f"  delegate {d['index']}: {text(d['backend'])}, {size(d['nbytes'])} "
+                f"({d['location']}){' ' + text(specs) if specs else ''}"
+            )
         if m["outside"]:
             print("  left to ExecuTorch:")
             for o in m["outside"]:
@@ -292,7 +311,9 @@ def _load_inputs(spec: str, meta, seed: int):
         try:
             info = meta.input_tensor_meta(i)
         except Exception:  # noqa: BLE001 - not a tensor input
-            raise CliError(f"input {i} is not a tensor: kiln run takes tensor inputs only") from None
+            raise CliError(
+                f"input {i} is not a tensor: kiln run takes tensor inputs only"
+            ) from None
         infos.append(info)
     from .._load import _ET_SCALAR_TYPES
 
@@ -352,7 +373,9 @@ def cmd_run(args) -> int:
     except Exception as e:  # noqa: BLE001 - KilnLoadError, registration errors, ...
         raise CliError(str(e)) from None
     if args.method not in program.method_names:
-        raise UsageError(f"--method {args.method}: the program's methods are {', '.join(program.method_names)}")
+        raise UsageError(
+            f"--method {args.method}: the program's methods are {', '.join(program.method_names)}"
+        )
     meta = program._methods[args.method].metadata
     inputs = _load_inputs(args.inputs, meta, args.seed)
     t0 = time.perf_counter()
@@ -368,7 +391,9 @@ def cmd_run(args) -> int:
         "device_option": args.device,
         "kiln_devices": devices,
         "seconds": dt,
-        "inputs": [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for t in inputs],
+        "inputs": [
+            {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for t in inputs
+        ],
         "outputs": [],
     }
     for o in outs:
@@ -397,7 +422,9 @@ def cmd_run(args) -> int:
             raise CliError(f"--compare {args.compare}: not a readable .npz ({e})") from None
         cmp = []
         if len(refs) != len(outs):
-            raise CliError(f"--compare: {len(refs)} reference arrays, the method gave {len(outs)} outputs")
+            raise CliError(
+                f"--compare: {len(refs)} reference arrays, the method gave {len(outs)} outputs"
+            )
         for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
             got = o.detach().float().numpy() if o.dtype.is_floating_point else o.numpy()
             entry = {"output": i, "shape_ok": list(got.shape) == list(r.shape)}
@@ -405,8 +432,12 @@ def cmd_run(args) -> int:
                 diff = np.abs(got.astype(np.float64) - r.astype(np.float64))
                 bound = atol + rtol * np.abs(r.astype(np.float64))
                 entry["max_abs_err"] = float(diff.max()) if diff.size else 0.0
-                entry["max_rel_err"] = float((diff / np.maximum(np.abs(r), 1e-12)).max()) if diff.size else 0.0
-                entry["ok"] = bool((diff <= bound).all() and np.isfinite(got).all() == np.isfinite(r).all())
+                entry["max_rel_err"] = (
+                    float((diff / np.maximum(np.abs(r), 1e-12)).max()) if diff.size else 0.0
+                )
+                entry["ok"] = bool(
+                    (diff <= bound).all() and np.isfinite(got).all() == np.isfinite(r).all()
+                )
             else:
                 entry["ok"] = False
                 entry["detail"] = f"shape {list(got.shape)}, reference {list(r.shape)}"
@@ -414,14 +445,26 @@ def cmd_run(args) -> int:
         res["compare"] = {"reference": args.compare, "rtol": rtol, "atol": atol, "outputs": cmp}
         rc = 0 if all(c["ok"] for c in cmp) else 1
     if args.save:
-        np.savez(args.save, *[o.detach().numpy() if o.dtype != __import__("torch").bfloat16 else o.float().numpy() for o in outs])
+        np.savez(
+            args.save,
+            *[
+                o.detach().numpy() if o.dtype != __import__("torch").bfloat16 else o.float().numpy()
+                for o in outs
+            ],
+        )
         res["saved"] = args.save
     if args.json:
         emit_json(res)
     else:
-        print(f"ran {text(args.program)} {text(args.method)} in {dt * 1e3:.2f} ms (Kiln on {', '.join(devices) or '-'})")
+        print(
+            f"ran {text(args.program)} {text(args.method)} in {dt * 1e3:.2f} ms (Kiln on "
+            f"{', '.join(devices) or '-'})"
+        )
         for i, o in enumerate(res["outputs"]):
-            print(f"  output {i}: {o['dtype']}{o['shape']} min {o['min']} max {o['max']} mean {o['mean']}")
+            print(
+                f"  output {i}: {o['dtype']}{o['shape']} min {o['min']} max {o['max']} "
+                f"mean {o['mean']}"
+            )
         if "compare" in res:
             c = res["compare"]
             for e in c["outputs"]:
@@ -431,7 +474,10 @@ def cmd_run(args) -> int:
                     if e["shape_ok"]
                     else e["detail"]
                 )
-                print(f"  compare output {e['output']}: {state} ({errs}; rtol {c['rtol']}, atol {c['atol']})")
+                print(
+                    f"  compare output {e['output']}: {state} ({errs}; rtol {c['rtol']}, "
+                    f"atol {c['atol']})"
+                )
         if args.save:
             print(f"  wrote {text(args.save)}")
     return rc
@@ -550,7 +596,9 @@ def _bench_engines(op: Opened, args) -> dict:
             t += dt
         total.append(t)
     for i, (e, eng) in enumerate(loaded):
-        engines.append({"method": e.method, "delegate": e.delegate, "device": eng.device, **_stats(per[i])})
+        engines.append(
+            {"method": e.method, "delegate": e.delegate, "device": eng.device, **_stats(per[i])}
+        )
         eng.close()
     devs = sorted({x["device"] for x in engines})
     st = _stats(total)
@@ -571,7 +619,9 @@ def _bench_engines(op: Opened, args) -> dict:
 def cmd_bench(args) -> int:
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be >= 1 and --warmup >= 0")
-    results = [_bench_program(p, args, args.data if i == 0 else None) for i, p in enumerate(args.programs)]
+    results = [
+        _bench_program(p, args, args.data if i == 0 else None) for i, p in enumerate(args.programs)
+    ]
     base = results[0]["p50_ms"]
     for r in results:
         r["p50_vs_first"] = r["p50_ms"] / base if base else None
@@ -599,7 +649,19 @@ def cmd_bench(args) -> int:
         for r in results
     ]
     table(
-        ["program", "path", "device", "graphs", "I/O", "p50 ms", "p90 ms", "p99 ms", "mean ms", "runs/s", "p50 vs 1st"],
+        [
+            "program",
+            "path",
+            "device",
+            "graphs",
+            "I/O",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "mean ms",
+            "runs/s",
+            "p50 vs 1st",
+        ],
         rows,
     )
     return 0
@@ -618,7 +680,9 @@ def cmd_profile(args) -> int:
     profiles = []
     for e in op.engines:
         try:
-            eng = _capi.Engine(e.data, weights, {"device": args.device, "profile": True}, seed=args.seed)
+            eng = _capi.Engine(
+                e.data, weights, {"device": args.device, "profile": True}, seed=args.seed
+            )
         except _lib.KilnError as err:
             raise CliError(f"method {e.method!r} delegate {e.delegate}: {err}") from None
         for _ in range(args.warmup):
@@ -634,7 +698,9 @@ def cmd_profile(args) -> int:
                 "method": e.method,
                 "delegate": e.delegate,
                 "device": eng.device,
-                "inputs": [{"name": b["name"], "dtype": b["dtype"], "shape": b["dims"]} for b in eng.inputs],
+                "inputs": [
+                    {"name": b["name"], "dtype": b["dtype"], "shape": b["dims"]} for b in eng.inputs
+                ],
                 "execute_ms": statistics.fmean(walls) * 1e3,
                 "layers": layers,
             }
@@ -690,22 +756,54 @@ def chrome_trace(program: str, profiles: list[dict]) -> dict:
     events = []
     for pid, p in enumerate(profiles, start=1):
         name = f"{program} {p['method']} delegate {p['delegate']} ({p['device']})"
-        events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}})
-        stream = "stream (CPU: the calling thread)" if p["device"] == "cpu" else f"{p['device']} stream"
+        events.append(
+            {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}}
+        )
+        stream = (
+            "stream (CPU: the calling thread)" if p["device"] == "cpu" else f"{p['device']} stream"
+        )
         for tid, tname in ((1, "host"), (2, stream)):
-            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": tname}})
+            events.append(
+                {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": tname}}
+            )
         t_host = t_dev = 0.0
         for la in p["layers"]:
             if la["tail"]:
                 continue
             args = {k: la[k] for k in ("layer", "op", "kernel", "detail", "n_profiled", "n_fused")}
             if la["host_us"] is not None:
-                events.append({"ph": "X", "pid": pid, "tid": 1, "ts": t_host, "dur": la["host_us"], "name": la["op"], "cat": "host", "args": args})
+                events.append(
+                    {
+                        "ph": "X",
+                        "pid": pid,
+                        "tid": 1,
+                        "ts": t_host,
+                        "dur": la["host_us"],
+                        "name": la["op"],
+                        "cat": "host",
+                        "args": args,
+                    }
+                )
                 t_host += la["host_us"]
             if la["device_us"] is not None:
-                events.append({"ph": "X", "pid": pid, "tid": 2, "ts": t_dev, "dur": la["device_us"], "name": la["op"], "cat": "device", "args": args})
+                events.append(
+                    {
+                        "ph": "X",
+                        "pid": pid,
+                        "tid": 2,
+                        "ts": t_dev,
+                        "dur": la["device_us"],
+                        "name": la["op"],
+                        "cat": "device",
+                        "args": args,
+                    }
+                )
                 t_dev += la["device_us"]
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"program": program, "times": "mean per execute, microseconds"}}
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"program": program, "times": "mean per execute, microseconds"},
+    }
 
 
 # --- doctor
@@ -727,7 +825,3 @@ def cmd_doctor(args) -> int:
     else:
         _doctor.print_report(rep)
     return 0 if rep["ok"] else 1
-
-
-def _unused():  # keep linters quiet about imports used only in some paths
-    return os

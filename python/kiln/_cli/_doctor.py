@@ -248,9 +248,8 @@ def collect() -> dict:
         }
         cuda["cudnn"] = _cudnn(plugin)
     else:
-        cuda["why"] = (
-            "the CUDA plugin (libkiln_cuda.so) was not loaded: "
-            + (rep["device_auto"].get("why") or "see device_auto")
+        cuda["why"] = "the CUDA plugin (libkiln_cuda.so) was not loaded: " + (
+            rep["device_auto"].get("why") or "see device_auto"
         )
     rep["cuda"] = cuda
     rep["executorch"] = _executorch()
@@ -305,7 +304,10 @@ def install_hint(rep: dict) -> dict:
 def print_report(rep: dict) -> None:
     p, k = rep["platform"], rep["kiln"]
     print(f"platform: {p['system']} {p['machine']}, Python {p['python']}, {p['libc']}")
-    print(f"kiln {k.get('version') or '(not installed as a distribution)'}; torch {k.get('torch') or 'not installed'}")
+    print(
+        f"kiln {k.get('version') or '(not installed as a distribution)'}; "
+        f"torch {k.get('torch') or 'not installed'}"
+    )
     if "error" in k:
         print(f"libkiln: {text(k['error'])}")
     else:
@@ -315,7 +317,10 @@ def print_report(rep: dict) -> None:
         if not drv["found"]:
             print(f"GPU: none ({text(drv['why'])})")
         else:
-            print(f"driver: CUDA {drv.get('cuda_version')} ({text(drv.get('library') or 'libcuda.so.1')})")
+            print(
+                f"driver: CUDA {drv.get('cuda_version')} "
+                f"({text(drv.get('library') or 'libcuda.so.1')})"
+            )
             for g in drv.get("gpus", []):
                 print(
                     f"  GPU {g['index']}: {text(g['name'])}, compute capability "
@@ -338,7 +343,10 @@ def print_report(rep: dict) -> None:
     da = rep.get("device_auto")
     if da is not None:
         state = "runs" if da.get("execute_ok") else "FAILS"
-        print(f"device auto -> {da.get('device')}: {text(da.get('why') or da.get('error') or '')} (a one-layer engine {state})")
+        print(
+            f"device auto -> {da.get('device')}: "
+            f"{text(da.get('why') or da.get('error') or '')} (a one-layer engine {state})"
+        )
     ex = rep.get("executorch")
     if ex is not None:
         print(

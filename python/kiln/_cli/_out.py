@@ -72,6 +72,8 @@ def table(head: list[str], rows: list[list], stream=None) -> None:
     for r in data:
         print(
             "  "
-            + "  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r)),
+            + "  ".join(
+                str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r)
+            ),
             file=stream or sys.stdout,
         )

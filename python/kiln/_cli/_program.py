@@ -67,7 +67,9 @@ def open_program(path: str, data_paths: list[str] | None = None) -> Opened:
     data = read(path)
     kind = _pte.file_kind(data)
     if kind == "engine":
-        return Opened(path, "engine", data, None, [KilnEngine("-", 0, 0, data, None, None)], [], {}, [])
+        return Opened(
+            path, "engine", data, None, [KilnEngine("-", 0, 0, data, None, None)], [], {}, []
+        )
     if kind != "pte":
         what = "an ExecuTorch data file (.ptd), not a program" if kind == "ptd" else None
         raise CliError(

@@ -6,8 +6,8 @@ name when lowering. It does not register the runtime delegate (``kiln_executorch
 """
 
 from ._export import EXPORT_OPTIONS, KilnStrictError, export, save
-from ._report import ExportReport
 from ._options import PRECISIONS
+from ._report import ExportReport
 from .backend import KilnBackend, KilnPreprocessError
 from .partitioner import BACKEND_ID, KilnPartitioner
 

@@ -212,8 +212,15 @@ def _print_report(rep: _report.ExportProgress, quiet: bool) -> None:
 
 
 def _export(
-    rep, model, example_inputs, dynamic_shapes, precision, external_data, partitioners,
-    backend_config, strict,
+    rep,
+    model,
+    example_inputs,
+    dynamic_shapes,
+    precision,
+    external_data,
+    partitioners,
+    backend_config,
+    strict,
 ):
     precision = validate_precision(precision)
     external_data = validate_external_data(external_data)

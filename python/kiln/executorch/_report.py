@@ -111,9 +111,7 @@ class ExportReport:
                 f"{e.build_s:.2f} s"
             )
         if self.phases:
-            lines.append(
-                "  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items())
-            )
+            lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()))
         for path, n in self.files.items():
             lines.append(f"  wrote {path} ({_size(n)})")
         return "\n".join(lines)
