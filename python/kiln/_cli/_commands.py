@@ -732,10 +732,11 @@ def cmd_profile(args) -> int:
         for la in p["layers"]:
             if la["tail"]:
                 continue
+            tails = [t["op"] for t in p["layers"] if t["tail"] and t["head"] == la["layer"]]
             rows.append(
                 [
                     la["layer"],
-                    la["op"],
+                    la["op"] + "".join(f" + {t}" for t in tails),
                     la["kernel"],
                     "-" if la["device_us"] is None else f"{la['device_us']:.1f}",
                     "-" if la["host_us"] is None else f"{la['host_us']:.1f}",
