@@ -445,12 +445,9 @@ def cmd_run(args) -> int:
         res["compare"] = {"reference": args.compare, "rtol": rtol, "atol": atol, "outputs": cmp}
         rc = 0 if all(c["ok"] for c in cmp) else 1
     if args.save:
+        # numpy has no bfloat16: those outputs are saved as float32
         np.savez(
-            args.save,
-            *[
-                o.detach().numpy() if o.dtype != __import__("torch").bfloat16 else o.float().numpy()
-                for o in outs
-            ],
+            args.save, *[o.detach().float().numpy() if _is_bf16(o) else o.numpy() for o in outs]
         )
         res["saved"] = args.save
     if args.json:
@@ -481,6 +478,10 @@ def cmd_run(args) -> int:
         if args.save:
             print(f"  wrote {text(args.save)}")
     return rc
+
+
+def _is_bf16(t) -> bool:
+    return str(t.dtype) == "torch.bfloat16"
 
 
 def _engine_devices(op: Opened, device: str) -> list[dict]:
