@@ -194,6 +194,11 @@ kiln_status kiln_bgraph_emit(const kiln_bgraph *b, kiln_plan *out, kiln_ext_weig
                              uint32_t *out_n_ext);
 
 // --- the whole pipeline up to the plan (build.c); kiln_build serializes its result.
+
+// Reports one finished step to the options' progress callback (nothing without one); a nonzero
+// return from the callback becomes KILN_ERR_INVALID_STATE, which stops the build.
+kiln_status kiln_build_report(const kiln_build_options *o, kiln_build_phase phase, const char *name,
+                              uint32_t step, uint32_t n_steps);
 kiln_status kiln_build_plan(const kiln_graph *g, const kiln_build_options *o, kiln_plan *out,
                             kiln_build_stats *out_stats);
 
