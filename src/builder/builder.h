@@ -140,6 +140,10 @@ kiln_status kiln_bgraph_replace_node(kiln_bgraph *b, uint32_t old_node, int32_t 
 kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b);
 // Recomputes uses / user / is_output.
 kiln_status kiln_bgraph_count_uses(kiln_bgraph *b);
+// Reports one finished step to the options' progress callback (nothing without one); a nonzero
+// return from the callback becomes KILN_ERR_INVALID_STATE, which stops the build.
+kiln_status kiln_build_report(const kiln_build_options *o, kiln_build_phase phase, const char *name,
+                              uint32_t step, uint32_t n_steps);
 
 static inline kiln_attrs kiln_bgraph_attrs(const kiln_bgraph *b, const kiln_bnode *n) {
     const kiln_op_def *d = kiln_op_def_get(n->op);
@@ -195,10 +199,6 @@ kiln_status kiln_bgraph_emit(const kiln_bgraph *b, kiln_plan *out, kiln_ext_weig
 
 // --- the whole pipeline up to the plan (build.c); kiln_build serializes its result.
 
-// Reports one finished step to the options' progress callback (nothing without one); a nonzero
-// return from the callback becomes KILN_ERR_INVALID_STATE, which stops the build.
-kiln_status kiln_build_report(const kiln_build_options *o, kiln_build_phase phase, const char *name,
-                              uint32_t step, uint32_t n_steps);
 kiln_status kiln_build_plan(const kiln_graph *g, const kiln_build_options *o, kiln_plan *out,
                             kiln_build_stats *out_stats);
 

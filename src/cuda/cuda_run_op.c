@@ -129,6 +129,6 @@ static const kiln_cuda_test_hooks hooks = {
 __attribute__((visibility("default")))
 #endif
 const kiln_cuda_test_hooks *
-kiln_cuda_test_hooks_v2(void) {
+kiln_cuda_plugin_test_hooks_v2(void) {
     return &hooks;
 }

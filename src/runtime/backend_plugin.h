@@ -22,7 +22,7 @@ extern "C" {
 
 #define KILN_CUDA_PLUGIN_ABI 2u
 #define KILN_CUDA_PLUGIN_ENTRY "kiln_cuda_plugin_v2"
-#define KILN_CUDA_PLUGIN_TEST_ENTRY "kiln_cuda_test_hooks_v2" // the test hooks (below)
+#define KILN_CUDA_PLUGIN_TEST_ENTRY "kiln_cuda_plugin_test_hooks_v2" // the test hooks (below)
 #define KILN_CUDA_PLUGIN_FILE "libkiln_cuda.so"
 #define KILN_CUDA_PLUGIN_ENV "KILN_CUDA_PLUGIN" // full path of the plugin, overrides the search
 
@@ -88,7 +88,7 @@ typedef const kiln_cuda_test_hooks *(*kiln_cuda_test_entry_fn)(void);
 // The plugin's definitions of the two exported symbols (src/cuda/cuda_backend.c, cuda_run_op.c).
 kiln_status kiln_cuda_plugin_v2(const kiln_cuda_services *services, char *reason,
                                 size_t reason_nbytes, const kiln_cuda_plugin **out);
-const kiln_cuda_test_hooks *kiln_cuda_test_hooks_v2(void);
+const kiln_cuda_test_hooks *kiln_cuda_plugin_test_hooks_v2(void);
 #endif
 
 // libkiln side (src/runtime/backend_cuda.c): the loaded plugin table, or NULL when the plugin
