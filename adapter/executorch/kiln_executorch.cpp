@@ -83,11 +83,15 @@ bool to_kiln_dtype(ScalarType t, kiln_dtype *out) {
     }
 }
 
-// Kiln's log hook forwarded to ExecuTorch's log (installed lazily, never at static init).
+// Kiln's log hook forwarded to ExecuTorch's log (installed lazily, never at static init). Kiln's
+// level (KILN_LOG_LEVEL) already filtered the messages: debug ones go out at ExecuTorch's Info,
+// since release builds of ExecuTorch compile its Debug level out, and warnings at its Error (it
+// has no warning level), each named by a prefix.
 void forward_log(void *, kiln_log_level level, const char *message) {
     switch (level) {
-    case KILN_LOG_DEBUG: ET_LOG(Debug, "Kiln: %s", message); break;
+    case KILN_LOG_DEBUG: ET_LOG(Info, "Kiln (debug): %s", message); break;
     case KILN_LOG_INFO: ET_LOG(Info, "Kiln: %s", message); break;
+    case KILN_LOG_WARN: ET_LOG(Error, "Kiln (warning): %s", message); break;
     default: ET_LOG(Error, "Kiln: %s", message); break;
     }
 }

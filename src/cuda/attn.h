@@ -40,10 +40,12 @@ void kiln_cuda_sdpa_store_free(kiln_cuda_sdpa_store *store);
 // *n_configs: the configurations that may be tried.
 int kiln_cuda_dnn_sdpa_entry(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store,
                              const kiln_cuda_attn_geom *g, int *n_configs);
-// Makes configuration cfg (0-based) the entry's execution plan; 0 when it does not finalize
-// within the workspace. An entry that already has a plan keeps it unless cfg is given again.
+// Makes configuration cfg (0-based) the entry's execution plan, finalizing it the first time;
+// 0 when it does not finalize within the workspace. The plans finalized stay (tuning switches
+// among them) until kiln_cuda_dnn_sdpa_trim keeps the one in use alone.
 int kiln_cuda_dnn_sdpa_use(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store, int entry,
                            int cfg);
+void kiln_cuda_dnn_sdpa_trim(kiln_cuda_sdpa_store *store, int entry);
 // The first configuration that finalizes (the heuristic's order); 0 when none does.
 int kiln_cuda_dnn_sdpa_use_first(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store, int entry);
 // Enqueues the entry's plan on g's pointers; *done = 0 when cuDNN declined before enqueuing

@@ -51,9 +51,13 @@ void kiln_cuda_sdpa_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
         }
     }
     if (best < 0 || !kiln_cuda_dnn_sdpa_use(ctx, ctx->sdpa_store, entry, best)) {
+        kiln_cuda_log(KILN_LOG_INFO, "sdpa at %s: no cuDNN configuration ran: Kiln's kernel",
+                      ctx->where ? ctx->where : "?");
+        kiln_cuda_dnn_sdpa_trim(ctx->sdpa_store, entry);
         kiln_cuda_consume();
         return;
     }
+    kiln_cuda_dnn_sdpa_trim(ctx->sdpa_store, entry); // the fastest configuration's plan alone
     kiln_cuda_layer_plan own;
     memset(&own, 0, sizeof own);
     own.kernel = plan->sdpa.own;

@@ -23,9 +23,16 @@ enum { ATTN_UID_Q = 1, ATTN_UID_K, ATTN_UID_V, ATTN_UID_O, ATTN_UID_SCALE };
 typedef struct attn_entry {
     int state; // 1: graph ready; 3: cuDNN refused this geometry
     int64_t key[ATTN_KEY];
-    cudnnBackendDescriptor_t t[5], op, graph, heur, cfg[ATTN_MAX_CFG], plan, vpack;
-    int n_cfg;    // configurations the heuristic returned (at most ATTN_MAX_CFG)
-    int cfg_used; // the configuration `plan` runs (-1: none yet)
+    cudnnBackendDescriptor_t t[5], op, graph, heur, cfg[ATTN_MAX_CFG], vpack;
+    // the execution plans finalized so far, one per configuration: tuning times several and
+    // keeps them until kiln_cuda_dnn_sdpa_trim: a configuration's plan is finalized once (a
+    // second finalize of the fastest one, after the later candidates', failed on the H200 for
+    // BERT b8's heads, and each finalize compiles kernels)
+    cudnnBackendDescriptor_t plans[ATTN_MAX_CFG];
+    int64_t plan_ws[ATTN_MAX_CFG];
+    cudnnBackendDescriptor_t plan; // plans[cfg_used], the one that runs (NULL: none yet)
+    int n_cfg;                     // configurations the heuristic returned (at most ATTN_MAX_CFG)
+    int cfg_used;                  // the configuration `plan` runs (-1: none yet)
     int64_t ws_nbytes;
     const void *vp_ptrs[4]; // the pointers vpack binds (q, k, v, out)
     void *vp_ws;
@@ -44,12 +51,13 @@ static void destroy_desc(cudnnBackendDescriptor_t *d) {
 
 static void entry_clear(attn_entry *d) {
     for (int i = 0; i < 5; i++) destroy_desc(&d->t[i]);
+    for (int i = 0; i < ATTN_MAX_CFG; i++) destroy_desc(&d->plans[i]);
     for (int i = 0; i < ATTN_MAX_CFG; i++) destroy_desc(&d->cfg[i]);
     destroy_desc(&d->op);
     destroy_desc(&d->graph);
     destroy_desc(&d->heur);
-    destroy_desc(&d->plan);
     destroy_desc(&d->vpack);
+    d->plan = NULL;
     d->n_cfg = 0;
     d->cfg_used = -1;
 }
@@ -224,27 +232,42 @@ int kiln_cuda_dnn_sdpa_use(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store
     attn_entry *d = &store->e[entry];
     cudnnHandle_t h = ctx->dnn->h;
     int64_t cnt = 0, ws = 0;
+    char why[256];
     if (d->state != 1 || cfg < 0 || cfg >= d->n_cfg) return 0;
-    if (d->cfg_used == cfg && d->plan != NULL) return 1;
-    cudnnBackendDescriptor_t plan = bnew(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    if (plan == NULL) return 0;
-    if (!bset(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
-        !bset(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-              &d->cfg[cfg]) ||
-        api.cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS ||
-        api.cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                     CUDNN_TYPE_INT64, 1, &cnt, &ws) != CUDNN_STATUS_SUCCESS ||
-        ws < 0 || (size_t)ws > ctx->workspace_nbytes) {
-        api.cudnnBackendDestroyDescriptor(plan);
-        kiln_cuda_consume();
-        return 0;
+    if (d->plans[cfg] == NULL) {
+        cudnnBackendDescriptor_t plan = bnew(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        if (plan == NULL) return 0;
+        if (!bset(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
+            !bset(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                  &d->cfg[cfg]) ||
+            api.cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS ||
+            api.cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                         CUDNN_TYPE_INT64, 1, &cnt, &ws) != CUDNN_STATUS_SUCCESS ||
+            ws < 0 || (size_t)ws > ctx->workspace_nbytes) {
+            kiln_cuda_log(KILN_LOG_DEBUG,
+                          "cuDNN sdpa configuration %d at %s: no execution plan within the %zu "
+                          "bytes of workspace (%s)",
+                          cfg + 1, ctx->where ? ctx->where : "?", ctx->workspace_nbytes,
+                          attn_why(why, sizeof why));
+            api.cudnnBackendDestroyDescriptor(plan);
+            kiln_cuda_consume();
+            return 0;
+        }
+        d->plans[cfg] = plan;
+        d->plan_ws[cfg] = ws;
     }
-    destroy_desc(&d->plan);
-    destroy_desc(&d->vpack); // rebuilt for the plan's workspace
-    d->plan = plan;
-    d->ws_nbytes = ws;
+    if (d->cfg_used != cfg) destroy_desc(&d->vpack); // rebuilt for the plan's workspace
+    d->plan = d->plans[cfg];
+    d->ws_nbytes = d->plan_ws[cfg];
     d->cfg_used = cfg;
     return 1;
+}
+
+void kiln_cuda_dnn_sdpa_trim(kiln_cuda_sdpa_store *store, int entry) {
+    attn_entry *d = &store->e[entry];
+    for (int i = 0; i < ATTN_MAX_CFG; i++) {
+        if (i != d->cfg_used) destroy_desc(&d->plans[i]);
+    }
 }
 
 int kiln_cuda_dnn_sdpa_use_first(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store, int entry) {
@@ -336,6 +359,10 @@ int kiln_cuda_dnn_sdpa_use(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store
     (void)entry;
     (void)cfg;
     return 0;
+}
+void kiln_cuda_dnn_sdpa_trim(kiln_cuda_sdpa_store *store, int entry) {
+    (void)store;
+    (void)entry;
 }
 int kiln_cuda_dnn_sdpa_use_first(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store, int entry) {
     (void)ctx;

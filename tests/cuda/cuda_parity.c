@@ -2022,7 +2022,7 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
 // What an engine's context runs, from kiln_context_layer_info.
 typedef struct e2e_stats {
     int valid;
-    int n_conv, n_conv_nhwc, n_stem, n_sdpa_dnn, n_wg, n_sk, n_fell_back;
+    int n_conv, n_conv_nhwc, n_stem, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     long long l2_kept;
 } e2e_stats;
 
@@ -2038,6 +2038,9 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             st->n_stem += strcmp(info.kernel, "stem") == 0;
         }
         st->n_sdpa_dnn += info.op == KILN_OP_SDPA && strcmp(info.kernel, "cudnn") == 0;
+        // tuned: cuDNN's fastest configuration was timed against Kiln's kernel (the detail
+        // names both times, whichever won)
+        st->n_sdpa_dnn_timed += info.op == KILN_OP_SDPA && strstr(info.detail, "(cuDNN ") != NULL;
         st->n_wg += strcmp(info.kernel, "wgmma") == 0;
         st->n_sk += strcmp(info.kernel, "splitk") == 0;
         st->n_fell_back += (info.flags & KILN_LAYER_INFO_FELL_BACK) != 0;
@@ -2825,6 +2828,12 @@ static void run_e2e(void) {
                 // the attention models' engines must have set it up
                 if (i >= first_fold && dnn_attn_ok == 1 && !policy.tune && picked) {
                     CHECK_MSG(st.n_sdpa_dnn > 0, "%s: no sdpa ran on cuDNN", models[i].name);
+                }
+                // tuned, the same sdpa layers are timed on cuDNN against Kiln's kernel
+                if (i >= first_fold && dnn_attn_ok == 1 && policy.tune && picked) {
+                    CHECK_MSG(st.n_sdpa_dnn_timed > 0,
+                              "%s: no sdpa was timed on cuDNN against Kiln's kernel",
+                              models[i].name);
                 }
                 if (i >= first_stem && i < end_stem && picked) {
                     // with NHWC (cuDNN loaded, cuda.nhwc) every conv of the model runs on the
