@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import operator
+import os
 import warnings
 from collections.abc import Callable
 
@@ -184,13 +185,15 @@ def _has_compute(partition_nodes: set[Node], checks: dict[Node, low.Check]) -> b
     return False
 
 
-def propose(ep: ExportedProgram) -> list[set[Node]]:
-    """Convex partitions of the nodes Kiln takes (each a set of fx nodes)."""
+def propose(ep: ExportedProgram, dropped: dict[Node, str] | None = None) -> list[set[Node]]:
+    """Convex partitions of the nodes Kiln takes (each a set of fx nodes). ``dropped``, when
+    given, receives the nodes Kiln could compute but left out of every partition, with why."""
     gm = ep.graph_module
     ranges = _ranges(ep)
     supported, checks = analyze(gm, ranges, constant_tensors(ep))
     virtual = _virtual(checks)
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    dropped = {} if dropped is None else dropped
     for _ in range(_MAX_ROUNDS):
         parts = CapabilityBasedPartitioner(
             gm, _Support(supported), allows_single_node_partition=True
@@ -204,9 +207,13 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
                     "Kiln drops %s: a symbolic or non-contiguous value crosses the partition",
                     sorted(b.name for b in bad),
                 )
+                for b in bad:
+                    dropped.setdefault(b, _CROSSING)
                 supported -= bad
                 changed = True
             elif not _has_compute(pn, checks):
+                for b in pn:
+                    dropped.setdefault(b, _NO_COMPUTE)
                 supported -= pn
                 changed = True
             else:
@@ -215,6 +222,54 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
             return result
         _settle_symbolic(nodes, supported, virtual)
     return result
+
+
+_CROSSING = (
+    "a symbolic size or a non-contiguous (e.g. channels-last) tensor would cross the boundary "
+    "of the Kiln partition"
+)
+_NO_COMPUTE = "only data movement around it: a delegate call would cost more than the copy"
+
+
+def source_of(node: Node) -> str | None:
+    """'file.py:123' of the innermost frame of the node's stack trace (where the op was
+    called in the model's code), or None when the export recorded none."""
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    found = None
+    for line in str(trace).splitlines():
+        line = line.strip()
+        if line.startswith('File "') and ", line " in line:
+            path = line[len('File "') : line.index('", line ')]
+            rest = line[line.index('", line ') + len('", line ') :]
+            num = rest.split(",")[0].strip()
+            if num.isdigit():
+                found = f"{os.path.basename(path)}:{num}"
+    return found
+
+
+def _short_op(node: Node) -> str:
+    name = low.target_name(node)
+    return name.removeprefix("aten.")
+
+
+def rejections(
+    ep: ExportedProgram, claimed: set[Node], checks: dict[Node, str], dropped: dict[Node, str]
+) -> list[dict]:
+    """One record {"op", "reason", "source"} per compute node of the program left to
+    ExecuTorch, in graph order."""
+    out = []
+    for n in ep.graph.nodes:
+        if n.op != "call_function" or n in claimed:
+            continue
+        if n.target is operator.getitem or low.is_sym_node(n):
+            continue
+        reason = dropped.get(n) or checks.get(n)
+        if reason is None:
+            reason = "a node it reads or feeds is left out, and it cannot be separated from it"
+        out.append({"op": _short_op(n), "reason": reason, "source": source_of(n)})
+    return out
 
 
 @functools.cache
@@ -299,6 +354,9 @@ class KilnPartitioner(Partitioner):
 
     def __init__(self, precision: str = "fp32", external_data: str | None = None):
         super().__init__()
+        # Every node of the partitioned programs left to ExecuTorch: dicts {"op": edge op
+        # name, "reason": why Kiln did not take it, "source": "file.py:123" or None}.
+        self.rejected: list[dict] = []
         self.precision = validate_precision(precision)
         self.external_data = validate_external_data(external_data)
         self.delegation_spec = DelegationSpec(
@@ -310,7 +368,8 @@ class KilnPartitioner(Partitioner):
         return list(self.delegation_spec.compile_specs)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        partitions = propose(exported_program)
+        dropped: dict[Node, str] = {}
+        partitions = propose(exported_program, dropped)
         tags = {}
         claimed = set()
         for i, pn in enumerate(partitions):
@@ -319,6 +378,21 @@ class KilnPartitioner(Partitioner):
                 n.meta["delegation_tag"] = tag
             tags[tag] = self.delegation_spec
             claimed |= pn
+        reasons = {
+            n: low.check_node(n, _ranges(exported_program), constant_tensors(exported_program))
+            for n in exported_program.graph.nodes
+            if n.op == "call_function"
+            and n not in claimed
+            and n not in dropped
+            and n.target is not operator.getitem
+            and not low.is_sym_node(n)
+        }
+        self.rejected += rejections(
+            exported_program,
+            claimed,
+            {n: c.reason for n, c in reasons.items() if not c.ok},
+            dropped,
+        )
         _refuse_unrunnable_bags(exported_program, claimed)
         kept_whole = set(low.PRESERVED_OPS)
         for n in exported_program.graph.nodes:
