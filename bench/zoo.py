@@ -713,13 +713,26 @@ def build(
         raise ValueError(f"depth must be >= 1 or None, got {depth}")
     torch.manual_seed(seed)
     module = e.make(depth, vocab)
-    gen = torch.Generator().manual_seed(seed + 1)
-    _randomize_bn_stats_(module, gen)
+    _randomize_bn_stats_(module, torch.Generator().manual_seed(seed + 2))
     module = module.eval().to(dtype)
-    seq = seq if seq is not None else (e.default_seq or DEFAULT_SEQ)
-    inputs = e.inputs(module, batch, seq, dtype, gen)
+    inputs = make_inputs(name, module, batch=batch, dtype=dtype, seq=seq, seed=seed + 1)
     dynamic = e.dynamic(inputs) if e.dynamic is not None else None
     return module, inputs, dynamic
+
+
+def make_inputs(
+    name: str,
+    module: nn.Module,
+    batch: int = 1,
+    dtype: torch.dtype = torch.float32,
+    seq: int | None = None,
+    seed: int = 1,
+):
+    """Random inputs for a built zoo model (other seeds give fresh inputs of the same kind)."""
+    e = entry(name)
+    gen = torch.Generator().manual_seed(seed)
+    seq = seq if seq is not None else (e.default_seq or DEFAULT_SEQ)
+    return e.inputs(module, batch, seq, dtype, gen)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,12 @@ DEFAULT_DIM_MAX = 4096
 KILN_SHAPE_MAX_DIM = 1 << 40
 # aten.full constants larger than this are left to ExecuTorch.
 MAX_FOLDED_FULL_NUMEL = 1 << 16
+# A value computed from constants alone (position ids, masks and rotary tables of static shapes,
+# window indices) that Kiln has no op for is evaluated with PyTorch at lowering time and becomes
+# a Kiln constant when it has at most this many elements (16 MiB of float32).
+MAX_FOLDED_NUMEL = 1 << 22
+# Ops never folded: their results are not a function of their arguments.
+_NOT_FOLDABLE = ("rand", "dropout", "bernoulli", "normal", "uniform", "empty", "multinomial")
 
 
 class Unsupported(Exception):
@@ -254,8 +260,14 @@ class Lowerer:
         ranges: Ranges,
         check: bool = False,
         constants: dict[Node, torch.Tensor | None] | None = None,
+        foldable: set[Node] | None = None,
     ):
         self.g = graph
+        # Nodes computed from constants alone (see foldable_nodes); in build mode (foldable None)
+        # found from the constants added so far.
+        self.foldable = foldable
+        self._fold_cache: dict[Node, object] = {}
+        self.folded_nodes: set[Node] = set()
         self.ranges = ranges
         self.check = check
         self.env: dict[Node, list] = {}
@@ -388,12 +400,110 @@ class Lowerer:
             return self.env[node]
         name = target_name(node)
         handler = HANDLERS.get(name)
-        if handler is None:
-            raise Unsupported(f"{name} has no Kiln translation")
-        out = handler.fn(self, node, bind_args(node))
+        try:
+            if handler is None:
+                raise Unsupported(f"{name} has no Kiln translation")
+            out = handler.fn(self, node, bind_args(node))
+        except Unsupported as e:
+            if not self.is_foldable(node):
+                raise
+            out = self.fold(node, e)
+            self.folded_nodes.add(node)
         vals = out if isinstance(out, list) else [out]
         self.env[node] = vals
         return vals
+
+    # constant folding at lowering time (values computed from constants alone)
+
+    def is_foldable(self, node: Node) -> bool:
+        if self.foldable is not None:
+            return node in self.foldable
+        if node not in self._fold_cache:
+            self._fold_cache[node] = None  # a cycle guard; replaced below
+            ok = _fold_candidate(node) and all(
+                (a.op == "placeholder" and self.const_data.get(a) is not None)
+                or (a.op == "call_function" and self.is_foldable(a))
+                for a in node.all_input_nodes
+            )
+            self._fold_cache[node] = ok
+        return bool(self._fold_cache[node])
+
+    def folded_value(self, node: Node):
+        """The value of a node computed from constants alone, by PyTorch eager."""
+        key = ("value", node)
+        if key in self._fold_cache:
+            return self._fold_cache[key]
+        if node.op == "placeholder":
+            t = self.const_data.get(node)
+            if t is None:
+                raise Unsupported(f"constant '{node.name}' has no data to fold with")
+            v = t
+        else:
+            args = torch.fx.node.map_arg(node.args, self.folded_value)
+            kwargs = torch.fx.node.map_arg(node.kwargs, self.folded_value)
+            with torch.no_grad():
+                v = node.target(*args, **kwargs)
+        self._fold_cache[key] = v
+        return v
+
+    def fold(self, node: Node, why: Exception):
+        """A node Kiln cannot translate whose value depends on constants only: its value as Kiln
+        constants (one per output). An output Kiln cannot hold (float64, too large) gives None:
+        the node is then taken only together with its users, which fold through it."""
+        vals = node.meta.get("val")
+        metas = list(vals) if isinstance(vals, (list, tuple)) else [vals]
+        out: list = []
+        for i, m in enumerate(metas):
+            if (
+                not isinstance(m, torch.Tensor)
+                or m.dtype not in _graph.TORCH_TO_KILN
+                or m.numel() > MAX_FOLDED_NUMEL
+            ):
+                out.append(None)
+                continue
+            if self.check:
+                t = torch.zeros(m.shape, dtype=m.dtype)
+            else:
+                v = self.folded_value(node)
+                t = v[i] if isinstance(vals, (list, tuple)) else v
+                if not isinstance(t, torch.Tensor) or t.dtype != m.dtype or t.shape != m.shape:
+                    raise Unsupported(f"folding '{node.name}' gave {t!r}, not {m.dtype} {m.shape}")
+                t = t.contiguous()
+            self._n_auto += 1
+            out.append(self.const_tensor(t, f"folded{self._n_auto}_{node.name}"[:200]))
+        if all(o is None for o in out) and not node.users:
+            raise Unsupported(f"{why} (and its value cannot be folded)")
+        return out if isinstance(vals, (list, tuple)) else out[0]
+
+
+def _static_meta(v) -> bool:
+    if isinstance(v, torch.Tensor):
+        return all(sym_expr(d) is not None and sym_expr(d).is_number for d in v.shape)
+    if isinstance(v, (list, tuple)):
+        return bool(v) and all(x is None or _static_meta(x) for x in v)
+    return False
+
+
+def _fold_candidate(node: Node) -> bool:
+    """An op whose value is a function of its arguments with static-shape tensor outputs."""
+    if node.op != "call_function" or node.target is operator.getitem or is_sym_node(node):
+        return False
+    name = target_name(node)
+    if any(k in name for k in _NOT_FOLDABLE):
+        return False
+    return _static_meta(node.meta.get("val"))
+
+
+def foldable_nodes(graph: torch.fx.Graph, constants: dict[Node, object]) -> set[Node]:
+    """The call_function nodes computed from constants alone (program constants, literals,
+    shapes that are static): Kiln can take them as constants folded at lowering time."""
+    out: set[Node] = set()
+    for n in graph.nodes:
+        if _fold_candidate(n) and all(
+            a in out or (a.op == "placeholder" and a in constants) for a in n.all_input_nodes
+        ):
+            out.add(n)
+    return out
 
 
 # --- the translation table
@@ -1400,6 +1510,7 @@ class Check:
     reason: str = ""
     outputs: tuple[bool, ...] = ()  # which outputs Kiln produces (multi-output ops)
     kiln_ops: tuple[str, ...] = ()
+    folded: bool = False  # taken as constants computed at lowering time (Lowerer.fold)
 
     @property
     def virtual(self) -> bool:
@@ -1409,13 +1520,19 @@ class Check:
 
 
 def check_node(
-    node: Node, ranges: Ranges, constants: dict[Node, torch.Tensor | None] | None = None
+    node: Node,
+    ranges: Ranges,
+    constants: dict[Node, torch.Tensor | None] | None = None,
+    foldable: set[Node] | None = None,
 ) -> Check:
     """Whether Kiln can compute this node: translates it into a scratch graph whose inputs
     are its tensor arguments, and compares the inferred output dtypes and shapes with
-    ``node.meta["val"]``. ``constants``: data of the program's constant placeholders."""
+    ``node.meta["val"]``. ``constants``: data of the program's constant placeholders;
+    ``foldable``: the nodes computed from constants alone (:func:`foldable_nodes`), which Kiln
+    may fold when it has no op for them."""
     name = target_name(node)
-    if name not in HANDLERS:
+    foldable = foldable if foldable is not None else set()
+    if name not in HANDLERS and node not in foldable:
         return Check(False, f"{name} has no Kiln translation")
     vals = node.meta.get("val")
     outs = list(vals) if isinstance(vals, (list, tuple)) else [vals]
@@ -1424,7 +1541,7 @@ def check_node(
             return Check(False, f"{name} produces a non-tensor")
     g = _graph.Graph()
     try:
-        L = Lowerer(g, ranges, check=True, constants=constants)
+        L = Lowerer(g, ranges, check=True, constants=constants, foldable=foldable)
         emitted: list[str] = []
         orig_add_node = g.add_node
 
@@ -1443,7 +1560,7 @@ def check_node(
                 return Check(False, f"{name}: output {i} has no tensor metadata")
             _check_value(g, v, outs[i], ranges, name, i)
             produced.append(True)
-        return Check(True, "", tuple(produced), tuple(emitted))
+        return Check(True, "", tuple(produced), tuple(emitted), node in L.folded_nodes)
     except Unsupported as e:
         return Check(False, f"{name}: {e}")
     finally:

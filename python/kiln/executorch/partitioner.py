@@ -86,10 +86,11 @@ def analyze(
     checks: dict[Node, low.Check] = {}
     supported: set[Node] = set()
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    foldable = low.foldable_nodes(gm.graph, constants or {})
     for n in nodes:
         if n.target is operator.getitem or low.is_sym_node(n):
             continue
-        c = low.check_node(n, ranges, constants)
+        c = low.check_node(n, ranges, constants, foldable)
         checks[n] = c
         if c.ok:
             supported.add(n)
@@ -158,11 +159,20 @@ def _settle_symbolic(nodes: list[Node], supported: set[Node], virtual: set[Node]
                             break
 
 
-def _partition_problems(partition_nodes: set[Node], virtual: set[Node]) -> set[Node]:
+def _partition_problems(
+    partition_nodes: set[Node], virtual: set[Node], folded: set[Node] = frozenset()
+) -> set[Node]:
     """Nodes that make a partition invalid: a symbolic scalar or a virtual node entering or
-    leaving it, or a tensor with a non-default memory layout (e.g. channels-last) entering or
-    leaving it."""
+    leaving it, a tensor with a non-default memory layout (e.g. channels-last) entering or
+    leaving it, or a folded node whose constants would not all be in it (a constant is moved
+    into a partition only when every user of it is there)."""
     bad = set()
+    for n in partition_nodes & folded:
+        for a in n.all_input_nodes:
+            if a.op == "call_function" and a not in partition_nodes:
+                bad.add(n)
+            if a.op == "placeholder" and any(u not in partition_nodes for u in a.users):
+                bad.add(n)
     for n in partition_nodes:
         for a in n.all_input_nodes:
             if a in partition_nodes:
@@ -192,6 +202,7 @@ def propose(ep: ExportedProgram, dropped: dict[Node, str] | None = None) -> list
     ranges = _ranges(ep)
     supported, checks = analyze(gm, ranges, constant_tensors(ep))
     virtual = _virtual(checks)
+    folded = {n for n, c in checks.items() if c.folded}
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     dropped = {} if dropped is None else dropped
     for _ in range(_MAX_ROUNDS):
@@ -201,7 +212,7 @@ def propose(ep: ExportedProgram, dropped: dict[Node, str] | None = None) -> list
         result, changed = [], False
         for p in parts:
             pn = set(p.nodes)
-            bad = _partition_problems(pn, virtual)
+            bad = _partition_problems(pn, virtual, folded)
             if bad:
                 log.debug(
                     "Kiln drops %s: a symbolic or non-contiguous value crosses the partition",
