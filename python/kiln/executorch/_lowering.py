@@ -560,6 +560,8 @@ for _aten, _kop in [
     ("rsqrt", "rsqrt"),
     ("exp", "exp"),
     ("log", "log"),
+    ("cos", "cos"),
+    ("sin", "sin"),
 ]:
     _handles(f"aten.{_aten}.default", kiln=_kop)(_unary(_kop))
 
@@ -671,6 +673,86 @@ def _where(L, node, a):
     return L.op("where", [L.value(cond), L.operand(a["self"], out), L.operand(a["other"], out)])
 
 
+# comparisons and logical / bitwise ops (bool results; int or bool operands)
+
+
+def _promoted(a: dict, x: str, y: str) -> torch.dtype:
+    """PyTorch's result dtype of a binary op over arguments x and y (tensors or scalars)."""
+    vals = []
+    for k in (x, y):
+        v = a[k]
+        vals.append(_meta(v) if isinstance(v, Node) else v)
+    if not isinstance(vals[0], torch.Tensor):
+        vals.reverse()
+    if isinstance(vals[1], (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Unsupported("a symbolic scalar operand")
+    return torch.result_type(*vals)
+
+
+def _compare(kop: str):
+    def fn(L: Lowerer, node: Node, a: dict):
+        dt = _promoted(a, "self", "other")
+        return L.op(kop, [L.operand(a["self"], dt), L.operand(a["other"], dt)])
+
+    return fn
+
+
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _handles(f"aten.{_name}.Tensor", f"aten.{_name}.Scalar", kiln=(_name, "cast"))(_compare(_name))
+
+
+def _bitwise(kop: str):
+    def fn(L: Lowerer, node: Node, a: dict):
+        out = _out_dtype(node)
+        return L.op(kop, [L.operand(a["self"], out), L.operand(a["other"], out)])
+
+    return fn
+
+
+for _name in ("and", "or", "xor"):
+    _handles(
+        f"aten.bitwise_{_name}.Tensor",
+        f"aten.bitwise_{_name}.Scalar",
+        kiln=(f"bitwise_{_name}", "cast"),
+    )(_bitwise(f"bitwise_{_name}"))
+
+
+def _truth(L: Lowerer, arg) -> int:
+    """A bool value: the tensor itself if bool, else ``arg != 0``."""
+    if isinstance(arg, Node) and L.dtype(arg) == torch.bool:
+        return L.value(arg)
+    if not isinstance(arg, Node):
+        return L.scalar(bool(arg), torch.bool)
+    dt = L.dtype(arg)
+    return L.op("ne", [L.value(arg), L.scalar(0, dt)])
+
+
+def _logical(kop: str):
+    def fn(L: Lowerer, node: Node, a: dict):
+        if _out_dtype(node) != torch.bool:
+            raise Unsupported(f"logical op with output {_out_dtype(node)}")
+        return L.op(kop, [_truth(L, a["self"]), _truth(L, a["other"])])
+
+    return fn
+
+
+for _name in ("and", "or", "xor"):
+    _handles(f"aten.logical_{_name}.default", kiln=(f"bitwise_{_name}", "ne"))(
+        _logical(f"bitwise_{_name}")
+    )
+
+
+@_handles("aten.bitwise_not.default", kiln="bitwise_not")
+def _bitwise_not(L, node, a):
+    return L.op("bitwise_not", [L.value(a["self"])])
+
+
+@_handles("aten.logical_not.default", kiln=("bitwise_not", "ne", "cast"))
+def _logical_not(L, node, a):
+    out = _out_dtype(node)
+    return L.cast(L.op("bitwise_not", [_truth(L, a["self"])]), torch.bool, out)
+
+
 # matmul family
 
 
@@ -713,10 +795,32 @@ def _addmm(L, node, a):
 # convolution, normalization, pooling
 
 
-@_handles("aten.convolution.default", kiln=("conv2d", "conv_transpose2d"))
+def _conv1d(L, node, a):
+    """A 1-D convolution as a 2-D one of unit height: [N, C, L] -> [N, C, 1, L]."""
+    if a["transposed"]:
+        raise Unsupported("1-D transposed convolution")
+    if any(_ints(a["output_padding"], None, "output_padding")):
+        raise Unsupported("output_padding on a forward convolution")
+    x = L.op("unsqueeze", [L.value(a["input"])], {"dim": 2})
+    w = L.op("unsqueeze", [L.value(a["weight"])], {"dim": 2})
+    ins = [x, w]
+    if a["bias"] is not None:
+        ins.append(L.value(a["bias"]))
+    attrs = {
+        "stride": [1] + _ints(a["stride"], 1, "stride"),
+        "padding": [0] + _ints(a["padding"], 1, "padding"),
+        "dilation": [1] + _ints(a["dilation"], 1, "dilation"),
+        "groups": _static_int(a["groups"], "groups"),
+    }
+    return L.op("squeeze", [L.op("conv2d", ins, attrs)], {"dims": [2]})
+
+
+@_handles("aten.convolution.default", kiln=("conv2d", "conv_transpose2d", "unsqueeze", "squeeze"))
 def _convolution(L, node, a):
+    if L.rank(a["input"]) == 3 and L.rank(a["weight"]) == 3:
+        return _conv1d(L, node, a)
     if L.rank(a["input"]) != 4 or L.rank(a["weight"]) != 4:
-        raise Unsupported("only 2-D convolution (4-D input and weight) is supported")
+        raise Unsupported("only 1-D and 2-D convolutions (3-D or 4-D input and weight)")
     ins = [L.value(a["input"]), L.value(a["weight"])]
     if a["bias"] is not None:
         ins.append(L.value(a["bias"]))
@@ -804,6 +908,30 @@ def _layer_norm(L, node, a):
 @_handles("aten.native_layer_norm.default", kiln="layer_norm")
 def _native_layer_norm(L, node, a):
     return [_ln(L, a), None, None]
+
+
+@_handles("aten.native_group_norm.default", kiln="group_norm")
+def _native_group_norm(L, node, a):
+    w, b = a["weight"], a["bias"]
+    ins = [
+        L.value(a["input"]),
+        None if w is None else L.value(w),
+        None if b is None else L.value(b),
+    ]
+    attrs = {"groups": _static_int(a["group"], "group"), "eps": float(a["eps"])}
+    return [L.op("group_norm", ins, attrs), None, None]
+
+
+@_handles("aten.group_norm.default", kiln="group_norm")
+def _group_norm(L, node, a):
+    w, b = a["weight"], a["bias"]
+    ins = [
+        L.value(a["input"]),
+        None if w is None else L.value(w),
+        None if b is None else L.value(b),
+    ]
+    attrs = {"groups": _static_int(a["num_groups"], "num_groups"), "eps": float(a["eps"])}
+    return L.op("group_norm", ins, attrs)
 
 
 def _softmax_fn(kop: str, legacy: bool):
@@ -897,6 +1025,109 @@ def _adaptive_avg_pool2d(L, node, a):
     return L.op(
         "adaptive_avg_pool2d", [L.value(a["self"])], {"output_size": _ints(size, 2, "output_size")}
     )
+
+
+def _upsample_sizes(L, node, a, scales_key):
+    m = _meta(node)
+    if m.dim() != 4 or L.rank(a["input"]) != 4:
+        raise Unsupported("resizing other than [N, C, H, W]")
+    size = []
+    for d in m.shape[2:]:
+        e = sym_expr(d)
+        if not e.is_number:
+            raise Unsupported("resize to a symbolic size")
+        size.append(int(e))
+    scales = [math.nan, math.nan]
+    if a.get("output_size") is None and scales_key is not None:
+        given = a.get(scales_key)
+        if isinstance(given, (list, tuple)) and len(given) == 2:
+            scales = [float(v) for v in given]
+    for k, i in (("scales_h", 0), ("scales_w", 1)):
+        if a.get(k) is not None:
+            scales[i] = float(a[k])
+    return size, scales
+
+
+@_handles(
+    "aten.upsample_nearest2d.vec", "aten.upsample_nearest2d.default", kiln="upsample_nearest2d"
+)
+def _upsample_nearest(L, node, a):
+    size, scales = _upsample_sizes(L, node, a, "scale_factors")
+    return L.op(
+        "upsample_nearest2d", [L.value(a["input"])], {"output_size": size, "scales": scales}
+    )
+
+
+@_handles(
+    "aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default", kiln="upsample_bilinear2d"
+)
+def _upsample_bilinear(L, node, a):
+    size, scales = _upsample_sizes(L, node, a, "scale_factors")
+    return L.op(
+        "upsample_bilinear2d",
+        [L.value(a["input"])],
+        {"output_size": size, "scales": scales, "align_corners": int(bool(a["align_corners"]))},
+    )
+
+
+@_handles("aten.constant_pad_nd.default", kiln="pad")
+def _constant_pad(L, node, a):
+    pads = _ints(a["pad"], None, "pad")
+    v = a["value"]
+    if isinstance(v, (Node, torch.SymInt, torch.SymFloat)):
+        raise Unsupported("pad value is symbolic")
+    return L.op("pad", [L.value(a["self"])], {"pads": pads, "value": float(v)})
+
+
+@_handles("aten.index.Tensor", kiln="index")
+def _index(L, node, a):
+    idx = list(a["indices"])
+    first = next((i for i, t in enumerate(idx) if t is not None), None)
+    if first is None:
+        raise Unsupported("index without index tensors")
+    run = []
+    for t in idx[first:]:
+        if t is None:
+            break
+        run.append(t)
+    if any(t is not None for t in idx[first + len(run) :]):
+        raise Unsupported("index tensors separated by a full slice")
+    for t in run:
+        if not isinstance(t, Node) or L.dtype(t) not in (torch.int32, torch.int64):
+            raise Unsupported("index by a bool mask or a non-integer tensor")
+    ins = [L.value(a["self"])] + [L.value(t) for t in run]
+    return L.op("index", ins, {"dim": first, "wrap": 1})
+
+
+@_handles("aten.index_select.default", kiln="index")
+def _index_select(L, node, a):
+    x = a["self"]
+    r = L.rank(x)
+    dim = _static_int(a["dim"], "dim")
+    dim = dim % r if r else 0
+    ix = a["index"]
+    if L.dtype(ix) not in (torch.int32, torch.int64) or L.rank(ix) > 1:
+        raise Unsupported("index_select needs a 0-D or 1-D integer index")
+    v = L.value(ix)
+    if L.rank(ix) == 0:
+        v = L.op("reshape", [v], {"shape": [1]})
+    return L.op("index", [L.value(x), v], {"dim": dim, "wrap": 0})
+
+
+@_handles("aten.gather.default", kiln="gather")
+def _gather(L, node, a):
+    if a.get("sparse_grad"):
+        raise Unsupported("gather with sparse_grad")
+    return L.op(
+        "gather", [L.value(a["self"]), L.value(a["index"])], {"dim": _static_int(a["dim"], "dim")}
+    )
+
+
+@_handles("aten.cumsum.default", kiln=("cumsum", "cast"))
+def _cumsum(L, node, a):
+    out = _out_dtype(node)
+    x = L.cast(L.value(a["self"]), L.dtype(a["self"]), out)
+    return L.op("cumsum", [x], {"dim": _static_int(a["dim"], "dim")})
 
 
 def _reduce_fn(kop: str, has_dims: bool):
