@@ -218,6 +218,13 @@ KILN_CUDA_LAUNCHER(slice);               // op_shape.cu
 KILN_CUDA_LAUNCHER(select);              // op_shape.cu
 KILN_CUDA_LAUNCHER(embedding);           // op_embed.cu
 KILN_CUDA_LAUNCHER(sdpa);                // op_attention.cu
+KILN_CUDA_LAUNCHER(logic);               // op_logic.cu: eq .. ge, bitwise_and/or/xor/not
+KILN_CUDA_LAUNCHER(index);               // op_index.cu
+KILN_CUDA_LAUNCHER(gather);              // op_index.cu
+KILN_CUDA_LAUNCHER(upsample);            // op_resize.cu: upsample_nearest2d, _bilinear2d
+KILN_CUDA_LAUNCHER(group_norm);          // op_norm.cu
+KILN_CUDA_LAUNCHER(cumsum);              // op_reduce.cu
+KILN_CUDA_LAUNCHER(pad);                 // op_shape.cu
 
 // KILN_CUDA_PROFILE: a one-thread kernel that waits `us` microseconds (op_eltwise.cu).
 kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us);

@@ -1605,6 +1605,54 @@ def _arange(L, node, a):
     raise Unsupported("arange is taken only as the offsets of an embedding bag")
 
 
+# as_strided: a view of x's (contiguous) storage. Where the view is x's own elements in order,
+# it is a reshape; otherwise, for static shapes, a copy through a constant table of flat
+# positions (index over reshape(x, [-1])).
+MAX_AS_STRIDED_NUMEL = 1 << 22
+
+
+@_handles("aten.as_strided_copy.default", "aten.as_strided.default", kiln=("reshape", "index"))
+def _as_strided(L, node, a):
+    x = a["self"]
+    xm = _meta(x)
+    if not is_contiguous(xm):
+        raise Unsupported("as_strided of a non-contiguous tensor")
+    try:
+        size = [_static_int(v, "as_strided size") for v in a["size"]]
+        stride = [_static_int(v, "as_strided stride") for v in a["stride"]]
+        offset = 0 if a["storage_offset"] is None else _static_int(a["storage_offset"], "offset")
+        numel = 1
+        for d in xm.shape:
+            numel *= _static_int(d, "as_strided input size")
+    except Unsupported as e:
+        raise Unsupported(f"as_strided with a symbolic size ({e})") from None
+    n_out = math.prod(size)
+    contiguous = [0] * len(size)
+    acc = 1
+    for d in range(len(size) - 1, -1, -1):
+        contiguous[d] = acc
+        acc *= size[d]
+    if (
+        offset == 0
+        and n_out == numel
+        and all(sz == 1 or st == c for sz, st, c in zip(size, stride, contiguous, strict=True))
+    ):
+        return L.op("reshape", [L.value(x)], {"shape": size})
+    if n_out > MAX_AS_STRIDED_NUMEL:
+        raise Unsupported(f"as_strided copy of {n_out} elements is too large to tabulate")
+    pos = torch.full(size, offset, dtype=torch.int64)
+    for d, (sz, st) in enumerate(zip(size, stride, strict=True)):
+        shape = [1] * len(size)
+        shape[d] = sz
+        pos = pos + torch.arange(sz, dtype=torch.int64).reshape(shape) * st
+    if n_out and (int(pos.min()) < 0 or int(pos.max()) >= numel):
+        raise Unsupported("as_strided reads outside its input")
+    flat = L.op("reshape", [L.value(x)], {"shape": [numel]})
+    L._n_auto += 1
+    table = L.const_tensor(pos.contiguous(), f"as_strided{L._n_auto}")
+    return L.op("index", [flat, table], {"dim": 0, "wrap": 0})
+
+
 # copies and casts
 
 
