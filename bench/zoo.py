@@ -120,33 +120,31 @@ def _text_dynamic(inputs):
 
 
 class _HF(nn.Module):
-    """A transformers model returning only last_hidden_state (a tuple of one tensor)."""
+    """A transformers text model returning only last_hidden_state (a tuple of one tensor)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
         self.config = model.config
 
-    def forward(self, *args):
-        names = ("input_ids", "attention_mask") if self._text else (self._input_name,)
-        kwargs = dict(zip(names, args, strict=False))
-        return (self.model(**kwargs).last_hidden_state,)
-
-    _text = True
-    _input_name = "input_ids"
+    def forward(self, input_ids, attention_mask=None):
+        if attention_mask is None:
+            return (self.model(input_ids=input_ids).last_hidden_state,)
+        return (self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state,)
 
 
 class _HFVision(_HF):
-    _text = False
-    _input_name = "pixel_values"
+    def forward(self, pixel_values):
+        return (self.model(pixel_values=pixel_values).last_hidden_state,)
 
 
 class _HFAudio(_HF):
-    _text = False
-
     def __init__(self, model, input_name):
         super().__init__(model)
         self._input_name = input_name
+
+    def forward(self, x):
+        return (self.model(**{self._input_name: x}).last_hidden_state,)
 
 
 class _Seg(nn.Module):

@@ -63,6 +63,7 @@ extern "C" {
     X(SQUEEZE, 76, "squeeze")                                                                      \
     X(UNSQUEEZE, 77, "unsqueeze")                                                                  \
     X(PAD, 78, "pad")             /* constant padding (negative: crop)            */               \
+    X(ARANGE, 79, "arange")       /* like -> [like.dims[dim]]: start + i * step    */              \
     X(EMBEDDING, 80, "embedding") /* weight[V,D], indices(int) -> [..,D]          */               \
     X(INDEX, 81, "index")         /* x[.., idx0, .., idxk-1, ..] (advanced)        */              \
     X(GATHER, 82, "gather")       /* torch.gather(x, dim, index)                  */               \

@@ -148,6 +148,11 @@ static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_
 // negative = crop; value floats[1]
 #define KILN_A_PAD_PADS 0
 #define KILN_A_PAD_VALUE 1
+// arange: like -> [like.dims[dim]] holding start + i * step in dtype (a length known at run time)
+#define KILN_A_ARANGE_DIM 0
+#define KILN_A_ARANGE_START 1
+#define KILN_A_ARANGE_STEP 2
+#define KILN_A_ARANGE_DTYPE 3
 // index: x, idx0 .. idx(k-1): x[:, .., :, idx0, .., idx(k-1), ...] with the first index at dim;
 // wrap 1: a negative index counts from the end (x[i]), 0: it is out of range (index_select)
 #define KILN_A_INDEX_DIM 0

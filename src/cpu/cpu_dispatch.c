@@ -65,6 +65,7 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_UPSAMPLE_BILINEAR2D] = E_(upsample),
     [KILN_OP_CUMSUM] = E_(cumsum),
     [KILN_OP_PAD] = E_(pad),
+    [KILN_OP_ARANGE] = E_(arange),
     [KILN_OP_INDEX] = E_(index),
     [KILN_OP_GATHER] = E_(gather),
     [KILN_OP_EQ] = E_(compare),
@@ -179,6 +180,9 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
         break;
     case KILN_OP_PAD:
         if (x->dtype != y->dtype) return "input and output dtypes differ";
+        break;
+    case KILN_OP_ARANGE:
+        if (y->rank != 1 || y->dtype == KILN_DTYPE_BOOL) return "arange gives a numeric 1-D tensor";
         break;
     case KILN_OP_INDEX:
     case KILN_OP_GATHER:

@@ -194,6 +194,7 @@ KILN_CPU_DECLARE(bitwise); // bitwise_and, _or, _xor, _not (op_logic.c)
 KILN_CPU_DECLARE(group_norm);
 KILN_CPU_DECLARE(cumsum);
 KILN_CPU_DECLARE(pad);
+KILN_CPU_DECLARE(arange);
 KILN_CPU_DECLARE(index);
 KILN_CPU_DECLARE(gather);
 KILN_CPU_DECLARE(upsample); // upsample_nearest2d, upsample_bilinear2d (op_resize.c)

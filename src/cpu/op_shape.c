@@ -316,3 +316,26 @@ kiln_status kiln_cpu_pad(const kiln_kernel_args *args) {
     }
     return KILN_OK;
 }
+
+// --- arange: y[i] = start + i * step (computed in double, stored in the output dtype); the
+// length is the output's, taken from the like input by shape inference.
+
+size_t kiln_cpu_arange_scratch(const kiln_kernel_args *args) { return no_scratch(args); }
+
+kiln_status kiln_cpu_arange(const kiln_kernel_args *args) {
+    kiln_tensor *y = args->out;
+    double start = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_START, 0);
+    double step = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_STEP, 0);
+    KILN_CHECK(y->rank == 1, KILN_ERR_INVALID_ARG, "cpu arange: output rank %u != 1", y->rank);
+    for (int64_t i = 0; i < y->dims[0]; i++) {
+        double v = start + (double)i * step;
+        if (kiln_cpu_is_int(y->dtype)) {
+            int64_t iv = (int64_t)v;
+            kiln_cpu_store_i64(y->data, y->dtype, i, 1, &iv);
+        } else {
+            float fv = (float)v;
+            kiln_cpu_store_f32(y->data, y->dtype, i, 1, &fv);
+        }
+    }
+    return KILN_OK;
+}

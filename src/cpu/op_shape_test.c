@@ -277,8 +277,31 @@ static void test_pad(void) {
     }
 }
 
+// arange: the length comes from the like input's dim; values in double, stored per dtype.
+static void test_arange(void) {
+    static const uint32_t dts[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16, KILN_DTYPE_I32,
+                                   KILN_DTYPE_I64};
+    for (int d = 0; d < 5; d++) {
+        kiln_tensor *like = tt_new2(KILN_DTYPE_BOOL, 2, 37), *y = tt_new1(dts[d], 37);
+        tattrs a;
+        tattrs_init(&a, KILN_OP_ARANGE);
+        tattrs_int(&a, KILN_A_ARANGE_DIM, 1);
+        tattrs_int(&a, KILN_A_ARANGE_DTYPE, dts[d]);
+        double start = d < 3 ? -1.5 : 5.0, step = d < 3 ? 0.125 : -3.0;
+        tattrs_float(&a, KILN_A_ARANGE_START, start);
+        tattrs_float(&a, KILN_A_ARANGE_STEP, step);
+        kiln_tensor *ins[1] = {like};
+        CHECK_OK(trun(KILN_OP_ARANGE, &a, ins, 1, y));
+        double ref[37];
+        for (int i = 0; i < 37; i++) ref[i] = start + i * step;
+        tt_close(y, ref, 0, tt_rtol(dts[d]), "arange");
+        tt_free(like), tt_free(y);
+    }
+}
+
 int main(void) {
     check_rng_seed();
+    test_arange();
     test_pad();
     test_reshape();
     test_expand();

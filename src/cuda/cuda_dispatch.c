@@ -80,6 +80,7 @@ static kiln_status run_op(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
     case KILN_OP_GROUP_NORM: return kiln_cuda_group_norm(ctx, args);
     case KILN_OP_CUMSUM: return kiln_cuda_cumsum(ctx, args);
     case KILN_OP_PAD: return kiln_cuda_pad(ctx, args);
+    case KILN_OP_ARANGE: return kiln_cuda_arange(ctx, args);
     default:
         if (is_logic(args->op)) return kiln_cuda_logic(ctx, args);
         if (is_unary(args->op)) return kiln_cuda_unary(ctx, args);
@@ -177,6 +178,12 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
     case KILN_OP_GROUP_NORM:
         if (!all_float(args) || args->in[0]->dtype != args->out->dtype) {
             return why_not(why, why_nbytes, args, "needs one float dtype for input and output");
+        }
+        return 1;
+    case KILN_OP_ARANGE:
+        if (args->out->rank != 1 || args->out->dtype == KILN_DTYPE_BOOL ||
+            kiln_cuda_dtype_size(args->out->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "arange gives a numeric 1-D tensor");
         }
         return 1;
     case KILN_OP_CUMSUM:

@@ -225,6 +225,7 @@ KILN_CUDA_LAUNCHER(upsample);            // op_resize.cu: upsample_nearest2d, _b
 KILN_CUDA_LAUNCHER(group_norm);          // op_norm.cu
 KILN_CUDA_LAUNCHER(cumsum);              // op_reduce.cu
 KILN_CUDA_LAUNCHER(pad);                 // op_shape.cu
+KILN_CUDA_LAUNCHER(arange);              // op_shape.cu
 
 // KILN_CUDA_PROFILE: a one-thread kernel that waits `us` microseconds (op_eltwise.cu).
 kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us);

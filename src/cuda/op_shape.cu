@@ -364,3 +364,34 @@ extern "C" kiln_status kiln_cuda_pad(const kiln_cuda_ctx *ctx, const kiln_kernel
     default: return pad_launch<uint64_t>(ctx, P, y->data, x->data, fill);
     }
 }
+
+// --- arange: y[i] = start + i * step, computed in double and stored in the output dtype (the
+// CPU reference's rule); the length is the output's.
+
+static __global__ void arange_kernel(void *y, uint32_t dt, int64_t n, double start, double step,
+                                     int is_int) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        double v = start + (double)i * step;
+        if (is_int) {
+            kc_st_i(y, dt, i, (int64_t)v);
+        } else {
+            kc_st_f(y, dt, i, (float)v);
+        }
+    }
+}
+
+extern "C" kiln_status kiln_cuda_arange(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *y = args->out;
+    if (y->rank != 1 || y->dtype == KILN_DTYPE_BOOL || kiln_cuda_dtype_size(y->dtype) == 0) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda arange: needs a numeric 1-D output at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    int64_t n = y->dims[0];
+    if (n == 0) return KILN_OK;
+    double start = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_START, 0);
+    double step = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_STEP, 0);
+    arange_kernel<<<kc_blocks(n, COPY_BLOCK), COPY_BLOCK, 0, ctx->stream>>>(
+        y->data, y->dtype, n, start, step, !kiln_cuda_is_float(y->dtype));
+    return kiln_cuda_check_launch(ctx, "arange_kernel");
+}

@@ -105,6 +105,7 @@ static const char *input_role(uint32_t op, uint32_t i) {
     case KILN_OP_BITWISE_OR:
     case KILN_OP_BITWISE_XOR: return i < 2 ? ab[i] : "?";
     case KILN_OP_INDEX: return i == 0 ? "x" : "index";
+    case KILN_OP_ARANGE: return "like";
     case KILN_OP_GATHER: return i == 0 ? "x" : (i == 1 ? "index" : "?");
     case KILN_OP_BATCH_NORM: return i < 5 ? bn[i] : "?";
     case KILN_OP_MATMUL:
@@ -1329,6 +1330,35 @@ static kiln_status infer_pad(const ictx *c, const kiln_attrs *a, const kiln_valu
     return KILN_OK;
 }
 
+static kiln_status infer_arange(const ictx *c, const kiln_attrs *a,
+                                const kiln_value_desc *const *in, uint32_t n,
+                                kiln_value_desc *out) {
+    const kiln_shape *like = &in[0]->shape;
+    int64_t t = kiln_attrs_int(a, KILN_A_ARANGE_DTYPE, 0);
+    double start = kiln_attrs_float(a, KILN_A_ARANGE_START, 0);
+    double step = kiln_attrs_float(a, KILN_A_ARANGE_STEP, 0);
+    uint32_t d = 0;
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    KILN_TRY(want_axis(c, KILN_A_ARANGE_DIM, 0, kiln_attrs_int(a, KILN_A_ARANGE_DIM, 0), like->rank,
+                       &d));
+    if (t <= KILN_DTYPE_INVALID || t >= KILN_DTYPE_COUNT || t == KILN_DTYPE_BOOL) {
+        return UNSUP_FAIL(c, "attribute 'dtype' = %" PRId64 " is not a numeric Kiln dtype", t);
+    }
+    if (!isfinite(start) || !isfinite(step) || step == 0.0) {
+        return UNSUP_FAIL(c, "attributes 'start' = %g and 'step' = %g must be finite, step != 0",
+                          start, step);
+    }
+    if (!kiln_dtype_is_float((kiln_dtype)t) && (start != floor(start) || step != floor(step))) {
+        return UNSUP_FAIL(c, "an integer arange needs an integer start and step (%g, %g)", start,
+                          step);
+    }
+    out->dtype = (uint32_t)t;
+    out->shape.rank = 1;
+    set_dim(&out->shape, 0, like->min[d], like->max[d]);
+    return KILN_OK;
+}
+
 static const uint32_t IDX_MASK = KILN_DTYPE_BIT(KILN_DTYPE_I32) | KILN_DTYPE_BIT(KILN_DTYPE_I64);
 
 static kiln_status infer_index(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
@@ -1445,6 +1475,7 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_UPSAMPLE_BILINEAR2D: return infer_upsample;
     case KILN_OP_CUMSUM: return infer_cumsum;
     case KILN_OP_PAD: return infer_pad;
+    case KILN_OP_ARANGE: return infer_arange;
     case KILN_OP_INDEX: return infer_index;
     case KILN_OP_GATHER: return infer_gather;
     case KILN_OP_MAX_POOL2D:

@@ -410,6 +410,24 @@ static void test_cumsum_pad(void) {
     EXPECT_ERR(SETI(A(KILN_OP_PAD), 0, -2, -2), KILN_ERR_SHAPE, "negative size", "f32[3]");
 }
 
+static void test_arange(void) {
+    tat *t =
+        SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 1), KILN_A_ARANGE_DTYPE, KILN_DTYPE_I64);
+    EXPECT(t, "i64[1..512]", "bool[1..8,1..512]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, -1), KILN_A_ARANGE_DTYPE, KILN_DTYPE_F16);
+    EXPECT(t, "f16[7]", "f32[3,7]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 0), KILN_A_ARANGE_DTYPE, KILN_DTYPE_BOOL);
+    EXPECT_ERR(t, KILN_ERR_UNSUPPORTED, "numeric", "f32[3]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 0), KILN_A_ARANGE_DTYPE, KILN_DTYPE_I32);
+    setf(t, KILN_A_ARANGE_STEP, 0.5);
+    EXPECT_ERR(t, KILN_ERR_UNSUPPORTED, "integer start and step", "f32[3]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 0), KILN_A_ARANGE_DTYPE, KILN_DTYPE_F32);
+    setf(t, KILN_A_ARANGE_STEP, 0.0);
+    EXPECT_ERR(t, KILN_ERR_UNSUPPORTED, "step != 0", "f32[3]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 2), KILN_A_ARANGE_DTYPE, KILN_DTYPE_F32);
+    EXPECT_ERR(t, KILN_ERR_SHAPE, "out of range", "f32[3]");
+}
+
 static void test_index_gather(void) {
     EXPECT(A(KILN_OP_INDEX), "f32[4,7]", "f32[10,3]", "i64[4,1]", "i64[7]");
     EXPECT(A(KILN_OP_INDEX), "f32[4,7,3]", "f32[10,3]", "i64[4,7]");
@@ -986,6 +1004,7 @@ int main(void) {
     test_upsample();
     test_cumsum_pad();
     test_index_gather();
+    test_arange();
     test_softmax();
     test_layer_norm();
     test_pool();

@@ -1641,6 +1641,16 @@ static void cases_zoo_families(void) {
         attrs_int(&c.attrs, KILN_A_CUMSUM_DIM, -1);
         run_case(&c);
     }
+    static const uint32_t nums[] = {F32, F16, BF16, I32, I64};
+    for (int d = 0; d < 5; d++) { // arange over a length read from a like input
+        case_init(&c, KILN_OP_ARANGE);
+        case_in(&c, S(BOOL, "3x129"));
+        attrs_int(&c.attrs, KILN_A_ARANGE_DIM, 1);
+        attrs_float(&c.attrs, KILN_A_ARANGE_START, d < 3 ? -2.5 : 3.0);
+        attrs_float(&c.attrs, KILN_A_ARANGE_STEP, d < 3 ? 0.25 : 2.0);
+        attrs_int(&c.attrs, KILN_A_ARANGE_DTYPE, nums[d]);
+        run_case(&c);
+    }
     static const uint32_t all[] = {F32, F16, BF16, I32, I64, BOOL};
     static const int64_t pads[] = {1, 2, -1, 2};
     for (int d = 0; d < 6; d++) {

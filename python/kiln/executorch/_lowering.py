@@ -1273,8 +1273,10 @@ def _cat(L, node, a):
     return L.op("cat", [L.value(t) for t in ts], {"dim": _static_int(a["dim"], "dim")})
 
 
-@_handles("aten.slice_copy.Tensor", "aten.slice.Tensor", kiln="slice")
+@_handles("aten.slice_copy.Tensor", "aten.slice.Tensor", kiln=("slice", "arange", "index"))
 def _slice(L, node, a):
+    if isinstance(a["end"], Node) and not sym_expr(a["end"].meta.get("val")).is_number:
+        return _slice_to_symbolic_end(L, node, a)
     start = 0 if a["start"] is None else _static_int(a["start"], "slice start")
     end = _graph.INT64_MAX if a["end"] is None else _static_int(a["end"], "slice end")
     step = _static_int(a["step"], "slice step")
@@ -1283,6 +1285,38 @@ def _slice(L, node, a):
         [L.value(a["self"])],
         {"dim": _static_int(a["dim"], "dim"), "start": start, "end": end, "step": step},
     )
+
+
+def _raw_lower_bound(ranges: Ranges, expr) -> int:
+    """The least value of expr over the program's symbol ranges (unadjusted lower bounds)."""
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    vr = {}
+    for sym in expr.free_symbols:
+        r = ranges._raw.get(sym)
+        lo = _to_int(r.lower, 0) if r is not None else 0
+        hi = _to_int(r.upper, None) if r is not None else None
+        vr[sym] = ValueRanges(lo, hi if hi is not None else sympy.oo)
+    return _to_int(bound_sympy(expr, vr).lower, -1)
+
+
+def _slice_to_symbolic_end(L, node, a):
+    """x[..., start:end:step] with a symbolic end that never needs clamping (at most x's size):
+    the positions as a Kiln arange whose length is read at run time, then index."""
+    x = a["self"]
+    xm = _meta(x)
+    dim = _static_int(a["dim"], "dim") % xm.dim()
+    start = 0 if a["start"] is None else _static_int(a["start"], "slice start")
+    step = _static_int(a["step"], "slice step")
+    if start < 0 or step <= 0:
+        raise Unsupported("slice to a symbolic end with a negative start or step")
+    slack = sympy.expand(sym_expr(xm.shape[dim]) - sym_expr(a["end"].meta["val"]))
+    if not (slack.is_number and int(slack) >= 0) and _raw_lower_bound(L.ranges, slack) < 0:
+        raise Unsupported(
+            f"slice end {a['end'].meta['val']} may exceed the dimension's size {xm.shape[dim]}"
+        )
+    pos = _dynamic_range(L, start, a["end"], step, torch.int64, "slice")
+    return L.op("index", [L.value(x), pos], {"dim": dim, "wrap": 0})
 
 
 @_handles("aten.select_copy.int", "aten.select.int", kiln="select")
@@ -1588,10 +1622,63 @@ def _embedding_bag(L, node, a):
     return [out, None, None, None]
 
 
-@_handles(*ARANGE_OPS, kiln=())
+def _size_source(v, want) -> tuple[Node, int] | None:
+    """(tensor, dim) whose size is the expression want, found through the sym_size nodes the
+    symbolic integer v (a SymInt node) is computed from; None when there is none."""
+    if not isinstance(v, Node) or want is None:
+        return None
+    seen, todo = set(), [v]
+    while todo:
+        n = todo.pop()
+        if n in seen or not isinstance(n, Node):
+            continue
+        seen.add(n)
+        if target_name(n) == "aten.sym_size.int" and is_tensor_node(n.args[0]):
+            t = n.args[0]
+            for d, size in enumerate(_meta(t).shape):
+                if _same(sym_expr(size), want):
+                    return t, d
+        if is_sym_node(n):
+            todo.extend(n.all_input_nodes)
+    return None
+
+
+def _dynamic_range(L: Lowerer, start, end, step, dtype: torch.dtype, what: str) -> int:
+    """A Kiln arange of start, start + step, ... < end where end is symbolic: its length is read
+    from a dimension of a tensor at run time."""
+    if any(isinstance(v, (Node, torch.SymInt, torch.SymFloat)) for v in (start, step)):
+        raise Unsupported(f"{what} with a symbolic start or step")
+    if not isinstance(step, (int, float)) or step == 0:
+        raise Unsupported(f"{what} step {step!r}")
+    e = sym_expr(end.meta.get("val")) if isinstance(end, Node) else None
+    if e is None:
+        raise Unsupported(f"{what} end {end!r} is not an integer")
+    length = sympy.simplify(sympy.ceiling((e - start) / step))
+    src = _size_source(end, length)
+    if src is None:
+        raise Unsupported(
+            f"{what} of length {length}: no tensor dimension of that size to read it from"
+        )
+    t, d = src
+    if dtype not in _graph.TORCH_TO_KILN or dtype == torch.bool:
+        raise Unsupported(f"{what} of dtype {dtype}")
+    return L.op(
+        "arange",
+        [L.value(t)],
+        {
+            "dim": d,
+            "start": float(start),
+            "step": float(step),
+            "dtype": _graph.TORCH_TO_KILN[dtype],
+        },
+    )
+
+
+@_handles(*ARANGE_OPS, kiln=("arange",))
 def _arange(L, node, a):
-    """Taken only as the offsets of embedding bags, which read its arguments, not its values:
-    it produces no Kiln value (Kiln has no arange op)."""
+    """A symbolic length becomes a Kiln arange reading it from a tensor's dimension; constant
+    ones are folded (Lowerer.fold). As the offsets of embedding bags, which read its arguments
+    rather than its values, it produces no Kiln value."""
     users = list(node.users)
     for u in users:
         if target_name(u) not in EMBEDDING_BAG_OPS:
@@ -1602,55 +1689,10 @@ def _arange(L, node, a):
     else:
         if users:
             return None
-    raise Unsupported("arange is taken only as the offsets of an embedding bag")
-
-
-# as_strided: a view of x's (contiguous) storage. Where the view is x's own elements in order,
-# it is a reshape; otherwise, for static shapes, a copy through a constant table of flat
-# positions (index over reshape(x, [-1])).
-MAX_AS_STRIDED_NUMEL = 1 << 22
-
-
-@_handles("aten.as_strided_copy.default", "aten.as_strided.default", kiln=("reshape", "index"))
-def _as_strided(L, node, a):
-    x = a["self"]
-    xm = _meta(x)
-    if not is_contiguous(xm):
-        raise Unsupported("as_strided of a non-contiguous tensor")
-    try:
-        size = [_static_int(v, "as_strided size") for v in a["size"]]
-        stride = [_static_int(v, "as_strided stride") for v in a["stride"]]
-        offset = 0 if a["storage_offset"] is None else _static_int(a["storage_offset"], "offset")
-        numel = 1
-        for d in xm.shape:
-            numel *= _static_int(d, "as_strided input size")
-    except Unsupported as e:
-        raise Unsupported(f"as_strided with a symbolic size ({e})") from None
-    n_out = math.prod(size)
-    contiguous = [0] * len(size)
-    acc = 1
-    for d in range(len(size) - 1, -1, -1):
-        contiguous[d] = acc
-        acc *= size[d]
-    if (
-        offset == 0
-        and n_out == numel
-        and all(sz == 1 or st == c for sz, st, c in zip(size, stride, contiguous, strict=True))
-    ):
-        return L.op("reshape", [L.value(x)], {"shape": size})
-    if n_out > MAX_AS_STRIDED_NUMEL:
-        raise Unsupported(f"as_strided copy of {n_out} elements is too large to tabulate")
-    pos = torch.full(size, offset, dtype=torch.int64)
-    for d, (sz, st) in enumerate(zip(size, stride, strict=True)):
-        shape = [1] * len(size)
-        shape[d] = sz
-        pos = pos + torch.arange(sz, dtype=torch.int64).reshape(shape) * st
-    if n_out and (int(pos.min()) < 0 or int(pos.max()) >= numel):
-        raise Unsupported("as_strided reads outside its input")
-    flat = L.op("reshape", [L.value(x)], {"shape": [numel]})
-    L._n_auto += 1
-    table = L.const_tensor(pos.contiguous(), f"as_strided{L._n_auto}")
-    return L.op("index", [flat, table], {"dim": 0, "wrap": 0})
+    start, end, step = _arange_parts(node)
+    if not isinstance(end, Node):
+        raise Unsupported("arange of a constant length (folded as a constant)")
+    return _dynamic_range(L, start, end, step, _out_dtype(node), "arange")
 
 
 # copies and casts
