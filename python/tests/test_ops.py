@@ -132,6 +132,17 @@ CASES = {
         Fn(lambda m, x: torch.as_strided(x * 2, (3, 3, 2), (1, 4, 2), 1)),
         [r(4, 5)],
     ),
+    "as_strided_of_channels_last": (
+        Fn(
+            lambda m, x: (
+                torch.as_strided(
+                    (x * 2).contiguous(memory_format=torch.channels_last), (2, 6, 2), (1, 4, 12)
+                )
+                + 1
+            )
+        ),
+        [r(2, 3, 2, 2)],
+    ),
     "constant_pad": (Fn(lambda m, x: F.pad(x, (1, 2, 0, 3), value=0.5)), [r(2, 3, 4, 5)]),
     "constant_pad_crop": (Fn(lambda m, x: F.pad(x, (-1, 2))), [r(3, 6)]),
     "roll": (Fn(lambda m, x: torch.roll(x, shifts=(2, -1), dims=(1, 2)) * 2), [r(2, 5, 7)]),

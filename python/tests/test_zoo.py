@@ -148,3 +148,138 @@ def test_zoo_widths_are_the_published_ones():
     assert m.config.hidden_size == 768 and m.config.num_attention_heads == 12
     with pytest.raises(KeyError, match="no zoo model 'nope'"):
         zoo.build("nope")
+
+
+# --- reduced precision on the CPU reference (fp16 and bf16 engines)
+
+PRECISION_FAST = [("efficientnet_b0", None), ("bert", 1), ("llama", 1)]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("name,depth", PRECISION_FAST, ids=[n for n, _ in PRECISION_FAST])
+def test_zoo_reduced_precision(tmp_path, name, depth, precision):
+    _zoo_case(tmp_path, name, depth, precision)
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("name", zoo.names())
+def test_zoo_reduced_precision_all(tmp_path, name, precision):
+    _zoo_case(tmp_path, name, 1, precision)
+
+
+# --- dynamic batch and sequence: one delegate, run at two other sizes
+
+DYNAMIC_FAST = [("bert", 1), ("gpt2", 1), ("llama", 1), ("resnet50", None)]
+
+
+def _dynamic_case(tmp_path, name, depth):
+    module, inputs, prog, part = export_zoo(name, depth, dynamic=True, batch=2, seq=16)
+    check_whole(prog, part)
+    for batch, seq in ((1, 9), (3, 33)):
+        fresh = zoo.make_inputs(name, module, batch=batch, seq=seq, seed=batch)
+        run_and_compare(tmp_path, name, module, prog, fresh, "fp32")
+
+
+@pytest.mark.parametrize("name,depth", DYNAMIC_FAST, ids=[n for n, _ in DYNAMIC_FAST])
+def test_zoo_dynamic(tmp_path, name, depth):
+    _dynamic_case(tmp_path, name, depth)
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize(
+    "name", [n for n in zoo.names() if zoo.entry(n).family in ("encoder", "decoder", "cnn")]
+)
+def test_zoo_dynamic_all(tmp_path, name):
+    _dynamic_case(tmp_path, name, 1)
+
+
+# --- channels-last
+
+
+def test_zoo_channels_last_model_is_taken_whole(tmp_path):
+    module, inputs, _ = zoo.build("resnet50")
+    module = module.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        ep = torch.export.export(module, inputs)
+    part = KilnPartitioner()
+    prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
+    check_whole(prog, part)
+    run_and_compare(
+        tmp_path, "resnet50_cl", module, prog, zoo.make_inputs("resnet50", module), "fp32"
+    )
+
+
+def test_zoo_channels_last_input_is_refused_with_the_remedy():
+    module, inputs, _ = zoo.build("resnet50")
+    x = inputs[0].to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        ep = torch.export.export(module, (x,))
+    with pytest.raises(
+        ValueError,
+        match=r"input 'x' has a non-contiguous memory layout.*\(0, 2, 3, 1\).*x\.contiguous\(\)",
+    ):
+        to_edge_transform_and_lower(ep, partitioner=[KilnPartitioner()])
+
+
+# --- what the partitioner leaves out, and why (KilnPartitioner.rejected)
+
+
+class _FlipInMiddle(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.flip(self.a(x), dims=[1])  # the op Kiln lacks, on this line
+        return (self.b(torch.sin(y.double()).float()),)
+
+
+def test_rejected_names_op_reason_and_source_line():
+    import inspect
+
+    m = _FlipInMiddle().eval()
+    ep = torch.export.export(m, (torch.randn(2, 8),))
+    part = KilnPartitioner()
+    to_edge_transform_and_lower(ep, partitioner=[part])
+    by_op = {r["op"]: r for r in part.rejected}
+    assert "flip.default" in by_op, part.rejected
+    flip = by_op["flip.default"]
+    assert "no Kiln translation" in flip["reason"]
+    line = inspect.getsourcelines(_FlipInMiddle.forward)[1] + 1
+    assert flip["source"] == f"test_zoo.py:{line}", flip
+    # float64 stays outside with that reason, never computed in another dtype
+    f64 = [r for r in part.rejected if "float64" in r["reason"]]
+    assert f64, part.rejected
+    for r in part.rejected:
+        assert set(r) == {"op", "reason", "source"} and r["reason"]
+
+
+def test_whole_zoo_model_rejects_nothing():
+    _, _, _, part = export_zoo("gpt2", 1)
+    assert part.rejected == []
+
+
+def test_constant_subgraphs_fold_and_match(tmp_path):
+    """Values computed from constants alone (an arange and comparisons building a mask, a
+    float64 detour) are folded at lowering time: nothing is left out and the values match."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("freq", torch.linspace(0.1, 2.0, 6, dtype=torch.float64))
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1])
+            mask = (pos[:, None] >= pos[None, :]) & (pos[None, :] % 2 == 0)
+            table = torch.cos(pos[:, None].double() * self.freq[None, :]).float()
+            return (torch.where(mask, x @ x.transpose(0, 1), -x.sum()) + table.sum(),)
+
+    m = M().eval()
+    x = torch.randn(5, 5)
+    ep = torch.export.export(m, (x,))
+    part = KilnPartitioner()
+    prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
+    check_whole(prog, part)
+    run_and_compare(tmp_path, "folded", m, prog, (torch.randn(5, 5),), "fp32")

@@ -235,10 +235,6 @@ def _static_int(v, what: str) -> int:
     return int(v)
 
 
-def _contiguous_dim_order(dim_order, rank: int) -> bool:
-    return dim_order is None or list(dim_order) in ([], list(range(rank)))
-
-
 # --- the lowerer
 
 
@@ -299,11 +295,15 @@ class Lowerer:
         self.env[node] = [v]
         return v
 
-    def add_constant(self, node: Node, tensor: torch.Tensor) -> int:
+    def add_constant(self, node: Node, tensor: torch.Tensor) -> int | None:
+        """A program constant as a Kiln constant; one of a dtype Kiln has no tensors for
+        (float64) gets no Kiln value and serves only values folded from it."""
+        self.const_data[node] = tensor
         try:
             _graph.kiln_dtype(tensor.dtype)
-        except KeyError as e:
-            raise Unsupported(f"constant '{node.name}': {e}") from None
+        except KeyError:
+            self.env[node] = [None]
+            return None
         v = self._call(lambda: self.g.add_constant(node.name, tensor))
         self.constant_values.add(v)
         self.const_data[node] = tensor
@@ -1695,6 +1695,53 @@ def _arange(L, node, a):
     return _dynamic_range(L, start, end, step, _out_dtype(node), "arange")
 
 
+# as_strided: a view of x's (contiguous) storage. Where the view is x's own elements in order,
+# it is a reshape; otherwise, for static shapes, a copy through a constant table of flat
+# positions (index over reshape(x, [-1])).
+MAX_AS_STRIDED_NUMEL = 1 << 22
+
+
+@_handles("aten.as_strided_copy.default", "aten.as_strided.default", kiln=("reshape", "index"))
+def _as_strided(L, node, a):
+    x = a["self"]
+    xm = _meta(x)
+    try:
+        shape = [_static_int(d, "as_strided input size") for d in xm.shape]
+        xstride = [_static_int(d, "as_strided input stride") for d in xm.stride()]
+        size = [_static_int(v, "as_strided size") for v in a["size"]]
+        stride = [_static_int(v, "as_strided stride") for v in a["stride"]]
+        offset = 0 if a["storage_offset"] is None else _static_int(a["storage_offset"], "offset")
+    except Unsupported as e:
+        raise Unsupported(f"as_strided with a symbolic size ({e})") from None
+    numel, n_out = math.prod(shape), math.prod(size)
+    if n_out > MAX_AS_STRIDED_NUMEL or numel > MAX_AS_STRIDED_NUMEL:
+        raise Unsupported(f"as_strided over {max(numel, n_out)} elements is too large to tabulate")
+    # Kiln holds x densely in logical order; x's strides say where each element sits in the
+    # storage as_strided reads. storage[p] = the logical index of the element stored at p.
+    storage = torch.full((numel,), -1, dtype=torch.int64)
+    if numel:
+        try:
+            torch.as_strided(storage, shape, xstride).copy_(torch.arange(numel).reshape(shape))
+        except RuntimeError as e:
+            raise Unsupported(f"as_strided of an input with strides {xstride}: {e}") from None
+        if int(storage.min()) < 0:
+            raise Unsupported(f"as_strided of an input with overlapping strides {xstride}")
+    pos = torch.full(size, offset, dtype=torch.int64)
+    for d, (sz, st) in enumerate(zip(size, stride, strict=True)):
+        shp = [1] * len(size)
+        shp[d] = sz
+        pos = pos + torch.arange(sz, dtype=torch.int64).reshape(shp) * st
+    if n_out and (int(pos.min()) < 0 or int(pos.max()) >= numel):
+        raise Unsupported("as_strided reads outside its input")
+    table = storage[pos.reshape(-1)].reshape(size) if n_out else pos
+    if n_out == numel and torch.equal(table.reshape(-1), torch.arange(numel)):
+        return L.op("reshape", [L.value(x)], {"shape": size})
+    flat = L.op("reshape", [L.value(x)], {"shape": [numel]})
+    L._n_auto += 1
+    idx = L.const_tensor(table.contiguous(), f"as_strided{L._n_auto}")
+    return L.op("index", [flat, idx], {"dim": 0, "wrap": 0})
+
+
 # copies and casts
 
 
@@ -1708,24 +1755,19 @@ def _arange(L, node, a):
     kiln="copy",
 )
 def _copy(L, node, a):
-    mf = a.get("memory_format")
-    if mf not in (None, torch.contiguous_format, torch.preserve_format):
-        raise Unsupported(f"clone to memory_format={mf}")
+    # A copy to another memory format (channels-last) keeps the values: Kiln's tensors are dense
+    # inside an engine, and the partitioner never lets a non-contiguous value cross a boundary.
     return L.op("copy", [L.value(a["self"])])
 
 
 @_handles("dim_order_ops._clone_dim_order.default", kiln="copy")
 def _clone_dim_order(L, node, a):
-    x = a["self"]
-    if not _contiguous_dim_order(a["dim_order"], L.rank(x)):
-        raise Unsupported(f"clone to dim_order {a['dim_order']}")
-    return L.op("copy", [L.value(x)])
+    return L.op("copy", [L.value(a["self"])])
 
 
-def _to_copy(L, node, a, dim_order_ok: bool):
+def _to_copy(L, node, a):
+    """A dtype cast or a copy; a target memory format (channels-last) keeps the values."""
     x = a["self"]
-    if not dim_order_ok:
-        raise Unsupported("copy to a non-contiguous layout")
     dev = a.get("device")
     if dev is not None and torch.device(dev).type != "cpu":
         raise Unsupported(f"copy to device {dev}")
@@ -1738,13 +1780,12 @@ def _to_copy(L, node, a, dim_order_ok: bool):
 
 @_handles("aten._to_copy.default", kiln=("cast", "copy"))
 def _to_copy_aten(L, node, a):
-    mf = a.get("memory_format")
-    return _to_copy(L, node, a, mf in (None, torch.contiguous_format, torch.preserve_format))
+    return _to_copy(L, node, a)
 
 
 @_handles("dim_order_ops._to_dim_order_copy.default", kiln=("cast", "copy"))
 def _to_dim_order_copy(L, node, a):
-    return _to_copy(L, node, a, _contiguous_dim_order(a["dim_order"], L.rank(a["self"])))
+    return _to_copy(L, node, a)
 
 
 # constants

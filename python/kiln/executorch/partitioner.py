@@ -160,13 +160,22 @@ def _settle_symbolic(nodes: list[Node], supported: set[Node], virtual: set[Node]
 
 
 def _partition_problems(
-    partition_nodes: set[Node], virtual: set[Node], folded: set[Node] = frozenset()
+    partition_nodes: set[Node],
+    virtual: set[Node],
+    folded: set[Node] = frozenset(),
+    constants: dict[Node, object] | None = None,
 ) -> set[Node]:
     """Nodes that make a partition invalid: a symbolic scalar or a virtual node entering or
     leaving it, a tensor with a non-default memory layout (e.g. channels-last) entering or
     leaving it, or a folded node whose constants would not all be in it (a constant is moved
     into a partition only when every user of it is there)."""
+    constants = constants or {}
     bad = set()
+
+    def layout_matters(a: Node) -> bool:
+        # Constants are copied into the engine (made contiguous on the way): their layout is free.
+        return not (a.op == "placeholder" and a in constants)
+
     for n in partition_nodes & folded:
         for a in n.all_input_nodes:
             if a.op == "call_function" and a not in partition_nodes:
@@ -177,7 +186,9 @@ def _partition_problems(
         for a in n.all_input_nodes:
             if a in partition_nodes:
                 continue
-            if a in virtual or not low.is_tensor_node(a) or not low.is_contiguous(a.meta["val"]):
+            if a in virtual or not low.is_tensor_node(a):
+                bad.add(n)
+            elif not low.is_contiguous(a.meta["val"]) and layout_matters(a):
                 bad.add(n)
         if any(u not in partition_nodes for u in n.users):
             if n in virtual or not low.is_tensor_node(n) or not low.is_contiguous(n.meta["val"]):
@@ -200,7 +211,9 @@ def propose(ep: ExportedProgram, dropped: dict[Node, str] | None = None) -> list
     given, receives the nodes Kiln could compute but left out of every partition, with why."""
     gm = ep.graph_module
     ranges = _ranges(ep)
-    supported, checks = analyze(gm, ranges, constant_tensors(ep))
+    constants = constant_tensors(ep)
+    supported, checks = analyze(gm, ranges, constants)
+    _refuse_strided_boundaries(ep, supported)
     virtual = _virtual(checks)
     folded = {n for n, c in checks.items() if c.folded}
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
@@ -212,7 +225,7 @@ def propose(ep: ExportedProgram, dropped: dict[Node, str] | None = None) -> list
         result, changed = [], False
         for p in parts:
             pn = set(p.nodes)
-            bad = _partition_problems(pn, virtual, folded)
+            bad = _partition_problems(pn, virtual, folded, constants)
             if bad:
                 log.debug(
                     "Kiln drops %s: a symbolic or non-contiguous value crosses the partition",
@@ -233,6 +246,39 @@ def propose(ep: ExportedProgram, dropped: dict[Node, str] | None = None) -> list
             return result
         _settle_symbolic(nodes, supported, virtual)
     return result
+
+
+def _dim_order(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(sorted(range(t.dim()), key=lambda d: -t.stride()[d]))
+
+
+def _refuse_strided_boundaries(ep: ExportedProgram, supported: set[Node]) -> None:
+    """Raises for a method input or output with a non-default memory layout (channels-last) at
+    a node Kiln takes: Kiln engines exchange contiguous tensors, and such a boundary would leave
+    the model to ExecuTorch's kernels, which refuse channels-last tensors in several ops (batch
+    norm among them): the program would export but not run."""
+    sig = ep.graph_signature
+    user_inputs = set(getattr(sig, "user_inputs", ()))
+    for n in ep.graph.nodes:
+        if n.op == "placeholder" and n.name in user_inputs and low.is_tensor_node(n):
+            t = n.meta["val"]
+            if not low.is_contiguous(t) and any(u in supported for u in n.users):
+                raise ValueError(
+                    f"KilnPartitioner: input '{n.name}' has a non-contiguous memory layout "
+                    f"(dim order {_dim_order(t)}, e.g. channels-last); Kiln engines take "
+                    "contiguous tensors. Export with a contiguous example input "
+                    "(x.contiguous()); a model converted with .to(memory_format="
+                    "torch.channels_last) may keep its weights in that layout"
+                )
+        if n.op == "output":
+            for o in n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]:
+                if isinstance(o, Node) and o in supported and low.is_tensor_node(o):
+                    if not low.is_contiguous(o.meta["val"]):
+                        raise ValueError(
+                            f"KilnPartitioner: output '{o.name}' has a non-contiguous memory "
+                            f"layout (dim order {_dim_order(o.meta['val'])}); Kiln engines "
+                            "produce contiguous tensors. Return out.contiguous() from forward"
+                        )
 
 
 _CROSSING = (
