@@ -21,7 +21,8 @@ Hugging Face transformers) with deterministic random weights, never downloaded.
   then batch-norm running statistics are drawn from the same generator so that folding them is
   not a no-op;
 - ``dynamic_shapes`` describes a dynamic batch (and sequence, for text models) in the form
-  ``torch.export.export`` takes, with bounds; ``None`` where the model cannot take one.
+  ``torch.export.export`` takes, with bounds (GPT-2: the sequence only, see _seq_dynamic);
+  ``None`` where the model cannot take one.
 
 Inputs are random (images N(0, 1); token ids uniform over the vocabulary; encoders also get an
 attention mask whose last row pads its final quarter). transformers models use
@@ -114,6 +115,13 @@ def _text_dynamic(inputs):
     b = torch.export.Dim("batch", min=1, max=MAX_BATCH)
     s = torch.export.Dim("seq", min=2, max=MAX_SEQ)
     return tuple({0: b, 1: s} for _ in inputs)
+
+
+def _seq_dynamic(inputs):
+    """A dynamic sequence only: ExecuTorch 1.5's to_edge specializes the batch of a tensor split
+    along its last dimension (GPT-2's fused QKV projection) to the example's."""
+    s = torch.export.Dim("seq", min=2, max=MAX_SEQ)
+    return tuple({1: s} for _ in inputs)
 
 
 # --- wrappers: plain tensor outputs for export
@@ -565,7 +573,7 @@ def _wav2vec2(depth, vocab):
     "transformers",
     "GPT2Model, gpt2 small (d 768, 12 heads, 12 layers), causal, no cache",
     _text(False),
-    _text_dynamic,
+    _seq_dynamic,
     DEFAULT_SEQ,
 )
 def _gpt2(depth, vocab):

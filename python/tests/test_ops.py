@@ -136,7 +136,7 @@ CASES = {
         Fn(
             lambda m, x: (
                 torch.as_strided(
-                    (x * 2).contiguous(memory_format=torch.channels_last), (2, 6, 2), (1, 4, 12)
+                    (x * 2).contiguous(memory_format=torch.channels_last), (2, 3, 4), (1, 8, 2)
                 )
                 + 1
             )

@@ -181,9 +181,14 @@ def test_channels_last_values_do_not_cross_into_kiln(monkeypatch):
     probe = _Probe(monkeypatch)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
     x = torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last)
-    with pytest.raises(ValueError, match="input 'x' has a non-contiguous memory layout.*contig"):
+    with pytest.raises(
+        ValueError, match="input '.*' has a non-contiguous memory layout.*contiguous"
+    ):
         _lower(model, (x,))
-    model = model.to(memory_format=torch.channels_last)
+    with pytest.raises(ValueError, match="output '.*' has a non-contiguous memory layout"):
+        _lower(model.to(memory_format=torch.channels_last), (torch.randn(1, 3, 8, 8),))
+    probe.partitions.clear()
+    model = nn.Sequential(model, nn.Flatten()).to(memory_format=torch.channels_last)
     _lower(model, (torch.randn(1, 3, 8, 8),))
     assert len(probe.partitions) == 1
     for ep in probe.partitions:
