@@ -189,9 +189,7 @@ def test_zoo_dynamic(tmp_path, name, depth):
 
 
 @pytest.mark.zoo
-@pytest.mark.parametrize(
-    "name", [n for n in zoo.names() if zoo.entry(n).family in ("encoder", "decoder", "cnn")]
-)
+@pytest.mark.parametrize("name", zoo.names())
 def test_zoo_dynamic_all(tmp_path, name):
     _dynamic_case(tmp_path, name, 1)
 

@@ -1701,10 +1701,46 @@ def _arange(L, node, a):
 MAX_AS_STRIDED_NUMEL = 1 << 22
 
 
+def _as_strided_reshape(L, x: Node, a: dict):
+    """as_strided that is x's own elements in order (x contiguous, no offset, the strides of
+    every dimension larger than 1 the contiguous ones of the new sizes), also with symbolic
+    sizes: a reshape. None when it is not one."""
+    xm = _meta(x)
+    if not is_contiguous(xm) or a["storage_offset"] not in (None, 0):
+        return None
+    sizes = list(a["size"])
+    exprs = []
+    for v in list(sizes) + list(a["stride"]):
+        e = sym_expr(v.meta.get("val")) if isinstance(v, Node) else sym_expr(v)
+        if e is None:
+            return None
+        exprs.append(e)
+    size_e, stride_e = exprs[: len(sizes)], exprs[len(sizes) :]
+    acc = sympy.Integer(1)
+    for sz, st in zip(reversed(size_e), reversed(stride_e), strict=True):
+        if not (sz == 1) and not _same(st, acc):
+            return None
+        acc = acc * sz
+    numel = sympy.Integer(1)
+    for d in xm.shape:
+        numel = numel * sym_expr(d)
+    if not _same(acc, numel):
+        return None
+    try:
+        codes, like = _shape_codes(L, x, sizes, reshape=True)
+    except Unsupported:
+        return None
+    ins = [L.value(x)] + ([L.value(like)] if like is not None else [])
+    return L.op("reshape", ins, {"shape": codes})
+
+
 @_handles("aten.as_strided_copy.default", "aten.as_strided.default", kiln=("reshape", "index"))
 def _as_strided(L, node, a):
     x = a["self"]
     xm = _meta(x)
+    view = _as_strided_reshape(L, x, a)
+    if view is not None:
+        return view
     try:
         shape = [_static_int(d, "as_strided input size") for d in xm.shape]
         xstride = [_static_int(d, "as_strided input stride") for d in xm.stride()]
