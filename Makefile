@@ -10,6 +10,7 @@
 #   make pytest     install the Python packages into the venv and run python/tests
 #   make install    build and install both Python distributions (kiln, kiln-executorch-runtime)
 #   make wheels     build both wheels into dist/ (docs/packaging.md)
+#   make manylinux  both wheels with manylinux tags into dist/ (auditwheel repair)
 #   make fuzz       libFuzzer targets with clang (build-fuzz/)
 #   make format     clang-format + ruff format in place;  make lint: check both
 # The Python environment (pinned torch, executorch, cmake, pytest) is made by tools/setup_env.sh
@@ -18,7 +19,7 @@ JOBS ?= $(shell nproc)
 VENV = $(shell tools/setup_env.sh)
 CMAKE ?= cmake
 
-.PHONY: all build ctest asan tsan cuda test pytest install wheels demo fuzz format lint clean
+.PHONY: all build ctest asan tsan cuda test pytest install wheels manylinux demo fuzz format lint clean
 
 all: build
 
@@ -52,6 +53,11 @@ WHEEL_DIR ?= dist
 wheels:
 	@venv="$(VENV)"; tools/build_wheels.sh "$$venv/bin/python" wheels "$(WHEEL_DIR)"
 	@ls -1 $(WHEEL_DIR)/*.whl
+
+# The two wheels repaired to manylinux tags (auditwheel; ExecuTorch and CUDA libraries excluded).
+manylinux:
+	@venv="$(VENV)"; tools/build_wheels.sh "$$venv/bin/python" manylinux "$(WHEEL_DIR)"
+	@ls -1 $(WHEEL_DIR)/*manylinux*.whl
 
 pytest: install
 	@venv="$(VENV)"; cd python/tests && "$$venv/bin/python" -m pytest -q -p no:cacheprovider .

@@ -14,12 +14,13 @@
 # profile_torch.py). Files in $OUT: anchors/ (run_device.sh), ncu_<model>.csv, kernels.log.
 # GEMM algorithms: under Nsight Compute every kernel is replayed and takes milliseconds, so the
 # plugin's candidate timing at context creation means nothing there and its picks are arbitrary.
-# The ncu pass therefore runs with KILN_CUDA_GEMM_TUNE=0 (cuBLASLt's heuristic first choice,
+# The ncu pass therefore runs with KILN_CUDA_TUNE=0 (cuBLASLt's heuristic first choice,
 # deterministic; the small-M wgmma kernel is then not used, where a plain run may pick it for a
 # layer: its "linear m=" line says so), and a plain run before it logs the algorithms a normal
-# run tunes to, with their timed microseconds ("gemm m=... candidate i of n (x us)" lines in
+# run tunes to, with their timed microseconds ("layer N (linear): cublaslt, algo ... candidate i
+# of n (x us)" lines in
 # kernels.log). Attention
-# likewise: KILN_CUDA_ATTN_TUNE=0 under ncu (cuDNN's fused attention wherever it accepts the
+# likewise under ncu (cuDNN's fused attention wherever it accepts the
 # shapes, its heuristic's first engine configuration); the plain run logs the timed choice
 # ("sdpa at layer ...: cuDNN x us, Kiln's kernel y us").
 set -uo pipefail
@@ -45,7 +46,7 @@ for m in "${models[@]}"; do
     grep -E "gemm m=|linear m=|sdpa at|median_ms" | sed 's/.*Kiln: //' | tee -a "$log"
   echo "== Kiln $m: one execute through ExecuTorch, each kernel alone (Nsight Compute; GEMMs:" \
     "the heuristic's first choice)" | tee -a "$log"
-  KILN_LOG_LEVEL=info KILN_CUDA_GEMM_TUNE=0 KILN_CUDA_ATTN_TUNE=0 timeout 300 ncu --clock-control none --cache-control none \
+  KILN_LOG_LEVEL=info KILN_CUDA_TUNE=0 timeout 300 ncu --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv "$BENCH_DIR/runner/kiln_runner" \
     --model "$BENCH_DIR/models/$m.devio.pte" --data "$WORK/$m.ptd" --inputs "$WORK/$m.inputs.bin" \
     --iterations 2 --warmup 1 --option device=cuda:0 --device-io \

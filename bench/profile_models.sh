@@ -5,7 +5,7 @@
 #   run(command="bash bench/profile_models.sh", carry=[".dev/bench"])
 #
 # Rebuilds each model's .ptd and inputs (bench/anchors_device.py with the Kiln system only, one
-# short round), then runs kiln_runner --device-io with KILN_CUDA_PROFILE=1 (docs/cuda.md): the
+# short round), then runs kiln_runner --device-io with the option profile (KILN_PROFILE=1, docs/options.md): the
 # mean GPU time of every launched layer, logged when the runner frees the context.
 # MODELS: configs (default: all); ITERS: profiled executes (default 10); PROFILE_US: the delay
 # ahead of each layer (default 100; cuDNN convolutions need ~3000, their host set-up is long).
@@ -27,7 +27,7 @@ for pte in "$BENCH_DIR"/models/*.devio.pte; do
   cfg=$(basename "$pte" .devio.pte)
   [[ -f $WORK/$cfg.ptd ]] || continue
   echo "=== $cfg"
-  KILN_CUDA_PROFILE="${PROFILE_US:-100}" KILN_LOG_LEVEL=info "$BENCH_DIR/runner/kiln_runner" --model "$pte" \
+  KILN_PROFILE=1 KILN_CUDA_PROFILE_DELAY_US="${PROFILE_US:-100}" KILN_LOG_LEVEL=info "$BENCH_DIR/runner/kiln_runner" --model "$pte" \
     --data "$WORK/$cfg.ptd" --inputs "$WORK/$cfg.inputs.bin" --iterations "${ITERS:-10}" --warmup 2 \
     --option device=cuda:0 --device-io 2>&1 | grep -E "CUDA profile|median_ms" | sed 's/^kiln info: CUDA profile: //'
 done 2>&1 | tee "$OUT/profile_models.log"

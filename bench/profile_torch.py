@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Per-kernel GPU times of PyTorch's eager + CUDA-graph run of one transformer layer (H200 only).
 
-The comparison column for Kiln's per-layer profile (KILN_CUDA_PROFILE=1, docs/cuda.md): which
+The comparison column for Kiln's per-layer profile (the option profile, KILN_PROFILE=1; docs/options.md): which
 kernels PyTorch launches for the same layer and how long each runs inside a graph replay.
 
     python3 bench/profile_torch.py [--model encoder|bert_layer|bert_layer_b8|mlp_b1|mlp_b64]

@@ -1,9 +1,11 @@
 """Merges the H200 run's results: ``anchors.json`` (PyTorch anchors and Kiln's C API path, from
 bench/anchors_device.py) and ``runner.log`` (kiln_runner through ExecuTorch, from
 bench/run_device.sh) into ``results.json`` and a table: each system's median synchronous latency,
-Kiln's ratio to the best PyTorch configuration, and the floor.
+Kiln's ratio to the best PyTorch configuration, and the floor. ``--plot`` draws the ratios as a
+bar chart (matplotlib, PNG), from that run or from a table already written down.
 
-    python3 bench/report.py --out $OUT [--workdir /tmp/kiln_bench] [--markdown]
+    python3 bench/report.py --out $OUT [--workdir /tmp/kiln_bench] [--markdown] [--plot PNG]
+    python3 bench/report.py --plot docs/benchmarks.png [--from docs/benchmarks.md|results.json]
 
 Ratios: ``kiln C/best`` is the median over interleaved rounds of Kiln's median over the best
 anchor's (same process); ``ET/best`` divides kiln_runner's median (a separate process, run after
@@ -22,8 +24,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples" / "cpp"))
-
-import models as M  # noqa: E402
 
 ANCHORS = ("eager", "graph", "compile")
 LOW_CLOCK_MHZ = 1900
@@ -89,6 +89,8 @@ def saved_rel_err(workdir: Path, cfg: str, variant: str) -> float | None:
 
 
 def merge(anchors: dict, runner: dict, workdir: Path) -> dict:
+    import models as M  # torch: only for merging a run, not for plotting a table
+
     models = {}
     for cfg in M.CONFIGS:
         a = anchors.get("models", {}).get(cfg.name)
@@ -201,12 +203,143 @@ def markdown_table(models: dict) -> str:
     return "\n".join(out)
 
 
+# --- the plot: Kiln's latency over the best PyTorch configuration's, per model
+
+# The ratio columns drawn, as (results.json key, docs/benchmarks.md column, legend label).
+RATIOS = [
+    ("ratio_kiln_capi", "C/best", "Kiln through the C API"),
+    ("ratio_kiln_et_devio", "ET/best", "Kiln through ExecuTorch (kiln_runner)"),
+]
+
+
+def _cell_number(cell: str) -> float | None:
+    m = re.search(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", cell.replace("*", ""))
+    return float(m.group(0)) if m else None
+
+
+def ratios_from_markdown(text: str) -> tuple[str, list[dict]]:
+    """(the heading above it, one row per model) from the first results table after
+    ``## Results`` (the latest round: docs/benchmarks.md puts the newest first). A row is
+    {"model", "best", label: ratio or None for each of RATIOS}."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.strip() == "## Results")
+    except StopIteration:
+        raise ValueError("no '## Results' section") from None
+    heading = ""
+    for i in range(start + 1, len(lines)):
+        ln = lines[i].strip()
+        if ln.startswith("### "):
+            heading = ln[4:]
+        if not (ln.startswith("| model |") and "C/best" in ln):
+            continue
+        head = [c.strip() for c in ln.strip("|").split("|")]
+        rows = []
+        for row in lines[i + 2 :]:
+            if not row.strip().startswith("|"):
+                break
+            cells = [c.strip() for c in row.strip().strip("|").split("|")]
+            if len(cells) != len(head):
+                raise ValueError(f"table row has {len(cells)} cells, the header {len(head)}: {row}")
+            d = dict(zip(head, cells, strict=True))
+            r = {"model": d["model"], "best": d.get("best", "-")}
+            for _key, col, _label in RATIOS:
+                r[col] = _cell_number(d.get(col, ""))
+            rows.append(r)
+        if not rows:
+            raise ValueError("the results table has no rows")
+        return heading, rows
+    raise ValueError("no table with a 'C/best' column after '## Results'")
+
+
+def ratios_from_models(models: dict) -> list[dict]:
+    """The same rows from results.json's (or merge()'s) models."""
+    rows = []
+    for name, r in models.items():
+        row = {"model": name, "best": r.get("best_anchor", "-")}
+        for key, col, _label in RATIOS:
+            v = r.get(key)
+            row[col] = float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+        rows.append(row)
+    return rows
+
+
+def plot(rows: list[dict], path: Path, title: str = "") -> Path:
+    """A grouped bar chart of each model's ratios (below 1: faster than the best PyTorch)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        raise ValueError("nothing to plot")
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.6), dpi=110)
+    width = 0.8 / len(RATIOS)
+    colors = ["#4c72b0", "#dd8452"]
+    for k, (_key, col, label) in enumerate(RATIOS):
+        xs = [i + (k - (len(RATIOS) - 1) / 2) * width for i in range(len(rows))]
+        vals = [r[col] if r[col] is not None else 0.0 for r in rows]
+        bars = ax.bar(xs, vals, width, label=label, color=colors[k % len(colors)])
+        for b, r in zip(bars, rows, strict=True):
+            txt = "n/a" if r[col] is None else f"{r[col]:.2f}"
+            ax.annotate(
+                txt,
+                (b.get_x() + b.get_width() / 2, b.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="best PyTorch (= 1)")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{r['model']}\n(vs {r['best']})" for r in rows], fontsize=8)
+    ax.set_ylabel("Kiln latency / best PyTorch latency\n(lower is better)")
+    top = max([r[c] for r in rows for _k, c, _l in RATIOS if r[c] is not None] + [1.0])
+    ax.set_ylim(0, top * 1.12)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(RATIOS) + 1)
+    ax.set_title(
+        "Kiln on the H200: median latency over the best PyTorch configuration's"
+        + (f" ({title})" if title else ""),
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder with anchors.json and runner.log")
+    ap.add_argument("--out", help="folder with anchors.json and runner.log")
     ap.add_argument("--workdir", default="/tmp/kiln_bench")
     ap.add_argument("--markdown", action="store_true", help="also print a markdown table")
+    ap.add_argument("--plot", metavar="PNG", help="draw the ratios to the best PyTorch")
+    ap.add_argument(
+        "--from",
+        dest="source",
+        metavar="FILE",
+        help="with --plot and no --out: docs/benchmarks.md (its latest results table) or a "
+        "results.json (default: docs/benchmarks.md)",
+    )
     args = ap.parse_args(argv)
+    if args.out is None:
+        if args.plot is None:
+            ap.error("give --out DIR (merge a run) or --plot PNG (draw a table)")
+        src = Path(args.source or HERE.parent / "docs" / "benchmarks.md")
+        try:
+            if src.suffix == ".json":
+                title, rows = src.name, ratios_from_models(json.loads(src.read_text())["models"])
+            else:
+                title, rows = ratios_from_markdown(src.read_text())
+        except (OSError, ValueError, KeyError) as e:
+            print(f"report.py: cannot read the results from {src}: {e}", file=sys.stderr)
+            return 1
+        # The heading's date and round; the rest of it describes the round's work.
+        print(f"wrote {plot(rows, Path(args.plot), title.split(':')[0])}")
+        return 0
     out = Path(args.out)
     anchors = {}
     if (out / "anchors.json").exists():
@@ -227,6 +360,8 @@ def main(argv=None) -> int:
     if args.markdown:
         print()
         print(markdown_table(models))
+    if args.plot:
+        print(f"wrote {plot(ratios_from_models(models), Path(args.plot), out.name)}")
     return 0
 
 

@@ -119,9 +119,60 @@ EOF
     echo "run_device: no $runner: the ExecuTorch path is not run"
   fi
 
+  # 2b. A/B against another build's libraries (same runner, engines and inputs)
+  if [[ -n ${AB_LIB:-} && -x $runner ]]; then
+    ab_runs "$runner" "$t0"
+  fi
+
   # 3. report
   echo "=== report ($((SECONDS - t0))s)"
   python3 bench/report.py --out "$OUT" --workdir "$WORK" --markdown
+}
+
+# ab_runs RUNNER T0: the --device-io program of each model with this build's libraries ("new")
+# and AB_LIB's ("old"), alternating, AB_ROUNDS rounds; the medians as AB lines.
+ab_runs() {
+  local runner=$1 t0=$2 log="$OUT/runner_ab.log" ab
+  ab=$(cd "$AB_LIB" && pwd -P)
+  : >"$log"
+  local cfgs
+  cfgs=$(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['models']))" \
+    "$BENCH_DIR/manifest.json")
+  for cfg in $cfgs; do
+    [[ -f $WORK/$cfg.ptd && -f $WORK/$cfg.inputs.bin ]] || continue
+    local new_ms=() old_ms=()
+    for ((r = 0; r < ${AB_ROUNDS:-2}; r++)); do
+      for which in new old; do
+        if ((SECONDS - t0 > BUDGET_S + ${AB_EXTRA_S:-120})); then
+          echo "run_device: A/B budget spent at $cfg"
+          break 3
+        fi
+        local env=() out
+        if [[ $which == old ]]; then
+          env=(LD_LIBRARY_PATH="$ab:$LD_LIBRARY_PATH" KILN_CUDA_PLUGIN="$ab/libkiln_cuda.so")
+        fi
+        out=$(env "${env[@]}" timeout --kill-after=5 90 "$runner" \
+          --model "$BENCH_DIR/models/$cfg.devio.pte" --data "$WORK/$cfg.ptd" \
+          --inputs "$WORK/$cfg.inputs.bin" --expected "$WORK/$cfg.expected.bin" \
+          --tolerance "$TOLERANCE" --iterations "$ITERS" --warmup "$WARMUP" \
+          --option device="$RUNNER_DEVICE" --device-io 2>&1)
+        echo "=== ab $cfg $which round $r" >>"$log"
+        echo "$out" >>"$log"
+        local ms
+        ms=$(echo "$out" | grep -oE 'median_ms[^0-9]*[0-9.]+' | grep -oE '[0-9.]+$' | tail -1)
+        if [[ $which == new ]]; then new_ms+=("${ms:-nan}"); else old_ms+=("${ms:-nan}"); fi
+      done
+    done
+    python3 - "$cfg" "${new_ms[*]}" "${old_ms[*]}" <<'PY' | tee -a "$log"
+import statistics, sys
+def med(t):
+    v = [float(x) for x in t.split() if x not in ("", "nan")]
+    return statistics.median(v) if v else float("nan")
+n, o = med(sys.argv[2]), med(sys.argv[3])
+print(f"AB {sys.argv[1]} new {n:.4f} ms old {o:.4f} ms new/old {n / o if o == o and o > 0 else float('nan'):.3f}"
+      f" (rounds new {sys.argv[2]} old {sys.argv[3]})")
+PY
+  done
 }
 
 main 2>&1 | tee "$OUT/run.log"

@@ -15,26 +15,21 @@
 #         3. kiln_cuda_parity --ops   every op vs the CPU reference, every dtype, awkward shapes
 #         4. kiln_cuda_parity --e2e   built graphs, cuda:0 vs cpu: host/device I/O, CUDA graphs
 #                                     record/replay/re-record, caller's stream, graphs off
-#         5. the e2e part again with cuBLASLt and cuDNN disabled (Kiln's own GEMM and conv
-#            kernels end to end), with NHWC off, and with the GEMV launched plainly (no programmatic
-#            dependent launch), with the end of an execute through cudaStreamSynchronize instead
-#            of the graph's end-of-execute flag (KILN_CUDA_NO_FLAG_WAIT), and the stem models
-#            with the stem kernel off (KILN_CUDA_NO_STEM:
-#            cuDNN on a channel-padded copy) and in its 16-bit and global gather modes
-#            (KILN_CUDA_STEM_GATHER), and the GEMV models with less L2 kept (KILN_CUDA_L2_KEEP_PCT);
-#            the small-M wgmma linear forced (KILN_CUDA_WG_CFG, two configurations: it must run)
-#            and off (KILN_CUDA_NO_WG); the K split forced (KILN_CUDA_SPLITK=2: it must run) and
-#            off (KILN_CUDA_SPLITK=0);
-#            the BERT models with cuDNN's fused attention untuned (KILN_CUDA_ATTN_TUNE=0: cuDNN
-#            runs every eligible sdpa, checked) and switched off (KILN_CUDA_NO_CUDNN_SDPA: Kiln's
-#            kernels); the linear cases with the GEMV off (its shapes on cuBLASLt); the
-#            tensor-core sdpa cases at 64-, 32- and
-#            16-row CTAs (KILN_CUDA_ATTN_ROWS), and the split-key kernel with 2, 4 and 8 warps
-#            per row block (KILN_CUDA_ATTN_SPLIT)
+#         5. the variants, each the e2e or op part again with options of the CUDA policy
+#            (kiln_cuda_parity --option cuda.NAME=VALUE; docs/options.md): cuBLASLt and cuDNN off
+#            (Kiln's own GEMM and conv kernels end to end), NHWC off, the small-M kernels without
+#            programmatic dependent launch, the end of an execute through cudaStreamSynchronize
+#            instead of the graph's flag, the stem models with the stem kernel off (cuDNN on a
+#            channel-padded copy) and in its half and global gather modes, the GEMV models with
+#            less L2 kept, the small-M wgmma linear forced (two configurations: it must run) and
+#            off, the K split forced (2 slices: it must run) and off, the BERT models untuned
+#            (cuDNN's fused attention runs every eligible sdpa, checked) and with cuDNN's
+#            attention off, the linear cases with the GEMV off, and the tensor-core sdpa cases at
+#            64-, 32- and 16-row CTAs and the split-key kernel with 2, 4 and 8 warps per row
+#            block
 #         6. kiln_cuda_parity --quick under compute-sanitizer --tool memcheck (if present)
 #         7. kiln_cuda_bench: per-model latency (median of 200 executes, device I/O, CUDA
 #            graphs) beside the PyTorch anchors; its BENCH lines are repeated in the summary;
-#            then A/B with the previous attention path (no view folding, 64-row sdpa CTAs);
 #            kiln_launch_latency: a CUDA graph's launch plus the wait for its end, by how the
 #            end is observed (bench/launch_latency.cu); kiln_stream_floor: the MLP b64's
 #            memory floor (its three weights streamed without math, by access pattern) beside
@@ -149,70 +144,74 @@ run() {
     step "parity: ops" "$out/parity_ops.log" 360 ./kiln_cuda_parity --ops
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e" "$out/parity_e2e.log" 240 ./kiln_cuda_parity --e2e
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_CUBLASLT=1 KILN_CUDA_NO_CUDNN=1 \
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e, own GEMM+conv" "$out/parity_e2e_own_gemm.log" 180 \
-    ./kiln_cuda_parity --e2e --quick
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_NHWC=1 \
+    ./kiln_cuda_parity --e2e --quick --option cuda.cublaslt=false --option cuda.cudnn=false
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e, NCHW convs (no NHWC)" "$out/parity_e2e_nchw.log" 180 \
-    ./kiln_cuda_parity --e2e --quick
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_PDL=1 \
-    step "parity: e2e, GEMV without PDL" "$out/parity_e2e_nopdl.log" 180 \
-    ./kiln_cuda_parity --e2e --quick
+    ./kiln_cuda_parity --e2e --quick --option cuda.nhwc=false
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+    step "parity: e2e, small-M without PDL" "$out/parity_e2e_nopdl.log" 180 \
+    ./kiln_cuda_parity --e2e --quick --option cuda.pdl=false
   # The end of an execute through cudaStreamSynchronize instead of the graph's flag node.
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_FLAG_WAIT=1 \
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e, stream synchronize" "$out/parity_e2e_noflag.log" 180 \
-    ./kiln_cuda_parity --e2e --quick
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_STEM=1 \
+    ./kiln_cuda_parity --e2e --quick --option cuda.flag_wait=false
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e stems, stem kernel off" "$out/parity_e2e_nostem.log" 120 \
-    ./kiln_cuda_parity --e2e --filter stems
+    ./kiln_cuda_parity --e2e --filter stems --option cuda.stem_kernel=false
   for gather in half global; do
-    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_STEM_GATHER=$gather \
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
       step "parity: e2e stems, $gather gather" "$out/parity_e2e_stem_$gather.log" 120 \
-      ./kiln_cuda_parity --e2e --filter stems
+      ./kiln_cuda_parity --e2e --filter stems --option cuda.stem_gather=$gather
   done
   for pct in 1 0; do # the GEMV weights' L2 plan: the second kept in part, then both streamed
-    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_L2_KEEP_PCT=$pct \
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
       step "parity: e2e gemv, L2 keep $pct%" "$out/parity_e2e_l2_$pct.log" 120 \
-      ./kiln_cuda_parity --e2e --filter gemv
+      ./kiln_cuda_parity --e2e --filter gemv --option cuda.l2_keep_pct=$pct
   done
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_TUNE=0 \
-    step "parity: e2e bert, cuDNN sdpa untuned" "$out/parity_e2e_dnn_sdpa.log" 120 \
-    ./kiln_cuda_parity --e2e --filter bert
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_CUDNN_SDPA=1 \
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+    step "parity: e2e bert, untuned (cuDNN sdpa)" "$out/parity_e2e_dnn_sdpa.log" 120 \
+    ./kiln_cuda_parity --e2e --filter bert --option cuda.tune=false
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e bert, Kiln's sdpa (no cuDNN)" "$out/parity_e2e_own_sdpa.log" 120 \
-    ./kiln_cuda_parity --e2e --filter bert
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_GEMV=1 \
+    ./kiln_cuda_parity --e2e --filter bert --option cuda.cudnn_sdpa=false
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: linears, GEMV off (cuBLASLt)" "$out/parity_linear_lt.log" 120 \
-    ./kiln_cuda_parity --ops --filter linear
+    ./kiln_cuda_parity --ops --filter linear --option cuda.gemv=false
   # The small-M wgmma linear end to end (graphs, re-records, I/O pointer changes) in two forced
   # configurations (a cluster of 2; clusters of 4 at 2 CTAs per SM), and switched off.
   for cfg in 128,2,1 64,4,2; do
-    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_WG_CFG=$cfg \
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
       step "parity: e2e, wgmma linear $cfg" "$out/parity_e2e_wg_${cfg//,/_}.log" 180 \
-      ./kiln_cuda_parity --e2e --quick
+      ./kiln_cuda_parity --e2e --quick --option cuda.wgmma_config=$cfg
   done
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_WG=1 \
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e, wgmma linear off" "$out/parity_e2e_nowg.log" 180 \
-    ./kiln_cuda_parity --e2e --quick
+    ./kiln_cuda_parity --e2e --quick --option cuda.wgmma=false
   # The K split (a batched cuBLASLt GEMM over K slices + the reduce kernel) end to end, forced on
   # every linear it can take (2 slices: it must run), and switched off.
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_SPLITK=2 \
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e, K split x2 (forced)" "$out/parity_e2e_sk2.log" 180 \
-    ./kiln_cuda_parity --e2e --quick
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_SPLITK=0 \
+    ./kiln_cuda_parity --e2e --quick --option cuda.splitk=2
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e, K split off" "$out/parity_e2e_sk0.log" 180 \
-    ./kiln_cuda_parity --e2e --quick
+    ./kiln_cuda_parity --e2e --quick --option cuda.splitk=off
   # The tensor-core sdpa at each CTA size (by default the occupancy rule picks 16/32/64 rows).
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=64 \
-    step "parity: tc sdpa, 64-row CTAs" "$out/parity_tc64.log" 120 ./kiln_cuda_parity --ops --filter tc:
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=32 \
-    step "parity: tc sdpa, 32-row CTAs" "$out/parity_tc32.log" 120 ./kiln_cuda_parity --ops --filter tc:
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_ROWS=16 \
-    step "parity: tc sdpa, 16-row CTAs" "$out/parity_tc16.log" 120 ./kiln_cuda_parity --ops --filter tc:
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+    step "parity: tc sdpa, 64-row CTAs" "$out/parity_tc64.log" 120 \
+    ./kiln_cuda_parity --ops --filter tc: --option cuda.sdpa_rows=64
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+    step "parity: tc sdpa, 32-row CTAs" "$out/parity_tc32.log" 120 \
+    ./kiln_cuda_parity --ops --filter tc: --option cuda.sdpa_rows=32
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+    step "parity: tc sdpa, 16-row CTAs" "$out/parity_tc16.log" 120 \
+    ./kiln_cuda_parity --ops --filter tc: --option cuda.sdpa_rows=16
   # ... and the split-key kernel at each warp count (by default the residency rule picks it)
   for ns in 2 4 8; do
-    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_ATTN_SPLIT=$ns \
-      step "parity: tc sdpa, split x$ns" "$out/parity_split$ns.log" 120 ./kiln_cuda_parity --ops --filter tc:
+    KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
+      step "parity: tc sdpa, split x$ns" "$out/parity_split$ns.log" 120 \
+      ./kiln_cuda_parity --ops --filter tc: --option cuda.sdpa_split=$ns
   done
 
   local sanitizer
@@ -225,14 +224,11 @@ run() {
     rows+=("$(printf '%-38s %-10s %-24s %5ss' "memcheck" "NOT RUN" "no compute-sanitizer" 0)")
   fi
 
-  # KILN_LOG_LEVEL=info: the plugin logs each conv2d's cuDNN algorithm and layout (NHWC/NCHW),
-  # the engine's NHWC summary, each GEMM's cuBLASLt algorithm and each graph's node count, under "== <model>".
+  # KILN_LOG_LEVEL=info: the plugin logs each planned layer's kernel and decision (a conv2d's cuDNN
+  # algorithm, a linear's cuBLASLt algorithm or small-M kernel), the engine's layout summary and
+  # each graph's node count, under "== <model>".
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_LOG_LEVEL=info \
     step "bench: per-model latency" "$out/bench.log" 180 ./kiln_cuda_bench
-  # A/B: the previous attention path (every head split/merge layer runs; 64-row sdpa CTAs).
-  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_NO_PERMUTE_FOLD=1 KILN_CUDA_ATTN_ROWS=64 \
-    KILN_LOG_LEVEL=info step "bench: A/B no fold, 64-row sdpa" "$out/bench_ab.log" 180 \
-    ./kiln_cuda_bench
   # The launch-and-wait floor under every execute (docs/cuda.md "The end of an execute").
   step "bench: graph launch and wait" "$out/launch_latency.log" 120 ./kiln_launch_latency
   # The MLP b64's memory floor beside the wgmma linear (docs/benchmarks.md round 18).
@@ -242,12 +238,9 @@ run() {
   echo "=== Kiln GPU suite: latency (median of 200 executes, fp16, device I/O, CUDA graphs)"
   grep '^BENCH' "$out/bench.log" 2>/dev/null || echo "(no BENCH lines: see $out/bench.log)"
   echo "--- graph nodes and conv algorithms per model (details: $out/bench.log)"
-  grep -E '^== |CUDA graph instantiated|conv2d .*cuDNN|NHWC: ' "$out/bench.log" 2>/dev/null |
-    sed -E 's/^.*(CUDA graph instantiated|conv2d |CUDA engine on)/  \1/' | awk '!seen[$0]++'
-  echo "--- A/B: KILN_CUDA_NO_PERMUTE_FOLD=1 KILN_CUDA_ATTN_ROWS=64 (the previous attention path)"
-  grep '^BENCH' "$out/bench_ab.log" 2>/dev/null || echo "(no BENCH lines: see $out/bench_ab.log)"
-  grep -E '^== |CUDA graph instantiated' "$out/bench_ab.log" 2>/dev/null |
-    sed -E 's/^.*(CUDA graph instantiated)/  \1/' | awk '!seen[$0]++'
+  grep -E '^== |CUDA graph instantiated|\(conv2d\): cudnn|NHWC: ' "$out/bench.log" 2>/dev/null |
+    sed -E 's/^.*(CUDA graph instantiated|layer [0-9]+ \(conv2d\)|CUDA engine on)/  \1/' |
+    awk '!seen[$0]++'
   echo "--- CUDA graph launch + wait for its end (median us; details: $out/launch_latency.log)"
   grep -E '^[0-9]+ kernel' "$out/launch_latency.log" 2>/dev/null || echo "(none)"
   echo "--- MLP b64: its weights streamed without math, then the wgmma linear (us; $out/stream_floor.log)"

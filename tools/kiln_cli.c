@@ -5,8 +5,10 @@
 // not be read or is not a valid engine, 2 usage error.
 //
 // Structure: commands are a table (name, handler, help); `inspect` reads the file, detects its
-// kind from the first bytes (detect_kind) and dispatches to a printer per kind. Adding .pte
-// support means a new kind, its detector and its printer.
+// kind from the first bytes (detect_kind) and dispatches to a printer per kind. Programs (.pte)
+// are read by the Python `kiln` command (python/kiln/_cli, docs/cli.md); this tool names it.
+// Names and paths are printed escaped (put_text); --json prints kiln_engine_describe's text,
+// and with --json a failure is a JSON document on stdout as well as a message on stderr.
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -24,14 +26,33 @@
 #define EXIT_USAGE 2
 
 static const char *prog = "kiln";
+// With --json, failures are reported as {"file": ..., "error": {...}} on stdout too.
+static int json_mode = 0;
+static const char *json_file = NULL;
+
+static void put_text(FILE *f, const char *s);
+static void put_json_string(FILE *f, const char *s);
 
 static void die(int code, const char *fmt, ...) {
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", prog);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s: ", prog);
+    put_text(stderr, msg);
+    fputc('\n', stderr);
+    if (json_mode) {
+        fputs("{\"file\":", stdout);
+        if (json_file != NULL)
+            put_json_string(stdout, json_file);
+        else
+            fputs("null", stdout);
+        fprintf(stdout,
+                ",\"error\":{\"kind\":\"%s\",\"message\":", code == EXIT_USAGE ? "usage" : "error");
+        put_json_string(stdout, msg);
+        fputs("}}\n", stdout);
+    }
     exit(code);
 }
 
@@ -54,98 +75,73 @@ static uint8_t *read_file(const char *path, size_t *out_n) {
     return buf;
 }
 
-// --- a minimal JSON writer
+// --- escaping: names and paths are untrusted bytes
 
-typedef struct json {
-    FILE *f;
-    int need_comma;
-} json;
-
-static void j_sep(json *j) {
-    if (j->need_comma) fputc(',', j->f);
-    j->need_comma = 0;
-}
-static void j_str_raw(json *j, const char *s) {
-    fputc('"', j->f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(j->f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(j->f, "\\u%04x", *p);
-        else
-            fputc(*p, j->f);
+// Length of the valid UTF-8 sequence at p (2-4 bytes), or 0 if the bytes there are not one.
+static size_t utf8_seq(const unsigned char *p) {
+    unsigned c = p[0], cp, min;
+    size_t n;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        min = 0x10000;
+    } else {
+        return 0;
     }
-    fputc('"', j->f);
+    cp = c & (0x3fu >> (n - 1));
+    for (size_t k = 1; k < n; k++) {
+        if ((p[k] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (p[k] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    if (cp >= 0x80 && cp < 0xa0) return 0; // C1 controls: escaped like C0
+    return n;
 }
-static void j_key(json *j, const char *k) {
-    j_sep(j);
-    j_str_raw(j, k);
-    fputc(':', j->f);
+
+// Writes s for a terminal: printable ASCII and valid UTF-8 as they are, every other byte (controls,
+// DEL, bytes that are not UTF-8) as \xNN.
+static void put_text(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        size_t n = *p >= 0x80 ? utf8_seq(p) : 0;
+        if (*p >= 0x20 && *p < 0x7f) {
+            fputc(*p, f);
+            p++;
+        } else if (n > 0) {
+            fwrite(p, 1, n, f);
+            p += n;
+        } else {
+            fprintf(f, "\\x%02x", *p);
+            p++;
+        }
+    }
 }
-static void j_open(json *j, const char *k, char c) {
-    if (k)
-        j_key(j, k);
-    else
-        j_sep(j);
-    fputc(c, j->f);
-    j->need_comma = 0;
-}
-static void j_close(json *j, char c) {
-    fputc(c, j->f);
-    j->need_comma = 1;
-}
-static void j_str(json *j, const char *k, const char *v) {
-    if (k)
-        j_key(j, k);
-    else
-        j_sep(j);
-    j_str_raw(j, v);
-    j->need_comma = 1;
-}
-static void j_u64(json *j, const char *k, uint64_t v) {
-    if (k)
-        j_key(j, k);
-    else
-        j_sep(j);
-    fprintf(j->f, "%" PRIu64, v);
-    j->need_comma = 1;
-}
-static void j_i64(json *j, const char *k, int64_t v) {
-    if (k)
-        j_key(j, k);
-    else
-        j_sep(j);
-    fprintf(j->f, "%" PRId64, v);
-    j->need_comma = 1;
-}
-static void j_f64(json *j, const char *k, double v) {
-    if (k)
-        j_key(j, k);
-    else
-        j_sep(j);
-    if (isfinite(v))
-        fprintf(j->f, "%.17g", v);
-    else
-        fputs("null", j->f); // NaN ("none") and infinities are not JSON numbers
-    j->need_comma = 1;
-}
-static void j_bool(json *j, const char *k, int v) {
-    j_key(j, k);
-    fputs(v ? "true" : "false", j->f);
-    j->need_comma = 1;
+
+// A JSON string: the same escapes as kiln_engine_describe (bytes that are not UTF-8 as \u00XX).
+static void put_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        size_t n = *p >= 0x80 ? utf8_seq(p) : 0;
+        if (*p == '"' || *p == '\\') {
+            fputc('\\', f);
+            fputc(*p++, f);
+        } else if (*p >= 0x20 && *p < 0x7f) {
+            fputc(*p++, f);
+        } else if (n > 0) {
+            fwrite(p, 1, n, f);
+            p += n;
+        } else {
+            fprintf(f, "\\u%04x", *p++);
+        }
+    }
+    fputc('"', f);
 }
 
 // --- engine printing helpers
-
-static const char *tensor_kind_name(uint32_t kind) {
-    switch (kind) {
-    case KILN_TENSOR_INPUT: return "input";
-    case KILN_TENSOR_OUTPUT: return "output";
-    case KILN_TENSOR_ACTIVATION: return "activation";
-    case KILN_TENSOR_WEIGHT: return "weight";
-    default: return "invalid";
-    }
-}
 
 static const char *precision_name(uint32_t p) {
     return p == KILN_PRECISION_FP16 ? "fp16" : p == KILN_PRECISION_BF16 ? "bf16" : "fp32";
@@ -171,7 +167,7 @@ static void print_tensor_ref(FILE *f, const kiln_plan *p, int32_t id) {
     const kiln_plan_tensor *t = &p->tensors[id];
     const char *name = kiln_plan_string(p, t->name);
     if (name[0])
-        fprintf(f, "%s", name);
+        put_text(f, name);
     else
         fprintf(f, "t%" PRId32, id);
     fprintf(f, " %s ", kiln_dtype_name((kiln_dtype)t->dtype));
@@ -195,42 +191,6 @@ static void print_attrs(FILE *f, const kiln_plan *p, const kiln_plan_layer *l) {
         if (r->n != 1) fputc(']', f);
         if (a + 1 == l->n_attrs) fputc('}', f);
     }
-}
-
-static void json_tensor(json *j, const kiln_plan *p, int32_t id) {
-    j_open(j, NULL, '{');
-    j_i64(j, "tensor", id);
-    if (id >= 0) {
-        const kiln_plan_tensor *t = &p->tensors[id];
-        j_str(j, "name", kiln_plan_string(p, t->name));
-        j_str(j, "kind", tensor_kind_name(t->kind));
-        j_str(j, "dtype", kiln_dtype_name((kiln_dtype)t->dtype));
-        j_open(j, "dim_min", '[');
-        for (uint32_t d = 0; d < t->shape.rank; d++) j_i64(j, NULL, t->shape.min[d]);
-        j_close(j, ']');
-        j_open(j, "dim_max", '[');
-        for (uint32_t d = 0; d < t->shape.rank; d++) j_i64(j, NULL, t->shape.max[d]);
-        j_close(j, ']');
-    }
-    j_close(j, '}');
-}
-
-static void json_attrs(json *j, const kiln_plan *p, const kiln_plan_layer *l) {
-    j_open(j, "attrs", '{');
-    for (uint32_t a = 0; a < l->n_attrs; a++) {
-        kiln_attr_info info;
-        if (kiln_op_get_attr_info(l->op, a, &info) != KILN_OK) continue;
-        const kiln_attr_ref *r = &p->attr_refs[l->attr_begin + a];
-        j_open(j, info.name, '[');
-        for (uint32_t k = 0; k < r->n; k++) {
-            if (r->kind == KILN_ATTR_INTS)
-                j_i64(j, NULL, p->ints[r->begin + k]);
-            else
-                j_f64(j, NULL, p->floats[r->begin + k]);
-        }
-        j_close(j, ']');
-    }
-    j_close(j, '}');
 }
 
 typedef struct weight_stats {
@@ -259,7 +219,9 @@ static weight_stats stats_of(const kiln_plan *p) {
 static void print_engine_text(const char *path, const kiln_format_info *h, const kiln_plan *p) {
     FILE *f = stdout;
     uint32_t wv = h->writer_version;
-    fprintf(f, "engine: %s (%" PRIu64 " bytes)\n", path, h->file_nbytes);
+    fputs("engine: ", f);
+    put_text(f, path);
+    fprintf(f, " (%" PRIu64 " bytes)\n", h->file_nbytes);
     fprintf(f,
             "  magic ok, format_version %" PRIu32 ", header %" PRIu32 " bytes, flags 0x%08" PRIx32
             ", header crc32 0x%08" PRIx32 " ok\n",
@@ -322,113 +284,42 @@ static void print_engine_text(const char *path, const kiln_format_info *h, const
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
         if (t->kind != KILN_TENSOR_WEIGHT || t->key == KILN_NO_KEY) continue;
-        fprintf(f, "  key %s: ", kiln_plan_string(p, t->key));
+        fputs("  key ", f);
+        put_text(f, kiln_plan_string(p, t->key));
+        fputs(": ", f);
         print_tensor_ref(f, p, (int32_t)i);
         fprintf(f, ", %" PRIu64 " bytes\n", t->nbytes);
     }
 }
 
-static void print_engine_json(const char *path, const kiln_format_info *h, const kiln_plan *p) {
-    json jj = {stdout, 0}, *j = &jj;
-    j_open(j, NULL, '{');
-    j_str(j, "file", path);
-    j_str(j, "kind", "engine");
-    j_open(j, "header", '{');
-    j_bool(j, "magic_ok", 1);
-    j_u64(j, "format_version", h->format_version);
-    j_u64(j, "header_nbytes", h->header_nbytes);
-    j_u64(j, "flags", h->flags);
-    j_u64(j, "file_nbytes", h->file_nbytes);
-    j_u64(j, "writer_version", h->writer_version);
-    j_u64(j, "header_crc32", h->header_crc32);
-    j_close(j, '}');
-    j_open(j, "sections", '[');
-    for (uint32_t i = 0; i < h->n_sections; i++) {
-        const kiln_format_section *s = &h->sections[i];
-        j_open(j, NULL, '{');
-        j_u64(j, "kind", s->kind);
-        j_str(j, "name", kiln_format_section_name(s->kind));
-        j_u64(j, "flags", s->flags);
-        j_u64(j, "offset", s->offset);
-        j_u64(j, "nbytes", s->nbytes);
-        j_u64(j, "crc32", s->crc32);
-        j_bool(j, "crc_ok", s->crc32 == s->crc32_calc);
-        j_close(j, '}');
+// The JSON of kiln_engine_describe with the file's path first.
+static int print_engine_json(const char *path, const uint8_t *data, size_t n) {
+    size_t len = 0;
+    kiln_status st = kiln_engine_describe(data, n, NULL, 0, &len);
+    char *text = st == KILN_OK ? malloc(len + 1) : NULL;
+    if (st == KILN_OK && text == NULL) die(EXIT_INVALID, "out of memory describing the engine");
+    if (st == KILN_OK) st = kiln_engine_describe(data, n, text, len + 1, &len);
+    if (st != KILN_OK) {
+        free(text);
+        return 0;
     }
-    j_close(j, ']');
-    j_str(j, "precision", precision_name(p->precision));
-    for (int io = 1; io >= 0; io--) {
-        uint32_t n = io ? p->n_inputs : p->n_outputs;
-        j_open(j, io ? "inputs" : "outputs", '[');
-        for (uint32_t i = 0; i < n; i++)
-            json_tensor(j, p, (int32_t)(io ? p->inputs[i] : p->outputs[i]));
-        j_close(j, ']');
-    }
-    j_open(j, "layers", '[');
-    for (uint32_t i = 0; i < p->n_layers; i++) {
-        const kiln_plan_layer *l = &p->layers[i];
-        j_open(j, NULL, '{');
-        j_u64(j, "index", i);
-        j_str(j, "op", kiln_op_name(l->op));
-        j_bool(j, "tail", (l->flags & KILN_LAYER_TAIL) != 0);
-        j_u64(j, "n_tail", l->n_tail);
-        j_open(j, "inputs", '[');
-        for (uint32_t k = 0; k < l->n_inputs; k++) json_tensor(j, p, p->ids[l->input_begin + k]);
-        j_close(j, ']');
-        j_open(j, "outputs", '[');
-        for (uint32_t k = 0; k < l->n_outputs; k++) json_tensor(j, p, p->ids[l->output_begin + k]);
-        j_close(j, ']');
-        json_attrs(j, p, l);
-        j_close(j, '}');
-    }
-    j_close(j, ']');
-    weight_stats w = stats_of(p);
-    j_open(j, "memory_plan", '{');
-    j_u64(j, "arena_nbytes", p->arena_nbytes);
-    j_u64(j, "n_activations", w.n_activations);
-    j_open(j, "activations", '[');
-    for (uint32_t i = 0; i < p->n_tensors; i++) {
-        const kiln_plan_tensor *t = &p->tensors[i];
-        if (t->kind != KILN_TENSOR_ACTIVATION) continue;
-        j_open(j, NULL, '{');
-        j_u64(j, "tensor", i);
-        j_u64(j, "offset", t->offset);
-        j_u64(j, "nbytes", t->nbytes);
-        j_close(j, '}');
-    }
-    j_close(j, ']');
-    j_close(j, '}');
-    j_open(j, "weights", '{');
-    j_u64(j, "section_nbytes", p->weights_nbytes);
-    j_u64(j, "n_inline", w.n_inline);
-    j_u64(j, "inline_nbytes", w.inline_nbytes);
-    j_u64(j, "n_external", w.n_external);
-    j_u64(j, "external_nbytes", w.external_nbytes);
-    j_open(j, "external", '[');
-    for (uint32_t i = 0; i < p->n_tensors; i++) {
-        const kiln_plan_tensor *t = &p->tensors[i];
-        if (t->kind != KILN_TENSOR_WEIGHT || t->key == KILN_NO_KEY) continue;
-        j_open(j, NULL, '{');
-        j_u64(j, "tensor", i);
-        j_str(j, "key", kiln_plan_string(p, t->key));
-        j_u64(j, "nbytes", t->nbytes);
-        j_close(j, '}');
-    }
-    j_close(j, ']');
-    j_close(j, '}');
-    j_close(j, '}');
-    fputc('\n', stdout);
+    fputs("{\"file\":", stdout);
+    put_json_string(stdout, path);
+    fprintf(stdout, ",%s\n", text + 1); // text starts with '{'
+    free(text);
+    return 1;
 }
 
 // --- file kinds
 
-typedef enum file_kind { FILE_UNKNOWN, FILE_ENGINE } file_kind;
+typedef enum file_kind { FILE_UNKNOWN, FILE_ENGINE, FILE_PROGRAM } file_kind;
 
 static file_kind detect_kind(const uint8_t *data, size_t n) {
     if (n >= KILN_FORMAT_MAGIC_NBYTES &&
         memcmp(data, KILN_FORMAT_MAGIC, KILN_FORMAT_MAGIC_NBYTES) == 0)
         return FILE_ENGINE;
-    // Later: ExecuTorch programs (.pte: flatbuffer identifier "ET12" at offset 4).
+    // ExecuTorch programs: flatbuffer file identifier "ET12" at offset 4.
+    if (n >= 8 && memcmp(data + 4, "ET12", 4) == 0) return FILE_PROGRAM;
     return FILE_UNKNOWN;
 }
 
@@ -447,17 +338,23 @@ static int inspect_engine(const char *path, const uint8_t *data, size_t n, int a
         die(EXIT_INVALID, "'%s' is not a valid Kiln engine (%s): %s", path, kiln_status_str(st),
             kiln_last_error());
     }
-    if (as_json)
-        print_engine_json(path, &h, &p);
-    else
-        print_engine_text(path, &h, &p);
     kiln_plan_release(&p);
+    if (as_json) {
+        if (!print_engine_json(path, data, n)) {
+            die(EXIT_INVALID, "'%s' could not be described: %s", path, kiln_last_error());
+        }
+    } else {
+        if (kiln_load_plan(data, n, &p) != KILN_OK) die(EXIT_INVALID, "%s", kiln_last_error());
+        print_engine_text(path, &h, &p);
+        kiln_plan_release(&p);
+    }
     return 0;
 }
 
 static int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     int as_json = 0;
+    for (int i = 0; i < argc; i++) json_mode |= strcmp(argv[i], "--json") == 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             as_json = 1;
@@ -469,6 +366,7 @@ static int cmd_inspect(int argc, char **argv) {
             die(EXIT_USAGE, "inspect: more than one file ('%s' and '%s')", path, argv[i]);
     }
     if (path == NULL) die(EXIT_USAGE, "inspect: missing FILE (usage: kiln inspect FILE [--json])");
+    json_file = path;
     size_t n;
     uint8_t *data = read_file(path, &n);
     // The CLI reports failures itself; keep the library's log quiet.
@@ -476,6 +374,13 @@ static int cmd_inspect(int argc, char **argv) {
     int rc;
     switch (detect_kind(data, n)) {
     case FILE_ENGINE: rc = inspect_engine(path, data, n, as_json); break;
+    case FILE_PROGRAM:
+        die(EXIT_INVALID,
+            "'%s' is an ExecuTorch program (.pte), not a raw engine: the Python command reads "
+            "programs (pip install kiln; kiln inspect PROGRAM.pte), this C tool reads engines",
+            path);
+        rc = EXIT_INVALID;
+        break;
     default:
         die(EXIT_INVALID,
             "'%s' is not a Kiln engine (it does not start with the engine magic "

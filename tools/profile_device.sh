@@ -4,7 +4,7 @@
 #
 #   run(command="bash tools/profile_device.sh", carry=[".dev/gpu"])
 #
-# Kiln: kiln_cuda_bench (built by tools/gpu_suite.sh --prepare) with KILN_CUDA_PROFILE=1 (graphs
+# Kiln: kiln_cuda_bench (built by tools/gpu_suite.sh --prepare) with the option profile, KILN_PROFILE=1 (graphs
 # off, one event per layer, launches queued behind a delay kernel; docs/cuda.md), per-layer means
 # logged at INFO. PyTorch: bench/profile_torch.py (the same layer in a CUDA graph, kernel times
 # from torch.profiler). FILTERS: kiln_cuda_bench --filter values; TORCH_MODELS: profile_torch.py
@@ -20,7 +20,7 @@ cudnn=$(python3 -c "import nvidia.cudnn as m,os;print(os.path.join(list(m.__path
 IFS=';' read -r -a filters <<<"${FILTERS:-encoder;bert-base layer s128 b1;bert-base layer s128 b8;mlp 1024-4096-4096-1024 b1}"
 for f in "${filters[@]}"; do
   echo "=== kiln profile: $f"
-  (cd "$dev" && KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_CUDA_PROFILE=1 KILN_LOG_LEVEL=info \
+  (cd "$dev" && KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_PROFILE=1 KILN_LOG_LEVEL=info \
     ./kiln_cuda_bench --filter "$f" --runs 50 2>&1 | grep -E "profile|BENCH|gemm|graph") | tee -a "$out/profile_kiln.log"
 done
 for m in ${TORCH_MODELS:-encoder bert_layer bert_layer_b8 mlp_b1}; do

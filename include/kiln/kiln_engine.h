@@ -104,12 +104,26 @@ KILN_API kiln_status kiln_context_execute(kiln_context *context);
 KILN_API kiln_status kiln_context_output_shape(const kiln_context *context, uint32_t index,
                                                uint32_t *out_rank, int64_t *out_dims);
 
+// Describes engine bytes as JSON text (the schema of `kiln inspect --json`, docs/cli.md): the
+// header, sections and CRCs, bindings, every plan layer (op, tensors with dtypes and shape
+// ranges, attributes, fused tails, weight bytes), the memory plan and the weights. The bytes are
+// validated as kiln_engine_load validates them (the same errors), but nothing is loaded onto a
+// device and no external weight is needed. Writes the text and its NUL to buf when buf_nbytes
+// is larger than the text; always sets *out_nbytes to the text's length (without the NUL), so a
+// call with buf NULL and buf_nbytes 0 gives the size to allocate. Strings from the engine are
+// escaped (bytes that are not UTF-8 become \u00XX): the text is valid JSON for any engine.
+KILN_API kiln_status kiln_engine_describe(const void *data, size_t nbytes, char *buf,
+                                          size_t buf_nbytes, size_t *out_nbytes);
+
 // --- what runs each layer (diagnostics, tests, `kiln inspect` and `kiln profile`)
 
 #define KILN_LAYER_INFO_TAIL 0x1u   // fused into the head layer `head` (kernel "fused")
 #define KILN_LAYER_INFO_FOLDED 0x2u // runs no kernel: its readers read its input through a view
 #define KILN_LAYER_INFO_NHWC 0x4u   // the CUDA backend keeps its activations channels-last
 #define KILN_LAYER_INFO_TIMED 0x8u  // its kernel was chosen by timing candidates on this device
+#define KILN_LAYER_INFO_FELL_BACK                                                                  \
+    0x10u // the library its plan named refused at run: Kiln's
+          // own kernel runs it now (a warning or debug log says why)
 
 typedef struct kiln_layer_info {
     uint32_t op;               // kiln_op of this plan layer

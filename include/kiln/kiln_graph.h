@@ -64,6 +64,31 @@ typedef enum kiln_precision {
     KILN_PRECISION_BF16 = 2,
 } kiln_precision;
 
+// --- build progress: kiln_build reports what it is doing through an optional callback.
+
+typedef enum kiln_build_phase {
+    KILN_BUILD_PHASE_PASS = 1,   // a graph pass finished; name = the pass ("verify", "fold", ...)
+    KILN_BUILD_PHASE_LAYER = 2,  // a layer was laid out in the plan; name = its op ("linear")
+    KILN_BUILD_PHASE_TUNE = 3,   // a build-time tuning step. Not reported today: the builder
+                                 // makes no timed choices (kernels are chosen at load, on the
+                                 // device); kept so that a callback can handle it when it is
+    KILN_BUILD_PHASE_OUTPUT = 4, // the engine is being written; name = "memory plan",
+                                 // "serialize" or "self-check"
+} kiln_build_phase;
+
+typedef struct kiln_build_progress {
+    uint32_t struct_nbytes; // sizeof(kiln_build_progress) of the library that calls
+    kiln_build_phase phase;
+    const char *name; // what just finished (static; valid during the call)
+    uint32_t step;    // steps of this phase finished so far, from 1
+    uint32_t n_steps; // steps this phase has in this build (every phase is reported in full)
+} kiln_build_progress;
+
+// Called by kiln_build on the calling thread after each step of each phase, in order (passes,
+// then layers, then output). Return 0 to go on; any other value stops the build, which then
+// returns KILN_ERR_INVALID_STATE ("stopped by the progress callback ...") and writes nothing.
+typedef int (*kiln_build_progress_fn)(void *user_data, const kiln_build_progress *progress);
+
 typedef struct kiln_build_options {
     uint32_t struct_nbytes;   // sizeof(kiln_build_options), set by kiln_build_options_init
     kiln_precision precision; // dtype of compute-heavy ops and activations (fp32 accumulation;
@@ -73,7 +98,14 @@ typedef struct kiln_build_options {
     int32_t optimize;         // nonzero (default): fold, fuse and eliminate dead code
     uint64_t
         min_external_nbytes; // with external_weights: smaller constants stay inline (default 0)
+    // struct_nbytes = KILN_BUILD_OPTIONS_V1_NBYTES (the options without the two fields below)
+    // is accepted and means no callback, so callers built against the earlier header work.
+    kiln_build_progress_fn progress; // optional (NULL: no progress reports)
+    void *progress_user_data;        // passed to progress
 } kiln_build_options;
+
+// struct_nbytes of kiln_build_options before the progress fields: still accepted.
+#define KILN_BUILD_OPTIONS_V1_NBYTES 24u
 
 KILN_API void kiln_build_options_init(kiln_build_options *options);
 

@@ -199,7 +199,11 @@ class Graph:
         external_weights: bool = False,
         optimize: bool = True,
         min_external_nbytes: int = 0,
+        progress=None,
     ) -> Built:
+        """Builds the graph (kiln_build). ``progress(phase, name, step, n_steps)`` is called
+        after each step the builder reports (phase "pass", "layer", "tune" or "output"); an
+        exception it raises (KeyboardInterrupt included) stops the build and is raised here."""
         _lib.require(*_BUILD_FNS)
         opts = _lib.BuildOptions()
         self._lib.kiln_build_options_init(ctypes.byref(opts))
@@ -211,8 +215,25 @@ class Graph:
         opts.external_weights = 1 if external_weights else 0
         opts.optimize = 1 if optimize else 0
         opts.min_external_nbytes = int(min_external_nbytes)
+        raised: list[BaseException] = []
+        if progress is not None:
+
+            def report(_ud, p):
+                try:
+                    q = p.contents
+                    name = q.name.decode("utf-8", "replace") if q.name else ""
+                    progress(_lib.BUILD_PHASES.get(q.phase, str(q.phase)), name, q.step, q.n_steps)
+                    return 0
+                except BaseException as e:  # noqa: BLE001 - re-raised after kiln_build returns
+                    raised.append(e)
+                    return 1
+
+            opts.progress = _lib.BuildProgressFn(report)
         b = ctypes.c_void_p()
-        _lib.check(self._lib.kiln_build(self._h, ctypes.byref(opts), ctypes.byref(b)), "kiln_build")
+        st = self._lib.kiln_build(self._h, ctypes.byref(opts), ctypes.byref(b))
+        if raised:
+            raise raised[0]
+        _lib.check(st, "kiln_build")
         try:
             data = ctypes.c_void_p()
             n = ctypes.c_size_t()

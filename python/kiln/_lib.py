@@ -157,6 +157,22 @@ class Attr(ctypes.Structure):
     ]
 
 
+class BuildProgress(ctypes.Structure):
+    _fields_ = [
+        ("struct_nbytes", ctypes.c_uint32),
+        ("phase", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+        ("step", ctypes.c_uint32),
+        ("n_steps", ctypes.c_uint32),
+    ]
+
+
+# kiln_build_phase values (include/kiln/kiln_graph.h).
+BUILD_PHASES = {1: "pass", 2: "layer", 3: "tune", 4: "output"}
+
+BuildProgressFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(BuildProgress))
+
+
 class BuildOptions(ctypes.Structure):
     _fields_ = [
         ("struct_nbytes", ctypes.c_uint32),
@@ -164,6 +180,8 @@ class BuildOptions(ctypes.Structure):
         ("external_weights", ctypes.c_int32),
         ("optimize", ctypes.c_int32),
         ("min_external_nbytes", ctypes.c_uint64),
+        ("progress", BuildProgressFn),
+        ("progress_user_data", ctypes.c_void_p),
     ]
 
 
@@ -231,6 +249,24 @@ class BindingInfo(ctypes.Structure):
         ("max_nbytes", ctypes.c_uint64),
     ]
 
+
+class LayerInfo(ctypes.Structure):
+    _fields_ = [
+        ("op", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("head", ctypes.c_uint32),
+        ("n_fused", ctypes.c_uint32),
+        ("kernel", ctypes.c_char * 32),
+        ("detail", ctypes.c_char * 224),
+        ("workspace_nbytes", ctypes.c_uint64),
+        ("l2_keep_nbytes", ctypes.c_int64),
+        ("n_profiled", ctypes.c_uint64),
+        ("device_us", ctypes.c_double),
+        ("host_us", ctypes.c_double),
+    ]
+
+
+LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
 
 _P = ctypes.c_void_p
 _I32P = ctypes.POINTER(ctypes.c_int32)
@@ -310,6 +346,20 @@ _SIG = {
     "kiln_context_infer_shapes": (ctypes.c_int, [_P]),
     "kiln_context_execute": (ctypes.c_int, [_P]),
     "kiln_context_output_shape": (ctypes.c_int, [_P, _U32, ctypes.POINTER(_U32), _I64P]),
+    "kiln_context_set_stream": (ctypes.c_int, [_P, _P]),
+    "kiln_engine_n_layers": (_U32, [_P]),
+    "kiln_context_layer_info": (ctypes.c_int, [_P, _U32, ctypes.POINTER(LayerInfo)]),
+    "kiln_engine_describe": (
+        ctypes.c_int,
+        [_P, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)],
+    ),
+    # process-wide options and the log hook
+    "kiln_set_option_bool": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
+    "kiln_set_option_int": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64]),
+    "kiln_set_option_string": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p]),
+    "kiln_get_option": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+    "kiln_log_set": (None, [LogFn, _P, ctypes.c_int]),
+    "kiln_log_get_level": (ctypes.c_int, []),
 }
 
 _lock = threading.Lock()

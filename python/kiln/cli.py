@@ -99,14 +99,29 @@ def _load_model(spec: str):
         s = importlib.util.spec_from_file_location(p.stem, p)
         module = importlib.util.module_from_spec(s)
         sys.modules[p.stem] = module
-        s.loader.exec_module(module)
+        try:
+            s.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - the user's file
+            raise CliError(f"running {p} failed ({type(e).__name__}: {e})") from None
     else:
-        module = importlib.import_module(mod_s)
+        try:
+            module = importlib.import_module(mod_s)
+        except ImportError as e:
+            raise CliError(
+                f"MODEL {spec!r}: cannot import {mod_s!r} ({e}); give an importable module "
+                "(on sys.path), a FILE.py path or a .pt2 file"
+            ) from None
     obj = getattr(module, name, None)
     if obj is None:
         raise CliError(f"{mod_s} has no attribute {name!r}")
     if not isinstance(obj, torch.nn.Module) and callable(obj):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as e:  # noqa: BLE001 - the user's constructor
+            raise CliError(
+                f"{spec}() failed ({type(e).__name__}: {e}); MODEL must be an nn.Module or a "
+                "callable that builds one with no arguments"
+            ) from None
     if not isinstance(obj, torch.nn.Module):
         raise CliError(f"{spec} is not an nn.Module (nor a callable returning one)")
     return obj.eval()
@@ -125,12 +140,22 @@ def main(argv=None) -> int:
     ap.add_argument("--dynamic", action="append", default=[], metavar="I.D=MIN:MAX")
     ap.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
     ap.add_argument("--external-data", default=None, metavar="NAME", help="weights to NAME.ptd")
+    ap.add_argument(
+        "--strict", action="store_true", help="fail if Kiln leaves any node to ExecuTorch"
+    )
+    ap.add_argument("--quiet", action="store_true", help="no progress bar and no report")
     args = ap.parse_args(argv)
     try:
         import torch
 
-        from .executorch import save
-
+        from .executorch import KilnStrictError, save
+    except ImportError as e:
+        print(
+            f"kiln-export: error: {e} (exporting needs torch and executorch: pip install kiln)",
+            file=sys.stderr,
+        )
+        return 1
+    try:
         model = _load_model(args.model)
         if isinstance(model, torch.export.ExportedProgram):
             if args.input or args.dynamic:
@@ -148,7 +173,12 @@ def main(argv=None) -> int:
             dynamic_shapes=dyn,
             precision=args.precision,
             external_data=args.external_data,
+            strict=args.strict,
+            quiet=args.quiet,
         )
+    except KilnStrictError as e:
+        print(f"kiln-export: error: {e}", file=sys.stderr)
+        return 1
     except (CliError, ValueError, TypeError, FileNotFoundError) as e:
         print(f"kiln-export: error: {e}", file=sys.stderr)
         return 2
@@ -164,6 +194,9 @@ def main(argv=None) -> int:
         ptd = out.parent / f"{args.external_data}.ptd"
         msg += f" and {ptd} ({ptd.stat().st_size} bytes)"
     print(msg)
+    report = getattr(prog, "kiln_report", None)
+    if not args.quiet and report is not None and not sys.stderr.isatty():
+        print(report)  # on a terminal, save() printed it already
     return 0
 
 

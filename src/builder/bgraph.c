@@ -351,3 +351,26 @@ kiln_status kiln_bgraph_count_uses(kiln_bgraph *b) {
     for (size_t i = 0; i < b->n_outputs; i++) b->is_output[b->outputs[i].value] = 1;
     return KILN_OK;
 }
+
+// Progress: every step of the build (passes, layers, outputs) is reported through here.
+static const char *phase_name(kiln_build_phase phase) {
+    switch (phase) {
+    case KILN_BUILD_PHASE_PASS: return "pass";
+    case KILN_BUILD_PHASE_LAYER: return "layer";
+    case KILN_BUILD_PHASE_TUNE: return "tuning step";
+    case KILN_BUILD_PHASE_OUTPUT: return "output";
+    }
+    return "step";
+}
+
+kiln_status kiln_build_report(const kiln_build_options *o, kiln_build_phase phase, const char *name,
+                              uint32_t step, uint32_t n_steps) {
+    if (o->progress == NULL) return KILN_OK;
+    kiln_build_progress p = {(uint32_t)sizeof p, phase, name, step, n_steps};
+    int rc = o->progress(o->progress_user_data, &p);
+    KILN_CHECK(rc == 0, KILN_ERR_INVALID_STATE,
+               "kiln_build: stopped by the progress callback (it returned %d) after %s %u of %u "
+               "('%s')",
+               rc, phase_name(phase), step, n_steps, name);
+    return KILN_OK;
+}

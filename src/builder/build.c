@@ -4,6 +4,7 @@
 // The caller's graph is never modified. Deterministic: the output depends only on the graph's
 // contents and the options.
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,39 +36,67 @@ void kiln_build_options_init(kiln_build_options *o) {
     o->external_weights = 0;
     o->optimize = 1;
     o->min_external_nbytes = 0;
+    o->progress = NULL;
+    o->progress_user_data = NULL;
 }
+
+_Static_assert(offsetof(kiln_build_options, progress) == KILN_BUILD_OPTIONS_V1_NBYTES,
+               "KILN_BUILD_OPTIONS_V1_NBYTES must be where the progress fields start");
 
 static kiln_status resolve_options(const kiln_build_options *o, kiln_build_options *out) {
     if (o == NULL) {
         kiln_build_options_init(out);
         return KILN_OK;
     }
-    KILN_CHECK(o->struct_nbytes == sizeof *o, KILN_ERR_INVALID_ARG,
-               "kiln_build_options.struct_nbytes = %u, expected %u: initialize the options with "
-               "kiln_build_options_init",
-               o->struct_nbytes, (unsigned)sizeof *o);
+    KILN_CHECK(o->struct_nbytes == sizeof *o || o->struct_nbytes == KILN_BUILD_OPTIONS_V1_NBYTES,
+               KILN_ERR_INVALID_ARG,
+               "kiln_build_options.struct_nbytes = %u, expected %u (or %u, the options without "
+               "a progress callback): initialize the options with kiln_build_options_init",
+               o->struct_nbytes, (unsigned)sizeof *o, KILN_BUILD_OPTIONS_V1_NBYTES);
     KILN_CHECK((unsigned)o->precision <= KILN_PRECISION_BF16, KILN_ERR_INVALID_ARG,
                "kiln_build_options.precision = %d; use KILN_PRECISION_FP32, _FP16 or _BF16",
                (int)o->precision);
-    *out = *o;
+    // A caller built against the earlier header passed fewer bytes: read only those.
+    kiln_build_options_init(out);
+    memcpy(out, o, o->struct_nbytes);
+    out->struct_nbytes = (uint32_t)sizeof *out;
     return KILN_OK;
 }
 
+static kiln_status pass_check(kiln_bgraph *b) { return kiln_pass_check(b); }
+
+// The passes in order; `optimizing` ones run only with options.optimize.
+typedef struct build_pass {
+    const char *name;
+    kiln_status (*run)(kiln_bgraph *b);
+    int optimizing;
+} build_pass;
+
+static const build_pass passes[] = {
+    {"verify", kiln_pass_verify, 0},
+    {"dce", kiln_pass_dce, 1},
+    {"fold", kiln_pass_fold, 1},
+    {"bn_fold", kiln_pass_bn_fold, 1},
+    {"matmul_to_linear", kiln_pass_matmul_to_linear, 1},
+    {"patchify", kiln_pass_patchify, 1},
+    {"attention", kiln_pass_attention, 1},
+    {"dce", kiln_pass_dce, 1}, // last pass before nodes are inserted (see pass_dce.c)
+    {"fuse", kiln_pass_fuse, 1},
+    {"precision", kiln_pass_precision, 0},
+    {"lower_io", kiln_pass_lower_io, 0},
+    {"check", pass_check, 0},
+};
+#define N_PASSES (sizeof passes / sizeof passes[0])
+
 static kiln_status run_passes(kiln_bgraph *b) {
-    KILN_TRY(kiln_pass_verify(b));
-    if (b->opts.optimize) {
-        KILN_TRY(kiln_pass_dce(b));
-        KILN_TRY(kiln_pass_fold(b));
-        KILN_TRY(kiln_pass_bn_fold(b));
-        KILN_TRY(kiln_pass_matmul_to_linear(b));
-        KILN_TRY(kiln_pass_patchify(b));
-        KILN_TRY(kiln_pass_attention(b));
-        KILN_TRY(kiln_pass_dce(b)); // last pass before nodes are inserted (see pass_dce.c)
-        KILN_TRY(kiln_pass_fuse(b));
+    uint32_t n = 0, done = 0;
+    for (size_t i = 0; i < N_PASSES; i++) n += !passes[i].optimizing || b->opts.optimize;
+    for (size_t i = 0; i < N_PASSES; i++) {
+        if (passes[i].optimizing && !b->opts.optimize) continue;
+        KILN_TRY(passes[i].run(b));
+        KILN_TRY(kiln_build_report(&b->opts, KILN_BUILD_PHASE_PASS, passes[i].name, ++done, n));
     }
-    KILN_TRY(kiln_pass_precision(b));
-    KILN_TRY(kiln_pass_lower_io(b));
-    return kiln_pass_check(b);
+    return KILN_OK;
 }
 
 static void log_stats(const kiln_plan *p, const kiln_build_stats *s) {
@@ -175,8 +204,12 @@ kiln_status kiln_build(const kiln_graph *g, const kiln_build_options *o, kiln_bu
         bt = kiln_calloc(sizeof *bt, KILN_ALIGN);
         if (bt == NULL) st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory in kiln_build");
     }
+    if (st == KILN_OK)
+        st = kiln_build_report(&b.opts, KILN_BUILD_PHASE_OUTPUT, "memory plan", 1, 3);
     if (st == KILN_OK) st = kiln_serialize(&p, &bt->engine, &bt->engine_nbytes);
+    if (st == KILN_OK) st = kiln_build_report(&b.opts, KILN_BUILD_PHASE_OUTPUT, "serialize", 2, 3);
     if (st == KILN_OK) st = self_check(bt->engine, bt->engine_nbytes);
+    if (st == KILN_OK) st = kiln_build_report(&b.opts, KILN_BUILD_PHASE_OUTPUT, "self-check", 3, 3);
     if (st == KILN_OK) st = copy_weights(bt, &p, ext, n_ext);
     kiln_free(ext, (size_t)n_ext * sizeof *ext);
     kiln_plan_release(&p);

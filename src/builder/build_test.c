@@ -296,6 +296,136 @@ static void test_determinism(void) {
     free(c);
 }
 
+// --- the progress callback: every phase reported in order with consistent counts, the same
+// bytes with and without it, a nonzero return stops the build, and the options of callers built
+// before the callback existed (KILN_BUILD_OPTIONS_V1_NBYTES) still work.
+
+#define MAX_EVENTS 256
+
+typedef struct progress_log {
+    int n;
+    kiln_build_phase phase[MAX_EVENTS];
+    uint32_t step[MAX_EVENTS], n_steps[MAX_EVENTS];
+    char name[MAX_EVENTS][32];
+    int stop_at; // event index at which to return nonzero (-1: never)
+} progress_log;
+
+static int record_progress(void *ud, const kiln_build_progress *p) {
+    progress_log *log = ud;
+    CHECK(p->struct_nbytes == sizeof *p && p->name != NULL);
+    if (log->n < MAX_EVENTS) {
+        log->phase[log->n] = p->phase;
+        log->step[log->n] = p->step;
+        log->n_steps[log->n] = p->n_steps;
+        snprintf(log->name[log->n], sizeof log->name[0], "%s", p->name);
+    }
+    return log->n++ == log->stop_at ? 7 : 0;
+}
+
+static void check_progress(const progress_log *log, int optimize, uint32_t n_head_layers) {
+    static const char *const all[] = {
+        "verify",    "dce", "fold", "bn_fold",   "matmul_to_linear", "patchify",
+        "attention", "dce", "fuse", "precision", "lower_io",         "check"};
+    static const char *const plain[] = {"verify", "precision", "lower_io", "check"};
+    const char *const *names = optimize ? all : plain;
+    uint32_t n_pass = optimize ? 12 : 4;
+    int i = 0;
+    for (uint32_t k = 0; k < n_pass; k++, i++) {
+        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_PASS && log->step[i] == k + 1 &&
+                      log->n_steps[i] == n_pass && strcmp(log->name[i], names[k]) == 0,
+                  "optimize %d: event %d is %s %u/%u, expected pass %s %u/%u", optimize, i,
+                  i < log->n ? log->name[i] : "(none)", i < log->n ? log->step[i] : 0,
+                  i < log->n ? log->n_steps[i] : 0, names[k], k + 1, n_pass);
+    }
+    for (uint32_t k = 0; k < n_head_layers; k++, i++) {
+        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_LAYER && log->step[i] == k + 1 &&
+                      log->n_steps[i] == n_head_layers,
+                  "optimize %d: event %d is not layer %u/%u", optimize, i, k + 1, n_head_layers);
+    }
+    static const char *const out[] = {"memory plan", "serialize", "self-check"};
+    for (uint32_t k = 0; k < 3; k++, i++) {
+        CHECK_MSG(i < log->n && log->phase[i] == KILN_BUILD_PHASE_OUTPUT && log->step[i] == k + 1 &&
+                      log->n_steps[i] == 3 && strcmp(log->name[i], out[k]) == 0,
+                  "optimize %d: event %d is not output %s", optimize, i, out[k]);
+    }
+    CHECK_MSG(log->n == i, "optimize %d: %d events, expected %d", optimize, log->n, i);
+}
+
+static void test_progress(void) {
+    float *w = tu_rand(6 * 27, -1, 1), *c = tu_rand(6, -1, 1);
+    kiln_graph *g = det_graph(w, c);
+    for (int opt = 0; opt < 2; opt++) {
+        kiln_build_options o = bt_opts(opt, KILN_PRECISION_FP16, 1);
+        kiln_built *plain = NULL, *reported = NULL, *old = NULL;
+        kiln_plan p;
+        progress_log log;
+        memset(&log, 0, sizeof log);
+        log.stop_at = -1;
+        CHECK_OK(kiln_build(g, &o, &plain));
+        CHECK_OK(kiln_build_plan(g, &o, &p, NULL));
+        uint32_t heads = 0;
+        for (uint32_t l = 0; l < p.n_layers; l++) heads += !(p.layers[l].flags & KILN_LAYER_TAIL);
+        o.progress = record_progress;
+        o.progress_user_data = &log;
+        CHECK_OK(kiln_build(g, &o, &reported));
+        check_progress(&log, opt, heads);
+        // layer events name the plan's head layers' ops, in execution order
+        for (uint32_t l = 0, k = opt ? 12 : 4; l < p.n_layers; l++) {
+            if (p.layers[l].flags & KILN_LAYER_TAIL) continue;
+            CHECK_MSG(strcmp(log.name[k], kiln_op_name(p.layers[l].op)) == 0,
+                      "layer %u: reported %s, plan has %s", l, log.name[k],
+                      kiln_op_name(p.layers[l].op));
+            k++;
+        }
+        CHECK(heads >= 4 && heads < p.n_layers + (opt ? 0u : 1u));
+        kiln_plan_release(&p);
+        CHECK_MSG(same_engine(plain, reported), "optimize %d: the callback changed the engine",
+                  opt);
+        // an options struct from before the callback: its trailing bytes are not read
+        kiln_build_options v1 = o;
+        v1.struct_nbytes = KILN_BUILD_OPTIONS_V1_NBYTES;
+        log.n = 0;
+        CHECK_OK(kiln_build(g, &v1, &old));
+        CHECK(log.n == 0 && same_engine(plain, old));
+        kiln_built_free(plain);
+        kiln_built_free(reported);
+        kiln_built_free(old);
+    }
+    // a nonzero return stops the build: each phase's first step, and the very last step
+    int stops[] = {0, 12, 13 + 2};
+    for (size_t k = 0; k < sizeof stops / sizeof stops[0]; k++) {
+        kiln_build_options o = bt_opts(1, KILN_PRECISION_FP32, 0);
+        kiln_built *b = NULL;
+        progress_log log;
+        memset(&log, 0, sizeof log);
+        log.stop_at = stops[k];
+        o.progress = record_progress;
+        o.progress_user_data = &log;
+        kiln_status st = kiln_build(g, &o, &b);
+        if (k + 1 == sizeof stops / sizeof stops[0]) {
+            // the last event's index depends on the layer count: stop at the final one instead
+            log.n = 0;
+            log.stop_at = -1;
+            CHECK_OK(kiln_build(g, &o, &b));
+            kiln_built_free(b);
+            b = NULL;
+            log.stop_at = log.n - 1;
+            log.n = 0;
+            st = kiln_build(g, &o, &b);
+        }
+        CHECK_STATUS(st, KILN_ERR_INVALID_STATE);
+        CHECK(b == NULL);
+        CHECK_MSG(strstr(kiln_last_error(), "stopped by the progress callback (it returned 7)") !=
+                      NULL,
+                  "message: %s", kiln_last_error());
+        CHECK(log.n == log.stop_at + 1); // nothing reported after the stop
+    }
+    CHECK(strstr(kiln_last_error(), "output 3 of 3 ('self-check')") != NULL);
+    kiln_graph_free(g);
+    free(w);
+    free(c);
+}
+
 // --- allocation failures: every failing allocation inside kiln_build is reported as
 // KILN_ERR_NO_MEMORY and leaks nothing; the eventual success gives the reference bytes.
 
@@ -462,6 +592,7 @@ int main(void) {
     test_io_lowering();
     test_external_weights();
     test_determinism();
+    test_progress();
     test_alloc_failures();
     test_random_graphs();
     return check_summary();

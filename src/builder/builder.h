@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/ops.h"
+#include "core/plan_memory.h"
 #include "ir/graph.h"
 #include "ir/shape.h"
 #include "kiln/kiln.h"
@@ -139,6 +140,10 @@ kiln_status kiln_bgraph_replace_node(kiln_bgraph *b, uint32_t old_node, int32_t 
 kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b);
 // Recomputes uses / user / is_output.
 kiln_status kiln_bgraph_count_uses(kiln_bgraph *b);
+// Reports one finished step to the options' progress callback (nothing without one); a nonzero
+// return from the callback becomes KILN_ERR_INVALID_STATE, which stops the build.
+kiln_status kiln_build_report(const kiln_build_options *o, kiln_build_phase phase, const char *name,
+                              uint32_t step, uint32_t n_steps);
 
 static inline kiln_attrs kiln_bgraph_attrs(const kiln_bgraph *b, const kiln_bnode *n) {
     const kiln_op_def *d = kiln_op_def_get(n->op);
@@ -178,21 +183,6 @@ kiln_status kiln_pass_check(const kiln_bgraph *b);      // pass_verify.c: final 
 // Largest output (bytes) constant folding evaluates.
 #define KILN_FOLD_MAX_NBYTES ((uint64_t)16 << 20)
 
-// --- memory planning (plan_memory.c)
-
-typedef struct kiln_mem_item {
-    uint64_t nbytes;     // size (0: placed at offset 0, takes no space)
-    int32_t first, last; // live over layers [first, last], inclusive
-    uint64_t offset;     // out: arena offset, a multiple of the alignment
-} kiln_mem_item;
-
-// Assigns offsets so that no two items live at a common layer overlap in [offset, offset +
-// nbytes): greedy by size, each item into the best-fitting gap among the items already placed
-// that it conflicts with (offset order), else after them. *out_arena_nbytes = the arena size.
-// Deterministic (ties broken by item index).
-kiln_status kiln_plan_memory(kiln_mem_item *items, uint32_t n, uint64_t align,
-                             uint64_t *out_arena_nbytes);
-
 // --- emission (plan_emit.c)
 
 typedef struct kiln_ext_weight {
@@ -208,6 +198,7 @@ kiln_status kiln_bgraph_emit(const kiln_bgraph *b, kiln_plan *out, kiln_ext_weig
                              uint32_t *out_n_ext);
 
 // --- the whole pipeline up to the plan (build.c); kiln_build serializes its result.
+
 kiln_status kiln_build_plan(const kiln_graph *g, const kiln_build_options *o, kiln_plan *out,
                             kiln_build_stats *out_stats);
 

@@ -206,7 +206,14 @@ static kiln_status emit_layers(emit_state *s) {
         n_units++;
     }
     qsort(units, n_units, sizeof *units, cmp_unit);
-    for (size_t i = 0; i < n_units && st == KILN_OK; i++) st = emit_group(s, units[i].node);
+    for (size_t i = 0; i < n_units && st == KILN_OK; i++) {
+        st = emit_group(s, units[i].node);
+        if (st == KILN_OK) {
+            st = kiln_build_report(&b->opts, KILN_BUILD_PHASE_LAYER,
+                                   kiln_op_name(b->nodes[units[i].node].op), (uint32_t)(i + 1),
+                                   (uint32_t)n_units);
+        }
+    }
     kiln_free(units, (b->n_nodes + 1) * sizeof *units);
     return st;
 }

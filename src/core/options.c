@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/env.h"
 #include "core/options.h"
 #include "core/status.h"
 
@@ -23,8 +24,6 @@ typedef enum value_kind {
     V_WGCFG,  // "auto" or "BN,SPLIT,OCC" (cuda.wgmma_config: three int fields)
 } value_kind;
 
-#define MAX_CHOICES 6
-
 typedef struct option_def {
     const char *name;
     value_kind kind;
@@ -33,303 +32,97 @@ typedef struct option_def {
     int env;           // 1: KILN_<NAME> (upper case, '.' as '_') overrides it, for debugging
     size_t offset;     // of the value in kiln_options
     int64_t min, max;  // V_INT, V_INT64
-    const char *choices[MAX_CHOICES]; // V_ENUM, NULL-terminated
-    int values[MAX_CHOICES];
+    const char *const *choices; // V_ENUM: NULL-terminated names ...
+    const int *values;          // ... and the values they store
     const char *help;
 } option_def;
 
 #define AT(field) offsetof(kiln_options, field)
 #define CUDA(field) offsetof(kiln_options, cuda.field)
+#define OPT(name, kind, def, scope, env, at, help)                                                 \
+    { name, kind, def, scope, env, at, 0, 0, NULL, NULL, help }
+#define OPT_INT(name, kind, def, scope, env, at, lo, hi, help)                                     \
+    { name, kind, def, scope, env, at, lo, hi, NULL, NULL, help }
+#define OPT_ENUM(name, def, at, names, values, help)                                               \
+    { name, V_ENUM, def, "both", 1, at, 0, 0, names, values, help }
+#define CUDA_BOOL(name, def, field, help)                                                          \
+    OPT("cuda." name, V_BOOL, def, "both", 1, CUDA(field), help)
+
+static const char *const splitk_names[] = {"auto", "off", "2", "4", "8", NULL};
+static const int splitk_values[] = {0, -1, 2, 4, 8};
+static const char *const gather_names[] = {"auto", "half", "global", NULL};
+static const int gather_values[] = {0, 1, 2};
+static const char *const rows_names[] = {"auto", "16", "32", "64", NULL};
+static const int rows_values[] = {0, 16, 32, 64};
+static const char *const split_names[] = {"auto", "2", "4", "8", NULL};
+static const int split_values[] = {0, 2, 4, 8};
 
 static const option_def defs[] = {
-    {"device",
-     V_DEVICE,
-     "auto",
-     "both",
-     0,
-     AT(device),
-     0,
-     0,
-     {NULL},
-     {0},
-     "where engines run: auto (the GPU when the CUDA plugin loads and a device is present, else "
-     "the CPU), cpu, or cuda:N"},
-    {"use_cuda_graphs",
-     V_BOOL,
-     "true",
-     "both",
-     0,
-     AT(use_cuda_graphs),
-     0,
-     0,
-     {NULL},
-     {0},
-     "CUDA: record each engine's layers in a CUDA graph on the second execute and replay it "
-     "after; a new input shape or bound pointer re-records"},
-    {"use_shared_activation_scratch",
-     V_BOOL,
-     "false",
-     "process",
-     0,
-     AT(use_shared_activation_scratch),
-     0,
-     0,
-     {NULL},
-     {0},
-     "CUDA: the contexts of engines loaded with it share one activation arena per device and "
-     "run one at a time"},
-    {"num_threads",
-     V_INT64,
-     "1",
-     "both",
-     0,
-     AT(num_threads),
-     1,
-     64,
-     {NULL},
-     {0},
-     "CPU backend worker threads (accepted; the CPU backend runs on the calling thread)"},
-    {"profile",
-     V_BOOL,
-     "false",
-     "both",
-     1,
-     AT(profile),
-     0,
-     0,
-     {NULL},
-     {0},
-     "time every layer of every execute (CUDA: graphs off, each layer behind a delay kernel); "
-     "kiln_context_layer_info reports the means"},
+    OPT("device", V_DEVICE, "auto", "both", 0, AT(device),
+        "where engines run: auto (the GPU when the CUDA plugin loads and a device is present, "
+        "else the CPU), cpu, or cuda:N"),
+    OPT("use_cuda_graphs", V_BOOL, "true", "both", 0, AT(use_cuda_graphs),
+        "CUDA: record each engine's layers in a CUDA graph on the second execute and replay it "
+        "after; a new input shape or bound pointer re-records"),
+    OPT("use_shared_activation_scratch", V_BOOL, "false", "process", 0,
+        AT(use_shared_activation_scratch),
+        "CUDA: the contexts of engines loaded with it share one activation arena per device and "
+        "run one at a time"),
+    OPT_INT("num_threads", V_INT64, "1", "both", 0, AT(num_threads), 1, 64,
+            "CPU backend worker threads (accepted; the CPU backend runs on the calling thread)"),
+    OPT("profile", V_BOOL, "false", "both", 1, AT(profile),
+        "time every layer of every execute (CUDA: graphs off, each layer behind a delay "
+        "kernel); kiln_context_layer_info reports the means"),
     // The CUDA backend's policy (kiln_cuda_policy).
-    {"cuda.cublaslt",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(cublaslt),
-     0,
-     0,
-     {NULL},
-     {0},
-     "GEMMs through cuBLASLt; false: Kiln's tiled kernel (debugging)"},
-    {"cuda.cudnn",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(cudnn),
-     0,
-     0,
-     {NULL},
-     {0},
-     "convolutions and attention may run on cuDNN; false: Kiln's own kernels"},
-    {"cuda.cudnn_sdpa",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(cudnn_sdpa),
-     0,
-     0,
-     {NULL},
-     {0},
-     "attention may run on cuDNN's fused SDPA (timed against Kiln's kernel)"},
-    {"cuda.tune",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(tune),
-     0,
-     0,
-     {NULL},
-     {0},
-     "time candidate algorithms and kernels at context creation; false: every choice by "
-     "heuristic (cuDNN runs every sdpa it takes; no wgmma kernel or K split unless forced)"},
-    {"cuda.gemv",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(gemv),
-     0,
-     0,
-     {NULL},
-     {0},
-     "Kiln's GEMV runs fp16/bf16 linears of at most 8 rows; false: cuBLASLt"},
-    {"cuda.wgmma",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(wgmma),
-     0,
-     0,
-     {NULL},
-     {0},
-     "Kiln's small-M TMA + wgmma linear (sm_90) is timed against cuBLASLt for 9-256 rows"},
-    {"cuda.wgmma_config",
-     V_WGCFG,
-     "auto",
-     "both",
-     1,
-     CUDA(wgmma_bn),
-     0,
-     0,
-     {NULL},
-     {0},
-     "BN,SPLIT,OCC (BN 64 or 128, SPLIT 1, 2, 4 or 8, OCC 1 or 2): every linear the wgmma "
-     "kernel takes runs on it with that configuration, untimed"},
-    {"cuda.splitk",
-     V_ENUM,
-     "auto",
-     "both",
-     1,
-     CUDA(splitk),
-     0,
-     0,
-     {"auto", "off", "2", "4", "8", NULL},
-     {0, -1, 2, 4, 8},
-     "K split of fp16/bf16 linears over a batched cuBLASLt GEMM: auto (timed where it may "
-     "pay), off, or 2/4/8 slices on every linear it can take, untimed"},
-    {"cuda.pdl",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(pdl),
-     0,
-     0,
-     {NULL},
-     {0},
-     "the small-M kernels use programmatic dependent launch"},
-    {"cuda.nhwc",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(nhwc),
-     0,
-     0,
-     {NULL},
-     {0},
-     "4-D fp16/bf16 activations around convolutions are kept NHWC (with cuDNN)"},
-    {"cuda.stem_kernel",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(stem_kernel),
-     0,
-     0,
-     {NULL},
-     {0},
-     "Kiln's stem kernel runs NHWC convs with C % 8 != 0; false: cuDNN on a padded copy"},
-    {"cuda.stem_gather",
-     V_ENUM,
-     "auto",
-     "both",
-     1,
-     CUDA(stem_gather),
-     0,
-     0,
-     {"auto", "half", "global", NULL},
-     {0, 1, 2},
-     "the stem kernel's input gather: auto (the best that applies), half (16-bit patch "
-     "loads) or global (gathers from global memory)"},
-    {"cuda.attention_fold",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(attention_fold),
-     0,
-     0,
-     {NULL},
-     {0},
-     "the head split/merge permutes around sdpa run no kernel (sdpa reads strided views)"},
-    {"cuda.tc_attention",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(tc_attention),
-     0,
-     0,
-     {NULL},
-     {0},
-     "fp16/bf16 sdpa may run on Kiln's tensor-core kernels; false: the fp32-FMA kernels"},
-    {"cuda.sdpa_rows",
-     V_ENUM,
-     "auto",
-     "both",
-     1,
-     CUDA(sdpa_rows),
-     0,
-     0,
-     {"auto", "16", "32", "64", NULL},
-     {0, 16, 32, 64},
-     "query rows per CTA of the tensor-core sdpa (forcing it keeps Kiln's kernel): auto (by "
-     "occupancy), 16, 32 or 64"},
-    {"cuda.sdpa_split",
-     V_ENUM,
-     "auto",
-     "both",
-     1,
-     CUDA(sdpa_split),
-     0,
-     0,
-     {"auto", "2", "4", "8", NULL},
-     {0, 2, 4, 8},
-     "warps per 16-row block of the split-key sdpa (forcing it keeps Kiln's kernel): auto (by "
-     "residency), 2, 4 or 8"},
-    {"cuda.l2_keep_pct",
-     V_INT,
-     "50",
-     "both",
-     1,
-     CUDA(l2_keep_pct),
-     0,
-     100,
-     {NULL},
-     {0},
-     "percent of the device's L2 the small-M linears' weights may keep between executes"},
-    {"cuda.flag_wait",
-     V_BOOL,
-     "true",
-     "both",
-     1,
-     CUDA(flag_wait),
-     0,
-     0,
-     {NULL},
-     {0},
-     "a CUDA graph replay ends by waiting on a flag its last node clears instead of "
-     "cudaStreamSynchronize"},
-    {"cuda.debug_sync",
-     V_BOOL,
-     "false",
-     "both",
-     1,
-     CUDA(debug_sync),
-     0,
-     0,
-     {NULL},
-     {0},
-     "graphs off; synchronize after every layer so that a fault names its layer"},
-    {"cuda.profile_delay_us",
-     V_INT,
-     "100",
-     "both",
-     1,
-     CUDA(profile_delay_us),
-     1,
-     1000000,
-     {NULL},
-     {0},
-     "with profile: microseconds of the delay kernel queued ahead of each layer, so that the "
-     "events around a layer time GPU work only"},
+    CUDA_BOOL("cublaslt", "true", cublaslt,
+              "GEMMs through cuBLASLt; false: Kiln's tiled kernel (debugging)"),
+    CUDA_BOOL("cudnn", "true", cudnn,
+              "convolutions and attention may run on cuDNN; false: Kiln's own kernels"),
+    CUDA_BOOL("cudnn_sdpa", "true", cudnn_sdpa,
+              "attention may run on cuDNN's fused SDPA (timed against Kiln's kernel)"),
+    CUDA_BOOL("tune", "true", tune,
+              "time candidate algorithms and kernels at context creation; false: every choice by "
+              "heuristic (cuDNN runs every sdpa it takes; no wgmma kernel or K split unless "
+              "forced)"),
+    CUDA_BOOL("gemv", "true", gemv,
+              "Kiln's GEMV runs fp16/bf16 linears of at most 8 rows; false: cuBLASLt"),
+    CUDA_BOOL("wgmma", "true", wgmma,
+              "Kiln's small-M TMA + wgmma linear (sm_90) is timed against cuBLASLt for 9-256 rows"),
+    OPT("cuda.wgmma_config", V_WGCFG, "auto", "both", 1, CUDA(wgmma_bn),
+        "BN,SPLIT,OCC (BN 64 or 128, SPLIT 1, 2, 4 or 8, OCC 1 or 2): every linear the wgmma "
+        "kernel takes runs on it with that configuration, untimed"),
+    OPT_ENUM("cuda.splitk", "auto", CUDA(splitk), splitk_names, splitk_values,
+             "K split of fp16/bf16 linears over a batched cuBLASLt GEMM: auto (timed where it may "
+             "pay), off, or 2/4/8 slices on every linear it can take, untimed"),
+    CUDA_BOOL("pdl", "true", pdl, "the small-M kernels use programmatic dependent launch"),
+    CUDA_BOOL("nhwc", "true", nhwc,
+              "4-D fp16/bf16 activations around convolutions are kept NHWC (with cuDNN)"),
+    CUDA_BOOL("stem_kernel", "true", stem_kernel,
+              "Kiln's stem kernel runs NHWC convs with C % 8 != 0; false: cuDNN on a padded copy"),
+    OPT_ENUM("cuda.stem_gather", "auto", CUDA(stem_gather), gather_names, gather_values,
+             "the stem kernel's input gather: auto (the best that applies), half (16-bit patch "
+             "loads) or global (gathers from global memory)"),
+    CUDA_BOOL("attention_fold", "true", attention_fold,
+              "the head split/merge permutes around sdpa run no kernel (sdpa reads strided "
+              "views)"),
+    CUDA_BOOL("tc_attention", "true", tc_attention,
+              "fp16/bf16 sdpa may run on Kiln's tensor-core kernels; false: the fp32-FMA kernels"),
+    OPT_ENUM("cuda.sdpa_rows", "auto", CUDA(sdpa_rows), rows_names, rows_values,
+             "query rows per CTA of the tensor-core sdpa (forcing it keeps Kiln's kernel): auto "
+             "(by occupancy), 16, 32 or 64"),
+    OPT_ENUM("cuda.sdpa_split", "auto", CUDA(sdpa_split), split_names, split_values,
+             "warps per 16-row block of the split-key sdpa (forcing it keeps Kiln's kernel): auto "
+             "(by residency), 2, 4 or 8"),
+    OPT_INT("cuda.l2_keep_pct", V_INT, "50", "both", 1, CUDA(l2_keep_pct), 0, 100,
+            "percent of the device's L2 the small-M linears' weights may keep between executes"),
+    CUDA_BOOL("flag_wait", "true", flag_wait,
+              "a CUDA graph replay ends by waiting on a flag its last node clears instead of "
+              "cudaStreamSynchronize"),
+    CUDA_BOOL("debug_sync", "false", debug_sync,
+              "graphs off; synchronize after every layer so that a fault names its layer"),
+    OPT_INT("cuda.profile_delay_us", V_INT, "100", "both", 1, CUDA(profile_delay_us), 1, 1000000,
+            "with profile: microseconds of the delay kernel queued ahead of each layer, so that "
+            "the events around a layer time GPU work only"),
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
@@ -342,10 +135,6 @@ _Static_assert(offsetof(kiln_cuda_policy, wgmma_split) ==
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
 static kiln_options process; // guarded by lock; the defaults until set
-
-// --- the one reader of the environment
-
-const char *kiln_env(const char *name) { return name != NULL ? getenv(name) : NULL; }
 
 // --- values
 
@@ -382,7 +171,7 @@ static void accepted(const option_def *d, char *buf, size_t n) {
         return;
     case V_ENUM:
         buf[0] = '\0';
-        for (int i = 0; i < MAX_CHOICES && d->choices[i] != NULL && used < n; i++) {
+        for (int i = 0; d->choices[i] != NULL && used < n; i++) {
             int w = snprintf(buf + used, n - used, "%s%s", i == 0 ? "" : ", ", d->choices[i]);
             if (w < 0) break;
             used += (size_t)w;
@@ -450,7 +239,7 @@ static int apply_text(kiln_options *o, const option_def *d, const char *t) {
         *(int64_t *)((char *)o + d->offset) = v;
         return 1;
     case V_ENUM:
-        for (int i = 0; i < MAX_CHOICES && d->choices[i] != NULL; i++) {
+        for (int i = 0; d->choices[i] != NULL; i++) {
             if (strcmp(t, d->choices[i]) == 0) return *int_at(o, d) = d->values[i], 1;
         }
         return 0;
@@ -483,7 +272,7 @@ static void value_text(const kiln_options *o, const option_def *d, char *buf, si
         }
         return;
     case V_ENUM:
-        for (int i = 0; i < MAX_CHOICES && d->choices[i] != NULL; i++) {
+        for (int i = 0; d->choices[i] != NULL; i++) {
             if (d->values[i] == *p) {
                 snprintf(buf, n, "%s", d->choices[i]);
                 return;
@@ -643,30 +432,26 @@ kiln_status kiln_option_describe(uint32_t index, const char **out_help, char *en
 // Logs each distinct environment override once per process (INFO).
 static atomic_int env_logged[N_DEFS];
 
-extern char **environ;
-
-// Once per process: a warning for each KILN_CUDA_* variable that overrides no option (a
-// misspelling, or a switch that no longer exists), so that it is not silently ignored.
-static void warn_unknown_env(void) {
-    for (char **e = environ; e != NULL && *e != NULL; e++) {
-        const char *eq = strchr(*e, '=');
-        size_t n = eq != NULL ? (size_t)(eq - *e) : strlen(*e);
-        int known = n == strlen("KILN_CUDA_PLUGIN") && strncmp(*e, "KILN_CUDA_PLUGIN", n) == 0;
-        if (n < 10 || strncmp(*e, "KILN_CUDA_", 10) != 0) continue;
-        for (size_t i = 0; i < N_DEFS && !known; i++) {
-            char name[64];
-            if (!defs[i].env) continue;
-            env_name(&defs[i], name, sizeof name);
-            known = strlen(name) == n && strncmp(name, *e, n) == 0;
-        }
-        if (!known) {
-            kiln_log(KILN_LOG_WARN,
-                     "environment variable %.*s is not a Kiln option and is ignored; the CUDA "
-                     "options and their variables are listed in docs/options.md",
-                     (int)(n < 64 ? n : 64), *e);
-        }
+// A KILN_CUDA_* variable that overrides no option (a misspelling, or a switch that no longer
+// exists) is reported once per process instead of being silently ignored.
+static void warn_if_unknown(const char *var, size_t n, void *user_data) {
+    int known = n == strlen("KILN_CUDA_PLUGIN") && strncmp(var, "KILN_CUDA_PLUGIN", n) == 0;
+    (void)user_data;
+    for (size_t i = 0; i < N_DEFS && !known; i++) {
+        char name[64];
+        if (!defs[i].env) continue;
+        env_name(&defs[i], name, sizeof name);
+        known = strlen(name) == n && strncmp(name, var, n) == 0;
+    }
+    if (!known) {
+        kiln_log(KILN_LOG_WARN,
+                 "environment variable %.*s is not a Kiln option and is ignored; the CUDA options "
+                 "and their variables are listed in docs/options.md",
+                 (int)(n < 64 ? n : 64), var);
     }
 }
+
+static void warn_unknown_env(void) { kiln_env_each("KILN_CUDA_", warn_if_unknown, NULL); }
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static kiln_status apply_env(kiln_options *o) {

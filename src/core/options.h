@@ -53,8 +53,4 @@ typedef struct kiln_options {
 kiln_status kiln_options_resolve(const kiln_option_setting *settings, uint32_t n_settings,
                                  kiln_options *out);
 
-// The value of environment variable `name`, or NULL. The one place libkiln reads the
-// environment: the options' debug overrides, KILN_LOG_LEVEL and KILN_CUDA_PLUGIN.
-const char *kiln_env(const char *name);
-
 #endif // KILN_CORE_OPTIONS_H

@@ -9,7 +9,7 @@
 #endif
 #include <stdatomic.h>
 
-#include "core/options.h"
+#include "core/env.h"
 #include "core/status.h"
 
 static const char *const status_names[KILN_STATUS_COUNT] = {

@@ -1,58 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CUDA backend's op switch: which launcher runs a layer (kiln_cuda_run) and whether the
-// backend implements it at all (kiln_cuda_supports, checked for every layer at engine load so
-// that an unsupported engine fails there with a message instead of at execute).
+// The CUDA backend's op switch (cuda_plan.h): whether the backend implements a layer at all
+// (kiln_cuda_supports, checked for every layer at engine load so that an unsupported engine
+// fails there with a message instead of at execute), how the planned ops are planned, and what
+// runs a layer (kiln_cuda_run).
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda/cuda_ops.h"
+#include "cuda/cuda_plan.h"
 
-static int is_unary(uint32_t op) {
-    switch (op) {
-    case KILN_OP_RELU:
-    case KILN_OP_GELU:
-    case KILN_OP_SILU:
-    case KILN_OP_SIGMOID:
-    case KILN_OP_TANH:
-    case KILN_OP_HARDSWISH:
-    case KILN_OP_HARDSIGMOID:
-    case KILN_OP_NEG:
-    case KILN_OP_SQRT:
-    case KILN_OP_RSQRT:
-    case KILN_OP_EXP:
-    case KILN_OP_LOG:
-    case KILN_OP_COS:
-    case KILN_OP_SIN:
-    case KILN_OP_COPY:
-    case KILN_OP_CAST:
-    case KILN_OP_CLAMP: return 1;
-    default: return 0;
-    }
-}
-
+static int is_unary(uint32_t op) { return kiln_cuda_eltwise_arity(op) == 1; }
+static int is_binary(uint32_t op) { return kiln_cuda_eltwise_arity(op) >= 2; }
 static int is_logic(uint32_t op) { return op >= KILN_OP_EQ && op <= KILN_OP_BITWISE_NOT; }
 
-static int is_binary(uint32_t op) {
-    switch (op) {
-    case KILN_OP_ADD:
-    case KILN_OP_SUB:
-    case KILN_OP_MUL:
-    case KILN_OP_DIV:
-    case KILN_OP_POW:
-    case KILN_OP_WHERE: return 1;
-    default: return 0;
-    }
-}
-
-static int is_head(uint32_t op) {
+// Heads that apply their own tail (part of it may ride in a kernel's epilogue); any other op's
+// tail runs after it here.
+static int applies_own_tail(uint32_t op) {
     return op == KILN_OP_LINEAR || op == KILN_OP_MATMUL || op == KILN_OP_CONV2D ||
            op == KILN_OP_CONV_TRANSPOSE2D;
 }
 
-static kiln_status run_op(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+int kiln_cuda_op_planned(uint32_t op) {
+    return op == KILN_OP_LINEAR || op == KILN_OP_MATMUL || op == KILN_OP_CONV2D ||
+           op == KILN_OP_SDPA;
+}
+
+static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     switch (args->op) {
-    case KILN_OP_LINEAR: return kiln_cuda_linear(ctx, args);
-    case KILN_OP_MATMUL: return kiln_cuda_matmul(ctx, args);
-    case KILN_OP_CONV2D: return kiln_cuda_conv2d(ctx, args);
     case KILN_OP_CONV_TRANSPOSE2D: return kiln_cuda_conv_transpose2d(ctx, args);
     case KILN_OP_BATCH_NORM: return kiln_cuda_batch_norm(ctx, args);
     case KILN_OP_SOFTMAX:
@@ -72,7 +46,6 @@ static kiln_status run_op(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
     case KILN_OP_SLICE: return kiln_cuda_slice(ctx, args);
     case KILN_OP_SELECT: return kiln_cuda_select(ctx, args);
     case KILN_OP_EMBEDDING: return kiln_cuda_embedding(ctx, args);
-    case KILN_OP_SDPA: return kiln_cuda_sdpa(ctx, args);
     case KILN_OP_INDEX: return kiln_cuda_index(ctx, args);
     case KILN_OP_GATHER: return kiln_cuda_gather(ctx, args);
     case KILN_OP_UPSAMPLE_NEAREST2D:
@@ -91,12 +64,112 @@ static kiln_status run_op(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
     }
 }
 
-kiln_status kiln_cuda_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
-    kiln_status st = run_op(ctx, args);
-    // Heads apply their own tail (part of it may ride in a GEMM epilogue); any other op's tail
-    // runs here.
-    if (st == KILN_OK && args->n_tail > 0 && !is_head(args->op)) st = kiln_cuda_tail(ctx, args, 0);
+void kiln_cuda_plan_key(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t *key) {
+    switch (args->op) {
+    case KILN_OP_LINEAR: kiln_cuda_linear_key(ctx, args, key); return;
+    case KILN_OP_MATMUL: kiln_cuda_matmul_key(ctx, args, key); return;
+    case KILN_OP_CONV2D: kiln_cuda_conv2d_key(ctx, args, key); return;
+    case KILN_OP_SDPA: kiln_cuda_sdpa_key(ctx, args, key); return;
+    default: memset(key, 0, KILN_CUDA_PLAN_KEY * sizeof *key); return;
+    }
+}
+
+int kiln_cuda_plan_current(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                           const kiln_cuda_layer_plan *plan) {
+    int64_t key[KILN_CUDA_PLAN_KEY];
+    if (plan->kernel == KILN_CUDA_K_NONE) return 0;
+    kiln_cuda_plan_key(ctx, args, key);
+    return key[0] >= 0 && memcmp(key, plan->key, sizeof key) == 0;
+}
+
+void kiln_cuda_plan_release(kiln_cuda_layer_plan *plan) {
+    if (plan == NULL) return;
+    kiln_cuda_conv_plan_release(&plan->conv);
+    memset(plan, 0, sizeof *plan);
+}
+
+kiln_status kiln_cuda_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int tune,
+                           kiln_cuda_layer_plan *plan) {
+    kiln_status st;
+    kiln_cuda_plan_release(plan);
+    kiln_cuda_plan_key(ctx, args, plan->key);
+    switch (args->op) {
+    case KILN_OP_LINEAR: st = kiln_cuda_linear_plan(ctx, args, tune, plan); break;
+    case KILN_OP_MATMUL: st = kiln_cuda_matmul_plan(ctx, args, tune, plan); break;
+    case KILN_OP_CONV2D: st = kiln_cuda_conv2d_plan(ctx, args, plan); break;
+    case KILN_OP_SDPA: st = kiln_cuda_sdpa_plan(ctx, args, tune, plan); break;
+    default:
+        return kiln_cuda_fail(KILN_ERR_INTERNAL, "cuda backend: op %s has no plan (at %s)",
+                              kiln_cuda_op_name(args->op), ctx->where ? ctx->where : "?");
+    }
+    if (st != KILN_OK) kiln_cuda_plan_release(plan); // not planned: NONE
     return st;
+}
+
+kiln_status kiln_cuda_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                          kiln_cuda_layer_plan *plan) {
+    kiln_status st;
+    switch (args->op) {
+    case KILN_OP_LINEAR:
+    case KILN_OP_MATMUL: return kiln_cuda_gemm_run(ctx, args, plan);
+    case KILN_OP_CONV2D: return kiln_cuda_conv2d_run(ctx, args, plan);
+    case KILN_OP_SDPA: st = kiln_cuda_sdpa_run(ctx, args, plan); break;
+    default: st = run_launcher(ctx, args); break;
+    }
+    if (st == KILN_OK && args->n_tail > 0 && !applies_own_tail(args->op)) {
+        st = kiln_cuda_tail(ctx, args, 0);
+    }
+    return st;
+}
+
+const char *kiln_cuda_kernel_name(kiln_cuda_kernel k) {
+    switch (k) {
+    case KILN_CUDA_K_EMPTY: return "none";
+    case KILN_CUDA_K_TILED: return "tiled";
+    case KILN_CUDA_K_CUBLASLT: return "cublaslt";
+    case KILN_CUDA_K_GEMV: return "gemv";
+    case KILN_CUDA_K_WGMMA: return "wgmma";
+    case KILN_CUDA_K_SPLITK: return "splitk";
+    case KILN_CUDA_K_CUDNN: return "cudnn";
+    case KILN_CUDA_K_STEM: return "stem";
+    case KILN_CUDA_K_CONV_DIRECT: return "conv_direct";
+    case KILN_CUDA_K_CONV_GEMM: return "conv_gemm";
+    case KILN_CUDA_K_SDPA_TC: return "sdpa_tc";
+    case KILN_CUDA_K_SDPA_TC_SPLIT: return "sdpa_tc_split";
+    case KILN_CUDA_K_SDPA_FLASH: return "sdpa_flash";
+    case KILN_CUDA_K_SDPA_SIMPLE: return "sdpa_simple";
+    default: return "unplanned";
+    }
+}
+
+void kiln_cuda_plan_describe(const kiln_cuda_layer_plan *plan, uint32_t op, kiln_layer_info *out) {
+    if (plan == NULL || !kiln_cuda_op_planned(op)) {
+        snprintf(out->kernel, sizeof out->kernel, "kiln");
+        snprintf(out->detail, sizeof out->detail, "%s kernel", kiln_cuda_op_name(op));
+        return;
+    }
+    snprintf(out->kernel, sizeof out->kernel, "%s", kiln_cuda_kernel_name(plan->kernel));
+    if (plan->kernel == KILN_CUDA_K_NONE) {
+        snprintf(out->detail, sizeof out->detail, "not planned yet (planned at its first execute)");
+        return;
+    }
+    if (plan->timed) out->flags |= KILN_LAYER_INFO_TIMED;
+    if (plan->fell_back) out->flags |= KILN_LAYER_INFO_FELL_BACK;
+    switch (op) {
+    case KILN_OP_LINEAR:
+    case KILN_OP_MATMUL:
+        kiln_cuda_gemm_describe(plan, out->detail, sizeof out->detail);
+        out->workspace_nbytes =
+            plan->kernel == KILN_CUDA_K_CUBLASLT || plan->kernel == KILN_CUDA_K_SPLITK
+                ? plan->gemm.lt.ws_nbytes
+                : 0;
+        break;
+    case KILN_OP_CONV2D:
+        kiln_cuda_conv_describe(plan, out->detail, sizeof out->detail);
+        out->workspace_nbytes = plan->kernel == KILN_CUDA_K_CUDNN ? plan->conv.ws_nbytes : 0;
+        break;
+    default: kiln_cuda_sdpa_describe(plan, out->detail, sizeof out->detail); break;
+    }
 }
 
 static int why_not(char *why, size_t n, const kiln_kernel_args *args, const char *what) {
@@ -136,7 +209,7 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
         return 1;
     }
     if (is_binary(op)) {
-        int n = op == KILN_OP_WHERE ? 3 : 2;
+        int n = kiln_cuda_eltwise_arity(op);
         if (args->n_in < (uint32_t)n || !kiln_cuda_eltwise_supports(op, args->in, n, args->out)) {
             return why_not(why, why_nbytes, args, "these dtypes or shapes are not supported");
         }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cuda/cuda_fold.h"
-#include "cuda/cuda_layout.h"
+#include "cuda/cuda_util.h"
 #include "runtime/plan.h"
 
 #define VIRT KILN_CUDA_FOLD_VIRTUAL
@@ -144,7 +144,7 @@ static int overlap(const fold_state *s, int32_t a, int32_t b) {
     const kiln_plan_tensor *x = &p->tensors[a], *y = &p->tensors[b];
     if (a == b) return 1;
     if (x->kind != KILN_TENSOR_ACTIVATION || y->kind != KILN_TENSOR_ACTIVATION) return 0;
-    if (s->f->reloc[a] || s->f->reloc[b]) return 0; // in the context's private pool
+    if (s->f->reloc[a] || s->f->reloc[b]) return 0; // outside the arena (cuda_memory.c)
     if (x->nbytes == 0 || y->nbytes == 0) return 0;
     return x->offset < y->offset + y->nbytes && y->offset < x->offset + x->nbytes;
 }
@@ -283,8 +283,8 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
                     unfold_chain(s, t);
                     changed = 1;
                 } else if (!base_safe(s, x, li)) {
-                    // the arena slot is reused before the sdpa reads it: the base moves to the
-                    // context's private pool (only its producer writes there)
+                    // the arena slot is reused before the sdpa reads it: the base moves out of
+                    // the arena, to memory only its producer writes while it lives
                     if (p->tensors[x].kind == KILN_TENSOR_ACTIVATION && !f->reloc[x]) {
                         f->reloc[x] = 1;
                     } else {
@@ -333,46 +333,16 @@ static uint32_t last_read(const fold_state *s, int32_t t) {
     return end;
 }
 
-#define POOL_ALIGN 256u
-
-// Places the relocated bases in the private pool: first fit among those whose live ranges
-// (producer .. last read) overlap. reloc[t] becomes offset + 1.
-static kiln_status place_pool(fold_state *s) {
+// The relocated bases' live ranges (producer .. last read through the views).
+static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
     kiln_cuda_fold *f = s->f;
-    size_t nt = p->n_tensors;
-    uint32_t *lo = kiln_cuda_calloc((nt + 1) * sizeof *lo),
-             *hi = kiln_cuda_calloc((nt + 1) * sizeof *hi);
-    if (lo == NULL || hi == NULL) {
-        kiln_cuda_free(lo, (nt + 1) * sizeof *lo);
-        kiln_cuda_free(hi, (nt + 1) * sizeof *hi);
-        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold pool)");
-    }
-    for (size_t t = 0; t < nt; t++) {
+    for (uint32_t t = 0; t < p->n_tensors; t++) {
         if (!f->reloc[t]) continue;
-        lo[t] = f->producer[t] < 0 ? 0 : (uint32_t)f->producer[t];
-        hi[t] = last_read(s, (int32_t)t);
-        f->reloc[t] = 0; // placed below (offset + 1); 0 again means "not placed yet"
-        uint64_t off = 0, size = (p->tensors[t].nbytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
-        for (int moved = 1; moved;) { // first fit: bump past every live, overlapping placement
-            moved = 0;
-            for (size_t u = 0; u < t; u++) {
-                if (!f->reloc[u] || hi[u] < lo[t] || hi[t] < lo[u]) continue;
-                uint64_t uo = f->reloc[u] - 1;
-                uint64_t us = (p->tensors[u].nbytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
-                if (off < uo + us && uo < off + size) {
-                    off = uo + us;
-                    moved = 1;
-                }
-            }
-        }
-        f->reloc[t] = off + 1;
-        if (off + size > f->pool_nbytes) f->pool_nbytes = off + size;
+        f->live_first[t] = f->producer[t] < 0 ? 0 : (uint32_t)f->producer[t];
+        f->live_last[t] = last_read(s, (int32_t)t);
         f->n_reloc++;
     }
-    kiln_cuda_free(lo, (nt + 1) * sizeof *lo);
-    kiln_cuda_free(hi, (nt + 1) * sizeof *hi);
-    return KILN_OK;
 }
 
 kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const uint8_t *alt,
@@ -388,15 +358,17 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.sdpa_out = kiln_cuda_calloc((nl + 1) * sizeof *f.sdpa_out);
     f.sdpa_dst = kiln_cuda_calloc((nl + 1) * sizeof *f.sdpa_dst);
     f.producer = kiln_cuda_calloc((nt + 1) * sizeof *f.producer);
-    f.reloc = kiln_cuda_calloc((nt + 1) * sizeof *f.reloc);
+    f.reloc = kiln_cuda_calloc(nt + 1);
+    f.live_first = kiln_cuda_calloc((nt + 1) * sizeof *f.live_first);
+    f.live_last = kiln_cuda_calloc((nt + 1) * sizeof *f.live_last);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
     s.cand = kiln_cuda_calloc(nl + 1);
     s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
-        f.producer == NULL || f.reloc == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL ||
-        s.cand == NULL || s.shapes == NULL) {
+        f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
+        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -451,11 +423,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     s.f = &f;
     if (enable) {
         decide(&s, nhwc, alt);
-        st = place_pool(&s);
-        if (st != KILN_OK) {
-            kiln_cuda_fold_free(p, &f);
-            goto done;
-        }
+        live_ranges(&s);
     }
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
@@ -488,6 +456,8 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->sdpa_out, (nl + 1) * sizeof *f->sdpa_out);
     kiln_cuda_free(f->sdpa_dst, (nl + 1) * sizeof *f->sdpa_dst);
     kiln_cuda_free(f->producer, (nt + 1) * sizeof *f->producer);
-    kiln_cuda_free(f->reloc, (nt + 1) * sizeof *f->reloc);
+    kiln_cuda_free(f->reloc, nt + 1);
+    kiln_cuda_free(f->live_first, (nt + 1) * sizeof *f->live_first);
+    kiln_cuda_free(f->live_last, (nt + 1) * sizeof *f->live_last);
     memset(f, 0, sizeof *f);
 }

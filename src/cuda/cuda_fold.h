@@ -18,10 +18,10 @@
 // base must not be overwritten before the sdpa reads it: every fold is checked against the
 // arena ranges of the tensors written by the layers that really run in between (and the
 // redirected sdpa output against the tensors the sdpa reads, with nothing running between the
-// sdpa and its permute). A base that fails moves out of the arena into a private pool of the
-// context (first fit by live range: producer .. last read through the views); a redirected
-// output that fails is undone; to a fixed point.
-// KILN_CUDA_NO_PERMUTE_FOLD=1 turns the pass off (every layer runs, the previous behaviour).
+// sdpa and its permute). A base that fails moves out of the arena: the context places it in its
+// extras block by its live range (producer .. last read through the views) with libkiln's
+// memory planner (cuda_memory.c); a redirected output that fails is undone; to a fixed point.
+// The option cuda.attention_fold = false turns the pass off (every layer runs).
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -51,11 +51,12 @@ typedef struct kiln_cuda_fold {
     int32_t *sdpa_dst;    // n_layers: the tensor it writes: the permute's output, or the output of
                           // the RESHAPE that is its only reader (dense: the same bytes), or -1
     int32_t *producer;    // n_tensors: the layer writing the tensor (-1: input, weight, none)
-    uint64_t *reloc;      // n_tensors: 0, or 1 + the tensor's offset in the context's private
-                          // pool (a folded base whose arena slot is reused before the sdpa)
-    uint64_t pool_nbytes; // the private pool (0: none)
-    uint32_t n_reloc;     // tensors in the pool
-    uint32_t n_virtual;   // layers that run no kernel
+    uint8_t *reloc;       // n_tensors: 1 for a folded base whose arena slot is reused before
+                          // the sdpa reads it (placed outside the arena: cuda_memory.c)
+    uint32_t *live_first; // n_tensors: a relocated base's live range over the layers
+    uint32_t *live_last;
+    uint32_t n_reloc;               // relocated bases
+    uint32_t n_virtual;             // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs
 } kiln_cuda_fold;
 

@@ -5,14 +5,7 @@
 
 #include <string.h>
 
-int32_t kiln_cuda_group_output(const kiln_plan *p, uint32_t li) {
-    const kiln_plan_layer *l = &p->layers[li];
-    int32_t running = p->ids[l->output_begin];
-    for (uint32_t t = 0; t < l->n_tail && li + 1 + t < p->n_layers; t++) {
-        running = p->ids[p->layers[li + 1 + t].output_begin];
-    }
-    return running;
-}
+#include "runtime/plan_group.h"
 
 static int64_t max_numel(const kiln_plan_tensor *t) {
     int64_t n = 1;
@@ -183,7 +176,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA layout pass)");
     }
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
-        int32_t o = kiln_cuda_group_output(p, li);
+        int32_t o = kiln_plan_group_output(p, li);
         kind[li] = (uint8_t)head_kind(p, li, o);
         if (p->layers[li].op == KILN_OP_CONV2D) l.n_conv++;
         if (enable && (kind[li] == K_CONV || kind[li] == K_FOLLOW) &&
@@ -201,14 +194,14 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
             const kiln_plan_layer *hl = &p->layers[li];
             if (kind[li] != K_FOLLOW) continue;
-            int32_t o = kiln_cuda_group_output(p, li);
+            int32_t o = kiln_plan_group_output(p, li);
             for (uint32_t j = 0; j < hl->n_inputs; j++)
                 changed |= unify(p, l.nhwc, in_id(p, hl, j), o);
         }
     }
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         const kiln_plan_layer *hl = &p->layers[li];
-        int32_t o = kiln_cuda_group_output(p, li), x = in_id(p, hl, 0);
+        int32_t o = kiln_plan_group_output(p, li), x = in_id(p, hl, 0);
         if (kind[li] == K_CONV || kind[li] == K_FOLLOW) {
             l.head_nhwc[li] = l.nhwc[o];
         } else if (kind[li] == K_ADAPTIVE) {

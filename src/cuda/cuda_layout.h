@@ -23,15 +23,17 @@
 // way (zero filters for the pad), so that cuDNN runs it on tensor cores: such a tensor is never
 // NHWC itself, so the copy is always the padded one. With KILN_CUDA_LAYOUT_STEM, such a conv
 // whose depth C * kh * kw is at most KILN_CUDA_STEM_MAX_K (ResNet's 3-channel 7x7 stem) runs on
-// Kiln's stem kernel instead (op_conv.cu): it reads its NCHW input as it is (no copy, no KRSC
-// weight) and writes NHWC. KILN_CUDA_NO_NHWC=1 turns the pass off (everything NCHW, the previous
-// behaviour); KILN_CUDA_NO_STEM=1 only the stem kernel (the padded copy and cuDNN instead).
+// Kiln's stem kernel instead (conv_stem.cu): it reads its NCHW input as it is (no copy, no KRSC
+// weight) and writes NHWC. The options cuda.nhwc = false turns the pass off (everything NCHW)
+// and cuda.stem_kernel = false only the stem kernel (the padded copy and cuDNN instead). The
+// copies and KRSC weights are placed by cuda_memory.c.
 #ifndef KILN_CUDA_CUDA_LAYOUT_H
 #define KILN_CUDA_CUDA_LAYOUT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/cuda_util.h"
 #include "kiln/kiln.h"
 #include "runtime/plan.h"
 
@@ -69,10 +71,10 @@ static inline int kiln_cuda_stem_fits(int64_t c, int64_t kh, int64_t kw, int64_t
            (c * h + (kh - 1) * dh) * w + (kw - 1) * dw < ((int64_t)1 << 31);
 }
 
-// The GEMV kernel's largest M (op_gemm.cu).
+// The GEMV kernel's largest M (op_gemv.cu).
 #define KILN_CUDA_GEMV_MAX_M 8
 
-// The L2 plan of the GEMV weights (kiln_cuda_ctx.gemv_keep): for every linear layer of p that
+// The L2 plan of the GEMV weights (kiln_cuda_ctx.l2_keep): for every linear layer of p that
 // runs on the GEMV kernel (a float16/bfloat16 weight, at most KILN_CUDA_GEMV_MAX_M input rows at
 // the largest shape), smallest weight first, keep[li] = the bytes at the start of its weight
 // that its loads mark evict-last, while the kept bytes sum to at most budget (the last one kept
@@ -88,14 +90,6 @@ uint64_t kiln_cuda_plan_l2(const kiln_plan *p, uint64_t budget, int64_t max_rows
 // for memory.
 kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layout *out);
 void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l);
-
-// The plugin's allocator and error helpers (cuda_util.c; also declared in cuda_ops.h).
-void *kiln_cuda_calloc(size_t nbytes);
-void kiln_cuda_free(void *ptr, size_t nbytes);
-kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...);
-
-// The final tensor a head layer's group writes (the head's output or its last tail's).
-int32_t kiln_cuda_group_output(const kiln_plan *p, uint32_t li);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,12 @@ void kiln_cuda_free(void *ptr, size_t nbytes) {
 }
 
 const char *kiln_cuda_op_name(uint32_t op) { return svc ? svc->op_name(op) : "?"; }
+
+kiln_status kiln_cuda_plan_memory(kiln_mem_item *items, uint32_t n, uint64_t align,
+                                  uint64_t *out_nbytes) {
+    if (svc == NULL) return KILN_ERR_INTERNAL;
+    return svc->plan_memory(items, n, align, out_nbytes);
+}
 const char *kiln_cuda_dtype_name(uint32_t dtype) { return svc ? svc->dtype_name(dtype) : "?"; }
 
 kiln_status kiln_cuda_error(const kiln_cuda_ctx *ctx, const char *what, cudaError_t err) {
@@ -56,6 +62,14 @@ kiln_status kiln_cuda_error(const kiln_cuda_ctx *ctx, const char *what, cudaErro
                           ctx && ctx->where ? ctx->where : "(no layer)", cudaGetErrorName(err),
                           cudaGetErrorString(err));
 }
+
+kiln_status kiln_cuda_call_failed(const char *what, cudaError_t err) {
+    kiln_status st = err == cudaErrorMemoryAllocation ? KILN_ERR_NO_MEMORY : KILN_ERR_DEVICE;
+    return kiln_cuda_fail(st, "CUDA error in %s: %s (%s)", what, cudaGetErrorName(err),
+                          cudaGetErrorString(err));
+}
+
+void kiln_cuda_consume(void) { (void)cudaGetLastError(); }
 
 kiln_status kiln_cuda_check_launch(const kiln_cuda_ctx *ctx, const char *kernel) {
     cudaError_t err = cudaGetLastError();
@@ -96,7 +110,7 @@ float kiln_cuda_time_in_graph(cudaStream_t stream, int (*enqueue)(void *arg), vo
          cudaEventSynchronize(e1) == cudaSuccess &&
          cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
     cudaStreamSynchronize(stream);
-    cudaGetLastError(); // a candidate that cannot run is not an error of the engine
+    kiln_cuda_consume(); // a candidate that cannot run is not an error of the engine
     if (ge != NULL) cudaGraphExecDestroy(ge);
     if (g != NULL) cudaGraphDestroy(g);
     if (e0 != NULL) cudaEventDestroy(e0);

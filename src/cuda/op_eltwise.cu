@@ -370,6 +370,7 @@ static int ew_is_int(uint32_t dtype) {
     return dtype == KILN_DTYPE_I32 || dtype == KILN_DTYPE_I64 || dtype == KILN_DTYPE_BOOL;
 }
 
+// The elementwise ops and their operand counts (the one list: cuda_dispatch.c asks it too).
 static int ew_n_inputs(uint32_t op) {
     switch (op) {
     case KILN_OP_WHERE: return 3;
@@ -514,6 +515,8 @@ static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attr
 }
 
 // --- entry points
+
+extern "C" int kiln_cuda_eltwise_arity(uint32_t op) { return ew_n_inputs(op); }
 
 extern "C" int kiln_cuda_eltwise_supports(uint32_t op, const kiln_tensor *const *ins, int n,
                                           const kiln_tensor *out) {

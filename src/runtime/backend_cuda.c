@@ -13,12 +13,14 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/options.h"
+#include "core/env.h"
+#include "core/plan_memory.h"
 #include "core/status.h"
 #include "runtime/backend_plugin.h"
 
 static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
-static const kiln_cuda_plugin *plugin; // written once under plugin_once
+static const kiln_cuda_plugin *plugin;         // written once under plugin_once
+static const kiln_cuda_test_hooks *test_hooks; // the same
 
 // --- services lent to the plugin
 
@@ -33,6 +35,10 @@ static void *svc_malloc(size_t nbytes, size_t align) { return kiln_malloc(nbytes
 static void svc_free(void *ptr, size_t nbytes) { kiln_free(ptr, nbytes); }
 static const char *svc_op_name(uint32_t op) { return kiln_op_name(op); }
 static const char *svc_dtype_name(uint32_t dtype) { return kiln_dtype_name((kiln_dtype)dtype); }
+static kiln_status svc_plan_memory(kiln_mem_item *items, uint32_t n, uint64_t align,
+                                   uint64_t *out_nbytes) {
+    return kiln_plan_memory(items, n, align, out_nbytes);
+}
 
 static const kiln_cuda_services services = {
     .struct_nbytes = (uint32_t)sizeof(kiln_cuda_services),
@@ -45,6 +51,7 @@ static const kiln_cuda_services services = {
     .free = svc_free,
     .op_name = svc_op_name,
     .dtype_name = svc_dtype_name,
+    .plan_memory = svc_plan_memory,
 };
 
 // --- loading
@@ -140,11 +147,26 @@ static void load_plugin(void) {
     kiln_log(KILN_LOG_INFO, "CUDA backend loaded: %s (%d device%s)", table->version(),
              table->device_count(), table->device_count() == 1 ? "" : "s");
     plugin = table;
+    dlerror();
+    sym = dlsym(handle, KILN_CUDA_PLUGIN_TEST_ENTRY);
+    if (sym != NULL) {
+        kiln_cuda_test_entry_fn hooks;
+        memcpy(&hooks, &sym, sizeof hooks);
+        const kiln_cuda_test_hooks *h = hooks();
+        if (h != NULL && h->abi == KILN_CUDA_PLUGIN_ABI &&
+            h->struct_nbytes == sizeof(kiln_cuda_test_hooks))
+            test_hooks = h;
+    }
 }
 
 const kiln_cuda_plugin *kiln_cuda_plugin_get(void) {
     pthread_once(&plugin_once, load_plugin);
     return plugin;
+}
+
+const kiln_cuda_test_hooks *kiln_cuda_test_hooks_get(void) {
+    pthread_once(&plugin_once, load_plugin);
+    return test_hooks;
 }
 
 const kiln_backend_ops *kiln_backend_cuda_get(void) {

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/options.h"
+#include "core/plan_memory.h"
 #include "kiln/kiln.h"
 #include "runtime/backend.h"
 #include "runtime/kernel.h"
@@ -18,8 +20,9 @@
 extern "C" {
 #endif
 
-#define KILN_CUDA_PLUGIN_ABI 1u
-#define KILN_CUDA_PLUGIN_ENTRY "kiln_cuda_plugin_v1"
+#define KILN_CUDA_PLUGIN_ABI 2u
+#define KILN_CUDA_PLUGIN_ENTRY "kiln_cuda_plugin_v2"
+#define KILN_CUDA_PLUGIN_TEST_ENTRY "kiln_cuda_plugin_test_hooks_v2" // the test hooks (below)
 #define KILN_CUDA_PLUGIN_FILE "libkiln_cuda.so"
 #define KILN_CUDA_PLUGIN_ENV "KILN_CUDA_PLUGIN" // full path of the plugin, overrides the search
 
@@ -39,25 +42,11 @@ typedef struct kiln_cuda_services {
     // Names for messages.
     const char *(*op_name)(uint32_t op);
     const char *(*dtype_name)(uint32_t dtype);
+    // The memory planner the builder uses (src/core/plan_memory.h): the plugin places the
+    // buffers its layer plans ask for with it.
+    kiln_status (*plan_memory)(kiln_mem_item *items, uint32_t n, uint64_t align,
+                               uint64_t *out_nbytes);
 } kiln_cuda_services;
-
-// Flags of run_op.
-#define KILN_CUDA_RUN_NO_CUBLASLT 0x1u     // GEMMs through Kiln's own kernel instead of cuBLASLt
-#define KILN_CUDA_RUN_NO_CUDNN 0x2u        // convolutions through Kiln's own kernels, not cuDNN
-#define KILN_CUDA_RUN_NO_TC_ATTENTION 0x4u // sdpa on the fp32-FMA kernel, not the tensor-core one
-// A linear Kiln's small-M wgmma kernel takes (cuda_wg.h) runs on it with BN columns per CTA (64
-// or 128), K split over `split` CTAs (1, 2, 4, 8) and occ CTAs per SM (1, 2), where the device
-// has it (sm_90).
-#define KILN_CUDA_RUN_WG(bn, split, occ)                                                           \
-    ((((uint32_t)(bn) / 64u) << 8) | ((uint32_t)(split) << 12) | ((uint32_t)(occ) << 16))
-#define KILN_CUDA_RUN_WG_BN(flags) ((((flags) >> 8) & 0xfu) * 64u)
-#define KILN_CUDA_RUN_WG_SPLIT(flags) (((flags) >> 12) & 0xfu)
-#define KILN_CUDA_RUN_WG_OCC(flags) (((flags) >> 16) & 0xfu)
-// A float16/bfloat16 linear runs with K split over s (2, 4, 8) slices of a strided-batched
-// cuBLASLt GEMM and Kiln's reduce kernel, where it can (op_gemm.cu); without it run_op never
-// splits.
-#define KILN_CUDA_RUN_SPLITK(s) ((uint32_t)(s) << 20)
-#define KILN_CUDA_RUN_SPLITK_OF(flags) (((flags) >> 20) & 0xfu)
 
 // What the plugin gives back. Valid for the life of the process (the plugin is never unloaded).
 typedef struct kiln_cuda_plugin {
@@ -68,12 +57,6 @@ typedef struct kiln_cuda_plugin {
     // "kiln_cuda 0.1.0: CUDA runtime 13.0, driver 13.0, cuBLASLt 130100, device 0 NVIDIA H200
     // (sm_90)"
     const char *(*version)(void);
-    // Test hook: runs one layer (op + fused tail) whose tensors live in device memory on device
-    // `device`, on `stream` (a cudaStream_t; NULL: a private stream), and waits for it.
-    kiln_status (*run_op)(const kiln_kernel_args *args, int device, void *stream, uint32_t flags);
-    // cuDNN's version (cudnnGetVersion, e.g. 91900), loading it on first call; 0 when it cannot
-    // be loaded (tests and diagnostics: which cuDNN paths must run).
-    size_t (*dnn_version)(void);
 } kiln_cuda_plugin;
 
 // The plugin's exported entry point (KILN_CUDA_PLUGIN_ENTRY). Probes the driver and devices
@@ -83,15 +66,36 @@ typedef kiln_status (*kiln_cuda_plugin_entry_fn)(const kiln_cuda_services *servi
                                                  size_t reason_nbytes,
                                                  const kiln_cuda_plugin **out);
 
+// The parity program's way into the plugin, behind a second exported symbol
+// (KILN_CUDA_PLUGIN_TEST_ENTRY, valid after the entry point succeeded): nothing in libkiln uses it.
+typedef struct kiln_cuda_test_hooks {
+    uint32_t struct_nbytes; // sizeof(kiln_cuda_test_hooks)
+    uint32_t abi;           // KILN_CUDA_PLUGIN_ABI
+    // Runs one layer (op + fused tail) whose tensors live in device memory of `device`, on
+    // `stream` (a cudaStream_t; NULL: a private stream), under `policy` (the options cuda.*; its
+    // choices are planned untimed, as at an execute of a shape not seen at context creation),
+    // and waits for it. *info (NULL: not wanted) receives the kernel and decision that ran.
+    kiln_status (*run_op)(const kiln_kernel_args *args, int device, void *stream,
+                          const kiln_cuda_policy *policy, kiln_layer_info *info);
+    // cuDNN's version (cudnnGetVersion, e.g. 91900), loading it on first call; 0 when it cannot
+    // be loaded (which cuDNN paths a test must see run).
+    size_t (*dnn_version)(void);
+} kiln_cuda_test_hooks;
+
+typedef const kiln_cuda_test_hooks *(*kiln_cuda_test_entry_fn)(void);
+
 #ifdef KILN_BUILDING_CUDA_PLUGIN
-// The plugin's definition of the entry point (src/cuda/cuda_backend.c).
-kiln_status kiln_cuda_plugin_v1(const kiln_cuda_services *services, char *reason,
+// The plugin's definitions of the two exported symbols (src/cuda/cuda_backend.c, cuda_run_op.c).
+kiln_status kiln_cuda_plugin_v2(const kiln_cuda_services *services, char *reason,
                                 size_t reason_nbytes, const kiln_cuda_plugin **out);
+const kiln_cuda_test_hooks *kiln_cuda_plugin_test_hooks_v2(void);
 #endif
 
 // libkiln side (src/runtime/backend_cuda.c): the loaded plugin table, or NULL when the plugin
 // is unavailable (the reason was logged at INFO). Loads at most once per process.
 const kiln_cuda_plugin *kiln_cuda_plugin_get(void);
+// The loaded plugin's test hooks, or NULL (no plugin, or one without them).
+const kiln_cuda_test_hooks *kiln_cuda_test_hooks_get(void);
 
 #ifdef __cplusplus
 }

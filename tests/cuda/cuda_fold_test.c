@@ -15,6 +15,7 @@
 #include "cuda/cuda_layout.h"
 #include "kiln/kiln.h"
 #include "runtime/load.h"
+#include "runtime/plan_group.h"
 
 // The plugin's helpers, on libkiln's allocator.
 void *kiln_cuda_calloc(size_t nbytes) { return kiln_calloc(nbytes, 16); }
@@ -169,22 +170,18 @@ static void check_views(const kiln_plan *p, const kiln_cuda_fold *f, kiln_tensor
 
 // Every folded base is not overwritten before its sdpa (checked independently of the pass's own
 // walk): a base left in the arena overlaps no tensor written by a layer that runs in between; a
-// base moved to the private pool (all live at once here) overlaps no other one there.
+// base moved out of the arena is live (for the placement outside it: cuda_memory.c) from its
+// producer through the sdpa.
 static void check_lifetimes(const kiln_plan *p, const kiln_cuda_fold *f, uint32_t sdpa,
                             const int32_t *bases, uint32_t n_bases) {
     for (uint32_t j = 0; j < n_bases; j++) {
         const kiln_plan_tensor *x = &p->tensors[bases[j]];
         if (!(f->sdpa_in[sdpa] & (1u << j))) continue;
         if (f->reloc[bases[j]]) {
-            uint64_t xo = f->reloc[bases[j]] - 1;
-            CHECK(xo + x->nbytes <= f->pool_nbytes && xo % 256 == 0);
-            for (uint32_t k = 0; k < n_bases; k++) {
-                const kiln_plan_tensor *y = &p->tensors[bases[k]];
-                uint64_t yo = f->reloc[bases[k]] - 1;
-                if (bases[k] == bases[j] || !f->reloc[bases[k]]) continue;
-                CHECK_MSG(xo >= yo + y->nbytes || yo >= xo + x->nbytes,
-                          "bases %d and %d share pool memory", bases[j], bases[k]);
-            }
+            const int32_t from = f->producer[bases[j]] < 0 ? 0 : f->producer[bases[j]];
+            CHECK_MSG((int32_t)f->live_first[bases[j]] <= from && f->live_last[bases[j]] >= sdpa,
+                      "relocated base %d lives over [%u, %u], read from %d to %u", bases[j],
+                      f->live_first[bases[j]], f->live_last[bases[j]], from, sdpa);
             continue;
         }
         for (uint32_t li = (uint32_t)f->producer[bases[j]] + 1; li <= sdpa; li++) {
@@ -230,13 +227,13 @@ static void packed(void) {
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), lin = find_head(&p, KILN_OP_LINEAR, 0);
     CHECK(sdpa != UINT32_MAX && lin != UINT32_MAX);
     if (sdpa != UINT32_MAX && lin != UINT32_MAX) {
-        int32_t x3 = kiln_cuda_group_output(&p, lin);
+        int32_t x3 = kiln_plan_group_output(&p, lin);
         int32_t bases[3] = {x3, x3, x3};
         int64_t col0[3] = {0, D, 2 * D};
         fprintf(stderr,
-                "packed: %u virtual, sdpa operands %u, outputs %u, pool %u tensors %llu bytes\n",
-                f.n_virtual, f.n_sdpa_in, f.n_sdpa_out, f.n_reloc,
-                (unsigned long long)f.pool_nbytes);
+                "packed: %u virtual, sdpa operands %u, outputs %u, %u tensors moved out of the "
+                "arena\n",
+                f.n_virtual, f.n_sdpa_in, f.n_sdpa_out, f.n_reloc);
         // reshape, permute, 3 selects on the way in; the merge permute on the way out
         CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
         CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SELECT), 3);
@@ -287,7 +284,7 @@ static void separate(int k_out) {
         CHECK(sdpa != UINT32_MAX && l0 < sdpa && l1 > sdpa);
         CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SELECT), 3);
         if (sdpa != UINT32_MAX && l0 < sdpa) {
-            int32_t x3 = kiln_cuda_group_output(&p, l0);
+            int32_t x3 = kiln_plan_group_output(&p, l0);
             int32_t bases[3] = {x3, x3, x3};
             int64_t col0[3] = {0, D, 2 * D};
             CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
@@ -303,10 +300,12 @@ static void separate(int k_out) {
     }
     CHECK(sdpa != UINT32_MAX && l2 != UINT32_MAX);
     if (sdpa != UINT32_MAX && l2 != UINT32_MAX) {
-        int32_t bases[3] = {kiln_cuda_group_output(&p, l0), kiln_cuda_group_output(&p, l1),
-                            kiln_cuda_group_output(&p, l2)};
+        int32_t bases[3] = {kiln_plan_group_output(&p, l0), kiln_plan_group_output(&p, l1),
+                            kiln_plan_group_output(&p, l2)};
         int64_t col0[3] = {0, 0, 0};
-        fprintf(stderr, "separate%s: %u virtual, sdpa operands %u (mask %u), outputs %u, pool %u\n",
+        fprintf(stderr,
+                "separate%s: %u virtual, sdpa operands %u (mask %u), outputs %u, moved out of the "
+                "arena %u\n",
                 k_out ? " (k an output)" : "", f.n_virtual, f.n_sdpa_in, f.sdpa_in[sdpa],
                 f.n_sdpa_out, f.n_reloc);
         CHECK_EQ_INT(f.sdpa_in[sdpa], k_out ? 5 : 7);

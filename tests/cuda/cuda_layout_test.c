@@ -84,7 +84,7 @@ static uint32_t find_head(const kiln_plan *p, uint32_t op, uint32_t from) {
 
 // The tensor head li's group writes.
 static int32_t blk_t(const kiln_plan *p, uint32_t li) {
-    return li == UINT32_MAX ? 0 : kiln_cuda_group_output(p, li);
+    return li == UINT32_MAX ? 0 : kiln_plan_group_output(p, li);
 }
 
 // stem conv (C 3) -> maxpool -> [conv 16->8 relu, conv 8->32 + downsample(pool) 16->32, relu]
@@ -137,11 +137,11 @@ static void resnet_like(kiln_precision prec, int extra_output) {
             kiln_plan_release(&p);
             return;
         }
-        int32_t pool_t = kiln_cuda_group_output(&p, mpool);
+        int32_t pool_t = kiln_plan_group_output(&p, mpool);
         int32_t stem_x = p.ids[p.layers[stem].input_begin],
                 stem_w = p.ids[p.layers[stem].input_begin + 1];
         int half = prec == KILN_PRECISION_FP16 || prec == KILN_PRECISION_BF16;
-        CHECK(!l.nhwc[kiln_cuda_group_output(&p, adapt)]); // writes NCHW
+        CHECK(!l.nhwc[kiln_plan_group_output(&p, adapt)]); // writes NCHW
         CHECK(!l.nhwc[stem_x]);                            // C = 3: never NHWC itself
         if (!half) {
             CHECK(l.n_nhwc == 0 && l.n_conv_nhwc == 0 && l.n_conv_padded == 0);
@@ -151,7 +151,7 @@ static void resnet_like(kiln_precision prec, int extra_output) {
             // the stem (C = 3) writes NHWC: on the stem kernel straight from its NCHW input and
             // OIHW weight, or on a copy of its input padded to 8 channels with a KRSC weight
             // padded alike; the max pool follows it in NHWC, and so does everything after
-            CHECK(l.head_nhwc[stem] && l.nhwc[kiln_cuda_group_output(&p, stem)]);
+            CHECK(l.head_nhwc[stem] && l.nhwc[kiln_plan_group_output(&p, stem)]);
             if (sk) {
                 CHECK(l.stem[stem] && l.n_conv_stem == 1 && l.n_conv_padded == 0);
                 CHECK(!l.copy[stem_x] && !l.padc[stem_x] && !l.krsc[stem_w] && !l.padc[stem_w]);
@@ -177,7 +177,7 @@ static void resnet_like(kiln_precision prec, int extra_output) {
             }
             CHECK_MSG(n_alt == (sk ? 0u : 1u) && n_xpose == (sk ? 0u : 1u),
                       "%u reads, %u transposes", n_alt, n_xpose);
-            CHECK(l.head_nhwc[apool] && l.nhwc[kiln_cuda_group_output(&p, apool)]);
+            CHECK(l.head_nhwc[apool] && l.nhwc[kiln_plan_group_output(&p, apool)]);
             CHECK(l.head_nhwc[adapt]);
             for (uint32_t i = 0; i < p.n_tensors; i++) {
                 if (l.nhwc[i]) CHECK(p.tensors[i].kind == KILN_TENSOR_ACTIVATION);
@@ -233,7 +233,7 @@ static void bench_stage(int block_out) {
     uint32_t mn = find_head(&p, KILN_OP_MEAN, 0);
     CHECK(first != UINT32_MAX && cast_in != UINT32_MAX && mn != UINT32_MAX);
     if (first != UINT32_MAX && cast_in != UINT32_MAX && mn != UINT32_MAX) {
-        int32_t xin = kiln_cuda_group_output(&p, cast_in);
+        int32_t xin = kiln_plan_group_output(&p, cast_in);
         uint32_t slot = p.layers[first].input_begin;
         CHECK(p.ids[slot] == xin && !l.nhwc[xin] && l.copy[xin] && l.alt[slot] && l.xpose[slot]);
         // the first block's residual add reads the same copy, without a second transpose
@@ -245,7 +245,7 @@ static void bench_stage(int block_out) {
         // the mean reads the last block as it is stored (NHWC), writes NCHW
         int32_t last = p.ids[p.layers[mn].input_begin];
         CHECK(l.nhwc[last] && !l.alt[p.layers[mn].input_begin]);
-        CHECK(l.head_nhwc[mn] && !l.nhwc[kiln_cuda_group_output(&p, mn)]);
+        CHECK(l.head_nhwc[mn] && !l.nhwc[kiln_plan_group_output(&p, mn)]);
         CHECK(l.copy[last] == (block_out != 0)); // the output cast's NCHW copy
     }
     for (uint32_t i = 0; i < p.n_tensors; i++) {

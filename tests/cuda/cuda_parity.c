@@ -7,13 +7,18 @@
 // after a shape change and after a pointer change, the caller's stream (the context's and the
 // thread's: kiln_set_thread_stream, ordered after the caller's pending work), graphs off.
 //
-//   kiln_cuda_parity [--ops] [--e2e] [--quick] [--dry] [--filter SUBSTRING]
+//   kiln_cuda_parity [--ops] [--e2e] [--quick] [--dry] [--filter SUBSTRING] [--option NAME=VALUE]
 //     --ops / --e2e   run only that part (default: both)
 //     --quick         fewer shapes and dtypes (for compute-sanitizer)
 //     --dry           no GPU: infer shapes and run the CPU reference only (checks the cases)
+//     --option        sets a runtime option process-wide (repeatable; the GPU suite's variants:
+//                     e.g. cuda.nhwc=false, cuda.wgmma_config=128,2,1): the op cases run under
+//                     the resolved CUDA policy, the e2e engines load with it
+// Which kernel ran is read from kiln_layer_info (the test hooks' run_op, and
+// kiln_context_layer_info for the engines), never from log text.
 // Prints one line per case and "N passed, N failed"; exits 0 when all passed, 1 on a failure,
 // 77 when no CUDA device or plugin is available (ctest: skipped).
-#define _POSIX_C_SOURCE 200809L // setenv (the attention-fold kill switch cases)
+#define _POSIX_C_SOURCE 200809L // strtok_r
 #include <cuda_runtime_api.h>
 #include <execinfo.h>
 #include <math.h>
@@ -28,6 +33,7 @@
 #include "check.h"
 #include "core/dtype.h"
 #include "core/ops.h"
+#include "core/options.h"
 #include "cpu/cpu.h"
 #include "ir/shape.h"
 #include "kiln/kiln.h"
@@ -41,49 +47,21 @@
 #define BOOL KILN_DTYPE_BOOL
 
 static const kiln_cuda_plugin *plugin;
+static const kiln_cuda_test_hooks *hooks;
+static kiln_cuda_policy policy; // the options cuda.* as resolved (--option, the environment)
 static int opt_quick, opt_dry;
 static const char *opt_filter;
 static int n_skipped;
-static int n_lt_rejected, n_lt_noalgo, n_lt_rejected_total; // from the plugin's log messages
-static int n_dnn_declined;
-static int log_all;           // KILN_TEST_LOG_ALL=1: print every plugin message, not only warnings
-static int n_attn_dnn;        // "cuDNN sdpa plan ... ready" messages (the fused attention set up)
-static int n_wg_forced;       // "Kiln's wgmma kernel ... (forced)": the small-M linear ran
-static int n_wg_forced_total; // ... over the whole run (the e2e steps with KILN_CUDA_WG_CFG)
-static int wg_expected = -1;  // the small-M wgmma linear can run (sm_90, KILN_CUDA_NO_WG unset)
-static int env_set(const char *name);
-static int n_sk_forced;            // "K split N (forced)": a linear ran with K split over a batch
-static int n_sk_forced_total;      // ... over the whole run (the e2e step with KILN_CUDA_SPLITK)
-static int dnn_attn_ok = -1;       // cuDNN's fused attention available (>= 9.13, not switched off)
-static int n_stem_logged = -1;     // "N on the stem kernel" of the last CUDA engine loaded
-static int n_nhwc_logged = -1;     // "NHWC: N of M conv2d" of the last CUDA engine loaded
-static long long n_l2_logged = -1; // "GEMV weights kept in L2: N bytes" of the last one
+static int n_fell_back;      // layers whose planned library refused at run (must stay 0)
+static int log_all;          // KILN_TEST_LOG_ALL=1: print every plugin message, not only warnings
+static int wg_expected = -1; // the small-M wgmma linear can run (compute capability 9.0)
+static int n_wg_total;       // engine layers planned onto the wgmma kernel (all e2e models)
+static int n_sk_total;       // ... onto the K split
+static int dnn_attn_ok = -1; // cuDNN's fused attention available (>= 9.13, the policy allows it)
 
-// Log hook: prints warnings and errors, counts the plugin's cuBLASLt fallbacks.
+// Log hook: prints warnings and errors (every message with KILN_TEST_LOG_ALL=1).
 static void log_hook(void *user_data, kiln_log_level level, const char *message) {
     (void)user_data;
-    if (strstr(message, "cublasLtMatmul rejected") != NULL) {
-        n_lt_rejected++;
-        n_lt_rejected_total++;
-    }
-    if (strstr(message, "has no algorithm") != NULL) n_lt_noalgo++;
-    if (strstr(message, "cuDNN declined") != NULL || strstr(message, "cudnnAddTensor declined"))
-        n_dnn_declined++;
-    if (strstr(message, "cuDNN sdpa plan") != NULL) n_attn_dnn++;
-    if (strstr(message, "Kiln's wgmma kernel") != NULL && strstr(message, "(forced)") != NULL)
-        n_wg_forced++, n_wg_forced_total++;
-    if (strstr(message, ": K split ") != NULL && strstr(message, "(forced)") != NULL)
-        n_sk_forced++, n_sk_forced_total++;
-    const char *stem = strstr(message, " on the stem kernel");
-    if (stem != NULL) {
-        const char *d = stem;
-        while (d > message && d[-1] >= '0' && d[-1] <= '9') d--;
-        n_stem_logged = atoi(d);
-    }
-    const char *nhwc = strstr(message, "NHWC: ");
-    if (nhwc != NULL && stem != NULL) n_nhwc_logged = atoi(nhwc + 6);
-    const char *l2 = strstr(message, "kept in L2: ");
-    if (l2 != NULL) n_l2_logged = atoll(l2 + 12);
     if (level >= KILN_LOG_WARN || log_all) fprintf(stderr, "kiln: %s\n", message);
 }
 
@@ -539,7 +517,7 @@ static void run_case(const op_case *c) {
         "[wgmma 128x1]",   "[wgmma 64x1]",    "[wgmma 128x2]",   "[wgmma 64x2]",
         "[wgmma 128x4]",   "[wgmma 64x4]",    "[wgmma 128x8]",   "[wgmma 64x8]",
         "[wgmma 128x2/2]", "[wgmma 128x4/2]", "[wgmma 128x8/2]", "[wgmma 64x8/2]"};
-    // ... and with K split over 2 and 4 slices of a batched cuBLASLt GEMM (op_gemm.cu sk_*)
+    // ... and with K split over 2 and 4 slices of a batched cuBLASLt GEMM (gemm_splitk.cu)
     enum { N_SK = 2 };
     static const int sk_slices[N_SK] = {2, 4};
     static const char *const sk_names[N_SK] = {"[K split 2]", "[K split 4]"};
@@ -548,7 +526,7 @@ static void run_case(const op_case *c) {
         c->op == KILN_OP_LINEAR && (out_desc.dtype == F16 || out_desc.dtype == BF16);
     const int64_t wg_k = c->in[0].rank > 0 ? c->in[0].dims[c->in[0].rank - 1] : 1;
     int64_t wg_m = wg_k > 0 ? numel_of(c->in[0].rank, c->in[0].dims) / wg_k : 0;
-    // the plugin's rule (op_gemm.cu wg_applies): past the GEMV's rows, K % 8 == 0, K >= 64
+    // the plugin's rule (gemm_wg.cu): past the GEMV's rows, K % 8 == 0, K >= 64
     const int wg_must =
         wg_case && wg_expected == 1 && wg_m > 8 && wg_m <= 256 && wg_k >= 64 && wg_k % 8 == 0;
     const int64_t wg_n = c->in[1].rank > 0 ? c->in[1].dims[0] : 1;
@@ -561,25 +539,34 @@ static void run_case(const op_case *c) {
                             : c->dnn   ? (variant == 0 ? "[cudnn]" : "[own conv]")
                             : c->attn  ? attn_names[variant]
                                        : NULL;
-        uint32_t flags = variant == 1 ? KILN_CUDA_RUN_NO_CUBLASLT | KILN_CUDA_RUN_NO_CUDNN |
-                                            KILN_CUDA_RUN_NO_TC_ATTENTION
-                                      : 0;
+        // the variant's policy: the resolved one, with the variant's kernel forced
+        kiln_cuda_policy pol = policy;
+        if (variant == 1) pol.cublaslt = pol.cudnn = pol.tc_attention = 0; // Kiln's own kernels
         if (c->attn && variant > 0) { // 1: no cuDNN; 2: no cuDNN, no tensor-core kernel
-            flags = KILN_CUDA_RUN_NO_CUDNN | (variant == 2 ? KILN_CUDA_RUN_NO_TC_ATTENTION : 0);
+            pol = policy;
+            pol.cudnn = pol.cudnn_sdpa = 0;
+            if (variant == 2) pol.tc_attention = 0;
         }
-        if (wgv >= 0) flags = KILN_CUDA_RUN_WG(wg_cfgs[wgv][0], wg_cfgs[wgv][1], wg_cfgs[wgv][2]);
-        if (skv >= 0) flags = KILN_CUDA_RUN_SPLITK(sk_slices[skv]);
-        n_wg_forced = 0;
-        n_sk_forced = 0;
+        if (wgv >= 0) {
+            pol.wgmma = 1;
+            pol.wgmma_bn = wg_cfgs[wgv][0];
+            pol.wgmma_split = wg_cfgs[wgv][1];
+            pol.wgmma_occ = wg_cfgs[wgv][2];
+        }
+        if (skv >= 0) pol.splitk = sk_slices[skv];
         // Poison the output so that an element the kernel forgets to write shows up.
         if (!cuda_ok(cudaMemset(dev_out, 0xFF, out_ref.nbytes), "cudaMemset")) {
             report(0, name, vname, "cudaMemset failed");
             continue;
         }
-        n_lt_rejected = n_lt_noalgo = n_dnn_declined = n_attn_dnn = 0;
-        st = plugin->run_op(&dargs, 0, NULL, flags);
-        if (st == KILN_OK && n_lt_rejected > 0) {
-            report(0, name, vname, "cublasLtMatmul rejected the problem (see the warning)");
+        kiln_layer_info info;
+        memset(&info, 0, sizeof info);
+        st = hooks->run_op(&dargs, 0, NULL, &pol, &info);
+        if (st == KILN_OK && (info.flags & KILN_LAYER_INFO_FELL_BACK)) {
+            n_fell_back++;
+            snprintf(msg, sizeof msg, "the %.31s plan's library refused at run: %.180s",
+                     info.kernel, info.detail);
+            report(0, name, vname, msg);
             continue;
         }
         if (st != KILN_OK) {
@@ -593,53 +580,54 @@ static void run_case(const op_case *c) {
             continue;
         }
         int same = compare(&out_ref.host, got, c->tol, msg, sizeof msg);
-        if (variant == 0 && c->gemm && n_lt_noalgo > 0) {
-            size_t used = strlen(msg);
-            snprintf(msg + used, sizeof msg - used, "; cuBLASLt had no algorithm: own kernel ran");
+        size_t used = strlen(msg);
+        snprintf(msg + used, sizeof msg - used, "; %s", info.kernel);
+        const int on = strcmp(info.kernel, "tiled") == 0         ? 't'
+                       : strcmp(info.kernel, "cublaslt") == 0    ? 'l'
+                       : strcmp(info.kernel, "cudnn") == 0       ? 'd'
+                       : strcmp(info.kernel, "wgmma") == 0       ? 'w'
+                       : strcmp(info.kernel, "splitk") == 0      ? 's'
+                       : strcmp(info.kernel, "conv_direct") == 0 ? 'c'
+                       : strcmp(info.kernel, "conv_gemm") == 0   ? 'c'
+                                                                 : '?';
+        if (variant == 1 && (c->gemm || c->dnn) && on != 't' && on != 'c' &&
+            strcmp(info.kernel, "none") != 0 && strcmp(info.kernel, "gemv") != 0) {
+            same = 0; // the libraries are off: Kiln's own kernel must run it
+            used = strlen(msg);
+            snprintf(msg + used, sizeof msg - used, " (Kiln's own kernel must run this variant)");
         }
-        if (variant == 0 && c->dnn && n_dnn_declined > 0) {
-            size_t used = strlen(msg);
+        if (variant == 0 && c->gemm && on == 't' && policy.cublaslt) {
+            used = strlen(msg);
+            snprintf(msg + used, sizeof msg - used, " (cuBLASLt had no algorithm)");
+        }
+        if (variant == 0 && c->dnn && on != 'd' && policy.cudnn) {
+            used = strlen(msg);
+            snprintf(msg + used, sizeof msg - used, " (cuDNN declined it)");
+        }
+        if (variant == 0 && c->attn && c->attn_dnn && dnn_attn_ok == 1 && on != 'd') {
+            same = 0;
+            used = strlen(msg);
             snprintf(msg + used, sizeof msg - used,
-                     "; cuDNN declined (part of) it: own kernel ran");
+                     " (cuDNN's fused attention is available: it must run this case)");
         }
-        if (variant == 0 && c->attn) {
-            size_t used = strlen(msg);
-            snprintf(msg + used, sizeof msg - used, "; %s",
-                     n_attn_dnn > 0 ? "on cuDNN" : "on Kiln's kernel");
-            if (c->attn_dnn && dnn_attn_ok == 1 && n_attn_dnn == 0) {
-                same = 0;
-                used = strlen(msg);
-                snprintf(msg + used, sizeof msg - used,
-                         " (cuDNN's fused attention is available: it must run this case)");
-            }
-        }
-        if (wgv >= 0) {
-            size_t used = strlen(msg);
-            snprintf(msg + used, sizeof msg - used, "; %s",
-                     n_wg_forced > 0 ? "on the wgmma kernel" : "not on the wgmma kernel");
-            if (wg_must && n_wg_forced == 0) {
-                same = 0;
-                used = strlen(msg);
-                snprintf(msg + used, sizeof msg - used, " (sm_90: it must run this case)");
-            }
+        if (wgv >= 0 && wg_must && on != 'w') {
+            same = 0;
+            used = strlen(msg);
+            snprintf(msg + used, sizeof msg - used,
+                     " (sm_90: the wgmma kernel must run this case)");
         }
         if (skv >= 0) {
-            // the plugin's rule (op_gemm.cu sk_fits): N % 4 == 0, K a multiple of 8 per slice and
-            // at least 64 per slice, the partial sums within 16 MiB (the buffers are aligned)
+            // the plugin's rule (gemm_splitk.cu): N % 4 == 0, K a multiple of 8 per slice and at
+            // least 64 per slice, the partial sums within 16 MiB (the buffers are aligned), every
+            // operand of the output's dtype; M <= 8 is the GEMV's unless it is off; cuBLASLt on
             const int sl = sk_slices[skv];
-            // (and every operand of the output's dtype; M <= 8 is the GEMV's unless it is off;
-            // cuBLASLt present)
             int one_dtype = 1;
             for (uint32_t i = 0; i < c->n_in; i++)
                 one_dtype &= c->in[i].absent || c->in[i].dtype == out_desc.dtype;
             const int sk_must = wg_m > 0 && wg_n % 4 == 0 && wg_k % (8 * sl) == 0 &&
                                 wg_k / sl >= 64 && (int64_t)sl * wg_m * wg_n * 4 <= (16 << 20) &&
-                                one_dtype && (wg_m > 8 || env_set("KILN_CUDA_NO_GEMV")) &&
-                                !env_set("KILN_CUDA_NO_CUBLASLT");
-            size_t used = strlen(msg);
-            snprintf(msg + used, sizeof msg - used, "; %s",
-                     n_sk_forced > 0 ? "K split" : "not split");
-            if (sk_must != (n_sk_forced > 0)) {
+                                one_dtype && (wg_m > 8 || !policy.gemv) && policy.cublaslt;
+            if (sk_must != (on == 's')) {
                 same = 0;
                 used = strlen(msg);
                 snprintf(msg + used, sizeof msg - used, " (the split %s take this case)",
@@ -2158,8 +2146,10 @@ typedef struct io {
     void *dout[2][E2E_MAX_IO];
 } io;
 
+static int load_no_fold; // the "[no fold]" pass: engines load with cuda.attention_fold = false
+
 static kiln_status load(const model *m, const char *device, int graphs, kiln_engine **out) {
-    kiln_option_setting s[2];
+    kiln_option_setting s[3];
     kiln_load_options o;
     kiln_load_options_init(&o);
     memset(s, 0, sizeof s);
@@ -2169,9 +2159,39 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
     s[1].name = "use_cuda_graphs";
     s[1].type = KILN_OPTION_BOOL;
     s[1].int_value = graphs;
+    s[2].name = "cuda.attention_fold";
+    s[2].type = KILN_OPTION_BOOL;
+    s[2].int_value = 0;
     o.settings = s;
-    o.n_settings = 2;
+    o.n_settings = load_no_fold ? 3 : 2;
     return kiln_engine_load(m->bytes, m->nbytes, &o, out);
+}
+
+// What an engine's context runs, from kiln_context_layer_info.
+typedef struct e2e_stats {
+    int valid;
+    int n_conv, n_conv_nhwc, n_stem, n_sdpa_dnn, n_wg, n_sk, n_fell_back;
+    long long l2_kept;
+} e2e_stats;
+
+static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
+    memset(st, 0, sizeof *st);
+    for (uint32_t li = 0; li < kiln_engine_n_layers(e); li++) {
+        kiln_layer_info info;
+        if (kiln_context_layer_info(c, li, &info) != KILN_OK || (info.flags & KILN_LAYER_INFO_TAIL))
+            continue;
+        if (info.op == KILN_OP_CONV2D) {
+            st->n_conv++;
+            st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
+            st->n_stem += strcmp(info.kernel, "stem") == 0;
+        }
+        st->n_sdpa_dnn += info.op == KILN_OP_SDPA && strcmp(info.kernel, "cudnn") == 0;
+        st->n_wg += strcmp(info.kernel, "wgmma") == 0;
+        st->n_sk += strcmp(info.kernel, "splitk") == 0;
+        st->n_fell_back += (info.flags & KILN_LAYER_INFO_FELL_BACK) != 0;
+        if (info.l2_keep_nbytes > 0) st->l2_kept += info.l2_keep_nbytes;
+    }
+    st->valid = 1;
 }
 
 // Shape variant v of every input: dynamic dims step through their ranges.
@@ -2400,7 +2420,7 @@ out:
     return st;
 }
 
-static void e2e_model(model *m) {
+static void e2e_model(model *m, e2e_stats *stats) {
     kiln_engine *cpu_e = NULL, *gpu_e = NULL, *nog_e = NULL;
     kiln_context *cpu = NULL, *ctx = NULL, *ctx2 = NULL, *ctx3 = NULL, *ctx4 = NULL, *nog = NULL;
     cudaStream_t stream = NULL, tstream = NULL;
@@ -2408,6 +2428,7 @@ static void e2e_model(model *m) {
     char what[128], name[256];
     int ok = 1;
     memset(&b, 0, sizeof b);
+    memset(stats, 0, sizeof *stats);
     snprintf(name, sizeof name, "e2e %s: load", m->name);
     if (opt_filter != NULL && strstr(name, opt_filter) == NULL) goto done;
     ok = load(m, "cpu", 1, &cpu_e) == KILN_OK && load(m, "cuda:0", 1, &gpu_e) == KILN_OK &&
@@ -2526,6 +2547,7 @@ static void e2e_model(model *m) {
 
     // 5. the first context again, after the others ran (its graph must still be right).
     io_check(m, "first context again", ctx, &b, 0, 0, bind_run(ctx, &b, 0, 0, 0));
+    stats_of(gpu_e, ctx, stats);
 
 done:
     kiln_set_thread_stream(NULL);
@@ -2885,18 +2907,16 @@ static void e2e_shared_scratch(void) {
     e2e_shared_memory();
 }
 
-// The L2 plan of model_gemv_mlp's engine as logged: min(its weights, KILN_CUDA_L2_KEEP_PCT
-// (default 50) percent of the L2) kept, nothing with KILN_CUDA_NO_L2_HINTS=1.
-static void check_l2_plan(const char *name) {
+// The L2 plan of model_gemv_mlp's engine: min(its weights, cuda.l2_keep_pct (default 50)
+// percent of the L2) kept.
+static void check_l2_plan(const char *name, const e2e_stats *st) {
     struct cudaDeviceProp prop;
-    const char *pct_s = getenv("KILN_CUDA_L2_KEEP_PCT"), *off = getenv("KILN_CUDA_NO_L2_HINTS");
-    long long pct = pct_s != NULL ? atoll(pct_s) : 50, want;
+    long long want;
     if (!cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties")) return;
-    want = (long long)prop.l2CacheSize * pct / 100;
+    want = (long long)prop.l2CacheSize * policy.l2_keep_pct / 100;
     if (want > GEMV_MLP_WEIGHT_BYTES) want = GEMV_MLP_WEIGHT_BYTES;
-    if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) want = 0;
-    CHECK_MSG(n_l2_logged == want, "%s: %lld bytes kept in L2, want %lld (L2 %d bytes)", name,
-              n_l2_logged, want, prop.l2CacheSize);
+    CHECK_MSG(st->l2_kept == want, "%s: %lld bytes kept in L2, want %lld (L2 %d bytes)", name,
+              st->l2_kept, want, prop.l2CacheSize);
 }
 
 static void run_e2e(void) {
@@ -2932,47 +2952,41 @@ static void run_e2e(void) {
         for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
             char nm[128];
             const char *keep = models[i].name;
-            if (pass == 1) { // the kill switch, read at engine load
+            if (pass == 1) { // the folds off (cuda.attention_fold = false, per load)
                 snprintf(nm, sizeof nm, "%s [no fold]", keep);
                 models[i].name = nm;
-                setenv("KILN_CUDA_NO_PERMUTE_FOLD", "1", 1);
+                load_no_fold = 1;
             }
             if (opt_dry) {
                 e2e_model_dry(&models[i]);
             } else {
                 char lname[160];
-                n_stem_logged = n_nhwc_logged = -1;
-                n_l2_logged = -1;
-                n_attn_dnn = 0;
-                e2e_model(&models[i]);
+                e2e_stats st;
+                e2e_model(&models[i], &st);
                 snprintf(lname, sizeof lname, "e2e %s: load", models[i].name);
-                // untuned (KILN_CUDA_ATTN_TUNE=0), cuDNN's fused attention runs every eligible
-                // sdpa: the attention models' engines must have set it up
-                const char *tune = getenv("KILN_CUDA_ATTN_TUNE");
-                if (i >= first_fold && dnn_attn_ok == 1 && tune != NULL && strcmp(tune, "0") == 0 &&
-                    (opt_filter == NULL || strstr(lname, opt_filter) != NULL)) {
-                    CHECK_MSG(n_attn_dnn > 0, "%s: no sdpa ran on cuDNN", models[i].name);
+                const int picked = opt_filter == NULL || strstr(lname, opt_filter) != NULL;
+                n_wg_total += st.n_wg;
+                n_sk_total += st.n_sk;
+                n_fell_back += st.n_fell_back;
+                CHECK_MSG(!picked || st.valid, "%s: no layer information", models[i].name);
+                // untuned (cuda.tune false), cuDNN's fused attention runs every eligible sdpa:
+                // the attention models' engines must have set it up
+                if (i >= first_fold && dnn_attn_ok == 1 && !policy.tune && picked) {
+                    CHECK_MSG(st.n_sdpa_dnn > 0, "%s: no sdpa ran on cuDNN", models[i].name);
                 }
-                if (i >= first_stem && i < end_stem &&
-                    (opt_filter == NULL || strstr(lname, opt_filter) != NULL)) {
-                    // with NHWC (cuDNN loaded, not switched off) every conv of the model runs
-                    // on the stem kernel, unless KILN_CUDA_NO_STEM=1
-                    const char *off = getenv("KILN_CUDA_NO_STEM");
-                    int want = n_nhwc_logged > 0 && !(off && off[0] && strcmp(off, "0") != 0)
-                                   ? STEM_MODEL_CONVS
-                                   : 0;
-                    CHECK_MSG(n_nhwc_logged == 0 || n_nhwc_logged == STEM_MODEL_CONVS,
-                              "%s: %d NHWC convs", models[i].name, n_nhwc_logged);
-                    CHECK_MSG(n_stem_logged == want, "%s: %d convs on the stem kernel, want %d",
-                              models[i].name, n_stem_logged, want);
+                if (i >= first_stem && i < end_stem && picked) {
+                    // with NHWC (cuDNN loaded, cuda.nhwc) every conv of the model runs on the
+                    // stem kernel, unless cuda.stem_kernel is off
+                    int want = st.n_conv_nhwc > 0 && policy.stem_kernel ? STEM_MODEL_CONVS : 0;
+                    CHECK_MSG(st.n_conv_nhwc == 0 || st.n_conv_nhwc == STEM_MODEL_CONVS,
+                              "%s: %d NHWC convs", models[i].name, st.n_conv_nhwc);
+                    CHECK_MSG(st.n_stem == want, "%s: %d convs on the stem kernel, want %d",
+                              models[i].name, st.n_stem, want);
                 }
-                if (i >= first_gemv && i < end_gemv &&
-                    (opt_filter == NULL || strstr(lname, opt_filter) != NULL)) {
-                    check_l2_plan(models[i].name);
-                }
+                if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
             }
             if (pass == 1) {
-                unsetenv("KILN_CUDA_NO_PERMUTE_FOLD");
+                load_no_fold = 0;
                 models[i].name = keep;
             }
         }
@@ -2981,30 +2995,53 @@ static void run_e2e(void) {
     e2e_shared_scratch(); // use_shared_activation_scratch
 }
 
-static int env_set(const char *name) {
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
-}
-
 // cuDNN's fused attention must run the eligible cases: cuDNN >= 9.13 loadable by the plugin
-// and nothing switches it off or forces one of Kiln's kernels.
+// and the policy neither switches it off nor forces one of Kiln's kernels.
 static int dnn_attention_expected(size_t dnn_version) {
-    if (dnn_version < 91300) return 0;
-    return !env_set("KILN_CUDA_NO_CUDNN") && !env_set("KILN_CUDA_NO_CUDNN_SDPA") &&
-           !env_set("KILN_CUDA_NO_TC_ATTENTION") && !env_set("KILN_CUDA_ATTN_ROWS") &&
-           !env_set("KILN_CUDA_ATTN_SPLIT");
+    return dnn_version >= 91300 && policy.cudnn && policy.cudnn_sdpa && policy.tc_attention &&
+           policy.sdpa_rows == 0 && policy.sdpa_split == 0;
 }
 
-// Kiln's small-M wgmma linear runs on compute capability 9.0 unless switched off.
+// Kiln's small-M wgmma linear runs on compute capability 9.0.
 static int wg_device_expected(void) {
     int dev = 0, major = 0, minor = 0;
-    if (env_set("KILN_CUDA_NO_WG") || cudaGetDevice(&dev) != cudaSuccess ||
+    if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
     return major == 9 && minor == 0;
+}
+
+// --option NAME=VALUE: a process-wide option, typed by the option table.
+static int set_option(const char *arg) {
+    char name[64];
+    const char *eq = strchr(arg, '=');
+    if (eq == NULL || (size_t)(eq - arg) >= sizeof name) return 0;
+    memcpy(name, arg, (size_t)(eq - arg));
+    name[eq - arg] = '\0';
+    const char *v = eq + 1;
+    for (uint32_t i = 0; i < kiln_option_count(); i++) {
+        const char *n = NULL, *def = NULL, *scope = NULL;
+        kiln_option_type t = KILN_OPTION_STRING;
+        if (kiln_option_info(i, &n, &t, &def, &scope) != KILN_OK || strcmp(n, name) != 0) continue;
+        kiln_status st;
+        if (t == KILN_OPTION_BOOL) {
+            st = kiln_set_option_bool(name, strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
+            if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0 && strcmp(v, "1") != 0 &&
+                strcmp(v, "0") != 0)
+                st = KILN_ERR_INVALID_ARG;
+        } else if (t == KILN_OPTION_INT) {
+            st = kiln_set_option_int(name, strtoll(v, NULL, 10));
+        } else {
+            st = kiln_set_option_string(name, v);
+        }
+        if (st != KILN_OK) fprintf(stderr, "--option %s: %s\n", arg, kiln_last_error());
+        return st == KILN_OK;
+    }
+    fprintf(stderr, "--option %s: no such option\n", arg);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -3020,46 +3057,59 @@ int main(int argc, char **argv) {
             opt_dry = 1;
         } else if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
             opt_filter = argv[++i];
+        } else if (strcmp(argv[i], "--option") == 0 && i + 1 < argc) {
+            if (!set_option(argv[++i])) return 2;
         } else {
-            fprintf(stderr, "usage: %s [--ops] [--e2e] [--quick] [--dry] [--filter TEXT]\n",
+            fprintf(stderr,
+                    "usage: %s [--ops] [--e2e] [--quick] [--dry] [--filter TEXT] [--option "
+                    "NAME=VALUE]...\n",
                     argv[0]);
             return 2;
         }
     }
+    {
+        kiln_options o;
+        if (kiln_options_resolve(NULL, 0, &o) != KILN_OK) {
+            fprintf(stderr, "the options do not resolve: %s\n", kiln_last_error());
+            return 2;
+        }
+        policy = o.cuda;
+    }
     if (!want_ops && !want_e2e) want_ops = want_e2e = 1;
-    log_all = env_set("KILN_TEST_LOG_ALL");
+    log_all = getenv("KILN_TEST_LOG_ALL") != NULL && strcmp(getenv("KILN_TEST_LOG_ALL"), "1") == 0;
     signal(SIGSEGV, on_crash);
     signal(SIGABRT, on_crash);
     check_rng_seed();
     if (!opt_dry) {
         kiln_log_set(NULL, NULL, KILN_LOG_INFO); // show why the plugin is missing, if it is
         plugin = kiln_cuda_plugin_get();
+        hooks = kiln_cuda_test_hooks_get();
         kiln_log_set(log_hook, NULL, KILN_LOG_DEBUG);
-        if (plugin == NULL) {
+        if (plugin == NULL || hooks == NULL) {
             printf("SKIP: the CUDA backend is not available (see the message above)\n");
             return 77;
         }
         printf("%s\n", plugin->version());
-        dnn_attn_ok = dnn_attention_expected(plugin->dnn_version());
+        dnn_attn_ok = dnn_attention_expected(hooks->dnn_version());
         wg_expected = wg_device_expected();
         printf("small-M wgmma linear: %s\n",
                wg_expected ? "expected on eligible linears (sm_90)" : "not expected");
-        printf("cuDNN %zu: fused attention %s\n", plugin->dnn_version(),
+        printf("cuDNN %zu: fused attention %s\n", hooks->dnn_version(),
                dnn_attn_ok ? "expected on eligible sdpa cases" : "not expected");
     }
     if (want_ops) run_ops();
     if (want_e2e) run_e2e();
-    if (want_e2e && env_set("KILN_CUDA_SPLITK") && strcmp(getenv("KILN_CUDA_SPLITK"), "0") != 0) {
-        // the engines ran some linear with K split (graphs included)
-        CHECK_MSG(n_sk_forced_total > 0, "KILN_CUDA_SPLITK is set but no linear ran with K split");
+    if (want_e2e && !opt_dry && policy.splitk > 0) {
+        // the engines planned some linear onto the forced K split
+        CHECK_MSG(n_sk_total > 0, "cuda.splitk is forced but no engine layer runs with K split");
     }
-    if (want_e2e && wg_expected == 1 && env_set("KILN_CUDA_WG_CFG")) {
-        // the engines ran their small-M linears on the forced configuration (graphs included)
-        CHECK_MSG(n_wg_forced_total > 0, "KILN_CUDA_WG_CFG is set on sm_90 but no linear ran on "
-                                         "the wgmma kernel");
+    if (want_e2e && !opt_dry && wg_expected == 1 && policy.wgmma && policy.wgmma_bn > 0) {
+        // the engines planned their small-M linears onto the forced configuration
+        CHECK_MSG(n_wg_total > 0, "cuda.wgmma_config is forced on sm_90 but no engine layer runs "
+                                  "on the wgmma kernel");
     }
-    CHECK_MSG(n_lt_rejected_total == 0, "cublasLtMatmul rejected %d problems (warnings above)",
-              n_lt_rejected_total);
+    CHECK_MSG(n_fell_back == 0, "%d layers fell back from their planned library at run",
+              n_fell_back);
     printf("%d skipped\n", n_skipped);
     return check_summary();
 }

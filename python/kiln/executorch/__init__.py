@@ -5,18 +5,21 @@ name when lowering. It does not register the runtime delegate (``kiln_executorch
 ``kiln.load`` imports it for you).
 """
 
-from ._export import EXPORT_OPTIONS, export, save
+from ._export import EXPORT_OPTIONS, KilnStrictError, export, save
 from ._options import PRECISIONS
+from ._report import ExportReport
 from .backend import KilnBackend, KilnPreprocessError
 from .partitioner import BACKEND_ID, KilnPartitioner
 
 __all__ = [
     "BACKEND_ID",
     "EXPORT_OPTIONS",
+    "ExportReport",
     "PRECISIONS",
     "KilnBackend",
     "KilnPartitioner",
     "KilnPreprocessError",
+    "KilnStrictError",
     "export",
     "save",
 ]

@@ -3,6 +3,7 @@ supported parts run in Kiln."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,10 +13,29 @@ from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
 
+from . import _report
 from ._options import validate_external_data, validate_precision
 from .partitioner import KilnPartitioner
 
-EXPORT_OPTIONS = ("dynamic_shapes", "precision", "external_data", "partitioners", "backend_config")
+EXPORT_OPTIONS = (
+    "dynamic_shapes",
+    "precision",
+    "external_data",
+    "partitioners",
+    "backend_config",
+    "strict",
+    "quiet",
+)
+
+
+class KilnStrictError(RuntimeError):
+    """``strict=True`` and KilnPartitioner left nodes to ExecuTorch. ``rejected`` lists them
+    ({"op", "reason", "source"}); ``report`` is the export report so far."""
+
+    def __init__(self, message: str, rejected: list, report):
+        super().__init__(message)
+        self.rejected = rejected
+        self.report = report
 
 
 def _as_args(example_inputs, what: str) -> tuple:
@@ -122,6 +142,8 @@ def export(
     external_data: str | None = None,
     partitioners: Sequence[Partitioner] | None = None,
     backend_config=None,
+    strict: bool = False,
+    quiet: bool = False,
 ):
     """Exports a model to an ExecuTorch program whose supported parts run in Kiln.
 
@@ -142,11 +164,64 @@ def export(
             not take (e.g. XNNPACK or CUDA); anything left runs on ExecuTorch's kernels.
         backend_config: an ``ExecutorchBackendConfig`` for ``to_executorch`` (memory planning,
             e.g. ``MemoryPlanningPass(alloc_graph_input=False)`` for caller-owned inputs).
+        strict: True raises :class:`KilnStrictError`, listing each node KilnPartitioner left to
+            ExecuTorch (op, reason, the model's file:line), instead of exporting a program that
+            runs part of the model outside Kiln.
+        quiet: True draws no progress bar and prints no report. Otherwise, when stderr is a
+            terminal, a progress bar (tqdm, if installed) shows the phase, the engine being
+            lowered and built and the builder's pass and layer, and the export report is
+            printed at the end.
 
     Returns:
         ExecuTorch's ``ExecutorchProgramManager`` (``.buffer``, ``.write_to_file(f)``,
-        ``.write_tensor_data_to_file(dir)``, ``.exported_program(name)``).
+        ``.write_tensor_data_to_file(dir)``, ``.exported_program(name)``), with the export
+        report as ``.kiln_report`` (an ``ExportReport``: ``str()`` for text, ``.to_dict()``).
     """
+    with _progress(quiet) as rep:
+        prog = _export(
+            rep,
+            model,
+            example_inputs,
+            dynamic_shapes,
+            precision,
+            external_data,
+            partitioners,
+            backend_config,
+            strict,
+        )
+    _print_report(rep, quiet)
+    return prog
+
+
+def _progress(quiet: bool) -> _report.ExportProgress:
+    if not isinstance(quiet, bool):
+        raise TypeError(f"quiet must be a bool, got {type(quiet).__name__}")
+    return _report.ExportProgress(show_bar=not quiet and _is_terminal(sys.stderr))
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _print_report(rep: _report.ExportProgress, quiet: bool) -> None:
+    if not quiet and _is_terminal(rep.stream):
+        print(rep.report, file=rep.stream)
+
+
+def _export(
+    rep,
+    model,
+    example_inputs,
+    dynamic_shapes,
+    precision,
+    external_data,
+    partitioners,
+    backend_config,
+    strict,
+):
     precision = validate_precision(precision)
     external_data = validate_external_data(external_data)
     extra = _check_partitioners(partitioners)
@@ -155,10 +230,41 @@ def export(
             "backend_config must be an executorch.exir.ExecutorchBackendConfig, got "
             f"{type(backend_config).__name__}"
         )
-    programs = _programs(model, example_inputs, dynamic_shapes)
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+    with rep.phase("torch.export"):
+        programs = _programs(model, example_inputs, dynamic_shapes)
     kiln = KilnPartitioner(precision=precision, external_data=external_data)
-    edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
-    return edge.to_executorch(backend_config)
+    with rep.phase("partition + lower"):
+        edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
+    methods, derived = _report.describe_methods(edge)
+    rep.report.methods = methods
+    # The partitioner's own record of what it left and why, when it keeps one; otherwise the
+    # compute nodes left outside every delegate, found in the lowered program.
+    recorded = getattr(kiln, "rejected", None)
+    rep.report.rejected = list(recorded) if recorded is not None else derived
+    if strict and rep.report.rejected:
+        raise KilnStrictError(_strict_message(rep.report.rejected), rep.report.rejected, rep.report)
+    with rep.phase("to_executorch"):
+        prog = edge.to_executorch(backend_config)
+    try:
+        prog.kiln_report = rep.report
+    except AttributeError:  # a manager class that refuses new attributes
+        pass
+    return prog
+
+
+def _strict_message(rejected: list) -> str:
+    lines = [
+        f"strict=True: KilnPartitioner left {len(rejected)} node(s) to ExecuTorch (export "
+        "with strict=False to run them on ExecuTorch's kernels, or change the model):"
+    ]
+    for r in rejected[:50]:
+        src = f" at {r['source']}" if r.get("source") else ""
+        lines.append(f"  {r.get('op')}{src}: {r.get('reason')}")
+    if len(rejected) > 50:
+        lines.append(f"  ... and {len(rejected) - 50} more")
+    return "\n".join(lines)
 
 
 def save(model, path, example_inputs: Sequence | None = None, **options):
@@ -166,7 +272,8 @@ def save(model, path, example_inputs: Sequence | None = None, **options):
     ``external_data="name"``, the weights to ``name.ptd`` in the same folder.
 
     Options: ``dynamic_shapes``, ``precision``, ``external_data``, ``partitioners``,
-    ``backend_config`` (as for :func:`export`). Returns the ``ExecutorchProgramManager``.
+    ``backend_config``, ``strict``, ``quiet`` (as for :func:`export`). Returns the
+    ``ExecutorchProgramManager`` (its ``kiln_report`` also lists the files written).
     """
     unknown = sorted(set(options) - set(EXPORT_OPTIONS))
     if unknown:
@@ -179,15 +286,37 @@ def save(model, path, example_inputs: Sequence | None = None, **options):
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory: pass the .pte file path to write")
-    prog = export(model, example_inputs, **options)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        prog.write_to_file(f)
+    quiet = options.pop("quiet", False)
+    with _progress(quiet) as rep:
+        prog = _export(
+            rep,
+            model,
+            example_inputs,
+            options.get("dynamic_shapes"),
+            options.get("precision", "fp32"),
+            options.get("external_data"),
+            options.get("partitioners"),
+            options.get("backend_config"),
+            options.get("strict", False),
+        )
+        with rep.phase("write"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                prog.write_to_file(f)
+            rep.report.files[str(path)] = path.stat().st_size
+            # ExecuTorch 1.5's ExecutorchProgramManager has no public accessor for the data
+            # files.
+            data_files = {
+                str(k).removesuffix(".ptd") for k in (getattr(prog, "_tensor_data", None) or {})
+            }
+            if data_files:
+                prog.write_tensor_data_to_file(str(path.parent))
+                for stem in sorted(data_files):
+                    ptd = path.parent / f"{stem}.ptd"
+                    if ptd.is_file():
+                        rep.report.files[str(ptd)] = ptd.stat().st_size
+    _print_report(rep, quiet)
     external = options.get("external_data")
-    # ExecuTorch 1.5's ExecutorchProgramManager has no public accessor for the data files.
-    data_files = {str(k).removesuffix(".ptd") for k in (getattr(prog, "_tensor_data", None) or {})}
-    if data_files:
-        prog.write_tensor_data_to_file(str(path.parent))
     if external and external not in data_files:
         warnings.warn(
             f"external_data={external!r}: the program has no weights large enough to move out, "

@@ -15,6 +15,7 @@ Contract with the C++ delegate (adapter/executorch/kiln_executorch.cpp):
 from __future__ import annotations
 
 import logging
+import time
 from typing import final
 
 import torch
@@ -25,6 +26,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _graph
 from . import _lowering as low
+from . import _report
 from ._options import parse_compile_specs
 
 log = logging.getLogger("kiln.executorch")
@@ -46,12 +48,17 @@ def build_engine(
     edge_program: ExportedProgram,
     precision: str = "fp32",
     min_external_nbytes: int = MIN_EXTERNAL_NBYTES,
+    reporter=None,
 ):
     """Describes an edge (sub)program as a Kiln graph and builds it.
 
-    Returns (Built, input placeholder names, output count).
+    ``reporter`` (an export's ``_report.ExportProgress``) is told about each node lowered and
+    each step of the build. Returns (Built, input placeholder names, output count).
     """
     gm = edge_program.graph_module
+    if reporter is not None:
+        reporter.engine_start(sum(1 for n in gm.graph.nodes if n.op == "call_function"))
+    t0 = time.perf_counter()
     sig = edge_program.graph_signature
     spec_by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
     ranges = low.Ranges(edge_program.range_constraints)
@@ -79,6 +86,8 @@ def build_engine(
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 _try(lambda n=node: L.lower(n), f"node '{node.name}' ({low.target_name(node)})")
+                if reporter is not None:
+                    reporter.node_lowered(node.name)
             elif node.op == "output":
                 out_node = node
         outs = list(out_node.args[0]) if out_node is not None else []
@@ -100,14 +109,22 @@ def build_engine(
                 v = _try(lambda v=v: L.op("copy", [v]), f"output {i}")
             marked.add(v)
             _try(lambda v=v, i=i: g.mark_output(v, f"output{i}"), f"output {i}")
+        t1 = time.perf_counter()
+        if reporter is not None:
+            reporter.build_started()
         built = _try(
             lambda: g.build(
                 precision=precision,
                 external_weights=True,
                 min_external_nbytes=min_external_nbytes,
+                progress=reporter.build_step if reporter is not None else None,
             ),
             "kiln_build",
         )
+        if reporter is not None:
+            reporter.engine_done(
+                len(built.engine), built.weights, t1 - t0, time.perf_counter() - t1
+            )
         return built, inputs, len(outs)
     finally:
         g.close()
@@ -149,6 +166,7 @@ class KilnBackend(BackendDetails):
             edge_program,
             precision,
             MIN_EXTERNAL_NBYTES_PTD if external_data else MIN_EXTERNAL_NBYTES,
+            reporter=_report.current(),
         )
         store = NamedDataStore()
         for key, data in built.weights:

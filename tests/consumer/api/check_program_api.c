@@ -228,7 +228,7 @@ int main(int argc, char **argv) {
     s[0].type = KILN_OPTION_INT;
     s[0].int_value = 1000;
     CHECK_P(kiln_program_load(path_of("kiln.pte"), &o, &p), KILN_ERR_INVALID_ARG);
-    CHECK_ERR_HAS("out of range");
+    CHECK_ERR_HAS("1..64");
     s[0].int_value = 2;
     CHECK_P(kiln_program_load(path_of("kiln.pte"), &o, &p), KILN_OK);
     if (p != NULL) {

@@ -3,8 +3,8 @@
 // lifetimes of random DAGs: every item inside the arena and aligned, no two items live at a
 // common layer overlap, the arena is at most the naive sum and at least the peak live bytes, and
 // the result is deterministic.
-#include "builder/builder.h"
 #include "check.h"
+#include "core/plan_memory.h"
 
 #define ALIGN 64u
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "builder/builder.h"
 #include "core/alloc.h"
 #include "core/checked.h"
+#include "core/plan_memory.h"
 #include "core/status.h"
 
 typedef struct order_key {

@@ -1,0 +1,250 @@
+"""Progress while exporting (the builder's C callback through Graph.build, the tqdm bar on a
+terminal, nothing otherwise), the export report, strict=, and bench/report.py's plot."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from kiln import _graph, _ops
+from kiln.executorch import ExportReport, KilnStrictError, export, save
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Partial(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 16)
+        self.b = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = torch.cumsum(torch.relu(self.a(x)), 1)  # cumsum: left to ExecuTorch
+        return self.b(y)
+
+
+def _graph_relu_linear():
+    g = _graph.Graph()
+    x = g.add_input("x", _ops.DTYPE_F32, [2, 8], [2, 8])
+    w = g.add_constant("w", torch.randn(4, 8))
+    (y,) = g.add_node("linear", [x, w, None])
+    (z,) = g.add_node("relu", [y])
+    (t,) = g.add_node("tanh", [x])
+    g.mark_output(z, "z")
+    g.mark_output(t, "t")
+    return g
+
+
+def test_build_progress_events():
+    g = _graph_relu_linear()
+    events = []
+    plain = g.build()
+    reported = g.build(progress=lambda *e: events.append(e))
+    assert reported.engine == plain.engine  # reporting changes nothing
+    passes = [e for e in events if e[0] == "pass"]
+    assert [p[1] for p in passes][:2] == ["verify", "dce"] and passes[-1][1] == "check"
+    assert [p[2] for p in passes] == list(range(1, len(passes) + 1))
+    assert {p[3] for p in passes} == {len(passes)}
+    layers = [e for e in events if e[0] == "layer"]
+    # linear + relu fuse into one group; tanh is another
+    assert sorted(la[1] for la in layers) == ["linear", "tanh"]
+    assert [la[2] for la in layers] == [1, 2] and {la[3] for la in layers} == {2}
+    assert [e[1] for e in events if e[0] == "output"] == ["memory plan", "serialize", "self-check"]
+    assert [e[0] for e in events] == ["pass"] * len(passes) + ["layer"] * 2 + ["output"] * 3
+    g.close()
+
+
+def test_an_exception_in_the_callback_stops_the_build():
+    g = _graph_relu_linear()
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def cb(phase, name, step, n):
+        seen.append(name)
+        if phase == "layer":
+            raise Stop("user pressed Ctrl-C")
+
+    with pytest.raises(Stop, match="Ctrl-C"):
+        g.build(progress=cb)
+    assert seen[-1] in ("linear", "tanh") and "serialize" not in seen
+    assert g.build().engine  # the graph still builds afterwards
+    g.close()
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_bar_and_report_on_a_terminal_only(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("tqdm")  # the bar is drawn only where tqdm is installed
+    model = Partial().eval()
+    x = torch.randn(3, 8)
+    term = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    prog = save(model, tmp_path / "a.pte", (x,), external_data="aw")
+    shown = term.getvalue()
+    assert "Kiln engine 0" in shown and "Kiln export report" in shown
+    assert "cumsum" in shown and "wrote " in shown
+    # quiet: nothing, even on a terminal
+    term2 = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", term2)
+    save(model, tmp_path / "b.pte", (x,), quiet=True)
+    assert term2.getvalue() == ""
+    monkeypatch.undo()
+    # not a terminal (pytest's capture): nothing either
+    save(model, tmp_path / "c.pte", (x,))
+    assert capsys.readouterr().err == ""
+    rep = prog.kiln_report
+    assert isinstance(rep, ExportReport)
+    (m,) = rep.methods.values()
+    assert [d["backend"] for d in m["delegates"]] == ["KilnBackend", "KilnBackend"]
+    assert m["outside"] == {"aten.cumsum.default": 1}
+    e0, e1 = rep.engines
+    assert e0.n_layers == 1 and e0.engine_nbytes > 0  # linear + relu: one kernel group
+    # weights of 64 bytes or more go to aw.ptd (the 16-byte bias of b stays inline)
+    assert (e0.external_nbytes, e1.external_nbytes) == (16 * 8 * 4 + 16 * 4, 4 * 16 * 4)
+    assert rep.files[str(tmp_path / "aw.ptd")] == (tmp_path / "aw.ptd").stat().st_size
+    assert set(rep.phases) == {"torch.export", "partition + lower", "to_executorch", "write"}
+    assert rep.files[str(tmp_path / "a.pte")] == (tmp_path / "a.pte").stat().st_size
+    d = rep.to_dict()
+    assert d["rejected"][0]["op"] == "aten.cumsum.default"
+
+
+def test_strict_lists_what_was_left_out(tmp_path):
+    model = Partial().eval()
+    with pytest.raises(KilnStrictError) as ei:
+        save(model, tmp_path / "s.pte", (torch.randn(3, 8),), strict=True, quiet=True)
+    msg = str(ei.value)
+    assert "strict=True: KilnPartitioner left 1 node(s) to ExecuTorch" in msg
+    assert "aten.cumsum.default" in msg
+    assert f"{Path(__file__).name}:" in msg  # the model's file:line
+    (r,) = ei.value.rejected
+    assert r["source"].endswith(f"{Path(__file__).name}:{_line_of('torch.cumsum')}")
+    assert not (tmp_path / "s.pte").exists()  # nothing written
+    # a model Kiln takes whole passes strict
+    full = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    prog = export(full, (torch.randn(2, 8),), strict=True, quiet=True)
+    assert prog.kiln_report.rejected == []
+    with pytest.raises(TypeError, match="strict must be a bool"):
+        export(full, (torch.randn(2, 8),), strict="yes")
+    with pytest.raises(TypeError, match="quiet must be a bool"):
+        export(full, (torch.randn(2, 8),), quiet=1)
+
+
+def _line_of(text: str) -> int:
+    for i, line in enumerate(Path(__file__).read_text().splitlines(), start=1):
+        if text in line and "def " not in line and "_line_of" not in line:
+            return i
+    raise AssertionError(text)
+
+
+def test_partitioner_record_is_used_when_present(tmp_path, monkeypatch):
+    """KilnPartitioner.rejected, when the partitioner keeps it, is the report's list."""
+    from kiln.executorch import partitioner as part
+
+    recorded = [
+        {"op": "aten.cumsum.default", "reason": "no Kiln op for cumsum", "source": "m.py:3"}
+    ]
+    orig = part.KilnPartitioner.partition
+
+    def partition(self, ep):
+        self.rejected = list(recorded)
+        return orig(self, ep)
+
+    monkeypatch.setattr(part.KilnPartitioner, "partition", partition)
+    with pytest.raises(KilnStrictError, match="m.py:3: no Kiln op for cumsum"):
+        export(Partial().eval(), (torch.randn(3, 8),), strict=True, quiet=True)
+    prog = export(Partial().eval(), (torch.randn(3, 8),), quiet=True)
+    assert prog.kiln_report.rejected == recorded
+    assert "m.py:3: no Kiln op for cumsum" in str(prog.kiln_report)
+
+
+def test_kiln_export_reports_and_refuses_a_missing_module(tmp_path, capsys):
+    from kiln.cli import main
+
+    assert main(["no_such_module:Net", str(tmp_path / "a.pte")]) == 2
+    err = capsys.readouterr().err
+    assert "kiln-export: error:" in err and "cannot import 'no_such_module'" in err
+    assert "Traceback" not in err
+    src = tmp_path / "m.py"
+    src.write_text(
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.l = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        return torch.cumsum(self.l(x), 1)\n"
+    )
+    assert main([f"{src}:Net", str(tmp_path / "b.pte"), "--input", "2x4"]) == 0
+    out = capsys.readouterr().out
+    assert "Kiln export report" in out and "aten.cumsum.default" in out
+    assert main([f"{src}:Net", str(tmp_path / "c.pte"), "--input", "2x4", "--strict"]) == 1
+    assert f"{src}:6" in capsys.readouterr().err
+    assert main([f"{src}:Net", str(tmp_path / "d.pte"), "--input", "2x4", "--quiet"]) == 0
+    assert "Kiln export report" not in capsys.readouterr().out
+
+
+# --- bench/report.py's plot
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location("kiln_bench_report", ROOT / "bench" / "report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+HEAD = (
+    "| model | floor | eager | graph | compile | Kiln C | Kiln ET | ET host | best | C/best "
+    "| ET/best | Kiln err |"
+)
+TABLE = """# Benchmarks
+
+## Results
+
+### 2031-01-02, round 99: newest
+
+HEAD
+|---|---|---|---|---|---|---|---|---|---|---|---|
+| a_b1 | 1 µs | 2 | 1 | 3 | 1.1 | **0.5** | 1 | graph | 1.10 | **0.50** | 1e-4 |
+| b_b8 | 1 µs | 2 | 1 | 3 | 0.8 | FAIL | 1 | compile | 0.80 | - | 1e-4 |
+
+### 2030-12-01, round 98: older
+
+HEAD
+|---|---|---|---|---|---|---|---|---|---|---|---|
+| a_b1 | 1 µs | 2 | 1 | 3 | 9 | 9 | 9 | graph | 9.00 | 9.00 | 1e-4 |
+""".replace("HEAD", HEAD)
+
+
+def test_report_reads_the_latest_table_and_plots(tmp_path):
+    rep = _report_module()
+    title, rows = rep.ratios_from_markdown(TABLE)
+    assert title.startswith("2031-01-02, round 99")
+    assert rows == [
+        {"model": "a_b1", "best": "graph", "C/best": 1.10, "ET/best": 0.50},
+        {"model": "b_b8", "best": "compile", "C/best": 0.80, "ET/best": None},
+    ]
+    models = {"a_b1": {"best_anchor": "graph", "ratio_kiln_capi": 1.1, "ratio_kiln_et_devio": 0.5}}
+    assert rep.ratios_from_models(models)[0] == rows[0]
+    with pytest.raises(ValueError, match="Results"):
+        rep.ratios_from_markdown("# nothing here\n")
+    # the real docs/benchmarks.md: its latest table has a row per model of bench/models.py
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    _title, doc_rows = rep.ratios_from_markdown(text)
+    assert doc_rows and all(r["C/best"] is not None for r in doc_rows)
+    pytest.importorskip("matplotlib")  # drawing needs matplotlib (reading the table does not)
+    png = rep.plot(rows, tmp_path / "r.png", "test")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    import matplotlib.image
+
+    h, w, _ = matplotlib.image.imread(str(png)).shape
+    assert w > h > 200

@@ -1,0 +1,522 @@
+// SPDX-License-Identifier: Apache-2.0
+// sdpa's tensor-core kernels (attn_common.cuh): float16/bfloat16 with E = Ev in {64, 128},
+// pipelined (FlashAttention-2 style) or, for grids of up to one resident wave, with the keys
+// split across warps. Which one and its CTA shape are chosen when the layer is planned
+// (kiln_cuda_sdpa_split_warps, kiln_cuda_sdpa_tc_rows) and passed to kiln_cuda_sdpa_tc_run.
+#include "cuda/attn_common.cuh"
+#include "cuda/mma.cuh"
+
+// --- tensor-core kernels: float16/bfloat16, E = Ev in {64, 128} (FlashAttention-2 style)
+// Each warp owns 16 query rows; K/V tiles are staged in shared memory (rows padded by 8
+// elements: the fragment reads are bank-conflict free); S = Q K^T and O += P V are
+// mma.sync.m16n8k16 with float32 accumulation; the online softmax runs on the S fragments in
+// registers (a row is spread over the 4 lanes of a quad). P is rounded to the input dtype
+// before P V (as FlashAttention does). The MMA helpers and fragment layouts: cuda/mma.cuh.
+
+// Two consecutive 16-bit elements (4-byte aligned) as one register.
+__device__ __forceinline__ uint32_t sdpa_ld2(const uint16_t *p) { return *(const uint32_t *)p; }
+
+// The tensor-core kernels' score step on S fragments sc[NT][4] (C layout of m16n8k16: rows ra
+// for [0..1], rb for [2..3]; key s0 + nt * 8 + 2 t4 + (i & 1)): multiply by `mult`, then keys
+// past S, causal and mask to -inf (a float mask scaled by mask_mult), and the two rows' maxima
+// over the quad. `plain`: no key of the tile needs a check (the caller knows).
+template <int NT>
+__device__ __forceinline__ void
+sdpa_tc_mask_max(const sdpa_params &P, float (*sc)[4], int64_t s0, int64_t ra, int64_t rb, int t4,
+                 int64_t mo, float mult, float mask_mult, bool plain, float &mxa, float &mxb) {
+    mxa = -INFINITY;
+    mxb = -INFINITY;
+    if (plain) { // one branch per tile, none per element (the common case: no mask, full tile)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            sc[nt][0] *= mult;
+            sc[nt][1] *= mult;
+            sc[nt][2] *= mult;
+            sc[nt][3] *= mult;
+            mxa = fmaxf(mxa, fmaxf(sc[nt][0], sc[nt][1]));
+            mxb = fmaxf(mxb, fmaxf(sc[nt][2], sc[nt][3]));
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float x = sc[nt][i] * mult;
+                const int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1);
+                const int64_t row = i < 2 ? ra : rb;
+                if (s >= P.s || (P.causal && s > row)) {
+                    x = -INFINITY;
+                } else if (P.mask != NULL && row < P.l) {
+                    const int64_t mi = mo + row * P.m_sl + s * P.m_ss;
+                    if (P.mask_dt == KILN_DTYPE_BOOL) {
+                        if (((const uint8_t *)P.mask)[mi] == 0) x = -INFINITY;
+                    } else {
+                        x += kc_ld_f(P.mask, P.mask_dt, mi) * mask_mult;
+                    }
+                }
+                sc[nt][i] = x;
+                if (i < 2) {
+                    mxa = fmaxf(mxa, x);
+                } else {
+                    mxb = fmaxf(mxb, x);
+                }
+            }
+        }
+    }
+    mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
+    mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
+    mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
+    mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+}
+
+// --- tensor-core kernel, keys split across warps (grids of up to one resident wave)
+// One CTA of NS warps per (batch, 16 query rows); warp w takes the key tiles w, w + NS, ... of
+// BK keys, staged in its own shared-memory slice (no block-wide barrier in the loop), runs the
+// same online softmax (sdpa_tc_tile), and the NS partial results (row maxima, sums, unnormalized
+// outputs) are merged through shared memory at the end. Nsight Compute on the H200 (BERT b8,
+// 64-row pipelined CTAs): 1.45 warps per scheduler, 79% of cycles with no eligible warp, ~1900
+// instructions on each warp's serial path. Grids under one wave of 64-row CTAs (BERT b1, ViT,
+// the encoder) therefore split each 16-row block's keys over NS warps (sdpa_split_warps picks
+// NS and the tile size). Fragments come from ldmatrix (K plain, V transposed); scores are kept
+// in log2 units (ex2). Tiles that need no masking skip the checks.
+
+// 2^x with the SFU's ex2.approx (2 ulp; ex2(-inf) = +0): the split kernel's softmax, whose
+// probabilities are rounded to 16 bits before P V anyway.
+__device__ __forceinline__ float sdpa_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Q's A fragments for rows ra, rb (rows past L are zeros, never stored) straight from global
+// memory.
+template <int D>
+__device__ __forceinline__ void sdpa_load_q(const sdpa_params &P, const uint16_t *q, int64_t ra,
+                                            int64_t rb, int t4, uint32_t (*qf)[4]) {
+#pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) {
+        const int col = kc * 16 + 2 * t4;
+        qf[kc][0] = ra < P.l ? sdpa_ld2(q + ra * P.q_rs + col) : 0u;
+        qf[kc][1] = rb < P.l ? sdpa_ld2(q + rb * P.q_rs + col) : 0u;
+        qf[kc][2] = ra < P.l ? sdpa_ld2(q + ra * P.q_rs + col + 8) : 0u;
+        qf[kc][3] = rb < P.l ? sdpa_ld2(q + rb * P.q_rs + col + 8) : 0u;
+    }
+}
+
+// One warp's online-softmax step over a tile of BK keys staged in shared memory (K and V rows
+// at ks / vs, LD elements apart), for its 16 query rows ra = r0 + g, rb = ra + 8: S = Q K^T
+// (ldmatrix.x4 gives the B fragments of two k-chunks of one n-tile), scores in log2 units
+// (sl2 = scale * log2 e), masks, running maxima ma/mb, lane-partial sums la/lb (the quad is
+// reduced once at the end), O rescaled, then O += P V (ldmatrix.x4.trans gives the B fragments
+// of two n-tiles of V; the S fragments of key columns [16 kk, 16 kk + 16) are P's A fragment).
+template <typename T, int D, int BK, int LD>
+__device__ __forceinline__ void
+sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, const uint16_t *vs,
+             int64_t s0, int64_t ra, int64_t rb, int lane, int64_t mo, float sl2, float (*o)[4],
+             float &ma, float &mb, float &la, float &lb) {
+    const int t4 = lane & 3;
+    float sc[BK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; nt++) {
+        sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc += 2) {
+            uint32_t kb[4];
+            kc_ldmatrix_x4(kb, ks + (nt * 8 + (lane & 7)) * LD + kc * 16 + (lane >> 3) * 8);
+            kc_mma<T>::mma(sc[nt], qf[kc], kb[0], kb[1]);
+            kc_mma<T>::mma(sc[nt], qf[kc + 1], kb[2], kb[3]);
+        }
+    }
+    float mxa, mxb;
+    sdpa_tc_mask_max<BK / 8>(P, sc, s0, ra, rb, t4, mo, sl2, 1.4426950408889634f,
+                             !P.causal && P.mask == NULL && s0 + BK <= P.s, mxa, mxb);
+    const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
+    // every key so far masked: subtract 0 (ex2(-inf) = 0 keeps p and the sums zero)
+    const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
+    const float ca = sdpa_ex2(ma - ua), cb = sdpa_ex2(mb - ub);
+    ma = mna;
+    mb = mnb;
+    float suma = 0.0f, sumb = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; nt++) {
+        sc[nt][0] = sdpa_ex2(sc[nt][0] - ua);
+        sc[nt][1] = sdpa_ex2(sc[nt][1] - ua);
+        sc[nt][2] = sdpa_ex2(sc[nt][2] - ub);
+        sc[nt][3] = sdpa_ex2(sc[nt][3] - ub);
+        suma += sc[nt][0] + sc[nt][1];
+        sumb += sc[nt][2] + sc[nt][3];
+    }
+    la = la * ca + suma;
+    lb = lb * cb + sumb;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        o[dn][0] *= ca;
+        o[dn][1] *= ca;
+        o[dn][2] *= cb;
+        o[dn][3] *= cb;
+    }
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++) {
+        uint32_t pa[4];
+        pa[0] = kc_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+        pa[1] = kc_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+        pa[2] = kc_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        pa[3] = kc_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn += 2) {
+            uint32_t vb[4];
+            kc_ldmatrix_x4_t(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                     (dn + (lane >> 4)) * 8);
+            kc_mma<T>::mma(o[dn], pa, vb[0], vb[1]);
+            kc_mma<T>::mma(o[dn + 1], pa, vb[2], vb[3]);
+        }
+    }
+}
+
+// --- tensor-core kernel, pipelined (FlashAttention-2 style)
+// One CTA of NW warps per (batch, block of 16 NW query rows); warp w owns rows [16 w, 16 w + 16).
+// K/V tiles of SDPA_TC_BK keys go global -> shared with cp.async into two stages: tile t + 1
+// is in flight while tile t is computed (sdpa_tc_tile). Rows padded by 8 elements (ldmatrix
+// without bank conflicts). Shared memory: 2 stages x (K + V) tiles, dynamic (D 128: 68 KB).
+
+#define SDPA_TC_BK 64 // keys per tile
+
+template <int D> struct sdpa_tc_smem {
+    static constexpr int LD = D + 8;
+    static constexpr int TILE = SDPA_TC_BK * LD; // elements
+    static constexpr int BYTES = 2 * 2 * TILE * 2;
+};
+
+// Tile s0's K and V rows into ks / vs with cp.async, every thread of the CTA taking a share
+// (keys past S are zero-filled).
+template <int D, int LD>
+__device__ __forceinline__ void sdpa_tc_stage(const sdpa_params &P, const uint16_t *k,
+                                              const uint16_t *v, int64_t s0, uint16_t *ks,
+                                              uint16_t *vs) {
+    for (int i = threadIdx.x; i < SDPA_TC_BK * (D / 8); i += blockDim.x) {
+        const int j = i / (D / 8), c = (i % (D / 8)) * 8;
+        const int64_t s = s0 + j;
+        const bool in = s < P.s;
+        kc_cp_async16(ks + j * LD + c, in ? k + s * P.k_rs + c : k, in);
+        kc_cp_async16(vs + j * LD + c, in ? v + s * P.v_rs + c : v, in);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <typename T, int D, int NW>
+static __global__ void __launch_bounds__(NW * 32)
+    sdpa_tc_kernel(const __grid_constant__ sdpa_params P) {
+    using SM = sdpa_tc_smem<D>;
+    constexpr int LD = SM::LD, BQ = 16 * NW;
+    extern __shared__ __align__(16) uint8_t sdpa_tc_dyn[];
+    uint16_t *const sm = (uint16_t *)sdpa_tc_dyn; // stage st: K at sm + 2 st TILE, V after it
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const uint16_t *q = (const uint16_t *)P.q, *k = (const uint16_t *)P.k,
+                   *v = (const uint16_t *)P.v;
+    uint16_t *out = (uint16_t *)P.out;
+    const float sl2 = P.scale * 1.4426950408889634f;
+    for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
+        const sdpa_offs bo = sdpa_offsets(P, b);
+        const int64_t blk0 = (int64_t)blockIdx.x * BQ;
+        const int64_t r0 = blk0 + warp * 16, ra = r0 + g, rb = r0 + g + 8;
+        int64_t s_end = P.s;
+        if (P.causal && blk0 + BQ < s_end) s_end = blk0 + BQ;
+        const int64_t n_tiles = (s_end + SDPA_TC_BK - 1) / SDPA_TC_BK;
+        if (n_tiles > 0) sdpa_tc_stage<D, LD>(P, k + bo.k, v + bo.v, 0, sm, sm + SM::TILE);
+        uint32_t qf[D / 16][4];
+        sdpa_load_q<D>(P, q + bo.q, ra, rb, t4, qf);
+        float o[D / 8][4];
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+        for (int64_t t = 0; t < n_tiles; t++) {
+            if (t + 1 < n_tiles) {
+                uint16_t *nx = sm + ((t + 1) & 1) * 2 * SM::TILE;
+                sdpa_tc_stage<D, LD>(P, k + bo.k, v + bo.v, (t + 1) * SDPA_TC_BK, nx,
+                                     nx + SM::TILE);
+                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            } else {
+                asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+            }
+            __syncthreads(); // tile t is in shared memory for every warp
+            const int64_t s0 = t * SDPA_TC_BK;
+            if (!(P.causal && s0 > r0 + 15)) { // else every key of the tile is masked here
+                const uint16_t *cur = sm + (t & 1) * 2 * SM::TILE;
+                sdpa_tc_tile<T, D, SDPA_TC_BK, LD>(P, qf, cur, cur + SM::TILE, s0, ra, rb, lane,
+                                                   bo.m, sl2, o, ma, mb, la, lb);
+            }
+            __syncthreads(); // tile t's stage is consumed before tile t + 2 is staged into it
+        }
+        la += __shfl_xor_sync(0xffffffffu, la, 1);
+        la += __shfl_xor_sync(0xffffffffu, la, 2);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+        const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            const int col = dn * 8 + 2 * t4;
+            if (ra < P.l) {
+                *(uint32_t *)(out + bo.o + ra * P.o_rs + col) =
+                    kc_mma<T>::pack(o[dn][0] * ia, o[dn][1] * ia);
+            }
+            if (rb < P.l) {
+                *(uint32_t *)(out + bo.o + rb * P.o_rs + col) =
+                    kc_mma<T>::pack(o[dn][2] * ib, o[dn][3] * ib);
+            }
+        }
+    }
+}
+
+template <int D, int NS, int BK> struct sdpa_sp_smem {
+    static constexpr int LD = D + 8;                          // padded row (elements)
+    static constexpr int TILE = BK * LD;                      // one K or V tile (elements)
+    static constexpr int KV_BYTES = NS * 2 * TILE * 2;        // every warp's K and V tiles
+    static constexpr int MERGE_BYTES = NS * 16 * (D + 2) * 4; // o, m, l of every warp
+    static constexpr int BYTES = KV_BYTES > MERGE_BYTES ? KV_BYTES : MERGE_BYTES;
+};
+
+// Resident CTAs per SM the split kernel is compiled for (its register budget): D 64 with tiles of
+// up to 32 keys: 16 warps per SM (<= 128 registers); 64-key tiles: 12 warps (<= 168); D 128: 3
+// CTAs.
+template <int D, int NS, int BK> constexpr int sdpa_sp_min_blocks() {
+    return D != 64 ? 3 : BK <= 32 ? 16 / NS : 12 / NS;
+}
+
+template <typename T, int D, int NS, int BK>
+static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>()))
+    sdpa_tc_split_kernel(const __grid_constant__ sdpa_params P) {
+    using SM = sdpa_sp_smem<D, NS, BK>;
+    constexpr int LD = SM::LD;
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint16_t *ks = (uint16_t *)smem_raw + (threadIdx.x >> 5) * 2 * SM::TILE;
+    uint16_t *vs = ks + SM::TILE;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const uint16_t *q = (const uint16_t *)P.q, *k = (const uint16_t *)P.k,
+                   *v = (const uint16_t *)P.v;
+    uint16_t *out = (uint16_t *)P.out;
+    const float sl2 = P.scale * 1.4426950408889634f; // scores in log2 units
+    for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) {
+        const sdpa_offs bo = sdpa_offsets(P, b);
+        const int64_t qo = bo.q, ko = bo.k, vo = bo.v, mo = bo.m, oo = bo.o;
+        const int64_t r0 = (int64_t)blockIdx.x * 16, ra = r0 + g, rb = r0 + g + 8;
+        uint32_t qf[D / 16][4];
+        sdpa_load_q<D>(P, q + qo, ra, rb, t4, qf);
+        float o[D / 8][4];
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+        int64_t s_end = P.s;
+        if (P.causal && r0 + 16 < s_end) s_end = r0 + 16;
+        __syncthreads(); // the previous batch's merge buffers are consumed
+        // This lane's share of every K/V tile: 8 columns at c of rows j0, j0 + RSTEP, ... (PER
+        // rows); shared addresses and row steps computed once, so each copy costs a pointer add.
+        constexpr int PER = BK * (D / 8) / 32, RSTEP = 32 / (D / 8);
+        const int j0 = lane / (D / 8), c = (lane % (D / 8)) * 8;
+        const unsigned ks_a = (unsigned)__cvta_generic_to_shared(ks + j0 * LD + c),
+                       vs_a = (unsigned)__cvta_generic_to_shared(vs + j0 * LD + c);
+        const int64_t kstep = (int64_t)RSTEP * P.k_rs, vstep = (int64_t)RSTEP * P.v_rs;
+        for (int64_t s0 = (int64_t)warp * BK; s0 < s_end; s0 += NS * BK) {
+            // this warp's K/V tile: cp.async 16-byte copies straight into shared memory (rows
+            // past S are zero-filled)
+            const uint16_t *kp = k + ko + (s0 + j0) * P.k_rs + c,
+                           *vp = v + vo + (s0 + j0) * P.v_rs + c;
+            const int64_t left = P.s - (s0 + j0); // this lane's rows still inside S
+#pragma unroll
+            for (int i = 0; i < PER; i++) {
+                const bool in = (int64_t)i * RSTEP < left;
+                kc_cp_async16_s(ks_a + (unsigned)(i * RSTEP * LD * 2), in ? kp : k, in);
+                kc_cp_async16_s(vs_a + (unsigned)(i * RSTEP * LD * 2), in ? vp : v, in);
+                kp += kstep;
+                vp += vstep;
+            }
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            __syncwarp();
+            sdpa_tc_tile<T, D, BK, LD>(P, qf, ks, vs, s0, ra, rb, lane, mo, sl2, o, ma, mb, la, lb);
+            __syncwarp(); // the tile is consumed before the next one is stored
+        }
+        la += __shfl_xor_sync(0xffffffffu, la, 1);
+        la += __shfl_xor_sync(0xffffffffu, la, 2);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+        // merge: warp w's o rows at mo_[w][row][0..D), its max and sum at [D] and [D + 1]
+        __syncthreads(); // every warp is done with its K/V slice
+        // (rows of D + 2 floats: every pair written or read below starts at an even index, so
+        // it moves as one 8-byte float2)
+        float *mg = (float *)smem_raw;
+        float *mine = mg + warp * 16 * (D + 2);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            const int col = dn * 8 + 2 * t4;
+            *(float2 *)(mine + g * (D + 2) + col) = make_float2(o[dn][0], o[dn][1]);
+            *(float2 *)(mine + (g + 8) * (D + 2) + col) = make_float2(o[dn][2], o[dn][3]);
+        }
+        if (t4 == 0) {
+            *(float2 *)(mine + g * (D + 2) + D) = make_float2(ma, la);
+            *(float2 *)(mine + (g + 8) * (D + 2) + D) = make_float2(mb, lb);
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < 16 * (D / 2); i += NS * 32) {
+            const int row = i / (D / 2), col = (i % (D / 2)) * 2;
+            const int64_t r = r0 + row;
+            if (r >= P.l) continue;
+            float2 ml[NS]; // each warp's row maximum and sum
+            float m = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < NS; w++) {
+                ml[w] = *(const float2 *)(mg + (w * 16 + row) * (D + 2) + D);
+                m = fmaxf(m, ml[w].x);
+            }
+            float l = 0.0f, a0 = 0.0f, a1 = 0.0f;
+            if (m != -INFINITY) {
+#pragma unroll
+                for (int w = 0; w < NS; w++) {
+                    const float2 a = *(const float2 *)(mg + (w * 16 + row) * (D + 2) + col);
+                    const float f = ml[w].x == -INFINITY ? 0.0f : sdpa_ex2(ml[w].x - m);
+                    l += ml[w].y * f;
+                    a0 += a.x * f;
+                    a1 += a.y * f;
+                }
+            }
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            *(uint32_t *)(out + oo + r * P.o_rs + col) = kc_mma<T>::pack(a0 * inv, a1 * inv);
+        }
+    }
+}
+
+// The tensor-core kernel takes float16/bfloat16 with E = Ev in {64, 128} and 16-byte aligned
+// q, k, v (every row then is: E is a multiple of 8) and a 4-byte aligned output.
+// Strided operands (folded views): every row and batch stride a multiple of 8 elements (16
+// bytes), the output's even (4 bytes).
+int kiln_cuda_sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype) {
+    if (!ctx->policy->tc_attention || (dtype != KILN_DTYPE_F16 && dtype != KILN_DTYPE_BF16))
+        return 0;
+    if (P->e != P->ev || (P->e != 64 && P->e != 128)) return 0;
+    if (P->q_rs % 8 != 0 || P->k_rs % 8 != 0 || P->v_rs % 8 != 0 || P->o_rs % 2 != 0) return 0;
+    for (int d = 0; d < P->nb; d++) {
+        if (P->q_bstr[d] % 8 != 0 || P->k_bstr[d] % 8 != 0 || P->v_bstr[d] % 8 != 0 ||
+            P->o_bstr[d] % 2 != 0)
+            return 0;
+    }
+    return ((uintptr_t)P->q % 16) == 0 && ((uintptr_t)P->k % 16) == 0 &&
+           ((uintptr_t)P->v % 16) == 0 && ((uintptr_t)P->out % 4) == 0;
+}
+
+// The pipelined kernel's query rows per CTA: the policy's cuda.sdpa_rows when set; else 64 (4
+// warps) when
+// batch x ceil(L / 64) CTAs fill the device, 32 when that grid is under one wave, 16 when even
+// 32-row CTAs fill less than half a wave. Smaller CTAs re-read K/V from L2 more often; they only
+// pay while SMs sit idle. (Grids under one wave of 64-row CTAs normally take the split-key
+// kernel: sdpa_split_warps.)
+int kiln_cuda_sdpa_tc_rows(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    const int forced = ctx->policy->sdpa_rows;
+    if (forced == 16 || forced == 32 || forced == 64) return forced;
+    int64_t n64 = P->batch * ((P->l + 63) / 64), n32 = P->batch * ((P->l + 31) / 32);
+    if (ctx->sm_count <= 0 || n64 >= ctx->sm_count) return 64;
+    return 2 * n32 >= ctx->sm_count ? 32 : 16;
+}
+
+template <typename T, int D, int NW>
+static kiln_status sdpa_tc_launch_nw(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    int64_t by = P->batch < 65535 ? P->batch : 65535;
+    dim3 grid((unsigned)((P->l + 16 * NW - 1) / (16 * NW)), (unsigned)by);
+    sdpa_tc_kernel<T, D, NW><<<grid, NW * 32, sdpa_tc_smem<D>::BYTES, ctx->stream>>>(*P);
+    return kiln_cuda_check_launch(ctx, "sdpa_tc_kernel");
+}
+
+template <typename T, int D, int NS, int BK>
+static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    int64_t by = P->batch < 65535 ? P->batch : 65535;
+    dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)by);
+    sdpa_tc_split_kernel<T, D, NS, BK>
+        <<<grid, NS * 32, sdpa_sp_smem<D, NS, BK>::BYTES, ctx->stream>>>(*P);
+    return kiln_cuda_check_launch(ctx, "sdpa_tc_split_kernel");
+}
+
+// The split-key kernel's warps per 16-row block (0: the pipelined kernel), unless a row count
+// (cuda.sdpa_rows: the pipelined kernel) or a split (cuda.sdpa_split) is forced.
+// Grids of at least one wave of 64-row CTAs run pipelined (BERT b8: 192 CTAs, 9.5 us where the
+// best split took 11.7, Nsight Compute on the H200); smaller ones split each 16-row block's keys
+// over 4 warps (BERT b1 5.6 us, the encoder d1024 s256 9.4: 8 warps took 5.7 and 9.8, 2 warps
+// 6.8 and 10.7), or 2 while 4 would not stay resident in one wave (sdpa_sp_min_blocks).
+// D 128: 2 warps while 3 CTAs per SM hold the grid.
+int kiln_cuda_sdpa_split_warps(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    if (ctx->policy->sdpa_rows != 0) return 0;
+    if (P->l > 65535 * 16) return 0;
+    if (ctx->policy->sdpa_split != 0) return P->e == 64 ? ctx->policy->sdpa_split : 2;
+    if (ctx->sm_count <= 0) return 0;
+    const int64_t blocks = P->batch * ((P->l + 15) / 16), sms = ctx->sm_count;
+    if (P->batch * ((P->l + 63) / 64) >= sms) return 0;
+    if (P->e != 64) return blocks <= 3 * sms ? 2 : 0;
+    if (blocks * 4 <= 16 * sms) return 4;
+    if (blocks * 2 <= 12 * sms) return 2;
+    return 0;
+}
+
+template <typename T, int D>
+static kiln_status sdpa_tc_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P, int split,
+                                  int rows) {
+    if constexpr (D == 64) {
+        switch (split) {
+        case 8:
+            return P->s <= 128 ? sdpa_tc_split_launch<T, D, 8, 16>(ctx, P)
+                               : sdpa_tc_split_launch<T, D, 8, 32>(ctx, P);
+        case 4: return sdpa_tc_split_launch<T, D, 4, 32>(ctx, P);
+        case 2: return sdpa_tc_split_launch<T, D, 2, 64>(ctx, P);
+        default: break;
+        }
+    } else {
+        if (split == 2) return sdpa_tc_split_launch<T, D, 2, 32>(ctx, P);
+    }
+    switch (rows) {
+    case 16: return sdpa_tc_launch_nw<T, D, 1>(ctx, P);
+    case 32: return sdpa_tc_launch_nw<T, D, 2>(ctx, P);
+    default: return sdpa_tc_launch_nw<T, D, 4>(ctx, P);
+    }
+}
+
+kiln_status kiln_cuda_sdpa_tc_run(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype,
+                                  int split, int rows) {
+    if (dtype == KILN_DTYPE_F16) {
+        return P->e == 64 ? sdpa_tc_launch<__half, 64>(ctx, P, split, rows)
+                          : sdpa_tc_launch<__half, 128>(ctx, P, split, rows);
+    }
+    return P->e == 64 ? sdpa_tc_launch<__nv_bfloat16, 64>(ctx, P, split, rows)
+                      : sdpa_tc_launch<__nv_bfloat16, 128>(ctx, P, split, rows);
+}
+
+template <typename T, int D, int NS, int BK> static cudaError_t sdpa_sp_init(void) {
+    return cudaFuncSetAttribute(sdpa_tc_split_kernel<T, D, NS, BK>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                sdpa_sp_smem<D, NS, BK>::BYTES);
+}
+
+template <typename T, int D> static cudaError_t sdpa_tc_init(void) {
+    const int n = sdpa_tc_smem<D>::BYTES;
+    cudaError_t e = cudaFuncSetAttribute(sdpa_tc_kernel<T, D, 1>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+    if (e == cudaSuccess) {
+        e = cudaFuncSetAttribute(sdpa_tc_kernel<T, D, 2>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+    }
+    if (e == cudaSuccess) {
+        e = cudaFuncSetAttribute(sdpa_tc_kernel<T, D, 4>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+    }
+    if constexpr (D == 64) {
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 8, 16>();
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 8, 32>();
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 4, 32>();
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 2, 64>();
+    } else {
+        if (e == cudaSuccess) e = sdpa_sp_init<T, D, 2, 32>();
+    }
+    return e;
+}
+
+cudaError_t kiln_cuda_sdpa_tc_init(void) {
+    cudaError_t e = sdpa_tc_init<__half, 64>();
+    if (e == cudaSuccess) e = sdpa_tc_init<__half, 128>();
+    if (e == cudaSuccess) e = sdpa_tc_init<__nv_bfloat16, 64>();
+    if (e == cudaSuccess) e = sdpa_tc_init<__nv_bfloat16, 128>();
+    return e;
+}

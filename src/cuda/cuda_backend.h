@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend's private state, shared by its files (one job each):
+//   cuda_plugin.c   the plugin's entry point (runtime/backend_plugin.h)
+//   cuda_backend.c  engines, contexts and execute (the seam of runtime/backend.h)
+//   cuda_memory.c   the device memory an engine needs beyond the arena: the weights block
+//                   (weights and their KRSC copies) and each context's extras block (I/O
+//                   staging, the libraries' workspace, layout copies, relocated attention bases),
+//                   placed by libkiln's memory planner
+//   cuda_layers.c   the layer loop: each group's kernel arguments and layout, its plan, its run
+//   cuda_graph.c    CUDA graphs: record, update or re-instantiate, replay, the end-of-execute flag
+//   cuda_profile.c  the option profile: per-layer events and times
+//   cuda_tune.c     context creation's planning pass (with timing) and the choice on the whole
+//                   engine
+//   cuda_run_op.c   the test hooks (one layer on device tensors)
+// Execute reads backend -> layers -> graph; nothing below calls back up (the graph recorder and
+// the tuner take the layer loop as a callback).
+#ifndef KILN_CUDA_CUDA_BACKEND_H
+#define KILN_CUDA_CUDA_BACKEND_H
+
+#include "cuda/cuda_fold.h"
+#include "cuda/cuda_layout.h"
+#include "cuda/cuda_plan.h"
+#include "cuda/cuda_scratch.h"
+#include "runtime/backend.h"
+
+#define KILN_CUDA_WORKSPACE_NBYTES ((size_t)32 << 20) // the libraries' workspace (Hopper: 32 MiB)
+#define KILN_CUDA_BLOCK_ALIGN 256                     // offsets inside the device blocks
+#define KILN_CUDA_NO_OFFSET UINT64_MAX
+
+// Where a context's buffers beyond the arena go inside its one extras block (cuda_memory.c):
+// offsets for the engine, the same in every context.
+typedef struct cuda_extras {
+    uint64_t nbytes;        // the block (zeroed at context creation)
+    uint64_t workspace_off; // KILN_CUDA_WORKSPACE_NBYTES when the engine uses cuBLASLt or cuDNN
+    uint64_t workspace_nbytes;
+    uint64_t *staging_off; // n_io: a binding's staging buffer at its largest size
+    uint64_t *copy_off;    // n_tensors: the tensor's copy in the other layout (cuda_layout.h)
+    uint64_t *reloc_off;   // n_tensors: a folded attention base moved out of the arena
+} cuda_extras;
+
+typedef struct cuda_engine {
+    const kiln_plan *plan;   // borrowed: outlives the state
+    kiln_cuda_policy policy; // the options cuda.* resolved at load; immutable
+    int device;
+    int use_graphs;  // option use_cuda_graphs, off with profile and cuda.debug_sync
+    int profile;     // option profile: per-layer events (graphs off)
+    int share_arena; // use_shared_activation_scratch: contexts use the device's shared arena
+    int sm_count;
+    int wg_ok;     // Kiln's small-M wgmma linear can run (sm_90, cuda.wgmma)
+    int wants_dnn; // a layer may run on cuDNN (a conv2d; an sdpa with cuda.cudnn_sdpa)
+    void *weights; // device, owned: every weight, then the KRSC copies
+    size_t weights_nbytes;
+    uint64_t *weight_offsets; // n_tensors (WEIGHT tensors)
+    uint64_t *krsc_offsets;   // n_tensors (where layout.krsc)
+    kiln_cuda_layout layout;  // NHWC activations (cuda_layout.h)
+    kiln_cuda_fold fold;      // views folded into sdpa (cuda_fold.h)
+    int64_t *l2_keep;         // n_layers: the L2 plan (cuda_layout.h), -1: no hints
+    uint64_t l2_kept;         // bytes of small-M weights loaded evict-last
+    cuda_extras extras;
+} cuda_engine;
+
+// A head layer's plans: the one made at context creation (largest shapes, timed) and the one
+// made at an execute that met another problem (untimed).
+typedef struct cuda_layer {
+    kiln_cuda_layer_plan tuned, now;
+    int last_now;                     // the last run used `now`
+    kiln_cuda_sdpa_store *sdpa_store; // sdpa on cuDNN: its plans (NULL: none)
+} cuda_layer;
+
+// CUDA graphs of a context (cuda_graph.c).
+typedef struct cuda_graph {
+    cudaGraphExec_t exec;
+    cudaGraph_t src; // the graph `exec` was instantiated (or last updated) from
+    int valid;
+    uint64_t instantiations, updates; // counters (DEBUG log)
+    // The end-of-execute flag (pinned host memory the device writes): the recorded graph ends
+    // with a memset of it to 0, and a replay whose outputs need no staging waits for that
+    // write instead of cudaStreamSynchronize. NULL: always cudaStreamSynchronize.
+    volatile uint32_t *done_flag;
+    void *done_dev; // its device address
+} cuda_graph;
+
+// The option profile (cuda_profile.c): an event before and after each launched layer.
+typedef struct cuda_profile {
+    cudaEvent_t *ev; // 2 * n_layers
+    uint32_t *layer; // n_layers: the plan layer of the k-th launched layer
+    double *us;      // n_layers: accumulated GPU microseconds per plan layer
+    double *host_us; // n_layers: accumulated host microseconds per plan layer
+    uint32_t n;      // layers launched by the last layer loop
+    uint64_t runs;   // executes counted
+    uint32_t warm;   // executes seen before counting (module loading, first-use set-up)
+} cuda_profile;
+
+typedef struct cuda_context {
+    const cuda_engine *engine;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    kiln_cuda_dnn *dnn;         // cuDNN handle (NULL: convolutions and attention on Kiln's kernels)
+    void *arena;                // owned; borrowed from `scratch` when that is not NULL
+    kiln_cuda_scratch *scratch; // the device's shared arena (use_shared_activation_scratch)
+    uint64_t arena_gen;         // the shared arena's generation the views point into
+    void *extras;               // owned: the extras block (cuda_extras)
+    uint32_t n_io;              // n_inputs + n_outputs (bindings: inputs first)
+    uint8_t *staged;            // n_io: this execute stages binding i
+    kiln_tensor *views;         // n_tensors
+    cuda_layer *layers;         // n_layers (head layers used)
+    // graph signatures: n_io device pointers, then for each input rank and KILN_MAX_RANK dims
+    size_t sig_n; // int64 entries
+    int64_t *sig_now, *sig_last, *sig_graph;
+    int last_valid;
+    cuda_graph graph;
+    cuda_profile prof;
+    int failed;
+    char fail_msg[512];
+} cuda_context;
+
+// --- cuda_backend.c
+
+// The backend (runtime/backend.h); cuda_plugin.c hands it to libkiln.
+extern const kiln_backend_ops kiln_cuda_backend_ops;
+// Makes `device` current, remembering the caller's device (*prev; -1 when unknown).
+kiln_status kiln_cuda_device_enter(int device, int *prev);
+void kiln_cuda_device_leave(int device, int prev);
+
+// --- cuda_memory.c
+
+// Uploads every weight (and the KRSC copies the layout wants) into one device block.
+kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data);
+void kiln_cuda_weights_free(cuda_engine *e);
+// Plans the extras block (e->extras) over the engine's layout, folds and bindings.
+kiln_status kiln_cuda_extras_plan(cuda_engine *e);
+void kiln_cuda_extras_free(const kiln_plan *p, cuda_extras *x);
+// Bytes of a tensor at its largest shape (C padded where the layout pads it).
+uint64_t kiln_cuda_tensor_max_nbytes(const cuda_engine *e, uint32_t tensor);
+
+// --- cuda_layers.c
+
+// The binding's tensor id (inputs first, then outputs).
+uint32_t kiln_cuda_binding_tensor(const kiln_plan *p, uint32_t binding);
+// Points the views of the arena's tensors into c->arena (not the relocated ones).
+void kiln_cuda_bind_arena_views(cuda_context *c);
+// One head layer bound for a launch: its launch context and kernel arguments, and the storage
+// they point into.
+typedef struct cuda_bound {
+    kiln_cuda_ctx ctx;
+    kiln_kernel_args args;
+    kiln_tail_op tails[KILN_MAX_TAIL];
+    kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL]; // reads of tensors' layout copies
+    kiln_cuda_strided sdpa_io[4];                       // sdpa's folded views
+    char where[96];                                     // "layer 12 (linear)"
+} cuda_bound;
+
+// A launch context over c's resources on `stream` (no layer bound yet).
+void kiln_cuda_bound_init(const cuda_context *c, cudaStream_t stream, cuda_bound *b);
+// Binds head layer li: its kernel arguments over c->views, its layout (the ctx's per-layer
+// fields; reads of copies; with `run`, the first read of a copy makes it) and its sdpa views.
+kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound *b, int run);
+// The layer loop on `stream`: each head layer that runs a kernel, planned again (untimed) when
+// its plan is not current for the shapes and pointers bound now.
+kiln_status kiln_cuda_layers_run(cuda_context *c, cudaStream_t stream);
+// The enqueue callback form of the layer loop on c->stream (for timing: cuda_tune.c).
+int kiln_cuda_layers_enqueue(void *context);
+
+// --- cuda_graph.c
+
+kiln_status kiln_cuda_graph_init(cuda_graph *g, int want_flag);
+void kiln_cuda_graph_free(cuda_graph *g);
+void kiln_cuda_graph_drop(cuda_graph *g);
+// Records enqueue(arg) on stream into the executable graph: updated in place when the rule
+// allows it (cuda_graph_rules.h), else instantiated anew; the flag's memset last.
+kiln_status kiln_cuda_graph_record(cuda_graph *g, cudaStream_t stream,
+                                   kiln_status (*enqueue)(void *arg, cudaStream_t s), void *arg,
+                                   uint32_t n_layers);
+// Launches the executable graph (arming the flag first).
+kiln_status kiln_cuda_graph_launch(cuda_graph *g, cudaStream_t stream);
+// Waits for a replay's last node (the flag), or for the stream.
+cudaError_t kiln_cuda_graph_wait(const cuda_graph *g, cudaStream_t stream, int by_flag);
+
+// --- cuda_profile.c
+
+kiln_status kiln_cuda_profile_init(cuda_profile *pr, uint32_t n_layers);
+void kiln_cuda_profile_free(cuda_profile *pr, uint32_t n_layers);
+// Around each launched layer of a profiled loop.
+kiln_status kiln_cuda_profile_begin(cuda_profile *pr, uint32_t li, cudaStream_t stream,
+                                    unsigned delay_us);
+kiln_status kiln_cuda_profile_end(cuda_profile *pr, uint32_t li, cudaStream_t stream,
+                                  double host_us);
+// After an execute's synchronize: the launched layers' times into the totals.
+kiln_status kiln_cuda_profile_collect(cuda_profile *pr);
+// The per-layer table at INFO (when the context is freed).
+void kiln_cuda_profile_log(const cuda_context *c);
+
+// --- cuda_tune.c
+
+// Context creation: plans every planned layer at the largest shapes with the I/O in staging
+// (timing candidates with cuda.tune), then the choice of the wgmma kernel on the whole engine.
+void kiln_cuda_tune_context(cuda_context *c);
+
+#endif // KILN_CUDA_CUDA_BACKEND_H

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// What one layer's launch sees inside the CUDA plugin (kiln_cuda_ctx): the stream, the engine's
+// policy (the options cuda.*: nothing in the plugin reads the environment), the libraries'
+// handles and workspace, and how this layer's operands are stored (set by the layer loop,
+// cuda_layers.c). Launchers enqueue work on ctx->stream only (no allocation, no
+// synchronization), check each launch and return KILN_ERR_DEVICE naming the kernel, the CUDA
+// error and ctx->where on failure.
+#ifndef KILN_CUDA_CUDA_CTX_H
+#define KILN_CUDA_CUDA_CTX_H
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/options.h"
+#include "cuda/cuda_fold.h"
+#include "cuda/cuda_util.h"
+#include "runtime/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// cuDNN (cuda_dnn.c, loaded at run time): a handle per context.
+typedef struct kiln_cuda_dnn kiln_cuda_dnn;
+// The cuDNN attention plans of one sdpa layer (dnn_sdpa.c), kept for the context's life: a
+// CUDA graph recorded with a plan's kernel may be described or replayed after shapes change.
+typedef struct kiln_cuda_sdpa_store kiln_cuda_sdpa_store;
+
+typedef struct kiln_cuda_ctx {
+    cudaStream_t stream;
+    const kiln_cuda_policy *policy; // never NULL
+    cublasLtHandle_t lt;            // NULL: GEMMs on Kiln's tiled kernel (policy, or no handle)
+    kiln_cuda_dnn *dnn;             // NULL: no cuDNN (policy, absent, or not needed)
+    void *workspace;                // the libraries' workspace (device), shared by the layers
+    size_t workspace_nbytes;
+    int sm_count;      // multiprocessors of the device (0: unknown)
+    int wg_ok;         // Kiln's small-M wgmma linear can run (sm_90, policy cuda.wgmma)
+    const char *where; // "layer 12 (linear)", for messages
+    // This layer, as the layer loop binds it (zero when none applies):
+    int nhwc;           // its 4-D operands are stored NHWC, dims logical NCHW (cuda_layout.h)
+    const void *w_krsc; // conv2d with nhwc: the weight in KRSC (O, kh, kw, C) order
+    int64_t x_cpad;     // conv2d with nhwc: x's NHWC channel stride when padded (0: dense)
+    int stem;           // conv2d with nhwc: Kiln's stem kernel (x read NCHW, the OIHW weight)
+    int64_t l2_keep;    // small-M linear: bytes of its weight the L2 plan keeps (-1: no hints)
+    // sdpa with folded views (cuda_fold.h): q, k, v, out through these (NULL: the dense tensor)
+    const kiln_cuda_strided *sdpa_io[4];
+    kiln_cuda_sdpa_store *sdpa_store; // sdpa: the layer's cuDNN plans (NULL: cuDNN not used)
+} kiln_cuda_ctx;
+
+// A failed CUDA call in a layer: "CUDA error in <what> at <where>: <name> (<string>)" ->
+// KILN_ERR_DEVICE.
+kiln_status kiln_cuda_error(const kiln_cuda_ctx *ctx, const char *what, cudaError_t err);
+// The last launch's error, if any (cudaGetLastError), reported as above.
+kiln_status kiln_cuda_check_launch(const kiln_cuda_ctx *ctx, const char *kernel);
+// A failed CUDA call outside a layer (allocation: KILN_ERR_NO_MEMORY; else KILN_ERR_DEVICE).
+kiln_status kiln_cuda_call_failed(const char *what, cudaError_t err);
+// Clears the thread's pending CUDA error after a call whose failure is expected and handled
+// here (a refused update, a declined candidate): no later check may see it.
+void kiln_cuda_consume(void);
+
+// A one-thread kernel that waits `us` microseconds (op_eltwise.cu): lets the host queue work
+// ahead of the GPU (profiling, timing).
+kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us);
+
+// Microseconds per run of a candidate, timed as the engine runs it: KILN_CUDA_TIME_REPS runs
+// (`enqueue` queues one on `stream` and returns nonzero on success) captured into a CUDA graph,
+// launched once to warm up, then twice between events. Negative when it cannot run (nothing is
+// left pending). Context creation only: it synchronizes the stream.
+#define KILN_CUDA_TIME_REPS 10
+float kiln_cuda_time_in_graph(cudaStream_t stream, int (*enqueue)(void *arg), void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KILN_CUDA_CUDA_CTX_H

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend's layer loop (cuda_backend.h). For each head layer that runs a kernel (a
+// layer the attention fold made a view runs none): its kernel arguments over the context's
+// tensor views, its layout (NHWC flags; reads of a tensor in the layout it is not stored in go
+// through the tensor's copy, made at the first such read in layer order: cuda_layout.h), its
+// folded sdpa views (cuda_fold.h), its plan (planned again, untimed, when the plan made at
+// context creation is not current for the shapes and pointers bound now), and kiln_cuda_run.
+// Nothing here allocates or synchronizes, except cuda.debug_sync's synchronize after each layer.
+#define _POSIX_C_SOURCE 200809L // clock_gettime (the option profile's host times)
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
+#include "runtime/plan_group.h"
+
+static int64_t pad8(int64_t c) { return (c + 7) / 8 * 8; }
+
+uint32_t kiln_cuda_binding_tensor(const kiln_plan *p, uint32_t b) {
+    return b < p->n_inputs ? p->inputs[b] : p->outputs[b - p->n_inputs];
+}
+
+void kiln_cuda_bind_arena_views(cuda_context *c) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind == KILN_TENSOR_ACTIVATION && !e->fold.reloc[i]) {
+            c->views[i].data = (uint8_t *)c->arena + t->offset;
+        }
+    }
+}
+
+void kiln_cuda_bound_init(const cuda_context *c, cudaStream_t stream, cuda_bound *b) {
+    const cuda_engine *e = c->engine;
+    kiln_cuda_ctx *ctx = &b->ctx;
+    memset(b, 0, sizeof *b);
+    ctx->where = b->where;
+    ctx->stream = stream;
+    ctx->policy = &e->policy;
+    ctx->lt = c->lt;
+    ctx->dnn = c->dnn;
+    if (e->extras.workspace_nbytes > 0) {
+        ctx->workspace = (uint8_t *)c->extras + e->extras.workspace_off;
+        ctx->workspace_nbytes = (size_t)e->extras.workspace_nbytes;
+    }
+    ctx->sm_count = e->sm_count;
+    ctx->wg_ok = e->wg_ok;
+    ctx->l2_keep = -1;
+}
+
+static int same_dims_or_one(const kiln_tensor *t, const kiln_tensor *out) {
+    return t == NULL || kiln_tensor_numel(t) == 1 ||
+           (t->rank == out->rank && memcmp(t->dims, out->dims, t->rank * sizeof(int64_t)) == 0);
+}
+
+// Points a read at ids slot `slot` of tensor src (a view) at the tensor's copy in the other
+// layout in *view; with `run`, the first such read in layer order makes the copy (a transpose:
+// NCHW -> NHWC when the tensor is stored NCHW, NHWC -> NCHW otherwise).
+static kiln_status read_copy(const cuda_context *c, const kiln_cuda_ctx *ctx, uint32_t slot,
+                             int32_t id, const kiln_tensor *src, kiln_tensor *view, int run) {
+    const cuda_engine *e = c->engine;
+    const kiln_cuda_layout *L = &e->layout;
+    *view = *src;
+    view->data = (uint8_t *)c->extras + e->extras.copy_off[id];
+    if (run && L->xpose[slot] && kiln_tensor_numel(src) > 0) {
+        const int64_t *d = src->dims;                 // logical N, C, H, W
+        int64_t cs = L->padc[id] ? pad8(d[1]) : d[1]; // NHWC channel stride (padded copies)
+        // iterate in the destination's order (dense destination strides)
+        int64_t to_nhwc_dims[4] = {d[0], d[2], d[3], d[1]};
+        int64_t to_nhwc_dst[4] = {d[2] * d[3] * cs, d[3] * cs, cs, 1};
+        int64_t to_nhwc_src[4] = {d[1] * d[2] * d[3], d[3], 1, d[2] * d[3]};
+        int64_t to_nchw_dst[4] = {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
+        int64_t to_nchw_src[4] = {d[2] * d[3] * d[1], 1, d[3] * d[1], d[1]};
+        int back = L->nhwc[id]; // stored NHWC: the copy is NCHW
+        KILN_CUDA_TRY(
+            kiln_cuda_copy_strided(ctx, view->data, src->data, kiln_cuda_dtype_size(src->dtype), 4,
+                                   back ? d : to_nhwc_dims, back ? to_nchw_dst : to_nhwc_dst,
+                                   back ? to_nchw_src : to_nhwc_src));
+    }
+    return KILN_OK;
+}
+
+// Head layer li's layout fields in ctx, its reads of copies pointed at views[] (cuda_layout.h).
+// An NHWC group's elementwise operands must have the output's shape (or one element) at these
+// shapes too.
+static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx,
+                                kiln_kernel_args *args, kiln_tail_op *tails, kiln_tensor *views,
+                                int run) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    const kiln_cuda_layout *L = &e->layout;
+    const kiln_plan_layer *l = &p->layers[li];
+    uint32_t nv = 0;
+    ctx->nhwc = L->head_nhwc[li];
+    for (uint32_t j = 0; j < l->n_inputs && j < KILN_MAX_INPUTS; j++) {
+        uint32_t slot = l->input_begin + j;
+        if (!L->alt[slot] || args->in[j] == NULL) continue;
+        KILN_CUDA_TRY(read_copy(c, ctx, slot, p->ids[slot], args->in[j], &views[nv], run));
+        args->in[j] = &views[nv++];
+    }
+    int32_t running = p->ids[l->output_begin];
+    for (uint32_t t = 0; t < l->n_tail && t < KILN_MAX_TAIL; t++) {
+        const kiln_plan_layer *tl = &p->layers[li + 1 + t];
+        for (uint32_t j = 0; j < tl->n_inputs && tails[t].operand != NULL; j++) {
+            uint32_t slot = tl->input_begin + j;
+            if (p->ids[slot] == running || !L->alt[slot]) continue;
+            KILN_CUDA_TRY(read_copy(c, ctx, slot, p->ids[slot], tails[t].operand, &views[nv], run));
+            tails[t].operand = &views[nv++];
+        }
+        running = p->ids[tl->output_begin];
+    }
+    if (!ctx->nhwc) return KILN_OK;
+    if (args->op == KILN_OP_CONV2D && L->stem[li]) {
+        ctx->stem = 1; // x NCHW, the OIHW weight: nothing to point at
+    } else if (args->op == KILN_OP_CONV2D) {
+        int32_t w = p->ids[l->input_begin + 1], x = p->ids[l->input_begin];
+        ctx->w_krsc = (const uint8_t *)e->weights + e->krsc_offsets[w];
+        if (L->padc[x] && L->alt[l->input_begin] && args->in[0] != NULL) {
+            ctx->x_cpad = pad8(args->in[0]->dims[1]);
+        }
+    }
+    int ok = 1;
+    if (args->op != KILN_OP_CONV2D && args->n_in == 2) {
+        ok = same_dims_or_one(args->in[0], args->out) && same_dims_or_one(args->in[1], args->out);
+    }
+    for (uint32_t t = 0; t < args->n_tail; t++) {
+        ok = ok && same_dims_or_one(args->tail[t].operand, args->out);
+    }
+    if (!ok) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "%s: an operand's shape differs from the output's in an NHWC layer; "
+                              "set the option cuda.nhwc to false",
+                              ctx->where ? ctx->where : "?");
+    }
+    return KILN_OK;
+}
+
+// An sdpa layer whose operands the attention fold turned into strided views: points
+// ctx->sdpa_io at them (views[4] is the storage).
+static void sdpa_fold_views(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx,
+                            kiln_cuda_strided *views) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    memset(ctx->sdpa_io, 0, sizeof ctx->sdpa_io);
+    if (e->fold.sdpa_in[li] == 0 && e->fold.sdpa_out[li] < 0) return;
+    for (uint32_t j = 0; j < 3; j++) {
+        if (!(e->fold.sdpa_in[li] & (1u << j))) continue;
+        kiln_cuda_fold_view(p, &e->fold, c->views, p->ids[p->layers[li].input_begin + j],
+                            &views[j]);
+        ctx->sdpa_io[j] = &views[j];
+    }
+    if (e->fold.sdpa_out[li] >= 0) {
+        kiln_cuda_fold_out_view(p, &e->fold, c->views, li, &views[3]);
+        ctx->sdpa_io[3] = &views[3];
+    }
+}
+
+kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound *b, int run) {
+    const cuda_engine *e = c->engine;
+    kiln_cuda_ctx *ctx = &b->ctx;
+    snprintf(b->where, sizeof b->where, "layer %u (%s)", li,
+             kiln_cuda_op_name(e->plan->layers[li].op));
+    ctx->nhwc = 0;
+    ctx->w_krsc = NULL;
+    ctx->x_cpad = 0;
+    ctx->stem = 0;
+    ctx->l2_keep = e->l2_keep[li];
+    ctx->sdpa_store = c->layers[li].sdpa_store;
+    kiln_plan_group_args(e->plan, li, c->views, b->tails, &b->args);
+    KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, run));
+    sdpa_fold_views(c, li, ctx, b->sdpa_io);
+    return KILN_OK;
+}
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+kiln_status kiln_cuda_layers_run(cuda_context *c, cudaStream_t stream) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    cuda_bound b;
+    kiln_cuda_bound_init(c, stream, &b);
+    int profiling = c->prof.ev != NULL;
+    c->prof.n = 0;
+    if (profiling) {
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess ||
+            cap != cudaStreamCaptureStatusNone) {
+            kiln_cuda_consume();
+            profiling = 0; // a caller's capture: events cannot be timed
+        }
+    }
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        if (e->fold.virt[li]) continue; // folded into an sdpa: no kernel (cuda_fold.h)
+        const double t0 = profiling ? now_us() : 0.0;
+        if (profiling) {
+            KILN_CUDA_TRY(kiln_cuda_profile_begin(&c->prof, li, stream,
+                                                  (unsigned)e->policy.profile_delay_us));
+        }
+        KILN_CUDA_TRY(kiln_cuda_layer_bind(c, li, &b, 1));
+        kiln_cuda_layer_plan *plan = NULL;
+        if (kiln_cuda_op_planned(b.args.op)) {
+            cuda_layer *L = &c->layers[li];
+            plan = &L->tuned;
+            L->last_now = 0;
+            if (!kiln_cuda_plan_current(&b.ctx, &b.args, plan)) {
+                plan = &L->now;
+                L->last_now = 1;
+                if (!kiln_cuda_plan_current(&b.ctx, &b.args, plan)) {
+                    KILN_CUDA_TRY(kiln_cuda_plan(&b.ctx, &b.args, 0, plan));
+                }
+            }
+        }
+        KILN_CUDA_TRY(kiln_cuda_run(&b.ctx, &b.args, plan));
+        if (profiling) {
+            KILN_CUDA_TRY(kiln_cuda_profile_end(&c->prof, li, stream, now_us() - t0));
+        }
+        if (e->policy.debug_sync) { // finds the layer of an asynchronous fault
+            cudaError_t err = cudaStreamSynchronize(stream);
+            if (err != cudaSuccess) {
+                return kiln_cuda_error(&b.ctx, "cudaStreamSynchronize (cuda.debug_sync)", err);
+            }
+        }
+    }
+    if (!profiling) c->prof.n = 0;
+    return KILN_OK;
+}
+
+int kiln_cuda_layers_enqueue(void *context) {
+    cuda_context *c = context;
+    return kiln_cuda_layers_run(c, c->stream) == KILN_OK;
+}

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend's device memory beyond the engine's activation arena (cuda_backend.h). Two
+// blocks, both placed by libkiln's memory planner (the builder's, src/core/plan_memory.h):
+//  - per engine, the weights block: every weight, then the KRSC (O, kh, kw, C) copies of the
+//    weights of the convolutions the layout pass keeps NHWC (cuDNN's NHWC filter order; C padded
+//    with zero filters where the layout pads it);
+//  - per context, the extras block, zeroed: the I/O bindings' staging buffers, the libraries'
+//    workspace, the tensors' copies in the other layout (live from their first to their last
+//    reading layer; a channel-padded copy for the whole execute, so that its zero channels stay
+//    zero) and the folded attention bases the fold moved out of the arena (live from their
+//    producer to their last read through the views).
+// So every buffer the plugin adds has a place in one of three blocks (arena, weights, extras)
+// and a lifetime the planner respects; execute allocates nothing.
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_backend.h"
+
+static int64_t pad8(int64_t c) { return (c + 7) / 8 * 8; }
+
+uint64_t kiln_cuda_tensor_max_nbytes(const cuda_engine *e, uint32_t i) {
+    const kiln_plan_tensor *t = &e->plan->tensors[i];
+    uint64_t n = kiln_cuda_dtype_size(t->dtype);
+    for (uint32_t d = 0; d < t->shape.rank && d < KILN_MAX_RANK; d++) {
+        int64_t v = t->shape.max[d];
+        if (d == 1 && t->shape.rank == 4 && e->layout.padc != NULL && e->layout.padc[i]) {
+            v = pad8(v);
+        }
+        n *= (uint64_t)(v > 0 ? v : 0);
+    }
+    return n;
+}
+
+// --- the weights block
+
+// Reorders an OIHW weight to KRSC (O, kh, kw, C) into h (C rounded up to cp, zero filters).
+static kiln_status krsc_copy(const kiln_plan_tensor *t, const void *src, uint8_t *h, int64_t cp) {
+    size_t es = kiln_cuda_dtype_size(t->dtype);
+    int64_t o = t->shape.max[0], c = t->shape.max[1], hw = t->shape.max[2] * t->shape.max[3];
+    const uint8_t *s = src;
+    if (src == NULL || es == 0 || (uint64_t)(o * c * hw) * es != t->nbytes) {
+        return kiln_cuda_fail(KILN_ERR_CORRUPT, "conv2d weight of %llu bytes is not OIHW",
+                              (unsigned long long)t->nbytes);
+    }
+    for (int64_t k = 0; k < o; k++) {
+        for (int64_t ci = 0; ci < c; ci++) {
+            for (int64_t r = 0; r < hw; r++) {
+                memcpy(h + (size_t)((k * hw + r) * cp + ci) * es,
+                       s + (size_t)((k * c + ci) * hw + r) * es, es);
+            }
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data) {
+    const kiln_plan *p = e->plan;
+    const uint32_t nt = p->n_tensors;
+    kiln_mem_item *items = kiln_cuda_calloc(2 * (size_t)nt * sizeof *items + 1);
+    uint64_t total = 0;
+    kiln_status st = KILN_OK;
+    e->weight_offsets = kiln_cuda_calloc((size_t)nt * sizeof *e->weight_offsets + 1);
+    e->krsc_offsets = kiln_cuda_calloc((size_t)nt * sizeof *e->krsc_offsets + 1);
+    if (items == NULL || e->weight_offsets == NULL || e->krsc_offsets == NULL) {
+        kiln_cuda_free(items, 2 * (size_t)nt * sizeof *items + 1);
+        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA weight table)");
+    }
+    // Weights are live for the whole engine: the planner lays them out one after another.
+    for (uint32_t i = 0; i < nt; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        items[i].first = 0;
+        items[i].last = 0;
+        items[i].nbytes = t->kind == KILN_TENSOR_WEIGHT ? t->nbytes : 0;
+        items[nt + i].first = 0;
+        items[nt + i].last = 0;
+        items[nt + i].nbytes = e->layout.krsc[i] ? kiln_cuda_tensor_max_nbytes(e, i) : 0;
+    }
+    st = kiln_cuda_plan_memory(items, 2 * nt, KILN_CUDA_BLOCK_ALIGN, &total);
+    if (st == KILN_OK) {
+        for (uint32_t i = 0; i < nt; i++) {
+            e->weight_offsets[i] = items[i].offset;
+            e->krsc_offsets[i] = items[nt + i].offset;
+        }
+    }
+    kiln_cuda_free(items, 2 * (size_t)nt * sizeof *items + 1);
+    if (st != KILN_OK || total == 0) return st;
+    e->weights_nbytes = (size_t)total;
+    cudaError_t err = cudaMalloc(&e->weights, e->weights_nbytes);
+    if (err != cudaSuccess) {
+        e->weights = NULL;
+        kiln_cuda_consume();
+        return kiln_cuda_call_failed("cudaMalloc (weights)", err);
+    }
+    for (uint32_t i = 0; i < nt && st == KILN_OK; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind != KILN_TENSOR_WEIGHT || t->nbytes == 0) continue;
+        err = cudaMemcpy((uint8_t *)e->weights + e->weight_offsets[i], weight_data[i],
+                         (size_t)t->nbytes, cudaMemcpyHostToDevice);
+        if (err != cudaSuccess) st = kiln_cuda_call_failed("cudaMemcpy (weight upload)", err);
+        if (st != KILN_OK || !e->layout.krsc[i]) continue;
+        const size_t n = (size_t)kiln_cuda_tensor_max_nbytes(e, i);
+        uint8_t *h = kiln_cuda_calloc(n);
+        if (h == NULL) {
+            st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (KRSC weight)");
+            break;
+        }
+        st = krsc_copy(t, weight_data[i], h,
+                       e->layout.padc[i] ? pad8(t->shape.max[1]) : t->shape.max[1]);
+        if (st == KILN_OK) {
+            err = cudaMemcpy((uint8_t *)e->weights + e->krsc_offsets[i], h, n,
+                             cudaMemcpyHostToDevice);
+            if (err != cudaSuccess) st = kiln_cuda_call_failed("cudaMemcpy (KRSC weight)", err);
+        }
+        kiln_cuda_free(h, n);
+    }
+    if (st != KILN_OK) kiln_cuda_consume(); // allocation failures are not sticky: clear them
+    return st;
+}
+
+void kiln_cuda_weights_free(cuda_engine *e) {
+    const size_t nt = e->plan->n_tensors;
+    kiln_cuda_free(e->weight_offsets, nt * sizeof *e->weight_offsets + 1);
+    kiln_cuda_free(e->krsc_offsets, nt * sizeof *e->krsc_offsets + 1);
+    e->weight_offsets = e->krsc_offsets = NULL;
+}
+
+// --- the extras block
+
+void kiln_cuda_extras_free(const kiln_plan *p, cuda_extras *x) {
+    const size_t nt = p->n_tensors, nio = (size_t)p->n_inputs + p->n_outputs;
+    kiln_cuda_free(x->staging_off, nio * sizeof *x->staging_off + 1);
+    kiln_cuda_free(x->copy_off, nt * sizeof *x->copy_off + 1);
+    kiln_cuda_free(x->reloc_off, nt * sizeof *x->reloc_off + 1);
+    memset(x, 0, sizeof *x);
+}
+
+kiln_status kiln_cuda_extras_plan(cuda_engine *e) {
+    const kiln_plan *p = e->plan;
+    const uint32_t nt = p->n_tensors, nio = p->n_inputs + p->n_outputs;
+    const int32_t whole = (int32_t)p->n_layers; // live over every layer
+    cuda_extras *x = &e->extras;
+    // items: staging (nio), copies (nt), relocated bases (nt), the workspace (1)
+    const uint32_t n_items = nio + 2 * nt + 1;
+    kiln_mem_item *it = kiln_cuda_calloc((size_t)n_items * sizeof *it);
+    kiln_status st;
+    x->staging_off = kiln_cuda_calloc((size_t)nio * sizeof *x->staging_off + 1);
+    x->copy_off = kiln_cuda_calloc((size_t)nt * sizeof *x->copy_off + 1);
+    x->reloc_off = kiln_cuda_calloc((size_t)nt * sizeof *x->reloc_off + 1);
+    if (it == NULL || x->staging_off == NULL || x->copy_off == NULL || x->reloc_off == NULL) {
+        kiln_cuda_free(it, (size_t)n_items * sizeof *it);
+        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA memory plan)");
+    }
+    for (uint32_t i = 0; i < n_items; i++) {
+        it[i].first = INT32_MAX; // "not used" until a use is found
+        it[i].last = -1;
+    }
+    for (uint32_t b = 0; b < nio; b++) {
+        uint32_t t = kiln_cuda_binding_tensor(p, b);
+        it[b].nbytes = kiln_cuda_tensor_max_nbytes(e, t);
+        it[b].first = 0;
+        it[b].last = whole;
+    }
+    // a copy lives from its first to its last reading group (a padded one for the whole run)
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        for (uint32_t g = li; g <= li + p->layers[li].n_tail; g++) {
+            const kiln_plan_layer *l = &p->layers[g];
+            for (uint32_t j = 0; j < l->n_inputs; j++) {
+                const uint32_t slot = l->input_begin + j;
+                const int32_t t = p->ids[slot];
+                if (t < 0 || !e->layout.alt[slot]) continue;
+                kiln_mem_item *c = &it[nio + (uint32_t)t];
+                if ((int32_t)li < c->first) c->first = (int32_t)li;
+                if ((int32_t)li > c->last) c->last = (int32_t)li;
+            }
+        }
+    }
+    for (uint32_t t = 0; t < nt; t++) {
+        kiln_mem_item *c = &it[nio + t];
+        if (!e->layout.copy[t] || c->last < 0) {
+            c->first = c->last = 0;
+            continue;
+        }
+        c->nbytes = kiln_cuda_tensor_max_nbytes(e, t);
+        if (e->layout.padc[t]) c->first = 0, c->last = whole;
+    }
+    for (uint32_t t = 0; t < nt; t++) {
+        kiln_mem_item *r = &it[nio + nt + t];
+        if (!e->fold.reloc[t]) {
+            r->first = r->last = 0;
+            continue;
+        }
+        r->nbytes = p->tensors[t].nbytes;
+        r->first = (int32_t)e->fold.live_first[t];
+        r->last = (int32_t)e->fold.live_last[t];
+    }
+    kiln_mem_item *ws = &it[n_items - 1];
+    ws->first = 0;
+    ws->last = whole;
+    ws->nbytes = e->policy.cublaslt || e->wants_dnn ? KILN_CUDA_WORKSPACE_NBYTES : 0;
+    st = kiln_cuda_plan_memory(it, n_items, KILN_CUDA_BLOCK_ALIGN, &x->nbytes);
+    if (st == KILN_OK) {
+        for (uint32_t b = 0; b < nio; b++) {
+            x->staging_off[b] = it[b].nbytes > 0 ? it[b].offset : KILN_CUDA_NO_OFFSET;
+        }
+        for (uint32_t t = 0; t < nt; t++) {
+            x->copy_off[t] = it[nio + t].nbytes > 0 ? it[nio + t].offset : KILN_CUDA_NO_OFFSET;
+            x->reloc_off[t] =
+                it[nio + nt + t].nbytes > 0 ? it[nio + nt + t].offset : KILN_CUDA_NO_OFFSET;
+        }
+        x->workspace_off = ws->offset;
+        x->workspace_nbytes = ws->nbytes;
+    }
+    kiln_cuda_free(it, (size_t)n_items * sizeof *it);
+    return st;
+}

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GEMV for linears of at most 8 rows (gemm.h).
+#include "cuda/cuda_common.cuh"
+#include "cuda/cuda_layout.h"
+#include "cuda/gemm.h"
+
+// A weight-streaming GEMV kernel (M <= GEMV_MAX_M rows).
+// At M = 1..8 a linear is a pass over the weight: cuBLASLt's tiles leave most of each CTA idle
+// and split K across a second reduction kernel. Here each warp owns GEMV_COLS output columns
+// (weight rows), streams them with 16-byte loads (several in flight per lane), multiplies by the
+// M input rows (16-byte __ldg: every warp of the block reads the same rows, so they stay in L1),
+// reduces across the warp, and applies the epilogue in float32 before the one rounding: bias,
+// then one of ReLU, GELU (erf or tanh form) or a residual add of the output's shape.
+// float16/bfloat16, K a multiple of 8, 16-byte aligned x and w.
+// Programmatic dependent launch (sm_90): the kernel is launched with programmatic stream
+// serialization, so it may start while the previous kernel of the stream still runs; it touches
+// no memory before griddepcontrol.wait (which returns once the previous grid has finished and
+// its writes are visible), so arena reuse stays safe, and then lets the next kernel launch
+// early. Back-to-back linears (the MLP at batch 1) overlap one's launch with the other's tail.
+// (Prefetching the weight rows into L2 before the wait was measured on the H200 and removed:
+// the MLP b1 took 29.3-30.7 us with it, 27.4-28.4 us without.) With cuda.pdl off it launches
+// plainly.
+// L2 plan (ctx->l2_keep, per engine: kiln_cuda_plan_l2 in cuda_layout.h): the weight
+// loads carry an L2 cache policy that keeps the first `keep` bytes of the weight (evict-last:
+// they stay cached from one execute to the next) and streams the rest (evict-first: read once,
+// it pushes out neither the kept bytes nor the activations).
+
+#define GEMV_MAX_M KILN_CUDA_GEMV_MAX_M
+#define GEMV_WARPS 8
+#define GEMV_COLS 2
+#define GEMV_UNROLL 4
+
+// (the same codes as Kiln's small-M wgmma linear's, cuda_wg.h)
+enum {
+    GEMV_EPI_NONE = KILN_CUDA_WG_EPI_NONE,
+    GEMV_EPI_RELU = KILN_CUDA_WG_EPI_RELU,
+    GEMV_EPI_GELU_ERF = KILN_CUDA_WG_EPI_GELU_ERF,
+    GEMV_EPI_GELU_TANH = KILN_CUDA_WG_EPI_GELU_TANH,
+    GEMV_EPI_RESIDUAL = KILN_CUDA_WG_EPI_RESIDUAL
+};
+
+// The L2 cache policy of a GEMV weight of `total` bytes at w whose first `keep` bytes are kept
+// (evict-last) and the rest streamed (evict-first).
+__device__ __forceinline__ uint64_t gemv_policy(const void *w, int64_t keep, int64_t total) {
+    uint64_t cp;
+    if (keep >= total) {
+        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(cp));
+    } else if (keep <= 0 || total > 0xffffffffll) {
+        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(cp));
+    } else {
+        asm("createpolicy.range.global.L2::evict_last.L2::evict_first.b64 %0, [%1], %2, %3;"
+            : "=l"(cp)
+            : "l"(w), "r"((unsigned)keep), "r"((unsigned)total));
+    }
+    return cp;
+}
+
+// A weight vector: a plain non-coherent load, or with `hint` one with L2 cache policy cp.
+__device__ __forceinline__ uint4 gemv_ldw(const uint4 *p, bool hint, uint64_t cp) {
+    if (!hint) return __ldg(p);
+    uint4 v;
+    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(cp));
+    return v;
+}
+
+template <typename T> __device__ __forceinline__ void gemv_unpack(const uint4 &u, float *f) {
+    const T *h = (const T *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = kc_to_f(h[i]);
+}
+
+// KS warps share a column group and split K among them (KS = 1: each warp its own columns;
+// KS = GEMV_WARPS: the block's warps all work on GEMV_COLS columns, partial sums meet in shared
+// memory), so that a narrow output (N = 1024 at K = 4096) still spreads over every SM.
+template <typename T, int M, int KS>
+static __global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
+                const T *__restrict__ res, T *__restrict__ y, int64_t n, int64_t k, int epi,
+                int64_t keep) {
+    constexpr int GROUPS = GEMV_WARPS / KS; // column groups per block
+    __shared__ float part[KS > 1 ? GEMV_WARPS * GEMV_COLS * M : 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int grp = warp / KS, ks = warp % KS;
+    const int64_t col0 = ((int64_t)blockIdx.x * GROUPS + grp) * GEMV_COLS;
+    if (KS == 1 && col0 >= n) return; // (split blocks stay whole for the barrier)
+    const int64_t kv = k / 8;         // 16-byte vectors per row
+    float acc[GEMV_COLS][M];
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+        for (int r = 0; r < M; r++) acc[c][r] = 0.0f;
+    }
+    const uint4 *wv[GEMV_COLS];
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++) {
+        const int64_t col = col0 + c < n ? col0 + c : n - 1; // a clamped duplicate, not stored
+        wv[c] = (const uint4 *)(w + col * k);
+    }
+    const uint4 *xv = (const uint4 *)x;
+    const bool hint = keep >= 0; // the L2 plan (cuda_layout.h)
+    const uint64_t cp = hint ? gemv_policy(w, keep, n * k * (int64_t)sizeof(T)) : 0;
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+    for (int64_t j0 = lane + 32 * ks; j0 < kv; j0 += 32 * KS * GEMV_UNROLL) {
+        uint4 wb[GEMV_UNROLL][GEMV_COLS];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int64_t j = j0 + 32 * KS * u;
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) {
+                wb[u][c] = j < kv ? gemv_ldw(wv[c] + j, hint, cp) : make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int64_t j = j0 + 32 * KS * u;
+            if (j >= kv) break;
+            float wf[GEMV_COLS][8];
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) gemv_unpack<T>(wb[u][c], wf[c]);
+#pragma unroll
+            for (int r = 0; r < M; r++) {
+                float xf[8];
+                gemv_unpack<T>(__ldg(xv + r * kv + j), xf);
+#pragma unroll
+                for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[c][r] = fmaf(wf[c][e], xf[e], acc[c][r]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+        for (int r = 0; r < M; r++) acc[c][r] = kc_warp_sum(acc[c][r]);
+    }
+    // thread `lane` = c * M + r of the group finishes column col0 + c of row r
+    int mine = -1;
+    float v = 0.0f;
+    if (KS == 1) {
+#pragma unroll
+        for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+            for (int r = 0; r < M; r++) {
+                if (lane == c * M + r) v = acc[c][r];
+            }
+        }
+        mine = lane < GEMV_COLS * M ? lane : -1;
+    } else {
+        if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) {
+#pragma unroll
+                for (int r = 0; r < M; r++) part[(warp * GEMV_COLS + c) * M + r] = acc[c][r];
+            }
+        }
+        __syncthreads();
+        if (ks == 0 && lane < GEMV_COLS * M) {
+            for (int s = 0; s < KS; s++) v += part[((grp * KS + s) * GEMV_COLS) * M + lane];
+            mine = lane;
+        }
+    }
+    if (mine < 0) return;
+    const int c = mine / M, r = mine % M;
+    const int64_t col = col0 + c;
+    if (col >= n) return;
+    if (bias != NULL) v += kc_to_f(bias[col]);
+    v = kc_linear_epilogue<T>(v, epi, res, r * n + col);
+    y[r * n + col] = kc_from_f<T>(v);
+}
+
+// Launches gemv_kernel<T, M, KS> with programmatic stream serialization (see above).
+template <typename T, int M, int KS>
+static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T *x, const T *w,
+                              const T *b, const T *res, T *y, int64_t n, int64_t k, int epi,
+                              int64_t keep) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(GEMV_WARPS * 32);
+    cfg.stream = ctx->stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = ctx->policy->pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS>, x, w, b, res, y, n, k, epi, keep);
+}
+
+template <typename T>
+static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int epi,
+                                 const void *res) {
+    const T *x = (const T *)g->x->data, *w = (const T *)g->w->data;
+    const T *b = g->bias ? (const T *)g->bias->data : NULL;
+    T *y = (T *)g->y->data;
+    const int64_t m = g->m, n = g->n, k = g->k;
+    // one warp per column pair while that gives every SM a block; else the block's warps split K
+    const int64_t whole = (n + GEMV_WARPS * GEMV_COLS - 1) / (GEMV_WARPS * GEMV_COLS);
+    const bool split = whole < (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
+    const unsigned blocks = (unsigned)(split ? (n + GEMV_COLS - 1) / GEMV_COLS : whole);
+    cudaError_t err = cudaSuccess;
+    const int64_t keep = ctx->l2_keep;
+#define GEMV_CASE(MM)                                                                              \
+    case MM:                                                                                       \
+        err = split ? gemv_start<T, MM, GEMV_WARPS>(ctx, blocks, x, w, b, (const T *)res, y, n, k, \
+                                                    epi, keep)                                     \
+                    : gemv_start<T, MM, 1>(ctx, blocks, x, w, b, (const T *)res, y, n, k, epi,     \
+                                           keep);                                                  \
+        break
+    switch (m) {
+        GEMV_CASE(1);
+        GEMV_CASE(2);
+        GEMV_CASE(3);
+        GEMV_CASE(4);
+        GEMV_CASE(5);
+        GEMV_CASE(6);
+        GEMV_CASE(7);
+    default: GEMV_CASE(8);
+    }
+#undef GEMV_CASE
+    if (err != cudaSuccess) return kiln_cuda_error(ctx, "cudaLaunchKernelEx (gemv_kernel)", err);
+    return kiln_cuda_check_launch(ctx, "gemv_kernel");
+}
+
+extern "C" int kiln_cuda_gemv_applies(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g) {
+    const uint32_t dt = g->y->dtype;
+    if (!ctx->policy->gemv) return 0;
+    if (g->m < 1 || g->m > GEMV_MAX_M || g->k < 8 || g->k % 8 != 0 || g->n < 1) return 0;
+    if (dt != KILN_DTYPE_F16 && dt != KILN_DTYPE_BF16) return 0;
+    if (g->x->dtype != dt || g->w->dtype != dt || (g->bias != NULL && g->bias->dtype != dt))
+        return 0;
+    if (((uintptr_t)g->x->data % 16) != 0 || ((uintptr_t)g->w->data % 16) != 0) return 0;
+    return (uint64_t)g->n <= (uint64_t)GEMV_COLS * 0x7fffffffu;
+}
+
+extern "C" kiln_status kiln_cuda_gemv_run(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g,
+                                          int epi, const void *res) {
+    if (g->y->dtype == KILN_DTYPE_F16) return gemv_launch_t<__half>(ctx, g, epi, res);
+    return gemv_launch_t<__nv_bfloat16>(ctx, g, epi, res);
+}
