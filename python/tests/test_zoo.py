@@ -244,8 +244,8 @@ def test_rejected_names_op_reason_and_source_line():
     part = KilnPartitioner()
     to_edge_transform_and_lower(ep, partitioner=[part])
     by_op = {r["op"]: r for r in part.rejected}
-    assert "flip.default" in by_op, part.rejected
-    flip = by_op["flip.default"]
+    assert "aten.flip.default" in by_op, part.rejected
+    flip = by_op["aten.flip.default"]
     assert "no Kiln translation" in flip["reason"]
     line = inspect.getsourcelines(_FlipInMiddle.forward)[1] + 1
     assert flip["source"] == f"test_zoo.py:{line}", flip

@@ -306,9 +306,9 @@ def source_of(node: Node) -> str | None:
     return found
 
 
-def _short_op(node: Node) -> str:
-    name = low.target_name(node)
-    return name.removeprefix("aten.")
+def _op_name(node: Node) -> str:
+    """The edge op as the program prints it: "aten.flip.default"."""
+    return low.target_name(node)
 
 
 def rejections(
@@ -325,7 +325,7 @@ def rejections(
         reason = dropped.get(n) or checks.get(n)
         if reason is None:
             reason = "a node it reads or feeds is left out, and it cannot be separated from it"
-        out.append({"op": _short_op(n), "reason": reason, "source": source_of(n)})
+        out.append({"op": _op_name(n), "reason": reason, "source": source_of(n)})
     return out
 
 
