@@ -248,7 +248,7 @@ def test_rejected_names_op_reason_and_source_line():
     flip = by_op["aten.flip.default"]
     assert "no Kiln translation" in flip["reason"]
     line = inspect.getsourcelines(_FlipInMiddle.forward)[1] + 1
-    assert flip["source"] == f"test_zoo.py:{line}", flip
+    assert flip["source"] == f"{__file__}:{line}", flip
     # float64 stays outside with that reason, never computed in another dtype
     f64 = [r for r in part.rejected if "float64" in r["reason"]]
     assert f64, part.rejected

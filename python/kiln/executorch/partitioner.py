@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import operator
-import os
 import warnings
 from collections.abc import Callable
 
@@ -289,8 +288,8 @@ _NO_COMPUTE = "only data movement around it: a delegate call would cost more tha
 
 
 def source_of(node: Node) -> str | None:
-    """'file.py:123' of the innermost frame of the node's stack trace (where the op was
-    called in the model's code), or None when the export recorded none."""
+    """'/path/to/file.py:123' of the innermost frame of the node's stack trace (where the op
+    was called in the model's code), or None when the export recorded none."""
     trace = node.meta.get("stack_trace")
     if not trace:
         return None
@@ -302,7 +301,7 @@ def source_of(node: Node) -> str | None:
             rest = line[line.index('", line ') + len('", line ') :]
             num = rest.split(",")[0].strip()
             if num.isdigit():
-                found = f"{os.path.basename(path)}:{num}"
+                found = f"{path}:{num}"
     return found
 
 
