@@ -320,7 +320,7 @@ def _swin_t(depth, vocab):
     "torchvision",
     "MaxViT-T (MBConv + block and grid attention), 224x224",
     _image(224),
-    _batch_dynamic,
+    None,  # the export specializes the batch (to the example's): static batch only
 )
 def _maxvit_t(depth, vocab):
     from torchvision.models.maxvit import MaxVit
@@ -407,7 +407,7 @@ def _resnet26d(depth, vocab):
     "timm",
     "MobileViTv2-0.5 (separable self-attention, GroupNorm, unfold), 256x256",
     _image(256),
-    _batch_dynamic,
+    None,  # the export specializes the batch (to the example's): static batch only
 )
 def _mobilevitv2(depth, vocab):
     return _timm("mobilevitv2_050")
