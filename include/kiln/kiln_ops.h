@@ -34,7 +34,9 @@ extern "C" {
     X(COPY, 22, "copy")   /* clone / identity                             */                       \
     X(CAST, 23, "cast")   /* dtype conversion                             */                       \
     X(CLAMP, 24, "clamp") /* clamp/hardtanh/relu6 (min/max NaN = none)    */                       \
-    X(ADD, 30, "add")     /* broadcasting binary ops                      */                       \
+    X(COS, 25, "cos")                                                                              \
+    X(SIN, 26, "sin")                                                                              \
+    X(ADD, 30, "add") /* broadcasting binary ops                      */                           \
     X(SUB, 31, "sub")                                                                              \
     X(MUL, 32, "mul")                                                                              \
     X(DIV, 33, "div")                                                                              \
@@ -43,11 +45,15 @@ extern "C" {
     X(SOFTMAX, 40, "softmax")                                                                      \
     X(LOG_SOFTMAX, 41, "log_softmax")                                                              \
     X(LAYER_NORM, 42, "layer_norm") /* x, weight?, bias?                            */             \
+    X(GROUP_NORM, 43, "group_norm") /* x[N,C,..], weight?[C], bias?[C]              */             \
     X(MAX_POOL2D, 50, "max_pool2d")                                                                \
     X(AVG_POOL2D, 51, "avg_pool2d")                                                                \
     X(ADAPTIVE_AVG_POOL2D, 52, "adaptive_avg_pool2d")                                              \
+    X(UPSAMPLE_NEAREST2D, 53, "upsample_nearest2d")                                                \
+    X(UPSAMPLE_BILINEAR2D, 54, "upsample_bilinear2d")                                              \
     X(MEAN, 60, "mean")                                                                            \
     X(SUM, 61, "sum")                                                                              \
+    X(CUMSUM, 62, "cumsum")                                                                        \
     X(RESHAPE, 70, "reshape")                                                                      \
     X(PERMUTE, 71, "permute")                                                                      \
     X(EXPAND, 72, "expand")                                                                        \
@@ -56,8 +62,22 @@ extern "C" {
     X(SELECT, 75, "select")                                                                        \
     X(SQUEEZE, 76, "squeeze")                                                                      \
     X(UNSQUEEZE, 77, "unsqueeze")                                                                  \
+    X(PAD, 78, "pad")             /* constant padding (negative: crop)            */               \
+    X(ARANGE, 79, "arange")       /* like -> [like.dims[dim]]: start + i * step    */              \
     X(EMBEDDING, 80, "embedding") /* weight[V,D], indices(int) -> [..,D]          */               \
-    X(SDPA, 90, "sdpa")           /* q[..,L,E], k[..,S,E], v[..,S,Ev], mask?      */
+    X(INDEX, 81, "index")         /* x[.., idx0, .., idxk-1, ..] (advanced)        */              \
+    X(GATHER, 82, "gather")       /* torch.gather(x, dim, index)                  */               \
+    X(SDPA, 90, "sdpa")           /* q[..,L,E], k[..,S,E], v[..,S,Ev], mask?      */               \
+    X(EQ, 100, "eq")              /* comparisons: bool output                     */               \
+    X(NE, 101, "ne")                                                                               \
+    X(LT, 102, "lt")                                                                               \
+    X(LE, 103, "le")                                                                               \
+    X(GT, 104, "gt")                                                                               \
+    X(GE, 105, "ge")                                                                               \
+    X(BITWISE_AND, 106, "bitwise_and") /* bool: logical; int: bitwise            */                \
+    X(BITWISE_OR, 107, "bitwise_or")                                                               \
+    X(BITWISE_XOR, 108, "bitwise_xor")                                                             \
+    X(BITWISE_NOT, 109, "bitwise_not")
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,

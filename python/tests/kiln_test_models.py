@@ -117,8 +117,8 @@ class MHABlock(nn.Module):
         return x + F.gelu(self.fc(a))
 
 
-class WithCumsum(nn.Module):
-    """Kiln ops, an op Kiln lacks (cumsum), then Kiln ops again: partial delegation."""
+class WithFlip(nn.Module):
+    """Kiln ops, an op Kiln lacks (flip), then Kiln ops again: partial delegation."""
 
     def __init__(self):
         super().__init__()
@@ -127,5 +127,5 @@ class WithCumsum(nn.Module):
 
     def forward(self, x):
         y = torch.tanh(self.fc1(x))
-        y = torch.cumsum(y, dim=1)
+        y = torch.flip(y, dims=[1])
         return self.fc2(F.silu(y))

@@ -67,6 +67,108 @@ CASES = {
     "batch_norm": (Fn(lambda m, x: m.bn(x), bn=nn.BatchNorm2d(4).eval()), [r(2, 4, 3, 3)]),
     "layer_norm": (Fn(lambda m, x: m.ln(x), ln=nn.LayerNorm([3, 8])), [r(2, 3, 8)]),
     "layer_norm_plain": (Fn(lambda m, x: F.layer_norm(x, (8,), eps=1e-3)), [r(4, 8)]),
+    # comparisons, logical and bitwise ops, integer and bool tensors
+    "compare_float": (
+        Fn(lambda m, a, b: torch.stack([a == b, a != b, a < b, a <= b, a > b, a >= b]).float()),
+        [lambda: torch.randint(-2, 3, (3, 5)).float(), lambda: torch.randint(-2, 3, (5,)).float()],
+    ),
+    "compare_scalar_int": (
+        Fn(lambda m, a: ((a > 1) & (a <= 5)) | (a == -3)),
+        [lambda: torch.randint(-5, 9, (4, 6))],
+    ),
+    "compare_mixed_promotes": (
+        Fn(lambda m, a, b: (a.to(torch.int32) < b).to(torch.float32) * b),
+        [lambda: torch.randn(2, 7) * 4, r(2, 7)],
+    ),
+    "logical_ops": (
+        Fn(
+            lambda m, a, b: torch.stack(
+                [
+                    torch.logical_and(a, b),
+                    torch.logical_or(a, b),
+                    torch.logical_xor(a, b),
+                    torch.logical_not(a),
+                    ~b,
+                ]
+            )
+        ),
+        [mask(3, 4), mask(3, 4)],
+    ),
+    "bitwise_int": (
+        Fn(lambda m, a, b: (a & b) + (a | b) * 3 + (a ^ b) - (~a)),
+        [ints(1000, 2, 9), ints(1000, 2, 9)],
+    ),
+    "logical_on_ints": (
+        Fn(lambda m, a, b: torch.logical_and(a, b).float() + torch.logical_not(a).float()),
+        [ints(3, 4, 4), ints(3, 4, 4)],
+    ),
+    "cos_sin": (Fn(lambda m, x: torch.cos(x) * 2 + torch.sin(x)), [lambda: torch.randn(3, 7) * 5]),
+    "cumsum_float": (Fn(lambda m, x: torch.cumsum(x, dim=1)), [r(3, 9, 2)]),
+    "cumsum_int_promotes": (
+        Fn(lambda m, x: torch.cumsum(x, dim=-1)),
+        [ints(50, 2, 11, dtype=torch.int32)],
+    ),
+    "gather": (
+        Fn(lambda m, x, i: torch.gather(x, 1, i)),
+        [r(3, 5, 4), lambda: torch.randint(0, 5, (3, 7, 2))],
+    ),
+    "index_two_tensors": (
+        Fn(lambda m, x, i, j: x[:, i, j]),
+        [r(2, 5, 6, 3), ints(5, 4, 1), lambda: torch.randint(-6, 6, (3,))],
+    ),
+    "index_select": (
+        Fn(lambda m, x, i: torch.index_select(x, 2, i)),
+        [r(2, 3, 8), ints(8, 5, dtype=torch.int32)],
+    ),
+    "index_bool_table": (
+        Fn(lambda m, t, i: t[i]),
+        [mask(6, 3), ints(6, 2, 4)],
+    ),
+    "as_strided_view": (
+        Fn(lambda m, x: torch.as_strided(x + 1, (2, 12), (12, 1)) * 2),
+        [r(2, 3, 4)],
+    ),
+    "as_strided_copy_pattern": (
+        Fn(lambda m, x: torch.as_strided(x * 2, (3, 3, 2), (1, 4, 2), 1)),
+        [r(4, 5)],
+    ),
+    "as_strided_of_channels_last": (
+        Fn(
+            lambda m, x: (
+                torch.as_strided(
+                    (x * 2).contiguous(memory_format=torch.channels_last), (2, 3, 4), (1, 8, 2)
+                )
+                + 1
+            )
+        ),
+        [r(2, 3, 2, 2)],
+    ),
+    "constant_pad": (Fn(lambda m, x: F.pad(x, (1, 2, 0, 3), value=0.5)), [r(2, 3, 4, 5)]),
+    "constant_pad_crop": (Fn(lambda m, x: F.pad(x, (-1, 2))), [r(3, 6)]),
+    "roll": (Fn(lambda m, x: torch.roll(x, shifts=(2, -1), dims=(1, 2)) * 2), [r(2, 5, 7)]),
+    "group_norm": (Fn(lambda m, x: m.gn(x), gn=nn.GroupNorm(3, 6)), [r(2, 6, 5, 4)]),
+    "group_norm_1d": (Fn(lambda m, x: F.group_norm(x, 2, eps=1e-3)), [r(3, 4, 10)]),
+    "conv1d": (Fn(lambda m, x: m.c(x), c=nn.Conv1d(4, 6, 5, stride=2, padding=2)), [r(2, 4, 17)]),
+    "conv1d_groups_dilation": (
+        Fn(lambda m, x: m.c(x), c=nn.Conv1d(4, 8, 3, dilation=2, groups=4, bias=False)),
+        [r(1, 4, 20)],
+    ),
+    "upsample_nearest": (
+        Fn(lambda m, x: F.interpolate(x, scale_factor=2, mode="nearest") + 1),
+        [r(1, 3, 4, 5)],
+    ),
+    "upsample_nearest_size": (
+        Fn(lambda m, x: F.interpolate(x, size=(7, 3), mode="nearest") * 2),
+        [r(2, 3, 4, 5)],
+    ),
+    "upsample_bilinear": (
+        Fn(lambda m, x: F.interpolate(x, size=(9, 11), mode="bilinear", align_corners=False) * 2),
+        [r(1, 2, 4, 5)],
+    ),
+    "upsample_bilinear_align": (
+        Fn(lambda m, x: F.interpolate(x, scale_factor=3, mode="bilinear", align_corners=True) + 1),
+        [r(1, 2, 3, 4)],
+    ),
     # elementwise
     "relu": (Fn(lambda m, x: F.relu(x)), [r(3, 7)]),
     "gelu": (Fn(lambda m, x: F.gelu(x)), [r(3, 7)]),

@@ -74,6 +74,14 @@ def test_attribute_names_used_by_the_translation_exist():
         "squeeze": {"dims"},
         "unsqueeze": {"dim"},
         "sdpa": {"is_causal", "scale"},
+        "group_norm": {"groups", "eps"},
+        "upsample_nearest2d": {"output_size", "scales"},
+        "upsample_bilinear2d": {"output_size", "scales", "align_corners"},
+        "cumsum": {"dim"},
+        "pad": {"pads", "value"},
+        "arange": {"dim", "start", "step", "dtype"},
+        "index": {"dim", "wrap"},
+        "gather": {"dim"},
     }
     for op, names in used.items():
         have = {a.name for a in _ops.get(op).attrs}

@@ -23,6 +23,13 @@
             __VA_ARGS__                                                                            \
         }                                                                                          \
     }
+#define A_FLOATS_D2(nm, v0, v1)                                                                    \
+    {                                                                                              \
+        .name = nm, .kind = KILN_ATTR_FLOATS, .count = 2, .n_default = 2, .default_floats = {      \
+            v0,                                                                                    \
+            v1                                                                                     \
+        }                                                                                          \
+    }
 #define A_FLOAT_D(nm, v)                                                                           \
     {                                                                                              \
         .name = nm, .kind = KILN_ATTR_FLOATS, .count = 1, .n_default = 1, .default_floats = { v }  \
@@ -33,6 +40,7 @@
         .id = KILN_OP_##ID, .name = NAME, .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,        \
         .dtype_mask = MASK, .flags = KILN_OPF_UNARY | (FLAGS)                                      \
     }
+#define B_ (KILN_DTYPE_BIT(KILN_DTYPE_BOOL))
 #define BINARY(ID, NAME, MASK, FLAGS)                                                              \
     {                                                                                              \
         .id = KILN_OP_##ID, .name = NAME, .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,        \
@@ -127,6 +135,8 @@ static const kiln_op_def ops[] = {
      .flags = KILN_OPF_UNARY | KILN_OPF_TAIL,
      .n_attrs = 2,
      .attrs = {A_FLOAT_D("min", NAN), A_FLOAT_D("max", NAN)}},
+    UNARY(COS, "cos", F_, 0),
+    UNARY(SIN, "sin", F_, 0),
 
     BINARY(ADD, "add", F_ | I_, KILN_OPF_TAIL),
     BINARY(SUB, "sub", F_ | I_, KILN_OPF_TAIL),
@@ -165,6 +175,15 @@ static const kiln_op_def ops[] = {
      .dtype_mask = F_,
      .n_attrs = 2,
      .attrs = {A_INTS("normalized_ndim", 1), A_FLOAT_D("eps", 1e-5)}},
+    {.id = KILN_OP_GROUP_NORM,
+     .name = "group_norm",
+     .min_inputs = 1,
+     .max_inputs = 3,
+     .optional_mask = (1u << 1) | (1u << 2),
+     .n_outputs = 1,
+     .dtype_mask = F_,
+     .n_attrs = 2,
+     .attrs = {A_INTS("groups", 1), A_FLOAT_D("eps", 1e-5)}},
 
     {.id = KILN_OP_MAX_POOL2D,
      .name = "max_pool2d",
@@ -193,6 +212,23 @@ static const kiln_op_def ops[] = {
      .dtype_mask = F_,
      .n_attrs = 1,
      .attrs = {A_INTS("output_size", 2)}},
+    {.id = KILN_OP_UPSAMPLE_NEAREST2D,
+     .name = "upsample_nearest2d",
+     .min_inputs = 1,
+     .max_inputs = 1,
+     .n_outputs = 1,
+     .dtype_mask = F_,
+     .n_attrs = 2,
+     .attrs = {A_INTS("output_size", 2), A_FLOATS_D2("scales", NAN, NAN)}},
+    {.id = KILN_OP_UPSAMPLE_BILINEAR2D,
+     .name = "upsample_bilinear2d",
+     .min_inputs = 1,
+     .max_inputs = 1,
+     .n_outputs = 1,
+     .dtype_mask = F_,
+     .n_attrs = 3,
+     .attrs = {A_INTS("output_size", 2), A_FLOATS_D2("scales", NAN, NAN),
+               A_INTS_D("align_corners", 1, 1, 0)}},
 
     {.id = KILN_OP_MEAN,
      .name = "mean",
@@ -210,6 +246,14 @@ static const kiln_op_def ops[] = {
      .dtype_mask = F_ | I_,
      .n_attrs = 2,
      .attrs = {A_INTS("dims", -1), A_INTS_D("keepdim", 1, 1, 0)}},
+    {.id = KILN_OP_CUMSUM,
+     .name = "cumsum",
+     .min_inputs = 1,
+     .max_inputs = 1,
+     .n_outputs = 1,
+     .dtype_mask = F_ | I_,
+     .n_attrs = 1,
+     .attrs = {A_INTS("dim", 1)}},
 
     {.id = KILN_OP_RESHAPE,
      .name = "reshape",
@@ -286,6 +330,23 @@ static const kiln_op_def ops[] = {
      .flags = KILN_OPF_VIEW,
      .n_attrs = 1,
      .attrs = {A_INTS("dim", 1)}},
+    {.id = KILN_OP_PAD,
+     .name = "pad",
+     .min_inputs = 1,
+     .max_inputs = 1,
+     .n_outputs = 1,
+     .dtype_mask = ALL_,
+     .n_attrs = 2,
+     .attrs = {A_INTS("pads", -1), A_FLOAT_D("value", 0.0)}},
+    {.id = KILN_OP_ARANGE,
+     .name = "arange",
+     .min_inputs = 1,
+     .max_inputs = 1,
+     .n_outputs = 1,
+     .dtype_mask = ALL_,
+     .n_attrs = 4,
+     .attrs = {A_INTS("dim", 1), A_FLOAT_D("start", 0.0), A_FLOAT_D("step", 1.0),
+               A_INTS("dtype", 1)}},
 
     {.id = KILN_OP_EMBEDDING,
      .name = "embedding",
@@ -293,6 +354,22 @@ static const kiln_op_def ops[] = {
      .max_inputs = 2,
      .n_outputs = 1,
      .dtype_mask = F_},
+    {.id = KILN_OP_INDEX,
+     .name = "index",
+     .min_inputs = 2,
+     .max_inputs = 1 + KILN_MAX_RANK,
+     .n_outputs = 1,
+     .dtype_mask = ALL_,
+     .n_attrs = 2,
+     .attrs = {A_INTS_D("dim", 1, 1, 0), A_INTS_D("wrap", 1, 1, 1)}},
+    {.id = KILN_OP_GATHER,
+     .name = "gather",
+     .min_inputs = 2,
+     .max_inputs = 2,
+     .n_outputs = 1,
+     .dtype_mask = ALL_,
+     .n_attrs = 1,
+     .attrs = {A_INTS("dim", 1)}},
     {.id = KILN_OP_SDPA,
      .name = "sdpa",
      .min_inputs = 3,
@@ -303,6 +380,18 @@ static const kiln_op_def ops[] = {
      .flags = KILN_OPF_HEAVY,
      .n_attrs = 2,
      .attrs = {A_INTS_D("is_causal", 1, 1, 0), A_FLOAT_D("scale", NAN)}},
+
+    // comparisons: inputs of one dtype (any), bool output; bitwise ops: bool (logical) or int
+    BINARY(EQ, "eq", ALL_, 0),
+    BINARY(NE, "ne", ALL_, 0),
+    BINARY(LT, "lt", ALL_, 0),
+    BINARY(LE, "le", ALL_, 0),
+    BINARY(GT, "gt", ALL_, 0),
+    BINARY(GE, "ge", ALL_, 0),
+    BINARY(BITWISE_AND, "bitwise_and", I_ | B_, 0),
+    BINARY(BITWISE_OR, "bitwise_or", I_ | B_, 0),
+    BINARY(BITWISE_XOR, "bitwise_xor", I_ | B_, 0),
+    UNARY(BITWISE_NOT, "bitwise_not", I_ | B_, 0),
 };
 
 #define N_OPS (sizeof ops / sizeof ops[0])

@@ -97,6 +97,13 @@ static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_
 // layer_norm: x, weight?, bias?   (normalizes over the last normalized_ndim dims)
 #define KILN_A_LN_NDIM 0
 #define KILN_A_LN_EPS 1
+// group_norm: x[N, C, ...], weight?[C], bias?[C]
+#define KILN_A_GN_GROUPS 0
+#define KILN_A_GN_EPS 1
+// upsample_nearest2d, upsample_bilinear2d: x[N, C, H, W] -> [N, C, OH, OW]
+#define KILN_A_UPSAMPLE_SIZE 0   // output_size ints[2]
+#define KILN_A_UPSAMPLE_SCALES 1 // floats[2]: output/input scale per axis (NaN: OH/H)
+#define KILN_A_UPSAMPLE_ALIGN 2  // bilinear only: align_corners
 // max_pool2d
 #define KILN_A_MAXPOOL_KERNEL 0
 #define KILN_A_MAXPOOL_STRIDE 1
@@ -115,6 +122,8 @@ static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_
 // mean, sum (dims empty = all dims)
 #define KILN_A_REDUCE_DIMS 0
 #define KILN_A_REDUCE_KEEPDIM 1
+// cumsum
+#define KILN_A_CUMSUM_DIM 0
 // reshape: x, like?   expand: x, like?
 // shape entries: >= 0 literal; -1 infer (reshape) or keep (expand); <= -2 copy dim (-v - 2) of
 // `like` when given, else of x.
@@ -135,6 +144,21 @@ static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_
 // squeeze (dims of size 1 to remove), unsqueeze
 #define KILN_A_SQUEEZE_DIMS 0
 #define KILN_A_UNSQUEEZE_DIM 0
+// pad: x; pads ints[*] = (before, after) pairs from the last dim backwards (torch's F.pad order),
+// negative = crop; value floats[1]
+#define KILN_A_PAD_PADS 0
+#define KILN_A_PAD_VALUE 1
+// arange: like -> [like.dims[dim]] holding start + i * step in dtype (a length known at run time)
+#define KILN_A_ARANGE_DIM 0
+#define KILN_A_ARANGE_START 1
+#define KILN_A_ARANGE_STEP 2
+#define KILN_A_ARANGE_DTYPE 3
+// index: x, idx0 .. idx(k-1): x[:, .., :, idx0, .., idx(k-1), ...] with the first index at dim;
+// wrap 1: a negative index counts from the end (x[i]), 0: it is out of range (index_select)
+#define KILN_A_INDEX_DIM 0
+#define KILN_A_INDEX_WRAP 1
+// gather: x, index (same rank); indices in [0, size), as torch.gather
+#define KILN_A_GATHER_DIM 0
 // sdpa: q, k, v, mask?   (mask bool: true = attend; float: added to the scores)
 #define KILN_A_SDPA_CAUSAL 0
 #define KILN_A_SDPA_SCALE 1 // NaN = 1/sqrt(E)

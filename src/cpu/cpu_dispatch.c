@@ -58,6 +58,26 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_UNSQUEEZE] = E_(reshape),
     [KILN_OP_EMBEDDING] = E_(embedding),
     [KILN_OP_SDPA] = E_(sdpa),
+    [KILN_OP_COS] = E_(unary),
+    [KILN_OP_SIN] = E_(unary),
+    [KILN_OP_GROUP_NORM] = E_(group_norm),
+    [KILN_OP_UPSAMPLE_NEAREST2D] = E_(upsample),
+    [KILN_OP_UPSAMPLE_BILINEAR2D] = E_(upsample),
+    [KILN_OP_CUMSUM] = E_(cumsum),
+    [KILN_OP_PAD] = E_(pad),
+    [KILN_OP_ARANGE] = E_(arange),
+    [KILN_OP_INDEX] = E_(index),
+    [KILN_OP_GATHER] = E_(gather),
+    [KILN_OP_EQ] = E_(compare),
+    [KILN_OP_NE] = E_(compare),
+    [KILN_OP_LT] = E_(compare),
+    [KILN_OP_LE] = E_(compare),
+    [KILN_OP_GT] = E_(compare),
+    [KILN_OP_GE] = E_(compare),
+    [KILN_OP_BITWISE_AND] = E_(bitwise),
+    [KILN_OP_BITWISE_OR] = E_(bitwise),
+    [KILN_OP_BITWISE_XOR] = E_(bitwise),
+    [KILN_OP_BITWISE_NOT] = E_(bitwise),
 };
 
 static const cpu_op_entry *entry_of(uint32_t op) {
@@ -135,6 +155,44 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
             args->in[3]->dtype != KILN_DTYPE_BOOL)
             return "sdpa mask must be bool or float";
         break;
+    case KILN_OP_EQ:
+    case KILN_OP_NE:
+    case KILN_OP_LT:
+    case KILN_OP_LE:
+    case KILN_OP_GT:
+    case KILN_OP_GE:
+    case KILN_OP_BITWISE_AND:
+    case KILN_OP_BITWISE_OR:
+    case KILN_OP_BITWISE_XOR:
+    case KILN_OP_BITWISE_NOT:
+        if (!kiln_cpu_logic_supports(args))
+            return "operands of one dtype must broadcast to the output (bool for comparisons, "
+                   "the inputs' int or bool dtype for bitwise ops)";
+        break;
+    case KILN_OP_UPSAMPLE_NEAREST2D:
+    case KILN_OP_UPSAMPLE_BILINEAR2D:
+        if (!is_float(x) || x->rank != 4 || y->rank != 4)
+            return "resize needs a float [N, C, H, W]";
+        break;
+    case KILN_OP_CUMSUM:
+        if (kiln_cpu_is_int(y->dtype) != kiln_cpu_is_int(x->dtype) || y->dtype == KILN_DTYPE_BOOL)
+            return "cumsum keeps its input's float or integer dtype";
+        break;
+    case KILN_OP_PAD:
+        if (x->dtype != y->dtype) return "input and output dtypes differ";
+        break;
+    case KILN_OP_ARANGE:
+        if (y->rank != 1 || y->dtype == KILN_DTYPE_BOOL) return "arange gives a numeric 1-D tensor";
+        break;
+    case KILN_OP_INDEX:
+    case KILN_OP_GATHER:
+        if (x->dtype != y->dtype) return "input and output dtypes differ";
+        for (uint32_t i = 1; i < args->n_in; i++) {
+            if (args->in[i]->dtype != KILN_DTYPE_I32 && args->in[i]->dtype != KILN_DTYPE_I64)
+                return "indices must be int32 or int64";
+        }
+        break;
+    case KILN_OP_GROUP_NORM:
     case KILN_OP_SOFTMAX:
     case KILN_OP_LOG_SOFTMAX:
     case KILN_OP_LAYER_NORM:

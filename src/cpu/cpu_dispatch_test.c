@@ -116,6 +116,49 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         l->in[0] = tt_new2(dt, 5, 3), l->in[1] = tt_new1(KILN_DTYPE_I64, 2), l->n_in = 2;
         l->out = tt_new2(dt, 2, 3);
         break;
+    case KILN_OP_EQ:
+    case KILN_OP_NE:
+    case KILN_OP_LT:
+    case KILN_OP_LE:
+    case KILN_OP_GT:
+    case KILN_OP_GE:
+        l->in[0] = tt_new2(dt, 2, 3), l->in[1] = tt_new1(dt, 3), l->n_in = 2;
+        l->out = tt_new2(KILN_DTYPE_BOOL, 2, 3);
+        break;
+    case KILN_OP_GROUP_NORM:
+        l->in[0] = tt_new3(dt, 2, 4, 3), l->in[1] = tt_new1(dt, 4), l->in[2] = tt_new1(dt, 4);
+        l->n_in = 3, l->out = tt_new3(dt, 2, 4, 3);
+        tattrs_int(&l->a, KILN_A_GN_GROUPS, 2);
+        break;
+    case KILN_OP_UPSAMPLE_NEAREST2D:
+    case KILN_OP_UPSAMPLE_BILINEAR2D:
+        l->in[0] = tt_new4(dt, 1, 2, 2, 3), l->n_in = 1, l->out = tt_new4(dt, 1, 2, 4, 5);
+        tattrs_int2(&l->a, KILN_A_UPSAMPLE_SIZE, 4, 5);
+        break;
+    case KILN_OP_CUMSUM:
+        l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new2(dt, 2, 3);
+        tattrs_int(&l->a, KILN_A_CUMSUM_DIM, 1);
+        break;
+    case KILN_OP_PAD: {
+        int64_t pads[2] = {1, -1};
+        l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new2(dt, 2, 3);
+        tattrs_ints(&l->a, KILN_A_PAD_PADS, 2, pads);
+        break;
+    }
+    case KILN_OP_ARANGE:
+        l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new1(KILN_DTYPE_I64, 3);
+        tattrs_int(&l->a, KILN_A_ARANGE_DIM, 1);
+        tattrs_int(&l->a, KILN_A_ARANGE_DTYPE, KILN_DTYPE_I64);
+        break;
+    case KILN_OP_INDEX:
+        l->in[0] = tt_new2(dt, 4, 3), l->in[1] = tt_new1(KILN_DTYPE_I32, 2), l->n_in = 2;
+        l->out = tt_new2(dt, 2, 3);
+        break;
+    case KILN_OP_GATHER:
+        l->in[0] = tt_new2(dt, 4, 3), l->in[1] = tt_new2(KILN_DTYPE_I64, 2, 3), l->n_in = 2;
+        l->out = tt_new2(dt, 2, 3);
+        tattrs_int(&l->a, KILN_A_GATHER_DIM, 0);
+        break;
     case KILN_OP_SDPA:
         l->in[0] = tt_new3(dt, 2, 3, 4), l->in[1] = tt_new3(dt, 2, 5, 4);
         l->in[2] = tt_new3(dt, 2, 5, 4), l->n_in = 3, l->out = tt_new3(dt, 2, 3, 4);
@@ -131,7 +174,9 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
                        op == KILN_OP_POW || op == KILN_OP_DIV || op == KILN_OP_BATCH_NORM;
         tt_rand(l->in[i], positive ? 1 : -2, 2);
     }
-    if (op == KILN_OP_EMBEDDING) tt_rand(l->in[1], 0, 4);
+    if (op == KILN_OP_EMBEDDING || op == KILN_OP_INDEX || op == KILN_OP_GATHER) {
+        tt_rand(l->in[1], 0, 1);
+    }
     return 1;
 }
 

@@ -189,5 +189,22 @@ KILN_CPU_DECLARE(slice);
 KILN_CPU_DECLARE(select);
 KILN_CPU_DECLARE(embedding);
 KILN_CPU_DECLARE(sdpa);
+KILN_CPU_DECLARE(compare); // eq, ne, lt, le, gt, ge (op_logic.c)
+KILN_CPU_DECLARE(bitwise); // bitwise_and, _or, _xor, _not (op_logic.c)
+KILN_CPU_DECLARE(group_norm);
+KILN_CPU_DECLARE(cumsum);
+KILN_CPU_DECLARE(pad);
+KILN_CPU_DECLARE(arange);
+KILN_CPU_DECLARE(index);
+KILN_CPU_DECLARE(gather);
+KILN_CPU_DECLARE(upsample); // upsample_nearest2d, upsample_bilinear2d (op_resize.c)
+
+// True when the comparison or bitwise op of args is implemented for its dtypes and shapes.
+int kiln_cpu_logic_supports(const kiln_kernel_args *args);
+// The resize index rules (op_resize.c), shared with tests: the nearest source index of output
+// index dst, and the two source indices of a linear interpolation with the second one's weight.
+int64_t kiln_cpu_nearest_index(int64_t dst, int64_t in, int64_t out, double given_scale);
+void kiln_cpu_linear_index(int64_t dst, int64_t in, int64_t out, double given_scale, int align,
+                           int64_t *i0, int64_t *i1, float *w1);
 
 #endif // KILN_CPU_CPU_INTERNAL_H

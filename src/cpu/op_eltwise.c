@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Elementwise ops: unary activations and math, copy, cast, clamp, the broadcasting binary ops,
-// where, and the fused tail of GEMM/conv heads. Rows of the broadcast iterator are processed in
-// chunks: float32 operands are read in place, other dtypes converted through float32 (or int64,
-// for integer outputs) chunk buffers.
+// Elementwise ops: unary activations and math (cos and sin included), copy, cast, clamp, the
+// broadcasting binary ops, where, and the fused tail of GEMM/conv heads. Rows of the broadcast
+// iterator are processed in chunks: float32 operands are read in place, other dtypes converted
+// through float32 (or int64, for integer outputs) chunk buffers.
 #include <math.h>
 #include <string.h>
 
@@ -83,6 +83,12 @@ static void unary_f32(const ew_ctx *c, const float *x, float *y, int64_t n) {
         break;
     case KILN_OP_LOG:
         for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]);
+        break;
+    case KILN_OP_COS:
+        for (int64_t i = 0; i < n; i++) y[i] = cosf(x[i]);
+        break;
+    case KILN_OP_SIN:
+        for (int64_t i = 0; i < n; i++) y[i] = sinf(x[i]);
         break;
     case KILN_OP_CLAMP:
         for (int64_t i = 0; i < n; i++) {

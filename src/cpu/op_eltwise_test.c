@@ -294,8 +294,26 @@ static void test_cast_and_copy(void) {
     }
 }
 
+// cos and sin against libm in double, over several periods, every float dtype.
+static void test_trig(void) {
+    for (int d = 0; d < 3; d++) {
+        for (int op = 0; op < 2; op++) {
+            uint32_t dt = tt_float_dtype(d);
+            kiln_tensor *x = tt_new2(dt, 5, 13), *y = tt_new2(dt, 5, 13);
+            tt_rand(x, -20, 20);
+            kiln_tensor *ins[1] = {x};
+            CHECK_OK(trun(op ? KILN_OP_SIN : KILN_OP_COS, NULL, ins, 1, y));
+            double ref[65];
+            for (int i = 0; i < 65; i++) ref[i] = op ? sin(tt_get(x, i)) : cos(tt_get(x, i));
+            tt_close(y, ref, 1e-6, tt_rtol(dt), op ? "sin" : "cos");
+            tt_free(x), tt_free(y);
+        }
+    }
+}
+
 int main(void) {
     check_rng_seed();
+    test_trig();
     test_hand();
     test_unary_random();
     test_binary_random();

@@ -204,3 +204,57 @@ kiln_status kiln_cpu_softmax(const kiln_kernel_args *args) {
     }
     return KILN_OK;
 }
+
+// --- group_norm: x [N, C, *] normalized over each group of C / groups channels (and every
+// spatial position), then y = x_hat * weight[c] + bias[c]; biased variance, like PyTorch.
+
+size_t kiln_cpu_group_norm_scratch(const kiln_kernel_args *args) {
+    (void)args;
+    return 0;
+}
+
+kiln_status kiln_cpu_group_norm(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *w = opt_in(args, 1), *b = opt_in(args, 2);
+    kiln_tensor *y = args->out;
+    int64_t groups = kiln_attrs_int(&args->attrs, KILN_A_GN_GROUPS, 0);
+    double eps = kiln_attrs_float(&args->attrs, KILN_A_GN_EPS, 0);
+    KILN_CHECK(x->rank >= 2 && groups > 0 && x->dims[1] % groups == 0, KILN_ERR_INVALID_ARG,
+               "cpu group_norm: %lld channels are not a multiple of %lld groups",
+               (long long)(x->rank >= 2 ? x->dims[1] : 0), (long long)groups);
+    int64_t n = x->dims[0], c = x->dims[1], inner = 1;
+    for (uint32_t d = 2; d < x->rank; d++) inner *= x->dims[d];
+    int64_t cg = c / groups, len = cg * inner;
+    float buf[CHUNK];
+    for (int64_t ni = 0; ni < n; ni++) {
+        for (int64_t g = 0; g < groups; g++) {
+            int64_t base = (ni * c + g * cg) * inner;
+            double sum = 0.0, sq = 0.0;
+            for (int64_t i = 0; i < len; i += CHUNK) {
+                int64_t m = len - i < CHUNK ? len - i : CHUNK;
+                kiln_cpu_load_f32(x->data, x->dtype, base + i, 1, m, buf);
+                for (int64_t j = 0; j < m; j++) sum += buf[j];
+            }
+            double mean = len ? sum / (double)len : 0.0;
+            for (int64_t i = 0; i < len; i += CHUNK) {
+                int64_t m = len - i < CHUNK ? len - i : CHUNK;
+                kiln_cpu_load_f32(x->data, x->dtype, base + i, 1, m, buf);
+                for (int64_t j = 0; j < m; j++) sq += (buf[j] - mean) * (buf[j] - mean);
+            }
+            double rstd = 1.0 / sqrt((len ? sq / (double)len : 0.0) + eps);
+            for (int64_t ch = 0; ch < cg; ch++) {
+                int64_t cc = g * cg + ch, off = base + ch * inner;
+                double sc = w ? kiln_load_f32(w->data, w->dtype, cc) : 1.0;
+                double sh = b ? kiln_load_f32(b->data, b->dtype, cc) : 0.0;
+                for (int64_t i = 0; i < inner; i += CHUNK) {
+                    int64_t m = inner - i < CHUNK ? inner - i : CHUNK;
+                    kiln_cpu_load_f32(x->data, x->dtype, off + i, 1, m, buf);
+                    for (int64_t j = 0; j < m; j++) {
+                        buf[j] = (float)((buf[j] - mean) * rstd * sc + sh);
+                    }
+                    kiln_cpu_store_f32(y->data, y->dtype, off + i, m, buf);
+                }
+            }
+        }
+    }
+    return KILN_OK;
+}

@@ -195,8 +195,56 @@ static void test_softmax_random(void) {
     tt_free(x), tt_free(y);
 }
 
+// group_norm against a double reference: groups of several channels over 3-D and 4-D inputs,
+// with and without affine parameters, every float dtype.
+static void test_group_norm_random(void) {
+    static const int64_t shapes[][4] = {{2, 6, 5, 4}, {3, 4, 10, 1}, {1, 8, 1, 1}};
+    static const int64_t groups[] = {3, 2, 8};
+    for (int s = 0; s < 3; s++) {
+        for (int d = 0; d < 3; d++) {
+            for (int affine = 0; affine < 2; affine++) {
+                uint32_t dt = tt_float_dtype(d);
+                const int64_t *sh = shapes[s];
+                uint32_t rank = s == 1 ? 3 : 4;
+                kiln_tensor *x = tt_new(dt, rank, sh), *y = tt_new(dt, rank, sh);
+                kiln_tensor *w = tt_new1(dt, sh[1]), *b = tt_new1(dt, sh[1]);
+                tt_rand(x, -2, 3);
+                tt_rand(w, 0.5, 1.5);
+                tt_rand(b, -1, 1);
+                tattrs a;
+                tattrs_init(&a, KILN_OP_GROUP_NORM);
+                tattrs_int(&a, KILN_A_GN_GROUPS, groups[s]);
+                a.floats[a.refs[KILN_A_GN_EPS].begin] = 1e-3;
+                kiln_tensor *ins[3] = {x, affine ? w : NULL, affine ? b : NULL};
+                CHECK_OK(trun(KILN_OP_GROUP_NORM, &a, ins, 3, y));
+                int64_t n = sh[0], c = sh[1], inner = tt_numel(x) / (n * c), cg = c / groups[s];
+                double *ref = (double *)calloc((size_t)tt_numel(x), sizeof(double));
+                for (int64_t i = 0; i < n; i++)
+                    for (int64_t g = 0; g < groups[s]; g++) {
+                        int64_t base = (i * c + g * cg) * inner, len = cg * inner;
+                        double m = 0, v = 0;
+                        for (int64_t k = 0; k < len; k++) m += tt_get(x, base + k);
+                        m /= (double)len;
+                        for (int64_t k = 0; k < len; k++)
+                            v += (tt_get(x, base + k) - m) * (tt_get(x, base + k) - m);
+                        v /= (double)len;
+                        for (int64_t k = 0; k < len; k++) {
+                            int64_t ch = g * cg + k / inner;
+                            double z = (tt_get(x, base + k) - m) / sqrt(v + 1e-3);
+                            ref[base + k] = affine ? z * tt_get(w, ch) + tt_get(b, ch) : z;
+                        }
+                    }
+                tt_close(y, ref, 1e-5, tt_rtol(dt) * 2, "group_norm");
+                free(ref);
+                tt_free(x), tt_free(y), tt_free(w), tt_free(b);
+            }
+        }
+    }
+}
+
 int main(void) {
     check_rng_seed();
+    test_group_norm_random();
     test_hand();
     test_batch_norm_random();
     test_layer_norm_random();

@@ -121,3 +121,43 @@ kiln_status kiln_cpu_reduce(const kiln_kernel_args *args) {
     }
     return KILN_OK;
 }
+
+// --- cumsum: running sums along one dim, in double for float outputs (PyTorch's CPU
+// accumulator) and exactly in int64 for integer ones (wrapping on store like a cast).
+
+size_t kiln_cpu_cumsum_scratch(const kiln_kernel_args *args) {
+    (void)args;
+    return 0;
+}
+
+kiln_status kiln_cpu_cumsum(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0];
+    kiln_tensor *y = args->out;
+    int64_t dim_attr = kiln_attrs_int(&args->attrs, KILN_A_CUMSUM_DIM, 0);
+    int dim = kiln_cpu_norm_dim(dim_attr, x->rank);
+    KILN_CHECK(dim >= 0 && kiln_tensor_numel(x) == kiln_tensor_numel(y), KILN_ERR_INVALID_ARG,
+               "cpu cumsum: dim %lld out of range for rank %u", (long long)dim_attr, x->rank);
+    int64_t outer = 1, len = x->dims[dim], inner = 1;
+    for (int d = 0; d < dim; d++) outer *= x->dims[d];
+    for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];
+    int is_int = kiln_cpu_is_int(y->dtype);
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            double acc = 0.0;
+            uint64_t iacc = 0;
+            for (int64_t l = 0; l < len; l++) {
+                int64_t off = (o * len + l) * inner + i;
+                if (is_int) {
+                    iacc += (uint64_t)kiln_load_i64(x->data, x->dtype, off);
+                    int64_t v = (int64_t)iacc;
+                    kiln_cpu_store_i64(y->data, y->dtype, off, 1, &v);
+                } else {
+                    acc += kiln_load_f32(x->data, x->dtype, off);
+                    float v = (float)acc;
+                    kiln_cpu_store_f32(y->data, y->dtype, off, 1, &v);
+                }
+            }
+        }
+    }
+    return KILN_OK;
+}

@@ -108,8 +108,55 @@ static void test_random(void) {
     }
 }
 
+// cumsum along each dim against a loop reference: float dtypes, int32 and int64 (exact, with
+// values whose float32 sum would round), and a hand case.
+static void test_cumsum(void) {
+    for (int dim = 0; dim < 3; dim++) {
+        static const uint32_t dts[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16,
+                                       KILN_DTYPE_I32, KILN_DTYPE_I64};
+        for (int d = 0; d < 5; d++) {
+            int64_t dims[3] = {3, 9, 2};
+            kiln_tensor *x = tt_new(dts[d], 3, dims), *y = tt_new(dts[d], 3, dims);
+            tt_rand(x, -20, 20);
+            tattrs a;
+            tattrs_init(&a, KILN_OP_CUMSUM);
+            tattrs_int(&a, KILN_A_CUMSUM_DIM, dim == 2 ? -1 : dim);
+            kiln_tensor *ins[1] = {x};
+            CHECK_OK(trun(KILN_OP_CUMSUM, &a, ins, 1, y));
+            double ref[54];
+            int64_t st[3] = {18, 2, 1};
+            for (int64_t e = 0; e < 54; e++) {
+                int64_t c[3] = {e / 18, (e / 2) % 9, e % 2};
+                double acc = 0;
+                for (int64_t k = 0; k <= c[dim]; k++) {
+                    int64_t cc[3] = {c[0], c[1], c[2]};
+                    cc[dim] = k;
+                    acc += tt_get(x, cc[0] * st[0] + cc[1] * st[1] + cc[2] * st[2]);
+                }
+                ref[e] = acc;
+            }
+            tt_close(y, ref, 1e-4, tt_rtol(dts[d]) * 4, "cumsum");
+            tt_free(x), tt_free(y);
+        }
+    }
+    kiln_tensor *x = tt_new1(KILN_DTYPE_I64, 3), *y = tt_new1(KILN_DTYPE_I64, 3);
+    int64_t *xv = (int64_t *)x->data, *yv = (int64_t *)y->data;
+    xv[0] = (INT64_C(1) << 53) + 1;
+    xv[1] = 1;
+    xv[2] = -2;
+    tattrs a;
+    tattrs_init(&a, KILN_OP_CUMSUM);
+    tattrs_int(&a, KILN_A_CUMSUM_DIM, 0);
+    kiln_tensor *ins[1] = {x};
+    CHECK_OK(trun(KILN_OP_CUMSUM, &a, ins, 1, y));
+    CHECK(yv[0] == (INT64_C(1) << 53) + 1 && yv[1] == (INT64_C(1) << 53) + 2 &&
+          yv[2] == INT64_C(1) << 53);
+    tt_free(x), tt_free(y);
+}
+
 int main(void) {
     check_rng_seed();
+    test_cumsum();
     test_hand();
     test_random();
     return check_summary();

@@ -244,3 +244,98 @@ kiln_status kiln_cpu_select(const kiln_kernel_args *args) {
     }
     return KILN_OK;
 }
+
+// --- pad: constant padding; pads are (before, after) pairs from the last dim backwards, a
+// negative entry crops. Output elements outside the input take `value` (in the output dtype).
+
+size_t kiln_cpu_pad_scratch(const kiln_kernel_args *args) { return no_scratch(args); }
+
+typedef struct pad_ctx {
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t es;
+    uint32_t rank;
+    int64_t xdims[KILN_MAX_RANK], xs[KILN_MAX_RANK], before[KILN_MAX_RANK];
+    const int64_t *ydims;
+    uint8_t fill[8];
+} pad_ctx;
+
+kiln_status kiln_cpu_pad(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0];
+    kiln_tensor *y = args->out;
+    KILN_TRY(same_dtype(args, x));
+    uint32_t np = 0;
+    const int64_t *pads = kiln_attrs_ints(&args->attrs, KILN_A_PAD_PADS, &np);
+    double value = kiln_attrs_float(&args->attrs, KILN_A_PAD_VALUE, 0);
+    KILN_CHECK(np % 2 == 0 && np / 2 <= x->rank && y->rank == x->rank, KILN_ERR_INVALID_ARG,
+               "cpu pad: %u pad entries for rank %u", np, x->rank);
+    pad_ctx c;
+    memset(&c, 0, sizeof c);
+    c.src = (const uint8_t *)x->data;
+    c.dst = (uint8_t *)y->data;
+    c.es = esize_of(x);
+    c.rank = x->rank;
+    kiln_cpu_strides(x, c.xs);
+    for (uint32_t d = 0; d < x->rank; d++) {
+        c.xdims[d] = x->dims[d];
+        int64_t b = 0, e = 0;
+        uint32_t j = x->rank - 1 - d;
+        if (j < np / 2) {
+            b = pads[2 * j];
+            e = pads[2 * j + 1];
+        }
+        c.before[d] = b;
+        KILN_CHECK(x->dims[d] + b + e == y->dims[d], KILN_ERR_INVALID_ARG,
+                   "cpu pad: dimension %u: %lld + %lld + %lld != output %lld", d,
+                   (long long)x->dims[d], (long long)b, (long long)e, (long long)y->dims[d]);
+    }
+    if (kiln_cpu_is_int(y->dtype)) {
+        int64_t v = (int64_t)value;
+        kiln_cpu_store_i64(c.fill, y->dtype, 0, 1, &v);
+    } else {
+        float v = (float)value;
+        kiln_cpu_store_f32(c.fill, y->dtype, 0, 1, &v);
+    }
+    int64_t n = kiln_tensor_numel(y), coord[KILN_MAX_RANK];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = i, off = 0;
+        int inside = 1;
+        for (uint32_t d = y->rank; d-- > 0;) {
+            coord[d] = r % y->dims[d];
+            r /= y->dims[d];
+        }
+        for (uint32_t d = 0; d < y->rank; d++) {
+            int64_t xc = coord[d] - c.before[d];
+            if (xc < 0 || xc >= c.xdims[d]) {
+                inside = 0;
+                break;
+            }
+            off += xc * c.xs[d];
+        }
+        memcpy(c.dst + (size_t)i * c.es, inside ? c.src + (size_t)off * c.es : c.fill, c.es);
+    }
+    return KILN_OK;
+}
+
+// --- arange: y[i] = start + i * step (computed in double, stored in the output dtype); the
+// length is the output's, taken from the like input by shape inference.
+
+size_t kiln_cpu_arange_scratch(const kiln_kernel_args *args) { return no_scratch(args); }
+
+kiln_status kiln_cpu_arange(const kiln_kernel_args *args) {
+    kiln_tensor *y = args->out;
+    double start = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_START, 0);
+    double step = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_STEP, 0);
+    KILN_CHECK(y->rank == 1, KILN_ERR_INVALID_ARG, "cpu arange: output rank %u != 1", y->rank);
+    for (int64_t i = 0; i < y->dims[0]; i++) {
+        double v = start + (double)i * step;
+        if (kiln_cpu_is_int(y->dtype)) {
+            int64_t iv = (int64_t)v;
+            kiln_cpu_store_i64(y->data, y->dtype, i, 1, &iv);
+        } else {
+            float fv = (float)v;
+            kiln_cpu_store_f32(y->data, y->dtype, i, 1, &fv);
+        }
+    }
+    return KILN_OK;
+}

@@ -248,8 +248,61 @@ static void test_slice_select(void) {
     tt_free(v), tt_free(s);
 }
 
+// pad: constant padding and cropping over the last dims, every dtype, against a loop reference.
+static void test_pad(void) {
+    static const uint32_t dts[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16,
+                                   KILN_DTYPE_I32, KILN_DTYPE_I64, KILN_DTYPE_BOOL};
+    for (int d = 0; d < 6; d++) {
+        // x [2, 3, 4] padded (1, 2) on the last dim, (-1, 2) on dim 1: y [2, 4, 7]
+        kiln_tensor *x = tt_new3(dts[d], 2, 3, 4), *y = tt_new3(dts[d], 2, 4, 7);
+        tt_rand(x, -9, 9);
+        tattrs a;
+        tattrs_init(&a, KILN_OP_PAD);
+        int64_t pads[4] = {1, 2, -1, 2};
+        tattrs_ints(&a, KILN_A_PAD_PADS, 4, pads);
+        a.floats[a.refs[KILN_A_PAD_VALUE].begin] = 1.0;
+        kiln_tensor *ins[1] = {x};
+        CHECK_OK(trun(KILN_OP_PAD, &a, ins, 1, y));
+        double ref[56];
+        for (int n = 0; n < 2; n++)
+            for (int r = 0; r < 4; r++)
+                for (int q = 0; q < 7; q++) {
+                    int xr = r + 1, xq = q - 1;
+                    ref[(n * 4 + r) * 7 + q] = (xr >= 0 && xr < 3 && xq >= 0 && xq < 4)
+                                                   ? tt_get(x, (n * 3 + xr) * 4 + xq)
+                                                   : 1.0;
+                }
+        tt_close(y, ref, 0, 0, "pad");
+        tt_free(x), tt_free(y);
+    }
+}
+
+// arange: the length comes from the like input's dim; values in double, stored per dtype.
+static void test_arange(void) {
+    static const uint32_t dts[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16, KILN_DTYPE_I32,
+                                   KILN_DTYPE_I64};
+    for (int d = 0; d < 5; d++) {
+        kiln_tensor *like = tt_new2(KILN_DTYPE_BOOL, 2, 37), *y = tt_new1(dts[d], 37);
+        tattrs a;
+        tattrs_init(&a, KILN_OP_ARANGE);
+        tattrs_int(&a, KILN_A_ARANGE_DIM, 1);
+        tattrs_int(&a, KILN_A_ARANGE_DTYPE, dts[d]);
+        double start = d < 3 ? -1.5 : 5.0, step = d < 3 ? 0.125 : -3.0;
+        tattrs_float(&a, KILN_A_ARANGE_START, start);
+        tattrs_float(&a, KILN_A_ARANGE_STEP, step);
+        kiln_tensor *ins[1] = {like};
+        CHECK_OK(trun(KILN_OP_ARANGE, &a, ins, 1, y));
+        double ref[37];
+        for (int i = 0; i < 37; i++) ref[i] = start + i * step;
+        tt_close(y, ref, 0, tt_rtol(dts[d]), "arange");
+        tt_free(like), tt_free(y);
+    }
+}
+
 int main(void) {
     check_rng_seed();
+    test_arange();
+    test_pad();
     test_reshape();
     test_expand();
     test_permute();

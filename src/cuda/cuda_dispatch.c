@@ -11,6 +11,7 @@
 
 static int is_unary(uint32_t op) { return kiln_cuda_eltwise_arity(op) == 1; }
 static int is_binary(uint32_t op) { return kiln_cuda_eltwise_arity(op) >= 2; }
+static int is_logic(uint32_t op) { return op >= KILN_OP_EQ && op <= KILN_OP_BITWISE_NOT; }
 
 // Heads that apply their own tail (part of it may ride in a kernel's epilogue); any other op's
 // tail runs after it here.
@@ -45,7 +46,16 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_SLICE: return kiln_cuda_slice(ctx, args);
     case KILN_OP_SELECT: return kiln_cuda_select(ctx, args);
     case KILN_OP_EMBEDDING: return kiln_cuda_embedding(ctx, args);
+    case KILN_OP_INDEX: return kiln_cuda_index(ctx, args);
+    case KILN_OP_GATHER: return kiln_cuda_gather(ctx, args);
+    case KILN_OP_UPSAMPLE_NEAREST2D:
+    case KILN_OP_UPSAMPLE_BILINEAR2D: return kiln_cuda_upsample(ctx, args);
+    case KILN_OP_GROUP_NORM: return kiln_cuda_group_norm(ctx, args);
+    case KILN_OP_CUMSUM: return kiln_cuda_cumsum(ctx, args);
+    case KILN_OP_PAD: return kiln_cuda_pad(ctx, args);
+    case KILN_OP_ARANGE: return kiln_cuda_arange(ctx, args);
     default:
+        if (is_logic(args->op)) return kiln_cuda_logic(ctx, args);
         if (is_unary(args->op)) return kiln_cuda_unary(ctx, args);
         if (is_binary(args->op)) return kiln_cuda_binary(ctx, args);
         return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
@@ -205,7 +215,56 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
         }
         return 1;
     }
+    if (is_logic(op)) {
+        int n = op == KILN_OP_BITWISE_NOT ? 1 : 2;
+        if (args->n_in != (uint32_t)n) return why_not(why, why_nbytes, args, "wrong inputs");
+        for (int i = 0; i < n; i++) {
+            const kiln_tensor *t = args->in[i];
+            if (t == NULL || t->dtype != args->in[0]->dtype || t->rank > args->out->rank ||
+                kiln_cuda_dtype_size(t->dtype) == 0) {
+                return why_not(why, why_nbytes, args, "inputs of one dtype must broadcast");
+            }
+        }
+        if (op <= KILN_OP_GE
+                ? args->out->dtype != KILN_DTYPE_BOOL
+                : args->out->dtype != args->in[0]->dtype || kiln_cuda_is_float(args->out->dtype)) {
+            return why_not(why, why_nbytes, args, "comparisons give bool; bitwise ops keep int");
+        }
+        return 1;
+    }
     switch (op) {
+    case KILN_OP_INDEX:
+    case KILN_OP_GATHER:
+        if (args->n_in < 2 || args->in[0]->dtype != args->out->dtype ||
+            kiln_cuda_dtype_size(args->out->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "x and output dtypes differ");
+        }
+        for (uint32_t i = 1; i < args->n_in; i++) {
+            if (args->in[i] == NULL ||
+                (args->in[i]->dtype != KILN_DTYPE_I32 && args->in[i]->dtype != KILN_DTYPE_I64)) {
+                return why_not(why, why_nbytes, args, "indices must be int32 or int64");
+            }
+        }
+        return 1;
+    case KILN_OP_UPSAMPLE_NEAREST2D:
+    case KILN_OP_UPSAMPLE_BILINEAR2D:
+    case KILN_OP_GROUP_NORM:
+        if (!all_float(args) || args->in[0]->dtype != args->out->dtype) {
+            return why_not(why, why_nbytes, args, "needs one float dtype for input and output");
+        }
+        return 1;
+    case KILN_OP_ARANGE:
+        if (args->out->rank != 1 || args->out->dtype == KILN_DTYPE_BOOL ||
+            kiln_cuda_dtype_size(args->out->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "arange gives a numeric 1-D tensor");
+        }
+        return 1;
+    case KILN_OP_CUMSUM:
+    case KILN_OP_PAD:
+        if (args->in[0]->dtype != args->out->dtype || kiln_cuda_dtype_size(args->out->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "input and output dtypes differ");
+        }
+        return 1;
     case KILN_OP_LINEAR:
     case KILN_OP_MATMUL:
     case KILN_OP_CONV2D:

@@ -38,6 +38,14 @@ KILN_CUDA_LAUNCHER(cat);                 // op_shape.cu
 KILN_CUDA_LAUNCHER(slice);               // op_shape.cu
 KILN_CUDA_LAUNCHER(select);              // op_shape.cu
 KILN_CUDA_LAUNCHER(embedding);           // op_embed.cu
+KILN_CUDA_LAUNCHER(logic);               // op_logic.cu: eq .. ge, bitwise_and/or/xor/not
+KILN_CUDA_LAUNCHER(index);               // op_index.cu
+KILN_CUDA_LAUNCHER(gather);              // op_index.cu
+KILN_CUDA_LAUNCHER(upsample);            // op_resize.cu: upsample_nearest2d, _bilinear2d
+KILN_CUDA_LAUNCHER(group_norm);          // op_norm.cu
+KILN_CUDA_LAUNCHER(cumsum);              // op_reduce.cu
+KILN_CUDA_LAUNCHER(pad);                 // op_shape.cu
+KILN_CUDA_LAUNCHER(arange);              // op_shape.cu
 
 // Copies a strided view: dst[sum idx*dst_strides] = src[sum idx*src_strides] over dims (element
 // strides, esize-byte elements; src strides may be 0 to broadcast) (op_shape.cu).

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Elementwise ops (unary activations and math, copy, cast, clamp, the broadcasting binary ops,
-// where) and the fused elementwise tail of GEMM/conv heads, all through one "program" kernel:
-// out[i] = step_n(...step_1(load(operand0, i))...), each binary step reading one more operand
-// broadcast to out (numpy rules). Float outputs compute in float32, integer outputs in int64
-// (wrapping), exactly as the CPU reference (src/cpu/op_eltwise.c) classifies them.
+// Elementwise ops (unary activations and math with cos and sin, copy, cast, clamp, the broadcasting
+// binary ops, where) and the fused elementwise tail of GEMM/conv heads, all through one "program"
+// kernel: out[i] = step_n(...step_1(load(operand0, i))...), each binary step reading one more
+// operand broadcast to out (numpy rules). Float outputs compute in float32, integer outputs in
+// int64 (wrapping), exactly as the CPU reference (src/cpu/op_eltwise.c) classifies them.
 #include <math.h>
 #include <string.h>
 
@@ -65,6 +65,8 @@ __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     case KILN_OP_RSQRT: return 1.0f / sqrtf(x);
     case KILN_OP_EXP: return expf(x);
     case KILN_OP_LOG: return logf(x);
+    case KILN_OP_COS: return cosf(x);
+    case KILN_OP_SIN: return sinf(x);
     case KILN_OP_CLAMP:
         if (x < s.f0) x = s.f0; // comparisons with a NaN bound are false: no bound
         if (x > s.f1) x = s.f1;
@@ -389,6 +391,8 @@ static int ew_n_inputs(uint32_t op) {
     case KILN_OP_RSQRT:
     case KILN_OP_EXP:
     case KILN_OP_LOG:
+    case KILN_OP_COS:
+    case KILN_OP_SIN:
     case KILN_OP_COPY:
     case KILN_OP_CAST:
     case KILN_OP_CLAMP: return 1;

@@ -385,3 +385,69 @@ extern "C" kiln_status kiln_cuda_layer_norm(const kiln_cuda_ctx *ctx,
 extern "C" kiln_status kiln_cuda_softmax(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     NORM_DISPATCH(softmax_launch);
 }
+
+// --- group_norm: one block per (sample, group): mean and biased variance over the group's
+// channels and positions (float32 sums of the block, two passes), then the affine per channel.
+
+#define GN_BLOCK 256
+
+template <typename T>
+static __global__ void group_norm_kernel(const T *x, T *y, int64_t c, int64_t groups, int64_t inner,
+                                         const void *w, const void *b, uint32_t pdt, float eps) {
+    __shared__ float red[32];
+    int64_t ng = blockIdx.x, g = ng % groups, cg = c / groups, len = cg * inner;
+    const T *xg = x + ng * len; // groups of one sample are contiguous: [N, G, C/G, inner]
+    T *yg = y + ng * len;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += kc_to_f(xg[i]);
+    float mean = kc_block_sum(s, red) / (float)len;
+    float q = 0.0f;
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+        float d = kc_to_f(xg[i]) - mean;
+        q += d * d;
+    }
+    float rstd = rsqrtf(kc_block_sum(q, red) / (float)len + eps);
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+        int64_t ch = g * cg + i / inner;
+        float sc = w ? kc_ld_f(w, pdt, ch) : 1.0f, sh = b ? kc_ld_f(b, pdt, ch) : 0.0f;
+        yg[i] = kc_from_f<T>((kc_to_f(xg[i]) - mean) * rstd * sc + sh);
+    }
+}
+
+template <typename T>
+static kiln_status group_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    const kiln_tensor *w = args->n_in > 1 ? args->in[1] : NULL;
+    const kiln_tensor *b = args->n_in > 2 ? args->in[2] : NULL;
+    int64_t groups = kiln_attrs_int(&args->attrs, KILN_A_GN_GROUPS, 0);
+    float eps = (float)kiln_attrs_float(&args->attrs, KILN_A_GN_EPS, 0);
+    int64_t n = x->dims[0], c = x->dims[1], inner = 1;
+    for (uint32_t d = 2; d < x->rank; d++) inner *= x->dims[d];
+    if (n * c * inner == 0) return KILN_OK;
+    uint32_t pdt = w ? w->dtype : (b ? b->dtype : x->dtype);
+    group_norm_kernel<T><<<(unsigned)(n * groups), GN_BLOCK, 0, ctx->stream>>>(
+        (const T *)x->data, (T *)y->data, c, groups, inner, w ? w->data : NULL, b ? b->data : NULL,
+        pdt, eps);
+    return kiln_cuda_check_launch(ctx, "group_norm_kernel");
+}
+
+extern "C" kiln_status kiln_cuda_group_norm(const kiln_cuda_ctx *ctx,
+                                            const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0];
+    int64_t groups = kiln_attrs_int(&args->attrs, KILN_A_GN_GROUPS, 0);
+    if (x->rank < 2 || groups < 1 || x->dims[1] % groups != 0 || x->dtype != args->out->dtype ||
+        x->dims[0] * groups > 0x7fffffff) {
+        return kiln_cuda_fail(
+            KILN_ERR_UNSUPPORTED,
+            "cuda group_norm: needs [N, C, ...] with C a multiple of groups at %s",
+            ctx->where ? ctx->where : "?");
+    }
+    switch (x->dtype) {
+    case KILN_DTYPE_F32: return group_norm_launch<float>(ctx, args);
+    case KILN_DTYPE_F16: return group_norm_launch<__half>(ctx, args);
+    case KILN_DTYPE_BF16: return group_norm_launch<__nv_bfloat16>(ctx, args);
+    default:
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda group_norm: dtype %s at %s",
+                              kiln_cuda_dtype_name(x->dtype), ctx->where ? ctx->where : "?");
+    }
+}

@@ -196,3 +196,45 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
     if (kiln_cuda_is_float(y->dtype)) return reduce_launch<double>(ctx, &P, by_block);
     return reduce_launch<int64_t>(ctx, &P, by_block);
 }
+
+// --- cumsum: one thread per (outer, inner) line walks it in order, accumulating in double for
+// float outputs and exactly in int64 for integer ones (the CPU reference's accumulators).
+
+#define CUMSUM_BLOCK 256
+
+static __global__ void cumsum_kernel(const void *x, uint32_t xdt, void *y, uint32_t ydt,
+                                     int64_t outer, int64_t len, int64_t inner, int is_int) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = t / inner, i = t % inner, base = o * len * inner + i;
+        double acc = 0.0;
+        uint64_t iacc = 0;
+        for (int64_t l = 0; l < len; l++) {
+            int64_t off = base + l * inner;
+            if (is_int) {
+                iacc += (uint64_t)kc_ld_i(x, xdt, off);
+                kc_st_i(y, ydt, off, (int64_t)iacc);
+            } else {
+                acc += (double)kc_ld_f(x, xdt, off);
+                kc_st_f(y, ydt, off, (float)acc);
+            }
+        }
+    }
+}
+
+extern "C" kiln_status kiln_cuda_cumsum(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_CUMSUM_DIM, 0), x->rank);
+    if (dim < 0 || kc_numel(x) != kc_numel(y)) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda cumsum: dim out of range at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    int64_t outer = 1, len = x->dims[dim], inner = 1;
+    for (int d = 0; d < dim; d++) outer *= x->dims[d];
+    for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];
+    if (outer * len * inner == 0) return KILN_OK;
+    int is_int = !kiln_cuda_is_float(y->dtype);
+    cumsum_kernel<<<kc_blocks(outer * inner, CUMSUM_BLOCK), CUMSUM_BLOCK, 0, ctx->stream>>>(
+        x->data, x->dtype, y->data, y->dtype, outer, len, inner, is_int);
+    return kiln_cuda_check_launch(ctx, "cumsum_kernel");
+}

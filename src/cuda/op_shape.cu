@@ -271,3 +271,127 @@ extern "C" kiln_status kiln_cuda_select(const kiln_cuda_ctx *ctx, const kiln_ker
     const uint8_t *src = (const uint8_t *)x->data + (size_t)(index * xs[dim]) * es;
     return kiln_cuda_copy_strided(ctx, y->data, src, es, (int)y->rank, y->dims, ys, ss);
 }
+
+// --- pad: constant padding (negative pads crop); every output element reads its source or
+// takes the fill value, stored in the output dtype.
+
+typedef struct pad_params {
+    int rank;
+    int64_t numel;
+    int64_t ydims[KC_MAX_RANK], xdims[KC_MAX_RANK], xs[KC_MAX_RANK], before[KC_MAX_RANK];
+} pad_params;
+
+template <typename E>
+static __global__ void pad_kernel(E *y, const E *x, const __grid_constant__ pad_params P, E fill) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rem = i, off = 0;
+        int inside = 1;
+        for (int d = P.rank - 1; d >= 0; d--) {
+            int64_t c = rem % P.ydims[d] - P.before[d];
+            rem /= P.ydims[d];
+            if (c < 0 || c >= P.xdims[d]) inside = 0;
+            off += c * P.xs[d];
+        }
+        y[i] = inside ? x[off] : fill;
+    }
+}
+
+template <typename E>
+static kiln_status pad_launch(const kiln_cuda_ctx *ctx, const pad_params &P, void *y, const void *x,
+                              const uint8_t *fill) {
+    E f;
+    memcpy(&f, fill, sizeof f);
+    pad_kernel<E><<<kc_blocks(P.numel, COPY_BLOCK), COPY_BLOCK, 0, ctx->stream>>>(
+        (E *)y, (const E *)x, P, f);
+    return kiln_cuda_check_launch(ctx, "pad_kernel");
+}
+
+extern "C" kiln_status kiln_cuda_pad(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    uint32_t np = 0;
+    const int64_t *pads = kiln_attrs_ints(&args->attrs, KILN_A_PAD_PADS, &np);
+    double value = kiln_attrs_float(&args->attrs, KILN_A_PAD_VALUE, 0);
+    if (np % 2 != 0 || np / 2 > x->rank || y->rank != x->rank || x->dtype != y->dtype) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda pad: bad pads or dtypes at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    pad_params P;
+    memset(&P, 0, sizeof P);
+    P.rank = (int)x->rank;
+    kc_strides(x, P.xs);
+    for (uint32_t d = 0; d < x->rank; d++) {
+        uint32_t j = x->rank - 1 - d;
+        P.xdims[d] = x->dims[d];
+        P.ydims[d] = y->dims[d];
+        P.before[d] = j < np / 2 ? pads[2 * j] : 0;
+    }
+    P.numel = kc_numel(y);
+    if (P.numel == 0) return KILN_OK;
+    uint8_t fill[8] = {0};
+    switch (y->dtype) {
+    case KILN_DTYPE_F32: {
+        float v = (float)value;
+        memcpy(fill, &v, 4);
+        break;
+    }
+    case KILN_DTYPE_F16: {
+        __half v = __float2half_rn((float)value);
+        memcpy(fill, &v, 2);
+        break;
+    }
+    case KILN_DTYPE_BF16: {
+        __nv_bfloat16 v = __float2bfloat16_rn((float)value);
+        memcpy(fill, &v, 2);
+        break;
+    }
+    case KILN_DTYPE_I32: {
+        int32_t v = (int32_t)(int64_t)value;
+        memcpy(fill, &v, 4);
+        break;
+    }
+    case KILN_DTYPE_I64: {
+        int64_t v = (int64_t)value;
+        memcpy(fill, &v, 8);
+        break;
+    }
+    default: fill[0] = value != 0.0; break;
+    }
+    switch (kiln_cuda_dtype_size(y->dtype)) {
+    case 1: return pad_launch<uint8_t>(ctx, P, y->data, x->data, fill);
+    case 2: return pad_launch<uint16_t>(ctx, P, y->data, x->data, fill);
+    case 4: return pad_launch<uint32_t>(ctx, P, y->data, x->data, fill);
+    default: return pad_launch<uint64_t>(ctx, P, y->data, x->data, fill);
+    }
+}
+
+// --- arange: y[i] = start + i * step, computed in double and stored in the output dtype (the
+// CPU reference's rule); the length is the output's.
+
+static __global__ void arange_kernel(void *y, uint32_t dt, int64_t n, double start, double step,
+                                     int is_int) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        double v = start + (double)i * step;
+        if (is_int) {
+            kc_st_i(y, dt, i, (int64_t)v);
+        } else {
+            kc_st_f(y, dt, i, (float)v);
+        }
+    }
+}
+
+extern "C" kiln_status kiln_cuda_arange(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *y = args->out;
+    if (y->rank != 1 || y->dtype == KILN_DTYPE_BOOL || kiln_cuda_dtype_size(y->dtype) == 0) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda arange: needs a numeric 1-D output at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    int64_t n = y->dims[0];
+    if (n == 0) return KILN_OK;
+    double start = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_START, 0);
+    double step = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_STEP, 0);
+    arange_kernel<<<kc_blocks(n, COPY_BLOCK), COPY_BLOCK, 0, ctx->stream>>>(
+        y->data, y->dtype, n, start, step, !kiln_cuda_is_float(y->dtype));
+    return kiln_cuda_check_launch(ctx, "arange_kernel");
+}

@@ -93,7 +93,20 @@ static const char *input_role(uint32_t op, uint32_t i) {
     case KILN_OP_LINEAR:
     case KILN_OP_CONV2D:
     case KILN_OP_CONV_TRANSPOSE2D:
-    case KILN_OP_LAYER_NORM: return i < 3 ? xwb[i] : "?";
+    case KILN_OP_LAYER_NORM:
+    case KILN_OP_GROUP_NORM: return i < 3 ? xwb[i] : "?";
+    case KILN_OP_EQ:
+    case KILN_OP_NE:
+    case KILN_OP_LT:
+    case KILN_OP_LE:
+    case KILN_OP_GT:
+    case KILN_OP_GE:
+    case KILN_OP_BITWISE_AND:
+    case KILN_OP_BITWISE_OR:
+    case KILN_OP_BITWISE_XOR: return i < 2 ? ab[i] : "?";
+    case KILN_OP_INDEX: return i == 0 ? "x" : "index";
+    case KILN_OP_ARANGE: return "like";
+    case KILN_OP_GATHER: return i == 0 ? "x" : (i == 1 ? "index" : "?");
     case KILN_OP_BATCH_NORM: return i < 5 ? bn[i] : "?";
     case KILN_OP_MATMUL:
     case KILN_OP_ADD:
@@ -1205,6 +1218,213 @@ static kiln_status infer_sdpa(const ictx *c, const kiln_attrs *a, const kiln_val
     return KILN_OK;
 }
 
+static kiln_status infer_compare(const ictx *c, const kiln_attrs *a,
+                                 const kiln_value_desc *const *in, uint32_t n,
+                                 kiln_value_desc *out) {
+    KILN_TRY(infer_binary(c, a, in, n, out));
+    out->dtype = KILN_DTYPE_BOOL;
+    return KILN_OK;
+}
+
+static kiln_status infer_group_norm(const ictx *c, const kiln_attrs *a,
+                                    const kiln_value_desc *const *in, uint32_t n,
+                                    kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape;
+    int64_t g = kiln_attrs_int(a, KILN_A_GN_GROUPS, 0), c0, c1;
+    KILN_TRY(want_rank(c, in[0], 0, 2, KILN_MAX_RANK));
+    KILN_TRY(want_attr_range(c, KILN_A_GN_GROUPS, 0, g, 1, MAXD));
+    KILN_TRY(want_eps(c, a, KILN_A_GN_EPS));
+    c0 = x->min[1];
+    c1 = x->max[1];
+    if (!is_static(x, 1) || c0 % g != 0) {
+        return SHAPE_FAIL(c,
+                          "%s has %s channels; group_norm needs a static multiple of groups = "
+                          "%" PRId64,
+                          IN(c, 0), RS(c0, c1), g);
+    }
+    for (uint32_t i = 1; i < n && i < 3; i++) {
+        if (in[i] == NULL) continue;
+        KILN_TRY(want_vec(c, in, i, "one per channel, dimension 1 of x", c0, c1, 0));
+    }
+    out->shape = *x;
+    return KILN_OK;
+}
+
+static kiln_status infer_upsample(const ictx *c, const kiln_attrs *a,
+                                  const kiln_value_desc *const *in, uint32_t n,
+                                  kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape;
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 4, 4));
+    KILN_TRY(want_pos_attrs(c, a, KILN_A_UPSAMPLE_SIZE, 1));
+    if (c->op == KILN_OP_UPSAMPLE_BILINEAR2D) {
+        KILN_TRY(want_bool_attr(c, a, KILN_A_UPSAMPLE_ALIGN));
+    }
+    for (uint32_t i = 0; i < 2; i++) {
+        double sc = kiln_attrs_float(a, KILN_A_UPSAMPLE_SCALES, i);
+        if (!isnan(sc) && !(isfinite(sc) && sc > 0.0)) {
+            return UNSUP_FAIL(c, "attribute 'scales'[%u] = %g; must be > 0 (or NaN: size ratio)", i,
+                              sc);
+        }
+        if (x->max[2 + i] < 1) {
+            return SHAPE_FAIL(c, "%s has an empty spatial dimension %u (%s)", IN(c, 0), 2 + i,
+                              RS(x->min[2 + i], x->max[2 + i]));
+        }
+    }
+    out->shape = *x;
+    for (uint32_t i = 0; i < 2; i++) {
+        int64_t o = kiln_attrs_int(a, KILN_A_UPSAMPLE_SIZE, i);
+        set_dim(&out->shape, 2 + i, o, o);
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer_cumsum(const ictx *c, const kiln_attrs *a,
+                                const kiln_value_desc *const *in, uint32_t n,
+                                kiln_value_desc *out) {
+    uint32_t d = 0;
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    KILN_TRY(want_axis(c, KILN_A_CUMSUM_DIM, 0, kiln_attrs_int(a, KILN_A_CUMSUM_DIM, 0),
+                       in[0]->shape.rank, &d));
+    out->shape = in[0]->shape;
+    return KILN_OK;
+}
+
+static kiln_status infer_pad(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
+                             uint32_t n, kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape;
+    uint32_t np = 0;
+    const int64_t *pads = kiln_attrs_ints(a, KILN_A_PAD_PADS, &np);
+    double v = kiln_attrs_float(a, KILN_A_PAD_VALUE, 0);
+    (void)n;
+    if (np % 2 != 0 || np / 2 > x->rank) {
+        return SHAPE_FAIL(c,
+                          "attribute 'pads' has %u entries; it needs (before, after) pairs for at "
+                          "most the %u dimensions of x %s",
+                          np, x->rank, SS(x));
+    }
+    if (isinf(v) && !kiln_dtype_is_float((kiln_dtype)in[0]->dtype)) {
+        return UNSUP_FAIL(c, "attribute 'value' = %g cannot be stored in %s", v,
+                          dname(in[0]->dtype));
+    }
+    out->shape = *x;
+    for (uint32_t j = 0; j < np / 2; j++) {
+        uint32_t d = x->rank - 1 - j;
+        int64_t b = pads[2 * j], e = pads[2 * j + 1];
+        if (b < -MAXD || b > MAXD || e < -MAXD || e > MAXD) {
+            return UNSUP_FAIL(c,
+                              "attribute 'pads' entry for dimension %u (%" PRId64 ", %" PRId64
+                              ") is beyond Kiln's limit of 2^40",
+                              d, b, e);
+        }
+        int64_t lo = x->min[d] + b + e, hi = x->max[d] + b + e;
+        if (hi < 0) {
+            return SHAPE_FAIL(c,
+                              "padding dimension %u of x %s by (%" PRId64 ", %" PRId64
+                              ") leaves a negative size",
+                              d, SS(x), b, e);
+        }
+        set_dim(&out->shape, d, lo < 0 ? 0 : lo, hi);
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer_arange(const ictx *c, const kiln_attrs *a,
+                                const kiln_value_desc *const *in, uint32_t n,
+                                kiln_value_desc *out) {
+    const kiln_shape *like = &in[0]->shape;
+    int64_t t = kiln_attrs_int(a, KILN_A_ARANGE_DTYPE, 0);
+    double start = kiln_attrs_float(a, KILN_A_ARANGE_START, 0);
+    double step = kiln_attrs_float(a, KILN_A_ARANGE_STEP, 0);
+    uint32_t d = 0;
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    KILN_TRY(want_axis(c, KILN_A_ARANGE_DIM, 0, kiln_attrs_int(a, KILN_A_ARANGE_DIM, 0), like->rank,
+                       &d));
+    if (t <= KILN_DTYPE_INVALID || t >= KILN_DTYPE_COUNT || t == KILN_DTYPE_BOOL) {
+        return UNSUP_FAIL(c, "attribute 'dtype' = %" PRId64 " is not a numeric Kiln dtype", t);
+    }
+    if (!isfinite(start) || !isfinite(step) || step == 0.0) {
+        return UNSUP_FAIL(c, "attributes 'start' = %g and 'step' = %g must be finite, step != 0",
+                          start, step);
+    }
+    if (!kiln_dtype_is_float((kiln_dtype)t) && (start != floor(start) || step != floor(step))) {
+        return UNSUP_FAIL(c, "an integer arange needs an integer start and step (%g, %g)", start,
+                          step);
+    }
+    out->dtype = (uint32_t)t;
+    out->shape.rank = 1;
+    set_dim(&out->shape, 0, like->min[d], like->max[d]);
+    return KILN_OK;
+}
+
+static const uint32_t IDX_MASK = KILN_DTYPE_BIT(KILN_DTYPE_I32) | KILN_DTYPE_BIT(KILN_DTYPE_I64);
+
+static kiln_status infer_index(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
+                               uint32_t n, kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape;
+    int64_t dim = kiln_attrs_int(a, KILN_A_INDEX_DIM, 0);
+    uint32_t k = n - 1, r = 0;
+    kiln_shape b;
+    memset(&b, 0, sizeof b);
+    KILN_TRY(want_bool_attr(c, a, KILN_A_INDEX_WRAP));
+    if (dim < 0 || dim + k > x->rank) {
+        return SHAPE_FAIL(c,
+                          "attribute 'dim' = %" PRId64 " with %u index tensors does not fit x %s "
+                          "(rank %u): indices cover dimensions dim .. dim + %u - 1",
+                          dim, k, SS(x), x->rank, k);
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        KILN_TRY(want_dtype_mask(c, in[i], i, IDX_MASK));
+        KILN_TRY(bcast_shapes(c, &b, i == 1 ? 1 : i - 1, &in[i]->shape, i, &b));
+    }
+    if ((uint32_t)dim + b.rank + (x->rank - (uint32_t)dim - k) > KILN_MAX_RANK) {
+        return UNSUP_FAIL(c, "the result would have rank above Kiln's maximum %d", KILN_MAX_RANK);
+    }
+    for (uint32_t j = 0; j < (uint32_t)dim; j++) set_dim(&out->shape, r++, x->min[j], x->max[j]);
+    for (uint32_t j = 0; j < b.rank; j++) set_dim(&out->shape, r++, b.min[j], b.max[j]);
+    for (uint32_t j = (uint32_t)dim + k; j < x->rank; j++) {
+        set_dim(&out->shape, r++, x->min[j], x->max[j]);
+    }
+    for (uint32_t j = 0; j < k; j++) {
+        if (x->max[dim + j] < 1 && b.rank > 0) {
+            bool empty = false;
+            for (uint32_t q = 0; q < b.rank; q++) empty |= b.max[q] == 0;
+            if (!empty) {
+                return SHAPE_FAIL(c, "dimension %u of x %s is empty: no index can be valid",
+                                  (uint32_t)dim + j, SS(x));
+            }
+        }
+    }
+    out->shape.rank = r;
+    return KILN_OK;
+}
+
+static kiln_status infer_gather(const ictx *c, const kiln_attrs *a,
+                                const kiln_value_desc *const *in, uint32_t n,
+                                kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape, *ix = &in[1]->shape;
+    uint32_t d = 0;
+    (void)n;
+    KILN_TRY(want_dtype_mask(c, in[1], 1, IDX_MASK));
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    KILN_TRY(
+        want_axis(c, KILN_A_GATHER_DIM, 0, kiln_attrs_int(a, KILN_A_GATHER_DIM, 0), x->rank, &d));
+    if (ix->rank != x->rank) {
+        return SHAPE_FAIL(c, "%s %s has rank %u; gather needs the rank of x %s (%u)", IN(c, 1),
+                          SS(ix), ix->rank, SS(x), x->rank);
+    }
+    for (uint32_t j = 0; j < x->rank; j++) {
+        if (j != d && ix->min[j] > x->max[j]) {
+            return SHAPE_FAIL(c, "%s %s is larger than x %s in dimension %u", IN(c, 1), SS(ix),
+                              SS(x), j);
+        }
+    }
+    out->shape = *ix;
+    return KILN_OK;
+}
+
 // --- dispatch
 
 static infer_fn infer_for(uint32_t op) {
@@ -1227,17 +1447,37 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_EXP:
     case KILN_OP_LOG:
     case KILN_OP_COPY:
-    case KILN_OP_CLAMP: return infer_unary;
+    case KILN_OP_CLAMP:
+    case KILN_OP_COS:
+    case KILN_OP_SIN:
+    case KILN_OP_BITWISE_NOT: return infer_unary;
     case KILN_OP_CAST: return infer_cast;
     case KILN_OP_ADD:
     case KILN_OP_SUB:
     case KILN_OP_MUL:
     case KILN_OP_DIV:
-    case KILN_OP_POW: return infer_binary;
+    case KILN_OP_POW:
+    case KILN_OP_BITWISE_AND:
+    case KILN_OP_BITWISE_OR:
+    case KILN_OP_BITWISE_XOR: return infer_binary;
+    case KILN_OP_EQ:
+    case KILN_OP_NE:
+    case KILN_OP_LT:
+    case KILN_OP_LE:
+    case KILN_OP_GT:
+    case KILN_OP_GE: return infer_compare;
     case KILN_OP_WHERE: return infer_where;
     case KILN_OP_SOFTMAX:
     case KILN_OP_LOG_SOFTMAX: return infer_softmax;
     case KILN_OP_LAYER_NORM: return infer_layer_norm;
+    case KILN_OP_GROUP_NORM: return infer_group_norm;
+    case KILN_OP_UPSAMPLE_NEAREST2D:
+    case KILN_OP_UPSAMPLE_BILINEAR2D: return infer_upsample;
+    case KILN_OP_CUMSUM: return infer_cumsum;
+    case KILN_OP_PAD: return infer_pad;
+    case KILN_OP_ARANGE: return infer_arange;
+    case KILN_OP_INDEX: return infer_index;
+    case KILN_OP_GATHER: return infer_gather;
     case KILN_OP_MAX_POOL2D:
     case KILN_OP_AVG_POOL2D: return infer_pool;
     case KILN_OP_ADAPTIVE_AVG_POOL2D: return infer_adaptive_pool;
@@ -1263,8 +1503,10 @@ static uint32_t data_inputs_mask(uint32_t op, uint32_t n) {
     case KILN_OP_WHERE: return (1u << 1) | (1u << 2);
     case KILN_OP_RESHAPE:
     case KILN_OP_EXPAND:
-    case KILN_OP_EMBEDDING: return 1u; // like: any dtype; indices: checked by the op
-    case KILN_OP_SDPA: return 7u;      // mask: bool or the query dtype
+    case KILN_OP_EMBEDDING:
+    case KILN_OP_INDEX:
+    case KILN_OP_GATHER: return 1u; // like: any dtype; indices: checked by the op
+    case KILN_OP_SDPA: return 7u;   // mask: bool or the query dtype
     default: return n >= 32 ? UINT32_MAX : (1u << n) - 1;
     }
 }

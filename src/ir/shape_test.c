@@ -337,6 +337,119 @@ static void test_binary(void) {
     EXPECT_ERR(A(KILN_OP_POW), KILN_ERR_UNSUPPORTED, "int64", "i64[3]", "i64[3]");
 }
 
+static void test_logic(void) {
+    static const uint32_t cmp[] = {KILN_OP_EQ, KILN_OP_NE, KILN_OP_LT,
+                                   KILN_OP_LE, KILN_OP_GT, KILN_OP_GE};
+    for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
+        EXPECT(A(cmp[i]), "bool[2,4,3]", "f32[2,1,3]", "f32[4,1]");
+        EXPECT(A(cmp[i]), "bool[1..8,5]", "i64[1..8,5]", "i64[]");
+        EXPECT(A(cmp[i]), "bool[3]", "bool[3]", "bool[1]");
+        EXPECT_ERR(A(cmp[i]), KILN_ERR_SHAPE, "insert a cast", "f32[3]", "i64[3]");
+        EXPECT_ERR(A(cmp[i]), KILN_ERR_SHAPE, "do not broadcast", "i32[3]", "i32[4]");
+    }
+    static const uint32_t bit[] = {KILN_OP_BITWISE_AND, KILN_OP_BITWISE_OR, KILN_OP_BITWISE_XOR};
+    for (size_t i = 0; i < 3; i++) {
+        EXPECT(A(bit[i]), "bool[1,1..128,128]", "bool[1,1..128,1]", "bool[128]");
+        EXPECT(A(bit[i]), "i32[2,3]", "i32[2,3]", "i32[3]");
+        EXPECT_ERR(A(bit[i]), KILN_ERR_UNSUPPORTED, "supports int32, int64, bool", "f32[3]",
+                   "f32[3]");
+    }
+    EXPECT(A(KILN_OP_BITWISE_NOT), "bool[4,2]", "bool[4,2]");
+    EXPECT(A(KILN_OP_BITWISE_NOT), "i64[0]", "i64[0]");
+    EXPECT_ERR(A(KILN_OP_BITWISE_NOT), KILN_ERR_UNSUPPORTED, "float16", "f16[2]");
+    EXPECT(A(KILN_OP_COS), "f16[2,1..9]", "f16[2,1..9]");
+    EXPECT_ERR(A(KILN_OP_SIN), KILN_ERR_UNSUPPORTED, "int64", "i64[2]");
+}
+
+static void test_group_norm(void) {
+    EXPECT(SETI(A(KILN_OP_GROUP_NORM), KILN_A_GN_GROUPS, 4), "f32[2,8,5,5]", "f32[2,8,5,5]",
+           "f32[8]", "f32[8]");
+    EXPECT(SETI(A(KILN_OP_GROUP_NORM), KILN_A_GN_GROUPS, 1), "f16[1..4,6,1..100]",
+           "f16[1..4,6,1..100]", "-", "-");
+    EXPECT_ERR(SETI(A(KILN_OP_GROUP_NORM), KILN_A_GN_GROUPS, 3), KILN_ERR_SHAPE,
+               "static multiple of groups = 3", "f32[2,8,5]");
+    EXPECT_ERR(SETI(A(KILN_OP_GROUP_NORM), KILN_A_GN_GROUPS, 2), KILN_ERR_SHAPE, "static multiple",
+               "f32[2,2..8,5]");
+    EXPECT_ERR(SETI(A(KILN_OP_GROUP_NORM), KILN_A_GN_GROUPS, 0), KILN_ERR_UNSUPPORTED,
+               "'groups'[0] = 0", "f32[2,8,5]");
+    EXPECT_ERR(SETI(A(KILN_OP_GROUP_NORM), KILN_A_GN_GROUPS, 2), KILN_ERR_SHAPE, "expected 8",
+               "f32[2,8,5]", "f32[4]");
+    EXPECT_ERR(SETI(A(KILN_OP_GROUP_NORM), KILN_A_GN_GROUPS, 1), KILN_ERR_SHAPE, "rank 1",
+               "f32[8]");
+}
+
+static void test_upsample(void) {
+    EXPECT(SETI(A(KILN_OP_UPSAMPLE_NEAREST2D), KILN_A_UPSAMPLE_SIZE, 14, 16), "f32[1..8,3,14,16]",
+           "f32[1..8,3,7,8]");
+    EXPECT(SETI(A(KILN_OP_UPSAMPLE_BILINEAR2D), KILN_A_UPSAMPLE_SIZE, 224, 224),
+           "bf16[2,21,224,224]", "bf16[2,21,28,28]");
+    EXPECT(SETI(A(KILN_OP_UPSAMPLE_NEAREST2D), KILN_A_UPSAMPLE_SIZE, 2, 3), "f32[1,1,2,3]",
+           "f32[1,1,5,9]");
+    EXPECT_ERR(SETI(A(KILN_OP_UPSAMPLE_NEAREST2D), KILN_A_UPSAMPLE_SIZE, 0, 3),
+               KILN_ERR_UNSUPPORTED, "'output_size'[0] = 0", "f32[1,1,2,3]");
+    EXPECT_ERR(SETI(A(KILN_OP_UPSAMPLE_NEAREST2D), KILN_A_UPSAMPLE_SIZE, 4, 4), KILN_ERR_SHAPE,
+               "rank 3", "f32[1,2,3]");
+    EXPECT_ERR(SETI(A(KILN_OP_UPSAMPLE_NEAREST2D), KILN_A_UPSAMPLE_SIZE, 4, 4), KILN_ERR_SHAPE,
+               "empty spatial", "f32[1,2,0,3]");
+    EXPECT_ERR(SETI(SETI(A(KILN_OP_UPSAMPLE_BILINEAR2D), KILN_A_UPSAMPLE_SIZE, 4, 4),
+                    KILN_A_UPSAMPLE_ALIGN, 2),
+               KILN_ERR_UNSUPPORTED, "'align_corners'", "f32[1,2,3,3]");
+}
+
+static void test_cumsum_pad(void) {
+    EXPECT(SETI(A(KILN_OP_CUMSUM), 0, -1), "i64[1..8,1..512]", "i64[1..8,1..512]");
+    EXPECT(SETI(A(KILN_OP_CUMSUM), 0, 0), "f32[3,2]", "f32[3,2]");
+    EXPECT_ERR(SETI(A(KILN_OP_CUMSUM), 0, 2), KILN_ERR_SHAPE, "out of range", "f32[3,2]");
+    EXPECT_ERR(SETI(A(KILN_OP_CUMSUM), 0, 0), KILN_ERR_UNSUPPORTED, "bool", "bool[3]");
+    EXPECT(SETI(A(KILN_OP_PAD), 0, 1, 2), "f32[2,3,8]", "f32[2,3,5]");
+    EXPECT(SETI(A(KILN_OP_PAD), 0, 0, 0, 1, 2, -1, 0), "bool[1,6,5]", "bool[2,3,5]");
+    EXPECT(SETI(A(KILN_OP_PAD), 0, 0, 1), "i64[1..5,2..9]", "i64[1..5,1..8]");
+    EXPECT(SETI(A(KILN_OP_PAD), 0, -3, 0), "f32[2,0..5]", "f32[2,1..8]");
+    EXPECT_ERR(SETI(A(KILN_OP_PAD), 0, 1), KILN_ERR_SHAPE, "(before, after) pairs", "f32[3]");
+    EXPECT_ERR(SETI(A(KILN_OP_PAD), 0, 1, 1, 1, 1), KILN_ERR_SHAPE, "pairs", "f32[3]");
+    EXPECT_ERR(SETI(A(KILN_OP_PAD), 0, -2, -2), KILN_ERR_SHAPE, "negative size", "f32[3]");
+}
+
+static void test_arange(void) {
+    tat *t =
+        SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 1), KILN_A_ARANGE_DTYPE, KILN_DTYPE_I64);
+    EXPECT(t, "i64[1..512]", "bool[1..8,1..512]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, -1), KILN_A_ARANGE_DTYPE, KILN_DTYPE_F16);
+    EXPECT(t, "f16[7]", "f32[3,7]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 0), KILN_A_ARANGE_DTYPE, KILN_DTYPE_BOOL);
+    EXPECT_ERR(t, KILN_ERR_UNSUPPORTED, "numeric", "f32[3]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 0), KILN_A_ARANGE_DTYPE, KILN_DTYPE_I32);
+    setf(t, KILN_A_ARANGE_STEP, 0.5);
+    EXPECT_ERR(t, KILN_ERR_UNSUPPORTED, "integer start and step", "f32[3]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 0), KILN_A_ARANGE_DTYPE, KILN_DTYPE_F32);
+    setf(t, KILN_A_ARANGE_STEP, 0.0);
+    EXPECT_ERR(t, KILN_ERR_UNSUPPORTED, "step != 0", "f32[3]");
+    t = SETI(SETI(A(KILN_OP_ARANGE), KILN_A_ARANGE_DIM, 2), KILN_A_ARANGE_DTYPE, KILN_DTYPE_F32);
+    EXPECT_ERR(t, KILN_ERR_SHAPE, "out of range", "f32[3]");
+}
+
+static void test_index_gather(void) {
+    EXPECT(A(KILN_OP_INDEX), "f32[4,7]", "f32[10,3]", "i64[4,1]", "i64[7]");
+    EXPECT(A(KILN_OP_INDEX), "f32[4,7,3]", "f32[10,3]", "i64[4,7]");
+    EXPECT(SETI(A(KILN_OP_INDEX), 0, 1), "f32[2,4,1,3]", "f32[2,10,6,3]", "i32[4,1]", "i64[1]");
+    EXPECT(SETI(A(KILN_OP_INDEX), 0, 2), "i64[2,3,5]", "i64[2,3,8]", "i64[5]");
+    EXPECT(A(KILN_OP_INDEX), "bool[1..8,1,1,16]", "bool[1..8,16]", "i64[1..8,1,1,1]",
+           "i64[1,1,1,16]");
+    EXPECT(A(KILN_OP_INDEX), "f32[]", "f32[5]", "i64[]");
+    EXPECT_ERR(SETI(A(KILN_OP_INDEX), 0, 2), KILN_ERR_SHAPE, "does not fit", "f32[2,3]", "i64[1]");
+    EXPECT_ERR(A(KILN_OP_INDEX), KILN_ERR_UNSUPPORTED, "int32, int64", "f32[2,3]", "f32[1]");
+    EXPECT_ERR(A(KILN_OP_INDEX), KILN_ERR_SHAPE, "do not broadcast", "f32[5,5]", "i64[2]",
+               "i64[3]");
+    EXPECT(SETI(A(KILN_OP_GATHER), 0, 1), "f32[3,7,2]", "f32[3,5,4]", "i64[3,7,2]");
+    EXPECT(SETI(A(KILN_OP_GATHER), 0, -1), "i32[2,1]", "i32[2,9]", "i32[2,1]");
+    EXPECT_ERR(SETI(A(KILN_OP_GATHER), 0, 0), KILN_ERR_SHAPE, "gather needs the rank", "f32[3,4]",
+               "i64[3]");
+    EXPECT_ERR(SETI(A(KILN_OP_GATHER), 0, 0), KILN_ERR_SHAPE, "larger than x", "f32[3,4]",
+               "i64[3,5]");
+    EXPECT_ERR(SETI(A(KILN_OP_GATHER), 0, 0), KILN_ERR_UNSUPPORTED, "int32, int64", "f32[3,4]",
+               "bool[3,4]");
+}
+
 static void test_where(void) {
     EXPECT(A(KILN_OP_WHERE), "f32[2,3]", "bool[2,1]", "f32[1,3]", "f32[3]");
     EXPECT(A(KILN_OP_WHERE), "i64[4,2,3]", "bool[4,1,1]", "i64[2,3]", "i64[]");
@@ -886,6 +999,12 @@ int main(void) {
     test_cast();
     test_binary();
     test_where();
+    test_logic();
+    test_group_norm();
+    test_upsample();
+    test_cumsum_pad();
+    test_index_gather();
+    test_arange();
     test_softmax();
     test_layer_norm();
     test_pool();

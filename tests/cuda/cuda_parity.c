@@ -1506,7 +1506,155 @@ static void case_sdpa_masked_rows(void) {
     run_case(&c);
 }
 
+// Comparisons and bitwise ops (op_logic.cu): every op over each dtype it takes, broadcasting.
+static void cases_logic(void) {
+    static const uint32_t cmp[] = {KILN_OP_EQ, KILN_OP_NE, KILN_OP_LT,
+                                   KILN_OP_LE, KILN_OP_GT, KILN_OP_GE};
+    static const uint32_t all[] = {F32, F16, BF16, I32, I64, BOOL};
+    op_case c;
+    for (size_t o = 0; o < 6; o++) {
+        for (size_t d = 0; d < 6; d++) {
+            case_init(&c, cmp[o]);
+            case_in(&c, SR(all[d], "3x1x17", -2.0, 2.0));
+            case_in(&c, SR(all[d], "4x1", -2.0, 2.0));
+            run_case(&c);
+        }
+    }
+    static const uint32_t bit[] = {KILN_OP_BITWISE_AND, KILN_OP_BITWISE_OR, KILN_OP_BITWISE_XOR,
+                                   KILN_OP_BITWISE_NOT};
+    static const uint32_t ints[] = {I32, I64, BOOL};
+    for (size_t o = 0; o < 4; o++) {
+        for (size_t d = 0; d < 3; d++) {
+            case_init(&c, bit[o]);
+            case_in(&c, SR(ints[d], "5x33", -100000, 100000));
+            if (bit[o] != KILN_OP_BITWISE_NOT) case_in(&c, SR(ints[d], "33", -100000, 100000));
+            run_case(&c);
+        }
+    }
+}
+
+// index and gather (op_index.cu): one and two broadcasting index tensors, negative indices
+// with wrap, every element size; gather along each dim.
+static void cases_index(void) {
+    static const uint32_t dts[] = {F32, F16, I64, BOOL};
+    op_case c;
+    for (size_t d = 0; d < 4; d++) {
+        case_init(&c, KILN_OP_INDEX);
+        case_in(&c, S(dts[d], "2x5x6x3"));
+        case_in(&c, SR(I32, "4x1", -5, 4));
+        case_in(&c, SR(I64, "3", -6, 5));
+        attrs_int(&c.attrs, KILN_A_INDEX_DIM, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_INDEX);
+        case_in(&c, S(dts[d], "7x9"));
+        case_in(&c, SR(I64, "2x3", 0, 8));
+        attrs_int(&c.attrs, KILN_A_INDEX_DIM, 1);
+        attrs_int(&c.attrs, KILN_A_INDEX_WRAP, 0);
+        run_case(&c);
+    }
+    case_init(&c, KILN_OP_INDEX); // a relative-position table: [169, 3] by [49, 49] indices
+    case_in(&c, S(F32, "169x3"));
+    case_in(&c, SR(I64, "49x49", 0, 168));
+    run_case(&c);
+    for (int dim = 0; dim < 3; dim++) {
+        static const char *idx[] = {"6x4x3", "2x7x3", "2x4x9"};
+        case_init(&c, KILN_OP_GATHER);
+        case_in(&c, S(F16, "3x5x4"));
+        case_in(&c, SR(I64, idx[dim], 0, dim == 0 ? 2 : (dim == 1 ? 4 : 3)));
+        attrs_int(&c.attrs, KILN_A_GATHER_DIM, dim);
+        run_case(&c);
+    }
+}
+
+// upsample_nearest2d / _bilinear2d (op_resize.cu): up, down, odd ratios, given scales,
+// align_corners, every float dtype.
+static void cases_resize(void) {
+    op_case c;
+    struct {
+        const char *x;
+        int64_t oh, ow;
+        double sh, sw;
+    } rs[] = {{"2x3x4x5", 8, 10, NAN, NAN},
+              {"1x2x7x5", 3, 11, NAN, NAN},
+              {"1x4x3x3", 9, 6, 3.0, 2.0},
+              {"2x21x28x28", 224, 224, NAN, NAN}};
+    for (int op = 0; op < 2; op++) {
+        for (uint32_t d = 0; d < N_FLOATS; d++) {
+            for (size_t r = 0; r < (opt_quick ? 2u : 4u); r++) {
+                for (int align = 0; align < (op ? 2 : 1); align++) {
+                    case_init(&c, op ? KILN_OP_UPSAMPLE_BILINEAR2D : KILN_OP_UPSAMPLE_NEAREST2D);
+                    case_in(&c, S(FLOATS[d], rs[r].x));
+                    attrs_int2(&c.attrs, KILN_A_UPSAMPLE_SIZE, rs[r].oh, rs[r].ow);
+                    c.attrs.floats[c.attrs.refs[KILN_A_UPSAMPLE_SCALES].begin] = rs[r].sh;
+                    c.attrs.floats[c.attrs.refs[KILN_A_UPSAMPLE_SCALES].begin + 1] = rs[r].sw;
+                    if (op) attrs_int(&c.attrs, KILN_A_UPSAMPLE_ALIGN, align);
+                    run_case(&c);
+                }
+            }
+        }
+    }
+}
+
+// group_norm (op_norm.cu), cumsum (op_reduce.cu), pad (op_shape.cu), cos and sin
+// (op_eltwise.cu): the ops the real-model zoo added to existing families.
+static void cases_zoo_families(void) {
+    op_case c;
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        case_init(&c, KILN_OP_GROUP_NORM);
+        case_in(&c, SR(FLOATS[d], "2x6x5x4", -2.0, 3.0));
+        case_in(&c, S(FLOATS[d], "6"));
+        case_in(&c, S(FLOATS[d], "6"));
+        attrs_int(&c.attrs, KILN_A_GN_GROUPS, 3);
+        run_case(&c);
+        case_init(&c, KILN_OP_GROUP_NORM); // wav2vec2's front end: one channel per group
+        case_in(&c, SR(FLOATS[d], "1x512x3199", -2.0, 2.0));
+        case_in(&c, ABSENT());
+        case_in(&c, ABSENT());
+        attrs_int(&c.attrs, KILN_A_GN_GROUPS, 512);
+        run_case(&c);
+        for (int op = 0; op < 2; op++) {
+            case_init(&c, op ? KILN_OP_SIN : KILN_OP_COS);
+            case_in(&c, SR(FLOATS[d], "7x64", -20.0, 20.0));
+            run_case(&c);
+        }
+        case_init(&c, KILN_OP_CUMSUM);
+        case_in(&c, SR(FLOATS[d], "3x9x2", -2.0, 2.0));
+        attrs_int(&c.attrs, KILN_A_CUMSUM_DIM, 1);
+        run_case(&c);
+    }
+    static const uint32_t ints[] = {I32, I64};
+    for (int d = 0; d < 2; d++) {
+        case_init(&c, KILN_OP_CUMSUM);
+        case_in(&c, SR(ints[d], "2x129", 0, 3));
+        attrs_int(&c.attrs, KILN_A_CUMSUM_DIM, -1);
+        run_case(&c);
+    }
+    static const uint32_t nums[] = {F32, F16, BF16, I32, I64};
+    for (int d = 0; d < 5; d++) { // arange over a length read from a like input
+        case_init(&c, KILN_OP_ARANGE);
+        case_in(&c, S(BOOL, "3x129"));
+        attrs_int(&c.attrs, KILN_A_ARANGE_DIM, 1);
+        attrs_float(&c.attrs, KILN_A_ARANGE_START, d < 3 ? -2.5 : 3.0);
+        attrs_float(&c.attrs, KILN_A_ARANGE_STEP, d < 3 ? 0.25 : 2.0);
+        attrs_int(&c.attrs, KILN_A_ARANGE_DTYPE, nums[d]);
+        run_case(&c);
+    }
+    static const uint32_t all[] = {F32, F16, BF16, I32, I64, BOOL};
+    static const int64_t pads[] = {1, 2, -1, 2};
+    for (int d = 0; d < 6; d++) {
+        case_init(&c, KILN_OP_PAD);
+        case_in(&c, S(all[d], "2x3x4"));
+        attrs_ints(&c.attrs, KILN_A_PAD_PADS, 4, pads);
+        attrs_float(&c.attrs, KILN_A_PAD_VALUE, 1.0);
+        run_case(&c);
+    }
+}
+
 static void run_ops(void) {
+    cases_logic();
+    cases_index();
+    cases_resize();
+    cases_zoo_families();
     cases_unary();
     cases_binary();
     cases_norm();

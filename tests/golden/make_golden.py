@@ -58,6 +58,8 @@ OP = {
     "copy": 22,
     "cast": 23,
     "clamp": 24,
+    "cos": 25,
+    "sin": 26,
     "add": 30,
     "sub": 31,
     "mul": 32,
@@ -67,11 +69,15 @@ OP = {
     "softmax": 40,
     "log_softmax": 41,
     "layer_norm": 42,
+    "group_norm": 43,
     "max_pool2d": 50,
     "avg_pool2d": 51,
     "adaptive_avg_pool2d": 52,
+    "upsample_nearest2d": 53,
+    "upsample_bilinear2d": 54,
     "mean": 60,
     "sum": 61,
+    "cumsum": 62,
     "reshape": 70,
     "permute": 71,
     "expand": 72,
@@ -80,8 +86,21 @@ OP = {
     "select": 75,
     "squeeze": 76,
     "unsqueeze": 77,
+    "pad": 78,
     "embedding": 80,
+    "index": 81,
+    "gather": 82,
     "sdpa": 90,
+    "eq": 100,
+    "ne": 101,
+    "lt": 102,
+    "le": 103,
+    "gt": 104,
+    "ge": 105,
+    "bitwise_and": 106,
+    "bitwise_or": 107,
+    "bitwise_xor": 108,
+    "bitwise_not": 109,
 }
 
 DTYPE = {
@@ -672,6 +691,95 @@ def main():
     q, k, v = rn(1, 2, 40, 64), rn(1, 2, 40, 64), rn(1, 2, 40, 64)
     mh = rn(1, 1, 40, 40, dtype=torch.float16)
     sdpa_case("sdpa_f16_float_mask", q.half(), k.half(), v.half(), mask=mh)
+
+    # --- the real-model zoo's ops (appended last: earlier cases keep their random streams)
+    def Af2(a, b):  # a float64 attribute of two values
+        return (2, [float(a), float(b)])
+
+    small = lambda *shape, dt=torch.float32: torch.randint(-2, 3, shape).to(dt)  # noqa: E731
+    for name, fn in (
+        ("eq", torch.eq),
+        ("ne", torch.ne),
+        ("lt", torch.lt),
+        ("le", torch.le),
+        ("gt", torch.gt),
+        ("ge", torch.ge),
+    ):
+        for dt in dts:
+            a = small(3, 1, 5, dt=dt)
+            b = small(4, 1, dt=dt)
+            if dt in FLOATS:
+                a[0, 0, 1] = NAN
+            w.case(f"{name}_{DT_NAME[dt]}", name, [], [a, b], fn(a, b))
+    for name, fn in (
+        ("bitwise_and", torch.bitwise_and),
+        ("bitwise_or", torch.bitwise_or),
+        ("bitwise_xor", torch.bitwise_xor),
+    ):
+        for dt in (torch.int32, torch.int64, torch.bool):
+            a, b = any_dt((2, 7), dt), any_dt((7,), dt)
+            if dt != torch.bool:
+                a, b = a * 1000 - 7, b * 999
+            w.case(f"{name}_{DT_NAME[dt]}", name, [], [a, b], fn(a, b))
+    for dt in (torch.int32, torch.int64, torch.bool):
+        a = any_dt((3, 5), dt)
+        w.case(f"bitwise_not_{DT_NAME[dt]}", "bitwise_not", [], [a], torch.bitwise_not(a))
+    for dt in FLOATS:
+        x = rn(4, 9, dtype=dt, scale=6.0)
+        w.case(f"cos_{DT_NAME[dt]}", "cos", [], [x], torch.cos(x))
+        w.case(f"sin_{DT_NAME[dt]}", "sin", [], [x], torch.sin(x))
+        x = rn(3, 7, 2, dtype=dt)
+        w.case(f"cumsum_{DT_NAME[dt]}", "cumsum", [Ai(1)], [x], torch.cumsum(x, 1), tol=4.0)
+        x = rn(2, 6, 5, 4, dtype=dt)
+        gw, gb = rn(6, dtype=dt), rn(6, dtype=dt)
+        w.case(
+            f"group_norm_{DT_NAME[dt]}",
+            "group_norm",
+            [Ai(3), Af(1e-5)],
+            [x, gw, gb],
+            F.group_norm(x, 3, gw, gb),
+            tol=2.0,
+        )
+        x = rn(2, 3, 4, 5, dtype=dt)
+        for sz, sc in (((8, 10), None), ((7, 3), None), ((12, 10), (3.0, 2.0))):
+            kw = {"scale_factor": sc} if sc else {"size": sz}
+            scales = Af2(*sc) if sc else Af2(NAN, NAN)
+            w.case(
+                f"upsample_nearest2d_{sz[0]}x{sz[1]}_{DT_NAME[dt]}",
+                "upsample_nearest2d",
+                [Ai(*sz), scales],
+                [x],
+                F.interpolate(x, mode="nearest", **kw),
+            )
+            for align in (False, True):
+                w.case(
+                    f"upsample_bilinear2d_{sz[0]}x{sz[1]}_{int(align)}_{DT_NAME[dt]}",
+                    "upsample_bilinear2d",
+                    [Ai(*sz), scales, Ai(int(align))],
+                    [x],
+                    F.interpolate(x, mode="bilinear", align_corners=align, **kw),
+                    tol=2.0,
+                )
+    for dt in (torch.int32, torch.int64):
+        x = torch.randint(-50, 50, (2, 9), dtype=dt)
+        w.case(f"cumsum_{DT_NAME[dt]}", "cumsum", [Ai(-1)], [x], torch.cumsum(x, -1).to(dt))
+    for dt in dts:
+        x = any_dt((2, 3, 4), dt)
+        w.case(
+            f"pad_{DT_NAME[dt]}",
+            "pad",
+            [Ai(1, 2, -1, 2), Af(1.0)],
+            [x],
+            F.pad(x, (1, 2, -1, 2), value=1.0 if dt != torch.bool else True),
+        )
+        x = any_dt((2, 5, 6, 3), dt)
+        i, j = torch.randint(-5, 5, (4, 1)), torch.randint(-6, 6, (3,), dtype=torch.int32)
+        w.case(f"index_{DT_NAME[dt]}", "index", [Ai(1), Ai(1)], [x, i, j], x[:, i, j.long()])
+        x = any_dt((3, 5, 4), dt)
+        ix = torch.randint(0, 5, (3, 7, 2))
+        w.case(f"gather_{DT_NAME[dt]}", "gather", [Ai(1)], [x, ix], torch.gather(x, 1, ix))
+    x, ix = rn(3, 8), torch.randint(0, 8, (5,), dtype=torch.int32)
+    w.case("index_select_nowrap", "index", [Ai(1), Ai(0)], [x, ix], torch.index_select(x, 1, ix))
 
     w.save()
     return 0

@@ -37,6 +37,12 @@ DEFAULT_DIM_MAX = 4096
 KILN_SHAPE_MAX_DIM = 1 << 40
 # aten.full constants larger than this are left to ExecuTorch.
 MAX_FOLDED_FULL_NUMEL = 1 << 16
+# A value computed from constants alone (position ids, masks and rotary tables of static shapes,
+# window indices) that Kiln has no op for is evaluated with PyTorch at lowering time and becomes
+# a Kiln constant when it has at most this many elements (16 MiB of float32).
+MAX_FOLDED_NUMEL = 1 << 22
+# Ops never folded: their results are not a function of their arguments.
+_NOT_FOLDABLE = ("rand", "dropout", "bernoulli", "normal", "uniform", "empty", "multinomial")
 
 
 class Unsupported(Exception):
@@ -229,10 +235,6 @@ def _static_int(v, what: str) -> int:
     return int(v)
 
 
-def _contiguous_dim_order(dim_order, rank: int) -> bool:
-    return dim_order is None or list(dim_order) in ([], list(range(rank)))
-
-
 # --- the lowerer
 
 
@@ -254,8 +256,14 @@ class Lowerer:
         ranges: Ranges,
         check: bool = False,
         constants: dict[Node, torch.Tensor | None] | None = None,
+        foldable: set[Node] | None = None,
     ):
         self.g = graph
+        # Nodes computed from constants alone (see foldable_nodes); in build mode (foldable None)
+        # found from the constants added so far.
+        self.foldable = foldable
+        self._fold_cache: dict[Node, object] = {}
+        self.folded_nodes: set[Node] = set()
         self.ranges = ranges
         self.check = check
         self.env: dict[Node, list] = {}
@@ -287,11 +295,15 @@ class Lowerer:
         self.env[node] = [v]
         return v
 
-    def add_constant(self, node: Node, tensor: torch.Tensor) -> int:
+    def add_constant(self, node: Node, tensor: torch.Tensor) -> int | None:
+        """A program constant as a Kiln constant; one of a dtype Kiln has no tensors for
+        (float64) gets no Kiln value and serves only values folded from it."""
+        self.const_data[node] = tensor
         try:
             _graph.kiln_dtype(tensor.dtype)
-        except KeyError as e:
-            raise Unsupported(f"constant '{node.name}': {e}") from None
+        except KeyError:
+            self.env[node] = [None]
+            return None
         v = self._call(lambda: self.g.add_constant(node.name, tensor))
         self.constant_values.add(v)
         self.const_data[node] = tensor
@@ -388,12 +400,110 @@ class Lowerer:
             return self.env[node]
         name = target_name(node)
         handler = HANDLERS.get(name)
-        if handler is None:
-            raise Unsupported(f"{name} has no Kiln translation")
-        out = handler.fn(self, node, bind_args(node))
+        try:
+            if handler is None:
+                raise Unsupported(f"{name} has no Kiln translation")
+            out = handler.fn(self, node, bind_args(node))
+        except Unsupported as e:
+            if not self.is_foldable(node):
+                raise
+            out = self.fold(node, e)
+            self.folded_nodes.add(node)
         vals = out if isinstance(out, list) else [out]
         self.env[node] = vals
         return vals
+
+    # constant folding at lowering time (values computed from constants alone)
+
+    def is_foldable(self, node: Node) -> bool:
+        if self.foldable is not None:
+            return node in self.foldable
+        if node not in self._fold_cache:
+            self._fold_cache[node] = None  # a cycle guard; replaced below
+            ok = _fold_candidate(node) and all(
+                (a.op == "placeholder" and self.const_data.get(a) is not None)
+                or (a.op == "call_function" and self.is_foldable(a))
+                for a in node.all_input_nodes
+            )
+            self._fold_cache[node] = ok
+        return bool(self._fold_cache[node])
+
+    def folded_value(self, node: Node):
+        """The value of a node computed from constants alone, by PyTorch eager."""
+        key = ("value", node)
+        if key in self._fold_cache:
+            return self._fold_cache[key]
+        if node.op == "placeholder":
+            t = self.const_data.get(node)
+            if t is None:
+                raise Unsupported(f"constant '{node.name}' has no data to fold with")
+            v = t
+        else:
+            args = torch.fx.node.map_arg(node.args, self.folded_value)
+            kwargs = torch.fx.node.map_arg(node.kwargs, self.folded_value)
+            with torch.no_grad():
+                v = node.target(*args, **kwargs)
+        self._fold_cache[key] = v
+        return v
+
+    def fold(self, node: Node, why: Exception):
+        """A node Kiln cannot translate whose value depends on constants only: its value as Kiln
+        constants (one per output). An output Kiln cannot hold (float64, too large) gives None:
+        the node is then taken only together with its users, which fold through it."""
+        vals = node.meta.get("val")
+        metas = list(vals) if isinstance(vals, (list, tuple)) else [vals]
+        out: list = []
+        for i, m in enumerate(metas):
+            if (
+                not isinstance(m, torch.Tensor)
+                or m.dtype not in _graph.TORCH_TO_KILN
+                or m.numel() > MAX_FOLDED_NUMEL
+            ):
+                out.append(None)
+                continue
+            if self.check:
+                t = torch.zeros(m.shape, dtype=m.dtype)
+            else:
+                v = self.folded_value(node)
+                t = v[i] if isinstance(vals, (list, tuple)) else v
+                if not isinstance(t, torch.Tensor) or t.dtype != m.dtype or t.shape != m.shape:
+                    raise Unsupported(f"folding '{node.name}' gave {t!r}, not {m.dtype} {m.shape}")
+                t = t.contiguous()
+            self._n_auto += 1
+            out.append(self.const_tensor(t, f"folded{self._n_auto}_{node.name}"[:200]))
+        if all(o is None for o in out) and not node.users:
+            raise Unsupported(f"{why} (and its value cannot be folded)")
+        return out if isinstance(vals, (list, tuple)) else out[0]
+
+
+def _static_meta(v) -> bool:
+    if isinstance(v, torch.Tensor):
+        return all(sym_expr(d) is not None and sym_expr(d).is_number for d in v.shape)
+    if isinstance(v, (list, tuple)):
+        return bool(v) and all(x is None or _static_meta(x) for x in v)
+    return False
+
+
+def _fold_candidate(node: Node) -> bool:
+    """An op whose value is a function of its arguments with static-shape tensor outputs."""
+    if node.op != "call_function" or node.target is operator.getitem or is_sym_node(node):
+        return False
+    name = target_name(node)
+    if any(k in name for k in _NOT_FOLDABLE):
+        return False
+    return _static_meta(node.meta.get("val"))
+
+
+def foldable_nodes(graph: torch.fx.Graph, constants: dict[Node, object]) -> set[Node]:
+    """The call_function nodes computed from constants alone (program constants, literals,
+    shapes that are static): Kiln can take them as constants folded at lowering time."""
+    out: set[Node] = set()
+    for n in graph.nodes:
+        if _fold_candidate(n) and all(
+            a in out or (a.op == "placeholder" and a in constants) for a in n.all_input_nodes
+        ):
+            out.add(n)
+    return out
 
 
 # --- the translation table
@@ -450,6 +560,8 @@ for _aten, _kop in [
     ("rsqrt", "rsqrt"),
     ("exp", "exp"),
     ("log", "log"),
+    ("cos", "cos"),
+    ("sin", "sin"),
 ]:
     _handles(f"aten.{_aten}.default", kiln=_kop)(_unary(_kop))
 
@@ -561,6 +673,86 @@ def _where(L, node, a):
     return L.op("where", [L.value(cond), L.operand(a["self"], out), L.operand(a["other"], out)])
 
 
+# comparisons and logical / bitwise ops (bool results; int or bool operands)
+
+
+def _promoted(a: dict, x: str, y: str) -> torch.dtype:
+    """PyTorch's result dtype of a binary op over arguments x and y (tensors or scalars)."""
+    vals = []
+    for k in (x, y):
+        v = a[k]
+        vals.append(_meta(v) if isinstance(v, Node) else v)
+    if not isinstance(vals[0], torch.Tensor):
+        vals.reverse()
+    if isinstance(vals[1], (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Unsupported("a symbolic scalar operand")
+    return torch.result_type(*vals)
+
+
+def _compare(kop: str):
+    def fn(L: Lowerer, node: Node, a: dict):
+        dt = _promoted(a, "self", "other")
+        return L.op(kop, [L.operand(a["self"], dt), L.operand(a["other"], dt)])
+
+    return fn
+
+
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _handles(f"aten.{_name}.Tensor", f"aten.{_name}.Scalar", kiln=(_name, "cast"))(_compare(_name))
+
+
+def _bitwise(kop: str):
+    def fn(L: Lowerer, node: Node, a: dict):
+        out = _out_dtype(node)
+        return L.op(kop, [L.operand(a["self"], out), L.operand(a["other"], out)])
+
+    return fn
+
+
+for _name in ("and", "or", "xor"):
+    _handles(
+        f"aten.bitwise_{_name}.Tensor",
+        f"aten.bitwise_{_name}.Scalar",
+        kiln=(f"bitwise_{_name}", "cast"),
+    )(_bitwise(f"bitwise_{_name}"))
+
+
+def _truth(L: Lowerer, arg) -> int:
+    """A bool value: the tensor itself if bool, else ``arg != 0``."""
+    if isinstance(arg, Node) and L.dtype(arg) == torch.bool:
+        return L.value(arg)
+    if not isinstance(arg, Node):
+        return L.scalar(bool(arg), torch.bool)
+    dt = L.dtype(arg)
+    return L.op("ne", [L.value(arg), L.scalar(0, dt)])
+
+
+def _logical(kop: str):
+    def fn(L: Lowerer, node: Node, a: dict):
+        if _out_dtype(node) != torch.bool:
+            raise Unsupported(f"logical op with output {_out_dtype(node)}")
+        return L.op(kop, [_truth(L, a["self"]), _truth(L, a["other"])])
+
+    return fn
+
+
+for _name in ("and", "or", "xor"):
+    _handles(f"aten.logical_{_name}.default", kiln=(f"bitwise_{_name}", "ne"))(
+        _logical(f"bitwise_{_name}")
+    )
+
+
+@_handles("aten.bitwise_not.default", kiln="bitwise_not")
+def _bitwise_not(L, node, a):
+    return L.op("bitwise_not", [L.value(a["self"])])
+
+
+@_handles("aten.logical_not.default", kiln=("bitwise_not", "ne", "cast"))
+def _logical_not(L, node, a):
+    out = _out_dtype(node)
+    return L.cast(L.op("bitwise_not", [_truth(L, a["self"])]), torch.bool, out)
+
+
 # matmul family
 
 
@@ -603,10 +795,32 @@ def _addmm(L, node, a):
 # convolution, normalization, pooling
 
 
-@_handles("aten.convolution.default", kiln=("conv2d", "conv_transpose2d"))
+def _conv1d(L, node, a):
+    """A 1-D convolution as a 2-D one of unit height: [N, C, L] -> [N, C, 1, L]."""
+    if a["transposed"]:
+        raise Unsupported("1-D transposed convolution")
+    if any(_ints(a["output_padding"], None, "output_padding")):
+        raise Unsupported("output_padding on a forward convolution")
+    x = L.op("unsqueeze", [L.value(a["input"])], {"dim": 2})
+    w = L.op("unsqueeze", [L.value(a["weight"])], {"dim": 2})
+    ins = [x, w]
+    if a["bias"] is not None:
+        ins.append(L.value(a["bias"]))
+    attrs = {
+        "stride": [1] + _ints(a["stride"], 1, "stride"),
+        "padding": [0] + _ints(a["padding"], 1, "padding"),
+        "dilation": [1] + _ints(a["dilation"], 1, "dilation"),
+        "groups": _static_int(a["groups"], "groups"),
+    }
+    return L.op("squeeze", [L.op("conv2d", ins, attrs)], {"dims": [2]})
+
+
+@_handles("aten.convolution.default", kiln=("conv2d", "conv_transpose2d", "unsqueeze", "squeeze"))
 def _convolution(L, node, a):
+    if L.rank(a["input"]) == 3 and L.rank(a["weight"]) == 3:
+        return _conv1d(L, node, a)
     if L.rank(a["input"]) != 4 or L.rank(a["weight"]) != 4:
-        raise Unsupported("only 2-D convolution (4-D input and weight) is supported")
+        raise Unsupported("only 1-D and 2-D convolutions (3-D or 4-D input and weight)")
     ins = [L.value(a["input"]), L.value(a["weight"])]
     if a["bias"] is not None:
         ins.append(L.value(a["bias"]))
@@ -694,6 +908,30 @@ def _layer_norm(L, node, a):
 @_handles("aten.native_layer_norm.default", kiln="layer_norm")
 def _native_layer_norm(L, node, a):
     return [_ln(L, a), None, None]
+
+
+@_handles("aten.native_group_norm.default", kiln="group_norm")
+def _native_group_norm(L, node, a):
+    w, b = a["weight"], a["bias"]
+    ins = [
+        L.value(a["input"]),
+        None if w is None else L.value(w),
+        None if b is None else L.value(b),
+    ]
+    attrs = {"groups": _static_int(a["group"], "group"), "eps": float(a["eps"])}
+    return [L.op("group_norm", ins, attrs), None, None]
+
+
+@_handles("aten.group_norm.default", kiln="group_norm")
+def _group_norm(L, node, a):
+    w, b = a["weight"], a["bias"]
+    ins = [
+        L.value(a["input"]),
+        None if w is None else L.value(w),
+        None if b is None else L.value(b),
+    ]
+    attrs = {"groups": _static_int(a["num_groups"], "num_groups"), "eps": float(a["eps"])}
+    return L.op("group_norm", ins, attrs)
 
 
 def _softmax_fn(kop: str, legacy: bool):
@@ -787,6 +1025,109 @@ def _adaptive_avg_pool2d(L, node, a):
     return L.op(
         "adaptive_avg_pool2d", [L.value(a["self"])], {"output_size": _ints(size, 2, "output_size")}
     )
+
+
+def _upsample_sizes(L, node, a, scales_key):
+    m = _meta(node)
+    if m.dim() != 4 or L.rank(a["input"]) != 4:
+        raise Unsupported("resizing other than [N, C, H, W]")
+    size = []
+    for d in m.shape[2:]:
+        e = sym_expr(d)
+        if not e.is_number:
+            raise Unsupported("resize to a symbolic size")
+        size.append(int(e))
+    scales = [math.nan, math.nan]
+    if a.get("output_size") is None and scales_key is not None:
+        given = a.get(scales_key)
+        if isinstance(given, (list, tuple)) and len(given) == 2:
+            scales = [float(v) for v in given]
+    for k, i in (("scales_h", 0), ("scales_w", 1)):
+        if a.get(k) is not None:
+            scales[i] = float(a[k])
+    return size, scales
+
+
+@_handles(
+    "aten.upsample_nearest2d.vec", "aten.upsample_nearest2d.default", kiln="upsample_nearest2d"
+)
+def _upsample_nearest(L, node, a):
+    size, scales = _upsample_sizes(L, node, a, "scale_factors")
+    return L.op(
+        "upsample_nearest2d", [L.value(a["input"])], {"output_size": size, "scales": scales}
+    )
+
+
+@_handles(
+    "aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default", kiln="upsample_bilinear2d"
+)
+def _upsample_bilinear(L, node, a):
+    size, scales = _upsample_sizes(L, node, a, "scale_factors")
+    return L.op(
+        "upsample_bilinear2d",
+        [L.value(a["input"])],
+        {"output_size": size, "scales": scales, "align_corners": int(bool(a["align_corners"]))},
+    )
+
+
+@_handles("aten.constant_pad_nd.default", kiln="pad")
+def _constant_pad(L, node, a):
+    pads = _ints(a["pad"], None, "pad")
+    v = a["value"]
+    if isinstance(v, (Node, torch.SymInt, torch.SymFloat)):
+        raise Unsupported("pad value is symbolic")
+    return L.op("pad", [L.value(a["self"])], {"pads": pads, "value": float(v)})
+
+
+@_handles("aten.index.Tensor", kiln="index")
+def _index(L, node, a):
+    idx = list(a["indices"])
+    first = next((i for i, t in enumerate(idx) if t is not None), None)
+    if first is None:
+        raise Unsupported("index without index tensors")
+    run = []
+    for t in idx[first:]:
+        if t is None:
+            break
+        run.append(t)
+    if any(t is not None for t in idx[first + len(run) :]):
+        raise Unsupported("index tensors separated by a full slice")
+    for t in run:
+        if not isinstance(t, Node) or L.dtype(t) not in (torch.int32, torch.int64):
+            raise Unsupported("index by a bool mask or a non-integer tensor")
+    ins = [L.value(a["self"])] + [L.value(t) for t in run]
+    return L.op("index", ins, {"dim": first, "wrap": 1})
+
+
+@_handles("aten.index_select.default", kiln="index")
+def _index_select(L, node, a):
+    x = a["self"]
+    r = L.rank(x)
+    dim = _static_int(a["dim"], "dim")
+    dim = dim % r if r else 0
+    ix = a["index"]
+    if L.dtype(ix) not in (torch.int32, torch.int64) or L.rank(ix) > 1:
+        raise Unsupported("index_select needs a 0-D or 1-D integer index")
+    v = L.value(ix)
+    if L.rank(ix) == 0:
+        v = L.op("reshape", [v], {"shape": [1]})
+    return L.op("index", [L.value(x), v], {"dim": dim, "wrap": 0})
+
+
+@_handles("aten.gather.default", kiln="gather")
+def _gather(L, node, a):
+    if a.get("sparse_grad"):
+        raise Unsupported("gather with sparse_grad")
+    return L.op(
+        "gather", [L.value(a["self"]), L.value(a["index"])], {"dim": _static_int(a["dim"], "dim")}
+    )
+
+
+@_handles("aten.cumsum.default", kiln=("cumsum", "cast"))
+def _cumsum(L, node, a):
+    out = _out_dtype(node)
+    x = L.cast(L.value(a["self"]), L.dtype(a["self"]), out)
+    return L.op("cumsum", [x], {"dim": _static_int(a["dim"], "dim")})
 
 
 def _reduce_fn(kop: str, has_dims: bool):
@@ -932,8 +1273,10 @@ def _cat(L, node, a):
     return L.op("cat", [L.value(t) for t in ts], {"dim": _static_int(a["dim"], "dim")})
 
 
-@_handles("aten.slice_copy.Tensor", "aten.slice.Tensor", kiln="slice")
+@_handles("aten.slice_copy.Tensor", "aten.slice.Tensor", kiln=("slice", "arange", "index"))
 def _slice(L, node, a):
+    if isinstance(a["end"], Node) and not sym_expr(a["end"].meta.get("val")).is_number:
+        return _slice_to_symbolic_end(L, node, a)
     start = 0 if a["start"] is None else _static_int(a["start"], "slice start")
     end = _graph.INT64_MAX if a["end"] is None else _static_int(a["end"], "slice end")
     step = _static_int(a["step"], "slice step")
@@ -942,6 +1285,38 @@ def _slice(L, node, a):
         [L.value(a["self"])],
         {"dim": _static_int(a["dim"], "dim"), "start": start, "end": end, "step": step},
     )
+
+
+def _raw_lower_bound(ranges: Ranges, expr) -> int:
+    """The least value of expr over the program's symbol ranges (unadjusted lower bounds)."""
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    vr = {}
+    for sym in expr.free_symbols:
+        r = ranges._raw.get(sym)
+        lo = _to_int(r.lower, 0) if r is not None else 0
+        hi = _to_int(r.upper, None) if r is not None else None
+        vr[sym] = ValueRanges(lo, hi if hi is not None else sympy.oo)
+    return _to_int(bound_sympy(expr, vr).lower, -1)
+
+
+def _slice_to_symbolic_end(L, node, a):
+    """x[..., start:end:step] with a symbolic end that never needs clamping (at most x's size):
+    the positions as a Kiln arange whose length is read at run time, then index."""
+    x = a["self"]
+    xm = _meta(x)
+    dim = _static_int(a["dim"], "dim") % xm.dim()
+    start = 0 if a["start"] is None else _static_int(a["start"], "slice start")
+    step = _static_int(a["step"], "slice step")
+    if start < 0 or step <= 0:
+        raise Unsupported("slice to a symbolic end with a negative start or step")
+    slack = sympy.expand(sym_expr(xm.shape[dim]) - sym_expr(a["end"].meta["val"]))
+    if not (slack.is_number and int(slack) >= 0) and _raw_lower_bound(L.ranges, slack) < 0:
+        raise Unsupported(
+            f"slice end {a['end'].meta['val']} may exceed the dimension's size {xm.shape[dim]}"
+        )
+    pos = _dynamic_range(L, start, a["end"], step, torch.int64, "slice")
+    return L.op("index", [L.value(x), pos], {"dim": dim, "wrap": 0})
 
 
 @_handles("aten.select_copy.int", "aten.select.int", kiln="select")
@@ -1247,10 +1622,63 @@ def _embedding_bag(L, node, a):
     return [out, None, None, None]
 
 
-@_handles(*ARANGE_OPS, kiln=())
+def _size_source(v, want) -> tuple[Node, int] | None:
+    """(tensor, dim) whose size is the expression want, found through the sym_size nodes the
+    symbolic integer v (a SymInt node) is computed from; None when there is none."""
+    if not isinstance(v, Node) or want is None:
+        return None
+    seen, todo = set(), [v]
+    while todo:
+        n = todo.pop()
+        if n in seen or not isinstance(n, Node):
+            continue
+        seen.add(n)
+        if target_name(n) == "aten.sym_size.int" and is_tensor_node(n.args[0]):
+            t = n.args[0]
+            for d, size in enumerate(_meta(t).shape):
+                if _same(sym_expr(size), want):
+                    return t, d
+        if is_sym_node(n):
+            todo.extend(n.all_input_nodes)
+    return None
+
+
+def _dynamic_range(L: Lowerer, start, end, step, dtype: torch.dtype, what: str) -> int:
+    """A Kiln arange of start, start + step, ... < end where end is symbolic: its length is read
+    from a dimension of a tensor at run time."""
+    if any(isinstance(v, (Node, torch.SymInt, torch.SymFloat)) for v in (start, step)):
+        raise Unsupported(f"{what} with a symbolic start or step")
+    if not isinstance(step, (int, float)) or step == 0:
+        raise Unsupported(f"{what} step {step!r}")
+    e = sym_expr(end.meta.get("val")) if isinstance(end, Node) else None
+    if e is None:
+        raise Unsupported(f"{what} end {end!r} is not an integer")
+    length = sympy.simplify(sympy.ceiling((e - start) / step))
+    src = _size_source(end, length)
+    if src is None:
+        raise Unsupported(
+            f"{what} of length {length}: no tensor dimension of that size to read it from"
+        )
+    t, d = src
+    if dtype not in _graph.TORCH_TO_KILN or dtype == torch.bool:
+        raise Unsupported(f"{what} of dtype {dtype}")
+    return L.op(
+        "arange",
+        [L.value(t)],
+        {
+            "dim": d,
+            "start": float(start),
+            "step": float(step),
+            "dtype": _graph.TORCH_TO_KILN[dtype],
+        },
+    )
+
+
+@_handles(*ARANGE_OPS, kiln=("arange",))
 def _arange(L, node, a):
-    """Taken only as the offsets of embedding bags, which read its arguments, not its values:
-    it produces no Kiln value (Kiln has no arange op)."""
+    """A symbolic length becomes a Kiln arange reading it from a tensor's dimension; constant
+    ones are folded (Lowerer.fold). As the offsets of embedding bags, which read its arguments
+    rather than its values, it produces no Kiln value."""
     users = list(node.users)
     for u in users:
         if target_name(u) not in EMBEDDING_BAG_OPS:
@@ -1261,7 +1689,93 @@ def _arange(L, node, a):
     else:
         if users:
             return None
-    raise Unsupported("arange is taken only as the offsets of an embedding bag")
+    start, end, step = _arange_parts(node)
+    if not isinstance(end, Node):
+        raise Unsupported("arange of a constant length (folded as a constant)")
+    return _dynamic_range(L, start, end, step, _out_dtype(node), "arange")
+
+
+# as_strided: a view of x's (contiguous) storage. Where the view is x's own elements in order,
+# it is a reshape; otherwise, for static shapes, a copy through a constant table of flat
+# positions (index over reshape(x, [-1])).
+MAX_AS_STRIDED_NUMEL = 1 << 22
+
+
+def _as_strided_reshape(L, x: Node, a: dict):
+    """as_strided that is x's own elements in order (x contiguous, no offset, the strides of
+    every dimension larger than 1 the contiguous ones of the new sizes), also with symbolic
+    sizes: a reshape. None when it is not one."""
+    xm = _meta(x)
+    if not is_contiguous(xm) or a["storage_offset"] not in (None, 0):
+        return None
+    sizes = list(a["size"])
+    exprs = []
+    for v in list(sizes) + list(a["stride"]):
+        e = sym_expr(v.meta.get("val")) if isinstance(v, Node) else sym_expr(v)
+        if e is None:
+            return None
+        exprs.append(e)
+    size_e, stride_e = exprs[: len(sizes)], exprs[len(sizes) :]
+    acc = sympy.Integer(1)
+    for sz, st in zip(reversed(size_e), reversed(stride_e), strict=True):
+        if not (sz == 1) and not _same(st, acc):
+            return None
+        acc = acc * sz
+    numel = sympy.Integer(1)
+    for d in xm.shape:
+        numel = numel * sym_expr(d)
+    if not _same(acc, numel):
+        return None
+    try:
+        codes, like = _shape_codes(L, x, sizes, reshape=True)
+    except Unsupported:
+        return None
+    ins = [L.value(x)] + ([L.value(like)] if like is not None else [])
+    return L.op("reshape", ins, {"shape": codes})
+
+
+@_handles("aten.as_strided_copy.default", "aten.as_strided.default", kiln=("reshape", "index"))
+def _as_strided(L, node, a):
+    x = a["self"]
+    xm = _meta(x)
+    view = _as_strided_reshape(L, x, a)
+    if view is not None:
+        return view
+    try:
+        shape = [_static_int(d, "as_strided input size") for d in xm.shape]
+        xstride = [_static_int(d, "as_strided input stride") for d in xm.stride()]
+        size = [_static_int(v, "as_strided size") for v in a["size"]]
+        stride = [_static_int(v, "as_strided stride") for v in a["stride"]]
+        offset = 0 if a["storage_offset"] is None else _static_int(a["storage_offset"], "offset")
+    except Unsupported as e:
+        raise Unsupported(f"as_strided with a symbolic size ({e})") from None
+    numel, n_out = math.prod(shape), math.prod(size)
+    if n_out > MAX_AS_STRIDED_NUMEL or numel > MAX_AS_STRIDED_NUMEL:
+        raise Unsupported(f"as_strided over {max(numel, n_out)} elements is too large to tabulate")
+    # Kiln holds x densely in logical order; x's strides say where each element sits in the
+    # storage as_strided reads. storage[p] = the logical index of the element stored at p.
+    storage = torch.full((numel,), -1, dtype=torch.int64)
+    if numel:
+        try:
+            torch.as_strided(storage, shape, xstride).copy_(torch.arange(numel).reshape(shape))
+        except RuntimeError as e:
+            raise Unsupported(f"as_strided of an input with strides {xstride}: {e}") from None
+        if int(storage.min()) < 0:
+            raise Unsupported(f"as_strided of an input with overlapping strides {xstride}")
+    pos = torch.full(size, offset, dtype=torch.int64)
+    for d, (sz, st) in enumerate(zip(size, stride, strict=True)):
+        shp = [1] * len(size)
+        shp[d] = sz
+        pos = pos + torch.arange(sz, dtype=torch.int64).reshape(shp) * st
+    if n_out and (int(pos.min()) < 0 or int(pos.max()) >= numel):
+        raise Unsupported("as_strided reads outside its input")
+    table = storage[pos.reshape(-1)].reshape(size) if n_out else pos
+    if n_out == numel and torch.equal(table.reshape(-1), torch.arange(numel)):
+        return L.op("reshape", [L.value(x)], {"shape": size})
+    flat = L.op("reshape", [L.value(x)], {"shape": [numel]})
+    L._n_auto += 1
+    idx = L.const_tensor(table.contiguous(), f"as_strided{L._n_auto}")
+    return L.op("index", [flat, idx], {"dim": 0, "wrap": 0})
 
 
 # copies and casts
@@ -1277,24 +1791,19 @@ def _arange(L, node, a):
     kiln="copy",
 )
 def _copy(L, node, a):
-    mf = a.get("memory_format")
-    if mf not in (None, torch.contiguous_format, torch.preserve_format):
-        raise Unsupported(f"clone to memory_format={mf}")
+    # A copy to another memory format (channels-last) keeps the values: Kiln's tensors are dense
+    # inside an engine, and the partitioner never lets a non-contiguous value cross a boundary.
     return L.op("copy", [L.value(a["self"])])
 
 
 @_handles("dim_order_ops._clone_dim_order.default", kiln="copy")
 def _clone_dim_order(L, node, a):
-    x = a["self"]
-    if not _contiguous_dim_order(a["dim_order"], L.rank(x)):
-        raise Unsupported(f"clone to dim_order {a['dim_order']}")
-    return L.op("copy", [L.value(x)])
+    return L.op("copy", [L.value(a["self"])])
 
 
-def _to_copy(L, node, a, dim_order_ok: bool):
+def _to_copy(L, node, a):
+    """A dtype cast or a copy; a target memory format (channels-last) keeps the values."""
     x = a["self"]
-    if not dim_order_ok:
-        raise Unsupported("copy to a non-contiguous layout")
     dev = a.get("device")
     if dev is not None and torch.device(dev).type != "cpu":
         raise Unsupported(f"copy to device {dev}")
@@ -1307,13 +1816,12 @@ def _to_copy(L, node, a, dim_order_ok: bool):
 
 @_handles("aten._to_copy.default", kiln=("cast", "copy"))
 def _to_copy_aten(L, node, a):
-    mf = a.get("memory_format")
-    return _to_copy(L, node, a, mf in (None, torch.contiguous_format, torch.preserve_format))
+    return _to_copy(L, node, a)
 
 
 @_handles("dim_order_ops._to_dim_order_copy.default", kiln=("cast", "copy"))
 def _to_dim_order_copy(L, node, a):
-    return _to_copy(L, node, a, _contiguous_dim_order(a["dim_order"], L.rank(a["self"])))
+    return _to_copy(L, node, a)
 
 
 # constants
@@ -1400,6 +1908,7 @@ class Check:
     reason: str = ""
     outputs: tuple[bool, ...] = ()  # which outputs Kiln produces (multi-output ops)
     kiln_ops: tuple[str, ...] = ()
+    folded: bool = False  # taken as constants computed at lowering time (Lowerer.fold)
 
     @property
     def virtual(self) -> bool:
@@ -1409,13 +1918,19 @@ class Check:
 
 
 def check_node(
-    node: Node, ranges: Ranges, constants: dict[Node, torch.Tensor | None] | None = None
+    node: Node,
+    ranges: Ranges,
+    constants: dict[Node, torch.Tensor | None] | None = None,
+    foldable: set[Node] | None = None,
 ) -> Check:
     """Whether Kiln can compute this node: translates it into a scratch graph whose inputs
     are its tensor arguments, and compares the inferred output dtypes and shapes with
-    ``node.meta["val"]``. ``constants``: data of the program's constant placeholders."""
+    ``node.meta["val"]``. ``constants``: data of the program's constant placeholders;
+    ``foldable``: the nodes computed from constants alone (:func:`foldable_nodes`), which Kiln
+    may fold when it has no op for them."""
     name = target_name(node)
-    if name not in HANDLERS:
+    foldable = foldable if foldable is not None else set()
+    if name not in HANDLERS and node not in foldable:
         return Check(False, f"{name} has no Kiln translation")
     vals = node.meta.get("val")
     outs = list(vals) if isinstance(vals, (list, tuple)) else [vals]
@@ -1424,7 +1939,7 @@ def check_node(
             return Check(False, f"{name} produces a non-tensor")
     g = _graph.Graph()
     try:
-        L = Lowerer(g, ranges, check=True, constants=constants)
+        L = Lowerer(g, ranges, check=True, constants=constants, foldable=foldable)
         emitted: list[str] = []
         orig_add_node = g.add_node
 
@@ -1443,7 +1958,7 @@ def check_node(
                 return Check(False, f"{name}: output {i} has no tensor metadata")
             _check_value(g, v, outs[i], ranges, name, i)
             produced.append(True)
-        return Check(True, "", tuple(produced), tuple(emitted))
+        return Check(True, "", tuple(produced), tuple(emitted), node in L.folded_nodes)
     except Unsupported as e:
         return Check(False, f"{name}: {e}")
     finally:

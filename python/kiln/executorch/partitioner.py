@@ -85,10 +85,11 @@ def analyze(
     checks: dict[Node, low.Check] = {}
     supported: set[Node] = set()
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    foldable = low.foldable_nodes(gm.graph, constants or {})
     for n in nodes:
         if n.target is operator.getitem or low.is_sym_node(n):
             continue
-        c = low.check_node(n, ranges, constants)
+        c = low.check_node(n, ranges, constants, foldable)
         checks[n] = c
         if c.ok:
             supported.add(n)
@@ -157,16 +158,36 @@ def _settle_symbolic(nodes: list[Node], supported: set[Node], virtual: set[Node]
                             break
 
 
-def _partition_problems(partition_nodes: set[Node], virtual: set[Node]) -> set[Node]:
+def _partition_problems(
+    partition_nodes: set[Node],
+    virtual: set[Node],
+    folded: set[Node] = frozenset(),
+    constants: dict[Node, object] | None = None,
+) -> set[Node]:
     """Nodes that make a partition invalid: a symbolic scalar or a virtual node entering or
-    leaving it, or a tensor with a non-default memory layout (e.g. channels-last) entering or
-    leaving it."""
+    leaving it, a tensor with a non-default memory layout (e.g. channels-last) entering or
+    leaving it, or a folded node whose constants would not all be in it (a constant is moved
+    into a partition only when every user of it is there)."""
+    constants = constants or {}
     bad = set()
+
+    def layout_matters(a: Node) -> bool:
+        # Constants are copied into the engine (made contiguous on the way): their layout is free.
+        return not (a.op == "placeholder" and a in constants)
+
+    for n in partition_nodes & folded:
+        for a in n.all_input_nodes:
+            if a.op == "call_function" and a not in partition_nodes:
+                bad.add(n)
+            if a.op == "placeholder" and any(u not in partition_nodes for u in a.users):
+                bad.add(n)
     for n in partition_nodes:
         for a in n.all_input_nodes:
             if a in partition_nodes:
                 continue
-            if a in virtual or not low.is_tensor_node(a) or not low.is_contiguous(a.meta["val"]):
+            if a in virtual or not low.is_tensor_node(a):
+                bad.add(n)
+            elif not low.is_contiguous(a.meta["val"]) and layout_matters(a):
                 bad.add(n)
         if any(u not in partition_nodes for u in n.users):
             if n in virtual or not low.is_tensor_node(n) or not low.is_contiguous(n.meta["val"]):
@@ -184,13 +205,18 @@ def _has_compute(partition_nodes: set[Node], checks: dict[Node, low.Check]) -> b
     return False
 
 
-def propose(ep: ExportedProgram) -> list[set[Node]]:
-    """Convex partitions of the nodes Kiln takes (each a set of fx nodes)."""
+def propose(ep: ExportedProgram, dropped: dict[Node, str] | None = None) -> list[set[Node]]:
+    """Convex partitions of the nodes Kiln takes (each a set of fx nodes). ``dropped``, when
+    given, receives the nodes Kiln could compute but left out of every partition, with why."""
     gm = ep.graph_module
     ranges = _ranges(ep)
-    supported, checks = analyze(gm, ranges, constant_tensors(ep))
+    constants = constant_tensors(ep)
+    supported, checks = analyze(gm, ranges, constants)
+    _refuse_strided_boundaries(ep, supported)
     virtual = _virtual(checks)
+    folded = {n for n, c in checks.items() if c.folded}
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    dropped = {} if dropped is None else dropped
     for _ in range(_MAX_ROUNDS):
         parts = CapabilityBasedPartitioner(
             gm, _Support(supported), allows_single_node_partition=True
@@ -198,15 +224,19 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
         result, changed = [], False
         for p in parts:
             pn = set(p.nodes)
-            bad = _partition_problems(pn, virtual)
+            bad = _partition_problems(pn, virtual, folded, constants)
             if bad:
                 log.debug(
                     "Kiln drops %s: a symbolic or non-contiguous value crosses the partition",
                     sorted(b.name for b in bad),
                 )
+                for b in bad:
+                    dropped.setdefault(b, _CROSSING)
                 supported -= bad
                 changed = True
             elif not _has_compute(pn, checks):
+                for b in pn:
+                    dropped.setdefault(b, _NO_COMPUTE)
                 supported -= pn
                 changed = True
             else:
@@ -215,6 +245,87 @@ def propose(ep: ExportedProgram) -> list[set[Node]]:
             return result
         _settle_symbolic(nodes, supported, virtual)
     return result
+
+
+def _dim_order(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(sorted(range(t.dim()), key=lambda d: -t.stride()[d]))
+
+
+def _refuse_strided_boundaries(ep: ExportedProgram, supported: set[Node]) -> None:
+    """Raises for a method input or output with a non-default memory layout (channels-last) at
+    a node Kiln takes: Kiln engines exchange contiguous tensors, and such a boundary would leave
+    the model to ExecuTorch's kernels, which refuse channels-last tensors in several ops (batch
+    norm among them): the program would export but not run."""
+    sig = ep.graph_signature
+    user_inputs = set(getattr(sig, "user_inputs", ()))
+    for n in ep.graph.nodes:
+        if n.op == "placeholder" and n.name in user_inputs and low.is_tensor_node(n):
+            t = n.meta["val"]
+            if not low.is_contiguous(t) and any(u in supported for u in n.users):
+                raise ValueError(
+                    f"KilnPartitioner: input '{n.name}' has a non-contiguous memory layout "
+                    f"(dim order {_dim_order(t)}, e.g. channels-last); Kiln engines take "
+                    "contiguous tensors. Export with a contiguous example input "
+                    "(x.contiguous()); a model converted with .to(memory_format="
+                    "torch.channels_last) may keep its weights in that layout"
+                )
+        if n.op == "output":
+            for o in n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]:
+                if isinstance(o, Node) and o in supported and low.is_tensor_node(o):
+                    if not low.is_contiguous(o.meta["val"]):
+                        raise ValueError(
+                            f"KilnPartitioner: output '{o.name}' has a non-contiguous memory "
+                            f"layout (dim order {_dim_order(o.meta['val'])}); Kiln engines "
+                            "produce contiguous tensors. Return out.contiguous() from forward"
+                        )
+
+
+_CROSSING = (
+    "a symbolic size or a non-contiguous (e.g. channels-last) tensor would cross the boundary "
+    "of the Kiln partition"
+)
+_NO_COMPUTE = "only data movement around it: a delegate call would cost more than the copy"
+
+
+def source_of(node: Node) -> str | None:
+    """'/path/to/file.py:123' of the innermost frame of the node's stack trace (where the op
+    was called in the model's code), or None when the export recorded none."""
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    found = None
+    for line in str(trace).splitlines():
+        line = line.strip()
+        if line.startswith('File "') and ", line " in line:
+            path = line[len('File "') : line.index('", line ')]
+            rest = line[line.index('", line ') + len('", line ') :]
+            num = rest.split(",")[0].strip()
+            if num.isdigit():
+                found = f"{path}:{num}"
+    return found
+
+
+def _op_name(node: Node) -> str:
+    """The edge op as the program prints it: "aten.flip.default"."""
+    return low.target_name(node)
+
+
+def rejections(
+    ep: ExportedProgram, claimed: set[Node], checks: dict[Node, str], dropped: dict[Node, str]
+) -> list[dict]:
+    """One record {"op", "reason", "source"} per compute node of the program left to
+    ExecuTorch, in graph order."""
+    out = []
+    for n in ep.graph.nodes:
+        if n.op != "call_function" or n in claimed:
+            continue
+        if n.target is operator.getitem or low.is_sym_node(n):
+            continue
+        reason = dropped.get(n) or checks.get(n)
+        if reason is None:
+            reason = "a node it reads or feeds is left out, and it cannot be separated from it"
+        out.append({"op": _op_name(n), "reason": reason, "source": source_of(n)})
+    return out
 
 
 @functools.cache
@@ -299,6 +410,9 @@ class KilnPartitioner(Partitioner):
 
     def __init__(self, precision: str = "fp32", external_data: str | None = None):
         super().__init__()
+        # Every node of the partitioned programs left to ExecuTorch: dicts {"op": edge op
+        # name, "reason": why Kiln did not take it, "source": "file.py:123" or None}.
+        self.rejected: list[dict] = []
         self.precision = validate_precision(precision)
         self.external_data = validate_external_data(external_data)
         self.delegation_spec = DelegationSpec(
@@ -310,7 +424,8 @@ class KilnPartitioner(Partitioner):
         return list(self.delegation_spec.compile_specs)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        partitions = propose(exported_program)
+        dropped: dict[Node, str] = {}
+        partitions = propose(exported_program, dropped)
         tags = {}
         claimed = set()
         for i, pn in enumerate(partitions):
@@ -319,6 +434,21 @@ class KilnPartitioner(Partitioner):
                 n.meta["delegation_tag"] = tag
             tags[tag] = self.delegation_spec
             claimed |= pn
+        reasons = {
+            n: low.check_node(n, _ranges(exported_program), constant_tensors(exported_program))
+            for n in exported_program.graph.nodes
+            if n.op == "call_function"
+            and n not in claimed
+            and n not in dropped
+            and n.target is not operator.getitem
+            and not low.is_sym_node(n)
+        }
+        self.rejected += rejections(
+            exported_program,
+            claimed,
+            {n: c.reason for n, c in reasons.items() if not c.ok},
+            dropped,
+        )
         _refuse_unrunnable_bags(exported_program, claimed)
         kept_whole = set(low.PRESERVED_OPS)
         for n in exported_program.graph.nodes:

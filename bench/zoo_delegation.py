@@ -1,0 +1,124 @@
+"""How much of each zoo model Kiln takes: exports every model of bench/zoo.py through
+``to_edge_transform_and_lower`` with ``KilnPartitioner`` (on the CPU, no GPU needed) and
+prints, per model, the number of Kiln delegates and the ops left to ExecuTorch (with the
+partitioner's reason for each kind of op it refused).
+
+    python bench/zoo_delegation.py                       # every model, depth 2, vocab 4096
+    python bench/zoo_delegation.py --models bert,gpt2 --dynamic --json out.json
+
+The markdown table it prints is the one in docs/benchmarks.md ("Real-model zoo: delegation on
+the CPU").
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import zoo  # noqa: E402
+
+# Edge ops that are memory bookkeeping, not compute left to ExecuTorch.
+_IGNORED = ("getitem", "sym_size", "_local_scalar_dense")
+
+
+def summarize(edge_program) -> dict:
+    """Kiln delegates, other delegates and the ops outside them, in an edge program."""
+    from executorch.exir.lowered_backend_module import executorch_call_delegate
+
+    gm = edge_program.graph_module
+    out = {"kiln": 0, "other": 0, "outside": collections.Counter()}
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is executorch_call_delegate:
+            lowered = getattr(gm, n.args[0].target)
+            out["kiln" if lowered.backend_id == "KilnBackend" else "other"] += 1
+            continue
+        name = getattr(n.target, "__name__", str(n.target))
+        if any(name.startswith(i) or name == i for i in _IGNORED):
+            continue
+        parts = str(getattr(n.target, "_op", n.target)).split(".")  # aten.eq.Scalar
+        out["outside"][parts[-2] if len(parts) >= 3 else parts[-1]] += 1
+    return out
+
+
+def measure(name: str, depth, vocab, dynamic: bool, precision: str, batch: int) -> dict:
+    from executorch.exir import to_edge_transform_and_lower
+    from kiln.executorch import KilnPartitioner
+
+    t0 = time.time()
+    module, inputs, dyn = zoo.build(name, depth=depth, batch=batch, vocab=vocab)
+    rec = {"model": name, "dynamic": dynamic, "precision": precision}
+    try:
+        with torch.no_grad():
+            ep = torch.export.export(module, inputs, dynamic_shapes=dyn if dynamic else None)
+        part = KilnPartitioner(precision=precision)
+        edge = to_edge_transform_and_lower(ep, partitioner=[part])
+        s = summarize(edge.exported_program())
+        rec.update(kiln=s["kiln"], other=s["other"], outside=dict(s["outside"]))
+        rejected = getattr(part, "rejected", None) or []
+        reasons = {}
+        for r in rejected:
+            reasons.setdefault(r["op"], r["reason"])
+        rec["reasons"] = reasons
+    except Exception as e:  # noqa: BLE001 - recorded per model
+        rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        rec["traceback"] = traceback.format_exc(limit=4)
+    rec["seconds"] = round(time.time() - t0, 1)
+    return rec
+
+
+def table(records: list[dict]) -> str:
+    lines = ["| model | delegates | ops left to ExecuTorch |", "|---|---:|---|"]
+    for r in records:
+        if "error" in r:
+            lines.append(f"| {r['model']} | – | export failed: {r['error']} |")
+            continue
+        outside = ", ".join(f"{k} ×{v}" if v > 1 else k for k, v in sorted(r["outside"].items()))
+        lines.append(f"| {r['model']} | {r['kiln']} | {outside or 'none'} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="", help="comma-separated zoo names (default: all)")
+    p.add_argument("--depth", type=int, default=2, help="layers / blocks per stage (0: full)")
+    p.add_argument("--vocab", type=int, default=4096, help="vocabulary cap (0: full)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--dynamic", action="store_true", help="export with dynamic batch/sequence")
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--json", default=None, help="write the records here")
+    p.add_argument("--reasons", action="store_true", help="print the partitioner's reasons")
+    args = p.parse_args(argv)
+    models = [m for m in args.models.split(",") if m] or zoo.names()
+    records = []
+    for m in models:
+        r = measure(
+            m, args.depth or None, args.vocab or None, args.dynamic, args.precision, args.batch
+        )
+        records.append(r)
+        status = r.get("error") or f"{r['kiln']} delegate(s), outside {r['outside'] or 'none'}"
+        print(f"{m}: {status} ({r['seconds']} s)", file=sys.stderr, flush=True)
+        if args.reasons:
+            for op, why in r.get("reasons", {}).items():
+                print(f"    {op}: {why}", file=sys.stderr)
+        gc.collect()
+    print(table(records))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

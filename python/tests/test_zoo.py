@@ -1,0 +1,288 @@
+"""The real-model zoo (bench/zoo.py) through Kiln on the CPU: each model exports into ONE Kiln
+delegate with nothing left to ExecuTorch (and nothing in KilnPartitioner.rejected), and the
+program run through ExecuTorch matches eager PyTorch on fresh inputs.
+
+The default run takes a fast subset at cut depth; the whole zoo is behind the ``zoo`` marker:
+
+    $VENV/bin/python -m pytest python/tests/test_zoo.py -m zoo
+
+Tolerances: outputs are compared relative to the largest magnitude of the reference,
+max|kiln - eager| <= tol * max(1, max|eager|), with tol 1e-3 for fp32 engines (float32
+throughout, other summation orders), 3e-2 for fp16 and 1e-1 for bf16 engines (activations and
+weights rounded to 11 or 8 significant bits, layer after layer).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import kiln
+import pytest
+import torch
+from conftest import delegation_summary
+from executorch.exir import to_edge_transform_and_lower
+from kiln.executorch import KilnPartitioner
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+
+import zoo  # noqa: E402
+
+TOL = {"fp32": 1e-3, "fp16": 3e-2, "bf16": 1e-1}
+VOCAB = 1024  # the embedding table's rows (not a width): keeps the CPU run small
+
+# (model, depth) of the default run: one of each family, cut to few layers.
+FAST = [
+    ("mobilenet_v3_large", None),
+    ("vit_b_16", 1),
+    ("bert", 1),
+    ("gpt2", 1),
+    ("llama", 1),
+]
+
+
+def export_zoo(name, depth, precision="fp32", dynamic=False, batch=1, seq=None):
+    module, inputs, dyn = zoo.build(name, depth=depth, batch=batch, vocab=VOCAB, seq=seq)
+    with torch.no_grad():
+        ep = torch.export.export(module, inputs, dynamic_shapes=dyn if dynamic else None)
+    part = KilnPartitioner(precision=precision)
+    prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
+    return module, inputs, prog, part
+
+
+def run_and_compare(tmp_path, name, module, prog, fresh, precision):
+    path = tmp_path / f"{name}.pte"
+    with open(path, "wb") as f:
+        prog.write_to_file(f)
+    program = kiln.load(path)
+    got = program.forward(*fresh)
+    with torch.no_grad():
+        want = module(*fresh)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g.shape == w.shape and g.dtype == w.dtype, (i, g.shape, w.shape, g.dtype)
+        err = (g.float() - w.float()).abs().max().item()
+        scale = max(1.0, w.float().abs().max().item())
+        assert err <= TOL[precision] * scale, (
+            f"{name} output {i}: max error {err:.3g} (scale {scale:.3g})"
+        )
+
+
+def check_whole(prog, part):
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and s["other"] == 0, s
+    assert not s["ops"], f"ops left to ExecuTorch: {s['ops']}"
+    assert not part.rejected, part.rejected
+
+
+def _zoo_case(tmp_path, name, depth, precision="fp32"):
+    module, inputs, prog, part = export_zoo(name, depth, precision)
+    check_whole(prog, part)
+    fresh = zoo.make_inputs(name, module, seed=7)
+    run_and_compare(tmp_path, name, module, prog, fresh, precision)
+
+
+@pytest.mark.parametrize("name,depth", FAST, ids=[n for n, _ in FAST])
+def test_zoo_fast(tmp_path, name, depth):
+    _zoo_case(tmp_path, name, depth)
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("name", zoo.names())
+def test_zoo_fp32(tmp_path, name):
+    _zoo_case(tmp_path, name, 2)
+
+
+def test_zoo_has_the_required_architectures():
+    got = set(zoo.names())
+    assert len(got) >= 24
+    for need in (
+        "resnet50",
+        "mobilenet_v2",
+        "mobilenet_v3_large",
+        "efficientnet_b0",
+        "regnet_y_400mf",
+        "convnext_tiny",
+        "densenet121",
+        "vit_b_16",
+        "deit_small",
+        "swin_t",
+        "maxvit_t",
+        "bert",
+        "roberta",
+        "distilbert",
+        "hf_vit",
+        "clip_vision",
+        "whisper_encoder",
+        "wav2vec2",
+        "gpt2",
+        "llama",
+        "qwen2",
+        "mistral",
+        "gemma",
+    ):
+        assert need in got, need
+    families = {zoo.entry(n).family for n in got}
+    assert {"cnn", "vit", "seg", "det", "encoder", "decoder", "audio"} <= families
+    assert "timm" in {zoo.entry(n).library for n in got}
+
+
+def test_zoo_weights_are_deterministic():
+    a, ia, _ = zoo.build("bert", depth=1, vocab=VOCAB)
+    b, ib, _ = zoo.build("bert", depth=1, vocab=VOCAB)
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert ka == kb and torch.equal(va, vb), ka
+    assert all(torch.equal(x, y) for x, y in zip(ia, ib, strict=True))
+    c, _, _ = zoo.build("bert", depth=1, vocab=VOCAB, seed=1)
+    assert not torch.equal(
+        a.state_dict()["model.encoder.layer.0.attention.self.query.weight"],
+        c.state_dict()["model.encoder.layer.0.attention.self.query.weight"],
+    )
+
+
+def test_zoo_widths_are_the_published_ones():
+    m, _, _ = zoo.build("llama", depth=1, vocab=VOCAB)
+    assert m.config.hidden_size == 2048 and m.config.num_key_value_heads == 8
+    m, _, _ = zoo.build("bert", depth=1, vocab=VOCAB)
+    assert m.config.hidden_size == 768 and m.config.num_attention_heads == 12
+    with pytest.raises(KeyError, match="no zoo model 'nope'"):
+        zoo.build("nope")
+
+
+# --- reduced precision on the CPU reference (fp16 and bf16 engines)
+
+PRECISION_FAST = [("efficientnet_b0", None), ("bert", 1), ("llama", 1)]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("name,depth", PRECISION_FAST, ids=[n for n, _ in PRECISION_FAST])
+def test_zoo_reduced_precision(tmp_path, name, depth, precision):
+    _zoo_case(tmp_path, name, depth, precision)
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("name", zoo.names())
+def test_zoo_reduced_precision_all(tmp_path, name, precision):
+    _zoo_case(tmp_path, name, 1, precision)
+
+
+# --- dynamic batch and sequence: one delegate, run at two other sizes
+
+DYNAMIC_FAST = [("bert", 1), ("gpt2", 1), ("llama", 1), ("resnet50", None)]
+
+
+def _dynamic_case(tmp_path, name, depth):
+    text = zoo.entry(name).family in ("encoder", "decoder") and zoo.entry(name).default_seq
+    module, inputs, prog, part = export_zoo(
+        name, depth, dynamic=True, batch=2, seq=16 if text else None
+    )
+    check_whole(prog, part)
+    _, _, dyn = zoo.build(name, depth=1, vocab=VOCAB, batch=2, seq=16)
+    batches = (1, 3) if 0 in dyn[0] else (2, 2)
+    for batch, seq in zip(batches, (9, 33) if text else (None, None), strict=True):
+        fresh = zoo.make_inputs(name, module, batch=batch, seq=seq, seed=batch)
+        run_and_compare(tmp_path, name, module, prog, fresh, "fp32")
+
+
+@pytest.mark.parametrize("name,depth", DYNAMIC_FAST, ids=[n for n, _ in DYNAMIC_FAST])
+def test_zoo_dynamic(tmp_path, name, depth):
+    _dynamic_case(tmp_path, name, depth)
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("name", [n for n in zoo.names() if zoo.entry(n).dynamic is not None])
+def test_zoo_dynamic_all(tmp_path, name):
+    _dynamic_case(tmp_path, name, 1)
+
+
+# --- channels-last
+
+
+def test_zoo_channels_last_model_is_taken_whole(tmp_path):
+    module, inputs, _ = zoo.build("resnet50")
+    module = module.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        ep = torch.export.export(module, inputs)
+    part = KilnPartitioner()
+    prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
+    check_whole(prog, part)
+    run_and_compare(
+        tmp_path, "resnet50_cl", module, prog, zoo.make_inputs("resnet50", module), "fp32"
+    )
+
+
+def test_zoo_channels_last_input_is_refused_with_the_remedy():
+    module, inputs, _ = zoo.build("resnet50")
+    x = inputs[0].to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        ep = torch.export.export(module, (x,))
+    with pytest.raises(
+        ValueError,
+        match=r"input 'x' has a non-contiguous memory layout.*\(0, 2, 3, 1\).*x\.contiguous\(\)",
+    ):
+        to_edge_transform_and_lower(ep, partitioner=[KilnPartitioner()])
+
+
+# --- what the partitioner leaves out, and why (KilnPartitioner.rejected)
+
+
+class _FlipInMiddle(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.flip(self.a(x), dims=[1])  # the op Kiln lacks, on this line
+        return (self.b(torch.sin(y.double()).float()),)
+
+
+def test_rejected_names_op_reason_and_source_line():
+    import inspect
+
+    m = _FlipInMiddle().eval()
+    ep = torch.export.export(m, (torch.randn(2, 8),))
+    part = KilnPartitioner()
+    to_edge_transform_and_lower(ep, partitioner=[part])
+    by_op = {r["op"]: r for r in part.rejected}
+    assert "aten.flip.default" in by_op, part.rejected
+    flip = by_op["aten.flip.default"]
+    assert "no Kiln translation" in flip["reason"]
+    line = inspect.getsourcelines(_FlipInMiddle.forward)[1] + 1
+    assert flip["source"] == f"{__file__}:{line}", flip
+    # float64 stays outside with that reason, never computed in another dtype
+    f64 = [r for r in part.rejected if "float64" in r["reason"]]
+    assert f64, part.rejected
+    for r in part.rejected:
+        assert set(r) == {"op", "reason", "source"} and r["reason"]
+
+
+def test_whole_zoo_model_rejects_nothing():
+    _, _, _, part = export_zoo("gpt2", 1)
+    assert part.rejected == []
+
+
+def test_constant_subgraphs_fold_and_match(tmp_path):
+    """Values computed from constants alone (an arange and comparisons building a mask, a
+    float64 detour) are folded at lowering time: nothing is left out and the values match."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("freq", torch.linspace(0.1, 2.0, 6, dtype=torch.float64))
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1])
+            mask = (pos[:, None] >= pos[None, :]) & (pos[None, :] % 2 == 0)
+            table = torch.cos(pos[:, None].double() * self.freq[None, :]).float()
+            return (torch.where(mask, x @ x.transpose(0, 1), -x.sum()) + table.sum(),)
+
+    m = M().eval()
+    x = torch.randn(5, 5)
+    ep = torch.export.export(m, (x,))
+    part = KilnPartitioner()
+    prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
+    check_whole(prog, part)
+    run_and_compare(tmp_path, "folded", m, prog, (torch.randn(5, 5),), "fp32")

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+// index (advanced indexing: k index tensors broadcast together at dims dim .. dim + k - 1) and
+// gather (torch.gather), by the CPU reference's rules (src/cpu/op_index.c). An index out of
+// range cannot fail a launched kernel, so its element is written as zeros (the CPU reference
+// rejects it; inputs are expected to be in range).
+#include "cuda/cuda_common.cuh"
+
+#define INDEX_BLOCK 256
+
+typedef struct index_params {
+    int64_t numel; // output elements
+    int64_t outer, nb, inner;
+    int rb, k, wrap;
+    int64_t bdims[KC_MAX_RANK];
+    int64_t ist[KC_MAX_RANK][KC_MAX_RANK]; // index j's strides over the broadcast dims
+    const void *idx[KC_MAX_RANK];
+    uint32_t idx_dtype[KC_MAX_RANK];
+    int64_t size[KC_MAX_RANK];    // x's sizes of the indexed dims
+    int64_t xstride[KC_MAX_RANK]; // x's element strides of the indexed dims
+    int64_t xblock;               // x's elements per outer step
+} index_params;
+
+typedef struct gather_params {
+    int64_t numel;
+    int rank, dim;
+    int64_t idims[KC_MAX_RANK];
+    int64_t xs[KC_MAX_RANK];
+    int64_t size;
+    const void *idx;
+    uint32_t idx_dtype;
+} gather_params;
+
+// --- kernels
+
+template <typename T>
+static __global__ void index_kernel(const __grid_constant__ index_params P, const T *x, T *y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t in = i % P.inner, b = (i / P.inner) % P.nb, o = i / (P.inner * P.nb);
+        int64_t rem = b, off = 0;
+        int ok = 1;
+        int64_t coord[KC_MAX_RANK];
+        for (int d = P.rb - 1; d >= 0; d--) {
+            coord[d] = rem % P.bdims[d];
+            rem /= P.bdims[d];
+        }
+        for (int j = 0; j < P.k; j++) {
+            int64_t io = 0;
+            for (int d = 0; d < P.rb; d++) io += coord[d] * P.ist[j][d];
+            int64_t v = kc_ld_i(P.idx[j], P.idx_dtype[j], io);
+            if (v < 0 && P.wrap) v += P.size[j];
+            if (v < 0 || v >= P.size[j]) ok = 0;
+            off += v * P.xstride[j];
+        }
+        y[i] = ok ? x[o * P.xblock + off + in] : T(0);
+    }
+}
+
+template <typename T>
+static __global__ void gather_kernel(const __grid_constant__ gather_params P, const T *x, T *y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rem = i, off = 0;
+        int64_t v = kc_ld_i(P.idx, P.idx_dtype, i);
+        for (int d = P.rank - 1; d >= 0; d--) {
+            int64_t c = rem % P.idims[d];
+            rem /= P.idims[d];
+            off += (d == P.dim ? v : c) * P.xs[d];
+        }
+        y[i] = (v >= 0 && v < P.size) ? x[off] : T(0);
+    }
+}
+
+// --- launchers
+
+// Element types by size: indexing moves bytes.
+template <typename P, typename K>
+static kiln_status by_size(const kiln_cuda_ctx *ctx, size_t es, const P &params, const void *x,
+                           void *y, K launch, const char *what) {
+    switch (es) {
+    case 1: launch(params, (const uint8_t *)x, (uint8_t *)y); break;
+    case 2: launch(params, (const uint16_t *)x, (uint16_t *)y); break;
+    case 4: launch(params, (const uint32_t *)x, (uint32_t *)y); break;
+    case 8: launch(params, (const uint64_t *)x, (uint64_t *)y); break;
+    default:
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda %s: element size %zu at %s", what, es,
+                              ctx->where ? ctx->where : "?");
+    }
+    return kiln_cuda_check_launch(ctx, what);
+}
+
+struct index_launch {
+    cudaStream_t s;
+    unsigned blocks;
+    template <typename T> void operator()(const index_params &P, const T *x, T *y) const {
+        index_kernel<T><<<blocks, INDEX_BLOCK, 0, s>>>(P, x, y);
+    }
+};
+
+struct gather_launch {
+    cudaStream_t s;
+    unsigned blocks;
+    template <typename T> void operator()(const gather_params &P, const T *x, T *y) const {
+        gather_kernel<T><<<blocks, INDEX_BLOCK, 0, s>>>(P, x, y);
+    }
+};
+
+static int is_index_dtype(uint32_t dt) { return dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I64; }
+
+static kiln_status index_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    int64_t dim = kiln_attrs_int(&args->attrs, KILN_A_INDEX_DIM, 0);
+    int k = (int)args->n_in - 1;
+    if (k < 1 || dim < 0 || dim + k > (int64_t)x->rank || x->dtype != y->dtype) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda index: bad operands at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    index_params P;
+    memset(&P, 0, sizeof P);
+    int64_t xs[KC_MAX_RANK];
+    kc_strides(x, xs);
+    P.k = k;
+    P.wrap = kiln_attrs_int(&args->attrs, KILN_A_INDEX_WRAP, 0) != 0;
+    P.rb = (int)y->rank - ((int)x->rank - k);
+    P.nb = 1;
+    P.outer = 1;
+    P.inner = 1;
+    for (int d = 0; d < P.rb; d++) {
+        P.bdims[d] = y->dims[dim + d];
+        P.nb *= P.bdims[d];
+    }
+    for (int64_t d = 0; d < dim; d++) P.outer *= x->dims[d];
+    for (uint32_t d = (uint32_t)(dim + k); d < x->rank; d++) P.inner *= x->dims[d];
+    P.xblock = dim > 0 ? xs[dim - 1] : kc_numel(x);
+    for (int j = 0; j < k; j++) {
+        const kiln_tensor *t = args->in[1 + j];
+        if (t == NULL || !is_index_dtype(t->dtype) || (int)t->rank > P.rb) {
+            return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                                  "cuda index: index %d is not an "
+                                  "int32/int64 tensor broadcasting to the index shape at %s",
+                                  j, ctx->where ? ctx->where : "?");
+        }
+        int64_t st[KC_MAX_RANK];
+        kc_bcast_strides(t, (uint32_t)P.rb, st);
+        for (int d = 0; d < P.rb; d++) P.ist[j][d] = st[d];
+        P.idx[j] = t->data;
+        P.idx_dtype[j] = t->dtype;
+        P.size[j] = x->dims[dim + j];
+        P.xstride[j] = xs[dim + j];
+    }
+    P.numel = kc_numel(y);
+    if (P.numel == 0) return KILN_OK;
+    index_launch L = {ctx->stream, kc_blocks(P.numel, INDEX_BLOCK)};
+    return by_size(ctx, kiln_cuda_dtype_size(y->dtype), P, x->data, y->data, L, "index_kernel");
+}
+
+static kiln_status gather_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *ix = args->n_in > 1 ? args->in[1] : NULL;
+    const kiln_tensor *y = args->out;
+    int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_GATHER_DIM, 0), x->rank);
+    if (ix == NULL || dim < 0 || ix->rank != x->rank || !is_index_dtype(ix->dtype) ||
+        x->dtype != y->dtype) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda gather: bad operands at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    gather_params P;
+    memset(&P, 0, sizeof P);
+    P.rank = (int)x->rank;
+    P.dim = dim;
+    for (uint32_t d = 0; d < ix->rank; d++) P.idims[d] = ix->dims[d];
+    kc_strides(x, P.xs);
+    P.size = x->dims[dim];
+    P.idx = ix->data;
+    P.idx_dtype = ix->dtype;
+    P.numel = kc_numel(ix);
+    if (P.numel == 0) return KILN_OK;
+    gather_launch L = {ctx->stream, kc_blocks(P.numel, INDEX_BLOCK)};
+    return by_size(ctx, kiln_cuda_dtype_size(y->dtype), P, x->data, y->data, L, "gather_kernel");
+}
+
+// --- entry points
+
+extern "C" kiln_status kiln_cuda_index(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    return index_run(ctx, args);
+}
+
+extern "C" kiln_status kiln_cuda_gather(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    return gather_run(ctx, args);
+}

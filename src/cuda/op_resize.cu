@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// upsample_nearest2d and upsample_bilinear2d over [N, C, H, W], with the CPU reference's index
+// rules (src/cpu/op_resize.c, PyTorch's): source index floor(dst * scale) for nearest, half-pixel
+// centres or align_corners for bilinear; scale = 1 / scales[i] when given, else in / out. Index
+// math and interpolation in float32.
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define RESIZE_BLOCK 256
+
+typedef struct resize_params {
+    int64_t nc, h, w, oh, ow;
+    float sh, sw; // source step per output index (in / out, 1 / scale, or align_corners')
+    int bilinear, align, given_h, given_w;
+} resize_params;
+
+// --- kernels
+
+__device__ __forceinline__ int64_t rs_nearest(int64_t dst, int64_t in, int64_t out, float s,
+                                              int given) {
+    if (out == in) return dst;
+    if (out == 2 * in && !given) return dst >> 1;
+    int64_t src = (int64_t)floorf((float)dst * s);
+    return src < in - 1 ? src : in - 1;
+}
+
+__device__ __forceinline__ void rs_linear(int64_t dst, int64_t in, float s, int align, int64_t *i0,
+                                          int64_t *i1, float *w1) {
+    float src = align ? s * (float)dst : s * ((float)dst + 0.5f) - 0.5f;
+    if (!align && src < 0.0f) src = 0.0f;
+    int64_t a = (int64_t)src;
+    if (a > in - 1) a = in - 1;
+    *i0 = a;
+    *i1 = a + (a < in - 1 ? 1 : 0);
+    *w1 = src - (float)a;
+}
+
+template <typename T>
+static __global__ void resize_kernel(const __grid_constant__ resize_params P, const T *x, T *y) {
+    int64_t n = P.nc * P.oh * P.ow;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t q = i % P.ow, r = (i / P.ow) % P.oh, p = i / (P.ow * P.oh);
+        const T *xb = x + p * P.h * P.w;
+        float v;
+        if (!P.bilinear) {
+            int64_t sr = rs_nearest(r, P.h, P.oh, P.sh, P.given_h);
+            int64_t sc = rs_nearest(q, P.w, P.ow, P.sw, P.given_w);
+            v = kc_to_f(xb[sr * P.w + sc]);
+        } else {
+            int64_t r0, r1, c0, c1;
+            float wr, wc;
+            rs_linear(r, P.h, P.sh, P.align, &r0, &r1, &wr);
+            rs_linear(q, P.w, P.sw, P.align, &c0, &c1, &wc);
+            float v00 = kc_to_f(xb[r0 * P.w + c0]), v01 = kc_to_f(xb[r0 * P.w + c1]);
+            float v10 = kc_to_f(xb[r1 * P.w + c0]), v11 = kc_to_f(xb[r1 * P.w + c1]);
+            v = (1.0f - wr) * ((1.0f - wc) * v00 + wc * v01) + wr * ((1.0f - wc) * v10 + wc * v11);
+        }
+        y[i] = kc_from_f<T>(v);
+    }
+}
+
+// --- launchers
+
+static float rs_step(double given, int64_t in, int64_t out, int bilinear, int align) {
+    if (bilinear && align) return out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+    return !isnan(given) ? (float)(1.0 / given) : (float)in / (float)out;
+}
+
+template <typename T>
+static kiln_status resize_launch(const kiln_cuda_ctx *ctx, const resize_params &P, const void *x,
+                                 void *y) {
+    int64_t n = P.nc * P.oh * P.ow;
+    if (n == 0) return KILN_OK;
+    resize_kernel<T>
+        <<<kc_blocks(n, RESIZE_BLOCK), RESIZE_BLOCK, 0, ctx->stream>>>(P, (const T *)x, (T *)y);
+    return kiln_cuda_check_launch(ctx, "resize_kernel");
+}
+
+// --- entry points
+
+extern "C" kiln_status kiln_cuda_upsample(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    if (x->rank != 4 || y->rank != 4 || x->dtype != y->dtype || x->dims[2] < 1 || x->dims[3] < 1) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda upsample: needs [N, C, H, W] of one float dtype at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    resize_params P;
+    memset(&P, 0, sizeof P);
+    P.bilinear = args->op == KILN_OP_UPSAMPLE_BILINEAR2D;
+    P.align = P.bilinear ? (int)kiln_attrs_int(&args->attrs, KILN_A_UPSAMPLE_ALIGN, 0) : 0;
+    double gh = kiln_attrs_float(&args->attrs, KILN_A_UPSAMPLE_SCALES, 0);
+    double gw = kiln_attrs_float(&args->attrs, KILN_A_UPSAMPLE_SCALES, 1);
+    P.nc = x->dims[0] * x->dims[1];
+    P.h = x->dims[2];
+    P.w = x->dims[3];
+    P.oh = y->dims[2];
+    P.ow = y->dims[3];
+    P.given_h = !isnan(gh);
+    P.given_w = !isnan(gw);
+    P.sh = rs_step(gh, P.h, P.oh, P.bilinear, P.align);
+    P.sw = rs_step(gw, P.w, P.ow, P.bilinear, P.align);
+    switch (y->dtype) {
+    case KILN_DTYPE_F32: return resize_launch<float>(ctx, P, x->data, y->data);
+    case KILN_DTYPE_F16: return resize_launch<__half>(ctx, P, x->data, y->data);
+    case KILN_DTYPE_BF16: return resize_launch<__nv_bfloat16>(ctx, P, x->data, y->data);
+    default:
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda upsample: dtype %s at %s",
+                              kiln_cuda_dtype_name(y->dtype), ctx->where ? ctx->where : "?");
+    }
+}
