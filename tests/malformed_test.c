@@ -12,6 +12,7 @@
 #include "builder/serialize.h"
 #include "check.h"
 #include "core/crc32.h"
+#include "core/utf8.h"
 #include "format_built.h"
 #include "format_fixtures.h"
 #include "runtime/format.h"
@@ -118,7 +119,9 @@ static void bit_flips(const uint8_t *e, size_t n, const char *fx, size_t body_st
                 want = KILN_ERR_NOT_ENGINE;
                 msg = "magic";
             } else if (byte < 12) {
-                want = rd32(c + 8) == 0 ? KILN_ERR_CORRUPT : KILN_ERR_VERSION;
+                // 0 is invalid; any other flip gives a version that is either above the cap or
+                // whose header CRC still matches version 1: damage, not a newer Kiln.
+                want = KILN_ERR_CORRUPT;
                 msg = "format_version";
             } else if (byte < 40 + 320) {
                 msg = byte >= 36 && byte < 40 ? "header_crc32" : "";
@@ -144,7 +147,7 @@ static void bit_flips(const uint8_t *e, size_t n, const char *fx, size_t body_st
 
 enum field_class {
     F_CORRUPT,     // every changed value is CORRUPT
-    F_VERSION,     // format_version: 0 CORRUPT, larger VERSION
+    F_VERSION,     // format_version: 0 and > 255 CORRUPT, 2..255 (CRC fixed) VERSION
     F_FLAGS,       // header flags: VERSION
     F_INFO,        // informational: OK
     F_HEADER_CRC,  // header_crc32 (not recomputed)
@@ -191,7 +194,9 @@ static void boundary(const uint8_t *e, size_t n, const char *fx, const field *f)
             fix_crcs(c, n, 0);
         kiln_status want = KILN_ERR_CORRUPT;
         switch (f->cls) {
-        case F_VERSION: want = v == 0 ? KILN_ERR_CORRUPT : KILN_ERR_VERSION; break;
+        case F_VERSION:
+            want = v == 0 || v > KILN_FORMAT_VERSION_CAP ? KILN_ERR_CORRUPT : KILN_ERR_VERSION;
+            break;
         case F_FLAGS: want = KILN_ERR_VERSION; break;
         case F_INFO: want = KILN_OK; break;
         case F_ARENA:
@@ -525,6 +530,19 @@ static void headers(const uint8_t *e, size_t n, const char *fx) {
     memset(c + 12, 0xEE, n - 12); // a newer version's layout is not interpreted at all
     EXPECT(c, n, KILN_ERR_VERSION, "format_version 2", "%s version+1, garbage after", fx);
     EXPECT(c, 12, KILN_ERR_VERSION, "format_version 2", "%s version+1, 12 bytes", fx);
+    // Damage, not a newer format: the header CRC still matches version 1, or the value is beyond
+    // any version Kiln will write.
+    for (uint32_t v = 2; v <= KILN_FORMAT_VERSION_CAP; v++) {
+        memcpy(c, e, n);
+        kiln_wr_u32(c + 8, v);
+        EXPECT(c, n, KILN_ERR_CORRUPT, "the header CRC matches format_version 1",
+               "%s version %u, CRC of version 1", fx, v);
+    }
+    memcpy(c, e, n);
+    kiln_wr_u32(c + 8, KILN_FORMAT_VERSION_CAP + 1);
+    fix_crcs(c, n, 0);
+    EXPECT(c, n, KILN_ERR_CORRUPT, "format_version 256 is outside every released range",
+           "%s version 256", fx);
     memcpy(c, e, n);
     kiln_wr_u32(c + 16, 0x100);
     fix_crcs(c, n, 0);
@@ -567,9 +585,101 @@ static void trivial_inputs(void) {
     memcpy(mz, magic_only, 8);
     EXPECT(mz, sizeof mz, KILN_ERR_CORRUPT, "format_version 0", "magic + zeros");
     memset(mz + 8, 0xFF, sizeof mz - 8);
-    EXPECT(mz, sizeof mz, KILN_ERR_VERSION, "format_version 4294967295", "magic + 0xFF");
+    EXPECT(mz, sizeof mz, KILN_ERR_CORRUPT, "format_version 4294967295 is outside every",
+           "magic + 0xFF");
     kiln_wr_u32(mz + 8, 1);
     EXPECT(mz, sizeof mz, KILN_ERR_CORRUPT, "header_nbytes", "v1 + 0xFF");
+}
+
+// --- strings: every string of the engine (input, output, weight and activation names, weight
+// keys) with bytes that are not UTF-8 text, CRCs recomputed; valid multi-byte UTF-8 loads.
+
+typedef struct bad_text {
+    const char *bytes; // replaces the string's first bytes (the string keeps its length)
+    size_t n;
+    const char *what;
+} bad_text;
+
+static void strings(const uint8_t *e, size_t n, const char *fx) {
+    static const bad_text bad[] = {
+        {"\xff", 1, "0xff"},
+        {"\x80", 1, "a lone continuation byte"},
+        {"\xc0\xaf", 2, "an overlong '/'"},
+        {"\xe0\x80\xaf", 3, "an overlong 3-byte form"},
+        {"\xed\xa0\x80", 3, "a surrogate"},
+        {"\xf4\x90\x80\x80", 4, "a code point above U+10FFFF"},
+        {"\xc3", 1, "a truncated sequence"},
+        {"\x1b[2J", 4, "ESC (clear screen)"},
+        {"\x0a", 1, "a newline"},
+        {"\x7f", 1, "DEL"},
+        {"\xc2\x85", 2, "a C1 control (NEL)"},
+        {"\xc2\x9b", 2, "a C1 control (CSI)"},
+    };
+    const uint8_t *ss = sec((uint8_t *)e, KILN_SECTION_STRINGS);
+    uint64_t snb = 0;
+    for (uint32_t i = 0; i < 10; i++) {
+        if (rd32(centry(e, i)) == KILN_SECTION_STRINGS) snb = rd64(centry(e, i) + 16);
+    }
+    size_t s0 = (size_t)(ss - e);
+    uint8_t *c = dup_bytes(e, n, 0);
+    int n_strings = 0;
+    for (uint64_t at = 1; at < snb; at += strlen((const char *)ss + at) + 1) {
+        size_t len = strlen((const char *)ss + at);
+        if (len == 0) continue;
+        n_strings++;
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            if (bad[k].n > len) continue;
+            memcpy(c, e, n);
+            memcpy(c + s0 + at, bad[k].bytes, bad[k].n);
+            fix_crcs(c, n, 0);
+            EXPECT(c, n, KILN_ERR_CORRUPT, "is not UTF-8 text", "%s string at %llu: %s", fx,
+                   (unsigned long long)at, bad[k].what);
+            // The message itself is UTF-8 text: the bad bytes are shown as \xNN.
+            const char *m = kiln_last_error();
+            CHECK_MSG(kiln_utf8_check(m, strlen(m)) == strlen(m), "%s: message is not text: %s", fx,
+                      m);
+            CHECK_MSG(strstr(m, "\\x") != NULL, "%s: message lacks a \\x escape: %s", fx, m);
+        }
+        // Valid multi-byte text (U+00E9, U+20AC, U+1F600) loads.
+        static const char *good[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+        for (size_t k = 0; k < 3; k++) {
+            size_t gn = strlen(good[k]);
+            if (gn > len) continue;
+            memcpy(c, e, n);
+            memcpy(c + s0 + at, good[k], gn);
+            fix_crcs(c, n, 0);
+            kiln_status st = load(c, n);
+            // A renamed binding may collide with another name, nothing else may fail.
+            CHECK_MSG(st == KILN_OK || strstr(kiln_last_error(), "used by two") != NULL,
+                      "%s string at %llu: valid UTF-8 %zu bytes refused: %s", fx,
+                      (unsigned long long)at, gn, kiln_last_error());
+        }
+        // A reference into the middle of a multi-byte character.
+        if (len >= 3) {
+            memcpy(c, e, n);
+            memcpy(c + s0 + at, "\xe2\x82\xac", 3);
+            fix_crcs(c, n, 0);
+            kiln_plan p;
+            if (kiln_load_plan(c, n, &p) == KILN_OK) {
+                int done = 0;
+                for (uint32_t t = 0; t < p.n_tensors && !done; t++) {
+                    if (p.tensors[t].name != at) continue;
+                    p.tensors[t].name = (uint32_t)at + 1;
+                    uint8_t *e2;
+                    size_t n2;
+                    CHECK_OK(kiln_serialize(&p, &e2, &n2));
+                    EXPECT(e2, n2, KILN_ERR_CORRUPT, "starts inside a UTF-8 character",
+                           "%s name inside a character", fx);
+                    kiln_free(e2, n2);
+                    p.tensors[t].name = (uint32_t)at;
+                    done = 1;
+                }
+                kiln_plan_release(&p);
+            }
+        }
+    }
+    CHECK_MSG(n_strings > 0, "%s: no strings", fx);
+    free(c);
 }
 
 // --- M7 caps at the limit and one past it
@@ -702,6 +812,7 @@ int main(void) {
         boundaries(e, n, fx_name(f), &plan);
         structure(e, n, fx_name(f));
         headers(e, n, fx_name(f));
+        strings(e, n, fx_name(f));
         printf("%s: %zu bytes, %d failures\n", fx_name(f), n, check_failed_ - before);
         kiln_free(e, n);
         kiln_plan_release(&plan);
@@ -728,6 +839,7 @@ int main(void) {
             boundaries(e, n, name, &plan);
             structure(e, n, name);
             headers(e, n, name);
+            strings(e, n, name);
             printf("%s: %zu bytes, %d failures\n", name, n, check_failed_ - before);
             kiln_plan_release(&plan);
             free(e);

@@ -75,9 +75,13 @@ typedef enum kiln_status {
 
 // A short, static, human-readable name for a status ("corrupt engine", ...). Never NULL.
 KILN_API const char *kiln_status_str(kiln_status status);
+// The status's identifier as in this header ("KILN_ERR_CORRUPT", ...; "KILN_ERR_UNKNOWN" for a
+// value outside the enum). Never NULL.
+KILN_API const char *kiln_status_name(kiln_status status);
 
 // The message of the last failure on this thread (names the field, the value and the remedy),
-// or "" if none. Valid until the next Kiln call on this thread.
+// or "" if none: valid UTF-8 without control characters (bytes quoted from a damaged file are
+// written as \xNN), at most 4095 bytes. Valid until the next Kiln call on this thread.
 KILN_API const char *kiln_last_error(void);
 KILN_API void kiln_clear_error(void);
 
@@ -91,7 +95,9 @@ typedef enum kiln_log_level {
     KILN_LOG_NONE = 4,
 } kiln_log_level;
 
-// Receives one complete message per call (no trailing newline). May be called from any thread.
+// Receives one complete message per call (no trailing newline): valid UTF-8 without control
+// characters (bytes quoted from a damaged file are written as \xNN). May be called from any
+// thread.
 typedef void (*kiln_log_fn)(void *user_data, kiln_log_level level, const char *message);
 
 // Installs the log callback (NULL restores the default: stderr) and the minimum level delivered

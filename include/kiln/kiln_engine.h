@@ -115,6 +115,31 @@ KILN_API kiln_status kiln_context_output_shape(const kiln_context *context, uint
 KILN_API kiln_status kiln_engine_describe(const void *data, size_t nbytes, char *buf,
                                           size_t buf_nbytes, size_t *out_nbytes);
 
+// --- ExecuTorch data files (.ptd), checked before any other reader is given them
+
+// Checks that data[0, nbytes) is a well-formed ExecuTorch .ptd file (FlatTensor): the header,
+// the flatbuffer (every offset, vtable, vector and string inside the buffer, with the flatbuffer
+// Verifier's rules), every segment inside the file's data region, every key present, unique and
+// UTF-8 text, every segment index in range, every tensor layout consistent. ExecuTorch's own
+// reader checks none of this and can crash on a damaged file; kiln.load and kiln_program_load
+// run this check first. Errors: KILN_ERR_CORRUPT (names the field, the offset and the value),
+// KILN_ERR_NO_MEMORY. The tensor data itself is not read (the weights are checked at engine load
+// against their keys, option verify_weights).
+KILN_API kiln_status kiln_ptd_check(const void *data, size_t nbytes);
+// The same for a file, reading only its header and flatbuffer. Also KILN_ERR_IO.
+KILN_API kiln_status kiln_ptd_check_file(const char *path);
+
+// Checks that data[0, nbytes) is a well-formed ExecuTorch program (.pte): its extended header,
+// and its whole flatbuffer with the Verifier's rules plus every field ExecuTorch's writer always
+// writes present (ExecuTorch's method loader dereferences those without checking; a damaged one
+// crashes it), every index inside what it indexes, and the memory each method plans at most
+// the machine's physical memory (KILN_ERR_NO_MEMORY otherwise: ExecuTorch would allocate it).
+// The segments (engines, weights) are not read: the engines and weights are checked when they
+// load. kiln.load and kiln_program_load run this check first. Errors as kiln_ptd_check.
+KILN_API kiln_status kiln_pte_check(const void *data, size_t nbytes);
+// The same for a file, reading only its header and flatbuffer. Also KILN_ERR_IO.
+KILN_API kiln_status kiln_pte_check_file(const char *path);
+
 // --- what runs each layer (diagnostics, tests, `kiln inspect` and `kiln profile`)
 
 #define KILN_LAYER_INFO_TAIL 0x1u   // fused into the head layer `head` (kernel "fused")

@@ -57,14 +57,33 @@ typedef struct kiln_program_options {
 
 KILN_API void kiln_program_options_init(kiln_program_options *options);
 
-// Loads an ExecuTorch program. Errors: KILN_ERR_IO (a file is missing or unreadable: names it),
-// KILN_ERR_CORRUPT (not an ExecuTorch program), KILN_ERR_MISSING_DATA (a method needs external
-// weights that no .ptd given holds), KILN_ERR_INVALID_ARG (an unknown or process-only option),
-// KILN_ERR_UNSUPPORTED (an operator without a kernel, or a delegate not registered in this
-// process), KILN_ERR_NO_MEMORY. options may be NULL.
+// Loads an ExecuTorch program. The files are untrusted: every .ptd is checked by Kiln before
+// ExecuTorch reads it (kiln_ptd_check_file), the program's flatbuffer is verified in full, and
+// every Kiln engine and weight is validated at method load. Errors: KILN_ERR_IO (a file is
+// missing or unreadable: names it), KILN_ERR_CORRUPT (not an ExecuTorch program, a damaged
+// .ptd, a damaged Kiln engine or weight), KILN_ERR_VERSION (an engine from a newer Kiln),
+// KILN_ERR_MISSING_DATA (a method needs external weights that no .ptd given holds),
+// KILN_ERR_DEVICE (the option device asks for a GPU that is not available),
+// KILN_ERR_INVALID_ARG (an unknown or process-only option), KILN_ERR_UNSUPPORTED (an operator
+// without a kernel, or a delegate not registered in this process), KILN_ERR_NO_MEMORY. A
+// failure inside KilnBackend returns Kiln's own status and its whole message.
+// options may be NULL.
 KILN_API kiln_status kiln_program_load(const char *path, const kiln_program_options *options,
                                        kiln_program **out);
 KILN_API void kiln_program_free(kiln_program *program);
+
+// The most memory one method may plan (ExecuTorch allocates and zeroes it when the method
+// loads), for methods loaded after the call, process-wide: a program asking for more is refused
+// with KILN_ERR_NO_MEMORY before anything is allocated, so a damaged size cannot take the
+// machine's memory. 0 (the default): the machine's physical memory.
+KILN_API void kiln_program_set_planned_limit(uint64_t nbytes);
+// Another handle on the same loaded program, for another thread: ExecuTorch's Program (the
+// file's bytes, read and verified once) is immutable and shared; the new handle has its own
+// methods, Kiln engines and buffers, so handles run at the same time, each single-owner as
+// above. It takes the original's options and lazy_methods; either handle may be freed first.
+// KILN_ERR_UNSUPPORTED for a program loaded with .ptd data files (ExecuTorch's Module cannot
+// attach them to a shared program: load it once per thread).
+KILN_API kiln_status kiln_program_share(const kiln_program *program, kiln_program **out);
 
 // The message of the last kiln_program_* call on this thread if it failed, else "" (every call
 // clears it first). Valid until the next kiln_program_* call on this thread.
@@ -163,6 +182,16 @@ KILN_API const char *kiln_executorch_built_against(void);
 KILN_API int kiln_executorch_owns_registration(void);
 // ExecuTorch's error code from the static registration (0: registered).
 KILN_API uint32_t kiln_executorch_registration_error(void);
+
+// The last failure of the KilnBackend delegate on the calling thread (ExecuTorch passes only an
+// error code up: this is the cause), for callers that use ExecuTorch directly (Module, Python's
+// executorch.runtime): its status (KILN_OK when none since the last clear) and its whole message
+// ("loading the Kiln engine failed (method 'forward'): KILN_ERR_CORRUPT (corrupt engine): ...",
+// UTF-8 text, valid until the thread's next delegate call). The same text goes to ExecuTorch's
+// log in lines of at most 256 bytes. kiln_program_* calls read it themselves.
+KILN_API kiln_status kiln_executorch_last_status(void);
+KILN_API const char *kiln_executorch_last_error(void);
+KILN_API void kiln_executorch_clear_error(void);
 
 #ifdef __cplusplus
 }

@@ -123,6 +123,10 @@ static const option_def defs[] = {
     OPT_INT("cuda.profile_delay_us", V_INT, "100", "both", 1, CUDA(profile_delay_us), 1, 1000000,
             "with profile: microseconds of the delay kernel queued ahead of each layer, so that "
             "the events around a layer time GPU work only"),
+    // Rows added later go last: an option's index is part of the table's contract.
+    OPT("verify_weights", V_BOOL, "true", "both", 0, AT(verify_weights),
+        "check every weight read from a .pte's named data or a .ptd against the SHA-256 its key "
+        "names; false skips it for trusted files (faster loads)"),
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 

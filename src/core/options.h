@@ -44,6 +44,7 @@ typedef struct kiln_options {
     int use_shared_activation_scratch; // bool
     int64_t num_threads;               // CPU backend threads (1..64)
     int profile;                       // bool: time every layer (kiln_context_layer_info)
+    int verify_weights;                // bool: external weights checked against their keys
     kiln_cuda_policy cuda;             // the options cuda.*
 } kiln_options;
 

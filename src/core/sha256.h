@@ -22,6 +22,11 @@ void kiln_sha256_final(kiln_sha256_ctx *s, uint8_t out[KILN_SHA256_NBYTES]);
 
 // One-shot digest.
 void kiln_sha256(const void *data, size_t nbytes, uint8_t out[KILN_SHA256_NBYTES]);
+// The same digest, computed by the system's libcrypto when it can be loaded (much faster on CPUs
+// with SHA instructions) and by the portable code above otherwise. Thread-safe.
+void kiln_sha256_fast(const void *data, size_t nbytes, uint8_t out[KILN_SHA256_NBYTES]);
+// 1 when kiln_sha256_fast uses libcrypto in this process, else 0.
+int kiln_sha256_accelerated(void);
 // Lower-case hex of a digest (64 characters and a NUL).
 void kiln_sha256_hex(const uint8_t digest[KILN_SHA256_NBYTES], char out[65]);
 

@@ -11,6 +11,7 @@
 
 #include "core/env.h"
 #include "core/status.h"
+#include "core/utf8.h"
 
 static const char *const status_names[KILN_STATUS_COUNT] = {
     [KILN_OK] = "ok",
@@ -29,9 +30,31 @@ static const char *const status_names[KILN_STATUS_COUNT] = {
     [KILN_ERR_INTERNAL] = "internal error",
 };
 
+static const char *const status_ids[KILN_STATUS_COUNT] = {
+    [KILN_OK] = "KILN_OK",
+    [KILN_ERR_INVALID_ARG] = "KILN_ERR_INVALID_ARG",
+    [KILN_ERR_NO_MEMORY] = "KILN_ERR_NO_MEMORY",
+    [KILN_ERR_NOT_ENGINE] = "KILN_ERR_NOT_ENGINE",
+    [KILN_ERR_CORRUPT] = "KILN_ERR_CORRUPT",
+    [KILN_ERR_VERSION] = "KILN_ERR_VERSION",
+    [KILN_ERR_UNSUPPORTED] = "KILN_ERR_UNSUPPORTED",
+    [KILN_ERR_SHAPE] = "KILN_ERR_SHAPE",
+    [KILN_ERR_MISSING_DATA] = "KILN_ERR_MISSING_DATA",
+    [KILN_ERR_DEVICE] = "KILN_ERR_DEVICE",
+    [KILN_ERR_IO] = "KILN_ERR_IO",
+    [KILN_ERR_BUSY] = "KILN_ERR_BUSY",
+    [KILN_ERR_INVALID_STATE] = "KILN_ERR_INVALID_STATE",
+    [KILN_ERR_INTERNAL] = "KILN_ERR_INTERNAL",
+};
+
 const char *kiln_status_str(kiln_status status) {
     if ((unsigned)status >= KILN_STATUS_COUNT) return "unknown status";
     return status_names[status];
+}
+
+const char *kiln_status_name(kiln_status status) {
+    if ((unsigned)status >= KILN_STATUS_COUNT) return "KILN_ERR_UNKNOWN";
+    return status_ids[status];
 }
 
 uint32_t kiln_version(void) {
@@ -41,9 +64,33 @@ uint32_t kiln_version(void) {
 
 const char *kiln_version_string(void) { return KILN_VERSION_STRING; }
 
+// --- messages: formatted, then made safe text (src/core/utf8.h) so that neither the log hook
+// nor kiln_last_error ever carries bytes that are not valid UTF-8, or control characters, even
+// when a message quotes a string from a damaged file. A message longer than the buffer ends
+// with "..." at a character boundary.
+
+#define MSG_NBYTES 4096
+
+static void format_message(char *out, const char *fmt, va_list ap) {
+    char raw[MSG_NBYTES];
+    int n = vsnprintf(raw, sizeof raw, fmt, ap);
+    size_t len = n < 0 ? 0 : (size_t)n, used = 0;
+    int cut = len >= sizeof raw;
+    if (cut) {
+        // Drop a multi-byte character that vsnprintf cut in half.
+        len = sizeof raw - 1;
+        size_t j = len;
+        while (j > 0 && len - j < 3 && ((unsigned char)raw[j - 1] & 0xC0) == 0x80) j--;
+        if (j > 0 && (unsigned char)raw[j - 1] >= 0xC0 &&
+            kiln_utf8_seq_len((const unsigned char *)raw + j - 1, len - (j - 1)) == 0)
+            len = j - 1;
+    }
+    size_t w = kiln_utf8_escape(out, MSG_NBYTES - 3, raw, len, &used);
+    if (cut || used < len) memcpy(out + w, "...", 4);
+}
+
 // --- last error (thread-local)
 
-#define MSG_NBYTES 1024
 static _Thread_local char last_error[MSG_NBYTES];
 
 const char *kiln_last_error(void) { return last_error; }
@@ -98,7 +145,7 @@ void kiln_log(kiln_log_level level, const char *fmt, ...) {
     va_list ap;
     if (level < kiln_log_get_level()) return;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    format_message(buf, fmt, ap);
     va_end(ap);
     emit(level, buf);
 }
@@ -106,7 +153,7 @@ void kiln_log(kiln_log_level level, const char *fmt, ...) {
 kiln_status kiln_fail(kiln_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    format_message(last_error, fmt, ap);
     va_end(ap);
     // The caller receives the status and kiln_last_error(); the log gets the detail at INFO so
     // that errors the caller handles (and reports itself) are not printed twice by default.

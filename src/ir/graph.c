@@ -11,7 +11,9 @@
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/utf8.h"
 #include "ir/graph.h"
+#include "kiln/kiln_format.h"
 
 // --- growable arrays
 
@@ -101,8 +103,19 @@ static size_t bounded_len(const char *s, size_t max) {
     return n;
 }
 
-// Checks a binding name: non-empty, at most KILN_GRAPH_MAX_NAME bytes, unique among the inputs
-// and outputs.
+// Names reach the engine's strings, which the loader accepts only as UTF-8 text without control
+// characters (docs/format.md §3): refuse anything else here, at the call that passes it.
+static kiln_status check_name_text(const char *fn, const char *name, size_t len) {
+    size_t bad = kiln_utf8_check(name, len);
+    KILN_CHECK(bad == len, KILN_ERR_INVALID_ARG,
+               "%s: the name '%.40s' is not UTF-8 text: byte %zu (0x%02x) is %s; names are "
+               "UTF-8 without control characters",
+               fn, name, bad, (unsigned char)name[bad], kiln_utf8_problem(name + bad, len - bad));
+    return KILN_OK;
+}
+
+// Checks a binding name: non-empty, at most KILN_GRAPH_MAX_NAME bytes, UTF-8 text, unique among
+// the inputs and outputs.
 static kiln_status check_binding_name(const kiln_graph *g, const char *fn, const char *name) {
     size_t len;
     KILN_CHECK(name != NULL, KILN_ERR_INVALID_ARG, "%s: name is NULL", fn);
@@ -113,6 +126,7 @@ static kiln_status check_binding_name(const kiln_graph *g, const char *fn, const
                fn);
     KILN_CHECK(len <= KILN_GRAPH_MAX_NAME, KILN_ERR_INVALID_ARG,
                "%s: the name '%.40s...' is longer than %u bytes", fn, name, KILN_GRAPH_MAX_NAME);
+    KILN_TRY(check_name_text(fn, name, len));
     for (size_t i = 0; i < g->n_inputs; i++) {
         const char *other = kiln_graph_name(g, g->values[g->inputs[i]].name);
         KILN_CHECK(strcmp(other, name) != 0, KILN_ERR_INVALID_ARG,
@@ -201,6 +215,22 @@ kiln_status kiln_graph_add_input(kiln_graph *g, const char *name, kiln_dtype dty
                "%s: %s has dtype %d, not a Kiln dtype (1..%d)", fn, what, (int)dtype,
                KILN_DTYPE_COUNT - 1);
     KILN_TRY(check_dims(fn, what, rank, dim_min, dim_max));
+    {
+        // The engine format's limit on one tensor (docs/format.md §3.2), checked here so that a
+        // shape the runtime could not bind is refused at the call that declares it.
+        uint64_t nbytes = kiln_dtype_size(dtype);
+        for (uint32_t i = 0; i < rank; i++) {
+            KILN_CHECK(kiln_mul_u64(nbytes, (uint64_t)dim_max[i], &nbytes) &&
+                           nbytes <= KILN_FORMAT_MAX_TENSOR_NBYTES,
+                       KILN_ERR_INVALID_ARG,
+                       "%s: %s %s at its largest shape %s needs more than 2^62 bytes, Kiln's limit "
+                       "for one tensor (element count times %zu bytes); give smaller dim_max "
+                       "values",
+                       fn, what, kiln_dtype_name(dtype),
+                       dims_str((char[160]){0}, 160, rank, dim_max, dim_max),
+                       kiln_dtype_size(dtype));
+        }
+    }
     KILN_TRY(check_value_room(g, fn));
     KILN_CHECK(g->n_inputs < KILN_GRAPH_MAX_IO, KILN_ERR_INVALID_ARG,
                "%s: the graph already has %u inputs, Kiln's limit", fn, KILN_GRAPH_MAX_IO);
@@ -233,9 +263,11 @@ kiln_status kiln_graph_add_constant(kiln_graph *g, const char *name, kiln_dtype 
     KILN_CHECK(g != NULL && out_value != NULL, KILN_ERR_INVALID_ARG,
                "%s: graph and out_value must not be NULL", fn);
     if (name != NULL) {
-        KILN_CHECK(bounded_len(name, KILN_GRAPH_MAX_NAME + 1) <= KILN_GRAPH_MAX_NAME,
-                   KILN_ERR_INVALID_ARG, "%s: the name '%.40s...' is longer than %u bytes", fn,
-                   name, KILN_GRAPH_MAX_NAME);
+        size_t len = bounded_len(name, KILN_GRAPH_MAX_NAME + 1);
+        KILN_CHECK(len <= KILN_GRAPH_MAX_NAME, KILN_ERR_INVALID_ARG,
+                   "%s: the name '%.40s...' is longer than %u bytes", fn, name,
+                   KILN_GRAPH_MAX_NAME);
+        KILN_TRY(check_name_text(fn, name, len));
     }
     snprintf(what, sizeof what, "constant '%s'", name != NULL ? name : "");
     KILN_CHECK(kiln_dtype_valid((uint32_t)dtype), KILN_ERR_INVALID_ARG,

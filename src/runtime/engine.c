@@ -6,13 +6,19 @@
 // ranges and the output capacities, and hand the layer loop to the backend.
 //
 // Execute allocates nothing: every array it touches is sized at context creation.
+#define _POSIX_C_SOURCE 200809L // sysconf
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/checked.h"
 #include "core/dtype.h"
+#include "core/sha256.h"
 #include "core/status.h"
 #include "ir/shape.h"
 #include "runtime/engine_internal.h"
@@ -98,6 +104,140 @@ static kiln_status choose_backend(const kiln_options *o, const kiln_backend_ops 
     return KILN_OK;
 }
 
+// --- weight verification: an external weight's key is "kiln-w-" and the lower-case hex SHA-256
+// of its bytes (src/builder/plan_emit.c), so the bytes a resolver returns can be checked against
+// the engine, which is itself CRC-protected. Keys of another form (hand-made engines) name no
+// digest and are not checked.
+
+#define KEY_PREFIX "kiln-w-"
+#define KEY_PREFIX_NBYTES 7
+
+static int key_digest(const char *key, uint8_t digest[KILN_SHA256_NBYTES]) {
+    if (strncmp(key, KEY_PREFIX, KEY_PREFIX_NBYTES) != 0) return 0;
+    const char *h = key + KEY_PREFIX_NBYTES;
+    for (int i = 0; i < 2 * KILN_SHA256_NBYTES; i++) {
+        if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f'))) return 0;
+    }
+    if (h[2 * KILN_SHA256_NBYTES] != '\0') return 0;
+    for (int i = 0; i < KILN_SHA256_NBYTES; i++) {
+        int hi = h[2 * i] <= '9' ? h[2 * i] - '0' : h[2 * i] - 'a' + 10;
+        int lo = h[2 * i + 1] <= '9' ? h[2 * i + 1] - '0' : h[2 * i + 1] - 'a' + 10;
+        digest[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 1;
+}
+
+typedef struct ext_weight {
+    const void *data;
+    uint64_t nbytes;
+    uint32_t tensor;
+    int skip;     // the same buffer as the entry before it (hashed once)
+    int mismatch; // its bytes do not hash to its key
+    uint8_t got[KILN_SHA256_NBYTES];
+} ext_weight;
+
+static int cmp_ext(const void *a, const void *b) {
+    const ext_weight *x = a, *y = b;
+    uintptr_t px = (uintptr_t)x->data, py = (uintptr_t)y->data;
+    if (px != py) return px < py ? -1 : 1;
+    if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
+    return x->tensor < y->tensor ? -1 : (x->tensor > y->tensor);
+}
+
+typedef struct verify_job {
+    const kiln_plan *p;
+    ext_weight *w;
+    uint32_t n;
+    atomic_uint next; // the next entry to hash
+} verify_job;
+
+static void hash_one(const kiln_plan *p, ext_weight *w) {
+    uint8_t want[KILN_SHA256_NBYTES];
+    if (w->skip || !key_digest(kiln_plan_string(p, p->tensors[w->tensor].key), want)) return;
+    kiln_sha256_fast(w->data, (size_t)w->nbytes, w->got);
+    w->mismatch = memcmp(want, w->got, sizeof want) != 0;
+}
+
+static void *hash_worker(void *arg) {
+    verify_job *j = arg;
+    for (uint32_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) hash_one(j->p, &j->w[i]);
+    return NULL;
+}
+
+// Hashes on up to 8 threads when there is enough to hash (each weight on one thread; the
+// caller's thread works too, and does everything if no thread can be started).
+static void hash_all(const kiln_plan *p, ext_weight *w, uint32_t n, uint64_t total) {
+    verify_job job = {p, w, n, 0};
+    pthread_t threads[7];
+    int n_threads = 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (total >= (UINT64_C(64) << 20) && cpus > 1 && n > 1) {
+        long want = cpus < 8 ? cpus - 1 : 7;
+        for (; n_threads < want && (uint32_t)n_threads + 1 < n; n_threads++) {
+            if (pthread_create(&threads[n_threads], NULL, hash_worker, &job) != 0) break;
+        }
+    }
+    hash_worker(&job);
+    for (int t = 0; t < n_threads; t++) pthread_join(threads[t], NULL);
+}
+
+static kiln_status mismatch_error(const kiln_plan *p, const ext_weight *w) {
+    const kiln_plan_tensor *t = &p->tensors[w->tensor];
+    const char *key = kiln_plan_string(p, t->key);
+    const char *name = kiln_plan_string(p, t->name);
+    char got_hex[65];
+    kiln_sha256_hex(w->got, got_hex);
+    return kiln_fail(KILN_ERR_CORRUPT,
+                     "external weight '%s' (tensor %u%s%s%s, %s %s, %" PRIu64
+                     " bytes) does not match the SHA-256 its key names (the bytes given hash to "
+                     "%.16s...): the named data in the .pte or the .ptd file holding it is "
+                     "damaged or belongs to another export; re-export, or the file was damaged in "
+                     "transit (only for trusted files: the option verify_weights = false skips "
+                     "this check)",
+                     key, w->tensor, name[0] ? " '" : "", name, name[0] ? "'" : "",
+                     kiln_dtype_name((kiln_dtype)t->dtype),
+                     dims_str((char[96]){0}, 96, t->shape.rank, t->shape.max), w->nbytes, got_hex);
+}
+
+// Checks every external weight whose key names a digest, each distinct buffer once (tensors
+// sharing a key usually get the same bytes back). When several are damaged, the message names
+// the one of the lowest tensor index, whatever the order of the work.
+static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        n += p->tensors[i].kind == KILN_TENSOR_WEIGHT && p->tensors[i].key != KILN_NO_KEY;
+    }
+    if (n == 0) return KILN_OK;
+    size_t nbytes = (size_t)n * sizeof(ext_weight);
+    ext_weight *w = kiln_calloc(nbytes, KILN_ALIGN);
+    KILN_CHECK(w != NULL, KILN_ERR_NO_MEMORY,
+               "out of memory allocating the weight check table (%u weights)", n);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind != KILN_TENSOR_WEIGHT || t->key == KILN_NO_KEY) continue;
+        w[k].data = weight_data[i];
+        w[k].nbytes = t->nbytes;
+        w[k].tensor = i;
+        k++;
+    }
+    // Sorted by buffer: a buffer given for several tensors is hashed once.
+    qsort(w, n, sizeof *w, cmp_ext);
+    uint64_t total = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        w[j].skip = j > 0 && w[j].data == w[j - 1].data && w[j].nbytes == w[j - 1].nbytes;
+        if (!w[j].skip) total += w[j].nbytes; // weight bytes: the loader bounded their sum
+    }
+    hash_all(p, w, n, total);
+    const ext_weight *bad = NULL;
+    for (uint32_t j = 0; j < n; j++) {
+        if (w[j].mismatch && (bad == NULL || w[j].tensor < bad->tensor)) bad = &w[j];
+    }
+    kiln_status st = bad != NULL ? mismatch_error(p, bad) : KILN_OK;
+    kiln_free(w, nbytes);
+    return st;
+}
+
 // Fills weight_data[i] for every WEIGHT tensor: inline data from the plan, external data from
 // the resolver (size-checked). Sums the weight bytes.
 static kiln_status resolve_weights(const kiln_plan *p, const kiln_load_options *o,
@@ -133,8 +273,9 @@ static kiln_status resolve_weights(const kiln_plan *p, const kiln_load_options *
         }
         KILN_CHECK((uint64_t)n == t->nbytes, KILN_ERR_CORRUPT,
                    "external weight '%s' (tensor %u): the resolver returned %zu bytes but the "
-                   "engine expects %" PRIu64 " (%s %s); the data file does not belong to this "
-                   "engine",
+                   "engine expects %" PRIu64 " (%s %s): the .ptd or the .pte's named data does not "
+                   "belong to this engine, or is damaged; pass the .ptd written with this "
+                   "engine, re-export, or the file was damaged in transit",
                    key, i, n, t->nbytes, kiln_dtype_name((kiln_dtype)t->dtype),
                    dims_str((char[96]){0}, 96, t->shape.rank, t->shape.max));
         KILN_CHECK(data != NULL || n == 0, KILN_ERR_MISSING_DATA,
@@ -182,6 +323,7 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
         goto fail;
     }
     st = resolve_weights(&e->plan, options, weight_data, &e->weight_nbytes);
+    if (st == KILN_OK && e->options.verify_weights) st = verify_weights(&e->plan, weight_data);
     if (st != KILN_OK) goto fail;
     st = backend->engine_init(&e->plan, weight_data, &e->options, &e->backend_state);
     if (st != KILN_OK) goto fail;
@@ -379,7 +521,20 @@ static kiln_status set_input_locked(kiln_context *c, uint32_t index, uint32_t ra
                    " is outside the engine's range [%" PRId64 ", %" PRId64
                    "]; rebuild the engine with a wider range to accept it",
                    index, name, d, dims[d], t->shape.min[d], t->shape.max[d]);
-        numel *= dims[d]; // bounded by the validated max shape
+    }
+    {
+        // Within the ranges this cannot exceed the loader's 2^62-byte limit; checked anyway, so
+        // that no shape reaches the backends whose byte size does not fit.
+        uint64_t n = 1, nbytes = 0;
+        int fits = 1;
+        for (uint32_t d = 0; d < rank && fits; d++) fits = kiln_mul_u64(n, (uint64_t)dims[d], &n);
+        fits = fits && kiln_mul_u64(n, kiln_dtype_size((kiln_dtype)t->dtype), &nbytes) &&
+               nbytes <= KILN_FORMAT_MAX_TENSOR_NBYTES;
+        KILN_CHECK(fits, KILN_ERR_SHAPE,
+                   "input %u '%s': shape %s needs more than 2^62 bytes, Kiln's limit for one "
+                   "tensor",
+                   index, name, dims_str((char[96]){0}, 96, rank, dims));
+        numel = (int64_t)n;
     }
     KILN_CHECK(data != NULL || numel == 0, KILN_ERR_INVALID_ARG,
                "kiln_context_set_input: input %u '%s': data is NULL for %" PRId64 " elements",

@@ -38,6 +38,53 @@ uint32_t kiln_format_header_crc(const uint8_t *data, size_t nbytes) {
                       nbytes - (KILN_FORMAT_OFF_HEADER_CRC + 4));
 }
 
+// The header CRC of a version-1 layout with format_version read as `version`.
+static uint32_t header_crc_as(const uint8_t *p, size_t table_end, uint32_t version) {
+    static const uint8_t zeros[4] = {0, 0, 0, 0};
+    uint8_t v[4];
+    kiln_wr_u32(v, version);
+    uint32_t crc = kiln_crc32(0, p, KILN_FORMAT_OFF_VERSION);
+    crc = kiln_crc32(crc, v, sizeof v);
+    crc = kiln_crc32(crc, p + KILN_FORMAT_OFF_VERSION + 4,
+                     KILN_FORMAT_OFF_HEADER_CRC - (KILN_FORMAT_OFF_VERSION + 4));
+    crc = kiln_crc32(crc, zeros, sizeof zeros);
+    return kiln_crc32(crc, p + KILN_FORMAT_OFF_HEADER_CRC + 4,
+                      table_end - (KILN_FORMAT_OFF_HEADER_CRC + 4));
+}
+
+// A format_version above KILN_FORMAT_VERSION: damage or a newer format (docs/format.md §5).
+// Beyond KILN_FORMAT_VERSION_CAP no Kiln will ever write it; and when the rest of the header is
+// a released layout whose CRC matches with a released version in the field, the field itself was
+// damaged. Otherwise the engine is taken to be from a newer Kiln.
+static kiln_status newer_version(const uint8_t *p, size_t nbytes, uint32_t version) {
+    KILN_CHECK(version <= KILN_FORMAT_VERSION_CAP, KILN_ERR_CORRUPT,
+               "format_version %" PRIu32 " is outside every released range (this Kiln %s reads "
+               "1..%d, and no Kiln uses versions above %d): the engine is damaged; re-export it, "
+               "or the file was damaged in transit",
+               version, KILN_VERSION_STRING, KILN_FORMAT_VERSION, KILN_FORMAT_VERSION_CAP);
+    if (nbytes >= KILN_FORMAT_HEADER_NBYTES) {
+        uint32_t n_sections = kiln_rd_u32(p + KILN_FORMAT_OFF_N_SECTIONS);
+        uint64_t table_end = (uint64_t)KILN_FORMAT_HEADER_NBYTES +
+                             (uint64_t)n_sections * KILN_FORMAT_SECTION_ENTRY_NBYTES;
+        uint32_t stored = kiln_rd_u32(p + KILN_FORMAT_OFF_HEADER_CRC);
+        if (n_sections <= KILN_FORMAT_MAX_SECTIONS && table_end <= nbytes) {
+            for (uint32_t v = 1; v <= KILN_FORMAT_VERSION; v++) {
+                KILN_CHECK(header_crc_as(p, (size_t)table_end, v) != stored, KILN_ERR_CORRUPT,
+                           "format_version %" PRIu32 " is not a released version, and the header "
+                           "CRC matches format_version %" PRIu32
+                           ": the field is damaged, not from a newer Kiln; re-export the "
+                           "engine, or the file was damaged in transit",
+                           version, v);
+            }
+        }
+    }
+    return kiln_fail(KILN_ERR_VERSION,
+                     "format_version %" PRIu32 ": the engine was made by a newer Kiln (this is "
+                     "Kiln %s, which reads format versions up to %d); upgrade Kiln or rebuild the "
+                     "engine",
+                     version, KILN_VERSION_STRING, KILN_FORMAT_VERSION);
+}
+
 static kiln_status parse_header(const uint8_t *p, size_t nbytes, kiln_format_info *info) {
     KILN_CHECK(nbytes >= KILN_FORMAT_MAGIC_NBYTES, KILN_ERR_NOT_ENGINE,
                "not a Kiln engine: %zu bytes is shorter than the %d-byte magic", nbytes,
@@ -52,10 +99,9 @@ static kiln_status parse_header(const uint8_t *p, size_t nbytes, kiln_format_inf
     info->format_version = kiln_rd_u32(p + KILN_FORMAT_OFF_VERSION);
     KILN_CHECK(info->format_version != 0, KILN_ERR_CORRUPT,
                "format_version 0 is not valid (versions start at 1)");
-    KILN_CHECK(info->format_version <= KILN_FORMAT_VERSION, KILN_ERR_VERSION,
-               "format_version %" PRIu32 ": the engine was made by a newer Kiln (this is Kiln %s, "
-               "which reads format versions up to %d); upgrade Kiln or rebuild the engine",
-               info->format_version, KILN_VERSION_STRING, KILN_FORMAT_VERSION);
+    if (info->format_version > KILN_FORMAT_VERSION) {
+        return newer_version(p, nbytes, info->format_version);
+    }
     KILN_CHECK(nbytes >= KILN_FORMAT_HEADER_NBYTES, KILN_ERR_CORRUPT,
                "truncated engine: %zu bytes, the header alone needs %d", nbytes,
                KILN_FORMAT_HEADER_NBYTES);

@@ -12,6 +12,10 @@
 
 #include "kiln/kiln.h"
 
+// Kiln never writes a format_version above this: a larger value is damage (CORRUPT), not a
+// newer format (docs/format.md §5).
+#define KILN_FORMAT_VERSION_CAP 255
+
 // --- little-endian access (no alignment assumed)
 
 static inline uint32_t kiln_rd_u32(const uint8_t *p) {

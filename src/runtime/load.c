@@ -13,6 +13,7 @@
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/utf8.h"
 #include "runtime/format.h"
 #include "runtime/kernel.h"
 #include "runtime/load.h"
@@ -81,6 +82,12 @@ static kiln_status check_string(const kiln_plan *p, uint32_t offset, const char 
     KILN_CHECK(nul != NULL, C_,
                "%s %" PRIu32 ": %s at string offset %" PRIu32 " is longer than the cap of %u bytes",
                what, index, field, offset, KILN_FORMAT_MAX_NAME_NBYTES);
+    // Every string of the section is valid text (decode_strings), so a reference that starts on
+    // a character (not on a UTF-8 continuation byte) is valid text too.
+    KILN_CHECK(((unsigned char)s[0] & 0xC0) != 0x80, C_,
+               "%s %" PRIu32 ": %s at string offset %" PRIu32
+               " starts inside a UTF-8 character (byte 0x%02x)",
+               what, index, field, offset, (unsigned char)s[0]);
     return KILN_OK;
 }
 
@@ -115,6 +122,20 @@ static kiln_status decode_strings(load_state *st) {
     KILN_CHECK(s[nbytes - 1] == 0, C_,
                "strings section: last byte is 0x%02x, must be NUL (every string is terminated)",
                s[nbytes - 1]);
+    // Every string is UTF-8 text without control characters (src/core/utf8.h), so names and keys
+    // can be printed, logged and put in JSON as they are.
+    for (uint64_t at = 1; at < nbytes;) {
+        const char *str = (const char *)s + at;
+        size_t len = strlen(str); // the section ends with NUL
+        size_t bad = kiln_utf8_check(str, len);
+        KILN_CHECK(bad == len, C_,
+                   "strings section: the string at offset %" PRIu64 " ('%.80s') is not UTF-8 text: "
+                   "byte 0x%02x at offset %" PRIu64
+                   " is %s; names and keys are UTF-8 without control characters",
+                   at, str, (unsigned char)str[bad], at + bad,
+                   kiln_utf8_problem(str + bad, len - bad));
+        at += len + 1;
+    }
     KILN_TRY(alloc_array((void **)&st->p.strings, nbytes, 1, 1, "strings"));
     st->p.strings_nbytes = nbytes;
     memcpy(st->p.strings, s, (size_t)nbytes);
