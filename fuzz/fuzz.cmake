@@ -46,6 +46,32 @@ foreach(target ${KILN_FUZZ_TARGETS})
   endif()
 endforeach()
 
+# fuzz_program: a .pte + .ptd through the C program API (libkiln_executorch.so), in builds with
+# the delegate (KILN_EXECUTORCH). Its corpus is also replayed against the installed package by
+# python/tests/test_untrusted.py (tests/consumer/files), so CI replays it without this build.
+#   build-fuzz-et/fuzz_program -max_len=1048576 -timeout=20 -rss_limit_mb=4096 \
+#       -malloc_limit_mb=1048576 CORPUS_COPY                       (docs/runtime.md, Fuzzing)
+if(TARGET kiln_executorch)
+  add_executable(fuzz_program_replay fuzz/fuzz_program.c fuzz/replay_main.c src/core/utf8.c)
+  target_compile_options(fuzz_program_replay PRIVATE ${KILN_WARNINGS})
+  target_include_directories(fuzz_program_replay PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  kiln_executorch_program(fuzz_program_replay)
+  add_test(NAME fuzz_program_corpus
+           COMMAND fuzz_program_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/fuzz_program)
+  if(KILN_FUZZ)
+    target_compile_options(kiln_executorch PRIVATE -fsanitize=fuzzer-no-link ${KILN_FUZZ_SAN})
+    target_link_options(kiln_executorch PRIVATE -fsanitize=address,undefined)
+    add_executable(fuzz_program fuzz/fuzz_program.c src/core/utf8.c)
+    target_compile_options(fuzz_program PRIVATE -fsanitize=fuzzer ${KILN_FUZZ_SAN} ${KILN_WARNINGS})
+    target_include_directories(fuzz_program PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+    target_compile_definitions(fuzz_program PRIVATE KILN_FUZZ_MUTATOR=1)
+    # The delegate is C++: its UBSan checks need the sanitizers' C++ runtime parts too.
+    target_link_options(fuzz_program PRIVATE -fsanitize=fuzzer -fsanitize-link-c++-runtime
+                        -lstdc++)
+    kiln_executorch_program(fuzz_program)
+  endif()
+endif()
+
 # Seed-corpus generator (writes valid engines and targeted mutations): not a test.
 #   build/gen_corpus fuzz/corpus
 add_executable(gen_corpus fuzz/gen_corpus.c)
@@ -67,3 +93,18 @@ endforeach()
 add_test(NAME kiln_inspect_invalid
          COMMAND kiln_cli inspect ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/fuzz_load/conv-dtype9.kiln)
 set_tests_properties(kiln_inspect_invalid PROPERTIES WILL_FAIL TRUE)
+
+# Engine strings that are not UTF-8 text (a control byte in a weight name; committed fuzz inputs):
+# refused at load, so `kiln inspect` prints the loader's message, never the raw bytes.
+foreach(fmt text json)
+  set(args)
+  if(fmt STREQUAL "json")
+    set(args --json)
+  endif()
+  add_test(NAME kiln_inspect_bad_text_${fmt}
+           COMMAND kiln_cli inspect
+                   ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/fuzz_load/c2220e50842f2f4ca4c8fe58c2fef101ffc63e14
+                   ${args})
+  set_tests_properties(kiln_inspect_bad_text_${fmt} PROPERTIES
+                       PASS_REGULAR_EXPRESSION "is not UTF-8 text: byte 0x01 at offset 13 is a control character")
+endforeach()

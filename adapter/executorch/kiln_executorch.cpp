@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -24,6 +26,12 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/kiln_program.h"
+#include "kiln_adapter_internal.h"
+
+extern "C" {
+#include "core/utf8.h"
+}
 
 #define KILN_ET_API extern "C" __attribute__((visibility("default")))
 
@@ -62,7 +70,8 @@ Error to_et_error(kiln_status st) {
     case KILN_ERR_UNSUPPORTED: return Error::NotSupported;
     case KILN_ERR_SHAPE: return Error::InvalidArgument;
     case KILN_ERR_MISSING_DATA: return Error::InvalidExternalData;
-    case KILN_ERR_DEVICE: return Error::Internal;
+    // No GPU (or no CUDA backend) where one was asked for: "not supported here", not a bug.
+    case KILN_ERR_DEVICE: return Error::NotSupported;
     case KILN_ERR_IO: return Error::AccessFailed;
     case KILN_ERR_BUSY: return Error::InvalidState;
     case KILN_ERR_INVALID_STATE: return Error::InvalidState;
@@ -83,17 +92,71 @@ bool to_kiln_dtype(ScalarType t, kiln_dtype *out) {
     }
 }
 
-// Kiln's log hook forwarded to ExecuTorch's log (installed lazily, never at static init). Kiln's
-// level (KILN_LOG_LEVEL) already filtered the messages: debug ones go out at ExecuTorch's Info,
-// since release builds of ExecuTorch compile its Debug level out, and warnings at its Error (it
-// has no warning level), each named by a prefix.
-void forward_log(void *, kiln_log_level level, const char *message) {
+// --- logging through ExecuTorch: ET_LOG formats into 256 bytes and cuts the rest (at any byte,
+// which can split a UTF-8 character; ExecuTorch's Python log sink aborts the process on bytes
+// that are not UTF-8). So every line handed to it is UTF-8 text (escaped here when it quotes
+// strings from a file) and short enough; a long message becomes several lines.
+
+constexpr size_t kLogChunk = 200; // + prefix: well below ExecuTorch's 256-byte line
+
+// Kiln's level (KILN_LOG_LEVEL) already filtered the messages: debug ones go out at ExecuTorch's
+// Info, since release builds of ExecuTorch compile its Debug level out, and warnings at its Error
+// (it has no warning level), each named by a prefix.
+void et_log_line(kiln_log_level level, const char *line) {
     switch (level) {
-    case KILN_LOG_DEBUG: ET_LOG(Info, "Kiln (debug): %s", message); break;
-    case KILN_LOG_INFO: ET_LOG(Info, "Kiln: %s", message); break;
-    case KILN_LOG_WARN: ET_LOG(Error, "Kiln (warning): %s", message); break;
-    default: ET_LOG(Error, "Kiln: %s", message); break;
+    case KILN_LOG_DEBUG: ET_LOG(Info, "(debug) %s", line); break;
+    case KILN_LOG_INFO: ET_LOG(Info, "%s", line); break;
+    case KILN_LOG_WARN: ET_LOG(Error, "(warning) %s", line); break;
+    default: ET_LOG(Error, "%s", line); break;
     }
+}
+
+void log_text(kiln_log_level level, const char *prefix, const char *message) {
+    if (level < KILN_LOG_ERROR && level < kiln_log_get_level()) return; // Kiln's log level
+    char safe[8192];
+    size_t n = kiln_utf8_escape(safe, sizeof safe, message, std::strlen(message), nullptr);
+    size_t at = 0;
+    bool first = true;
+    do {
+        // Cut at a character boundary: never before a UTF-8 continuation byte.
+        size_t len = std::min(kLogChunk, n - at);
+        while (at + len < n && len > 0 &&
+               (static_cast<unsigned char>(safe[at + len]) & 0xC0) == 0x80)
+            len--;
+        char line[kLogChunk + 64];
+        std::snprintf(line, sizeof line, "%s%s%.*s", prefix, first ? "" : "(cont.) ",
+                      static_cast<int>(len), safe + at);
+        et_log_line(level, line);
+        at += len;
+        first = false;
+    } while (at < n);
+}
+
+// Kiln's log hook forwarded to ExecuTorch's log (installed lazily, never at static init).
+void forward_log(void *, kiln_log_level level, const char *message) {
+    log_text(level, "Kiln: ", message);
+}
+
+// --- the last failure of KilnBackend on this thread (ExecuTorch's error codes carry no text):
+// read by the program API and, through kiln_executorch_last_error, by Python.
+
+constexpr size_t kFailureNbytes = 8192;
+thread_local kiln_status t_fail_status = KILN_OK;
+thread_local char t_fail_message[kFailureNbytes];
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+Error record_failure(kiln_status st, const char *fmt, ...) {
+    char raw[kFailureNbytes];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(raw, sizeof raw, fmt, ap);
+    va_end(ap);
+    kiln_utf8_escape(t_fail_message, sizeof t_fail_message, raw, std::strlen(raw), nullptr);
+    t_fail_status = st;
+    log_text(KILN_LOG_ERROR, "KilnBackend: ", t_fail_message);
+    return to_et_error(st);
 }
 
 std::once_flag g_log_once;
@@ -118,24 +181,34 @@ struct Resolver {
     const NamedDataMap *map = nullptr;
     std::vector<FreeableBuffer> held;
     std::string method;
+    std::string detail; // why the first key failed, for the failure message
 
+    // Called from C (kiln_engine_load): no exception may leave it.
     static kiln_status resolve(void *ud, const char *key, const void **out_data,
-                               size_t *out_nbytes) {
-        auto *self = static_cast<Resolver *>(ud);
+                               size_t *out_nbytes) noexcept {
+        try {
+            return resolve_impl(static_cast<Resolver *>(ud), key, out_data, out_nbytes);
+        } catch (...) {
+            return KILN_ERR_NO_MEMORY;
+        }
+    }
+
+    static kiln_status resolve_impl(Resolver *self, const char *key, const void **out_data,
+                                    size_t *out_nbytes) {
         if (self->map == nullptr) {
-            ET_LOG(Error,
-                   "KilnBackend: method '%s' needs external weight '%s' but the program has no "
-                   "named data: load it with its .ptd file (e.g. Module(pte, ptd) or "
-                   "kiln.load(pte, data_path=ptd))",
-                   self->method.c_str(), key);
+            if (self->detail.empty()) {
+                self->detail = "the program has no named data at all: load it with its .ptd file "
+                               "(e.g. Module(pte, ptd) or kiln.load(pte, data_path=ptd))";
+            }
             return KILN_ERR_MISSING_DATA;
         }
         Result<FreeableBuffer> buf = self->map->get_data(key);
         if (!buf.ok()) {
-            ET_LOG(Error,
-                   "KilnBackend: external weight '%s' of method '%s' not found (error 0x%x): "
-                   "load the program with the .ptd file it was exported with",
-                   key, self->method.c_str(), static_cast<unsigned>(buf.error()));
+            if (self->detail.empty()) {
+                self->detail = std::string("ExecuTorch's named data has no key '") + key + "' (" +
+                               executorch::runtime::to_string(buf.error()) +
+                               "): load the program with the .ptd file it was exported with";
+            }
             return KILN_ERR_MISSING_DATA;
         }
         self->held.push_back(std::move(buf.get()));
@@ -148,9 +221,12 @@ struct Resolver {
     }
 };
 
-Error fail(kiln_status st, const char *what) {
-    ET_LOG(Error, "KilnBackend: %s failed: %s: %s", what, kiln_status_str(st), kiln_last_error());
-    return to_et_error(st);
+// A failed Kiln call: its status name and Kiln's whole message, recorded and logged.
+Error fail(kiln_status st, const char *what, const std::string &method,
+           const std::string &extra = std::string()) {
+    return record_failure(st, "%s failed (method '%s'): %s (%s): %s%s%s", what, method.c_str(),
+                          kiln_status_name(st), kiln_status_str(st), kiln_last_error(),
+                          extra.empty() ? "" : "; ", extra.c_str());
 }
 
 class KilnBackend final : public BackendInterface {
@@ -162,8 +238,13 @@ class KilnBackend final : public BackendInterface {
         (void)compile_specs;
         ET_CHECK_OK_OR_RETURN_ERROR(check_registration());
         install_log_hook();
-        ET_CHECK_OR_RETURN_ERROR(processed != nullptr && processed->data() != nullptr,
-                                 InvalidArgument, "KilnBackend: null processed buffer");
+        std::string method = context.get_method_name() ? context.get_method_name() : "";
+        if (processed == nullptr || processed->data() == nullptr) {
+            return record_failure(KILN_ERR_CORRUPT,
+                                  "method '%s': the program gives KilnBackend no engine bytes "
+                                  "(an empty delegate payload): re-export the program",
+                                  method.c_str());
+        }
 
         // Per-load options (Module::load with a LoadBackendOptionsMap for "KilnBackend").
         Span<const BackendOption> specs = context.runtime_specs();
@@ -190,7 +271,7 @@ class KilnBackend final : public BackendInterface {
 
         Resolver resolver;
         resolver.map = context.get_named_data_map();
-        resolver.method = context.get_method_name() ? context.get_method_name() : "";
+        resolver.method = method;
         kiln_load_options opts;
         kiln_load_options_init(&opts);
         opts.resolve = &Resolver::resolve;
@@ -199,59 +280,108 @@ class KilnBackend final : public BackendInterface {
         opts.n_settings = static_cast<uint32_t>(settings.size());
 
         KilnHandle *handle = new (std::nothrow) KilnHandle();
-        ET_CHECK_OR_RETURN_ERROR(handle != nullptr, MemoryAllocationFailed,
-                                 "KilnBackend: handle allocation failed");
+        if (handle == nullptr) {
+            return record_failure(KILN_ERR_NO_MEMORY,
+                                  "method '%s': out of memory (KilnBackend "
+                                  "handle)",
+                                  method.c_str());
+        }
         kiln_status st =
             kiln_engine_load(processed->data(), processed->size(), &opts, &handle->engine);
-        if (st == KILN_OK) st = kiln_context_new(handle->engine, &handle->context);
         if (st != KILN_OK) {
             delete handle;
-            return fail(st, "loading the Kiln engine");
+            return fail(st, "loading the Kiln engine", method,
+                        st == KILN_ERR_MISSING_DATA ? resolver.detail : std::string());
+        }
+        // The activation arena is sized by the engine: on the CPU it is host memory, bounded
+        // like the program's own planned memory (a damaged size must not take the machine).
+        uint64_t arena = kiln_engine_arena_nbytes(handle->engine);
+        uint64_t limit = kiln_adapter_planned_limit();
+        if (std::strcmp(kiln_engine_device(handle->engine), "cpu") == 0 && arena > limit) {
+            delete handle;
+            return record_failure(KILN_ERR_NO_MEMORY,
+                                  "method '%s': the Kiln engine's activation arena needs %llu "
+                                  "bytes, more than the %llu of kiln_program_set_planned_limit "
+                                  "(default: this machine's physical memory): the engine is "
+                                  "damaged, or too large for this machine; re-export it",
+                                  method.c_str(), static_cast<unsigned long long>(arena),
+                                  static_cast<unsigned long long>(limit));
+        }
+        st = kiln_context_new(handle->engine, &handle->context);
+        if (st != KILN_OK) {
+            delete handle;
+            return fail(st, "creating the Kiln execution context", method);
         }
         handle->n_inputs = kiln_engine_n_inputs(handle->engine);
         handle->n_outputs = kiln_engine_n_outputs(handle->engine);
         processed->Free(); // the engine holds its own copy of everything it needs
-        ET_LOG(Info, "KilnBackend: engine ready for method '%s' on %s (%u inputs, %u outputs)",
-               resolver.method.c_str(), kiln_engine_device(handle->engine), handle->n_inputs,
-               handle->n_outputs);
+        char ready[256];
+        std::snprintf(ready, sizeof ready,
+                      "engine ready for method '%s' on %s (%u inputs, %u "
+                      "outputs)",
+                      method.c_str(), kiln_engine_device(handle->engine), handle->n_inputs,
+                      handle->n_outputs);
+        log_text(KILN_LOG_INFO, "KilnBackend: ", ready);
         return handle;
     }
 
     Error execute(BackendExecutionContext &context, DelegateHandle *opaque,
                   Span<EValue *> args) const override {
-        (void)context;
+        std::string method = context.get_method_name() ? context.get_method_name() : "";
         auto *h = static_cast<KilnHandle *>(opaque);
-        ET_CHECK_OR_RETURN_ERROR(h != nullptr, InvalidArgument, "KilnBackend: null handle");
-        ET_CHECK_OR_RETURN_ERROR(args.size() == h->n_inputs + h->n_outputs, InvalidArgument,
-                                 "KilnBackend: expected %u inputs + %u outputs, got %zu args",
-                                 h->n_inputs, h->n_outputs, args.size());
+        if (h == nullptr) {
+            return record_failure(KILN_ERR_INVALID_STATE,
+                                  "method '%s': no Kiln engine (the "
+                                  "delegate's init did not succeed)",
+                                  method.c_str());
+        }
+        if (args.size() != h->n_inputs + h->n_outputs) {
+            return record_failure(KILN_ERR_INVALID_ARG,
+                                  "method '%s': the engine takes %u inputs and %u outputs, the "
+                                  "program passes %zu values: the program does not match its "
+                                  "engine; re-export it",
+                                  method.c_str(), h->n_inputs, h->n_outputs, args.size());
+        }
         for (uint32_t i = 0; i < h->n_inputs; i++) {
-            ET_CHECK_OR_RETURN_ERROR(args[i]->isTensor(), InvalidArgument,
-                                     "KilnBackend: input %u is not a tensor", i);
+            if (!args[i]->isTensor()) {
+                return record_failure(KILN_ERR_INVALID_ARG,
+                                      "method '%s': Kiln input %u is not a tensor", method.c_str(),
+                                      i);
+            }
             const Tensor &t = args[i]->toTensor();
             kiln_binding_info info;
             kiln_engine_binding(h->engine, 1, i, &info);
             kiln_dtype dt;
-            ET_CHECK_OR_RETURN_ERROR(
-                to_kiln_dtype(t.scalar_type(), &dt) && dt == info.dtype, InvalidArgument,
-                "KilnBackend: input %u ('%s') has dtype %d, the engine "
-                "expects %s",
-                i, info.name, static_cast<int>(t.scalar_type()), kiln_dtype_name(info.dtype));
+            if (!to_kiln_dtype(t.scalar_type(), &dt) || dt != info.dtype) {
+                return record_failure(KILN_ERR_SHAPE,
+                                      "method '%s': Kiln input %u ('%s') has ExecuTorch scalar "
+                                      "type %d, the engine expects %s",
+                                      method.c_str(), i, info.name,
+                                      static_cast<int>(t.scalar_type()),
+                                      kiln_dtype_name(info.dtype));
+            }
             int64_t dims[KILN_MAX_RANK];
-            ET_CHECK_OR_RETURN_ERROR(static_cast<size_t>(t.dim()) <= KILN_MAX_RANK, InvalidArgument,
-                                     "KilnBackend: input %u has rank %zd > %d", i,
-                                     static_cast<ssize_t>(t.dim()), KILN_MAX_RANK);
+            if (static_cast<size_t>(t.dim()) > KILN_MAX_RANK) {
+                return record_failure(KILN_ERR_SHAPE,
+                                      "method '%s': Kiln input %u ('%s') has rank %zd, above "
+                                      "Kiln's maximum %d",
+                                      method.c_str(), i, info.name, static_cast<ssize_t>(t.dim()),
+                                      KILN_MAX_RANK);
+            }
             for (ssize_t d = 0; d < t.dim(); d++) dims[d] = t.size(d);
             kiln_status st = kiln_context_set_input(h->context, i, static_cast<uint32_t>(t.dim()),
                                                     dims, t.const_data_ptr());
-            if (st != KILN_OK) return fail(st, "binding an input");
+            if (st != KILN_OK) return fail(st, "binding an input", method);
         }
         kiln_status st = kiln_context_infer_shapes(h->context);
-        if (st != KILN_OK) return fail(st, "inferring output shapes");
+        if (st != KILN_OK) return fail(st, "inferring output shapes", method);
         for (uint32_t o = 0; o < h->n_outputs; o++) {
             EValue *ev = args[h->n_inputs + o];
-            ET_CHECK_OR_RETURN_ERROR(ev->isTensor(), InvalidArgument,
-                                     "KilnBackend: output %u is not a tensor", o);
+            if (!ev->isTensor()) {
+                return record_failure(KILN_ERR_INVALID_ARG,
+                                      "method '%s': Kiln output %u is not a tensor", method.c_str(),
+                                      o);
+            }
             Tensor &t = ev->toTensor();
             uint32_t rank = 0;
             int64_t dims[KILN_MAX_RANK];
@@ -262,22 +392,27 @@ class KilnBackend final : public BackendInterface {
             if (!(t.dim() == 0 && rank == 0)) {
                 Error err =
                     executorch::runtime::resize_tensor(t, ArrayRef<SizesType>(sizes.data(), rank));
-                ET_CHECK_OR_RETURN_ERROR(err == Error::Ok, InvalidArgument,
-                                         "KilnBackend: cannot resize output %u to the shape Kiln "
-                                         "computed (rank %u): error 0x%x; was the program exported "
-                                         "with matching dynamic shapes?",
-                                         o, rank, static_cast<unsigned>(err));
+                if (err != Error::Ok) {
+                    return record_failure(KILN_ERR_SHAPE,
+                                          "method '%s': cannot resize output %u to the shape Kiln "
+                                          "computed (rank %u): ExecuTorch error %s (0x%x); was the "
+                                          "program exported with matching dynamic shapes?",
+                                          method.c_str(), o, rank,
+                                          executorch::runtime::to_string(err),
+                                          static_cast<unsigned>(err));
+                }
             }
-            ET_CHECK_OR_RETURN_ERROR(t.mutable_data_ptr() != nullptr || t.nbytes() == 0,
-                                     InvalidArgument,
-                                     "KilnBackend: output %u has no memory: supply it with "
-                                     "set_output_data_ptr",
-                                     o);
+            if (t.mutable_data_ptr() == nullptr && t.nbytes() != 0) {
+                return record_failure(KILN_ERR_INVALID_STATE,
+                                      "method '%s': output %u has no memory: supply it with "
+                                      "set_output_data_ptr",
+                                      method.c_str(), o);
+            }
             st = kiln_context_set_output(h->context, o, t.mutable_data_ptr(), t.nbytes());
-            if (st != KILN_OK) return fail(st, "binding an output");
+            if (st != KILN_OK) return fail(st, "binding an output", method);
         }
         st = kiln_context_execute(h->context);
-        if (st != KILN_OK) return fail(st, "executing the engine");
+        if (st != KILN_OK) return fail(st, "executing the engine", method);
         return Error::Ok;
     }
 
@@ -297,7 +432,7 @@ class KilnBackend final : public BackendInterface {
                     std::get<std::array<char, executorch::runtime::kMaxOptionValueLength>>(o.value)
                         .data());
             }
-            if (st != KILN_OK) return fail(st, "setting an option");
+            if (st != KILN_OK) return fail(st, "setting an option", "");
         }
         return Error::Ok;
     }
@@ -308,7 +443,7 @@ class KilnBackend final : public BackendInterface {
             BackendOption &o = backend_options[i];
             char buf[executorch::runtime::kMaxOptionValueLength];
             kiln_status st = kiln_get_option(o.key, buf, sizeof buf);
-            if (st != KILN_OK) return fail(st, "reading an option");
+            if (st != KILN_OK) return fail(st, "reading an option", "");
             if (std::holds_alternative<bool>(o.value)) {
                 o.value = std::strcmp(buf, "true") == 0;
             } else if (std::holds_alternative<int>(o.value)) {
@@ -336,10 +471,10 @@ Error g_registration = executorch::runtime::register_backend(g_backend_record);
 
 Error KilnBackend::check_registration() {
     if (g_registration != Error::Ok) {
-        ET_LOG(Error,
-               "KilnBackend registration failed (error 0x%x): another library registered "
-               "'KilnBackend' first, or ExecuTorch's backend table is full",
-               static_cast<unsigned>(g_registration));
+        record_failure(KILN_ERR_INVALID_STATE,
+                       "KilnBackend registration failed (ExecuTorch error 0x%x): another library "
+                       "registered 'KilnBackend' first, or ExecuTorch's backend table is full",
+                       static_cast<unsigned>(g_registration));
     }
     return g_registration;
 }
@@ -362,3 +497,14 @@ KILN_ET_API int kiln_executorch_owns_registration(void) {
 
 // The ExecuTorch version this library was built against.
 KILN_ET_API const char *kiln_executorch_built_against(void) { return KILN_EXECUTORCH_VERSION; }
+
+KILN_ET_API kiln_status kiln_executorch_last_status(void) { return t_fail_status; }
+
+KILN_ET_API const char *kiln_executorch_last_error(void) {
+    return t_fail_status == KILN_OK ? "" : t_fail_message;
+}
+
+KILN_ET_API void kiln_executorch_clear_error(void) {
+    t_fail_status = KILN_OK;
+    t_fail_message[0] = '\0';
+}

@@ -30,8 +30,15 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kiln/kiln.h"
 #include "kiln/kiln_program.h"
+#include "kiln_adapter_internal.h"
+
+extern "C" {
+#include "core/utf8.h"
+}
 
 namespace {
 
@@ -52,11 +59,16 @@ using executorch::runtime::etensor::Device;
 using executorch::runtime::etensor::DeviceType;
 
 constexpr const char *kBackendName = "KilnBackend";
-constexpr size_t kErrorCapacity = 2048;
+constexpr size_t kErrorCapacity = 8192; // Kiln's whole message (4095) and the context around it
 
 thread_local char t_error[kErrorCapacity];
 
-void set_error_v(const char *fmt, va_list ap) { std::vsnprintf(t_error, sizeof t_error, fmt, ap); }
+// As UTF-8 text: a method name or a path may carry bytes that are not (escaped as \xNN).
+void set_error_v(const char *fmt, va_list ap) {
+    char raw[kErrorCapacity];
+    std::vsnprintf(raw, sizeof raw, fmt, ap);
+    kiln_utf8_escape(t_error, sizeof t_error, raw, std::strlen(raw), nullptr);
+}
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
@@ -96,12 +108,23 @@ kiln_status from_et(Error e) {
     }
 }
 
-// Kiln's own message for a failure inside the delegate (kiln_last_error of this thread: the
-// delegate runs on the calling thread), as " (Kiln: ...)" or "".
+// The cause of a failure inside the delegate, which runs on the calling thread: the failure it
+// recorded (its Kiln status and whole message: kiln_executorch_last_error), else Kiln's last
+// message; as ": KilnBackend: ..." or "".
 std::string kiln_detail() {
+    if (kiln_executorch_last_status() != KILN_OK) {
+        return std::string(": KilnBackend: ") + kiln_executorch_last_error();
+    }
     const char *msg = kiln_last_error();
     if (msg == nullptr || msg[0] == '\0') return std::string();
-    return std::string(" (Kiln: ") + msg + ")";
+    return std::string(": Kiln: ") + msg;
+}
+
+// The status of a failure ExecuTorch reported as `e`: the delegate's own when it recorded one
+// (a corrupt engine stays KILN_ERR_CORRUPT, a missing GPU KILN_ERR_DEVICE), else the mapping.
+kiln_status status_of(Error e) {
+    kiln_status st = kiln_executorch_last_status();
+    return st != KILN_OK ? st : from_et(e);
 }
 
 bool to_scalar_type(kiln_dtype dt, ScalarType *out) {
@@ -192,7 +215,11 @@ struct MethodState {
 } // namespace
 
 struct kiln_program {
-    std::unique_ptr<Module> module;
+    // A shared program (kiln_program_share) keeps the Module that loaded it alive: ExecuTorch's
+    // Program reads through that Module's data loader. Declared first, destroyed last.
+    std::shared_ptr<Module> origin;
+    std::shared_ptr<Module> module;
+    bool lazy = false;
     std::string path;
     std::vector<std::string> data_paths;
     std::vector<MethodState> methods; // the program's order
@@ -276,6 +303,23 @@ kiln_status method_meta(const kiln_program *p, const MethodState &m,
     return KILN_OK;
 }
 
+// kiln_program_set_planned_limit's value, or the physical memory when it is 0.
+std::atomic<uint64_t> g_planned_limit{0};
+
+} // namespace
+
+uint64_t kiln_adapter_planned_limit() {
+    uint64_t v = g_planned_limit.load(std::memory_order_relaxed);
+    if (v != 0) return v;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return UINT64_MAX;
+    return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+namespace {
+
+uint64_t planned_limit() { return kiln_adapter_planned_limit(); }
+
 // Before Module::load_method: the checks ExecuTorch would otherwise answer with an abort or
 // an unexplained error code.
 kiln_status precheck_method(const kiln_program *p, const MethodState &m, const MethodMeta &meta) {
@@ -290,6 +334,30 @@ kiln_status precheck_method(const kiln_program *p, const MethodState &m, const M
                         "--no-as-needed)",
                         m.name.c_str(), p->path.c_str(), name.get(), registered_backends().c_str());
         }
+    }
+    // ExecuTorch allocates (and zeroes) the planned buffers the file asks for when the method
+    // loads: a damaged size must not take the machine's memory (or the process).
+    uint64_t planned = 0;
+    for (size_t i = 0; i < meta.num_memory_planned_buffers(); i++) {
+        Result<int64_t> size = meta.memory_planned_buffer_size(i);
+        if (!size.ok() || size.get() < 0) {
+            return fail(KILN_ERR_CORRUPT,
+                        "method '%s' of '%s': the size of planned buffer %zu is unreadable or "
+                        "negative: the program is damaged; re-export it",
+                        m.name.c_str(), p->path.c_str(), i);
+        }
+        uint64_t sz = static_cast<uint64_t>(size.get());
+        uint64_t limit = planned_limit();
+        if (sz > UINT64_MAX - planned || planned + sz > limit) {
+            return fail(KILN_ERR_NO_MEMORY,
+                        "method '%s' of '%s' plans more than %llu bytes of memory (buffer %zu "
+                        "alone: %llu bytes), the limit of kiln_program_set_planned_limit "
+                        "(default: this machine's physical memory): the program is damaged, or "
+                        "too large for this machine; re-export it, or raise the limit",
+                        m.name.c_str(), p->path.c_str(), static_cast<unsigned long long>(limit), i,
+                        static_cast<unsigned long long>(sz));
+        }
+        planned += sz;
     }
     for (size_t i = 0; i < meta.num_memory_planned_buffers(); i++) {
         Result<Device> dev = meta.memory_planned_buffer_device(i);
@@ -310,6 +378,15 @@ kiln_status precheck_method(const kiln_program *p, const MethodState &m, const M
 
 kiln_status explain_load_failure(const kiln_program *p, const MethodState &m, Error e) {
     std::string detail = kiln_detail();
+    kiln_status delegate_st = kiln_executorch_last_status();
+    if (delegate_st != KILN_OK && delegate_st != KILN_ERR_MISSING_DATA) {
+        std::string files = "'" + p->path + "'";
+        for (const std::string &d : p->data_paths) files += ", '" + d + "'";
+        return fail(delegate_st,
+                    "loading method '%s' of '%s' failed (ExecuTorch error %s, 0x%x)%s [files: %s]",
+                    m.name.c_str(), p->path.c_str(), et_error_name(e), static_cast<unsigned>(e),
+                    detail.c_str(), files.c_str());
+    }
     if (e == Error::InvalidExternalData || (e == Error::NotFound && p->data_paths.empty())) {
         if (p->data_paths.empty()) {
             return fail(KILN_ERR_MISSING_DATA,
@@ -334,7 +411,7 @@ kiln_status explain_load_failure(const kiln_program *p, const MethodState &m, Er
                     "executorch::kernels_optimized into the application",
                     m.name.c_str(), p->path.c_str());
     }
-    return fail(from_et(e), "loading method '%s' of '%s' failed: ExecuTorch error %s (0x%x)%s",
+    return fail(status_of(e), "loading method '%s' of '%s' failed: ExecuTorch error %s (0x%x)%s",
                 m.name.c_str(), p->path.c_str(), et_error_name(e), static_cast<unsigned>(e),
                 detail.empty() ? ": see the ExecuTorch log above" : detail.c_str());
 }
@@ -348,6 +425,7 @@ kiln_status ensure_loaded(kiln_program *p, MethodState &m) {
     st = precheck_method(p, m, meta);
     if (st != KILN_OK) return st;
     kiln_clear_error();
+    kiln_executorch_clear_error();
     Error e = p->module->load_method(m.name);
     if (e != Error::Ok) return explain_load_failure(p, m, e);
 
@@ -548,6 +626,14 @@ kiln_status load_impl(const char *path, const kiln_program_options *options, kil
     }
     kiln_status st = check_readable("program", path);
     if (st != KILN_OK) return st;
+    // ExecuTorch's method loader dereferences fields its Verifier lets a damaged file omit:
+    // Kiln walks the program's flatbuffer first (kiln_pte_check_file).
+    st = kiln_pte_check_file(path);
+    if (st == KILN_ERR_CORRUPT) {
+        return fail(st, "'%s' is not a valid ExecuTorch program (%s): %s", path,
+                    kiln_status_name(st), kiln_last_error());
+    }
+    if (st != KILN_OK) return fail(st, "%s (%s)", kiln_last_error(), kiln_status_name(st));
 
     std::unique_ptr<kiln_program> p(new kiln_program());
     p->path = path;
@@ -557,6 +643,13 @@ kiln_status load_impl(const char *path, const kiln_program_options *options, kil
         }
         st = check_readable("data file", opts.data_paths[i]);
         if (st != KILN_OK) return st;
+        // ExecuTorch's .ptd reader trusts every offset in the file (it can crash on a damaged
+        // one): Kiln checks it completely first (kiln_ptd_check_file).
+        st = kiln_ptd_check_file(opts.data_paths[i]);
+        if (st != KILN_OK) {
+            return fail(st, "%s (%s) [program '%s']", kiln_last_error(), kiln_status_name(st),
+                        path);
+        }
         p->data_paths.emplace_back(opts.data_paths[i]);
     }
     st = convert_settings(opts.settings, opts.n_settings, &p->settings);
@@ -564,18 +657,21 @@ kiln_status load_impl(const char *path, const kiln_program_options *options, kil
 
     Module::LoadMode mode = opts.use_mmap ? Module::LoadMode::Mmap : Module::LoadMode::File;
     if (p->data_paths.empty()) {
-        p->module.reset(new Module(p->path, mode));
+        p->module = std::make_shared<Module>(p->path, mode);
     } else {
-        p->module.reset(new Module(p->path, p->data_paths, mode));
+        p->module = std::make_shared<Module>(p->path, p->data_paths, mode);
     }
+    // The program's flatbuffer is verified in full (InternalConsistency), not only its header
+    // (ExecuTorch's default, Minimal): the file is untrusted like the engines inside it.
+    const Program::Verification verify = Program::Verification::InternalConsistency;
     Error e;
     if (p->settings.empty()) {
-        e = p->module->load();
+        e = p->module->load(verify);
     } else {
         LoadBackendOptionsMap map;
         e = map.set_options(kBackendName, executorch::runtime::Span<BackendOption>(
                                               p->settings.data(), p->settings.size()));
-        if (e == Error::Ok) e = p->module->load(map);
+        if (e == Error::Ok) e = p->module->load(map, verify);
     }
     if (e != Error::Ok) {
         if (e == Error::InvalidProgram || e == Error::InvalidArgument) {
@@ -606,6 +702,7 @@ kiln_status load_impl(const char *path, const kiln_program_options *options, kil
         }
         p->methods[i].name = name.get();
     }
+    p->lazy = opts.lazy_methods != 0;
     if (!opts.lazy_methods) {
         for (MethodState &m : p->methods) {
             st = ensure_loaded(p.get(), m);
@@ -777,6 +874,56 @@ KILN_API const char *kiln_program_last_error(void) { return t_error; }
 KILN_API kiln_status kiln_program_load(const char *path, const kiln_program_options *options,
                                        kiln_program **out) {
     return guarded("kiln_program_load", [&] { return load_impl(path, options, out); });
+}
+
+KILN_API void kiln_program_set_planned_limit(uint64_t nbytes) {
+    g_planned_limit.store(nbytes, std::memory_order_relaxed);
+}
+
+KILN_API kiln_status kiln_program_share(const kiln_program *program, kiln_program **out) {
+    return guarded("kiln_program_share", [&] {
+        if (program == nullptr || out == nullptr) {
+            return fail(KILN_ERR_INVALID_ARG, "kiln_program_share: program or out is NULL");
+        }
+        if (!program->data_paths.empty()) {
+            return fail(KILN_ERR_UNSUPPORTED,
+                        "kiln_program_share: '%s' was loaded with .ptd data files, which "
+                        "ExecuTorch %s's Module cannot attach to a shared program: load the "
+                        "program once per thread instead (kiln_program_load)",
+                        program->path.c_str(), KILN_EXECUTORCH_VERSION);
+        }
+        std::unique_ptr<kiln_program> q(new kiln_program());
+        q->origin = program->origin ? program->origin : program->module;
+        q->module = std::make_shared<Module>(program->module->program());
+        q->lazy = program->lazy;
+        q->path = program->path;
+        q->settings = program->settings;
+        q->methods.resize(program->methods.size());
+        for (size_t i = 0; i < program->methods.size(); i++) {
+            q->methods[i].name = program->methods[i].name;
+        }
+        Error e = Error::Ok;
+        if (!q->settings.empty()) {
+            // The per-load options, installed on the new Module (the program is loaded already).
+            LoadBackendOptionsMap map;
+            e = map.set_options(kBackendName, executorch::runtime::Span<BackendOption>(
+                                                  q->settings.data(), q->settings.size()));
+            if (e == Error::Ok)
+                e = q->module->load(map, Program::Verification::InternalConsistency);
+        }
+        if (e != Error::Ok) {
+            return fail(from_et(e), "kiln_program_share: '%s': ExecuTorch error %s (0x%x)",
+                        q->path.c_str(), et_error_name(e), static_cast<unsigned>(e));
+        }
+        if (!q->lazy) {
+            for (MethodState &m : q->methods) {
+                kiln_status st = ensure_loaded(q.get(), m);
+                if (st != KILN_OK) return st;
+            }
+        }
+        *out = q.release();
+        return KILN_OK;
+    });
 }
 
 KILN_API void kiln_program_free(kiln_program *program) {
@@ -1021,6 +1168,7 @@ KILN_API kiln_status kiln_program_execute(kiln_program *program, const char *met
         m->executed = false;
         m->outputs.clear();
         kiln_clear_error();
+        kiln_executorch_clear_error();
         Result<std::vector<EValue>> r = program->module->execute(m->name);
         // Memory-planned inputs were copied into memory the program may reuse while it runs.
         for (size_t i = 0; i < m->input_set.size(); i++) {
@@ -1028,7 +1176,7 @@ KILN_API kiln_status kiln_program_execute(kiln_program *program, const char *met
         }
         if (!r.ok()) {
             std::string detail = kiln_detail();
-            return fail(from_et(r.error()),
+            return fail(status_of(r.error()),
                         "executing method '%s' of '%s' failed: ExecuTorch error %s (0x%x)%s",
                         m->name.c_str(), program->path.c_str(), et_error_name(r.error()),
                         static_cast<unsigned>(r.error()),

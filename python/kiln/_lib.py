@@ -63,8 +63,28 @@ OWN_LIBRARY = "libkiln_export.so"
 # --- errors (one class per kiln_status; values are ABI)
 
 
+# kiln_status identifiers (kiln_status_name), by value.
+STATUS_NAMES = (
+    "KILN_OK",
+    "KILN_ERR_INVALID_ARG",
+    "KILN_ERR_NO_MEMORY",
+    "KILN_ERR_NOT_ENGINE",
+    "KILN_ERR_CORRUPT",
+    "KILN_ERR_VERSION",
+    "KILN_ERR_UNSUPPORTED",
+    "KILN_ERR_SHAPE",
+    "KILN_ERR_MISSING_DATA",
+    "KILN_ERR_DEVICE",
+    "KILN_ERR_IO",
+    "KILN_ERR_BUSY",
+    "KILN_ERR_INVALID_STATE",
+    "KILN_ERR_INTERNAL",
+)
+
+
 class KilnError(RuntimeError):
-    """A libkiln call failed. ``status`` is the kiln_status value, the message kiln_last_error()."""
+    """A libkiln call failed. ``status`` is the kiln_status value, ``status_name`` its identifier
+    ("KILN_ERR_CORRUPT"), the message kiln_last_error()."""
 
     status = -1
 
@@ -72,6 +92,12 @@ class KilnError(RuntimeError):
         super().__init__(message)
         if status is not None:
             self.status = status
+
+    @property
+    def status_name(self) -> str:
+        if 0 <= self.status < len(STATUS_NAMES):
+            return STATUS_NAMES[self.status]
+        return "KILN_ERR_UNKNOWN"
 
 
 class KilnInvalidArgError(KilnError, ValueError):
@@ -277,6 +303,9 @@ _SIG = {
     "kiln_version": (_U32, []),
     "kiln_version_string": (ctypes.c_char_p, []),
     "kiln_status_str": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kiln_ptd_check": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
+    "kiln_pte_check": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
     "kiln_last_error": (ctypes.c_char_p, []),
     "kiln_clear_error": (None, []),
     "kiln_dtype_size": (ctypes.c_size_t, [ctypes.c_int]),

@@ -51,7 +51,18 @@ _ET_SCALAR_TYPES = {
 
 
 class KilnLoadError(RuntimeError):
-    """A program could not be loaded or run (the message names the cause and the fix)."""
+    """A program could not be loaded or run (the message names the cause and the fix).
+
+    When Kiln found the cause (a damaged engine, weight or .ptd file, a missing GPU, a shape
+    outside an engine's range), ``status`` is its kiln_status value, ``status_name`` its name
+    ("KILN_ERR_CORRUPT", ...) and the message carries Kiln's whole diagnosis; otherwise both are
+    None and the message is ExecuTorch's.
+    """
+
+    def __init__(self, message: str, status: int | None = None, status_name: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.status_name = status_name
 
 
 def _error_code(msg: str) -> int | None:
@@ -65,22 +76,34 @@ def _error_code(msg: str) -> int | None:
     return None
 
 
-def _register_kiln() -> None:
+def _runtime():
     try:
-        rt = importlib.import_module("kiln_executorch_runtime")
+        return importlib.import_module("kiln_executorch_runtime")
     except ModuleNotFoundError as e:
         if e.name == "kiln_executorch_runtime":
             raise ImportError(_PIP_HINT) from None
         raise
-    rt.register()
+
+
+def _register_kiln() -> None:
+    _runtime().register()
+
+
+def _kiln_failure(rt) -> tuple[int, str, str] | None:
+    """KilnBackend's last failure on this thread: (status, status name, whole message)."""
+    err = rt.last_error()
+    if err is None:
+        return None
+    return rt.last_status(), err[0], err[1]
 
 
 class Program:
     """A loaded ExecuTorch program. ``forward(*tensors)`` and ``run(method, inputs)`` return
     lists of output tensors."""
 
-    def __init__(self, program, path: Path, data_path: Path | None):
+    def __init__(self, program, path: Path, data_path: Path | None, runtime=None):
         self._program = program
+        self._rt = runtime if runtime is not None else _runtime()
         self.path = path
         self.data_path = data_path
         names = list(program.method_names)
@@ -90,27 +113,35 @@ class Program:
             self._methods[name] = self._load_method(name)
 
     def _load_method(self, name: str):
+        self._rt.clear_error()
         try:
             return self._program.load_method(name)
         except Exception as e:  # noqa: BLE001 - pybind raises RuntimeError/ValueError
-            raise KilnLoadError(self._explain_load(name, e)) from e
+            failure = _kiln_failure(self._rt)
+            status, status_name = (failure[0], failure[1]) if failure else (None, None)
+            raise KilnLoadError(self._explain_load(name, e, failure), status, status_name) from e
 
-    def _explain_load(self, name: str, e: Exception) -> str:
+    def _explain_load(self, name: str, e: Exception, failure=None) -> str:
         msg = str(e)
         code = _error_code(msg)
         if code in _ET_ERRORS:
             msg = f"{msg.strip()} = {_ET_ERRORS[code]}"
         base = f"loading method '{name}' of {self.path} failed ({msg.strip()})"
-        if code == 0x24 or "external" in msg.lower():
+        if failure is not None and failure[1] != "KILN_ERR_MISSING_DATA":
+            # Kiln's diagnosis, whole: it names the field or weight and the remedy.
+            files = str(self.path) + (f" with {self.data_path}" if self.data_path else "")
+            return f"{base}: {failure[2]} [files: {files}]"
+        cause = f" ({failure[2]})" if failure is not None else ""
+        if code == 0x24 or "external" in msg.lower() or failure is not None:
             if self.data_path is None:
                 return (
                     f"{base}: the program keeps weights in a separate .ptd file (it was exported "
                     "with external_data=...). Load it with kiln.load(pte_path, "
-                    "data_path='<external_data>.ptd')"
+                    f"data_path='<external_data>.ptd'){cause}"
                 )
             return (
                 f"{base}: {self.data_path} does not hold this program's weights; pass the .ptd "
-                "file written together with this .pte"
+                f"file written together with this .pte{cause}"
             )
         if code == 0x20 or "backend" in msg.lower():
             return (
@@ -146,13 +177,18 @@ class Program:
             raise ValueError(f"method {method!r} takes {n_in} inputs, got {len(inputs)}")
         args = [t.contiguous() if isinstance(t, torch.Tensor) else t for t in inputs]
         _check_inputs(method, meta, args)
+        self._rt.clear_error()
         try:
             outs = m.execute(args)
         except Exception as e:  # noqa: BLE001 - pybind raises RuntimeError
-            raise KilnLoadError(self._explain_run(method, args, e)) from e
+            failure = _kiln_failure(self._rt)
+            status, status_name = (failure[0], failure[1]) if failure else (None, None)
+            raise KilnLoadError(
+                self._explain_run(method, args, e, failure), status, status_name
+            ) from e
         return list(outs)
 
-    def _explain_run(self, method: str, args, e: Exception) -> str:
+    def _explain_run(self, method: str, args, e: Exception, failure=None) -> str:
         msg = str(e).strip()
         code = _error_code(msg)
         if code in _ET_ERRORS:
@@ -160,6 +196,16 @@ class Program:
         shapes = ", ".join(
             str(tuple(a.shape)) + f" {a.dtype}" if hasattr(a, "shape") else repr(a) for a in args
         )
+        if failure is not None:
+            hint = ""
+            if failure[1] == "KILN_ERR_SHAPE":
+                hint = (
+                    " (every input must have the dtype and rank the program was exported with, "
+                    "and dynamic dimensions must lie within the ranges given to torch.export)"
+                )
+            return (
+                f"running method '{method}' failed ({msg}) with inputs {shapes}: {failure[2]}{hint}"
+            )
         return (
             f"running method '{method}' failed ({msg}) with inputs {shapes}: check that every "
             "input has the dtype and rank the program was exported with and that dynamic "
@@ -214,8 +260,11 @@ def load(path, data_path=None) -> Program:
     registered, and loads every method.
 
     Raises FileNotFoundError for a missing file, ImportError if Kiln's runtime package is not
-    installed, KilnLoadError (naming the cause and the fix) if a method cannot be initialized,
-    e.g. a program exported with external_data loaded without its .ptd.
+    installed, KilnLoadError (naming the cause and the fix; ``status_name`` is Kiln's status when
+    Kiln found it) if the program, its .ptd or a method cannot be loaded: a program exported
+    with external_data loaded without its .ptd, a damaged .ptd (checked by Kiln before
+    ExecuTorch reads it), a damaged engine or weight (every weight is checked against its
+    SHA-256 key; option ``verify_weights``), a GPU asked for that is not available.
     """
     p = Path(path)
     if not p.is_file():
@@ -226,8 +275,24 @@ def load(path, data_path=None) -> Program:
         if not d.is_file():
             raise FileNotFoundError(f"no data file at {d} (the .ptd written with the .pte)")
     _register_kiln()
+    rt = _runtime()
     from executorch.runtime import Runtime
 
+    # ExecuTorch trusts parts of the files it reads (every offset of a .ptd, the presence of
+    # fields in a .pte's flatbuffer): Kiln checks both first.
+    try:
+        rt.check_program_file(p)
+    except rt.KilnRuntimeError as e:
+        raise KilnLoadError(
+            f"{p} is not a loadable ExecuTorch program: {e}", e.status, e.status_name
+        ) from None
+    if d is not None:
+        try:
+            rt.check_data_file(d)
+        except rt.KilnRuntimeError as e:
+            raise KilnLoadError(
+                f"{d} is not a usable .ptd for {p}: {e}", e.status, e.status_name
+            ) from None
     try:
         prog = Runtime.get().load_program(str(p), data_path=str(d) if d is not None else None)
     except Exception as e:  # noqa: BLE001 - pybind raises RuntimeError
@@ -240,4 +305,4 @@ def load(path, data_path=None) -> Program:
             f"{p} is not a loadable ExecuTorch program ({str(e).strip()}): pass a .pte file "
             "written by kiln.executorch.save or ExecutorchProgramManager.write_to_file"
         ) from e
-    return Program(prog, p, d)
+    return Program(prog, p, d, rt)

@@ -21,9 +21,15 @@ from ._pins import EXECUTORCH_VERSION, RUNTIME_VERSION
 __version__ = RUNTIME_VERSION
 __all__ = [
     "KilnRegistrationError",
+    "KilnRuntimeError",
     "backend_info",
+    "check_data_file",
+    "check_program_file",
+    "clear_error",
     "cmake_prefix_path",
     "get_option",
+    "last_error",
+    "last_status",
     "library_path",
     "register",
     "set_option",
@@ -38,6 +44,16 @@ _kiln = None  # ctypes.CDLL of libkiln.so
 
 class KilnRegistrationError(RuntimeError):
     """KilnBackend could not be registered with ExecuTorch (the message says what to do)."""
+
+
+class KilnRuntimeError(RuntimeError):
+    """A Kiln failure: ``status`` (the kiln_status value), ``status_name`` ("KILN_ERR_CORRUPT",
+    ...) and the whole message, which names the field, the value and the remedy."""
+
+    def __init__(self, message: str, status: int | None = None, status_name: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.status_name = status_name
 
 
 DISTRIBUTION = "kiln-executorch-runtime"
@@ -122,6 +138,12 @@ def _load_kiln() -> ctypes.CDLL:
         lib.kiln_get_option.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.kiln_last_error.restype = ctypes.c_char_p
         lib.kiln_version_string.restype = ctypes.c_char_p
+        lib.kiln_status_name.restype = ctypes.c_char_p
+        lib.kiln_status_name.argtypes = [ctypes.c_int]
+        lib.kiln_ptd_check_file.restype = ctypes.c_int
+        lib.kiln_ptd_check_file.argtypes = [ctypes.c_char_p]
+        lib.kiln_pte_check_file.restype = ctypes.c_int
+        lib.kiln_pte_check_file.argtypes = [ctypes.c_char_p]
         _kiln = lib
     return _kiln
 
@@ -154,6 +176,9 @@ def register() -> None:
         lib.kiln_executorch_registration_error.restype = ctypes.c_uint32
         lib.kiln_executorch_owns_registration.restype = ctypes.c_int
         lib.kiln_executorch_built_against.restype = ctypes.c_char_p
+        lib.kiln_executorch_last_status.restype = ctypes.c_int
+        lib.kiln_executorch_last_error.restype = ctypes.c_char_p
+        lib.kiln_executorch_clear_error.restype = None
         err = lib.kiln_executorch_registration_error()
         if err != 0 or lib.kiln_executorch_owns_registration() != 1:
             raise KilnRegistrationError(
@@ -194,6 +219,67 @@ def get_option(name: str) -> str:
     if lib.kiln_get_option(name.encode(), buf, len(buf)) != 0:
         raise ValueError(lib.kiln_last_error().decode(errors="replace"))
     return buf.value.decode()
+
+
+def _text(b: bytes | None) -> str:
+    return b.decode("utf-8", errors="backslashreplace") if b else ""
+
+
+def check_data_file(path) -> None:
+    """Checks an ExecuTorch .ptd data file completely (header, flatbuffer, every segment and key)
+    with Kiln's validator, without reading its tensor data.
+
+    ExecuTorch's own .ptd reader trusts the offsets in the file and can crash the process on a
+    damaged one; ``kiln.load`` runs this check before handing the file to ExecuTorch. Call it
+    yourself before ``executorch.runtime.Runtime.load_program(..., data_path=path)`` when the
+    file may be damaged. Raises KilnRuntimeError (status KILN_ERR_CORRUPT or KILN_ERR_IO) with
+    the field, the offset and the remedy.
+    """
+    lib = _load_kiln()
+    st = lib.kiln_ptd_check_file(os.fsencode(path))
+    if st != 0:
+        raise KilnRuntimeError(_text(lib.kiln_last_error()), st, _text(lib.kiln_status_name(st)))
+
+
+def check_program_file(path) -> None:
+    """Checks an ExecuTorch program (.pte) before ExecuTorch loads it: its header and its whole
+    flatbuffer, with every field ExecuTorch's writer always writes present (ExecuTorch's method
+    loader dereferences those without checking, and crashes on a damaged one). The segments (Kiln
+    engines, weights) are not read: they are checked when a method loads. ``kiln.load`` runs
+    this check; call it before ``executorch.runtime.Runtime.load_program`` for files that may be
+    damaged. Raises KilnRuntimeError (KILN_ERR_CORRUPT, KILN_ERR_IO) naming the field.
+    """
+    lib = _load_kiln()
+    st = lib.kiln_pte_check_file(os.fsencode(path))
+    if st != 0:
+        raise KilnRuntimeError(_text(lib.kiln_last_error()), st, _text(lib.kiln_status_name(st)))
+
+
+def last_error() -> tuple[str, str] | None:
+    """The last failure of KilnBackend on this thread as (status name, whole message), or None.
+
+    ExecuTorch reports a delegate failure only as an error code ("error 0x23" through
+    ``executorch.runtime``); this is its cause, as KilnBackend recorded it (it also goes to
+    ExecuTorch's log). Cleared by :func:`clear_error`. None too while KilnBackend is not
+    registered (nothing can have failed in it).
+    """
+    if _delegate is None:
+        return None
+    st = _delegate.kiln_executorch_last_status()
+    if st == 0:
+        return None
+    return _text(_load_kiln().kiln_status_name(st)), _text(_delegate.kiln_executorch_last_error())
+
+
+def last_status() -> int:
+    """The kiln_status of :func:`last_error` (0 when there is none)."""
+    return 0 if _delegate is None else int(_delegate.kiln_executorch_last_status())
+
+
+def clear_error() -> None:
+    """Forgets this thread's last KilnBackend failure (see :func:`last_error`)."""
+    if _delegate is not None:
+        _delegate.kiln_executorch_clear_error()
 
 
 def backend_info() -> dict:

@@ -14,6 +14,7 @@ from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
 
 from . import _report
+from ._meta import check_not_meta
 from ._options import validate_external_data, validate_precision
 from .partitioner import KilnPartitioner
 
@@ -232,6 +233,7 @@ def _export(
         )
     if not isinstance(strict, bool):
         raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+    check_not_meta(model, example_inputs)
     with rep.phase("torch.export"):
         programs = _programs(model, example_inputs, dynamic_shapes)
     kiln = KilnPartitioner(precision=precision, external_data=external_data)
