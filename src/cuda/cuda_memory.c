@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA backend's device memory beyond the engine's activation arena (cuda_backend.h). Two
-// blocks, both placed by libkiln's memory planner (the builder's, src/core/plan_memory.h):
-//  - per engine, the weights block: every weight, then the KRSC (O, kh, kw, C) copies of the
-//    weights of the convolutions the layout pass keeps NHWC (cuDNN's NHWC filter order; C padded
-//    with zero filters where the layout pads it);
-//  - per context, the extras block, zeroed: the I/O bindings' staging buffers, the libraries'
+// blocks:
+//  - per engine, the weights block: every weight in tensor order, then the KRSC (O, kh, kw, C)
+//    copies of the weights of the convolutions the layout pass keeps NHWC (cuDNN's NHWC filter
+//    order; C padded with zero filters where the layout pads it); all live for the whole engine,
+//    so they are laid out one after another;
+//  - per context, the extras block, zeroed, placed by libkiln's memory planner (the builder's,
+//    src/core/plan_memory.h): the I/O bindings' staging buffers, the libraries'
 //    workspace, the tensors' copies in the other layout (live from their first to their last
 //    reading layer; a channel-padded copy for the whole execute, so that its zero channels stay
 //    zero) and the folded attention bases the fold moved out of the arena (live from their
@@ -15,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/checked.h"
 #include "cuda/cuda_backend.h"
 
 static int64_t pad8(int64_t c) { return (c + 7) / 8 * 8; }
@@ -57,33 +60,35 @@ static kiln_status krsc_copy(const kiln_plan_tensor *t, const void *src, uint8_t
 kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data) {
     const kiln_plan *p = e->plan;
     const uint32_t nt = p->n_tensors;
-    kiln_mem_item *items = kiln_cuda_calloc(2 * (size_t)nt * sizeof *items + 1);
     uint64_t total = 0;
     kiln_status st = KILN_OK;
     e->weight_offsets = kiln_cuda_calloc((size_t)nt * sizeof *e->weight_offsets + 1);
     e->krsc_offsets = kiln_cuda_calloc((size_t)nt * sizeof *e->krsc_offsets + 1);
-    if (items == NULL || e->weight_offsets == NULL || e->krsc_offsets == NULL) {
-        kiln_cuda_free(items, 2 * (size_t)nt * sizeof *items + 1);
+    if (e->weight_offsets == NULL || e->krsc_offsets == NULL) {
         return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA weight table)");
     }
-    // Weights are live for the whole engine: the planner lays them out one after another.
-    for (uint32_t i = 0; i < nt; i++) {
+    // Weights are live for the whole engine, so nothing shares bytes and no planning is needed:
+    // they are laid out in tensor order (the order the layers read them, so that one layer's
+    // weights stream from neighbouring pages), then the KRSC copies in the same order.
+    for (uint32_t k = 0; k < 2 * nt && st == KILN_OK; k++) {
+        const uint32_t i = k < nt ? k : k - nt;
         const kiln_plan_tensor *t = &p->tensors[i];
-        items[i].first = 0;
-        items[i].last = 0;
-        items[i].nbytes = t->kind == KILN_TENSOR_WEIGHT ? t->nbytes : 0;
-        items[nt + i].first = 0;
-        items[nt + i].last = 0;
-        items[nt + i].nbytes = e->layout.krsc[i] ? kiln_cuda_tensor_max_nbytes(e, i) : 0;
-    }
-    st = kiln_cuda_plan_memory(items, 2 * nt, KILN_CUDA_BLOCK_ALIGN, &total);
-    if (st == KILN_OK) {
-        for (uint32_t i = 0; i < nt; i++) {
-            e->weight_offsets[i] = items[i].offset;
-            e->krsc_offsets[i] = items[nt + i].offset;
+        uint64_t n = k < nt ? (t->kind == KILN_TENSOR_WEIGHT ? t->nbytes : 0)
+                            : (e->layout.krsc[i] ? kiln_cuda_tensor_max_nbytes(e, i) : 0);
+        uint64_t end = 0;
+        if (n == 0) continue;
+        if (!kiln_align_up_u64(total, KILN_CUDA_BLOCK_ALIGN, &total) ||
+            !kiln_add_u64(total, n, &end)) {
+            st = kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "the engine's weights are too large");
+            break;
         }
+        if (k < nt) {
+            e->weight_offsets[i] = total;
+        } else {
+            e->krsc_offsets[i] = total;
+        }
+        total = end;
     }
-    kiln_cuda_free(items, 2 * (size_t)nt * sizeof *items + 1);
     if (st != KILN_OK || total == 0) return st;
     e->weights_nbytes = (size_t)total;
     cudaError_t err = cudaMalloc(&e->weights, e->weights_nbytes);
