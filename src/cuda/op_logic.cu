@@ -23,7 +23,8 @@ typedef struct logic_params {
 
 // --- kernels
 
-__device__ __forceinline__ int logic_cmp_f(uint32_t op, float a, float b) {
+// The comparisons, on float or integer operands.
+template <typename V> __device__ __forceinline__ int logic_cmp(uint32_t op, V a, V b) {
     switch (op) {
     case KILN_OP_EQ: return a == b;
     case KILN_OP_NE: return a != b;
@@ -34,18 +35,14 @@ __device__ __forceinline__ int logic_cmp_f(uint32_t op, float a, float b) {
     }
 }
 
+// Integer and boolean operands: the bitwise ops, else a comparison.
 __device__ __forceinline__ int64_t logic_i(uint32_t op, int64_t a, int64_t b) {
     switch (op) {
-    case KILN_OP_EQ: return a == b;
-    case KILN_OP_NE: return a != b;
-    case KILN_OP_LT: return a < b;
-    case KILN_OP_LE: return a <= b;
-    case KILN_OP_GT: return a > b;
-    case KILN_OP_GE: return a >= b;
     case KILN_OP_BITWISE_AND: return a & b;
     case KILN_OP_BITWISE_OR: return a | b;
     case KILN_OP_BITWISE_XOR: return a ^ b;
-    default: return ~a;
+    case KILN_OP_BITWISE_NOT: return ~a;
+    default: return logic_cmp<int64_t>(op, a, b);
     }
 }
 
@@ -61,8 +58,8 @@ static __global__ void logic_kernel(const __grid_constant__ logic_params P) {
         }
         int64_t v;
         if (P.as_float) {
-            v = logic_cmp_f(P.op, kc_ld_f(P.in[0], P.in_dtype, off[0]),
-                            kc_ld_f(P.in[1], P.in_dtype, off[1]));
+            v = logic_cmp<float>(P.op, kc_ld_f(P.in[0], P.in_dtype, off[0]),
+                                 kc_ld_f(P.in[1], P.in_dtype, off[1]));
         } else {
             int64_t a = kc_ld_i(P.in[0], P.in_dtype, off[0]);
             int64_t b = P.n_in > 1 ? kc_ld_i(P.in[1], P.in_dtype, off[1]) : 0;
