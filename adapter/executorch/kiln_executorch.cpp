@@ -112,7 +112,6 @@ void et_log_line(kiln_log_level level, const char *line) {
 }
 
 void log_text(kiln_log_level level, const char *prefix, const char *message) {
-    if (level < KILN_LOG_ERROR && level < kiln_log_get_level()) return; // Kiln's log level
     char safe[8192];
     size_t n = kiln_utf8_escape(safe, sizeof safe, message, std::strlen(message), nullptr);
     size_t at = 0;
@@ -133,7 +132,9 @@ void log_text(kiln_log_level level, const char *prefix, const char *message) {
 }
 
 // Kiln's log hook forwarded to ExecuTorch's log (installed lazily, never at static init).
+// KilnBackend's own lines (engine ready, failures) are filtered by ExecuTorch's log level only.
 void forward_log(void *, kiln_log_level level, const char *message) {
+    if (level < KILN_LOG_ERROR && level < kiln_log_get_level()) return; // Kiln's log level
     log_text(level, "Kiln: ", message);
 }
 
