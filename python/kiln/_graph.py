@@ -107,7 +107,7 @@ class Graph:
                 _i64_array(dim_max),
                 ctypes.byref(out),
             ),
-            f"input '{name}'",
+            f"input {name!r}",
         )
         return out.value
 
@@ -128,7 +128,7 @@ class Graph:
                 nbytes,
                 ctypes.byref(out),
             ),
-            f"constant '{name}'",
+            f"constant {name!r}",
         )
         return out.value
 
@@ -175,7 +175,7 @@ class Graph:
 
     def mark_output(self, value: int, name: str) -> None:
         _lib.check(
-            self._lib.kiln_graph_mark_output(self._h, value, name.encode()), f"output '{name}'"
+            self._lib.kiln_graph_mark_output(self._h, value, name.encode()), f"output {name!r}"
         )
 
     def value_info(self, value: int) -> tuple[int, list[int], list[int]]:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import io
 import json
 import random
+import struct
 import subprocess
 import sys
+import zlib
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -132,31 +134,62 @@ def test_inspect_without_the_ptd_says_what_is_missing(programs, tmp_path):
     assert rc == 0 and doc["problems"] == []
 
 
-def test_names_with_control_bytes_are_escaped(tmp_path):
-    """An engine whose tensor names hold an escape sequence and bytes that are not UTF-8:
-    human output shows escapes, --json is valid JSON, both for the Python and the C tool."""
+def _engine_with_names(names: dict[bytes, bytes]) -> bytes:
+    """A one-relu engine whose input and output names are replaced in its bytes (each
+    placeholder by a name of the same length), with every CRC recomputed (docs/format.md §2)."""
     from kiln import _graph, _ops
 
     g = _graph.Graph()
-    name = "x\x1b[31m\x07"
-    x = g.add_input(name, _ops.DTYPE_F32, [2, 3], [2, 3])
+    ph = list(names)
+    x = g.add_input(ph[0].decode(), _ops.DTYPE_F32, [2, 3], [2, 3])
     (y,) = g.add_node("relu", [x])
-    g.mark_output(y, "out\x1b]0;pwned\x07")
-    built = g.build()
+    g.mark_output(y, ph[1].decode())
+    e = bytearray(g.build().engine)
     g.close()
+    for old, new in names.items():
+        at = e.find(old + b"\0")
+        assert at >= 0 and len(old) == len(new)
+        e[at : at + len(new)] = new
+    ns = struct.unpack_from("<I", e, 20)[0]
+    for i in range(ns):
+        _, _, off, nb = struct.unpack_from("<IIQQ", e, 40 + 32 * i)
+        struct.pack_into("<I", e, 40 + 32 * i + 24, zlib.crc32(e[off : off + nb]))
+    struct.pack_into("<I", e, 36, 0)
+    struct.pack_into("<I", e, 36, zlib.crc32(e[: 40 + 32 * ns]))
+    return bytes(e)
+
+
+def test_names_with_control_bytes_are_escaped(tmp_path):
+    """Names holding an escape sequence and a bell: the builder refuses them, and an engine that
+    carries them anyway (CRCs recomputed) is refused by inspect; every message shows the bytes
+    escaped, human output and --json alike (valid JSON), for the Python and the C tool."""
+    from kiln import _graph, _lib, _ops
+
+    evil_in, evil_out = b"x\x1b[31m\x07", b"out\x1b]0;pwned\x07"
+    g = _graph.Graph()
+    with pytest.raises(_lib.KilnInvalidArgError) as ei:
+        g.add_input(evil_in.decode(), _ops.DTYPE_F32, [2, 3], [2, 3])
+    g.close()
+    msg = str(ei.value)
+    assert "\x1b" not in msg and "\x07" not in msg and "x\\x1b[31m\\x07" in msg, msg
+    assert "control character" in msg
+
     p = tmp_path / "evil.kln"
-    p.write_bytes(built.engine)
-    rc, out, _ = kiln("inspect", p)
-    assert rc == 0 and "\x1b" not in out and "\x07" not in out, out
-    assert "x\\x1b[31m\\x07" in out
+    p.write_bytes(_engine_with_names({b"xAAAAAA": evil_in, b"outBBBBBBBBBB": evil_out}))
+    rc, out, err = kiln("inspect", p)
+    text = out + err
+    assert rc == 1 and "\x1b" not in text and "\x07" not in text, text
+    assert "x\\x1b[31m\\x07" in text and "not UTF-8 text" in text and "control character" in text
     rc, doc = kiln_json("inspect", p)
-    assert rc == 0 and doc["inputs"][0]["name"] == name
+    assert rc == 1 and "x\\x1b[31m\\x07" in doc["error"]["message"]
     c_tool = ROOT / "build" / "kiln"
     if c_tool.exists():  # the C tool of `make` (built before the Python tests in make test)
         r = subprocess.run([c_tool, "inspect", p], capture_output=True)
-        assert r.returncode == 0 and b"\x1b" not in r.stdout and b"\\x1b[31m" in r.stdout
+        assert r.returncode == 1 and b"\x1b" not in r.stdout + r.stderr
+        assert b"x\\x1b[31m\\x07" in r.stderr
         r = subprocess.run([c_tool, "inspect", p, "--json"], capture_output=True)
-        assert json.loads(r.stdout)["outputs"][0]["name"] == "out\x1b]0;pwned\x07"
+        assert r.returncode == 1
+        assert "x\\x1b[31m\\x07" in json.loads(r.stdout)["error"]["message"]
 
 
 # --- malformed files
