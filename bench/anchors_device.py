@@ -211,18 +211,18 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return float((y - ref).norm() / ref.norm())
 
 
-def make_graph_system(model, x) -> System:
+def make_graph_system(model, x: list) -> System:
     t0 = time.perf_counter()
     stream = torch.cuda.current_stream()
     side = torch.cuda.Stream()
     side.wait_stream(stream)
     with torch.cuda.stream(side):
         for _ in range(3):
-            model(x)
+            model(*x)
     stream.wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = model(x)
+        out = model(*x)
     torch.cuda.synchronize()
 
     def run():
@@ -234,19 +234,19 @@ def make_graph_system(model, x) -> System:
     return s
 
 
-def make_compile_system(model, x, cnn: bool) -> System:
+def make_compile_system(model, x: list, cnn: bool) -> System:
     import torch._inductor.config as icfg
 
     icfg.freezing = bool(cnn)
     t0 = time.perf_counter()
     cm = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
-    cm(x)  # compile (and the cudagraph tree's first warm-up)
+    cm(*x)  # compile (and the cudagraph tree's first warm-up)
     torch.cuda.synchronize()
     build = time.perf_counter() - t0
     for _ in range(3):  # cudagraph trees record on a later call
-        cm(x)
+        cm(*x)
     torch.cuda.synchronize()
-    s = System("compile", lambda: cm(x), build, "reduce-overhead" + (", freezing" if cnn else ""))
+    s = System("compile", lambda: cm(*x), build, "reduce-overhead" + (", freezing" if cnn else ""))
     s._keep = (cm,)
     return s
 
@@ -362,9 +362,9 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
 
     # inputs on the device: channels-last for the PyTorch CNN systems, contiguous for Kiln
     xd = [t.to(dev) for t in (x32 if dry else x16)]
-    x_pt = xd[0]
+    x_pt = list(xd)
     if fam.cnn and not dry:
-        x_pt = x_pt.contiguous(memory_format=torch.channels_last)
+        x_pt[0] = x_pt[0].contiguous(memory_format=torch.channels_last)
     model = fam_state["m_pt"]
 
     def add(name, factory):
@@ -385,7 +385,7 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
     # own stream, synchronized inside execute. Events on the current stream around a call give
     # its synchronous latency either way.
     with torch.no_grad():
-        add("eager", lambda: System("eager", lambda: model(x_pt)))
+        add("eager", lambda: System("eager", lambda: model(*x_pt)))
         if not dry:
             add("graph", lambda: make_graph_system(model, x_pt))
             compile_ok, why = compile_allowed(cfg, args, t_start)
@@ -516,7 +516,7 @@ def compile_allowed(cfg, args, t_start: float) -> tuple[bool, str]:
     ):
         return False, "not in --compile-models"
     left = args.budget_s - (time.time() - t_start)
-    need = COMPILE_EST_S[cfg.family] + args._rest_est.get(cfg.name, 0)
+    need = COMPILE_EST_S.get(cfg.family, 100) + args._rest_est.get(cfg.name, 0)
     if need > left:
         return False, f"budget: ~{need:.0f} s needed, {left:.0f} s left"
     return True, ""
@@ -532,7 +532,7 @@ def family_state(family: str, dry: bool) -> dict:
         st["m_pt"] = m32
     else:
         m = copy.deepcopy(m32).half().to(dev).eval()
-        if M.FAMILIES[family].cnn:
+        if (M.FAMILIES.get(family) or M.ZOO_FAMILIES[family]).cnn:
             m = m.to(memory_format=torch.channels_last)
         st["m_pt"] = m
     return st
@@ -638,12 +638,13 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     configs = M.select(args.models)
-    configs.sort(key=lambda c: (WORK_ORDER.index(c.family), -c.batch))
+    order = WORK_ORDER + list(M.ZOO_FAMILIES)
+    configs.sort(key=lambda c: (order.index(c.family), -c.batch))
     args._rest_est = {}
     acc = 0.0
     for c in reversed(configs):  # time the configs after this one still need (without compile)
         args._rest_est[c.name] = acc
-        acc += OTHER_EST_S[c.family]
+        acc += OTHER_EST_S.get(c.family, 20)
 
     doc = {"env": environment(args), "smi_before": None if args.dry_run else smi(), "models": {}}
     doc["env"]["args"] = {k: v for k, v in vars(args).items() if not k.startswith("_")}

@@ -526,7 +526,7 @@ class Config:
 
     @property
     def fam(self) -> Family:
-        return FAMILIES[self.family]
+        return FAMILIES[self.family] if self.family in FAMILIES else ZOO_FAMILIES[self.family]
 
 
 CONFIGS = [
@@ -539,24 +539,26 @@ CONFIGS = [
     Config("bert_b8", "bert", 8),
     Config("encoder_b1", "encoder", 1),
 ]
-CONFIG_BY_NAME = {c.name: c for c in CONFIGS}
 
 
 def select(names: str | None) -> list[Config]:
-    """Configs by comma-separated names or family names (None or "all": every config)."""
+    """Configs by comma-separated names or family names (None or "all": the eight benchmark
+    configs; "zoo": the real-model zoo's configs, ZOO_CONFIGS)."""
     if not names or names == "all":
         return list(CONFIGS)
     out = []
     for n in names.split(","):
         n = n.strip()
-        if n in CONFIG_BY_NAME:
+        if n == "zoo":
+            out += ZOO_CONFIGS
+        elif n in CONFIG_BY_NAME:
             out.append(CONFIG_BY_NAME[n])
-        elif n in FAMILIES:
-            out += [c for c in CONFIGS if c.family == n]
+        elif n in FAMILIES or n in ZOO_FAMILIES:
+            out += [c for c in CONFIGS + ZOO_CONFIGS if c.family == n]
         else:
             raise SystemExit(
                 f"unknown model {n!r}; known: {', '.join(CONFIG_BY_NAME)} "
-                f"(or a family: {', '.join(FAMILIES)})"
+                f"(or a family: {', '.join(list(FAMILIES) + list(ZOO_FAMILIES))}, or zoo)"
             )
     return out
 
@@ -564,6 +566,10 @@ def select(names: str | None) -> list[Config]:
 def build_model(family: str) -> nn.Module:
     """The family's model in fp32, eval mode, with the deterministic weights."""
     torch.manual_seed(0)  # construction order is fixed; the values are overwritten below
+    if family in ZOO_FAMILIES:
+        m = ZOO_FAMILIES[family].build()
+        zoo_init_(m, family)
+        return m.eval()
     m = FAMILIES[family].build()
     deterministic_init_(m, family)
     return m.eval()
@@ -575,9 +581,14 @@ def make_inputs(cfg: Config, dtype: torch.dtype = torch.float32) -> list[torch.T
     out = []
     for i, (shape, kind) in enumerate(cfg.fam.input_specs(cfg.batch)):
         stream = f"input/{cfg.name}/{i}"
-        if kind == "ids":
-            ids = (hash_u32(stream, math.prod(shape)) % _U32(BERT_VOCAB)).astype(np.int64)
+        if kind == "ids" or kind.startswith("ids:"):
+            vocab = int(kind[4:]) if kind.startswith("ids:") else BERT_VOCAB
+            ids = (hash_u32(stream, math.prod(shape)) % _U32(vocab)).astype(np.int64)
             out.append(torch.from_numpy(ids).reshape(shape))
+        elif kind == "mask":  # attention mask: ones, the last row's final quarter padded
+            mask = torch.ones(shape, dtype=torch.int64)
+            mask[-1, shape[1] - shape[1] // 4 :] = 0
+            out.append(mask)
         else:
             out.append(uniform(stream, shape, -1.0, 1.0).to(dtype))
     return out
@@ -586,8 +597,8 @@ def make_inputs(cfg: Config, dtype: torch.dtype = torch.float32) -> list[torch.T
 def counts(cfg: Config, model: nn.Module | None = None) -> dict:
     """Analytic FLOPs, fp16 weight bytes read, and the floors at the H200's measured ceilings
     (4.26 TB/s copy bandwidth, 790 TFLOP/s dense 16-bit; docs/benchmarks.md)."""
-    model = model if model is not None else FAMILIES[cfg.family].build()
-    flops = cfg.fam.flops(cfg.batch)
+    model = model if model is not None else cfg.fam.build()
+    flops = cfg.fam.flops(cfg.batch) if cfg.fam.flops is not None else _counted_flops(cfg, model)
     wbytes = cfg.fam.weight_bytes(model, cfg.batch)
     t_flops = flops / 790e12
     t_bytes = wbytes / 4.26e12
@@ -599,3 +610,140 @@ def counts(cfg: Config, model: nn.Module | None = None) -> dict:
         "floor_bytes_us": t_bytes * 1e6,
         "floor_us": max(t_flops, t_bytes) * 1e6,
     }
+
+
+# --- the real-model zoo (bench/zoo.py) as benchmark configs
+#
+# Library code (torchvision, timm, transformers) built by zoo.py, wrapped to return its one
+# output tensor. The weights are not the libraries' initializers (their float code differs
+# between versions, and the H200 has other versions): every parameter and the batch-norm
+# statistics are overwritten by zoo_init_ from the same hash as the benchmark models, with ranges
+# chosen by the module's kind; other buffers (rotary frequencies, index tables) keep what
+# construction computed. The H200's own torchvision and transformers build the same modules
+# (same names and shapes), so state_checksum proves the weights equal on both sides.
+
+
+class ZooModel(nn.Module):
+    """A zoo entry returning its first output tensor (export and the anchors want one)."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.m = module
+
+    def forward(self, *xs):
+        return self.m(*xs)[0]
+
+
+def _zoo_build(name: str, depth, vocab):
+    def build():
+        import zoo
+
+        return ZooModel(zoo.entry(name).make(depth, vocab))
+
+    return build
+
+
+def _fan_in_range(t: torch.Tensor, fan_in: int, gain: float) -> tuple[float, float]:
+    a = gain * math.sqrt(3.0 / max(fan_in, 1))
+    return -a, a
+
+
+def _zoo_range(mod: nn.Module, pname: str, t: torch.Tensor) -> tuple[float, float]:
+    kind = type(mod).__name__
+    if isinstance(mod, (nn.Linear, nn.Conv1d, nn.Conv2d)) or kind == "Conv1D":
+        # transformers' Conv1D (GPT-2) stores its weight as [in, out]
+        w = mod.weight
+        fan_in = w.shape[0] if kind == "Conv1D" else w[0].numel()
+        if pname == "weight":
+            conv = isinstance(mod, (nn.Conv1d, nn.Conv2d))
+            return _fan_in_range(t, fan_in, math.sqrt(2.0) if conv else 1.0)
+        return -1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in)
+    if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+        if pname == "weight":
+            return 0.75, 1.25
+        if pname == "running_var":
+            return 0.75, 1.25
+        return -0.1, 0.1
+    if "Norm" in kind:  # LayerNorm, GroupNorm, RMSNorm and the libraries' variants
+        return (0.9, 1.1) if pname == "weight" else (-0.05, 0.05)
+    if isinstance(mod, nn.Embedding):
+        return -1.0, 1.0
+    if t.dim() == 2 and pname.endswith("weight"):  # e.g. MultiheadAttention's in_proj_weight
+        return _fan_in_range(t, t.shape[1], 1.0)
+    return -0.1, 0.1  # free parameters: class tokens, position tables, layer scales
+
+
+def zoo_init_(model: nn.Module, tag: str) -> nn.Module:
+    """deterministic_init_ for library code: every floating-point parameter, and the batch-norm
+    running statistics, from :func:`uniform` keyed by ``tag`` and the tensor's name."""
+    with torch.no_grad():
+        for mname, mod in model.named_modules():
+            tensors = list(mod.named_parameters(recurse=False))
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.running_mean is not None:
+                tensors += [("running_mean", mod.running_mean), ("running_var", mod.running_var)]
+            for pname, t in tensors:
+                if not t.dtype.is_floating_point:
+                    continue
+                full = f"{tag}/{mname}.{pname}" if mname else f"{tag}/{pname}"
+                lo, hi = _zoo_range(mod, pname, t)
+                t.copy_(uniform(full, tuple(t.shape), lo, hi).to(t.dtype))
+    return model
+
+
+def _counted_flops(cfg: Config, model: nn.Module) -> int:
+    """FLOPs of one forward pass as torch's FlopCounterMode counts them (matrix work)."""
+    import copy
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    m32 = model if next(model.parameters()).dtype == torch.float32 else copy.deepcopy(model).float()
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        m32(*make_inputs(cfg))
+    return int(fc.get_total_flops())
+
+
+def _zoo_family(name, entry, inputs, depth=None, vocab=None, tol=5e-2, cnn=False):
+    return Family(
+        f"zoo_{name}",
+        _zoo_build(entry, depth, vocab),
+        inputs,
+        None,
+        lambda m, b: _fp16_param_bytes(m),
+        tol=tol,
+        cnn=cnn,
+    )
+
+
+def _img(b):
+    return [((b, 3, 224, 224), "float")]
+
+
+ZOO_FAMILIES = {
+    f.name: f
+    for f in (
+        _zoo_family("efficientnet_b0", "efficientnet_b0", _img, cnn=True),
+        _zoo_family("mobilenet_v3", "mobilenet_v3_large", _img, cnn=True),
+        _zoo_family("convnext_tiny", "convnext_tiny", _img, cnn=True),
+        _zoo_family("swin_t", "swin_t", _img),
+        _zoo_family(
+            "bert", "bert", lambda b: [((b, 128), "ids:30522"), ((b, 128), "mask")], vocab=None
+        ),
+        _zoo_family("gpt2", "gpt2", lambda b: [((b, 128), "ids:50257")]),
+        # Llama-3.2-1B widths, 8 of its 16 layers (the issue's model), the whole vocabulary
+        _zoo_family("llama8", "llama", lambda b: [((b, 128), "ids:128256")], depth=8),
+        _zoo_family("whisper_encoder", "whisper_encoder", lambda b: [((b, 80, 3000), "float")]),
+    )
+}
+
+ZOO_CONFIGS = [
+    Config("zoo_efficientnet_b0_b1", "zoo_efficientnet_b0", 1),
+    Config("zoo_efficientnet_b0_b32", "zoo_efficientnet_b0", 32),
+    Config("zoo_mobilenet_v3_b1", "zoo_mobilenet_v3", 1),
+    Config("zoo_convnext_tiny_b1", "zoo_convnext_tiny", 1),
+    Config("zoo_swin_t_b1", "zoo_swin_t", 1),
+    Config("zoo_bert_b1", "zoo_bert", 1),
+    Config("zoo_gpt2_b1", "zoo_gpt2", 1),
+    Config("zoo_llama8_b1", "zoo_llama8", 1),
+    Config("zoo_whisper_encoder_b1", "zoo_whisper_encoder", 1),
+]
+CONFIG_BY_NAME = {c.name: c for c in CONFIGS + ZOO_CONFIGS}
