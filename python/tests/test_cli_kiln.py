@@ -8,16 +8,15 @@ from __future__ import annotations
 import io
 import json
 import random
-import struct
 import subprocess
 import sys
-import zlib
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from engine_bytes import fix_crcs
 from kiln._cli import main
 from kiln.executorch import save
 
@@ -150,12 +149,7 @@ def _engine_with_names(names: dict[bytes, bytes]) -> bytes:
         at = e.find(old + b"\0")
         assert at >= 0 and len(old) == len(new)
         e[at : at + len(new)] = new
-    ns = struct.unpack_from("<I", e, 20)[0]
-    for i in range(ns):
-        _, _, off, nb = struct.unpack_from("<IIQQ", e, 40 + 32 * i)
-        struct.pack_into("<I", e, 40 + 32 * i + 24, zlib.crc32(e[off : off + nb]))
-    struct.pack_into("<I", e, 36, 0)
-    struct.pack_into("<I", e, 36, zlib.crc32(e[: 40 + 32 * ns]))
+    fix_crcs(e)
     return bytes(e)
 
 

@@ -25,11 +25,11 @@ import shutil
 import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
 import torch
+from engine_bytes import fix_crcs
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -94,16 +94,6 @@ def _sections(e) -> dict:
         kind, _, off, nb = struct.unpack_from("<IIQQ", e, 40 + 32 * i)
         out[kind] = (i, off, nb)
     return out
-
-
-def _fix_crcs(e: bytearray) -> None:
-    """Recomputes every section CRC and the header CRC (docs/format.md §2)."""
-    ns = struct.unpack_from("<I", e, 20)[0]
-    for i in range(ns):
-        _, _, off, nb = struct.unpack_from("<IIQQ", e, 40 + 32 * i)
-        struct.pack_into("<I", e, 40 + 32 * i + 24, zlib.crc32(e[off : off + nb]))
-    struct.pack_into("<I", e, 36, 0)
-    struct.pack_into("<I", e, 36, zlib.crc32(e[: 40 + 32 * ns]))
 
 
 def _strings(e) -> list[tuple[int, int, str]]:
@@ -514,7 +504,7 @@ def test_engine_strings_not_text(files, check_files):
                     continue
                 e = bytearray(pte[at : at + n])
                 e[off : off + len(bad)] = bad
-                _fix_crcs(e)
+                fix_crcs(e)
                 b = pte[:at] + bytes(e) + pte[at + n :]
                 cid = f"str-{name}-{kind.replace(' ', '_')}-{off}-{k}"
                 cases.append(_case(d, cid, b, ptd))
@@ -539,7 +529,7 @@ def test_engine_string_valid_utf8_loads(files, check_files):
         if kind == "weight name" and length >= 3:
             e = bytearray(pte[at : at + n])
             e[off : off + 3] = "€".encode()
-            _fix_crcs(e)
+            fix_crcs(e)
             cases.append(_case(d, f"utf8-{off}", pte[:at] + bytes(e) + pte[at + n :], None))
     assert cases
 
@@ -575,7 +565,7 @@ def test_versions_and_foreign_files(files, check_files):
     )
     e = bytearray(pte[at : at + n])
     struct.pack_into("<I", e, 8, 2)  # a well-formed engine of a newer format
-    _fix_crcs(e)
+    fix_crcs(e)
     add(
         "version-newer",
         pte[:at] + bytes(e) + pte[at + n :],
@@ -586,7 +576,7 @@ def test_versions_and_foreign_files(files, check_files):
     )
     e = bytearray(pte[at : at + n])
     struct.pack_into("<I", e, 8, 0x01000001)  # beyond any version Kiln will use
-    _fix_crcs(e)
+    fix_crcs(e)
     add(
         "version-huge",
         pte[:at] + bytes(e) + pte[at + n :],
