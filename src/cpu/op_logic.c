@@ -19,27 +19,21 @@ typedef struct logic_ctx {
     uint32_t ddt;
 } logic_ctx;
 
-static int cmp_f(uint32_t op, float a, float b) {
-    switch (op) {
-    case KILN_OP_EQ: return a == b;
-    case KILN_OP_NE: return a != b;
-    case KILN_OP_LT: return a < b;
-    case KILN_OP_LE: return a <= b;
-    case KILN_OP_GT: return a > b;
-    default: return a >= b;
+// The comparisons: one body for float and for integer operands.
+#define DEFINE_CMP(name, T)                                                                        \
+    static int name(uint32_t op, T a, T b) {                                                       \
+        switch (op) {                                                                              \
+        case KILN_OP_EQ: return a == b;                                                            \
+        case KILN_OP_NE: return a != b;                                                            \
+        case KILN_OP_LT: return a < b;                                                             \
+        case KILN_OP_LE: return a <= b;                                                            \
+        case KILN_OP_GT: return a > b;                                                             \
+        default: return a >= b;                                                                    \
+        }                                                                                          \
     }
-}
-
-static int cmp_i(uint32_t op, int64_t a, int64_t b) {
-    switch (op) {
-    case KILN_OP_EQ: return a == b;
-    case KILN_OP_NE: return a != b;
-    case KILN_OP_LT: return a < b;
-    case KILN_OP_LE: return a <= b;
-    case KILN_OP_GT: return a > b;
-    default: return a >= b;
-    }
-}
+DEFINE_CMP(cmp_f, float)
+DEFINE_CMP(cmp_i, int64_t)
+#undef DEFINE_CMP
 
 static int64_t bit_i(uint32_t op, int64_t a, int64_t b) {
     switch (op) {
