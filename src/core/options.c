@@ -14,6 +14,7 @@
 #include "core/env.h"
 #include "core/options.h"
 #include "core/status.h"
+#include "core/utf8.h"
 
 typedef enum value_kind {
     V_BOOL,   // true/false (text: 1/true/yes/on, 0/false/no/off, any case)
@@ -22,6 +23,7 @@ typedef enum value_kind {
     V_ENUM,   // text, one of choices[] (stored as values[]); an int whose text is a choice too
     V_DEVICE, // "auto", "cpu" or "cuda:N"
     V_WGCFG,  // "auto" or "BN,SPLIT,OCC" (cuda.wgmma_config: three int fields)
+    V_CACHE,  // "auto", "off" or a file path (tuning_cache: kiln_options.tuning_cache)
 } value_kind;
 
 typedef struct option_def {
@@ -127,6 +129,10 @@ static const option_def defs[] = {
     OPT("verify_weights", V_BOOL, "true", "both", 0, AT(verify_weights),
         "check every weight read from a .pte's named data or a .ptd against the SHA-256 its key "
         "names; false skips it for trusted files (faster loads)"),
+    OPT("tuning_cache", V_CACHE, "auto", "both", 0, AT(tuning_cache),
+        "CUDA: where the choices timed at context creation are kept and reused: auto (a file in "
+        "the user's cache directory: $XDG_CACHE_HOME/kiln or ~/.cache/kiln), off (time at "
+        "every context creation), or a file path"),
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
@@ -170,6 +176,10 @@ static void accepted(const option_def *d, char *buf, size_t n) {
     case V_INT:
     case V_INT64: snprintf(buf, n, "an integer in %" PRId64 "..%" PRId64, d->min, d->max); return;
     case V_DEVICE: snprintf(buf, n, "auto, cpu or cuda:N"); return;
+    case V_CACHE:
+        snprintf(buf, n, "auto, off or a file path (text, at most %zu bytes)",
+                 sizeof(((kiln_options *)0)->tuning_cache) - 1);
+        return;
     case V_WGCFG:
         snprintf(buf, n, "auto or BN,SPLIT,OCC with BN 64 or 128, SPLIT 1, 2, 4 or 8, OCC 1 or 2");
         return;
@@ -214,6 +224,13 @@ static int parse_device(const char *v) {
     return 0;
 }
 
+// A path: non-empty UTF-8 text without control characters that fits the field.
+static int parse_cache(const char *t, size_t cap) {
+    size_t n = strlen(t);
+    if (n == 0 || n >= cap || kiln_utf8_check(t, n) != n) return 0;
+    return 1;
+}
+
 static int parse_wgcfg(const char *t, int out[3]) {
     int bn = 0, split = 0, occ = 0, n = 0;
     if (strcmp(t, "auto") == 0) return out[0] = out[1] = out[2] = 0, 1;
@@ -255,6 +272,10 @@ static int apply_text(kiln_options *o, const option_def *d, const char *t) {
         if (!parse_wgcfg(t, cfg)) return 0;
         memcpy(int_at(o, d), cfg, sizeof cfg); // wgmma_bn, wgmma_split, wgmma_occ in a row
         return 1;
+    case V_CACHE:
+        if (!parse_cache(t, sizeof o->tuning_cache)) return 0;
+        snprintf(o->tuning_cache, sizeof o->tuning_cache, "%s", t);
+        return 1;
     }
     return 0;
 }
@@ -268,6 +289,7 @@ static void value_text(const kiln_options *o, const option_def *d, char *buf, si
         snprintf(buf, n, "%" PRId64, *(const int64_t *)((const char *)o + d->offset));
         return;
     case V_DEVICE: snprintf(buf, n, "%s", o->device); return;
+    case V_CACHE: snprintf(buf, n, "%s", o->tuning_cache); return;
     case V_WGCFG:
         if (p[0] == 0) {
             snprintf(buf, n, "auto");

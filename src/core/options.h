@@ -45,6 +45,7 @@ typedef struct kiln_options {
     int64_t num_threads;               // CPU backend threads (1..64)
     int profile;                       // bool: time every layer (kiln_context_layer_info)
     int verify_weights;                // bool: external weights checked against their keys
+    char tuning_cache[1024];           // "auto" | "off" | a file path (the CUDA tuning cache)
     kiln_cuda_policy cuda;             // the options cuda.*
 } kiln_options;
 
