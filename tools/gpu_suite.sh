@@ -14,7 +14,8 @@
 #         2. kiln_cuda_smoke    shared libkiln finds the plugin beside it; device auto -> cuda:0
 #         3. kiln_cuda_parity --ops   every op vs the CPU reference, every dtype, awkward shapes
 #         4. kiln_cuda_parity --e2e   built graphs, cuda:0 vs cpu: host/device I/O, CUDA graphs
-#                                     record/replay/re-record, caller's stream, graphs off
+#                                     record/replay/re-record, caller's stream, graphs off; then
+#                                     with a cold, a warm and a truncated tuning cache
 #         5. the variants, each the e2e or op part again with options of the CUDA policy
 #            (kiln_cuda_parity --option cuda.NAME=VALUE; docs/options.md): cuBLASLt and cuDNN off
 #            (Kiln's own GEMM and conv kernels end to end), NHWC off, the small-M kernels without
@@ -144,6 +145,20 @@ run() {
     step "parity: ops" "$out/parity_ops.log" 360 ./kiln_cuda_parity --ops
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e" "$out/parity_e2e.log" 240 ./kiln_cuda_parity --e2e
+  # The tuning cache: a cold run writes it, a warm run applies its records (the same parity
+  # checks against the CPU reference), a damaged file is discarded and rewritten.
+  local tc="$out/tuning_cache/t.kilncache"
+  rm -rf "$out/tuning_cache"
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_LOG_LEVEL=info \
+    step "parity: e2e, tuning cache cold" "$out/parity_e2e_tc_cold.log" 240 \
+    bash -c "./kiln_cuda_parity --e2e --quick --option tuning_cache=$tc && test -s $tc"
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_LOG_LEVEL=info \
+    step "parity: e2e, tuning cache warm" "$out/parity_e2e_tc_warm.log" 240 \
+    bash -c "./kiln_cuda_parity --e2e --quick --option tuning_cache=$tc && grep -q 'from the tuning cache' $out/parity_e2e_tc_warm.log"
+  head -c 200 "$tc" >"$tc.cut" && mv "$tc.cut" "$tc"
+  KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" KILN_LOG_LEVEL=info \
+    step "parity: e2e, tuning cache truncated" "$out/parity_e2e_tc_cut.log" 240 \
+    bash -c "./kiln_cuda_parity --e2e --quick --option tuning_cache=$tc && grep -q 'discarded' $out/parity_e2e_tc_cut.log"
   KILN_CUDA_PLUGIN="$dev/libkiln_cuda.so" \
     step "parity: e2e, own GEMM+conv" "$out/parity_e2e_own_gemm.log" 180 \
     ./kiln_cuda_parity --e2e --quick --option cuda.cublaslt=false --option cuda.cudnn=false

@@ -31,7 +31,7 @@ int kiln_cuda_sdpa_dnn_geom(const kiln_cuda_ctx *ctx, const kiln_kernel_args *ar
 // --- cuDNN's fused SDPA (dnn_sdpa.c: the backend graph API's SDPA_FWD operation, cuDNN >= 9.13:
 // O = softmax(Q K^T * scale) V, no mask, no stats)
 
-#define KILN_CUDA_SDPA_MAX_PLANS 8 // geometries a layer keeps plans for
+#define KILN_CUDA_SDPA_MAX_PLANS 32 // geometries a context keeps plans for (all its sdpa layers)
 
 kiln_cuda_sdpa_store *kiln_cuda_sdpa_store_new(void); // NULL when out of memory
 void kiln_cuda_sdpa_store_free(kiln_cuda_sdpa_store *store);
@@ -46,6 +46,10 @@ int kiln_cuda_dnn_sdpa_entry(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *sto
 int kiln_cuda_dnn_sdpa_use(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store, int entry,
                            int cfg);
 void kiln_cuda_dnn_sdpa_trim(kiln_cuda_sdpa_store *store, int entry);
+// The configuration an entry runs (0-based; -1: none chosen yet) and, in *n_cfg (may be NULL),
+// of how many the heuristic offered: an entry is shared by the layers of its geometry, and the
+// first one to plan it chooses.
+int kiln_cuda_dnn_sdpa_cfg(const kiln_cuda_sdpa_store *store, int entry, int *n_cfg);
 // The first configuration that finalizes (the heuristic's order); 0 when none does.
 int kiln_cuda_dnn_sdpa_use_first(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store, int entry);
 // Enqueues the entry's plan on g's pointers; *done = 0 when cuDNN declined before enqueuing
@@ -56,6 +60,11 @@ kiln_status kiln_cuda_dnn_sdpa_run(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_stor
 void kiln_cuda_dnn_sdpa_describe(const kiln_cuda_sdpa_store *store, int entry, char *buf, size_t n);
 
 // --- tuning (attn_tune.c): context creation only
+
+// Applies ctx->choice (the tuning cache's record) to a planned sdpa: 1 when it checks (its
+// kernel is the layer's own kernel, or a cuDNN configuration the heuristic offers now).
+int kiln_cuda_sdpa_apply(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g,
+                         kiln_cuda_layer_plan *plan);
 
 // Times every cuDNN configuration for g's geometry as the engine runs it, keeps the fastest,
 // then times Kiln's own kernel (plan->sdpa.own) and leaves the faster in *plan.

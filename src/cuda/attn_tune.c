@@ -39,7 +39,10 @@ void kiln_cuda_sdpa_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     float best_us = -1.0f;
     const int entry = kiln_cuda_dnn_sdpa_entry(ctx, ctx->sdpa_store, g, &n);
     if (entry < 0) return; // cuDNN refuses the geometry: Kiln's kernel, as planned
-    for (int i = 0; i < n; i++) {
+    // Another layer of this geometry chose already: its configuration is the only one kept (a
+    // configuration's plan is finalized once), so it is the one timed against Kiln's kernel.
+    const int chosen = kiln_cuda_dnn_sdpa_cfg(ctx->sdpa_store, entry, NULL);
+    for (int i = chosen >= 0 ? chosen : 0; i < (chosen >= 0 ? chosen + 1 : n); i++) {
         if (!kiln_cuda_dnn_sdpa_use(ctx, ctx->sdpa_store, entry, i)) continue;
         timed_dnn t = {ctx, entry, g};
         const float us = kiln_cuda_time_in_graph(ctx->stream, dnn_enqueue, &t);
@@ -74,4 +77,27 @@ void kiln_cuda_sdpa_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     kiln_cuda_log(KILN_LOG_INFO, "sdpa at %s: cuDNN %.2f us, Kiln's kernel %.2f us: %s",
                   ctx->where ? ctx->where : "?", (double)best_us, (double)own_us,
                   keep_own ? "Kiln's kernel" : "cuDNN");
+}
+
+int kiln_cuda_sdpa_apply(const kiln_cuda_ctx *ctx, const kiln_cuda_attn_geom *g,
+                         kiln_cuda_layer_plan *plan) {
+    const kiln_cuda_choice *ch = ctx->choice;
+    int n = 0;
+    if (ch->kernel == (int32_t)plan->sdpa.own) {
+        plan->kernel = plan->sdpa.own; // cuDNN is not touched at all
+    } else {
+        if (ch->kernel != KILN_CUDA_K_CUDNN) return 0;
+        const int entry = kiln_cuda_dnn_sdpa_entry(ctx, ctx->sdpa_store, g, &n);
+        const int chosen = entry >= 0 ? kiln_cuda_dnn_sdpa_cfg(ctx->sdpa_store, entry, NULL) : -1;
+        if (entry < 0 || n != ch->dnn_n || (chosen >= 0 && chosen != ch->dnn_cfg) ||
+            !kiln_cuda_dnn_sdpa_use(ctx, ctx->sdpa_store, entry, ch->dnn_cfg))
+            return 0;
+        if (chosen < 0) kiln_cuda_dnn_sdpa_trim(ctx->sdpa_store, entry);
+        plan->kernel = KILN_CUDA_K_CUDNN;
+        plan->sdpa.dnn = entry;
+    }
+    plan->sdpa.dnn_us = ch->dnn_us;
+    plan->sdpa.own_us = ch->own_us;
+    plan->timed = 1;
+    return 1;
 }

@@ -65,6 +65,7 @@ static int parse_device(const char *s, int *out) {
 static void cuda_engine_free(void *state) {
     cuda_engine *e = state;
     int prev;
+    kiln_cuda_warm_up_wait(); // (a load that failed, or no context made)
     if (e == NULL) return;
     if (e->weights != NULL && kiln_cuda_device_enter(e->device, &prev) == KILN_OK) {
         cudaFree(e->weights);
@@ -183,6 +184,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     if (st != KILN_OK) goto fail;
     st = kiln_cuda_extras_plan(e);
     if (st != KILN_OK) goto fail;
+    kiln_cuda_tune_engine_init(e, &prop, options->tuning_cache);
     st = kiln_cuda_attention_init();
     if (st != KILN_OK) goto fail;
     st = kiln_cuda_weights_upload(e, weight_data);
@@ -228,8 +230,8 @@ static void cuda_context_free(void *state) {
         for (uint32_t li = 0; c->layers != NULL && li < p->n_layers; li++) {
             kiln_cuda_plan_release(&c->layers[li].tuned);
             kiln_cuda_plan_release(&c->layers[li].now);
-            kiln_cuda_sdpa_store_free(c->layers[li].sdpa_store);
         }
+        kiln_cuda_sdpa_store_free(c->sdpa_store);
         if (c->scratch == NULL) cudaFree(c->arena);
         cudaFree(c->extras);
         if (c->lt != NULL) cublasLtDestroy(c->lt);
@@ -276,6 +278,7 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     cuda_context *c;
     int prev = -1, entered = 0;
     kiln_status st = KILN_OK;
+    kiln_cuda_warm_up_wait(); // the libraries initialised in the background, if they are
     c = kiln_cuda_calloc(sizeof *c);
     if (c == NULL) return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA context)");
     c->engine = e;
@@ -311,7 +314,8 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     if (e->wants_dnn) c->dnn = kiln_cuda_dnn_create(); // NULL: Kiln's kernels
     for (uint32_t li = 0; c->dnn != NULL && e->policy.cudnn_sdpa && li < p->n_layers; li++) {
         if (p->layers[li].op != KILN_OP_SDPA || (p->layers[li].flags & KILN_LAYER_TAIL)) continue;
-        c->layers[li].sdpa_store = kiln_cuda_sdpa_store_new(); // NULL: Kiln's kernel
+        c->sdpa_store = kiln_cuda_sdpa_store_new(); // NULL: Kiln's kernel
+        break;
     }
     if (e->extras.nbytes > 0) {
         CUDA_TRY(cudaMalloc(&c->extras, (size_t)e->extras.nbytes), "cudaMalloc (extras block)");
@@ -561,8 +565,24 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
     }
 }
 
+// The runtime's early call (before it resolves, checks and hands over the weights): the libraries
+// this engine will use start initialising in the background (cuda_warm.c).
+static void cuda_warm_up(const kiln_plan *p, const kiln_options *options) {
+    int device;
+    uint32_t dtype = 0;
+    if (!parse_device(options->device, &device) || !options->cuda.cublaslt) return;
+    for (uint32_t li = 0; li < p->n_layers && dtype == 0; li++) {
+        const kiln_plan_layer *L = &p->layers[li];
+        if ((L->op == KILN_OP_LINEAR || L->op == KILN_OP_MATMUL) && L->n_outputs > 0) {
+            dtype = p->tensors[p->ids[L->output_begin]].dtype; // (load.c checked every id)
+        }
+    }
+    kiln_cuda_warm_up_start(device, dtype);
+}
+
 const kiln_backend_ops kiln_cuda_backend_ops = {
     .name = "cuda",
+    .warm_up = cuda_warm_up,
     .engine_init = cuda_engine_init,
     .engine_free = cuda_engine_free,
     .context_init = cuda_context_init,

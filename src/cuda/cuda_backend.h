@@ -57,14 +57,19 @@ typedef struct cuda_engine {
     int64_t *l2_keep;         // n_layers: the L2 plan (cuda_layout.h), -1: no hints
     uint64_t l2_kept;         // bytes of small-M weights loaded evict-last
     cuda_extras extras;
+    // The tuning cache (cuda_tune.c): the option tuning_cache, and what every record's key starts
+    // with: Kiln's version, the GPU (name, compute capability, SMs), the driver, runtime,
+    // cuBLASLt and cuDNN versions, and the policy.
+    char tune_where[1024];
+    unsigned char tune_prefix[512];
+    size_t tune_prefix_nbytes;
 } cuda_engine;
 
 // A head layer's plans: the one made at context creation (largest shapes, timed) and the one
 // made at an execute that met another problem (untimed).
 typedef struct cuda_layer {
     kiln_cuda_layer_plan tuned, now;
-    int last_now;                     // the last run used `now`
-    kiln_cuda_sdpa_store *sdpa_store; // sdpa on cuDNN: its plans (NULL: none)
+    int last_now; // the last run used `now`
 } cuda_layer;
 
 // CUDA graphs of a context (cuda_graph.c).
@@ -95,7 +100,10 @@ typedef struct cuda_context {
     const cuda_engine *engine;
     cudaStream_t stream;
     cublasLtHandle_t lt;
-    kiln_cuda_dnn *dnn;         // cuDNN handle (NULL: convolutions and attention on Kiln's kernels)
+    kiln_cuda_dnn *dnn; // cuDNN handle (NULL: convolutions and attention on Kiln's kernels)
+    // sdpa on cuDNN: the execution plans of every sdpa layer, one per geometry, shared by the
+    // layers of that geometry (each finalize compiles kernels) (NULL: none)
+    kiln_cuda_sdpa_store *sdpa_store;
     void *arena;                // owned; borrowed from `scratch` when that is not NULL
     kiln_cuda_scratch *scratch; // the device's shared arena (use_shared_activation_scratch)
     uint64_t arena_gen;         // the shared arena's generation the views point into
@@ -190,7 +198,19 @@ kiln_status kiln_cuda_profile_collect(cuda_profile *pr);
 // The per-layer table at INFO (when the context is freed).
 void kiln_cuda_profile_log(const cuda_context *c);
 
+// --- cuda_warm.c
+
+// Starts, once per process, a thread that initialises cuBLASLt on device for linears of
+// lt_dtype (a KILN_DTYPE_*; 0: nothing to do).
+void kiln_cuda_warm_up_start(int device, uint32_t lt_dtype);
+// Waits for that thread (no-op when none runs).
+void kiln_cuda_warm_up_wait(void);
+
 // --- cuda_tune.c
+
+// Fills e->tune_where and e->tune_prefix (engine creation, on its device).
+void kiln_cuda_tune_engine_init(cuda_engine *e, const struct cudaDeviceProp *prop,
+                                const char *where);
 
 // Context creation: plans every planned layer at the largest shapes with the I/O in staging
 // (timing candidates with cuda.tune), then the choice of the wgmma kernel on the whole engine.

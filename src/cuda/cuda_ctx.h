@@ -46,7 +46,10 @@ typedef struct kiln_cuda_ctx {
     int64_t l2_keep;    // small-M linear: bytes of its weight the L2 plan keeps (-1: no hints)
     // sdpa with folded views (cuda_fold.h): q, k, v, out through these (NULL: the dense tensor)
     const kiln_cuda_strided *sdpa_io[4];
-    kiln_cuda_sdpa_store *sdpa_store; // sdpa: the layer's cuDNN plans (NULL: cuDNN not used)
+    kiln_cuda_sdpa_store *sdpa_store; // sdpa: the context's cuDNN plans (NULL: cuDNN not used)
+    // Planning with tuning: a choice read from the tuning cache to apply instead of timing
+    // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
+    const struct kiln_cuda_choice *choice;
 } kiln_cuda_ctx;
 
 // A failed CUDA call in a layer: "CUDA error in <what> at <where>: <name> (<string>)" ->

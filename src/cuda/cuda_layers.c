@@ -167,7 +167,8 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     ctx->x_cpad = 0;
     ctx->stem = 0;
     ctx->l2_keep = e->l2_keep[li];
-    ctx->sdpa_store = c->layers[li].sdpa_store;
+    ctx->sdpa_store = e->plan->layers[li].op == KILN_OP_SDPA ? c->sdpa_store : NULL;
+    ctx->choice = NULL;
     kiln_plan_group_args(e->plan, li, c->views, b->tails, &b->args);
     KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, run));
     sdpa_fold_views(c, li, ctx, b->sdpa_io);

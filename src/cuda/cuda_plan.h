@@ -88,10 +88,27 @@ typedef struct kiln_cuda_sdpa_rec {
     float dnn_us, own_us; // timed at context creation (< 0: not timed)
 } kiln_cuda_sdpa_rec;
 
+// A timed choice as the tuning cache keeps it (cuda_tune.c): indices the heuristics re-derive on
+// use (never pointers or a library's opaque structs), each checked there against what the
+// heuristic returns now; a choice that does not check is timed again.
+typedef struct kiln_cuda_choice {
+    int32_t kernel;       // kiln_cuda_kernel
+    int32_t lt_candidate; // CUBLASLT, SPLITK: the heuristic's candidate (1-based) ...
+    int32_t lt_n;         // ... of how many it returned (must be as many again)
+    int32_t splitk;       // SPLITK: slices
+    int32_t wg[3];        // WGMMA: bn, split, occ (one of kiln_cuda_wg_configs)
+    int32_t wg_alt[3];    // the fastest wgmma configuration (bn 0: none), for the engine choice
+    float us, wg_alt_us;  // the times tuning measured (kiln_layer_info, the engine choice)
+    int32_t dnn_cfg;      // sdpa on CUDNN: cuDNN's engine configuration (0-based) ...
+    int32_t dnn_n;        // ... of how many the heuristic offered
+    float dnn_us, own_us; // sdpa: the times tuning measured
+} kiln_cuda_choice;
+
 typedef struct kiln_cuda_layer_plan {
     kiln_cuda_kernel kernel;
     uint32_t fused; // tail ops the kernel applies itself (the rest run in the tail kernel)
     int timed;      // chosen by timing candidates
+    int cached;     // applied from the tuning cache (ctx->choice), not timed in this process
     int fell_back;  // the library it named refused at run: the fallback kernel runs it now
     int64_t key[KILN_CUDA_PLAN_KEY]; // the problem it was made for
     kiln_cuda_gemm_rec gemm;

@@ -14,20 +14,24 @@ static _Thread_local char last_message[1024];
 
 const char *kiln_cuda_last_message(void) { return last_message; }
 
+static _Thread_local int quiet; // this thread reaches neither the log hook nor the last error
+
 void kiln_cuda_services_set(const kiln_cuda_services *services) { svc = services; }
+
+void kiln_cuda_quiet_thread(void) { quiet = 1; }
 
 kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_message, sizeof last_message, fmt, ap);
     va_end(ap);
-    return svc ? svc->fail(status, last_message) : status;
+    return svc && !quiet ? svc->fail(status, last_message) : status;
 }
 
 void kiln_cuda_log(kiln_log_level level, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
-    if (svc == NULL || level < svc->log_level()) return;
+    if (svc == NULL || quiet || level < svc->log_level()) return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
@@ -56,6 +60,18 @@ kiln_status kiln_cuda_plan_memory(kiln_mem_item *items, uint32_t n, uint64_t ali
     return svc->plan_memory(items, n, align, out_nbytes);
 }
 const char *kiln_cuda_dtype_name(uint32_t dtype) { return svc ? svc->dtype_name(dtype) : "?"; }
+
+int kiln_cuda_tune_get(const char *where, const void *key, size_t key_nbytes, void *val,
+                       size_t val_cap, size_t *val_nbytes) {
+    return svc != NULL && svc->tune_get(where, key, key_nbytes, val, val_cap, val_nbytes);
+}
+void kiln_cuda_tune_put(const char *where, const void *key, size_t key_nbytes, const void *val,
+                        size_t val_nbytes) {
+    if (svc != NULL) svc->tune_put(where, key, key_nbytes, val, val_nbytes);
+}
+void kiln_cuda_tune_flush(const char *where) {
+    if (svc != NULL) svc->tune_flush(where);
+}
 
 kiln_status kiln_cuda_error(const kiln_cuda_ctx *ctx, const char *what, cudaError_t err) {
     return kiln_cuda_fail(KILN_ERR_DEVICE, "CUDA error in %s at %s: %s (%s)", what,

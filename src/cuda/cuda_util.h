@@ -32,6 +32,10 @@ extern "C" {
 
 // Installs the services (the plugin entry point does, once, before any other call).
 void kiln_cuda_services_set(const kiln_cuda_services *services);
+// From now on the calling thread logs nothing and records no error (the background warm-up: a
+// log hook must never be entered from a thread the caller does not know, e.g. one that needs a
+// lock the caller holds while it waits for that thread).
+void kiln_cuda_quiet_thread(void);
 // Records the message as this thread's last error (logged by libkiln), returns status.
 kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) KILN_CUDA_PRINTF_(2, 3);
 // The message of this thread's last kiln_cuda_fail ("" if none).
@@ -47,6 +51,12 @@ const char *kiln_cuda_dtype_name(uint32_t dtype);
 // Places items by liveness with libkiln's planner (the builder's: src/core/plan_memory.h).
 kiln_status kiln_cuda_plan_memory(kiln_mem_item *items, uint32_t n, uint64_t align,
                                   uint64_t *out_nbytes);
+// libkiln's tuning cache (src/core/tune_cache.h) named by the option value `where`.
+int kiln_cuda_tune_get(const char *where, const void *key, size_t key_nbytes, void *val,
+                       size_t val_cap, size_t *val_nbytes);
+void kiln_cuda_tune_put(const char *where, const void *key, size_t key_nbytes, const void *val,
+                        size_t val_nbytes);
+void kiln_cuda_tune_flush(const char *where);
 
 // The largest power of two (<= 256) dividing the address; 0 for NULL (plan keys, alignments).
 static inline int64_t kiln_cuda_align_of(const void *p) {

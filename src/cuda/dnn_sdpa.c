@@ -263,6 +263,13 @@ int kiln_cuda_dnn_sdpa_use(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store
     return 1;
 }
 
+int kiln_cuda_dnn_sdpa_cfg(const kiln_cuda_sdpa_store *store, int entry, int *n_cfg) {
+    if (n_cfg != NULL) *n_cfg = 0;
+    if (store == NULL || entry < 0 || entry >= store->n || store->e[entry].plan == NULL) return -1;
+    if (n_cfg != NULL) *n_cfg = store->e[entry].n_cfg;
+    return store->e[entry].cfg_used;
+}
+
 void kiln_cuda_dnn_sdpa_trim(kiln_cuda_sdpa_store *store, int entry) {
     attn_entry *d = &store->e[entry];
     for (int i = 0; i < ATTN_MAX_CFG; i++) {
@@ -360,6 +367,13 @@ int kiln_cuda_dnn_sdpa_use(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_store *store
     (void)cfg;
     return 0;
 }
+int kiln_cuda_dnn_sdpa_cfg(const kiln_cuda_sdpa_store *store, int entry, int *n_cfg) {
+    (void)store;
+    (void)entry;
+    if (n_cfg != NULL) *n_cfg = 0;
+    return -1;
+}
+
 void kiln_cuda_dnn_sdpa_trim(kiln_cuda_sdpa_store *store, int entry) {
     (void)store;
     (void)entry;

@@ -123,6 +123,14 @@ kiln_status kiln_cuda_splitk_run(const kiln_cuda_ctx *ctx, const kiln_kernel_arg
 
 // --- tuning (gemm_tune.cu): context creation only
 
+// Applies ctx->choice (the tuning cache's record) to a plan set up for tuning (the heuristic's
+// candidates in cands): 1 when it checks against them, else 0 (the plan is then planned again).
+int kiln_cuda_linear_apply(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                           const kiln_cuda_linear_geom *g, const cublasLtMatmulAlgo_t *cands,
+                           const size_t *cand_ws, int n_cands, kiln_cuda_layer_plan *plan);
+int kiln_cuda_matmul_apply(const kiln_cuda_ctx *ctx, const cublasLtMatmulAlgo_t *cands,
+                           const size_t *cand_ws, int n_cands, kiln_cuda_layer_plan *plan);
+
 // Times a linear's candidates as the engine runs them (inside a CUDA graph, on the layer's own
 // buffers): the heuristic's cuBLASLt algorithms, then the K split where it may pay, then the
 // wgmma configurations; leaves the fastest in *plan (its times recorded).

@@ -80,6 +80,7 @@ static void tune_splitk(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     kiln_cuda_layer_plan cand;
     cublasLtMatmulAlgo_t cands[KILN_CUDA_LT_CANDIDATES], best_algo;
     size_t cand_ws[KILN_CUDA_LT_CANDIDATES], best_ws = 0;
+    int best_cand = 1, best_n = 1;
     size_t used = strlen(line);
     const float plain = time_plan(ctx, args, plan);
     float best_us = plain;
@@ -109,6 +110,8 @@ static void tune_splitk(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
             best_us = us;
             best_algo = cand.gemm.lt.algo;
             best_ws = cand.gemm.lt.ws_nbytes;
+            best_cand = cand.gemm.lt.candidate > 0 ? cand.gemm.lt.candidate : 1;
+            best_n = n;
         }
     }
     plan->timed = 1;
@@ -122,6 +125,8 @@ static void tune_splitk(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
         kiln_cuda_small_m_epilogue(args, &epi, &res);
         plan->gemm.lt.algo = best_algo;
         plan->gemm.lt.ws_nbytes = best_ws;
+        plan->gemm.lt.candidate = best_cand; // (what the tuning cache records)
+        plan->gemm.lt.n_candidates = best_n;
         plan->kernel = KILN_CUDA_K_SPLITK;
         plan->gemm.splitk = best;
         plan->fused = epi != KILN_CUDA_WG_EPI_NONE ? 1 : 0;
@@ -223,4 +228,90 @@ extern "C" void kiln_cuda_matmul_tune(const kiln_cuda_ctx *ctx, const kiln_kerne
     tune_lt(ctx, &p, cands, cand_ws, n_cands, plan);
     plan->gemm.us = plan->gemm.lt.us;
     kiln_cuda_consume();
+}
+
+// --- a choice from the tuning cache, checked against what the heuristics return now
+
+static int wg_listed(const kiln_cuda_ctx *ctx, const kiln_cuda_wg_problem *wp, const int32_t *c,
+                     kiln_cuda_wg_cfg *out) {
+    kiln_cuda_wg_cfg cfgs[16];
+    const int ncfg = kiln_cuda_wg_configs(wp->m, wp->n, wp->k, ctx->sm_count, cfgs, 16);
+    for (int i = 0; i < ncfg; i++) {
+        if (cfgs[i].bn == c[0] && cfgs[i].split == c[1] && cfgs[i].occ == c[2]) {
+            *out = cfgs[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int lt_pick(const kiln_cuda_choice *ch, const cublasLtMatmulAlgo_t *cands,
+                   const size_t *cand_ws, int n_cands, kiln_cuda_lt_plan *lt) {
+    if (ch->lt_n != n_cands || ch->lt_candidate < 1 || ch->lt_candidate > n_cands) return 0;
+    lt->algo = cands[ch->lt_candidate - 1];
+    lt->ws_nbytes = cand_ws[ch->lt_candidate - 1];
+    lt->candidate = ch->lt_candidate;
+    lt->n_candidates = n_cands;
+    return 1;
+}
+
+extern "C" int kiln_cuda_linear_apply(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                      const kiln_cuda_linear_geom *g,
+                                      const cublasLtMatmulAlgo_t *cands, const size_t *cand_ws,
+                                      int n_cands, kiln_cuda_layer_plan *plan) {
+    const kiln_cuda_choice *ch = ctx->choice;
+    kiln_cuda_wg_problem wp;
+    const int wg = ctx->policy->splitk <= 0 && kiln_cuda_wg_problem_of(ctx, g, args, &wp);
+    if (ch->wg_alt[0] != 0 && (!wg || !wg_listed(ctx, &wp, ch->wg_alt, &plan->gemm.wg_alt))) {
+        return 0;
+    }
+    switch (ch->kernel) {
+    case KILN_CUDA_K_CUBLASLT:
+        if (plan->kernel != KILN_CUDA_K_CUBLASLT ||
+            !lt_pick(ch, cands, cand_ws, n_cands, &plan->gemm.lt))
+            return 0;
+        break;
+    case KILN_CUDA_K_SPLITK: {
+        cublasLtMatmulAlgo_t sc[KILN_CUDA_LT_CANDIDATES];
+        size_t sws[KILN_CUDA_LT_CANDIDATES];
+        int n = 0, epi = 0;
+        const void *res = NULL;
+        const int s = ch->splitk;
+        if (plan->kernel != KILN_CUDA_K_CUBLASLT || ctx->policy->splitk != 0 ||
+            (s != 2 && s != 4 && s != 8) || !kiln_cuda_splitk_fits(ctx, g, s) ||
+            !kiln_cuda_splitk_setup(ctx, g, s, KILN_CUDA_LT_CANDIDATES, sc, sws, &n,
+                                    &plan->gemm.lt) ||
+            !lt_pick(ch, sc, sws, n, &plan->gemm.lt))
+            return 0;
+        kiln_cuda_small_m_epilogue(args, &epi, &res);
+        plan->kernel = KILN_CUDA_K_SPLITK;
+        plan->gemm.splitk = s;
+        plan->fused = epi != KILN_CUDA_WG_EPI_NONE ? 1 : 0;
+        break;
+    }
+    case KILN_CUDA_K_WGMMA:
+        if (!wg || !wg_listed(ctx, &wp, ch->wg, &plan->gemm.wg)) return 0;
+        plan->kernel = KILN_CUDA_K_WGMMA;
+        plan->fused = wp.epi != KILN_CUDA_WG_EPI_NONE ? 1 : 0;
+        break;
+    default: return 0;
+    }
+    plan->gemm.us = ch->us;
+    if (plan->kernel == KILN_CUDA_K_CUBLASLT) plan->gemm.lt.us = ch->us;
+    plan->gemm.wg_alt_us = ch->wg_alt[0] != 0 ? ch->wg_alt_us : -1.0f;
+    plan->timed = 1;
+    snprintf(plan->gemm.why, sizeof plan->gemm.why, "from the tuning cache");
+    return 1;
+}
+
+extern "C" int kiln_cuda_matmul_apply(const kiln_cuda_ctx *ctx, const cublasLtMatmulAlgo_t *cands,
+                                      const size_t *cand_ws, int n_cands,
+                                      kiln_cuda_layer_plan *plan) {
+    const kiln_cuda_choice *ch = ctx->choice;
+    if (ch->kernel != KILN_CUDA_K_CUBLASLT || plan->kernel != KILN_CUDA_K_CUBLASLT ||
+        ch->wg_alt[0] != 0 || !lt_pick(ch, cands, cand_ws, n_cands, &plan->gemm.lt))
+        return 0;
+    plan->gemm.us = plan->gemm.lt.us = ch->us;
+    plan->timed = 1;
+    return 1;
 }

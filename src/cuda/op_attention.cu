@@ -80,6 +80,10 @@ extern "C" kiln_status kiln_cuda_sdpa_plan(const kiln_cuda_ctx *ctx, const kiln_
     plan->kernel = plan->sdpa.own;
     kiln_cuda_attn_geom g;
     if (!kiln_cuda_sdpa_dnn_geom(ctx, args, &g)) return KILN_OK;
+    if (tune && ctx->choice != NULL) {
+        plan->cached = kiln_cuda_sdpa_apply(ctx, &g, plan);
+        return KILN_OK;
+    }
     if (tune) {
         kiln_cuda_sdpa_tune(ctx, args, &g, plan);
         return KILN_OK;

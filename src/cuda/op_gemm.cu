@@ -167,7 +167,11 @@ extern "C" kiln_status kiln_cuda_linear_plan(const kiln_cuda_ctx *ctx, const kil
             plan->fused = p.relu || p.gelu || p.c != NULL ? 1 : 0;
         }
     }
-    if (tune) kiln_cuda_linear_tune(ctx, args, &g, cands, cand_ws, n_cands, plan);
+    if (tune && ctx->choice != NULL) {
+        plan->cached = kiln_cuda_linear_apply(ctx, args, &g, cands, cand_ws, n_cands, plan);
+    } else if (tune) {
+        kiln_cuda_linear_tune(ctx, args, &g, cands, cand_ws, n_cands, plan);
+    }
     return KILN_OK;
 }
 
@@ -209,7 +213,11 @@ extern "C" kiln_status kiln_cuda_matmul_plan(const kiln_cuda_ctx *ctx, const kil
                            &plan->gemm.lt)) {
         plan->kernel = KILN_CUDA_K_CUBLASLT;
         plan->fused = p.relu || p.c != NULL ? 1 : 0;
-        if (tune) kiln_cuda_matmul_tune(ctx, args, cands, cand_ws, n_cands, plan);
+        if (tune && ctx->choice != NULL) {
+            plan->cached = kiln_cuda_matmul_apply(ctx, cands, cand_ws, n_cands, plan);
+        } else if (tune) {
+            kiln_cuda_matmul_tune(ctx, args, cands, cand_ws, n_cands, plan);
+        }
     }
     return KILN_OK;
 }

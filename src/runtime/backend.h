@@ -43,6 +43,10 @@ typedef struct kiln_backend_ops {
     // profile times) into *out, which the runtime has filled with the plan's view (op, head,
     // n_fused, "?" as the kernel, -1 times). Never called while the context executes.
     void (*describe_layer)(const void *context_state, uint32_t li, kiln_layer_info *out);
+    // Optional (NULL: none): called as soon as the runtime knows an engine of this plan will load
+    // here, before it resolves and checks the weights: the backend may start initialising what
+    // engine_init and context_init will need, in the background. Never fails.
+    void (*warm_up)(const kiln_plan *plan, const kiln_options *options);
 } kiln_backend_ops;
 
 // The CPU backend (always present).

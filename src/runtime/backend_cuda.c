@@ -16,6 +16,7 @@
 #include "core/env.h"
 #include "core/plan_memory.h"
 #include "core/status.h"
+#include "core/tune_cache.h"
 #include "runtime/backend_plugin.h"
 
 static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
@@ -52,6 +53,9 @@ static const kiln_cuda_services services = {
     .op_name = svc_op_name,
     .dtype_name = svc_dtype_name,
     .plan_memory = svc_plan_memory,
+    .tune_get = kiln_tune_cache_get,
+    .tune_put = kiln_tune_cache_put,
+    .tune_flush = kiln_tune_cache_flush,
 };
 
 // --- loading

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KILN_CUDA_PLUGIN_ABI 2u
+#define KILN_CUDA_PLUGIN_ABI 3u
 #define KILN_CUDA_PLUGIN_ENTRY "kiln_cuda_plugin_v2"
 #define KILN_CUDA_PLUGIN_TEST_ENTRY "kiln_cuda_plugin_test_hooks_v2" // the test hooks (below)
 #define KILN_CUDA_PLUGIN_FILE "libkiln_cuda.so"
@@ -46,6 +46,13 @@ typedef struct kiln_cuda_services {
     // buffers its layer plans ask for with it.
     kiln_status (*plan_memory)(kiln_mem_item *items, uint32_t n, uint64_t align,
                                uint64_t *out_nbytes);
+    // The tuning cache (src/core/tune_cache.h) the option value `where` (tuning_cache) names:
+    // opaque records the plugin keys and checks itself.
+    int (*tune_get)(const char *where, const void *key, size_t key_nbytes, void *val,
+                    size_t val_cap, size_t *val_nbytes);
+    void (*tune_put)(const char *where, const void *key, size_t key_nbytes, const void *val,
+                     size_t val_nbytes);
+    void (*tune_flush)(const char *where);
 } kiln_cuda_services;
 
 // What the plugin gives back. Valid for the life of the process (the plugin is never unloaded).

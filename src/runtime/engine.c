@@ -322,6 +322,7 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
                        e->plan.n_tensors);
         goto fail;
     }
+    if (backend->warm_up != NULL) backend->warm_up(&e->plan, &e->options);
     st = resolve_weights(&e->plan, options, weight_data, &e->weight_nbytes);
     if (st == KILN_OK && e->options.verify_weights) st = verify_weights(&e->plan, weight_data);
     if (st != KILN_OK) goto fail;
