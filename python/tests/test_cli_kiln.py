@@ -384,6 +384,20 @@ def test_profile_layers_and_trace(programs, tmp_path):
 # --- doctor
 
 
+def test_tune_needs_a_gpu(programs):
+    """kiln tune makes GPU choices: a CPU device is a usage error, "off" keeps nothing, and on a
+    machine without a GPU the load's own message says so (the GPU suite runs it on the H200)."""
+    rc, doc = kiln_json("tune", programs["pte"], "--data", programs["ptd"], "--device", "cpu")
+    assert rc == 2 and "cuda:N" in doc["error"]["message"]
+    rc, doc = kiln_json("tune", programs["pte"], "--data", programs["ptd"], "--cache", "off")
+    assert rc == 2 and "keeps nothing" in doc["error"]["message"]
+    rc, out, err = kiln("tune", programs["pte"], "--data", programs["ptd"])
+    if rc != 0:  # no GPU here: the engine cannot load on cuda:0
+        assert rc == 1 and "cuda" in err.lower(), err
+    else:
+        assert "tuning cache" in out
+
+
 def test_doctor_here():
     rc, doc = kiln_json("doctor")
     assert rc == 0, doc

@@ -95,6 +95,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
 
+    p = add("tune", "make the GPU choices of a program's Kiln engines once and keep them")
+    p.add_argument("program", metavar="PROGRAM.pte|ENGINE")
+    p.add_argument("--data", action="append", metavar="FILE.ptd")
+    p.add_argument("--device", default="cuda:0", metavar="cuda:N")
+    p.add_argument(
+        "--cache",
+        default="auto",
+        metavar="FILE|auto",
+        help="the tuning cache to write (the option tuning_cache; auto: the user's cache "
+        "directory)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+
     p = add("doctor", "what Kiln finds on this machine: GPU, driver, CUDA libraries, ExecuTorch")
     p.add_argument(
         "--install-hint", action="store_true", help="print the pip line for this machine"

@@ -18,6 +18,7 @@ _SIZES = {1: 4, 2: 2, 3: 2, 4: 4, 5: 8, 6: 1}
 _OPTION_BOOL, _OPTION_INT, _OPTION_STRING = 1, 2, 3
 _MISSING_DATA = 8
 LAYER_TAIL = 0x1
+LAYER_TIMED = 0x8  # KILN_LAYER_INFO_TIMED
 
 
 def dtype_name(code: int) -> str:
@@ -253,6 +254,7 @@ class Engine:
                     "head": info.head,
                     "tail": bool(info.flags & LAYER_TAIL),
                     "n_fused": info.n_fused,
+                    "timed": bool(info.flags & LAYER_TIMED),
                     "kernel": info.kernel.decode("utf-8", "replace"),
                     "detail": info.detail.decode("utf-8", "replace"),
                     "workspace_nbytes": info.workspace_nbytes,

@@ -668,6 +668,63 @@ def cmd_bench(args) -> int:
     return 0
 
 
+# --- tune
+
+
+def cmd_tune(args) -> int:
+    if not args.device.startswith("cuda:"):
+        raise UsageError("kiln tune makes GPU choices: --device must be cuda:N")
+    if args.cache == "off":
+        raise UsageError("--cache off keeps nothing: give a file, or auto")
+    op = open_program(args.program, args.data)
+    if not op.engines:
+        raise CliError(f"{args.program} has no Kiln engine to tune")
+    weights = op.weights()
+    done = []
+    for e in op.engines:
+        t0 = time.perf_counter()
+        try:
+            eng = _capi.Engine(
+                e.data, weights, {"device": args.device, "tuning_cache": args.cache}, seed=args.seed
+            )
+        except _lib.KilnError as err:
+            raise CliError(f"method {e.method!r} delegate {e.delegate}: {err}") from None
+        setup_s = time.perf_counter() - t0
+        if not eng.device.startswith("cuda"):
+            eng.close()
+            raise CliError(f"the engine loaded on {eng.device}, not a GPU: nothing to tune")
+        eng.execute()
+        layers = [la for la in eng.layers() if not la["tail"]]
+        timed = sum(1 for la in layers if la["timed"])
+        cached = sum(1 for la in layers if "from the tuning cache" in la["detail"])
+        done.append(
+            {
+                "method": e.method,
+                "delegate": e.delegate,
+                "device": eng.device,
+                "load_and_context_s": setup_s,
+                "timed_layers": timed,
+                "from_cache": cached,
+            }
+        )
+        eng.close()
+    doc = {"program": args.program, "cache": args.cache, "engines": done}
+    if args.json:
+        emit_json(doc)
+        return 0
+    for d in done:
+        print(
+            f"method {text(d['method'])}, delegate {d['delegate']} on {d['device']}: "
+            f"{d['timed_layers']} layers chosen by timing ({d['from_cache']} of them from the "
+            f"cache already), load and context {d['load_and_context_s'] * 1e3:.0f} ms"
+        )
+    print(
+        f"the choices are in the tuning cache {text(args.cache)}: a process that sets the option "
+        "tuning_cache to it starts without timing on this GPU"
+    )
+    return 0
+
+
 # --- profile
 
 
