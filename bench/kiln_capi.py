@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Mapping
 
 KILN_MAX_RANK = 8
@@ -322,12 +323,16 @@ class Engine:
         self.h = ctypes.c_void_p()
         self.ctx = ctypes.c_void_p()
         buf = ctypes.create_string_buffer(engine, len(engine))
+        t0 = time.perf_counter()
         check(
             self.lib.kiln_engine_load(buf, len(engine), ctypes.byref(opts), ctypes.byref(self.h)),
             "kiln_engine_load",
         )
+        t1 = time.perf_counter()
         self._weights = {}  # uploaded or copied by the load
         check(self.lib.kiln_context_new(self.h, ctypes.byref(self.ctx)), "kiln_context_new")
+        # seconds spent in kiln_engine_load and kiln_context_new (bench/startup_device.py)
+        self.t_load, self.t_ctx = t1 - t0, time.perf_counter() - t1
         self.device = self.lib.kiln_engine_device(self.h).decode()
         self.n_inputs = self.lib.kiln_engine_n_inputs(self.h)
         self.n_outputs = self.lib.kiln_engine_n_outputs(self.h)
