@@ -259,6 +259,29 @@ def test_wheel_contents(wheels):
         assert not base.endswith(".a"), name
 
 
+# The runtime wheel is what a deployment downloads: at most 3 MB compressed (docs/packaging.md
+# lists the sizes measured).
+RUNTIME_WHEEL_MAX = 3_000_000
+
+
+def test_wheel_sizes(wheels):
+    """Each wheel's size and each library's, printed (pytest -s shows them); the runtime wheel
+    within RUNTIME_WHEEL_MAX."""
+    report = {}
+    for whl in wheels.values():
+        report[whl.name] = whl.stat().st_size
+        with zipfile.ZipFile(whl) as z:
+            for info in z.infolist():
+                if info.filename.endswith(".so"):
+                    report[f"  {info.filename}"] = (info.file_size, info.compress_size)
+    for k, v in report.items():
+        print(f"{k}: {v}")
+    rt = wheels["kiln_executorch_runtime"].stat().st_size
+    assert rt <= RUNTIME_WHEEL_MAX, (
+        f"the runtime wheel is {rt} bytes, over {RUNTIME_WHEEL_MAX}: {report}"
+    )
+
+
 def test_wheel_record(wheels):
     """RECORD lists every member with its sha256 and size (what pip verifies and uninstalls)."""
     for whl in wheels.values():
