@@ -14,6 +14,7 @@ set(KILN_FUZZ_TARGETS fuzz_load)
 if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/fuzz_build.c)
   list(APPEND KILN_FUZZ_TARGETS fuzz_build)
 endif()
+list(APPEND KILN_FUZZ_TARGETS fuzz_tune_cache)
 
 if(KILN_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
