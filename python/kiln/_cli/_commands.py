@@ -668,6 +668,14 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _engines_and_weights(args, verb: str):
+    """The program's Kiln engines (at least one) and the weights its .ptd files hold."""
+    op = open_program(args.program, args.data)
+    if not op.engines:
+        raise CliError(f"{args.program} has no Kiln engine to {verb}")
+    return op, op.weights()
+
+
 # --- tune
 
 
@@ -676,10 +684,7 @@ def cmd_tune(args) -> int:
         raise UsageError("kiln tune makes GPU choices: --device must be cuda:N")
     if args.cache == "off":
         raise UsageError("--cache off keeps nothing: give a file, or auto")
-    op = open_program(args.program, args.data)
-    if not op.engines:
-        raise CliError(f"{args.program} has no Kiln engine to tune")
-    weights = op.weights()
+    op, weights = _engines_and_weights(args, "tune")
     done = []
     for e in op.engines:
         t0 = time.perf_counter()
@@ -731,10 +736,7 @@ def cmd_tune(args) -> int:
 def cmd_profile(args) -> int:
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be >= 1 and --warmup >= 0")
-    op = open_program(args.program, args.data)
-    if not op.engines:
-        raise CliError(f"{args.program} has no Kiln engine to profile")
-    weights = op.weights()
+    op, weights = _engines_and_weights(args, "profile")
     profiles = []
     for e in op.engines:
         try:
