@@ -268,6 +268,22 @@ int kiln_tune_cache_get(const char *where, const void *key, size_t kn, void *val
     return found;
 }
 
+void kiln_tune_cache_stats(const char *where, const void *prefix, size_t prefix_nbytes,
+                           uint32_t *n_records, uint32_t *n_prefix) {
+    *n_records = *n_prefix = 0;
+    pthread_mutex_lock(&lock);
+    store *s = get_store(where);
+    if (s != NULL) {
+        ensure_loaded(s);
+        *n_records = s->n;
+        for (uint32_t i = 0; i < s->n; i++) {
+            *n_prefix += s->r[i].kn >= prefix_nbytes &&
+                         (prefix_nbytes == 0 || memcmp(s->r[i].b, prefix, prefix_nbytes) == 0);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 void kiln_tune_cache_put(const char *where, const void *key, size_t kn, const void *val,
                          size_t vn) {
     if (key == NULL || kn == 0 || kn > KILN_TUNE_KEY_MAX || vn > KILN_TUNE_VALUE_MAX) return;

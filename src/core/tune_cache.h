@@ -15,6 +15,7 @@
 #define KILN_CORE_TUNE_CACHE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kiln/kiln.h"
 
@@ -37,6 +38,11 @@ int kiln_tune_cache_get(const char *where, const void *key, size_t key_nbytes, v
 // full cache, is skipped.
 void kiln_tune_cache_put(const char *where, const void *key, size_t key_nbytes, const void *val,
                          size_t val_nbytes);
+
+// How many records the cache `where` holds (loading the file on first use), and how many of them
+// have keys starting with prefix (for a log line: records made elsewhere are never used).
+void kiln_tune_cache_stats(const char *where, const void *prefix, size_t prefix_nbytes,
+                           uint32_t *n_records, uint32_t *n_prefix);
 
 // Writes the records put since the last flush to the file (merged with it, atomically). A write
 // that fails (a read-only directory, a full disk) is logged at INFO: the next flush tries again.

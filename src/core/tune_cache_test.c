@@ -89,6 +89,17 @@ int main(void) {
     for (int i = 0; i < 100; i++) CHECK_MSG(has(i, salt), "record %d after a fresh read", i);
     CHECK(!has(0, salt + 1)); // another value under the same key is not what was stored
 
+    // the records with a key prefix (every key here starts "gpu H200|"; none "gpu A100|")
+    {
+        uint32_t total = 0, match = 0;
+        kiln_tune_cache_stats(path, "gpu H200|", 9, &total, &match);
+        CHECK(total == 100 && match == 100);
+        kiln_tune_cache_stats(path, "gpu A100|", 9, &total, &match);
+        CHECK(total == 100 && match == 0);
+        kiln_tune_cache_stats("off", "gpu", 3, &total, &match);
+        CHECK(total == 0 && match == 0);
+    }
+
     // a too-small buffer is a miss, not an overflow
     {
         char key[64];

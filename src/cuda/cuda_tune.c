@@ -323,6 +323,17 @@ void kiln_cuda_tune_context(cuda_context *c) {
                       kiln_cuda_last_message());
     }
     kiln_cuda_consume();
+    if (e->policy.tune && n.timed > 0 && e->tune_prefix_nbytes > 0) {
+        // Say why the cache did not serve these layers: records made elsewhere are ignored.
+        uint32_t total = 0, here = 0;
+        kiln_cuda_tune_stats(e->tune_where, e->tune_prefix, e->tune_prefix_nbytes, &total, &here);
+        if (total > here) {
+            kiln_cuda_log(KILN_LOG_INFO,
+                          "tuning cache %s: %u of its %u records were made for another GPU, "
+                          "driver, CUDA library or Kiln version or another cuda.* policy: ignored",
+                          e->tune_where, total - here, total);
+        }
+    }
     if (e->policy.tune && (n.timed || n.cached || n.shared)) {
         kiln_cuda_log(KILN_LOG_INFO,
                       "tuning: %u layer%s timed, %u from the tuning cache (%s), %u as an "

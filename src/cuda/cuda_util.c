@@ -72,6 +72,11 @@ void kiln_cuda_tune_put(const char *where, const void *key, size_t key_nbytes, c
 void kiln_cuda_tune_flush(const char *where) {
     if (svc != NULL) svc->tune_flush(where);
 }
+void kiln_cuda_tune_stats(const char *where, const void *prefix, size_t prefix_nbytes,
+                          uint32_t *n_records, uint32_t *n_prefix) {
+    *n_records = *n_prefix = 0;
+    if (svc != NULL) svc->tune_stats(where, prefix, prefix_nbytes, n_records, n_prefix);
+}
 
 kiln_status kiln_cuda_error(const kiln_cuda_ctx *ctx, const char *what, cudaError_t err) {
     return kiln_cuda_fail(KILN_ERR_DEVICE, "CUDA error in %s at %s: %s (%s)", what,

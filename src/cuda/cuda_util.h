@@ -57,6 +57,8 @@ int kiln_cuda_tune_get(const char *where, const void *key, size_t key_nbytes, vo
 void kiln_cuda_tune_put(const char *where, const void *key, size_t key_nbytes, const void *val,
                         size_t val_nbytes);
 void kiln_cuda_tune_flush(const char *where);
+void kiln_cuda_tune_stats(const char *where, const void *prefix, size_t prefix_nbytes,
+                          uint32_t *n_records, uint32_t *n_prefix);
 
 // The largest power of two (<= 256) dividing the address; 0 for NULL (plan keys, alignments).
 static inline int64_t kiln_cuda_align_of(const void *p) {

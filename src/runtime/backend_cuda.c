@@ -56,6 +56,7 @@ static const kiln_cuda_services services = {
     .tune_get = kiln_tune_cache_get,
     .tune_put = kiln_tune_cache_put,
     .tune_flush = kiln_tune_cache_flush,
+    .tune_stats = kiln_tune_cache_stats,
 };
 
 // --- loading

@@ -53,6 +53,8 @@ typedef struct kiln_cuda_services {
     void (*tune_put)(const char *where, const void *key, size_t key_nbytes, const void *val,
                      size_t val_nbytes);
     void (*tune_flush)(const char *where);
+    void (*tune_stats)(const char *where, const void *prefix, size_t prefix_nbytes,
+                       uint32_t *n_records, uint32_t *n_prefix);
 } kiln_cuda_services;
 
 // What the plugin gives back. Valid for the life of the process (the plugin is never unloaded).
