@@ -74,6 +74,12 @@ KILN_API uint64_t kiln_engine_weight_nbytes(const kiln_engine *engine);
 KILN_API kiln_status kiln_context_new(kiln_engine *engine, kiln_context **out);
 KILN_API void kiln_context_free(kiln_context *context);
 
+// The engine's states (kiln_graph_add_state): a model's mutable buffers, which every context
+// keeps from one execute to the next, starting from their initial values.
+KILN_API uint32_t kiln_engine_n_states(const kiln_engine *engine);
+// Sets every state of the context back to its initial value (a new sequence for a KV cache).
+KILN_API kiln_status kiln_context_reset_states(kiln_context *context);
+
 // Binds input i: its shape (checked against the binding's ranges: KILN_ERR_SHAPE names the
 // dimension, the value and the range) and its data (host memory, or device memory on CUDA).
 // The data must stay valid and unmodified until execute returns.

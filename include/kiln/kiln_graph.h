@@ -41,6 +41,20 @@ KILN_API kiln_status kiln_graph_add_constant(kiln_graph *graph, const char *name
                                              uint32_t rank, const int64_t *dims, const void *data,
                                              size_t nbytes, int32_t *out_value);
 
+// Adds a state: a tensor the engine keeps from one execute to the next (a model's mutable
+// buffer, such as a KV cache). Every execution context holds its own copy, set to the initial
+// value when the context is created: data (nbytes = numel * dtype size bytes, copied), or zeros
+// when data is NULL and nbytes is 0. Static shape. Names follow the input rules (unique among
+// inputs, states and outputs). The value reads the state as it was when execute began.
+KILN_API kiln_status kiln_graph_add_state(kiln_graph *graph, const char *name, kiln_dtype dtype,
+                                          uint32_t rank, const int64_t *dims, const void *data,
+                                          size_t nbytes, int32_t *out_state);
+
+// Declares that at the end of each execute, state (a value from kiln_graph_add_state) takes
+// new_value (same dtype and shape). At most one update per state; a state without one keeps
+// its value. Where new_value is index_copy(state, ...), the engine updates the state in place.
+KILN_API kiln_status kiln_graph_update_state(kiln_graph *graph, int32_t state, int32_t new_value);
+
 // Adds a node. inputs[i] is a value id or -1 for an absent optional input. Writes n_outputs
 // new value ids to out_values (n_outputs must equal the op's output count). Shapes and dtypes
 // of the outputs are inferred; errors name the node, the op and the offending input.

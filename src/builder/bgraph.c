@@ -41,6 +41,7 @@ kiln_status kiln_bgraph_init(kiln_bgraph *b, const kiln_graph *g, const kiln_bui
     KILN_TRY(GROW(b, floats, g->n_floats + 1));
     KILN_TRY(GROW(b, inputs, g->n_inputs));
     KILN_TRY(GROW(b, outputs, g->n_outputs));
+    KILN_TRY(GROW(b, states, g->n_states));
     for (size_t i = 0; i < g->n_values; i++) {
         const kiln_ir_value *s = &g->values[i];
         kiln_bvalue *v = &b->values[i];
@@ -52,8 +53,19 @@ kiln_status kiln_bgraph_init(kiln_bgraph *b, const kiln_graph *g, const kiln_bui
         if (s->kind == KILN_IR_CONSTANT) {
             v->data = g->consts[s->index].data;
             v->nbytes = g->consts[s->index].nbytes;
+        } else if (s->kind == KILN_IR_STATE) {
+            v->data = g->states[s->index].data;
+            v->nbytes = g->states[s->index].nbytes;
         }
     }
+    for (size_t i = 0; i < g->n_states; i++) {
+        b->states[i].value = g->states[i].value;
+        b->states[i].update = g->states[i].update;
+        b->states[i].write = -1;
+        b->states[i].data = g->states[i].data;
+        b->states[i].nbytes = g->states[i].nbytes;
+    }
+    b->n_states = g->n_states;
     b->n_values = g->n_values;
     for (size_t i = 0; i < g->n_nodes; i++) {
         const kiln_ir_node *s = &g->nodes[i];
@@ -99,6 +111,7 @@ void kiln_bgraph_release(kiln_bgraph *b) {
     kiln_ir_array_free(b->floats, b->cap_floats, sizeof *b->floats);
     kiln_ir_array_free(b->inputs, b->cap_inputs, sizeof *b->inputs);
     kiln_ir_array_free(b->outputs, b->cap_outputs, sizeof *b->outputs);
+    kiln_ir_array_free(b->states, b->cap_states, sizeof *b->states);
     kiln_ir_array_free(b->blobs, b->cap_blobs, sizeof *b->blobs);
     kiln_ir_array_free(b->uses, b->cap_uses, sizeof *b->uses);
     kiln_ir_array_free(b->user, b->cap_user, sizeof *b->user);
@@ -349,6 +362,9 @@ kiln_status kiln_bgraph_count_uses(kiln_bgraph *b) {
         }
     }
     for (size_t i = 0; i < b->n_outputs; i++) b->is_output[b->outputs[i].value] = 1;
+    for (size_t i = 0; i < b->n_states; i++) {
+        if (b->states[i].update >= 0) b->is_output[b->states[i].update] = 1;
+    }
     return KILN_OK;
 }
 

@@ -24,7 +24,8 @@
 #include "runtime/kernel.h"
 #include "runtime/plan.h"
 
-// Value kinds: those of kiln_ir_value_kind, plus orphans (no longer produced by any node).
+// Value kinds: those of kiln_ir_value_kind (a STATE value's data and nbytes are its initial
+// value, NULL for zeros), plus orphans (no longer produced by any node).
 #define KILN_BV_DEAD 0u
 
 typedef struct kiln_bvalue {
@@ -60,6 +61,15 @@ typedef struct kiln_boutput {
     const char *name;
 } kiln_boutput;
 
+// A state (kiln_graph_add_state; plan.h KILN_TENSOR_STATE).
+typedef struct kiln_bstate {
+    int32_t value;    // the STATE value (reads the state as execute finds it)
+    int32_t update;   // the value it takes at the end of execute, or -1
+    int32_t write;    // set by I/O lowering: the value whose layer writes the state, or -1
+    const void *data; // initial value (nbytes bytes), or NULL: zeros
+    uint64_t nbytes;
+} kiln_bstate;
+
 typedef struct kiln_bblob {
     void *data;
     size_t nbytes;
@@ -78,6 +88,7 @@ typedef struct kiln_build_stats {
     uint32_t n_select;     // slice + squeeze pairs turned into select
     uint32_t n_qkv_merged; // sdpa whose q, k, v projections became one linear
     uint32_t n_patchify;   // stride = kernel convolutions turned into a linear
+    uint32_t n_in_place;   // state updates written in place (index_copy into the state)
 } kiln_build_stats;
 
 typedef struct kiln_bgraph {
@@ -98,12 +109,14 @@ typedef struct kiln_bgraph {
     size_t n_inputs, cap_inputs;
     kiln_boutput *outputs;
     size_t n_outputs, cap_outputs;
+    kiln_bstate *states; // in state order (plan binding order)
+    size_t n_states, cap_states;
     kiln_bblob *blobs; // data owned by the build (folded and converted constants)
     size_t n_blobs, cap_blobs;
     // Use information, refreshed by kiln_bgraph_count_uses (sized n_values at that time).
     uint32_t *uses;     // input slots of live nodes that read the value
     int32_t *user;      // the last live node reading the value (-1 if none)
-    uint8_t *is_output; // marked as a graph output
+    uint8_t *is_output; // marked as a graph output, or a state's update
     size_t n_use_info, cap_uses, cap_user, cap_is_output;
     kiln_build_stats stats;
 } kiln_bgraph;

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Dead-code elimination: a node lives when its output reaches a graph output. Backward sweeps
-// (index order is almost a topological order: nodes inserted by a rewrite come after their
-// readers) mark the inputs of live nodes live until nothing changes (two sweeps when no node was
-// inserted out of order), then every node whose output stayed unreached dies.
+// Dead-code elimination: a node lives when its output reaches a graph output or a state's
+// update. Backward sweeps (index order is almost a topological order: nodes inserted by a
+// rewrite come after their readers) mark the inputs of live nodes live until nothing changes (two
+// sweeps when no node was inserted out of order), then every node whose output stayed unreached
+// dies.
 #include <string.h>
 
 #include "builder/builder.h"
@@ -15,6 +16,9 @@ kiln_status kiln_pass_dce(kiln_bgraph *b) {
     live = kiln_calloc(n, KILN_ALIGN);
     KILN_CHECK(live != NULL, KILN_ERR_NO_MEMORY, "out of memory in dead-code elimination");
     for (size_t i = 0; i < b->n_outputs; i++) live[b->outputs[i].value] = 1;
+    for (size_t i = 0; i < b->n_states; i++) {
+        if (b->states[i].update >= 0) live[b->states[i].update] = 1;
+    }
     for (int changed = 1; changed;) {
         changed = 0;
         for (size_t k = b->n_nodes; k-- > 0;) {

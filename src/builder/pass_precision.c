@@ -3,7 +3,9 @@
 // of the graph becomes the target dtype; the engine's bindings keep their dtypes through casts
 // at the boundary (float32 inputs are cast once, right after the input; float32 outputs are
 // cast back at the end). Explicit casts to float32 inside the model cast to the target instead.
-// Norm and softmax kernels accumulate in float32 whatever the storage dtype.
+// Norm and softmax kernels accumulate in float32 whatever the storage dtype. States are internal
+// to the engine: a float32 state becomes a state of the target dtype (its initial value
+// converted), so that a KV cache is stored and read at the compute precision.
 #include <string.h>
 
 #include "builder/builder.h"
@@ -64,6 +66,26 @@ kiln_status kiln_pass_precision(kiln_bgraph *b) {
         if (b->values[v].kind == KILN_IR_CONSTANT && was_f32[v] && b->uses[v] > 0) {
             st = convert_const(b, (int32_t)v, target, &map[v]);
         }
+    }
+    for (size_t k = 0; k < b->n_states && st == KILN_OK; k++) {
+        kiln_bstate *ks = &b->states[k];
+        kiln_bvalue *v = &b->values[ks->value];
+        if (!was_f32[ks->value]) continue;
+        if (ks->data != NULL) {
+            uint64_t numel = ks->nbytes / 4;
+            void *data;
+            st = kiln_bgraph_blob(b, (size_t)(numel * 2), &data);
+            if (st != KILN_OK) break;
+            v = &b->values[ks->value];
+            for (uint64_t i = 0; i < numel; i++) {
+                kiln_store_f32(data, target, (int64_t)i, ((const float *)ks->data)[i]);
+            }
+            ks->data = v->data = data;
+            ks->nbytes = v->nbytes = numel * 2;
+        } else {
+            ks->nbytes = v->nbytes = ks->nbytes / 2;
+        }
+        v->desc.dtype = target;
     }
     // The caller's nodes, in order (producers before readers): remap, retarget casts, re-infer.
     for (size_t i = 0; i < n_orig_nodes && st == KILN_OK; i++) {

@@ -11,6 +11,9 @@
 //    [writing layer, last reading layer], sized at their largest shape.
 //  - Weights: inline at KILN_FORMAT_WEIGHT_ALIGN offsets of the weights blob, or (with
 //    external_weights, from min_external_nbytes up) named "kiln-w-<sha256 hex>" by content.
+//  - States: one STATE tensor each, after the inputs, in state order; the layer I/O lowering
+//    chose (kiln_bstate.write) writes it. Initial values are placed like weights; a state that
+//    starts as zeros stores none (offset KILN_STATE_ZERO).
 // Everything follows from node and value indices: no pointers or hash order reach the plan.
 #include <inttypes.h>
 #include <stdlib.h>
@@ -28,6 +31,7 @@ typedef struct emit_state {
     const kiln_bgraph *b;
     int32_t *tensor_of;   // per value
     int32_t *out_binding; // per value: output index, or -1
+    int32_t *state_write; // per value: the state its layer writes, or -1
     // growable plan arrays
     kiln_plan_tensor *tensors;
     size_t n_tensors, cap_tensors;
@@ -88,6 +92,10 @@ static kiln_status new_tensor(emit_state *s, int32_t value, uint32_t kind, uint3
     t->key = KILN_NO_KEY;
     KILN_TRY(add_string(s, name, &t->name));
     if (kind == KILN_TENSOR_WEIGHT) t->nbytes = v->nbytes;
+    if (kind == KILN_TENSOR_STATE) {
+        KILN_CHECK(kiln_desc_max_nbytes(&v->desc, &t->nbytes), KILN_ERR_UNSUPPORTED,
+                   "a state's size overflows");
+    }
     s->tensor_value[s->n_tensors] = value;
     s->first[s->n_tensors] = -1;
     s->last[s->n_tensors] = -1;
@@ -165,7 +173,9 @@ static kiln_status emit_group(emit_state *s, uint32_t node) {
     const kiln_bnode *n = &b->nodes[node];
     int32_t final = n->n_tail > 0 ? b->nodes[n->tails[n->n_tail - 1]].output : n->output;
     int32_t binding = s->out_binding[final], t;
-    if (binding >= 0) {
+    if (s->state_write[final] >= 0) {
+        t = s->tensor_of[b->states[s->state_write[final]].value];
+    } else if (binding >= 0) {
         KILN_TRY(new_tensor(s, final, KILN_TENSOR_OUTPUT, (uint32_t)binding,
                             b->outputs[binding].name, &t));
     } else {
@@ -257,7 +267,9 @@ static kiln_status place_weights(emit_state *s, uint64_t *weights_nbytes) {
     for (size_t i = 0; i < s->n_tensors; i++) {
         kiln_plan_tensor *t = &s->tensors[i];
         const kiln_bvalue *v = &b->values[s->tensor_value[i]];
-        if (t->kind != KILN_TENSOR_WEIGHT) continue;
+        if (t->kind == KILN_TENSOR_STATE && v->data == NULL) t->offset = KILN_STATE_ZERO;
+        if (t->kind == KILN_TENSOR_STATE && v->data == NULL) continue;
+        if (t->kind != KILN_TENSOR_WEIGHT && t->kind != KILN_TENSOR_STATE) continue;
         if (b->opts.external_weights && t->nbytes >= b->opts.min_external_nbytes) {
             uint8_t digest[KILN_SHA256_NBYTES];
             char key[8 + 64];
@@ -308,6 +320,7 @@ static void state_free(emit_state *s) {
     size_t nv = s->b->n_values;
     kiln_free(s->tensor_of, nv * sizeof *s->tensor_of);
     kiln_free(s->out_binding, nv * sizeof *s->out_binding);
+    kiln_free(s->state_write, nv * sizeof *s->state_write);
     kiln_ir_array_free(s->tensors, s->cap_tensors, sizeof *s->tensors);
     kiln_ir_array_free(s->tensor_value, s->cap_tensor_value, sizeof *s->tensor_value);
     kiln_ir_array_free(s->layers, s->cap_layers, sizeof *s->layers);
@@ -327,9 +340,17 @@ static kiln_status emit(emit_state *s, kiln_plan *p) {
     void *q = NULL;
     s->tensor_of = kiln_malloc(nv * sizeof *s->tensor_of, KILN_ALIGN);
     s->out_binding = kiln_malloc(nv * sizeof *s->out_binding, KILN_ALIGN);
-    KILN_CHECK(s->tensor_of != NULL && s->out_binding != NULL, KILN_ERR_NO_MEMORY,
-               "out of memory laying out the plan");
-    for (size_t v = 0; v < nv; v++) s->tensor_of[v] = s->out_binding[v] = -1;
+    s->state_write = kiln_malloc(nv * sizeof *s->state_write, KILN_ALIGN);
+    KILN_CHECK(s->tensor_of != NULL && s->out_binding != NULL && s->state_write != NULL,
+               KILN_ERR_NO_MEMORY, "out of memory laying out the plan");
+    for (size_t v = 0; v < nv; v++) s->tensor_of[v] = s->out_binding[v] = s->state_write[v] = -1;
+    for (size_t k = 0; k < b->n_states; k++) {
+        int32_t w = b->states[k].write;
+        if (w < 0) continue;
+        KILN_CHECK(s->state_write[w] < 0 && b->values[w].kind == KILN_IR_NODE, KILN_ERR_INTERNAL,
+                   "emission: state %zu's update shares its value or is not computed", k);
+        s->state_write[w] = (int32_t)k;
+    }
     for (size_t i = 0; i < b->n_outputs; i++) {
         int32_t v = b->outputs[i].value;
         KILN_CHECK(s->out_binding[v] < 0 && b->values[v].kind == KILN_IR_NODE, KILN_ERR_INTERNAL,
@@ -343,6 +364,11 @@ static kiln_status emit(emit_state *s, kiln_plan *p) {
         int32_t v = b->inputs[i];
         KILN_TRY(
             new_tensor(s, v, KILN_TENSOR_INPUT, (uint32_t)i, b->values[v].name, &s->tensor_of[v]));
+    }
+    for (size_t k = 0; k < b->n_states; k++) {
+        int32_t v = b->states[k].value;
+        KILN_TRY(
+            new_tensor(s, v, KILN_TENSOR_STATE, (uint32_t)k, b->values[v].name, &s->tensor_of[v]));
     }
     KILN_TRY(emit_layers(s));
     for (size_t i = 0; i < b->n_outputs; i++) {
@@ -377,7 +403,10 @@ static kiln_status emit(emit_state *s, kiln_plan *p) {
                    "out of memory: %" PRIu64 " bytes of inline weights", p->weights_nbytes);
         for (size_t i = 0; i < s->n_tensors; i++) {
             const kiln_plan_tensor *t = &s->tensors[i];
-            if (t->kind != KILN_TENSOR_WEIGHT || t->key != KILN_NO_KEY || t->nbytes == 0) continue;
+            if ((t->kind != KILN_TENSOR_WEIGHT && t->kind != KILN_TENSOR_STATE) ||
+                t->key != KILN_NO_KEY || t->offset == KILN_STATE_ZERO || t->nbytes == 0) {
+                continue;
+            }
             memcpy(p->weights + t->offset, b->values[s->tensor_value[i]].data, (size_t)t->nbytes);
         }
     }

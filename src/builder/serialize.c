@@ -23,8 +23,9 @@ static kiln_status check_array(const void *ptr, uint64_t n, const char *what) {
 }
 
 static void write_tensor(uint8_t *r, const kiln_plan_tensor *t) {
-    int is_binding = t->kind == KILN_TENSOR_INPUT || t->kind == KILN_TENSOR_OUTPUT;
-    int is_weight = t->kind == KILN_TENSOR_WEIGHT;
+    int is_binding = t->kind == KILN_TENSOR_INPUT || t->kind == KILN_TENSOR_OUTPUT ||
+                     t->kind == KILN_TENSOR_STATE;
+    int is_weight = t->kind == KILN_TENSOR_WEIGHT || t->kind == KILN_TENSOR_STATE;
     int is_inline = is_weight && t->key == KILN_NO_KEY;
     int has_offset = t->kind == KILN_TENSOR_ACTIVATION || is_inline;
     int has_nbytes = t->kind == KILN_TENSOR_ACTIVATION || is_weight;

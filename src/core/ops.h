@@ -159,6 +159,12 @@ static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_
 #define KILN_A_INDEX_WRAP 1
 // gather: x, index (same rank); indices in [0, size), as torch.gather
 #define KILN_A_GATHER_DIM 0
+// index_copy: x, index (1-D, n integers), src (x's shape with n at dim): x with
+// x.select(dim, index[i]) replaced by src.select(dim, i) (torch.index_copy; index_put with one
+// index tensor). wrap 1: a negative index counts from the end (index_put), 0: out of range.
+// Written in place when the output is x's own storage (a state's update).
+#define KILN_A_INDEX_COPY_DIM 0
+#define KILN_A_INDEX_COPY_WRAP 1
 // sdpa: q, k, v, mask?   (mask bool: true = attend; float: added to the scores)
 #define KILN_A_SDPA_CAUSAL 0
 #define KILN_A_SDPA_SCALE 1 // NaN = 1/sqrt(E)

@@ -4,8 +4,9 @@
 // Engine state: every weight copied into one 64-byte aligned block (tensor i at
 // weight_offsets[i]), and the scratch size: the maximum of kiln_cpu_scratch_nbytes over the
 // head layers at their largest shapes. Context state: the activation arena (plan->arena_nbytes),
-// one scratch buffer and a tensor view per plan tensor whose data pointers are fixed for
-// weights and activations; execute only refreshes shapes and the caller's I/O pointers.
+// one scratch buffer, the states (set from the engine's copy of their initial values) and a
+// tensor view per plan tensor whose data pointers are fixed for weights, states and activations;
+// execute only refreshes shapes and the caller's I/O pointers.
 // With the option profile every group is timed by the monotonic clock.
 #define _POSIX_C_SOURCE 200809L // clock_gettime
 #include <stdio.h>
@@ -24,6 +25,9 @@ typedef struct cpu_engine {
     uint8_t *weights;      // owned, KILN_DATA_ALIGN-aligned
     size_t weights_nbytes;
     uint64_t *weight_offsets; // owned, plan->n_tensors entries (used for WEIGHT tensors)
+    uint8_t *state_init;      // owned: every STATE's initial value (tensor i at state_offsets[i])
+    size_t states_nbytes;
+    uint64_t *state_offsets; // owned, plan->n_tensors entries (used for STATE tensors)
     size_t scratch_nbytes;
     int profile; // the option profile: each group is timed (wall clock)
 } cpu_engine;
@@ -32,6 +36,7 @@ typedef struct cpu_context {
     const cpu_engine *engine; // borrowed
     uint8_t *arena;           // owned, plan->arena_nbytes bytes
     void *scratch;            // owned, engine->scratch_nbytes bytes
+    uint8_t *states;          // owned, engine->states_nbytes bytes: the context's states
     kiln_tensor *views;       // owned, plan->n_tensors entries
     double *prof_us;          // owned, plan->n_layers entries with profile: summed time per head
     uint64_t prof_runs;       // executes timed
@@ -42,6 +47,8 @@ static void cpu_engine_free(void *state) {
     if (e == NULL) return;
     kiln_free(e->weights, e->weights_nbytes);
     kiln_free(e->weight_offsets, (size_t)e->plan->n_tensors * sizeof *e->weight_offsets);
+    kiln_free(e->state_init, e->states_nbytes);
+    kiln_free(e->state_offsets, (size_t)e->plan->n_tensors * sizeof *e->state_offsets);
     kiln_free(e, sizeof *e);
 }
 
@@ -75,6 +82,32 @@ static kiln_status size_scratch(const kiln_plan *p, size_t *out) {
     kiln_free(views, views_nbytes);
     if (st == KILN_OK) *out = max;
     return st;
+}
+
+// The engine's copy of every state's initial value, which each context starts from.
+static kiln_status init_states(cpu_engine *e, const void *const *weight_data) {
+    const kiln_plan *p = e->plan;
+    uint64_t total = 0;
+    e->state_offsets = kiln_calloc((size_t)p->n_tensors * sizeof *e->state_offsets, KILN_ALIGN);
+    KILN_CHECK(e->state_offsets != NULL, KILN_ERR_NO_MEMORY,
+               "out of memory allocating the CPU state table");
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (p->tensors[i].kind != KILN_TENSOR_STATE) continue;
+        e->state_offsets[i] = total;
+        KILN_CHECK(kiln_add_u64(total, p->tensors[i].nbytes, &total) &&
+                       kiln_align_up_u64(total, KILN_DATA_ALIGN, &total) && total <= SIZE_MAX,
+                   KILN_ERR_NO_MEMORY, "the states do not fit in memory (tensor %u)", i);
+    }
+    e->states_nbytes = (size_t)total;
+    e->state_init = kiln_calloc(e->states_nbytes, KILN_DATA_ALIGN);
+    KILN_CHECK(e->state_init != NULL, KILN_ERR_NO_MEMORY,
+               "out of memory allocating %zu bytes of initial states", e->states_nbytes);
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind != KILN_TENSOR_STATE || weight_data[i] == NULL || t->nbytes == 0) continue;
+        memcpy(e->state_init + e->state_offsets[i], weight_data[i], (size_t)t->nbytes);
+    }
+    return KILN_OK;
 }
 
 static kiln_status cpu_engine_init(const kiln_plan *p, const void *const *weight_data,
@@ -113,6 +146,8 @@ static kiln_status cpu_engine_init(const kiln_plan *p, const void *const *weight
         if (t->kind != KILN_TENSOR_WEIGHT || t->nbytes == 0) continue;
         memcpy(e->weights + e->weight_offsets[i], weight_data[i], (size_t)t->nbytes);
     }
+    st = init_states(e, weight_data);
+    if (st != KILN_OK) goto fail;
     st = size_scratch(p, &e->scratch_nbytes);
     if (st != KILN_OK) goto fail;
     *out_state = e;
@@ -128,6 +163,7 @@ static void cpu_context_free(void *state) {
     if (c == NULL) return;
     kiln_free(c->arena, (size_t)c->engine->plan->arena_nbytes);
     kiln_free(c->scratch, c->engine->scratch_nbytes);
+    kiln_free(c->states, c->engine->states_nbytes);
     kiln_free(c->views, (size_t)c->engine->plan->n_tensors * sizeof *c->views);
     kiln_free(c->prof_us, (size_t)c->engine->plan->n_layers * sizeof *c->prof_us);
     kiln_free(c, sizeof *c);
@@ -146,9 +182,10 @@ static kiln_status cpu_context_init(void *engine_state, void **out_state) {
     // Zeroed so that a run never depends on what was in memory before.
     c->arena = kiln_calloc((size_t)p->arena_nbytes, KILN_DATA_ALIGN);
     c->scratch = kiln_malloc(e->scratch_nbytes, KILN_DATA_ALIGN);
+    c->states = kiln_malloc(e->states_nbytes, KILN_DATA_ALIGN);
     c->views = kiln_calloc((size_t)p->n_tensors * sizeof *c->views, KILN_ALIGN);
     if (e->profile) c->prof_us = kiln_calloc((size_t)p->n_layers * sizeof *c->prof_us, KILN_ALIGN);
-    if (c->arena == NULL || c->scratch == NULL || c->views == NULL ||
+    if (c->arena == NULL || c->scratch == NULL || c->views == NULL || c->states == NULL ||
         (e->profile && p->n_layers > 0 && c->prof_us == NULL)) {
         cpu_context_free(c);
         return kiln_fail(KILN_ERR_NO_MEMORY,
@@ -163,8 +200,18 @@ static kiln_status cpu_context_init(void *engine_state, void **out_state) {
         memcpy(c->views[i].dims, t->shape.max, sizeof c->views[i].dims);
         if (t->kind == KILN_TENSOR_WEIGHT) c->views[i].data = e->weights + e->weight_offsets[i];
         if (t->kind == KILN_TENSOR_ACTIVATION) c->views[i].data = c->arena + t->offset;
+        if (t->kind == KILN_TENSOR_STATE) c->views[i].data = c->states + e->state_offsets[i];
     }
+    if (e->states_nbytes > 0) memcpy(c->states, e->state_init, e->states_nbytes);
     *out_state = c;
+    return KILN_OK;
+}
+
+static kiln_status cpu_reset_states(void *context_state) {
+    cpu_context *c = context_state;
+    if (c->engine->states_nbytes > 0) {
+        memcpy(c->states, c->engine->state_init, c->engine->states_nbytes);
+    }
     return KILN_OK;
 }
 
@@ -220,6 +267,7 @@ const kiln_backend_ops kiln_backend_cpu = {
     .engine_free = cpu_engine_free,
     .context_init = cpu_context_init,
     .context_free = cpu_context_free,
+    .reset_states = cpu_reset_states,
     .execute = cpu_execute,
     .describe_layer = cpu_describe_layer,
 };

@@ -68,6 +68,7 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_ARANGE] = E_(arange),
     [KILN_OP_INDEX] = E_(index),
     [KILN_OP_GATHER] = E_(gather),
+    [KILN_OP_INDEX_COPY] = E_(index_copy),
     [KILN_OP_EQ] = E_(compare),
     [KILN_OP_NE] = E_(compare),
     [KILN_OP_LT] = E_(compare),
@@ -183,6 +184,12 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
         break;
     case KILN_OP_ARANGE:
         if (y->rank != 1 || y->dtype == KILN_DTYPE_BOOL) return "arange gives a numeric 1-D tensor";
+        break;
+    case KILN_OP_INDEX_COPY:
+        if (args->in[2]->dtype != x->dtype || x->dtype != y->dtype)
+            return "x, src and output dtypes differ";
+        if (args->in[1]->dtype != KILN_DTYPE_I32 && args->in[1]->dtype != KILN_DTYPE_I64)
+            return "the index must be int32 or int64";
         break;
     case KILN_OP_INDEX:
     case KILN_OP_GATHER:

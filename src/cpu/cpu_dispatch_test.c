@@ -159,6 +159,11 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         l->out = tt_new2(dt, 2, 3);
         tattrs_int(&l->a, KILN_A_GATHER_DIM, 0);
         break;
+    case KILN_OP_INDEX_COPY:
+        l->in[0] = tt_new2(dt, 4, 3), l->in[1] = tt_new1(KILN_DTYPE_I64, 2);
+        l->in[2] = tt_new2(dt, 2, 3), l->n_in = 3, l->out = tt_new2(dt, 4, 3);
+        tattrs_int(&l->a, KILN_A_INDEX_COPY_DIM, 0);
+        break;
     case KILN_OP_SDPA:
         l->in[0] = tt_new3(dt, 2, 3, 4), l->in[1] = tt_new3(dt, 2, 5, 4);
         l->in[2] = tt_new3(dt, 2, 5, 4), l->n_in = 3, l->out = tt_new3(dt, 2, 3, 4);
@@ -174,7 +179,8 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
                        op == KILN_OP_POW || op == KILN_OP_DIV || op == KILN_OP_BATCH_NORM;
         tt_rand(l->in[i], positive ? 1 : -2, 2);
     }
-    if (op == KILN_OP_EMBEDDING || op == KILN_OP_INDEX || op == KILN_OP_GATHER) {
+    if (op == KILN_OP_EMBEDDING || op == KILN_OP_INDEX || op == KILN_OP_GATHER ||
+        op == KILN_OP_INDEX_COPY) {
         tt_rand(l->in[1], 0, 1);
     }
     return 1;

@@ -197,6 +197,7 @@ KILN_CPU_DECLARE(pad);
 KILN_CPU_DECLARE(arange);
 KILN_CPU_DECLARE(index);
 KILN_CPU_DECLARE(gather);
+KILN_CPU_DECLARE(index_copy);
 KILN_CPU_DECLARE(upsample); // upsample_nearest2d, upsample_bilinear2d (op_resize.c)
 
 // True when the comparison or bitwise op of args is implemented for its dtypes and shapes.

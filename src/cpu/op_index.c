@@ -139,3 +139,52 @@ kiln_status kiln_cpu_gather(const kiln_kernel_args *args) {
     }
     return KILN_OK;
 }
+
+// --- index_copy
+
+size_t kiln_cpu_index_copy_scratch(const kiln_kernel_args *args) {
+    (void)args;
+    return 0;
+}
+
+// y = x with y.select(dim, index[i]) = src.select(dim, i). Every index is checked before
+// anything is written, so a refused call leaves y (a state updated in place) as it was. When y
+// is x's own storage (a state's in-place update) only the rows move.
+kiln_status kiln_cpu_index_copy(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *ix = args->in[1], *src = args->in[2];
+    kiln_tensor *y = args->out;
+    int64_t dim = kiln_attrs_int(&args->attrs, KILN_A_INDEX_COPY_DIM, 0);
+    int wrap = kiln_attrs_int(&args->attrs, KILN_A_INDEX_COPY_WRAP, 0) != 0;
+    KILN_CHECK(x->dtype == y->dtype && src->dtype == x->dtype && index_ok(ix->dtype) &&
+                   ix->rank == 1 && src->rank == x->rank,
+               KILN_ERR_INVALID_ARG,
+               "cpu index_copy: needs x, src and the output of one dtype and a 1-D int32/int64 "
+               "index");
+    if (dim < 0) dim += x->rank;
+    KILN_CHECK(dim >= 0 && (uint64_t)dim < x->rank, KILN_ERR_INVALID_ARG,
+               "cpu index_copy: dim out of range");
+    int64_t n = ix->dims[0], size = x->dims[dim], outer = 1, inner = 1;
+    for (int64_t d = 0; d < dim; d++) outer *= x->dims[d];
+    for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];
+    KILN_CHECK(src->dims[dim] == n, KILN_ERR_INVALID_ARG,
+               "cpu index_copy: src has %lld rows at dim %lld but the index has %lld",
+               (long long)src->dims[dim], (long long)dim, (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = kiln_load_i64(ix->data, ix->dtype, i);
+        KILN_CHECK(v >= (wrap ? -size : 0) && v < size, KILN_ERR_INVALID_ARG,
+                   "index_copy: index %lld at position %lld is out of range for dimension %lld "
+                   "of size %lld (a position past the end of a cache: the cache holds %lld)",
+                   (long long)v, (long long)i, (long long)dim, (long long)size, (long long)size);
+    }
+    size_t es = esize_of(x), row = (size_t)inner * es;
+    if (y->data != x->data) memcpy(y->data, x->data, (size_t)(outer * size) * row);
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = kiln_load_i64(ix->data, ix->dtype, i);
+            if (v < 0) v += size;
+            memcpy((uint8_t *)y->data + ((size_t)(o * size + v)) * row,
+                   (const uint8_t *)src->data + ((size_t)(o * n + i)) * row, row);
+        }
+    }
+    return KILN_OK;
+}

@@ -91,6 +91,10 @@ void kiln_graph_free(kiln_graph *g) {
     kiln_ir_array_free(g->consts, g->cap_consts, sizeof *g->consts);
     kiln_ir_array_free(g->inputs, g->cap_inputs, sizeof *g->inputs);
     kiln_ir_array_free(g->outputs, g->cap_outputs, sizeof *g->outputs);
+    for (size_t i = 0; i < g->n_states; i++) {
+        if (g->states[i].data != NULL) kiln_free(g->states[i].data, (size_t)g->states[i].nbytes);
+    }
+    kiln_ir_array_free(g->states, g->cap_states, sizeof *g->states);
     kiln_free(g, sizeof *g);
 }
 
@@ -115,7 +119,7 @@ static kiln_status check_name_text(const char *fn, const char *name, size_t len)
 }
 
 // Checks a binding name: non-empty, at most KILN_GRAPH_MAX_NAME bytes, UTF-8 text, unique among
-// the inputs and outputs.
+// the inputs, states and outputs.
 static kiln_status check_binding_name(const kiln_graph *g, const char *fn, const char *name) {
     size_t len;
     KILN_CHECK(name != NULL, KILN_ERR_INVALID_ARG, "%s: name is NULL", fn);
@@ -132,6 +136,13 @@ static kiln_status check_binding_name(const kiln_graph *g, const char *fn, const
         KILN_CHECK(strcmp(other, name) != 0, KILN_ERR_INVALID_ARG,
                    "%s: the name '%s' is already used by input %zu; input and output names must "
                    "be unique",
+                   fn, name, i);
+    }
+    for (size_t i = 0; i < g->n_states; i++) {
+        const char *other = kiln_graph_name(g, g->values[g->states[i].value].name);
+        KILN_CHECK(strcmp(other, name) != 0, KILN_ERR_INVALID_ARG,
+                   "%s: the name '%s' is already used by state %zu; input, state and output "
+                   "names must be unique",
                    fn, name, i);
     }
     for (size_t i = 0; i < g->n_outputs; i++) {
@@ -308,6 +319,98 @@ kiln_status kiln_graph_add_constant(kiln_graph *g, const char *name, kiln_dtype 
     g->consts[g->n_consts++] = c;
     g->values[g->n_values] = v;
     *out_value = (int32_t)g->n_values++;
+    return KILN_OK;
+}
+
+kiln_status kiln_graph_add_state(kiln_graph *g, const char *name, kiln_dtype dtype, uint32_t rank,
+                                 const int64_t *dims, const void *data, size_t nbytes,
+                                 int32_t *out_state) {
+    static const char fn[] = "kiln_graph_add_state";
+    kiln_ir_value v;
+    kiln_ir_state st;
+    uint64_t want;
+    char what[300];
+    KILN_CHECK(g != NULL && out_state != NULL, KILN_ERR_INVALID_ARG,
+               "%s: graph and out_state must not be NULL", fn);
+    KILN_TRY(check_binding_name(g, fn, name));
+    snprintf(what, sizeof what, "state '%s'", name);
+    KILN_CHECK(kiln_dtype_valid((uint32_t)dtype), KILN_ERR_INVALID_ARG,
+               "%s: %s has dtype %d, not a Kiln dtype (1..%d)", fn, what, (int)dtype,
+               KILN_DTYPE_COUNT - 1);
+    KILN_TRY(check_dims(fn, what, rank, dims, dims));
+    want = kiln_dtype_size(dtype);
+    for (uint32_t i = 0; i < rank; i++) {
+        KILN_CHECK(kiln_mul_u64(want, (uint64_t)dims[i], &want) &&
+                       want <= KILN_FORMAT_MAX_TENSOR_NBYTES,
+                   KILN_ERR_INVALID_ARG, "%s: %s: the byte size overflows Kiln's limit", fn, what);
+    }
+    KILN_CHECK(data == NULL ? nbytes == 0 : want == (uint64_t)nbytes, KILN_ERR_INVALID_ARG,
+               "%s: %s %s %s needs %" PRIu64 " bytes of initial data but nbytes = %zu (pass "
+               "data NULL and nbytes 0 for zeros)",
+               fn, what, kiln_dtype_name(dtype), dims_str((char[160]){0}, 160, rank, dims, dims),
+               want, nbytes);
+    KILN_TRY(check_value_room(g, fn));
+    KILN_CHECK(g->n_states < KILN_GRAPH_MAX_STATES, KILN_ERR_INVALID_ARG,
+               "%s: the graph already has %u states, Kiln's limit", fn, KILN_GRAPH_MAX_STATES);
+    KILN_TRY(GROW(g, values, g->n_values + 1));
+    KILN_TRY(GROW(g, states, g->n_states + 1));
+    memset(&v, 0, sizeof v);
+    v.kind = KILN_IR_STATE;
+    v.index = (uint32_t)g->n_states;
+    v.desc.dtype = (uint32_t)dtype;
+    kiln_shape_from_dims(&v.desc.shape, rank, dims);
+    st.value = (int32_t)g->n_values;
+    st.update = -1;
+    st.data = NULL;
+    st.nbytes = want;
+    if (data != NULL) {
+        st.data = kiln_malloc(nbytes > 0 ? nbytes : 1, KILN_DATA_ALIGN);
+        KILN_CHECK(st.data != NULL, KILN_ERR_NO_MEMORY, "out of memory copying %s (%zu bytes)",
+                   what, nbytes);
+        if (nbytes > 0) memcpy(st.data, data, nbytes);
+        st.nbytes = nbytes;
+    }
+    {
+        kiln_status s2 = add_name(g, name, &v.name);
+        if (s2 != KILN_OK) {
+            if (st.data != NULL) kiln_free(st.data, nbytes > 0 ? nbytes : 1);
+            return s2;
+        }
+    }
+    g->states[g->n_states++] = st;
+    g->values[g->n_values] = v;
+    *out_state = (int32_t)g->n_values++;
+    return KILN_OK;
+}
+
+kiln_status kiln_graph_update_state(kiln_graph *g, int32_t state, int32_t new_value) {
+    static const char fn[] = "kiln_graph_update_state";
+    KILN_CHECK(g != NULL, KILN_ERR_INVALID_ARG, "%s: graph is NULL", fn);
+    KILN_CHECK(state >= 0 && (size_t)state < g->n_values && g->values[state].kind == KILN_IR_STATE,
+               KILN_ERR_INVALID_ARG, "%s: value %" PRId32 " is not a state (kiln_graph_add_state)",
+               fn, state);
+    KILN_CHECK(new_value >= 0 && (size_t)new_value < g->n_values, KILN_ERR_INVALID_ARG,
+               "%s: value %" PRId32 " does not exist (the graph has %zu values)", fn, new_value,
+               g->n_values);
+    {
+        kiln_ir_state *s = &g->states[g->values[state].index];
+        const kiln_value_desc *a = &g->values[state].desc, *b = &g->values[new_value].desc;
+        const char *nm = kiln_graph_name(g, g->values[state].name);
+        int same = a->dtype == b->dtype && a->shape.rank == b->shape.rank;
+        for (uint32_t i = 0; same && i < a->shape.rank; i++) {
+            same = b->shape.min[i] == a->shape.min[i] && b->shape.max[i] == a->shape.max[i];
+        }
+        KILN_CHECK(s->update < 0, KILN_ERR_INVALID_ARG,
+                   "%s: state '%s' already has an update (value %" PRId32 ")", fn, nm, s->update);
+        KILN_CHECK(same, KILN_ERR_INVALID_ARG,
+                   "%s: state '%s' is %s %s but value %" PRId32 " is %s %s; an update keeps the "
+                   "state's dtype and static shape",
+                   fn, nm, kiln_dtype_name((kiln_dtype)a->dtype),
+                   dims_str((char[160]){0}, 160, a->shape.rank, a->shape.min, a->shape.max),
+                   new_value, kiln_dtype_name((kiln_dtype)b->dtype),
+                   dims_str((char[160]){0}, 160, b->shape.rank, b->shape.min, b->shape.max));
+        s->update = new_value;
+    }
     return KILN_OK;
 }
 

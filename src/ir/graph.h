@@ -31,7 +31,10 @@ typedef enum kiln_ir_value_kind {
     KILN_IR_INPUT = 1,    // a graph input (index: its input number)
     KILN_IR_CONSTANT = 2, // constant data (index: into consts)
     KILN_IR_NODE = 3,     // the output of a node (index: the node)
+    KILN_IR_STATE = 4,    // a state, as execute finds it (index: into states)
 } kiln_ir_value_kind;
+
+#define KILN_GRAPH_MAX_STATES 4096u
 
 typedef struct kiln_ir_value {
     uint32_t kind;  // kiln_ir_value_kind
@@ -45,6 +48,14 @@ typedef struct kiln_ir_const {
     uint64_t nbytes; // numel * dtype size
     int32_t value;   // the value id
 } kiln_ir_const;
+
+// A state (kiln_graph_add_state): kept by each context from one execute to the next.
+typedef struct kiln_ir_state {
+    int32_t value;   // the value id that reads it
+    int32_t update;  // the value it takes at the end of execute (kiln_graph_update_state), or -1
+    void *data;      // owned initial value (KILN_DATA_ALIGN-aligned), or NULL: zeros
+    uint64_t nbytes; // numel * dtype size
+} kiln_ir_state;
 
 typedef struct kiln_ir_node {
     uint32_t op;
@@ -80,6 +91,8 @@ struct kiln_graph {
     size_t n_inputs, cap_inputs;
     kiln_ir_output *outputs;
     size_t n_outputs, cap_outputs;
+    kiln_ir_state *states;
+    size_t n_states, cap_states;
 };
 
 // Ensures room for `need` elements of elem_nbytes in *array (capacity *cap, grown

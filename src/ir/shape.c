@@ -107,6 +107,7 @@ static const char *input_role(uint32_t op, uint32_t i) {
     case KILN_OP_INDEX: return i == 0 ? "x" : "index";
     case KILN_OP_ARANGE: return "like";
     case KILN_OP_GATHER: return i == 0 ? "x" : (i == 1 ? "index" : "?");
+    case KILN_OP_INDEX_COPY: return i == 0 ? "x" : (i == 1 ? "index" : (i == 2 ? "src" : "?"));
     case KILN_OP_BATCH_NORM: return i < 5 ? bn[i] : "?";
     case KILN_OP_MATMUL:
     case KILN_OP_ADD:
@@ -1425,6 +1426,32 @@ static kiln_status infer_gather(const ictx *c, const kiln_attrs *a,
     return KILN_OK;
 }
 
+static kiln_status infer_index_copy(const ictx *c, const kiln_attrs *a,
+                                    const kiln_value_desc *const *in, uint32_t n,
+                                    kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape, *src = &in[2]->shape;
+    uint32_t d = 0;
+    int64_t lo, hi;
+    (void)n;
+    KILN_TRY(want_dtype_mask(c, in[1], 1, IDX_MASK));
+    KILN_TRY(want_rank(c, in[1], 1, 1, 1));
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    KILN_TRY(want_rank(c, in[2], 2, x->rank, x->rank));
+    KILN_TRY(want_same_dtype(c, in, 2, 0));
+    KILN_TRY(want_axis(c, KILN_A_INDEX_COPY_DIM, 0, kiln_attrs_int(a, KILN_A_INDEX_COPY_DIM, 0),
+                       x->rank, &d));
+    for (uint32_t j = 0; j < x->rank; j++) {
+        if (j == d) {
+            KILN_TRY(want_agree(c, "rows", in, 2, j, 1, 0, &lo, &hi));
+        } else {
+            KILN_TRY(want_agree(c, "src against x", in, 2, j, 0, j, &lo, &hi));
+        }
+    }
+    (void)src;
+    out->shape = *x;
+    return KILN_OK;
+}
+
 // --- dispatch
 
 static infer_fn infer_for(uint32_t op) {
@@ -1478,6 +1505,7 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_ARANGE: return infer_arange;
     case KILN_OP_INDEX: return infer_index;
     case KILN_OP_GATHER: return infer_gather;
+    case KILN_OP_INDEX_COPY: return infer_index_copy;
     case KILN_OP_MAX_POOL2D:
     case KILN_OP_AVG_POOL2D: return infer_pool;
     case KILN_OP_ADAPTIVE_AVG_POOL2D: return infer_adaptive_pool;
@@ -1506,6 +1534,7 @@ static uint32_t data_inputs_mask(uint32_t op, uint32_t n) {
     case KILN_OP_EMBEDDING:
     case KILN_OP_INDEX:
     case KILN_OP_GATHER: return 1u; // like: any dtype; indices: checked by the op
+    case KILN_OP_INDEX_COPY: return 5u; // x and src: any dtype; the index: checked by the op
     case KILN_OP_SDPA: return 7u;   // mask: bool or the query dtype
     default: return n >= 32 ? UINT32_MAX : (1u << n) - 1;
     }

@@ -29,13 +29,17 @@ typedef struct kiln_exec {
 typedef struct kiln_backend_ops {
     const char *name; // "cpu", "cuda"
     // Prepares an engine: copies or uploads the weights (weight_data[i] is the host data of
-    // tensor i for WEIGHT tensors, NULL otherwise; valid only during the call), chooses
-    // kernels. The plan outlives the state.
+    // tensor i for WEIGHT tensors and for STATE tensors with an initial value, NULL otherwise;
+    // valid only during the call: keep what context_init needs), chooses kernels. The plan
+    // outlives the state.
     kiln_status (*engine_init)(const kiln_plan *plan, const void *const *weight_data,
                                const kiln_options *options, void **out_state);
     void (*engine_free)(void *engine_state); // NULL-safe
-    // Per-context state: the activation arena (plan->arena_nbytes) and scratch.
+    // Per-context state: the activation arena (plan->arena_nbytes), scratch, and the STATE
+    // tensors (plan.h), set to their initial values.
     kiln_status (*context_init)(void *engine_state, void **out_context_state);
+    // Sets every STATE tensor of the context back to its initial value (finished on return).
+    kiln_status (*reset_states)(void *context_state);
     void (*context_free)(void *context_state); // NULL-safe
     // Runs every layer; returns with the work finished and outputs written.
     kiln_status (*execute)(void *context_state, const kiln_exec *exec);

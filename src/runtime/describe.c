@@ -157,6 +157,7 @@ static const char *tensor_kind_name(uint32_t kind) {
     case KILN_TENSOR_OUTPUT: return "output";
     case KILN_TENSOR_ACTIVATION: return "activation";
     case KILN_TENSOR_WEIGHT: return "weight";
+    case KILN_TENSOR_STATE: return "state";
     default: return "invalid";
     }
 }
@@ -182,6 +183,13 @@ static void json_tensor(jbuf *j, const kiln_plan *p, int32_t id) {
         if (t->kind == KILN_TENSOR_WEIGHT) {
             j_u64(j, "nbytes", t->nbytes);
             j_bool(j, "external", t->key != KILN_NO_KEY);
+        }
+        if (t->kind == KILN_TENSOR_STATE) {
+            j_u64(j, "nbytes", t->nbytes);
+            j_str(j, "initial",
+                  t->key != KILN_NO_KEY          ? "external"
+                  : t->offset == KILN_STATE_ZERO ? "zeros"
+                                                 : "inline");
         }
     }
     j_close(j, '}');

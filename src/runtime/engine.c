@@ -199,13 +199,18 @@ static kiln_status mismatch_error(const kiln_plan *p, const ext_weight *w) {
                      dims_str((char[96]){0}, 96, t->shape.rank, t->shape.max), w->nbytes, got_hex);
 }
 
+// A weight or a state's initial value stored outside the engine.
+static int has_data_key(const kiln_plan_tensor *t) {
+    return (t->kind == KILN_TENSOR_WEIGHT || t->kind == KILN_TENSOR_STATE) && t->key != KILN_NO_KEY;
+}
+
 // Checks every external weight whose key names a digest, each distinct buffer once (tensors
 // sharing a key usually get the same bytes back). When several are damaged, the message names
 // the one of the lowest tensor index, whatever the order of the work.
 static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < p->n_tensors; i++) {
-        n += p->tensors[i].kind == KILN_TENSOR_WEIGHT && p->tensors[i].key != KILN_NO_KEY;
+        n += has_data_key(&p->tensors[i]);
     }
     if (n == 0) return KILN_OK;
     size_t nbytes = (size_t)n * sizeof(ext_weight);
@@ -215,7 +220,7 @@ static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) 
     uint32_t k = 0;
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
-        if (t->kind != KILN_TENSOR_WEIGHT || t->key == KILN_NO_KEY) continue;
+        if (!has_data_key(t)) continue;
         w[k].data = weight_data[i];
         w[k].nbytes = t->nbytes;
         w[k].tensor = i;
@@ -238,8 +243,9 @@ static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) 
     return st;
 }
 
-// Fills weight_data[i] for every WEIGHT tensor: inline data from the plan, external data from
-// the resolver (size-checked). Sums the weight bytes.
+// Fills weight_data[i] for every WEIGHT tensor and every STATE with an initial value: inline
+// data from the plan, external data from the resolver (size-checked). Sums the weight bytes
+// (states are not weights: every context holds its own copy).
 static kiln_status resolve_weights(const kiln_plan *p, const kiln_load_options *o,
                                    const void **weight_data, uint64_t *out_nbytes) {
     uint64_t total = 0;
@@ -249,9 +255,15 @@ static kiln_status resolve_weights(const kiln_plan *p, const kiln_load_options *
         const void *data = NULL;
         size_t n = 0;
         kiln_status st;
-        if (t->kind != KILN_TENSOR_WEIGHT) continue;
-        KILN_CHECK(kiln_add_u64(total, t->nbytes, &total), KILN_ERR_CORRUPT,
-                   "weight bytes overflow at tensor %u", i);
+        if (t->kind == KILN_TENSOR_STATE && t->key == KILN_NO_KEY) {
+            weight_data[i] = t->offset == KILN_STATE_ZERO ? NULL : p->weights + t->offset;
+            continue;
+        }
+        if (t->kind != KILN_TENSOR_WEIGHT && t->kind != KILN_TENSOR_STATE) continue;
+        if (t->kind == KILN_TENSOR_WEIGHT) {
+            KILN_CHECK(kiln_add_u64(total, t->nbytes, &total), KILN_ERR_CORRUPT,
+                       "weight bytes overflow at tensor %u", i);
+        }
         if (t->key == KILN_NO_KEY) {
             weight_data[i] = p->weights + t->offset;
             continue;
@@ -422,6 +434,15 @@ uint64_t kiln_engine_weight_nbytes(const kiln_engine *engine) {
     return engine ? engine->weight_nbytes : 0;
 }
 
+uint32_t kiln_engine_n_states(const kiln_engine *engine) {
+    uint32_t n = 0;
+    if (engine == NULL) return 0;
+    for (uint32_t i = 0; i < engine->plan.n_tensors; i++) {
+        n += engine->plan.tensors[i].kind == KILN_TENSOR_STATE;
+    }
+    return n;
+}
+
 uint32_t kiln_engine_n_layers(const kiln_engine *engine) {
     return engine ? engine->plan.n_layers : 0;
 }
@@ -496,6 +517,15 @@ void kiln_context_free(kiln_context *context) {
     context->engine->backend->context_free(context->backend_state);
     context_free_arrays(context, &context->engine->plan);
     kiln_free(context, sizeof *context);
+}
+
+kiln_status kiln_context_reset_states(kiln_context *context) {
+    kiln_status st;
+    KILN_CHECK(context != NULL, KILN_ERR_INVALID_ARG, "kiln_context_reset_states: context is NULL");
+    KILN_TRY(acquire(context, "kiln_context_reset_states"));
+    st = context->engine->backend->reset_states(context->backend_state);
+    release(context);
+    return st;
 }
 
 static kiln_status set_input_locked(kiln_context *c, uint32_t index, uint32_t rank,

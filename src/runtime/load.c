@@ -249,6 +249,7 @@ static const char *kind_name(uint32_t kind) {
     case KILN_TENSOR_OUTPUT: return "output";
     case KILN_TENSOR_ACTIVATION: return "activation";
     case KILN_TENSOR_WEIGHT: return "weight";
+    case KILN_TENSOR_STATE: return "state";
     default: return "invalid";
     }
 }
@@ -267,9 +268,9 @@ static kiln_status check_tensor(const kiln_plan *p, uint32_t i, const uint8_t *r
     t->key = kiln_rd_u32(r + 20);
     t->offset = kiln_rd_u64(r + 24);
     t->nbytes = kiln_rd_u64(r + 32);
-    KILN_CHECK(t->kind >= KILN_TENSOR_INPUT && t->kind <= KILN_TENSOR_WEIGHT, C_,
+    KILN_CHECK(t->kind >= KILN_TENSOR_INPUT && t->kind <= KILN_TENSOR_STATE, C_,
                "tensor %" PRIu32 ": kind %" PRIu32
-               " is not valid (1 input, 2 output, 3 activation, 4 weight)",
+               " is not valid (1 input, 2 output, 3 activation, 4 weight, 5 state)",
                i, t->kind);
     KILN_CHECK(kiln_dtype_valid(t->dtype), C_,
                "tensor %" PRIu32 ": dtype %" PRIu32 " is not a valid dtype (1..%d)", i, t->dtype,
@@ -315,15 +316,16 @@ static kiln_status check_tensor(const kiln_plan *p, uint32_t i, const uint8_t *r
         KILN_CHECK(p->strings[t->name] != '\0', C_,
                    "tensor %" PRIu32 " (%s %" PRIu32 "): name is empty; bindings are named", i,
                    kind_name(t->kind), t->binding);
-    } else {
+    } else if (t->kind != KILN_TENSOR_STATE) { // a state's binding: checked in check_states
         KILN_CHECK(t->binding == 0, C_,
                    "tensor %" PRIu32 " (%s): binding %" PRIu32 " must be 0 (not an input/output)",
                    i, kind_name(t->kind), t->binding);
     }
-    KILN_CHECK(t->kind == KILN_TENSOR_WEIGHT || t->key == KILN_NO_KEY, C_,
-               "tensor %" PRIu32 " (%s): key %" PRIu32
-               " must be 0xffffffff (only weights have keys)",
-               i, kind_name(t->kind), t->key);
+    KILN_CHECK(
+        t->kind == KILN_TENSOR_WEIGHT || t->kind == KILN_TENSOR_STATE || t->key == KILN_NO_KEY, C_,
+        "tensor %" PRIu32 " (%s): key %" PRIu32
+        " must be 0xffffffff (only weights and states have keys)",
+        i, kind_name(t->kind), t->key);
 
     switch (t->kind) {
     case KILN_TENSOR_INPUT:
@@ -348,16 +350,21 @@ static kiln_status check_tensor(const kiln_plan *p, uint32_t i, const uint8_t *r
                    i, t->offset, t->nbytes, p->arena_nbytes);
         break;
     case KILN_TENSOR_WEIGHT:
+    case KILN_TENSOR_STATE:
         for (uint32_t d = 0; d < t->shape.rank; d++) {
             KILN_CHECK(t->shape.min[d] == t->shape.max[d], C_,
-                       "tensor %" PRIu32 " (weight): dim %" PRIu32 " range [%" PRId64 ", %" PRId64
-                       "] is dynamic; weights are static",
-                       i, d, t->shape.min[d], t->shape.max[d]);
+                       "tensor %" PRIu32 " (%s): dim %" PRIu32 " range [%" PRId64 ", %" PRId64
+                       "] is dynamic; %ss are static",
+                       i, kind_name(t->kind), d, t->shape.min[d], t->shape.max[d],
+                       kind_name(t->kind));
         }
         KILN_CHECK(t->nbytes == max_nbytes, C_,
-                   "tensor %" PRIu32 " (weight): nbytes %" PRIu64
+                   "tensor %" PRIu32 " (%s): nbytes %" PRIu64
                    " differs from numel x dtype size = %" PRIu64,
-                   i, t->nbytes, max_nbytes);
+                   i, kind_name(t->kind), t->nbytes, max_nbytes);
+        if (t->kind == KILN_TENSOR_STATE && t->key == KILN_NO_KEY && t->offset == KILN_STATE_ZERO) {
+            break; // starts as zeros
+        }
         if (t->key == KILN_NO_KEY) {
             KILN_CHECK(t->offset % KILN_FORMAT_WEIGHT_ALIGN == 0, C_,
                        "tensor %" PRIu32 " (weight): offset %" PRIu64 " is not a multiple of %d", i,
@@ -386,6 +393,14 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 static kiln_status check_bindings(const kiln_plan *p) {
+    for (uint32_t t = 0, k = 0; t < p->n_tensors; t++) {
+        if (p->tensors[t].kind != KILN_TENSOR_STATE) continue;
+        KILN_CHECK(p->tensors[t].binding == k, C_,
+                   "tensor %" PRIu32 " (state): state number %" PRIu32 " should be %" PRIu32
+                   " (states are numbered in tensor order)",
+                   t, p->tensors[t].binding, k);
+        k++;
+    }
     for (uint32_t i = 0; i < p->n_inputs + p->n_outputs; i++) {
         int is_in = i < p->n_inputs;
         uint32_t idx = is_in ? i : i - p->n_inputs;
@@ -492,9 +507,10 @@ static kiln_status check_layer_static(const kiln_plan *p, uint32_t i, const uint
         KILN_CHECK(id >= 0, C_, "layer %" PRIu32 " (%s): output %" PRIu32 " is -1 (absent)", i, op,
                    j);
         uint32_t k = p->tensors[id].kind;
-        KILN_CHECK(k == KILN_TENSOR_ACTIVATION || k == KILN_TENSOR_OUTPUT, C_,
+        KILN_CHECK(k == KILN_TENSOR_ACTIVATION || k == KILN_TENSOR_OUTPUT || k == KILN_TENSOR_STATE,
+                   C_,
                    "layer %" PRIu32 " (%s): output %" PRIu32 " is tensor %" PRId32
-                   ", %s %s; layers write activations and outputs",
+                   ", %s %s; layers write activations, outputs and states",
                    i, op, j, id, article(k), kind_name(k));
     }
     if (l->flags & KILN_LAYER_TAIL) {
@@ -546,7 +562,8 @@ static kiln_status check_dataflow(load_state *st) {
     uint32_t head = 0, tails_left = 0;
     for (uint32_t t = 0; t < p->n_tensors; t++) {
         uint32_t k = p->tensors[t].kind;
-        st->defined[t] = k == KILN_TENSOR_INPUT || k == KILN_TENSOR_WEIGHT;
+        st->defined[t] =
+            k == KILN_TENSOR_INPUT || k == KILN_TENSOR_WEIGHT || k == KILN_TENSOR_STATE;
         st->def_layer[t] = -1;
         st->last_use[t] = -1;
         st->descs[t].dtype = p->tensors[t].dtype;
@@ -613,6 +630,16 @@ static kiln_status check_dataflow(load_state *st) {
         if (s != KILN_OK) return infer_failed(i, op);
         for (uint32_t j = 0; j < l->n_outputs; j++) {
             int32_t t = out[j];
+            if (p->tensors[t].kind == KILN_TENSOR_STATE) { // one layer writes a state, once
+                KILN_CHECK(st->def_layer[t] < 0, C_,
+                           "layer %" PRIu32 " (%s): output %" PRIu32 " is state tensor %" PRId32
+                           ", which an earlier layer writes; one layer updates a state",
+                           i, op, j, t);
+                KILN_TRY(compare_desc(i, op, t, &st->descs[t], &inferred));
+                st->def_layer[t] = (int32_t)i;
+                st->last_use[t] = (int32_t)i;
+                continue;
+            }
             KILN_CHECK(!st->defined[t], C_,
                        "layer %" PRIu32 " (%s): output %" PRIu32 " is tensor %" PRId32
                        ", which %s already writes",

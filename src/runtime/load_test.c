@@ -51,7 +51,7 @@ static void m_unwritten_act(kiln_plan *p) {
     X(dtype9, MLP, p->tensors[0].dtype = 9, C, "tensor 0: dtype 9 is not a valid dtype")           \
     X(dtype0, MLP, p->tensors[4].dtype = 0, C, "tensor 4: dtype 0")                                \
     X(kind0, MLP, p->tensors[4].kind = 0, C, "tensor 4: kind 0")                                   \
-    X(kind5, MLP, p->tensors[4].kind = 5, C, "tensor 4: kind 5")                                   \
+    X(kind6, MLP, p->tensors[4].kind = 6, C, "tensor 4: kind 6")                                   \
     X(rank9, MLP, p->tensors[4].shape.rank = 9, C, "tensor 4: rank 9")                             \
     X(min_gt_max, MLP, p->tensors[0].shape.min[0] = 5, C, "tensor 0: dim 0 range [5, 4]")          \
     X(neg_dim, MLP, p->tensors[0].shape.min[0] = -1, C, "tensor 0: dim 0 range [-1, 4]")           \

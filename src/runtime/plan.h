@@ -20,7 +20,17 @@ typedef enum kiln_tensor_kind {
     KILN_TENSOR_OUTPUT = 2,     // bound by the caller: kiln_context_set_output
     KILN_TENSOR_ACTIVATION = 3, // arena + offset
     KILN_TENSOR_WEIGHT = 4,     // constant data
+    KILN_TENSOR_STATE = 5,      // owned by each context, kept from one execute to the next
 } kiln_tensor_kind;
+
+// A STATE tensor is a model's mutable buffer (a KV cache): static shape, nbytes = its bytes,
+// binding = its number among the engine's states (in tensor order). Every context holds its own
+// copy, set to the initial value when the context is created (and by kiln_context_reset_states):
+// the data of an external key, else inline data at `offset` of the weights, else (offset ==
+// KILN_STATE_ZERO) zeros. Layers read it like any tensor; a layer may write it (its output id is
+// the state's): the builder orders every read of the old value before that write. index_copy
+// whose x is the state it writes updates it in place.
+#define KILN_STATE_ZERO UINT64_MAX
 
 #define KILN_NO_KEY UINT32_MAX // kiln_plan_tensor.key of an inline weight
 
@@ -29,10 +39,10 @@ typedef struct kiln_plan_tensor {
     uint32_t dtype;   // kiln_dtype
     kiln_shape shape; // per-dimension [min, max]; weights are static (min == max)
     uint32_t name;    // offset into strings ("" at offset 0)
-    uint32_t binding; // INPUT / OUTPUT: index among inputs / outputs
-    uint64_t offset;  // ACTIVATION: arena offset; WEIGHT (inline): offset into weights
-    uint64_t nbytes;  // ACTIVATION: planned capacity (max shape); WEIGHT: data bytes
-    uint32_t key;     // WEIGHT: offset into strings of the external key, or KILN_NO_KEY
+    uint32_t binding; // INPUT / OUTPUT: index among inputs / outputs; STATE: state number
+    uint64_t offset;  // ACTIVATION: arena offset; WEIGHT / STATE (inline): offset into weights
+    uint64_t nbytes;  // ACTIVATION: planned capacity (max shape); WEIGHT / STATE: data bytes
+    uint32_t key;     // WEIGHT / STATE: offset into strings of the external key, or KILN_NO_KEY
 } kiln_plan_tensor;
 
 #define KILN_LAYER_TAIL 0x1u // fused into the preceding head layer

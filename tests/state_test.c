@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+// States (kiln_graph_add_state / kiln_graph_update_state): a model's mutable buffers that each
+// context keeps from one execute to the next. Checked against references kept here: a KV-cache
+// style update written in place by index_copy (wrap, refused positions that leave the cache as it
+// was, reset, separate contexts, fp16), and an update computed by other ops with an initial
+// value (inline and external), whose readers see the old value.
+#include "test_util.h"
+
+#define B 2
+#define S 6
+#define D 3
+
+static void set_f32(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+// cache [B, S, D] (zeros); inputs pos [n] (int64), k [B, n, D]; the cache takes
+// index_copy(cache, pos, k) at dim 1; output y = 2 * (updated cache).
+static kiln_graph *cache_graph(void) {
+    kiln_graph *g = NULL;
+    int32_t cache, pos, k, y, two, out;
+    const float two_f[1] = {2.0f};
+    CHECK_OK(kiln_graph_new(&g));
+    if (g == NULL) return NULL;
+    CHECK_OK(
+        kiln_graph_add_state(g, "cache", KILN_DTYPE_F32, 3, TU_DIMS(B, S, D), NULL, 0, &cache));
+    pos = tu_input(g, "pos", KILN_DTYPE_I64, 1, TU_DIMS(1), TU_DIMS(4));
+    k = tu_input(g, "k", KILN_DTYPE_F32, 3, TU_DIMS(B, 1, D), TU_DIMS(B, 4, D));
+    y = tu_node(g, KILN_OP_INDEX_COPY, TU_IDS(cache, pos, k),
+                TU_ATTRS(TU_INTS("dim", 1), TU_INTS("wrap", 1)));
+    CHECK_OK(kiln_graph_update_state(g, cache, y));
+    two = tu_const(g, "two", KILN_DTYPE_F32, 1, TU_DIMS(1), two_f);
+    out = tu_node(g, KILN_OP_MUL, TU_IDS(y, two), TU_NO_ATTRS);
+    tu_output(g, out, "y");
+    return g;
+}
+
+// One step: writes k's rows at pos into ref (as the engine should), runs, compares 2 * ref.
+static kiln_status cache_step(kiln_context *c, float *ref, const int64_t *pos, int64_t n,
+                              double tol, const char *what) {
+    float k[B * 4 * D], y[B * S * D], want[B * S * D];
+    tu_fill(k, B * n * D, -2.0f, 2.0f);
+    tu_io in[2] = {{1, {n}, (void *)pos, 0}, {3, {B, n, D}, k, 0}};
+    tu_io out[1] = {{3, {B, S, D}, y, sizeof y}};
+    kiln_status st = tu_execute(c, in, 2, out, 1);
+    if (st != KILN_OK) return st;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t p = pos[i] < 0 ? pos[i] + S : pos[i];
+            set_f32(ref + (b * S + p) * D, k + (b * n + i) * D, D);
+        }
+    }
+    for (int64_t i = 0; i < B * S * D; i++) want[i] = 2.0f * ref[i];
+    tu_check_close(what, y, want, B * S * D, tol, tol);
+    return KILN_OK;
+}
+
+static void test_cache(kiln_precision prec, double tol) {
+    kiln_graph *g = cache_graph();
+    kiln_built *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c1 = NULL, *c2 = NULL;
+    float ref1[B * S * D] = {0}, ref2[B * S * D] = {0}, saved[B * S * D];
+    CHECK_OK(tu_build(g, prec, 0, &b));
+    kiln_graph_free(g);
+    if (b == NULL) return;
+    CHECK_OK(tu_load(b, "cpu", &e));
+    if (e == NULL) {
+        kiln_built_free(b);
+        return;
+    }
+    CHECK_EQ_INT(kiln_engine_n_states(e), 1);
+    // In place: index_copy writes the state and mul reads it; no copy layer.
+    CHECK_EQ_INT(kiln_engine_n_layers(e), prec == KILN_PRECISION_FP32 ? 2 : 4);
+    CHECK_OK(kiln_context_new(e, &c1));
+    CHECK_OK(kiln_context_new(e, &c2));
+    if (c1 != NULL && c2 != NULL) {
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){0, 1}, 2, tol, "cache step 1"));
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){2}, 1, tol, "cache step 2"));
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){-1, 4}, 2, tol, "cache step 3 (wrap)"));
+        // Another context starts from zeros and keeps its own cache.
+        CHECK_OK(cache_step(c2, ref2, (const int64_t[]){3}, 1, tol, "second context"));
+        // A position past the cache is refused, naming it, and the cache stays as it was.
+        set_f32(saved, ref1, B * S * D);
+        CHECK_STATUS(cache_step(c1, saved, (const int64_t[]){1, S}, 2, tol, "refused"),
+                     KILN_ERR_INVALID_ARG);
+        CHECK(strstr(kiln_last_error(), "out of range") != NULL);
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){5}, 1, tol, "after the refused call"));
+        // Reset: back to zeros.
+        CHECK_OK(kiln_context_reset_states(c1));
+        memset(ref1, 0, sizeof ref1);
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){0}, 1, tol, "after reset"));
+    }
+    kiln_context_free(c1);
+    kiln_context_free(c2);
+    kiln_engine_free(e);
+    kiln_built_free(b);
+}
+
+// counter [4] starting at init; input x [4]; the state takes counter + x; output 2 * counter
+// (the value execute found: every reader of the old value runs before the update).
+static void test_counter(int external) {
+    const float init[4] = {1.0f, -2.0f, 3.0f, 0.5f}, two_f[1] = {2.0f};
+    float state[4], x[4], y[4], want[4];
+    kiln_graph *g = NULL;
+    kiln_built *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    int32_t cnt, xin, sum, two, out;
+    CHECK_OK(kiln_graph_new(&g));
+    if (g == NULL) return;
+    CHECK_OK(
+        kiln_graph_add_state(g, "counter", KILN_DTYPE_F32, 1, TU_DIMS(4), init, sizeof init, &cnt));
+    xin = tu_input(g, "x", KILN_DTYPE_F32, 1, TU_DIMS(4), TU_DIMS(4));
+    sum = tu_node(g, KILN_OP_ADD, TU_IDS(cnt, xin), TU_NO_ATTRS);
+    CHECK_OK(kiln_graph_update_state(g, cnt, sum));
+    two = tu_const(g, "two", KILN_DTYPE_F32, 1, TU_DIMS(1), two_f);
+    out = tu_node(g, KILN_OP_MUL, TU_IDS(cnt, two), TU_NO_ATTRS);
+    tu_output(g, out, "y");
+    {
+        kiln_build_options o;
+        kiln_build_options_init(&o);
+        o.external_weights = external;
+        o.min_external_nbytes = 1;
+        CHECK_OK(kiln_build(g, &o, &b));
+    }
+    kiln_graph_free(g);
+    if (b == NULL) return;
+    CHECK_EQ_INT(kiln_built_n_weights(b), external ? 2u : 0u); // the initial value and "two"
+    CHECK_OK(tu_load(b, "cpu", &e));
+    if (e != NULL) CHECK_OK(kiln_context_new(e, &c));
+    if (c != NULL) {
+        set_f32(state, init, 4);
+        for (int step = 0; step < 3; step++) {
+            tu_fill(x, 4, -1.0f, 1.0f);
+            tu_io in[1] = {{1, {4}, x, 0}};
+            tu_io o[1] = {{1, {4}, y, sizeof y}};
+            CHECK_OK(tu_execute(c, in, 1, o, 1));
+            for (int i = 0; i < 4; i++) want[i] = 2.0f * state[i];
+            tu_check_close(external ? "counter (external initial value)" : "counter", y, want, 4,
+                           1e-6, 1e-6);
+            for (int i = 0; i < 4; i++) state[i] += x[i];
+        }
+        CHECK_OK(kiln_context_reset_states(c));
+        tu_io in[1] = {{1, {4}, x, 0}};
+        tu_io o[1] = {{1, {4}, y, sizeof y}};
+        CHECK_OK(tu_execute(c, in, 1, o, 1));
+        for (int i = 0; i < 4; i++) want[i] = 2.0f * init[i];
+        tu_check_close("counter after reset", y, want, 4, 1e-6, 1e-6);
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_built_free(b);
+}
+
+static void test_api_errors(void) {
+    kiln_graph *g = NULL;
+    int32_t s, x, v;
+    float data[4] = {0};
+    CHECK_OK(kiln_graph_new(&g));
+    if (g == NULL) return;
+    // Initial data of the wrong size, a duplicate name, a dynamic update, a second update.
+    CHECK_STATUS(kiln_graph_add_state(g, "s", KILN_DTYPE_F32, 1, TU_DIMS(4), data, 8, &s),
+                 KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "needs 16 bytes") != NULL);
+    CHECK_OK(kiln_graph_add_state(g, "s", KILN_DTYPE_F32, 1, TU_DIMS(4), NULL, 0, &s));
+    CHECK_STATUS(kiln_graph_add_state(g, "s", KILN_DTYPE_F32, 1, TU_DIMS(4), NULL, 0, &v),
+                 KILN_ERR_INVALID_ARG);
+    x = tu_input(g, "x", KILN_DTYPE_F32, 1, TU_DIMS(1), TU_DIMS(4));
+    CHECK_STATUS(kiln_graph_update_state(g, s, x), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "static shape") != NULL);
+    CHECK_STATUS(kiln_graph_update_state(g, x, s), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "not a state") != NULL);
+    v = tu_node(g, KILN_OP_RELU, TU_IDS(s), TU_NO_ATTRS);
+    CHECK_OK(kiln_graph_update_state(g, s, v));
+    CHECK_STATUS(kiln_graph_update_state(g, s, v), KILN_ERR_INVALID_ARG);
+    kiln_graph_free(g);
+}
+
+int main(void) {
+    kiln_log_set(NULL, NULL, KILN_LOG_NONE);
+    test_api_errors();
+    test_cache(KILN_PRECISION_FP32, 1e-6);
+    test_cache(KILN_PRECISION_FP16, 4e-3);
+    test_counter(0);
+    test_counter(1);
+    return check_summary();
+}
