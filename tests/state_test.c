@@ -153,6 +153,72 @@ static void test_counter(int external) {
     kiln_built_free(b);
 }
 
+// Two engines (two methods of one program) over one cache: kiln_context_share_states.
+static void test_share(void) {
+    kiln_graph *g = cache_graph();
+    kiln_built *b = NULL;
+    kiln_engine *e1 = NULL, *e2 = NULL;
+    kiln_context *a = NULL, *c = NULL, *solo = NULL;
+    float ref[B * S * D] = {0};
+    CHECK_OK(tu_build(g, KILN_PRECISION_FP32, 0, &b));
+    kiln_graph_free(g);
+    if (b == NULL) return;
+    CHECK_OK(tu_load(b, "cpu", &e1));
+    CHECK_OK(tu_load(b, "cpu", &e2));
+    if (e1 != NULL && e2 != NULL) {
+        CHECK_OK(kiln_context_new(e1, &a));
+        CHECK_OK(kiln_context_new(e2, &c));
+        CHECK_OK(kiln_context_new(e2, &solo));
+    }
+    if (a != NULL && c != NULL && solo != NULL) {
+        CHECK_STATUS(kiln_context_share_states(c, c), KILN_ERR_INVALID_ARG);
+        CHECK_OK(kiln_context_share_states(c, a));
+        CHECK_OK(cache_step(a, ref, (const int64_t[]){0, 1, 2}, 3, 1e-6, "shared: owner"));
+        CHECK_OK(cache_step(c, ref, (const int64_t[]){3}, 1, 1e-6, "shared: sharer"));
+        CHECK_OK(cache_step(a, ref, (const int64_t[]){4}, 1, 1e-6, "shared: owner again"));
+        // The owner may go first: the states live on with the sharer.
+        kiln_context_free(a);
+        a = NULL;
+        CHECK_OK(cache_step(c, ref, (const int64_t[]){5}, 1, 1e-6, "shared: owner freed"));
+        // States of another shape or name are refused, naming the state.
+        {
+            kiln_graph *h = NULL;
+            kiln_built *hb = NULL;
+            kiln_engine *he = NULL;
+            kiln_context *hc = NULL;
+            int32_t st1, st2;
+            CHECK_OK(kiln_graph_new(&h));
+            CHECK_OK(kiln_graph_add_state(h, "cache", KILN_DTYPE_F32, 3, TU_DIMS(B, S + 1, D), NULL,
+                                          0, &st1));
+            CHECK_OK(
+                kiln_graph_add_state(h, "other", KILN_DTYPE_F32, 1, TU_DIMS(2), NULL, 0, &st2));
+            tu_output(h, tu_node(h, KILN_OP_RELU, TU_IDS(st1), TU_NO_ATTRS), "y");
+            tu_output(h, tu_node(h, KILN_OP_RELU, TU_IDS(st2), TU_NO_ATTRS), "z");
+            CHECK_OK(tu_build(h, KILN_PRECISION_FP32, 0, &hb));
+            if (hb != NULL) CHECK_OK(tu_load(hb, "cpu", &he));
+            if (he != NULL) CHECK_OK(kiln_context_new(he, &hc));
+            if (hc != NULL) {
+                CHECK_STATUS(kiln_context_share_states(hc, c), KILN_ERR_INVALID_ARG);
+                CHECK(strstr(kiln_last_error(), "'cache'") != NULL &&
+                      strstr(kiln_last_error(), "one dtype and shape") != NULL);
+            }
+            kiln_context_free(hc);
+            kiln_engine_free(he);
+            kiln_built_free(hb);
+            kiln_graph_free(h);
+        }
+        // A context that shares nothing keeps its own zeros.
+        float zero[B * S * D] = {0};
+        CHECK_OK(cache_step(solo, zero, (const int64_t[]){0}, 1, 1e-6, "not shared"));
+    }
+    kiln_context_free(a);
+    kiln_context_free(c);
+    kiln_context_free(solo);
+    kiln_engine_free(e1);
+    kiln_engine_free(e2);
+    kiln_built_free(b);
+}
+
 static void test_api_errors(void) {
     kiln_graph *g = NULL;
     int32_t s, x, v;
@@ -184,5 +250,6 @@ int main(void) {
     test_cache(KILN_PRECISION_FP16, 4e-3);
     test_counter(0);
     test_counter(1);
+    test_share();
     return check_summary();
 }

@@ -165,16 +165,69 @@ void install_log_hook() {
     std::call_once(g_log_once, [] { kiln_log_set(forward_log, nullptr, kiln_log_get_level()); });
 }
 
+struct KilnHandle;
+
+// Engines with states (a model's mutable buffers: a KV cache) of one loaded program share them
+// across methods: a `prefill` and a `decode` method update one cache, as the buffers of the
+// exported module are one. A loaded program is known by its NamedDataMap (one per
+// executorch::runtime::Program, so two loads of a file keep two caches). Each handle with
+// states is listed under its program until destroyed; a new one shares the states of the first
+// listed handle whose engine has states of the same names, dtypes and shapes.
+struct StateRegistry {
+    std::mutex mu;
+    std::vector<std::pair<const void *, KilnHandle *>> entries;
+};
+StateRegistry &state_registry() {
+    static StateRegistry r;
+    return r;
+}
+
 struct KilnHandle {
     kiln_engine *engine = nullptr;
     kiln_context *context = nullptr;
     uint32_t n_inputs = 0;
     uint32_t n_outputs = 0;
+    bool listed = false; // in state_registry()
     ~KilnHandle() {
+        if (listed) {
+            StateRegistry &r = state_registry();
+            std::lock_guard<std::mutex> lock(r.mu);
+            r.entries.erase(std::remove_if(r.entries.begin(), r.entries.end(),
+                                           [this](const std::pair<const void *, KilnHandle *> &e) {
+                                               return e.second == this;
+                                           }),
+                            r.entries.end());
+        }
         kiln_context_free(context);
         kiln_engine_free(engine);
     }
 };
+
+// Shares the states of an earlier handle of the same program where one matches, and lists this
+// handle for later ones.
+void share_program_states(KilnHandle *h, const void *program, const std::string &method) {
+    if (program == nullptr || kiln_engine_n_states(h->engine) == 0) return;
+    StateRegistry &r = state_registry();
+    try {
+        std::lock_guard<std::mutex> lock(r.mu);
+        for (auto &e : r.entries) {
+            if (e.first != program) continue;
+            if (kiln_context_share_states(h->context, e.second->context) == KILN_OK) {
+                char msg[256];
+                std::snprintf(msg, sizeof msg,
+                              "method '%s' shares its %u states with an earlier method of the "
+                              "program",
+                              method.c_str(), kiln_engine_n_states(h->engine));
+                log_text(KILN_LOG_INFO, "KilnBackend: ", msg);
+                break;
+            }
+        }
+        r.entries.emplace_back(program, h);
+        h->listed = true;
+    } catch (...) {
+        // Out of memory listing the handle: it keeps its own states.
+    }
+}
 
 // Resolves external weight keys through the NamedDataMap; the buffers stay alive until
 // kiln_engine_load returns (then they are freed: the engine has copied or uploaded them).
@@ -315,6 +368,7 @@ class KilnBackend final : public BackendInterface {
         }
         handle->n_inputs = kiln_engine_n_inputs(handle->engine);
         handle->n_outputs = kiln_engine_n_outputs(handle->engine);
+        share_program_states(handle, context.get_named_data_map(), method);
         processed->Free(); // the engine holds its own copy of everything it needs
         char ready[256];
         std::snprintf(ready, sizeof ready,

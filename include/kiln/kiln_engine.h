@@ -79,6 +79,13 @@ KILN_API void kiln_context_free(kiln_context *context);
 KILN_API uint32_t kiln_engine_n_states(const kiln_engine *engine);
 // Sets every state of the context back to its initial value (a new sequence for a KV cache).
 KILN_API kiln_status kiln_context_reset_states(kiln_context *context);
+// Makes context use owner's states instead of its own: every state of context's engine must be
+// a state of owner's engine with the same name, dtype and shape, and both engines must run on
+// the same device. From then on the two contexts read and update one set of states (a prefill
+// and a decode method over one KV cache); the memory lives until both contexts are freed, in any
+// order. Contexts sharing states must not execute at the same time. Resetting either resets the
+// shared states.
+KILN_API kiln_status kiln_context_share_states(kiln_context *context, kiln_context *owner);
 
 // Binds input i: its shape (checked against the binding's ranges: KILN_ERR_SHAPE names the
 // dimension, the value and the range) and its data (host memory, or device memory on CUDA).

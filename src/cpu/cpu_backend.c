@@ -9,6 +9,7 @@
 // execute only refreshes shapes and the caller's I/O pointers.
 // With the option profile every group is timed by the monotonic clock.
 #define _POSIX_C_SOURCE 200809L // clock_gettime
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -32,11 +33,25 @@ typedef struct cpu_engine {
     int profile; // the option profile: each group is timed (wall clock)
 } cpu_engine;
 
+// A context's states: one block, shared by contexts that share states (kiln_context_share_states),
+// freed with the last of them.
+typedef struct cpu_states {
+    atomic_int refs;
+    uint8_t *data;
+    size_t nbytes;
+} cpu_states;
+
+static void states_release(cpu_states *s) {
+    if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
+    kiln_free(s->data, s->nbytes);
+    kiln_free(s, sizeof *s);
+}
+
 typedef struct cpu_context {
     const cpu_engine *engine; // borrowed
     uint8_t *arena;           // owned, plan->arena_nbytes bytes
     void *scratch;            // owned, engine->scratch_nbytes bytes
-    uint8_t *states;          // owned, engine->states_nbytes bytes: the context's states
+    cpu_states *states;       // a reference: the block the STATE views point into
     kiln_tensor *views;       // owned, plan->n_tensors entries
     double *prof_us;          // owned, plan->n_layers entries with profile: summed time per head
     uint64_t prof_runs;       // executes timed
@@ -163,7 +178,7 @@ static void cpu_context_free(void *state) {
     if (c == NULL) return;
     kiln_free(c->arena, (size_t)c->engine->plan->arena_nbytes);
     kiln_free(c->scratch, c->engine->scratch_nbytes);
-    kiln_free(c->states, c->engine->states_nbytes);
+    states_release(c->states);
     kiln_free(c->views, (size_t)c->engine->plan->n_tensors * sizeof *c->views);
     kiln_free(c->prof_us, (size_t)c->engine->plan->n_layers * sizeof *c->prof_us);
     kiln_free(c, sizeof *c);
@@ -182,7 +197,16 @@ static kiln_status cpu_context_init(void *engine_state, void **out_state) {
     // Zeroed so that a run never depends on what was in memory before.
     c->arena = kiln_calloc((size_t)p->arena_nbytes, KILN_DATA_ALIGN);
     c->scratch = kiln_malloc(e->scratch_nbytes, KILN_DATA_ALIGN);
-    c->states = kiln_malloc(e->states_nbytes, KILN_DATA_ALIGN);
+    c->states = kiln_calloc(sizeof *c->states, KILN_ALIGN);
+    if (c->states != NULL) {
+        atomic_init(&c->states->refs, 1);
+        c->states->nbytes = e->states_nbytes;
+        c->states->data = kiln_malloc(e->states_nbytes, KILN_DATA_ALIGN);
+        if (c->states->data == NULL) {
+            kiln_free(c->states, sizeof *c->states);
+            c->states = NULL;
+        }
+    }
     c->views = kiln_calloc((size_t)p->n_tensors * sizeof *c->views, KILN_ALIGN);
     if (e->profile) c->prof_us = kiln_calloc((size_t)p->n_layers * sizeof *c->prof_us, KILN_ALIGN);
     if (c->arena == NULL || c->scratch == NULL || c->views == NULL || c->states == NULL ||
@@ -200,18 +224,38 @@ static kiln_status cpu_context_init(void *engine_state, void **out_state) {
         memcpy(c->views[i].dims, t->shape.max, sizeof c->views[i].dims);
         if (t->kind == KILN_TENSOR_WEIGHT) c->views[i].data = e->weights + e->weight_offsets[i];
         if (t->kind == KILN_TENSOR_ACTIVATION) c->views[i].data = c->arena + t->offset;
-        if (t->kind == KILN_TENSOR_STATE) c->views[i].data = c->states + e->state_offsets[i];
+        if (t->kind == KILN_TENSOR_STATE) c->views[i].data = c->states->data + e->state_offsets[i];
     }
-    if (e->states_nbytes > 0) memcpy(c->states, e->state_init, e->states_nbytes);
+    if (e->states_nbytes > 0) memcpy(c->states->data, e->state_init, e->states_nbytes);
     *out_state = c;
     return KILN_OK;
 }
 
+// Per tensor: a context sharing another's states resets the tensors it maps.
 static kiln_status cpu_reset_states(void *context_state) {
     cpu_context *c = context_state;
-    if (c->engine->states_nbytes > 0) {
-        memcpy(c->states, c->engine->state_init, c->engine->states_nbytes);
+    const kiln_plan *p = c->engine->plan;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind != KILN_TENSOR_STATE || t->nbytes == 0) continue;
+        memcpy(c->views[i].data, c->engine->state_init + c->engine->state_offsets[i],
+               (size_t)t->nbytes);
     }
+    return KILN_OK;
+}
+
+static kiln_status cpu_share_states(void *context_state, void *owner_state,
+                                    const uint32_t *owner_tensor) {
+    cpu_context *c = context_state, *o = owner_state;
+    const kiln_plan *p = c->engine->plan;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (p->tensors[i].kind == KILN_TENSOR_STATE) {
+            c->views[i].data = o->views[owner_tensor[i]].data;
+        }
+    }
+    atomic_fetch_add(&o->states->refs, 1);
+    states_release(c->states);
+    c->states = o->states;
     return KILN_OK;
 }
 
@@ -268,6 +312,7 @@ const kiln_backend_ops kiln_backend_cpu = {
     .context_init = cpu_context_init,
     .context_free = cpu_context_free,
     .reset_states = cpu_reset_states,
+    .share_states = cpu_share_states,
     .execute = cpu_execute,
     .describe_layer = cpu_describe_layer,
 };

@@ -40,6 +40,12 @@ typedef struct kiln_backend_ops {
     kiln_status (*context_init)(void *engine_state, void **out_context_state);
     // Sets every STATE tensor of the context back to its initial value (finished on return).
     kiln_status (*reset_states)(void *context_state);
+    // The context's STATE tensor i becomes owner's STATE tensor owner_tensor[i] (UINT32_MAX for
+    // tensors that are not states; the runtime has matched names, dtypes and shapes, and both
+    // contexts belong to this backend and device). The memory stays alive while either context
+    // does. Never called while either context executes.
+    kiln_status (*share_states)(void *context_state, void *owner_state,
+                                const uint32_t *owner_tensor);
     void (*context_free)(void *context_state); // NULL-safe
     // Runs every layer; returns with the work finished and outputs written.
     kiln_status (*execute)(void *context_state, const kiln_exec *exec);

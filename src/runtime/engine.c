@@ -528,6 +528,73 @@ kiln_status kiln_context_reset_states(kiln_context *context) {
     return st;
 }
 
+static kiln_status share_locked(kiln_context *c, kiln_context *owner, uint32_t *map) {
+    const kiln_plan *p = &c->engine->plan, *q = &owner->engine->plan;
+    KILN_CHECK(c->engine->backend == owner->engine->backend &&
+                   strcmp(c->engine->device, owner->engine->device) == 0,
+               KILN_ERR_INVALID_ARG,
+               "kiln_context_share_states: the engines run on %s and %s; contexts share states on "
+               "one device",
+               c->engine->device, owner->engine->device);
+    KILN_CHECK(c->engine->backend->share_states != NULL, KILN_ERR_UNSUPPORTED,
+               "kiln_context_share_states: the %s backend cannot share states",
+               c->engine->backend->name);
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        const char *name = kiln_plan_string(p, t->name);
+        map[i] = UINT32_MAX;
+        if (t->kind != KILN_TENSOR_STATE) continue;
+        for (uint32_t j = 0; j < q->n_tensors && map[i] == UINT32_MAX; j++) {
+            if (q->tensors[j].kind == KILN_TENSOR_STATE &&
+                strcmp(kiln_plan_string(q, q->tensors[j].name), name) == 0) {
+                map[i] = j;
+            }
+        }
+        KILN_CHECK(map[i] != UINT32_MAX, KILN_ERR_INVALID_ARG,
+                   "kiln_context_share_states: state '%s' is not a state of the owner's engine; "
+                   "contexts share states of the same names",
+                   name);
+        {
+            const kiln_plan_tensor *u = &q->tensors[map[i]];
+            int same = t->dtype == u->dtype && t->shape.rank == u->shape.rank;
+            for (uint32_t d = 0; same && d < t->shape.rank; d++) {
+                same = t->shape.max[d] == u->shape.max[d];
+            }
+            KILN_CHECK(same, KILN_ERR_INVALID_ARG,
+                       "kiln_context_share_states: state '%s' is %s %s here but %s %s in the "
+                       "owner's engine; shared states have one dtype and shape",
+                       name, kiln_dtype_name((kiln_dtype)t->dtype),
+                       dims_str((char[96]){0}, 96, t->shape.rank, t->shape.max),
+                       kiln_dtype_name((kiln_dtype)u->dtype),
+                       dims_str((char[96]){0}, 96, u->shape.rank, u->shape.max));
+        }
+    }
+    return c->engine->backend->share_states(c->backend_state, owner->backend_state, map);
+}
+
+kiln_status kiln_context_share_states(kiln_context *context, kiln_context *owner) {
+    static const char fn[] = "kiln_context_share_states";
+    uint32_t *map;
+    size_t map_nbytes;
+    kiln_status st;
+    KILN_CHECK(context != NULL && owner != NULL && context != owner, KILN_ERR_INVALID_ARG,
+               "%s: context and owner must be two contexts", fn);
+    map_nbytes = array_nbytes(context->engine->plan.n_tensors, sizeof *map);
+    map = kiln_malloc(map_nbytes > 0 ? map_nbytes : 1, KILN_ALIGN);
+    KILN_CHECK(map != NULL, KILN_ERR_NO_MEMORY, "%s: out of memory", fn);
+    st = acquire(context, fn);
+    if (st == KILN_OK) {
+        st = acquire(owner, fn);
+        if (st == KILN_OK) {
+            st = share_locked(context, owner, map);
+            release(owner);
+        }
+        release(context);
+    }
+    kiln_free(map, map_nbytes > 0 ? map_nbytes : 1);
+    return st;
+}
+
 static kiln_status set_input_locked(kiln_context *c, uint32_t index, uint32_t rank,
                                     const int64_t *dims, const void *data) {
     const kiln_plan *p = &c->engine->plan;
