@@ -126,6 +126,23 @@ def load(path: str | None = None):
             [p, ctypes.c_uint32, p, ctypes.c_uint32, p, ctypes.c_uint32, p, ctypes.c_uint32],
         ),
         "kiln_graph_mark_output": (st, [p, ctypes.c_int32, ctypes.c_char_p]),
+        "kiln_graph_add_state": (
+            st,
+            [
+                p,
+                ctypes.c_char_p,
+                ctypes.c_int,
+                ctypes.c_uint32,
+                p,
+                p,
+                ctypes.c_size_t,
+                ctypes.POINTER(ctypes.c_int32),
+            ],
+        ),
+        "kiln_graph_update_state": (st, [p, ctypes.c_int32, ctypes.c_int32]),
+        "kiln_engine_n_states": (ctypes.c_uint32, [p]),
+        "kiln_context_reset_states": (st, [p]),
+        "kiln_context_share_states": (st, [p, p]),
         "kiln_build_options_init": (None, [ctypes.POINTER(_BuildOptions)]),
         "kiln_build": (st, [p, ctypes.POINTER(_BuildOptions), ctypes.POINTER(p)]),
         "kiln_built_free": (None, [p]),
@@ -250,6 +267,27 @@ class Graph:
     def mark_output(self, value: int, name: str) -> None:
         check(self.lib.kiln_graph_mark_output(self.h, value, name.encode()), f"output '{name}'")
 
+    def add_state(self, name: str, dtype: int, shape, data: bytes | None) -> int:
+        out = ctypes.c_int32()
+        buf = ctypes.create_string_buffer(data, len(data)) if data else None
+        check(
+            self.lib.kiln_graph_add_state(
+                self.h,
+                name.encode(),
+                dtype,
+                len(shape),
+                _i64(shape),
+                buf,
+                len(data) if data else 0,
+                ctypes.byref(out),
+            ),
+            f"state '{name}'",
+        )
+        return out.value
+
+    def update_state(self, state: int, value: int) -> None:
+        check(self.lib.kiln_graph_update_state(self.h, state, value), f"update of state {state}")
+
     def build(
         self, precision: int, external_weights: bool, optimize: bool, min_external_nbytes: int
     ) -> tuple[bytes, list[tuple[str, bytes]]]:
@@ -365,6 +403,17 @@ class Engine:
         st = self._execute(self.ctx)
         if st != 0:
             check(st, "kiln_context_execute")
+
+    @property
+    def n_states(self) -> int:
+        return int(self.lib.kiln_engine_n_states(self.h))
+
+    def reset_states(self) -> None:
+        check(self.lib.kiln_context_reset_states(self.ctx), "kiln_context_reset_states")
+
+    def share_states(self, owner: Engine) -> None:
+        """This engine's context uses owner's states (two methods over one KV cache)."""
+        check(self.lib.kiln_context_share_states(self.ctx, owner.ctx), "share_states")
 
     def close(self) -> None:
         if getattr(self, "ctx", None):

@@ -75,7 +75,16 @@ class Recorder:
 
         G = _graph.Graph
         rec = self
-        names = ("__init__", "add_input", "add_constant", "add_node", "mark_output", "build")
+        names = (
+            "__init__",
+            "add_input",
+            "add_constant",
+            "add_state",
+            "update_state",
+            "add_node",
+            "mark_output",
+            "build",
+        )
         self._orig = {n: getattr(G, n) for n in names}
         sig = {n: inspect.signature(self._orig[n]) for n in names}
         orig = self._orig
@@ -116,6 +125,27 @@ class Recorder:
                 ["const", x["name"], DTYPE_ID[t.dtype], list(t.shape), h, len(data), v]
             )
             return v
+
+        def add_state(self_, *a, **k):
+            v = orig["add_state"](self_, *a, **k)
+            x = args("add_state", self_, a, k)
+            dt = x["dtype"]
+            dt = DTYPE_ID[dt] if isinstance(dt, torch.dtype) else int(dt)
+            h, n = None, 0
+            if x["initial"] is not None:
+                data = tensor_bytes(x["initial"])
+                h, n = sha256(data), len(data)
+                if n <= INLINE_MAX:
+                    rec.blobs[h] = data
+            self_._bench_calls.append(
+                ["state", x["name"], dt, [int(d) for d in x["shape"]], h, n, v]
+            )
+            return v
+
+        def update_state(self_, *a, **k):
+            orig["update_state"](self_, *a, **k)
+            x = args("update_state", self_, a, k)
+            self_._bench_calls.append(["update", int(x["state"]), int(x["new_value"])])
 
         def add_node(self_, *a, **k):
             outs = orig["add_node"](self_, *a, **k)
@@ -165,6 +195,8 @@ class Recorder:
             ("__init__", __init__),
             ("add_input", add_input),
             ("add_constant", add_constant),
+            ("add_state", add_state),
+            ("update_state", update_state),
             ("add_node", add_node),
             ("mark_output", mark_output),
             ("build", build),
@@ -198,7 +230,7 @@ def resolve_constants(graphs: list[dict], blobs: dict[str, bytes], model: torch.
     refs, inline = {}, 0
     for g in graphs:
         for c in g["calls"]:
-            if c[0] != "const" or c[4] in refs:
+            if c[0] not in ("const", "state") or c[4] is None or c[4] in refs:
                 continue
             h, n = c[4], c[5]
             if h in table:
@@ -282,6 +314,11 @@ def replay(doc: dict, tensors: dict[str, torch.Tensor], verify: bool = True):
                         ids[a] = b
                 elif kind == "output":
                     graph.mark_output(ids[c[1]], c[2])
+                elif kind == "state":
+                    data = None if c[4] is None else const_bytes(c[4], c[1])
+                    ids[c[6]] = graph.add_state(c[1], c[2], c[3], data)
+                elif kind == "update":
+                    graph.update_state(ids[c[1]], ids[c[2]])
                 else:
                     raise RuntimeError(f"graph {gi}: unknown recorded call {kind!r}")
             b = g["build"]
