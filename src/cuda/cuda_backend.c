@@ -6,8 +6,10 @@
 // at load), every layer checked against kiln_cuda_supports at its largest shapes, the layout,
 // fold and L2 plans over the engine's plan, the weights uploaded once (cuda_memory.c).
 // Context: a non-blocking stream, a cuBLASLt handle, a cuDNN handle where a layer may use it,
-// ONE activation arena (plan->arena_nbytes, zeroed) and ONE extras block (cuda_memory.c), a
-// tensor view per plan tensor, and each planned layer's plan, made here (cuda_tune.c).
+// ONE activation arena (plan->arena_nbytes, zeroed), ONE states block and ONE extras block
+// (cuda_memory.c), a tensor view per plan tensor, and each planned layer's plan, made here
+// (cuda_tune.c). The states are set to their initial values last (context creation's planning
+// and warm-up run the layers, which may write them), and again by reset_states.
 // With use_shared_activation_scratch a context takes no arena of its own: it joins its device's
 // shared arena (cuda_scratch.h) and holds that arena's execution lock through each execute; when
 // the arena was replaced (grown) since its last execute, it re-points its arena views and drops
@@ -67,11 +69,14 @@ static void cuda_engine_free(void *state) {
     int prev;
     kiln_cuda_warm_up_wait(); // (a load that failed, or no context made)
     if (e == NULL) return;
-    if (e->weights != NULL && kiln_cuda_device_enter(e->device, &prev) == KILN_OK) {
+    if ((e->weights != NULL || e->state_init != NULL) &&
+        kiln_cuda_device_enter(e->device, &prev) == KILN_OK) {
         cudaFree(e->weights);
+        cudaFree(e->state_init);
         kiln_cuda_device_leave(e->device, prev);
     }
     kiln_cuda_weights_free(e);
+    kiln_cuda_states_free(e);
     kiln_cuda_extras_free(e->plan, &e->extras);
     kiln_cuda_free(e->l2_keep, ((size_t)e->plan->n_layers + 1) * sizeof *e->l2_keep);
     kiln_cuda_layout_free(e->plan, &e->layout);
@@ -189,20 +194,24 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     if (st != KILN_OK) goto fail;
     st = kiln_cuda_weights_upload(e, weight_data);
     if (st != KILN_OK) goto fail;
+    st = kiln_cuda_states_upload(e, weight_data);
+    if (st != KILN_OK) goto fail;
     kiln_cuda_device_leave(device, prev);
     kiln_cuda_log(
         KILN_LOG_INFO,
         "CUDA engine on device %d (%s): %u layers, %zu bytes of weights, arena %llu bytes%s, "
-        "extras %llu bytes, CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the "
+        "extras %llu bytes, %u states of %llu bytes per context (%llu bytes of initial values "
+        "kept), CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the "
         "stem kernel), %u tensors, %u boundary transposes; attention folds: %u layers run no "
         "kernel, %u sdpa operands and %u outputs through strided views, %u tensors moved out of "
         "the arena; small-M weights kept in L2: %llu bytes",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
-        (unsigned long long)e->extras.nbytes, e->use_graphs ? "on" : "off", e->layout.n_conv_nhwc,
-        e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem, e->layout.n_nhwc,
-        e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in, e->fold.n_sdpa_out,
-        e->fold.n_reloc, (unsigned long long)e->l2_kept);
+        (unsigned long long)e->extras.nbytes, e->n_states, (unsigned long long)e->states_nbytes,
+        (unsigned long long)e->states_init_nbytes, e->use_graphs ? "on" : "off",
+        e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem,
+        e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
+        e->fold.n_sdpa_out, e->fold.n_reloc, (unsigned long long)e->l2_kept);
     *out_state = e;
     return KILN_OK;
 
@@ -241,6 +250,15 @@ static void cuda_context_free(void *state) {
         kiln_cuda_device_leave(e->device, prev);
     }
     kiln_cuda_scratch_release(c->scratch); // after the synchronize: no work of c is in flight
+    if (c->states != NULL) { // the last context holding the block frees it, on its device
+        int sprev = -1;
+        const int sin = kiln_cuda_device_enter(e->device, &sprev) == KILN_OK;
+        kiln_cuda_states_release(c->states, sin);
+        if (sin) {
+            kiln_cuda_consume();
+            kiln_cuda_device_leave(e->device, sprev);
+        }
+    }
     kiln_cuda_free(c->staged, c->n_io + 1);
     kiln_cuda_free(c->views, (size_t)p->n_tensors * sizeof *c->views + 1);
     kiln_cuda_free(c->layers, (size_t)p->n_layers * sizeof *c->layers + 1);
@@ -323,6 +341,12 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         CUDA_TRY(cudaMemsetAsync(c->extras, 0, (size_t)e->extras.nbytes, c->stream),
                  "cudaMemsetAsync (extras block)");
     }
+    st = kiln_cuda_states_new(e, &c->states);
+    if (st != KILN_OK) goto fail;
+    if (c->states != NULL) { // zeroed for the planning and warm-up runs; the values come after
+        CUDA_TRY(cudaMemsetAsync(c->states->data, 0, (size_t)e->states_nbytes, c->stream),
+                 "cudaMemsetAsync (states block)");
+    }
     if (p->arena_nbytes > 0 && e->share_arena) {
         st = kiln_cuda_scratch_acquire(e->device, (size_t)p->arena_nbytes, &c->scratch);
         if (st != KILN_OK) goto fail;
@@ -348,6 +372,9 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
             c->views[i].data = (uint8_t *)e->weights + e->weight_offsets[i];
         } else if (t->kind == KILN_TENSOR_ACTIVATION && e->fold.reloc[i]) {
             c->views[i].data = (uint8_t *)c->extras + e->extras.reloc_off[i];
+        } else if (t->kind == KILN_TENSOR_STATE) { // fixed for the context's lifetime
+            c->views[i].data =
+                c->states != NULL ? (uint8_t *)c->states->data + e->state_offsets[i] : NULL;
         }
     }
     kiln_cuda_bind_arena_views(c);
@@ -365,6 +392,10 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
             goto fail;
         }
     }
+    // The states' initial values, after every run of the layers above (they may write states).
+    st = kiln_cuda_states_set(e, c->states != NULL ? c->states->data : NULL, c->stream);
+    if (st != KILN_OK) goto fail;
+    CUDA_TRY(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (states)");
     kiln_cuda_device_leave(e->device, prev);
     *out_state = c;
     return KILN_OK;
@@ -542,6 +573,112 @@ static kiln_status cuda_execute(void *context_state, const kiln_exec *exec) {
     return st;
 }
 
+// Sets every state of the context back to its initial value, on the context's stream, finished
+// on return: its own block at once, or (sharing another context's states) each state it maps,
+// from its engine's initial values. Executes return with their work finished, so nothing of
+// this context is in flight then; a caller that captured executes into its own CUDA graph
+// orders its replays itself.
+static kiln_status cuda_reset_states(void *context_state) {
+    cuda_context *c = context_state;
+    const cuda_engine *e = c->engine;
+    int prev = -1;
+    kiln_status st;
+    if (c->failed) {
+        return kiln_cuda_fail(KILN_ERR_DEVICE,
+                              "this CUDA execution context failed earlier and can no longer run "
+                              "(%s); free it and create a new context",
+                              c->fail_msg);
+    }
+    if (e->states_nbytes == 0) return KILN_OK;
+    st = kiln_cuda_device_enter(e->device, &prev);
+    if (st != KILN_OK) return st;
+    st = c->states_shared
+             ? kiln_cuda_states_set_views(e, c->views, c->stream)
+             : kiln_cuda_states_set(e, c->states != NULL ? c->states->data : NULL, c->stream);
+    if (st == KILN_OK) {
+        cudaError_t err = cudaStreamSynchronize(c->stream);
+        if (err != cudaSuccess) {
+            st = kiln_cuda_call_failed("cudaStreamSynchronize (reset_states)", err);
+        }
+    }
+    if (st != KILN_OK) { // a copy between two live blocks of this device failed: sticky
+        snprintf(c->fail_msg, sizeof c->fail_msg, "%s", kiln_cuda_last_message());
+        c->failed = 1;
+        c->last_valid = 0;
+        cudaStreamSynchronize(c->stream);
+        kiln_cuda_consume();
+    }
+    kiln_cuda_device_leave(e->device, prev);
+    return st;
+}
+
+// Context c's states become owner's (runtime/backend.h: the runtime matched them): the STATE
+// views point into the owner's block, which c holds a reference to, and c's own block is
+// released. c's CUDA graph recorded the old addresses: dropped (the next executes run directly,
+// then record again). Neither context executes meanwhile.
+static kiln_status cuda_share_states(void *context_state, void *owner_state,
+                                     const uint32_t *owner_tensor) {
+    cuda_context *c = context_state;
+    const cuda_context *o = owner_state;
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    int prev = -1;
+    if (o->engine->device != e->device) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG,
+                              "share_states: the contexts run on devices %d and %d", e->device,
+                              o->engine->device);
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (p->tensors[i].kind != KILN_TENSOR_STATE) continue;
+        if (owner_tensor[i] >= o->engine->plan->n_tensors ||
+            o->engine->plan->tensors[owner_tensor[i]].kind != KILN_TENSOR_STATE ||
+            o->engine->plan->tensors[owner_tensor[i]].nbytes != p->tensors[i].nbytes) {
+            return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                                  "share_states: tensor %u maps to no state of "
+                                  "the owner's size",
+                                  i);
+        }
+    }
+    KILN_CUDA_TRY(kiln_cuda_device_enter(e->device, &prev));
+    // c's executes are finished (they return so), but its block may still be in a caller's
+    // capture: that is the caller's to order; here nothing of c may be in flight.
+    cudaError_t err = cudaStreamSynchronize(c->stream);
+    if (err != cudaSuccess) {
+        kiln_cuda_consume();
+        kiln_cuda_device_leave(e->device, prev);
+        return kiln_cuda_call_failed("cudaStreamSynchronize (share_states)", err);
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (p->tensors[i].kind == KILN_TENSOR_STATE) {
+            c->views[i].data = o->views[owner_tensor[i]].data;
+        }
+    }
+    if (o->states != NULL) atomic_fetch_add(&o->states->refs, 1);
+    kiln_cuda_states_release(c->states, 1);
+    c->states = o->states;
+    c->states_shared = 1;
+    kiln_cuda_graph_drop(&c->graph);
+    c->last_valid = 0;
+    kiln_cuda_consume();
+    kiln_cuda_device_leave(e->device, prev);
+    return KILN_OK;
+}
+
+// " (updates state 3 in place)": the detail of a group that writes a STATE tensor.
+static void describe_state_write(const kiln_plan *p, uint32_t li, kiln_layer_info *out) {
+    const kiln_plan_layer *l = &p->layers[li];
+    const int32_t o = kiln_plan_group_output(p, li);
+    if (o < 0 || p->tensors[o].kind != KILN_TENSOR_STATE) return;
+    const int in_place = l->op == KILN_OP_INDEX_COPY && l->n_inputs > 0 &&
+                         p->ids[l->input_begin] == o && l->n_tail == 0;
+    const size_t used = strlen(out->detail);
+    if (used + 1 < sizeof out->detail) {
+        snprintf(out->detail + used, sizeof out->detail - used, " (%s state %u%s)",
+                 in_place ? "updates" : "writes", p->tensors[o].binding,
+                 in_place ? " in place: only the rows move" : "");
+    }
+}
+
 static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_layer_info *out) {
     const cuda_context *c = context_state;
     const cuda_engine *e = c->engine;
@@ -556,6 +693,7 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
     }
     kiln_cuda_plan_describe(kiln_cuda_op_planned(op) ? (L->last_now ? &L->now : &L->tuned) : NULL,
                             op, out);
+    describe_state_write(e->plan, li, out);
     if (e->layout.head_nhwc[li]) out->flags |= KILN_LAYER_INFO_NHWC;
     out->l2_keep_nbytes = e->l2_keep[li];
     if (c->prof.runs > 0) {
@@ -586,6 +724,8 @@ const kiln_backend_ops kiln_cuda_backend_ops = {
     .engine_init = cuda_engine_init,
     .engine_free = cuda_engine_free,
     .context_init = cuda_context_init,
+    .reset_states = cuda_reset_states,
+    .share_states = cuda_share_states,
     .context_free = cuda_context_free,
     .execute = cuda_execute,
     .describe_layer = cuda_describe_layer,

@@ -3,9 +3,9 @@
 //   cuda_plugin.c   the plugin's entry point (runtime/backend_plugin.h)
 //   cuda_backend.c  engines, contexts and execute (the seam of runtime/backend.h)
 //   cuda_memory.c   the device memory an engine needs beyond the arena: the weights block
-//                   (weights and their KRSC copies) and each context's extras block (I/O
-//                   staging, the libraries' workspace, layout copies, relocated attention bases),
-//                   placed by libkiln's memory planner
+//                   (weights and their KRSC copies), the states' initial values, each context's
+//                   states block and extras block (I/O staging, the libraries' workspace, layout
+//                   copies, relocated attention bases, placed by libkiln's memory planner)
 //   cuda_layers.c   the layer loop: each group's kernel arguments and layout, its plan, its run
 //   cuda_graph.c    CUDA graphs: record, update or re-instantiate, replay, the end-of-execute flag
 //   cuda_profile.c  the option profile: per-layer events and times
@@ -16,6 +16,8 @@
 // the tuner take the layer loop as a callback).
 #ifndef KILN_CUDA_CUDA_BACKEND_H
 #define KILN_CUDA_CUDA_BACKEND_H
+
+#include <stdatomic.h>
 
 #include "cuda/cuda_fold.h"
 #include "cuda/cuda_layout.h"
@@ -57,6 +59,14 @@ typedef struct cuda_engine {
     int64_t *l2_keep;         // n_layers: the L2 plan (cuda_layout.h), -1: no hints
     uint64_t l2_kept;         // bytes of small-M weights loaded evict-last
     cuda_extras extras;
+    // The states (plan.h: KILN_TENSOR_STATE): each context's states block holds them at fixed
+    // offsets (aligned), those with an initial value first, then the zero-initialised ones, so
+    // that setting them (context creation, reset_states) is one copy and one memset.
+    uint32_t n_states;
+    uint64_t *state_offsets;     // n_tensors: a STATE tensor's offset in the states block
+    uint64_t states_nbytes;      // the states block
+    uint64_t states_init_nbytes; // its first part, copied from state_init
+    void *state_init; // device, owned: the initial values, laid out as the block's first part
     // The tuning cache (cuda_tune.c): the option tuning_cache, and what every record's key starts
     // with: Kiln's version, the GPU (name, compute capability, SMs), the driver, runtime,
     // cuBLASLt and cuDNN versions, and the policy.
@@ -96,6 +106,13 @@ typedef struct cuda_profile {
     uint32_t warm;   // executes seen before counting (module loading, first-use set-up)
 } cuda_profile;
 
+// A states block (the context's STATE tensors, cuda_memory.c): one per context, shared by
+// contexts that share states (kiln_context_share_states), freed with the last of them.
+typedef struct cuda_states {
+    atomic_int refs;
+    void *data; // device: the engine's states_nbytes
+} cuda_states;
+
 typedef struct cuda_context {
     const cuda_engine *engine;
     cudaStream_t stream;
@@ -108,6 +125,8 @@ typedef struct cuda_context {
     kiln_cuda_scratch *scratch; // the device's shared arena (use_shared_activation_scratch)
     uint64_t arena_gen;         // the shared arena's generation the views point into
     void *extras;               // owned: the extras block (cuda_extras)
+    cuda_states *states;        // a reference: the block the STATE views point into (NULL: none)
+    int states_shared;          // the views point into another context's states (share_states)
     uint32_t n_io;              // n_inputs + n_outputs (bindings: inputs first)
     uint8_t *staged;            // n_io: this execute stages binding i
     kiln_tensor *views;         // n_tensors
@@ -135,6 +154,22 @@ void kiln_cuda_device_leave(int device, int prev);
 // Uploads every weight (and the KRSC copies the layout wants) into one device block.
 kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data);
 void kiln_cuda_weights_free(cuda_engine *e);
+// Places the states in the states block (e->state_offsets) and uploads their initial values
+// (weight_data[i] of a STATE tensor; NULL: zeros) into e->state_init.
+kiln_status kiln_cuda_states_upload(cuda_engine *e, const void *const *weight_data);
+void kiln_cuda_states_free(cuda_engine *e); // the host table (the device copy: cuda_engine_free)
+// A context's states block (refs 1, contents undefined) on the current device; NULL states when
+// the engine has none.
+kiln_status kiln_cuda_states_new(const cuda_engine *e, cuda_states **out);
+// Drops a reference; the last frees the block (its device memory only when free_device: the
+// caller made the block's device current).
+void kiln_cuda_states_release(cuda_states *s, int free_device);
+// Enqueues on `stream` the states' initial values into a context's own states block (laid out
+// by e: one copy, one memset).
+kiln_status kiln_cuda_states_set(const cuda_engine *e, void *states, cudaStream_t stream);
+// The same, tensor by tensor, through the STATE views (a context sharing another's states).
+kiln_status kiln_cuda_states_set_views(const cuda_engine *e, const kiln_tensor *views,
+                                       cudaStream_t stream);
 // Plans the extras block (e->extras) over the engine's layout, folds and bindings.
 kiln_status kiln_cuda_extras_plan(cuda_engine *e);
 void kiln_cuda_extras_free(const kiln_plan *p, cuda_extras *x);

@@ -48,6 +48,7 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_EMBEDDING: return kiln_cuda_embedding(ctx, args);
     case KILN_OP_INDEX: return kiln_cuda_index(ctx, args);
     case KILN_OP_GATHER: return kiln_cuda_gather(ctx, args);
+    case KILN_OP_INDEX_COPY: return kiln_cuda_index_copy(ctx, args);
     case KILN_OP_UPSAMPLE_NEAREST2D:
     case KILN_OP_UPSAMPLE_BILINEAR2D: return kiln_cuda_upsample(ctx, args);
     case KILN_OP_GROUP_NORM: return kiln_cuda_group_norm(ctx, args);
@@ -244,6 +245,16 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
                 (args->in[i]->dtype != KILN_DTYPE_I32 && args->in[i]->dtype != KILN_DTYPE_I64)) {
                 return why_not(why, why_nbytes, args, "indices must be int32 or int64");
             }
+        }
+        return 1;
+    case KILN_OP_INDEX_COPY:
+        if (args->n_in < 3 || args->in[1] == NULL || args->in[2] == NULL ||
+            args->in[0]->dtype != args->out->dtype || args->in[2]->dtype != args->out->dtype ||
+            kiln_cuda_dtype_size(args->out->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "x, src and output dtypes differ");
+        }
+        if (args->in[1]->dtype != KILN_DTYPE_I32 && args->in[1]->dtype != KILN_DTYPE_I64) {
+            return why_not(why, why_nbytes, args, "the index must be int32 or int64");
         }
         return 1;
     case KILN_OP_UPSAMPLE_NEAREST2D:

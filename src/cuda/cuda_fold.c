@@ -173,10 +173,24 @@ static int group_writes(const fold_state *s, uint32_t li, int32_t x) {
     return 0;
 }
 
-// 1 when base x (read at sdpa layer si) is not overwritten between its producer and si.
-static int base_safe(const fold_state *s, int32_t x, uint32_t si) {
+// The first layer of the chain of virtual layers through which a read of t reads its base.
+static int32_t chain_first(const fold_state *s, int32_t t) {
+    int32_t first = -1, pl;
+    while (is_virtual_read(s->f, pl = s->f->producer[t])) {
+        first = pl;
+        t = in0(s->p, (uint32_t)pl);
+    }
+    return first;
+}
+
+// 1 when base x, read at sdpa layer si through views whose first layer is v, holds there what
+// it held at v: an activation not overwritten between its producer and si; a state (written at
+// most once per execute, by its producer, in place or by the copy of its update) not written
+// between v and si.
+static int base_safe(const fold_state *s, int32_t x, int32_t v, uint32_t si) {
     const kiln_plan *p = s->p;
     int32_t from = s->f->producer[x];
+    if (p->tensors[x].kind == KILN_TENSOR_STATE) return from < 0 || from < v || (int32_t)si < from;
     if (p->tensors[x].kind != KILN_TENSOR_ACTIVATION) return 1;
     for (uint32_t li = 0; li <= si && li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         if ((int32_t)li <= from) continue;
@@ -249,6 +263,7 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
             (f->virt[pl] & VIRT) || pp->n_outputs != 1 || w < 0 || pl <= li)
             continue;
         if ((nhwc != NULL && nhwc[w]) || (alt != NULL && alt[pp->input_begin])) continue;
+        if (p->tensors[w].kind == KILN_TENSOR_STATE) continue; // a state is written by its layer
         if (!perm_of(p, pl, rank, perm) || perm[rank - 1] != rank - 1) continue;
         f->sdpa_out[li] = (int32_t)pl;
         f->sdpa_dst[li] = w;
@@ -264,6 +279,7 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
             p->tensors[r].dtype != p->tensors[w].dtype)
             continue;
         if ((nhwc != NULL && nhwc[r]) || (alt != NULL && alt[rp->input_begin])) continue;
+        if (p->tensors[r].kind == KILN_TENSOR_STATE) continue;
         f->sdpa_dst[li] = r;
         f->virt[rl] = VIRT | WRIT;
     }
@@ -282,9 +298,10 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
                 if (v.rank < 2 || v.str[v.rank - 1] != 1) { // sdpa needs E innermost
                     unfold_chain(s, t);
                     changed = 1;
-                } else if (!base_safe(s, x, li)) {
+                } else if (!base_safe(s, x, chain_first(s, t), li)) {
                     // the arena slot is reused before the sdpa reads it: the base moves out of
-                    // the arena, to memory only its producer writes while it lives
+                    // the arena, to memory only its producer writes while it lives (a state
+                    // updated in between: the views run)
                     if (p->tensors[x].kind == KILN_TENSOR_ACTIVATION && !f->reloc[x]) {
                         f->reloc[x] = 1;
                     } else {

@@ -21,6 +21,9 @@
 // sdpa and its permute). A base that fails moves out of the arena: the context places it in its
 // extras block by its live range (producer .. last read through the views) with libkiln's
 // memory planner (cuda_memory.c); a redirected output that fails is undone; to a fixed point.
+// States (plan.h): a fold whose base is a state is undone when the state's update (one layer)
+// falls between the first view layer and the sdpa (the read cannot move past the update); no
+// fold writes a state.
 // The option cuda.attention_fold = false turns the pass off (every layer runs).
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H

@@ -67,13 +67,33 @@ static int reads_either(const kiln_plan *p, const kiln_plan_layer *l, int32_t x)
     return (l->op == KILN_OP_MEAN || l->op == KILN_OP_SUM) && p->tensors[x].shape.rank == 4;
 }
 
+// 1 when the group of head li reads or writes a STATE tensor (plan.h). Such a group keeps
+// everything NCHW, so that no state is ever stored NHWC or read through a layout copy: a copy is
+// made at the first read in layer order and shared by later reads, which would miss the state's
+// update between them (a state is written in the middle of an execute).
+static int group_touches_state(const kiln_plan *p, uint32_t li) {
+    const kiln_plan_layer *l = &p->layers[li];
+    for (uint32_t t = 0; t <= l->n_tail && li + t < p->n_layers; t++) {
+        const kiln_plan_layer *g = &p->layers[li + t];
+        for (uint32_t j = 0; j < g->n_inputs; j++) {
+            int32_t r = in_id(p, g, j);
+            if (r >= 0 && p->tensors[r].kind == KILN_TENSOR_STATE) return 1;
+        }
+        for (uint32_t k = 0; k < g->n_outputs; k++) {
+            int32_t o = p->ids[g->output_begin + k];
+            if (o >= 0 && p->tensors[o].kind == KILN_TENSOR_STATE) return 1;
+        }
+    }
+    return 0;
+}
+
 // What head layer li is to the pass.
 static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
     const kiln_plan_layer *l = &p->layers[li];
     const kiln_plan_tensor *o = &p->tensors[out];
     int32_t x = in_id(p, l, 0);
-    if (reads_either(p, l, x)) return K_ADAPTIVE;
-    if (x < 0 || !half_4d(o)) return K_OTHER;
+    if (reads_either(p, l, x)) return K_ADAPTIVE; // (a state is NCHW: read as it is)
+    if (x < 0 || !half_4d(o) || group_touches_state(p, li)) return K_OTHER;
     const kiln_plan_tensor *xt = &p->tensors[x];
     if (l->op == KILN_OP_CONV2D) {
         kiln_attrs a = kiln_plan_layer_attrs(p, l);

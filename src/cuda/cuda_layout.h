@@ -3,8 +3,9 @@
 // it keeps in NHWC in the arena (so that cuDNN's convolutions run NHWC, on tensor cores, without
 // transposes), decided once per engine by a pass over the plan (cuda_layout.c).
 //
-// A tensor is NHWC only when it is an activation (never an engine input or output: those stay
-// NCHW), 4-D, float16/bfloat16, with C a multiple of 8, written by a layer that can work in NHWC:
+// A tensor is NHWC only when it is an activation (never an engine input, output or state: those
+// stay NCHW, and a group reading or writing a state runs NCHW, so no state has a layout copy),
+// 4-D, float16/bfloat16, with C a multiple of 8, written by a layer that can work in NHWC:
 //   * conv2d with groups 1, a static C and K a multiple of 8 (its fused tail elementwise with
 //     operands of the output's shape or of one element: layout-blind); relu-like unary heads,
 //     same-shape binary heads, max_pool2d, avg_pool2d (the same tail rule);

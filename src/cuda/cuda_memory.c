@@ -1,18 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CUDA backend's device memory beyond the engine's activation arena (cuda_backend.h). Two
-// blocks:
+// The CUDA backend's device memory beyond the engine's activation arena (cuda_backend.h):
 //  - per engine, the weights block: every weight in tensor order, then the KRSC (O, kh, kw, C)
 //    copies of the weights of the convolutions the layout pass keeps NHWC (cuDNN's NHWC filter
 //    order; C padded with zero filters where the layout pads it); all live for the whole engine,
 //    so they are laid out one after another;
+//  - per context, the states block (plan.h: KILN_TENSOR_STATE, a model's mutable buffers such as
+//    a KV cache): every state at a fixed offset (the context's CUDA graphs hold the addresses;
+//    only kiln_context_share_states re-points them, and drops the graph), dense and row-major;
+//    the states with an initial value first, in tensor order, then the zero-initialised ones;
+//    per engine a device copy of the first part (the initial values), so that setting a
+//    context's states is one device copy and one memset. Contexts sharing states share one
+//    block, reference-counted;
 //  - per context, the extras block, zeroed, placed by libkiln's memory planner (the builder's,
 //    src/core/plan_memory.h): the I/O bindings' staging buffers, the libraries'
 //    workspace, the tensors' copies in the other layout (live from their first to their last
 //    reading layer; a channel-padded copy for the whole execute, so that its zero channels stay
 //    zero) and the folded attention bases the fold moved out of the arena (live from their
 //    producer to their last read through the views).
-// So every buffer the plugin adds has a place in one of three blocks (arena, weights, extras)
-// and a lifetime the planner respects; execute allocates nothing.
+// So every buffer the plugin adds has a place in one of these blocks (arena, weights, states,
+// extras) and a lifetime the planner respects; execute allocates nothing.
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -128,6 +134,143 @@ void kiln_cuda_weights_free(cuda_engine *e) {
     kiln_cuda_free(e->weight_offsets, nt * sizeof *e->weight_offsets + 1);
     kiln_cuda_free(e->krsc_offsets, nt * sizeof *e->krsc_offsets + 1);
     e->weight_offsets = e->krsc_offsets = NULL;
+}
+
+// --- the states
+
+static uint64_t dense_nbytes(const kiln_plan_tensor *t) {
+    uint64_t n = kiln_cuda_dtype_size(t->dtype);
+    for (uint32_t d = 0; d < t->shape.rank && d < KILN_MAX_RANK; d++) {
+        n *= (uint64_t)(t->shape.max[d] > 0 ? t->shape.max[d] : 0);
+    }
+    return n;
+}
+
+kiln_status kiln_cuda_states_upload(cuda_engine *e, const void *const *weight_data) {
+    const kiln_plan *p = e->plan;
+    const uint32_t nt = p->n_tensors;
+    uint64_t total = 0;
+    e->state_offsets = kiln_cuda_calloc((size_t)nt * sizeof *e->state_offsets + 1);
+    if (e->state_offsets == NULL) {
+        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA state table)");
+    }
+    // Pass 0: the states with an initial value (the block's first part, mirrored by state_init);
+    // pass 1: the zero-initialised ones.
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < nt; i++) {
+            const kiln_plan_tensor *t = &p->tensors[i];
+            if (t->kind != KILN_TENSOR_STATE) continue;
+            if ((weight_data[i] == NULL) != (pass == 1)) continue;
+            uint64_t end = 0;
+            e->n_states++;
+            if (dense_nbytes(t) != t->nbytes) {
+                return kiln_cuda_fail(KILN_ERR_CORRUPT,
+                                      "state %u (tensor %u) holds %llu bytes, its shape %llu",
+                                      t->binding, i, (unsigned long long)t->nbytes,
+                                      (unsigned long long)dense_nbytes(t));
+            }
+            if (!kiln_align_up_u64(total, KILN_CUDA_BLOCK_ALIGN, &total) ||
+                !kiln_add_u64(total, t->nbytes, &end)) {
+                return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "the engine's states are too large");
+            }
+            e->state_offsets[i] = total;
+            total = end;
+        }
+        if (pass == 0) e->states_init_nbytes = total;
+    }
+    e->states_nbytes = total;
+    if (e->states_init_nbytes == 0) return KILN_OK;
+    cudaError_t err = cudaMalloc(&e->state_init, (size_t)e->states_init_nbytes);
+    if (err != cudaSuccess) {
+        e->state_init = NULL;
+        kiln_cuda_consume();
+        return kiln_cuda_call_failed("cudaMalloc (states' initial values)", err);
+    }
+    // zeroed: the alignment gaps, copied with the values, hold defined bytes
+    err = cudaMemset(e->state_init, 0, (size_t)e->states_init_nbytes);
+    if (err != cudaSuccess) {
+        kiln_cuda_consume();
+        return kiln_cuda_call_failed("cudaMemset (states' initial values)", err);
+    }
+    for (uint32_t i = 0; i < nt; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (t->kind != KILN_TENSOR_STATE || weight_data[i] == NULL || t->nbytes == 0) continue;
+        err = cudaMemcpy((uint8_t *)e->state_init + e->state_offsets[i], weight_data[i],
+                         (size_t)t->nbytes, cudaMemcpyHostToDevice);
+        if (err != cudaSuccess) {
+            kiln_cuda_consume();
+            return kiln_cuda_call_failed("cudaMemcpy (state's initial value)", err);
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_states_new(const cuda_engine *e, cuda_states **out) {
+    cuda_states *s;
+    *out = NULL;
+    if (e->states_nbytes == 0) return KILN_OK;
+    s = kiln_cuda_calloc(sizeof *s);
+    if (s == NULL) return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA states)");
+    atomic_init(&s->refs, 1);
+    cudaError_t err = cudaMalloc(&s->data, (size_t)e->states_nbytes);
+    if (err != cudaSuccess) {
+        kiln_cuda_free(s, sizeof *s);
+        kiln_cuda_consume();
+        return kiln_cuda_call_failed("cudaMalloc (states block)", err);
+    }
+    *out = s;
+    return KILN_OK;
+}
+
+void kiln_cuda_states_release(cuda_states *s, int free_device) {
+    if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
+    if (free_device) cudaFree(s->data);
+    kiln_cuda_free(s, sizeof *s);
+}
+
+void kiln_cuda_states_free(cuda_engine *e) {
+    kiln_cuda_free(e->state_offsets, (size_t)e->plan->n_tensors * sizeof *e->state_offsets + 1);
+    e->state_offsets = NULL;
+}
+
+kiln_status kiln_cuda_states_set(const cuda_engine *e, void *states, cudaStream_t stream) {
+    cudaError_t err;
+    if (states == NULL || e->states_nbytes == 0) return KILN_OK;
+    if (e->states_init_nbytes > 0) {
+        err = cudaMemcpyAsync(states, e->state_init, (size_t)e->states_init_nbytes,
+                              cudaMemcpyDeviceToDevice, stream);
+        if (err != cudaSuccess) return kiln_cuda_call_failed("cudaMemcpyAsync (states)", err);
+    }
+    if (e->states_nbytes > e->states_init_nbytes) {
+        err = cudaMemsetAsync((uint8_t *)states + e->states_init_nbytes, 0,
+                              (size_t)(e->states_nbytes - e->states_init_nbytes), stream);
+        if (err != cudaSuccess) return kiln_cuda_call_failed("cudaMemsetAsync (states)", err);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_states_set_views(const cuda_engine *e, const kiln_tensor *views,
+                                       cudaStream_t stream) {
+    const kiln_plan *p = e->plan;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        cudaError_t err;
+        if (t->kind != KILN_TENSOR_STATE || t->nbytes == 0 || views[i].data == NULL) continue;
+        if (e->state_offsets[i] < e->states_init_nbytes) { // placed among those with a value
+            err =
+                cudaMemcpyAsync(views[i].data, (const uint8_t *)e->state_init + e->state_offsets[i],
+                                (size_t)t->nbytes, cudaMemcpyDeviceToDevice, stream);
+        } else {
+            err = cudaMemsetAsync(views[i].data, 0, (size_t)t->nbytes, stream);
+        }
+        if (err != cudaSuccess) {
+            return kiln_cuda_call_failed(e->state_offsets[i] < e->states_init_nbytes
+                                             ? "cudaMemcpyAsync (state)"
+                                             : "cudaMemsetAsync (state)",
+                                         err);
+        }
+    }
+    return KILN_OK;
 }
 
 // --- the extras block

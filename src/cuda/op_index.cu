@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// index (advanced indexing: k index tensors broadcast together at dims dim .. dim + k - 1) and
-// gather (torch.gather), by the CPU reference's rules (src/cpu/op_index.c). An index out of
-// range cannot fail a launched kernel, so its element is written as zeros (the CPU reference
-// rejects it; inputs are expected to be in range).
+// index (advanced indexing: k index tensors broadcast together at dims dim .. dim + k - 1),
+// gather (torch.gather) and index_copy (torch.index_copy: rows of src scattered into a copy of
+// x, or into x itself when the output is x's storage, a state's update), by the CPU reference's
+// rules (src/cpu/op_index.c). An index out of range cannot fail a launched kernel: index and
+// gather write its element as zeros, index_copy skips its row (it never writes outside the
+// output); the CPU reference rejects it, inputs are expected to be in range. index_copy with
+// duplicate indices writes one of their rows (which one is unspecified, as in PyTorch on CUDA).
 #include "cuda/cuda_common.cuh"
 
 #define INDEX_BLOCK 256
@@ -29,6 +32,18 @@ typedef struct gather_params {
     const void *idx;
     uint32_t idx_dtype;
 } gather_params;
+
+// index_copy moves whole rows (x's elements after dim) in units of 1 to 16 bytes: the widest
+// that divides the row and aligns every pointer.
+typedef struct index_copy_params {
+    int64_t units;     // src's units: outer * n rows of row_units
+    int64_t row_units; // units per row
+    int64_t n;         // index entries (src's rows per outer step)
+    int64_t size;      // x's size at dim (the output's rows per outer step)
+    const void *idx;
+    uint32_t idx_dtype;
+    int wrap;
+} index_copy_params;
 
 // --- kernels
 
@@ -71,6 +86,22 @@ static __global__ void gather_kernel(const __grid_constant__ gather_params P, co
     }
 }
 
+// One thread per unit of src, consecutive threads along a row (coalesced on both sides); a row
+// whose index is out of range is skipped.
+template <typename U>
+static __global__ void index_copy_kernel(const __grid_constant__ index_copy_params P, const U *src,
+                                         U *y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.units;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / P.row_units, k = i - r * P.row_units;
+        int64_t o = r / P.n, j = r - o * P.n;
+        int64_t v = kc_ld_i(P.idx, P.idx_dtype, j);
+        if (v < 0 && P.wrap) v += P.size;
+        if (v < 0 || v >= P.size) continue;
+        y[(o * P.size + v) * P.row_units + k] = src[i];
+    }
+}
+
 // --- launchers
 
 // Element types by size: indexing moves bytes.
@@ -102,6 +133,14 @@ struct gather_launch {
     unsigned blocks;
     template <typename T> void operator()(const gather_params &P, const T *x, T *y) const {
         gather_kernel<T><<<blocks, INDEX_BLOCK, 0, s>>>(P, x, y);
+    }
+};
+
+struct index_copy_launch {
+    cudaStream_t s;
+    unsigned blocks;
+    template <typename U> void operator()(const index_copy_params &P, const U *src, U *y) const {
+        index_copy_kernel<U><<<blocks, INDEX_BLOCK, 0, s>>>(P, src, y);
     }
 };
 
@@ -178,6 +217,65 @@ static kiln_status gather_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
     return by_size(ctx, kiln_cuda_dtype_size(y->dtype), P, x->data, y->data, L, "gather_kernel");
 }
 
+// The widest unit (16, 8, 4, 2 or 1 bytes) dividing row_bytes and aligning every pointer.
+static size_t copy_unit(size_t row_bytes, const void *a, const void *b) {
+    const uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)row_bytes;
+    size_t u = 16;
+    while (u > 1 && (bits & (u - 1)) != 0) u /= 2;
+    return u;
+}
+
+static kiln_status index_copy_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *ix = args->n_in > 1 ? args->in[1] : NULL;
+    const kiln_tensor *src = args->n_in > 2 ? args->in[2] : NULL, *y = args->out;
+    int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_INDEX_COPY_DIM, 0), x->rank);
+    int ok = ix != NULL && src != NULL && dim >= 0 && ix->rank == 1 && is_index_dtype(ix->dtype) &&
+             src->rank == x->rank && y->rank == x->rank && src->dtype == x->dtype &&
+             y->dtype == x->dtype && kiln_cuda_dtype_size(x->dtype) != 0;
+    for (uint32_t d = 0; ok && d < x->rank; d++) {
+        ok = y->dims[d] == x->dims[d] && src->dims[d] == ((int)d == dim ? ix->dims[0] : x->dims[d]);
+    }
+    if (!ok) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda index_copy: needs x, src and output of one dtype, src of x's "
+                              "shape with the index's length at dim, and a 1-D int32/int64 index "
+                              "at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    const size_t es = kiln_cuda_dtype_size(x->dtype);
+    // Out of place: y = x first, on the stream (a state updated in place skips it).
+    const int64_t x_numel = kc_numel(x);
+    if (y->data != x->data && x_numel > 0) {
+        cudaError_t err = cudaMemcpyAsync(y->data, x->data, (size_t)x_numel * es,
+                                          cudaMemcpyDeviceToDevice, ctx->stream);
+        if (err != cudaSuccess) return kiln_cuda_error(ctx, "cudaMemcpyAsync (index_copy)", err);
+    }
+    index_copy_params P;
+    memset(&P, 0, sizeof P);
+    int64_t inner = 1;
+    for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];
+    P.n = ix->dims[0];
+    P.size = x->dims[dim];
+    P.idx = ix->data;
+    P.idx_dtype = ix->dtype;
+    P.wrap = kiln_attrs_int(&args->attrs, KILN_A_INDEX_COPY_WRAP, 0) != 0;
+    const int64_t src_numel = kc_numel(src);
+    if (src_numel == 0 || inner == 0 || x_numel == 0) return KILN_OK;
+    const size_t row_bytes = (size_t)inner * es;
+    const size_t u = copy_unit(row_bytes, y->data, src->data);
+    P.row_units = (int64_t)(row_bytes / u);
+    P.units = src_numel / inner * P.row_units;
+    index_copy_launch L = {ctx->stream, kc_blocks(P.units, INDEX_BLOCK)};
+    switch (u) {
+    case 16: L(P, (const uint4 *)src->data, (uint4 *)y->data); break;
+    case 8: L(P, (const uint2 *)src->data, (uint2 *)y->data); break;
+    case 4: L(P, (const uint32_t *)src->data, (uint32_t *)y->data); break;
+    case 2: L(P, (const uint16_t *)src->data, (uint16_t *)y->data); break;
+    default: L(P, (const uint8_t *)src->data, (uint8_t *)y->data); break;
+    }
+    return kiln_cuda_check_launch(ctx, "index_copy_kernel");
+}
+
 // --- entry points
 
 extern "C" kiln_status kiln_cuda_index(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
@@ -186,4 +284,9 @@ extern "C" kiln_status kiln_cuda_index(const kiln_cuda_ctx *ctx, const kiln_kern
 
 extern "C" kiln_status kiln_cuda_gather(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     return gather_run(ctx, args);
+}
+
+extern "C" kiln_status kiln_cuda_index_copy(const kiln_cuda_ctx *ctx,
+                                            const kiln_kernel_args *args) {
+    return index_copy_run(ctx, args);
 }

@@ -348,11 +348,73 @@ static void transposed_k(void) {
     kiln_plan_release(&p);
 }
 
+// k from a state (a KV cache kept [B, S, H, E]): permute (0, 2, 1, 3) of the state, read by the
+// sdpa, the state then updated from a projection (a copy layer after every other layer). The
+// permute of the state's old value folds (the update comes after the sdpa), and the sdpa reads
+// the state's own memory through the view.
+static void state_k(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    int64_t dims[3] = {B, S, D}, split[4] = {B, S, H, E}, swap[4] = {0, 2, 1, 3};
+    int32_t x = -1, kc = -1, qkv[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    CHECK(kiln_graph_add_state(g, "k", KILN_DTYPE_F32, 4, split, NULL, 0, &kc) == KILN_OK);
+    qkv[0] = permute(g, reshape(g, linear(g, x, D, D), split, 4), swap, 4);
+    qkv[1] = permute(g, kc, swap, 4);
+    qkv[2] = permute(g, reshape(g, linear(g, x, D, D), split, 4), swap, 4);
+    CHECK(kiln_graph_update_state(g, kc, reshape(g, linear(g, x, D, D), split, 4)) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SDPA, qkv, 3, NULL, 0), "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0);
+    int32_t state = -1;
+    for (uint32_t i = 0; i < p.n_tensors; i++) {
+        if (p.tensors[i].kind == KILN_TENSOR_STATE) state = (int32_t)i;
+    }
+    CHECK(sdpa != UINT32_MAX && state >= 0);
+    if (sdpa != UINT32_MAX && state >= 0) {
+        int32_t k = p.ids[p.layers[sdpa].input_begin + 1];
+        CHECK_MSG(f.sdpa_in[sdpa] & 2u, "sdpa operands %u", f.sdpa_in[sdpa]);
+        CHECK(base_of(&(fold_state){.p = &p, .f = &f}, k) == state && !f.reloc[state]);
+        CHECK(f.producer[state] > (int32_t)sdpa); // the update's copy, after the sdpa
+        kiln_cuda_strided v;
+        int bad = 0;
+        bind_views(&p, views);
+        kiln_cuda_fold_view(&p, &f, views, k, &v);
+        CHECK(v.rank == 4 && v.dims[1] == H && v.dims[2] == S && v.str[3] == 1);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < S; t++)
+                    for (int64_t e = 0; e < E; e++) {
+                        bad += at(&v, state, b, h, t, e) != ((b * S + t) * H + h) * E + e;
+                    }
+        CHECK_MSG(bad == 0, "%d view elements at the wrong offset", bad);
+        unbind(&p, views);
+        // the same chain with the state's update moved between the permute and the sdpa (as a
+        // plan could order it): the read cannot be deferred, the fold is undone
+        fold_state fs = {.p = &p, .f = &f};
+        const int32_t first = chain_first(&fs, k);
+        CHECK(first >= 0 && first < (int32_t)sdpa);
+        CHECK(base_safe(&fs, state, first, sdpa));
+        f.producer[state] = first + 1;
+        CHECK(!base_safe(&fs, state, first, sdpa));
+        f.producer[state] = first - 1; // updated before the view reads it: the new value
+        CHECK(base_safe(&fs, state, first, sdpa));
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
     packed();
     separate(0);
     separate(1);
     transposed_k();
+    state_k();
     return check_summary();
 }

@@ -318,8 +318,58 @@ static void gemv_l2(kiln_precision prec, int64_t rows, int64_t max_rows) {
     kiln_plan_release(&p);
 }
 
+// A state read and written among NHWC convs (fp16): a conv whose input is the state, a conv whose
+// fused residual operand is the state, and the state's update (a copy layer) from an add of
+// both. No state is NHWC or read through a layout copy (a copy made at a first read would miss
+// the update between reads), every group touching one runs NCHW, and the conv on the engine
+// input (touching no state) stays NHWC.
+static void state_layout(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 8, 6, 6}, sd[4] = {1, 16, 6, 6}, hw[2] = {2, 3};
+    int32_t x = -1, st = -1, y = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    CHECK(kiln_graph_add_state(g, "s", KILN_DTYPE_F32, 4, sd, NULL, 0, &st) == KILN_OK);
+    int32_t h = conv(g, x, 8, 16, 3, -1, 1);
+    int32_t r = conv(g, h, 16, 16, 1, st, 1);
+    int32_t c = conv(g, st, 16, 16, 3, -1, 0);
+    int32_t two[2] = {r, c}, n = -1;
+    CHECK(kiln_graph_add_node(g, KILN_OP_ADD, two, 2, NULL, 0, &n, 1) == KILN_OK);
+    CHECK(kiln_graph_update_state(g, st, n) == KILN_OK);
+    kiln_attr ma = {"dims", hw, NULL, 2};
+    CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &n, 1, &ma, 1, &y, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(count_op(&p, KILN_OP_CONV2D) == 3);
+    CHECK(kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC | KILN_CUDA_LAYOUT_STEM, &l) == KILN_OK);
+    uint32_t n_states = 0;
+    for (uint32_t i = 0; i < p.n_tensors; i++) {
+        if (p.tensors[i].kind != KILN_TENSOR_STATE) continue;
+        n_states++;
+        CHECK_MSG(!l.nhwc[i] && !l.copy[i] && !l.padc[i], "state tensor %u: NHWC %u, copy %u", i,
+                  l.nhwc[i], l.copy[i]);
+    }
+    CHECK_EQ_INT(n_states, 1);
+    for (uint32_t i = 0; i < p.n_ids; i++) {
+        if (p.ids[i] >= 0 && p.tensors[p.ids[i]].kind == KILN_TENSOR_STATE) CHECK(!l.alt[i]);
+    }
+    uint32_t first = find_head(&p, KILN_OP_CONV2D, 0), n_nhwc_conv = 0;
+    for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
+        if (group_touches_state(&p, li)) CHECK_MSG(!l.head_nhwc[li], "layer %u runs NHWC", li);
+        n_nhwc_conv += p.layers[li].op == KILN_OP_CONV2D && l.head_nhwc[li];
+    }
+    CHECK(first != UINT32_MAX && l.head_nhwc[first] && !group_touches_state(&p, first));
+    CHECK_EQ_INT(n_nhwc_conv, 1);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    state_layout();
     bench_stage(1);
     bench_stage(0);
     resnet_like(KILN_PRECISION_FP16, 0);

@@ -5,7 +5,9 @@
 // per-dtype tolerances; then end-to-end through the public API (device "cuda:0" against "cpu"
 // on built graphs): host and device-resident I/O, CUDA-graph record and replay, re-recording
 // after a shape change and after a pointer change, the caller's stream (the context's and the
-// thread's: kiln_set_thread_stream, ordered after the caller's pending work), graphs off.
+// thread's: kiln_set_thread_stream, ordered after the caller's pending work), graphs off; and
+// an engine with states (kiln_graph_add_state) run step by step: updates in place and through
+// copies, replays that must see the states persist, reset, contexts sharing states.
 //
 //   kiln_cuda_parity [--ops] [--e2e] [--quick] [--dry] [--filter SUBSTRING] [--option NAME=VALUE]
 //     --ops / --e2e   run only that part (default: both)
@@ -175,6 +177,8 @@ typedef struct spec {
     int64_t dims[KILN_MAX_RANK];
     double lo, hi; // floats uniform in [lo, hi); ints in [lo, hi]
     double p_true; // bool: probability of true
+    int64_t perm;  // ints: > 0 for distinct values of [0, perm) (indices of a scatter), each
+                   // taken from the end instead (v - perm) with probability 1/2 when lo < 0
     int absent;
 } spec;
 
@@ -229,8 +233,31 @@ static void buf_alloc(tbuf *b, uint32_t dtype, uint32_t rank, const int64_t *dim
     b->host.data = xmalloc(b->nbytes);
 }
 
+// n distinct values of [0, perm) (a partial Fisher-Yates shuffle), negated from the end with
+// probability 1/2 when s->lo < 0, stored as s->dtype.
+static void fill_perm(void *data, const spec *s, int64_t n) {
+    int64_t *pool = xmalloc((size_t)s->perm * sizeof *pool);
+    for (int64_t i = 0; i < s->perm; i++) pool[i] = i;
+    for (int64_t i = 0; i < n && i < s->perm; i++) {
+        int64_t j = check_rng_int(i, s->perm - 1), v = pool[j];
+        pool[j] = pool[i];
+        pool[i] = v;
+        if (s->lo < 0 && check_rng_uniform(0.0f, 1.0f) < 0.5f) v -= s->perm;
+        if (s->dtype == I32) {
+            ((int32_t *)data)[i] = (int32_t)v;
+        } else {
+            ((int64_t *)data)[i] = v;
+        }
+    }
+    free(pool);
+}
+
 static void buf_fill(tbuf *b, const spec *s) {
     int64_t n = numel_of(b->host.rank, b->host.dims);
+    if (s->perm > 0 && (s->dtype == I32 || s->dtype == I64)) {
+        fill_perm(b->host.data, s, n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         if (s->dtype == BOOL) {
             ((uint8_t *)b->host.data)[i] = check_rng_uniform(0.0f, 1.0f) < (float)s->p_true;
@@ -1566,6 +1593,229 @@ static void cases_index(void) {
     }
 }
 
+// An index of n distinct positions of [0, size) (some counted from the end with wrap).
+static spec PERM(uint32_t dtype, const char *n, int64_t size, int wrap) {
+    spec s = SR(dtype, n, wrap ? -1 : 0, 1);
+    s.perm = size;
+    return s;
+}
+
+// index_copy (op_index.cu): every dtype (each element size, so each copy unit), the KV-cache
+// update (x [B, H, S, D], n positions at dim 2; rows of 16, 8, 4 and 2 bytes), the first and
+// the last dim (rows of one element), int32 and int64 indices, negative positions with wrap, an
+// empty index. The output is a separate buffer here (the copy of x, then the scatter);
+// case_index_copy_in_place covers the in-place update and out-of-range positions.
+static void cases_index_copy(void) {
+    static const uint32_t dts[] = {F32, F16, BF16, I32, I64, BOOL};
+    const size_t n_dts = opt_quick ? 3 : 6;
+    op_case c;
+    for (size_t d = 0; d < n_dts; d++) {
+        case_init(&c, KILN_OP_INDEX_COPY); // decode: one position
+        case_in(&c, S(dts[d], "2x3x8x4"));
+        case_in(&c, PERM(I64, "1", 8, 0));
+        case_in(&c, S(dts[d], "2x3x1x4"));
+        attrs_int(&c.attrs, KILN_A_INDEX_COPY_DIM, 2);
+        run_case(&c);
+        case_init(&c, KILN_OP_INDEX_COPY); // prefill: 5 positions, some from the end
+        case_in(&c, S(dts[d], "2x3x8x4"));
+        case_in(&c, PERM(I32, "5", 8, 1));
+        case_in(&c, S(dts[d], "2x3x5x4"));
+        attrs_int(&c.attrs, KILN_A_INDEX_COPY_DIM, 2);
+        attrs_int(&c.attrs, KILN_A_INDEX_COPY_WRAP, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_INDEX_COPY); // the first dim
+        case_in(&c, S(dts[d], "9x6"));
+        case_in(&c, PERM(I32, "3", 9, 0));
+        case_in(&c, S(dts[d], "3x6"));
+        attrs_int(&c.attrs, KILN_A_INDEX_COPY_DIM, 0);
+        run_case(&c);
+        case_init(&c, KILN_OP_INDEX_COPY); // the last dim (-1): rows of one element
+        case_in(&c, S(dts[d], "4x3x10"));
+        case_in(&c, PERM(I64, "6", 10, 1));
+        case_in(&c, S(dts[d], "4x3x6"));
+        attrs_int(&c.attrs, KILN_A_INDEX_COPY_DIM, -1);
+        attrs_int(&c.attrs, KILN_A_INDEX_COPY_WRAP, 1);
+        run_case(&c);
+    }
+    for (size_t d = 0; d < 3; d++) { // wide rows (16-byte units): heads of 64 and 128
+        case_init(&c, KILN_OP_INDEX_COPY);
+        case_in(&c, S(dts[d], d == 0 ? "1x4x33x64" : "2x2x17x128"));
+        case_in(&c, PERM(I64, "3", d == 0 ? 33 : 17, 1));
+        case_in(&c, S(dts[d], d == 0 ? "1x4x3x64" : "2x2x3x128"));
+        attrs_int(&c.attrs, KILN_A_INDEX_COPY_DIM, 2);
+        attrs_int(&c.attrs, KILN_A_INDEX_COPY_WRAP, 1);
+        run_case(&c);
+    }
+    case_init(&c, KILN_OP_INDEX_COPY); // odd rows (3 x 2 bytes: 2-byte units)
+    case_in(&c, S(F16, "5x7x3"));
+    case_in(&c, PERM(I64, "4", 7, 0));
+    case_in(&c, S(F16, "5x4x3"));
+    attrs_int(&c.attrs, KILN_A_INDEX_COPY_DIM, 1);
+    run_case(&c);
+    case_init(&c, KILN_OP_INDEX_COPY); // an empty index: y = x
+    case_in(&c, S(F32, "3x4"));
+    case_in(&c, S(I64, "0"));
+    case_in(&c, S(F32, "0x4"));
+    attrs_int(&c.attrs, KILN_A_INDEX_COPY_DIM, 0);
+    run_case(&c);
+}
+
+// Runs index_copy on device through the test hook: y is x's own buffer (in place) when
+// y_dev is NULL, else y_dev. 1 on success (the message is in msg otherwise).
+static int index_copy_on_device(const kiln_kernel_args *host, tbuf *x, tbuf *ix, tbuf *src,
+                                void *y_dev, char *msg, size_t msg_n) {
+    kiln_kernel_args d = *host;
+    tbuf *bufs[3] = {x, ix, src};
+    for (int i = 0; i < 3; i++) { // the host values, into the device copy (made at first use)
+        int ok = bufs[i]->dev.data == NULL
+                     ? buf_upload(bufs[i])
+                     : cuda_ok(cudaMemcpy(bufs[i]->dev.data, bufs[i]->host.data, bufs[i]->nbytes,
+                                          cudaMemcpyHostToDevice),
+                               "cudaMemcpy H2D");
+        if (!ok) {
+            snprintf(msg, msg_n, "device set-up failed");
+            return 0;
+        }
+    }
+    kiln_tensor out = x->dev;
+    if (y_dev != NULL) out.data = y_dev;
+    d.in[0] = &x->dev;
+    d.in[1] = &ix->dev;
+    d.in[2] = &src->dev;
+    d.out = &out;
+    d.scratch = NULL;
+    d.scratch_nbytes = 0;
+    kiln_status st = hooks->run_op(&d, 0, NULL, &policy, NULL);
+    if (st != KILN_OK) {
+        snprintf(msg, msg_n, "run_op returned %s: %s", kiln_status_str(st), kiln_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+// index_copy in place (a state's update: the output is x's storage, only the rows move) against
+// the CPU reference, and positions out of range: the CPU reference refuses them, the device
+// kernel skips their rows and writes nothing else, inside or outside the output (guard bytes
+// around it stay as they were).
+static void case_index_copy_in_place(void) {
+    const char *name = "index_copy in place";
+    char msg[256];
+    tbuf x, ix, src, ref;
+    kiln_kernel_args a;
+    attr_set at;
+    void *scratch = NULL;
+    if (opt_filter != NULL && strstr(name, opt_filter) == NULL &&
+        strstr("index_copy out of range", opt_filter) == NULL)
+        return;
+    // in place: the KV-cache shape, fp16, heads of 64
+    spec xs = S(F16, "2x3x16x64"), is = PERM(I64, "3", 16, 1), ss = S(F16, "2x3x3x64");
+    buf_alloc(&x, F16, xs.rank, xs.dims);
+    buf_alloc(&ix, I64, is.rank, is.dims);
+    buf_alloc(&src, F16, ss.rank, ss.dims);
+    buf_alloc(&ref, F16, xs.rank, xs.dims);
+    buf_fill(&x, &xs);
+    buf_fill(&ix, &is);
+    buf_fill(&src, &ss);
+    attrs_init(&at, KILN_OP_INDEX_COPY);
+    attrs_int(&at, KILN_A_INDEX_COPY_DIM, 2);
+    attrs_int(&at, KILN_A_INDEX_COPY_WRAP, 1);
+    memset(&a, 0, sizeof a);
+    a.op = KILN_OP_INDEX_COPY;
+    a.attrs = attrs_view(&at);
+    a.n_in = 3;
+    a.in[0] = &x.host;
+    a.in[1] = &ix.host;
+    a.in[2] = &src.host;
+    a.out = &ref.host;
+    a.scratch_nbytes = kiln_cpu_scratch_nbytes(&a);
+    scratch = xmalloc(a.scratch_nbytes);
+    a.scratch = scratch;
+    kiln_status st = kiln_cpu_run(&a);
+    if (st != KILN_OK) {
+        snprintf(msg, sizeof msg, "the CPU reference failed: %s", kiln_last_error());
+        report(0, name, NULL, msg);
+    } else if (opt_dry) {
+        // the CPU reference in place agrees with it out of place
+        void *keep = xmalloc(x.nbytes);
+        memcpy(keep, x.host.data, x.nbytes);
+        a.out = &x.host;
+        st = kiln_cpu_run(&a);
+        int same = st == KILN_OK && memcmp(x.host.data, ref.host.data, x.nbytes) == 0;
+        printf("DRY   %s: %s\n", name,
+               same ? "the CPU reference in place agrees" : "the CPU reference in place differs");
+        CHECK_MSG(same, "%s (dry)", name);
+        memcpy(x.host.data, keep, x.nbytes);
+        free(keep);
+    } else if (index_copy_on_device(&a, &x, &ix, &src, NULL, msg, sizeof msg)) {
+        void *got = xmalloc(x.nbytes);
+        int ok = cuda_ok(cudaMemcpy(got, x.dev.data, x.nbytes, cudaMemcpyDeviceToHost), "D2H");
+        ok = ok && memcmp(got, ref.host.data, x.nbytes) == 0;
+        report(ok, name, NULL, ok ? "exact" : "differs from the CPU reference");
+        free(got);
+    } else {
+        report(0, name, NULL, msg);
+    }
+    buf_free(&x);
+    buf_free(&ix);
+    buf_free(&src);
+    buf_free(&ref);
+    free(scratch);
+    if (opt_dry) return;
+    // out of range: x [4, 6] float32, index {1, 9, -1, -5}: with wrap rows 1 and 3 take src rows
+    // 0 and 2 (9 and -5 are skipped); without, only row 1 (-1 is out of range too)
+    for (int wrap = 0; wrap < 2; wrap++) {
+        static const int64_t idx[4] = {1, 9, -1, -5};
+        const size_t guard = 256, xb = 4 * 6 * sizeof(float);
+        char nm[96];
+        int64_t xd[2] = {4, 6}, id[1] = {4}, sd[2] = {4, 6};
+        float want[24];
+        uint8_t *dev = NULL, *host = xmalloc(xb + 2 * guard);
+        snprintf(nm, sizeof nm, "index_copy out of range (wrap %d)", wrap);
+        buf_alloc(&x, F32, 2, xd);
+        buf_alloc(&ix, I64, 1, id);
+        buf_alloc(&src, F32, 2, sd);
+        for (int i = 0; i < 24; i++) ((float *)x.host.data)[i] = (float)i;
+        for (int i = 0; i < 24; i++) ((float *)src.host.data)[i] = 100.0f + (float)i;
+        memcpy(ix.host.data, idx, sizeof idx);
+        memcpy(want, x.host.data, sizeof want);
+        memcpy(want + 6, (float *)src.host.data, 6 * sizeof(float));
+        if (wrap) memcpy(want + 18, (float *)src.host.data + 12, 6 * sizeof(float));
+        attrs_init(&at, KILN_OP_INDEX_COPY);
+        attrs_int(&at, KILN_A_INDEX_COPY_DIM, 0);
+        attrs_int(&at, KILN_A_INDEX_COPY_WRAP, wrap);
+        memset(&a, 0, sizeof a);
+        a.op = KILN_OP_INDEX_COPY;
+        a.attrs = attrs_view(&at);
+        a.n_in = 3;
+        // twice: into a separate output between guard bytes, then in place
+        int ok = cuda_ok(cudaMalloc((void **)&dev, xb + 2 * guard), "cudaMalloc") &&
+                 cuda_ok(cudaMemset(dev, 0x5A, xb + 2 * guard), "cudaMemset");
+        ok = ok && index_copy_on_device(&a, &x, &ix, &src, dev + guard, msg, sizeof msg);
+        ok = ok && cuda_ok(cudaMemcpy(host, dev, xb + 2 * guard, cudaMemcpyDeviceToHost), "D2H");
+        for (size_t i = 0; ok && i < guard; i++) {
+            ok = host[i] == 0x5A && host[guard + xb + i] == 0x5A;
+            if (!ok) snprintf(msg, sizeof msg, "a byte around the output was written");
+        }
+        if (ok && memcmp(host + guard, want, xb) != 0) {
+            ok = 0;
+            snprintf(msg, sizeof msg, "the output differs from x with the in-range rows copied");
+        }
+        report(ok, nm, "[out of place]", ok ? "in-range rows only, nothing around" : msg);
+        ok = index_copy_on_device(&a, &x, &ix, &src, NULL, msg, sizeof msg) &&
+             cuda_ok(cudaMemcpy(host, x.dev.data, xb, cudaMemcpyDeviceToHost), "D2H");
+        if (ok && memcmp(host, want, xb) != 0) {
+            ok = 0;
+            snprintf(msg, sizeof msg, "x differs from x with the in-range rows copied");
+        }
+        report(ok, nm, "[in place]", ok ? "in-range rows only" : msg);
+        if (dev != NULL) cudaFree(dev);
+        free(host);
+        buf_free(&x);
+        buf_free(&ix);
+        buf_free(&src);
+    }
+}
+
 // upsample_nearest2d / _bilinear2d (op_resize.cu): up, down, odd ratios, given scales,
 // align_corners, every float dtype.
 static void cases_resize(void) {
@@ -1653,6 +1903,8 @@ static void cases_zoo_families(void) {
 static void run_ops(void) {
     cases_logic();
     cases_index();
+    cases_index_copy();
+    case_index_copy_in_place();
     cases_resize();
     cases_zoo_families();
     cases_unary();
@@ -2916,6 +3168,380 @@ static void e2e_shared_scratch(void) {
     e2e_shared_memory();
 }
 
+// --- states (kiln_graph_add_state): a model's mutable buffers, kept by each context from one
+// execute to the next. One engine with three: a float32 KV-style cache [B, H, S, D] with a random
+// initial value, updated in place by index_copy at dim 2 (its only reader: the CUDA backend
+// scatters the new rows into the state); an accumulator starting at zeros, updated to
+// acc + sum(src) through a copy layer, its old value read by an output; a float16 cache with an
+// initial value, updated by index_copy at dim -2 out of place (an output reads its old value)
+// then copied in. The contexts run step by step against a CPU context fed the same inputs: host
+// I/O with CUDA graphs (direct, record, replays: the recorded graph must see the states persist),
+// device I/O, graphs off; kiln_context_reset_states, after which a replay sees the initial values
+// again, as does a context created at the start and first run then; contexts sharing states
+// (kiln_context_share_states). With --dry every context is a CPU one.
+
+#define ST_B 2
+#define ST_H 3
+#define ST_S 8
+#define ST_D 4
+#define ST_E 16 // the float16 cache's rows
+#define ST_MAXN 4
+#define ST_N_IN 3
+#define ST_N_OUT 4
+
+// A constant of one element.
+static int32_t gb_scalar(gbuild *b, uint32_t dtype, float v) {
+    uint8_t data[8];
+    int64_t one = 1;
+    int32_t out = -1;
+    kiln_store_f32(data, dtype, 0, v);
+    gb_check(b,
+             kiln_graph_add_constant(b->g, NULL, (kiln_dtype)dtype, 1, &one, data,
+                                     dtype_size(dtype), &out),
+             "scalar");
+    return out;
+}
+
+static int model_states(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t cdims[4] = {ST_B, ST_H, ST_S, ST_D}, adims[3] = {ST_B, ST_H, ST_D};
+    int64_t kdims[4] = {1, 2, ST_S, ST_E};
+    int64_t pmin[1] = {1}, pmax[1] = {ST_MAXN};
+    int64_t smin[4] = {ST_B, ST_H, 1, ST_D}, smax[4] = {ST_B, ST_H, ST_MAXN, ST_D};
+    int64_t kmin[4] = {1, 2, 1, ST_E}, kmax[4] = {1, 2, ST_MAXN, ST_E};
+    int64_t two = 2, minus2 = -2, one = 1;
+    int32_t cache = -1, acc = -1, kv = -1;
+    tbuf ci, ki;
+    spec cs = S(F32, "2x3x8x4"), ks = S(F16, "1x2x8x16");
+    buf_alloc(&ci, F32, cs.rank, cs.dims);
+    buf_alloc(&ki, F16, ks.rank, ks.dims);
+    buf_fill(&ci, &cs);
+    buf_fill(&ki, &ks);
+    kiln_graph_new(&b.g);
+    gb_check(&b, kiln_graph_add_state(b.g, "cache", F32, 4, cdims, ci.host.data, ci.nbytes, &cache),
+             "state cache");
+    gb_check(&b, kiln_graph_add_state(b.g, "acc", F32, 3, adims, NULL, 0, &acc), "state acc");
+    gb_check(&b, kiln_graph_add_state(b.g, "kv16", F16, 4, kdims, ki.host.data, ki.nbytes, &kv),
+             "state kv16");
+    free(ci.host.data);
+    free(ki.host.data);
+    int32_t pos = gb_input(&b, "pos", I64, 1, pmin, pmax);
+    int32_t src = gb_input(&b, "src", F32, 4, smin, smax);
+    int32_t src16 = gb_input(&b, "src16", F16, 4, kmin, kmax);
+    // the cache: in place
+    kiln_attr ic[2] = {A_INTS("dim", &two, 1), A_INTS("wrap", &one, 1)};
+    int32_t in_c[3] = {cache, pos, src};
+    int32_t y = gb_node(&b, KILN_OP_INDEX_COPY, in_c, 3, ic, 2);
+    gb_check(&b, kiln_graph_update_state(b.g, cache, y), "update cache");
+    int32_t y2 = gb2(&b, KILN_OP_MUL, y, gb_scalar(&b, F32, 2.0f));
+    // the accumulator: a copy layer, the old value read
+    kiln_attr sd = A_INTS("dims", &two, 1);
+    int32_t ssum = gb_node(&b, KILN_OP_SUM, &src, 1, &sd, 1);
+    int32_t acc_new = gb2(&b, KILN_OP_ADD, acc, ssum);
+    gb_check(&b, kiln_graph_update_state(b.g, acc, acc_new), "update acc");
+    int32_t acc3 = gb2(&b, KILN_OP_MUL, acc, gb_scalar(&b, F32, 3.0f));
+    // the float16 cache: out of place (its old value is read), then copied in
+    kiln_attr kc[2] = {A_INTS("dim", &minus2, 1), A_INTS("wrap", &one, 1)};
+    int32_t in_k[3] = {kv, pos, src16};
+    int32_t k = gb_node(&b, KILN_OP_INDEX_COPY, in_k, 3, kc, 2);
+    gb_check(&b, kiln_graph_update_state(b.g, kv, k), "update kv16");
+    int32_t old16 = gb_node(&b, KILN_OP_SUM, &kv, 1, &sd, 1);
+    int32_t k2 = gb2(&b, KILN_OP_MUL, k, gb_scalar(&b, F16, 2.0f));
+    gb_check(&b, kiln_graph_mark_output(b.g, y2, "y2"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, acc3, "acc3"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, old16, "old16"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, k2, "k2"), "output");
+    m->name = "states";
+    m->tol = 3e-3;
+    return model_finish(&b, m, KILN_PRECISION_FP32);
+}
+
+// One step's inputs: n positions, the rows written there.
+typedef struct st_in {
+    int64_t n;
+    int64_t pos[ST_MAXN];
+    float src[ST_B * ST_H * ST_MAXN * ST_D];
+    uint16_t src16[2 * ST_MAXN * ST_E];
+} st_in;
+
+// A context under test: its I/O (host, or device buffers) and its outputs read back.
+typedef struct st_ctx {
+    const char *name;
+    kiln_context *c;
+    int dev_io;
+    void *din[ST_N_IN], *dout[ST_N_OUT];
+    void *out[ST_N_OUT];
+    kiln_binding_info out_info[ST_N_OUT];
+} st_ctx;
+
+static int st_ctx_init(st_ctx *x, const char *name, kiln_engine *e, int dev_io) {
+    memset(x, 0, sizeof *x);
+    x->name = name;
+    x->dev_io = dev_io && !opt_dry;
+    if (kiln_engine_n_inputs(e) != ST_N_IN || kiln_engine_n_outputs(e) != ST_N_OUT) return 0;
+    if (kiln_context_new(e, &x->c) != KILN_OK) return 0;
+    for (uint32_t i = 0; i < ST_N_IN && x->dev_io; i++) {
+        kiln_binding_info bi;
+        if (kiln_engine_binding(e, 1, i, &bi) != KILN_OK ||
+            !cuda_ok(cudaMalloc(&x->din[i], (size_t)bi.max_nbytes), "cudaMalloc")) {
+            return 0;
+        }
+    }
+    for (uint32_t o = 0; o < ST_N_OUT; o++) {
+        if (kiln_engine_binding(e, 0, o, &x->out_info[o]) != KILN_OK) return 0;
+        x->out[o] = xmalloc((size_t)x->out_info[o].max_nbytes);
+        if (x->dev_io &&
+            !cuda_ok(cudaMalloc(&x->dout[o], (size_t)x->out_info[o].max_nbytes), "cudaMalloc")) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void st_ctx_free(st_ctx *x) {
+    for (uint32_t i = 0; i < ST_N_IN; i++) {
+        if (x->din[i] != NULL) cudaFree(x->din[i]);
+    }
+    for (uint32_t o = 0; o < ST_N_OUT; o++) {
+        free(x->out[o]);
+        if (x->dout[o] != NULL) cudaFree(x->dout[o]);
+    }
+    kiln_context_free(x->c);
+    memset(x, 0, sizeof *x);
+}
+
+// One execute of x on in; its outputs in x->out.
+static kiln_status st_exec(st_ctx *x, const st_in *in) {
+    const int64_t n = in->n;
+    const int64_t dims[ST_N_IN][4] = {{n}, {ST_B, ST_H, n, ST_D}, {1, 2, n, ST_E}};
+    const uint32_t rank[ST_N_IN] = {1, 4, 4};
+    const void *host[ST_N_IN] = {in->pos, in->src, in->src16};
+    const size_t nbytes[ST_N_IN] = {(size_t)n * sizeof(int64_t),
+                                    (size_t)(ST_B * ST_H * n * ST_D) * sizeof(float),
+                                    (size_t)(2 * n * ST_E) * sizeof(uint16_t)};
+    for (uint32_t i = 0; i < ST_N_IN; i++) {
+        const void *p = host[i];
+        if (x->dev_io) {
+            if (!cuda_ok(cudaMemcpy(x->din[i], host[i], nbytes[i], cudaMemcpyHostToDevice), "H2D"))
+                return KILN_ERR_DEVICE;
+            p = x->din[i];
+        }
+        KILN_TRY_TEST(kiln_context_set_input(x->c, i, rank[i], dims[i], p));
+    }
+    for (uint32_t o = 0; o < ST_N_OUT; o++) {
+        void *p = x->dev_io ? x->dout[o] : x->out[o];
+        KILN_TRY_TEST(kiln_context_set_output(x->c, o, p, (size_t)x->out_info[o].max_nbytes));
+    }
+    KILN_TRY_TEST(kiln_context_execute(x->c));
+    for (uint32_t o = 0; o < ST_N_OUT && x->dev_io; o++) {
+        if (!cuda_ok(cudaMemcpy(x->out[o], x->dout[o], (size_t)x->out_info[o].max_nbytes,
+                                cudaMemcpyDeviceToHost),
+                     "D2H"))
+            return KILN_ERR_DEVICE;
+    }
+    return KILN_OK;
+}
+
+// x's outputs against ref's (both just ran on the same inputs, from the same state history).
+static void st_check(const model *m, st_ctx *x, const st_ctx *ref, kiln_status st,
+                     const char *what) {
+    char name[256], msg[256] = "";
+    int ok = st == KILN_OK;
+    snprintf(name, sizeof name, "e2e %s: %s, %s%s", m->name, x->name, what,
+             opt_dry ? " [dry: cpu]" : "");
+    if (!ok) {
+        snprintf(msg, sizeof msg, "execute returned %s: %s", kiln_status_str(st),
+                 kiln_last_error());
+    }
+    for (uint32_t o = 0; ok && o < ST_N_OUT; o++) {
+        const kiln_binding_info *bi = &x->out_info[o];
+        kiln_tensor r;
+        char why[200];
+        memset(&r, 0, sizeof r);
+        r.data = ref->out[o];
+        r.dtype = bi->dtype;
+        r.rank = bi->rank;
+        memcpy(r.dims, bi->dim_max, sizeof r.dims);
+        tol t = {m->tol, m->tol, m->tol};
+        ok = compare(&r, x->out[o], t, why, sizeof why);
+        snprintf(msg, sizeof msg, "output %s: %s", bi->name, why);
+    }
+    report(ok, name, NULL, msg);
+}
+
+// Step inputs: the given positions, fresh values.
+static void st_values(st_in *in, int64_t n, const int64_t *pos) {
+    spec fs = S(F32, "1"), hs = S(F16, "1");
+    tbuf t;
+    memset(in, 0, sizeof *in);
+    in->n = n;
+    memcpy(in->pos, pos, (size_t)n * sizeof *pos);
+    memset(&t, 0, sizeof t);
+    t.host.dtype = F32;
+    t.host.rank = 1;
+    t.host.dims[0] = ST_B * ST_H * n * ST_D;
+    t.host.data = in->src;
+    buf_fill(&t, &fs);
+    t.host.dtype = F16;
+    t.host.dims[0] = 2 * n * ST_E;
+    t.host.data = in->src16;
+    buf_fill(&t, &hs);
+}
+
+// The reference steps, then each context in xs[0, n) on the same inputs, checked.
+static void st_step(const model *m, st_ctx *ref, st_ctx **xs, int n, int64_t npos,
+                    const int64_t *pos, const char *what) {
+    st_in in;
+    st_values(&in, npos, pos);
+    kiln_status st = st_exec(ref, &in);
+    if (st != KILN_OK) {
+        char name[160];
+        snprintf(name, sizeof name, "e2e %s: the CPU reference, %s", m->name, what);
+        report(0, name, NULL, kiln_last_error());
+        return;
+    }
+    for (int i = 0; i < n; i++) st_check(m, xs[i], ref, st_exec(xs[i], &in), what);
+}
+
+// The index_copy layers of engine e as context c runs them: how many, and how many update a
+// state in place (from the layer information's detail).
+static void st_layers(kiln_engine *e, kiln_context *c, int *n_copy, int *n_in_place) {
+    *n_copy = *n_in_place = 0;
+    for (uint32_t li = 0; li < kiln_engine_n_layers(e); li++) {
+        kiln_layer_info info;
+        if (kiln_context_layer_info(c, li, &info) != KILN_OK || info.op != KILN_OP_INDEX_COPY)
+            continue;
+        (*n_copy)++;
+        *n_in_place += strstr(info.detail, "in place") != NULL;
+    }
+}
+
+static void e2e_states(void) {
+    const char *device = opt_dry ? "cpu" : "cuda:0";
+    model m;
+    kiln_engine *cpu_e = NULL, *ge = NULL, *ne = NULL;
+    st_ctx ref, late_ref, host, devio, nog, late, a, b, ref_a, ref_b;
+    int built;
+    char name[160];
+    memset(&m, 0, sizeof m);
+    memset(&ref, 0, sizeof ref);
+    memset(&late_ref, 0, sizeof late_ref);
+    memset(&host, 0, sizeof host);
+    memset(&devio, 0, sizeof devio);
+    memset(&nog, 0, sizeof nog);
+    memset(&late, 0, sizeof late);
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&ref_a, 0, sizeof ref_a);
+    memset(&ref_b, 0, sizeof ref_b);
+    snprintf(name, sizeof name, "e2e states: load%s", opt_dry ? " [dry: cpu]" : "");
+    if (opt_filter != NULL && strstr(name, opt_filter) == NULL) return;
+    built = model_states(&m);
+    int ok = built && load(&m, "cpu", 1, &cpu_e) == KILN_OK &&
+             load(&m, device, 1, &ge) == KILN_OK && load(&m, device, 0, &ne) == KILN_OK;
+    ok = ok && kiln_engine_n_states(ge) == 3 && kiln_engine_n_states(cpu_e) == 3;
+    ok = ok && st_ctx_init(&ref, "cpu", cpu_e, 0) &&
+         st_ctx_init(&late_ref, "new cpu context", cpu_e, 0) &&
+         st_ctx_init(&host, "host I/O", ge, 0) && st_ctx_init(&devio, "device I/O", ge, 1) &&
+         st_ctx_init(&nog, "use_cuda_graphs=false", ne, 0) &&
+         st_ctx_init(&late, "new context", ge, 0);
+    report(ok, name, NULL, ok ? device : built ? kiln_last_error() : "the model did not build");
+    if (!ok) goto done;
+    if (!opt_dry) { // the cache's index_copy writes the state in place, the float16 one does not
+        int n_copy = 0, n_in_place = 0;
+        char msg[96];
+        st_layers(ge, host.c, &n_copy, &n_in_place);
+        snprintf(msg, sizeof msg, "%d index_copy layers, %d in place", n_copy, n_in_place);
+        snprintf(name, sizeof name, "e2e %s: layer information", m.name);
+        report(n_copy == 2 && n_in_place == 1, name, NULL, msg);
+    }
+    {
+        // prefill, then decode steps at one shape: direct, record, replays (a position from the
+        // end), then two positions (a new shape: direct)
+        static const struct {
+            int64_t n, pos[ST_MAXN];
+            const char *what;
+        } before[] = {{3, {0, 1, 2}, "step 1 (3 positions: direct)"},
+                      {1, {3}, "step 2 (1 position: direct)"},
+                      {1, {4}, "step 3 (record)"},
+                      {1, {5}, "step 4 (replay)"},
+                      {1, {-2}, "step 5 (replay, position -2)"},
+                      {1, {7}, "step 6 (replay)"},
+                      {2, {1, -1}, "step 7 (2 positions, one from the end)"}},
+          after[] = {{1, {0}, "after the reset, step 1 (direct)"},
+                     {1, {1}, "after the reset, step 2 (replay of the 1-position graph)"},
+                     {1, {2}, "after the reset, step 3 (replay)"},
+                     {2, {-3, 3}, "after the reset, step 4 (2 positions)"}};
+        st_ctx *all[3] = {&host, &devio, &nog};
+        for (size_t i = 0; i < sizeof before / sizeof *before; i++) {
+            st_step(&m, &ref, all, 3, before[i].n, before[i].pos, before[i].what);
+        }
+        kiln_status st = kiln_context_reset_states(ref.c);
+        for (int i = 0; i < 3 && st == KILN_OK; i++) st = kiln_context_reset_states(all[i]->c);
+        snprintf(name, sizeof name, "e2e %s: kiln_context_reset_states", m.name);
+        report(st == KILN_OK, name, NULL, st == KILN_OK ? "every context" : kiln_last_error());
+        // every context after its reset, a context created at the start and first run now, and
+        // the CPU reference against a CPU context first run now
+        st_ctx *after_all[5] = {&host, &devio, &nog, &late, &late_ref};
+        for (size_t i = 0; i < sizeof after / sizeof *after; i++) {
+            st_step(&m, &ref, after_all, 5, after[i].n, after[i].pos, after[i].what);
+        }
+    }
+    // Sharing: b runs on its own states (direct, record, replay), then takes a's (its graph is
+    // dropped); a and b alternate over one set of states, against one CPU context; b's reset
+    // resets them; b keeps them after a is freed.
+    st_ctx_free(&late_ref);
+    st_ctx_free(&late);
+    ok = st_ctx_init(&a, "sharing a", ge, 0) && st_ctx_init(&b, "sharing b", ge, 1) &&
+         st_ctx_init(&ref_b, "cpu b", cpu_e, 0) && st_ctx_init(&ref_a, "cpu a", cpu_e, 0);
+    snprintf(name, sizeof name, "e2e %s: contexts for sharing", m.name);
+    if (!ok) report(0, name, NULL, kiln_last_error());
+    if (ok) {
+        st_ctx *xb = &b, *xa = &a;
+        for (int64_t p = 0; p < 3; p++) {
+            char what[96];
+            snprintf(what, sizeof what, "own states, step %d", (int)p + 1);
+            st_step(&m, &ref_b, &xb, 1, 1, &p, what);
+        }
+        kiln_status st = kiln_context_share_states(b.c, a.c);
+        snprintf(name, sizeof name, "e2e %s: kiln_context_share_states", m.name);
+        report(st == KILN_OK, name, NULL, st == KILN_OK ? "b takes a's states" : kiln_last_error());
+        static const char *const who[6] = {"a", "b", "a", "b", "b", "a"};
+        for (int64_t p = 0; st == KILN_OK && p < 6; p++) {
+            char what[96];
+            snprintf(what, sizeof what, "shared states, step %d (%s)", (int)p + 1, who[p]);
+            st_step(&m, &ref_a, who[p][0] == 'a' ? &xa : &xb, 1, 1, &p, what);
+        }
+        if (st == KILN_OK) {
+            st = kiln_context_reset_states(b.c);
+            if (st == KILN_OK) st = kiln_context_reset_states(ref_a.c);
+            snprintf(name, sizeof name, "e2e %s: kiln_context_reset_states (shared)", m.name);
+            report(st == KILN_OK, name, NULL, st == KILN_OK ? "b resets" : kiln_last_error());
+            int64_t p0 = 0, p1 = 1;
+            st_step(&m, &ref_a, &xa, 1, 1, &p0, "shared states after b's reset (a)");
+            kiln_context_free(a.c);
+            a.c = NULL;
+            st_step(&m, &ref_a, &xb, 1, 1, &p1, "shared states after a was freed (b)");
+        }
+    }
+
+done:
+    st_ctx_free(&ref);
+    st_ctx_free(&late_ref);
+    st_ctx_free(&host);
+    st_ctx_free(&devio);
+    st_ctx_free(&nog);
+    st_ctx_free(&late);
+    st_ctx_free(&a);
+    st_ctx_free(&b);
+    st_ctx_free(&ref_a);
+    st_ctx_free(&ref_b);
+    kiln_engine_free(cpu_e);
+    kiln_engine_free(ge);
+    kiln_engine_free(ne);
+    free(m.bytes);
+}
+
 // The L2 plan of model_gemv_mlp's engine: min(its weights, cuda.l2_keep_pct (default 50)
 // percent of the L2) kept.
 static void check_l2_plan(const char *name, const e2e_stats *st) {
@@ -3009,6 +3635,7 @@ static void run_e2e(void) {
         free(models[i].bytes);
     }
     e2e_shared_scratch(); // use_shared_activation_scratch
+    e2e_states();         // kiln_graph_add_state, kiln_context_reset_states, sharing
 }
 
 // cuDNN's fused attention must run the eligible cases: cuDNN >= 9.13 loadable by the plugin
