@@ -84,6 +84,16 @@ class Engine:
         }
 
     @property
+    def n_states(self) -> int:
+        """The engine's states (a model's mutable buffers, such as a KV cache)."""
+        return int(_lib.require("kiln_engine_n_states").kiln_engine_n_states(self._engine))
+
+    def reset_states(self) -> None:
+        """Sets every state of the context back to its initial value (a new sequence)."""
+        lib = _lib.require("kiln_context_reset_states")
+        _lib.check(lib.kiln_context_reset_states(self._ctx), "kiln_context_reset_states")
+
+    @property
     def device(self) -> str:
         return self._lib.kiln_engine_device(self._engine).decode()
 

@@ -44,6 +44,9 @@ _BUILD_FNS = (
     "kiln_built_n_weights",
     "kiln_built_weight",
 )
+# States (a model's mutable buffers): looked up when first used, so that a libkiln without them
+# still builds graphs that have none.
+_STATE_FNS = ("kiln_graph_add_state", "kiln_graph_update_state")
 
 
 def kiln_dtype(dtype: torch.dtype) -> int:
@@ -131,6 +134,57 @@ class Graph:
             f"constant {name!r}",
         )
         return out.value
+
+    def add_state(
+        self,
+        name: str,
+        dtype: int | torch.dtype,
+        shape: Sequence[int],
+        initial: torch.Tensor | None = None,
+    ) -> int:
+        """Adds a state (kiln_graph_add_state): a tensor of static shape the engine keeps from
+        one execute to the next, every context holding its own copy. ``initial`` is its value
+        when a context is created (copied; its dtype and shape must match); None starts it at
+        zeros, and the engine then stores no data for it. The value returned reads the state as
+        it was when execute began; :meth:`update_state` says what it becomes."""
+        _lib.require(*_STATE_FNS)
+        dt = kiln_dtype(dtype) if isinstance(dtype, torch.dtype) else int(dtype)
+        shape = [int(d) for d in shape]
+        keep = None
+        ptr, nbytes = None, 0
+        if initial is not None:
+            keep = initial.detach().to("cpu").contiguous()
+            if kiln_dtype(keep.dtype) != dt or list(keep.shape) != shape:
+                raise ValueError(
+                    f"state {name!r}: the initial value is {keep.dtype} {list(keep.shape)}, the "
+                    f"state kiln dtype {dt} {shape}"
+                )
+            nbytes = keep.numel() * keep.element_size()
+            ptr = ctypes.c_void_p(keep.data_ptr()) if nbytes else None
+        out = ctypes.c_int32()
+        _lib.check(
+            self._lib.kiln_graph_add_state(
+                self._h,
+                name.encode(),
+                dt,
+                len(shape),
+                _i64_array(shape),
+                ptr,
+                nbytes,
+                ctypes.byref(out),
+            ),
+            f"state {name!r}",
+        )
+        return out.value
+
+    def update_state(self, state: int, new_value: int, what: str = "") -> None:
+        """Declares that at the end of each execute the state takes new_value
+        (kiln_graph_update_state)."""
+        _lib.require(*_STATE_FNS)
+        _lib.check(
+            self._lib.kiln_graph_update_state(self._h, state, new_value),
+            what or f"update of state value {state}",
+        )
 
     def add_node(
         self,

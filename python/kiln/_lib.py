@@ -328,6 +328,11 @@ _SIG = {
         ctypes.c_int,
         [_P, ctypes.c_char_p, ctypes.c_int, _U32, _I64P, _P, ctypes.c_size_t, _I32P],
     ),
+    "kiln_graph_add_state": (
+        ctypes.c_int,
+        [_P, ctypes.c_char_p, ctypes.c_int, _U32, _I64P, _P, ctypes.c_size_t, _I32P],
+    ),
+    "kiln_graph_update_state": (ctypes.c_int, [_P, ctypes.c_int32, ctypes.c_int32]),
     "kiln_graph_add_node": (
         ctypes.c_int,
         [_P, _U32, _I32P, _U32, ctypes.POINTER(Attr), _U32, _I32P, _U32],
@@ -370,6 +375,8 @@ _SIG = {
     "kiln_engine_weight_nbytes": (ctypes.c_uint64, [_P]),
     "kiln_context_new": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
     "kiln_context_free": (None, [_P]),
+    "kiln_engine_n_states": (_U32, [_P]),
+    "kiln_context_reset_states": (ctypes.c_int, [_P]),
     "kiln_context_set_input": (ctypes.c_int, [_P, _U32, _U32, _I64P, _P]),
     "kiln_context_set_output": (ctypes.c_int, [_P, _U32, _P, ctypes.c_size_t]),
     "kiln_context_infer_shapes": (ctypes.c_int, [_P]),

@@ -78,6 +78,36 @@ def _layers_summary(desc: dict) -> list[dict]:
     return out
 
 
+def _states(desc: dict) -> list[dict]:
+    """The engine's states (mutable buffers such as a KV cache, kept by each context), from the
+    tensors its layers read and write: name, dtype, shape, bytes and initial value."""
+    found: dict[int, dict] = {}
+    for la in desc.get("layers", []):
+        for t in list(la.get("inputs", [])) + list(la.get("outputs", [])):
+            if t.get("kind") == "state" and t.get("tensor") not in found:
+                found[t["tensor"]] = {
+                    "name": t.get("name", ""),
+                    "dtype": t.get("dtype"),
+                    "dim_min": t.get("dim_min"),
+                    "dim_max": t.get("dim_max"),
+                    "nbytes": t.get("nbytes", 0),
+                    "initial": t.get("initial"),
+                }
+    return [found[k] for k in sorted(found)]
+
+
+def _print_states(states: list[dict], indent: str) -> None:
+    if not states:
+        return
+    total = sum(st["nbytes"] for st in states)
+    print(f"{indent}states: {len(states)}, {size(total)} per context (kept between calls)")
+    for st in states:
+        print(
+            f"{indent}  {text(st['name'])} {st['dtype']} {_shape(st)}, initial "
+            f"{text(str(st['initial']))}"
+        )
+
+
 def _shape(t: dict) -> str:
     lo, hi = t.get("dim_min") or [], t.get("dim_max") or []
     return (
@@ -185,6 +215,7 @@ def _inspect_pte(op: Opened) -> dict:
             inputs=desc["inputs"],
             outputs=desc["outputs"],
             layers=_layers_summary(desc),
+            states=_states(desc),
         )
         engines.append(entry)
     return {
@@ -214,6 +245,7 @@ def _print_engine(path: str, d: dict, layers: bool) -> None:
         for t in d[which]:
             print(f"    {text(t['name'] or t['tensor'])} {t['dtype']} {_shape(t)}")
     print(f"  memory plan: arena {size(d['memory_plan']['arena_nbytes'])}")
+    _print_states(_states(d), "  ")
     print(
         f"  weights: {w['n_inline']} inline ({size(w['inline_nbytes'])}), {w['n_external']} "
         f"external ({size(w['external_nbytes'])})"
@@ -276,6 +308,7 @@ def _print_pte(doc: dict, layers: bool) -> None:
             f"external ({e['n_external_weights']} keys)"
         )
         print(f"  {ins} -> {outs}")
+        _print_states(e.get("states", []), "  ")
         if layers:
             rows = [
                 [

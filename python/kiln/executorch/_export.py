@@ -3,6 +3,7 @@ supported parts run in Kiln."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,8 @@ from . import _report
 from ._meta import check_not_meta
 from ._options import validate_external_data, validate_precision
 from .partitioner import KilnPartitioner
+
+log = logging.getLogger("kiln.executorch")
 
 EXPORT_OPTIONS = (
     "dynamic_shapes",
@@ -57,8 +60,10 @@ def _as_args(example_inputs, what: str) -> tuple:
     return example_inputs
 
 
-def _export_module(module: torch.nn.Module, example_inputs, dynamic_shapes, what: str):
-    if module.training:
+def _export_module(
+    module: torch.nn.Module, example_inputs, dynamic_shapes, what: str, strict: bool = False
+):
+    if module.training and not strict:
         warnings.warn(
             f"{what}: the model is in training mode (dropout and batch norm behave differently "
             "than at inference, and Kiln cannot take training-mode batch norm); call "
@@ -66,10 +71,12 @@ def _export_module(module: torch.nn.Module, example_inputs, dynamic_shapes, what
             stacklevel=4,
         )
     args = _as_args(example_inputs, what)
-    return torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
+    return torch.export.export(module, args, dynamic_shapes=dynamic_shapes, strict=strict)
 
 
-def _programs(model, example_inputs, dynamic_shapes) -> dict[str, ExportedProgram]:
+def _programs(
+    model, example_inputs, dynamic_shapes, strict: bool = False
+) -> dict[str, ExportedProgram]:
     if isinstance(model, ExportedProgram):
         if example_inputs is not None or dynamic_shapes is not None:
             raise ValueError(
@@ -78,7 +85,7 @@ def _programs(model, example_inputs, dynamic_shapes) -> dict[str, ExportedProgra
             )
         return {"forward": model}
     if isinstance(model, torch.nn.Module):
-        return {"forward": _export_module(model, example_inputs, dynamic_shapes, "forward")}
+        return {"forward": _export_module(model, example_inputs, dynamic_shapes, "forward", strict)}
     if isinstance(model, Mapping):
         if example_inputs is not None or dynamic_shapes is not None:
             raise ValueError(
@@ -101,7 +108,7 @@ def _programs(model, example_inputs, dynamic_shapes) -> dict[str, ExportedProgra
                         f"got a {type(mod).__name__} first"
                     )
                 dyn = item[2] if len(item) == 3 else None
-                out[name] = _export_module(mod, item[1], dyn, f"method {name!r}")
+                out[name] = _export_module(mod, item[1], dyn, f"method {name!r}", strict)
             else:
                 raise TypeError(
                     f"method {name!r}: expected an ExportedProgram or a tuple "
@@ -152,7 +159,14 @@ def export(
         model: an ``nn.Module`` (exported with ``torch.export.export(model, example_inputs,
             dynamic_shapes=...)``), an ``ExportedProgram``, or a dict ``{method_name:
             ExportedProgram or (module, example_inputs[, dynamic_shapes])}`` for a program with
-            several methods.
+            several methods. Modules are exported in torch.export's non-strict mode; one whose
+            non-strict trace does not lower (AOT autograd's "expected compiled_fn to be
+            GraphModule", as transformers' StaticCache wrappers give) is exported again with
+            ``strict=True``, with a warning in the ``kiln.executorch`` log. A module's
+            registered buffers that it updates in place (a KV cache: ``index_copy_``,
+            ``x[:, :, positions] = ...``, slice assignment at a constant start) become state
+            owned by the Kiln engine when Kiln computes their every use: each loaded program
+            keeps its own copy from one call to the next.
         example_inputs: a tuple of tensors (for an nn.Module).
         dynamic_shapes: as for ``torch.export.export`` (for an nn.Module); dynamic dimensions
             need a ``max`` (Kiln plans memory for the largest shapes).
@@ -234,11 +248,27 @@ def _export(
     if not isinstance(strict, bool):
         raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
     check_not_meta(model, example_inputs)
+    # torch.export's non-strict trace runs the module's in-place updates of tensors it does not
+    # see as module state on the real tensors; kept to undo that before a strict retry.
+    saved = _buffer_values(model)
     with rep.phase("torch.export"):
         programs = _programs(model, example_inputs, dynamic_shapes)
     kiln = KilnPartitioner(precision=precision, external_data=external_data)
     with rep.phase("partition + lower"):
-        edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
+        try:
+            edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
+        except AssertionError as e:
+            if _NON_STRICT_FAILURE not in str(e) or not _exports_modules(model):
+                raise
+            log.warning(_STRICT_RETRY, str(e).strip())
+            del programs
+            _restore_buffers(saved)
+            # Under no_grad, as transformers' own convert_and_export_with_cache: a strict trace
+            # with autograd on lifts tensors that require grad, which ExecuTorch cannot copy.
+            with rep.phase("torch.export"), torch.no_grad():
+                programs = _programs(model, example_inputs, dynamic_shapes, strict=True)
+            kiln = KilnPartitioner(precision=precision, external_data=external_data)
+            edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
     methods, derived = _report.describe_methods(edge)
     rep.report.methods = methods
     # The partitioner's own record of what it left and why, when it keeps one; otherwise the
@@ -254,6 +284,65 @@ def _export(
     except AttributeError:  # a manager class that refuses new attributes
         pass
     return prog
+
+
+# What AOT autograd raises when ExecuTorch decomposes a non-strict export of a module that
+# mutates tensors held outside its registered state (transformers' StaticCache wrappers:
+# TorchExportableModuleWithStaticCache keeps the cache tensors in a StaticCache object and
+# registers the same tensors as buffers); torch.export's strict (dynamo) trace of the same
+# module lowers.
+_NON_STRICT_FAILURE = "expected compiled_fn to be GraphModule"
+_STRICT_RETRY = (
+    "kiln: the model traced by torch.export in non-strict mode (the default) does not lower "
+    "(%s): it mutates tensors outside its registered state, as transformers' StaticCache "
+    "wrappers do. Exporting it again with torch.export.export(..., strict=True) under "
+    "torch.no_grad(); to skip this retry, export so yourself and pass the ExportedProgram"
+)
+
+
+def _modules(model) -> list[torch.nn.Module]:
+    if isinstance(model, torch.nn.Module):
+        return [model]
+    if isinstance(model, Mapping):
+        return [
+            v[0]
+            for v in model.values()
+            if isinstance(v, (tuple, list)) and v and isinstance(v[0], torch.nn.Module)
+        ]
+    return []
+
+
+def _buffer_values(model) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(buffer, a copy of its value) for every buffer of the modules kiln exports."""
+    out, seen = [], set()
+    for mod in _modules(model):
+        for b in mod.buffers():
+            if id(b) not in seen:
+                seen.add(id(b))
+                out.append((b, b.detach().clone()))
+    return out
+
+
+def _restore_buffers(saved) -> None:
+    """Gives every buffer back its value (and drops the autograd history a trace left on it:
+    transformers' StaticCache tensors come out of a non-strict trace with a grad_fn)."""
+    with torch.no_grad():
+        for b, value in saved:
+            if b.grad_fn is not None or b.requires_grad:
+                try:
+                    b.detach_()
+                except RuntimeError:  # a view: copy_ below still restores the values
+                    pass
+            b.copy_(value)
+
+
+def _exports_modules(model) -> bool:
+    """Whether the programs of ``model`` are exported by kiln (not given as ExportedPrograms)."""
+    if isinstance(model, torch.nn.Module):
+        return True
+    if isinstance(model, Mapping):
+        return any(not isinstance(v, ExportedProgram) for v in model.values())
+    return False
 
 
 def _strict_message(rejected: list) -> str:

@@ -271,6 +271,7 @@ class Lowerer:
         self._scalars: dict = {}
         self._n_auto = 0
         self.constant_values: set[int] = set()  # ids of Kiln constants (weights, scalars)
+        self.state_values: dict[Node, int] = {}  # placeholders of mutated buffers -> states
 
     # values
 
@@ -308,6 +309,23 @@ class Lowerer:
         self.constant_values.add(v)
         self.const_data[node] = tensor
         self.env[node] = [v]
+        return v
+
+    def add_state(self, node: Node, initial: torch.Tensor) -> int:
+        """A mutated buffer as a Kiln state (kept by each context from one execute to the
+        next), starting from ``initial``; an all-zero buffer is given no data (the engine
+        starts it at zeros)."""
+        t = initial.detach()
+        if t.dim() > _lib.KILN_MAX_RANK:
+            raise Unsupported(f"buffer '{node.name}' has rank {t.dim()} > {_lib.KILN_MAX_RANK}")
+        try:
+            dt = _graph.kiln_dtype(t.dtype)
+        except KeyError as e:
+            raise Unsupported(str(e)) from None
+        data = t if t.numel() and bool(t.ne(0).any()) else None
+        v = self._call(lambda: self.g.add_state(node.name, dt, list(t.shape), data))
+        self.env[node] = [v]
+        self.state_values[node] = v
         return v
 
     def value(self, arg) -> int:
@@ -1123,6 +1141,218 @@ def _gather(L, node, a):
     )
 
 
+# writes into a tensor (a KV cache's update): index_put with one index tensor, index_copy and
+# slice assignment (slice_scatter) all become Kiln's index_copy, which the engine runs in place
+# when it updates a state (a mutated buffer the delegate owns).
+
+
+def _dims_equal(a, b) -> bool:
+    return _same(sym_expr(a), sym_expr(b))
+
+
+def _broadcast_to(L: Lowerer, v: int, vm: torch.Tensor, target: list, likes: dict, what: str):
+    """Value v (metadata vm) broadcast to the sizes ``target`` (ints or SymInts), as PyTorch
+    broadcasts: missing leading dimensions are added, size-1 dimensions are expanded. A
+    symbolic target size that v does not already have is read from a ``likes`` entry
+    {dim: (tensor node, its dim)}; all of them must name one tensor."""
+    shape = list(vm.shape)
+    r = len(target)
+    while len(shape) > r:
+        e = sym_expr(shape[0])
+        if not (e.is_number and int(e) == 1):
+            raise Unsupported(f"{what} of shape {list(vm.shape)} does not fit {target}")
+        v = L.op("squeeze", [v], {"dims": [0]})
+        shape.pop(0)
+    if len(shape) < r:
+        v = L.op("reshape", [v], {"shape": [1] * (r - len(shape)) + _keep(len(shape))})
+        shape = [1] * (r - len(shape)) + shape
+    codes: list[int] = []
+    like = None
+    changed = False
+    for j, (have, want) in enumerate(zip(shape, target, strict=True)):
+        if _dims_equal(have, want):
+            codes.append(-1)
+            continue
+        eh = sym_expr(have)
+        if not (eh.is_number and int(eh) == 1):
+            raise Unsupported(
+                f"{what} of shape {list(vm.shape)} cannot be broadcast to {list(target)}"
+            )
+        changed = True
+        ew = sym_expr(want)
+        if ew.is_number:
+            codes.append(int(ew))
+            continue
+        src = likes.get(j)
+        if src is None or (like is not None and src[0] is not like):
+            raise Unsupported(
+                f"{what} of shape {list(vm.shape)} is broadcast along a symbolic dimension "
+                f"of {list(target)}"
+            )
+        like = src[0]
+        codes.append(-(src[1] + 2))
+    if not changed:
+        return v
+    if like is None:
+        return L.op("expand", [v], {"shape": codes})
+    # With a like input, -1 still keeps v's own size.
+    return L.op("expand", [v, L.value(like)], {"shape": codes})
+
+
+def _keep(n: int) -> list[int]:
+    """Reshape codes that keep n trailing dimensions of a value as they are."""
+    return [-(d + 2) for d in range(n)]
+
+
+def _index_rows(L: Lowerer, index: Node, what: str) -> tuple[int, bool]:
+    """(Kiln value of a 1-D integer index, whether it was 0-D and reshaped to [1])."""
+    if not isinstance(index, Node):
+        raise Unsupported(f"{what}: the index is not a tensor")
+    im = _meta(index)
+    if im.dtype == torch.bool:
+        raise Unsupported(f"{what} with a bool mask (masked assignment); Kiln takes integer rows")
+    if im.dtype not in (torch.int32, torch.int64):
+        raise Unsupported(f"{what} with a {im.dtype} index; Kiln takes int32 or int64 indices")
+    if im.dim() > 1:
+        raise Unsupported(
+            f"{what} with a {im.dim()}-D index tensor; Kiln takes a 1-D index (one row per entry)"
+        )
+    v = L.value(index)
+    if im.dim() == 0:
+        return L.op("reshape", [v], {"shape": [1]}), True
+    return v, False
+
+
+# Only the functional forms: an edge program's in-place ops (ExecuTorch's write-backs) change
+# their argument, which a Kiln value cannot.
+@_handles(
+    "aten.index_put.default",
+    kiln=("index_copy", "expand", "reshape", "squeeze", "unsqueeze", "cast"),
+)
+def _index_put(L, node, a):
+    """x[.., index, ..] = values with one 1-D (or 0-D) integer index tensor: index_copy,
+    negative indices counting from the end as in PyTorch (wrap 1)."""
+    acc = a["accumulate"]
+    if acc is True:
+        raise Unsupported("index_put with accumulate=True (a scatter-add); Kiln assigns rows")
+    if acc not in (False, None):
+        raise Unsupported(f"index_put with accumulate={acc!r}")
+    x = a["self"]
+    xm = _meta(x)
+    idx = list(a["indices"])
+    used = [i for i, t in enumerate(idx) if t is not None]
+    if len(used) != 1:
+        raise Unsupported(
+            f"index_put with {len(used)} index tensors; Kiln takes exactly one "
+            "(x[:, :, index] = values)"
+        )
+    p = used[0]
+    if p >= xm.dim():
+        raise Unsupported(f"index_put indexes dimension {p} of a rank-{xm.dim()} tensor")
+    rows, was_scalar = _index_rows(L, idx[p], "index_put")
+    out_dtype = xm.dtype
+    values = a["values"]
+    if not isinstance(values, Node):
+        raise Unsupported("index_put with scalar values (a fill); Kiln takes a values tensor")
+    vm = _meta(values)
+    v = L.cast(L.value(values), vm.dtype, out_dtype)
+    target = list(xm.shape)
+    if was_scalar:
+        # x[.., i, ..] = values: values broadcast to x without dimension p, then a row.
+        del target[p]
+        likes = {j: (x, j if j < p else j + 1) for j in range(len(target))}
+        v = _broadcast_to(L, v, vm, target, likes, "index_put values")
+        v = L.op("unsqueeze", [v], {"dim": p})
+    else:
+        target[p] = _meta(idx[p]).shape[0]
+        likes = {j: (x, j) for j in range(len(target)) if j != p}
+        likes[p] = (idx[p], 0)
+        v = _broadcast_to(L, v, vm, target, likes, "index_put values")
+    return L.op("index_copy", [L.value(x), rows, v], {"dim": p, "wrap": 1})
+
+
+@_handles("aten.index_copy.default", kiln=("index_copy", "reshape", "cast"))
+def _index_copy(L, node, a):
+    """torch.index_copy: rows of source written at index along dim (indices in [0, size))."""
+    x = a["self"]
+    xm = _meta(x)
+    r = xm.dim()
+    if r == 0:
+        raise Unsupported("index_copy of a 0-D tensor")
+    dim = _static_int(a["dim"], "dim") % r
+    rows, _ = _index_rows(L, a["index"], "index_copy")
+    src = a["source"]
+    sm = _meta(src)
+    if sm.dim() != r:
+        raise Unsupported(f"index_copy source of rank {sm.dim()}; x has rank {r}")
+    v = L.cast(L.value(src), sm.dtype, xm.dtype)
+    return L.op("index_copy", [L.value(x), rows, v], {"dim": dim, "wrap": 0})
+
+
+@_handles("aten.slice_scatter.default", kiln=("index_copy", "arange", "cast"))
+def _slice_scatter(L, node, a):
+    """x[.., start:end:step, ..] = src (slice assignment) with a constant start and step: src's
+    rows written at start, start + step, ... (as many as src has: a symbolic length is read
+    from src at run time)."""
+    x, src = a["self"], a["src"]
+    xm, sm = _meta(x), _meta(src)
+    r = xm.dim()
+    if r == 0 or sm.dim() != r:
+        raise Unsupported(f"slice_scatter of a rank-{sm.dim()} src into a rank-{r} tensor")
+    dim = _static_int(a["dim"], "dim") % r
+    step = _static_int(a["step"], "slice_scatter step")
+    if step <= 0:
+        raise Unsupported(f"slice_scatter step {step}")
+    start = a["start"]
+    if start is None:
+        start = 0
+    elif isinstance(start, Node) or isinstance(start, torch.SymInt):
+        e = sym_expr(start.meta.get("val") if isinstance(start, Node) else start)
+        if e is None or not e.is_number:
+            raise Unsupported(
+                f"slice_scatter with a symbolic start ({e}); Kiln takes a constant start (for "
+                "a position given at run time, write the rows with x.index_copy_(dim, "
+                "positions, src) or x[:, :, positions] = src, positions being a tensor)"
+            )
+        start = int(e)
+    else:
+        start = _static_int(start, "slice_scatter start")
+    if start < 0:
+        size = sym_expr(xm.shape[dim])
+        if not size.is_number:
+            raise Unsupported("slice_scatter with a negative start on a symbolic dimension")
+        start = max(0, start + int(size))
+    rows = L.op(
+        "arange",
+        [L.value(src)],
+        {
+            "dim": dim,
+            "start": float(start),
+            "step": float(step),
+            "dtype": _graph.TORCH_TO_KILN[torch.int64],
+        },
+    )
+    v = L.cast(L.value(src), sm.dtype, xm.dtype)
+    return L.op("index_copy", [L.value(x), rows, v], {"dim": dim, "wrap": 0})
+
+
+@_handles("aten.copy.default", kiln=("copy", "cast", "expand", "reshape", "squeeze"))
+def _copy_into(L, node, a):
+    """aten.copy(self, src): src cast to self's dtype and broadcast to self's shape (what
+    ``self.copy_(src)`` writes); self's values are not read."""
+    x, src = a["self"], a["src"]
+    xm = _meta(x)
+    if not isinstance(src, Node):
+        raise Unsupported("copy from a scalar")
+    sm = _meta(src)
+    v = L.cast(L.value(src), sm.dtype, xm.dtype)
+    likes = {j: (x, j) for j in range(xm.dim())}
+    out = _broadcast_to(L, v, sm, list(xm.shape), likes, "copy source")
+    if out == L.value(src):
+        out = L.op("copy", [out])
+    return out
+
+
 @_handles("aten.cumsum.default", kiln=("cumsum", "cast"))
 def _cumsum(L, node, a):
     out = _out_dtype(node)
@@ -1827,9 +2057,50 @@ def _to_dim_order_copy(L, node, a):
 # constants
 
 
-@_handles("aten.scalar_tensor.default", kiln=())
+@_handles("aten.scalar_tensor.default", kiln=("arange", "select"))
 def _scalar_tensor(L, node, a):
-    return L.scalar(a["s"], _out_dtype(node))
+    s = a["s"]
+    if isinstance(s, Node) and isinstance(s.meta.get("val"), torch.SymInt):
+        return _sym_scalar(L, s, _out_dtype(node), "scalar_tensor")
+    return L.scalar(s, _out_dtype(node))
+
+
+def _sym_scalar(L: Lowerer, v: Node, dtype: torch.dtype, what: str) -> int:
+    """A 0-d value holding a symbolic integer known at run time (a sequence length): a tensor
+    dimension's size plus a constant, as the last entry of a Kiln arange over that dimension."""
+    e = sym_expr(v.meta.get("val"))
+    if e is None:
+        raise Unsupported(f"{what} of {v.meta.get('val')!r}, not an integer")
+    if e.is_number:
+        return L.scalar(int(e), dtype)
+    if dtype not in _graph.TORCH_TO_KILN or dtype == torch.bool:
+        raise Unsupported(f"{what} of dtype {dtype}")
+    seen, todo = set(), [v]
+    while todo:
+        n = todo.pop()
+        if n in seen or not isinstance(n, Node):
+            continue
+        seen.add(n)
+        if target_name(n) == "aten.sym_size.int" and is_tensor_node(n.args[0]):
+            t = n.args[0]
+            for d, size in enumerate(_meta(t).shape):
+                k = sympy.expand(sym_expr(size) - e)
+                if k.is_number:
+                    # arange(start = 1 - k)[-1] = 1 - k + (size - 1) = size - k = e
+                    ar = L.op(
+                        "arange",
+                        [L.value(t)],
+                        {
+                            "dim": d,
+                            "start": float(1 - int(k)),
+                            "step": 1.0,
+                            "dtype": _graph.TORCH_TO_KILN[dtype],
+                        },
+                    )
+                    return L.op("select", [ar], {"dim": 0, "index": -1})
+        if is_sym_node(n):
+            todo.extend(n.all_input_nodes)
+    raise Unsupported(f"{what} of {e}: no tensor dimension of that size to read it from")
 
 
 @_handles("aten.full.default", kiln=())

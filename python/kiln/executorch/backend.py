@@ -7,7 +7,12 @@ Contract with the C++ delegate (adapter/executorch/kiln_executorch.cpp):
 - the engine's input bindings are the partition's user-input placeholders in graph order,
   which is the order ExecuTorch passes the delegate's input arguments (the emitter builds the
   ``executorch_call_delegate`` arguments from the lowered module's placeholders);
-- its output bindings are the lowered module's outputs in order;
+- its output bindings are the lowered module's user outputs in order (ExecuTorch passes the
+  delegate only those);
+- a mutated buffer the partition owns (KilnPartitioner tags it into the partition with every
+  node reading it and its update) is a Kiln state: its initial value is the buffer's data, its
+  BUFFER_MUTATION output becomes the state's update, and each context (each loaded program)
+  keeps its own copy from one execute to the next; ExecuTorch never sees it;
 - external weights are named data under the keys kiln_built_weight returns, in the .pte or in
   ``<external_data>.ptd``; the delegate reads them through the NamedDataMap at init.
 """
@@ -61,16 +66,25 @@ def build_engine(
     t0 = time.perf_counter()
     sig = edge_program.graph_signature
     spec_by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+    # Buffers the program mutates that this partition owns (KilnPartitioner gives a mutated
+    # buffer to the delegate only with every reader and its update): Kiln states.
+    mutated = set(sig.buffers_to_mutate.values())
     ranges = low.Ranges(edge_program.range_constraints)
     g = _graph.Graph()
     try:
         L = low.Lowerer(g, ranges, check=False)
         inputs = []
+        states: dict[str, int] = {}  # buffer target -> Kiln state value
         for node in gm.graph.nodes:
             if node.op != "placeholder":
                 continue
             spec = spec_by_name.get(node.name)
-            if spec is None or spec.kind == InputKind.USER_INPUT:
+            if spec is not None and spec.kind == InputKind.BUFFER and spec.target in mutated:
+                data = _constant_data(edge_program, spec)
+                states[spec.target] = _try(
+                    lambda n=node, d=data: L.add_state(n, d), f"state '{node.name}'"
+                )
+            elif spec is None or spec.kind == InputKind.USER_INPUT:
                 val = node.meta.get("val")
                 if not isinstance(val, torch.Tensor):
                     raise KilnPreprocessError(
@@ -90,13 +104,24 @@ def build_engine(
                     reporter.node_lowered(node.name)
             elif node.op == "output":
                 out_node = node
-        outs = list(out_node.args[0]) if out_node is not None else []
+        results = list(out_node.args[0]) if out_node is not None else []
         out_specs = list(sig.output_specs)
-        for s in out_specs:
-            if s.kind != OutputKind.USER_OUTPUT:
+        if len(out_specs) != len(results):
+            raise KilnPreprocessError(
+                f"KilnBackend: the partition has {len(results)} outputs but its signature "
+                f"{len(out_specs)}"
+            )
+        outs = []
+        for spec, o in zip(out_specs, results, strict=True):
+            if spec.kind == OutputKind.USER_OUTPUT:
+                outs.append(o)
+            elif spec.kind == OutputKind.BUFFER_MUTATION and spec.target in states:
+                _update_state(g, L, states[spec.target], spec.target, o)
+            else:
                 raise KilnPreprocessError(
-                    f"KilnBackend: partition output '{s.arg.name}' is a {s.kind.name}; Kiln "
-                    "delegates produce only user outputs"
+                    f"KilnBackend: partition output '{spec.arg.name}' is a {spec.kind.name}"
+                    + (f" of '{spec.target}'" if spec.target else "")
+                    + "; Kiln delegates produce user outputs and update the buffers they own"
                 )
         input_values = {L.env[n][0] for n in gm.graph.nodes if n.op == "placeholder" and n in L.env}
         marked: set[int] = set()
@@ -128,6 +153,21 @@ def build_engine(
         return built, inputs, len(outs)
     finally:
         g.close()
+
+
+def _update_state(g: _graph.Graph, L: low.Lowerer, state: int, target: str, node) -> None:
+    """The state of buffer ``target`` takes the value of ``node`` at the end of each execute."""
+    v = L.env.get(node, [None])[0] if node is not None else None
+    if v is None:
+        raise KilnPreprocessError(
+            f"KilnBackend: the update of buffer '{target}' ('{node}') has no Kiln value"
+        )
+    if v == state:
+        return  # written back unchanged
+    _try(
+        lambda: L._call(lambda: g.update_state(state, v, f"update of buffer '{target}'")),
+        f"buffer '{target}'",
+    )
 
 
 def _try(fn, what: str):

@@ -14,6 +14,7 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from executorch.exir.backend.utils import tag_constant_data
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -54,10 +55,13 @@ def constant_tensors(ep: ExportedProgram) -> dict[Node, torch.Tensor | None]:
         **sig.inputs_to_buffers,
         **sig.inputs_to_lifted_tensor_constants,
     }
+    # A buffer the program mutates is not a constant: its value changes from one run to the
+    # next (nothing may be folded from it).
+    mutated = set(sig.buffers_to_mutate.values())
     out = {}
     for n in ep.graph.nodes:
         target = targets.get(n.name) if n.op == "placeholder" else None
-        if target is None:
+        if target is None or (n.name in sig.inputs_to_buffers and target in mutated):
             continue
         out[n] = None
         for source in (ep.state_dict, ep.constants):
@@ -195,6 +199,62 @@ def _partition_problems(
                     bad.add(n.args[0])
                 bad.add(n)
     return bad
+
+
+def tag_owned_buffers(ep: ExportedProgram, kiln_tags) -> list[dict]:
+    """Gives each mutated buffer (a KV cache) to the Kiln partition that reads and updates it:
+    tags its placeholder with the partition's tag when every node reading the buffer and the
+    node computing its new value are in that partition, and the new value has no other use
+    outside it. KilnBackend then makes the buffer a Kiln state updated inside the engine.
+
+    A mutated buffer that fails these conditions stays with ExecuTorch, as for any delegate:
+    the partitions read it as an input and ExecuTorch writes the new value back. Returns one
+    record {"buffer", "reason"} per mutated buffer left to ExecuTorch whose old or new value a
+    Kiln partition reads or computes.
+    """
+    sig = ep.graph_signature
+    out_node = next((n for n in ep.graph.nodes if n.op == "output"), None)
+    results = list(out_node.args[0]) if out_node is not None else []
+    new_value: dict[str, Node] = {}
+    uses: dict[Node, int] = {}
+    for spec, r in zip(sig.output_specs, results, strict=False):
+        if isinstance(r, Node):
+            uses[r] = uses.get(r, 0) + 1
+            if spec.kind == OutputKind.BUFFER_MUTATION and spec.target is not None:
+                new_value[spec.target] = r
+    left = []
+    for n in ep.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        target = sig.inputs_to_buffers.get(n.name)
+        m = new_value.get(target) if target is not None else None
+        if m is None:
+            continue
+        tag = m.meta.get("delegation_tag") if m.op == "call_function" else None
+        readers = {u.meta.get("delegation_tag") for u in n.users}
+        if tag is None:
+            new_readers = {u.meta.get("delegation_tag") for u in m.users}
+            if (readers | new_readers) & set(kiln_tags):
+                left.append({"buffer": target, "reason": _UPDATE_OUTSIDE})
+            continue
+        if tag not in kiln_tags:
+            continue
+        why = None
+        if readers - {tag}:
+            why = "a node outside the Kiln partition reads it"
+        elif uses.get(m, 0) != 1:
+            why = "its new value is also an output of the program"
+        elif any(u is not out_node and u.meta.get("delegation_tag") != tag for u in m.users):
+            why = "a node outside the Kiln partition reads its new value"
+        if why is None:
+            n.meta["delegation_tag"] = tag
+        else:
+            log.debug("Kiln leaves buffer %s to ExecuTorch: %s", target, why)
+            left.append({"buffer": target, "reason": why})
+    return left
+
+
+_UPDATE_OUTSIDE = "Kiln does not compute its update (the node writing it is left to ExecuTorch)"
 
 
 def _has_compute(partition_nodes: set[Node], checks: dict[Node, low.Check]) -> bool:
@@ -413,6 +473,10 @@ class KilnPartitioner(Partitioner):
         # Every node of the partitioned programs left to ExecuTorch: dicts {"op": edge op
         # name, "reason": why Kiln did not take it, "source": "file.py:123" or None}.
         self.rejected: list[dict] = []
+        # Mutated buffers (KV caches) a Kiln partition reads or updates but that stay with
+        # ExecuTorch, which writes their new values back: dicts {"buffer": name, "reason"}.
+        # Every other mutated buffer a Kiln partition uses is owned by the engine (a state).
+        self.buffers_left: list[dict] = []
         self.precision = validate_precision(precision)
         self.external_data = validate_external_data(external_data)
         self.delegation_spec = DelegationSpec(
@@ -461,6 +525,7 @@ class KilnPartitioner(Partitioner):
                     stacklevel=2,
                 )
         tag_constant_data(exported_program)
+        self.buffers_left += tag_owned_buffers(exported_program, tags)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
 
     def ops_to_not_decompose(
