@@ -3,7 +3,14 @@
 // of the graph becomes the target dtype; the engine's bindings keep their dtypes through casts
 // at the boundary (float32 inputs are cast once, right after the input; float32 outputs are
 // cast back at the end). Explicit casts to float32 inside the model cast to the target instead.
-// Norm and softmax kernels accumulate in float32 whatever the storage dtype. States are internal
+// Norm and softmax kernels accumulate in float32 whatever the storage dtype.
+//
+// Position math stays float32: a float32 value computed only from integer tensors, small float
+// constants (at most KILN_PRECISION_SMALL_CONST elements: rotary inverse frequencies, scales) and
+// other such values (rotary cos/sin tables from position ids, masks built from positions) keeps
+// its dtype, explicit casts to float32 included, and is cast to the target once where another
+// node reads it. In half precision a position of a few hundred loses its low bits, and a rotary
+// angle computed from it is off by radians. States are internal
 // to the engine: a float32 state becomes a state of the target dtype (its initial value
 // converted), so that a KV cache is stored and read at the compute precision.
 #include <string.h>
@@ -35,25 +42,71 @@ static kiln_status cast_node(kiln_bgraph *b, int32_t v, uint32_t to, int64_t seq
     return KILN_OK;
 }
 
+#define KILN_PRECISION_SMALL_CONST 4096
+
+// Whether node n computes position math (see above): every present input is an integer or bool
+// value, a small constant, or position math itself.
+static int is_position_math(const kiln_bgraph *b, const kiln_bnode *n, const uint8_t *keep,
+                            const uint8_t *was_f32, size_t n_orig_vals) {
+    int runtime = 0;
+    if (!was_f32[n->output]) return 0;
+    // A lookup into a float table gives the table's values: nothing to keep.
+    if (n->op == KILN_OP_EMBEDDING || n->op == KILN_OP_GATHER || n->op == KILN_OP_INDEX) {
+        int32_t data = kiln_bgraph_input(b, n, 0);
+        if (data >= 0 && b->values[data].kind == KILN_IR_CONSTANT) return 0;
+    }
+    for (uint32_t j = 0; j < n->n_inputs; j++) {
+        int32_t v = b->ids[n->input_begin + j];
+        const kiln_bvalue *bv;
+        if (v < 0) continue;
+        if ((size_t)v >= n_orig_vals) return 0;
+        bv = &b->values[v];
+        if (bv->kind == KILN_IR_CONSTANT) {
+            uint64_t numel;
+            if (kiln_dtype_is_float((kiln_dtype)bv->desc.dtype) &&
+                (!kiln_shape_max_numel(&bv->desc.shape, &numel) ||
+                 numel > KILN_PRECISION_SMALL_CONST)) {
+                return 0;
+            }
+            continue;
+        }
+        if (bv->kind == KILN_IR_STATE) return 0;
+        runtime = 1;
+        if (keep[v]) continue;
+        if (kiln_dtype_is_float((kiln_dtype)bv->desc.dtype)) return 0;
+    }
+    return runtime;
+}
+
 kiln_status kiln_pass_precision(kiln_bgraph *b) {
     uint32_t target;
     size_t n_orig_vals = b->n_values, n_orig_nodes = b->n_nodes, map_nbytes;
-    int32_t *map = NULL; // F32 input/constant value -> its converted value
-    uint8_t *was_f32 = NULL;
+    int32_t *map = NULL;   // F32 input/constant value -> its converted value
+    int32_t *castv = NULL; // position-math value -> its cast to the target
+    uint8_t *was_f32 = NULL, *keep = NULL;
     kiln_status st = KILN_OK;
     if (b->opts.precision == KILN_PRECISION_FP32) return KILN_OK;
     target = b->opts.precision == KILN_PRECISION_FP16 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16;
     KILN_TRY(kiln_bgraph_count_uses(b));
     map_nbytes = n_orig_vals * sizeof *map;
     map = kiln_malloc(map_nbytes, KILN_ALIGN);
+    castv = kiln_malloc(map_nbytes, KILN_ALIGN);
     was_f32 = kiln_malloc(n_orig_vals, KILN_ALIGN);
-    if (map == NULL || was_f32 == NULL) {
+    keep = kiln_calloc(n_orig_vals, KILN_ALIGN);
+    if (map == NULL || castv == NULL || was_f32 == NULL || keep == NULL) {
         st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory in precision conversion");
         goto done;
     }
     for (size_t v = 0; v < n_orig_vals; v++) {
-        map[v] = -1;
+        map[v] = castv[v] = -1;
         was_f32[v] = b->values[v].desc.dtype == KILN_DTYPE_F32;
+    }
+    for (size_t i = 0; i < n_orig_nodes; i++) {
+        const kiln_bnode *n = &b->nodes[i];
+        if (!n->dead && (size_t)n->output < n_orig_vals &&
+            is_position_math(b, n, keep, was_f32, n_orig_vals)) {
+            keep[n->output] = 1;
+        }
     }
     // Boundary casts for float32 inputs, converted copies of float32 constants (read by nodes).
     for (size_t i = 0; i < b->n_inputs && st == KILN_OK; i++) {
@@ -91,12 +144,26 @@ kiln_status kiln_pass_precision(kiln_bgraph *b) {
     for (size_t i = 0; i < n_orig_nodes && st == KILN_OK; i++) {
         kiln_bnode *n = &b->nodes[i];
         kiln_value_desc d;
+        int kept;
         if (n->dead) continue;
-        for (uint32_t j = 0; j < n->n_inputs; j++) {
-            int32_t *v = &b->ids[n->input_begin + j];
-            if (*v >= 0 && (size_t)*v < n_orig_vals && map[*v] >= 0) *v = map[*v];
+        kept = (size_t)n->output < n_orig_vals && keep[n->output];
+        for (uint32_t j = 0; j < n->n_inputs && !kept && st == KILN_OK; j++) {
+            int32_t v = b->ids[n->input_begin + j];
+            if (v < 0 || (size_t)v >= n_orig_vals) continue;
+            if (keep[v] && n->op != KILN_OP_CAST) {
+                if (castv[v] < 0) { // emitted right after its producer (same key, later index)
+                    int64_t seq = b->nodes[b->values[v].index].seq;
+                    st = cast_node(b, v, target, seq, &castv[v]);
+                    if (st != KILN_OK) break;
+                    n = &b->nodes[i];
+                }
+                b->ids[n->input_begin + j] = castv[v];
+            } else if (map[v] >= 0) {
+                b->ids[n->input_begin + j] = map[v];
+            }
         }
-        if (n->op == KILN_OP_CAST) {
+        if (st != KILN_OK) break;
+        if (n->op == KILN_OP_CAST && !kept) {
             kiln_attrs a = kiln_bgraph_attrs(b, n);
             if (kiln_attrs_int(&a, KILN_A_CAST_DTYPE, 0) == KILN_DTYPE_F32) {
                 b->ints[a.refs[KILN_A_CAST_DTYPE].begin] = target;
@@ -121,6 +188,8 @@ kiln_status kiln_pass_precision(kiln_bgraph *b) {
     }
 done:
     kiln_free(map, map_nbytes);
+    kiln_free(castv, map_nbytes);
     kiln_free(was_f32, n_orig_vals);
+    kiln_free(keep, n_orig_vals);
     return st;
 }

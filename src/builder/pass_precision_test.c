@@ -65,9 +65,9 @@ static void test_mlp(void) {
     free(lw);
 }
 
-// Embedding indices stay integer; a gather of converted weights is exact; an explicit cast to
-// float32 inside the model casts to the target instead; an input that is also an output is
-// copied in its own dtype.
+// Embedding indices stay integer; a gather of converted weights is exact; float32 math on
+// integer inputs and small constants (position math) stays float32, explicit cast included; an
+// input that is also an output is copied in its own dtype.
 static void test_integer_paths(void) {
     float *emb = tu_rand(V * N, -1, 1), scale = 3.0f;
     kiln_graph *g;
@@ -87,16 +87,16 @@ static void test_integer_paths(void) {
     tu_output(g, z, "scaled");
     tu_output(g, idx, "tokens_out");
     if (bt_plan(g, &oh, &p)) {
-        BT_EXPECT_LAYERS(&p, "embedding|cast|mul|cast|cast|copy");
+        BT_EXPECT_LAYERS(&p, "embedding|cast|mul|cast|copy");
         CHECK(p.tensors[p.inputs[0]].dtype == KILN_DTYPE_I64);
         CHECK(p.tensors[p.outputs[0]].dtype == KILN_DTYPE_F32);
         CHECK(p.tensors[p.outputs[1]].dtype == KILN_DTYPE_F32);
         CHECK(p.tensors[p.outputs[2]].dtype == KILN_DTYPE_I64);
         {
-            // the model's cast to float32 now targets float16
+            // the model's cast of an integer input to float32 stays float32
             const kiln_plan_layer *l = &p.layers[1];
             kiln_attrs a = kiln_plan_layer_attrs(&p, l);
-            CHECK(kiln_attrs_int(&a, KILN_A_CAST_DTYPE, 0) == KILN_DTYPE_F16);
+            CHECK(kiln_attrs_int(&a, KILN_A_CAST_DTYPE, 0) == KILN_DTYPE_F32);
         }
         kiln_plan_release(&p);
     }
@@ -126,6 +126,50 @@ static void test_integer_paths(void) {
 
 // A float16 model built in float16 needs no casts; a value output twice is cast once and
 // copied once.
+// Rotary embedding from position ids: angle = pos * inv_freq, y = x * cos(angle). In float16 a
+// position near 2000 is off by up to 1 (its spacing), the angle by radians; the position math
+// stays float32 and only y is float16.
+static void test_position_math(void) {
+    enum { S = 6, H = 4 };
+    float inv_freq[H] = {1.0f, 0.1f, 0.01f, 0.001f};
+    kiln_graph *g;
+    kiln_built *bt = NULL;
+    int32_t pos, x, cf, a, c, y;
+    CHECK_OK(kiln_graph_new(&g));
+    pos = tu_input(g, "pos", KILN_DTYPE_I64, 2, TU_DIMS(S, 1), TU_DIMS(S, 1));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 2, TU_DIMS(S, H), TU_DIMS(S, H));
+    cf = tu_const(g, "inv_freq", KILN_DTYPE_F32, 2, TU_DIMS(1, H), inv_freq);
+    a = tu_node(g, KILN_OP_CAST, TU_IDS(pos), TU_ATTRS(TU_INTS("dtype", KILN_DTYPE_F32)));
+    a = tu_node(g, KILN_OP_MUL, TU_IDS(a, cf), TU_NO_ATTRS);
+    c = tu_node(g, KILN_OP_COS, TU_IDS(a), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_MUL, TU_IDS(x, c), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    kiln_build_options oh = bt_opts(1, KILN_PRECISION_FP16, 0);
+    CHECK_OK(kiln_build(g, &oh, &bt));
+    if (bt != NULL) {
+        int64_t p[S] = {1997, 2001, 2047, 1023, 513, 7};
+        float xv[S * H];
+        void *in[2] = {p, xv};
+        bt_shape sh[2] = {{2, {S, 1}}, {2, {S, H}}};
+        bt_outputs r;
+        tu_fill(xv, S * H, 0.5f, 1.0f);
+        for (int i = 0; i < S * H; i++) xv[i] = tu_round(xv[i], KILN_DTYPE_F16);
+        if (bt_run(bt, 2, sh, in, &r)) {
+            for (int i = 0; i < S; i++) {
+                for (int j = 0; j < H; j++) {
+                    double want = xv[i * H + j] * cos((double)p[i] * (double)inv_freq[j]);
+                    CHECK_MSG(fabs(r.data[0][i * H + j] - want) < 4e-3,
+                              "position %lld, frequency %d: %g, want %g", (long long)p[i], j,
+                              r.data[0][i * H + j], want);
+                }
+            }
+            bt_outputs_free(&r);
+        }
+        kiln_built_free(bt);
+    }
+    kiln_graph_free(g);
+}
+
 static void test_no_casts_and_shared_output(void) {
     kiln_graph *g;
     kiln_plan p;
@@ -164,6 +208,7 @@ int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     test_mlp();
     test_integer_paths();
+    test_position_math();
     test_no_casts_and_shared_output();
     return check_summary();
 }
