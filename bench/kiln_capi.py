@@ -65,6 +65,22 @@ class _OptionSetting(ctypes.Structure):  # kiln_option_setting
     ]
 
 
+class _LayerInfo(ctypes.Structure):  # kiln_layer_info
+    _fields_ = [
+        ("op", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("head", ctypes.c_uint32),
+        ("n_fused", ctypes.c_uint32),
+        ("kernel", ctypes.c_char * 32),
+        ("detail", ctypes.c_char * 224),
+        ("workspace_nbytes", ctypes.c_uint64),
+        ("l2_keep_nbytes", ctypes.c_int64),
+        ("n_profiled", ctypes.c_uint64),
+        ("device_us", ctypes.c_double),
+        ("host_us", ctypes.c_double),
+    ]
+
+
 class _LoadOptions(ctypes.Structure):  # kiln_load_options
     _fields_ = [
         ("struct_nbytes", ctypes.c_uint32),
@@ -143,6 +159,9 @@ def load(path: str | None = None):
         "kiln_engine_n_states": (ctypes.c_uint32, [p]),
         "kiln_context_reset_states": (st, [p]),
         "kiln_context_share_states": (st, [p, p]),
+        "kiln_engine_n_layers": (ctypes.c_uint32, [p]),
+        "kiln_context_layer_info": (st, [p, ctypes.c_uint32, ctypes.POINTER(_LayerInfo)]),
+        "kiln_op_name": (ctypes.c_char_p, [ctypes.c_uint32]),
         "kiln_build_options_init": (None, [ctypes.POINTER(_BuildOptions)]),
         "kiln_build": (st, [p, ctypes.POINTER(_BuildOptions), ctypes.POINTER(p)]),
         "kiln_built_free": (None, [p]),
@@ -333,6 +352,7 @@ class Engine:
         weights: Mapping[str, bytes],
         device: str = "cuda:0",
         use_cuda_graphs: bool = True,
+        profile: bool = False,
     ):
         self.lib = load()
         self._weights = dict(weights)
@@ -349,15 +369,18 @@ class Engine:
         opts = _LoadOptions()
         self.lib.kiln_load_options_init(ctypes.byref(opts))
         opts.resolve = self._resolver
-        settings = (_OptionSetting * 2)()
+        settings = (_OptionSetting * 3)()
         settings[0].name = b"device"
         settings[0].type = KILN_OPTION_STRING
         settings[0].string_value = device.encode()
         settings[1].name = b"use_cuda_graphs"
         settings[1].type = KILN_OPTION_BOOL
         settings[1].int_value = 1 if use_cuda_graphs else 0
+        settings[2].name = b"profile"
+        settings[2].type = KILN_OPTION_BOOL
+        settings[2].int_value = 1 if profile else 0
         opts.settings = settings
-        opts.n_settings = 2
+        opts.n_settings = 3
         self.h = ctypes.c_void_p()
         self.ctx = ctypes.c_void_p()
         buf = ctypes.create_string_buffer(engine, len(engine))
@@ -403,6 +426,25 @@ class Engine:
         st = self._execute(self.ctx)
         if st != 0:
             check(st, "kiln_context_execute")
+
+    def layers(self) -> list[dict]:
+        """Every plan layer as this context runs it (kiln_context_layer_info)."""
+        out = []
+        for i in range(self.lib.kiln_engine_n_layers(self.h)):
+            info = _LayerInfo()
+            check(self.lib.kiln_context_layer_info(self.ctx, i, ctypes.byref(info)), "layer_info")
+            out.append(
+                {
+                    "layer": i,
+                    "op": self.lib.kiln_op_name(info.op).decode(),
+                    "head": info.head,
+                    "n_fused": info.n_fused,
+                    "kernel": info.kernel.decode(errors="replace"),
+                    "detail": info.detail.decode(errors="replace"),
+                    "device_us": info.device_us,
+                }
+            )
+        return out
 
     @property
     def n_states(self) -> int:

@@ -221,6 +221,49 @@ def test_two_loaded_programs_keep_separate_caches(llama):
             state[j] = [int(got.argmax()), n + 1]
 
 
+def test_prefill_and_decode_methods_share_one_cache(tmp_path):
+    """Two methods of one program, ``prefill`` (a prompt of up to max_seq tokens) and ``decode``
+    (one token), exported from the same module: one set of weights in the program, one cache
+    that both methods update (the delegate shares the states of the methods of a loaded
+    program), decoding like eager. Two loads keep two caches."""
+    model = TinyLlama(seed=5).eval()
+    fresh = copy.deepcopy(model)
+    args, dyn = example_inputs(model.c)
+    one = (torch.zeros(1, 1, dtype=torch.int64), torch.tensor([0]))
+    path = tmp_path / "two_methods.pte"
+    prog = save(
+        {"prefill": (model, args, dyn), "decode": (model, one)},
+        path,
+        external_data="two_methods",
+        quiet=True,
+    )
+    for method in ("prefill", "decode"):
+        s = delegation_summary(prog, method)
+        assert s["kiln"] == 1 and s["other"] == 0 and not s["ops"], (method, s)
+    # The weights are stored once: the .ptd holds each distinct weight a single time.
+    ptd = (tmp_path / "two_methods.ptd").stat().st_size
+    n_weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert ptd < 1.5 * n_weights, (ptd, n_weights)
+    ptd_path = tmp_path / "two_methods.ptd"
+    a, b = kiln.load(path, data_path=ptd_path), kiln.load(path, data_path=ptd_path)
+    runs = [(a, copy.deepcopy(fresh), _prompt(31, 9)), (b, copy.deepcopy(fresh), _prompt(32, 6))]
+    state = []
+    for program, eager, prompt in runs:  # both prompts first: a shared cache would mix them
+        n = prompt.shape[1]
+        got = program.run("prefill", [prompt, torch.arange(n)])[0]
+        _close(got, _eager(eager)(prompt, torch.arange(n)), "prefill")
+        state.append([int(got.argmax()), n])
+    for i in range(16):  # then one token at a time, alternating between the loads
+        for j, (program, eager, _) in enumerate(runs):
+            tok, n = state[j]
+            args = (torch.tensor([[tok]]), torch.tensor([n]))
+            got = program.run("decode", list(args))[0]
+            want = _eager(eager)(*args)
+            _close(got, want, f"load {j}: decode step {i}")
+            assert int(got.argmax()) == int(want.argmax()), (j, i)
+            state[j] = [int(want.argmax()), n + 1]
+
+
 def test_llama_fp16_model(tmp_path):
     """model.half(): an fp16 cache, fp16 compute; compared with eager fp16 teacher-forced (the
     two round differently, so greedy paths may part at a near tie)."""

@@ -1,0 +1,488 @@
+"""LLM generation on the H200: a Llama-3.2-1B-shaped decoder (transformers' LlamaForCausalLM,
+16 layers, d 2048, FFN 8192, 32 query and 8 KV heads, vocabulary 128256, tied embeddings) with
+deterministic random weights, bf16, its KV cache inside the Kiln engine (docs/benchmarks.md,
+"LLM generation").
+
+Export here (records the Kiln graphs; weights are regenerated on the device, bench/kiln_record.py):
+
+    PYTHONPATH=python KILN_LIBRARY=build-gpu/libkiln.so python bench/llm.py export \\
+        [--layers 16] [--out .dev/llm]
+
+Run on the device (libkiln and its CUDA plugin through bench/kiln_capi.py):
+
+    KILN_LIBRARY=... KILN_CUDA_PLUGIN=... python3 bench/llm.py run --dir .dev/llm --out $OUT
+
+The program has two methods over one cache, exported from transformers' own export wrapper
+(``TorchExportableModuleWithStaticCache``): ``prefill`` (512 tokens) and ``decode`` (one token at a
+position). On the device the two engines are built from the recording, loaded, and the decode
+context shares the prefill context's states (``kiln_context_share_states``, what the ExecuTorch
+delegate does for the methods of one program). Measured, side by side in one process:
+
+- Kiln: prefill of 512 tokens; decode ms/token at context 128, 1024 and 4096 (the time of one
+  execute of ``decode``: bind nothing new but the token and position, run, logits back);
+- PyTorch, the same wrapper and weights on the GPU: eager decode captured in a CUDA graph, and
+  ``torch.compile(mode="reduce-overhead")``; prefill eager;
+- the bandwidth floor: weight bytes + the KV cache bytes read at that context over 4.26 TB/s.
+
+Correctness on the device: Kiln's prefill logits and 16 teacher-forced decode steps against the
+eager model (bf16 on the GPU), and greedy tokens compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+
+HBM_BYTES_PER_S = 4.26e12  # the H200's HBM3e bandwidth (the floor's denominator)
+PREFILL = 512
+CONTEXTS = (128, 1024, 4096)
+MAX_CACHE = 4224  # a decode at position 4096 + a few steps fits
+TAG = "llm-llama1b"
+
+
+def config(layers: int, tiny: bool = False):
+    from transformers import LlamaConfig
+
+    if tiny:  # the flow on the CPU, in seconds
+        return LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            vocab_size=256,
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+            max_position_embeddings=8192,
+            rms_norm_eps=1e-5,
+        )
+    return LlamaConfig(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+        rms_norm_eps=1e-5,
+    )
+
+
+class Step(torch.nn.Module):
+    """transformers' StaticCache export wrapper, called with (input_ids, cache_position)."""
+
+    def __init__(self, wrapper):
+        super().__init__()
+        self.w = wrapper
+
+    def forward(self, input_ids, cache_position):
+        return self.w(input_ids=input_ids, cache_position=cache_position)
+
+
+def build(layers: int, max_cache: int, tiny: bool = False, device: str = "cpu"):
+    """The bf16 LlamaForCausalLM with version-independent weights, wrapped for export."""
+    import models as M
+    from transformers import LlamaForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+    cfg = config(layers, tiny)
+    cfg._attn_implementation = "sdpa"
+    with torch.device("cpu"):
+        model = LlamaForCausalLM(cfg)
+    M.zoo_init_(model, TAG)
+    model = model.to(torch.bfloat16).eval()
+    model.generation_config.use_cache = True
+    model.generation_config.cache_implementation = "static"
+    model = model.to(device)
+    wrapper = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=max_cache)
+    return Step(wrapper).eval(), model
+
+
+def tokens(n: int, vocab: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (1, n), generator=g, dtype=torch.int64)
+
+
+# --- export (here)
+
+
+def _delegation(prog) -> dict:
+    """Per method: Kiln delegates and the ops left to ExecuTorch."""
+    from executorch.exir.lowered_backend_module import executorch_call_delegate
+
+    out = {}
+    for name in prog.methods:
+        gm = prog.exported_program(name).graph_module
+        n_del, left = 0, []
+        for n in gm.graph.nodes:
+            if n.op != "call_function":
+                continue
+            if n.target is executorch_call_delegate:
+                n_del += 1
+            elif "getitem" not in str(n.target):
+                left.append(str(n.target))
+        out[name] = {"delegates": n_del, "left": left}
+    return out
+
+
+def cmd_export(a):
+    import kiln_record as R
+    from kiln.executorch import export
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    step, model = build(a.layers, a.max_cache, a.tiny)
+    vocab = model.config.vocab_size
+    methods = {
+        "prefill": (step, (tokens(a.prefill, vocab, 1), torch.arange(a.prefill))),
+        "decode": (step, (tokens(1, vocab, 2), torch.tensor([a.prefill]))),
+    }
+    t0 = time.perf_counter()
+    with R.Recorder() as rec, torch.no_grad():
+        prog = export(methods, precision="bf16", external_data="llm", quiet=True)
+    t_export = time.perf_counter() - t0
+    deleg = _delegation(prog)
+    for name, d in deleg.items():
+        if d["delegates"] != 1 or d["left"]:
+            raise SystemExit(f"method {name}: {d['delegates']} Kiln delegates, left {d['left']}")
+    if len(rec.built) != 2:
+        raise SystemExit(f"expected 2 Kiln engines, recorded {len(rec.built)}")
+    consts = R.resolve_constants(rec.built, rec.blobs, step)
+    meta = {
+        "meta": {
+            "layers": a.layers,
+            "max_cache": a.max_cache,
+            "prefill": a.prefill,
+            "tiny": a.tiny,
+            "methods": list(methods),
+            "export_s": round(t_export, 1),
+            "delegation": deleg,
+            "engine_nbytes": [len(e) for e in rec.engines],
+            "weights_nbytes": [sum(len(d) for _, d in w) for w in rec.weights],
+        }
+    }
+    n = R.save_recording(out / "llm.graph.json.gz", meta, rec.built, consts)
+    if a.verify:  # the replay here gives the exported engines (what the device relies on)
+        doc = R.load_recording(out / "llm.graph.json.gz")
+        R.replay(doc, R.named_tensors(step))
+    print(
+        f"llm: exported {len(rec.built)} engines in {t_export:.0f} s "
+        f"({', '.join(f'{k}: {v}' for k, v in deleg.items())}); recording {n} bytes, "
+        f"{consts['inline_nbytes']} inline"
+    )
+
+
+# --- run (device)
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _median_ms(fn, reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    _sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _err(got: torch.Tensor, want: torch.Tensor) -> float:
+    g, w = got.float(), want.float()
+    return (g - w).abs().max().item() / max(1.0, w.abs().max().item())
+
+
+def _decode_ms(step_fn, pos_buf, tok_buf, context: int, n: int) -> float:
+    """Mean ms per decode step over n steps from position `context` (token and position
+    written into the bound device buffers before each step, as a generate loop does)."""
+    for i in range(5):
+        pos_buf.fill_(context + i)
+        step_fn()
+    _sync()
+    t0 = time.perf_counter()
+    for i in range(n):
+        pos_buf.fill_(context + i)
+        tok_buf.fill_((i * 7919) % 251)
+        step_fn()
+    _sync()
+    return (time.perf_counter() - t0) * 1e3 / n
+
+
+def cmd_run(a):
+    import kiln_capi as C
+    import kiln_record as R
+
+    dev = torch.device(a.device)
+    gpu = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
+    res: dict = {"device": gpu, "date": time.strftime("%Y-%m-%d")}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save():
+        (out / "llm.json").write_text(json.dumps(res, indent=1))
+
+    doc = R.load_recording(Path(a.dir) / "llm.graph.json.gz")
+    meta = doc["meta"]
+    res["meta"] = meta
+    t0 = time.perf_counter()
+    step, model = build(meta["layers"], meta["max_cache"], meta["tiny"])
+    res["t_model_s"] = time.perf_counter() - t0
+    cfg = model.config
+    t0 = time.perf_counter()
+    built = R.replay(doc, R.named_tensors(step))
+    res["t_build_s"] = time.perf_counter() - t0
+    by_name = {}
+    for (engine, weights), g in zip(built, doc["graphs"], strict=True):
+        first_input = next(c for c in g["calls"] if c[0] == "input")
+        by_name["prefill" if first_input[4][-1] > 1 else "decode"] = (engine, weights)
+    t0 = time.perf_counter()
+    pre = C.Engine(by_name["prefill"][0], dict(by_name["prefill"][1]), device=a.kiln_device)
+    dec = C.Engine(by_name["decode"][0], dict(by_name["decode"][1]), device=a.kiln_device)
+    dec.share_states(pre)
+    res["t_load_s"] = time.perf_counter() - t0
+    dec_bytes = by_name["decode"] if a.profile else None
+    del built, by_name
+    res["kiln_weight_bytes"] = [pre.weight_nbytes, dec.weight_nbytes]
+    stream = torch.cuda.current_stream().cuda_stream if dev.type == "cuda" else None
+    V, P = cfg.vocab_size, meta["prefill"]
+
+    # Kiln buffers (device), bound once.
+    ids_p = tokens(P, V, 11).to(dev)
+    pos_p = torch.arange(P, device=dev)
+    logits_p = torch.empty(1, P, V, dtype=torch.bfloat16, device=dev)
+    tok = torch.zeros(1, 1, dtype=torch.int64, device=dev)
+    pos = torch.zeros(1, dtype=torch.int64, device=dev)
+    logits_d = torch.empty(1, 1, V, dtype=torch.bfloat16, device=dev)
+    pre.bind(
+        [(ids_p.data_ptr(), [1, P]), (pos_p.data_ptr(), [P])],
+        [(logits_p.data_ptr(), logits_p.numel() * 2)],
+        stream,
+    )
+    dec.bind(
+        [(tok.data_ptr(), [1, 1]), (pos.data_ptr(), [1])],
+        [(logits_d.data_ptr(), logits_d.numel() * 2)],
+        stream,
+    )
+
+    # Correctness against the eager model on the GPU (bf16).
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+    del step  # its cache lives on the CPU; the reference gets its own on the device
+    model = model.to(dev)
+    ref = Step(
+        TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=meta["max_cache"])
+    ).eval()
+    with torch.no_grad():
+        want_p = ref(ids_p, pos_p)
+    pre.reset_states()
+    pre.execute()
+    res["prefill_err"] = _err(logits_p[0, -1], want_p[0, -1])
+    agree, errs = 0, []
+    nxt = int(want_p[0, -1].argmax())
+    for i in range(16):
+        tok.fill_(nxt)
+        pos.fill_(P + i)
+        with torch.no_grad():
+            want = ref(tok, pos)
+        dec.execute()
+        errs.append(_err(logits_d[0, -1], want[0, -1]))
+        agree += int(logits_d[0, -1].argmax()) == int(want[0, -1].argmax())
+        nxt = int(want[0, -1].argmax())
+    res["decode_err_max"] = max(errs)
+    res["decode_argmax_agree"] = f"{agree}/16"
+    print(
+        f"llm: prefill err {res['prefill_err']:.3g}, decode err max {max(errs):.3g}, "
+        f"argmax agree {agree}/16",
+        flush=True,
+    )
+    save()
+
+    # Kiln timing.
+    res["kiln_prefill_ms"] = _median_ms(lambda: (pre.reset_states(), pre.execute()), 5)
+    res["kiln_decode_ms"] = {
+        c: _decode_ms(dec.execute, pos, tok, c, a.steps)
+        for c in CONTEXTS
+        if c + a.steps < meta["max_cache"]
+    }
+    print(
+        f"llm: kiln prefill {res['kiln_prefill_ms']:.2f} ms, decode {res['kiln_decode_ms']}",
+        flush=True,
+    )
+    save()
+
+    # Floors.
+    wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    kv_row = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * 2
+    res["weight_bytes"] = wbytes
+    res["floor_ms"] = {c: (wbytes + kv_row * c) / HBM_BYTES_PER_S * 1e3 for c in CONTEXTS}
+    save()
+    pre.close()
+    dec.close()
+    if dec_bytes is not None:
+        _profile(res, C, dec_bytes, a, V, stream)
+        save()
+
+    # PyTorch: eager prefill; eager decode captured in a CUDA graph; torch.compile.
+    with torch.no_grad():
+        res["torch_prefill_eager_ms"] = _median_ms(lambda: ref(ids_p, pos_p), 5)
+        tok_s = torch.zeros(1, 1, dtype=torch.int64, device=dev)
+        pos_s = torch.full((1,), P, dtype=torch.int64, device=dev)
+        res["torch_decode_eager_ms"] = {
+            c: _decode_ms(lambda: ref(tok_s, pos_s), pos_s, tok_s, c, a.steps // 4)
+            for c in CONTEXTS
+            if c + a.steps < meta["max_cache"]
+        }
+        save()
+        try:
+            if dev.type != "cuda":
+                raise RuntimeError("no GPU")
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    ref(tok_s, pos_s)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                ref(tok_s, pos_s)
+            res["torch_decode_graph_ms"] = {
+                c: _decode_ms(g.replay, pos_s, tok_s, c, a.steps)
+                for c in CONTEXTS
+                if c + a.steps < meta["max_cache"]
+            }
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            res["torch_decode_graph_error"] = f"{type(e).__name__}: {e}"[:400]
+        print(
+            f"llm: torch eager {res.get('torch_decode_eager_ms')}, graph "
+            f"{res.get('torch_decode_graph_ms', res.get('torch_decode_graph_error'))}",
+            flush=True,
+        )
+        save()
+        if a.compile:
+            try:
+                t0 = time.perf_counter()
+                comp = torch.compile(ref, mode="reduce-overhead", fullgraph=False)
+                for i in range(4):
+                    pos_s.fill_(P + i)
+                    comp(tok_s, pos_s)
+                _sync()
+                res["torch_compile_s"] = time.perf_counter() - t0
+                res["torch_decode_compile_ms"] = {
+                    c: _decode_ms(lambda: comp(tok_s, pos_s), pos_s, tok_s, c, a.steps)
+                    for c in CONTEXTS
+                    if c + a.steps < meta["max_cache"]
+                }
+            except Exception as e:  # noqa: BLE001
+                res["torch_decode_compile_error"] = f"{type(e).__name__}: {e}"[:400]
+    save()
+    _table(res)
+
+
+def _profile(res, C, dec_bytes, a, V, stream):
+    """Per-layer device times of the decode engine (option profile), grouped by op and kernel."""
+    dev = torch.device(a.device)
+    eng = C.Engine(dec_bytes[0], dict(dec_bytes[1]), device=a.kiln_device, profile=True)
+    tok = torch.zeros(1, 1, dtype=torch.int64, device=dev)
+    pos = torch.full((1,), 1024, dtype=torch.int64, device=dev)
+    out = torch.empty(1, 1, V, dtype=torch.bfloat16, device=dev)
+    eng.bind(
+        [(tok.data_ptr(), [1, 1]), (pos.data_ptr(), [1])],
+        [(out.data_ptr(), out.numel() * 2)],
+        stream,
+    )
+    for _ in range(20):
+        eng.execute()
+    layers = [x for x in eng.layers() if x["device_us"] is not None and x["device_us"] >= 0]
+    eng.close()
+    groups: dict = {}
+    for x in layers:
+        k = (x["op"], x["kernel"])
+        g = groups.setdefault(k, [0, 0.0])
+        g[0] += 1
+        g[1] += x["device_us"]
+    total = sum(g[1] for g in groups.values())
+    res["profile_total_us"] = total
+    res["profile_groups"] = sorted(
+        ([op, kern, n, us] for (op, kern), (n, us) in groups.items()), key=lambda r: -r[3]
+    )
+    res["profile_top"] = sorted(layers, key=lambda x: -x["device_us"])[:25]
+    print(f"\nllm: decode profile at position 1024: {total:.0f} us of device time per step")
+    for op, kern, n, us in res["profile_groups"][:20]:
+        print(f"  {op:14s} {kern:22s} x{n:4d} {us:9.1f} us")
+    for x in res["profile_top"][:12]:
+        print(
+            f"  layer {x['layer']:4d} {x['op']:12s} {x['device_us']:8.1f} us  {x['kernel']}: "
+            f"{x['detail'][:110]}"
+        )
+
+
+def _table(res):
+    print(
+        "\n| context | Kiln ms/token | torch eager | eager + CUDA graph | torch.compile | floor "
+        "| Kiln / best torch | floor / Kiln |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for c, k in res.get("kiln_decode_ms", {}).items():
+        e = res.get("torch_decode_eager_ms", {}).get(c)
+        g = res.get("torch_decode_graph_ms", {}).get(c)
+        t = res.get("torch_decode_compile_ms", {}).get(c)
+        f = res["floor_ms"][c]
+        best = min(x for x in (e, g, t) if x is not None)
+
+        def fmt(x):
+            return "-" if x is None else f"{x:.3f}"
+
+        print(
+            f"| {c} | {k:.3f} | {fmt(e)} | {fmt(g)} | {fmt(t)} | {f:.3f} | {k / best:.2f} "
+            f"| {f / k:.0%} |"
+        )
+    if "kiln_prefill_ms" in res:
+        print(
+            f"\nprefill {res['meta']['prefill']}: Kiln {res['kiln_prefill_ms']:.2f} ms, torch "
+            f"eager {res.get('torch_prefill_eager_ms', float('nan')):.2f} ms"
+        )
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export")
+    e.add_argument("--layers", type=int, default=16)
+    e.add_argument("--max-cache", type=int, default=MAX_CACHE)
+    e.add_argument("--prefill", type=int, default=PREFILL)
+    e.add_argument("--tiny", action="store_true", help="small widths: the flow on the CPU")
+    e.add_argument("--verify", action="store_true", help="replay the recording here")
+    e.add_argument("--out", default=".dev/llm")
+    r = sub.add_parser("run")
+    r.add_argument("--dir", default=".dev/llm")
+    r.add_argument("--out", default="llm-out")
+    r.add_argument("--device", default="cuda:0", help="torch's device")
+    r.add_argument("--kiln-device", default="cuda:0")
+    r.add_argument("--steps", type=int, default=100)
+    r.add_argument("--compile", action="store_true", help="also torch.compile(reduce-overhead)")
+    r.add_argument("--profile", action="store_true", help="per-layer times of the decode engine")
+    a = ap.parse_args(argv)
+    {"export": cmd_export, "run": cmd_run}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
