@@ -427,6 +427,72 @@ static uint64_t bound_nbytes(const kiln_tensor *t) {
     return n;
 }
 
+static int64_t host_index(const void *data, uint32_t dtype, int64_t i) {
+    switch (dtype) {
+    case KILN_DTYPE_I32: return ((const int32_t *)data)[i];
+    case KILN_DTYPE_I64: return ((const int64_t *)data)[i];
+    case KILN_DTYPE_BOOL: return ((const uint8_t *)data)[i] != 0;
+    default: return 0;
+    }
+}
+
+// Indices the caller passes in host memory are checked before anything runs, as the CPU
+// reference checks them: a position past a KV cache (index_copy) or a token id outside the
+// vocabulary (embedding) fails the execute with the CPU's message, and no state changes. Indices
+// already in device memory (device I/O) are not read back: there an index_copy row out of range
+// is skipped and an embedding row is zeros (docs/cuda.md).
+static kiln_status check_host_indices(const cuda_context *c, const kiln_exec *exec) {
+    const kiln_plan *p = c->engine->plan;
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        int32_t xt, it;
+        int64_t size, lo;
+        if ((l->op != KILN_OP_INDEX_COPY && l->op != KILN_OP_EMBEDDING) || l->n_inputs < 2) {
+            continue;
+        }
+        xt = p->ids[l->input_begin];
+        it = p->ids[l->input_begin + 1];
+        if (xt < 0 || it < 0 || p->tensors[it].kind != KILN_TENSOR_INPUT ||
+            !c->staged[p->tensors[it].binding]) {
+            continue;
+        }
+        const kiln_tensor *ix = &exec->tensors[it];
+        const kiln_tensor *x = &c->views[xt];
+        kiln_attrs a = kiln_plan_layer_attrs(p, l);
+        if (l->op == KILN_OP_INDEX_COPY) {
+            int64_t dim = kiln_attrs_int(&a, KILN_A_INDEX_COPY_DIM, 0);
+            if (dim < 0) dim += x->rank;
+            if (dim < 0 || dim >= (int64_t)x->rank) continue;
+            size = x->dims[dim];
+            lo = kiln_attrs_int(&a, KILN_A_INDEX_COPY_WRAP, 0) ? -size : 0;
+        } else {
+            size = x->dims[0];
+            lo = 0;
+        }
+        int64_t n = 1;
+        for (uint32_t d = 0; d < ix->rank; d++) n *= ix->dims[d];
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = host_index(ix->data, ix->dtype, i);
+            if (v >= lo && v < size) continue;
+            const char *name = kiln_plan_string(p, p->tensors[it].name);
+            if (l->op == KILN_OP_EMBEDDING) {
+                return kiln_cuda_fail(KILN_ERR_INVALID_ARG,
+                                      "embedding: index %lld at position %lld of input '%s' is out "
+                                      "of range [0, %lld); indices must be valid rows of the "
+                                      "weight (a token id outside the vocabulary)",
+                                      (long long)v, (long long)i, name, (long long)size);
+            }
+            return kiln_cuda_fail(KILN_ERR_INVALID_ARG,
+                                  "index_copy: index %lld at position %lld of input '%s' is out of "
+                                  "range for a dimension of size %lld (a position past the end of "
+                                  "a cache: the cache holds %lld)",
+                                  (long long)v, (long long)i, name, (long long)size,
+                                  (long long)size);
+        }
+    }
+    return KILN_OK;
+}
+
 static kiln_status record_enqueue(void *arg, cudaStream_t stream) {
     return kiln_cuda_layers_run(arg, stream);
 }
@@ -464,6 +530,7 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
         s[0] = t->rank;
         for (uint32_t d = 0; d < KILN_MAX_RANK; d++) s[1 + d] = d < t->rank ? t->dims[d] : 0;
     }
+    KILN_CUDA_TRY(check_host_indices(c, exec));
     for (uint32_t b = 0; b < p->n_inputs; b++) {
         const uint32_t t = kiln_cuda_binding_tensor(p, b);
         if (!c->staged[b]) continue;

@@ -3476,6 +3476,23 @@ static void e2e_states(void) {
         for (size_t i = 0; i < sizeof before / sizeof *before; i++) {
             st_step(&m, &ref, all, 3, before[i].n, before[i].pos, before[i].what);
         }
+        {
+            // A position past the states, given in host memory: refused before anything runs
+            // (the CPU reference's rule), so no state changes, position 2 included; the next
+            // step agrees with the reference. (Device I/O is not read back: not run here.)
+            static const int64_t bad[2] = {2, ST_S}, next[1] = {6};
+            st_in in;
+            st_values(&in, 2, bad);
+            kiln_status sr = st_exec(&ref, &in), sh = st_exec(&host, &in);
+            int msg_ok = strstr(kiln_last_error(), "out of range") != NULL;
+            kiln_status sn = st_exec(&nog, &in);
+            snprintf(name, sizeof name, "e2e %s: a position past the states refused%s", m.name,
+                     opt_dry ? " [dry: cpu]" : "");
+            report(sr == KILN_ERR_INVALID_ARG && sh == KILN_ERR_INVALID_ARG &&
+                       sn == KILN_ERR_INVALID_ARG && msg_ok,
+                   name, NULL, kiln_last_error());
+            st_step(&m, &ref, all, 3, 1, next, "after the refused call");
+        }
         kiln_status st = kiln_context_reset_states(ref.c);
         for (int i = 0; i < 3 && st == KILN_OK; i++) st = kiln_context_reset_states(all[i]->c);
         snprintf(name, sizeof name, "e2e %s: kiln_context_reset_states", m.name);
