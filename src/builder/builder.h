@@ -89,6 +89,7 @@ typedef struct kiln_build_stats {
     uint32_t n_qkv_merged; // sdpa whose q, k, v projections became one linear
     uint32_t n_patchify;   // stride = kernel convolutions turned into a linear
     uint32_t n_in_place;   // state updates written in place (index_copy into the state)
+    uint32_t n_gqa;        // sdpa reading a repeated kv cache that now reads the cache itself
 } kiln_build_stats;
 
 typedef struct kiln_bgraph {

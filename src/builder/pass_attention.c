@@ -13,6 +13,13 @@
 //        select(permute(reshape(y, [a0, a1, 3, H, E]), (2, 0, 3, 1, 4)), 0, j)
 //    the same values: one GEMM instead of three. The old chains lose their last reader and dead-
 //    code elimination removes them (this pass runs before the second dce).
+// 3. Grouped-query attention: an sdpa whose k and v are each the repeat of a cache
+//        reshape(expand(unsqueeze(c, 2), [B, G, R, S, E]), [B, G * R, S, E])
+//    (transformers' repeat_kv, ExecuTorch's Llama: every kv head serves R query heads), with the
+//    same R for both and no causal flag, reads c directly: q [B, G * R, L, E] is viewed as
+//    [B, G, R * L, E] (a query head's rows follow its group's), the mask's rows are repeated R
+//    times to match, and the result is viewed back as [B, G * R, L, Ev]. No repeat is
+//    materialized and each kv head is read once for its R query heads.
 // New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
 // three linears), and the nodes are re-sorted by key at the end, so index order stays
 // topological.
@@ -196,6 +203,111 @@ static kiln_status qkv_merge(kiln_bgraph *b, uint32_t sdpa, int *done) {
     return KILN_OK;
 }
 
+// --- 3. grouped-query attention
+
+static kiln_status add_view(kiln_bgraph *b, uint32_t op, int32_t x, const int64_t *codes,
+                            uint32_t n, int64_t seq, int32_t *out) {
+    kiln_attr_ref ref = {KILN_ATTR_INTS, n, 0};
+    kiln_attrs a = {&ref, 1, codes, NULL};
+    return kiln_bgraph_add_node(b, op, &x, 1, &a, seq, out);
+}
+
+static int same_dim(const kiln_shape *a, uint32_t i, const kiln_shape *b, uint32_t j) {
+    return a->min[i] == b->min[j] && a->max[i] == b->max[j];
+}
+
+// The cache c [B, G, S, E] and R when v is reshape(expand(unsqueeze(c, 2))) as above (each link
+// read once); -1 otherwise.
+static int32_t repeated_cache(const kiln_bgraph *b, int32_t v, int64_t *rep) {
+    int32_t r = single_use_producer(b, v, KILN_OP_RESHAPE), e, u, c;
+    if (r < 0) return -1;
+    e = single_use_producer(b, kiln_bgraph_input(b, &b->nodes[r], 0), KILN_OP_EXPAND);
+    if (e < 0) return -1;
+    u = kiln_bgraph_input(b, &b->nodes[e], 0);
+    int32_t un = single_use_producer(b, u, KILN_OP_UNSQUEEZE);
+    if (un < 0) un = single_use_producer(b, u, KILN_OP_RESHAPE);
+    if (un < 0) return -1;
+    c = kiln_bgraph_input(b, &b->nodes[un], 0);
+    if (c < 0) return -1;
+    const kiln_shape *cs = &b->values[c].desc.shape, *us = &b->values[u].desc.shape;
+    const kiln_shape *es = &b->values[b->nodes[e].output].desc.shape;
+    const kiln_shape *vs = &b->values[v].desc.shape;
+    if (cs->rank != 4 || us->rank != 5 || es->rank != 5 || vs->rank != 4) return -1;
+    // u = [B, G, 1, S, E], e = [B, G, R, S, E], v = [B, G * R, S, E]
+    if (us->min[2] != 1 || us->max[2] != 1 || !same_dim(us, 0, cs, 0) || !same_dim(us, 1, cs, 1) ||
+        !same_dim(us, 3, cs, 2) || !same_dim(us, 4, cs, 3)) {
+        return -1;
+    }
+    if (es->min[2] != es->max[2] || es->min[2] < 2 || !same_dim(es, 0, cs, 0) ||
+        !same_dim(es, 1, cs, 1) || !same_dim(es, 3, cs, 2) || !same_dim(es, 4, cs, 3)) {
+        return -1;
+    }
+    if (cs->min[1] != cs->max[1] || vs->min[1] != cs->min[1] * es->min[2] ||
+        vs->max[1] != vs->min[1] || !same_dim(vs, 0, cs, 0) || !same_dim(vs, 2, cs, 2) ||
+        !same_dim(vs, 3, cs, 3)) {
+        return -1;
+    }
+    *rep = es->min[2];
+    return c;
+}
+
+static kiln_status gqa(kiln_bgraph *b, uint32_t node, int *done) {
+    const kiln_bnode *n = &b->nodes[node];
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    int64_t rk = 0, rv = 0, seq = n->seq;
+    int32_t q = kiln_bgraph_input(b, n, 0), m = kiln_bgraph_input(b, n, 3);
+    int32_t kc = repeated_cache(b, kiln_bgraph_input(b, n, 1), &rk);
+    int32_t vc = repeated_cache(b, kiln_bgraph_input(b, n, 2), &rv);
+    *done = 0;
+    if (kc < 0 || vc < 0 || rk != rv || kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0) {
+        return KILN_OK;
+    }
+    const kiln_shape *qs = &b->values[q].desc.shape, *ks = &b->values[kc].desc.shape;
+    const kiln_shape *os = &b->values[n->output].desc.shape;
+    int64_t g = ks->min[1], h = g * rk;
+    if (qs->rank != 4 || qs->min[1] != h || qs->max[1] != h || qs->min[3] != qs->max[3] ||
+        os->rank != 4 || os->min[3] != os->max[3]) {
+        return KILN_OK;
+    }
+    if (m >= 0) { // rows [.., L, S] with no per-head rows
+        const kiln_shape *ms = &b->values[m].desc.shape;
+        if (ms->rank < 2 || (ms->rank >= 3 && ms->max[ms->rank - 3] != 1)) return KILN_OK;
+    }
+    // q [B, H, L, E] -> [B, G, R * L, E]
+    size_t first_new = b->n_nodes;
+    int64_t qc[4] = {-2, g, -1, qs->min[3]};
+    int32_t q2, m2 = -1, o2, o;
+    KILN_TRY(add_view(b, KILN_OP_RESHAPE, q, qc, 4, seq, &q2));
+    if (m >= 0) { // [.., L, S] -> [.., 1, L, S] -> [.., R, L, S] -> [.., R * L, S]
+        uint32_t r = b->values[m].desc.shape.rank;
+        int64_t dim = (int64_t)r - 2, ec[KILN_MAX_RANK], rc[KILN_MAX_RANK];
+        int32_t mu, me;
+        if (r + 1 > KILN_MAX_RANK) return KILN_OK;
+        KILN_TRY(add_view(b, KILN_OP_UNSQUEEZE, m, &dim, 1, seq, &mu));
+        for (uint32_t j = 0; j <= r; j++) ec[j] = j == r - 2 ? rk : -1;
+        KILN_TRY(add_view(b, KILN_OP_EXPAND, mu, ec, r + 1, seq, &me));
+        for (uint32_t j = 0; j < r; j++) {
+            rc[j] = j < r - 2 ? -(int64_t)j - 2 : (j == r - 2 ? -1 : -(int64_t)r - 2);
+        }
+        KILN_TRY(add_view(b, KILN_OP_RESHAPE, me, rc, r, seq, &m2));
+    }
+    {
+        int32_t ins[4] = {q2, kc, vc, m2};
+        n = &b->nodes[node];
+        a = kiln_bgraph_attrs(b, n);
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SDPA, ins, m2 >= 0 ? 4 : 3, &a, seq, &o2));
+    }
+    int64_t oc[4] = {-2, h, -1, b->values[o2].desc.shape.min[3]};
+    KILN_TRY(add_view(b, KILN_OP_RESHAPE, o2, oc, 4, seq, &o));
+    if (!kiln_desc_equal(&b->values[o].desc, &b->values[b->nodes[node].output].desc)) {
+        for (size_t k = first_new; k < b->n_nodes; k++) b->nodes[k].dead = 1; // left as it was
+        return KILN_OK;
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, node, o, "grouped-query attention"));
+    *done = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_attention(kiln_bgraph *b) {
     size_t n = b->n_nodes;
     KILN_TRY(kiln_bgraph_count_uses(b));
@@ -214,7 +326,17 @@ kiln_status kiln_pass_attention(kiln_bgraph *b) {
         b->stats.n_qkv_merged += (uint32_t)done;
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_SDPA) continue;
+        KILN_TRY(gqa(b, (uint32_t)i, &done));
+        b->stats.n_gqa += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
     // the new nodes were appended after the sdpa that reads them: restore index = topological order
-    if (b->stats.n_select + b->stats.n_qkv_merged > 0) KILN_TRY(kiln_bgraph_sort_nodes(b));
+    if (b->stats.n_select + b->stats.n_qkv_merged + b->stats.n_gqa > 0) {
+        KILN_TRY(kiln_bgraph_sort_nodes(b));
+    }
     return KILN_OK;
 }

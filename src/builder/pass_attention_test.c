@@ -143,6 +143,57 @@ static void test_not_select(void) {
     kiln_graph_free(g);
 }
 
+// Grouped-query attention over a repeated cache: q [1, 4, L, E] (L dynamic), a cache of 2 kv
+// heads [1, 2, S, E] repeated twice per head (unsqueeze, expand, reshape, as transformers'
+// repeat_kv), a mask [L, S] (bool) or [1, 1, L, S] (float). The rewrite reads the cache itself:
+// no expand left (want_expand counts the mask's); values as the unoptimized engine. A causal
+// sdpa, or repeats that differ between k and v, are left alone.
+static void test_gqa(int mask_rank, int causal, int rep_v, uint32_t want_expand, const char *what) {
+    enum { G = 2, S = 5 };
+    kiln_graph *g;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t q = tu_input(g, "q", KILN_DTYPE_F32, 4, TU_DIMS(1, H, 1, E), TU_DIMS(1, H, 3, E));
+    int32_t c = tu_input(g, "cache", KILN_DTYPE_F32, 4, TU_DIMS(1, G, S, E), TU_DIMS(1, G, S, E));
+    int32_t rep[2];
+    for (int j = 0; j < 2; j++) {
+        int64_t r = j == 1 ? rep_v : 2, heads = G * r;
+        int32_t u = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(c), TU_ATTRS(TU_INTS("dim", 2)));
+        int32_t e =
+            tu_node(g, KILN_OP_EXPAND, TU_IDS(u), TU_ATTRS(TU_INTS("shape", 1, G, r, S, E)));
+        rep[j] = tu_node(g, KILN_OP_RESHAPE, TU_IDS(e), TU_ATTRS(TU_INTS("shape", 1, heads, S, E)));
+    }
+    int32_t m = -1;
+    if (mask_rank == 2) {
+        m = tu_input(g, "mask", KILN_DTYPE_BOOL, 2, TU_DIMS(1, S), TU_DIMS(3, S));
+    } else if (mask_rank == 4) {
+        m = tu_input(g, "mask", KILN_DTYPE_F32, 4, TU_DIMS(1, 1, 1, S), TU_DIMS(1, 1, 3, S));
+    }
+    int32_t ins[4] = {q, rep[0], rep[1], m};
+    kiln_attr at[1] = {TU_INTS("is_causal", causal)};
+    int32_t o = -1;
+    if (rep_v == 2) {
+        kiln_status st = kiln_graph_add_node(g, KILN_OP_SDPA, ins, m >= 0 ? 4 : 3, at, 1, &o, 1);
+        CHECK_OK(st);
+        tu_output(g, o, "o");
+        kiln_plan p;
+        if (bt_plan(g, &o1, &p)) {
+            CHECK_MSG(bt_count(&p, KILN_OP_EXPAND) == want_expand, "%s: %u expand layers, want %u",
+                      what, bt_count(&p, KILN_OP_EXPAND), want_expand);
+            kiln_plan_release(&p);
+        }
+        bt_shape s3[3] = {{4, {1, H, 3, E}}, {4, {1, G, S, E}}, {mask_rank, {3, S}}};
+        bt_shape s1[3] = {{4, {1, H, 1, E}}, {4, {1, G, S, E}}, {mask_rank, {1, S}}};
+        if (mask_rank == 4) {
+            s3[2] = (bt_shape){4, {1, 1, 3, S}};
+            s1[2] = (bt_shape){4, {1, 1, 1, S}};
+        }
+        uint32_t n_in = m >= 0 ? 3 : 2;
+        bt_compare(g, &o0, &o1, n_in, s3, 1, 1e-5, 1e-5, what);
+        bt_compare(g, &o0, &o1, n_in, s1, 1, 1e-5, 1e-5, what);
+    }
+    kiln_graph_free(g);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
@@ -153,5 +204,9 @@ int main(void) {
     test_bert(3, 1, 3, "no biases, dynamic shapes");
     test_packed_unbind();
     test_not_select();
+    test_gqa(2, 0, 2, 1, "GQA, bool mask [L, S]");
+    test_gqa(4, 0, 2, 1, "GQA, float mask [1, 1, L, S]");
+    test_gqa(0, 0, 2, 0, "GQA, no mask");
+    test_gqa(0, 1, 2, 2, "GQA, causal: left alone");
     return check_summary();
 }
