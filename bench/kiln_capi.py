@@ -44,6 +44,10 @@ class _BuildOptions(ctypes.Structure):  # kiln_build_options
         ("external_weights", ctypes.c_int32),
         ("optimize", ctypes.c_int32),
         ("min_external_nbytes", ctypes.c_uint64),
+        # kiln_build_options_init writes the whole struct: without these two fields it would
+        # write 16 bytes past this one
+        ("progress", ctypes.c_void_p),
+        ("progress_user_data", ctypes.c_void_p),
     ]
 
 

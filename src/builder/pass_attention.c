@@ -15,7 +15,8 @@
 //    code elimination removes them (this pass runs before the second dce).
 // 3. Grouped-query attention: an sdpa whose k and v are each the repeat of a cache
 //        reshape(expand(unsqueeze(c, 2), [B, G, R, S, E]), [B, G * R, S, E])
-//    (transformers' repeat_kv, ExecuTorch's Llama: every kv head serves R query heads), with the
+//    (transformers' repeat_kv, ExecuTorch's Llama: every kv head serves R query heads; a copy
+//    between the expand and the reshape is torch's reshape of the expanded view), with the
 //    same R for both and no causal flag, reads c directly: q [B, G * R, L, E] is viewed as
 //    [B, G, R * L, E] (a query head's rows follow its group's), the mask's rows are repeated R
 //    times to match, and the result is viewed back as [B, G * R, L, Ev]. No repeat is
@@ -221,7 +222,10 @@ static int same_dim(const kiln_shape *a, uint32_t i, const kiln_shape *b, uint32
 static int32_t repeated_cache(const kiln_bgraph *b, int32_t v, int64_t *rep) {
     int32_t r = single_use_producer(b, v, KILN_OP_RESHAPE), e, u, c;
     if (r < 0) return -1;
-    e = single_use_producer(b, kiln_bgraph_input(b, &b->nodes[r], 0), KILN_OP_EXPAND);
+    int32_t x = kiln_bgraph_input(b, &b->nodes[r], 0);
+    int32_t cp = single_use_producer(b, x, KILN_OP_COPY); // torch's reshape of the expanded view
+    if (cp >= 0) x = kiln_bgraph_input(b, &b->nodes[cp], 0);
+    e = single_use_producer(b, x, KILN_OP_EXPAND);
     if (e < 0) return -1;
     u = kiln_bgraph_input(b, &b->nodes[e], 0);
     int32_t un = single_use_producer(b, u, KILN_OP_UNSQUEEZE);

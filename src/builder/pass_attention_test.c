@@ -160,6 +160,7 @@ static void test_gqa(int mask_rank, int causal, int rep_v, uint32_t want_expand,
         int32_t u = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(c), TU_ATTRS(TU_INTS("dim", 2)));
         int32_t e =
             tu_node(g, KILN_OP_EXPAND, TU_IDS(u), TU_ATTRS(TU_INTS("shape", 1, G, r, S, E)));
+        if (j == 1) e = tu_node(g, KILN_OP_COPY, TU_IDS(e), TU_NO_ATTRS); // as torch exports it
         rep[j] = tu_node(g, KILN_OP_RESHAPE, TU_IDS(e), TU_ATTRS(TU_INTS("shape", 1, heads, S, E)));
     }
     int32_t m = -1;
