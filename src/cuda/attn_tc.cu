@@ -437,7 +437,10 @@ static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_par
 // Grids of at least one wave of 64-row CTAs run pipelined (BERT b8: 192 CTAs, 9.5 us where the
 // best split took 11.7, Nsight Compute on the H200); smaller ones split each 16-row block's keys
 // over 4 warps (BERT b1 5.6 us, the encoder d1024 s256 9.4: 8 warps took 5.7 and 9.8, 2 warps
-// 6.8 and 10.7), or 2 while 4 would not stay resident in one wave (sdpa_sp_min_blocks).
+// 6.8 and 10.7), or 2 while 4 would not stay resident in one wave (sdpa_sp_min_blocks). A grid
+// that leaves most SMs idle even at 8 warps, over at least 512 keys (an LLM decode step: one row
+// per kv head over the cache) takes 8: Llama-1B shapes, 8 blocks over 4224 keys, 81 us per layer
+// at 4 warps, the whole decode step 4.15 -> 3.65 ms at 8 (cuda.sdpa_split=8 on the H200).
 // D 128: 2 warps while 3 CTAs per SM hold the grid.
 int kiln_cuda_sdpa_split_warps(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     if (ctx->policy->sdpa_rows != 0) return 0;
@@ -447,6 +450,7 @@ int kiln_cuda_sdpa_split_warps(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     const int64_t blocks = P->batch * ((P->l + 15) / 16), sms = ctx->sm_count;
     if (P->batch * ((P->l + 63) / 64) >= sms) return 0;
     if (P->e != 64) return blocks <= 3 * sms ? 2 : 0;
+    if (blocks * 8 <= sms && P->s >= 512) return 8; // decode: a few rows over a long cache
     if (blocks * 4 <= 16 * sms) return 4;
     if (blocks * 2 <= 12 * sms) return 2;
     return 0;
