@@ -285,6 +285,64 @@ def test_c_example(tmp_path, prefix_path, runtime_pkg, programs):
     assert "runs in Kiln" in p.stdout
 
 
+def test_llm_generate_c(tmp_path, prefix_path):
+    """examples/llm/generate.c: greedy generation through the C program API over the prefill and
+    decode methods of a decoder whose cache lives in the Kiln engine gives the tokens Python's
+    kiln.load gives (and eager PyTorch: test_llm_cache.py)."""
+    import kiln
+    import torch
+    from kiln.executorch import save
+
+    sys.path.insert(0, str(EXAMPLES / "llm"))
+    try:
+        from tiny_llama import TinyLlama, example_inputs
+    finally:
+        sys.path.pop(0)
+    model = TinyLlama(seed=9).eval()
+    args, dyn = example_inputs(model.c)
+    one = (torch.zeros(1, 1, dtype=torch.int64), torch.tensor([0]))
+    pte = tmp_path / "llm.pte"
+    save(
+        {"prefill": (model, args, dyn), "decode": (model, one)},
+        pte,
+        external_data="llm",
+        quiet=True,
+    )
+    prompt = [5, 17, 42, 99, 3, 250, 7]
+    program = kiln.load(pte, data_path=tmp_path / "llm.ptd")
+    n = len(prompt)
+    logits = program.run("prefill", [torch.tensor([prompt]), torch.arange(n)])[0]
+    want = [int(logits.argmax())]
+    for i in range(11):
+        logits = program.run("decode", [torch.tensor([[want[-1]]]), torch.tensor([n + i])])[0]
+        want.append(int(logits.argmax()))
+    build = tmp_path / "llm_build"
+    _configure(EXAMPLES / "llm", build, prefix_path)
+    _build(build)
+    exe = build / "kiln_llm_generate"
+    args_c = [pte, "--data", tmp_path / "llm.ptd", "--prompt", ",".join(map(str, prompt))]
+    p = _run([exe, *args_c, "--tokens", "12"])
+    got = [int(t) for t in re.search(r"tokens:((?: \d+)*)", p.stdout).group(1).split()]
+    assert got == want, (got, want, p.stdout)
+    assert "ms/token" in p.stdout, p.stdout
+    # A prompt that runs past the cache is refused, naming the position (nothing corrupted).
+    long_prompt = ",".join(["1"] * 8)
+    p = _run(
+        [
+            exe,
+            pte,
+            "--data",
+            tmp_path / "llm.ptd",
+            "--prompt",
+            long_prompt,
+            "--tokens",
+            str(model.c.max_seq),
+        ],
+        check=False,
+    )
+    assert p.returncode == 1 and "out of range" in p.stderr, p.stdout + p.stderr
+
+
 def test_cpp_runner_bundle(tmp_path, prefix_path, runtime_pkg):
     sys.path.insert(0, str(EXAMPLES / "cpp"))
     try:
