@@ -62,14 +62,14 @@ extern "C" {
     X(SELECT, 75, "select")                                                                        \
     X(SQUEEZE, 76, "squeeze")                                                                      \
     X(UNSQUEEZE, 77, "unsqueeze")                                                                  \
-    X(PAD, 78, "pad")             /* constant padding (negative: crop)            */               \
-    X(ARANGE, 79, "arange")       /* like -> [like.dims[dim]]: start + i * step    */              \
-    X(EMBEDDING, 80, "embedding") /* weight[V,D], indices(int) -> [..,D]          */               \
-    X(INDEX, 81, "index")         /* x[.., idx0, .., idxk-1, ..] (advanced)        */              \
-    X(GATHER, 82, "gather")       /* torch.gather(x, dim, index)                  */               \
+    X(PAD, 78, "pad")               /* constant padding (negative: crop)            */             \
+    X(ARANGE, 79, "arange")         /* like -> [like.dims[dim]]: start + i * step    */            \
+    X(EMBEDDING, 80, "embedding")   /* weight[V,D], indices(int) -> [..,D]          */             \
+    X(INDEX, 81, "index")           /* x[.., idx0, .., idxk-1, ..] (advanced)        */            \
+    X(GATHER, 82, "gather")         /* torch.gather(x, dim, index)                  */             \
     X(INDEX_COPY, 83, "index_copy") /* x, index[n], src: x with rows index[i] = src's i */         \
-    X(SDPA, 90, "sdpa")           /* q[..,L,E], k[..,S,E], v[..,S,Ev], mask?      */               \
-    X(EQ, 100, "eq")              /* comparisons: bool output                     */               \
+    X(SDPA, 90, "sdpa")             /* q[..,L,E], k[..,S,E], v[..,S,Ev], mask?      */             \
+    X(EQ, 100, "eq")                /* comparisons: bool output                     */             \
     X(NE, 101, "ne")                                                                               \
     X(LT, 102, "lt")                                                                               \
     X(LE, 103, "le")                                                                               \

@@ -1533,9 +1533,9 @@ static uint32_t data_inputs_mask(uint32_t op, uint32_t n) {
     case KILN_OP_EXPAND:
     case KILN_OP_EMBEDDING:
     case KILN_OP_INDEX:
-    case KILN_OP_GATHER: return 1u; // like: any dtype; indices: checked by the op
+    case KILN_OP_GATHER: return 1u;     // like: any dtype; indices: checked by the op
     case KILN_OP_INDEX_COPY: return 5u; // x and src: any dtype; the index: checked by the op
-    case KILN_OP_SDPA: return 7u;   // mask: bool or the query dtype
+    case KILN_OP_SDPA: return 7u;       // mask: bool or the query dtype
     default: return n >= 32 ? UINT32_MAX : (1u << n) - 1;
     }
 }
