@@ -212,36 +212,42 @@ static kiln_status check_dims(const char *fn, const char *what, uint32_t rank, c
 
 // --- inputs, constants, outputs
 
+// A declared tensor (input, constant, state): a Kiln dtype, valid dims, and at its largest shape
+// at most the engine format's limit on one tensor (docs/format.md §3.2), refused at the call that
+// declares it. *out_nbytes: its bytes at that shape.
+static kiln_status check_decl(const char *fn, const char *what, kiln_dtype dtype, uint32_t rank,
+                              const int64_t *lo, const int64_t *hi, uint64_t *out_nbytes) {
+    uint64_t nbytes;
+    KILN_CHECK(kiln_dtype_valid((uint32_t)dtype), KILN_ERR_INVALID_ARG,
+               "%s: %s has dtype %d, not a Kiln dtype (1..%d)", fn, what, (int)dtype,
+               KILN_DTYPE_COUNT - 1);
+    KILN_TRY(check_dims(fn, what, rank, lo, hi));
+    nbytes = kiln_dtype_size(dtype);
+    for (uint32_t i = 0; i < rank; i++) {
+        KILN_CHECK(kiln_mul_u64(nbytes, (uint64_t)hi[i], &nbytes) &&
+                       nbytes <= KILN_FORMAT_MAX_TENSOR_NBYTES,
+                   KILN_ERR_INVALID_ARG,
+                   "%s: %s %s at its largest shape %s needs more than 2^62 bytes, Kiln's limit "
+                   "for one tensor (element count times %zu bytes); give smaller sizes",
+                   fn, what, kiln_dtype_name(dtype), dims_str((char[160]){0}, 160, rank, hi, hi),
+                   kiln_dtype_size(dtype));
+    }
+    *out_nbytes = nbytes;
+    return KILN_OK;
+}
+
 kiln_status kiln_graph_add_input(kiln_graph *g, const char *name, kiln_dtype dtype, uint32_t rank,
                                  const int64_t *dim_min, const int64_t *dim_max,
                                  int32_t *out_value) {
     static const char fn[] = "kiln_graph_add_input";
     kiln_ir_value v;
+    uint64_t max_nbytes;
     char what[300];
     KILN_CHECK(g != NULL && out_value != NULL, KILN_ERR_INVALID_ARG,
                "%s: graph and out_value must not be NULL", fn);
     KILN_TRY(check_binding_name(g, fn, name));
     snprintf(what, sizeof what, "input '%s'", name);
-    KILN_CHECK(kiln_dtype_valid((uint32_t)dtype), KILN_ERR_INVALID_ARG,
-               "%s: %s has dtype %d, not a Kiln dtype (1..%d)", fn, what, (int)dtype,
-               KILN_DTYPE_COUNT - 1);
-    KILN_TRY(check_dims(fn, what, rank, dim_min, dim_max));
-    {
-        // The engine format's limit on one tensor (docs/format.md §3.2), checked here so that a
-        // shape the runtime could not bind is refused at the call that declares it.
-        uint64_t nbytes = kiln_dtype_size(dtype);
-        for (uint32_t i = 0; i < rank; i++) {
-            KILN_CHECK(kiln_mul_u64(nbytes, (uint64_t)dim_max[i], &nbytes) &&
-                           nbytes <= KILN_FORMAT_MAX_TENSOR_NBYTES,
-                       KILN_ERR_INVALID_ARG,
-                       "%s: %s %s at its largest shape %s needs more than 2^62 bytes, Kiln's limit "
-                       "for one tensor (element count times %zu bytes); give smaller dim_max "
-                       "values",
-                       fn, what, kiln_dtype_name(dtype),
-                       dims_str((char[160]){0}, 160, rank, dim_max, dim_max),
-                       kiln_dtype_size(dtype));
-        }
-    }
+    KILN_TRY(check_decl(fn, what, dtype, rank, dim_min, dim_max, &max_nbytes));
     KILN_TRY(check_value_room(g, fn));
     KILN_CHECK(g->n_inputs < KILN_GRAPH_MAX_IO, KILN_ERR_INVALID_ARG,
                "%s: the graph already has %u inputs, Kiln's limit", fn, KILN_GRAPH_MAX_IO);
@@ -281,15 +287,7 @@ kiln_status kiln_graph_add_constant(kiln_graph *g, const char *name, kiln_dtype 
         KILN_TRY(check_name_text(fn, name, len));
     }
     snprintf(what, sizeof what, "constant '%s'", name != NULL ? name : "");
-    KILN_CHECK(kiln_dtype_valid((uint32_t)dtype), KILN_ERR_INVALID_ARG,
-               "%s: %s has dtype %d, not a Kiln dtype (1..%d)", fn, what, (int)dtype,
-               KILN_DTYPE_COUNT - 1);
-    KILN_TRY(check_dims(fn, what, rank, dims, dims));
-    want = kiln_dtype_size(dtype);
-    for (uint32_t i = 0; i < rank; i++) {
-        KILN_CHECK(kiln_mul_u64(want, (uint64_t)dims[i], &want), KILN_ERR_INVALID_ARG,
-                   "%s: %s: the byte size overflows", fn, what);
-    }
+    KILN_TRY(check_decl(fn, what, dtype, rank, dims, dims, &want));
     KILN_CHECK(want == (uint64_t)nbytes, KILN_ERR_INVALID_ARG,
                "%s: %s %s %s needs %" PRIu64 " bytes but nbytes = %zu", fn, what,
                kiln_dtype_name(dtype), dims_str((char[160]){0}, 160, rank, dims, dims), want,
@@ -334,16 +332,7 @@ kiln_status kiln_graph_add_state(kiln_graph *g, const char *name, kiln_dtype dty
                "%s: graph and out_state must not be NULL", fn);
     KILN_TRY(check_binding_name(g, fn, name));
     snprintf(what, sizeof what, "state '%s'", name);
-    KILN_CHECK(kiln_dtype_valid((uint32_t)dtype), KILN_ERR_INVALID_ARG,
-               "%s: %s has dtype %d, not a Kiln dtype (1..%d)", fn, what, (int)dtype,
-               KILN_DTYPE_COUNT - 1);
-    KILN_TRY(check_dims(fn, what, rank, dims, dims));
-    want = kiln_dtype_size(dtype);
-    for (uint32_t i = 0; i < rank; i++) {
-        KILN_CHECK(kiln_mul_u64(want, (uint64_t)dims[i], &want) &&
-                       want <= KILN_FORMAT_MAX_TENSOR_NBYTES,
-                   KILN_ERR_INVALID_ARG, "%s: %s: the byte size overflows Kiln's limit", fn, what);
-    }
+    KILN_TRY(check_decl(fn, what, dtype, rank, dims, dims, &want));
     KILN_CHECK(data == NULL ? nbytes == 0 : want == (uint64_t)nbytes, KILN_ERR_INVALID_ARG,
                "%s: %s %s %s needs %" PRIu64 " bytes of initial data but nbytes = %zu (pass "
                "data NULL and nbytes 0 for zeros)",

@@ -1857,6 +1857,15 @@ def _size_source(v, want) -> tuple[Node, int] | None:
     symbolic integer v (a SymInt node) is computed from; None when there is none."""
     if not isinstance(v, Node) or want is None:
         return None
+    for t, d, size in _sym_size_sources(v):
+        if _same(sym_expr(size), want):
+            return t, d
+    return None
+
+
+def _sym_size_sources(v):
+    """(tensor, dim, size) for every dimension of the tensors whose sym_size nodes the symbolic
+    integer v (a SymInt node) is computed from."""
     seen, todo = set(), [v]
     while todo:
         n = todo.pop()
@@ -1866,11 +1875,9 @@ def _size_source(v, want) -> tuple[Node, int] | None:
         if target_name(n) == "aten.sym_size.int" and is_tensor_node(n.args[0]):
             t = n.args[0]
             for d, size in enumerate(_meta(t).shape):
-                if _same(sym_expr(size), want):
-                    return t, d
+                yield t, d, size
         if is_sym_node(n):
             todo.extend(n.all_input_nodes)
-    return None
 
 
 def _dynamic_range(L: Lowerer, start, end, step, dtype: torch.dtype, what: str) -> int:
@@ -2075,31 +2082,21 @@ def _sym_scalar(L: Lowerer, v: Node, dtype: torch.dtype, what: str) -> int:
         return L.scalar(int(e), dtype)
     if dtype not in _graph.TORCH_TO_KILN or dtype == torch.bool:
         raise Unsupported(f"{what} of dtype {dtype}")
-    seen, todo = set(), [v]
-    while todo:
-        n = todo.pop()
-        if n in seen or not isinstance(n, Node):
-            continue
-        seen.add(n)
-        if target_name(n) == "aten.sym_size.int" and is_tensor_node(n.args[0]):
-            t = n.args[0]
-            for d, size in enumerate(_meta(t).shape):
-                k = sympy.expand(sym_expr(size) - e)
-                if k.is_number:
-                    # arange(start = 1 - k)[-1] = 1 - k + (size - 1) = size - k = e
-                    ar = L.op(
-                        "arange",
-                        [L.value(t)],
-                        {
-                            "dim": d,
-                            "start": float(1 - int(k)),
-                            "step": 1.0,
-                            "dtype": _graph.TORCH_TO_KILN[dtype],
-                        },
-                    )
-                    return L.op("select", [ar], {"dim": 0, "index": -1})
-        if is_sym_node(n):
-            todo.extend(n.all_input_nodes)
+    for t, d, size in _sym_size_sources(v):
+        k = sympy.expand(sym_expr(size) - e)
+        if k.is_number:
+            # arange(start = 1 - k)[-1] = 1 - k + (size - 1) = size - k = e
+            ar = L.op(
+                "arange",
+                [L.value(t)],
+                {
+                    "dim": d,
+                    "start": float(1 - int(k)),
+                    "step": 1.0,
+                    "dtype": _graph.TORCH_TO_KILN[dtype],
+                },
+            )
+            return L.op("select", [ar], {"dim": 0, "index": -1})
     raise Unsupported(f"{what} of {e}: no tensor dimension of that size to read it from")
 
 
