@@ -31,6 +31,13 @@ typedef struct sdpa_params {
     int64_t o_bstr[KC_MAX_RANK];    // output batch strides (dense: the flat layout)
     int64_t q_rs, k_rs, v_rs, o_rs; // row strides (elements; dense: E or Ev); innermost stride 1
     int64_t m_sl, m_ss;             // mask strides along L and S (0: broadcast)
+    // The split-key kernel's key chunks (flash-decoding): chunk > 0 makes CTA z of the grid take
+    // keys [z chunk, (z + 1) chunk) and write its rows' partial results (unnormalized output,
+    // row maximum and sum, D + 2 floats a row) to part, which kiln_cuda_sdpa_tc_run then merges.
+    // skip_masked: a tile whose keys every row of the block masks is neither loaded nor computed.
+    float *part;
+    int64_t chunk;
+    int skip_masked;
 } sdpa_params;
 
 __device__ __forceinline__ int64_t sdpa_boff(const sdpa_params &P, int64_t b, const int64_t *str) {
@@ -106,6 +113,11 @@ int kiln_cuda_sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_
 // pipelined kernel's query rows per CTA: by residency and occupancy, or as the policy forces.
 int kiln_cuda_sdpa_split_warps(const kiln_cuda_ctx *ctx, const sdpa_params *P);
 int kiln_cuda_sdpa_tc_rows(const kiln_cuda_ctx *ctx, const sdpa_params *P);
+// The key chunks (flash-decoding) the split-key kernel at `split` warps runs P in (1: none): a
+// grid that leaves most resident CTAs idle over 512 or more keys (an LLM decode step) cuts the
+// keys into chunks over CTAs and merges their partial rows in a second kernel, through the
+// context's workspace; tiles every row masks are skipped there.
+int kiln_cuda_sdpa_tc_chunks(const kiln_cuda_ctx *ctx, const sdpa_params *P, int split);
 // Enqueues the split-key kernel with `split` warps, or (split 0) the pipelined one with `rows`.
 kiln_status kiln_cuda_sdpa_tc_run(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype,
                                   int split, int rows);

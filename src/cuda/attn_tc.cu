@@ -267,6 +267,30 @@ static __global__ void __launch_bounds__(NW * 32)
     }
 }
 
+// True when every key of the tile [s0, s0 + BK) is masked (or past S) for every query row of
+// the 16-row block at r0 (the whole warp agrees): one key per lane, its mask read for each row
+// (once when the mask broadcasts over rows). Causal limits are applied by the caller's s_end.
+template <int BK>
+__device__ __forceinline__ bool sdpa_tile_masked(const sdpa_params &P, int64_t mo, int64_t s0,
+                                                 int64_t r0, int lane) {
+    bool live = false;
+    if (P.mask == NULL) {
+        live = s0 < P.s;
+    } else {
+        const int64_t r_end = P.m_sl == 0 ? r0 + 1 : (r0 + 16 < P.l ? r0 + 16 : P.l);
+        for (int j = lane; j < BK; j += 32) {
+            const int64_t s = s0 + j;
+            if (s >= P.s) break;
+            for (int64_t r = r0; r < r_end && !live; r++) {
+                const int64_t mi = mo + r * P.m_sl + s * P.m_ss;
+                live = P.mask_dt == KILN_DTYPE_BOOL ? ((const uint8_t *)P.mask)[mi] != 0
+                                                    : kc_ld_f(P.mask, P.mask_dt, mi) != -INFINITY;
+            }
+        }
+    }
+    return !__any_sync(0xffffffffu, live);
+}
+
 template <int D, int NS, int BK> struct sdpa_sp_smem {
     static constexpr int LD = D + 8;                          // padded row (elements)
     static constexpr int TILE = BK * LD;                      // one K or V tile (elements)
@@ -305,8 +329,12 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
         float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-        int64_t s_end = P.s;
+        int64_t s_beg = 0, s_end = P.s;
         if (P.causal && r0 + 16 < s_end) s_end = r0 + 16;
+        if (P.chunk > 0) { // this CTA's chunk of the keys (a multiple of BK: tiles stay whole)
+            s_beg = (int64_t)blockIdx.z * P.chunk;
+            if (s_beg + P.chunk < s_end) s_end = s_beg + P.chunk;
+        }
         __syncthreads(); // the previous batch's merge buffers are consumed
         // This lane's share of every K/V tile: 8 columns at c of rows j0, j0 + RSTEP, ... (PER
         // rows); shared addresses and row steps computed once, so each copy costs a pointer add.
@@ -315,7 +343,8 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
         const unsigned ks_a = (unsigned)__cvta_generic_to_shared(ks + j0 * LD + c),
                        vs_a = (unsigned)__cvta_generic_to_shared(vs + j0 * LD + c);
         const int64_t kstep = (int64_t)RSTEP * P.k_rs, vstep = (int64_t)RSTEP * P.v_rs;
-        for (int64_t s0 = (int64_t)warp * BK; s0 < s_end; s0 += NS * BK) {
+        for (int64_t s0 = s_beg + (int64_t)warp * BK; s0 < s_end; s0 += NS * BK) {
+            if (P.skip_masked && sdpa_tile_masked<BK>(P, mo, s0, r0, lane)) continue;
             // this warp's K/V tile: cp.async 16-byte copies straight into shared memory (rows
             // past S are zero-filled)
             const uint16_t *kp = k + ko + (s0 + j0) * P.k_rs + c,
@@ -377,10 +406,47 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
                     a1 += a.y * f;
                 }
             }
+            if (P.chunk > 0) { // the chunk's partial row: unnormalized output, maximum, sum
+                float *pr = P.part + (((int64_t)blockIdx.z * P.batch + b) * P.l + r) * (D + 2);
+                *(float2 *)(pr + col) = make_float2(a0, a1);
+                if (col == 0) *(float2 *)(pr + D) = make_float2(m, l);
+                continue;
+            }
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
             *(uint32_t *)(out + oo + r * P.o_rs + col) = kc_mma<T>::pack(a0 * inv, a1 * inv);
         }
     }
+}
+
+// The chunks' partial rows of the split-key kernel merged (flash-decoding's second step): one
+// thread per output pair (row, 2 columns); the maxima are in log2 units.
+template <typename T, int D>
+static __global__ void __launch_bounds__(128)
+    sdpa_chunk_merge_kernel(const __grid_constant__ sdpa_params P, int n_chunks) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= P.batch * P.l * (D / 2)) return;
+    const int64_t row = i / (D / 2), b = row / P.l, r = row % P.l;
+    const int col = (int)(i % (D / 2)) * 2;
+    const int64_t cstride = P.batch * P.l * (D + 2);
+    const float *pr = P.part + row * (D + 2);
+    float m = -INFINITY;
+    for (int c = 0; c < n_chunks; c++) m = fmaxf(m, pr[c * cstride + D]);
+    float l = 0.0f, a0 = 0.0f, a1 = 0.0f;
+    if (m != -INFINITY) {
+        for (int c = 0; c < n_chunks; c++) {
+            const float2 ml = *(const float2 *)(pr + c * cstride + D);
+            if (ml.x == -INFINITY) continue;
+            const float f = sdpa_ex2(ml.x - m);
+            const float2 a = *(const float2 *)(pr + c * cstride + col);
+            l += ml.y * f;
+            a0 += a.x * f;
+            a1 += a.y * f;
+        }
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const sdpa_offs bo = sdpa_offsets(P, b);
+    uint16_t *out = (uint16_t *)P.out;
+    *(uint32_t *)(out + bo.o + r * P.o_rs + col) = kc_mma<T>::pack(a0 * inv, a1 * inv);
 }
 
 // The tensor-core kernel takes float16/bfloat16 with E = Ev in {64, 128} and 16-byte aligned
@@ -423,9 +489,47 @@ static kiln_status sdpa_tc_launch_nw(const kiln_cuda_ctx *ctx, const sdpa_params
     return kiln_cuda_check_launch(ctx, "sdpa_tc_kernel");
 }
 
+// Key chunks for the split-key kernel at NS warps of BK-key tiles: 1 unless the grid of 16-row
+// blocks leaves most of the device's resident CTAs idle over a long key range (an LLM decode
+// step: one block per KV head over the cache). Then the keys are cut into chunks of whole
+// NS x BK rounds (one tile per warp at the least), as many as fill the resident CTAs, bounded by
+// the partial rows the workspace holds.
+template <int D, int NS, int BK>
+static int64_t sdpa_chunk_keys(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    const int64_t blocks = P->batch * ((P->l + 15) / 16), round = (int64_t)NS * BK;
+    const int64_t resident = (int64_t)ctx->sm_count * (sdpa_sp_min_blocks<D, NS, BK>());
+    if (ctx->sm_count <= 0 || ctx->workspace == NULL || P->s < 512 || P->batch > 65535 ||
+        2 * blocks > resident)
+        return 0;
+    int64_t n = resident / blocks;
+    const int64_t rounds = (P->s + round - 1) / round;
+    if (n > rounds) n = rounds;
+    const int64_t row_bytes = P->batch * P->l * (D + 2) * (int64_t)sizeof(float);
+    if (n * row_bytes > (int64_t)ctx->workspace_nbytes)
+        n = (int64_t)ctx->workspace_nbytes / row_bytes;
+    if (n < 2) return 0;
+    return (rounds + n - 1) / n * round;
+}
+
 template <typename T, int D, int NS, int BK>
 static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     int64_t by = P->batch < 65535 ? P->batch : 65535;
+    const int64_t chunk = sdpa_chunk_keys<D, NS, BK>(ctx, P);
+    if (chunk > 0) {
+        sdpa_params C = *P;
+        C.chunk = chunk;
+        C.part = (float *)ctx->workspace;
+        C.skip_masked = 1;
+        const int n = (int)((P->s + chunk - 1) / chunk);
+        dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)P->batch, (unsigned)n);
+        sdpa_tc_split_kernel<T, D, NS, BK>
+            <<<grid, NS * 32, sdpa_sp_smem<D, NS, BK>::BYTES, ctx->stream>>>(C);
+        KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "sdpa_tc_split_kernel"));
+        const int64_t pairs = P->batch * P->l * (D / 2);
+        sdpa_chunk_merge_kernel<T, D>
+            <<<(unsigned)((pairs + 127) / 128), 128, 0, ctx->stream>>>(C, n);
+        return kiln_cuda_check_launch(ctx, "sdpa_chunk_merge_kernel");
+    }
     dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)by);
     sdpa_tc_split_kernel<T, D, NS, BK>
         <<<grid, NS * 32, sdpa_sp_smem<D, NS, BK>::BYTES, ctx->stream>>>(*P);
@@ -476,6 +580,26 @@ static kiln_status sdpa_tc_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P
     case 32: return sdpa_tc_launch_nw<T, D, 2>(ctx, P);
     default: return sdpa_tc_launch_nw<T, D, 4>(ctx, P);
     }
+}
+
+// The key chunks the split-key kernel at `split` warps runs P in (1: none), as
+// sdpa_tc_launch's choice of tile size gives them.
+int kiln_cuda_sdpa_tc_chunks(const kiln_cuda_ctx *ctx, const sdpa_params *P, int split) {
+    int64_t chunk = 0;
+    if (P->e == 64) {
+        switch (split) {
+        case 8:
+            chunk = P->s <= 128 ? sdpa_chunk_keys<64, 8, 16>(ctx, P)
+                                : sdpa_chunk_keys<64, 8, 32>(ctx, P);
+            break;
+        case 4: chunk = sdpa_chunk_keys<64, 4, 32>(ctx, P); break;
+        case 2: chunk = sdpa_chunk_keys<64, 2, 64>(ctx, P); break;
+        default: break;
+        }
+    } else if (split == 2) {
+        chunk = sdpa_chunk_keys<128, 2, 32>(ctx, P);
+    }
+    return chunk > 0 ? (int)((P->s + chunk - 1) / chunk) : 1;
 }
 
 kiln_status kiln_cuda_sdpa_tc_run(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype,

@@ -84,6 +84,7 @@ typedef struct kiln_cuda_sdpa_rec {
     int dnn;              // CUDNN: the plan's index in the layer's store
     int rows;             // SDPA_TC: query rows per CTA (16, 32, 64)
     int split;            // SDPA_TC_SPLIT: warps per 16-row block (2, 4, 8)
+    int chunks;           // SDPA_TC_SPLIT: CTAs the keys are cut into (1: none)
     kiln_cuda_kernel own; // Kiln's kernel for it (what CUDNN falls back to)
     float dnn_us, own_us; // timed at context creation (< 0: not timed)
 } kiln_cuda_sdpa_rec;

@@ -72,6 +72,8 @@ extern "C" kiln_status kiln_cuda_sdpa_plan(const kiln_cuda_ctx *ctx, const kiln_
         plan->sdpa.split = kiln_cuda_sdpa_split_warps(ctx, &P);
         plan->sdpa.rows = plan->sdpa.split > 0 ? 0 : kiln_cuda_sdpa_tc_rows(ctx, &P);
         plan->sdpa.own = plan->sdpa.split > 0 ? KILN_CUDA_K_SDPA_TC_SPLIT : KILN_CUDA_K_SDPA_TC;
+        plan->sdpa.chunks =
+            plan->sdpa.split > 0 ? kiln_cuda_sdpa_tc_chunks(ctx, &P, plan->sdpa.split) : 1;
     } else {
         plan->sdpa.own = P.e > 0 && P.e <= SDPA_MAX_HEAD && P.ev <= SDPA_MAX_HEAD
                              ? KILN_CUDA_K_SDPA_FLASH
@@ -110,8 +112,15 @@ extern "C" void kiln_cuda_sdpa_describe(const kiln_cuda_layer_plan *plan, char *
         snprintf(buf, n, "tensor-core kernel, %d query rows per CTA%s", s->rows, times);
         break;
     case KILN_CUDA_K_SDPA_TC_SPLIT:
-        snprintf(buf, n, "tensor-core kernel, keys split over %d warps per 16-row block%s",
-                 s->split, times);
+        if (s->chunks > 1) {
+            snprintf(buf, n,
+                     "tensor-core kernel, keys in %d chunks over CTAs, %d warps per 16-row "
+                     "block%s",
+                     s->chunks, s->split, times);
+        } else {
+            snprintf(buf, n, "tensor-core kernel, keys split over %d warps per 16-row block%s",
+                     s->split, times);
+        }
         break;
     case KILN_CUDA_K_SDPA_FLASH: snprintf(buf, n, "fp32-FMA flash kernel"); break;
     case KILN_CUDA_K_SDPA_SIMPLE:
