@@ -36,7 +36,8 @@ extern "C" {
     X(CLAMP, 24, "clamp") /* clamp/hardtanh/relu6 (min/max NaN = none)    */                       \
     X(COS, 25, "cos")                                                                              \
     X(SIN, 26, "sin")                                                                              \
-    X(ADD, 30, "add") /* broadcasting binary ops                      */                           \
+    X(ROTARY, 27, "rotary") /* x[..,D], cos, sin: x*cos + rotate_half(x)*sin */                    \
+    X(ADD, 30, "add")       /* broadcasting binary ops                      */                     \
     X(SUB, 31, "sub")                                                                              \
     X(MUL, 32, "mul")                                                                              \
     X(DIV, 33, "div")                                                                              \
@@ -46,6 +47,7 @@ extern "C" {
     X(LOG_SOFTMAX, 41, "log_softmax")                                                              \
     X(LAYER_NORM, 42, "layer_norm") /* x, weight?, bias?                            */             \
     X(GROUP_NORM, 43, "group_norm") /* x[N,C,..], weight?[C], bias?[C]              */             \
+    X(RMS_NORM, 44, "rms_norm")     /* x[..,D], weight?[D] (over the last dim)      */             \
     X(MAX_POOL2D, 50, "max_pool2d")                                                                \
     X(AVG_POOL2D, 51, "avg_pool2d")                                                                \
     X(ADAPTIVE_AVG_POOL2D, 52, "adaptive_avg_pool2d")                                              \
@@ -54,6 +56,7 @@ extern "C" {
     X(MEAN, 60, "mean")                                                                            \
     X(SUM, 61, "sum")                                                                              \
     X(CUMSUM, 62, "cumsum")                                                                        \
+    X(ARGMAX, 63, "argmax") /* x, dim -> int64 index of the first maximum   */                     \
     X(RESHAPE, 70, "reshape")                                                                      \
     X(PERMUTE, 71, "permute")                                                                      \
     X(EXPAND, 72, "expand")                                                                        \

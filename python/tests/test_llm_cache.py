@@ -524,3 +524,37 @@ def test_transformers_wrapper_module_exports_with_a_strict_retry(tmp_path, caplo
     prompt = _prompt(42, 6)
     step = lambda t, p: program.forward(t, None, p)[0][:, -1]  # noqa: E731
     _compare(_generate(step, prompt, 16), _hf_generate(model, prompt, 16), "wrapper module")
+
+
+def test_transformers_llama_fuses_rms_norm_and_rotary(tmp_path):
+    """The builder's LLM patterns on a real export: every LlamaRMSNorm becomes one rms_norm layer
+    and every rotate-half rotary one rotary layer (none of their small ops left), and the
+    program still generates what transformers does."""
+    from kiln._cli._capi import describe
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    model = _hf_llama(6)
+    wrapper = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=64)
+    seq = torch.export.Dim("seq", max=32)
+    with torch.no_grad():
+        ep = wrapper.export(
+            input_ids=torch.zeros(1, 4, dtype=torch.int64),
+            cache_position=torch.arange(4),
+            dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+            strict=True,
+        )
+    prog = save(ep, tmp_path / "fused.pte", quiet=True)
+    n = model.config.num_hidden_layers
+    (lowered,) = _lowered_modules(prog)
+    built, _, _ = build_engine(lowered.original_module)
+    ops = [la["op"] for la in describe(built.engine)["layers"]]
+    # two norms per decoder layer and the final one; rotary for q and k in every layer
+    assert ops.count("rms_norm") == 2 * n + 1, ops
+    assert ops.count("rotary") == 2 * n, ops
+    for gone in ("rsqrt", "pow", "neg", "slice"):
+        assert gone not in ops, (gone, ops)
+    program = kiln.load(tmp_path / "fused.pte")
+    prompt = _prompt(43, 8)
+    want = _hf_generate(model, prompt, 12)
+    got = _generate(lambda t, p: program.forward(t, p)[0][:, -1], prompt, 12)
+    _compare(got, want, "transformers llama, fused norms and rotary")

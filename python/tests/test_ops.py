@@ -104,6 +104,20 @@ CASES = {
     ),
     "cos_sin": (Fn(lambda m, x: torch.cos(x) * 2 + torch.sin(x)), [lambda: torch.randn(3, 7) * 5]),
     "cumsum_float": (Fn(lambda m, x: torch.cumsum(x, dim=1)), [r(3, 9, 2)]),
+    # a greedy decoding head: the logits' argmax (int64), a strided dim with ties, the flattened
+    # tensor with keepdim
+    "argmax_logits": (
+        Fn(lambda m, x: torch.argmax(m.head(x), dim=-1), head=nn.Linear(16, 300)),
+        [r(2, 3, 16)],
+    ),
+    "argmax_ties_keepdim": (
+        Fn(lambda m, x: torch.argmax(x, dim=1, keepdim=True) * 2),
+        [ints(4, 3, 9, 5)],
+    ),
+    "argmax_flat": (
+        Fn(lambda m, x: torch.argmax(x, keepdim=True) + torch.argmax(x)),
+        [r(3, 7)],
+    ),
     "cumsum_int_promotes": (
         Fn(lambda m, x: torch.cumsum(x, dim=-1)),
         [ints(50, 2, 11, dtype=torch.int32)],

@@ -3,7 +3,7 @@
 // graph into a kiln_bgraph, runs the passes in order, lays out the plan and serializes it:
 //
 //   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> patchify -> attention
-//              -> dce -> fuse]
+//              -> llm -> views -> cse -> dce -> fuse]
 //          -> precision -> lower_io -> check -> emit (tensors, layers, memory plan, weights)
 //
 // The working graph mirrors src/ir/graph.h with what the passes need: nodes can die, gain
@@ -90,6 +90,10 @@ typedef struct kiln_build_stats {
     uint32_t n_patchify;   // stride = kernel convolutions turned into a linear
     uint32_t n_in_place;   // state updates written in place (index_copy into the state)
     uint32_t n_gqa;        // sdpa reading a repeated kv cache that now reads the cache itself
+    uint32_t n_rms_norm;   // RMSNorm chains (pow, mean, add, rsqrt, mul, ...) turned into rms_norm
+    uint32_t n_rotary; // rotate-half rotary chains (mul, slice, neg, cat, ...) turned into rotary
+    uint32_t n_views;  // views rewritten as reshapes, reshape chains collapsed, identities removed
+    uint32_t n_cse;    // nodes equal to an earlier one (op, inputs, attributes) removed
 } kiln_build_stats;
 
 typedef struct kiln_bgraph {
@@ -189,6 +193,9 @@ kiln_status kiln_pass_bn_fold(kiln_bgraph *b);          // pass_bn_fold.c
 kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b); // pass_linear.c
 kiln_status kiln_pass_patchify(kiln_bgraph *b);         // pass_patchify.c
 kiln_status kiln_pass_attention(kiln_bgraph *b);        // pass_attention.c
+kiln_status kiln_pass_llm(kiln_bgraph *b);              // pass_llm.c: rms_norm, rotary
+kiln_status kiln_pass_views(kiln_bgraph *b);            // pass_views.c
+kiln_status kiln_pass_cse(kiln_bgraph *b);              // pass_cse.c
 kiln_status kiln_pass_fuse(kiln_bgraph *b);             // pass_fuse.c
 kiln_status kiln_pass_precision(kiln_bgraph *b);        // pass_precision.c
 kiln_status kiln_pass_lower_io(kiln_bgraph *b);         // pass_io.c

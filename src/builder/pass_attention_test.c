@@ -208,6 +208,8 @@ int main(void) {
     test_gqa(2, 0, 2, 1, "GQA, bool mask [L, S]");
     test_gqa(4, 0, 2, 1, "GQA, float mask [1, 1, L, S]");
     test_gqa(0, 0, 2, 0, "GQA, no mask");
-    test_gqa(0, 1, 2, 2, "GQA, causal: left alone");
+    // k's and v's repeats of the one cache are the same nodes: common-subexpression elimination
+    // leaves one expand
+    test_gqa(0, 1, 2, 1, "GQA, causal: left alone");
     return check_summary();
 }

@@ -9,7 +9,8 @@
 // constants (at most KILN_PRECISION_SMALL_CONST elements: rotary inverse frequencies, scales) and
 // other such values (rotary cos/sin tables from position ids, masks built from positions) keeps
 // its dtype, explicit casts to float32 included, and is cast to the target once where another
-// node reads it. In half precision a position of a few hundred loses its low bits, and a rotary
+// node reads it (except by rotary, which takes float32 cos/sin tables with a 16-bit x as they
+// are). In half precision a position of a few hundred loses its low bits, and a rotary
 // angle computed from it is off by radians. States are internal
 // to the engine: a float32 state becomes a state of the target dtype (its initial value
 // converted), so that a KV cache is stored and read at the compute precision.
@@ -150,7 +151,8 @@ kiln_status kiln_pass_precision(kiln_bgraph *b) {
         for (uint32_t j = 0; j < n->n_inputs && !kept && st == KILN_OK; j++) {
             int32_t v = b->ids[n->input_begin + j];
             if (v < 0 || (size_t)v >= n_orig_vals) continue;
-            if (keep[v] && n->op != KILN_OP_CAST) {
+            // rotary reads its cos and sin tables in float32 (exact angles): no cast for them
+            if (keep[v] && n->op != KILN_OP_CAST && !(n->op == KILN_OP_ROTARY && j >= 1)) {
                 if (castv[v] < 0) { // emitted right after its producer (same key, later index)
                     int64_t seq = b->nodes[b->values[v].index].seq;
                     st = cast_node(b, v, target, seq, &castv[v]);

@@ -100,6 +100,8 @@ static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_
 // group_norm: x[N, C, ...], weight?[C], bias?[C]
 #define KILN_A_GN_GROUPS 0
 #define KILN_A_GN_EPS 1
+// rms_norm: x[..., D], weight?[D]   (over the last dim, float32 statistics)
+#define KILN_A_RMS_EPS 0
 // upsample_nearest2d, upsample_bilinear2d: x[N, C, H, W] -> [N, C, OH, OW]
 #define KILN_A_UPSAMPLE_SIZE 0   // output_size ints[2]
 #define KILN_A_UPSAMPLE_SCALES 1 // floats[2]: output/input scale per axis (NaN: OH/H)
@@ -124,6 +126,9 @@ static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_
 #define KILN_A_REDUCE_KEEPDIM 1
 // cumsum
 #define KILN_A_CUMSUM_DIM 0
+// argmax: x -> int64 (the first maximum along dim; NaN counts as the maximum, as in PyTorch)
+#define KILN_A_ARGMAX_DIM 0
+#define KILN_A_ARGMAX_KEEPDIM 1
 // reshape: x, like?   expand: x, like?
 // shape entries: >= 0 literal; -1 infer (reshape) or keep (expand); <= -2 copy dim (-v - 2) of
 // `like` when given, else of x.

@@ -43,6 +43,8 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_SOFTMAX] = E_(softmax),
     [KILN_OP_LOG_SOFTMAX] = E_(softmax),
     [KILN_OP_LAYER_NORM] = E_(layer_norm),
+    [KILN_OP_RMS_NORM] = E_(rms_norm),
+    [KILN_OP_ROTARY] = E_(rotary),
     [KILN_OP_MAX_POOL2D] = E_(max_pool2d),
     [KILN_OP_AVG_POOL2D] = E_(avg_pool2d),
     [KILN_OP_ADAPTIVE_AVG_POOL2D] = E_(adaptive_avg_pool2d),
@@ -64,6 +66,7 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_UPSAMPLE_NEAREST2D] = E_(upsample),
     [KILN_OP_UPSAMPLE_BILINEAR2D] = E_(upsample),
     [KILN_OP_CUMSUM] = E_(cumsum),
+    [KILN_OP_ARGMAX] = E_(argmax),
     [KILN_OP_PAD] = E_(pad),
     [KILN_OP_ARANGE] = E_(arange),
     [KILN_OP_INDEX] = E_(index),
@@ -179,6 +182,10 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
         if (kiln_cpu_is_int(y->dtype) != kiln_cpu_is_int(x->dtype) || y->dtype == KILN_DTYPE_BOOL)
             return "cumsum keeps its input's float or integer dtype";
         break;
+    case KILN_OP_ARGMAX:
+        if (y->dtype != KILN_DTYPE_I64 || x->dtype == KILN_DTYPE_BOOL)
+            return "argmax takes a float or integer x and gives int64";
+        break;
     case KILN_OP_PAD:
         if (x->dtype != y->dtype) return "input and output dtypes differ";
         break;
@@ -207,6 +214,17 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
         for (uint32_t i = 0; i < args->n_in; i++) {
             if (args->in[i] && !is_float(args->in[i])) return "inputs must be float";
         }
+        break;
+    case KILN_OP_RMS_NORM:
+        if (!is_float(x) || x->rank < 1 || x->dtype != y->dtype ||
+            (args->n_in > 1 && args->in[1] != NULL && !is_float(args->in[1])))
+            return "rms_norm needs a float x of rank >= 1, the output in its dtype";
+        break;
+    case KILN_OP_ROTARY:
+        if (!is_float(x) || !is_float(args->in[1]) || !is_float(args->in[2]) || x->rank < 1 ||
+            x->dtype != y->dtype || x->dims[x->rank - 1] % 2 != 0 || args->in[1]->rank > x->rank ||
+            args->in[2]->rank > x->rank)
+            return "rotary needs float x[..., even D] and float cos, sin of rank <= x's";
         break;
     case KILN_OP_SUM:
         if (kiln_cpu_is_int(y->dtype) && !kiln_cpu_is_int(x->dtype))

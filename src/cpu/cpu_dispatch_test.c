@@ -62,6 +62,14 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         l->n_in = 3, l->out = tt_new2(dt, 2, 3);
         tattrs_int(&l->a, KILN_A_LN_NDIM, 1);
         break;
+    case KILN_OP_RMS_NORM:
+        l->in[0] = tt_new2(dt, 2, 3), l->in[1] = tt_new1(dt, 3);
+        l->n_in = 2, l->out = tt_new2(dt, 2, 3);
+        break;
+    case KILN_OP_ROTARY:
+        l->in[0] = tt_new3(dt, 2, 3, 4), l->in[1] = tt_new2(dt, 3, 4);
+        l->in[2] = tt_new2(KILN_DTYPE_F32, 3, 4), l->n_in = 3, l->out = tt_new3(dt, 2, 3, 4);
+        break;
     case KILN_OP_MAX_POOL2D:
     case KILN_OP_AVG_POOL2D:
         l->in[0] = tt_new4(dt, 1, 2, 4, 4), l->n_in = 1, l->out = tt_new4(dt, 1, 2, 2, 2);
@@ -138,6 +146,10 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
     case KILN_OP_CUMSUM:
         l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new2(dt, 2, 3);
         tattrs_int(&l->a, KILN_A_CUMSUM_DIM, 1);
+        break;
+    case KILN_OP_ARGMAX:
+        l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new1(KILN_DTYPE_I64, 2);
+        tattrs_int(&l->a, KILN_A_ARGMAX_DIM, 1);
         break;
     case KILN_OP_PAD: {
         int64_t pads[2] = {1, -1};

@@ -174,6 +174,8 @@ KILN_CPU_DECLARE(conv2d);
 KILN_CPU_DECLARE(conv_transpose2d);
 KILN_CPU_DECLARE(batch_norm);
 KILN_CPU_DECLARE(layer_norm);
+KILN_CPU_DECLARE(rms_norm);
+KILN_CPU_DECLARE(rotary);  // op_eltwise.c
 KILN_CPU_DECLARE(softmax); // softmax and log_softmax
 KILN_CPU_DECLARE(unary);   // unary ops, copy, cast, clamp
 KILN_CPU_DECLARE(binary);  // add, sub, mul, div, pow, where
@@ -193,6 +195,7 @@ KILN_CPU_DECLARE(compare); // eq, ne, lt, le, gt, ge (op_logic.c)
 KILN_CPU_DECLARE(bitwise); // bitwise_and, _or, _xor, _not (op_logic.c)
 KILN_CPU_DECLARE(group_norm);
 KILN_CPU_DECLARE(cumsum);
+KILN_CPU_DECLARE(argmax);
 KILN_CPU_DECLARE(pad);
 KILN_CPU_DECLARE(arange);
 KILN_CPU_DECLARE(index);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Elementwise ops: unary activations and math (cos and sin included), copy, cast, clamp, the
-// broadcasting binary ops, where, and the fused tail of GEMM/conv heads. Rows of the broadcast
-// iterator are processed in chunks: float32 operands are read in place, other dtypes converted
-// through float32 (or int64, for integer outputs) chunk buffers.
+// broadcasting binary ops, where, rotary embeddings, and the fused tail of GEMM/conv heads. Rows of
+// the broadcast iterator are processed in chunks: float32 operands are read in place, other dtypes
+// converted through float32 (or int64, for integer outputs) chunk buffers.
 #include <math.h>
 #include <string.h>
 
@@ -379,6 +379,76 @@ kiln_status kiln_cpu_tail_apply(const kiln_kernel_args *args) {
             ins[1] = args->out;
         }
         KILN_TRY(kiln_cpu_eltwise(tl->op, &tl->attrs, ins, n, args->out));
+    }
+    return KILN_OK;
+}
+
+// --- rotary: y[.., i] = x[i] cos[i] + (i < D/2 ? -x[i + D/2] : x[i - D/2]) sin[i] over the last
+// dim (transformers' q * cos + rotate_half(q) * sin), cos and sin broadcast to x (x's dtype or
+// float32), float32 math, one rounding to y's dtype.
+
+// Element strides of t broadcast to the dims of x (right-aligned; 0 along a broadcast dim);
+// false when t does not broadcast to x (a dim neither 1 nor x's, or a higher rank).
+static int rotary_strides(const kiln_tensor *t, const kiln_tensor *x, int64_t *str) {
+    int64_t s = 1;
+    if (t->rank > x->rank) return 0;
+    for (uint32_t k = x->rank; k-- > 0;) {
+        uint32_t back = x->rank - 1 - k;
+        if (back < t->rank) {
+            int64_t dim = t->dims[t->rank - 1 - back];
+            if (dim != 1 && dim != x->dims[k]) return 0;
+            str[k] = dim == 1 ? 0 : s;
+            s *= dim;
+        } else {
+            str[k] = 0;
+        }
+    }
+    return 1;
+}
+
+size_t kiln_cpu_rotary_scratch(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0];
+    int64_t d = x->rank > 0 ? x->dims[x->rank - 1] : 0;
+    return KILN_CPU_SCRATCH_SLACK + 4 * kiln_cpu_f32_nbytes(d);
+}
+
+kiln_status kiln_cpu_rotary(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *cs = args->in[1], *sn = args->in[2];
+    kiln_tensor *y = args->out;
+    KILN_CHECK(x->rank >= 1 && x->dims[x->rank - 1] % 2 == 0 && cs->rank <= x->rank &&
+                   sn->rank <= x->rank,
+               KILN_ERR_INVALID_ARG,
+               "cpu rotary: needs x[..., D] with D even, cos/sin of rank "
+               "at most x's");
+    int64_t d = x->dims[x->rank - 1], h = d / 2, numel = kiln_tensor_numel(x);
+    int64_t cstr[KILN_MAX_RANK], sstr[KILN_MAX_RANK];
+    KILN_CHECK(rotary_strides(cs, x, cstr) && rotary_strides(sn, x, sstr), KILN_ERR_INVALID_ARG,
+               "cpu rotary: cos and sin must broadcast to x");
+    if (d == 0 || numel == 0) return KILN_OK;
+    kiln_cpu_scratch s;
+    kiln_cpu_scratch_init(&s, args);
+    float *xr = kiln_cpu_scratch_f32(&s, d, "rotary x");
+    float *cr = kiln_cpu_scratch_f32(&s, d, "rotary cos");
+    float *sr = kiln_cpu_scratch_f32(&s, d, "rotary sin");
+    float *yr = kiln_cpu_scratch_f32(&s, d, "rotary y");
+    if (xr == NULL || cr == NULL || sr == NULL || yr == NULL) return KILN_ERR_INTERNAL;
+    for (int64_t r = 0; r < numel / d; r++) {
+        // offsets of this row in cos and sin: r decomposed over x's leading dims
+        int64_t co = 0, so = 0, rem = r;
+        for (uint32_t k = x->rank - 1; k-- > 0;) {
+            int64_t i = rem % x->dims[k];
+            rem /= x->dims[k];
+            co += i * cstr[k];
+            so += i * sstr[k];
+        }
+        kiln_cpu_load_f32(x->data, x->dtype, r * d, 1, d, xr);
+        kiln_cpu_load_f32(cs->data, cs->dtype, co, cstr[x->rank - 1], d, cr);
+        kiln_cpu_load_f32(sn->data, sn->dtype, so, sstr[x->rank - 1], d, sr);
+        for (int64_t i = 0; i < h; i++) {
+            yr[i] = xr[i] * cr[i] - xr[i + h] * sr[i];
+            yr[i + h] = xr[i + h] * cr[i + h] + xr[i] * sr[i + h];
+        }
+        kiln_cpu_store_f32(y->data, y->dtype, r * d, d, yr);
     }
     return KILN_OK;
 }

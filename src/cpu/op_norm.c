@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Normalizations: batch_norm (inference, over dim 1), layer_norm (over the last normalized_ndim
-// dims, optional affine) and softmax / log_softmax over one dim. Statistics are accumulated in
+// dims, optional affine), rms_norm (over the last dim, optional weight) and softmax / log_softmax
+// over one dim. Statistics are accumulated in
 // double; rows of 16-bit tensors are converted through float32 scratch.
 #include <math.h>
 
@@ -146,6 +147,49 @@ kiln_status kiln_cpu_layer_norm(const kiln_kernel_args *args) {
         float rstd = (float)(1.0 / sqrt(sq / (double)d + eps));
         float *yr = y->dtype == KILN_DTYPE_F32 ? (float *)y->data + r * d : row;
         for (int64_t i = 0; i < d; i++) yr[i] = (xr[i] - mean) * rstd * wf[i] + bf[i];
+        if (y->dtype != KILN_DTYPE_F32) kiln_cpu_store_f32(y->data, y->dtype, r * d, d, row);
+    }
+    return KILN_OK;
+}
+
+// --- rms_norm: y = x / sqrt(mean(x^2) + eps) * weight over the last dim (LlamaRMSNorm in one
+// layer: the statistics in double, every element in float32, one rounding to y's dtype)
+
+size_t kiln_cpu_rms_norm_scratch(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0];
+    int64_t d = x->rank > 0 ? x->dims[x->rank - 1] : 0;
+    return KILN_CPU_SCRATCH_SLACK + 2 * kiln_cpu_f32_nbytes(d);
+}
+
+kiln_status kiln_cpu_rms_norm(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *w = opt_in(args, 1);
+    kiln_tensor *y = args->out;
+    KILN_CHECK(x->rank >= 1, KILN_ERR_INVALID_ARG, "cpu rms_norm: input rank 0");
+    int64_t d = x->dims[x->rank - 1], numel = kiln_tensor_numel(x);
+    KILN_CHECK(w == NULL || kiln_tensor_numel(w) == d, KILN_ERR_INVALID_ARG,
+               "cpu rms_norm: weight must have %lld elements", (long long)d);
+    if (d == 0 || numel == 0) return KILN_OK;
+    int64_t rows = numel / d;
+    kiln_cpu_scratch s;
+    kiln_cpu_scratch_init(&s, args);
+    float *row = kiln_cpu_scratch_f32(&s, d, "rms_norm row");
+    float *wf = kiln_cpu_scratch_f32(&s, d, "rms_norm weight");
+    if (row == NULL || wf == NULL) return KILN_ERR_INTERNAL;
+    for (int64_t i = 0; i < d; i++) wf[i] = 1.0f;
+    if (w != NULL) kiln_cpu_load_f32(w->data, w->dtype, 0, 1, d, wf);
+    float eps = (float)kiln_attrs_float(&args->attrs, KILN_A_RMS_EPS, 0);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = row;
+        if (x->dtype == KILN_DTYPE_F32) {
+            xr = (const float *)x->data + r * d;
+        } else {
+            kiln_cpu_load_f32(x->data, x->dtype, r * d, 1, d, row);
+        }
+        double sq = 0.0;
+        for (int64_t i = 0; i < d; i++) sq += (double)xr[i] * xr[i];
+        float rstd = (float)(1.0 / sqrt(sq / (double)d + eps));
+        float *yr = y->dtype == KILN_DTYPE_F32 ? (float *)y->data + r * d : row;
+        for (int64_t i = 0; i < d; i++) yr[i] = xr[i] * rstd * wf[i];
         if (y->dtype != KILN_DTYPE_F32) kiln_cpu_store_f32(y->data, y->dtype, r * d, d, row);
     }
     return KILN_OK;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// batch_norm, layer_norm, softmax and log_softmax on the CPU backend: hand-computed values, then
-// random inputs against double-precision loops (optional affine parameters absent or present,
-// every normalized_ndim, positive and negative softmax dims, inner strides > 1, size-1 and
+// batch_norm, layer_norm, rms_norm, softmax and log_softmax on the CPU backend: hand-computed
+// values, then random inputs against double-precision loops (optional affine parameters absent or
+// present, every normalized_ndim, positive and negative softmax dims, inner strides > 1, size-1 and
 // size-0 dims) for every float dtype.
 #include "cpu/cpu_internal.h"
 #include "cpu/cpu_test_util.h"
@@ -242,8 +242,58 @@ static void test_group_norm_random(void) {
     }
 }
 
+// rms_norm: [3, 4] by hand (mean of squares 25/4 + eps 0 -> rstd 0.4), then random rows of
+// every float dtype, with and without a weight, against a double loop.
+static void test_rms_norm(void) {
+    kiln_tensor *x = tt_new2(KILN_DTYPE_F32, 1, 2), *y = tt_new2(KILN_DTYPE_F32, 1, 2);
+    kiln_tensor *w = tt_new1(KILN_DTYPE_F32, 2);
+    tt_set_all(x, (const double[]){3, 4}); // mean(x^2) = 12.5
+    tt_set_all(w, (const double[]){2, -1});
+    tattrs a;
+    tattrs_init(&a, KILN_OP_RMS_NORM);
+    tattrs_float(&a, KILN_A_RMS_EPS, 0.0);
+    kiln_tensor *ins[2] = {x, w};
+    CHECK_OK(trun(KILN_OP_RMS_NORM, &a, ins, 2, y));
+    double r = 1 / sqrt(12.5);
+    tt_close(y, (const double[]){6 * r, -4 * r}, 1e-6, 1e-6, "rms_norm hand");
+    tt_free(x), tt_free(y), tt_free(w);
+    static const shape shapes[] = {
+        {3, {2, 5, 8}}, {2, {7, 13}}, {1, {300}}, {2, {0, 4}}, {4, {2, 1, 3, 1}}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int di = 0; di < 3; di++) {
+            for (int wt = 0; wt < 2; wt++) {
+                uint32_t dt = tt_float_dtype(di);
+                const shape *sh = &shapes[s];
+                int64_t d = sh->d[sh->rank - 1];
+                kiln_tensor *rx = tt_new(dt, sh->rank, sh->d), *ry = tt_new(dt, sh->rank, sh->d);
+                kiln_tensor *rw = tt_new1(dt, d);
+                tt_rand(rx, -3, 3);
+                tt_rand(rw, 0.5, 2);
+                tattrs_init(&a, KILN_OP_RMS_NORM);
+                tattrs_float(&a, KILN_A_RMS_EPS, 1e-3);
+                kiln_tensor *rins[2] = {rx, wt ? rw : NULL};
+                CHECK_OK(trun(KILN_OP_RMS_NORM, &a, rins, 2, ry));
+                int64_t n = tt_numel(rx);
+                double *ref = (double *)calloc((size_t)n + 1, sizeof(double));
+                for (int64_t r0 = 0; d > 0 && r0 < n; r0 += d) {
+                    double sq = 0;
+                    for (int64_t i = 0; i < d; i++) sq += tt_get(rx, r0 + i) * tt_get(rx, r0 + i);
+                    double rs = 1 / sqrt(sq / (double)d + 1e-3);
+                    for (int64_t i = 0; i < d; i++) {
+                        ref[r0 + i] = tt_get(rx, r0 + i) * rs * (wt ? tt_get(rw, i) : 1.0);
+                    }
+                }
+                tt_close(ry, ref, 1e-5, tt_rtol(dt) + 1e-5, "rms_norm");
+                free(ref);
+                tt_free(rx), tt_free(ry), tt_free(rw);
+            }
+        }
+    }
+}
+
 int main(void) {
     check_rng_seed();
+    test_rms_norm();
     test_group_norm_random();
     test_hand();
     test_batch_norm_random();

@@ -161,3 +161,48 @@ kiln_status kiln_cpu_cumsum(const kiln_kernel_args *args) {
     }
     return KILN_OK;
 }
+
+// --- argmax: the index of the first maximum along one dim (int64), NaN counting as larger than
+// any number (PyTorch's rule: the first NaN wins). Integers compare exactly, in int64.
+
+size_t kiln_cpu_argmax_scratch(const kiln_kernel_args *args) {
+    (void)args;
+    return 0;
+}
+
+kiln_status kiln_cpu_argmax(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0];
+    kiln_tensor *y = args->out;
+    int64_t dim_attr = kiln_attrs_int(&args->attrs, KILN_A_ARGMAX_DIM, 0);
+    int dim = kiln_cpu_norm_dim(dim_attr, x->rank);
+    KILN_CHECK(dim >= 0 && y->dtype == KILN_DTYPE_I64, KILN_ERR_INVALID_ARG,
+               "cpu argmax: dim %lld out of range for rank %u, or a non-int64 output",
+               (long long)dim_attr, x->rank);
+    int64_t outer = 1, len = x->dims[dim], inner = 1;
+    for (int d = 0; d < dim; d++) outer *= x->dims[d];
+    for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];
+    KILN_CHECK(len > 0 || outer * inner == 0, KILN_ERR_INVALID_ARG,
+               "cpu argmax: dimension %d of x is empty", dim);
+    const int is_int = kiln_cpu_is_int(x->dtype);
+    int64_t *out = (int64_t *)y->data;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t best = 0, base = o * len * inner + i;
+            if (is_int) {
+                int64_t m = kiln_load_i64(x->data, x->dtype, base);
+                for (int64_t l = 1; l < len; l++) {
+                    int64_t v = kiln_load_i64(x->data, x->dtype, base + l * inner);
+                    if (v > m) m = v, best = l;
+                }
+            } else {
+                float m = kiln_load_f32(x->data, x->dtype, base);
+                for (int64_t l = 1; l < len && !isnan(m); l++) {
+                    float v = kiln_load_f32(x->data, x->dtype, base + l * inner);
+                    if (v > m || isnan(v)) m = v, best = l;
+                }
+            }
+            out[o * inner + i] = best;
+        }
+    }
+    return KILN_OK;
+}

@@ -154,9 +154,63 @@ static void test_cumsum(void) {
     tt_free(x), tt_free(y);
 }
 
+// argmax along each dim against a loop reference (float dtypes and integers; the first of equal
+// maxima), keepdim, and NaN winning as in PyTorch.
+static void test_argmax(void) {
+    static const uint32_t dts[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16, KILN_DTYPE_I32,
+                                   KILN_DTYPE_I64};
+    for (int dim = 0; dim < 3; dim++) {
+        for (int d = 0; d < 5; d++) {
+            int64_t dims[3] = {3, 9, 2}, odims[3] = {3, 9, 2};
+            odims[dim] = 1;
+            kiln_tensor *x = tt_new(dts[d], 3, dims), *y = tt_new(KILN_DTYPE_I64, 3, odims);
+            tt_rand(x, -4, 4); // integers: many ties
+            tattrs a;
+            tattrs_init(&a, KILN_OP_ARGMAX);
+            tattrs_int(&a, KILN_A_ARGMAX_DIM, dim == 2 ? -1 : dim);
+            tattrs_int(&a, KILN_A_ARGMAX_KEEPDIM, 1);
+            kiln_tensor *ins[1] = {x};
+            CHECK_OK(trun(KILN_OP_ARGMAX, &a, ins, 1, y));
+            int64_t st[3] = {18, 2, 1}, bad = 0;
+            for (int64_t e = 0; e < 54; e++) {
+                int64_t c[3] = {e / 18, (e / 2) % 9, e % 2};
+                if (c[dim] != 0) continue;
+                int64_t best = 0;
+                double m = tt_get(x, c[0] * st[0] + c[1] * st[1] + c[2] * st[2]);
+                for (int64_t k = 1; k < dims[dim]; k++) {
+                    int64_t cc[3] = {c[0], c[1], c[2]};
+                    cc[dim] = k;
+                    double v = tt_get(x, cc[0] * st[0] + cc[1] * st[1] + cc[2] * st[2]);
+                    if (v > m) m = v, best = k;
+                }
+                int64_t oi = dim == 0   ? c[1] * 2 + c[2]
+                             : dim == 1 ? c[0] * 2 + c[2]
+                                        : c[0] * 9 + c[1];
+                bad += ((int64_t *)y->data)[oi] != best;
+            }
+            CHECK_MSG(bad == 0, "argmax dim %d dtype %u: %lld wrong", dim, dts[d], (long long)bad);
+            tt_free(x), tt_free(y);
+        }
+    }
+    kiln_tensor *x = tt_new1(KILN_DTYPE_F32, 5), *y = tt_new(KILN_DTYPE_I64, 0, NULL);
+    float *xv = (float *)x->data;
+    xv[0] = 1.0f, xv[1] = 3.0f, xv[2] = NAN, xv[3] = 7.0f, xv[4] = NAN;
+    tattrs a;
+    tattrs_init(&a, KILN_OP_ARGMAX);
+    tattrs_int(&a, KILN_A_ARGMAX_DIM, 0);
+    kiln_tensor *ins[1] = {x};
+    CHECK_OK(trun(KILN_OP_ARGMAX, &a, ins, 1, y));
+    CHECK(((int64_t *)y->data)[0] == 2); // the first NaN
+    xv[2] = 5.0f, xv[4] = 7.0f;
+    CHECK_OK(trun(KILN_OP_ARGMAX, &a, ins, 1, y));
+    CHECK(((int64_t *)y->data)[0] == 3); // the first of two maxima
+    tt_free(x), tt_free(y);
+}
+
 int main(void) {
     check_rng_seed();
     test_cumsum();
+    test_argmax();
     test_hand();
     test_random();
     return check_summary();

@@ -32,6 +32,8 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_SOFTMAX:
     case KILN_OP_LOG_SOFTMAX: return kiln_cuda_softmax(ctx, args);
     case KILN_OP_LAYER_NORM: return kiln_cuda_layer_norm(ctx, args);
+    case KILN_OP_RMS_NORM: return kiln_cuda_rms_norm(ctx, args);
+    case KILN_OP_ROTARY: return kiln_cuda_rotary(ctx, args);
     case KILN_OP_MAX_POOL2D: return kiln_cuda_max_pool2d(ctx, args);
     case KILN_OP_AVG_POOL2D: return kiln_cuda_avg_pool2d(ctx, args);
     case KILN_OP_ADAPTIVE_AVG_POOL2D: return kiln_cuda_adaptive_avg_pool2d(ctx, args);
@@ -53,6 +55,7 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_UPSAMPLE_BILINEAR2D: return kiln_cuda_upsample(ctx, args);
     case KILN_OP_GROUP_NORM: return kiln_cuda_group_norm(ctx, args);
     case KILN_OP_CUMSUM: return kiln_cuda_cumsum(ctx, args);
+    case KILN_OP_ARGMAX: return kiln_cuda_argmax(ctx, args);
     case KILN_OP_PAD: return kiln_cuda_pad(ctx, args);
     case KILN_OP_ARANGE: return kiln_cuda_arange(ctx, args);
     default:
@@ -270,6 +273,12 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
             return why_not(why, why_nbytes, args, "arange gives a numeric 1-D tensor");
         }
         return 1;
+    case KILN_OP_ARGMAX:
+        if (args->out->dtype != KILN_DTYPE_I64 || args->in[0]->dtype == KILN_DTYPE_BOOL ||
+            kiln_cuda_dtype_size(args->in[0]->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "argmax takes float or integer x, gives int64");
+        }
+        return 1;
     case KILN_OP_CUMSUM:
     case KILN_OP_PAD:
         if (args->in[0]->dtype != args->out->dtype || kiln_cuda_dtype_size(args->out->dtype) == 0) {
@@ -284,8 +293,17 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
             return why_not(why, why_nbytes, args, "needs float32/float16/bfloat16 operands");
         }
         return 1;
+    case KILN_OP_ROTARY:
+        if (args->n_in < 3 || !all_float(args) || args->in[0]->dtype != args->out->dtype ||
+            !kiln_cuda_rotary_supports(args)) {
+            return why_not(why, why_nbytes, args,
+                           "needs float x[..., even D] of the output's dtype and float cos, sin "
+                           "that broadcast to x");
+        }
+        return 1;
     case KILN_OP_BATCH_NORM:
     case KILN_OP_LAYER_NORM:
+    case KILN_OP_RMS_NORM:
     case KILN_OP_SOFTMAX:
     case KILN_OP_LOG_SOFTMAX:
     case KILN_OP_MAX_POOL2D:

@@ -26,6 +26,8 @@ KILN_CUDA_LAUNCHER(unary);               // op_eltwise.cu: activations, math, co
 KILN_CUDA_LAUNCHER(binary);              // op_eltwise.cu: add, sub, mul, div, pow, where
 KILN_CUDA_LAUNCHER(batch_norm);          // op_norm.cu
 KILN_CUDA_LAUNCHER(layer_norm);          // op_norm.cu
+KILN_CUDA_LAUNCHER(rms_norm);            // op_norm.cu
+KILN_CUDA_LAUNCHER(rotary);              // op_eltwise.cu
 KILN_CUDA_LAUNCHER(softmax);             // op_norm.cu: softmax, log_softmax
 KILN_CUDA_LAUNCHER(max_pool2d);          // op_pool.cu
 KILN_CUDA_LAUNCHER(avg_pool2d);          // op_pool.cu
@@ -44,6 +46,7 @@ KILN_CUDA_LAUNCHER(gather);              // op_index.cu
 KILN_CUDA_LAUNCHER(index_copy);          // op_index.cu: in place when out->data == in[0]->data
 KILN_CUDA_LAUNCHER(upsample);            // op_resize.cu: upsample_nearest2d, _bilinear2d
 KILN_CUDA_LAUNCHER(group_norm);          // op_norm.cu
+KILN_CUDA_LAUNCHER(argmax);              // op_reduce.cu
 KILN_CUDA_LAUNCHER(cumsum);              // op_reduce.cu
 KILN_CUDA_LAUNCHER(pad);                 // op_shape.cu
 KILN_CUDA_LAUNCHER(arange);              // op_shape.cu
@@ -61,6 +64,9 @@ int kiln_cuda_eltwise_arity(uint32_t op);
 int kiln_cuda_eltwise_supports(uint32_t op, const kiln_tensor *const *ins, int n,
                                const kiln_tensor *out);
 int kiln_cuda_tail_supports(const kiln_kernel_args *args);
+// Nonzero when the rotary kernel runs these shapes: x [..., even D], cos and sin broadcasting to
+// x (op_eltwise.cu).
+int kiln_cuda_rotary_supports(const kiln_kernel_args *args);
 
 // Applies args->tail[skip..] in place on args->out (op_eltwise.cu); heads call it last.
 kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, uint32_t skip);

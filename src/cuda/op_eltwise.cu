@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Elementwise ops (unary activations and math with cos and sin, copy, cast, clamp, the broadcasting
-// binary ops, where) and the fused elementwise tail of GEMM/conv heads, all through one "program"
-// kernel: out[i] = step_n(...step_1(load(operand0, i))...), each binary step reading one more
-// operand broadcast to out (numpy rules). Float outputs compute in float32, integer outputs in
-// int64 (wrapping), exactly as the CPU reference (src/cpu/op_eltwise.c) classifies them.
+// Elementwise ops (unary activations and math with cos and sin, copy, cast, clamp, the
+// broadcasting binary ops, where) and the fused elementwise tail of GEMM/conv heads, all through
+// one "program" kernel: out[i] = step_n(...step_1(load(operand0, i))...), each binary step reading
+// one more operand broadcast to out (numpy rules). Float outputs compute in float32, integer
+// outputs in int64 (wrapping), exactly as the CPU reference (src/cpu/op_eltwise.c) classifies them.
 #include <math.h>
 #include <string.h>
 
@@ -614,4 +614,134 @@ extern "C" kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us) {
                               cudaGetErrorString(err));
     }
     return KILN_OK;
+}
+
+// --- rotary: y[.., i] = x[i] cos[i] + (i < D/2 ? -x[i + D/2] : x[i - D/2]) sin[i] over the last
+// dim (transformers' rotate-half form; the CPU reference is src/cpu/op_eltwise.c). cos and sin
+// broadcast to x (element strides over x's dims, 0 along a broadcast dim) and are read in their
+// own dtype (x's, or float32 position tables); float32 math, one rounding to y's dtype. One
+// thread per (row, i < D/2) pair: it writes y[i] and y[i + D/2].
+
+typedef struct rot_params {
+    int nlead;                 // leading dims of x kept (size-1 dims dropped)
+    int64_t lead[KC_MAX_RANK]; // their sizes, outermost first
+    int64_t cstr[KC_MAX_RANK]; // cos element strides over them
+    int64_t sstr[KC_MAX_RANK]; // sin element strides over them
+    int64_t c_last, s_last;    // strides along the last dim (1, or 0 when broadcast)
+    int64_t rows, h;           // rows of x and D / 2
+} rot_params;
+
+// Element strides of t broadcast to x's dims (right-aligned; 0 along a broadcast dim); 0 when t
+// does not broadcast to x.
+static int rot_strides(const kiln_tensor *t, const kiln_tensor *x, int64_t *str) {
+    int64_t s = 1;
+    if (t->rank > x->rank) return 0;
+    for (uint32_t k = x->rank; k-- > 0;) {
+        uint32_t back = x->rank - 1 - k;
+        if (back < t->rank) {
+            int64_t dim = t->dims[t->rank - 1 - back];
+            if (dim != 1 && dim != x->dims[k]) return 0;
+            str[k] = dim == 1 ? 0 : s;
+            s *= dim;
+        } else {
+            str[k] = 0;
+        }
+    }
+    return 1;
+}
+
+template <typename T, typename TC, typename TS>
+static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restrict__ cs,
+                                     const TS *__restrict__ sn, T *__restrict__ y,
+                                     const __grid_constant__ rot_params P) {
+    const int64_t n = P.rows * P.h, d = 2 * P.h;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = idx / P.h, i = idx - row * P.h;
+        int64_t co = 0, so = 0, rem = row;
+        for (int k = P.nlead - 1; k >= 0; k--) {
+            const int64_t q = rem / P.lead[k], j = rem - q * P.lead[k];
+            rem = q;
+            co += j * P.cstr[k];
+            so += j * P.sstr[k];
+        }
+        const T *xr = x + row * d;
+        const float x1 = kc_to_f(xr[i]), x2 = kc_to_f(xr[i + P.h]);
+        const float c1 = kc_to_f(cs[co + i * P.c_last]),
+                    c2 = kc_to_f(cs[co + (i + P.h) * P.c_last]);
+        const float s1 = kc_to_f(sn[so + i * P.s_last]),
+                    s2 = kc_to_f(sn[so + (i + P.h) * P.s_last]);
+        y[row * d + i] = kc_from_f<T>(x1 * c1 - x2 * s1);
+        y[row * d + i + P.h] = kc_from_f<T>(x2 * c2 + x1 * s2);
+    }
+}
+
+extern "C" int kiln_cuda_rotary_supports(const kiln_kernel_args *args) {
+    int64_t str[KC_MAX_RANK];
+    if (args->n_in < 3 || args->in[0] == NULL || args->in[1] == NULL || args->in[2] == NULL)
+        return 0;
+    const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2];
+    if (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0) return 0;
+    for (int i = 1; i < 3; i++) {
+        uint32_t dt = args->in[i]->dtype;
+        if (dt != x->dtype && dt != KILN_DTYPE_F32) return 0;
+    }
+    return rot_strides(c, x, str) && rot_strides(s, x, str);
+}
+
+template <typename T, typename TC, typename TS>
+static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2], *y = args->out;
+    int64_t cstr[KC_MAX_RANK], sstr[KC_MAX_RANK];
+    rot_params P;
+    memset(&P, 0, sizeof P);
+    rot_strides(c, x, cstr);
+    rot_strides(s, x, sstr);
+    const uint32_t last = x->rank - 1;
+    P.h = x->dims[last] / 2;
+    P.rows = kc_numel(x) / (x->dims[last] > 0 ? x->dims[last] : 1);
+    P.c_last = cstr[last];
+    P.s_last = sstr[last];
+    for (uint32_t k = 0; k < last; k++) {
+        if (x->dims[k] == 1) continue;
+        P.lead[P.nlead] = x->dims[k];
+        P.cstr[P.nlead] = cstr[k];
+        P.sstr[P.nlead] = sstr[k];
+        P.nlead++;
+    }
+    if (P.rows == 0 || P.h == 0) return KILN_OK;
+    rotary_kernel<T, TC, TS><<<kc_blocks(P.rows * P.h, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(
+        (const T *)x->data, (const TC *)c->data, (const TS *)s->data, (T *)y->data, P);
+    return kiln_cuda_check_launch(ctx, "rotary_kernel");
+}
+
+// cos and sin each in x's dtype or float32
+template <typename T>
+static kiln_status rotary_tables(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const int cf = args->in[1]->dtype == KILN_DTYPE_F32, sf = args->in[2]->dtype == KILN_DTYPE_F32;
+    if (cf && sf) return rotary_run<T, float, float>(ctx, args);
+    if (cf) return rotary_run<T, float, T>(ctx, args);
+    if (sf) return rotary_run<T, T, float>(ctx, args);
+    return rotary_run<T, T, T>(ctx, args);
+}
+
+extern "C" kiln_status kiln_cuda_rotary(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    if (!kiln_cuda_rotary_supports(args) || args->in[0]->dtype != args->out->dtype) {
+        return kiln_cuda_fail(
+            KILN_ERR_UNSUPPORTED, "cuda rotary: x %s, cos %s, sin %s, output %s (rank %u) at %s",
+            args->n_in > 0 && args->in[0] ? kiln_cuda_dtype_name(args->in[0]->dtype) : "-",
+            args->n_in > 1 && args->in[1] ? kiln_cuda_dtype_name(args->in[1]->dtype) : "-",
+            args->n_in > 2 && args->in[2] ? kiln_cuda_dtype_name(args->in[2]->dtype) : "-",
+            kiln_cuda_dtype_name(args->out->dtype),
+            args->n_in > 0 && args->in[0] ? args->in[0]->rank : 0, ctx->where ? ctx->where : "?");
+    }
+    switch (args->out->dtype) {
+    case KILN_DTYPE_F32: return rotary_run<float, float, float>(ctx, args);
+    case KILN_DTYPE_F16: return rotary_tables<__half>(ctx, args);
+    case KILN_DTYPE_BF16: return rotary_tables<__nv_bfloat16>(ctx, args);
+    default:
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda rotary: dtype %s at %s",
+                              kiln_cuda_dtype_name(args->out->dtype),
+                              ctx->where ? ctx->where : "?");
+    }
 }

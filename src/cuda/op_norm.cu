@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Normalizations: batch_norm (inference: per-channel statistics, channel = dim 1), layer_norm
-// (over the last normalized_ndim dims, biased variance), softmax and log_softmax over one dim.
+// (over the last normalized_ndim dims, biased variance), rms_norm (over the last dim: y = x /
+// sqrt(mean(x^2) + eps) * w), softmax and log_softmax over one dim.
 // float32/float16/bfloat16 storage, float32 compute. Rows of up to ROW_WARP_MAX elements take one
 // warp each, longer rows one block; softmax over a non-innermost dim takes one thread per
 // (outer, inner) column. Formulas as src/cpu: y = (x - mean) / sqrt(var + eps) * w + b;
@@ -259,6 +260,89 @@ static kiln_status batch_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
     return kiln_cuda_check_launch(ctx, "batch_norm_kernel");
 }
 
+// --- rms_norm: y = x * rsqrt(mean(x^2) + eps) * w over rows of d, float32 sums.
+
+// One row by a group of `lanes` threads (a warp, or the block with `shared`); w of any float
+// dtype or absent.
+template <typename T, bool WARP>
+__device__ __forceinline__ void rms_norm_row(const T *x, T *y, int64_t d, int lane, int lanes,
+                                             const void *w, uint32_t w_dt, float eps,
+                                             float *shared) {
+    float q = 0.0f;
+    for (int64_t j = lane; j < d; j += lanes) {
+        const float v = kc_to_f(x[j]);
+        q += v * v;
+    }
+    q = WARP ? kc_warp_sum(q) : kc_block_sum(q, shared);
+    const float inv = rsqrtf(q / (float)d + eps);
+    for (int64_t j = lane; j < d; j += lanes) {
+        float v = kc_to_f(x[j]) * inv;
+        if (w != NULL) v *= kc_ld_f(w, w_dt, j);
+        y[j] = kc_from_f<T>(v);
+    }
+}
+
+template <typename T>
+static __global__ void rms_norm_warp_kernel(const T *x, T *y, int64_t rows, int64_t d,
+                                            const void *w, uint32_t w_dt, float eps) {
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= rows) return; // whole warps leave together: the shuffles stay converged
+    rms_norm_row<T, true>(x + row * d, y + row * d, d, lane, 32, w, w_dt, eps, NULL);
+}
+
+template <typename T>
+static __global__ void rms_norm_block_kernel(const T *x, T *y, int64_t d, const void *w,
+                                             uint32_t w_dt, float eps) {
+    __shared__ float shared[32];
+    int64_t row = blockIdx.x;
+    rms_norm_row<T, false>(x + row * d, y + row * d, d, threadIdx.x, blockDim.x, w, w_dt, eps,
+                           shared);
+}
+
+// Fast path as layer_norm_vec_kernel: one warp per row held in registers, 16-byte loads and
+// stores, the weight (dtype T, or absent) loaded with x. Needs d a multiple of the vector width,
+// 16-byte aligned x, y, w, and d <= 32 * NV * vector width.
+template <typename T, int NV>
+static __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    rms_norm_vec_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int nvec,
+                        float inv_d, const T *__restrict__ w, float eps) {
+    constexpr int N = ln_vec<T>::N;
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const uint4 *xr = (const uint4 *)(x + row * (int64_t)nvec * N);
+    uint4 *yr = (uint4 *)(y + row * (int64_t)nvec * N);
+    float v[NV][N];
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int j = lane + 32 * i;
+        uint4 u = make_uint4(0u, 0u, 0u, 0u);
+        if (j < nvec) u = __ldg(xr + j);
+        ln_unpack<T>(u, v[i]);
+#pragma unroll
+        for (int k = 0; k < N; k++) q += v[i][k] * v[i][k];
+    }
+    const float inv = rsqrtf(kc_warp_sum(q) * inv_d + eps);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int j = lane + 32 * i;
+        if (j < nvec) {
+            float o[N], wf[N];
+            if (w != NULL) {
+                ln_unpack<T>(__ldg((const uint4 *)w + j), wf);
+            } else {
+#pragma unroll
+                for (int k = 0; k < N; k++) wf[k] = 1.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < N; k++) o[k] = v[i][k] * inv * wf[k];
+            yr[j] = ln_pack<T>(o);
+        }
+    }
+}
+
 // The vectorized kernel when it applies (see layer_norm_vec_kernel); 0: use the general one.
 template <typename T>
 static int layer_norm_vec_launch(const kiln_cuda_ctx *ctx, const kiln_tensor *x,
@@ -326,6 +410,69 @@ static kiln_status layer_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
     return kiln_cuda_check_launch(ctx, "layer_norm_block_kernel");
 }
 
+// The vectorized rms_norm kernel when it applies; 0: use the general one.
+template <typename T>
+static int rms_norm_vec_launch(const kiln_cuda_ctx *ctx, const kiln_tensor *x, const kiln_tensor *y,
+                               int64_t rows, int64_t d, const kiln_tensor *w, float eps) {
+    constexpr int N = ln_vec<T>::N;
+    if (d % N != 0 || d / N > 32 * 16 || rows > (int64_t)ROWS_PER_BLOCK * 0x7fffffff) return 0;
+    if (w != NULL && (w->dtype != x->dtype || kc_numel(w) != d)) return 0;
+    const void *ptrs[3] = {x->data, y->data, w ? w->data : NULL};
+    for (int i = 0; i < 3; i++) {
+        if (((uintptr_t)ptrs[i] % 16) != 0) return 0;
+    }
+    const int nvec = (int)(d / N), per_lane = (nvec + 31) / 32;
+    const unsigned blocks = (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    const T *wp = w ? (const T *)w->data : NULL;
+    const float inv_d = 1.0f / (float)d;
+#define RMS_VEC(NV)                                                                                \
+    rms_norm_vec_kernel<T, NV><<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(                   \
+        (const T *)x->data, (T *)y->data, rows, nvec, inv_d, wp, eps)
+    if (per_lane <= 1) {
+        RMS_VEC(1);
+    } else if (per_lane <= 2) {
+        RMS_VEC(2);
+    } else if (per_lane <= 4) {
+        RMS_VEC(4);
+    } else if (per_lane <= 8) {
+        RMS_VEC(8);
+    } else {
+        RMS_VEC(16);
+    }
+#undef RMS_VEC
+    return 1;
+}
+
+template <typename T>
+static kiln_status rms_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *w = opt_in(args, 1);
+    const kiln_tensor *y = args->out;
+    float eps = (float)kiln_attrs_float(&args->attrs, KILN_A_RMS_EPS, 0);
+    if (x->rank < 1 || (w != NULL && kc_numel(w) != x->dims[x->rank - 1])) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG,
+                              "cuda rms_norm: needs x of rank >= 1 and a weight of its last "
+                              "dimension at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    int64_t d = x->dims[x->rank - 1], n = kc_numel(x);
+    if (n == 0 || d == 0) return KILN_OK;
+    int64_t rows = n / d;
+    if (rms_norm_vec_launch<T>(ctx, x, y, rows, d, w, eps)) {
+        return kiln_cuda_check_launch(ctx, "rms_norm_vec_kernel");
+    }
+    const void *wp = w ? w->data : NULL;
+    uint32_t wdt = w ? w->dtype : 0;
+    if (d <= ROW_WARP_MAX) {
+        unsigned blocks = (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+        rms_norm_warp_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
+            (const T *)x->data, (T *)y->data, rows, d, wp, wdt, eps);
+        return kiln_cuda_check_launch(ctx, "rms_norm_warp_kernel");
+    }
+    rms_norm_block_kernel<T><<<(unsigned)rows, NORM_BLOCK, 0, ctx->stream>>>(
+        (const T *)x->data, (T *)y->data, d, wp, wdt, eps);
+    return kiln_cuda_check_launch(ctx, "rms_norm_block_kernel");
+}
+
 template <typename T>
 static kiln_status softmax_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0], *y = args->out;
@@ -380,6 +527,10 @@ extern "C" kiln_status kiln_cuda_batch_norm(const kiln_cuda_ctx *ctx,
 extern "C" kiln_status kiln_cuda_layer_norm(const kiln_cuda_ctx *ctx,
                                             const kiln_kernel_args *args) {
     NORM_DISPATCH(layer_norm_launch);
+}
+
+extern "C" kiln_status kiln_cuda_rms_norm(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    NORM_DISPATCH(rms_norm_launch);
 }
 
 extern "C" kiln_status kiln_cuda_softmax(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {

@@ -238,3 +238,119 @@ extern "C" kiln_status kiln_cuda_cumsum(const kiln_cuda_ctx *ctx, const kiln_ker
         x->data, x->dtype, y->data, y->dtype, outer, len, inner, is_int);
     return kiln_cuda_check_launch(ctx, "cumsum_kernel");
 }
+
+// --- argmax: the first maximum along one dim as int64 (NaN counts as the maximum: the first
+// NaN wins, as in PyTorch). A contiguous dim (inner 1: a logits row) takes one block per row,
+// each thread scanning a strided share and the block reducing (value, index) pairs; other dims
+// take one thread per (outer, inner) line.
+
+#define ARGMAX_BLOCK 512
+
+// True when candidate (v, i) beats the running best (m, b): larger, or NaN, or equal and earlier.
+template <typename V>
+__device__ __forceinline__ bool argmax_better(V v, int64_t i, V m, int64_t b) {
+    if constexpr (sizeof(V) == 4) {
+        const bool vn = v != v, mn = m != m;
+        if (vn || mn) return vn && (!mn || i < b);
+    }
+    return v > m || (v == m && i < b);
+}
+
+template <typename V>
+__device__ __forceinline__ V argmax_load(const void *x, uint32_t dt, int64_t off);
+template <>
+__device__ __forceinline__ float argmax_load<float>(const void *x, uint32_t dt, int64_t off) {
+    return kc_ld_f(x, dt, off);
+}
+template <>
+__device__ __forceinline__ int64_t argmax_load<int64_t>(const void *x, uint32_t dt, int64_t off) {
+    return kc_ld_i(x, dt, off);
+}
+
+template <typename V>
+static __global__ void __launch_bounds__(ARGMAX_BLOCK)
+    argmax_row_kernel(const void *x, uint32_t xdt, int64_t *y, int64_t len) {
+    __shared__ V sv[ARGMAX_BLOCK / 32];
+    __shared__ int64_t si[ARGMAX_BLOCK / 32];
+    const int64_t base = (int64_t)blockIdx.x * len;
+    V m = argmax_load<V>(x, xdt, base);
+    int64_t b = 0;
+    for (int64_t l = threadIdx.x; l < len; l += blockDim.x) {
+        const V v = argmax_load<V>(x, xdt, base + l);
+        if (argmax_better(v, l, m, b)) m = v, b = l;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const V v = __shfl_xor_sync(0xffffffffu, m, o);
+        const int64_t i = __shfl_xor_sync(0xffffffffu, b, o);
+        if (argmax_better(v, i, m, b)) m = v, b = i;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) sv[warp] = m, si[warp] = b;
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < (int)(blockDim.x >> 5) ? sv[lane] : sv[0];
+        b = lane < (int)(blockDim.x >> 5) ? si[lane] : si[0];
+        for (int o = 16; o > 0; o >>= 1) {
+            const V v = __shfl_xor_sync(0xffffffffu, m, o);
+            const int64_t i = __shfl_xor_sync(0xffffffffu, b, o);
+            if (argmax_better(v, i, m, b)) m = v, b = i;
+        }
+        if (lane == 0) y[blockIdx.x] = b;
+    }
+}
+
+template <typename V>
+static __global__ void argmax_line_kernel(const void *x, uint32_t xdt, int64_t *y, int64_t outer,
+                                          int64_t len, int64_t inner) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t % inner, base = o * len * inner + i;
+        V m = argmax_load<V>(x, xdt, base);
+        int64_t b = 0;
+        for (int64_t l = 1; l < len; l++) {
+            const V v = argmax_load<V>(x, xdt, base + l * inner);
+            if (argmax_better(v, l, m, b)) m = v, b = l;
+        }
+        y[t] = b;
+    }
+}
+
+extern "C" kiln_status kiln_cuda_argmax(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_ARGMAX_DIM, 0), x->rank);
+    if (dim < 0 || y->dtype != KILN_DTYPE_I64) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda argmax: dim out of range or a non-int64 output at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    int64_t outer = 1, len = x->dims[dim], inner = 1;
+    for (int d = 0; d < dim; d++) outer *= x->dims[d];
+    for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];
+    if (outer * inner == 0) return KILN_OK;
+    if (len == 0) {
+        return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda argmax: dimension %d is empty at %s", dim,
+                              ctx->where ? ctx->where : "?");
+    }
+    const int is_float = kiln_cuda_is_float(x->dtype);
+    int64_t *out = (int64_t *)y->data;
+    if (inner == 1 && outer <= 0x7fffffff && len >= 256) {
+        if (is_float) {
+            argmax_row_kernel<float>
+                <<<(unsigned)outer, ARGMAX_BLOCK, 0, ctx->stream>>>(x->data, x->dtype, out, len);
+        } else {
+            argmax_row_kernel<int64_t>
+                <<<(unsigned)outer, ARGMAX_BLOCK, 0, ctx->stream>>>(x->data, x->dtype, out, len);
+        }
+        return kiln_cuda_check_launch(ctx, "argmax_row_kernel");
+    }
+    if (is_float) {
+        argmax_line_kernel<float>
+            <<<kc_blocks(outer * inner, CUMSUM_BLOCK), CUMSUM_BLOCK, 0, ctx->stream>>>(
+                x->data, x->dtype, out, outer, len, inner);
+    } else {
+        argmax_line_kernel<int64_t>
+            <<<kc_blocks(outer * inner, CUMSUM_BLOCK), CUMSUM_BLOCK, 0, ctx->stream>>>(
+                x->data, x->dtype, out, outer, len, inner);
+    }
+    return kiln_cuda_check_launch(ctx, "argmax_line_kernel");
+}

@@ -89,12 +89,15 @@ static const char *input_role(uint32_t op, uint32_t i) {
     static const char *const like[] = {"x", "like"};
     static const char *const emb[] = {"weight", "indices"};
     static const char *const sdpa[] = {"query", "key", "value", "mask"};
+    static const char *const rot[] = {"x", "cos", "sin"};
     switch (op) {
     case KILN_OP_LINEAR:
     case KILN_OP_CONV2D:
     case KILN_OP_CONV_TRANSPOSE2D:
     case KILN_OP_LAYER_NORM:
-    case KILN_OP_GROUP_NORM: return i < 3 ? xwb[i] : "?";
+    case KILN_OP_GROUP_NORM:
+    case KILN_OP_RMS_NORM: return i < 3 ? xwb[i] : "?";
+    case KILN_OP_ROTARY: return i < 3 ? rot[i] : "?";
     case KILN_OP_EQ:
     case KILN_OP_NE:
     case KILN_OP_LT:
@@ -682,6 +685,62 @@ static kiln_status infer_layer_norm(const ictx *c, const kiln_attrs *a,
                 return SHAPE_FAIL(
                     c, "%s has shape %s; expected the last %" PRId64 " dimensions of x %s",
                     IN(c, i), SS(p), nd, SS(x));
+            }
+        }
+    }
+    return KILN_OK;
+}
+
+// rms_norm: x[..., D], weight?[D]; the output is x's shape (D intersected with the weight's).
+static kiln_status infer_rms_norm(const ictx *c, const kiln_attrs *a,
+                                  const kiln_value_desc *const *in, uint32_t n,
+                                  kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape;
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    KILN_TRY(want_eps(c, a, KILN_A_RMS_EPS));
+    out->shape = *x;
+    if (n > 1 && in[1] != NULL) {
+        uint32_t d = x->rank - 1;
+        KILN_TRY(want_vec(c, in, 1, "the last dimension of x", x->min[d], x->max[d], 0));
+        agree_dim(x->min[d], x->max[d], in[1]->shape.min[0], in[1]->shape.max[0],
+                  &out->shape.min[d], &out->shape.max[d]);
+    }
+    return KILN_OK;
+}
+
+// rotary: x[..., D] with D static and even; cos and sin (each x's dtype or float32) expand to
+// x's shape (a dimension equal to x's or 1, at most x's rank). The output is x's shape, narrowed
+// where a cos/sin dimension range meets x's.
+static kiln_status infer_rotary(const ictx *c, const kiln_attrs *a,
+                                const kiln_value_desc *const *in, uint32_t n,
+                                kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape;
+    uint32_t d;
+    (void)a;
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    d = x->rank - 1;
+    if (!is_static(x, d) || x->min[d] % 2 != 0) {
+        return SHAPE_FAIL(c, "%s has shape %s; rotary needs a static, even last dimension",
+                          IN(c, 0), SS(x));
+    }
+    out->shape = *x;
+    for (uint32_t i = 1; i < 3; i++) {
+        const kiln_shape *t = &in[i]->shape;
+        if (in[i]->dtype != in[0]->dtype && in[i]->dtype != KILN_DTYPE_F32) {
+            return SHAPE_FAIL(c, "%s has dtype %s; rotary needs x's dtype (%s) or float32",
+                              IN(c, i), dname(in[i]->dtype), dname(in[0]->dtype));
+        }
+        if (t->rank > x->rank) {
+            return SHAPE_FAIL(c, "%s has shape %s; it must broadcast to x %s", IN(c, i), SS(t),
+                              SS(x));
+        }
+        for (uint32_t j = 0; j < t->rank; j++) {
+            uint32_t k = x->rank - t->rank + j;
+            if (!expand_dim(t->min[j], t->max[j], out->shape.min[k], out->shape.max[k],
+                            &out->shape.min[k], &out->shape.max[k])) {
+                return SHAPE_FAIL(c, "%s has shape %s; it must broadcast to x %s", IN(c, i), SS(t),
+                                  SS(x));
             }
         }
     }
@@ -1292,6 +1351,32 @@ static kiln_status infer_cumsum(const ictx *c, const kiln_attrs *a,
     return KILN_OK;
 }
 
+static kiln_status infer_argmax(const ictx *c, const kiln_attrs *a,
+                                const kiln_value_desc *const *in, uint32_t n,
+                                kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape;
+    uint32_t d = 0, r = 0;
+    const int64_t keep = kiln_attrs_int(a, KILN_A_ARGMAX_KEEPDIM, 0);
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    KILN_TRY(want_bool_attr(c, a, KILN_A_ARGMAX_KEEPDIM));
+    KILN_TRY(
+        want_axis(c, KILN_A_ARGMAX_DIM, 0, kiln_attrs_int(a, KILN_A_ARGMAX_DIM, 0), x->rank, &d));
+    if (x->min[d] < 1) {
+        return SHAPE_FAIL(c, "argmax over dimension %u of x %s, which may be empty", d, SS(x));
+    }
+    for (uint32_t j = 0; j < x->rank; j++) {
+        if (j != d) {
+            set_dim(&out->shape, r++, x->min[j], x->max[j]);
+        } else if (keep) {
+            set_dim(&out->shape, r++, 1, 1);
+        }
+    }
+    out->shape.rank = r;
+    out->dtype = KILN_DTYPE_I64;
+    return KILN_OK;
+}
+
 static kiln_status infer_pad(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
                              uint32_t n, kiln_value_desc *out) {
     const kiln_shape *x = &in[0]->shape;
@@ -1498,9 +1583,12 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_LOG_SOFTMAX: return infer_softmax;
     case KILN_OP_LAYER_NORM: return infer_layer_norm;
     case KILN_OP_GROUP_NORM: return infer_group_norm;
+    case KILN_OP_RMS_NORM: return infer_rms_norm;
+    case KILN_OP_ROTARY: return infer_rotary;
     case KILN_OP_UPSAMPLE_NEAREST2D:
     case KILN_OP_UPSAMPLE_BILINEAR2D: return infer_upsample;
     case KILN_OP_CUMSUM: return infer_cumsum;
+    case KILN_OP_ARGMAX: return infer_argmax;
     case KILN_OP_PAD: return infer_pad;
     case KILN_OP_ARANGE: return infer_arange;
     case KILN_OP_INDEX: return infer_index;

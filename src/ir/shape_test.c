@@ -491,6 +491,31 @@ static void test_layer_norm(void) {
                KILN_ERR_UNSUPPORTED, "eps", "f32[2,8]");
 }
 
+static void test_rms_norm(void) {
+    EXPECT(A(KILN_OP_RMS_NORM), "f32[2,5,8]", "f32[2,5,8]", "f32[8]");
+    EXPECT(A(KILN_OP_RMS_NORM), "bf16[2,5,8]", "bf16[2,5,8]");
+    EXPECT(A(KILN_OP_RMS_NORM), "f16[1..4,8]", "f16[1..4,1..64]", "f16[8]");
+    EXPECT_ERR(A(KILN_OP_RMS_NORM), KILN_ERR_SHAPE, "input 1 (weight)", "f32[2,8]", "f32[7]");
+    EXPECT_ERR(A(KILN_OP_RMS_NORM), KILN_ERR_SHAPE, "rank", "f32[2,8]", "f32[1,8]");
+    EXPECT_ERR(A(KILN_OP_RMS_NORM), KILN_ERR_SHAPE, "dtype", "bf16[2,8]", "f32[8]");
+    EXPECT_ERR(A(KILN_OP_RMS_NORM), KILN_ERR_SHAPE, "rank 0", "f32[]");
+    EXPECT_ERR(setf(A(KILN_OP_RMS_NORM), KILN_A_RMS_EPS, -1.0), KILN_ERR_UNSUPPORTED, "eps",
+               "f32[2,8]");
+}
+
+static void test_rotary(void) {
+    EXPECT(A(KILN_OP_ROTARY), "f32[2,4,3,8]", "f32[2,4,3,8]", "f32[2,1,3,8]", "f32[2,1,3,8]");
+    EXPECT(A(KILN_OP_ROTARY), "bf16[1,4,1..16,8]", "bf16[1,4,1..16,8]", "f32[1,1,1..16,8]",
+           "f32[1..16,8]");
+    EXPECT(A(KILN_OP_ROTARY), "f16[2,3,5,8]", "f16[2,1..4,5,8]", "f16[3,5,8]", "f16[8]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "even", "f32[2,7]", "f32[2,7]", "f32[2,7]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "even", "f32[2,2..8]", "f32[8]", "f32[8]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "input 2 (sin)", "f32[2,8]", "f32[2,8]",
+               "f32[3,8]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "broadcast", "f32[2,8]", "f32[1,2,8]", "f32[8]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "float32", "bf16[2,8]", "f16[8]", "bf16[8]");
+}
+
 static tat *pool(uint32_t op, int64_t k, int64_t s, int64_t p, int ceil) {
     tat *t = A(op);
     int mp = op == KILN_OP_MAX_POOL2D;
@@ -1007,6 +1032,8 @@ int main(void) {
     test_arange();
     test_softmax();
     test_layer_norm();
+    test_rms_norm();
+    test_rotary();
     test_pool();
     test_reduce();
     test_reshape();

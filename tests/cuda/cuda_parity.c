@@ -175,10 +175,12 @@ typedef struct spec {
     uint32_t dtype;
     uint32_t rank;
     int64_t dims[KILN_MAX_RANK];
-    double lo, hi; // floats uniform in [lo, hi); ints in [lo, hi]
-    double p_true; // bool: probability of true
-    int64_t perm;  // ints: > 0 for distinct values of [0, perm) (indices of a scatter), each
-                   // taken from the end instead (v - perm) with probability 1/2 when lo < 0
+    double lo, hi;  // floats uniform in [lo, hi); ints in [lo, hi]
+    double p_true;  // bool: probability of true
+    int64_t perm;   // ints: > 0 for distinct values of [0, perm) (indices of a scatter), each
+                    // taken from the end instead (v - perm) with probability 1/2 when lo < 0
+    int64_t prefix; // > 0: true (bool) or random (float) where the last index < prefix, else
+                    // false or -inf (a decode step's mask over a static KV cache)
     int absent;
 } spec;
 
@@ -258,8 +260,17 @@ static void buf_fill(tbuf *b, const spec *s) {
         fill_perm(b->host.data, s, n);
         return;
     }
+    const int64_t last = b->host.rank > 0 ? b->host.dims[b->host.rank - 1] : 1;
     for (int64_t i = 0; i < n; i++) {
-        if (s->dtype == BOOL) {
+        if (s->prefix > 0) {
+            const int live = last > 0 && i % last < s->prefix;
+            if (s->dtype == BOOL) {
+                ((uint8_t *)b->host.data)[i] = (uint8_t)live;
+            } else {
+                kiln_store_f32(b->host.data, s->dtype, i,
+                               live ? check_rng_uniform((float)s->lo, (float)s->hi) : -INFINITY);
+            }
+        } else if (s->dtype == BOOL) {
             ((uint8_t *)b->host.data)[i] = check_rng_uniform(0.0f, 1.0f) < (float)s->p_true;
         } else if (s->dtype == I32) {
             ((int32_t *)b->host.data)[i] = (int32_t)check_rng_int((int64_t)s->lo, (int64_t)s->hi);
@@ -836,6 +847,39 @@ static void cases_norm(void) {
         case_in(&c, ABSENT());
         attrs_int(&c.attrs, KILN_A_LN_NDIM, 1);
         run_case(&c);
+        // rms_norm: the vectorized path (rows of whole 16-byte vectors, every per-lane register
+        // count), D not a multiple of 8, odd row counts, the block kernel, with and without weight
+        {
+            static const char *rows[] = {"7x8",  "3x5x2048", "5x1024", "9x4096",
+                                         "1x20", "3x7x100",  "2x3001", "601x64"};
+            static const char *cols[] = {"8", "2048", "1024", "4096", "20", "100", "3001", "64"};
+            for (int s = 0; s < (opt_quick ? 4 : 8); s++) {
+                for (int w = 0; w < 2; w++) {
+                    case_init(&c, KILN_OP_RMS_NORM);
+                    case_in(&c, SR(dt, rows[s], -3.0, 4.0));
+                    case_in(&c, w ? SR(dt, cols[s], 0.5, 1.5) : ABSENT());
+                    attrs_float(&c.attrs, KILN_A_RMS_EPS, s == 1 ? 1e-6 : 1e-5);
+                    run_case(&c);
+                }
+            }
+        }
+        // rotary: cos/sin broadcast over the heads ([B, 1, L, D]), a plain [L, D], a [D] table,
+        // a [L, 1] table broadcast along D, D = 64 and D = 6 (not a multiple of 8), odd rows;
+        // the tables in x's dtype and in float32 (position math under fp16/bf16), mixed
+        {
+            static const char *xs[] = {"2x4x3x64", "1x32x1x64", "3x5x6", "2x7x6", "3x1x5x10"};
+            static const char *ts[] = {"2x1x3x64", "1x1x1x64", "5x6", "6", "5x1"};
+            for (int s = 0; s < 5; s++) {
+                for (int t = 0; t < 3; t++) {
+                    uint32_t ct = t == 0 ? dt : F32, st = t == 2 ? dt : ct;
+                    case_init(&c, KILN_OP_ROTARY);
+                    case_in(&c, SR(dt, xs[s], -2.0, 2.0));
+                    case_in(&c, SR(ct, ts[s], -1.0, 1.0));
+                    case_in(&c, SR(st, ts[s], -1.0, 1.0));
+                    run_case(&c);
+                }
+            }
+        }
         // batch_norm
         case_init(&c, KILN_OP_BATCH_NORM);
         case_in(&c, S(dt, "2x3x5x7"));
@@ -1494,6 +1538,41 @@ static void cases_sdpa_tc(void) {
         attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, d);
         c.label = d ? "tc split: causal L 700, S 701" : "tc split: L 700, S 701";
         run_case(&c);
+        // decode steps over a static cache (the split-key kernel with the keys in chunks over
+        // CTAs, flash-decoding): grouped-query rows over 8 KV heads, the cache live up to a
+        // position (tiles past it skipped), a float mask, a short cache, causal
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x8x4x64"));
+        case_in(&c, S(dt, "1x8x1100x64"));
+        case_in(&c, S(dt, "1x8x1100x64"));
+        spec dm = S(BOOL, "1x1x4x1100");
+        dm.prefix = 333;
+        case_in(&c, dm);
+        c.label = "tc split chunks: decode, bool mask live to 333 of 1100";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x4x3x64"));
+        case_in(&c, S(dt, "2x4x4224x64"));
+        case_in(&c, S(dt, "2x4x4224x64"));
+        spec fm = SR(dt, "2x1x1x4224", -2.0, 0.0);
+        fm.prefix = 4000;
+        case_in(&c, fm);
+        c.label = "tc split chunks: decode, float mask live to 4000 of 4224";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x2x1x64"));
+        case_in(&c, S(dt, "1x2x2049x64"));
+        case_in(&c, S(dt, "1x2x2049x64"));
+        case_in(&c, SR(dt, "2049", -1.0, 1.0)); // a mask keeps cuDNN's attention out
+        c.label = "tc split chunks: one row over 2049 keys, float mask";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x2x20x64"));
+        case_in(&c, S(dt, "1x2x900x64"));
+        case_in(&c, S(dt, "1x2x900x64"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "tc split chunks: causal L 20, S 900";
+        run_case(&c);
         // a grid of 64-row CTAs large enough for the shared-tile kernel
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "24x12x130x64"));
@@ -1879,7 +1958,22 @@ static void cases_zoo_families(void) {
         attrs_int(&c.attrs, KILN_A_CUMSUM_DIM, -1);
         run_case(&c);
     }
+    // argmax: a logits row per block (16-bit dtypes tie often: the first maximum must win on
+    // both sides), a strided dim per thread, integers with ties, keepdim
     static const uint32_t nums[] = {F32, F16, BF16, I32, I64};
+    for (int d = 0; d < 5; d++) {
+        case_init(&c, KILN_OP_ARGMAX);
+        case_in(&c, d < 3 ? S(nums[d], "3x5003") : SR(nums[d], "3x5003", 0, 40));
+        attrs_int(&c.attrs, KILN_A_ARGMAX_DIM, -1);
+        c.label = "argmax: rows of 5003";
+        run_case(&c);
+        case_init(&c, KILN_OP_ARGMAX);
+        case_in(&c, d < 3 ? S(nums[d], "3x9x7") : SR(nums[d], "3x9x7", -3, 3));
+        attrs_int(&c.attrs, KILN_A_ARGMAX_DIM, 1);
+        attrs_int(&c.attrs, KILN_A_ARGMAX_KEEPDIM, 1);
+        c.label = "argmax: strided dim, keepdim";
+        run_case(&c);
+    }
     for (int d = 0; d < 5; d++) { // arange over a length read from a like input
         case_init(&c, KILN_OP_ARANGE);
         case_in(&c, S(BOOL, "3x129"));

@@ -1360,6 +1360,22 @@ def _cumsum(L, node, a):
     return L.op("cumsum", [x], {"dim": _static_int(a["dim"], "dim")})
 
 
+@_handles("aten.argmax.default", kiln=("argmax", "reshape"))
+def _argmax(L, node, a):
+    """torch.argmax(x, dim, keepdim): int64 indices of the first maximum; without a dim, over
+    the flattened x (a reshape to one dim first; keepdim then gives x's rank of ones)."""
+    x = a["self"]
+    if L.dtype(x) == torch.bool:
+        raise Unsupported("argmax of a bool tensor")
+    dim, keep = a.get("dim"), bool(a.get("keepdim", False))
+    if dim is None:
+        r = L.rank(x)
+        v = L.op("reshape", [L.value(x)], {"shape": [-1]})
+        v = L.op("argmax", [v], {"dim": 0, "keepdim": 0})
+        return L.op("reshape", [v], {"shape": [1] * r}) if keep and r > 0 else v
+    return L.op("argmax", [L.value(x)], {"dim": _static_int(dim, "dim"), "keepdim": int(keep)})
+
+
 def _reduce_fn(kop: str, has_dims: bool):
     def fn(L, node, a):
         x = a["self"]

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: Apache-2.0
+// LLM decoder patterns: RMSNorm and rotary position embeddings, which an exported transformers
+// decoder (Llama, Qwen2, Mistral, Gemma) spells as chains of 7-8 small elementwise ops, become
+// one layer each (docs/builder.md):
+//
+// 1. rms_norm: LlamaRMSNorm `w * (x.f32 * rsqrt(mean(x.f32^2, -1, keepdim) + eps)).to(dtype)`,
+//        [cast] -> pow(X, 2) -> mean(dims [-1], keepdim) -> add(., eps) -> rsqrt -> mul(X, .)
+//        -> [cast] -> [mul(., W)]
+//    is rms_norm(x, W?, eps). The casts are optional (absent, or no-ops in a float32 graph);
+//    the first one is fused when its output is read only by the pow and the mul and its input
+//    has the result's dtype. W is a constant of D elements (Gemma's 1 + w after folding) or
+//    absent; eps a scalar constant; the operands of the adds and muls in either order. When the
+//    dtypes do not allow the whole chain, a shorter one ending before the weight or the second
+//    cast is fused.
+// 2. rotary: transformers' apply_rotary_pos_emb, `x * cos + rotate_half(x) * sin` with
+//        rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2], -1),
+//    that is add(mul(x, cos), mul(cat(neg(slice(x, -1, D/2, D)), slice(x, -1, 0, D/2)), sin)),
+//    is rotary(x, cos, sin) when D is static and even, the slices are exactly the two halves,
+//    the cat is on the last dim in that order and cos, sin broadcast to x (the output has x's
+//    shape). x and cos/sin may have other readers (q and k share the tables).
+// Every intermediate value fused away has exactly one reader and is not a graph output; a
+// chain that differs in any way stays as it is. The fused node takes the emission key of the
+// node it replaces; the nodes are re-sorted at the end, and the old chains, left without
+// readers, are removed by the dead-code elimination that follows.
+#include <math.h>
+#include <string.h>
+
+#include "builder/builder.h"
+#include "core/dtype.h"
+#include "core/status.h"
+
+// The live node producing v with op `op` whose output is read once and is not an output, or -1.
+static int32_t sole_producer(const kiln_bgraph *b, int32_t v, uint32_t op) {
+    if (v < 0 || (size_t)v >= b->n_use_info || b->values[v].kind != KILN_IR_NODE) return -1;
+    if (b->uses[v] != 1 || b->is_output[v]) return -1;
+    const kiln_bnode *n = &b->nodes[b->values[v].index];
+    if (n->dead || n->op != op || n->n_tail > 0 || n->head >= 0) return -1;
+    return (int32_t)b->values[v].index;
+}
+
+// The only reader of v (a live node with op `op`, v read once and not an output), or -1.
+static int32_t sole_reader(const kiln_bgraph *b, int32_t v, uint32_t op) {
+    if (v < 0 || (size_t)v >= b->n_use_info || b->uses[v] != 1 || b->is_output[v]) return -1;
+    int32_t r = b->user[v];
+    if (r < 0) return -1;
+    const kiln_bnode *n = &b->nodes[r];
+    if (n->dead || n->op != op || n->n_tail > 0 || n->head >= 0) return -1;
+    return r;
+}
+
+// The value of a float constant with one element (any rank), or 0 when v is not one.
+static int scalar_const(const kiln_bgraph *b, int32_t v, double *out) {
+    uint64_t numel;
+    if (!kiln_bgraph_is_const(b, v)) return 0;
+    const kiln_bvalue *c = &b->values[v];
+    if (!kiln_dtype_is_float((kiln_dtype)c->desc.dtype) ||
+        !kiln_shape_max_numel(&c->desc.shape, &numel) || numel != 1 ||
+        c->nbytes != kiln_dtype_size((kiln_dtype)c->desc.dtype)) {
+        return 0;
+    }
+    *out = (double)kiln_load_f32(c->data, c->desc.dtype, 0);
+    return 1;
+}
+
+// The other input of a binary node than `v` (the second one when both are v), or -1.
+static int32_t other_input(const kiln_bgraph *b, uint32_t node, int32_t v) {
+    int32_t a = kiln_bgraph_input(b, &b->nodes[node], 0),
+            c = kiln_bgraph_input(b, &b->nodes[node], 1);
+    if (a == v) return c;
+    if (c == v) return a;
+    return -1;
+}
+
+// Whether attribute list `dims` (of a node over rank r) is exactly the last dim.
+static int is_last_dim(int64_t d, uint32_t r) { return r > 0 && (d == -1 || d == (int64_t)r - 1); }
+
+static int same_shape(const kiln_shape *a, const kiln_shape *c) {
+    if (a->rank != c->rank) return 0;
+    for (uint32_t i = 0; i < a->rank; i++) {
+        if (a->min[i] != c->min[i] || a->max[i] != c->max[i]) return 0;
+    }
+    return 1;
+}
+
+// Adds node op(ins) with `attrs` at the emission key of node `old` and lets it take over old's
+// output; leaves the graph as it was (the new node dead) when the results would differ.
+static kiln_status fuse_into(kiln_bgraph *b, uint32_t old, uint32_t op, const int32_t *ins,
+                             uint32_t n_ins, const kiln_attrs *attrs, const char *what, int *done) {
+    int32_t y;
+    KILN_TRY(kiln_bgraph_add_node(b, op, ins, n_ins, attrs, b->nodes[old].seq, &y));
+    if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[old].output].desc)) {
+        b->nodes[b->values[y].index].dead = 1;
+        return KILN_OK;
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, old, y, what));
+    *done = 1;
+    return KILN_OK;
+}
+
+// --- 1. rms_norm, matched from its rsqrt
+
+static kiln_status rms_norm(kiln_bgraph *b, uint32_t rs_node, int *done) {
+    double eps = 0.0, two = 0.0;
+    *done = 0;
+    int32_t add = sole_producer(b, kiln_bgraph_input(b, &b->nodes[rs_node], 0), KILN_OP_ADD);
+    if (add < 0) return KILN_OK;
+    int32_t a0 = kiln_bgraph_input(b, &b->nodes[add], 0);
+    int32_t a1 = kiln_bgraph_input(b, &b->nodes[add], 1), mv;
+    if (scalar_const(b, a1, &eps)) {
+        mv = a0;
+    } else if (scalar_const(b, a0, &eps)) {
+        mv = a1;
+    } else {
+        return KILN_OK;
+    }
+    if (!isfinite(eps) || eps < 0.0) return KILN_OK;
+    int32_t mean = sole_producer(b, mv, KILN_OP_MEAN);
+    if (mean < 0) return KILN_OK;
+    int32_t pw = sole_producer(b, kiln_bgraph_input(b, &b->nodes[mean], 0), KILN_OP_POW);
+    if (pw < 0) return KILN_OK;
+    int32_t x = kiln_bgraph_input(b, &b->nodes[pw], 0);
+    if (!scalar_const(b, kiln_bgraph_input(b, &b->nodes[pw], 1), &two) || two != 2.0) {
+        return KILN_OK;
+    }
+    const kiln_shape *xs = &b->values[x].desc.shape;
+    uint32_t r = xs->rank;
+    {
+        kiln_attrs ma = kiln_bgraph_attrs(b, &b->nodes[mean]);
+        uint32_t nd = 0;
+        const int64_t *dims = kiln_attrs_ints(&ma, KILN_A_REDUCE_DIMS, &nd);
+        if (r == 0 || nd != 1 || !is_last_dim(dims[0], r) ||
+            kiln_attrs_int(&ma, KILN_A_REDUCE_KEEPDIM, 0) != 1) {
+            return KILN_OK;
+        }
+    }
+    // h = mul(x, rsqrt(...)): the rsqrt's only reader, the other operand x itself
+    int32_t hm = sole_reader(b, b->nodes[rs_node].output, KILN_OP_MUL);
+    if (hm < 0 || other_input(b, (uint32_t)hm, b->nodes[rs_node].output) != x) return KILN_OK;
+    int32_t h = b->nodes[hm].output;
+    if (!same_shape(&b->values[h].desc.shape, xs) ||
+        !kiln_dtype_is_float((kiln_dtype)b->values[x].desc.dtype)) {
+        return KILN_OK;
+    }
+    // The candidate ends: h, then cast(h), then mul(., W); the longest whose dtypes work wins.
+    int32_t ends[3] = {hm, -1, -1}, weight = -1;
+    int32_t cur = h;
+    int32_t co = sole_reader(b, cur, KILN_OP_CAST);
+    if (co >= 0) {
+        ends[1] = co;
+        cur = b->nodes[co].output;
+    }
+    int32_t wm = sole_reader(b, cur, KILN_OP_MUL);
+    if (wm >= 0 && xs->min[r - 1] == xs->max[r - 1]) {
+        int32_t w = other_input(b, (uint32_t)wm, cur);
+        const kiln_value_desc *wd = w >= 0 ? &b->values[w].desc : NULL;
+        uint64_t numel = 0;
+        // a constant of D elements along the last dim ([D], [1, D], ...), the product x's shape
+        if (w >= 0 && w != cur && kiln_bgraph_is_const(b, w) && wd->shape.rank <= r &&
+            wd->shape.rank >= 1 && kiln_shape_max_numel(&wd->shape, &numel) &&
+            numel == (uint64_t)xs->max[r - 1] &&
+            wd->shape.max[wd->shape.rank - 1] == xs->max[r - 1] &&
+            same_shape(&b->values[b->nodes[wm].output].desc.shape, xs)) {
+            ends[2] = wm;
+            weight = w;
+        }
+    }
+    // The first cast: fused when its output feeds only the pow and the mul.
+    int32_t x0 = -1;
+    if (b->values[x].kind == KILN_IR_NODE && (size_t)x < b->n_use_info && b->uses[x] == 2 &&
+        !b->is_output[x]) {
+        const kiln_bnode *cn = &b->nodes[b->values[x].index];
+        if (!cn->dead && cn->op == KILN_OP_CAST && cn->n_tail == 0 && cn->head < 0) {
+            x0 = kiln_bgraph_input(b, cn, 0);
+            if (!kiln_dtype_is_float((kiln_dtype)b->values[x0].desc.dtype)) x0 = -1;
+        }
+    }
+    for (int e = 2; e >= 0; e--) {
+        if (ends[e] < 0) continue;
+        uint32_t t = b->values[b->nodes[ends[e]].output].desc.dtype;
+        int32_t in = -1;
+        if (x0 >= 0 && b->values[x0].desc.dtype == t) {
+            in = x0;
+        } else if (b->values[x].desc.dtype == t) {
+            in = x;
+        } else {
+            continue;
+        }
+        int32_t ins[2] = {in, -1};
+        uint32_t n_ins = 1;
+        if (e == 2) {
+            int32_t w = weight;
+            const kiln_bvalue *wv = &b->values[w];
+            if (wv->desc.dtype != t) continue;
+            if (wv->desc.shape.rank != 1) { // the same bytes viewed as [D]
+                kiln_shape s;
+                memset(&s, 0, sizeof s);
+                s.rank = 1;
+                s.min[0] = s.max[0] = xs->max[r - 1];
+                KILN_TRY(kiln_bgraph_add_const(b, t, &s, wv->data, wv->nbytes, &w));
+            }
+            ins[1] = w;
+            n_ins = 2;
+        }
+        kiln_attr_ref ref = {KILN_ATTR_FLOATS, 1, 0};
+        kiln_attrs a = {&ref, 1, NULL, &eps};
+        KILN_TRY(fuse_into(b, (uint32_t)ends[e], KILN_OP_RMS_NORM, ins, n_ins, &a,
+                           "rms_norm fusion", done));
+        return KILN_OK;
+    }
+    return KILN_OK;
+}
+
+// --- 2. rotary, matched from its add
+
+// Python's slice clamping of [start, end) over a dim of size n.
+static void slice_range(int64_t start, int64_t end, int64_t n, int64_t *lo, int64_t *hi) {
+    if (start < 0) start = start + n < 0 ? 0 : start + n;
+    if (end < 0) end = end + n < 0 ? 0 : end + n;
+    *lo = start > n ? n : start;
+    *hi = end > n ? n : end;
+}
+
+// Whether node sl slices x over its last dim (static size n) to exactly [lo, hi).
+static int is_half(const kiln_bgraph *b, int32_t sl, int32_t x, int64_t n, int64_t lo, int64_t hi) {
+    const kiln_bnode *s = &b->nodes[sl];
+    kiln_attrs a = kiln_bgraph_attrs(b, s);
+    int64_t l, h;
+    if (kiln_bgraph_input(b, s, 0) != x) return 0;
+    if (!is_last_dim(kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0), b->values[x].desc.shape.rank) ||
+        kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0) != 1) {
+        return 0;
+    }
+    slice_range(kiln_attrs_int(&a, KILN_A_SLICE_START, 0), kiln_attrs_int(&a, KILN_A_SLICE_END, 0),
+                n, &l, &h);
+    return l == lo && h == hi;
+}
+
+// Whether add(a1, a2) is the rotary pattern with a1 = mul(x, cos) and a2 = mul(cat, sin) (each
+// mul in either order); writes x, cos and sin.
+static int rotary_match(const kiln_bgraph *b, int32_t a1, int32_t a2, int32_t *ox, int32_t *ocos,
+                        int32_t *osin) {
+    int32_t m2 = sole_producer(b, a2, KILN_OP_MUL), m1 = sole_producer(b, a1, KILN_OP_MUL);
+    if (m1 < 0 || m2 < 0) return 0;
+    for (int order = 0; order < 2; order++) {
+        int32_t cv = kiln_bgraph_input(b, &b->nodes[m2], (uint32_t)order);
+        int32_t sin = kiln_bgraph_input(b, &b->nodes[m2], (uint32_t)(1 - order));
+        int32_t cat = sole_producer(b, cv, KILN_OP_CAT);
+        if (cat < 0 || b->nodes[cat].n_inputs != 2) continue;
+        int32_t neg = sole_producer(b, kiln_bgraph_input(b, &b->nodes[cat], 0), KILN_OP_NEG);
+        int32_t s1 = sole_producer(b, kiln_bgraph_input(b, &b->nodes[cat], 1), KILN_OP_SLICE);
+        if (neg < 0 || s1 < 0) continue;
+        int32_t s2 = sole_producer(b, kiln_bgraph_input(b, &b->nodes[neg], 0), KILN_OP_SLICE);
+        if (s2 < 0) continue;
+        int32_t x = kiln_bgraph_input(b, &b->nodes[s1], 0);
+        const kiln_shape *xs = &b->values[x].desc.shape;
+        uint32_t r = xs->rank;
+        if (r == 0 || xs->min[r - 1] != xs->max[r - 1] || xs->max[r - 1] % 2 != 0 ||
+            xs->max[r - 1] == 0) {
+            continue;
+        }
+        int64_t d = xs->max[r - 1];
+        kiln_attrs ca = kiln_bgraph_attrs(b, &b->nodes[cat]);
+        if (!is_last_dim(kiln_attrs_int(&ca, KILN_A_CAT_DIM, 0), r) ||
+            !is_half(b, s1, x, d, 0, d / 2) || !is_half(b, s2, x, d, d / 2, d)) {
+            continue;
+        }
+        int32_t cos = other_input(b, (uint32_t)m1, x);
+        if (cos < 0 || sin < 0 || sin == cv) continue;
+        // the products have x's shape: cos and sin broadcast to x without enlarging it
+        if (!same_shape(&b->values[a1].desc.shape, xs) ||
+            !same_shape(&b->values[a2].desc.shape, xs)) {
+            continue;
+        }
+        *ox = x;
+        *ocos = cos;
+        *osin = sin;
+        return 1;
+    }
+    return 0;
+}
+
+static kiln_status rotary(kiln_bgraph *b, uint32_t add, int *done) {
+    *done = 0;
+    for (int order = 0; order < 2; order++) {
+        int32_t a1 = kiln_bgraph_input(b, &b->nodes[add], (uint32_t)order);
+        int32_t a2 = kiln_bgraph_input(b, &b->nodes[add], (uint32_t)(1 - order));
+        int32_t ins[3];
+        if (a1 == a2 || !rotary_match(b, a1, a2, &ins[0], &ins[1], &ins[2])) continue;
+        return fuse_into(b, add, KILN_OP_ROTARY, ins, 3, NULL, "rotary fusion", done);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_pass_llm(kiln_bgraph *b) {
+    uint32_t before = b->stats.n_rms_norm + b->stats.n_rotary;
+    size_t n = b->n_nodes;
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_RSQRT) continue;
+        KILN_TRY(rms_norm(b, (uint32_t)i, &done));
+        b->stats.n_rms_norm += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_ADD || b->nodes[i].n_tail > 0 ||
+            b->nodes[i].head >= 0) {
+            continue;
+        }
+        KILN_TRY(rotary(b, (uint32_t)i, &done));
+        b->stats.n_rotary += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
+    // the fused nodes were appended after their readers: restore index = topological order
+    if (b->stats.n_rms_norm + b->stats.n_rotary > before) KILN_TRY(kiln_bgraph_sort_nodes(b));
+    return KILN_OK;
+}

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// View simplification: every reshape, permute, squeeze and unsqueeze is a layer that copies its
+// input (the plan has no aliases), and exported models chain them: a head split
+// [B, L, H * E] -> [B, L, H, E] -> [B, H, L, E] at L = 1 (a decode step), the head merge after
+// attention as reshape, reshape, permute, reshape, unsqueezes of one table in every layer. Three
+// rewrites, each leaving the values the same:
+//  1. a permute that moves only dims of static size 1 (the other dims keep their order), and
+//     every squeeze and unsqueeze, is a reshape (the same bytes in the same order);
+//  2. a reshape of a reshape reads the inner one's input (its shape codes rewritten to refer to
+//     that input; the inner one dies when nothing else reads it);
+//  3. a reshape whose output is its input (the same dims, dynamic ones copied from the same
+//     position) is removed: its readers read the input.
+// Reshapes with a `like` input are left alone. A node whose output is a graph output or a
+// state's update keeps a layer (rewrites 1 and 2 still apply to it).
+#include <string.h>
+
+#include "builder/builder.h"
+#include "core/alloc.h"
+#include "core/status.h"
+
+static int is_static(const kiln_shape *s, uint32_t i) { return s->min[i] == s->max[i]; }
+
+// Reshape codes for output y of a view whose output dim i is input x's dim src[i] (-1: a new
+// size-1 dim): static dims literal, dynamic ones copied from x. 0 when a dynamic dim has no
+// source of the same range.
+static int codes_from_map(const kiln_shape *x, const kiln_shape *y, const int32_t *src,
+                          int64_t *codes) {
+    for (uint32_t i = 0; i < y->rank; i++) {
+        if (is_static(y, i)) {
+            codes[i] = y->max[i];
+            continue;
+        }
+        const int32_t j = src[i];
+        if (j < 0 || (uint32_t)j >= x->rank || x->min[j] != y->min[i] || x->max[j] != y->max[i])
+            return 0;
+        codes[i] = -(int64_t)j - 2;
+    }
+    return 1;
+}
+
+// Rewrite 1 for node n: the reshape codes that replace it, or 0.
+static int view_as_reshape(const kiln_bgraph *b, const kiln_bnode *n, int64_t *codes) {
+    const int32_t xv = kiln_bgraph_input(b, n, 0);
+    if (xv < 0) return 0;
+    const kiln_shape *x = &b->values[xv].desc.shape, *y = &b->values[n->output].desc.shape;
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    int32_t src[KILN_MAX_RANK];
+    uint32_t na = 0;
+    if (y->rank > KILN_MAX_RANK || x->rank > KILN_MAX_RANK) return 0;
+    if (n->op == KILN_OP_PERMUTE) {
+        const int64_t *perm = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &na);
+        if (na != x->rank || na != y->rank) return 0;
+        int64_t last = -1;
+        for (uint32_t i = 0; i < na; i++) {
+            int64_t p = perm[i] < 0 ? perm[i] + (int64_t)na : perm[i];
+            if (p < 0 || p >= (int64_t)na) return 0;
+            src[i] = (int32_t)p;
+            if (x->min[p] == 1 && x->max[p] == 1) continue; // a size-1 dim may move
+            if (p < last) return 0;                         // a real transpose
+            last = p;
+        }
+        return codes_from_map(x, y, src, codes);
+    }
+    if (n->op == KILN_OP_UNSQUEEZE) {
+        if (y->rank != x->rank + 1) return 0;
+        int64_t d = kiln_attrs_int(&a, KILN_A_UNSQUEEZE_DIM, 0);
+        if (d < 0) d += (int64_t)y->rank;
+        if (d < 0 || d >= (int64_t)y->rank) return 0;
+        for (uint32_t i = 0, j = 0; i < y->rank; i++) src[i] = (int64_t)i == d ? -1 : (int32_t)j++;
+        return codes_from_map(x, y, src, codes);
+    }
+    if (n->op == KILN_OP_SQUEEZE) {
+        const int64_t *dims = kiln_attrs_ints(&a, KILN_A_SQUEEZE_DIMS, &na);
+        uint8_t drop[KILN_MAX_RANK] = {0};
+        for (uint32_t k = 0; k < na; k++) {
+            int64_t d = dims[k] < 0 ? dims[k] + (int64_t)x->rank : dims[k];
+            if (d < 0 || d >= (int64_t)x->rank) return 0;
+            drop[d] = 1;
+        }
+        uint32_t i = 0;
+        for (uint32_t j = 0; j < x->rank; j++) {
+            if (drop[j]) continue;
+            if (i >= y->rank) return 0;
+            src[i++] = (int32_t)j;
+        }
+        if (i != y->rank) return 0;
+        return codes_from_map(x, y, src, codes);
+    }
+    return 0;
+}
+
+static int plain_reshape(const kiln_bgraph *b, const kiln_bnode *n) {
+    return n->op == KILN_OP_RESHAPE && !n->dead && kiln_bgraph_input(b, n, 1) < 0 && n->head < 0 &&
+           n->n_tail == 0;
+}
+
+// Rewrite 2: the codes of outer (a reshape of inner's output) in terms of inner's input, or 0.
+static int compose(const kiln_bgraph *b, const kiln_bnode *outer, const kiln_bnode *inner,
+                   int64_t *codes, uint32_t *n_codes) {
+    kiln_attrs ao = kiln_bgraph_attrs(b, outer), ai = kiln_bgraph_attrs(b, inner);
+    uint32_t no = 0, ni = 0;
+    const int64_t *co = kiln_attrs_ints(&ao, KILN_A_RESHAPE_SHAPE, &no);
+    const int64_t *ci = kiln_attrs_ints(&ai, KILN_A_RESHAPE_SHAPE, &ni);
+    const kiln_shape *mid = &b->values[inner->output].desc.shape;
+    if (no > KILN_MAX_RANK || ni != mid->rank) return 0;
+    for (uint32_t i = 0; i < no; i++) {
+        const int64_t c = co[i];
+        if (c >= -1) {
+            codes[i] = c;
+            continue;
+        }
+        const int64_t j = -c - 2; // the inner output's dim j
+        if (j >= (int64_t)mid->rank) return 0;
+        if (is_static(mid, (uint32_t)j)) {
+            codes[i] = mid->max[j];
+        } else if (ci[j] <= -2) {
+            codes[i] = ci[j]; // a dim of the inner input
+        } else {
+            return 0;
+        }
+    }
+    *n_codes = no;
+    return 1;
+}
+
+// Rewrite 3: reshape n gives its input unchanged.
+static int identity_reshape(const kiln_bgraph *b, const kiln_bnode *n) {
+    const int32_t xv = kiln_bgraph_input(b, n, 0);
+    const kiln_value_desc *x = &b->values[xv].desc, *y = &b->values[n->output].desc;
+    if (!kiln_desc_equal(x, y)) return 0;
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    uint32_t nc = 0, n_dyn = 0;
+    const int64_t *c = kiln_attrs_ints(&a, KILN_A_RESHAPE_SHAPE, &nc);
+    if (nc != y->shape.rank) return 0;
+    for (uint32_t i = 0; i < nc; i++) n_dyn += !is_static(&y->shape, i);
+    for (uint32_t i = 0; i < nc; i++) {
+        if (is_static(&y->shape, i)) continue;
+        if (c[i] == -(int64_t)i - 2) continue;
+        if (c[i] == -1 && n_dyn == 1) continue; // the one dynamic dim, from the element count
+        return 0;
+    }
+    return 1;
+}
+
+// Makes node k a reshape of x with the given codes, in place (its position among nodes of the
+// same emission key stays: a node appended after them would sort after its readers). The codes
+// go to the attribute pools through a scratch node, which dies.
+static kiln_status make_reshape(kiln_bgraph *b, uint32_t k, int32_t x, const int64_t *codes,
+                                uint32_t n_codes) {
+    kiln_attr_ref ref = {KILN_ATTR_INTS, n_codes, 0};
+    kiln_attrs a = {&ref, 1, codes, NULL};
+    int32_t r;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &a, b->nodes[k].seq, &r));
+    kiln_bnode *scratch = &b->nodes[b->values[r].index], *n = &b->nodes[k];
+    kiln_value_desc want = b->values[n->output].desc;
+    if (!kiln_desc_equal(&want, &b->values[r].desc)) {
+        scratch->dead = 1;
+        b->values[r].kind = KILN_BV_DEAD;
+        return kiln_fail(KILN_ERR_INTERNAL, "view simplification changed the output of node %u", k);
+    }
+    b->attr_refs[n->attr_begin] = b->attr_refs[scratch->attr_begin];
+    b->ids[n->input_begin] = x;
+    n->op = KILN_OP_RESHAPE;
+    scratch->dead = 1;
+    b->values[r].kind = KILN_BV_DEAD;
+    return KILN_OK;
+}
+
+kiln_status kiln_pass_views(kiln_bgraph *b) {
+    int64_t codes[KILN_MAX_RANK];
+    // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
+    const size_t n0 = b->n_nodes;
+    for (size_t k = 0; k < n0; k++) {
+        const kiln_bnode *n = &b->nodes[k];
+        if (n->dead || n->head >= 0 || n->n_tail > 0) continue;
+        if (n->op != KILN_OP_PERMUTE && n->op != KILN_OP_SQUEEZE && n->op != KILN_OP_UNSQUEEZE)
+            continue;
+        if (!view_as_reshape(b, n, codes)) continue;
+        const uint32_t rank = b->values[n->output].desc.shape.rank;
+        KILN_TRY(make_reshape(b, (uint32_t)k, kiln_bgraph_input(b, n, 0), codes, rank));
+        b->stats.n_views++;
+    }
+    // 2: reshape chains (in topological order, so an inner reshape is already collapsed)
+    const size_t n1 = b->n_nodes;
+    for (size_t k = 0; k < n1; k++) {
+        const kiln_bnode *n = &b->nodes[k];
+        if (!plain_reshape(b, n)) continue;
+        const int32_t xv = kiln_bgraph_input(b, n, 0);
+        if (b->values[xv].kind != KILN_IR_NODE) continue;
+        const kiln_bnode *in = &b->nodes[b->values[xv].index];
+        uint32_t nc = 0;
+        if (!plain_reshape(b, in) || !compose(b, n, in, codes, &nc)) continue;
+        KILN_TRY(make_reshape(b, (uint32_t)k, kiln_bgraph_input(b, in, 0), codes, nc));
+        b->stats.n_views++;
+    }
+    // 3: identity reshapes: their readers read the input
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    const size_t nv = b->n_values;
+    int32_t *rename = kiln_malloc(nv * sizeof *rename, KILN_ALIGN);
+    KILN_CHECK(rename != NULL, KILN_ERR_NO_MEMORY, "out of memory in view simplification");
+    for (size_t v = 0; v < nv; v++) rename[v] = (int32_t)v;
+    for (size_t k = 0; k < b->n_nodes; k++) {
+        kiln_bnode *n = &b->nodes[k];
+        if (n->dead) continue;
+        int32_t *in = b->ids + n->input_begin;
+        for (uint32_t i = 0; i < n->n_inputs; i++) {
+            if (in[i] >= 0 && (size_t)in[i] < nv) in[i] = rename[in[i]];
+        }
+        if (!plain_reshape(b, n) || b->is_output[n->output] || !identity_reshape(b, n)) continue;
+        rename[n->output] = in[0];
+        n->dead = 1;
+        b->stats.n_views++;
+    }
+    kiln_free(rename, nv * sizeof *rename);
+    return kiln_bgraph_count_uses(b);
+}
