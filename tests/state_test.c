@@ -153,6 +153,54 @@ static void test_counter(int external) {
     kiln_built_free(b);
 }
 
+// A counter read only by its update, add(x, counter): the add writes the state in place (two
+// layers, no copy); its readers read the new value from the state (y = 2 * (counter + x)).
+static void test_counter_in_place(void) {
+    const float init[4] = {0.5f, -1.0f, 2.0f, 4.0f}, two_f[1] = {2.0f};
+    float state[4], x[4], y[4], want[4];
+    kiln_graph *g = NULL;
+    kiln_built *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    int32_t cnt, xin, sum, two;
+    CHECK_OK(kiln_graph_new(&g));
+    if (g == NULL) return;
+    CHECK_OK(
+        kiln_graph_add_state(g, "counter", KILN_DTYPE_F32, 1, TU_DIMS(4), init, sizeof init, &cnt));
+    xin = tu_input(g, "x", KILN_DTYPE_F32, 1, TU_DIMS(4), TU_DIMS(4));
+    sum = tu_node(g, KILN_OP_ADD, TU_IDS(xin, cnt), TU_NO_ATTRS);
+    CHECK_OK(kiln_graph_update_state(g, cnt, sum));
+    two = tu_const(g, "two", KILN_DTYPE_F32, 1, TU_DIMS(1), two_f);
+    tu_output(g, tu_node(g, KILN_OP_MUL, TU_IDS(sum, two), TU_NO_ATTRS), "y");
+    kiln_build_options o;
+    kiln_build_options_init(&o);
+    CHECK_OK(kiln_build(g, &o, &b));
+    kiln_graph_free(g);
+    if (b == NULL) return;
+    CHECK_OK(tu_load(b, "cpu", &e));
+    if (e != NULL) {
+        CHECK_EQ_INT(kiln_engine_n_layers(e), 2); // add (into the state), mul: no copy layer
+        CHECK_OK(kiln_context_new(e, &c));
+    }
+    if (c != NULL) {
+        set_f32(state, init, 4);
+        for (int step = 0; step < 4; step++) {
+            tu_fill(x, 4, -1.0f, 1.0f);
+            tu_io in[1] = {{1, {4}, x, 0}};
+            tu_io out[1] = {{1, {4}, y, sizeof y}};
+            CHECK_OK(tu_execute(c, in, 1, out, 1));
+            for (int i = 0; i < 4; i++) {
+                state[i] += x[i];
+                want[i] = 2.0f * state[i];
+            }
+            tu_check_close("counter in place", y, want, 4, 1e-6, 1e-6);
+        }
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_built_free(b);
+}
+
 // Two engines (two methods of one program) over one cache: kiln_context_share_states.
 static void test_share(void) {
     kiln_graph *g = cache_graph();
@@ -246,6 +294,7 @@ static void test_api_errors(void) {
 int main(void) {
     kiln_log_set(NULL, NULL, KILN_LOG_NONE);
     test_api_errors();
+    test_counter_in_place();
     test_cache(KILN_PRECISION_FP32, 1e-6);
     test_cache(KILN_PRECISION_FP16, 4e-3);
     test_counter(0);

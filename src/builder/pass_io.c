@@ -2,14 +2,28 @@
 // I/O lowering: every output binding needs its own tensor written by a layer. An output that is
 // a graph input, a constant, or the same value as an earlier output gets a copy layer.
 //
-// States: a state's update is written into the state by one layer. When the update is
-// index_copy(state, ...) and nothing else reads the state, that layer writes in place (only the
-// copied rows move: a KV cache update costs its new rows, not the cache). Otherwise a copy
+// States: a state's update is written into the state by one layer. When nothing else reads the
+// state and the update is index_copy(state, ...) (only the copied rows move: a KV cache update
+// costs its new rows, not the cache) or an elementwise add, sub, mul or div with the state as
+// one operand of the output's dtype and shape (each element is read before the same element is
+// written: a position counter advanced by one), that layer writes in place. Otherwise a copy
 // layer after every other layer writes the update into the state, so every reader of the old
 // value has run before it changes.
 #include "builder/builder.h"
 #include "core/alloc.h"
 #include "core/status.h"
+
+// True when node p, producing a state's update from the state s, can write the state in place.
+static int writes_in_place(const kiln_bgraph *b, const kiln_bnode *p, int32_t s) {
+    if (p->head >= 0 || p->n_tail != 0) return 0;
+    if (p->op == KILN_OP_INDEX_COPY) return kiln_bgraph_input(b, p, 0) == s;
+    if (p->op != KILN_OP_ADD && p->op != KILN_OP_SUB && p->op != KILN_OP_MUL &&
+        p->op != KILN_OP_DIV)
+        return 0;
+    const int32_t a0 = kiln_bgraph_input(b, p, 0), a1 = kiln_bgraph_input(b, p, 1);
+    if ((a0 == s) == (a1 == s)) return 0; // the state once (not x op x)
+    return kiln_desc_equal(&b->values[p->output].desc, &b->values[s].desc);
+}
 
 kiln_status kiln_pass_lower_io(kiln_bgraph *b) {
     size_t n = b->n_values;
@@ -40,8 +54,7 @@ kiln_status kiln_pass_lower_io(kiln_bgraph *b) {
             const kiln_bnode *p = &b->nodes[uv->index];
             int taken = 0;
             for (size_t i = 0; i < b->n_outputs; i++) taken |= b->outputs[i].value == u;
-            if (!taken && p->op == KILN_OP_INDEX_COPY && p->head < 0 && p->n_tail == 0 &&
-                kiln_bgraph_input(b, p, 0) == s->value) {
+            if (!taken && writes_in_place(b, p, s->value)) {
                 seen[u] = 1;
                 s->write = u;
                 b->stats.n_in_place++;

@@ -3281,7 +3281,7 @@ static void e2e_shared_scratch(void) {
 #define ST_E 16 // the float16 cache's rows
 #define ST_MAXN 4
 #define ST_N_IN 3
-#define ST_N_OUT 4
+#define ST_N_OUT 5
 
 // A constant of one element.
 static int32_t gb_scalar(gbuild *b, uint32_t dtype, float v) {
@@ -3304,7 +3304,8 @@ static int model_states(model *m) {
     int64_t smin[4] = {ST_B, ST_H, 1, ST_D}, smax[4] = {ST_B, ST_H, ST_MAXN, ST_D};
     int64_t kmin[4] = {1, 2, 1, ST_E}, kmax[4] = {1, 2, ST_MAXN, ST_E};
     int64_t two = 2, minus2 = -2, one = 1;
-    int32_t cache = -1, acc = -1, kv = -1;
+    int32_t cache = -1, acc = -1, kv = -1, steps = -1;
+    int64_t one_dim[1] = {1};
     tbuf ci, ki;
     spec cs = S(F32, "2x3x8x4"), ks = S(F16, "1x2x8x16");
     buf_alloc(&ci, F32, cs.rank, cs.dims);
@@ -3317,6 +3318,8 @@ static int model_states(model *m) {
     gb_check(&b, kiln_graph_add_state(b.g, "acc", F32, 3, adims, NULL, 0, &acc), "state acc");
     gb_check(&b, kiln_graph_add_state(b.g, "kv16", F16, 4, kdims, ki.host.data, ki.nbytes, &kv),
              "state kv16");
+    gb_check(&b, kiln_graph_add_state(b.g, "steps", F32, 1, one_dim, NULL, 0, &steps),
+             "state steps");
     free(ci.host.data);
     free(ki.host.data);
     int32_t pos = gb_input(&b, "pos", I64, 1, pmin, pmax);
@@ -3341,7 +3344,12 @@ static int model_states(model *m) {
     gb_check(&b, kiln_graph_update_state(b.g, kv, k), "update kv16");
     int32_t old16 = gb_node(&b, KILN_OP_SUM, &kv, 1, &sd, 1);
     int32_t k2 = gb2(&b, KILN_OP_MUL, k, gb_scalar(&b, F16, 2.0f));
+    // a step counter read only by its update: the add writes the state in place
+    int32_t steps_new = gb2(&b, KILN_OP_ADD, gb_scalar(&b, F32, 1.0f), steps);
+    gb_check(&b, kiln_graph_update_state(b.g, steps, steps_new), "update steps");
+    int32_t steps2 = gb2(&b, KILN_OP_MUL, steps_new, gb_scalar(&b, F32, 2.0f));
     gb_check(&b, kiln_graph_mark_output(b.g, y2, "y2"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, steps2, "steps2"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, acc3, "acc3"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, old16, "old16"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, k2, "k2"), "output");
@@ -3533,7 +3541,7 @@ static void e2e_states(void) {
     built = model_states(&m);
     int ok = built && load(&m, "cpu", 1, &cpu_e) == KILN_OK &&
              load(&m, device, 1, &ge) == KILN_OK && load(&m, device, 0, &ne) == KILN_OK;
-    ok = ok && kiln_engine_n_states(ge) == 3 && kiln_engine_n_states(cpu_e) == 3;
+    ok = ok && kiln_engine_n_states(ge) == 4 && kiln_engine_n_states(cpu_e) == 4;
     ok = ok && st_ctx_init(&ref, "cpu", cpu_e, 0) &&
          st_ctx_init(&late_ref, "new cpu context", cpu_e, 0) &&
          st_ctx_init(&host, "host I/O", ge, 0) && st_ctx_init(&devio, "device I/O", ge, 1) &&
