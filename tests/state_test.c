@@ -153,21 +153,25 @@ static void test_counter(int external) {
     kiln_built_free(b);
 }
 
-// A counter read only by its update, add(x, counter): the add writes the state in place (two
-// layers, no copy); its readers read the new value from the state (y = 2 * (counter + x)).
+// A counter whose update add(x, counter) is its last reader: the add writes the state in place
+// (no copy layer); a reader before it sees the old value (y0 = 3 * counter), the update's
+// readers the new one from the state (y = 2 * (counter + x)).
 static void test_counter_in_place(void) {
     const float init[4] = {0.5f, -1.0f, 2.0f, 4.0f}, two_f[1] = {2.0f};
-    float state[4], x[4], y[4], want[4];
+    const float three_f[1] = {3.0f};
+    float state[4], x[4], y[4], y0[4], want[4], want0[4];
     kiln_graph *g = NULL;
     kiln_built *b = NULL;
     kiln_engine *e = NULL;
     kiln_context *c = NULL;
-    int32_t cnt, xin, sum, two;
+    int32_t cnt, xin, sum, two, three;
     CHECK_OK(kiln_graph_new(&g));
     if (g == NULL) return;
     CHECK_OK(
         kiln_graph_add_state(g, "counter", KILN_DTYPE_F32, 1, TU_DIMS(4), init, sizeof init, &cnt));
     xin = tu_input(g, "x", KILN_DTYPE_F32, 1, TU_DIMS(4), TU_DIMS(4));
+    three = tu_const(g, "three", KILN_DTYPE_F32, 1, TU_DIMS(1), three_f);
+    tu_output(g, tu_node(g, KILN_OP_MUL, TU_IDS(cnt, three), TU_NO_ATTRS), "y0");
     sum = tu_node(g, KILN_OP_ADD, TU_IDS(xin, cnt), TU_NO_ATTRS);
     CHECK_OK(kiln_graph_update_state(g, cnt, sum));
     two = tu_const(g, "two", KILN_DTYPE_F32, 1, TU_DIMS(1), two_f);
@@ -179,7 +183,7 @@ static void test_counter_in_place(void) {
     if (b == NULL) return;
     CHECK_OK(tu_load(b, "cpu", &e));
     if (e != NULL) {
-        CHECK_EQ_INT(kiln_engine_n_layers(e), 2); // add (into the state), mul: no copy layer
+        CHECK_EQ_INT(kiln_engine_n_layers(e), 3); // mul, add (into the state), mul: no copy
         CHECK_OK(kiln_context_new(e, &c));
     }
     if (c != NULL) {
@@ -187,12 +191,14 @@ static void test_counter_in_place(void) {
         for (int step = 0; step < 4; step++) {
             tu_fill(x, 4, -1.0f, 1.0f);
             tu_io in[1] = {{1, {4}, x, 0}};
-            tu_io out[1] = {{1, {4}, y, sizeof y}};
-            CHECK_OK(tu_execute(c, in, 1, out, 1));
+            tu_io out[2] = {{1, {4}, y0, sizeof y0}, {1, {4}, y, sizeof y}};
+            CHECK_OK(tu_execute(c, in, 1, out, 2));
             for (int i = 0; i < 4; i++) {
+                want0[i] = 3.0f * state[i];
                 state[i] += x[i];
                 want[i] = 2.0f * state[i];
             }
+            tu_check_close("counter in place: the old value", y0, want0, 4, 1e-6, 1e-6);
             tu_check_close("counter in place", y, want, 4, 1e-6, 1e-6);
         }
     }

@@ -2,13 +2,13 @@
 // I/O lowering: every output binding needs its own tensor written by a layer. An output that is
 // a graph input, a constant, or the same value as an earlier output gets a copy layer.
 //
-// States: a state's update is written into the state by one layer. When nothing else reads the
-// state and the update is index_copy(state, ...) (only the copied rows move: a KV cache update
-// costs its new rows, not the cache) or an elementwise add, sub, mul or div with the state as
-// one operand of the output's dtype and shape (each element is read before the same element is
-// written: a position counter advanced by one), that layer writes in place. Otherwise a copy
-// layer after every other layer writes the update into the state, so every reader of the old
-// value has run before it changes.
+// States: a state's update is written into the state by one layer. When every other reader of
+// the state runs before that layer (emission order) and the update is index_copy(state, ...) (only
+// the copied rows move: a KV cache update costs its new rows, not the cache) or an elementwise add,
+// sub, mul or div with the state as one operand of the output's dtype and shape (each element is
+// read before the same element is written: a position counter advanced by one), that layer writes
+// in place. Otherwise a copy layer after every other layer writes the update into the state, so
+// every reader of the old value has run before it changes.
 #include "builder/builder.h"
 #include "core/alloc.h"
 #include "core/status.h"
@@ -23,6 +23,26 @@ static int writes_in_place(const kiln_bgraph *b, const kiln_bnode *p, int32_t s)
     const int32_t a0 = kiln_bgraph_input(b, p, 0), a1 = kiln_bgraph_input(b, p, 1);
     if ((a0 == s) == (a1 == s)) return 0; // the state once (not x op x)
     return kiln_desc_equal(&b->values[p->output].desc, &b->values[s].desc);
+}
+
+// The emission position of node k: a fused tail runs with its head.
+static int before(const kiln_bgraph *b, uint32_t x, uint32_t y) {
+    if (b->nodes[x].head >= 0) x = (uint32_t)b->nodes[x].head;
+    if (b->nodes[y].head >= 0) y = (uint32_t)b->nodes[y].head;
+    const int64_t sx = b->nodes[x].seq, sy = b->nodes[y].seq;
+    return sx != sy ? sx < sy : x < y;
+}
+
+// True when every live reader of state value s other than node p runs before p.
+static int read_before(const kiln_bgraph *b, int32_t s, uint32_t p) {
+    for (size_t k = 0; k < b->n_nodes; k++) {
+        const kiln_bnode *n = &b->nodes[k];
+        if (n->dead || k == p) continue;
+        for (uint32_t j = 0; j < n->n_inputs; j++) {
+            if (kiln_bgraph_input(b, n, j) == s && !before(b, (uint32_t)k, p)) return 0;
+        }
+    }
+    return 1;
 }
 
 kiln_status kiln_pass_lower_io(kiln_bgraph *b) {
@@ -50,11 +70,11 @@ kiln_status kiln_pass_lower_io(kiln_bgraph *b) {
         const kiln_bvalue *uv;
         if (u < 0 || u == s->value) continue;
         uv = &b->values[u];
-        if (uv->kind == KILN_IR_NODE && !seen[u] && b->uses[s->value] == 1) {
+        if (uv->kind == KILN_IR_NODE && !seen[u]) {
             const kiln_bnode *p = &b->nodes[uv->index];
             int taken = 0;
             for (size_t i = 0; i < b->n_outputs; i++) taken |= b->outputs[i].value == u;
-            if (!taken && writes_in_place(b, p, s->value)) {
+            if (!taken && writes_in_place(b, p, s->value) && read_before(b, s->value, uv->index)) {
                 seen[u] = 1;
                 s->write = u;
                 b->stats.n_in_place++;

@@ -204,14 +204,14 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "kept), CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the "
         "stem kernel), %u tensors, %u boundary transposes; attention folds: %u layers run no "
         "kernel, %u sdpa operands and %u outputs through strided views, %u tensors moved out of "
-        "the arena; small-M weights kept in L2: %llu bytes",
+        "the arena, %u reshapes aliased (no kernel); small-M weights kept in L2: %llu bytes",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
         (unsigned long long)e->extras.nbytes, e->n_states, (unsigned long long)e->states_nbytes,
         (unsigned long long)e->states_init_nbytes, e->use_graphs ? "on" : "off",
         e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem,
         e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
-        e->fold.n_sdpa_out, e->fold.n_reloc, (unsigned long long)e->l2_kept);
+        e->fold.n_sdpa_out, e->fold.n_reloc, e->fold.n_alias, (unsigned long long)e->l2_kept);
     *out_state = e;
     return KILN_OK;
 
@@ -754,8 +754,10 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
     if (e->fold.virt[li]) {
         out->flags |= KILN_LAYER_INFO_FOLDED;
         snprintf(out->kernel, sizeof out->kernel, "none");
-        snprintf(out->detail, sizeof out->detail,
-                 "a view: the sdpa reading it reads its input through strides");
+        snprintf(out->detail, sizeof out->detail, "%s",
+                 (e->fold.virt[li] & KILN_CUDA_FOLD_ALIAS)
+                     ? "an alias: its readers read its input's memory (a dense reshape)"
+                     : "a view: the sdpa reading it reads its input through strides");
         return;
     }
     kiln_cuda_plan_describe(kiln_cuda_op_planned(op) ? (L->last_now ? &L->now : &L->tuned) : NULL,

@@ -350,6 +350,55 @@ static uint32_t last_read(const fold_state *s, int32_t t) {
     return end;
 }
 
+// Aliases (cuda_fold.h): in layer order, a dense reshape's output takes its input's memory when
+// nothing that runs between the reshape and the output's last read (through folded views too)
+// writes over that memory.
+static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        const int32_t x = in0(p, li), y = out0(p, li);
+        if (l->op != KILN_OP_RESHAPE || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
+            l->n_outputs != 1 || f->virt[li] != 0 || x < 0 || y < 0)
+            continue;
+        if (p->tensors[x].kind != KILN_TENSOR_ACTIVATION ||
+            p->tensors[y].kind != KILN_TENSOR_ACTIVATION ||
+            p->tensors[x].dtype != p->tensors[y].dtype || f->reloc[y])
+            continue;
+        if ((nhwc != NULL && (nhwc[x] || nhwc[y])) || (alt != NULL && alt[l->input_begin]))
+            continue;
+        if (s->rbeg[y] == s->rbeg[y + 1]) continue;
+        const int32_t b = f->alias[x] >= 0 ? f->alias[x] : x;
+        const uint32_t end = last_read(s, y);
+        if (f->reloc[b]) { // outside the arena: its live range grows to the last read
+            if (end > f->live_last[b]) f->live_last[b] = end;
+        } else {
+            int ok = 1;
+            for (uint32_t k = li + 1; k <= end && k < p->n_layers && ok; k++) {
+                const kiln_plan_layer *g = &p->layers[k];
+                if (f->virt[k] & KILN_CUDA_FOLD_ALIAS) continue; // writes nothing
+                if (f->sdpa_out[k] >= 0 && overlap(s, f->sdpa_dst[k], b)) ok = 0;
+                for (uint32_t o = 0; o < g->n_outputs && ok; o++) {
+                    const int32_t t = p->ids[g->output_begin + o];
+                    if (t >= 0 && t != y && overlap(s, t, b)) ok = 0;
+                }
+            }
+            if (!ok) { // the planner reuses the base's bytes while the alias is read: the base
+                       // moves out of the arena, live from its producer to the last read
+                if (f->producer[b] < 0) continue;
+                f->reloc[b] = 1;
+                f->live_first[b] = (uint32_t)f->producer[b];
+                f->live_last[b] = end;
+                f->n_reloc++;
+            }
+        }
+        f->virt[li] = KILN_CUDA_FOLD_ALIAS;
+        f->alias[y] = b;
+        f->n_alias++;
+    }
+}
+
 // The relocated bases' live ranges (producer .. last read through the views).
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
@@ -378,6 +427,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.reloc = kiln_cuda_calloc(nt + 1);
     f.live_first = kiln_cuda_calloc((nt + 1) * sizeof *f.live_first);
     f.live_last = kiln_cuda_calloc((nt + 1) * sizeof *f.live_last);
+    f.alias = kiln_cuda_calloc((nt + 1) * sizeof *f.alias);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
@@ -385,14 +435,15 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
-        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        f.alias == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL ||
+        s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
     }
     for (size_t i = 0; i < nl; i++) f.sdpa_out[i] = f.sdpa_dst[i] = -1;
     for (size_t i = 0; i < nt; i++) {
-        f.producer[i] = -1;
+        f.producer[i] = f.alias[i] = -1;
         s.shapes[i].dtype = p->tensors[i].dtype;
         s.shapes[i].rank = p->tensors[i].shape.rank;
         memcpy(s.shapes[i].dims, p->tensors[i].shape.max, sizeof s.shapes[i].dims);
@@ -441,6 +492,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     if (enable) {
         decide(&s, nhwc, alt);
         live_ranges(&s);
+        aliases(&s, nhwc, alt);
     }
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
@@ -476,5 +528,6 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->reloc, nt + 1);
     kiln_cuda_free(f->live_first, (nt + 1) * sizeof *f->live_first);
     kiln_cuda_free(f->live_last, (nt + 1) * sizeof *f->live_last);
+    kiln_cuda_free(f->alias, (nt + 1) * sizeof *f->alias);
     memset(f, 0, sizeof *f);
 }

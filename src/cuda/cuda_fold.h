@@ -24,6 +24,12 @@
 // States (plan.h): a fold whose base is a state is undone when the state's update (one layer)
 // falls between the first view layer and the sdpa (the read cannot move past the update); no
 // fold writes a state.
+// Aliases: then a RESHAPE layer (no tail) from an activation to an activation, both stored as the
+// plan says (not NHWC, not relocated, not read through a copy), runs no kernel when the memory of
+// its input (or of the tensor that input aliases) is not overwritten by any layer that runs
+// between the reshape and the last read of its output (directly or through folded views): the
+// output's view points at the input's memory (a dense reshape is the same bytes). Decided after
+// the folds, in layer order, so chains of reshapes share one base.
 // The option cuda.attention_fold = false turns the pass off (every layer runs).
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
@@ -46,6 +52,7 @@ typedef struct kiln_cuda_strided {
 
 #define KILN_CUDA_FOLD_VIRTUAL 1u // the layer runs no kernel: its readers read through views
 #define KILN_CUDA_FOLD_WRITTEN 2u // ... and its output is written by the sdpa before it
+#define KILN_CUDA_FOLD_ALIAS 4u   // a reshape whose output is its input's memory (alias[])
 
 typedef struct kiln_cuda_fold {
     uint8_t *virt;        // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
@@ -58,6 +65,9 @@ typedef struct kiln_cuda_fold {
                           // the sdpa reads it (placed outside the arena: cuda_memory.c)
     uint32_t *live_first; // n_tensors: a relocated base's live range over the layers
     uint32_t *live_last;
+    int32_t *alias;                 // n_tensors: the tensor whose memory an aliased reshape's
+                                    // output is (KILN_CUDA_FOLD_ALIAS), or -1
+    uint32_t n_alias;               // reshapes aliased
     uint32_t n_reloc;               // relocated bases
     uint32_t n_virtual;             // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs

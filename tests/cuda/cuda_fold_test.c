@@ -97,7 +97,9 @@ static uint32_t find_head(const kiln_plan *p, uint32_t op, uint32_t from) {
 
 static uint32_t count_virtual(const kiln_plan *p, const kiln_cuda_fold *f, uint32_t op) {
     uint32_t n = 0;
-    for (uint32_t li = 0; li < p->n_layers; li++) n += f->virt[li] != 0 && p->layers[li].op == op;
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        n += (f->virt[li] & KILN_CUDA_FOLD_VIRTUAL) && p->layers[li].op == op;
+    }
     return n;
 }
 
@@ -409,8 +411,85 @@ static void state_k(void) {
     kiln_plan_release(&p);
 }
 
+// True when some layer that runs in (li, end] writes over tensor b's arena bytes.
+static int written_between(const kiln_plan *p, const kiln_cuda_fold *f, uint32_t li, uint32_t end,
+                           int32_t b) {
+    const kiln_plan_tensor *bt = &p->tensors[b];
+    for (uint32_t k = li + 1; k <= end && k < p->n_layers; k++) {
+        if (f->virt[k] & KILN_CUDA_FOLD_ALIAS) continue;
+        for (uint32_t o = 0; o < p->layers[k].n_outputs; o++) {
+            const kiln_plan_tensor *t = &p->tensors[p->ids[p->layers[k].output_begin + o]];
+            if (t->kind == KILN_TENSOR_ACTIVATION && t->nbytes > 0 &&
+                t->offset < bt->offset + bt->nbytes && bt->offset < t->offset + t->nbytes)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+// Reshapes whose output takes its input's memory (aliases): a chain of two after a relu shares
+// the relu's output; a reshape whose input's bytes the planner gives to a later tensor (read
+// after it) keeps its kernel. Every alias is checked against the plan: nothing that runs between
+// the reshape and its output's last reader writes over the base.
+static void aliases_case(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t d2[2] = {64, 64}, s1[2] = {32, 128}, s2[1] = {4096};
+    int32_t x = -1, x2 = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 2, d2, d2, &x) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x2", KILN_DTYPE_F32, 2, d2, d2, &x2) == KILN_OK);
+    int32_t y = node(g, KILN_OP_RELU, &x, 1, NULL, 0);
+    int32_t r = reshape(g, y, s1, 2);
+    int32_t t = node(g, KILN_OP_TANH, &r, 1, NULL, 0); // r read right away: aliased
+    int32_t r2 = reshape(g, t, s2, 1);
+    int32_t ex = node(g, KILN_OP_EXP, &x2, 1, NULL, 0); // may take t's bytes ...
+    int32_t ins[2] = {ex, ex};
+    ex = node(g, KILN_OP_MUL, ins, 2, NULL, 0);
+    int32_t ex2 = reshape(g, ex, s2, 1);
+    int32_t sum[2] = {r2, ex2}; // ... while r2 (t's bytes if aliased) is still to be read
+    int32_t out = node(g, KILN_OP_ADD, sum, 2, NULL, 0);
+    CHECK(kiln_graph_mark_output(g, out, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    uint32_t n_alias = 0, n_reshape = 0;
+    for (uint32_t li = 0; li < p.n_layers; li++) {
+        if (p.layers[li].op != KILN_OP_RESHAPE) continue;
+        n_reshape++;
+        const int32_t o = p.ids[p.layers[li].output_begin];
+        if (!(f.virt[li] & KILN_CUDA_FOLD_ALIAS)) {
+            CHECK(f.alias[o] < 0);
+            continue;
+        }
+        n_alias++;
+        const int32_t b = f.alias[o];
+        CHECK(b >= 0 && p.tensors[b].kind == KILN_TENSOR_ACTIVATION);
+        uint32_t end = 0;
+        for (uint32_t k = 0; k < p.n_layers; k++) {
+            for (uint32_t j = 0; j < p.layers[k].n_inputs; j++) {
+                if (p.ids[p.layers[k].input_begin + j] == o && k > end) end = k;
+            }
+        }
+        // a base in the arena is not written over while the alias is read; else it moved out
+        // of the arena for that whole range
+        if (f.reloc[b]) {
+            CHECK(f.live_first[b] <= li && f.live_last[b] >= end);
+        } else {
+            CHECK_MSG(!written_between(&p, &f, li, end, b), "reshape %u aliased over a write", li);
+        }
+    }
+    CHECK_EQ_INT(n_reshape, 3);
+    CHECK_MSG(n_alias == 3, "%u of 3 reshapes aliased", n_alias);
+    CHECK_EQ_INT(f.n_alias, n_alias);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    aliases_case();
     packed();
     separate(0);
     separate(1);
