@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tiny_llama import Config, TinyLlama, example_inputs  # noqa: E402
+from tiny_llama import Config, GreedyHead, TinyLlama, example_inputs  # noqa: E402
 
 TEXT = """\
 A kiln is a thermally insulated chamber, a type of oven, that produces temperatures
@@ -112,6 +112,11 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
     ap.add_argument("--out", help="folder for the .pte (default: a temporary one)")
     ap.add_argument("--check", action="store_true", help="compare every token with eager")
+    ap.add_argument(
+        "--greedy-head",
+        action="store_true",
+        help="export the step with its argmax (the tiny model): each call returns the token id",
+    )
     a = ap.parse_args(argv)
 
     import kiln
@@ -126,10 +131,13 @@ def main(argv=None) -> int:
     out_dir = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="kiln-llm-"))
     pte = out_dir / f"{a.model}_llm.pte"
     t0 = time.perf_counter()
+    if a.greedy_head and a.model != "tiny":
+        ap.error("--greedy-head wraps the tiny model (transformers' wrapper exports the logits)")
     if a.model == "tiny":
         model, args, dyn = tiny_model(vocab, a.max_seq)
         eager = copy.deepcopy(model)  # its own cache
-        save(model, pte, args, dynamic_shapes=dyn, precision=a.precision, quiet=True)
+        exported = GreedyHead(model) if a.greedy_head else model
+        save(exported, pte, args, dynamic_shapes=dyn, precision=a.precision, quiet=True)
 
         def eager_step(ids, pos):
             return eager(ids, pos)
@@ -151,10 +159,13 @@ def main(argv=None) -> int:
     program = kiln.load(pte)
     ids = torch.tensor([prompt], dtype=torch.int64)
 
+    def next_token(out: torch.Tensor) -> int:
+        """The token a call chose: its id (--greedy-head), or the argmax of its last logits."""
+        return int(out.reshape(-1)[0]) if a.greedy_head else int(last_logits(out).argmax())
+
     # Prefill: the whole prompt in one call; its last logits give the first new token.
     t0 = time.perf_counter()
-    logits = last_logits(program.forward(ids, torch.arange(len(prompt)))[0])
-    first = int(logits.argmax())
+    first = next_token(program.forward(ids, torch.arange(len(prompt)))[0])
     ttft = time.perf_counter() - t0
     generated = [first]
     expected = None
@@ -167,8 +178,7 @@ def main(argv=None) -> int:
     for i in range(a.tokens - 1):
         pos = torch.tensor([len(prompt) + i])
         t = time.perf_counter()
-        logits = last_logits(program.forward(torch.tensor([[generated[-1]]]), pos)[0])
-        generated.append(int(logits.argmax()))
+        generated.append(next_token(program.forward(torch.tensor([[generated[-1]]]), pos)[0]))
         step_times.append(time.perf_counter() - t)
         if expected is not None:
             with torch.no_grad():

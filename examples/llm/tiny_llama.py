@@ -136,6 +136,22 @@ class TinyLlama(nn.Module):
         return self.lm_head(self.norm(x[:, -1, :]))
 
 
+class GreedyHead(nn.Module):
+    """A decoder whose step returns the next token id (int64 [1]) instead of the logits: the
+    argmax over the vocabulary runs inside the Kiln engine, so a greedy step moves 8 bytes back,
+    not the vocabulary's logits. The cache stays the wrapped decoder's buffers."""
+
+    def __init__(self, decoder: nn.Module):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, tokens, input_pos):
+        logits = self.decoder(tokens, input_pos)
+        if logits.dim() == 3:  # [1, L, vocab]: the last position's
+            logits = logits[:, -1]
+        return torch.argmax(logits, dim=-1)
+
+
 def example_inputs(c: Config = Config(), length: int = 4):
     """(tokens [1, length], input_pos [length]) and the dynamic shapes for torch.export: the
     sequence length from 1 to max_seq."""

@@ -28,7 +28,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "llm"))
 
-from tiny_llama import Config, TinyLlama, example_inputs  # noqa: E402
+from tiny_llama import Config, GreedyHead, TinyLlama, example_inputs  # noqa: E402
 
 PROMPT = 12
 DECODE = 64
@@ -140,6 +140,27 @@ def test_llama_cache_is_owned_by_one_delegate_and_decodes_like_eager(llama):
     want = _generate(_eager(copy.deepcopy(fresh)), prompt, DECODE)
     got = _generate(_program(program), prompt, DECODE)
     _compare(got, want, "tiny llama")
+
+
+def test_greedy_head_returns_token_ids_computed_in_the_engine(tmp_path):
+    """The step exported with its argmax: the engine's output is the int64 token id, and the ids
+    of 24 greedy steps equal eager's argmax of the logits."""
+    model = TinyLlama(seed=5).eval()
+    fresh = copy.deepcopy(model)
+    args, dyn = example_inputs(model.c)
+    path = tmp_path / "greedy.pte"
+    prog = save(GreedyHead(model), path, args, dynamic_shapes=dyn, quiet=True)
+    _check_whole(prog, n_states=2 * model.c.n_layers)
+    program = kiln.load(path)
+    prompt = _prompt(13)
+    want, _ = _generate(_eager(fresh), prompt, 24)
+    n = prompt.shape[1]
+    out = program.forward(prompt, torch.arange(n))[0]
+    assert out.dtype == torch.int64 and out.numel() == 1
+    got = [int(out)]
+    for i in range(23):
+        got.append(int(program.forward(torch.tensor([[got[-1]]]), torch.tensor([n + i]))[0]))
+    assert got == want
 
 
 def test_llama_position_past_the_cache_is_refused_and_the_cache_kept(llama):
