@@ -207,6 +207,61 @@ static void test_counter_in_place(void) {
     kiln_built_free(b);
 }
 
+// A state set without reading it (s = 2 * x, as transformers' cache counter is set from the
+// positions): the mul writes the state directly (one layer more than the output's, no copy),
+// and a second engine sharing the state reads what it wrote.
+static void test_set_without_reading(void) {
+    const float two_f[1] = {2.0f}, one_f[1] = {1.0f};
+    float x[4], y[4], z[4], want[4];
+    kiln_graph *gw = NULL, *gr = NULL;
+    kiln_built *bw = NULL, *br = NULL;
+    kiln_engine *ew = NULL, *er = NULL;
+    kiln_context *cw = NULL, *cr = NULL;
+    int32_t s, xin;
+    CHECK_OK(kiln_graph_new(&gw));
+    CHECK_OK(kiln_graph_new(&gr));
+    if (gw == NULL || gr == NULL) return;
+    CHECK_OK(kiln_graph_add_state(gw, "s", KILN_DTYPE_F32, 1, TU_DIMS(4), NULL, 0, &s));
+    xin = tu_input(gw, "x", KILN_DTYPE_F32, 1, TU_DIMS(4), TU_DIMS(4));
+    int32_t two = tu_const(gw, "two", KILN_DTYPE_F32, 1, TU_DIMS(1), two_f);
+    CHECK_OK(
+        kiln_graph_update_state(gw, s, tu_node(gw, KILN_OP_MUL, TU_IDS(xin, two), TU_NO_ATTRS)));
+    tu_output(gw, tu_node(gw, KILN_OP_NEG, TU_IDS(xin), TU_NO_ATTRS), "y");
+    CHECK_OK(kiln_graph_add_state(gr, "s", KILN_DTYPE_F32, 1, TU_DIMS(4), NULL, 0, &s));
+    int32_t one = tu_const(gr, "one", KILN_DTYPE_F32, 1, TU_DIMS(1), one_f);
+    tu_output(gr, tu_node(gr, KILN_OP_MUL, TU_IDS(s, one), TU_NO_ATTRS), "z");
+    CHECK_OK(tu_build(gw, KILN_PRECISION_FP32, 0, &bw));
+    CHECK_OK(tu_build(gr, KILN_PRECISION_FP32, 0, &br));
+    kiln_graph_free(gw);
+    kiln_graph_free(gr);
+    if (bw != NULL) CHECK_OK(tu_load(bw, "cpu", &ew));
+    if (br != NULL) CHECK_OK(tu_load(br, "cpu", &er));
+    if (ew != NULL && er != NULL) {
+        CHECK_EQ_INT(kiln_engine_n_layers(ew), 2); // mul (into the state), neg: no copy layer
+        CHECK_OK(kiln_context_new(ew, &cw));
+        CHECK_OK(kiln_context_new(er, &cr));
+    }
+    if (cw != NULL && cr != NULL) {
+        CHECK_OK(kiln_context_share_states(cr, cw));
+        for (int step = 0; step < 2; step++) {
+            tu_fill(x, 4, -1.0f, 1.0f);
+            tu_io in[1] = {{1, {4}, x, 0}};
+            tu_io out[1] = {{1, {4}, y, sizeof y}};
+            CHECK_OK(tu_execute(cw, in, 1, out, 1));
+            tu_io outz[1] = {{1, {4}, z, sizeof z}};
+            CHECK_OK(tu_execute(cr, NULL, 0, outz, 1));
+            for (int i = 0; i < 4; i++) want[i] = 2.0f * x[i];
+            tu_check_close("a state set without reading it", z, want, 4, 1e-6, 1e-6);
+        }
+    }
+    kiln_context_free(cr);
+    kiln_context_free(cw);
+    kiln_engine_free(er);
+    kiln_engine_free(ew);
+    kiln_built_free(br);
+    kiln_built_free(bw);
+}
+
 // Two engines (two methods of one program) over one cache: kiln_context_share_states.
 static void test_share(void) {
     kiln_graph *g = cache_graph();
@@ -300,6 +355,7 @@ static void test_api_errors(void) {
 int main(void) {
     kiln_log_set(NULL, NULL, KILN_LOG_NONE);
     test_api_errors();
+    test_set_without_reading();
     test_counter_in_place();
     test_cache(KILN_PRECISION_FP32, 1e-6);
     test_cache(KILN_PRECISION_FP16, 4e-3);

@@ -6,8 +6,8 @@
 // the state runs before that layer (emission order) and the update is index_copy(state, ...) (only
 // the copied rows move: a KV cache update costs its new rows, not the cache) or an elementwise add,
 // sub, mul or div with the state as one operand of the output's dtype and shape (each element is
-// read before the same element is written: a position counter advanced by one), that layer writes
-// in place. Otherwise a copy layer after every other layer writes the update into the state, so
+// read before the same element is written: a position counter advanced by one), or any op when
+// nothing reads the old value (a counter set from the positions), that layer writes in place. Otherwise a copy layer after every other layer writes the update into the state, so
 // every reader of the old value has run before it changes.
 #include "builder/builder.h"
 #include "core/alloc.h"
@@ -16,6 +16,7 @@
 // True when node p, producing a state's update from the state s, can write the state in place.
 static int writes_in_place(const kiln_bgraph *b, const kiln_bnode *p, int32_t s) {
     if (p->head >= 0 || p->n_tail != 0) return 0;
+    if (b->uses[s] == 0) return 1; // the old value is never read: the state is just the output
     if (p->op == KILN_OP_INDEX_COPY) return kiln_bgraph_input(b, p, 0) == s;
     if (p->op != KILN_OP_ADD && p->op != KILN_OP_SUB && p->op != KILN_OP_MUL &&
         p->op != KILN_OP_DIV)
