@@ -163,6 +163,34 @@ def test_greedy_head_returns_token_ids_computed_in_the_engine(tmp_path):
     assert got == want
 
 
+def test_llama_bad_token_and_long_prompt_are_refused_naming_the_limit(llama):
+    """A token id outside the vocabulary and a prompt longer than the exported maximum are
+    refused with the limit in the message; the cache keeps its contents (decoding afterwards
+    matches eager), and the last position of the cache works."""
+    fresh, _prog, path = llama
+    program = kiln.load(path)
+    eager = copy.deepcopy(fresh)
+    c = fresh.c
+    prompt = _prompt(21, 5)
+    _close(_program(program)(prompt, torch.arange(5)), _eager(eager)(prompt, torch.arange(5)), "p")
+    with pytest.raises(kiln.KilnLoadError) as e:
+        program.forward(torch.tensor([[c.vocab]]), torch.tensor([5]))
+    assert "out of range" in str(e.value) and str(c.vocab) in str(e.value), str(e.value)
+    with pytest.raises(ValueError) as e:  # checked by kiln.load before ExecuTorch runs
+        program.forward(
+            torch.zeros(1, c.max_seq + 1, dtype=torch.int64), torch.arange(c.max_seq + 1)
+        )
+    assert f"above the largest size the program was exported for ({c.max_seq}" in str(e.value)
+    tok = torch.tensor([[7]])
+    _close(
+        _program(program)(tok, torch.tensor([5])),
+        _eager(eager)(tok, torch.tensor([5])),
+        "after the refused calls",
+    )
+    last = torch.tensor([c.max_seq - 1])
+    _close(_program(program)(tok, last), _eager(eager)(tok, last), "the last position")
+
+
 def test_llama_position_past_the_cache_is_refused_and_the_cache_kept(llama):
     fresh, _prog, path = llama
     program = kiln.load(path)
