@@ -9,9 +9,10 @@
 //  2. a reshape of a reshape reads the inner one's input (its shape codes rewritten to refer to
 //     that input; the inner one dies when nothing else reads it);
 //  3. a reshape whose output is its input (the same dims, dynamic ones copied from the same
-//     position) is removed: its readers read the input.
+//     position), and a copy (clone), are removed: their readers read the input.
 // Reshapes with a `like` input are left alone. A node whose output is a graph output or a
-// state's update keeps a layer (rewrites 1 and 2 still apply to it).
+// state's update keeps a layer (rewrites 1 and 2 still apply to it): I/O lowering relies on
+// those copies.
 #include <string.h>
 
 #include "builder/builder.h"
@@ -206,7 +207,11 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         for (uint32_t i = 0; i < n->n_inputs; i++) {
             if (in[i] >= 0 && (size_t)in[i] < nv) in[i] = rename[in[i]];
         }
-        if (!plain_reshape(b, n) || b->is_output[n->output] || !identity_reshape(b, n)) continue;
+        if (b->is_output[n->output]) continue;
+        const int copy = n->op == KILN_OP_COPY && n->head < 0 && n->n_tail == 0 &&
+                         n->n_inputs == 1 && in[0] >= 0 &&
+                         kiln_desc_equal(&b->values[in[0]].desc, &b->values[n->output].desc);
+        if (!copy && (!plain_reshape(b, n) || !identity_reshape(b, n))) continue;
         rename[n->output] = in[0];
         n->dead = 1;
         b->stats.n_views++;

@@ -34,7 +34,7 @@ static void test_head_split_merge(void) {
 }
 
 // A permute that swaps two dims larger than 1 is a transpose: it stays; a reshape whose output
-// is its input goes.
+// is its input goes, as does a copy (clone) inside the graph; a copy that is the output stays.
 static void test_transpose_and_identity(void) {
     kiln_graph *g;
     kiln_plan p;
@@ -44,11 +44,13 @@ static void test_transpose_and_identity(void) {
     int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(1, 3, 5), TU_DIMS(6, 3, 5));
     int32_t v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(x), TU_ATTRS(TU_INTS("dims", 0, 2, 1)));
     v = tu_node(g, KILN_OP_EXP, TU_IDS(v), TU_NO_ATTRS);
+    v = tu_node(g, KILN_OP_COPY, TU_IDS(v), TU_NO_ATTRS);
     v = tu_node(g, KILN_OP_RESHAPE, TU_IDS(v), TU_ATTRS(TU_INTS("shape", -1, 5, 3)));
     v = tu_node(g, KILN_OP_NEG, TU_IDS(v), TU_NO_ATTRS);
     tu_output(g, v, "y");
+    tu_output(g, tu_node(g, KILN_OP_COPY, TU_IDS(v), TU_NO_ATTRS), "y_copy");
     if (bt_plan(g, &o1, &p)) {
-        BT_EXPECT_LAYERS(&p, "permute|exp|neg");
+        BT_EXPECT_LAYERS(&p, "permute|exp|neg|copy");
         kiln_plan_release(&p);
     }
     bt_shape s[1] = {{3, {4, 3, 5}}};
