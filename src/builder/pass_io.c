@@ -7,8 +7,9 @@
 // the copied rows move: a KV cache update costs its new rows, not the cache) or an elementwise add,
 // sub, mul or div with the state as one operand of the output's dtype and shape (each element is
 // read before the same element is written: a position counter advanced by one), or any op when
-// nothing reads the old value (a counter set from the positions), that layer writes in place. Otherwise a copy layer after every other layer writes the update into the state, so
-// every reader of the old value has run before it changes.
+// nothing reads the old value (a counter set from the positions), that layer writes in place.
+// Otherwise a copy layer after every other layer writes the update into the state, so every reader
+// of the old value has run before it changes.
 #include "builder/builder.h"
 #include "core/alloc.h"
 #include "core/status.h"
