@@ -88,6 +88,9 @@ static const option_def defs[] = {
               "forced)"),
     CUDA_BOOL("gemv", "true", gemv,
               "Kiln's GEMV runs fp16/bf16 linears of at most 8 rows; false: cuBLASLt"),
+    CUDA_BOOL("gemv_fold", "true", gemv_fold,
+              "with the GEMV: an RMSNorm read only by GEMV linears runs inside them, and a gated "
+              "pair act(x W_g) * (x W_u) runs as one GEMV (no norm, up-projection or gate kernel)"),
     CUDA_BOOL("wgmma", "true", wgmma,
               "Kiln's small-M TMA + wgmma linear (sm_90) is timed against cuBLASLt for 9-256 rows"),
     OPT("cuda.wgmma_config", V_WGCFG, "auto", "both", 1, CUDA(wgmma_bn),

@@ -19,6 +19,7 @@ typedef struct kiln_cuda_policy {
     int cudnn_sdpa;       // bool: attention may use cuDNN's fused SDPA
     int tune;             // bool: candidates are timed at context creation (else heuristics)
     int gemv;             // bool: Kiln's GEMV for linears of at most 8 rows
+    int gemv_fold;        // bool: RMSNorm and gated pairs run inside the GEMV
     int wgmma;            // bool: Kiln's small-M TMA + wgmma linear (sm_90)
     int wgmma_bn;         // wgmma_config: 0 (auto) or 64 / 128 columns per CTA, untimed
     int wgmma_split;      // ... K split over 1, 2, 4 or 8 CTAs

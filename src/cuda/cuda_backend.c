@@ -185,7 +185,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
                                    : 0,
                                &e->layout);
     if (st != KILN_OK) goto fail;
-    st = kiln_cuda_fold_plan(p, e->layout.nhwc, e->layout.alt, e->policy.attention_fold, &e->fold);
+    st = kiln_cuda_fold_plan(p, e->layout.nhwc, e->layout.alt, e->policy.attention_fold,
+                             e->policy.gemv && e->policy.gemv_fold, &e->fold);
     if (st != KILN_OK) goto fail;
     st = kiln_cuda_extras_plan(e);
     if (st != KILN_OK) goto fail;
@@ -204,14 +205,16 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "kept), CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the "
         "stem kernel), %u tensors, %u boundary transposes; attention folds: %u layers run no "
         "kernel, %u sdpa operands and %u outputs through strided views, %u tensors moved out of "
-        "the arena, %u reshapes aliased (no kernel); small-M weights kept in L2: %llu bytes",
+        "the arena, %u reshapes aliased (no kernel); GEMV folds: %u RMSNorms inside GEMVs, %u "
+        "gated pairs as one GEMV; small-M weights kept in L2: %llu bytes",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
         (unsigned long long)e->extras.nbytes, e->n_states, (unsigned long long)e->states_nbytes,
         (unsigned long long)e->states_init_nbytes, e->use_graphs ? "on" : "off",
         e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem,
         e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
-        e->fold.n_sdpa_out, e->fold.n_reloc, e->fold.n_alias, (unsigned long long)e->l2_kept);
+        e->fold.n_sdpa_out, e->fold.n_reloc, e->fold.n_alias, e->fold.n_gemv_norm,
+        e->fold.n_gemv_pair, (unsigned long long)e->l2_kept);
     *out_state = e;
     return KILN_OK;
 
@@ -757,12 +760,28 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
         snprintf(out->detail, sizeof out->detail, "%s",
                  (e->fold.virt[li] & KILN_CUDA_FOLD_ALIAS)
                      ? "an alias: its readers read its input's memory (a dense reshape)"
+                 : (e->fold.virt[li] & KILN_CUDA_FOLD_GEMV)
+                     ? (op == KILN_OP_RMS_NORM
+                            ? "run inside the GEMVs that read it (the norm applied to their x)"
+                            : "run inside the gated GEMV that reads it (both weights streamed)")
                      : "a view: the sdpa reading it reads its input through strides");
         return;
     }
     kiln_cuda_plan_describe(kiln_cuda_op_planned(op) ? (L->last_now ? &L->now : &L->tuned) : NULL,
                             op, out);
     describe_state_write(e->plan, li, out);
+    if (e->fold.gemv_norm[li] >= 0 || e->fold.gemv_pair[li] >= 0) {
+        size_t n = strlen(out->detail);
+        if (e->fold.gemv_norm[li] >= 0 && n < sizeof out->detail) {
+            n += (size_t)snprintf(out->detail + n, sizeof out->detail - n,
+                                  "; the RMSNorm of layer %d applied to x", e->fold.gemv_norm[li]);
+        }
+        if (e->fold.gemv_pair[li] >= 0 && n < sizeof out->detail) {
+            snprintf(out->detail + n, sizeof out->detail - n,
+                     "; gated with layer %d's weight: act(gate) * up written",
+                     e->fold.gemv_pair[li]);
+        }
+    }
     if (e->layout.head_nhwc[li]) out->flags |= KILN_LAYER_INFO_NHWC;
     out->l2_keep_nbytes = e->l2_keep[li];
     if (c->prof.runs > 0) {

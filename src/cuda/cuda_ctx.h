@@ -28,6 +28,9 @@ typedef struct kiln_cuda_dnn kiln_cuda_dnn;
 // CUDA graph recorded with a plan's kernel may be described or replayed after shapes change.
 typedef struct kiln_cuda_sdpa_store kiln_cuda_sdpa_store;
 
+// A gated GEMV's SiLU (cuda_fold.h; its other activations are KILN_CUDA_WG_EPI_* codes).
+#define KILN_CUDA_GEMV_ACT_SILU 16
+
 typedef struct kiln_cuda_ctx {
     cudaStream_t stream;
     const kiln_cuda_policy *policy; // never NULL
@@ -47,6 +50,14 @@ typedef struct kiln_cuda_ctx {
     // sdpa with folded views (cuda_fold.h): q, k, v, out through these (NULL: the dense tensor)
     const kiln_cuda_strided *sdpa_io[4];
     kiln_cuda_sdpa_store *sdpa_store; // sdpa: the context's cuDNN plans (NULL: cuDNN not used)
+    // A GEMV linear with GEMV folds (cuda_fold.h), else NULL: the input of the RMSNorm it applies
+    // (read instead of its x), the norm's weight (NULL: none) and eps; the up projection's weight
+    // and bias of a gated pair, and the activation before the product (KILN_CUDA_WG_EPI_*, SiLU
+    // as KILN_CUDA_GEMV_ACT_SILU).
+    const kiln_tensor *gemv_x, *gemv_norm_w;
+    float gemv_eps;
+    const kiln_tensor *gemv_up_w, *gemv_up_b;
+    int gemv_act;
     // Planning with tuning: a choice read from the tuning cache to apply instead of timing
     // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
     const struct kiln_cuda_choice *choice;

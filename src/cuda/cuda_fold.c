@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cuda/cuda_fold.h"
+#include "cuda/cuda_layout.h"
 #include "cuda/cuda_util.h"
 #include "runtime/plan.h"
 
@@ -399,6 +400,138 @@ static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
     }
 }
 
+// --- GEMV folds (cuda_fold.h)
+
+// The memory a read of activation t reads (an aliased reshape's base).
+static int32_t mem_of(const fold_state *s, int32_t t) {
+    return s->f->alias[t] >= 0 ? s->f->alias[t] : t;
+}
+
+// 1 when a layer that runs in (from, to] writes memory overlapping tensor t's (t an activation
+// or a state).
+static int written_in(const fold_state *s, uint32_t from, uint32_t to, int32_t t) {
+    const kiln_plan *p = s->p;
+    const kiln_cuda_fold *f = s->f;
+    if (p->tensors[t].kind == KILN_TENSOR_STATE) {
+        return f->producer[t] > (int32_t)from && f->producer[t] <= (int32_t)to;
+    }
+    const int32_t m = mem_of(s, t);
+    for (uint32_t li = from + 1; li <= to && li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        if (f->virt[li] & (VIRT | KILN_CUDA_FOLD_ALIAS | KILN_CUDA_FOLD_GEMV)) {
+            if ((f->virt[li] & WRIT) == 0) continue; // writes nothing
+        }
+        if (f->sdpa_out[li] >= 0 && overlap(s, f->sdpa_dst[li], m)) return 1;
+        for (uint32_t o = 0; o < l->n_outputs; o++) {
+            const int32_t u = p->ids[l->output_begin + o];
+            if (u >= 0 && mem_of(s, u) != u) continue; // an alias: no bytes of its own
+            if (u >= 0 && overlap(s, u, m)) return 1;
+        }
+    }
+    return 0;
+}
+
+static int half_dtype(uint32_t dt) { return dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16; }
+
+// An activation or state the GEMV can read as x (stored densely, 16-byte aligned).
+static int gemv_readable(const fold_state *s, int32_t t, const uint8_t *nhwc) {
+    const kiln_plan_tensor *x = &s->p->tensors[t];
+    if (x->kind == KILN_TENSOR_STATE) return 1; // own allocations
+    if (x->kind != KILN_TENSOR_ACTIVATION || (nhwc != NULL && nhwc[t])) return 0;
+    if (s->f->reloc[mem_of(s, t)]) return 0;
+    return s->p->tensors[mem_of(s, t)].offset % 16 == 0;
+}
+
+// 1 when the GEMV runs linear head li at every shape (cuda_fold.h), reading x at slot 0.
+static int gemv_linear(const fold_state *s, uint32_t li, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    const kiln_plan_layer *l = &p->layers[li];
+    if (l->op != KILN_OP_LINEAR || (l->flags & KILN_LAYER_TAIL) || l->n_inputs < 2 ||
+        l->n_outputs != 1 || s->f->virt[li] != 0)
+        return 0;
+    if (alt != NULL && alt[l->input_begin]) return 0;
+    const int32_t xi = p->ids[l->input_begin], wi = p->ids[l->input_begin + 1];
+    const int32_t bi = l->n_inputs > 2 ? p->ids[l->input_begin + 2] : -1;
+    if (xi < 0 || wi < 0) return 0;
+    const kiln_plan_tensor *x = &p->tensors[xi], *w = &p->tensors[wi];
+    if (!half_dtype(x->dtype) || w->dtype != x->dtype || w->kind != KILN_TENSOR_WEIGHT ||
+        w->shape.rank != 2 || w->offset % 16 != 0 || x->shape.rank < 1)
+        return 0;
+    if (bi >= 0 && (p->tensors[bi].dtype != x->dtype || p->tensors[bi].kind != KILN_TENSOR_WEIGHT))
+        return 0;
+    const int64_t k = x->shape.max[x->shape.rank - 1];
+    int64_t rows = 1;
+    for (uint32_t d = 0; d + 1 < x->shape.rank; d++) rows *= x->shape.max[d];
+    return x->shape.min[x->shape.rank - 1] == k && k >= 8 && k % 8 == 0 && w->shape.max[1] == k &&
+           rows >= 1 && rows <= KILN_CUDA_GEMV_MAX_M;
+}
+
+// Norms read only by GEMV linears (cuda_fold.h).
+static void gemv_norms(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        if (l->op != KILN_OP_RMS_NORM || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
+            l->n_outputs != 1 || f->virt[li] != 0)
+            continue;
+        const int32_t x = in0(p, li), y = out0(p, li);
+        const int32_t wn = l->n_inputs > 1 ? p->ids[l->input_begin + 1] : -1;
+        if (x < 0 || y < 0 || p->tensors[y].kind != KILN_TENSOR_ACTIVATION || f->reloc[y] ||
+            p->tensors[y].dtype != p->tensors[x].dtype || !gemv_readable(s, x, nhwc))
+            continue;
+        if (wn >= 0 && (p->tensors[wn].kind != KILN_TENSOR_WEIGHT ||
+                        p->tensors[wn].dtype != p->tensors[x].dtype || p->tensors[wn].offset % 16))
+            continue;
+        if (s->rbeg[y] == s->rbeg[y + 1]) continue;
+        int ok = 1;
+        uint32_t last = li;
+        for (uint32_t r = s->rbeg[y]; r < s->rbeg[y + 1] && ok; r++) {
+            ok = s->rj[r] == 0 && gemv_linear(s, s->rl[r], alt) && f->gemv_norm[s->rl[r]] < 0;
+            if (s->rl[r] > last) last = s->rl[r];
+        }
+        for (uint32_t t = 0; t < p->n_tensors && ok; t++) ok = f->alias[t] != y; // no reshape of it
+        if (!ok || written_in(s, li, last, x)) continue;
+        f->virt[li] = KILN_CUDA_FOLD_GEMV;
+        for (uint32_t r = s->rbeg[y]; r < s->rbeg[y + 1]; r++) f->gemv_norm[s->rl[r]] = (int32_t)li;
+        f->n_gemv_norm++;
+    }
+}
+
+// Gated pairs: G (activation, then mul by U's output, fused after it) and U (cuda_fold.h).
+static void gemv_pairs(fold_state *s, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t g = 0; g < p->n_layers; g++) {
+        const kiln_plan_layer *l = &p->layers[g];
+        if (l->n_tail < 2 || !gemv_linear(s, g, alt) || g + 2 >= p->n_layers) continue;
+        const kiln_plan_layer *act = &p->layers[g + 1], *mul = &p->layers[g + 2];
+        if (act->op != KILN_OP_SILU && act->op != KILN_OP_RELU && act->op != KILN_OP_GELU) continue;
+        if (mul->op != KILN_OP_MUL || mul->n_inputs != 2) continue;
+        const int32_t a = out0(p, g + 1), m0 = p->ids[mul->input_begin];
+        const int32_t m1 = p->ids[mul->input_begin + 1];
+        const int32_t u = m0 == a ? m1 : m1 == a ? m0 : -1;
+        if (u < 0 || u == a || f->producer[u] < 0) continue;
+        const uint32_t ul = (uint32_t)f->producer[u];
+        const kiln_plan_layer *U = &p->layers[ul];
+        if (ul >= g || U->n_tail != 0 || !gemv_linear(s, ul, alt) ||
+            p->tensors[u].kind != KILN_TENSOR_ACTIVATION || s->rbeg[u + 1] - s->rbeg[u] != 1)
+            continue;
+        if (f->gemv_norm[ul] != f->gemv_norm[g] || in0(p, ul) != in0(p, g)) continue;
+        const int32_t wg = p->ids[l->input_begin + 1], wu = p->ids[U->input_begin + 1];
+        const int32_t bg = l->n_inputs > 2 ? p->ids[l->input_begin + 2] : -1;
+        const int32_t bu = U->n_inputs > 2 ? p->ids[U->input_begin + 2] : -1;
+        if (p->tensors[wg].shape.max[0] != p->tensors[wu].shape.max[0] || (bg >= 0) != (bu >= 0))
+            continue;
+        int aliased = 0;
+        for (uint32_t t = 0; t < p->n_tensors && !aliased; t++) aliased = f->alias[t] == u;
+        if (aliased) continue;
+        f->virt[ul] = KILN_CUDA_FOLD_GEMV;
+        f->gemv_pair[g] = (int32_t)ul;
+        f->n_gemv_pair++;
+    }
+}
+
 // The relocated bases' live ranges (producer .. last read through the views).
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
@@ -412,7 +545,7 @@ static void live_ranges(fold_state *s) {
 }
 
 kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const uint8_t *alt,
-                                int enable, kiln_cuda_fold *out) {
+                                int enable, int gemv, kiln_cuda_fold *out) {
     kiln_cuda_fold f;
     fold_state s;
     size_t nl = p->n_layers, nt = p->n_tensors;
@@ -428,6 +561,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.live_first = kiln_cuda_calloc((nt + 1) * sizeof *f.live_first);
     f.live_last = kiln_cuda_calloc((nt + 1) * sizeof *f.live_last);
     f.alias = kiln_cuda_calloc((nt + 1) * sizeof *f.alias);
+    f.gemv_norm = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_norm);
+    f.gemv_pair = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_pair);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
@@ -435,13 +570,14 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
-        f.alias == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL ||
-        s.shapes == NULL) {
+        f.alias == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL || s.rbeg == NULL ||
+        s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
     }
-    for (size_t i = 0; i < nl; i++) f.sdpa_out[i] = f.sdpa_dst[i] = -1;
+    for (size_t i = 0; i < nl; i++)
+        f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = -1;
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
         s.shapes[i].dtype = p->tensors[i].dtype;
@@ -494,6 +630,10 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         live_ranges(&s);
         aliases(&s, nhwc, alt);
     }
+    if (gemv) {
+        gemv_norms(&s, nhwc, alt);
+        gemv_pairs(&s, alt);
+    }
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
         if (f.virt[li] & VIRT) f.n_virtual++;
@@ -529,5 +669,7 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->live_first, (nt + 1) * sizeof *f->live_first);
     kiln_cuda_free(f->live_last, (nt + 1) * sizeof *f->live_last);
     kiln_cuda_free(f->alias, (nt + 1) * sizeof *f->alias);
+    kiln_cuda_free(f->gemv_norm, (nl + 1) * sizeof *f->gemv_norm);
+    kiln_cuda_free(f->gemv_pair, (nl + 1) * sizeof *f->gemv_pair);
     memset(f, 0, sizeof *f);
 }

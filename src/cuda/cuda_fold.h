@@ -31,6 +31,19 @@
 // output's view points at the input's memory (a dense reshape is the same bytes). Decided after
 // the folds, in layer order, so chains of reshapes share one base.
 // The option cuda.attention_fold = false turns the pass off (every layer runs).
+// GEMV folds (with cuda.gemv and cuda.gemv_fold), decided last, for linears the GEMV runs (every
+// dim of the output but the last at most KILN_CUDA_GEMV_MAX_M rows in all at the largest shapes,
+// float16/bfloat16 operands of one dtype, K a multiple of 8, weights and activations 16-byte
+// aligned, the x slot not read through a layout copy):
+//  - norm: an RMS_NORM layer (no tail) whose output is an activation read only as the x of such
+//    linears runs no kernel: each of them reads the norm's input (an activation or a state) and
+//    applies the norm itself (float32 sum of squares over its row, then x * rsqrt * w), when that
+//    input's memory is not written over between the norm and the last of them;
+//  - pair: a linear U (no tail) whose output is read only by the mul that follows the activation
+//    (SiLU, ReLU or GELU) fused after a linear G of the same x, weight shape and bias presence
+//    (act(x W_g + b_g) * (x W_u + b_u), a gated MLP) runs no kernel: G's GEMV streams both
+//    weights, a warp's two columns being row j of W_g and row j of W_u, and writes the product.
+// The readers of a folded norm and the G of a pair name them in gemv_norm[] and gemv_pair[].
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -53,6 +66,7 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_VIRTUAL 1u // the layer runs no kernel: its readers read through views
 #define KILN_CUDA_FOLD_WRITTEN 2u // ... and its output is written by the sdpa before it
 #define KILN_CUDA_FOLD_ALIAS 4u   // a reshape whose output is its input's memory (alias[])
+#define KILN_CUDA_FOLD_GEMV 8u    // a norm or an up projection run inside a GEMV (gemv_*[])
 
 typedef struct kiln_cuda_fold {
     uint8_t *virt;        // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
@@ -65,19 +79,24 @@ typedef struct kiln_cuda_fold {
                           // the sdpa reads it (placed outside the arena: cuda_memory.c)
     uint32_t *live_first; // n_tensors: a relocated base's live range over the layers
     uint32_t *live_last;
-    int32_t *alias;                 // n_tensors: the tensor whose memory an aliased reshape's
-                                    // output is (KILN_CUDA_FOLD_ALIAS), or -1
-    uint32_t n_alias;               // reshapes aliased
-    uint32_t n_reloc;               // relocated bases
-    uint32_t n_virtual;             // layers that run no kernel
+    int32_t *alias;       // n_tensors: the tensor whose memory an aliased reshape's
+                          // output is (KILN_CUDA_FOLD_ALIAS), or -1
+    int32_t *gemv_norm;   // n_layers: the RMS_NORM layer a GEMV linear applies to its x, or -1
+    int32_t *gemv_pair;   // n_layers: the up projection U a gated GEMV G also streams, or -1
+    uint32_t n_alias;     // reshapes aliased
+    uint32_t n_gemv_norm; // norms run inside GEMVs
+    uint32_t n_gemv_pair; // gated pairs run as one GEMV
+    uint32_t n_reloc;     // relocated bases
+    uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs
 } kiln_cuda_fold;
 
 // Decides the folds of p (none when enable is 0). nhwc (n_tensors, may be NULL) and alt (n_ids,
 // may be NULL) are the layout pass's tensors stored NHWC and slots reading a copy: nothing
 // involving them is folded. Fails only for memory.
+// gemv: the GEMV folds (cuda.gemv and cuda.gemv_fold).
 kiln_status kiln_cuda_fold_plan(const struct kiln_plan *p, const uint8_t *nhwc, const uint8_t *alt,
-                                int enable, kiln_cuda_fold *out);
+                                int enable, int gemv, kiln_cuda_fold *out);
 void kiln_cuda_fold_free(const struct kiln_plan *p, kiln_cuda_fold *f);
 
 // The view of tensor id at the current shapes (views[]: the context's tensor views, dims of this

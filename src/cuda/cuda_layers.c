@@ -161,6 +161,43 @@ static void sdpa_fold_views(const cuda_context *c, uint32_t li, kiln_cuda_ctx *c
     }
 }
 
+// A GEMV linear with folds (cuda_fold.h): the folded norm's input, weight and eps, the pair's up
+// projection and the gate's activation into ctx.
+static void gemv_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    ctx->gemv_x = ctx->gemv_norm_w = ctx->gemv_up_w = ctx->gemv_up_b = NULL;
+    ctx->gemv_eps = 0.0f;
+    ctx->gemv_act = 0;
+    const int32_t n = e->fold.gemv_norm[li], u = e->fold.gemv_pair[li];
+    if (n >= 0) {
+        const kiln_plan_layer *nl = &p->layers[n];
+        kiln_attrs a = kiln_plan_layer_attrs(p, nl);
+        ctx->gemv_x = &c->views[p->ids[nl->input_begin]];
+        if (nl->n_inputs > 1 && p->ids[nl->input_begin + 1] >= 0) {
+            ctx->gemv_norm_w = &c->views[p->ids[nl->input_begin + 1]];
+        }
+        ctx->gemv_eps = (float)kiln_attrs_float(&a, KILN_A_RMS_EPS, 0);
+    }
+    if (u >= 0) {
+        const kiln_plan_layer *ul = &p->layers[u], *act = &p->layers[li + 1];
+        ctx->gemv_up_w = &c->views[p->ids[ul->input_begin + 1]];
+        if (ul->n_inputs > 2 && p->ids[ul->input_begin + 2] >= 0) {
+            ctx->gemv_up_b = &c->views[p->ids[ul->input_begin + 2]];
+        }
+        if (act->op == KILN_OP_SILU) {
+            ctx->gemv_act = KILN_CUDA_GEMV_ACT_SILU;
+        } else if (act->op == KILN_OP_RELU) {
+            ctx->gemv_act = KILN_CUDA_WG_EPI_RELU;
+        } else {
+            kiln_attrs a = kiln_plan_layer_attrs(p, act);
+            ctx->gemv_act = kiln_attrs_int(&a, KILN_A_GELU_APPROXIMATE, 0) != 0
+                                ? KILN_CUDA_WG_EPI_GELU_TANH
+                                : KILN_CUDA_WG_EPI_GELU_ERF;
+        }
+    }
+}
+
 kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound *b, int run) {
     const cuda_engine *e = c->engine;
     kiln_cuda_ctx *ctx = &b->ctx;
@@ -176,6 +213,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     kiln_plan_group_args(e->plan, li, c->views, b->tails, &b->args);
     KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, run));
     sdpa_fold_views(c, li, ctx, b->sdpa_io);
+    gemv_fold_args(c, li, ctx);
     return KILN_OK;
 }
 

@@ -26,11 +26,22 @@ static kiln_status linear_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
                               kiln_cuda_layer_plan *plan) {
     kiln_cuda_linear_geom g;
     KILN_CUDA_TRY(kiln_cuda_linear_geom_of(ctx, args, &g));
+    if ((ctx->gemv_x != NULL || ctx->gemv_up_w != NULL) && plan->kernel != KILN_CUDA_K_GEMV) {
+        // the folded norm's output or the up projection's is never written (cuda_fold.h)
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "%s: a linear with GEMV folds is not planned on the GEMV; set the "
+                              "option cuda.gemv_fold to false",
+                              ctx->where ? ctx->where : "?");
+    }
     switch (plan->kernel) {
     case KILN_CUDA_K_EMPTY: return KILN_OK;
     case KILN_CUDA_K_GEMV: {
         int epi = 0;
         const void *res = NULL;
+        if (ctx->gemv_up_w != NULL) { // a gated pair: the activation and the product are fused
+            KILN_CUDA_TRY(kiln_cuda_gemv_run(ctx, &g, KILN_CUDA_WG_EPI_NONE, NULL));
+            return kiln_cuda_tail(ctx, args, 2);
+        }
         kiln_cuda_small_m_epilogue(args, &epi, &res);
         KILN_CUDA_TRY(kiln_cuda_gemv_run(ctx, &g, epi, res));
         return kiln_cuda_tail(ctx, args, epi != KILN_CUDA_WG_EPI_NONE ? 1 : 0);

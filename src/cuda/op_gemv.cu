@@ -20,6 +20,14 @@
 // (Prefetching the weight rows into L2 before the wait was measured on the H200 and removed:
 // the MLP b1 took 29.3-30.7 us with it, 27.4-28.4 us without.) With cuda.pdl off it launches
 // plainly.
+// GEMV folds (cuda_fold.h; the FUSED instances, so the plain kernel keeps its registers):
+//  - norm: x is the RMSNorm's input; each lane also sums the squares of the x vectors it reads and
+//    multiplies them by the norm's weight before the products; the row's sum of squares meets the
+//    products' (a warp sum, or through shared memory across the K split), and the product is
+//    scaled by rsqrt(sum / K + eps) before the bias. The normalized x is never rounded;
+//  - pair: a warp's two columns are row j of the gate's weight and row j of the up projection's;
+//    the lane finishing column 0 also takes column 1's sum (a shuffle) and writes
+//    act(gate + b_g) * (up + b_u) to column j.
 // L2 plan (ctx->l2_keep, per engine: kiln_cuda_plan_l2 in cuda_layout.h): the weight
 // loads carry an L2 cache policy that keeps the first `keep` bytes of the weight (evict-last:
 // they stay cached from one execute to the next) and streams the rest (evict-first: read once,
@@ -71,16 +79,37 @@ template <typename T> __device__ __forceinline__ void gemv_unpack(const uint4 &u
     for (int i = 0; i < 8; i++) f[i] = kc_to_f(h[i]);
 }
 
+// What the FUSED instances add (cuda_fold.h): the norm's weight (or NULL) and eps, with `norm`;
+// the up projection's weight and bias (w2 != NULL: a gated pair, act the gate's activation).
+// The FUSED instances exist for M = 1 (a decode step) and 8 (fewer kernels in the plugin): at
+// 2..7 rows, rows m..7 are idle.
+template <typename T> struct gemv_fuse {
+    int m; // the rows
+    const T *g;
+    float eps;
+    int norm;
+    const T *w2, *b2;
+    int act;
+};
+
+template <typename T> __device__ __forceinline__ float gemv_act(float v, int act) {
+    if (act == KILN_CUDA_GEMV_ACT_SILU) return v / (1.0f + __expf(-v));
+    return kc_linear_epilogue<T>(v, act, (const T *)NULL, 0);
+}
+
 // KS warps share a column group and split K among them (KS = 1: each warp its own columns;
 // KS = GEMV_WARPS: the block's warps all work on GEMV_COLS columns, partial sums meet in shared
 // memory), so that a narrow output (N = 1024 at K = 4096) still spreads over every SM.
-template <typename T, int M, int KS>
+// n counts columns as the warps see them: with a pair, twice the output's (gate j, up j).
+template <typename T, int M, int KS, bool FUSED>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
                 const T *__restrict__ res, T *__restrict__ y, int64_t n, int64_t k, int epi,
-                int64_t keep) {
+                int64_t keep, const gemv_fuse<T> fu) {
     constexpr int GROUPS = GEMV_WARPS / KS; // column groups per block
     __shared__ float part[KS > 1 ? GEMV_WARPS * GEMV_COLS * M : 1];
+    __shared__ float part_ss[FUSED && KS > 1 ? GEMV_WARPS * M : 1];
+    const bool pair = FUSED && fu.w2 != NULL, norm = FUSED && fu.norm;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int grp = warp / KS, ks = warp % KS;
     const int64_t col0 = ((int64_t)blockIdx.x * GROUPS + grp) * GEMV_COLS;
@@ -92,11 +121,15 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
         for (int r = 0; r < M; r++) acc[c][r] = 0.0f;
     }
+    float ss[FUSED ? M : 1];
+#pragma unroll
+    for (int r = 0; r < (FUSED ? M : 1); r++) ss[r] = 0.0f;
     const uint4 *wv[GEMV_COLS];
 #pragma unroll
     for (int c = 0; c < GEMV_COLS; c++) {
         const int64_t col = col0 + c < n ? col0 + c : n - 1; // a clamped duplicate, not stored
-        wv[c] = (const uint4 *)(w + col * k);
+        wv[c] = pair ? (const uint4 *)((c == 0 ? w : fu.w2) + (col0 / 2) * k)
+                     : (const uint4 *)(w + col * k);
     }
     const uint4 *xv = (const uint4 *)x;
     const bool hint = keep >= 0; // the L2 plan (cuda_layout.h)
@@ -117,13 +150,33 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
         for (int u = 0; u < GEMV_UNROLL; u++) {
             const int64_t j = j0 + 32 * KS * u;
             if (j >= kv) break;
-            float wf[GEMV_COLS][8];
+            float wf[GEMV_COLS][8], gf[8];
 #pragma unroll
             for (int c = 0; c < GEMV_COLS; c++) gemv_unpack<T>(wb[u][c], wf[c]);
+            if (norm) {
+                if (fu.g != NULL) {
+                    gemv_unpack<T>(__ldg((const uint4 *)fu.g + j), gf);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) gf[e] = 1.0f;
+                }
+            }
 #pragma unroll
             for (int r = 0; r < M; r++) {
                 float xf[8];
-                gemv_unpack<T>(__ldg(xv + r * kv + j), xf);
+                if (FUSED && r >= fu.m) {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) xf[e] = 0.0f;
+                } else {
+                    gemv_unpack<T>(__ldg(xv + r * kv + j), xf);
+                }
+                if (norm) {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        ss[FUSED ? r : 0] = fmaf(xf[e], xf[e], ss[FUSED ? r : 0]);
+                        xf[e] *= gf[e];
+                    }
+                }
 #pragma unroll
                 for (int c = 0; c < GEMV_COLS; c++) {
 #pragma unroll
@@ -137,9 +190,13 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
         for (int r = 0; r < M; r++) acc[c][r] = kc_warp_sum(acc[c][r]);
     }
+    if (norm) {
+#pragma unroll
+        for (int r = 0; r < (FUSED ? M : 1); r++) ss[r] = kc_warp_sum(ss[r]);
+    }
     // thread `lane` = c * M + r of the group finishes column col0 + c of row r
     int mine = -1;
-    float v = 0.0f;
+    float v = 0.0f, sq = 0.0f;
     if (KS == 1) {
 #pragma unroll
         for (int c = 0; c < GEMV_COLS; c++) {
@@ -149,6 +206,12 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
             }
         }
         mine = lane < GEMV_COLS * M ? lane : -1;
+        if (norm) {
+#pragma unroll
+            for (int r = 0; r < (FUSED ? M : 1); r++) {
+                if (mine >= 0 && mine % M == r) sq = ss[r];
+            }
+        }
     } else {
         if (lane == 0) {
 #pragma unroll
@@ -156,11 +219,33 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
                 for (int r = 0; r < M; r++) part[(warp * GEMV_COLS + c) * M + r] = acc[c][r];
             }
+            if (norm) {
+#pragma unroll
+                for (int r = 0; r < (FUSED ? M : 1); r++) part_ss[warp * M + r] = ss[r];
+            }
         }
         __syncthreads();
         if (ks == 0 && lane < GEMV_COLS * M) {
             for (int s = 0; s < KS; s++) v += part[((grp * KS + s) * GEMV_COLS) * M + lane];
+            if (norm) {
+                for (int s = 0; s < KS; s++) sq += part_ss[(grp * KS + s) * M + lane % M];
+            }
             mine = lane;
+        }
+    }
+    if (FUSED) {
+        if (mine >= 0 && mine % M >= fu.m) mine = -1; // an idle row of the bucket
+        if (norm) v *= rsqrtf(sq / (float)k + fu.eps);
+        // a pair: lane r (column 0, the gate) takes lane M + r's sum (column 1, the up projection)
+        const float other = __shfl_down_sync(0xffffffffu, v, M);
+        if (pair) {
+            if (mine < 0 || mine >= M || col0 >= n) return;
+            const int64_t j = col0 / 2, no = n / 2;
+            float g = v, u = other;
+            if (bias != NULL) g += kc_to_f(bias[j]);
+            if (fu.b2 != NULL) u += kc_to_f(fu.b2[j]);
+            y[mine * no + j] = kc_from_f<T>(gemv_act<T>(g, fu.act) * u);
+            return;
         }
     }
     if (mine < 0) return;
@@ -172,11 +257,11 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     y[r * n + col] = kc_from_f<T>(v);
 }
 
-// Launches gemv_kernel<T, M, KS> with programmatic stream serialization (see above).
-template <typename T, int M, int KS>
+// Launches gemv_kernel<T, M, KS, FUSED> with programmatic stream serialization (see above).
+template <typename T, int M, int KS, bool FUSED>
 static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T *x, const T *w,
                               const T *b, const T *res, T *y, int64_t n, int64_t k, int epi,
-                              int64_t keep) {
+                              int64_t keep, const gemv_fuse<T> &fu) {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1] = {};
     cfg.gridDim = dim3(blocks);
@@ -186,40 +271,71 @@ static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = ctx->policy->pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS>, x, w, b, res, y, n, k, epi, keep);
+    return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS, FUSED>, x, w, b, res, y, n, k, epi, keep,
+                              fu);
+}
+
+template <typename T, bool FUSED>
+static cudaError_t gemv_launch_m(const kiln_cuda_ctx *ctx, int64_t m, bool split, unsigned blocks,
+                                 const T *x, const T *w, const T *b, const T *res, T *y, int64_t n,
+                                 int64_t k, int epi, int64_t keep, const gemv_fuse<T> &fu) {
+#define GEMV_CASE(MM)                                                                              \
+    case MM:                                                                                       \
+        return split ? gemv_start<T, MM, GEMV_WARPS, FUSED>(ctx, blocks, x, w, b, res, y, n, k,    \
+                                                            epi, keep, fu)                         \
+                     : gemv_start<T, MM, 1, FUSED>(ctx, blocks, x, w, b, res, y, n, k, epi, keep,  \
+                                                   fu)
+    if constexpr (FUSED) { // the buckets (gemv_fuse)
+        switch (m) {
+            GEMV_CASE(1);
+        default: GEMV_CASE(8);
+        }
+    } else {
+        switch (m) {
+            GEMV_CASE(1);
+            GEMV_CASE(2);
+            GEMV_CASE(3);
+            GEMV_CASE(4);
+            GEMV_CASE(5);
+            GEMV_CASE(6);
+            GEMV_CASE(7);
+        default: GEMV_CASE(8);
+        }
+    }
+#undef GEMV_CASE
 }
 
 template <typename T>
 static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int epi,
                                  const void *res) {
-    const T *x = (const T *)g->x->data, *w = (const T *)g->w->data;
+    const bool fused = ctx->gemv_x != NULL || ctx->gemv_up_w != NULL;
+    const T *x = (const T *)(ctx->gemv_x != NULL ? ctx->gemv_x->data : g->x->data);
+    const T *w = (const T *)g->w->data;
     const T *b = g->bias ? (const T *)g->bias->data : NULL;
     T *y = (T *)g->y->data;
-    const int64_t m = g->m, n = g->n, k = g->k;
+    gemv_fuse<T> fu = {};
+    fu.m = (int)g->m;
+    if (ctx->gemv_x != NULL) {
+        fu.norm = 1;
+        fu.g = ctx->gemv_norm_w != NULL ? (const T *)ctx->gemv_norm_w->data : NULL;
+        fu.eps = ctx->gemv_eps;
+    }
+    if (ctx->gemv_up_w != NULL) {
+        fu.w2 = (const T *)ctx->gemv_up_w->data;
+        fu.b2 = ctx->gemv_up_b != NULL ? (const T *)ctx->gemv_up_b->data : NULL;
+        fu.act = ctx->gemv_act;
+    }
+    // a pair's warps see its columns twice over (gate j, up j)
+    const int64_t m = g->m, n = fu.w2 != NULL ? 2 * g->n : g->n, k = g->k;
     // one warp per column pair while that gives every SM a block; else the block's warps split K
     const int64_t whole = (n + GEMV_WARPS * GEMV_COLS - 1) / (GEMV_WARPS * GEMV_COLS);
     const bool split = whole < (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
     const unsigned blocks = (unsigned)(split ? (n + GEMV_COLS - 1) / GEMV_COLS : whole);
-    cudaError_t err = cudaSuccess;
     const int64_t keep = ctx->l2_keep;
-#define GEMV_CASE(MM)                                                                              \
-    case MM:                                                                                       \
-        err = split ? gemv_start<T, MM, GEMV_WARPS>(ctx, blocks, x, w, b, (const T *)res, y, n, k, \
-                                                    epi, keep)                                     \
-                    : gemv_start<T, MM, 1>(ctx, blocks, x, w, b, (const T *)res, y, n, k, epi,     \
-                                           keep);                                                  \
-        break
-    switch (m) {
-        GEMV_CASE(1);
-        GEMV_CASE(2);
-        GEMV_CASE(3);
-        GEMV_CASE(4);
-        GEMV_CASE(5);
-        GEMV_CASE(6);
-        GEMV_CASE(7);
-    default: GEMV_CASE(8);
-    }
-#undef GEMV_CASE
+    cudaError_t err = fused ? gemv_launch_m<T, true>(ctx, m, split, blocks, x, w, b, (const T *)res,
+                                                     y, n, k, epi, keep, fu)
+                            : gemv_launch_m<T, false>(ctx, m, split, blocks, x, w, b,
+                                                      (const T *)res, y, n, k, epi, keep, fu);
     if (err != cudaSuccess) return kiln_cuda_error(ctx, "cudaLaunchKernelEx (gemv_kernel)", err);
     return kiln_cuda_check_launch(ctx, "gemv_kernel");
 }
@@ -232,7 +348,11 @@ extern "C" int kiln_cuda_gemv_applies(const kiln_cuda_ctx *ctx, const kiln_cuda_
     if (g->x->dtype != dt || g->w->dtype != dt || (g->bias != NULL && g->bias->dtype != dt))
         return 0;
     if (((uintptr_t)g->x->data % 16) != 0 || ((uintptr_t)g->w->data % 16) != 0) return 0;
-    return (uint64_t)g->n <= (uint64_t)GEMV_COLS * 0x7fffffffu;
+    const kiln_tensor *fused[3] = {ctx->gemv_x, ctx->gemv_norm_w, ctx->gemv_up_w};
+    for (int i = 0; i < 3; i++) {
+        if (fused[i] != NULL && ((uintptr_t)fused[i]->data % 16) != 0) return 0;
+    }
+    return (uint64_t)g->n <= (uint64_t)GEMV_COLS * 0x3fffffffu;
 }
 
 extern "C" kiln_status kiln_cuda_gemv_run(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g,

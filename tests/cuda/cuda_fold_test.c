@@ -38,12 +38,14 @@ kiln_status kiln_cuda_fail(kiln_status status, const char *fmt, ...) {
 #define E 8
 #define D (H * E)
 
-static float wbuf[3 * D * D];
+static float wbuf[128 * 64]; // the largest constant (gemv_case)
 
 static int32_t constant(kiln_graph *g, uint32_t rank, const int64_t *dims) {
     int64_t n = 1;
     int32_t v = -1;
     for (uint32_t i = 0; i < rank; i++) n *= dims[i];
+    CHECK(n <= (int64_t)(sizeof wbuf / sizeof wbuf[0]));
+    if (n > (int64_t)(sizeof wbuf / sizeof wbuf[0])) return -1;
     for (int64_t i = 0; i < n; i++) wbuf[i] = (float)check_rng_uniform(-0.2, 0.2);
     CHECK(kiln_graph_add_constant(g, NULL, KILN_DTYPE_F32, rank, dims, wbuf,
                                   (size_t)n * sizeof(float), &v) == KILN_OK);
@@ -222,10 +224,10 @@ static void packed(void) {
     CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_ADD, two, 2, NULL, 0), "y") == KILN_OK);
     if (!load(g, &p)) return;
     // disabled: every layer runs
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 0, 0, &f) == KILN_OK);
     CHECK(f.n_virtual == 0 && f.n_sdpa_in == 0 && f.n_sdpa_out == 0);
     kiln_cuda_fold_free(&p, &f);
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), lin = find_head(&p, KILN_OP_LINEAR, 0);
     CHECK(sdpa != UINT32_MAX && lin != UINT32_MAX);
     if (sdpa != UINT32_MAX && lin != UINT32_MAX) {
@@ -277,7 +279,7 @@ static void separate(int k_out) {
     CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
     if (k_out) CHECK(kiln_graph_mark_output(g, qkv[1], "k") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), l0 = find_head(&p, KILN_OP_LINEAR, 0);
     uint32_t l1 = find_head(&p, KILN_OP_LINEAR, l0 + 1);
     uint32_t l2 = l1 == UINT32_MAX ? l1 : find_head(&p, KILN_OP_LINEAR, l1 + 1);
@@ -341,7 +343,7 @@ static void transposed_k(void) {
     }
     CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SDPA, qkv, 3, NULL, 0), "y") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0);
     CHECK(sdpa != UINT32_MAX);
     if (sdpa != UINT32_MAX) CHECK_EQ_INT(f.sdpa_in[sdpa], 5);
@@ -371,7 +373,7 @@ static void state_k(void) {
     CHECK(kiln_graph_update_state(g, kc, reshape(g, linear(g, x, D, D), split, 4)) == KILN_OK);
     CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SDPA, qkv, 3, NULL, 0), "y") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0);
     int32_t state = -1;
     for (uint32_t i = 0; i < p.n_tensors; i++) {
@@ -453,7 +455,7 @@ static void aliases_case(void) {
     int32_t out = node(g, KILN_OP_ADD, sum, 2, NULL, 0);
     CHECK(kiln_graph_mark_output(g, out, "y") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t n_alias = 0, n_reshape = 0;
     for (uint32_t li = 0; li < p.n_layers; li++) {
         if (p.layers[li].op != KILN_OP_RESHAPE) continue;
@@ -487,8 +489,89 @@ static void aliases_case(void) {
     kiln_plan_release(&p);
 }
 
+// GEMV folds (cuda_fold.h): an RMSNorm read by three small-M linears, two of them a gated pair
+// (HF's order: gate, SiLU, up, mul), runs inside them; a norm with another reader, or at more
+// rows than the GEMV takes, stays.
+static void gemv_case(int max_rows, int extra_reader) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t mins[2] = {1, 64}, maxs[2] = {max_rows, 64}, gd[1] = {64};
+    int32_t x = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 2, mins, maxs, &x) == KILN_OK);
+    int32_t h = node(g, KILN_OP_RELU, &x, 1, NULL, 0);
+    double eps = 1e-5;
+    kiln_attr ea = {"eps", NULL, &eps, 1};
+    int32_t nin[2] = {h, constant(g, 1, gd)};
+    int32_t n = node(g, KILN_OP_RMS_NORM, nin, 2, &ea, 1);
+    int32_t q = linear(g, n, 64, 64);
+    int32_t gate = linear(g, n, 64, 128);
+    gate = node(g, KILN_OP_SILU, &gate, 1, NULL, 0);
+    int32_t up = linear(g, n, 64, 128);
+    int32_t mi[2] = {gate, up};
+    int32_t a = node(g, KILN_OP_MUL, mi, 2, NULL, 0);
+    int32_t d = linear(g, a, 128, 64);
+    int32_t s1[2] = {d, q};
+    int32_t y = node(g, KILN_OP_ADD, s1, 2, NULL, 0);
+    if (extra_reader) {
+        int32_t s2[2] = {y, n};
+        y = node(g, KILN_OP_ADD, s2, 2, NULL, 0);
+    }
+    int32_t s3[2] = {y, h}; // h read after the linears: the norm's input lives past them
+    y = node(g, KILN_OP_ADD, s3, 2, NULL, 0);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK_EQ_INT(f.n_gemv_norm + f.n_gemv_pair, 0); // cuda.gemv_fold off
+    kiln_cuda_fold_free(&p, &f);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 1, &f) == KILN_OK);
+    const uint32_t norm = find_head(&p, KILN_OP_RMS_NORM, 0);
+    CHECK(norm != UINT32_MAX);
+    const int folds = max_rows <= KILN_CUDA_GEMV_MAX_M && !extra_reader;
+    CHECK_EQ_INT(f.n_gemv_norm, folds ? 1 : 0);
+    CHECK_EQ_INT(f.n_gemv_pair, max_rows <= KILN_CUDA_GEMV_MAX_M ? 1 : 0);
+    CHECK_EQ_INT(f.virt[norm], folds ? KILN_CUDA_FOLD_GEMV : 0);
+    uint32_t n_readers = 0, n_gate = 0, n_up = 0, last = norm;
+    const int32_t nout = p.ids[p.layers[norm].output_begin];
+    for (uint32_t li = 0; li < p.n_layers; li++) {
+        const kiln_plan_layer *l = &p.layers[li];
+        if (l->op != KILN_OP_LINEAR || p.ids[l->input_begin] != nout) {
+            CHECK(f.gemv_norm[li] < 0 && f.gemv_pair[li] < 0);
+            continue;
+        }
+        n_readers++;
+        if (li > last) last = li;
+        CHECK_EQ_INT(f.gemv_norm[li], folds ? (int32_t)norm : -1);
+        if (f.gemv_pair[li] >= 0) { // the gate: SiLU and the mul by the up projection fused after
+            const uint32_t u = (uint32_t)f.gemv_pair[li];
+            n_gate++;
+            CHECK(l->n_tail >= 2 && p.layers[li + 1].op == KILN_OP_SILU &&
+                  p.layers[li + 2].op == KILN_OP_MUL);
+            CHECK(u < li && f.virt[u] == KILN_CUDA_FOLD_GEMV && p.layers[u].op == KILN_OP_LINEAR);
+            CHECK(p.ids[p.layers[li + 2].input_begin] == p.ids[p.layers[u].output_begin] ||
+                  p.ids[p.layers[li + 2].input_begin + 1] == p.ids[p.layers[u].output_begin]);
+        }
+        n_up += f.virt[li] == KILN_CUDA_FOLD_GEMV;
+    }
+    CHECK_EQ_INT(n_readers, 3);
+    CHECK_EQ_INT(n_gate, max_rows <= KILN_CUDA_GEMV_MAX_M ? 1 : 0);
+    CHECK_EQ_INT(n_up, n_gate);
+    if (folds) { // the norm's input is read by the linears in its place: not written over
+        const int32_t in = p.ids[p.layers[norm].input_begin];
+        CHECK_MSG(!written_between(&p, &f, norm, last, in), "the norm's input written before %u",
+                  last);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    gemv_case(4, 0);
+    gemv_case(16, 0);
+    gemv_case(8, 1);
     aliases_case();
     packed();
     separate(0);

@@ -2445,6 +2445,49 @@ static int model_bert(model *m, kiln_precision precision, int packed, const char
     return model_finish(&b, m, precision);
 }
 
+// A pre-norm decoder block at M <= 4 (the GEMV folds, cuda_fold.h): RMSNorm -> q, k, v
+// projections (k and v narrower, concatenated and added to q), the output projection plus the
+// residual, RMSNorm -> a gated MLP (HF's order: gate, activation, up, mul; SiLU without biases,
+// or tanh GELU with biases) -> down plus the residual. With cuda.gemv_fold both norms run inside
+// the linears reading them and the up projection inside the gate's GEMV (DECODER_FOLDED layers
+// run no kernel).
+#define DECODER_FOLDED 3
+static int model_decoder(model *m, kiln_precision precision, int gelu) {
+    gbuild b = {NULL, 1};
+    int64_t mins[2] = {1, 256}, maxs[2] = {4, 256}, last = -1;
+    double eps = 1e-5;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 2, mins, maxs);
+    kiln_attr ea = A_FLOATS("eps", &eps, 1);
+    int32_t n1[2] = {x, gb_const(&b, F32, "256", 0.5, 1.5)};
+    int32_t h = gb_node(&b, KILN_OP_RMS_NORM, n1, 2, &ea, 1);
+    int32_t lq[2] = {h, gb_const(&b, F32, "256x256", -0.1, 0.1)};
+    int32_t lk[2] = {h, gb_const(&b, F32, "128x256", -0.1, 0.1)};
+    int32_t lv[2] = {h, gb_const(&b, F32, "128x256", -0.1, 0.1)};
+    int32_t q = gb_node(&b, KILN_OP_LINEAR, lq, 2, NULL, 0);
+    int32_t kv[2] = {gb_node(&b, KILN_OP_LINEAR, lk, 2, NULL, 0),
+                     gb_node(&b, KILN_OP_LINEAR, lv, 2, NULL, 0)};
+    kiln_attr ca = A_INTS("dim", &last, 1);
+    int32_t t = gb2(&b, KILN_OP_ADD, q, gb_node(&b, KILN_OP_CAT, kv, 2, &ca, 1));
+    int32_t lo[2] = {t, gb_const(&b, F32, "256x256", -0.1, 0.1)};
+    int32_t x2 = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, lo, 2, NULL, 0), x);
+    int32_t n2[2] = {x2, gb_const(&b, F32, "256", 0.5, 1.5)};
+    h = gb_node(&b, KILN_OP_RMS_NORM, n2, 2, &ea, 1);
+    int32_t lg[3] = {h, gb_const(&b, F32, "512x256", -0.1, 0.1), gb_const(&b, F32, "512", -1, 1)};
+    int32_t lu[3] = {h, gb_const(&b, F32, "512x256", -0.1, 0.1), gb_const(&b, F32, "512", -1, 1)};
+    int32_t gate = gb_node(&b, KILN_OP_LINEAR, lg, gelu ? 3 : 2, NULL, 0);
+    int64_t tanh_form = 1;
+    kiln_attr ga = A_INTS("approximate", &tanh_form, 1);
+    gate = gelu ? gb_node(&b, KILN_OP_GELU, &gate, 1, &ga, 1) : gb1(&b, KILN_OP_SILU, gate);
+    int32_t up = gb_node(&b, KILN_OP_LINEAR, lu, gelu ? 3 : 2, NULL, 0);
+    int32_t ld[2] = {gb2(&b, KILN_OP_MUL, gate, up), gb_const(&b, F32, "256x512", -0.05, 0.05)};
+    int32_t y = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, ld, 2, NULL, 0), x2);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = gelu ? "decoder gelu fp16" : "decoder silu bf16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 5e-2 : 2e-2;
+    return model_finish(&b, m, precision);
+}
+
 static int model_misc(model *m) {
     gbuild b = {NULL, 1};
     int64_t imin[2] = {1, 5}, imax[2] = {4, 5}, xmin[3] = {1, 5, 6}, xmax[3] = {4, 5, 6};
@@ -2492,10 +2535,10 @@ typedef struct io {
     void *dout[2][E2E_MAX_IO];
 } io;
 
-static int load_no_fold; // the "[no fold]" pass: engines load with cuda.attention_fold = false
+static int load_no_fold; // the "[no fold]" pass: cuda.attention_fold and cuda.gemv_fold false
 
 static kiln_status load(const model *m, const char *device, int graphs, kiln_engine **out) {
-    kiln_option_setting s[3];
+    kiln_option_setting s[4];
     kiln_load_options o;
     kiln_load_options_init(&o);
     memset(s, 0, sizeof s);
@@ -2508,8 +2551,11 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
     s[2].name = "cuda.attention_fold";
     s[2].type = KILN_OPTION_BOOL;
     s[2].int_value = 0;
+    s[3].name = "cuda.gemv_fold";
+    s[3].type = KILN_OPTION_BOOL;
+    s[3].int_value = 0;
     o.settings = s;
-    o.n_settings = load_no_fold ? 3 : 2;
+    o.n_settings = load_no_fold ? 4 : 2;
     return kiln_engine_load(m->bytes, m->nbytes, &o, out);
 }
 
@@ -2517,6 +2563,7 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
 typedef struct e2e_stats {
     int valid;
     int n_conv, n_conv_nhwc, n_stem, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
+    int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
 
@@ -2526,6 +2573,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         kiln_layer_info info;
         if (kiln_context_layer_info(c, li, &info) != KILN_OK || (info.flags & KILN_LAYER_INFO_TAIL))
             continue;
+        st->n_gemv_folded +=
+            (info.flags & KILN_LAYER_INFO_FOLDED) != 0 && strstr(info.detail, "GEMV") != NULL;
         if (info.op == KILN_OP_CONV2D) {
             st->n_conv++;
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
@@ -3674,7 +3723,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[20];
+    model models[24];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -3695,18 +3744,21 @@ static void run_e2e(void) {
     if (model_stems(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_stems(&models[n], KILN_PRECISION_BF16)) n++;
     int end_stem = n;
-    // attention folding (cuda_fold.h): each twice, folded and with KILN_CUDA_NO_PERMUTE_FOLD=1
+    // the folds (cuda_fold.h): each model from here on twice, folded and with the folds off
     int first_fold = n;
     if (model_bert(&models[n], KILN_PRECISION_FP16, 0, "bert fp16")) n++;
     if (model_bert(&models[n], KILN_PRECISION_FP16, 1, "bert packed-qkv fp16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 0, "bert bf16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 1, "bert packed-qkv bf16")) n++;
-    CHECK_MSG(n == (opt_quick ? 12 : 18), "only %d of the e2e models were built", n);
+    int first_decoder = n;
+    if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
+    if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
+    CHECK_MSG(n == (opt_quick ? 14 : 20), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
             char nm[128];
             const char *keep = models[i].name;
-            if (pass == 1) { // the folds off (cuda.attention_fold = false, per load)
+            if (pass == 1) { // the folds off (cuda.attention_fold, cuda.gemv_fold false, per load)
                 snprintf(nm, sizeof nm, "%s [no fold]", keep);
                 models[i].name = nm;
                 load_no_fold = 1;
@@ -3725,12 +3777,14 @@ static void run_e2e(void) {
                 CHECK_MSG(!picked || st.valid, "%s: no layer information", models[i].name);
                 // untuned (cuda.tune false), cuDNN's fused attention runs every eligible sdpa:
                 // the attention models' engines must have set it up
-                if (i >= first_fold && dnn_attn_ok == 1 && !policy.tune && picked) {
+                if (i >= first_fold && i < first_decoder && dnn_attn_ok == 1 && !policy.tune &&
+                    picked) {
                     CHECK_MSG(st.n_sdpa_dnn > 0, "%s: no sdpa ran on cuDNN", models[i].name);
                 }
                 // tuned, context creation timed the same sdpa layers on cuDNN against Kiln's
                 // kernel (the models' largest shapes, B = 3, take cuDNN's fused attention)
-                if (i >= first_fold && dnn_attn_ok == 1 && policy.tune && picked) {
+                if (i >= first_fold && i < first_decoder && dnn_attn_ok == 1 && policy.tune &&
+                    picked) {
                     CHECK_MSG(st.n_sdpa_dnn_timed > 0,
                               "%s: no sdpa was timed on cuDNN against Kiln's kernel",
                               models[i].name);
@@ -3745,6 +3799,12 @@ static void run_e2e(void) {
                               models[i].name, st.n_stem, want);
                 }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
+                if (i >= first_decoder && picked) { // the GEMV folds, unless switched off
+                    const int want =
+                        policy.gemv && policy.gemv_fold && !load_no_fold ? DECODER_FOLDED : 0;
+                    CHECK_MSG(st.n_gemv_folded == want, "%s: %d layers inside GEMVs, want %d",
+                              models[i].name, st.n_gemv_folded, want);
+                }
             }
             if (pass == 1) {
                 load_no_fold = 0;
