@@ -206,7 +206,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "stem kernel), %u tensors, %u boundary transposes; attention folds: %u layers run no "
         "kernel, %u sdpa operands and %u outputs through strided views, %u tensors moved out of "
         "the arena, %u reshapes aliased (no kernel); GEMV folds: %u RMSNorms inside GEMVs, %u "
-        "gated pairs as one GEMV; small-M weights kept in L2: %llu bytes",
+        "gated pairs as one GEMV, %u linears run by a sibling's launch; small-M weights kept in "
+        "L2: %llu bytes",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
         (unsigned long long)e->extras.nbytes, e->n_states, (unsigned long long)e->states_nbytes,
@@ -214,7 +215,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem,
         e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
         e->fold.n_sdpa_out, e->fold.n_reloc, e->fold.n_alias, e->fold.n_gemv_norm,
-        e->fold.n_gemv_pair, (unsigned long long)e->l2_kept);
+        e->fold.n_gemv_pair, e->fold.n_gemv_sib, (unsigned long long)e->l2_kept);
     *out_state = e;
     return KILN_OK;
 
@@ -749,6 +750,14 @@ static void describe_state_write(const kiln_plan *p, uint32_t li, kiln_layer_inf
     }
 }
 
+// 1 when layer li runs in a sibling's GEMV launch (cuda_fold.h).
+static int gemv_sibling(const cuda_engine *e, uint32_t li) {
+    for (uint32_t k = 0; k < e->plan->n_layers; k++) {
+        if (e->fold.gemv_next[k] == (int32_t)li) return 1;
+    }
+    return 0;
+}
+
 static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_layer_info *out) {
     const cuda_context *c = context_state;
     const cuda_engine *e = c->engine;
@@ -763,6 +772,8 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_GEMV)
                      ? (op == KILN_OP_RMS_NORM
                             ? "run inside the GEMVs that read it (the norm applied to their x)"
+                        : gemv_sibling(e, li)
+                            ? "run by a sibling's GEMV launch (the same x, its own blocks)"
                             : "run inside the gated GEMV that reads it (both weights streamed)")
                      : "a view: the sdpa reading it reads its input through strides");
         return;
@@ -770,16 +781,21 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
     kiln_cuda_plan_describe(kiln_cuda_op_planned(op) ? (L->last_now ? &L->now : &L->tuned) : NULL,
                             op, out);
     describe_state_write(e->plan, li, out);
-    if (e->fold.gemv_norm[li] >= 0 || e->fold.gemv_pair[li] >= 0) {
+    if (e->fold.gemv_norm[li] >= 0 || e->fold.gemv_pair[li] >= 0 || e->fold.gemv_next[li] >= 0) {
         size_t n = strlen(out->detail);
         if (e->fold.gemv_norm[li] >= 0 && n < sizeof out->detail) {
             n += (size_t)snprintf(out->detail + n, sizeof out->detail - n,
                                   "; the RMSNorm of layer %d applied to x", e->fold.gemv_norm[li]);
         }
         if (e->fold.gemv_pair[li] >= 0 && n < sizeof out->detail) {
-            snprintf(out->detail + n, sizeof out->detail - n,
-                     "; gated with layer %d's weight: act(gate) * up written",
-                     e->fold.gemv_pair[li]);
+            n += (size_t)snprintf(out->detail + n, sizeof out->detail - n,
+                                  "; gated with layer %d's weight: act(gate) * up written",
+                                  e->fold.gemv_pair[li]);
+        }
+        for (int32_t k = e->fold.gemv_next[li]; k >= 0 && n < sizeof out->detail;
+             k = e->fold.gemv_next[k]) {
+            n += (size_t)snprintf(out->detail + n, sizeof out->detail - n,
+                                  "; also runs sibling layer %d", k);
         }
     }
     if (e->layout.head_nhwc[li]) out->flags |= KILN_LAYER_INFO_NHWC;

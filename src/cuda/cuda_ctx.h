@@ -58,6 +58,13 @@ typedef struct kiln_cuda_ctx {
     float gemv_eps;
     const kiln_tensor *gemv_up_w, *gemv_up_b;
     int gemv_act;
+    // ... and the siblings its launch also runs: weights, biases (NULL: none), outputs, and the
+    // bytes of each weight the L2 plan keeps (cuda_layout.h)
+    int gemv_n_sib;
+    const kiln_tensor *gemv_sib_w[KILN_CUDA_GEMV_MAX_SIB - 1],
+        *gemv_sib_b[KILN_CUDA_GEMV_MAX_SIB - 1];
+    kiln_tensor *gemv_sib_y[KILN_CUDA_GEMV_MAX_SIB - 1];
+    int64_t gemv_sib_keep[KILN_CUDA_GEMV_MAX_SIB - 1];
     // Planning with tuning: a choice read from the tuning cache to apply instead of timing
     // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
     const struct kiln_cuda_choice *choice;

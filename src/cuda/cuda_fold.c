@@ -532,6 +532,42 @@ static void gemv_pairs(fold_state *s, const uint8_t *alt) {
     }
 }
 
+// Siblings (cuda_fold.h): from each GEMV linear, the next ones in running order of the same x.
+static void gemv_siblings(fold_state *s, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        if (l->n_tail != 0 || f->gemv_pair[li] >= 0 || !gemv_linear(s, li, alt)) continue;
+        const int32_t x = in0(p, li);
+        int32_t raw = -1; // the folded norm's input, read in x's place
+        if (f->gemv_norm[li] >= 0) raw = in0(p, (uint32_t)f->gemv_norm[li]);
+        uint32_t members[KILN_CUDA_GEMV_MAX_SIB], n = 1;
+        members[0] = li;
+        for (uint32_t k = li + 1; k < p->n_layers && n < KILN_CUDA_GEMV_MAX_SIB; k++) {
+            if (f->virt[k] != 0) continue; // runs no kernel
+            const kiln_plan_layer *c = &p->layers[k];
+            if (c->n_tail != 0 || f->gemv_pair[k] >= 0 || !gemv_linear(s, k, alt) ||
+                in0(p, k) != x || f->gemv_norm[k] != f->gemv_norm[li])
+                break;
+            const int32_t y = out0(p, k);
+            const uint32_t kind = p->tensors[y].kind;
+            int ok = kind == KILN_TENSOR_ACTIVATION || kind == KILN_TENSOR_OUTPUT;
+            ok = ok && !overlap(s, y, mem_of(s, x)) && (raw < 0 || !overlap(s, y, mem_of(s, raw)));
+            for (uint32_t j = 0; j < n && ok; j++) ok = !overlap(s, y, out0(p, members[j]));
+            if (!ok) break;
+            members[n++] = k;
+        }
+        for (uint32_t j = 1; j < n; j++) {
+            const int32_t y = out0(p, members[j]);
+            if (f->reloc[y] && f->live_first[y] > li) f->live_first[y] = li; // written from li
+            f->virt[members[j]] = KILN_CUDA_FOLD_GEMV;
+            f->gemv_next[members[j - 1]] = (int32_t)members[j];
+            f->n_gemv_sib++;
+        }
+    }
+}
+
 // The relocated bases' live ranges (producer .. last read through the views).
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
@@ -563,6 +599,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.alias = kiln_cuda_calloc((nt + 1) * sizeof *f.alias);
     f.gemv_norm = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_norm);
     f.gemv_pair = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_pair);
+    f.gemv_next = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_next);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
@@ -570,14 +607,14 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
-        f.alias == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL || s.rbeg == NULL ||
-        s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        f.alias == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL || f.gemv_next == NULL ||
+        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
     }
     for (size_t i = 0; i < nl; i++)
-        f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = -1;
+        f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
         s.shapes[i].dtype = p->tensors[i].dtype;
@@ -633,6 +670,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     if (gemv) {
         gemv_norms(&s, nhwc, alt);
         gemv_pairs(&s, alt);
+        gemv_siblings(&s, alt);
     }
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
@@ -671,5 +709,6 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->alias, (nt + 1) * sizeof *f->alias);
     kiln_cuda_free(f->gemv_norm, (nl + 1) * sizeof *f->gemv_norm);
     kiln_cuda_free(f->gemv_pair, (nl + 1) * sizeof *f->gemv_pair);
+    kiln_cuda_free(f->gemv_next, (nl + 1) * sizeof *f->gemv_next);
     memset(f, 0, sizeof *f);
 }

@@ -43,7 +43,13 @@
 //    (SiLU, ReLU or GELU) fused after a linear G of the same x, weight shape and bias presence
 //    (act(x W_g + b_g) * (x W_u + b_u), a gated MLP) runs no kernel: G's GEMV streams both
 //    weights, a warp's two columns being row j of W_g and row j of W_u, and writes the product.
-// The readers of a folded norm and the G of a pair name them in gemv_norm[] and gemv_pair[].
+//  - siblings: up to KILN_CUDA_GEMV_MAX_SIB linears (no tails, not part of a pair) of the same x
+//    that run one after another (only layers that run no kernel between them) run as one GEMV
+//    launch at the first of them, each block on one member's columns; the others run no kernel.
+//    Their outputs are then written earlier than planned: they must not overlap each other, x,
+//    or the folded norm's input, and a relocated one lives from the first of them.
+// The readers of a folded norm, the G of a pair and the first of siblings name them in
+// gemv_norm[], gemv_pair[] and gemv_next[] (the next sibling, a chain).
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -66,7 +72,8 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_VIRTUAL 1u // the layer runs no kernel: its readers read through views
 #define KILN_CUDA_FOLD_WRITTEN 2u // ... and its output is written by the sdpa before it
 #define KILN_CUDA_FOLD_ALIAS 4u   // a reshape whose output is its input's memory (alias[])
-#define KILN_CUDA_FOLD_GEMV 8u    // a norm or an up projection run inside a GEMV (gemv_*[])
+#define KILN_CUDA_FOLD_GEMV 8u    // a norm, up projection or sibling run inside a GEMV (gemv_*[])
+#define KILN_CUDA_GEMV_MAX_SIB 4  // linears one GEMV launch runs as siblings
 
 typedef struct kiln_cuda_fold {
     uint8_t *virt;        // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
@@ -83,9 +90,11 @@ typedef struct kiln_cuda_fold {
                           // output is (KILN_CUDA_FOLD_ALIAS), or -1
     int32_t *gemv_norm;   // n_layers: the RMS_NORM layer a GEMV linear applies to its x, or -1
     int32_t *gemv_pair;   // n_layers: the up projection U a gated GEMV G also streams, or -1
+    int32_t *gemv_next;   // n_layers: the next sibling run by this one's launch, or -1
     uint32_t n_alias;     // reshapes aliased
     uint32_t n_gemv_norm; // norms run inside GEMVs
     uint32_t n_gemv_pair; // gated pairs run as one GEMV
+    uint32_t n_gemv_sib;  // linears run by a sibling's launch
     uint32_t n_reloc;     // relocated bases
     uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs

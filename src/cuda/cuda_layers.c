@@ -169,6 +169,18 @@ static void gemv_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ct
     ctx->gemv_x = ctx->gemv_norm_w = ctx->gemv_up_w = ctx->gemv_up_b = NULL;
     ctx->gemv_eps = 0.0f;
     ctx->gemv_act = 0;
+    ctx->gemv_n_sib = 0;
+    for (int32_t k = e->fold.gemv_next[li]; k >= 0 && ctx->gemv_n_sib < KILN_CUDA_GEMV_MAX_SIB - 1;
+         k = e->fold.gemv_next[k]) {
+        const kiln_plan_layer *kl = &p->layers[k];
+        const int i = ctx->gemv_n_sib++;
+        ctx->gemv_sib_w[i] = &c->views[p->ids[kl->input_begin + 1]];
+        ctx->gemv_sib_b[i] = kl->n_inputs > 2 && p->ids[kl->input_begin + 2] >= 0
+                                 ? &c->views[p->ids[kl->input_begin + 2]]
+                                 : NULL;
+        ctx->gemv_sib_y[i] = &c->views[p->ids[kl->output_begin]];
+        ctx->gemv_sib_keep[i] = e->l2_keep[k];
+    }
     const int32_t n = e->fold.gemv_norm[li], u = e->fold.gemv_pair[li];
     if (n >= 0) {
         const kiln_plan_layer *nl = &p->layers[n];

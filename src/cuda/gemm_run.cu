@@ -26,8 +26,10 @@ static kiln_status linear_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
                               kiln_cuda_layer_plan *plan) {
     kiln_cuda_linear_geom g;
     KILN_CUDA_TRY(kiln_cuda_linear_geom_of(ctx, args, &g));
-    if ((ctx->gemv_x != NULL || ctx->gemv_up_w != NULL) && plan->kernel != KILN_CUDA_K_GEMV) {
-        // the folded norm's output or the up projection's is never written (cuda_fold.h)
+    if ((ctx->gemv_x != NULL || ctx->gemv_up_w != NULL || ctx->gemv_n_sib > 0) &&
+        plan->kernel != KILN_CUDA_K_GEMV) {
+        // the folded norm's, the up projection's or the siblings' outputs would not be written
+        // (cuda_fold.h)
         return kiln_cuda_fail(KILN_ERR_INTERNAL,
                               "%s: a linear with GEMV folds is not planned on the GEMV; set the "
                               "option cuda.gemv_fold to false",

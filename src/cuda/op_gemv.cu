@@ -83,6 +83,14 @@ template <typename T> __device__ __forceinline__ void gemv_unpack(const uint4 &u
 // the up projection's weight and bias (w2 != NULL: a gated pair, act the gate's activation).
 // The FUSED instances exist for M = 1 (a decode step) and 8 (fewer kernels in the plugin): at
 // 2..7 rows, rows m..7 are idle.
+// One sibling of a launch (cuda_fold.h): its weight, bias, output, columns, L2 plan, and the first
+// block on it.
+template <typename T> struct gemv_seg {
+    const T *w, *b;
+    T *y;
+    int64_t n, keep, begin;
+};
+
 template <typename T> struct gemv_fuse {
     int m; // the rows
     const T *g;
@@ -90,6 +98,8 @@ template <typename T> struct gemv_fuse {
     int norm;
     const T *w2, *b2;
     int act;
+    int nseg; // siblings (0: none; else seg[0] is the layer's own linear)
+    gemv_seg<T> seg[KILN_CUDA_GEMV_MAX_SIB];
 };
 
 template <typename T> __device__ __forceinline__ float gemv_act(float v, int act) {
@@ -112,7 +122,20 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const bool pair = FUSED && fu.w2 != NULL, norm = FUSED && fu.norm;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int grp = warp / KS, ks = warp % KS;
-    const int64_t col0 = ((int64_t)blockIdx.x * GROUPS + grp) * GEMV_COLS;
+    int64_t bx = blockIdx.x;
+    if constexpr (FUSED) {
+        if (fu.nseg > 0) { // siblings: the member this block works on
+            int s = 0;
+            while (s + 1 < fu.nseg && bx >= fu.seg[s + 1].begin) s++;
+            bx -= fu.seg[s].begin;
+            w = fu.seg[s].w;
+            bias = fu.seg[s].b;
+            y = fu.seg[s].y;
+            n = fu.seg[s].n;
+            keep = fu.seg[s].keep;
+        }
+    }
+    const int64_t col0 = (bx * GROUPS + grp) * GEMV_COLS;
     if (KS == 1 && col0 >= n) return; // (split blocks stay whole for the barrier)
     const int64_t kv = k / 8;         // 16-byte vectors per row
     float acc[GEMV_COLS][M];
@@ -308,7 +331,7 @@ static cudaError_t gemv_launch_m(const kiln_cuda_ctx *ctx, int64_t m, bool split
 template <typename T>
 static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int epi,
                                  const void *res) {
-    const bool fused = ctx->gemv_x != NULL || ctx->gemv_up_w != NULL;
+    const bool fused = ctx->gemv_x != NULL || ctx->gemv_up_w != NULL || ctx->gemv_n_sib > 0;
     const T *x = (const T *)(ctx->gemv_x != NULL ? ctx->gemv_x->data : g->x->data);
     const T *w = (const T *)g->w->data;
     const T *b = g->bias ? (const T *)g->bias->data : NULL;
@@ -327,14 +350,32 @@ static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linea
     }
     // a pair's warps see its columns twice over (gate j, up j)
     const int64_t m = g->m, n = fu.w2 != NULL ? 2 * g->n : g->n, k = g->k;
-    // one warp per column pair while that gives every SM a block; else the block's warps split K
-    const int64_t whole = (n + GEMV_WARPS * GEMV_COLS - 1) / (GEMV_WARPS * GEMV_COLS);
-    const bool split = whole < (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
-    const unsigned blocks = (unsigned)(split ? (n + GEMV_COLS - 1) / GEMV_COLS : whole);
     const int64_t keep = ctx->l2_keep;
-    cudaError_t err = fused ? gemv_launch_m<T, true>(ctx, m, split, blocks, x, w, b, (const T *)res,
-                                                     y, n, k, epi, keep, fu)
-                            : gemv_launch_m<T, false>(ctx, m, split, blocks, x, w, b,
+    // siblings: the layer's own linear, then the others, each on its own blocks
+    int64_t n_all = n;
+    if (ctx->gemv_n_sib > 0) {
+        fu.nseg = 1 + ctx->gemv_n_sib;
+        fu.seg[0] = {w, b, y, n, keep, 0};
+        for (int i = 0; i < ctx->gemv_n_sib; i++) {
+            const kiln_tensor *sw = ctx->gemv_sib_w[i], *sb = ctx->gemv_sib_b[i];
+            fu.seg[i + 1] = {(const T *)sw->data,           sb != NULL ? (const T *)sb->data : NULL,
+                             (T *)ctx->gemv_sib_y[i]->data, sw->dims[0],
+                             ctx->gemv_sib_keep[i],         0};
+            n_all += sw->dims[0];
+        }
+    }
+    // one warp per column pair while that gives every SM a block; else the block's warps split K
+    const int64_t whole = (n_all + GEMV_WARPS * GEMV_COLS - 1) / (GEMV_WARPS * GEMV_COLS);
+    const bool split = whole < (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
+    const int64_t per_block = split ? GEMV_COLS : GEMV_WARPS * GEMV_COLS; // columns
+    int64_t blocks = (n + per_block - 1) / per_block;
+    for (int i = 1; i < fu.nseg; i++) {
+        fu.seg[i].begin = blocks;
+        blocks += (fu.seg[i].n + per_block - 1) / per_block;
+    }
+    cudaError_t err = fused ? gemv_launch_m<T, true>(ctx, m, split, (unsigned)blocks, x, w, b,
+                                                     (const T *)res, y, n, k, epi, keep, fu)
+                            : gemv_launch_m<T, false>(ctx, m, split, (unsigned)blocks, x, w, b,
                                                       (const T *)res, y, n, k, epi, keep, fu);
     if (err != cudaSuccess) return kiln_cuda_error(ctx, "cudaLaunchKernelEx (gemv_kernel)", err);
     return kiln_cuda_check_launch(ctx, "gemv_kernel");
@@ -348,8 +389,12 @@ extern "C" int kiln_cuda_gemv_applies(const kiln_cuda_ctx *ctx, const kiln_cuda_
     if (g->x->dtype != dt || g->w->dtype != dt || (g->bias != NULL && g->bias->dtype != dt))
         return 0;
     if (((uintptr_t)g->x->data % 16) != 0 || ((uintptr_t)g->w->data % 16) != 0) return 0;
-    const kiln_tensor *fused[3] = {ctx->gemv_x, ctx->gemv_norm_w, ctx->gemv_up_w};
-    for (int i = 0; i < 3; i++) {
+    const kiln_tensor *fused[3 + KILN_CUDA_GEMV_MAX_SIB] = {ctx->gemv_x, ctx->gemv_norm_w,
+                                                            ctx->gemv_up_w};
+    for (int i = 0; i < ctx->gemv_n_sib && i < KILN_CUDA_GEMV_MAX_SIB - 1; i++) {
+        fused[3 + i] = ctx->gemv_sib_w[i];
+    }
+    for (int i = 0; i < 3 + KILN_CUDA_GEMV_MAX_SIB; i++) {
         if (fused[i] != NULL && ((uintptr_t)fused[i]->data % 16) != 0) return 0;
     }
     return (uint64_t)g->n <= (uint64_t)GEMV_COLS * 0x3fffffffu;

@@ -429,6 +429,12 @@ static int written_between(const kiln_plan *p, const kiln_cuda_fold *f, uint32_t
     return 0;
 }
 
+static int overlap_tensors(const kiln_plan *p, int32_t a, int32_t b) {
+    const kiln_plan_tensor *x = &p->tensors[a], *y = &p->tensors[b];
+    return x->kind == KILN_TENSOR_ACTIVATION && y->kind == KILN_TENSOR_ACTIVATION &&
+           x->offset < y->offset + y->nbytes && y->offset < x->offset + x->nbytes;
+}
+
 // Reshapes whose output takes its input's memory (aliases): a chain of two after a relu shares
 // the relu's output; a reshape whose input's bytes the planner gives to a later tensor (read
 // after it) keeps its kernel. Every alias is checked against the plan: nothing that runs between
@@ -489,9 +495,9 @@ static void aliases_case(void) {
     kiln_plan_release(&p);
 }
 
-// GEMV folds (cuda_fold.h): an RMSNorm read by three small-M linears, two of them a gated pair
-// (HF's order: gate, SiLU, up, mul), runs inside them; a norm with another reader, or at more
-// rows than the GEMV takes, stays.
+// GEMV folds (cuda_fold.h): an RMSNorm read by four small-M linears, two of them a gated pair
+// (HF's order: gate, SiLU, up, mul) and two siblings (q and k), runs inside them; a norm with
+// another reader, or at more rows than the GEMV takes, stays.
 static void gemv_case(int max_rows, int extra_reader) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -507,14 +513,13 @@ static void gemv_case(int max_rows, int extra_reader) {
     int32_t nin[2] = {h, constant(g, 1, gd)};
     int32_t n = node(g, KILN_OP_RMS_NORM, nin, 2, &ea, 1);
     int32_t q = linear(g, n, 64, 64);
+    int32_t kproj = linear(g, n, 64, 32); // q's sibling (both engine outputs)
     int32_t gate = linear(g, n, 64, 128);
     gate = node(g, KILN_OP_SILU, &gate, 1, NULL, 0);
     int32_t up = linear(g, n, 64, 128);
     int32_t mi[2] = {gate, up};
     int32_t a = node(g, KILN_OP_MUL, mi, 2, NULL, 0);
-    int32_t d = linear(g, a, 128, 64);
-    int32_t s1[2] = {d, q};
-    int32_t y = node(g, KILN_OP_ADD, s1, 2, NULL, 0);
+    int32_t y = linear(g, a, 128, 64);
     if (extra_reader) {
         int32_t s2[2] = {y, n};
         y = node(g, KILN_OP_ADD, s2, 2, NULL, 0);
@@ -522,9 +527,11 @@ static void gemv_case(int max_rows, int extra_reader) {
     int32_t s3[2] = {y, h}; // h read after the linears: the norm's input lives past them
     y = node(g, KILN_OP_ADD, s3, 2, NULL, 0);
     CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, q, "q") == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, kproj, "k") == KILN_OK);
     if (!load(g, &p)) return;
     CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
-    CHECK_EQ_INT(f.n_gemv_norm + f.n_gemv_pair, 0); // cuda.gemv_fold off
+    CHECK_EQ_INT(f.n_gemv_norm + f.n_gemv_pair + f.n_gemv_sib, 0); // cuda.gemv_fold off
     kiln_cuda_fold_free(&p, &f);
     CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 1, &f) == KILN_OK);
     const uint32_t norm = find_head(&p, KILN_OP_RMS_NORM, 0);
@@ -533,7 +540,8 @@ static void gemv_case(int max_rows, int extra_reader) {
     CHECK_EQ_INT(f.n_gemv_norm, folds ? 1 : 0);
     CHECK_EQ_INT(f.n_gemv_pair, max_rows <= KILN_CUDA_GEMV_MAX_M ? 1 : 0);
     CHECK_EQ_INT(f.virt[norm], folds ? KILN_CUDA_FOLD_GEMV : 0);
-    uint32_t n_readers = 0, n_gate = 0, n_up = 0, last = norm;
+    CHECK_EQ_INT(f.n_gemv_sib, max_rows <= KILN_CUDA_GEMV_MAX_M ? 1 : 0);
+    uint32_t n_readers = 0, n_gate = 0, n_up = 0, n_sib = 0, last = norm;
     const int32_t nout = p.ids[p.layers[norm].output_begin];
     for (uint32_t li = 0; li < p.n_layers; li++) {
         const kiln_plan_layer *l = &p.layers[li];
@@ -553,11 +561,18 @@ static void gemv_case(int max_rows, int extra_reader) {
             CHECK(p.ids[p.layers[li + 2].input_begin] == p.ids[p.layers[u].output_begin] ||
                   p.ids[p.layers[li + 2].input_begin + 1] == p.ids[p.layers[u].output_begin]);
         }
-        n_up += f.virt[li] == KILN_CUDA_FOLD_GEMV;
+        if (f.gemv_next[li] >= 0) { // q: k runs in its launch, and nothing runs between them
+            const uint32_t k = (uint32_t)f.gemv_next[li];
+            n_sib++;
+            CHECK(k > li && f.virt[k] == KILN_CUDA_FOLD_GEMV && f.gemv_next[k] < 0);
+            for (uint32_t b = li + 1; b < k; b++) CHECK(f.virt[b] != 0);
+        }
+        n_up += f.virt[li] == KILN_CUDA_FOLD_GEMV && f.gemv_pair[li] < 0;
     }
-    CHECK_EQ_INT(n_readers, 3);
+    CHECK_EQ_INT(n_readers, 4);
     CHECK_EQ_INT(n_gate, max_rows <= KILN_CUDA_GEMV_MAX_M ? 1 : 0);
-    CHECK_EQ_INT(n_up, n_gate);
+    CHECK_EQ_INT(n_sib, n_gate);
+    CHECK_EQ_INT(n_up, 2 * n_gate); // the up projection and the sibling
     if (folds) { // the norm's input is read by the linears in its place: not written over
         const int32_t in = p.ids[p.layers[norm].input_begin];
         CHECK_MSG(!written_between(&p, &f, norm, last, in), "the norm's input written before %u",
@@ -567,8 +582,57 @@ static void gemv_case(int max_rows, int extra_reader) {
     kiln_plan_release(&p);
 }
 
+// Siblings whose outputs are read through reshapes (an LLM's q, k and v projections before the
+// head split): the planner gives a projection the bytes of the one before it (read only by its
+// reshape), the aliases move those out of the arena, and the siblings' early writes must then
+// find their relocated outputs live from the first sibling on.
+static void gemv_siblings_relocated(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t d[2] = {1, 64}, gd[1] = {64}, heads[3] = {1, 4, 16};
+    int32_t x = -1, r[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 2, d, d, &x) == KILN_OK);
+    int32_t h = node(g, KILN_OP_RELU, &x, 1, NULL, 0);
+    double eps = 1e-5;
+    kiln_attr ea = {"eps", NULL, &eps, 1};
+    int32_t nin[2] = {h, constant(g, 1, gd)};
+    int32_t n = node(g, KILN_OP_RMS_NORM, nin, 2, &ea, 1);
+    for (int i = 0; i < 3; i++) r[i] = reshape(g, linear(g, n, 64, 64), heads, 3);
+    for (int i = 0; i < 3; i++) r[i] = node(g, KILN_OP_TANH, &r[i], 1, NULL, 0);
+    int32_t s1[2] = {r[0], r[1]}, y = node(g, KILN_OP_ADD, s1, 2, NULL, 0);
+    int32_t s2[2] = {y, r[2]};
+    y = node(g, KILN_OP_ADD, s2, 2, NULL, 0);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 1, &f) == KILN_OK);
+    const uint32_t first = find_head(&p, KILN_OP_LINEAR, 0);
+    CHECK(first != UINT32_MAX);
+    CHECK_EQ_INT(f.n_gemv_sib, 2);
+    uint32_t members = 0, relocated = 0;
+    for (int32_t k = (int32_t)first; k >= 0; k = f.gemv_next[k]) {
+        const int32_t o = p.ids[p.layers[k].output_begin];
+        members++;
+        if (f.reloc[o]) { // placed by its live range (cuda_memory.c): from the first sibling
+            relocated++;
+            CHECK(f.live_first[o] <= first);
+        }
+        for (int32_t j = f.gemv_next[k]; j >= 0; j = f.gemv_next[j]) { // written together
+            const int32_t u = p.ids[p.layers[j].output_begin];
+            CHECK(f.reloc[o] || f.reloc[u] || !overlap_tensors(&p, o, u));
+        }
+    }
+    CHECK_EQ_INT(members, 3);
+    printf("siblings: %u of 3 outputs relocated\n", relocated);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    gemv_siblings_relocated();
     gemv_case(4, 0);
     gemv_case(16, 0);
     gemv_case(8, 1);
