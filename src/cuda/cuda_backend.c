@@ -69,10 +69,11 @@ static void cuda_engine_free(void *state) {
     int prev;
     kiln_cuda_warm_up_wait(); // (a load that failed, or no context made)
     if (e == NULL) return;
-    if ((e->weights != NULL || e->state_init != NULL) &&
+    if ((e->weights != NULL || e->state_init != NULL || e->n_shared > 0) &&
         kiln_cuda_device_enter(e->device, &prev) == KILN_OK) {
         cudaFree(e->weights);
         cudaFree(e->state_init);
+        kiln_cuda_weights_free(e); // the shared weights' references (their device current)
         kiln_cuda_device_leave(e->device, prev);
     }
     kiln_cuda_weights_free(e);
@@ -193,14 +194,15 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
     kiln_cuda_tune_engine_init(e, &prop, options->tuning_cache);
     st = kiln_cuda_attention_init();
     if (st != KILN_OK) goto fail;
-    st = kiln_cuda_weights_upload(e, weight_data);
+    st = kiln_cuda_weights_upload(e, weight_data, options->verify_weights);
     if (st != KILN_OK) goto fail;
     st = kiln_cuda_states_upload(e, weight_data);
     if (st != KILN_OK) goto fail;
     kiln_cuda_device_leave(device, prev);
     kiln_cuda_log(
         KILN_LOG_INFO,
-        "CUDA engine on device %d (%s): %u layers, %zu bytes of weights, arena %llu bytes%s, "
+        "CUDA engine on device %d (%s): %u layers, %zu bytes of weights (%llu more shared with "
+        "other engines, %llu of them uploaded by another), arena %llu bytes%s, "
         "extras %llu bytes, %u states of %llu bytes per context (%llu bytes of initial values "
         "kept), CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the "
         "stem kernel), %u tensors, %u boundary transposes; attention folds: %u layers run no "
@@ -208,7 +210,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "the arena, %u reshapes aliased (no kernel); GEMV folds: %u RMSNorms inside GEMVs, %u "
         "gated pairs as one GEMV, %u linears run by a sibling's launch; small-M weights kept in "
         "L2: %llu bytes",
-        device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)p->arena_nbytes,
+        device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)e->shared_nbytes,
+        (unsigned long long)e->shared_found_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
         (unsigned long long)e->extras.nbytes, e->n_states, (unsigned long long)e->states_nbytes,
         (unsigned long long)e->states_init_nbytes, e->use_graphs ? "on" : "off",
@@ -373,7 +376,7 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         c->views[i].rank = t->shape.rank;
         memcpy(c->views[i].dims, t->shape.max, sizeof c->views[i].dims);
         if (t->kind == KILN_TENSOR_WEIGHT) {
-            c->views[i].data = (uint8_t *)e->weights + e->weight_offsets[i];
+            c->views[i].data = e->weight_ptrs[i];
         } else if (t->kind == KILN_TENSOR_ACTIVATION && e->fold.reloc[i]) {
             c->views[i].data = (uint8_t *)c->extras + e->extras.reloc_off[i];
         } else if (t->kind == KILN_TENSOR_STATE) { // fixed for the context's lifetime

@@ -40,6 +40,9 @@ typedef struct cuda_extras {
     uint64_t *reloc_off;   // n_tensors: a folded attention base moved out of the arena
 } cuda_extras;
 
+// The smallest external weight shared between engines (cuda_memory.c): one allocation each.
+#define KILN_CUDA_SHARE_MIN ((uint64_t)2 << 20)
+
 typedef struct cuda_engine {
     const kiln_plan *plan;   // borrowed: outlives the state
     kiln_cuda_policy policy; // the options cuda.* resolved at load; immutable
@@ -50,14 +53,21 @@ typedef struct cuda_engine {
     int sm_count;
     int wg_ok;     // Kiln's small-M wgmma linear can run (sm_90, cuda.wgmma)
     int wants_dnn; // a layer may run on cuDNN (a conv2d; an sdpa with cuda.cudnn_sdpa)
-    void *weights; // device, owned: every weight, then the KRSC copies
+    void *weights; // device, owned: every weight not shared, then the KRSC copies
     size_t weights_nbytes;
-    uint64_t *weight_offsets; // n_tensors (WEIGHT tensors)
-    uint64_t *krsc_offsets;   // n_tensors (where layout.krsc)
-    kiln_cuda_layout layout;  // NHWC activations (cuda_layout.h)
-    kiln_cuda_fold fold;      // views folded into sdpa (cuda_fold.h)
-    int64_t *l2_keep;         // n_layers: the L2 plan (cuda_layout.h), -1: no hints
-    uint64_t l2_kept;         // bytes of small-M weights loaded evict-last
+    uint64_t *weight_offsets; // n_tensors (WEIGHT tensors in the block)
+    void **weight_ptrs;       // n_tensors: every WEIGHT tensor's device data (block or shared)
+    // Weights shared with the other engines of the process on this device (cuda_memory.c): the
+    // entries this engine holds a reference to, and their bytes (those it found uploaded
+    // already, and all of them).
+    struct cuda_shared_weight **shared;
+    uint32_t n_shared;
+    uint64_t shared_found_nbytes, shared_nbytes;
+    uint64_t *krsc_offsets;  // n_tensors (where layout.krsc)
+    kiln_cuda_layout layout; // NHWC activations (cuda_layout.h)
+    kiln_cuda_fold fold;     // views folded into sdpa (cuda_fold.h)
+    int64_t *l2_keep;        // n_layers: the L2 plan (cuda_layout.h), -1: no hints
+    uint64_t l2_kept;        // bytes of small-M weights loaded evict-last
     cuda_extras extras;
     // The states (plan.h: KILN_TENSOR_STATE): each context's states block holds them at fixed
     // offsets (aligned), those with an initial value first, then the zero-initialised ones, so
@@ -151,8 +161,10 @@ void kiln_cuda_device_leave(int device, int prev);
 
 // --- cuda_memory.c
 
-// Uploads every weight (and the KRSC copies the layout wants) into one device block.
-kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data);
+// Uploads every weight (and the KRSC copies the layout wants) into one device block, except the
+// large external weights other engines of the process share (cuda_memory.c); verified: libkiln
+// checked the external weights against their keys' digests (the option verify_weights).
+kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data, int verified);
 void kiln_cuda_weights_free(cuda_engine *e);
 // Places the states in the states block (e->state_offsets) and uploads their initial values
 // (weight_data[i] of a STATE tensor; NULL: zeros) into e->state_init.

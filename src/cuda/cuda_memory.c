@@ -4,6 +4,12 @@
 //    copies of the weights of the convolutions the layout pass keeps NHWC (cuDNN's NHWC filter
 //    order; C padded with zero filters where the layout pads it); all live for the whole engine,
 //    so they are laid out one after another;
+//  - per process and device, the shared weights: an external weight of at least
+//    KILN_CUDA_SHARE_MIN bytes whose key names its SHA-256 digest ("kiln-w-<hex>"), checked
+//    against it at load (the option verify_weights), gets its own allocation, found by (device,
+//    key, bytes) by every engine that loads the same weight, reference-counted and freed with
+//    the last of them: the methods of one program (an LLM's prefill and decode) and programs
+//    sharing weights hold one device copy. Unchecked weights are never shared;
 //  - per context, the states block (plan.h: KILN_TENSOR_STATE, a model's mutable buffers such as
 //    a KV cache): every state at a fixed offset (the context's CUDA graphs hold the addresses;
 //    only kiln_context_share_states re-points them, and drops the graph), dense and row-major;
@@ -19,6 +25,7 @@
 //    producer to their last read through the views).
 // So every buffer the plugin adds has a place in one of these blocks (arena, weights, states,
 // extras) and a lifetime the planner respects; execute allocates nothing.
+#include <pthread.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -63,15 +70,117 @@ static kiln_status krsc_copy(const kiln_plan_tensor *t, const void *src, uint8_t
     return KILN_OK;
 }
 
-kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data) {
+// --- weights shared between engines (the file's comment)
+
+#define SHARE_KEY_MAX 80 // "kiln-w-" and 64 hex digits fit
+
+typedef struct cuda_shared_weight {
+    struct cuda_shared_weight *next;
+    int device;
+    char key[SHARE_KEY_MAX];
+    uint64_t nbytes;
+    void *data; // device
+    uint32_t refs;
+} cuda_shared_weight;
+
+static pthread_mutex_t shared_mtx = PTHREAD_MUTEX_INITIALIZER;
+static cuda_shared_weight *shared_list;
+
+// 1 when weight tensor i of p is shared (the file's comment).
+static int shareable(const kiln_plan *p, uint32_t i, int verified) {
+    const kiln_plan_tensor *t = &p->tensors[i];
+    if (!verified || t->kind != KILN_TENSOR_WEIGHT || t->key == KILN_NO_KEY ||
+        t->nbytes < KILN_CUDA_SHARE_MIN)
+        return 0;
+    const char *key = kiln_plan_string(p, t->key);
+    if (strncmp(key, "kiln-w-", 7) != 0 || strlen(key) != 7 + 64) return 0;
+    for (int j = 7; j < 7 + 64; j++) {
+        if (!((key[j] >= '0' && key[j] <= '9') || (key[j] >= 'a' && key[j] <= 'f'))) return 0;
+    }
+    return 1;
+}
+
+// The shared copy of weight tensor i (uploaded from host when no engine holds it yet), one
+// reference more, into *out.
+static kiln_status shared_get(cuda_engine *e, uint32_t i, const void *host,
+                              cuda_shared_weight **out, int *found) {
+    const kiln_plan_tensor *t = &e->plan->tensors[i];
+    const char *key = kiln_plan_string(e->plan, t->key);
+    cuda_shared_weight *w;
+    pthread_mutex_lock(&shared_mtx);
+    for (w = shared_list; w != NULL; w = w->next) {
+        if (w->device == e->device && w->nbytes == t->nbytes && strcmp(w->key, key) == 0) break;
+    }
+    *found = w != NULL;
+    if (w == NULL) {
+        w = kiln_cuda_calloc(sizeof *w);
+        cudaError_t err = cudaErrorMemoryAllocation;
+        if (w != NULL) err = cudaMalloc(&w->data, (size_t)t->nbytes);
+        if (err == cudaSuccess) {
+            err = cudaMemcpy(w->data, host, (size_t)t->nbytes, cudaMemcpyHostToDevice);
+            if (err != cudaSuccess) cudaFree(w->data);
+        }
+        if (err != cudaSuccess) {
+            kiln_cuda_free(w, sizeof *w);
+            pthread_mutex_unlock(&shared_mtx);
+            kiln_cuda_consume(); // allocation failures are not sticky: clear them
+            return kiln_cuda_call_failed("cudaMalloc or cudaMemcpy (shared weight)", err);
+        }
+        w->device = e->device;
+        w->nbytes = t->nbytes;
+        memcpy(w->key, key, strlen(key) + 1);
+        w->next = shared_list;
+        shared_list = w;
+    }
+    w->refs++;
+    pthread_mutex_unlock(&shared_mtx);
+    *out = w;
+    return KILN_OK;
+}
+
+// Drops the engine's references (its device is current); the last one frees the copy.
+static void shared_release(cuda_engine *e) {
+    pthread_mutex_lock(&shared_mtx);
+    for (uint32_t k = 0; k < e->n_shared; k++) {
+        cuda_shared_weight *w = e->shared[k];
+        if (w == NULL || --w->refs > 0) continue;
+        for (cuda_shared_weight **pp = &shared_list; *pp != NULL; pp = &(*pp)->next) {
+            if (*pp == w) {
+                *pp = w->next;
+                break;
+            }
+        }
+        cudaFree(w->data);
+        kiln_cuda_free(w, sizeof *w);
+    }
+    pthread_mutex_unlock(&shared_mtx);
+    kiln_cuda_free(e->shared, (size_t)e->plan->n_tensors * sizeof *e->shared + 1);
+    e->shared = NULL;
+    e->n_shared = 0;
+}
+
+kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data, int verified) {
     const kiln_plan *p = e->plan;
     const uint32_t nt = p->n_tensors;
     uint64_t total = 0;
     kiln_status st = KILN_OK;
     e->weight_offsets = kiln_cuda_calloc((size_t)nt * sizeof *e->weight_offsets + 1);
     e->krsc_offsets = kiln_cuda_calloc((size_t)nt * sizeof *e->krsc_offsets + 1);
-    if (e->weight_offsets == NULL || e->krsc_offsets == NULL) {
+    e->weight_ptrs = kiln_cuda_calloc((size_t)nt * sizeof *e->weight_ptrs + 1);
+    e->shared = kiln_cuda_calloc((size_t)nt * sizeof *e->shared + 1);
+    if (e->weight_offsets == NULL || e->krsc_offsets == NULL || e->weight_ptrs == NULL ||
+        e->shared == NULL) {
         return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA weight table)");
+    }
+    for (uint32_t i = 0; i < nt; i++) {
+        if (!shareable(p, i, verified) || weight_data[i] == NULL) continue;
+        int found = 0;
+        cuda_shared_weight *w = NULL;
+        KILN_CUDA_TRY(shared_get(e, i, weight_data[i], &w, &found));
+        e->shared[e->n_shared++] = w;
+        e->weight_ptrs[i] = w->data;
+        e->shared_nbytes += w->nbytes;
+        if (found) e->shared_found_nbytes += w->nbytes;
     }
     // Weights are live for the whole engine, so nothing shares bytes and no planning is needed:
     // they are laid out in tensor order (the order the layers read them, so that one layer's
@@ -79,8 +188,9 @@ kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_d
     for (uint32_t k = 0; k < 2 * nt && st == KILN_OK; k++) {
         const uint32_t i = k < nt ? k : k - nt;
         const kiln_plan_tensor *t = &p->tensors[i];
-        uint64_t n = k < nt ? (t->kind == KILN_TENSOR_WEIGHT ? t->nbytes : 0)
-                            : (e->layout.krsc[i] ? kiln_cuda_tensor_max_nbytes(e, i) : 0);
+        uint64_t n =
+            k < nt ? (t->kind == KILN_TENSOR_WEIGHT && e->weight_ptrs[i] == NULL ? t->nbytes : 0)
+                   : (e->layout.krsc[i] ? kiln_cuda_tensor_max_nbytes(e, i) : 0);
         uint64_t end = 0;
         if (n == 0) continue;
         if (!kiln_align_up_u64(total, KILN_CUDA_BLOCK_ALIGN, &total) ||
@@ -106,9 +216,12 @@ kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_d
     for (uint32_t i = 0; i < nt && st == KILN_OK; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
         if (t->kind != KILN_TENSOR_WEIGHT || t->nbytes == 0) continue;
-        err = cudaMemcpy((uint8_t *)e->weights + e->weight_offsets[i], weight_data[i],
-                         (size_t)t->nbytes, cudaMemcpyHostToDevice);
-        if (err != cudaSuccess) st = kiln_cuda_call_failed("cudaMemcpy (weight upload)", err);
+        if (e->weight_ptrs[i] == NULL) {
+            e->weight_ptrs[i] = (uint8_t *)e->weights + e->weight_offsets[i];
+            err = cudaMemcpy(e->weight_ptrs[i], weight_data[i], (size_t)t->nbytes,
+                             cudaMemcpyHostToDevice);
+            if (err != cudaSuccess) st = kiln_cuda_call_failed("cudaMemcpy (weight upload)", err);
+        }
         if (st != KILN_OK || !e->layout.krsc[i]) continue;
         const size_t n = (size_t)kiln_cuda_tensor_max_nbytes(e, i);
         uint8_t *h = kiln_cuda_calloc(n);
@@ -131,6 +244,9 @@ kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_d
 
 void kiln_cuda_weights_free(cuda_engine *e) {
     const size_t nt = e->plan->n_tensors;
+    if (e->shared != NULL) shared_release(e);
+    kiln_cuda_free(e->weight_ptrs, nt * sizeof *e->weight_ptrs + 1);
+    e->weight_ptrs = NULL;
     kiln_cuda_free(e->weight_offsets, nt * sizeof *e->weight_offsets + 1);
     kiln_cuda_free(e->krsc_offsets, nt * sizeof *e->krsc_offsets + 1);
     e->weight_offsets = e->krsc_offsets = NULL;

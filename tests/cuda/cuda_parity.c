@@ -3311,6 +3311,172 @@ static void e2e_shared_scratch(void) {
     e2e_shared_memory();
 }
 
+// --- weights shared between engines (cuda_memory.c): two different graphs over the same two
+// external weights (2 MiB each, float32), as the methods of one program are.
+#define SW_K 512
+#define SW_N 1024
+#define SW_ROWS 4
+typedef struct sw_table {
+    const kiln_built *built[2];
+} sw_table;
+
+static kiln_status sw_resolve(void *user, const char *key, const void **data, size_t *nbytes) {
+    const sw_table *t = user;
+    for (int b = 0; b < 2; b++) {
+        for (uint32_t i = 0; i < kiln_built_n_weights(t->built[b]); i++) {
+            const char *k = NULL;
+            if (kiln_built_weight(t->built[b], i, &k, data, nbytes) == KILN_OK &&
+                strcmp(k, key) == 0)
+                return KILN_OK;
+        }
+    }
+    return KILN_ERR_MISSING_DATA;
+}
+
+// Graph `which` (0: relu between the linears; 1: tanh, plus the input) over w1 [N, K], w2 [K, N].
+static kiln_built *sw_build(int which, const float *w1, const float *w2) {
+    kiln_graph *g = NULL;
+    kiln_built *out = NULL;
+    int64_t xd[2] = {SW_ROWS, SW_K}, d1[2] = {SW_N, SW_K}, d2[2] = {SW_K, SW_N};
+    int32_t x = -1, c1 = -1, c2 = -1, h = -1, y = -1;
+    kiln_build_options o;
+    int ok = kiln_graph_new(&g) == KILN_OK &&
+             kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 2, xd, xd, &x) == KILN_OK &&
+             kiln_graph_add_constant(g, NULL, KILN_DTYPE_F32, 2, d1, w1,
+                                     (size_t)SW_N * SW_K * sizeof(float), &c1) == KILN_OK &&
+             kiln_graph_add_constant(g, NULL, KILN_DTYPE_F32, 2, d2, w2,
+                                     (size_t)SW_N * SW_K * sizeof(float), &c2) == KILN_OK;
+    int32_t l1[2] = {x, c1};
+    ok = ok && kiln_graph_add_node(g, KILN_OP_LINEAR, l1, 2, NULL, 0, &h, 1) == KILN_OK;
+    ok = ok && kiln_graph_add_node(g, which ? KILN_OP_TANH : KILN_OP_RELU, &h, 1, NULL, 0, &h, 1) ==
+                   KILN_OK;
+    int32_t l2[2] = {h, c2};
+    ok = ok && kiln_graph_add_node(g, KILN_OP_LINEAR, l2, 2, NULL, 0, &y, 1) == KILN_OK;
+    int32_t a[2] = {y, x};
+    if (which) ok = ok && kiln_graph_add_node(g, KILN_OP_ADD, a, 2, NULL, 0, &y, 1) == KILN_OK;
+    ok = ok && kiln_graph_mark_output(g, y, "y") == KILN_OK;
+    kiln_build_options_init(&o);
+    o.external_weights = 1;
+    o.min_external_nbytes = 1u << 20;
+    if (ok && kiln_build(g, &o, &out) != KILN_OK) out = NULL;
+    kiln_graph_free(g);
+    return out;
+}
+
+static kiln_status sw_load(const kiln_built *b, sw_table *t, const char *device, int verify,
+                           kiln_engine **out) {
+    const void *bytes;
+    size_t n;
+    kiln_load_options o;
+    kiln_option_setting s[2];
+    memset(s, 0, sizeof s);
+    s[0].name = "device";
+    s[0].type = KILN_OPTION_STRING;
+    s[0].string_value = device;
+    s[1].name = "verify_weights";
+    s[1].type = KILN_OPTION_BOOL;
+    s[1].int_value = verify;
+    kiln_load_options_init(&o);
+    o.resolve = sw_resolve;
+    o.resolve_user_data = t;
+    o.settings = s;
+    o.n_settings = 2;
+    kiln_status st = kiln_built_engine(b, &bytes, &n);
+    return st != KILN_OK ? st : kiln_engine_load(bytes, n, &o, out);
+}
+
+// Runs e on x into y (host I/O); 0 on failure.
+static int sw_run(kiln_engine *e, const float *x, float *y) {
+    kiln_context *c = NULL;
+    int64_t xd[2] = {SW_ROWS, SW_K};
+    int ok = kiln_context_new(e, &c) == KILN_OK &&
+             kiln_context_set_input(c, 0, 2, xd, x) == KILN_OK &&
+             kiln_context_set_output(c, 0, y, (size_t)SW_ROWS * SW_K * sizeof(float)) == KILN_OK &&
+             kiln_context_execute(c) == KILN_OK;
+    kiln_context_free(c);
+    return ok;
+}
+
+static double sw_max_err(const float *a, const float *b, double *scale) {
+    double e = 0.0, m = 0.0;
+    for (int i = 0; i < SW_ROWS * SW_K; i++) {
+        e = fmax(e, fabs((double)a[i] - (double)b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    *scale = m;
+    return e;
+}
+
+// Two engines over the same checked external weights hold one device copy (the second load
+// takes less device memory than the weights), an unchecked load holds its own, and an engine
+// still computes right after the one that uploaded the shared copy is freed.
+static void e2e_shared_weights(void) {
+    const char *name = "e2e weights shared between engines";
+    const size_t wn = (size_t)SW_N * SW_K;
+    const long long wbytes = (long long)(2 * wn * sizeof(float));
+    float *w1 = malloc(wn * sizeof(float)), *w2 = malloc(wn * sizeof(float));
+    float *x = malloc(SW_ROWS * SW_K * sizeof(float)),
+          *y = malloc(4 * SW_ROWS * SW_K * sizeof(float));
+    sw_table t = {{NULL, NULL}};
+    kiln_engine *ga = NULL, *gb = NULL, *gc = NULL, *ca = NULL, *cb = NULL;
+    char msg[300];
+    if (opt_filter != NULL && strstr(name, opt_filter) == NULL) goto done;
+    if (w1 == NULL || w2 == NULL || x == NULL || y == NULL) goto done;
+    for (size_t i = 0; i < wn; i++) w1[i] = check_rng_uniform(-0.05f, 0.05f);
+    for (size_t i = 0; i < wn; i++) w2[i] = check_rng_uniform(-0.05f, 0.05f);
+    for (int i = 0; i < SW_ROWS * SW_K; i++) x[i] = check_rng_uniform(-1.0f, 1.0f);
+    t.built[0] = sw_build(0, w1, w2);
+    t.built[1] = sw_build(1, w1, w2);
+    if (t.built[0] == NULL || t.built[1] == NULL) {
+        report(0, name, NULL, "the graphs did not build");
+        goto done;
+    }
+    if (opt_dry) goto done;
+    float *ya = y, *yb = y + SW_ROWS * SW_K, *ra = yb + SW_ROWS * SW_K, *rb = ra + SW_ROWS * SW_K;
+    int ok = sw_load(t.built[0], &t, "cpu", 1, &ca) == KILN_OK &&
+             sw_load(t.built[1], &t, "cpu", 1, &cb) == KILN_OK && sw_run(ca, x, ra) &&
+             sw_run(cb, x, rb) && sw_load(t.built[0], &t, "cuda:0", 1, &ga) == KILN_OK;
+    long long before = device_free_bytes();
+    ok = ok && sw_load(t.built[1], &t, "cuda:0", 1, &gb) == KILN_OK;
+    long long shared_drop = before - device_free_bytes();
+    before = device_free_bytes();
+    ok = ok && sw_load(t.built[1], &t, "cuda:0", 0, &gc) == KILN_OK; // unchecked: its own copy
+    long long own_drop = before - device_free_bytes();
+    if (!ok || before < 0) {
+        report(0, name, NULL, kiln_last_error());
+        goto done;
+    }
+    snprintf(msg, sizeof msg,
+             "the second engine took %lld bytes of device memory, an unchecked one %lld (the "
+             "weights: %lld bytes)",
+             shared_drop, own_drop, wbytes);
+    report(shared_drop < wbytes / 2 && own_drop >= wbytes, name, "device memory", msg);
+    double sa, sb;
+    ok = sw_run(ga, x, ya) && sw_run(gb, x, yb);
+    double ea = sw_max_err(ya, ra, &sa), eb = sw_max_err(yb, rb, &sb);
+    snprintf(msg, sizeof msg, "max err %.3g of %.3g and %.3g of %.3g", ea, sa, eb, sb);
+    report(ok && ea <= 1e-3 * fmax(sa, 1.0) && eb <= 1e-3 * fmax(sb, 1.0), name,
+           "outputs against the CPU engines", msg);
+    kiln_engine_free(ga); // the engine that uploaded the shared copy
+    ga = NULL;
+    ok = sw_run(gb, x, yb);
+    eb = sw_max_err(yb, rb, &sb);
+    snprintf(msg, sizeof msg, "max err %.3g of %.3g", eb, sb);
+    report(ok && eb <= 1e-3 * fmax(sb, 1.0), name, "after the uploading engine is freed", msg);
+done:
+    kiln_engine_free(ga);
+    kiln_engine_free(gb);
+    kiln_engine_free(gc);
+    kiln_engine_free(ca);
+    kiln_engine_free(cb);
+    kiln_built_free((kiln_built *)t.built[0]);
+    kiln_built_free((kiln_built *)t.built[1]);
+    free(w1);
+    free(w2);
+    free(x);
+    free(y);
+}
+
 // --- states (kiln_graph_add_state): a model's mutable buffers, kept by each context from one
 // execute to the next. One engine with three: a float32 KV-style cache [B, H, S, D] with a random
 // initial value, updated in place by index_copy at dim 2 (its only reader: the CUDA backend
@@ -3814,6 +3980,7 @@ static void run_e2e(void) {
         free(models[i].bytes);
     }
     e2e_shared_scratch(); // use_shared_activation_scratch
+    e2e_shared_weights(); // engines over the same external weights
     e2e_states();         // kiln_graph_add_state, kiln_context_reset_states, sharing
 }
 
