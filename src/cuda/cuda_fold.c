@@ -490,7 +490,6 @@ static void gemv_norms(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
             ok = s->rj[r] == 0 && gemv_linear(s, s->rl[r], alt) && f->gemv_norm[s->rl[r]] < 0;
             if (s->rl[r] > last) last = s->rl[r];
         }
-        for (uint32_t t = 0; t < p->n_tensors && ok; t++) ok = f->alias[t] != y; // no reshape of it
         if (!ok || written_in(s, li, last, x)) continue;
         f->virt[li] = KILN_CUDA_FOLD_GEMV;
         for (uint32_t r = s->rbeg[y]; r < s->rbeg[y + 1]; r++) f->gemv_norm[s->rl[r]] = (int32_t)li;
@@ -523,9 +522,6 @@ static void gemv_pairs(fold_state *s, const uint8_t *alt) {
         const int32_t bu = U->n_inputs > 2 ? p->ids[U->input_begin + 2] : -1;
         if (p->tensors[wg].shape.max[0] != p->tensors[wu].shape.max[0] || (bg >= 0) != (bu >= 0))
             continue;
-        int aliased = 0;
-        for (uint32_t t = 0; t < p->n_tensors && !aliased; t++) aliased = f->alias[t] == u;
-        if (aliased) continue;
         f->virt[ul] = KILN_CUDA_FOLD_GEMV;
         f->gemv_pair[g] = (int32_t)ul;
         f->n_gemv_pair++;
