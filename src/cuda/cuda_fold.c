@@ -442,7 +442,7 @@ static int gemv_readable(const fold_state *s, int32_t t, const uint8_t *nhwc) {
     return s->p->tensors[mem_of(s, t)].offset % 16 == 0;
 }
 
-// 1 when the GEMV runs linear head li at every shape (cuda_fold.h), reading x at slot 0.
+// 1 when the fused GEMV runs linear head li at every shape (cuda_fold.h), reading x at slot 0.
 static int gemv_linear(const fold_state *s, uint32_t li, const uint8_t *alt) {
     const kiln_plan *p = s->p;
     const kiln_plan_layer *l = &p->layers[li];
@@ -463,7 +463,7 @@ static int gemv_linear(const fold_state *s, uint32_t li, const uint8_t *alt) {
     int64_t rows = 1;
     for (uint32_t d = 0; d + 1 < x->shape.rank; d++) rows *= x->shape.max[d];
     return x->shape.min[x->shape.rank - 1] == k && k >= 8 && k % 8 == 0 && w->shape.max[1] == k &&
-           rows >= 1 && rows <= KILN_CUDA_GEMV_MAX_M;
+           rows == KILN_CUDA_GEMV_FOLD_M;
 }
 
 // Norms read only by GEMV linears (cuda_fold.h).

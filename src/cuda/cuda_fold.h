@@ -31,8 +31,9 @@
 // output's view points at the input's memory (a dense reshape is the same bytes). Decided after
 // the folds, in layer order, so chains of reshapes share one base.
 // The option cuda.attention_fold = false turns the pass off (every layer runs).
-// GEMV folds (with cuda.gemv and cuda.gemv_fold), decided last, for linears the GEMV runs (every
-// dim of the output but the last at most KILN_CUDA_GEMV_MAX_M rows in all at the largest shapes,
+// GEMV folds (with cuda.gemv and cuda.gemv_fold), decided last, for linears the GEMV runs with
+// one row (every dim of the output but the last 1 at the largest shapes: a decode step of batch
+// 1; the fused GEMV exists for that row count only, which keeps the plugin small),
 // float16/bfloat16 operands of one dtype, K a multiple of 8, weights and activations 16-byte
 // aligned, the x slot not read through a layout copy):
 //  - norm: an RMS_NORM layer (no tail) whose output is an activation read only as the x of such
@@ -74,6 +75,7 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_ALIAS 4u   // a reshape whose output is its input's memory (alias[])
 #define KILN_CUDA_FOLD_GEMV 8u    // a norm, up projection or sibling run inside a GEMV (gemv_*[])
 #define KILN_CUDA_GEMV_MAX_SIB 4  // linears one GEMV launch runs as siblings
+#define KILN_CUDA_GEMV_FOLD_M 1   // the rows of a linear with GEMV folds
 
 typedef struct kiln_cuda_fold {
     uint8_t *virt;        // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN

@@ -81,8 +81,8 @@ template <typename T> __device__ __forceinline__ void gemv_unpack(const uint4 &u
 
 // What the FUSED instances add (cuda_fold.h): the norm's weight (or NULL) and eps, with `norm`;
 // the up projection's weight and bias (w2 != NULL: a gated pair, act the gate's activation).
-// The FUSED instances exist for M = 1 (a decode step) and 8 (fewer kernels in the plugin): at
-// 2..7 rows, rows m..7 are idle.
+// The FUSED instances exist for one row only (KILN_CUDA_GEMV_FOLD_M: a decode step of batch 1;
+// fewer kernels in the plugin).
 // One sibling of a launch (cuda_fold.h): its weight, bias, output, columns, L2 plan, and the first
 // block on it.
 template <typename T> struct gemv_seg {
@@ -92,7 +92,6 @@ template <typename T> struct gemv_seg {
 };
 
 template <typename T> struct gemv_fuse {
-    int m; // the rows
     const T *g;
     float eps;
     int norm;
@@ -187,12 +186,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
             for (int r = 0; r < M; r++) {
                 float xf[8];
-                if (FUSED && r >= fu.m) {
-#pragma unroll
-                    for (int e = 0; e < 8; e++) xf[e] = 0.0f;
-                } else {
-                    gemv_unpack<T>(__ldg(xv + r * kv + j), xf);
-                }
+                gemv_unpack<T>(__ldg(xv + r * kv + j), xf);
                 if (norm) {
 #pragma unroll
                     for (int e = 0; e < 8; e++) {
@@ -257,7 +251,6 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
         }
     }
     if (FUSED) {
-        if (mine >= 0 && mine % M >= fu.m) mine = -1; // an idle row of the bucket
         if (norm) v *= rsqrtf(sq / (float)k + fu.eps);
         // a pair: lane r (column 0, the gate) takes lane M + r's sum (column 1, the up projection)
         const float other = __shfl_down_sync(0xffffffffu, v, M);
@@ -308,11 +301,11 @@ static cudaError_t gemv_launch_m(const kiln_cuda_ctx *ctx, int64_t m, bool split
                                                             epi, keep, fu)                         \
                      : gemv_start<T, MM, 1, FUSED>(ctx, blocks, x, w, b, res, y, n, k, epi, keep,  \
                                                    fu)
-    if constexpr (FUSED) { // the buckets (gemv_fuse)
-        switch (m) {
-            GEMV_CASE(1);
-        default: GEMV_CASE(8);
-        }
+    if constexpr (FUSED) { // one row (KILN_CUDA_GEMV_FOLD_M; gemv_launch_t checks)
+        return split
+                   ? gemv_start<T, 1, GEMV_WARPS, FUSED>(ctx, blocks, x, w, b, res, y, n, k, epi,
+                                                         keep, fu)
+                   : gemv_start<T, 1, 1, FUSED>(ctx, blocks, x, w, b, res, y, n, k, epi, keep, fu);
     } else {
         switch (m) {
             GEMV_CASE(1);
@@ -332,12 +325,18 @@ template <typename T>
 static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int epi,
                                  const void *res) {
     const bool fused = ctx->gemv_x != NULL || ctx->gemv_up_w != NULL || ctx->gemv_n_sib > 0;
+    if (fused && g->m != KILN_CUDA_GEMV_FOLD_M) { // the fold pass allows only that (cuda_fold.h)
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "%s: a GEMV with folds at %lld rows (it takes %d); set the option "
+                              "cuda.gemv_fold to false",
+                              ctx->where ? ctx->where : "?", (long long)g->m,
+                              KILN_CUDA_GEMV_FOLD_M);
+    }
     const T *x = (const T *)(ctx->gemv_x != NULL ? ctx->gemv_x->data : g->x->data);
     const T *w = (const T *)g->w->data;
     const T *b = g->bias ? (const T *)g->bias->data : NULL;
     T *y = (T *)g->y->data;
     gemv_fuse<T> fu = {};
-    fu.m = (int)g->m;
     if (ctx->gemv_x != NULL) {
         fu.norm = 1;
         fu.g = ctx->gemv_norm_w != NULL ? (const T *)ctx->gemv_norm_w->data : NULL;

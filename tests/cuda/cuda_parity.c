@@ -2445,8 +2445,8 @@ static int model_bert(model *m, kiln_precision precision, int packed, const char
     return model_finish(&b, m, precision);
 }
 
-// A pre-norm decoder block at M <= 4 (the GEMV folds, cuda_fold.h): RMSNorm -> q, k, v
-// projections (k and v narrower; the three concatenated), the output projection plus the
+// A pre-norm decoder block at one row (a decode step; the GEMV folds, cuda_fold.h): RMSNorm -> q,
+// k, v projections (k and v narrower; the three concatenated), the output projection plus the
 // residual, RMSNorm -> a gated MLP (HF's order: gate, activation, up, mul; SiLU without biases,
 // or tanh GELU with biases) -> down plus the residual. With cuda.gemv_fold both norms run inside
 // the linears reading them, the up projection inside the gate's GEMV, and k and v in q's launch
@@ -2454,7 +2454,7 @@ static int model_bert(model *m, kiln_precision precision, int packed, const char
 #define DECODER_FOLDED 5
 static int model_decoder(model *m, kiln_precision precision, int gelu) {
     gbuild b = {NULL, 1};
-    int64_t mins[2] = {1, 256}, maxs[2] = {4, 256}, last = -1;
+    int64_t mins[2] = {1, 256}, maxs[2] = {1, 256}, last = -1;
     double eps = 1e-5;
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 2, mins, maxs);
