@@ -387,25 +387,6 @@ kiln_status kiln_cpu_tail_apply(const kiln_kernel_args *args) {
 // dim (transformers' q * cos + rotate_half(q) * sin), cos and sin broadcast to x (x's dtype or
 // float32), float32 math, one rounding to y's dtype.
 
-// Element strides of t broadcast to the dims of x (right-aligned; 0 along a broadcast dim);
-// false when t does not broadcast to x (a dim neither 1 nor x's, or a higher rank).
-static int rotary_strides(const kiln_tensor *t, const kiln_tensor *x, int64_t *str) {
-    int64_t s = 1;
-    if (t->rank > x->rank) return 0;
-    for (uint32_t k = x->rank; k-- > 0;) {
-        uint32_t back = x->rank - 1 - k;
-        if (back < t->rank) {
-            int64_t dim = t->dims[t->rank - 1 - back];
-            if (dim != 1 && dim != x->dims[k]) return 0;
-            str[k] = dim == 1 ? 0 : s;
-            s *= dim;
-        } else {
-            str[k] = 0;
-        }
-    }
-    return 1;
-}
-
 size_t kiln_cpu_rotary_scratch(const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0];
     int64_t d = x->rank > 0 ? x->dims[x->rank - 1] : 0;
@@ -422,8 +403,8 @@ kiln_status kiln_cpu_rotary(const kiln_kernel_args *args) {
                "at most x's");
     int64_t d = x->dims[x->rank - 1], h = d / 2, numel = kiln_tensor_numel(x);
     int64_t cstr[KILN_MAX_RANK], sstr[KILN_MAX_RANK];
-    KILN_CHECK(rotary_strides(cs, x, cstr) && rotary_strides(sn, x, sstr), KILN_ERR_INVALID_ARG,
-               "cpu rotary: cos and sin must broadcast to x");
+    KILN_CHECK(kiln_broadcast_strides(cs, x, cstr) && kiln_broadcast_strides(sn, x, sstr),
+               KILN_ERR_INVALID_ARG, "cpu rotary: cos and sin must broadcast to x");
     if (d == 0 || numel == 0) return KILN_OK;
     kiln_cpu_scratch s;
     kiln_cpu_scratch_init(&s, args);

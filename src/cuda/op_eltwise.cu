@@ -631,25 +631,6 @@ typedef struct rot_params {
     int64_t rows, h;           // rows of x and D / 2
 } rot_params;
 
-// Element strides of t broadcast to x's dims (right-aligned; 0 along a broadcast dim); 0 when t
-// does not broadcast to x.
-static int rot_strides(const kiln_tensor *t, const kiln_tensor *x, int64_t *str) {
-    int64_t s = 1;
-    if (t->rank > x->rank) return 0;
-    for (uint32_t k = x->rank; k-- > 0;) {
-        uint32_t back = x->rank - 1 - k;
-        if (back < t->rank) {
-            int64_t dim = t->dims[t->rank - 1 - back];
-            if (dim != 1 && dim != x->dims[k]) return 0;
-            str[k] = dim == 1 ? 0 : s;
-            s *= dim;
-        } else {
-            str[k] = 0;
-        }
-    }
-    return 1;
-}
-
 template <typename T, typename TC, typename TS>
 static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restrict__ cs,
                                      const TS *__restrict__ sn, T *__restrict__ y,
@@ -686,7 +667,7 @@ extern "C" int kiln_cuda_rotary_supports(const kiln_kernel_args *args) {
         uint32_t dt = args->in[i]->dtype;
         if (dt != x->dtype && dt != KILN_DTYPE_F32) return 0;
     }
-    return rot_strides(c, x, str) && rot_strides(s, x, str);
+    return kiln_broadcast_strides(c, x, str) && kiln_broadcast_strides(s, x, str);
 }
 
 template <typename T, typename TC, typename TS>
@@ -695,8 +676,8 @@ static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
     int64_t cstr[KC_MAX_RANK], sstr[KC_MAX_RANK];
     rot_params P;
     memset(&P, 0, sizeof P);
-    rot_strides(c, x, cstr);
-    rot_strides(s, x, sstr);
+    kiln_broadcast_strides(c, x, cstr);
+    kiln_broadcast_strides(s, x, sstr);
     const uint32_t last = x->rank - 1;
     P.h = x->dims[last] / 2;
     P.rows = kc_numel(x) / (x->dims[last] > 0 ? x->dims[last] : 1);

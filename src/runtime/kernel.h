@@ -25,6 +25,25 @@ static inline int64_t kiln_tensor_numel(const kiln_tensor *t) {
     return n;
 }
 
+// Element strides of t broadcast to the dims of x (right-aligned; 0 along a broadcast dim) into
+// str[x->rank]; 0 when t does not broadcast to x (a dim neither 1 nor x's, or a higher rank).
+static inline int kiln_broadcast_strides(const kiln_tensor *t, const kiln_tensor *x, int64_t *str) {
+    int64_t s = 1;
+    if (t->rank > x->rank) return 0;
+    for (uint32_t k = x->rank; k-- > 0;) {
+        uint32_t back = x->rank - 1 - k;
+        if (back < t->rank) {
+            int64_t dim = t->dims[t->rank - 1 - back];
+            if (dim != 1 && dim != x->dims[k]) return 0;
+            str[k] = dim == 1 ? 0 : s;
+            s *= dim;
+        } else {
+            str[k] = 0;
+        }
+    }
+    return 1;
+}
+
 // One fused elementwise op applied to the head's output y, in place:
 //   unary:  y = op(y)
 //   binary: y = op(y, operand) if running_is_lhs else op(operand, y); operand broadcasts to y.
