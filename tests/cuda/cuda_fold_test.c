@@ -630,8 +630,55 @@ static void gemv_siblings_relocated(void) {
     kiln_plan_release(&p);
 }
 
+// A norm without a weight folds too; two linears of the same x with a kernel between them are
+// not siblings (the second one's output would be written before that kernel runs).
+static void gemv_unweighted_and_apart(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t d[2] = {1, 64};
+    int32_t x = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 2, d, d, &x) == KILN_OK);
+    int32_t h = node(g, KILN_OP_RELU, &x, 1, NULL, 0);
+    double eps = 1e-6;
+    kiln_attr ea = {"eps", NULL, &eps, 1};
+    int32_t n = node(g, KILN_OP_RMS_NORM, &h, 1, &ea, 1);
+    int32_t a = linear(g, n, 64, 64);
+    int64_t last = -1;
+    kiln_attr sa = {"dim", &last, NULL, 1};
+    int32_t t = node(g, KILN_OP_SOFTMAX, &a, 1, &sa, 1); // a kernel between the two linears
+    int32_t b = linear(g, n, 64, 64);
+    int32_t s2[2] = {t, h};
+    int32_t y = node(g, KILN_OP_ADD, s2, 2, NULL, 0);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, b, "b") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 1, &f) == KILN_OK);
+    const uint32_t norm = find_head(&p, KILN_OP_RMS_NORM, 0);
+    CHECK(norm != UINT32_MAX && p.layers[norm].n_inputs == 1);
+    CHECK_EQ_INT(f.n_gemv_norm, 1);
+    CHECK_EQ_INT(f.virt[norm], KILN_CUDA_FOLD_GEMV);
+    uint32_t running_between = 0, lin[2], nl = 0;
+    for (uint32_t li = 0; li < p.n_layers && nl < 2; li++) {
+        if (p.layers[li].op == KILN_OP_LINEAR) lin[nl++] = li;
+    }
+    CHECK_EQ_INT(nl, 2);
+    for (uint32_t li = lin[0] + 1; nl == 2 && li < lin[1]; li++) running_between += f.virt[li] == 0;
+    CHECK(p.layers[lin[0]].n_tail == 0 && p.layers[lin[1]].n_tail == 0);
+    // siblings only when nothing runs between them (the builder keeps the softmax there)
+    CHECK(running_between > 0);
+    CHECK_EQ_INT(f.n_gemv_sib, 0);
+    CHECK(f.gemv_next[lin[0]] < 0);
+    printf("gemv apart: %u layers run between the two linears\n", running_between);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    gemv_unweighted_and_apart();
     gemv_siblings_relocated();
     gemv_case(1, 0);
     gemv_case(4, 0); // the GEMV, but not the fused one
