@@ -229,6 +229,45 @@ void share_program_states(KilnHandle *h, const void *program, const std::string 
     }
 }
 
+// Tuning records the program carries (the compile spec kiln.tuning names a tuning cache image in
+// its named data; the export option tuning_records stores one): added to the process once per
+// key, before the engine loads, so that its context applies them instead of timing. Records that
+// cannot be read or do not check are not used (an INFO line says why); never a failure.
+void add_program_tuning(const NamedDataMap *map, ArrayRef<CompileSpec> specs,
+                        const std::string &method) {
+    static std::mutex mtx;
+    static std::vector<std::string> added;
+    for (size_t i = 0; i < specs.size(); i++) {
+        if (specs[i].key == nullptr || std::strcmp(specs[i].key, "kiln.tuning") != 0) continue;
+        if (specs[i].value.buffer == nullptr || specs[i].value.nbytes == 0) return;
+        std::string key(static_cast<const char *>(specs[i].value.buffer), specs[i].value.nbytes);
+        std::lock_guard<std::mutex> guard(mtx);
+        if (std::find(added.begin(), added.end(), key) != added.end()) return;
+        added.push_back(key);
+        std::string why;
+        if (map == nullptr) {
+            why = "the program was loaded without its named data (.ptd)";
+        } else {
+            Result<FreeableBuffer> buf = map->get_data(key.c_str());
+            if (!buf.ok()) {
+                why = std::string("its named data has no key '") + key + "'";
+            } else {
+                uint32_t n = 0;
+                if (kiln_add_tuning_records(buf->data(), buf->size(), &n) != KILN_OK) {
+                    why = kiln_last_error();
+                }
+                buf->Free();
+            }
+        }
+        if (!why.empty()) {
+            std::string msg =
+                "method '" + method + "': the program's tuning records are not used: " + why;
+            log_text(KILN_LOG_INFO, "KilnBackend: ", msg.c_str());
+        }
+        return;
+    }
+}
+
 // Resolves external weight keys through the NamedDataMap; the buffers stay alive until
 // kiln_engine_load returns (then they are freed: the engine has copied or uploaded them).
 struct Resolver {
@@ -289,10 +328,10 @@ class KilnBackend final : public BackendInterface {
 
     Result<DelegateHandle *> init(BackendInitContext &context, FreeableBuffer *processed,
                                   ArrayRef<CompileSpec> compile_specs) const override {
-        (void)compile_specs;
         ET_CHECK_OK_OR_RETURN_ERROR(check_registration());
         install_log_hook();
         std::string method = context.get_method_name() ? context.get_method_name() : "";
+        add_program_tuning(context.get_named_data_map(), compile_specs, method);
         if (processed == nullptr || processed->data() == nullptr) {
             return record_failure(KILN_ERR_CORRUPT,
                                   "method '%s': the program gives KilnBackend no engine bytes "

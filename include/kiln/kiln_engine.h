@@ -153,6 +153,17 @@ KILN_API kiln_status kiln_pte_check(const void *data, size_t nbytes);
 // The same for a file, reading only its header and flatbuffer. Also KILN_ERR_IO.
 KILN_API kiln_status kiln_pte_check_file(const char *path);
 
+// Adds the tuning records a program carries (an image of a tuning cache file, what `kiln tune`
+// writes; the export option tuning_records stores one in the program) to this process: contexts
+// created later on a GPU apply the records made for it instead of timing, whatever the option
+// tuning_cache (docs/cuda.md, "Tuning cache and start-up"); records made for another GPU, driver
+// or Kiln version are never used. Untrusted input, checked whole (header, CRCs, every record's
+// bounds): KILN_ERR_CORRUPT naming why when it does not check, and nothing is added. The
+// ExecuTorch delegate calls it for a program that carries records. *out_n_records (may be NULL):
+// the records added.
+KILN_API kiln_status kiln_add_tuning_records(const void *data, size_t nbytes,
+                                             uint32_t *out_n_records);
+
 // --- what runs each layer (diagnostics, tests, `kiln inspect` and `kiln profile`)
 
 #define KILN_LAYER_INFO_TAIL 0x1u   // fused into the head layer `head` (kernel "fused")

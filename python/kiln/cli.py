@@ -141,6 +141,12 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
     ap.add_argument("--external-data", default=None, metavar="NAME", help="weights to NAME.ptd")
     ap.add_argument(
+        "--tuning-records",
+        default=None,
+        metavar="FILE",
+        help="store the records of a tuning cache (kiln tune --cache FILE) in the program",
+    )
+    ap.add_argument(
         "--strict", action="store_true", help="fail if Kiln leaves any node to ExecuTorch"
     )
     ap.add_argument("--quiet", action="store_true", help="no progress bar and no report")
@@ -173,6 +179,7 @@ def main(argv=None) -> int:
             dynamic_shapes=dyn,
             precision=args.precision,
             external_data=args.external_data,
+            tuning_records=args.tuning_records,
             strict=args.strict,
             quiet=args.quiet,
         )

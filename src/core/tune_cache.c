@@ -48,6 +48,7 @@ typedef struct store {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static store stores[MAX_STORES];
+static store program; // records programs carry (kiln_tune_cache_add_image): read, never written
 static unsigned tmp_counter;
 
 static uint32_t rd32(const unsigned char *p) {
@@ -127,12 +128,54 @@ static int put(store *s, const void *key, size_t kn, const void *val, size_t vn)
     return 1;
 }
 
+// Checks an image of a cache file (img[0..size)): NULL when its header, CRCs and every record
+// check, else why not.
+static const char *check_image(const unsigned char *img, uint64_t size, uint32_t *n_rec) {
+    if (size < HEADER) return "shorter than its header";
+    if (size > FILE_MAX) return "larger than 64 MiB";
+    if (memcmp(img, MAGIC, 8) != 0) return "not a Kiln tuning cache (magic)";
+    if (kiln_crc32(0, img, 28) != rd32(img + 28)) return "header CRC mismatch";
+    if (rd32(img + 8) != FORMAT) return "another format version";
+    const uint64_t body_n = rd64(img + 16);
+    const unsigned char *body = img + HEADER;
+    *n_rec = rd32(img + 12);
+    if (body_n != size - HEADER) return "truncated or extended (body size)";
+    if (*n_rec > KILN_TUNE_RECORDS_MAX) return "too many records";
+    if (kiln_crc32(0, body, (size_t)body_n) != rd32(img + 24)) return "body CRC mismatch";
+    uint64_t at = 0; // every record in bounds before any is taken
+    for (uint32_t i = 0; i < *n_rec; i++) {
+        if (body_n - at < 4) return "a record out of bounds";
+        const uint32_t kn = body[at] | (uint32_t)body[at + 1] << 8;
+        const uint32_t vn = body[at + 2] | (uint32_t)body[at + 3] << 8;
+        if (kn == 0 || kn > KILN_TUNE_KEY_MAX || vn > KILN_TUNE_VALUE_MAX ||
+            body_n - at - 4 < (uint64_t)kn + vn)
+            return "a record out of bounds";
+        at += 4 + (uint64_t)kn + vn;
+    }
+    return at != body_n ? "bytes after the last record" : NULL;
+}
+
+// The records of a checked image into s (those of s win with keep_ours); how many were taken.
+static uint32_t take_image(store *s, const unsigned char *img, uint32_t n_rec, int keep_ours) {
+    const unsigned char *body = img + HEADER;
+    uint64_t at = 0;
+    uint32_t taken = 0;
+    for (uint32_t i = 0; i < n_rec; i++) {
+        const uint32_t kn = body[at] | (uint32_t)body[at + 1] << 8;
+        const uint32_t vn = body[at + 2] | (uint32_t)body[at + 3] << 8;
+        const unsigned char *k = body + at + 4;
+        if (!keep_ours || find(s, k, kn) < 0) taken += (uint32_t)put(s, k, kn, k + kn, vn);
+        at += 4 + (uint64_t)kn + vn;
+    }
+    return taken;
+}
+
 // Reads and checks the file at path into s (records added; those of s win). Returns 1 when the
 // file was read, 0 when it is absent, -1 when it was discarded (logged at INFO, naming why).
 static int read_file(store *s, const char *path, int keep_ours) {
-    unsigned char head[HEADER], *body = NULL;
+    unsigned char *img = NULL;
     const char *why = NULL;
-    uint64_t size, body_n = 0;
+    uint64_t size = 0;
     uint32_t n_rec = 0;
     struct stat st;
     int ok = -1;
@@ -152,74 +195,25 @@ static int read_file(store *s, const char *path, int keep_ours) {
         why = size < HEADER ? "shorter than its header" : "larger than 64 MiB";
         goto done;
     }
-    if (fread(head, 1, HEADER, f) != HEADER) {
-        why = "truncated";
-        goto done;
-    }
-    if (memcmp(head, MAGIC, 8) != 0) {
-        why = "not a Kiln tuning cache (magic)";
-        goto done;
-    }
-    if (kiln_crc32(0, head, 28) != rd32(head + 28)) {
-        why = "header CRC mismatch";
-        goto done;
-    }
-    if (rd32(head + 8) != FORMAT) {
-        why = "another format version";
-        goto done;
-    }
-    n_rec = rd32(head + 12);
-    body_n = rd64(head + 16);
-    if (body_n != size - HEADER || n_rec > KILN_TUNE_RECORDS_MAX) {
-        why = body_n != size - HEADER ? "truncated or extended (body size)" : "too many records";
-        goto done;
-    }
-    body = kiln_malloc((size_t)body_n + 1, 1);
-    if (body == NULL) {
+    img = kiln_malloc((size_t)size + 1, 1);
+    if (img == NULL) {
         why = "out of memory";
         goto done;
     }
-    if (fread(body, 1, (size_t)body_n, f) != body_n) {
+    if (fread(img, 1, (size_t)size, f) != size) {
         why = "truncated";
         goto done;
     }
-    if (kiln_crc32(0, body, (size_t)body_n) != rd32(head + 24)) {
-        why = "body CRC mismatch";
-        goto done;
-    }
-    uint64_t at = 0; // every record in bounds before any is taken
-    for (uint32_t i = 0; i < n_rec && why == NULL; i++) {
-        uint32_t kn, vn;
-        if (body_n - at < 4) {
-            why = "a record out of bounds";
-            break;
-        }
-        kn = body[at] | (uint32_t)body[at + 1] << 8;
-        vn = body[at + 2] | (uint32_t)body[at + 3] << 8;
-        if (kn == 0 || kn > KILN_TUNE_KEY_MAX || vn > KILN_TUNE_VALUE_MAX ||
-            body_n - at - 4 < (uint64_t)kn + vn) {
-            why = "a record out of bounds";
-            break;
-        }
-        at += 4 + (uint64_t)kn + vn;
-    }
-    if (why == NULL && at != body_n) why = "bytes after the last record";
+    why = check_image(img, size, &n_rec);
     if (why != NULL) goto done;
-    at = 0;
-    for (uint32_t i = 0; i < n_rec; i++) {
-        const uint32_t kn = body[at] | (uint32_t)body[at + 1] << 8;
-        const uint32_t vn = body[at + 2] | (uint32_t)body[at + 3] << 8;
-        const unsigned char *k = body + at + 4;
-        if (!keep_ours || find(s, k, kn) < 0) put(s, k, kn, k + kn, vn);
-        at += 4 + (uint64_t)kn + vn;
-    }
+    take_image(s, img, n_rec, keep_ours);
     ok = 1;
 done:
     if (why != NULL) {
         kiln_log(KILN_LOG_INFO, "tuning cache %s: %s: discarded (rewritten on the next write)",
                  path, why);
     }
-    if (body != NULL) kiln_free(body, (size_t)body_n + 1);
+    if (img != NULL) kiln_free(img, (size_t)size + 1);
     fclose(f);
     return ok;
 }
@@ -255,12 +249,13 @@ int kiln_tune_cache_get(const char *where, const void *key, size_t kn, void *val
     if (key == NULL || kn == 0 || kn > KILN_TUNE_KEY_MAX) return 0;
     pthread_mutex_lock(&lock);
     store *s = get_store(where);
-    if (s != NULL) {
-        ensure_loaded(s);
-        long at = find(s, key, kn);
-        if (at >= 0 && s->r[at].vn <= cap) {
-            if (s->r[at].vn > 0) memcpy(val, s->r[at].b + kn, s->r[at].vn);
-            *vn = s->r[at].vn;
+    if (s != NULL) ensure_loaded(s);
+    for (int k = 0; k < 2 && !found; k++) { // the file's records, then the programs'
+        const store *from = k == 0 ? s : &program;
+        const long at = from != NULL ? find(from, key, kn) : -1;
+        if (at >= 0 && from->r[at].vn <= cap) {
+            if (from->r[at].vn > 0) memcpy(val, from->r[at].b + kn, from->r[at].vn);
+            *vn = from->r[at].vn;
             found = 1;
         }
     }
@@ -409,5 +404,19 @@ void kiln_tune_cache_reset(void) {
         recs_free(stores[i].r, stores[i].n, stores[i].cap);
         memset(&stores[i], 0, sizeof stores[i]);
     }
+    recs_free(program.r, program.n, program.cap);
+    memset(&program, 0, sizeof program);
     pthread_mutex_unlock(&lock);
+}
+
+const char *kiln_tune_cache_add_image(const void *data, size_t nbytes, uint32_t *n_added) {
+    uint32_t n_rec = 0;
+    *n_added = 0;
+    if (data == NULL) return "no data";
+    const char *why = check_image(data, nbytes, &n_rec);
+    if (why != NULL) return why;
+    pthread_mutex_lock(&lock);
+    *n_added = take_image(&program, data, n_rec, 0);
+    pthread_mutex_unlock(&lock);
+    return NULL;
 }

@@ -48,7 +48,15 @@ void kiln_tune_cache_stats(const char *where, const void *prefix, size_t prefix_
 // that fails (a read-only directory, a full disk) is logged at INFO: the next flush tries again.
 void kiln_tune_cache_flush(const char *where);
 
-// Test support: forgets every cache loaded by this process (the files stay).
+// Test support: forgets every cache loaded by this process (the files stay) and the programs'
+// records.
 void kiln_tune_cache_reset(void);
+
+// Adds the records of an image of a cache file (what a program carries: kiln_add_tuning_records)
+// to this process's read-only set, which kiln_tune_cache_get consults after the file of `where`
+// (also with "off"). Untrusted: the image is checked whole (header, CRCs, every record's bounds)
+// and nothing is taken when it does not check. Returns NULL, or why it was refused; *n_added:
+// the records taken.
+const char *kiln_tune_cache_add_image(const void *data, size_t nbytes, uint32_t *n_added);
 
 #endif // KILN_CORE_TUNE_CACHE_H

@@ -148,6 +148,39 @@ int main(void) {
         free(b);
     }
 
+    // records a program carries (kiln_tune_cache_add_image): used with any cache option, "off"
+    // included; an image that does not check adds nothing, whatever is wrong with it
+    {
+        uint32_t added = 1;
+        remove(path);
+        kiln_tune_cache_reset();
+        CHECK(!has(7, salt));
+        CHECK(kiln_tune_cache_add_image(good, 31, &added) != NULL && added == 0);
+        for (long bit = 0; bit < n * 8; bit += 29) {
+            good[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+            const char *why = kiln_tune_cache_add_image(good, (size_t)n, &added);
+            good[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+            CHECK_MSG(why != NULL && added == 0, "bit %ld flipped: image taken", bit);
+        }
+        CHECK(kiln_tune_cache_add_image(good, (size_t)n - 1, &added) != NULL && added == 0);
+        CHECK(!has(7, salt));
+        CHECK(kiln_tune_cache_add_image(good, (size_t)n, &added) == NULL && added == 100);
+        for (int i = 0; i < 100; i += 9) CHECK_MSG(has(i, salt), "program record %d", i);
+        char key[64];
+        size_t kn, vn = 0;
+        uint32_t val[8], got[8];
+        rec_of(7, salt, key, &kn, val);
+        CHECK(kiln_tune_cache_get("off", key, kn, got, sizeof got, &vn) && vn == sizeof got &&
+              memcmp(got, val, sizeof got) == 0);
+        // read-only: a flush writes the file's records, not the program's
+        kiln_tune_cache_flush(path);
+        unsigned char *after = NULL;
+        CHECK(file_bytes(&after) < 0); // nothing put: no file written
+        free(after);
+        kiln_tune_cache_reset();
+        CHECK(!has(7, salt));
+    }
+
     // several processes at once: each puts its own records and flushes repeatedly; the file
     // ends with all of them
     {

@@ -20,6 +20,7 @@
 #include "core/dtype.h"
 #include "core/sha256.h"
 #include "core/status.h"
+#include "core/tune_cache.h"
 #include "ir/shape.h"
 #include "runtime/engine_internal.h"
 #include "runtime/load.h"
@@ -889,5 +890,18 @@ kiln_status kiln_context_layer_info(kiln_context *context, uint32_t layer, kiln_
                  kiln_op_name(p->layers[head].op), kernel);
     }
     *out = info;
+    return KILN_OK;
+}
+
+kiln_status kiln_add_tuning_records(const void *data, size_t nbytes, uint32_t *out_n_records) {
+    uint32_t n = 0;
+    if (out_n_records != NULL) *out_n_records = 0;
+    const char *why = kiln_tune_cache_add_image(data, nbytes, &n);
+    KILN_CHECK(why == NULL, KILN_ERR_CORRUPT,
+               "the program's tuning records (%zu bytes) are not a Kiln tuning cache: %s; they "
+               "are not used (contexts time their choices as without them)",
+               nbytes, why != NULL ? why : "");
+    if (out_n_records != NULL) *out_n_records = n;
+    kiln_log(KILN_LOG_INFO, "tuning records: %u added from a program", (unsigned)n);
     return KILN_OK;
 }

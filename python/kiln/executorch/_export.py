@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 
 from . import _report
 from ._meta import check_not_meta
-from ._options import validate_external_data, validate_precision
+from ._options import read_tuning_records, validate_external_data, validate_precision
 from .partitioner import KilnPartitioner
 
 log = logging.getLogger("kiln.executorch")
@@ -25,6 +25,7 @@ EXPORT_OPTIONS = (
     "dynamic_shapes",
     "precision",
     "external_data",
+    "tuning_records",
     "partitioners",
     "backend_config",
     "strict",
@@ -148,6 +149,7 @@ def export(
     dynamic_shapes=None,
     precision: str = "fp32",
     external_data: str | None = None,
+    tuning_records=None,
     partitioners: Sequence[Partitioner] | None = None,
     backend_config=None,
     strict: bool = False,
@@ -175,6 +177,10 @@ def export(
         external_data: None to keep weights in the .pte, or a file stem: weights go to
             ``<external_data>.ptd`` (written by :func:`save`, or by the returned program's
             ``write_tensor_data_to_file(dir)``).
+        tuning_records: None, or the path of a tuning cache file written on the target GPU
+            (``kiln tune PROGRAM.pte --cache FILE``): its records are stored in the program
+            beside the weights, and a context created on that GPU applies them instead of
+            timing (one made for another GPU, driver or Kiln version is ignored there).
         partitioners: further ExecuTorch partitioners, applied after Kiln's to what Kiln does
             not take (e.g. XNNPACK or CUDA); anything left runs on ExecuTorch's kernels.
         backend_config: an ``ExecutorchBackendConfig`` for ``to_executorch`` (memory planning,
@@ -203,6 +209,7 @@ def export(
             partitioners,
             backend_config,
             strict,
+            tuning_records,
         )
     _print_report(rep, quiet)
     return prog
@@ -236,9 +243,11 @@ def _export(
     partitioners,
     backend_config,
     strict,
+    tuning_records=None,
 ):
     precision = validate_precision(precision)
     external_data = validate_external_data(external_data)
+    read_tuning_records(tuning_records)  # refused before any tracing when it does not check
     extra = _check_partitioners(partitioners)
     if backend_config is not None and not isinstance(backend_config, ExecutorchBackendConfig):
         raise TypeError(
@@ -253,7 +262,9 @@ def _export(
     saved = _buffer_values(model)
     with rep.phase("torch.export"):
         programs = _programs(model, example_inputs, dynamic_shapes)
-    kiln = KilnPartitioner(precision=precision, external_data=external_data)
+    kiln = KilnPartitioner(
+        precision=precision, external_data=external_data, tuning_records=tuning_records
+    )
     with rep.phase("partition + lower"):
         try:
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
@@ -267,7 +278,9 @@ def _export(
             # with autograd on lifts tensors that require grad, which ExecuTorch cannot copy.
             with rep.phase("torch.export"), torch.no_grad():
                 programs = _programs(model, example_inputs, dynamic_shapes, strict=True)
-            kiln = KilnPartitioner(precision=precision, external_data=external_data)
+            kiln = KilnPartitioner(
+                precision=precision, external_data=external_data, tuning_records=tuning_records
+            )
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
     methods, derived = _report.describe_methods(edge)
     rep.report.methods = methods
@@ -362,7 +375,8 @@ def save(model, path, example_inputs: Sequence | None = None, **options):
     """Exports like :func:`export` and writes the program to ``path`` (a .pte) and, with
     ``external_data="name"``, the weights to ``name.ptd`` in the same folder.
 
-    Options: ``dynamic_shapes``, ``precision``, ``external_data``, ``partitioners``,
+    Options: ``dynamic_shapes``, ``precision``, ``external_data``, ``tuning_records``,
+    ``partitioners``,
     ``backend_config``, ``strict``, ``quiet`` (as for :func:`export`). Returns the
     ``ExecutorchProgramManager`` (its ``kiln_report`` also lists the files written).
     """
@@ -389,6 +403,7 @@ def save(model, path, example_inputs: Sequence | None = None, **options):
             options.get("partitioners"),
             options.get("backend_config"),
             options.get("strict", False),
+            options.get("tuning_records"),
         )
         with rep.phase("write"):
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,16 +7,35 @@ the .pte, where the C++ delegate ignores them):
 |---|---|
 | ``kiln.precision`` | ``b"fp32"``, ``b"fp16"`` or ``b"bf16"`` |
 | ``kiln.external_data`` | the .ptd file stem (absent: weights live in the .pte) |
+| ``kiln.tuning`` | the named-data key of the tuning records the program carries (absent: none) |
+
+The C++ delegate reads ``kiln.tuning`` at init: it adds the records under that key to the process
+(``kiln_add_tuning_records``) before the engine loads.
 """
 
 from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import zlib
+from pathlib import Path
 
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 SPEC_PRECISION = "kiln.precision"
 SPEC_EXTERNAL_DATA = "kiln.external_data"
-KNOWN_SPECS = (SPEC_PRECISION, SPEC_EXTERNAL_DATA)
+SPEC_TUNING = "kiln.tuning"
+KNOWN_SPECS = (SPEC_PRECISION, SPEC_EXTERNAL_DATA, SPEC_TUNING)
+TUNING_KEY_PREFIX = "kiln-tuning-"
+# Tuning cache images read by this process, by key: KilnBackend.preprocess stores them as named
+# data beside the engines whose compile specs name them.
+TUNING_IMAGES: dict[str, bytes] = {}
+# The tuning cache file's limits (src/core/tune_cache.h, tune_cache.c).
+_TUNE_MAGIC, _TUNE_FORMAT, _TUNE_HEADER = b"KILNTUNE", 1, 32
+_TUNE_KEY_MAX = _TUNE_VALUE_MAX = 1024
+_TUNE_RECORDS_MAX, _TUNE_FILE_MAX = 65536, 64 << 20
 # .ptd names other ExecuTorch components write (a clash would overwrite or merge their file).
 _RESERVED_DATA_NAMES = ("aoti_cuda_blob", "_default_external_constant", "native_weights")
 
@@ -65,16 +84,81 @@ def validate_external_data(name) -> str | None:
     return name
 
 
-def compile_specs_for(precision: str, external_data: str | None) -> list[CompileSpec]:
+def tuning_image_problem(data: bytes) -> str | None:
+    """None when data is a well-formed tuning cache image (the rules libkiln applies: header,
+    format version, CRC-32s, every record in bounds), else what is wrong with it."""
+    n = len(data)
+    if n < _TUNE_HEADER:
+        return "shorter than its header"
+    if n > _TUNE_FILE_MAX:
+        return "larger than 64 MiB"
+    if data[:8] != _TUNE_MAGIC:
+        return "not a Kiln tuning cache (magic)"
+    version, n_rec, body_n, body_crc, head_crc = struct.unpack_from("<IIQII", data, 8)
+    if zlib.crc32(data[:28]) != head_crc:
+        return "header CRC mismatch"
+    if version != _TUNE_FORMAT:
+        return "another format version"
+    if body_n != n - _TUNE_HEADER:
+        return "truncated or extended (body size)"
+    if n_rec > _TUNE_RECORDS_MAX:
+        return "too many records"
+    if zlib.crc32(data[_TUNE_HEADER:]) != body_crc:
+        return "body CRC mismatch"
+    at = _TUNE_HEADER
+    for _ in range(n_rec):
+        if n - at < 4:
+            return "a record out of bounds"
+        kn, vn = struct.unpack_from("<HH", data, at)
+        if kn == 0 or kn > _TUNE_KEY_MAX or vn > _TUNE_VALUE_MAX or n - at - 4 < kn + vn:
+            return "a record out of bounds"
+        at += 4 + kn + vn
+    return None if at == n else "bytes after the last record"
+
+
+def read_tuning_records(path) -> str | None:
+    """None (path None), or the named-data key of the tuning cache file at path (what
+    ``kiln tune PROGRAM.pte --cache FILE`` writes on the target GPU), checked; its bytes are kept
+    in TUNING_IMAGES for KilnBackend.preprocess."""
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            "tuning_records must be None or the path of a tuning cache file; got "
+            f"{type(path).__name__}"
+        )
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"tuning_records={str(path)!r}: no such file; write one on the target GPU with "
+            "`kiln tune PROGRAM.pte --cache FILE`"
+        )
+    data = p.read_bytes()
+    problem = tuning_image_problem(data)
+    if problem is not None:
+        raise ValueError(
+            f"tuning_records={str(path)!r} is not a Kiln tuning cache ({problem}); write one "
+            "with `kiln tune PROGRAM.pte --cache FILE`"
+        )
+    key = TUNING_KEY_PREFIX + hashlib.sha256(data).hexdigest()
+    TUNING_IMAGES[key] = data
+    return key
+
+
+def compile_specs_for(
+    precision: str, external_data: str | None, tuning_key: str | None = None
+) -> list[CompileSpec]:
     specs = [CompileSpec(SPEC_PRECISION, precision.encode())]
     if external_data is not None:
         specs.append(CompileSpec(SPEC_EXTERNAL_DATA, external_data.encode()))
+    if tuning_key is not None:
+        specs.append(CompileSpec(SPEC_TUNING, tuning_key.encode()))
     return specs
 
 
 def parse_compile_specs(specs) -> tuple[str, str | None]:
     """(precision, external_data) from a delegate's compile specs; unknown ``kiln.*`` keys and
-    duplicates are refused."""
+    duplicates are refused (``kiln.tuning``: tuning_key_of)."""
     precision, external, seen = "fp32", None, set()
     for s in specs or ():
         key = s.key
@@ -88,9 +172,19 @@ def parse_compile_specs(specs) -> tuple[str, str | None]:
             precision = validate_precision(value)
         elif key == SPEC_EXTERNAL_DATA:
             external = validate_external_data(value)
+        elif key == SPEC_TUNING:
+            pass
         else:
             raise ValueError(
                 f"KilnBackend: unknown compile spec {key!r} (known: {', '.join(KNOWN_SPECS)}); "
                 "use KilnPartitioner(precision=..., external_data=...)"
             )
     return precision, external
+
+
+def tuning_key_of(specs) -> str | None:
+    """The ``kiln.tuning`` key of a delegate's compile specs, or None."""
+    for s in specs or ():
+        if s.key == SPEC_TUNING:
+            return bytes(s.value).decode("utf-8", errors="replace")
+    return None

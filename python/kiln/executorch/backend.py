@@ -32,7 +32,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from .. import _graph
 from . import _lowering as low
 from . import _report
-from ._options import parse_compile_specs
+from ._options import TUNING_IMAGES, parse_compile_specs, tuning_key_of
 
 log = logging.getLogger("kiln.executorch")
 
@@ -211,6 +211,16 @@ class KilnBackend(BackendDetails):
         store = NamedDataStore()
         for key, data in built.weights:
             store.add_named_data(key, data, alignment=WEIGHT_ALIGNMENT, external_tag=external_data)
+        tuning = tuning_key_of(compile_specs)
+        if tuning is not None:  # the records travel with the weights (one copy per program)
+            if tuning not in TUNING_IMAGES:
+                raise ValueError(
+                    f"KilnBackend: compile spec kiln.tuning names {tuning!r}, which this process "
+                    "did not read; pass tuning_records= to KilnPartitioner, export or save"
+                )
+            store.add_named_data(
+                tuning, TUNING_IMAGES[tuning], alignment=16, external_tag=external_data
+            )
         log.debug(
             "KilnBackend: engine of %d bytes, %d external weights (%s)",
             len(built.engine),
@@ -219,5 +229,7 @@ class KilnBackend(BackendDetails):
         )
         return PreprocessResult(
             processed_bytes=built.engine,
-            data_store_output=store.get_named_data_store_output() if built.weights else None,
+            data_store_output=store.get_named_data_store_output()
+            if built.weights or tuning is not None
+            else None,
         )

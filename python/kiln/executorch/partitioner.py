@@ -20,7 +20,12 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import _lowering as low
-from ._options import compile_specs_for, validate_external_data, validate_precision
+from ._options import (
+    compile_specs_for,
+    read_tuning_records,
+    validate_external_data,
+    validate_precision,
+)
 
 log = logging.getLogger("kiln.executorch")
 
@@ -466,9 +471,14 @@ class KilnPartitioner(Partitioner):
             activations (inputs and outputs keep their dtypes).
         external_data: None (weights in the .pte) or a file stem: the weights of every Kiln
             engine go to ``<external_data>.ptd`` beside the .pte.
+        tuning_records: None, or a tuning cache file (``kiln tune PROGRAM.pte --cache FILE`` on
+            the target GPU): its records are stored in the program (named data, beside the
+            weights), and contexts on that GPU apply them instead of timing.
     """
 
-    def __init__(self, precision: str = "fp32", external_data: str | None = None):
+    def __init__(
+        self, precision: str = "fp32", external_data: str | None = None, tuning_records=None
+    ):
         super().__init__()
         # Every node of the partitioned programs left to ExecuTorch: dicts {"op": edge op
         # name, "reason": why Kiln did not take it, "source": "file.py:123" or None}.
@@ -479,8 +489,10 @@ class KilnPartitioner(Partitioner):
         self.buffers_left: list[dict] = []
         self.precision = validate_precision(precision)
         self.external_data = validate_external_data(external_data)
+        # a tuning cache file (`kiln tune`): its records go into the program (named data)
+        self.tuning_key = read_tuning_records(tuning_records)
         self.delegation_spec = DelegationSpec(
-            BACKEND_ID, compile_specs_for(self.precision, self.external_data)
+            BACKEND_ID, compile_specs_for(self.precision, self.external_data, self.tuning_key)
         )
 
     @property
