@@ -79,8 +79,10 @@ static const build_pass passes[] = {
     {"bn_fold", kiln_pass_bn_fold, 1},
     {"matmul_to_linear", kiln_pass_matmul_to_linear, 1},
     {"patchify", kiln_pass_patchify, 1},
+    {"views", kiln_pass_views, 1}, // linears over 3-d inputs, for the attention patterns
     {"attention", kiln_pass_attention, 1},
     {"llm", kiln_pass_llm, 1}, // before fuse (which would take the muls and adds as tails)
+    {"act", kiln_pass_act, 1},
     {"views", kiln_pass_views, 1},
     {"cse", kiln_pass_cse, 1},
     {"dce", kiln_pass_dce, 1}, // last pass before nodes are inserted (see pass_dce.c)
@@ -103,15 +105,17 @@ static kiln_status run_passes(kiln_bgraph *b) {
 }
 
 static void log_stats(const kiln_plan *p, const kiln_build_stats *s) {
-    kiln_log(KILN_LOG_INFO,
-             "kiln_build: %u layers, %u tensors, arena %" PRIu64 " bytes, inline weights %" PRIu64
-             " bytes; removed %u dead, folded %u, batch norms folded %u, matmul->linear %u, "
-             "bias fused %u, tails fused %u, casts %u, copies %u, selects %u, qkv merged %u, "
-             "patchify convs %u, rms norms %u, rotary %u, views %u, common subexpressions %u",
-             p->n_layers, p->n_tensors, p->arena_nbytes, p->weights_nbytes, s->n_dead, s->n_folded,
-             s->n_bn_folded, s->n_linear, s->n_bias_fused, s->n_tail_fused, s->n_casts, s->n_copies,
-             s->n_select, s->n_qkv_merged, s->n_patchify, s->n_rms_norm, s->n_rotary, s->n_views,
-             s->n_cse);
+    kiln_log(
+        KILN_LOG_INFO,
+        "kiln_build: %u layers, %u tensors, arena %" PRIu64 " bytes, inline weights %" PRIu64
+        " bytes; removed %u dead, folded %u, batch norms folded %u, matmul->linear %u, "
+        "bias fused %u, tails fused %u, casts %u, copies %u, selects %u, qkv merged %u, "
+        "patchify convs %u, rms norms %u, rotary %u, activations %u, causal masks %u, views %u, "
+        "common subexpressions %u",
+        p->n_layers, p->n_tensors, p->arena_nbytes, p->weights_nbytes, s->n_dead, s->n_folded,
+        s->n_bn_folded, s->n_linear, s->n_bias_fused, s->n_tail_fused, s->n_casts, s->n_copies,
+        s->n_select, s->n_qkv_merged, s->n_patchify, s->n_rms_norm, s->n_rotary, s->n_act,
+        s->n_causal, s->n_views, s->n_cse);
 }
 
 // The pipeline up to the plan; *b must be released by the caller.

@@ -2,8 +2,8 @@
 // The builder's working graph and its passes (docs/builder.md). kiln_build copies the caller's
 // graph into a kiln_bgraph, runs the passes in order, lays out the plan and serializes it:
 //
-//   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> patchify -> attention
-//              -> llm -> views -> cse -> dce -> fuse]
+//   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> patchify -> views
+//              -> attention -> llm -> act -> views -> cse -> dce -> fuse]
 //          -> precision -> lower_io -> check -> emit (tensors, layers, memory plan, weights)
 //
 // The working graph mirrors src/ir/graph.h with what the passes need: nodes can die, gain
@@ -94,6 +94,8 @@ typedef struct kiln_build_stats {
     uint32_t n_rotary; // rotate-half rotary chains (mul, slice, neg, cat, ...) turned into rotary
     uint32_t n_views;  // views rewritten as reshapes, reshape chains collapsed, identities removed
     uint32_t n_cse;    // nodes equal to an earlier one (op, inputs, attributes) removed
+    uint32_t n_act;    // activations written as arithmetic turned into their op
+    uint32_t n_causal; // sdpa masks equal to the causal mask turned into is_causal
 } kiln_build_stats;
 
 typedef struct kiln_bgraph {
@@ -194,6 +196,7 @@ kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b); // pass_linear.c
 kiln_status kiln_pass_patchify(kiln_bgraph *b);         // pass_patchify.c
 kiln_status kiln_pass_attention(kiln_bgraph *b);        // pass_attention.c
 kiln_status kiln_pass_llm(kiln_bgraph *b);              // pass_llm.c: rms_norm, rotary
+kiln_status kiln_pass_act(kiln_bgraph *b);              // pass_act.c: activation formulas
 kiln_status kiln_pass_views(kiln_bgraph *b);            // pass_views.c
 kiln_status kiln_pass_cse(kiln_bgraph *b);              // pass_cse.c
 kiln_status kiln_pass_fuse(kiln_bgraph *b);             // pass_fuse.c

@@ -4,7 +4,8 @@
 //
 // 1. select: squeeze(slice(x, dim d, start i, end i + 1, step 1), dims [d]) is select(x, d, i)
 //    (torch's unbind(0) of a packed QKV exports as exactly this), when the slice's output is
-//    read only by the squeeze.
+//    read only by the squeeze; so is a reshape that drops exactly dim d (the squeeze as the
+//    view pass before this one leaves it).
 // 2. QKV merge: an sdpa whose q, k and v are each
 //        permute(reshape(linear(x, W_j, b_j), [a0, a1, H, E]), (0, 2, 1, 3))
 //    over the same x (HF BERT's separate query/key/value projections), every link read only by
@@ -21,6 +22,18 @@
 //    [B, G, R * L, E] (a query head's rows follow its group's), the mask's rows are repeated R
 //    times to match, and the result is viewed back as [B, G * R, L, Ev]. No repeat is
 //    materialized and each kv head is read once for its R query heads.
+// 4. Split QKV: an sdpa operand
+//        permute(reshape(slice(y, -1, j * D, (j + 1) * D), [B, L, H, E]), (0, 2, 1, 3))
+//    with y [B, L, c * D] and D = H * E (GPT-2's qkv.split(D, dim=2) and other fused
+//    projections split by slicing), each link read once, becomes the packed form of 2.:
+//        select(permute(reshape(y, [B, L, c, H, E]), (2, 0, 3, 1, 4)), 0, j)
+//    the same values, which the backends read as strided views of y with no copy (the
+//    reshapes of q, k and v are one node after common-subexpression elimination).
+// 5. Causal masks: an sdpa whose mask is a constant [.., L, S] (every leading dim 1) that allows
+//    exactly j <= i (bool: true there and false elsewhere; float: 0 there and -inf or below
+//    -1e4 elsewhere, as transformers builds it from finfo.min), with q of L rows and k of S,
+//    becomes the same sdpa with is_causal = 1 and no mask: the kernels skip the masked blocks
+//    and read no mask. An sdpa that the grouped-query rewrite gave a repeated mask keeps it.
 // New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
 // three linears), and the nodes are re-sorted by key at the end, so index order stays
 // topological.
@@ -63,12 +76,18 @@ static kiln_status slice_squeeze(kiln_bgraph *b, uint32_t sq_node, int *done) {
     const kiln_bnode *sq = &b->nodes[sq_node];
     kiln_attrs sa = kiln_bgraph_attrs(b, sq), la;
     uint32_t n_dims = 0;
-    const int64_t *dims = kiln_attrs_ints(&sa, KILN_A_SQUEEZE_DIMS, &n_dims);
+    const int64_t *dims = NULL;
     int32_t sl = single_use_producer(b, kiln_bgraph_input(b, sq, 0), KILN_OP_SLICE), x, sel;
     uint32_t rank;
     int64_t d, start, end, step, sq_dim;
     *done = 0;
-    if (sl < 0 || n_dims != 1) return KILN_OK;
+    if (sl < 0) return KILN_OK;
+    if (sq->op == KILN_OP_SQUEEZE) {
+        dims = kiln_attrs_ints(&sa, KILN_A_SQUEEZE_DIMS, &n_dims);
+        if (n_dims != 1) return KILN_OK;
+    } else if (kiln_bgraph_input(b, sq, 1) >= 0) {
+        return KILN_OK; // a reshape with a `like` input
+    }
     la = kiln_bgraph_attrs(b, &b->nodes[sl]);
     x = kiln_bgraph_input(b, &b->nodes[sl], 0);
     rank = b->values[x].desc.shape.rank;
@@ -76,10 +95,22 @@ static kiln_status slice_squeeze(kiln_bgraph *b, uint32_t sq_node, int *done) {
     start = kiln_attrs_int(&la, KILN_A_SLICE_START, 0);
     end = kiln_attrs_int(&la, KILN_A_SLICE_END, 0);
     step = kiln_attrs_int(&la, KILN_A_SLICE_STEP, 0);
-    sq_dim = dims[0];
     if (rank == 0) return KILN_OK;
     if (d < 0) d += rank;
-    if (sq_dim < 0) sq_dim += rank;
+    if (dims != NULL) {
+        sq_dim = dims[0];
+        if (sq_dim < 0) sq_dim += rank;
+    } else { // a reshape that drops exactly the sliced dim (the view pass's form of a squeeze)
+        const kiln_shape *ss = &b->values[b->nodes[sl].output].desc.shape;
+        const kiln_shape *os = &b->values[sq->output].desc.shape;
+        sq_dim = d;
+        if (d < 0 || d >= (int64_t)rank || os->rank + 1 != rank) return KILN_OK;
+        for (uint32_t i = 0, j = 0; i < rank; i++) {
+            if ((int64_t)i == d) continue;
+            if (ss->min[i] != os->min[j] || ss->max[i] != os->max[j]) return KILN_OK;
+            j++;
+        }
+    }
     if (d < 0 || d >= (int64_t)rank || sq_dim != d || step != 1 || start < 0 || end != start + 1) {
         return KILN_OK;
     }
@@ -116,9 +147,13 @@ static int match_chain(const kiln_bgraph *b, int32_t v, qkv_chain *c, int64_t sh
     if (c->resh < 0 || kiln_bgraph_input(b, &b->nodes[c->resh], 1) >= 0) return 0; // no `like`
     a = kiln_bgraph_attrs(b, &b->nodes[c->resh]);
     s = kiln_attrs_ints(&a, KILN_A_RESHAPE_SHAPE, &n);
-    if (n != 4 || s[2] <= 0 || s[3] <= 0 || s[0] < -3 || s[1] < -3)
-        return 0; // dims 0, 1 copied at most
+    if (n != 4 || s[0] < -3 || s[1] < -3) return 0; // dims 0, 1 copied at most
     memcpy(shape, s, 4 * sizeof *shape);
+    for (uint32_t i = 2; i < 4; i++) { // H and E static (a -1 among them read off the result)
+        const kiln_shape *rs = &b->values[b->nodes[c->resh].output].desc.shape;
+        if (s[i] == -1 && rs->min[i] == rs->max[i]) shape[i] = rs->max[i];
+        if (shape[i] <= 0) return 0;
+    }
     c->lin = single_use_producer(b, kiln_bgraph_input(b, &b->nodes[c->resh], 0), KILN_OP_LINEAR);
     if (c->lin < 0) return 0;
     c->x = kiln_bgraph_input(b, &b->nodes[c->lin], 0);
@@ -312,12 +347,127 @@ static kiln_status gqa(kiln_bgraph *b, uint32_t node, int *done) {
     return KILN_OK;
 }
 
+// Rewrite 4 on input slot `slot` of sdpa `node`.
+static kiln_status split_qkv(kiln_bgraph *b, uint32_t node, uint32_t slot, int *done) {
+    *done = 0;
+    int32_t pm =
+        single_use_producer(b, kiln_bgraph_input(b, &b->nodes[node], slot), KILN_OP_PERMUTE);
+    if (pm < 0) return KILN_OK;
+    int32_t rs = single_use_producer(b, kiln_bgraph_input(b, &b->nodes[pm], 0), KILN_OP_RESHAPE);
+    if (rs < 0 || kiln_bgraph_input(b, &b->nodes[rs], 1) >= 0) return KILN_OK;
+    int32_t sl = single_use_producer(b, kiln_bgraph_input(b, &b->nodes[rs], 0), KILN_OP_SLICE);
+    if (sl < 0) return KILN_OK;
+    {
+        kiln_attrs pa = kiln_bgraph_attrs(b, &b->nodes[pm]);
+        uint32_t np = 0;
+        const int64_t *perm = kiln_attrs_ints(&pa, KILN_A_PERMUTE_DIMS, &np);
+        if (np != 4 || perm[0] != 0 || perm[1] != 2 || perm[2] != 1 || perm[3] != 3) return KILN_OK;
+    }
+    int32_t y = kiln_bgraph_input(b, &b->nodes[sl], 0);
+    const kiln_shape *ys = &b->values[y].desc.shape;
+    const kiln_shape *ss = &b->values[b->nodes[sl].output].desc.shape;
+    const kiln_shape *rsh = &b->values[b->nodes[rs].output].desc.shape;
+    if (ys->rank != 3 || ss->rank != 3 || rsh->rank != 4 || ys->min[2] != ys->max[2]) {
+        return KILN_OK;
+    }
+    if (rsh->min[2] != rsh->max[2] || rsh->min[3] != rsh->max[3] || !same_dim(rsh, 0, ys, 0) ||
+        !same_dim(rsh, 1, ys, 1) || !same_dim(ss, 0, ys, 0) || !same_dim(ss, 1, ys, 1)) {
+        return KILN_OK;
+    }
+    int64_t h = rsh->max[2], e = rsh->max[3], d = h * e, w = ys->max[2];
+    kiln_attrs sa = kiln_bgraph_attrs(b, &b->nodes[sl]);
+    int64_t dim = kiln_attrs_int(&sa, KILN_A_SLICE_DIM, 0);
+    int64_t start = kiln_attrs_int(&sa, KILN_A_SLICE_START, 0);
+    int64_t step = kiln_attrs_int(&sa, KILN_A_SLICE_STEP, 0);
+    if ((dim != -1 && dim != 2) || step != 1 || d <= 0 || w % d != 0 || ss->min[2] != d ||
+        ss->max[2] != d) {
+        return KILN_OK;
+    }
+    if (start < 0) start += w;
+    if (start < 0 || start % d != 0 || start + d > w) return KILN_OK;
+    int64_t seq = b->nodes[pm].seq;
+    int64_t codes[5] = {ys->min[0] == ys->max[0] ? ys->max[0] : -2,
+                        ys->min[1] == ys->max[1] ? ys->max[1] : -3, w / d, h, e};
+    int64_t perm5[5] = {2, 0, 3, 1, 4};
+    int32_t r5, p5, sel;
+    size_t first_new = b->n_nodes;
+    KILN_TRY(add_view(b, KILN_OP_RESHAPE, y, codes, 5, seq, &r5));
+    KILN_TRY(add_view(b, KILN_OP_PERMUTE, r5, perm5, 5, seq, &p5));
+    KILN_TRY(add_select(b, p5, 0, start / d, seq, &sel));
+    if (!kiln_desc_equal(&b->values[sel].desc, &b->values[b->nodes[pm].output].desc)) {
+        for (size_t k = first_new; k < b->n_nodes; k++) b->nodes[k].dead = 1; // left as it was
+        return KILN_OK;
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, (uint32_t)pm, sel, "split qkv"));
+    *done = 1;
+    return KILN_OK;
+}
+
+// Whether constant m is the causal mask of L query rows and S keys (see 5. above).
+static int is_causal_mask(const kiln_bgraph *b, int32_t m, int64_t l, int64_t sk) {
+    const kiln_bvalue *c = &b->values[m];
+    const kiln_shape *ms = &c->desc.shape;
+    uint32_t r = ms->rank, dt = c->desc.dtype;
+    uint64_t esz = kiln_dtype_size((kiln_dtype)dt);
+    if (r < 2 || ms->min[r - 2] != l || ms->max[r - 2] != l || ms->min[r - 1] != sk ||
+        ms->max[r - 1] != sk) {
+        return 0;
+    }
+    for (uint32_t i = 0; i + 2 < r; i++) {
+        if (ms->max[i] != 1) return 0;
+    }
+    if (esz == 0 || c->data == NULL || c->nbytes != (uint64_t)l * (uint64_t)sk * esz) return 0;
+    if (dt != KILN_DTYPE_BOOL && !kiln_dtype_is_float((kiln_dtype)dt)) return 0;
+    for (int64_t i = 0; i < l; i++) {
+        for (int64_t j = 0; j < sk; j++) {
+            int64_t at = i * sk + j;
+            if (dt == KILN_DTYPE_BOOL) {
+                if ((((const uint8_t *)c->data)[at] != 0) != (j <= i)) return 0;
+                continue;
+            }
+            float v = kiln_load_f32(c->data, dt, at);
+            if (j <= i ? v != 0.0f : !(v <= -1e4f)) return 0;
+        }
+    }
+    return 1;
+}
+
+static kiln_status causal(kiln_bgraph *b, uint32_t node, int *done) {
+    const kiln_bnode *n = &b->nodes[node];
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    int32_t q = kiln_bgraph_input(b, n, 0), k = kiln_bgraph_input(b, n, 1);
+    int32_t m = kiln_bgraph_input(b, n, 3);
+    *done = 0;
+    if (m < 0 || !kiln_bgraph_is_const(b, m) || kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0) {
+        return KILN_OK;
+    }
+    const kiln_shape *qs = &b->values[q].desc.shape, *ks = &b->values[k].desc.shape;
+    if (qs->rank < 2 || ks->rank < 2) return KILN_OK;
+    int64_t l = qs->max[qs->rank - 2], sk = ks->max[ks->rank - 2];
+    if (qs->min[qs->rank - 2] != l || ks->min[ks->rank - 2] != sk) return KILN_OK;
+    if (!is_causal_mask(b, m, l, sk)) return KILN_OK;
+    int64_t one = 1;
+    double scale = kiln_attrs_float(&a, KILN_A_SDPA_SCALE, 0);
+    kiln_attr_ref refs[2] = {{KILN_ATTR_INTS, 1, 0}, {KILN_ATTR_FLOATS, 1, 0}};
+    kiln_attrs na = {refs, 2, &one, &scale};
+    int32_t ins[3] = {q, k, kiln_bgraph_input(b, n, 2)}, y;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SDPA, ins, 3, &na, n->seq, &y));
+    if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[node].output].desc)) {
+        b->nodes[b->values[y].index].dead = 1;
+        return KILN_OK;
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, node, y, "causal attention"));
+    *done = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_attention(kiln_bgraph *b) {
     size_t n = b->n_nodes;
     KILN_TRY(kiln_bgraph_count_uses(b));
     for (size_t i = 0; i < n; i++) {
         int done = 0;
-        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_SQUEEZE) continue;
+        if (b->nodes[i].dead) continue;
+        if (b->nodes[i].op != KILN_OP_SQUEEZE && b->nodes[i].op != KILN_OP_RESHAPE) continue;
         KILN_TRY(slice_squeeze(b, (uint32_t)i, &done));
         b->stats.n_select += (uint32_t)done;
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
@@ -332,14 +482,32 @@ kiln_status kiln_pass_attention(kiln_bgraph *b) {
     }
     n = b->n_nodes;
     for (size_t i = 0; i < n; i++) {
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_SDPA) continue;
+        for (uint32_t slot = 0; slot < 3; slot++) {
+            int done = 0;
+            KILN_TRY(split_qkv(b, (uint32_t)i, slot, &done));
+            b->stats.n_select += (uint32_t)done;
+            if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+        }
+    }
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
         int done = 0;
         if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_SDPA) continue;
         KILN_TRY(gqa(b, (uint32_t)i, &done));
         b->stats.n_gqa += (uint32_t)done;
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_SDPA) continue;
+        KILN_TRY(causal(b, (uint32_t)i, &done));
+        b->stats.n_causal += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
     // the new nodes were appended after the sdpa that reads them: restore index = topological order
-    if (b->stats.n_select + b->stats.n_qkv_merged + b->stats.n_gqa > 0) {
+    if (b->stats.n_select + b->stats.n_qkv_merged + b->stats.n_gqa + b->stats.n_causal > 0) {
         KILN_TRY(kiln_bgraph_sort_nodes(b));
     }
     return KILN_OK;

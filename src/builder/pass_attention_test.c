@@ -3,6 +3,8 @@
 // linear + select, slice + squeeze turned into select, the cases that must be left alone, and
 // that every rewritten engine computes what the unoptimized one does (CPU backend, random
 // inputs, static and dynamic shapes).
+#include <math.h>
+
 #include "builder/builder_test_util.h"
 
 #define D 32
@@ -195,6 +197,79 @@ static void test_gqa(int mask_rank, int causal, int rep_v, uint32_t want_expand,
     kiln_graph_free(g);
 }
 
+// A GPT-2 attention block: x [B, 6, D] -> linear [3 D] -> three slices of D -> head split ->
+// sdpa with a constant mask [1, 1, 6, 6] -> head merge. Variants of the mask and the slices.
+enum {
+    G_BOOL,      // bool tril: becomes is_causal
+    G_NEG_INF,   // float 0 / -inf: becomes is_causal
+    G_FINFO_MIN, // float 0 / -3.4e38 (transformers' finfo.min): becomes is_causal
+    G_NOT_TRIL,  // bool, one entry above the diagonal allowed: the mask stays
+    G_SHIFTED,   // the slices at 0, D / 2, D: the middle one stays a slice
+    G_DYN_BATCH, // B dynamic (1..3): select form with a copied batch dim
+};
+
+static void test_gpt2(int variant, uint32_t want_slice, int want_causal, const char *what) {
+    enum { L = 6 };
+    float *w = rnd(3 * D * D), *b = rnd(3 * D), fm[L * L];
+    uint8_t bm[L * L];
+    kiln_graph *g;
+    kiln_plan p;
+    int dyn = variant == G_DYN_BATCH;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x =
+        tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(dyn ? 1 : 2, L, D), TU_DIMS(dyn ? 3 : 2, L, D));
+    int32_t cw = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(3 * D, D), w);
+    int32_t cb = tu_const(g, "b", KILN_DTYPE_F32, 1, TU_DIMS(3 * D), b), m, part[3], o;
+    int32_t y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, cw, cb), TU_NO_ATTRS);
+    for (int i = 0; i < L; i++) {
+        for (int j = 0; j < L; j++) {
+            int allow = j <= i || (variant == G_NOT_TRIL && i == 2 && j == 4);
+            bm[i * L + j] = (uint8_t)allow;
+            fm[i * L + j] = allow ? 0.0f : variant == G_NEG_INF ? -INFINITY : -3.4e38f;
+        }
+    }
+    if (variant == G_NEG_INF || variant == G_FINFO_MIN) {
+        m = tu_const(g, "mask", KILN_DTYPE_F32, 4, TU_DIMS(1, 1, L, L), fm);
+    } else {
+        CHECK_OK(kiln_graph_add_constant(g, "mask", KILN_DTYPE_BOOL, 4, TU_DIMS(1, 1, L, L), bm,
+                                         sizeof bm, &m));
+    }
+    for (int j = 0; j < 3; j++) {
+        int64_t start = variant == G_SHIFTED ? j * D / 2 : j * D;
+        int32_t sl = tu_node(g, KILN_OP_SLICE, TU_IDS(y),
+                             TU_ATTRS(TU_INTS("dim", 2), TU_INTS("start", start),
+                                      TU_INTS("end", start + D), TU_INTS("step", 1)));
+        sl = tu_node(g, KILN_OP_RESHAPE, TU_IDS(sl),
+                     TU_ATTRS(TU_INTS("shape", dyn ? -2 : 2, L, H, E)));
+        part[j] = tu_node(g, KILN_OP_PERMUTE, TU_IDS(sl), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    }
+    o = tu_node(g, KILN_OP_SDPA, TU_IDS(part[0], part[1], part[2], m), TU_NO_ATTRS);
+    o = tu_node(g, KILN_OP_PERMUTE, TU_IDS(o), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    o = tu_node(g, KILN_OP_RESHAPE, TU_IDS(o), TU_ATTRS(TU_INTS("shape", dyn ? -2 : 2, L, D)));
+    tu_output(g, o, "y");
+    if (bt_plan(g, &o1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_SLICE) == want_slice, "%s: %u slices, want %u", what,
+                  bt_count(&p, KILN_OP_SLICE), want_slice);
+        CHECK_MSG(bt_count(&p, KILN_OP_SELECT) == 3 - want_slice, "%s: %u selects", what,
+                  bt_count(&p, KILN_OP_SELECT));
+        for (uint32_t l = 0; l < p.n_layers; l++) {
+            if (p.layers[l].op != KILN_OP_SDPA) continue;
+            kiln_attrs a = kiln_plan_layer_attrs(&p, &p.layers[l]);
+            int causal = kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0;
+            CHECK_MSG(causal == want_causal && p.layers[l].n_inputs == (want_causal ? 3u : 4u),
+                      "%s: sdpa causal %d with %u inputs, want causal %d", what, causal,
+                      p.layers[l].n_inputs, want_causal);
+        }
+        kiln_plan_release(&p);
+    }
+    bt_shape s1[1] = {{3, {2, L, D}}}, s2[1] = {{3, {3, L, D}}};
+    bt_compare(g, &o0, &o1, 1, s1, 0, 1e-5, 1e-5, what);
+    if (dyn) bt_compare(g, &o0, &o1, 1, s2, 0, 1e-5, 1e-5, what);
+    kiln_graph_free(g);
+    free(w);
+    free(b);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
@@ -211,5 +286,11 @@ int main(void) {
     // k's and v's repeats of the one cache are the same nodes: common-subexpression elimination
     // leaves one expand
     test_gqa(0, 1, 2, 1, "GQA, causal: left alone");
+    test_gpt2(G_BOOL, 0, 1, "GPT-2 split, bool causal mask");
+    test_gpt2(G_NEG_INF, 0, 1, "GPT-2 split, -inf causal mask");
+    test_gpt2(G_FINFO_MIN, 0, 1, "GPT-2 split, finfo.min causal mask");
+    test_gpt2(G_NOT_TRIL, 0, 0, "GPT-2 split, a mask that is not causal");
+    test_gpt2(G_SHIFTED, 1, 1, "GPT-2 slices off the head boundaries");
+    test_gpt2(G_DYN_BATCH, 0, 1, "GPT-2 split, dynamic batch");
     return check_summary();
 }

@@ -10,6 +10,12 @@
 //     that input; the inner one dies when nothing else reads it);
 //  3. a reshape whose output is its input (the same dims, dynamic ones copied from the same
 //     position), and a copy (clone), are removed: their readers read the input.
+//  4. a linear over reshape(x, [M, K]) (x [.., K]: leading dims flattened) whose output is read
+//     only by a reshape to x's leading dims and N is a linear over x itself: torch's export
+//     spells a linear over a 3-d input as view -> addmm -> view, and with the views in between
+//     no elementwise op after the linear (its activation, a residual add) could join it as a
+//     tail. At most one leading dim of x may be dynamic (the result's ranges must then be the
+//     reshape's).
 // Reshapes with a `like` input are left alone. A node whose output is a graph output or a
 // state's update keeps a layer (rewrites 1 and 2 still apply to it): I/O lowering relies on
 // those copies.
@@ -167,6 +173,93 @@ static kiln_status make_reshape(kiln_bgraph *b, uint32_t k, int32_t x, const int
     return KILN_OK;
 }
 
+// A constant bias of n features (shape [n], dtype dt) for a linear without one, or -1.
+static int32_t bias_of(const kiln_bgraph *b, uint32_t add, int32_t y, int64_t n, uint32_t dt) {
+    const kiln_bnode *a = &b->nodes[add];
+    int32_t a0 = kiln_bgraph_input(b, a, 0), a1 = kiln_bgraph_input(b, a, 1);
+    int32_t c = a0 == y ? a1 : a0;
+    if ((a0 == y) == (a1 == y) || !kiln_bgraph_is_const(b, c)) return -1;
+    const kiln_value_desc *d = &b->values[c].desc;
+    if (d->dtype != dt || d->shape.rank != 1 || d->shape.max[0] != n || d->shape.min[0] != n)
+        return -1;
+    return c;
+}
+
+// Rewrite 4: a reshape r2 of linear(reshape(x)) (or of add(linear(reshape(x)), bias) with the
+// linear biasless and the bias a constant [N]: an addmm) as linear(x); *done when rewritten.
+static kiln_status linear_through(kiln_bgraph *b, uint32_t r2, int *done) {
+    *done = 0;
+    int32_t lv = kiln_bgraph_input(b, &b->nodes[r2], 0), bias = -1;
+    const size_t first_new = b->n_nodes;
+    uint32_t dead[2], n_dead = 0;
+    if (b->values[lv].kind != KILN_IR_NODE || b->uses[lv] != 1 || b->is_output[lv]) return KILN_OK;
+    uint32_t li = b->values[lv].index;
+    const kiln_bnode *l = &b->nodes[li];
+    if (l->dead || l->head >= 0 || l->n_tail > 0) return KILN_OK;
+    if (l->op == KILN_OP_ADD) { // the add of an addmm: find its linear
+        const kiln_value_desc *yd = &b->values[lv].desc;
+        dead[n_dead++] = li;
+        for (uint32_t i = 0; i < 2 && bias < 0; i++) {
+            int32_t v = kiln_bgraph_input(b, l, i);
+            if (v < 0 || b->values[v].kind != KILN_IR_NODE || b->uses[v] != 1 || b->is_output[v])
+                continue;
+            const kiln_bnode *m = &b->nodes[b->values[v].index];
+            if (m->dead || m->op != KILN_OP_LINEAR || m->head >= 0 || m->n_tail > 0 ||
+                kiln_bgraph_input(b, m, 2) >= 0 || yd->shape.rank != 2) {
+                continue;
+            }
+            bias = bias_of(b, li, v, yd->shape.max[1], yd->dtype);
+            if (bias >= 0) lv = v;
+        }
+        if (bias < 0) return KILN_OK;
+        li = b->values[lv].index;
+        l = &b->nodes[li];
+    }
+    if (l->op != KILN_OP_LINEAR) return KILN_OK;
+    dead[n_dead++] = li;
+    const int32_t r1v = kiln_bgraph_input(b, l, 0);
+    if (r1v < 0 || b->values[r1v].kind != KILN_IR_NODE) return KILN_OK;
+    const kiln_bnode *r1 = &b->nodes[b->values[r1v].index];
+    if (!plain_reshape(b, r1)) return KILN_OK;
+    int32_t x = kiln_bgraph_input(b, r1, 0);
+    const kiln_shape *xs = &b->values[x].desc.shape, *ms = &b->values[r1v].desc.shape;
+    const kiln_shape *os = &b->values[b->nodes[r2].output].desc.shape;
+    if (ms->rank != 2 || !is_static(ms, 1) || os->rank < 2) return KILN_OK;
+    if (xs->rank < 2 || !is_static(xs, xs->rank - 1) || xs->max[xs->rank - 1] != ms->max[1]) {
+        // x is not [.., K] (a head merge [B, L, H, E] -> [B * L, H * E]): when the result's
+        // shape is static, the linear reads x reshaped to the result's leading dims and K
+        int64_t c[KILN_MAX_RANK];
+        for (uint32_t i = 0; i < os->rank; i++) {
+            if (!is_static(os, i)) return KILN_OK;
+            c[i] = i + 1 < os->rank ? os->max[i] : ms->max[1];
+        }
+        kiln_attr_ref ref = {KILN_ATTR_INTS, os->rank, 0};
+        kiln_attrs ra = {&ref, 1, c, NULL};
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &ra, b->nodes[r2].seq, &x));
+        l = &b->nodes[li];
+        xs = &b->values[x].desc.shape;
+    }
+    uint32_t n_dyn = 0;
+    for (uint32_t i = 0; i + 1 < xs->rank; i++) n_dyn += !is_static(xs, i);
+    if (n_dyn > 1) return KILN_OK;
+    int32_t ins[3] = {x, kiln_bgraph_input(b, l, 1), bias >= 0 ? bias : kiln_bgraph_input(b, l, 2)};
+    uint32_t n_ins = ins[2] >= 0 ? 3 : 2;
+    kiln_attrs a = kiln_bgraph_attrs(b, l);
+    int32_t y;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_LINEAR, ins, n_ins, &a, b->nodes[r2].seq, &y));
+    if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[r2].output].desc)) {
+        for (size_t k = first_new; k < b->n_nodes; k++) {
+            b->nodes[k].dead = 1; // left as it was
+            b->values[b->nodes[k].output].kind = KILN_BV_DEAD;
+        }
+        return KILN_OK;
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, r2, y, "linear over its input's leading dims"));
+    for (uint32_t i = 0; i < n_dead; i++) b->nodes[dead[i]].dead = 1; // read only by r2's chain
+    *done = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_views(kiln_bgraph *b) {
     int64_t codes[KILN_MAX_RANK];
     // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
@@ -181,6 +274,20 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         KILN_TRY(make_reshape(b, (uint32_t)k, kiln_bgraph_input(b, n, 0), codes, rank));
         b->stats.n_views++;
     }
+    // 4: linears through the reshapes around them (before 2 folds their second reshape into
+    // the head split that follows)
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    int n_linear = 0;
+    const size_t n2 = b->n_nodes;
+    for (size_t k = 0; k < n2; k++) {
+        int done = 0;
+        if (b->nodes[k].dead || b->is_output[b->nodes[k].output] || !plain_reshape(b, &b->nodes[k]))
+            continue;
+        KILN_TRY(linear_through(b, (uint32_t)k, &done));
+        n_linear += done;
+        b->stats.n_views += (uint32_t)done;
+    }
+    if (n_linear > 0) KILN_TRY(kiln_bgraph_sort_nodes(b));
     // 2: reshape chains (in topological order, so an inner reshape is already collapsed)
     const size_t n1 = b->n_nodes;
     for (size_t k = 0; k < n1; k++) {

@@ -84,10 +84,75 @@ static void test_dynamic_chain(void) {
     kiln_graph_free(g);
 }
 
+// Rewrite 4: a linear between the reshapes torch's export puts around it, then an activation
+// and a residual add. variant 0: x [2, 5, K] -> [10, K] -> linear -> [2, 5, N]; 1: addmm's
+// form (a biasless linear, then add of a bias [N]); 2: a head merge x [2, 5, 4, 6] ->
+// [10, 24]; 3: x [B, 5, K] with B dynamic; 4: the result split the other way ([5, 2, N]):
+// stays.
+static void test_linear_through(int variant, const char *want, const char *what) {
+    enum { K = 24, N = 16 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    float *w = tu_rand(N * K, -0.5f, 0.5f), *b = tu_rand(N, -0.5f, 0.5f);
+    int dyn = variant == 3;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = variant == 2
+                    ? tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(2, 5, 4, 6), TU_DIMS(2, 5, 4, 6))
+                    : tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(dyn ? 1 : 2, 5, K),
+                               TU_DIMS(dyn ? 3 : 2, 5, K));
+    int32_t r =
+        tu_input(g, "r", KILN_DTYPE_F32, 3, TU_DIMS(dyn ? 1 : 2, 5, N), TU_DIMS(dyn ? 3 : 2, 5, N));
+    if (variant == 4) {
+        kiln_graph_free(g);
+        CHECK_OK(kiln_graph_new(&g));
+        x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(2, 5, K), TU_DIMS(2, 5, K));
+        r = tu_input(g, "r", KILN_DTYPE_F32, 3, TU_DIMS(5, 2, N), TU_DIMS(5, 2, N));
+    }
+    int32_t cw = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(N, K), w);
+    int32_t cb = tu_const(g, "b", KILN_DTYPE_F32, 1, TU_DIMS(N), b), y;
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(x), TU_ATTRS(TU_INTS("shape", -1, K)));
+    if (variant == 1) {
+        y = tu_node(g, KILN_OP_LINEAR, TU_IDS(y, cw), TU_NO_ATTRS);
+        y = tu_node(g, KILN_OP_ADD, TU_IDS(cb, y), TU_NO_ATTRS);
+    } else {
+        y = tu_node(g, KILN_OP_LINEAR, TU_IDS(y, cw, cb), TU_NO_ATTRS);
+    }
+    if (variant == 4) {
+        y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", 5, 2, N)));
+    } else {
+        y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", dyn ? -1 : 2, 5, N)));
+    }
+    y = tu_node(g, KILN_OP_GELU, TU_IDS(y), TU_ATTRS(TU_INTS("approximate", 1)));
+    y = tu_node(g, KILN_OP_ADD, TU_IDS(y, r), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape s[2] = {{3, {2, 5, K}}, {3, {2, 5, N}}};
+    if (variant == 2) s[0] = (bt_shape){4, {2, 5, 4, 6}};
+    if (variant == 4) s[1] = (bt_shape){3, {5, 2, N}};
+    bt_compare(g, &o0, &o1, 2, s, 0, 1e-5, 1e-5, what);
+    if (dyn) {
+        bt_shape s3[2] = {{3, {3, 5, K}}, {3, {3, 5, N}}};
+        bt_compare(g, &o0, &o1, 2, s3, 0, 1e-5, 1e-5, what);
+    }
+    kiln_graph_free(g);
+    free(w);
+    free(b);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     test_head_split_merge();
     test_transpose_and_identity();
     test_dynamic_chain();
+    test_linear_through(0, "linear,gelu,add", "linear between reshapes");
+    test_linear_through(1, "linear,gelu,add", "addmm between reshapes");
+    test_linear_through(2, "reshape|linear,gelu,add", "linear after a head merge");
+    test_linear_through(3, "linear,gelu,add", "linear between reshapes, dynamic batch");
+    test_linear_through(4, "reshape|linear|reshape|gelu|add", "result split another way");
     return check_summary();
 }
