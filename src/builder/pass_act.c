@@ -106,6 +106,7 @@ static int grow(const kiln_bgraph *b, uint32_t sink, const uint32_t *cuts, uint3
                 act_region *r) {
     const kiln_value_desc *d = &b->values[b->nodes[sink].output].desc;
     uint32_t stack[ACT_MAX_NODES], sp = 0;
+    if (!kiln_dtype_is_float((kiln_dtype)d->dtype)) return 0; // integer arithmetic: not ours
     r->n = 0;
     r->x = -1;
     stack[sp++] = sink;

@@ -200,9 +200,10 @@ typedef struct cuda_bound {
     kiln_cuda_ctx ctx;
     kiln_kernel_args args;
     kiln_tail_op tails[KILN_MAX_TAIL];
-    kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL]; // reads of tensors' layout copies
-    kiln_cuda_strided sdpa_io[4];                       // sdpa's folded views
-    char where[96];                                     // "layer 12 (linear)"
+    kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL];    // reads of tensors' layout copies
+    kiln_tensor nhwc[KILN_MAX_INPUTS + KILN_MAX_TAIL + 1]; // NHWC-ordered views (per-channel op)
+    kiln_cuda_strided sdpa_io[4];                          // sdpa's folded views
+    char where[96];                                        // "layer 12 (linear)"
 } cuda_bound;
 
 // A launch context over c's resources on `stream` (no layer bound yet).

@@ -142,6 +142,7 @@ const char *kiln_cuda_kernel_name(kiln_cuda_kernel k) {
     case KILN_CUDA_K_SDPA_TC_SPLIT: return "sdpa_tc_split";
     case KILN_CUDA_K_SDPA_FLASH: return "sdpa_flash";
     case KILN_CUDA_K_SDPA_SIMPLE: return "sdpa_simple";
+    case KILN_CUDA_K_CONV_DW: return "conv_dw";
     default: return "unplanned";
     }
 }

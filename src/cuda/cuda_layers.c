@@ -89,9 +89,26 @@ static kiln_status read_copy(const cuda_context *c, const kiln_cuda_ctx *ctx, ui
 // Head layer li's layout fields in ctx, its reads of copies pointed at views[] (cuda_layout.h).
 // An NHWC group's elementwise operands must have the output's shape (or one element) at these
 // shapes too.
+// t [N or 1, C, 1, 1] against out [N, C, H, W] (cuda_layout.c: per_channel).
+static int per_channel(const kiln_tensor *t, const kiln_tensor *out) {
+    return t != NULL && t->rank == 4 && out->rank == 4 && t->dims[2] == 1 && t->dims[3] == 1 &&
+           t->dims[1] == out->dims[1] && (t->dims[0] == 1 || t->dims[0] == out->dims[0]);
+}
+
+// *dst = t with its dims in NHWC order ([N, C, H, W] stored NHWC is [N, H, W, C] contiguous; a
+// [N, C, 1, 1] or one-element tensor is the same bytes either way).
+static const kiln_tensor *nhwc_order(const kiln_tensor *t, kiln_tensor *dst) {
+    if (t == NULL || t->rank != 4) return t;
+    *dst = *t;
+    dst->dims[1] = t->dims[2];
+    dst->dims[2] = t->dims[3];
+    dst->dims[3] = t->dims[1];
+    return dst;
+}
+
 static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx,
                                 kiln_kernel_args *args, kiln_tail_op *tails, kiln_tensor *views,
-                                int run) {
+                                kiln_tensor *nhwc, int run) {
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
     const kiln_cuda_layout *L = &e->layout;
@@ -125,9 +142,32 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
             ctx->x_cpad = pad8(args->in[0]->dims[1]);
         }
     }
-    int ok = 1;
+    int ok = 1, chan = 0;
     if (args->op != KILN_OP_CONV2D && args->n_in == 2) {
-        ok = same_dims_or_one(args->in[0], args->out) && same_dims_or_one(args->in[1], args->out);
+        for (uint32_t j = 0; j < 2; j++) {
+            int pc =
+                !same_dims_or_one(args->in[j], args->out) && per_channel(args->in[j], args->out);
+            chan |= pc;
+            ok = ok && (pc || same_dims_or_one(args->in[j], args->out));
+        }
+    }
+    if (ok && chan) { // a per-channel operand: the layer sees every tensor in NHWC order
+        uint32_t k = 0;
+        for (uint32_t t = 0; t < args->n_tail; t++) {
+            ok = ok && same_dims_or_one(args->tail[t].operand, args->out);
+        }
+        if (!ok) {
+            return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                                  "%s: an operand's shape differs from the output's in an NHWC "
+                                  "layer; set the option cuda.nhwc to false",
+                                  ctx->where ? ctx->where : "?");
+        }
+        for (uint32_t j = 0; j < 2; j++) args->in[j] = nhwc_order(args->in[j], &nhwc[k++]);
+        for (uint32_t t = 0; t < args->n_tail; t++) {
+            tails[t].operand = nhwc_order(tails[t].operand, &nhwc[k++]);
+        }
+        args->out = (kiln_tensor *)nhwc_order(args->out, &nhwc[k]);
+        return KILN_OK;
     }
     for (uint32_t t = 0; t < args->n_tail; t++) {
         ok = ok && same_dims_or_one(args->tail[t].operand, args->out);
@@ -223,7 +263,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     ctx->sdpa_store = e->plan->layers[li].op == KILN_OP_SDPA ? c->sdpa_store : NULL;
     ctx->choice = NULL;
     kiln_plan_group_args(e->plan, li, c->views, b->tails, &b->args);
-    KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, run));
+    KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, b->nhwc, run));
     sdpa_fold_views(c, li, ctx, b->sdpa_io);
     gemv_fold_args(c, li, ctx);
     return KILN_OK;

@@ -36,6 +36,16 @@ static int follow_binary(uint32_t op) {
     return op == KILN_OP_ADD || op == KILN_OP_SUB || op == KILN_OP_MUL;
 }
 
+// t is [N or 1, C, 1, 1] against o [N, C, H, W] (squeeze-excite's scale): its bytes are the same
+// in either layout, and the layer reads it through NHWC-ordered views (cuda_layers.c).
+static int per_channel(const kiln_plan_tensor *t, const kiln_plan_tensor *o) {
+    const kiln_shape *s = &t->shape, *os = &o->shape;
+    return s->rank == 4 && os->rank == 4 && s->max[2] == 1 && s->max[3] == 1 &&
+           s->min[1] == os->min[1] && s->max[1] == os->max[1] &&
+           ((s->min[0] == 1 && s->max[0] == 1) ||
+            (s->min[0] == os->min[0] && s->max[0] == os->max[0]));
+}
+
 static int32_t in_id(const kiln_plan *p, const kiln_plan_layer *l, uint32_t j) {
     return j < l->n_inputs ? p->ids[l->input_begin + j] : -1;
 }
@@ -87,6 +97,14 @@ static int group_touches_state(const kiln_plan *p, uint32_t li) {
     return 0;
 }
 
+// 1 when tensor x is written by the group of a conv2d head.
+static int conv_writes(const kiln_plan *p, int32_t x) {
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        if (kiln_plan_group_output(p, li) == x) return p->layers[li].op == KILN_OP_CONV2D;
+    }
+    return 0;
+}
+
 // What head layer li is to the pass.
 static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
     const kiln_plan_layer *l = &p->layers[li];
@@ -100,8 +118,15 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
         int32_t w = in_id(p, l, 1);
         if (w < 0 || p->tensors[w].kind != KILN_TENSOR_WEIGHT || p->tensors[w].shape.rank != 4 ||
             p->tensors[w].dtype != o->dtype || xt->dtype != o->dtype || xt->shape.rank != 4 ||
-            kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 1 ||
             xt->shape.min[1] != xt->shape.max[1] || o->shape.max[1] % 8 != 0) {
+            return K_OTHER;
+        }
+        int64_t groups = kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0);
+        // groups 1, or depthwise (one channel per group: Kiln's NHWC depthwise kernel) when a
+        // conv writes its input (MobileNet's and EfficientNet's expand convs): a depthwise conv
+        // between NCHW layers (ConvNeXt's, read by a permute) would only add two transposes
+        if (groups != 1 && (groups != xt->shape.max[1] || groups != o->shape.max[1] ||
+                            p->tensors[w].shape.max[1] != 1 || !conv_writes(p, x))) {
             return K_OTHER;
         }
         return tail_ok(p, li, o) ? K_CONV : K_OTHER;
@@ -116,7 +141,8 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
     if (follow_binary(l->op) && l->n_inputs == 2) {
         for (uint32_t j = 0; j < 2; j++) {
             int32_t r = in_id(p, l, j);
-            if (r < 0 || (max_numel(&p->tensors[r]) != 1 && !same_shape(&p->tensors[r], o)))
+            if (r < 0 || (max_numel(&p->tensors[r]) != 1 && !same_shape(&p->tensors[r], o) &&
+                          !per_channel(&p->tensors[r], o)))
                 return K_OTHER;
         }
         return K_FOLLOW;

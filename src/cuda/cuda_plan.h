@@ -34,6 +34,7 @@ typedef enum kiln_cuda_kernel {
     KILN_CUDA_K_SDPA_TC_SPLIT, // sdpa: tensor-core kernel, keys split across warps
     KILN_CUDA_K_SDPA_FLASH,    // sdpa: fp32-FMA flash kernel (head sizes up to 256)
     KILN_CUDA_K_SDPA_SIMPLE,   // sdpa: one block per query row (larger heads)
+    KILN_CUDA_K_CONV_DW,       // depthwise conv2d in NHWC: 8 channels per thread (op_conv.cu)
 } kiln_cuda_kernel;
 
 // The name kiln_layer_info reports ("cublaslt", "wgmma", ...).

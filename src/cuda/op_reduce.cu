@@ -5,6 +5,9 @@
 // A 4-D input the layout pass stored NHWC (ctx->nhwc, cuda_layout.h) is walked through the
 // strides of that layout; the output is written in logical order (NCHW), as cuda_layout.c
 // expects of a mean or sum head.
+// A mean or sum over H and W of an NHWC fp16/bf16 input with C % 8 == 0 (squeeze-excite's and
+// the classifier's global pool) runs its own kernel: one block per image and 8 channels, its
+// threads walking the pixels with 16-byte loads, float64 partial sums combined in a fixed order.
 // Runs of adjacent kept or reduced dims that are contiguous in memory are coalesced; when the
 // dim of stride 1 is reduced and the reduction is long, one block reduces each output
 // (coalesced reads), otherwise one thread per output walks its elements (coalesced across
@@ -98,6 +101,61 @@ static __global__ void reduce_block_kernel(const __grid_constant__ red_params P)
     }
 }
 
+#define RED_HW_BLOCK 512
+
+template <typename T>
+static __global__ void __launch_bounds__(RED_HW_BLOCK)
+    reduce_hw_nhwc_kernel(const T *x, int64_t hw, int64_t c, void *y, uint32_t ydt, int mean) {
+    __shared__ double part[8][RED_HW_BLOCK / 32];
+    const int64_t cv = c / 8, n = blockIdx.x / cv, v = blockIdx.x % cv;
+    const T *base = x + n * hw * c + v * 8;
+    double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+#pragma unroll 4
+    for (int64_t r = threadIdx.x; r < hw; r += RED_HW_BLOCK) {
+        const uint4 raw = __ldg((const uint4 *)(base + r * c));
+        const T *e = (const T *)&raw;
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[k] += (double)kc_to_f(e[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        for (int o = 16; o > 0; o >>= 1) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) part[k][threadIdx.x >> 5] = acc[k];
+    }
+    __syncthreads();
+    if (threadIdx.x < 8) {
+        double t = 0.0;
+        for (int w = 0; w < RED_HW_BLOCK / 32; w++) t += part[threadIdx.x][w];
+        kc_st_f(y, ydt, n * c + v * 8 + threadIdx.x, (float)(mean ? t / (double)hw : t));
+    }
+}
+
+// The NHWC global pool above, when it takes the layer (*done).
+static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x,
+                                  const kiln_tensor *y, const int *reduced, int mean, int *done) {
+    *done = 0;
+    if (!ctx->nhwc || x->rank != 4 || reduced[0] || reduced[1] || !reduced[2] || !reduced[3] ||
+        (x->dtype != KILN_DTYPE_F16 && x->dtype != KILN_DTYPE_BF16) ||
+        !kiln_cuda_is_float(y->dtype) || x->dims[1] % 8 != 0 || kiln_cuda_align_of(x->data) < 16) {
+        return KILN_OK;
+    }
+    const int64_t n = x->dims[0], c = x->dims[1], hw = x->dims[2] * x->dims[3];
+    *done = 1;
+    if (n * c == 0) return KILN_OK;
+    const unsigned blocks = (unsigned)(n * (c / 8));
+    if (x->dtype == KILN_DTYPE_F16) {
+        reduce_hw_nhwc_kernel<__half><<<blocks, RED_HW_BLOCK, 0, ctx->stream>>>(
+            (const __half *)x->data, hw, c, y->data, y->dtype, mean);
+    } else {
+        reduce_hw_nhwc_kernel<__nv_bfloat16><<<blocks, RED_HW_BLOCK, 0, ctx->stream>>>(
+            (const __nv_bfloat16 *)x->data, hw, c, y->data, y->dtype, mean);
+    }
+    return kiln_cuda_check_launch(ctx, "reduce_hw_nhwc_kernel");
+}
+
 // --- launchers
 
 template <typename Acc>
@@ -136,6 +194,11 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
     }
     if (n_dims == 0) {
         for (uint32_t d = 0; d < x->rank; d++) reduced[d] = 1;
+    }
+    {
+        int done = 0;
+        KILN_CUDA_TRY(reduce_hw_nhwc(ctx, x, y, reduced, args->op == KILN_OP_MEAN, &done));
+        if (done) return KILN_OK;
     }
     kc_strides(x, xs);
     if (ctx->nhwc && x->rank == 4) { // stored [N, H, W, C]

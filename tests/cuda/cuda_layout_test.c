@@ -367,8 +367,72 @@ static void state_layout(void) {
     kiln_plan_release(&p);
 }
 
+// A depthwise 3x3 conv (groups = C) with a bias.
+static int32_t dwconv(kiln_graph *g, int32_t x, int64_t c) {
+    int64_t wd[4] = {c, 1, 3, 3}, bd[1] = {c}, pad[2] = {1, 1}, groups = c;
+    int32_t ins[3] = {x, constant(g, 4, wd), constant(g, 1, bd)}, h = -1;
+    kiln_attr a[2] = {{"padding", pad, NULL, 2}, {"groups", &groups, NULL, 1}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_CONV2D, ins, 3, a, 2, &h, 1) == KILN_OK);
+    return h;
+}
+
+// An MBConv block (fp16): conv 1x1 16 -> 32 + relu, depthwise 3x3 + relu, squeeze-excite (mean
+// over H, W; conv 1x1 32 -> 8 + relu; conv 1x1 8 -> 32 + sigmoid; the [N, 32, 1, 1] scale
+// multiplied over the activation), conv 1x1 32 -> 16 + the input; then a depthwise conv whose
+// input an add (x + x) writes, read by a permute (ConvNeXt's order). The first depthwise conv
+// and the mul stay NHWC; the second depthwise conv (no conv writes its input) is NCHW.
+static void mbconv_layout(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t dims[4] = {2, 16, 8, 8}, hw[2] = {2, 3}, keep = 1, perm[4] = {0, 2, 3, 1};
+    int32_t x = -1, h, d, se, m, y, r, d2, pm;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, dims, dims, &x) == KILN_OK);
+    h = conv(g, x, 16, 32, 1, -1, 1);
+    d = dwconv(g, h, 32);
+    CHECK(kiln_graph_add_node(g, KILN_OP_RELU, &d, 1, NULL, 0, &d, 1) == KILN_OK);
+    kiln_attr ma[2] = {{"dims", hw, NULL, 2}, {"keepdim", &keep, NULL, 1}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &d, 1, ma, 2, &se, 1) == KILN_OK);
+    se = conv(g, se, 32, 8, 1, -1, 1);
+    se = conv(g, se, 8, 32, 1, -1, 0);
+    CHECK(kiln_graph_add_node(g, KILN_OP_SIGMOID, &se, 1, NULL, 0, &se, 1) == KILN_OK);
+    int32_t two[2] = {d, se};
+    CHECK(kiln_graph_add_node(g, KILN_OP_MUL, two, 2, NULL, 0, &m, 1) == KILN_OK);
+    y = conv(g, m, 32, 16, 1, x, 0);
+    CHECK(kiln_graph_mark_output(g, y, "block") == KILN_OK);
+    int32_t xx[2] = {x, x};
+    CHECK(kiln_graph_add_node(g, KILN_OP_ADD, xx, 2, NULL, 0, &r, 1) == KILN_OK);
+    d2 = dwconv(g, r, 16);
+    kiln_attr pa = {"dims", perm, NULL, 4};
+    CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, &d2, 1, &pa, 1, &pm, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, pm, "y") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    uint32_t dw1 = find_head(&p, KILN_OP_CONV2D, find_head(&p, KILN_OP_CONV2D, 0) + 1);
+    uint32_t mul = find_head(&p, KILN_OP_MUL, 0), mn = find_head(&p, KILN_OP_MEAN, 0);
+    uint32_t dw2 = UINT32_MAX;
+    for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
+        if (p.layers[li].op != KILN_OP_CONV2D) continue;
+        kiln_attrs a = kiln_plan_layer_attrs(&p, &p.layers[li]);
+        if (kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) == 16) dw2 = li;
+    }
+    CHECK(dw1 != UINT32_MAX && mul != UINT32_MAX && mn != UINT32_MAX && dw2 != UINT32_MAX);
+    if (dw1 != UINT32_MAX && mul != UINT32_MAX && mn != UINT32_MAX && dw2 != UINT32_MAX) {
+        CHECK_MSG(l.head_nhwc[dw1] && l.nhwc[blk_t(&p, dw1)], "the first depthwise conv NCHW");
+        CHECK_MSG(l.head_nhwc[mul] && l.nhwc[blk_t(&p, mul)], "the per-channel mul NCHW");
+        CHECK_MSG(l.head_nhwc[mn] && !l.alt[p.layers[mn].input_begin],
+                  "the mean does not read the depthwise output in place");
+        CHECK_MSG(!l.head_nhwc[dw2] && !l.nhwc[blk_t(&p, dw2)], "the second depthwise conv NHWC");
+    }
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    mbconv_layout();
     state_layout();
     bench_stage(1);
     bench_stage(0);

@@ -2314,6 +2314,50 @@ static int model_resnet(model *m) {
     return model_finish(&b, m, KILN_PRECISION_FP16);
 }
 
+// A depthwise conv2d (groups = c) c -> c, k x k, stride st, dilation dl, "same" padding, bias.
+static int32_t dw_conv(gbuild *b, int32_t x, int64_t c, int64_t k, int64_t st, int64_t dl) {
+    char wd[64], bd[32];
+    int64_t s2[2] = {st, st}, p2[2] = {k / 2 * dl, k / 2 * dl}, d2[2] = {dl, dl}, g = c;
+    snprintf(wd, sizeof wd, "%lldx1x%lldx%lld", (long long)c, (long long)k, (long long)k);
+    snprintf(bd, sizeof bd, "%lld", (long long)c);
+    double r = 1.0 / (double)k;
+    int32_t ins[3] = {x, gb_const(b, F32, wd, -r, r), gb_const(b, F32, bd, -0.2, 0.2)};
+    kiln_attr ca[4] = {A_INTS("stride", s2, 2), A_INTS("padding", p2, 2), A_INTS("dilation", d2, 2),
+                       A_INTS("groups", &g, 1)};
+    return gb_node(b, KILN_OP_CONV2D, ins, 3, ca, 4);
+}
+
+// MobileNet / EfficientNet blocks for the NHWC layout: 1x1 expand + SiLU, depthwise 3x3 + SiLU,
+// squeeze-excite (mean over H, W; 1x1 reduce + SiLU; 1x1 expand + sigmoid; the [N, C, 1, 1]
+// scale multiplied over the NHWC activation), depthwise 5x5/2 + relu6 (clamp), 1x1 project,
+// depthwise 3x3 dilated 2 + hard-swish, a residual add. The depthwise convs run Kiln's NHWC
+// depthwise kernel (DW_MODEL_CONVS of them) with the activation fused.
+#define DW_MODEL_CONVS 3
+static int model_mbconv(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 16, 13, 12}, maxs[4] = {3, 16, 13, 12}, hw[2] = {2, 3}, keep = 1;
+    double lo = 0.0, hi = 6.0;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
+    int32_t h = gb1(&b, KILN_OP_SILU, res_conv(&b, x, 16, 32, 1, 1, -1, 0));
+    int32_t d = gb1(&b, KILN_OP_SILU, dw_conv(&b, h, 32, 3, 1, 1));
+    kiln_attr ma[2] = {A_INTS("dims", hw, 2), A_INTS("keepdim", &keep, 1)};
+    int32_t se = gb_node(&b, KILN_OP_MEAN, &d, 1, ma, 2);
+    se = gb1(&b, KILN_OP_SILU, res_conv(&b, se, 32, 8, 1, 1, -1, 0));
+    se = gb1(&b, KILN_OP_SIGMOID, res_conv(&b, se, 8, 32, 1, 1, -1, 0));
+    int32_t sc = gb2(&b, KILN_OP_MUL, d, se);
+    kiln_attr cl[2] = {A_FLOATS("min", &lo, 1), A_FLOATS("max", &hi, 1)};
+    int32_t d2 = dw_conv(&b, sc, 32, 5, 2, 1);
+    d2 = gb_node(&b, KILN_OP_CLAMP, &d2, 1, cl, 2);
+    int32_t pr = res_conv(&b, d2, 32, 16, 1, 1, -1, 0);
+    int32_t d3 = gb1(&b, KILN_OP_HARDSWISH, dw_conv(&b, pr, 16, 3, 1, 2));
+    int32_t y = gb2(&b, KILN_OP_ADD, pr, d3);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "mbconv nhwc bf16" : "mbconv nhwc fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
+    return model_finish(&b, m, precision);
+}
+
 // Built like the real engines (kiln_cuda_bench's conv2_x graph, ResNet-50 from ExecuTorch): the
 // fp16 conversion's cast on the engine input (NCHW) is read by the first conv and by the first
 // residual add (both through one NHWC copy), the last block feeds the output cast (NCHW-only:
@@ -2562,7 +2606,7 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
 // What an engine's context runs, from kiln_context_layer_info.
 typedef struct e2e_stats {
     int valid;
-    int n_conv, n_conv_nhwc, n_stem, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
+    int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
@@ -2579,6 +2623,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             st->n_conv++;
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
             st->n_stem += strcmp(info.kernel, "stem") == 0;
+            st->n_dw += strcmp(info.kernel, "conv_dw") == 0;
         }
         st->n_sdpa_dnn += info.op == KILN_OP_SDPA && strcmp(info.kernel, "cudnn") == 0;
         // tuned at context creation: cuDNN's fastest configuration was timed against Kiln's
@@ -3889,7 +3934,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[24];
+    model models[28];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -3906,6 +3951,10 @@ static void run_e2e(void) {
     if (model_misc(&models[n])) n++;
     if (model_resnet(&models[n])) n++;
     if (model_resnet_boundary(&models[n])) n++;
+    int first_dw = n;
+    if (model_mbconv(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_mbconv(&models[n], KILN_PRECISION_BF16)) n++;
+    int end_dw = n;
     int first_stem = n;
     if (model_stems(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_stems(&models[n], KILN_PRECISION_BF16)) n++;
@@ -3919,7 +3968,7 @@ static void run_e2e(void) {
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
-    CHECK_MSG(n == (opt_quick ? 14 : 20), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 15 : 22), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
             char nm[128];
@@ -3963,6 +4012,12 @@ static void run_e2e(void) {
                               "%s: %d NHWC convs", models[i].name, st.n_conv_nhwc);
                     CHECK_MSG(st.n_stem == want, "%s: %d convs on the stem kernel, want %d",
                               models[i].name, st.n_stem, want);
+                }
+                if (i >= first_dw && i < end_dw && picked) {
+                    // with NHWC (cuDNN loaded, cuda.nhwc) the depthwise convs run Kiln's kernel
+                    int want = st.n_conv_nhwc > 0 ? DW_MODEL_CONVS : 0;
+                    CHECK_MSG(st.n_dw == want, "%s: %d convs on the depthwise kernel, want %d",
+                              models[i].name, st.n_dw, want);
                 }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
                 if (i >= first_decoder && picked) { // the GEMV folds, unless switched off
