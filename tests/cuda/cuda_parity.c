@@ -2330,9 +2330,10 @@ static int32_t dw_conv(gbuild *b, int32_t x, int64_t c, int64_t k, int64_t st, i
 // MobileNet / EfficientNet blocks for the NHWC layout: 1x1 expand + SiLU, depthwise 3x3 + SiLU,
 // squeeze-excite (mean over H, W; 1x1 reduce + SiLU; 1x1 expand + sigmoid; the [N, C, 1, 1]
 // scale multiplied over the NHWC activation), depthwise 5x5/2 + relu6 (clamp), 1x1 project,
-// depthwise 3x3 dilated 2 + hard-swish, a residual add. The depthwise convs run Kiln's NHWC
-// depthwise kernel (DW_MODEL_CONVS of them) with the activation fused.
-#define DW_MODEL_CONVS 3
+// depthwise 3x3 dilated 2 + hard-swish, a residual add. The depthwise convs that read a conv's
+// output run Kiln's NHWC depthwise kernel (DW_MODEL_CONVS of them) with the activation fused;
+// the 5x5/2 reads the mul's output and stays NCHW (cuda_layout.c).
+#define DW_MODEL_CONVS 2
 static int model_mbconv(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[4] = {1, 16, 13, 12}, maxs[4] = {3, 16, 13, 12}, hw[2] = {2, 3}, keep = 1;
