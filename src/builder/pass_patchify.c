@@ -10,6 +10,9 @@
 // and one transpose instead of a convolution whose input has 3 channels (a shape the GPU's
 // convolution libraries serve poorly: 113 us for ViT-B/16's patch embedding on the H200, a few
 // us as a GEMM). N may be dynamic (the reshapes copy it from their input).
+// A 1x1 convolution of a one-pixel image (squeeze-excite's reduce and expand convs after a global
+// pool) is the same with one patch: y = reshape(linear(reshape(x, [N, C]), w as [O, C], b),
+// [N, O, 1, 1]), a small-M GEMM instead of a convolution library call on a 1x1 image.
 #include <string.h>
 
 #include "builder/builder.h"
@@ -38,15 +41,6 @@ static kiln_status patchify_one(kiln_bgraph *b, uint32_t ci, int *done) {
     if (xs->rank != 4 || ws->rank != 4) return KILN_OK;
     kh = ws->max[2];
     kw = ws->max[3];
-    if (kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 1 ||
-        kiln_attrs_int(&a, KILN_A_CONV_STRIDE, 0) != kh ||
-        kiln_attrs_int(&a, KILN_A_CONV_STRIDE, 1) != kw ||
-        kiln_attrs_int(&a, KILN_A_CONV_PADDING, 0) != 0 ||
-        kiln_attrs_int(&a, KILN_A_CONV_PADDING, 1) != 0 ||
-        kiln_attrs_int(&a, KILN_A_CONV_DILATION, 0) != 1 ||
-        kiln_attrs_int(&a, KILN_A_CONV_DILATION, 1) != 1) {
-        return KILN_OK;
-    }
     for (uint32_t d = 1; d < 4; d++) {
         if (xs->min[d] != xs->max[d]) return KILN_OK; // C, H, W static
     }
@@ -54,9 +48,26 @@ static kiln_status patchify_one(kiln_bgraph *b, uint32_t ci, int *done) {
     h = xs->max[2];
     wd = xs->max[3];
     o = ws->max[0];
-    if (kh < 2 || kw < 2 || h % kh != 0 || wd % kw != 0 || ws->max[1] != c) return KILN_OK;
+    // one pixel (h = wd = 1, padding 0: the kernel is 1x1 and the output one pixel, whatever the
+    // stride) is one patch
+    int pixel = h == 1 && wd == 1 && kh == 1 && kw == 1;
+    if (kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 1 ||
+        (!pixel && (kiln_attrs_int(&a, KILN_A_CONV_STRIDE, 0) != kh ||
+                    kiln_attrs_int(&a, KILN_A_CONV_STRIDE, 1) != kw)) ||
+        kiln_attrs_int(&a, KILN_A_CONV_PADDING, 0) != 0 ||
+        kiln_attrs_int(&a, KILN_A_CONV_PADDING, 1) != 0 ||
+        kiln_attrs_int(&a, KILN_A_CONV_DILATION, 0) != 1 ||
+        kiln_attrs_int(&a, KILN_A_CONV_DILATION, 1) != 1) {
+        return KILN_OK;
+    }
+    if (ws->max[1] != c || (!pixel && (kh < 2 || kw < 2 || h % kh != 0 || wd % kw != 0))) {
+        return KILN_OK;
+    }
     nb = xs->min[0] == xs->max[0] ? xs->max[0] : -2; // -2: copy dim 0 of the input
-    {
+    if (pixel) {
+        const int64_t rows[2] = {nb, c};
+        KILN_TRY(add_shaped(b, KILN_OP_RESHAPE, x, rows, 2, seq, &v));
+    } else {
         const int64_t split[6] = {nb, c, h / kh, kh, wd / kw, kw};
         const int64_t perm[6] = {0, 2, 4, 1, 3, 5};
         const int64_t rows[3] = {nb, (h / kh) * (wd / kw), c * kh * kw};
@@ -78,13 +89,16 @@ static kiln_status patchify_one(kiln_bgraph *b, uint32_t ci, int *done) {
     ins[1] = wl;
     ins[2] = bias;
     KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_LINEAR, ins, bias >= 0 ? 3 : 2, NULL, seq, &v));
-    {
+    if (pixel) {
+        const int64_t img[4] = {nb, o, 1, 1};
+        KILN_TRY(add_shaped(b, KILN_OP_RESHAPE, v, img, 4, seq, &v));
+    } else {
         const int64_t grid[4] = {nb, h / kh, wd / kw, o};
         const int64_t back[4] = {0, 3, 1, 2};
         KILN_TRY(add_shaped(b, KILN_OP_RESHAPE, v, grid, 4, seq, &v));
         KILN_TRY(add_shaped(b, KILN_OP_PERMUTE, v, back, 4, seq, &v));
     }
-    // the last permute takes over the conv's output value
+    // the last node takes over the conv's output value
     KILN_TRY(kiln_bgraph_replace_node(b, ci, v, "patchify"));
     *done = 1;
     return KILN_OK;

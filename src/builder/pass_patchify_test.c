@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Patchify convolutions (pass_patchify.c): a stride = kernel conv2d becomes gather + linear +
-// transpose and computes what the convolution does (CPU backend, random inputs, against the
-// unoptimized engine); convolutions that are not patchify stay convolutions.
+// transpose, a 1x1 conv of a one-pixel image a linear, and each computes what the convolution does
+// (CPU backend, random inputs, against the unoptimized engine); convolutions that are not patchify
+// stay convolutions.
 #include "builder/builder_test_util.h"
 
 static kiln_build_options o0, o1;
@@ -52,5 +53,9 @@ int main(void) {
     check(2, 0, 9, 9, 4, 3, 3, 1, 1, 1, "padding: stays a convolution");
     check(2, 0, 9, 9, 4, 3, 2, 0, 1, 1, "stride below the kernel: stays a convolution");
     check(2, 0, 10, 10, 4, 4, 4, 0, 1, 1, "size not a multiple of the kernel: stays");
+    check(4, 1, 1, 1, 8, 1, 1, 0, 1, 0, "1x1 conv of one pixel (squeeze-excite), dynamic batch");
+    check(2, 0, 1, 1, 5, 1, 2, 0, 0, 0, "1x1 conv of one pixel, stride 2, no bias");
+    check(2, 0, 6, 6, 4, 1, 1, 0, 1, 1, "1x1 conv of an image: stays a convolution");
+    check(2, 0, 3, 3, 4, 3, 1, 1, 1, 1, "3x3 conv of a padded 3x3 image: stays");
     return check_summary();
 }

@@ -227,8 +227,10 @@ static kiln_status linear_through(kiln_bgraph *b, uint32_t r2, int *done) {
     if (ms->rank != 2 || !is_static(ms, 1) || os->rank < 2) return KILN_OK;
     if (xs->rank < 2 || !is_static(xs, xs->rank - 1) || xs->max[xs->rank - 1] != ms->max[1]) {
         // x is not [.., K] (a head merge [B, L, H, E] -> [B * L, H * E]): when the result's
-        // shape is static, the linear reads x reshaped to the result's leading dims and K
+        // shape is static and keeps the linear's N last, the linear reads x reshaped to the
+        // result's leading dims and K
         int64_t c[KILN_MAX_RANK];
+        if (os->max[os->rank - 1] != b->values[lv].desc.shape.max[1]) return KILN_OK;
         for (uint32_t i = 0; i < os->rank; i++) {
             if (!is_static(os, i)) return KILN_OK;
             c[i] = i + 1 < os->rank ? os->max[i] : ms->max[1];
