@@ -241,8 +241,15 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
             const kiln_plan_layer *hl = &p->layers[li];
             if (kind[li] != K_FOLLOW) continue;
             int32_t o = kiln_plan_group_output(p, li);
-            for (uint32_t j = 0; j < hl->n_inputs; j++)
-                changed |= unify(p, l.nhwc, in_id(p, hl, j), o);
+            for (uint32_t j = 0; j < hl->n_inputs; j++) {
+                int32_t r = in_id(p, hl, j);
+                // a per-channel operand has the same bytes in either layout (whatever writes it:
+                // a conv, or a linear and a reshape after a global pool)
+                if (r >= 0 && !same_shape(&p->tensors[r], &p->tensors[o]) &&
+                    per_channel(&p->tensors[r], &p->tensors[o]))
+                    continue;
+                changed |= unify(p, l.nhwc, r, o);
+            }
         }
     }
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {

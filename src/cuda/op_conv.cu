@@ -107,6 +107,10 @@ static __global__ void conv_direct_kernel(const kiln_cuda_conv_geom g) {
 
 #define DW_VEC 8
 #define DW_BLOCK 256
+#define DW_MAX_BX 32
+#define DW_PX 1        // output pixels per thread (4: no faster at batch 32, slower at batch 1)
+#define DW_GRID 1056   // blocks per launch: 8 per SM of a 132-SM H100 / H200
+#define DW_MAX_TAPS 96 // taps x 256 channels x 2 bytes of shared memory stay under 48 KB
 enum { DW_NONE, DW_RELU, DW_CLAMP, DW_SILU, DW_HARDSWISH, DW_SIGMOID, DW_GELU_ERF, DW_GELU_TANH };
 
 __device__ __forceinline__ float dw_act(float v, int act, float lo, float hi) {
@@ -122,41 +126,92 @@ __device__ __forceinline__ float dw_act(float v, int act, float lo, float hi) {
     }
 }
 
-template <typename T>
+// A thread computes DW_PX consecutive output pixels of one row for 8 channels; a block covers
+// bx channel vectors of by such strips at a time and walks the strips of its grid row. The
+// filter taps sit in shared memory as [tap][channel] (copied from the OIHW [channel][tap] weight
+// with coalesced reads), so a tap's weights for 8 channels are one 16-byte load, used for the
+// strip's DW_PX pixels. K: the kernel size, unrolled (3, 5, 7); 0 reads it from g. Indices are
+// 32-bit (dw_fits bounds the sizes).
+template <typename T, int K>
 static __global__ void __launch_bounds__(DW_BLOCK)
     conv_dw_nhwc_kernel(const kiln_cuda_conv_geom g, int act, float lo, float hi) {
-    const int64_t cv = g.c / DW_VEC, total = g.n * g.oh * g.ow * cv;
-    const int taps = g.kh * g.kw;
-    const T *x = (const T *)g.x, *w = (const T *)g.w, *bias = (const T *)g.bias;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t v = i % cv, pix = i / cv, c0 = v * DW_VEC;
-        const int64_t ox = pix % g.ow, t = pix / g.ow, oy = t % g.oh, n = t / g.oh;
-        float acc[DW_VEC];
+    extern __shared__ uint4 dw_smem[];
+    T *ws = (T *)dw_smem;
+    const int kh = K > 0 ? K : g.kh, kw = K > 0 ? K : g.kw, taps = kh * kw;
+    const int ct = (int)blockDim.x * DW_VEC, cbase = (int)blockIdx.x * ct, c = (int)g.c;
+    const int nthreads = (int)(blockDim.x * blockDim.y);
+    const T *x = (const T *)g.x, *w = (const T *)g.w + (int64_t)cbase * taps;
+    const T *bias = (const T *)g.bias;
+    const int nw = (c - cbase < ct ? c - cbase : ct) * taps;
+    for (int i = (int)(threadIdx.y * blockDim.x + threadIdx.x); i < ct * taps; i += nthreads) {
+        ws[(i % taps) * ct + i / taps] = i < nw ? w[i] : kc_from_f<T>(0.0f);
+    }
+    __syncthreads();
+    const int c0 = cbase + (int)threadIdx.x * DW_VEC;
+    if (c0 >= c) return;
+    float b0[DW_VEC];
 #pragma unroll
-        for (int k = 0; k < DW_VEC; k++) acc[k] = bias != NULL ? kc_to_f(bias[c0 + k]) : 0.0f;
-        for (int a = 0; a < g.kh; a++) {
-            const int64_t iy = oy * g.sh - g.ph + (int64_t)a * g.dh;
-            if (iy < 0 || iy >= g.h) continue;
-            for (int b = 0; b < g.kw; b++) {
-                const int64_t ix = ox * g.sw - g.pw + (int64_t)b * g.dw;
-                if (ix < 0 || ix >= g.w_in) continue;
-                const uint4 raw =
-                    __ldg((const uint4 *)(x + ((n * g.h + iy) * g.w_in + ix) * g.c + c0));
-                const T *xv = (const T *)&raw;
-                const int tap = a * g.kw + b;
+    for (int k = 0; k < DW_VEC; k++) b0[k] = bias != NULL ? kc_to_f(bias[c0 + k]) : 0.0f;
+    const T *wt = ws + threadIdx.x * DW_VEC;
+    const int oh = (int)g.oh, ow = (int)g.ow, ih = (int)g.h, iw = (int)g.w_in;
+    const int strips = (ow + DW_PX - 1) / DW_PX, total = (int)g.n * oh * strips;
+    for (int q = (int)(blockIdx.y * blockDim.y + threadIdx.y); q < total;
+         q += (int)(gridDim.y * blockDim.y)) {
+        const int ox0 = (q % strips) * DW_PX, t = q / strips, oy = t % oh, n = t / oh;
+        const T *xn = x + ((int64_t)n * ih * iw) * c + c0;
+        float acc[DW_PX][DW_VEC];
 #pragma unroll
-                for (int k = 0; k < DW_VEC; k++) {
-                    acc[k] = fmaf(kc_to_f(xv[k]), kc_to_f(w[(c0 + k) * taps + tap]), acc[k]);
+        for (int p = 0; p < DW_PX; p++) {
+#pragma unroll
+            for (int k = 0; k < DW_VEC; k++) acc[p][k] = b0[k];
+        }
+#pragma unroll
+        for (int a = 0; a < kh; a++) {
+            const int iy = oy * g.sh - g.ph + a * g.dh;
+            if (iy < 0 || iy >= ih) continue;
+            const T *row = xn + (int64_t)iy * iw * c;
+#pragma unroll
+            for (int b = 0; b < kw; b++) {
+                const uint4 wraw = *(const uint4 *)(wt + (a * kw + b) * ct);
+                const T *wv = (const T *)&wraw;
+                float wf[DW_VEC];
+#pragma unroll
+                for (int k = 0; k < DW_VEC; k++) wf[k] = kc_to_f(wv[k]);
+#pragma unroll
+                for (int p = 0; p < DW_PX; p++) {
+                    const int ix = (ox0 + p) * g.sw - g.pw + b * g.dw;
+                    if (ox0 + p >= ow || ix < 0 || ix >= iw) continue;
+                    const uint4 raw = __ldg((const uint4 *)(row + (int64_t)ix * c));
+                    const T *xv = (const T *)&raw;
+#pragma unroll
+                    for (int k = 0; k < DW_VEC; k++) {
+                        acc[p][k] = fmaf(kc_to_f(xv[k]), wf[k], acc[p][k]);
+                    }
                 }
             }
         }
-        uint4 outv;
-        T *ov = (T *)&outv;
+        T *yrow = (T *)g.y + (((int64_t)n * oh + oy) * ow) * c + c0;
 #pragma unroll
-        for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(dw_act(acc[k], act, lo, hi));
-        *(uint4 *)((T *)g.y + pix * g.c + c0) = outv;
+        for (int p = 0; p < DW_PX; p++) {
+            if (ox0 + p >= ow) break;
+            uint4 outv;
+            T *ov = (T *)&outv;
+#pragma unroll
+            for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(dw_act(acc[p][k], act, lo, hi));
+            *(uint4 *)(yrow + (int64_t)(ox0 + p) * c) = outv;
+        }
     }
+}
+
+// The block's shape for C channels: bx channel vectors (the largest divisor of C / 8 up to 32,
+// so that no thread idles at the channel edge), by = DW_BLOCK / bx strips of pixels.
+static void dw_block(int64_t c, unsigned *bx, unsigned *by) {
+    const int64_t cv = c / DW_VEC;
+    unsigned b = cv < DW_MAX_BX ? (unsigned)cv : DW_MAX_BX;
+    while (b > 1 && cv % b != 0) b--;
+    if (b < DW_MAX_BX / 2 && cv > DW_MAX_BX) b = DW_MAX_BX; // no good divisor: a ragged edge
+    *bx = b;
+    *by = DW_BLOCK / b;
 }
 
 // Whether the depthwise kernel takes the layer: NHWC, one channel per group, 16-bit operands of
@@ -166,7 +221,9 @@ static int dw_fits(const kiln_cuda_conv_geom *g) {
            g->og == 1 && g->c % DW_VEC == 0 && g->xcs == g->c &&
            (g->x_dt == KILN_DTYPE_F16 || g->x_dt == KILN_DTYPE_BF16) && g->w_dt == g->x_dt &&
            g->y_dt == g->x_dt && (g->bias == NULL || g->bias_dt == g->x_dt) &&
-           kiln_cuda_align_of(g->x) >= 16 && kiln_cuda_align_of(g->y) >= 16;
+           g->kh * g->kw <= DW_MAX_TAPS && g->n * g->oh * g->ow < INT32_MAX &&
+           g->h * g->w_in < INT32_MAX && kiln_cuda_align_of(g->x) >= 16 &&
+           kiln_cuda_align_of(g->y) >= 16;
 }
 
 // The activation code of tail op t (DW_NONE when the kernel cannot apply it).
@@ -191,20 +248,39 @@ static int dw_act_of(const kiln_tail_op *t, float *lo, float *hi) {
     }
 }
 
+template <typename T>
+static void dw_launch(int k, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                      const kiln_cuda_conv_geom *g, int act, float lo, float hi) {
+    switch (k) {
+    case 3: conv_dw_nhwc_kernel<T, 3><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
+    case 5: conv_dw_nhwc_kernel<T, 5><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
+    case 7: conv_dw_nhwc_kernel<T, 7><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
+    default: conv_dw_nhwc_kernel<T, 0><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
+    }
+}
+
 static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                            const kiln_cuda_conv_geom *g, uint32_t *fused) {
     float lo = 0.0f, hi = 0.0f;
     int act = args->n_tail > 0 && args->tail[0].operand == NULL
                   ? dw_act_of(&args->tail[0], &lo, &hi)
                   : DW_NONE;
-    int64_t total = g->n * g->oh * g->ow * (g->c / DW_VEC);
+    unsigned bx, by;
+    dw_block(g->c, &bx, &by);
+    const int64_t strips = g->n * g->oh * ((g->ow + DW_PX - 1) / DW_PX);
+    const unsigned gx = (unsigned)((g->c / DW_VEC + bx - 1) / bx);
+    // about eight blocks per SM of a large GPU: each block stages its taps once and walks
+    // several strips
+    int64_t gy = (strips + by - 1) / by, cap = (DW_GRID + gx - 1) / gx;
+    if (gy > cap) gy = cap;
+    const dim3 grid(gx, (unsigned)(gy > 0 ? gy : 1)), block(bx, by);
+    const size_t smem = (size_t)g->kh * g->kw * bx * DW_VEC * kiln_cuda_dtype_size(g->x_dt);
+    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5 || g->kh == 7) ? g->kh : 0;
     *fused = act != DW_NONE;
     if (g->x_dt == KILN_DTYPE_F16) {
-        conv_dw_nhwc_kernel<__half>
-            <<<kc_blocks(total, DW_BLOCK), DW_BLOCK, 0, ctx->stream>>>(*g, act, lo, hi);
+        dw_launch<__half>(k, grid, block, smem, ctx->stream, g, act, lo, hi);
     } else {
-        conv_dw_nhwc_kernel<__nv_bfloat16>
-            <<<kc_blocks(total, DW_BLOCK), DW_BLOCK, 0, ctx->stream>>>(*g, act, lo, hi);
+        dw_launch<__nv_bfloat16>(k, grid, block, smem, ctx->stream, g, act, lo, hi);
     }
     return kiln_cuda_check_launch(ctx, "conv_dw_nhwc_kernel");
 }

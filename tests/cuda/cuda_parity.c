@@ -755,9 +755,14 @@ static void cases_unary(void) {
 
 static void cases_binary(void) {
     static const uint32_t ops[] = {KILN_OP_ADD, KILN_OP_SUB, KILN_OP_MUL, KILN_OP_DIV, KILN_OP_POW};
-    static const char *pairs[][2] = {{"4x5x6", "4x5x6"}, {"4x5x6", "6"},       {"4x1x6", "1x5x1"},
-                                     {"1", "3x7"},       {"2x3x4x5", "3x1x5"}, {"", "2x3"}};
-    uint32_t n_pairs = opt_quick ? 3 : 6;
+    // then the 16-byte broadcast kernel's forms (op_eltwise.cu: ew_bvec_kernel): a per-channel
+    // [N, 1, C] scale, a row, a per-row value along a 16-byte inner dim, the broadcast on the left,
+    // and 12 columns (16-bit dtypes: not a multiple of 8; float32: three vectors per row)
+    static const char *pairs[][2] = {{"4x5x6", "4x5x6"},   {"4x5x6", "6"}, {"4x1x6", "1x5x1"},
+                                     {"3x7x16", "3x1x16"}, {"1", "3x7"},   {"2x3x4x5", "3x1x5"},
+                                     {"", "2x3"},          {"5x24", "24"}, {"6x8", "6x1"},
+                                     {"1x16", "5x16"},     {"3x12", "12"}};
+    uint32_t n_pairs = opt_quick ? 4 : (uint32_t)(sizeof pairs / sizeof pairs[0]);
     op_case c;
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         for (uint32_t d = 0; d < N_FLOATS; d++) {
@@ -2330,10 +2335,11 @@ static int32_t dw_conv(gbuild *b, int32_t x, int64_t c, int64_t k, int64_t st, i
 // MobileNet / EfficientNet blocks for the NHWC layout: 1x1 expand + SiLU, depthwise 3x3 + SiLU,
 // squeeze-excite (mean over H, W; 1x1 reduce + SiLU; 1x1 expand + sigmoid; the [N, C, 1, 1]
 // scale multiplied over the NHWC activation), depthwise 5x5/2 + relu6 (clamp), 1x1 project,
-// depthwise 3x3 dilated 2 + hard-swish, a residual add. The depthwise convs that read a conv's
-// output run Kiln's NHWC depthwise kernel (DW_MODEL_CONVS of them) with the activation fused;
-// the 5x5/2 reads the mul's output and stays NCHW (cuda_layout.c).
-#define DW_MODEL_CONVS 2
+// depthwise 3x3 dilated 2 + hard-swish, a residual add; then a 264-channel block (depthwise
+// 3x3/2, the squeeze-excite scale as the mul's left operand). The depthwise convs that read a
+// conv's output run Kiln's NHWC depthwise kernel (DW_MODEL_CONVS of them) with the activation
+// fused; the 5x5/2 reads the mul's output and stays NCHW (cuda_layout.c).
+#define DW_MODEL_CONVS 3
 static int model_mbconv(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[4] = {1, 16, 13, 12}, maxs[4] = {3, 16, 13, 12}, hw[2] = {2, 3}, keep = 1;
@@ -2353,7 +2359,16 @@ static int model_mbconv(model *m, kiln_precision precision) {
     int32_t pr = res_conv(&b, d2, 32, 16, 1, 1, -1, 0);
     int32_t d3 = gb1(&b, KILN_OP_HARDSWISH, dw_conv(&b, pr, 16, 3, 1, 2));
     int32_t y = gb2(&b, KILN_OP_ADD, pr, d3);
+    // a wide block: 264 channels (33 vectors of 8: the depthwise kernel's blocks have a ragged
+    // channel edge), depthwise 3x3/2 + SiLU, squeeze-excite, project
+    int32_t w = gb1(&b, KILN_OP_SILU, res_conv(&b, y, 16, 264, 1, 1, -1, 0));
+    w = gb1(&b, KILN_OP_SILU, dw_conv(&b, w, 264, 3, 2, 1));
+    int32_t ws = gb_node(&b, KILN_OP_MEAN, &w, 1, ma, 2);
+    ws = gb1(&b, KILN_OP_SILU, res_conv(&b, ws, 264, 16, 1, 1, -1, 0));
+    ws = gb1(&b, KILN_OP_SIGMOID, res_conv(&b, ws, 16, 264, 1, 1, -1, 0));
+    int32_t z = res_conv(&b, gb2(&b, KILN_OP_MUL, ws, w), 264, 24, 1, 1, -1, 0);
     gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
     m->name = precision == KILN_PRECISION_BF16 ? "mbconv nhwc bf16" : "mbconv nhwc fp16";
     m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
     return model_finish(&b, m, precision);
