@@ -2,8 +2,8 @@
 // View simplification: every reshape, permute, squeeze and unsqueeze is a layer that copies its
 // input (the plan has no aliases), and exported models chain them: a head split
 // [B, L, H * E] -> [B, L, H, E] -> [B, H, L, E] at L = 1 (a decode step), the head merge after
-// attention as reshape, reshape, permute, reshape, unsqueezes of one table in every layer. Three
-// rewrites, each leaving the values the same:
+// attention as reshape, reshape, permute, reshape, unsqueezes of one table in every layer. These
+// rewrites leave the values the same:
 //  1. a permute that moves only dims of static size 1 (the other dims keep their order), and
 //     every squeeze and unsqueeze, is a reshape (the same bytes in the same order);
 //  2. a reshape of a reshape reads the inner one's input (its shape codes rewritten to refer to
@@ -16,6 +16,10 @@
 //     no elementwise op after the linear (its activation, a residual add) could join it as a
 //     tail. At most one leading dim of x may be dynamic (the result's ranges must then be the
 //     reshape's).
+//  5. an activation (relu, gelu, silu, sigmoid, tanh, hard-swish, hard-sigmoid, clamp) of a
+//     reshape that only it reads is the reshape of the activation of the reshape's input: the
+//     activation then fuses as a tail of the layer before the reshape (squeeze-excite's
+//     linear, reshape to [N, C, 1, 1], sigmoid).
 // Reshapes with a `like` input are left alone. A node whose output is a graph output or a
 // state's update keeps a layer (rewrites 1 and 2 still apply to it): I/O lowering relies on
 // those copies.
@@ -262,6 +266,47 @@ static kiln_status linear_through(kiln_bgraph *b, uint32_t r2, int *done) {
     return KILN_OK;
 }
 
+// The activations rewrite 5 moves in front of a reshape (elementwise, one input, the dtype kept).
+static int movable_unary(uint32_t op) {
+    switch (op) {
+    case KILN_OP_RELU:
+    case KILN_OP_GELU:
+    case KILN_OP_SILU:
+    case KILN_OP_SIGMOID:
+    case KILN_OP_TANH:
+    case KILN_OP_HARDSWISH:
+    case KILN_OP_HARDSIGMOID:
+    case KILN_OP_CLAMP: return 1;
+    default: return 0;
+    }
+}
+
+// Rewrite 5: node k, an activation of a reshape (node ri) that only it reads, as the reshape of
+// the activation of the reshape's input, in place: node ri becomes the activation (its output
+// value takes the input's shape) and node k the reshape, each taking the other's attributes
+// (the attribute slots follow the op's schema), so the node order stays topological. *done
+// when rewritten.
+static void unary_before_reshape(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    kiln_bnode *n = &b->nodes[k];
+    if (n->dead || n->head >= 0 || n->n_tail > 0 || !movable_unary(n->op) || n->n_inputs != 1)
+        return;
+    const int32_t rv = kiln_bgraph_input(b, n, 0);
+    if (rv < 0 || b->values[rv].kind != KILN_IR_NODE || b->uses[rv] != 1 || b->is_output[rv])
+        return;
+    kiln_bnode *r = &b->nodes[b->values[rv].index];
+    if (!plain_reshape(b, r)) return;
+    const int32_t x = kiln_bgraph_input(b, r, 0);
+    if (b->values[x].desc.dtype != b->values[n->output].desc.dtype) return;
+    const uint32_t act = n->op, act_attrs = n->attr_begin;
+    n->op = KILN_OP_RESHAPE;
+    n->attr_begin = r->attr_begin;
+    r->op = act;
+    r->attr_begin = act_attrs;
+    b->values[rv].desc = b->values[x].desc;
+    *done = 1;
+}
+
 kiln_status kiln_pass_views(kiln_bgraph *b) {
     int64_t codes[KILN_MAX_RANK];
     // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
@@ -279,17 +324,31 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
     // 4: linears through the reshapes around them (before 2 folds their second reshape into
     // the head split that follows)
     KILN_TRY(kiln_bgraph_count_uses(b));
-    int n_linear = 0;
+    int n_moved = 0;
     const size_t n2 = b->n_nodes;
     for (size_t k = 0; k < n2; k++) {
         int done = 0;
         if (b->nodes[k].dead || b->is_output[b->nodes[k].output] || !plain_reshape(b, &b->nodes[k]))
             continue;
         KILN_TRY(linear_through(b, (uint32_t)k, &done));
-        n_linear += done;
+        n_moved += done;
         b->stats.n_views += (uint32_t)done;
     }
-    if (n_linear > 0) KILN_TRY(kiln_bgraph_sort_nodes(b));
+    // 5: activations after a reshape move in front of it
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    const size_t n5 = b->n_nodes;
+    for (size_t k = 0; k < n5; k++) {
+        // through a chain of reshapes: the activation moved to the reshape's node, try again there
+        uint32_t at = (uint32_t)k;
+        for (int done = 1; done;) {
+            const int32_t in =
+                b->nodes[at].n_inputs == 1 ? kiln_bgraph_input(b, &b->nodes[at], 0) : -1;
+            unary_before_reshape(b, at, &done);
+            b->stats.n_views += (uint32_t)done;
+            if (done) at = b->values[in].index;
+        }
+    }
+    if (n_moved > 0) KILN_TRY(kiln_bgraph_sort_nodes(b));
     // 2: reshape chains (in topological order, so an inner reshape is already collapsed)
     const size_t n1 = b->n_nodes;
     for (size_t k = 0; k < n1; k++) {

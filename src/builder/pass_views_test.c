@@ -6,7 +6,8 @@
 #include "builder/builder_test_util.h"
 
 // A decode step's head split and merge: [B, 1, H * E] -> [B, 1, H, E] -> [B, H, 1, E] -> tanh
-// -> [B, 1, H, E] -> [B, 1, H * E] (B dynamic): every view collapses into one reshape per side.
+// -> [B, 1, H, E] -> [B, 1, H * E] -> sigmoid (B dynamic): the activations move in front of the
+// views (rewrite 5), which collapse into the output's one reshape.
 static void test_head_split_merge(void) {
     kiln_graph *g;
     kiln_plan p;
@@ -25,7 +26,7 @@ static void test_head_split_merge(void) {
     v = tu_node(g, KILN_OP_SIGMOID, TU_IDS(v), TU_NO_ATTRS);
     tu_output(g, v, "y");
     if (bt_plan(g, &o1, &p)) {
-        BT_EXPECT_LAYERS(&p, "reshape|tanh|reshape|sigmoid");
+        BT_EXPECT_LAYERS(&p, "tanh|sigmoid|reshape");
         kiln_plan_release(&p);
     }
     bt_shape s[1] = {{3, {3, 1, 24}}};
@@ -88,7 +89,7 @@ static void test_dynamic_chain(void) {
 // and a residual add. variant 0: x [2, 5, K] -> [10, K] -> linear -> [2, 5, N]; 1: addmm's
 // form (a biasless linear, then add of a bias [N]); 2: a head merge x [2, 5, 4, 6] ->
 // [10, 24]; 3: x [B, 5, K] with B dynamic; 4: the result split the other way ([5, 2, N]):
-// stays.
+// the reshapes stay (the GELU moves in front of the second one: rewrite 5).
 static void test_linear_through(int variant, const char *want, const char *what) {
     enum { K = 24, N = 16 };
     kiln_graph *g;
@@ -144,6 +145,40 @@ static void test_linear_through(int variant, const char *want, const char *what)
     free(b);
 }
 
+// Rewrite 5: squeeze-excite's tail. s = sigmoid(reshape(linear(p), [N, C, 1, 1])) scales
+// x [N, C, H, W]: the sigmoid moves in front of the reshape and fuses into the linear. variant
+// 1: the reshape has a second reader (an output): the sigmoid stays after it.
+static void test_unary_before_reshape(int variant, const char *want, const char *what) {
+    enum { C = 8, K = 4 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    float *w = tu_rand(C * K, -0.5f, 0.5f), *b = tu_rand(C, -0.5f, 0.5f);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, C, 3, 5), TU_DIMS(3, C, 3, 5));
+    int32_t q = tu_input(g, "q", KILN_DTYPE_F32, 2, TU_DIMS(1, K), TU_DIMS(3, K));
+    int32_t cw = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(C, K), w);
+    int32_t cb = tu_const(g, "b", KILN_DTYPE_F32, 1, TU_DIMS(C), b);
+    int32_t l = tu_node(g, KILN_OP_LINEAR, TU_IDS(q, cw, cb), TU_NO_ATTRS);
+    int32_t r = tu_node(g, KILN_OP_RESHAPE, TU_IDS(l), TU_ATTRS(TU_INTS("shape", -2, C, 1, 1)));
+    int32_t s = tu_node(g, KILN_OP_SIGMOID, TU_IDS(r), TU_NO_ATTRS);
+    int32_t y = tu_node(g, KILN_OP_MUL, TU_IDS(x, s), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    if (variant == 1) tu_output(g, r, "logits");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[2] = {{4, {2, C, 3, 5}}, {2, {2, K}}};
+    bt_compare(g, &o0, &o1, 2, sh, 0, 1e-5, 1e-5, what);
+    sh[0].dims[0] = sh[1].dims[0] = 3;
+    bt_compare(g, &o0, &o1, 2, sh, 0, 1e-5, 1e-5, what);
+    kiln_graph_free(g);
+    free(w);
+    free(b);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     test_head_split_merge();
@@ -153,6 +188,8 @@ int main(void) {
     test_linear_through(1, "linear,gelu,add", "addmm between reshapes");
     test_linear_through(2, "reshape|linear,gelu,add", "linear after a head merge");
     test_linear_through(3, "linear,gelu,add", "linear between reshapes, dynamic batch");
-    test_linear_through(4, "reshape|linear|reshape|gelu|add", "result split another way");
+    test_linear_through(4, "reshape|linear,gelu|reshape|add", "result split another way");
+    test_unary_before_reshape(0, "linear,sigmoid|reshape|mul", "sigmoid in front of a reshape");
+    test_unary_before_reshape(1, "linear|reshape|sigmoid|mul", "reshape read twice: stays");
     return check_summary();
 }
