@@ -732,6 +732,30 @@ ZOO_FAMILIES = {
         # Llama-3.2-1B widths, 8 of its 16 layers (the model), the whole vocabulary
         _zoo_family("llama8", "llama", lambda b: [((b, 128), "ids:128256")], depth=8),
         _zoo_family("whisper_encoder", "whisper_encoder", lambda b: [((b, 80, 3000), "float")]),
+        # the rest of the zoo at batch 1 (bench/zoo.py has each one's source)
+        _zoo_family("resnet50", "resnet50", _img, cnn=True),
+        _zoo_family("mobilenet_v2", "mobilenet_v2", _img, cnn=True),
+        _zoo_family("regnet_y_400mf", "regnet_y_400mf", _img, cnn=True),
+        _zoo_family("densenet121", "densenet121", _img, cnn=True),
+        _zoo_family("resnet26d", "resnet26d", _img, cnn=True),
+        _zoo_family("vit_b_16", "vit_b_16", _img),
+        _zoo_family("maxvit_t", "maxvit_t", _img, cnn=True),
+        _zoo_family("deit_small", "deit_small", _img),
+        _zoo_family("mobilevitv2_050", "mobilevitv2_050", lambda b: [((b, 3, 256, 256), "float")]),
+        _zoo_family("lraspp_mobilenet_v3", "lraspp_mobilenet_v3", _img, cnn=True),
+        _zoo_family("resnet50_fpn", "resnet50_fpn", _img, cnn=True),
+        _zoo_family("hf_vit", "hf_vit", _img),
+        _zoo_family("clip_vision", "clip_vision", _img),
+        _zoo_family("roberta", "roberta", lambda b: [((b, 128), "ids:50265"), ((b, 128), "mask")]),
+        _zoo_family(
+            "distilbert", "distilbert", lambda b: [((b, 128), "ids:30522"), ((b, 128), "mask")]
+        ),
+        _zoo_family("wav2vec2", "wav2vec2", lambda b: [((b, 16000), "float")]),
+        # decoders at their real widths; the large ones cut in depth so that the export fits
+        # this machine's memory (the model is built in float32 on the CPU)
+        _zoo_family("qwen2", "qwen2", lambda b: [((b, 128), "ids:151936")]),
+        _zoo_family("mistral4", "mistral", lambda b: [((b, 128), "ids:32000")], depth=4),
+        _zoo_family("gemma6", "gemma", lambda b: [((b, 128), "ids:256000")], depth=6),
     )
 }
 
@@ -745,5 +769,24 @@ ZOO_CONFIGS = [
     Config("zoo_gpt2_b1", "zoo_gpt2", 1),
     Config("zoo_llama8_b1", "zoo_llama8", 1),
     Config("zoo_whisper_encoder_b1", "zoo_whisper_encoder", 1),
+    Config("zoo_resnet50_b1", "zoo_resnet50", 1),
+    Config("zoo_mobilenet_v2_b1", "zoo_mobilenet_v2", 1),
+    Config("zoo_regnet_y_400mf_b1", "zoo_regnet_y_400mf", 1),
+    Config("zoo_densenet121_b1", "zoo_densenet121", 1),
+    Config("zoo_resnet26d_b1", "zoo_resnet26d", 1),
+    Config("zoo_vit_b_16_b1", "zoo_vit_b_16", 1),
+    Config("zoo_maxvit_t_b1", "zoo_maxvit_t", 1),
+    Config("zoo_deit_small_b1", "zoo_deit_small", 1),
+    Config("zoo_mobilevitv2_050_b1", "zoo_mobilevitv2_050", 1),
+    Config("zoo_lraspp_mobilenet_v3_b1", "zoo_lraspp_mobilenet_v3", 1),
+    Config("zoo_resnet50_fpn_b1", "zoo_resnet50_fpn", 1),
+    Config("zoo_hf_vit_b1", "zoo_hf_vit", 1),
+    Config("zoo_clip_vision_b1", "zoo_clip_vision", 1),
+    Config("zoo_roberta_b1", "zoo_roberta", 1),
+    Config("zoo_distilbert_b1", "zoo_distilbert", 1),
+    Config("zoo_wav2vec2_b1", "zoo_wav2vec2", 1),
+    Config("zoo_qwen2_b1", "zoo_qwen2", 1),
+    Config("zoo_mistral4_b1", "zoo_mistral4", 1),
+    Config("zoo_gemma6_b1", "zoo_gemma6", 1),
 ]
 CONFIG_BY_NAME = {c.name: c for c in CONFIGS + ZOO_CONFIGS}
