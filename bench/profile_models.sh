@@ -34,7 +34,7 @@ done 2>&1 | tee "$OUT/profile_models.log"
 # summary: GPU time per op (with its fused tail) and model
 python3 - "$OUT/profile_models.log" <<'PY'
 import re, sys, collections
-cfg, agg, tot = None, collections.OrderedDict(), {}
+cfg, agg, tot, mb = None, collections.OrderedDict(), {}, {}
 for line in open(sys.argv[1]):
     if line.startswith("=== "):
         cfg = line.split()[1]; agg[cfg] = collections.Counter(); continue
@@ -42,9 +42,13 @@ for line in open(sys.argv[1]):
     m = re.match(r"layer\s+\d+\s+(\S+)\s+(\+\S+)?\s*->\s+\S+\s+([\d.]+) us", line)
     if m and cfg:
         agg[cfg][m.group(1) + (m.group(2) or "")] += float(m.group(3))
+        b = re.search(r"([\d.]+) MB", line)
+        if b: mb[cfg] = mb.get(cfg, 0.0) + float(b.group(1))
     m = re.search(r"([\d.]+) us of GPU time per execute", line)
     if m and cfg: tot[cfg] = float(m.group(1))
 for cfg, c in agg.items():
-    print(f"{cfg}: {tot.get(cfg, 0):.1f} us GPU per execute (layers timed alone): " +
+    us = tot.get(cfg, 0)
+    moved = f", {mb[cfg]:.1f} MB moved ({mb[cfg] / us * 1e3:.0f} GB/s)" if us and cfg in mb else ""
+    print(f"{cfg}: {us:.1f} us GPU per execute (layers timed alone){moved}: " +
           ", ".join(f"{k} {v:.1f}" for k, v in c.most_common(8)))
 PY
