@@ -755,7 +755,7 @@ ZOO_FAMILIES = {
         # this machine's memory (the model is built in float32 on the CPU)
         _zoo_family("qwen2", "qwen2", lambda b: [((b, 128), "ids:151936")]),
         _zoo_family("mistral4", "mistral", lambda b: [((b, 128), "ids:32000")], depth=4),
-        _zoo_family("gemma6", "gemma", lambda b: [((b, 128), "ids:256000")], depth=6),
+        _zoo_family("gemma_l3", "gemma", lambda b: [((b, 128), "ids:256000")], depth=3),
     )
 }
 
@@ -787,6 +787,6 @@ ZOO_CONFIGS = [
     Config("zoo_wav2vec2_b1", "zoo_wav2vec2", 1),
     Config("zoo_qwen2_b1", "zoo_qwen2", 1),
     Config("zoo_mistral4_b1", "zoo_mistral4", 1),
-    Config("zoo_gemma6_b1", "zoo_gemma6", 1),
+    Config("zoo_gemma_l3_b1", "zoo_gemma_l3", 1),
 ]
 CONFIG_BY_NAME = {c.name: c for c in CONFIGS + ZOO_CONFIGS}
