@@ -315,6 +315,9 @@ def main(argv=None) -> int:
                 e["cpu_check_rel_err"] = cpu_check(e, out)
             del e["_ptd_bytes"]
             manifest["models"][cfg.name] = e
+            # after every model: an export stopped later (out of memory on a large model) keeps
+            # the models it finished
+            manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
             s = e["sizes"]
             print(
                 f"{cfg.name:<14} {e['lower_s']:>7.1f} {s['devio_pte'] + s['pte']:>9} "
