@@ -130,7 +130,8 @@ __device__ __forceinline__ float dw_act(float v, int act, float lo, float hi) {
 // bx channel vectors of by such strips at a time and walks the strips of its grid row. The
 // filter taps sit in shared memory as [tap][channel] (copied from the OIHW [channel][tap] weight
 // with coalesced reads), so a tap's weights for 8 channels are one 16-byte load, used for the
-// strip's DW_PX pixels. K: the kernel size, unrolled (3, 5, 7); 0 reads it from g. Indices are
+// strip's DW_PX pixels. K: the kernel size, unrolled (3 and 5: MobileNet's and EfficientNet's);
+// 0 reads it from g. Indices are
 // 32-bit (dw_fits bounds the sizes).
 template <typename T, int K>
 static __global__ void __launch_bounds__(DW_BLOCK)
@@ -254,7 +255,6 @@ static void dw_launch(int k, dim3 grid, dim3 block, size_t smem, cudaStream_t st
     switch (k) {
     case 3: conv_dw_nhwc_kernel<T, 3><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     case 5: conv_dw_nhwc_kernel<T, 5><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
-    case 7: conv_dw_nhwc_kernel<T, 7><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     default: conv_dw_nhwc_kernel<T, 0><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     }
 }
@@ -275,7 +275,7 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     if (gy > cap) gy = cap;
     const dim3 grid(gx, (unsigned)(gy > 0 ? gy : 1)), block(bx, by);
     const size_t smem = (size_t)g->kh * g->kw * bx * DW_VEC * kiln_cuda_dtype_size(g->x_dt);
-    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5 || g->kh == 7) ? g->kh : 0;
+    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5) ? g->kh : 0;
     *fused = act != DW_NONE;
     if (g->x_dt == KILN_DTYPE_F16) {
         dw_launch<__half>(k, grid, block, smem, ctx->stream, g, act, lo, hi);

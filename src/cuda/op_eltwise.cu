@@ -239,8 +239,7 @@ __device__ __forceinline__ void ew_bvec_load(const ew_operand &o, I i0, I i1, I 
 // each operand either runs along it (stride 1: one 16-byte load) or repeats one value across it
 // (stride 0). Squeeze-excite's [N, 1, 1, C] scale against its NHWC [N, H, W, C] input, a bias
 // row against [M, N] and a per-row factor are this form; through ew_kernel the scale multiply of
-// EfficientNet b32 ran at about 14x its memory time. I: the index type (int when the output
-// has fewer than 2^31 elements).
+// EfficientNet b32 ran at about 14x its memory time. I: the index type (int: ew_bvec_ok).
 template <typename T, typename I>
 static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nvec) {
     constexpr int N = 16 / (int)sizeof(T);
@@ -496,6 +495,7 @@ static int ew_bvec_ok(const ew_params *P) {
     if (dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_F16 && dt != KILN_DTYPE_BF16) return 0;
     const int64_t vec = 16 / (int64_t)kiln_cuda_dtype_size(dt), r = P->rank;
     if (r < 1 || r > 3 || P->dims[r - 1] % vec != 0 || ((uintptr_t)P->out % 16) != 0) return 0;
+    if (P->numel >= INT32_MAX) return 0; // 32-bit indices (one instantiation: the wheel's size)
     int64_t dense = 1;
     for (int64_t d = r - 1; d >= 0; d--) {
         if (P->dims[d] != 1 && P->out_strides[d] != dense) return 0;
@@ -530,11 +530,7 @@ static void ew_bvec_pad(const ew_params *P, ew_params *Q) {
 
 template <typename T>
 static void ew_bvec_launch(const ew_params *Q, int64_t nvec, unsigned blocks, cudaStream_t s) {
-    if (Q->numel < INT32_MAX) {
-        ew_bvec_kernel<T, int><<<blocks, EW_BLOCK, 0, s>>>(*Q, (int)nvec);
-    } else {
-        ew_bvec_kernel<T, int64_t><<<blocks, EW_BLOCK, 0, s>>>(*Q, nvec);
-    }
+    ew_bvec_kernel<T, int><<<blocks, EW_BLOCK, 0, s>>>(*Q, (int)nvec);
 }
 
 static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int kind) {
