@@ -185,6 +185,50 @@ static void test_fold_cap(void) {
     }
 }
 
+// Over the cap, a fold that consumes its constant inputs (weight normalization: w = v * g / |v|
+// over a weight v larger than KILN_FOLD_MAX_NBYTES) still folds into the one weight w; when the
+// engine also reads v, the chain stays (folding would store v twice).
+static void test_fold_free(void) {
+    enum { R = 1024, C = 4100 }; // 16.02 MiB of float32
+    float *v = malloc(sizeof(float) * R * C), gain[C];
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    bt_shape shapes[1] = {{2, {R, C}}};
+    CHECK(v != NULL);
+    if (v == NULL) return;
+    tu_fill(v, (int64_t)R * C, -1, 1);
+    tu_fill(gain, C, 0.5f, 2);
+    for (int shared = 0; shared < 2; shared++) {
+        kiln_graph *g;
+        kiln_plan p;
+        int32_t x, cv, cg, t, y;
+        CHECK_OK(kiln_graph_new(&g));
+        x = tu_input(g, "x", KILN_DTYPE_F32, 2, TU_DIMS(R, C), TU_DIMS(R, C));
+        cv = tu_const(g, "conv.weight_v", KILN_DTYPE_F32, 2, TU_DIMS(R, C), v);
+        cg = tu_const(g, "conv.weight_g", KILN_DTYPE_F32, 2, TU_DIMS(1, C), gain);
+        t = tu_node(g, KILN_OP_MUL, TU_IDS(cv, cv), TU_NO_ATTRS);
+        t = tu_node(g, KILN_OP_SUM, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0), TU_INTS("keepdim", 1)));
+        t = tu_node(g, KILN_OP_SQRT, TU_IDS(t), TU_NO_ATTRS);
+        t = tu_node(g, KILN_OP_DIV, TU_IDS(cg, t), TU_NO_ATTRS);
+        t = tu_node(g, KILN_OP_MUL, TU_IDS(cv, t), TU_NO_ATTRS);
+        y = tu_node(g, KILN_OP_ADD, TU_IDS(x, t), TU_NO_ATTRS);
+        tu_output(g, y, "y");
+        if (shared) tu_output(g, tu_node(g, KILN_OP_MUL, TU_IDS(x, cv), TU_NO_ATTRS), "xv");
+        if (bt_plan(g, &o1, &p)) {
+            if (!shared) {
+                BT_EXPECT_LAYERS(&p, "add");
+                CHECK(p.weights_nbytes == (uint64_t)R * C * sizeof(float));
+            } else {
+                CHECK(bt_count(&p, KILN_OP_SUM) == 1 && bt_count(&p, KILN_OP_MUL) == 3);
+            }
+            kiln_plan_release(&p);
+        }
+        bt_compare(g, &o1, &o0, 1, shapes, 0, 1e-5, 1e-5, shared ? "shared v" : "weight norm");
+        kiln_graph_free(g);
+    }
+    free(v);
+}
+
 // Dead-code elimination keeps what reaches an output, including inputs nothing reads.
 static void test_dce(void) {
     kiln_graph *g;
@@ -215,6 +259,7 @@ int main(void) {
     test_shared_weight();
     test_constant_output();
     test_fold_cap();
+    test_fold_free();
     test_dce();
     return check_summary();
 }
