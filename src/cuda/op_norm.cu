@@ -537,8 +537,14 @@ extern "C" kiln_status kiln_cuda_softmax(const kiln_cuda_ctx *ctx, const kiln_ke
     NORM_DISPATCH(softmax_launch);
 }
 
-// --- group_norm: one block per (sample, group): mean and biased variance over the group's
-// channels and positions (float32 sums of the block, two passes), then the affine per channel.
+// --- group_norm: mean and biased variance over each (sample, group)'s channels and positions,
+// then the affine per channel. With enough groups, one block per group (float32 sums of the
+// block, two passes). With few (GroupNorm(1, C) in MobileViT and ConvNeXt-style blocks, 32 groups
+// of a large map at batch 1), a block per group would leave most SMs idle: each group is split
+// over several blocks, which write their slice's float32 mean and sum of squared deviations to
+// the workspace; a second kernel combines a group's partials (Chan's formula, in a fixed order:
+// deterministic) and normalizes its slice. Memory: two reads and one write, as the one-block
+// form, but over every SM.
 
 #define GN_BLOCK 256
 
@@ -565,6 +571,79 @@ static __global__ void group_norm_kernel(const T *x, T *y, int64_t c, int64_t gr
     }
 }
 
+#define GN_SPLIT_MIN 2048 // elements per block at least, in the split form
+#define GN_MAX_SPLITS 512
+
+// Blocks per group for the split form (1: one block per group).
+static int64_t gn_splits(const kiln_cuda_ctx *ctx, int64_t ng, int64_t len) {
+    int64_t sms = ctx->sm_count > 0 ? ctx->sm_count : 1, want, most;
+    if (ng >= sms || ctx->workspace == NULL || ng > 65535) return 1;
+    want = (2 * sms + ng - 1) / ng;
+    most = len / GN_SPLIT_MIN;
+    if (most > GN_MAX_SPLITS) most = GN_MAX_SPLITS;
+    if (want > most) want = most;
+    if (want < 2 || (uint64_t)(ng * want) * sizeof(float2) > ctx->workspace_nbytes) return 1;
+    return want;
+}
+
+// Block (split s, group ng): mean and sum of squared deviations of its slice of the group (two
+// passes over the slice; the second reads it from L2).
+template <typename T>
+static __global__ void gn_partial_kernel(const T *x, int64_t len, int64_t chunk, float2 *part) {
+    __shared__ float red[32];
+    int64_t ng = blockIdx.y, lo = blockIdx.x * chunk, hi = lo + chunk < len ? lo + chunk : len;
+    const T *xg = x + ng * len;
+    float s = 0.0f, q = 0.0f;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) s += kc_to_f(xg[i]);
+    float mean = kc_block_sum(s, red) / (float)(hi - lo);
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float d = kc_to_f(xg[i]) - mean;
+        q += d * d;
+    }
+    q = kc_block_sum(q, red);
+    if (threadIdx.x == 0) part[ng * gridDim.x + blockIdx.x] = make_float2(mean, q);
+}
+
+// Block (split s, group ng): the group's mean and rstd from its partials (Chan's combination,
+// summed in split order by the first warp: the same in every block of the group), then its
+// slice normalized.
+template <typename T>
+static __global__ void gn_apply_kernel(const T *x, T *y, int64_t c, int64_t groups, int64_t inner,
+                                       int64_t chunk, const float2 *part, const void *w,
+                                       const void *b, uint32_t pdt, float eps) {
+    __shared__ float stat[2];
+    int64_t ng = blockIdx.y, g = ng % groups, cg = c / groups, len = cg * inner;
+    int64_t lo = blockIdx.x * chunk, hi = lo + chunk < len ? lo + chunk : len;
+    const T *xg = x + ng * len;
+    T *yg = y + ng * len;
+    const float2 *pg = part + ng * gridDim.x;
+    if (threadIdx.x < 32) {
+        float s = 0.0f, q = 0.0f;
+        for (unsigned k = threadIdx.x; k < gridDim.x; k += 32) {
+            int64_t nk = len - (int64_t)k * chunk < chunk ? len - (int64_t)k * chunk : chunk;
+            s += (float)nk * pg[k].x;
+        }
+        float mean = kc_warp_sum(s) / (float)len;
+        for (unsigned k = threadIdx.x; k < gridDim.x; k += 32) {
+            int64_t nk = len - (int64_t)k * chunk < chunk ? len - (int64_t)k * chunk : chunk;
+            float d = pg[k].x - mean;
+            q += pg[k].y + (float)nk * d * d;
+        }
+        q = kc_warp_sum(q);
+        if (threadIdx.x == 0) {
+            stat[0] = mean;
+            stat[1] = rsqrtf(q / (float)len + eps);
+        }
+    }
+    __syncthreads();
+    float mean = stat[0], rstd = stat[1];
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        int64_t ch = g * cg + i / inner;
+        float sc = w ? kc_ld_f(w, pdt, ch) : 1.0f, sh = b ? kc_ld_f(b, pdt, ch) : 0.0f;
+        yg[i] = kc_from_f<T>((kc_to_f(xg[i]) - mean) * rstd * sc + sh);
+    }
+}
+
 template <typename T>
 static kiln_status group_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0], *y = args->out;
@@ -576,6 +655,21 @@ static kiln_status group_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
     for (uint32_t d = 2; d < x->rank; d++) inner *= x->dims[d];
     if (n * c * inner == 0) return KILN_OK;
     uint32_t pdt = w ? w->dtype : (b ? b->dtype : x->dtype);
+    int64_t ng = n * groups, len = c / groups * inner;
+    int64_t splits = gn_splits(ctx, ng, len);
+    if (splits > 1) {
+        int64_t chunk = (len + splits - 1) / splits;
+        splits = (len + chunk - 1) / chunk; // no empty slice
+        dim3 grid((unsigned)splits, (unsigned)ng);
+        float2 *part = (float2 *)ctx->workspace;
+        gn_partial_kernel<T>
+            <<<grid, GN_BLOCK, 0, ctx->stream>>>((const T *)x->data, len, chunk, part);
+        KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "gn_partial_kernel"));
+        gn_apply_kernel<T><<<grid, GN_BLOCK, 0, ctx->stream>>>(
+            (const T *)x->data, (T *)y->data, c, groups, inner, chunk, part, w ? w->data : NULL,
+            b ? b->data : NULL, pdt, eps);
+        return kiln_cuda_check_launch(ctx, "gn_apply_kernel");
+    }
     group_norm_kernel<T><<<(unsigned)(n * groups), GN_BLOCK, 0, ctx->stream>>>(
         (const T *)x->data, (T *)y->data, c, groups, inner, w ? w->data : NULL, b ? b->data : NULL,
         pdt, eps);

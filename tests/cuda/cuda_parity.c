@@ -1946,6 +1946,20 @@ static void cases_zoo_families(void) {
         case_in(&c, ABSENT());
         attrs_int(&c.attrs, KILN_A_GN_GROUPS, 512);
         run_case(&c);
+        // few groups over a large map: the split form (op_norm.cu), a ragged last slice; an
+        // offset far from zero (the combined variance must not cancel)
+        case_init(&c, KILN_OP_GROUP_NORM); // MobileViT's GroupNorm(1, C)
+        case_in(&c, SR(FLOATS[d], "1x64x4x257", 100.0, 104.0));
+        case_in(&c, S(FLOATS[d], "64"));
+        case_in(&c, S(FLOATS[d], "64"));
+        attrs_int(&c.attrs, KILN_A_GN_GROUPS, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_GROUP_NORM); // a UNet's GroupNorm(32, C) at batch 2
+        case_in(&c, SR(FLOATS[d], "2x320x24x24", -3.0, 2.0));
+        case_in(&c, S(FLOATS[d], "320"));
+        case_in(&c, ABSENT());
+        attrs_int(&c.attrs, KILN_A_GN_GROUPS, 32);
+        run_case(&c);
         for (int op = 0; op < 2; op++) {
             case_init(&c, op ? KILN_OP_SIN : KILN_OP_COS);
             case_in(&c, SR(FLOATS[d], "7x64", -20.0, 20.0));
