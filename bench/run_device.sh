@@ -19,7 +19,8 @@
 # "bert,mlp_b1"), BUDGET_S (450: the whole script; torch.compile runs that would overrun it are
 # skipped), ITERS (200) and WARMUP (20) for kiln_runner, ANCHOR_ARGS (extra anchors_device.py
 # arguments, e.g. "--no-compile" or "--compile-models resnet50"), HOST_IO (1: also run the host I/O
-# program), RUNNER_DEVICE (cuda:0; "cpu" with ANCHOR_ARGS=--dry-run tests the script without a GPU).
+# program), TOLERANCE (5e-2: kiln_runner's check, relative to the output's largest |reference|),
+# RUNNER_DEVICE (cuda:0; "cpu" with ANCHOR_ARGS=--dry-run tests the script without a GPU).
 set -uo pipefail
 
 root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -37,6 +38,8 @@ RUNNER_RESERVE_S=${RUNNER_RESERVE_S:-90}
 TOLERANCE=${TOLERANCE:-5e-2}
 RUNNER_DEVICE=${RUNNER_DEVICE:-cuda:0}
 mkdir -p "$OUT" "$WORK"
+# inputs left by an earlier run would be measured as if this run's anchors had written them
+rm -f "$WORK"/*.inputs.bin "$WORK"/*.expected.bin "$WORK"/*.ptd
 export PYTHONUNBUFFERED=1
 
 main() {
@@ -107,7 +110,7 @@ EOF
           echo "=== runner $cfg $v"
           timeout --kill-after=5 90 "$runner" --model "$pte" --data "$WORK/$cfg.ptd" \
             --inputs "$WORK/$cfg.inputs.bin" --expected "$WORK/$cfg.expected.bin" \
-            --tolerance "$TOLERANCE" --iterations "$ITERS" --warmup "$WARMUP" \
+            --tolerance "$TOLERANCE" --max-relative --iterations "$ITERS" --warmup "$WARMUP" \
             --option device="$RUNNER_DEVICE" --save-outputs "$WORK/$cfg.et_$v.bin" "${extra[@]}" 2>&1
           rc=$?
           echo "=== end rc=$rc s=$((SECONDS - t1))"
@@ -154,7 +157,7 @@ ab_runs() {
         out=$(env "${env[@]}" timeout --kill-after=5 90 "$runner" \
           --model "$BENCH_DIR/models/$cfg.devio.pte" --data "$WORK/$cfg.ptd" \
           --inputs "$WORK/$cfg.inputs.bin" --expected "$WORK/$cfg.expected.bin" \
-          --tolerance "$TOLERANCE" --iterations "$ITERS" --warmup "$WARMUP" \
+          --tolerance "$TOLERANCE" --max-relative --iterations "$ITERS" --warmup "$WARMUP" \
           --option device="$RUNNER_DEVICE" --device-io 2>&1)
         echo "=== ab $cfg $which round $r" >>"$log"
         echo "$out" >>"$log"
