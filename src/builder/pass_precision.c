@@ -79,6 +79,34 @@ static int is_position_math(const kiln_bgraph *b, const kiln_bnode *n, const uin
     return runtime;
 }
 
+// Casts that convert nothing (a float32 cast retargeted to the target dtype, as the float32 norms
+// of HF models compute: x.float() ... .to(x.dtype)) are removed: their readers read the input.
+// Kept: casts fused with other ops, graph outputs and state updates, casts of a state.
+static kiln_status drop_identity_casts(kiln_bgraph *b) {
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t i = 0; i < b->n_nodes; i++) {
+        kiln_bnode *n = &b->nodes[i];
+        int32_t in, out = n->output;
+        if (n->dead || n->op != KILN_OP_CAST || n->head >= 0 || n->n_tail != 0 ||
+            n->n_inputs != 1 || b->is_output[out])
+            continue;
+        in = b->ids[n->input_begin];
+        if (in < 0 || b->values[in].kind == KILN_IR_STATE ||
+            !kiln_desc_equal(&b->values[in].desc, &b->values[out].desc))
+            continue;
+        for (size_t k = 0; k < b->n_nodes; k++) {
+            const kiln_bnode *r = &b->nodes[k];
+            if (r->dead) continue;
+            for (uint32_t j = 0; j < r->n_inputs; j++) {
+                if (b->ids[r->input_begin + j] == out) b->ids[r->input_begin + j] = in;
+            }
+        }
+        n->dead = 1;
+        b->values[out].kind = KILN_BV_DEAD;
+    }
+    return kiln_bgraph_count_uses(b);
+}
+
 kiln_status kiln_pass_precision(kiln_bgraph *b) {
     uint32_t target;
     size_t n_orig_vals = b->n_values, n_orig_nodes = b->n_nodes, map_nbytes;
@@ -188,6 +216,7 @@ kiln_status kiln_pass_precision(kiln_bgraph *b) {
         }
         b->outputs[i].value = map[v];
     }
+    if (st == KILN_OK && b->opts.optimize) st = drop_identity_casts(b);
 done:
     kiln_free(map, map_nbytes);
     kiln_free(castv, map_nbytes);

@@ -204,11 +204,52 @@ static void test_no_casts_and_shared_output(void) {
     kiln_graph_free(g);
 }
 
+// A float16 model whose norm computes in float32 (x.float() ... .to(x.dtype), as HF models'
+// RMSNorm do): under fp16 precision the casts convert nothing and are removed; a cast that is a
+// graph output stays (the engine's output is a value of its own), and without optimization
+// every cast stays. Against the float32 engine on the same inputs.
+static void test_identity_casts(void) {
+    float *lw = tu_rand(K, 0.5f, 1.5f);
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t x, cl, y, z;
+    bt_shape s[1] = {{2, {3, K}}};
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F16, 2, TU_DIMS(1, K), TU_DIMS(4, K));
+    cl = tu_const(g, "ln.w", KILN_DTYPE_F32, 1, TU_DIMS(K), lw);
+    y = tu_node(g, KILN_OP_CAST, TU_IDS(x), TU_ATTRS(TU_INTS("dtype", KILN_DTYPE_F32)));
+    y = tu_node(g, KILN_OP_LAYER_NORM, TU_IDS(y, cl, -1), TU_ATTRS(TU_INTS("normalized_ndim", 1)));
+    y = tu_node(g, KILN_OP_CAST, TU_IDS(y), TU_ATTRS(TU_INTS("dtype", KILN_DTYPE_F16)));
+    z = tu_node(g, KILN_OP_SILU, TU_IDS(y), TU_NO_ATTRS);
+    tu_output(g, z, "z");
+    y = tu_node(g, KILN_OP_CAST, TU_IDS(z), TU_ATTRS(TU_INTS("dtype", KILN_DTYPE_F32)));
+    tu_output(g, y, "z32");
+    kiln_build_options oh = bt_opts(1, KILN_PRECISION_FP16, 0);
+    if (bt_plan(g, &oh, &p)) {
+        BT_EXPECT_LAYERS(&p, "layer_norm|silu|cast");
+        CHECK(p.tensors[p.outputs[0]].dtype == KILN_DTYPE_F16);
+        CHECK(p.tensors[p.outputs[1]].dtype == KILN_DTYPE_F32); // cast back once
+        kiln_plan_release(&p);
+    }
+    {
+        kiln_build_options o32 = bt_opts(1, KILN_PRECISION_FP32, 0);
+        bt_compare(g, &o32, &oh, 1, s, 0, 1e-2, 1e-2, "identity casts removed");
+    }
+    oh.optimize = 0;
+    if (bt_plan(g, &oh, &p)) {
+        CHECK(bt_count(&p, KILN_OP_CAST) == 4); // and the float32 output cast back
+        kiln_plan_release(&p);
+    }
+    kiln_graph_free(g);
+    free(lw);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     test_mlp();
     test_integer_paths();
     test_position_math();
     test_no_casts_and_shared_output();
+    test_identity_casts();
     return check_summary();
 }
