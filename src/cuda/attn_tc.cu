@@ -449,14 +449,18 @@ static __global__ void __launch_bounds__(128)
     *(uint32_t *)(out + bo.o + r * P.o_rs + col) = kc_mma<T>::pack(a0 * inv, a1 * inv);
 }
 
-// The tensor-core kernel takes float16/bfloat16 with E = Ev in {64, 128} and 16-byte aligned
-// q, k, v (every row then is: E is a multiple of 8) and a 4-byte aligned output.
+// The tensor-core kernel takes float16/bfloat16 with E = Ev in {64, 128, 256} and 16-byte
+// aligned q, k, v (every row then is: E is a multiple of 8) and a 4-byte aligned output. Heads of
+// 256 (Gemma's) run on the split-key kernel only (2 warps per 16-row block, 32-key tiles: its
+// accumulator and query fragments fill the registers; one build instead of the pipelined
+// kernel's three row counts).
 // Strided operands (folded views): every row and batch stride a multiple of 8 elements (16
 // bytes), the output's even (4 bytes).
 int kiln_cuda_sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype) {
     if (!ctx->policy->tc_attention || (dtype != KILN_DTYPE_F16 && dtype != KILN_DTYPE_BF16))
         return 0;
-    if (P->e != P->ev || (P->e != 64 && P->e != 128)) return 0;
+    if (P->e != P->ev || (P->e != 64 && P->e != 128 && P->e != 256)) return 0;
+    if (P->e == 256 && P->l > 65535 * 16) return 0;
     if (P->q_rs % 8 != 0 || P->k_rs % 8 != 0 || P->v_rs % 8 != 0 || P->o_rs % 2 != 0) return 0;
     for (int d = 0; d < P->nb; d++) {
         if (P->q_bstr[d] % 8 != 0 || P->k_bstr[d] % 8 != 0 || P->v_bstr[d] % 8 != 0 ||
@@ -547,6 +551,7 @@ static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_par
 // at 4 warps, the whole decode step 4.15 -> 3.65 ms at 8 (cuda.sdpa_split=8 on the H200).
 // D 128: 2 warps while 3 CTAs per SM hold the grid.
 int kiln_cuda_sdpa_split_warps(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
+    if (P->e == 256) return 2; // the one build for these heads, whatever is forced
     if (ctx->policy->sdpa_rows != 0) return 0;
     if (P->l > 65535 * 16) return 0;
     if (ctx->policy->sdpa_split != 0) return P->e == 64 ? ctx->policy->sdpa_split : 2;
@@ -573,12 +578,16 @@ static kiln_status sdpa_tc_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P
         default: break;
         }
     } else {
-        if (split == 2) return sdpa_tc_split_launch<T, D, 2, 32>(ctx, P);
+        if (D == 256 || split == 2) return sdpa_tc_split_launch<T, D, 2, 32>(ctx, P);
     }
-    switch (rows) {
-    case 16: return sdpa_tc_launch_nw<T, D, 1>(ctx, P);
-    case 32: return sdpa_tc_launch_nw<T, D, 2>(ctx, P);
-    default: return sdpa_tc_launch_nw<T, D, 4>(ctx, P);
+    if constexpr (D == 256) {
+        return KILN_OK; // not reached: every split of these heads runs above
+    } else {
+        switch (rows) {
+        case 16: return sdpa_tc_launch_nw<T, D, 1>(ctx, P);
+        case 32: return sdpa_tc_launch_nw<T, D, 2>(ctx, P);
+        default: return sdpa_tc_launch_nw<T, D, 4>(ctx, P);
+        }
     }
 }
 
@@ -596,6 +605,8 @@ int kiln_cuda_sdpa_tc_chunks(const kiln_cuda_ctx *ctx, const sdpa_params *P, int
         case 2: chunk = sdpa_chunk_keys<64, 2, 64>(ctx, P); break;
         default: break;
         }
+    } else if (P->e == 256) {
+        chunk = sdpa_chunk_keys<256, 2, 32>(ctx, P);
     } else if (split == 2) {
         chunk = sdpa_chunk_keys<128, 2, 32>(ctx, P);
     }
@@ -605,9 +616,11 @@ int kiln_cuda_sdpa_tc_chunks(const kiln_cuda_ctx *ctx, const sdpa_params *P, int
 kiln_status kiln_cuda_sdpa_tc_run(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype,
                                   int split, int rows) {
     if (dtype == KILN_DTYPE_F16) {
+        if (P->e == 256) return sdpa_tc_launch<__half, 256>(ctx, P, split, rows);
         return P->e == 64 ? sdpa_tc_launch<__half, 64>(ctx, P, split, rows)
                           : sdpa_tc_launch<__half, 128>(ctx, P, split, rows);
     }
+    if (P->e == 256) return sdpa_tc_launch<__nv_bfloat16, 256>(ctx, P, split, rows);
     return P->e == 64 ? sdpa_tc_launch<__nv_bfloat16, 64>(ctx, P, split, rows)
                       : sdpa_tc_launch<__nv_bfloat16, 128>(ctx, P, split, rows);
 }
@@ -646,5 +659,7 @@ cudaError_t kiln_cuda_sdpa_tc_init(void) {
     if (e == cudaSuccess) e = sdpa_tc_init<__half, 128>();
     if (e == cudaSuccess) e = sdpa_tc_init<__nv_bfloat16, 64>();
     if (e == cudaSuccess) e = sdpa_tc_init<__nv_bfloat16, 128>();
+    if (e == cudaSuccess) e = sdpa_sp_init<__half, 256, 2, 32>();
+    if (e == cudaSuccess) e = sdpa_sp_init<__nv_bfloat16, 256, 2, 32>();
     return e;
 }

@@ -1600,6 +1600,38 @@ static void cases_sdpa_tc(void) {
         c.label = "tc: batch dims [2, 2, 3]";
         c.attn_dnn = 1;
         run_case(&c);
+        // heads of 256 (Gemma): the split-key kernel only; causal (what cuDNN's fused attention
+        // does not take), a float mask, a grid over several waves, keys in chunks
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x8x128x256"));
+        case_in(&c, S(dt, "1x8x128x256"));
+        case_in(&c, S(dt, "1x8x128x256"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "tc E 256: causal, Gemma prefill";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x3x100x256"));
+        case_in(&c, S(dt, "2x3x77x256"));
+        case_in(&c, S(dt, "2x3x77x256"));
+        case_in(&c, SR(dt, "2x1x1x77", -4.0, 0.0));
+        c.label = "tc E 256: float mask, L 100, S 77";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "4x16x300x256"));
+        case_in(&c, S(dt, "4x16x301x256"));
+        case_in(&c, S(dt, "4x16x301x256"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "tc E 256: causal, 1216 blocks";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x2x3x256"));
+        case_in(&c, S(dt, "1x2x1100x256"));
+        case_in(&c, S(dt, "1x2x1100x256"));
+        spec gm = S(BOOL, "1x1x3x1100");
+        gm.prefix = 900;
+        case_in(&c, gm);
+        c.label = "tc E 256 chunks: decode, bool mask live to 900 of 1100";
+        run_case(&c);
     }
 }
 
