@@ -57,6 +57,10 @@ if(TARGET kiln_executorch)
   target_compile_options(fuzz_program_replay PRIVATE ${KILN_WARNINGS})
   target_include_directories(fuzz_program_replay PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
   kiln_executorch_program(fuzz_program_replay)
+  # ExecuTorch's CPU kernels: seeds with an op outside the Kiln delegates (seed-linked) run too.
+  if(KILN_EXECUTORCH_KERNELS_LIB)
+    target_link_libraries(fuzz_program_replay PRIVATE "${KILN_EXECUTORCH_KERNELS_LIB}")
+  endif()
   add_test(NAME fuzz_program_corpus
            COMMAND fuzz_program_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/fuzz_program)
   if(KILN_FUZZ)
@@ -70,6 +74,9 @@ if(TARGET kiln_executorch)
     target_link_options(fuzz_program PRIVATE -fsanitize=fuzzer -fsanitize-link-c++-runtime
                         -lstdc++)
     kiln_executorch_program(fuzz_program)
+    if(KILN_EXECUTORCH_KERNELS_LIB)
+      target_link_libraries(fuzz_program PRIVATE "${KILN_EXECUTORCH_KERNELS_LIB}")
+    endif()
   endif()
 endif()
 

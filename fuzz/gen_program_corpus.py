@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests"))
-from kiln_test_models import MLP, EncoderBlock, ResNet18  # noqa: E402
+from kiln_test_models import MLP, EncoderBlock, ResNet18, WithFlipLinked  # noqa: E402
 
 
 def models():
@@ -39,6 +39,15 @@ def models():
         EncoderBlock(16, 2, 32).eval(),
         (torch.randn(1, 8, 16),),
         {"external_data": "enc"},
+    )
+    torch.manual_seed(3)
+    # Two Kiln delegates around a flip, one passing tensors straight to the other (linked:
+    # docs/runtime.md, "Between delegates").
+    yield (
+        "linked",
+        WithFlipLinked().eval(),
+        (torch.randn(4, 16),),
+        {"dynamic_shapes": ({0: batch},)},
     )
 
 

@@ -147,6 +147,78 @@ static void test_mlp(kiln_precision prec, int external) {
     kiln_engine_free(e);
 }
 
+// Memory where the engine runs (kiln_engine_alloc_memory: host memory on the CPU) bound as an
+// input and an output without staging, kiln_engine_copy_memory in and out, and the options the
+// engine was loaded with (kiln_engine_get_option).
+static void test_engine_memory(void) {
+    mlp m;
+    kiln_built *b = NULL;
+    kiln_engine *e, *e2 = NULL;
+    kiln_context *c = NULL;
+    void *xin = NULL, *yout = NULL, *empty = NULL;
+    float x[3 * MK], y[3 * MO], ref[3 * MO];
+    char buf[64];
+    mlp_init(&m);
+    e = mlp_engine(&m, KILN_PRECISION_FP32, 0, KILN_DTYPE_F32, &b);
+    if (e == NULL) return;
+    CHECK_OK(kiln_engine_alloc_memory(e, MB * MK * 4, &xin));
+    CHECK_OK(kiln_engine_alloc_memory(e, MB * MO * 4, &yout));
+    CHECK_OK(kiln_engine_alloc_memory(e, 0, &empty)); // a unique pointer, freed like the others
+    CHECK(xin != NULL && yout != NULL && empty != NULL && ((uintptr_t)xin % 64) == 0);
+    CHECK_OK(kiln_context_new(e, &c));
+    if (c != NULL && xin != NULL && yout != NULL) {
+        tu_fill(x, 3 * MK, -1, 1);
+        mlp_ref(&m, x, 3, ref);
+        CHECK_OK(kiln_engine_copy_memory(e, xin, x, sizeof x));
+        CHECK_OK(kiln_context_set_input(c, 0, 2, TU_DIMS(3, MK), xin));
+        CHECK_OK(kiln_context_set_output(c, 0, yout, MB * MO * 4));
+        CHECK_OK(kiln_context_execute(c));
+        CHECK_OK(kiln_engine_copy_memory(e, y, yout, sizeof y));
+        tu_check_close("mlp through engine memory", y, ref, 3 * MO, 1e-5, 1e-5);
+        CHECK_OK(kiln_engine_copy_memory(e, NULL, NULL, 0)); // nothing to copy
+        CHECK_STATUS(kiln_engine_copy_memory(e, y, NULL, 4), KILN_ERR_INVALID_ARG);
+    }
+    CHECK_STATUS(kiln_engine_alloc_memory(e, 4, NULL), KILN_ERR_INVALID_ARG);
+    CHECK_STATUS(kiln_engine_alloc_memory(NULL, 4, &xin), KILN_ERR_INVALID_ARG);
+    kiln_context_free(c);
+    kiln_engine_free_memory(e, xin, MB * MK * 4);
+    kiln_engine_free_memory(e, yout, MB * MO * 4);
+    kiln_engine_free_memory(e, empty, 0);
+    kiln_engine_free_memory(e, NULL, 4); // accepted
+
+    // The options the engine was loaded with: the per-load setting, not the process value.
+    CHECK_OK(kiln_engine_get_option(e, "device", buf, sizeof buf));
+    CHECK(strcmp(buf, "cpu") == 0);
+    CHECK_OK(kiln_engine_get_option(e, "link_delegates", buf, sizeof buf));
+    CHECK(strcmp(buf, "true") == 0);
+    CHECK_STATUS(kiln_engine_get_option(e, "no_such_option", buf, sizeof buf),
+                 KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "link_delegates") != NULL); // the valid names are listed
+    CHECK_STATUS(kiln_engine_get_option(NULL, "device", buf, sizeof buf), KILN_ERR_INVALID_ARG);
+    if (b != NULL) {
+        const void *bytes;
+        size_t n;
+        kiln_load_options lo;
+        kiln_option_setting s[2] = {
+            {.name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"},
+            {.name = "link_delegates", .type = KILN_OPTION_BOOL, .int_value = 0}};
+        CHECK_OK(kiln_built_engine(b, &bytes, &n));
+        kiln_load_options_init(&lo);
+        lo.resolve = tu_resolve_built;
+        lo.resolve_user_data = (void *)(uintptr_t)b;
+        lo.settings = s;
+        lo.n_settings = 2;
+        CHECK_OK(kiln_engine_load(bytes, n, &lo, &e2));
+        CHECK_OK(kiln_engine_get_option(e2, "link_delegates", buf, sizeof buf));
+        CHECK(strcmp(buf, "false") == 0);
+        CHECK_OK(kiln_get_option("link_delegates", buf, sizeof buf)); // the process value holds
+        CHECK(strcmp(buf, "true") == 0);
+    }
+    kiln_engine_free(e2);
+    kiln_built_free(b);
+    kiln_engine_free(e);
+}
+
 // float16 / bfloat16 model inputs and outputs (cast inside the graph), fp32 precision.
 static void test_mlp_io(kiln_dtype io) {
     mlp m;
@@ -795,6 +867,7 @@ int main(void) {
     test_mlp_io(KILN_DTYPE_F16);
     test_mlp_io(KILN_DTYPE_BF16);
     test_errors();
+    test_engine_memory();
     test_busy_threads();
     test_shared_engine_threads();
     return check_summary();

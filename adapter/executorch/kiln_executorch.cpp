@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -160,6 +161,13 @@ Error record_failure(kiln_status st, const char *fmt, ...) {
     return to_et_error(st);
 }
 
+// A DEBUG line of KilnBackend's own, filtered by Kiln's log level (KILN_LOG_LEVEL) like Kiln's.
+void log_debug(const std::string &message) {
+    if (kiln_log_get_level() <= KILN_LOG_DEBUG) {
+        log_text(KILN_LOG_DEBUG, "KilnBackend: ", message.c_str());
+    }
+}
+
 std::once_flag g_log_once;
 void install_log_hook() {
     std::call_once(g_log_once, [] { kiln_log_set(forward_log, nullptr, kiln_log_get_level()); });
@@ -188,7 +196,10 @@ struct KilnHandle {
     uint32_t n_inputs = 0;
     uint32_t n_outputs = 0;
     bool listed = false; // in state_registry()
+    // Links with the other Kiln delegates of the method (null: none): kiln_links.cpp.
+    std::unique_ptr<kiln_link::DelegateLinks> links;
     ~KilnHandle() {
+        links.reset(); // unpublished and its memory freed while the engine lives
         if (listed) {
             StateRegistry &r = state_registry();
             std::lock_guard<std::mutex> lock(r.mu);
@@ -266,6 +277,70 @@ void add_program_tuning(const NamedDataMap *map, ArrayRef<CompileSpec> specs,
         }
         return;
     }
+}
+
+// Reads the delegate's link record (compile spec kiln.link, written by the export for a method
+// whose Kiln delegates pass tensors to each other) unless the engine was loaded with the option
+// link_delegates off. A damaged record fails the init (a record of a newer Kiln is not used);
+// without a record, or with the option off, every tensor goes through its host buffer.
+Error setup_links(KilnHandle *h, ArrayRef<CompileSpec> specs, const std::string &method,
+                  std::string *summary) {
+    const CompileSpec *spec = nullptr;
+    for (size_t i = 0; i < specs.size(); i++) {
+        if (specs[i].key != nullptr && std::strcmp(specs[i].key, kiln_link::kSpecKey) == 0) {
+            spec = &specs[i];
+        }
+    }
+    if (spec == nullptr) return Error::Ok;
+    char on[16] = "";
+    if (kiln_engine_get_option(h->engine, "link_delegates", on, sizeof on) != KILN_OK ||
+        std::strcmp(on, "true") != 0) {
+        log_debug("method '" + method +
+                  "': option link_delegates is off: this delegate's tensors pass through host "
+                  "memory");
+        return Error::Ok;
+    }
+    kiln_link::Record record;
+    std::string why;
+    switch (kiln_link::parse_record(spec->value.buffer, spec->value.nbytes, h->n_inputs,
+                                    h->n_outputs, &record, &why)) {
+    case kiln_link::Parse::kOk: break;
+    case kiln_link::Parse::kNewer:
+        log_text(KILN_LOG_INFO, "KilnBackend: ",
+                 ("method '" + method + "': the delegate's link record is not used (" + why +
+                  "): its tensors pass through host memory; upgrade Kiln's runtime to keep them "
+                  "on the device")
+                     .c_str());
+        return Error::Ok;
+    case kiln_link::Parse::kCorrupt:
+        return record_failure(KILN_ERR_CORRUPT,
+                              "method '%s': the link record of a Kiln delegate (compile spec "
+                              "'%s', %zu bytes) is damaged: %s. Re-export the program, or set "
+                              "the option link_delegates to false to run it with the tensors "
+                              "between delegates passed through host memory",
+                              method.c_str(), kiln_link::kSpecKey, spec->value.nbytes, why.c_str());
+    }
+    auto links =
+        std::unique_ptr<kiln_link::DelegateLinks>(new (std::nothrow) kiln_link::DelegateLinks());
+    if (links == nullptr) {
+        return record_failure(KILN_ERR_NO_MEMORY, "method '%s': out of memory (KilnBackend links)",
+                              method.c_str());
+    }
+    std::string notes;
+    links->setup(h->engine, record, kiln_adapter_planned_limit(), &notes);
+    if (!notes.empty()) {
+        log_debug("method '" + method + "', delegate " + std::to_string(record.delegate) + ": " +
+                  notes);
+    }
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "; link group %016llx, delegate %u: %zu outputs passed to other Kiln delegates "
+                  "in its memory, %zu inputs read in theirs",
+                  static_cast<unsigned long long>(record.group), record.delegate,
+                  record.outputs.size(), record.inputs.size());
+    *summary = text;
+    if (links->has_outputs() || links->has_inputs()) h->links = std::move(links);
+    return Error::Ok;
 }
 
 // Resolves external weight keys through the NamedDataMap; the buffers stay alive until
@@ -407,14 +482,20 @@ class KilnBackend final : public BackendInterface {
         }
         handle->n_inputs = kiln_engine_n_inputs(handle->engine);
         handle->n_outputs = kiln_engine_n_outputs(handle->engine);
+        std::string links;
+        Error link_err = setup_links(handle, compile_specs, method, &links);
+        if (link_err != Error::Ok) {
+            delete handle;
+            return link_err;
+        }
         share_program_states(handle, context.get_named_data_map(), method);
         processed->Free(); // the engine holds its own copy of everything it needs
-        char ready[256];
+        char ready[512];
         std::snprintf(ready, sizeof ready,
                       "engine ready for method '%s' on %s (%u inputs, %u "
-                      "outputs)",
+                      "outputs%s)",
                       method.c_str(), kiln_engine_device(handle->engine), handle->n_inputs,
-                      handle->n_outputs);
+                      handle->n_outputs, links.c_str());
         log_text(KILN_LOG_INFO, "KilnBackend: ", ready);
         return handle;
     }
@@ -436,6 +517,8 @@ class KilnBackend final : public BackendInterface {
                                   "engine; re-export it",
                                   method.c_str(), h->n_inputs, h->n_outputs, args.size());
         }
+        kiln_link::DelegateLinks *links = h->links.get();
+        if (links != nullptr) links->begin_execute();
         for (uint32_t i = 0; i < h->n_inputs; i++) {
             if (!args[i]->isTensor()) {
                 return record_failure(KILN_ERR_INVALID_ARG,
@@ -463,8 +546,16 @@ class KilnBackend final : public BackendInterface {
                                       KILN_MAX_RANK);
             }
             for (ssize_t d = 0; d < t.dim(); d++) dims[d] = t.size(d);
-            kiln_status st = kiln_context_set_input(h->context, i, static_cast<uint32_t>(t.dim()),
-                                                    dims, t.const_data_ptr());
+            const void *data = t.const_data_ptr();
+            if (links != nullptr) {
+                std::string why;
+                kiln_status st = links->input_memory(i, data, dt, static_cast<uint32_t>(t.dim()),
+                                                     dims, &data, &why);
+                if (st != KILN_OK) return fail(st, "copying a linked input to host memory", method);
+                if (!why.empty()) log_debug("method '" + method + "': " + why);
+            }
+            kiln_status st =
+                kiln_context_set_input(h->context, i, static_cast<uint32_t>(t.dim()), dims, data);
             if (st != KILN_OK) return fail(st, "binding an input", method);
         }
         kiln_status st = kiln_context_infer_shapes(h->context);
@@ -502,11 +593,31 @@ class KilnBackend final : public BackendInterface {
                                       "set_output_data_ptr",
                                       method.c_str(), o);
             }
-            st = kiln_context_set_output(h->context, o, t.mutable_data_ptr(), t.nbytes());
+            size_t capacity = 0;
+            void *memory = links != nullptr ? links->output_memory(o, &capacity) : nullptr;
+            st = memory != nullptr
+                     ? kiln_context_set_output(h->context, o, memory, capacity)
+                     : kiln_context_set_output(h->context, o, t.mutable_data_ptr(), t.nbytes());
             if (st != KILN_OK) return fail(st, "binding an output", method);
         }
         st = kiln_context_execute(h->context);
         if (st != KILN_OK) return fail(st, "executing the engine", method);
+        for (uint32_t o = 0; links != nullptr && o < h->n_outputs; o++) {
+            size_t capacity = 0;
+            if (links->output_memory(o, &capacity) == nullptr) continue;
+            Tensor &t = args[h->n_inputs + o]->toTensor();
+            kiln_binding_info info;
+            uint32_t rank = 0;
+            int64_t dims[KILN_MAX_RANK];
+            kiln_engine_binding(h->engine, 0, o, &info);
+            kiln_context_output_shape(h->context, o, &rank, dims);
+            std::string why;
+            st = links->publish(o, t.mutable_data_ptr(), t.nbytes(), info.dtype, rank, dims, &why);
+            if (st != KILN_OK && !why.empty()) {
+                return record_failure(st, "method '%s': %s", method.c_str(), why.c_str());
+            }
+            if (st != KILN_OK) return fail(st, "copying a linked output to host memory", method);
+        }
         return Error::Ok;
     }
 
@@ -597,6 +708,12 @@ KILN_ET_API kiln_status kiln_executorch_last_status(void) { return t_fail_status
 KILN_ET_API const char *kiln_executorch_last_error(void) {
     return t_fail_status == KILN_OK ? "" : t_fail_message;
 }
+
+KILN_ET_API void kiln_executorch_link_stats_get(kiln_executorch_link_stats *out) {
+    if (out != nullptr) kiln_link::stats_get(out);
+}
+
+KILN_ET_API void kiln_executorch_link_stats_reset(void) { kiln_link::stats_reset(); }
 
 KILN_ET_API void kiln_executorch_clear_error(void) {
     t_fail_status = KILN_OK;

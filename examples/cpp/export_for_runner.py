@@ -3,13 +3,16 @@
 ``model.ptd`` with --external-data), ``inputs.bin`` and ``expected.bin`` (eager PyTorch outputs),
 in Kiln's tensor file format (kiln_tensors.py).
 
-    python examples/cpp/export_for_runner.py --out build/runner-demo [--model mlp|convnet]
+    python examples/cpp/export_for_runner.py --out build/runner-demo [--model mlp|convnet|linked]
         [--batch N] [--precision fp32|fp16|bf16] [--external-data] [--device-io] [--no-kiln]
 
 --device-io exports with ExecuTorch's memory planning off for the method's inputs and outputs
 (MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)), so the runner can bind
 caller buffers in place (kiln_runner --device-io binds CUDA memory). --no-kiln exports without
-the Kiln partitioner (everything on ExecuTorch's CPU kernels), for comparison.
+the Kiln partitioner (everything on ExecuTorch's CPU kernels), for comparison. --model linked
+is an MLP split by an op Kiln lacks (flip) into two Kiln delegates, one of which passes a tensor
+straight to the other: run it with kiln_runner --expect-linked to check that this tensor stays
+in the engines' memory (docs/runtime.md, "Between delegates").
 
 From Python code: ``save_for_runner(model, example_inputs, out_dir, ...)``.
 """
@@ -45,7 +48,27 @@ def _demo_model(name: str, batch: int):
             torch.nn.Linear(32, 10),
         )
         return model.eval(), (torch.randn(batch, 3, 32, 32),)
-    raise SystemExit(f"unknown --model {name!r}: use mlp or convnet")
+    if name == "linked":
+        return _Linked().eval(), (torch.randn(batch, 64),)
+    raise SystemExit(f"unknown --model {name!r}: use mlp, convnet or linked")
+
+
+class _Linked(torch.nn.Module):
+    """Two Kiln delegates around torch.flip (not a Kiln op): h goes from the first straight to
+    the second (linked: it stays in the engine's memory), a goes to the flip and to the second
+    (linked, and copied to host memory for the flip), the flip's result through ExecuTorch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 256)
+        self.fc2 = torch.nn.Linear(256, 256)
+        self.fc3 = torch.nn.Linear(256, 10)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        a = self.fc2(h)
+        f = torch.flip(a, dims=[1])
+        return self.fc3(torch.nn.functional.silu(f) + h + a)
 
 
 def save_for_runner(
@@ -100,6 +123,12 @@ def save_for_runner(
             )
         )
     prog = edge.to_executorch(config)
+    links = {}
+    if kiln:
+        from kiln.executorch import link_delegates
+
+        # What kiln.executorch.export does too: tensors between Kiln delegates stay on the device.
+        links = link_delegates(prog, config)
     paths = {"pte": out / f"{name}.pte"}
     with open(paths["pte"], "wb") as f:
         prog.write_to_file(f)
@@ -111,13 +140,14 @@ def save_for_runner(
     kiln_tensors.write(paths["inputs"], example_inputs)
     kiln_tensors.write(paths["expected"], list(expected))
     paths["ops_outside_delegates"] = outside
+    paths["linked_inputs"] = sum(len(r.inputs) for recs in links.values() for r in recs.values())
     return paths
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--model", default="mlp", help="mlp (default) or convnet")
+    ap.add_argument("--model", default="mlp", help="mlp (default), convnet or linked")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
     ap.add_argument("--external-data", action="store_true", help="weights in model.ptd")
@@ -141,6 +171,8 @@ def main(argv=None) -> int:
     cmd += f" --inputs {paths['inputs']} --expected {paths['expected']} --tolerance {tol}"
     if args.device_io:
         cmd += " --device-io"
+    if paths["linked_inputs"]:
+        cmd += " --expect-linked"
     print("\n".join(f"{k}: {v}" for k, v in paths.items() if k != "ops_outside_delegates"))
     print(f"run: {cmd} --iterations 100 --warmup 10")
     return 0

@@ -7,7 +7,7 @@
 //               [--expected out.bin [--tolerance 1e-4] [--max-relative]]
 //               [--iterations 10 --warmup 2] [--device-io] [--option NAME=VALUE]... [--save-outputs
 //               out.bin] [--mmap]
-//               [--seed N] [--caller-stream]
+//               [--seed N] [--caller-stream] [--link-stats] [--expect-linked]
 //
 // Inputs come from --inputs (Kiln's tensor file format: examples/cpp/kiln_tensors.py) or are
 // random at the exported shapes. --expected compares every output elementwise:
@@ -19,7 +19,12 @@
 // program must be exported with alloc_graph_input/output=False: export_for_runner.py
 // --device-io). --caller-stream creates a CUDA stream (non-blocking) and hands it to Kiln with
 // kiln_set_thread_stream, so the delegate's work runs on the caller's stream. Latency is per
-// execute (inputs are bound before each one, outside the timing).
+// execute (inputs are bound before each one, outside the timing). --link-stats prints what the
+// links between the program's Kiln delegates did (kiln_executorch_link_stats: tensors passed
+// from one Kiln delegate to another in the engines' memory, docs/runtime.md "Between
+// delegates"); --expect-linked also fails the run unless every linked input read the producer's
+// memory, none fell back to host memory, and (after the first execute) an output stayed only in
+// its engine's memory: no device-to-host-to-device round trip between Kiln delegates.
 // Exit status: 0 ok, 1 a failure or a mismatch, 2 bad usage.
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor_ptr.h>
@@ -291,6 +296,7 @@ struct Args {
     bool max_relative = false; // tolerance relative to the output's largest |expected|
     int iterations = 10, warmup = 2;
     bool device_io = false, mmap = false, caller_stream = false;
+    bool link_stats = false, expect_linked = false;
     unsigned seed = 0;
 };
 
@@ -300,7 +306,7 @@ void usage(const char *argv0) {
                  "       [--expected out.bin [--tolerance 1e-4] [--max-relative]]\n"
                  "       [--iterations 10] [--warmup 2]\n"
                  "       [--device-io] [--option NAME=VALUE]... [--save-outputs out.bin] [--mmap]\n"
-                 "       [--seed N] [--caller-stream]\n",
+                 "       [--seed N] [--caller-stream] [--link-stats] [--expect-linked]\n",
                  argv0);
     std::exit(2);
 }
@@ -354,6 +360,10 @@ Args parse(int argc, char **argv) {
             a.mmap = true;
         else if (k == "--caller-stream")
             a.caller_stream = true;
+        else if (k == "--link-stats")
+            a.link_stats = true;
+        else if (k == "--expect-linked")
+            a.link_stats = a.expect_linked = true;
         else if (k == "--option") {
             std::string v = value();
             size_t eq = v.find('=');
@@ -710,6 +720,28 @@ int main(int argc, char **argv) {
         }
     }
     if (!args.save_outputs.empty()) write_tensors(args.save_outputs, host_out);
+    if (args.link_stats) {
+        kiln_executorch_link_stats ls{};
+        kiln_executorch_link_stats_get(&ls);
+        std::printf("link stats: inputs_linked=%llu inputs_host=%llu outputs_kept=%llu "
+                    "outputs_copied=%llu outputs_materialized=%llu\n",
+                    static_cast<unsigned long long>(ls.inputs_linked),
+                    static_cast<unsigned long long>(ls.inputs_host),
+                    static_cast<unsigned long long>(ls.outputs_kept),
+                    static_cast<unsigned long long>(ls.outputs_copied),
+                    static_cast<unsigned long long>(ls.outputs_materialized));
+        if (args.expect_linked) {
+            const int runs = args.warmup + args.iterations;
+            const bool ok = ls.inputs_linked > 0 && ls.inputs_host == 0 &&
+                            ls.outputs_materialized == 0 && (runs < 2 || ls.outputs_kept > 0);
+            std::printf("link check: %s\n",
+                        ok ? "every linked input read the producing engine's memory"
+                           : "FAILED: a tensor between Kiln delegates went through host memory "
+                             "(or the program has no linked delegates; rerun with "
+                             "KILN_LOG_LEVEL=debug for the reason)");
+            if (!ok) status = 1;
+        }
+    }
 
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());

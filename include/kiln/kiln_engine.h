@@ -69,6 +69,30 @@ KILN_API const char *kiln_engine_device(const kiln_engine *engine);
 KILN_API uint64_t kiln_engine_arena_nbytes(const kiln_engine *engine);
 KILN_API uint64_t kiln_engine_weight_nbytes(const kiln_engine *engine);
 
+// The value of option `name` this engine was loaded with (the process-wide value, the per-load
+// settings and the environment's debug overrides applied), as text, as kiln_get_option writes
+// it. KILN_ERR_INVALID_ARG for an unknown name (the message lists the valid ones).
+KILN_API kiln_status kiln_engine_get_option(const kiln_engine *engine, const char *name, char *buf,
+                                            size_t buf_nbytes);
+
+// Memory where the engine runs, for binding inputs and outputs without staging: device memory
+// of the engine's GPU on CUDA (bound there directly: no copy through a staging buffer), host
+// memory aligned to 64 bytes (through the allocator hook) on the CPU. An output bound to it
+// stays where the engine wrote it, and an engine on the same device reads it as an input in
+// place: how the ExecuTorch delegate passes a tensor from one Kiln engine to the next without a
+// round trip through host memory. nbytes == 0 gives a unique pointer that must still be freed.
+// Free with kiln_engine_free_memory (the same nbytes) before freeing the engine.
+KILN_API kiln_status kiln_engine_alloc_memory(const kiln_engine *engine, size_t nbytes, void **out);
+// NULL is accepted.
+KILN_API void kiln_engine_free_memory(const kiln_engine *engine, void *data, size_t nbytes);
+// Copies nbytes from src to dst, each host memory or memory of the engine's device (CUDA:
+// cudaMemcpyDefault), and returns with the copy finished. On CUDA it runs on the calling
+// thread's stream (kiln_set_thread_stream) or else the thread's default stream of the device;
+// while that stream is being captured into a CUDA graph it is only enqueued. A plain memmove on
+// the CPU.
+KILN_API kiln_status kiln_engine_copy_memory(const kiln_engine *engine, void *dst, const void *src,
+                                             size_t nbytes);
+
 // Creates an execution context (owns the activation arena, or on CUDA with the process option
 // use_shared_activation_scratch shares its device's arena). The engine must outlive it.
 KILN_API kiln_status kiln_context_new(kiln_engine *engine, kiln_context **out);

@@ -193,6 +193,24 @@ KILN_API kiln_status kiln_executorch_last_status(void);
 KILN_API const char *kiln_executorch_last_error(void);
 KILN_API void kiln_executorch_clear_error(void);
 
+// Counts, process-wide, of what the links between the Kiln delegates of a method did (a tensor
+// one Kiln delegate passes straight to another stays in the producing engine's memory:
+// docs/runtime.md, "Between delegates"; option link_delegates). For checking that a program's
+// engines pass their tensors on the device, and for debugging.
+typedef struct kiln_executorch_link_stats {
+    uint64_t inputs_linked;        // delegate inputs bound to the producing engine's memory
+    uint64_t inputs_host;          // linked inputs that read the host buffer instead (the reason
+                                   // is logged at DEBUG, once per input)
+    uint64_t outputs_kept;         // linked outputs left in the engine's memory only: no copy
+    uint64_t outputs_copied;       // linked outputs also copied to their host buffer (a reader
+                                   // outside Kiln, or a Kiln reader that did not take the link
+                                   // in the previous run)
+    uint64_t outputs_materialized; // host copies made later, for a reader that could not take
+                                   // the link
+} kiln_executorch_link_stats;
+KILN_API void kiln_executorch_link_stats_get(kiln_executorch_link_stats *out);
+KILN_API void kiln_executorch_link_stats_reset(void);
+
 #ifdef __cplusplus
 }
 #endif

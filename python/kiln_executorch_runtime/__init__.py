@@ -31,7 +31,9 @@ __all__ = [
     "last_error",
     "last_status",
     "library_path",
+    "link_stats",
     "register",
+    "reset_link_stats",
     "set_option",
 ]
 
@@ -179,6 +181,9 @@ def register() -> None:
         lib.kiln_executorch_last_status.restype = ctypes.c_int
         lib.kiln_executorch_last_error.restype = ctypes.c_char_p
         lib.kiln_executorch_clear_error.restype = None
+        lib.kiln_executorch_link_stats_get.restype = None
+        lib.kiln_executorch_link_stats_get.argtypes = [ctypes.POINTER(_LinkStats)]
+        lib.kiln_executorch_link_stats_reset.restype = None
         err = lib.kiln_executorch_registration_error()
         if err != 0 or lib.kiln_executorch_owns_registration() != 1:
             raise KilnRegistrationError(
@@ -280,6 +285,37 @@ def clear_error() -> None:
     """Forgets this thread's last KilnBackend failure (see :func:`last_error`)."""
     if _delegate is not None:
         _delegate.kiln_executorch_clear_error()
+
+
+class _LinkStats(ctypes.Structure):  # kiln_executorch_link_stats (kiln/kiln_program.h)
+    _fields_ = [
+        ("inputs_linked", ctypes.c_uint64),
+        ("inputs_host", ctypes.c_uint64),
+        ("outputs_kept", ctypes.c_uint64),
+        ("outputs_copied", ctypes.c_uint64),
+        ("outputs_materialized", ctypes.c_uint64),
+    ]
+
+
+def link_stats() -> dict:
+    """What the links between Kiln delegates did in this process since the last
+    :func:`reset_link_stats` (docs/runtime.md, "Between delegates"; option ``link_delegates``):
+    ``inputs_linked`` (delegate inputs bound to the producing engine's memory, no copy),
+    ``inputs_host`` (linked inputs that read the host buffer instead; the reason is logged at
+    DEBUG), ``outputs_kept`` (linked outputs left in the engine's memory only),
+    ``outputs_copied`` (linked outputs also copied to their host buffer), and
+    ``outputs_materialized`` (host copies made later for a reader that could not take the
+    link). Registers Kiln if needed."""
+    register()
+    s = _LinkStats()
+    _delegate.kiln_executorch_link_stats_get(ctypes.byref(s))
+    return {name: int(getattr(s, name)) for name, _ in _LinkStats._fields_}
+
+
+def reset_link_stats() -> None:
+    """Sets the counts of :func:`link_stats` back to zero."""
+    register()
+    _delegate.kiln_executorch_link_stats_reset()
 
 
 def backend_info() -> dict:

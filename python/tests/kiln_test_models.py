@@ -117,6 +117,25 @@ class MHABlock(nn.Module):
         return x + F.gelu(self.fc(a))
 
 
+class WithFlipLinked(nn.Module):
+    """Two Kiln delegates around an op Kiln lacks (flip): the first delegate's output ``h`` goes
+    straight to the second (only Kiln reads it), ``a`` goes to the flip and to the second
+    delegate (a reader outside Kiln too), and the flip's result reaches the second delegate
+    through ExecuTorch (never linked: docs/runtime.md, "Between delegates")."""
+
+    def __init__(self, width: int = 32):
+        super().__init__()
+        self.fc1 = nn.Linear(16, width)
+        self.fc2 = nn.Linear(width, width)
+        self.fc3 = nn.Linear(width, 8)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        a = self.fc2(h)
+        f = torch.flip(a, dims=[1])
+        return self.fc3(F.silu(f) + h + a)
+
+
 class WithFlip(nn.Module):
     """Kiln ops, an op Kiln lacks (flip), then Kiln ops again: partial delegation."""
 

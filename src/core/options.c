@@ -136,6 +136,10 @@ static const option_def defs[] = {
         "CUDA: where the choices timed at context creation are kept and reused: auto (a file in "
         "the user's cache directory: $XDG_CACHE_HOME/kiln or ~/.cache/kiln), off (time at "
         "every context creation), or a file path"),
+    OPT("link_delegates", V_BOOL, "true", "both", 1, AT(link_delegates),
+        "ExecuTorch: a tensor that one Kiln delegate passes straight to another stays in the "
+        "producing engine's memory on its device (no copy through host memory; the export "
+        "records these edges); false: every delegate output goes through its ExecuTorch buffer"),
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 
@@ -410,12 +414,17 @@ kiln_status kiln_set_option_string(const char *name, const char *value) {
 }
 
 kiln_status kiln_get_option(const char *name, char *buf, size_t buf_nbytes) {
+    kiln_options o = snapshot();
+    return kiln_options_get(&o, name, buf, buf_nbytes);
+}
+
+kiln_status kiln_options_get(const kiln_options *o, const char *name, char *buf,
+                             size_t buf_nbytes) {
     const option_def *d;
     KILN_TRY(find(name, &d));
     KILN_CHECK(buf != NULL && buf_nbytes > 0, KILN_ERR_INVALID_ARG,
                "kiln_get_option: buffer is NULL or empty");
-    kiln_options o = snapshot();
-    value_text(&o, d, buf, buf_nbytes);
+    value_text(o, d, buf, buf_nbytes);
     return KILN_OK;
 }
 

@@ -47,6 +47,7 @@ typedef struct kiln_options {
     int profile;                       // bool: time every layer (kiln_context_layer_info)
     int verify_weights;                // bool: external weights checked against their keys
     char tuning_cache[1024];           // "auto" | "off" | a file path (the CUDA tuning cache)
+    int link_delegates;                // bool: ExecuTorch delegate links (the adapter reads it)
     kiln_cuda_policy cuda;             // the options cuda.*
 } kiln_options;
 
@@ -55,5 +56,9 @@ typedef struct kiln_options {
 // naming the option or variable and the accepted values).
 kiln_status kiln_options_resolve(const kiln_option_setting *settings, uint32_t n_settings,
                                  kiln_options *out);
+
+// The value of option `name` in o as text, as kiln_get_option writes it (KILN_ERR_INVALID_ARG
+// for an unknown name, listing the valid ones).
+kiln_status kiln_options_get(const kiln_options *o, const char *name, char *buf, size_t buf_nbytes);
 
 #endif // KILN_CORE_OPTIONS_H

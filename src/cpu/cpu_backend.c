@@ -305,6 +305,30 @@ static void cpu_describe_layer(const void *context_state, uint32_t li, kiln_laye
     }
 }
 
+// Memory for I/O bound without a copy (kiln_engine_alloc_memory): host memory, aligned like the
+// arena.
+static kiln_status cpu_memory_alloc(void *engine_state, size_t nbytes, void **out) {
+    void *p = kiln_malloc(nbytes, KILN_DATA_ALIGN);
+    (void)engine_state;
+    KILN_CHECK(p != NULL, KILN_ERR_NO_MEMORY, "out of memory allocating %zu bytes of I/O memory",
+               nbytes);
+    *out = p;
+    return KILN_OK;
+}
+
+static void cpu_memory_free(void *engine_state, void *ptr, size_t nbytes) {
+    (void)engine_state;
+    kiln_free(ptr, nbytes);
+}
+
+static kiln_status cpu_memory_copy(void *engine_state, void *dst, const void *src, size_t nbytes,
+                                   void *stream) {
+    (void)engine_state;
+    (void)stream;
+    memmove(dst, src, nbytes);
+    return KILN_OK;
+}
+
 const kiln_backend_ops kiln_backend_cpu = {
     .name = "cpu",
     .engine_init = cpu_engine_init,
@@ -315,4 +339,7 @@ const kiln_backend_ops kiln_backend_cpu = {
     .share_states = cpu_share_states,
     .execute = cpu_execute,
     .describe_layer = cpu_describe_layer,
+    .memory_alloc = cpu_memory_alloc,
+    .memory_free = cpu_memory_free,
+    .memory_copy = cpu_memory_copy,
 };

@@ -825,6 +825,62 @@ static void cuda_warm_up(const kiln_plan *p, const kiln_options *options) {
     kiln_cuda_warm_up_start(device, dtype);
 }
 
+// --- memory for I/O bound without staging (kiln_engine_alloc_memory, kiln_engine_copy_memory)
+
+static kiln_status cuda_memory_alloc(void *engine_state, size_t nbytes, void **out) {
+    const cuda_engine *e = engine_state;
+    void *p = NULL;
+    int prev = -1;
+    cudaError_t err;
+    KILN_CUDA_TRY(kiln_cuda_device_enter(e->device, &prev));
+    err = cudaMalloc(&p, nbytes > 0 ? nbytes : 1); // a unique pointer for 0 bytes too
+    kiln_cuda_device_leave(e->device, prev);
+    if (err != cudaSuccess) {
+        kiln_cuda_consume();
+        if (err == cudaErrorMemoryAllocation) {
+            return kiln_cuda_fail(KILN_ERR_NO_MEMORY,
+                                  "out of device memory allocating %zu bytes of I/O memory on "
+                                  "device %d",
+                                  nbytes, e->device);
+        }
+        return kiln_cuda_call_failed("cudaMalloc (I/O memory)", err);
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+static void cuda_memory_free(void *engine_state, void *ptr, size_t nbytes) {
+    const cuda_engine *e = engine_state;
+    int prev = -1;
+    (void)nbytes;
+    if (ptr == NULL || kiln_cuda_device_enter(e->device, &prev) != KILN_OK) return;
+    if (cudaFree(ptr) != cudaSuccess) kiln_cuda_consume();
+    kiln_cuda_device_leave(e->device, prev);
+}
+
+// On the caller's stream (its earlier work first), else the thread's default stream of the
+// device (which does not wait for other streams); synchronized unless the stream is capturing.
+static kiln_status cuda_memory_copy(void *engine_state, void *dst, const void *src, size_t nbytes,
+                                    void *stream_arg) {
+    const cuda_engine *e = engine_state;
+    cudaStream_t stream = stream_arg != NULL ? (cudaStream_t)stream_arg : cudaStreamPerThread;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    int prev = -1;
+    cudaError_t err;
+    KILN_CUDA_TRY(kiln_cuda_device_enter(e->device, &prev));
+    err = cudaStreamIsCapturing(stream, &cap);
+    if (err == cudaSuccess) err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream);
+    if (err == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
+        err = cudaStreamSynchronize(stream);
+    }
+    kiln_cuda_device_leave(e->device, prev);
+    if (err != cudaSuccess) {
+        kiln_cuda_consume();
+        return kiln_cuda_call_failed("cudaMemcpyAsync (kiln_engine_copy_memory)", err);
+    }
+    return KILN_OK;
+}
+
 const kiln_backend_ops kiln_cuda_backend_ops = {
     .name = "cuda",
     .warm_up = cuda_warm_up,
@@ -836,4 +892,7 @@ const kiln_backend_ops kiln_cuda_backend_ops = {
     .context_free = cuda_context_free,
     .execute = cuda_execute,
     .describe_layer = cuda_describe_layer,
+    .memory_alloc = cuda_memory_alloc,
+    .memory_free = cuda_memory_free,
+    .memory_copy = cuda_memory_copy,
 };

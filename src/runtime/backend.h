@@ -53,6 +53,16 @@ typedef struct kiln_backend_ops {
     // profile times) into *out, which the runtime has filled with the plan's view (op, head,
     // n_fused, "?" as the kernel, -1 times). Never called while the context executes.
     void (*describe_layer)(const void *context_state, uint32_t li, kiln_layer_info *out);
+    // Memory where the backend runs, for binding I/O (kiln_engine_alloc_memory): the CPU's is
+    // host memory, CUDA's device memory of the engine's device. nbytes may be 0 (a unique
+    // pointer). Thread-safe; never called while the engine is freed.
+    kiln_status (*memory_alloc)(void *engine_state, size_t nbytes, void **out);
+    void (*memory_free)(void *engine_state, void *ptr, size_t nbytes); // NULL-safe
+    // Copies nbytes between host memory and memory of the engine's device, or within either,
+    // on `stream` (a cudaStream_t, or NULL: the backend's choice); returns with the copy
+    // finished, unless the stream is being captured (then it is only enqueued).
+    kiln_status (*memory_copy)(void *engine_state, void *dst, const void *src, size_t nbytes,
+                               void *stream);
     // Optional (NULL: none): called as soon as the runtime knows an engine of this plan will load
     // here, before it resolves and checks the weights: the backend may start initialising what
     // engine_init and context_init will need, in the background. Never fails.

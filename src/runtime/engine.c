@@ -444,6 +444,43 @@ uint32_t kiln_engine_n_states(const kiln_engine *engine) {
     return n;
 }
 
+kiln_status kiln_engine_get_option(const kiln_engine *engine, const char *name, char *buf,
+                                   size_t buf_nbytes) {
+    KILN_CHECK(engine != NULL, KILN_ERR_INVALID_ARG, "kiln_engine_get_option: engine is NULL");
+    return kiln_options_get(&engine->options, name, buf, buf_nbytes);
+}
+
+// --- memory where the engine runs (I/O bound without staging)
+
+kiln_status kiln_engine_alloc_memory(const kiln_engine *engine, size_t nbytes, void **out) {
+    void *p = NULL;
+    KILN_CHECK(engine != NULL && out != NULL, KILN_ERR_INVALID_ARG,
+               "kiln_engine_alloc_memory: engine and out must not be NULL");
+    KILN_CHECK(engine->backend->memory_alloc != NULL, KILN_ERR_UNSUPPORTED,
+               "kiln_engine_alloc_memory: the %s backend has no memory of its own to lend",
+               engine->backend->name);
+    KILN_TRY(engine->backend->memory_alloc(engine->backend_state, nbytes, &p));
+    *out = p;
+    return KILN_OK;
+}
+
+void kiln_engine_free_memory(const kiln_engine *engine, void *data, size_t nbytes) {
+    if (engine == NULL || data == NULL || engine->backend->memory_free == NULL) return;
+    engine->backend->memory_free(engine->backend_state, data, nbytes);
+}
+
+kiln_status kiln_engine_copy_memory(const kiln_engine *engine, void *dst, const void *src,
+                                    size_t nbytes) {
+    KILN_CHECK(engine != NULL, KILN_ERR_INVALID_ARG, "kiln_engine_copy_memory: engine is NULL");
+    if (nbytes == 0) return KILN_OK;
+    KILN_CHECK(dst != NULL && src != NULL, KILN_ERR_INVALID_ARG,
+               "kiln_engine_copy_memory: dst and src must not be NULL for %zu bytes", nbytes);
+    KILN_CHECK(engine->backend->memory_copy != NULL, KILN_ERR_UNSUPPORTED,
+               "kiln_engine_copy_memory: the %s backend cannot copy memory", engine->backend->name);
+    return engine->backend->memory_copy(engine->backend_state, dst, src, nbytes,
+                                        kiln_thread_stream());
+}
+
 uint32_t kiln_engine_n_layers(const kiln_engine *engine) {
     return engine ? engine->plan.n_layers : 0;
 }

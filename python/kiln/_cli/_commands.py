@@ -163,7 +163,8 @@ def _inspect_pte(op: Opened) -> dict:
                         "location": d.location,
                         "nbytes": len(d.data or b""),
                         "compile_specs": {
-                            k: v.decode("utf-8", "surrogateescape")
+                            # kiln.link is binary (docs/runtime.md, "Between delegates"): hex
+                            k: v.hex() if k == "kiln.link" else v.decode("utf-8", "surrogateescape")
                             for k, v in d.compile_specs.items()
                         },
                     }
@@ -285,7 +286,12 @@ def _print_pte(doc: dict, layers: bool) -> None:
             print(f"  {which}: {text(', '.join(items)) or '-'}")
         print(f"  runs, in order: {text('; '.join(m['calls'])) or '-'}")
         for d in m["delegates"]:
-            specs = ", ".join(f"{k}={v}" for k, v in d["compile_specs"].items())
+            specs = ", ".join(
+                f"{k}=<{len(v) // 2} bytes: links to other Kiln delegates>"
+                if k == "kiln.link"
+                else f"{k}={v}"
+                for k, v in d["compile_specs"].items()
+            )
             print(
                 f"  delegate {d['index']}: {text(d['backend'])}, {size(d['nbytes'])} "
                 f"({d['location']}){' ' + text(specs) if specs else ''}"

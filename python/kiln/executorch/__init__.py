@@ -1,4 +1,5 @@
-"""Kiln's ExecuTorch export side: ``KilnPartitioner``, ``KilnBackend``, ``export``, ``save``.
+"""Kiln's ExecuTorch export side: ``KilnPartitioner``, ``KilnBackend``, ``export``, ``save``
+(and ``link_delegates``, which ``export`` runs: the tensors one Kiln delegate passes to another).
 
 Importing this module defines the ``KilnBackend`` BackendDetails class, which ExecuTorch finds by
 name when lowering. It does not register the runtime delegate (``kiln_executorch_runtime`` does;
@@ -6,6 +7,7 @@ name when lowering. It does not register the runtime delegate (``kiln_executorch
 """
 
 from ._export import EXPORT_OPTIONS, KilnStrictError, export, save
+from ._links import link_delegates
 from ._options import PRECISIONS
 from ._report import ExportReport
 from .backend import KilnBackend, KilnPreprocessError
@@ -21,5 +23,6 @@ __all__ = [
     "KilnPreprocessError",
     "KilnStrictError",
     "export",
+    "link_delegates",
     "save",
 ]

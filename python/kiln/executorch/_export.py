@@ -15,6 +15,7 @@ from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
 
 from . import _report
+from ._links import link_delegates
 from ._meta import check_not_meta
 from ._options import read_tuning_records, validate_external_data, validate_precision
 from .partitioner import KilnPartitioner
@@ -292,6 +293,9 @@ def _export(
         raise KilnStrictError(_strict_message(rep.report.rejected), rep.report.rejected, rep.report)
     with rep.phase("to_executorch"):
         prog = edge.to_executorch(backend_config)
+        # Tensors one Kiln delegate passes straight to another stay on its device at run time.
+        links = link_delegates(prog, backend_config)
+    rep.report.links = {m: sum(len(r.inputs) for r in recs.values()) for m, recs in links.items()}
     try:
         prog.kiln_report = rep.report
     except AttributeError:  # a manager class that refuses new attributes

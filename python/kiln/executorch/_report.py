@@ -69,6 +69,9 @@ class ExportReport:
     rejected: list = dataclasses.field(default_factory=list)  # {"op", "reason", "source"}
     phases: dict = dataclasses.field(default_factory=dict)  # phase -> seconds
     files: dict = dataclasses.field(default_factory=dict)  # path -> bytes written
+    # method -> Kiln delegate inputs read in the producing delegate's memory (docs/runtime.md,
+    # "Between delegates"); methods without such an edge are absent
+    links: dict = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -77,6 +80,7 @@ class ExportReport:
             "rejected": self.rejected,
             "phases_s": self.phases,
             "files": self.files,
+            "links": self.links,
         }
 
     def __str__(self) -> str:
@@ -88,6 +92,11 @@ class ExportReport:
                 f"  method {name}: {len(dels)} delegate call(s) ({kiln} Kiln), "
                 f"{m['n_outside']} op(s) left to ExecuTorch"
             )
+            if self.links.get(name):
+                lines.append(
+                    f"    {self.links[name]} tensor(s) passed between Kiln delegates in the "
+                    "engines' memory (no copy through host memory)"
+                )
             for i, d in enumerate(dels):
                 extra = f", {d['n_nodes']} nodes" if d.get("n_nodes") is not None else ""
                 lines.append(f"    delegate {i}: {d['backend']}{extra}")
