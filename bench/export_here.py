@@ -32,6 +32,11 @@ takes the expected outputs from a float64 reference there).
 With ``--kiln-dir`` the libkiln used for the export (and its CUDA plugin, if beside it) is
 copied to ``<out>/lib``; with ``--runner-dir`` the kiln_runner bundle (examples/cpp, built with
 -DKILN_RUNNER_BUNDLE=ON) is copied to ``<out>/runner``.
+
+Several model families are exported by one child process each (the manifest merges them through
+its file), so each family's memory is returned before the next: the zoo's large decoders after
+the other models in one process exceeded the 24 GiB of this machine. ``--in-process`` exports
+them all in this process.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -254,6 +260,55 @@ def copy_libs(src: Path, dst: Path, names) -> list[str]:
     return copied
 
 
+def export_in_children(args, families: list[str], argv: list[str]) -> int:
+    """Each family's configs exported by a child process (the manifest, merged through its file,
+    collects them); then the libraries and the runner copied once, as one process would."""
+    names = {f: [c.name for c in M.select(args.models) if c.family == f] for f in families}
+    base, skip = [], False
+    for a in argv:  # the same arguments, but the models, and no library or runner copies
+        if skip:
+            skip = False
+            continue
+        if a in ("--models", "--runner-dir"):
+            skip = True
+            continue
+        if a.startswith(("--models=", "--runner-dir=")):
+            continue
+        base.append(a)
+    failed = []
+    for f in families:
+        cmd = [sys.executable, str(Path(__file__).resolve()), *base, "--in-process"]
+        cmd += ["--models", ",".join(names[f])]
+        if subprocess.run(cmd).returncode != 0:
+            failed.append(f)
+    out = Path(args.out)
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    finish(args, out, manifest, manifest_path)
+    if failed:
+        print(f"export_here: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def finish(args, out: Path, manifest: dict, manifest_path: Path) -> None:
+    """Copies the libraries and the runner into out (what the device call carries)."""
+    if args.kiln_dir:
+        manifest["lib"] = copy_libs(
+            Path(args.kiln_dir), out / "lib", ["libkiln.so*", "libkiln_cuda.so"]
+        )
+    if args.runner_dir:
+        src = Path(args.runner_dir)
+        dst = out / "runner"
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(src, dst, symlinks=False)
+        manifest["runner"] = sorted(p.name for p in dst.iterdir())
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"export_here: {out} holds {total / 2**20:.1f} MiB (carry limit 64 MiB with the tree)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="all", help="configs or families, comma-separated")
@@ -265,7 +320,18 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-check", default="", help="configs to run on Kiln's CPU backend here")
     ap.add_argument("--no-verify", action="store_true", help="skip the replay check")
     ap.add_argument("--io-dir", help="also write kiln_runner inputs/expected files here")
-    args = ap.parse_args(argv)
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="export every family in this process (default with several families: one child "
+        "process per family, so that each returns its memory: the large decoders in one process "
+        "after the others exceeded 24 GiB)",
+    )
+    args = ap.parse_args(argv if argv is not None else sys.argv[1:])
+    if not args.in_process:
+        families = list(dict.fromkeys(c.family for c in M.select(args.models)))
+        if len(families) > 1:
+            return export_in_children(args, families, argv if argv is not None else sys.argv[1:])
 
     out = Path(args.out)
     (out / "models").mkdir(parents=True, exist_ok=True)
@@ -333,20 +399,7 @@ def main(argv=None) -> int:
                 print(
                     f"  note: ops left to ExecuTorch: {sorted(set(e['delegation']['other_ops']))}"
                 )
-    if args.kiln_dir:
-        manifest["lib"] = copy_libs(
-            Path(args.kiln_dir), out / "lib", ["libkiln.so*", "libkiln_cuda.so"]
-        )
-    if args.runner_dir:
-        src = Path(args.runner_dir)
-        dst = out / "runner"
-        if dst.exists():
-            shutil.rmtree(dst)
-        shutil.copytree(src, dst, symlinks=False)
-        manifest["runner"] = sorted(p.name for p in dst.iterdir())
-    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    print(f"export_here: {out} holds {total / 2**20:.1f} MiB (carry limit 64 MiB with the tree)")
+    finish(args, out, manifest, manifest_path)
     return 0
 
 
