@@ -104,6 +104,7 @@ typedef enum kiln_attr_kind {
 #define KILN_OPF_FUSE_HEAD 0x8u // may carry a fused elementwise tail (linear, matmul, conv)
 #define KILN_OPF_HEAVY 0x10u    // compute-heavy: runs in the build precision (fp16/bf16)
 #define KILN_OPF_VIEW 0x20u     // only moves or reinterprets data (reshape, permute, ...)
+#define KILN_OPF_EW_HEAD 0x40u  // may carry a fused elementwise tail as an elementwise op or cat
 
 typedef struct kiln_op_info {
     uint32_t id;

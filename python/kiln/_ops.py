@@ -26,6 +26,7 @@ OPF_TAIL = 0x4
 OPF_FUSE_HEAD = 0x8
 OPF_HEAVY = 0x10
 OPF_VIEW = 0x20
+OPF_EW_HEAD = 0x40
 
 
 @dataclass(frozen=True)

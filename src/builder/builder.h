@@ -4,7 +4,8 @@
 //
 //   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> patchify -> views
 //              -> attention -> llm -> act -> views -> cse -> dce -> fuse]
-//          -> precision -> lower_io -> check -> emit (tensors, layers, memory plan, weights)
+//          -> precision -> [optimize: fuse_ew] -> lower_io -> check
+//          -> emit (tensors, layers, memory plan, weights)
 //
 // The working graph mirrors src/ir/graph.h with what the passes need: nodes can die, gain
 // inputs, change op, carry a fused tail; constants can be computed (owned blobs) or borrowed
@@ -80,6 +81,8 @@ typedef struct kiln_build_stats {
     uint32_t n_dead;       // nodes removed by dead-code elimination
     uint32_t n_folded;     // nodes evaluated at build time
     uint32_t n_bn_folded;  // batch norms folded into a conv2d/linear
+    uint32_t n_bn_split;   // other batch norms turned into a per-channel multiply and add
+    uint32_t n_ew_heads;   // elementwise ops and concatenations that carry a fused tail
     uint32_t n_linear;     // matmuls with a constant weight turned into linear
     uint32_t n_bias_fused; // adds that became a head's bias
     uint32_t n_tail_fused; // elementwise ops fused as tails
@@ -200,6 +203,7 @@ kiln_status kiln_pass_act(kiln_bgraph *b);              // pass_act.c: activatio
 kiln_status kiln_pass_views(kiln_bgraph *b);            // pass_views.c
 kiln_status kiln_pass_cse(kiln_bgraph *b);              // pass_cse.c
 kiln_status kiln_pass_fuse(kiln_bgraph *b);             // pass_fuse.c
+kiln_status kiln_pass_fuse_ew(kiln_bgraph *b);          // pass_fuse.c: elementwise heads
 kiln_status kiln_pass_precision(kiln_bgraph *b);        // pass_precision.c
 kiln_status kiln_pass_lower_io(kiln_bgraph *b);         // pass_io.c
 kiln_status kiln_pass_check(const kiln_bgraph *b);      // pass_verify.c: final consistency

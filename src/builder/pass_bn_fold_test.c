@@ -128,8 +128,9 @@ static void test_linear_bn(void) {
         y = tu_node(g, KILN_OP_BATCH_NORM, TU_IDS(y, ga, be, mu, va), TU_NO_ATTRS);
         tu_output(g, y, "y");
         if (bt_plan(g, &o1, &p)) {
-            // a 3-D linear output has its features last but batch norm normalizes dim 1
-            BT_EXPECT_LAYERS(&p, rank == 2 ? "linear" : "linear|batch_norm");
+            // a 3-D linear output has its features last but batch norm normalizes dim 1: it
+            // becomes a per-channel multiply and add, tails of the linear
+            BT_EXPECT_LAYERS(&p, rank == 2 ? "linear" : "linear,mul,add");
             kiln_plan_release(&p);
         }
         {
@@ -166,10 +167,104 @@ static void test_not_folded(void) {
     z = tu_node(g, KILN_OP_BATCH_NORM, TU_IDS(z, -1, -1, mu, y), TU_NO_ATTRS);
     tu_output(g, z, "z2");
     if (bt_plan(g, &o1, &p)) {
-        BT_EXPECT_LAYERS(&p, "conv2d|batch_norm|add|exp|batch_norm");
+        // constant statistics: a multiply and add (a group with the residual add); statistics
+        // from an input stay a batch norm
+        BT_EXPECT_LAYERS(&p, "conv2d|mul,add,add|exp|batch_norm");
         kiln_plan_release(&p);
     }
     bt_compare(g, &o0, &o1, 2, s, 0, 1e-5, 1e-5, "not folded");
+    kiln_graph_free(g);
+}
+
+// A batch norm no head takes (DenseNet's reads a concatenation): a per-channel multiply and add,
+// one group with the ReLU after it, against the unoptimized engine's batch-norm kernel; also
+// converted to float16.
+static void test_standalone(void) {
+    static bn_params m;
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t x, ga, be, mu, va, y;
+    bt_shape s[1] = {{4, {2, C_OUT, H, W}}};
+    kiln_build_options o16 = bt_opts(1, KILN_PRECISION_FP16, 0);
+    fill(&m);
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, C_OUT, H, W), TU_DIMS(2, C_OUT, H, W));
+    ga = tu_const(g, "gamma", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), m.gamma);
+    be = tu_const(g, "beta", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), m.beta);
+    mu = tu_const(g, "mean", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), m.mean);
+    va = tu_const(g, "var", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), m.var);
+    y = tu_node(g, KILN_OP_BATCH_NORM, TU_IDS(x, ga, be, mu, va), TU_ATTRS(TU_FLOATS("eps", 1e-3)));
+    y = tu_node(g, KILN_OP_RELU, TU_IDS(y), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, "mul,add,relu");
+        kiln_plan_release(&p);
+    }
+    if (bt_plan(g, &o16, &p)) {
+        BT_EXPECT_LAYERS(&p, "cast|mul,add,relu|cast");
+        kiln_plan_release(&p);
+    }
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-5, 1e-5, "standalone bn");
+    bt_compare(g, &o0, &o16, 1, s, 0, 3e-2, 3e-2, "standalone bn float16");
+    kiln_graph_free(g);
+}
+
+// FrozenBatchNorm2d's x * scale + shift after a conv, a scale by one value and a shift after a
+// linear, a division and a subtraction: folded into the weights and bias (against the
+// unoptimized engine, which runs every op); a scale from an input stays a tail.
+static void test_scale_shift(void) {
+    static bn_params m;
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t x, w, sc, sh, y, v;
+    float k = 0.75f, lw[C_OUT * 8], lb[C_OUT];
+    bt_shape s[1] = {{4, {2, C_IN, H, W}}};
+    fill(&m);
+    tu_fill(lw, C_OUT * 8, -1, 1);
+    tu_fill(lb, C_OUT, -1, 1);
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, C_IN, H, W), TU_DIMS(2, C_IN, H, W));
+    w = tu_const(g, "w", KILN_DTYPE_F32, 4, TU_DIMS(C_OUT, C_IN, 3, 3), m.w);
+    sc = tu_const(g, "scale", KILN_DTYPE_F32, 4, TU_DIMS(1, C_OUT, 1, 1), m.gamma);
+    sh = tu_const(g, "shift", KILN_DTYPE_F32, 3, TU_DIMS(C_OUT, 1, 1), m.beta);
+    y = tu_node(g, KILN_OP_CONV2D, TU_IDS(x, w), TU_ATTRS(TU_INTS("padding", 1, 1)));
+    y = tu_node(g, KILN_OP_MUL, TU_IDS(sc, y), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_ADD, TU_IDS(y, sh), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_DIV, TU_IDS(y, tu_const(g, "k", KILN_DTYPE_F32, 0, TU_DIMS(0), &k)),
+                TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_SUB, TU_IDS(y, tu_const(g, "row", KILN_DTYPE_F32, 1, TU_DIMS(W), m.w)),
+                TU_NO_ATTRS); // [W]: one value per column, not per channel
+    y = tu_node(g, KILN_OP_RELU, TU_IDS(y), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    if (bt_plan(g, &o1, &p)) {
+        // (the [W] operand stays a tail)
+        BT_EXPECT_LAYERS(&p, "conv2d,sub,relu");
+        kiln_plan_release(&p);
+    }
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-4, 1e-4, "conv scale/shift");
+    kiln_graph_free(g);
+
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(1, 4, 8), TU_DIMS(3, 4, 8));
+    v = tu_input(g, "v", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), TU_DIMS(C_OUT));
+    w = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(C_OUT, 8), lw);
+    y = tu_node(g, KILN_OP_LINEAR,
+                TU_IDS(x, w, tu_const(g, "b", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), lb)), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_MUL, TU_IDS(y, tu_const(g, "k", KILN_DTYPE_F32, 0, TU_DIMS(0), &k)),
+                TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_SUB,
+                TU_IDS(y, tu_const(g, "t", KILN_DTYPE_F32, 2, TU_DIMS(1, C_OUT), m.beta)),
+                TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_MUL, TU_IDS(y, v), TU_NO_ATTRS); // from an input: a tail
+    tu_output(g, y, "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, "linear,mul");
+        kiln_plan_release(&p);
+    }
+    {
+        bt_shape s2[2] = {{3, {3, 4, 8}}, {1, {C_OUT}}};
+        bt_compare(g, &o0, &o1, 2, s2, 0, 1e-4, 1e-4, "linear scale/shift");
+    }
     kiln_graph_free(g);
 }
 
@@ -181,5 +276,7 @@ int main(void) {
     test_half();
     test_linear_bn();
     test_not_folded();
+    test_standalone();
+    test_scale_shift();
     return check_summary();
 }

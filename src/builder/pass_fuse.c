@@ -9,6 +9,13 @@
 // Every value fused away (the head's output and each intermediate) must have exactly one
 // reader and not be a graph output; the last value may be an output. Tails do not change the
 // running value's dtype or shape: the group computes in place in the head's output tensor.
+//
+// kiln_pass_fuse_ew runs after precision conversion (so that no cast is inserted inside a
+// group) and gives the same kind of tail to the float elementwise ops and concatenations that no
+// head took (ops flagged KILN_OPF_EW_HEAD): a batch norm split into its multiply and add and the
+// ReLU after it, the chains of a squeeze-excite scale, a concatenation and the norm reading it.
+// Backends run such a group as one program (cuda) or the head then its tail (cpu). Groups that
+// read or write a state are left alone (I/O lowering writes state updates in place).
 #include <string.h>
 
 #include "builder/builder.h"
@@ -119,6 +126,46 @@ kiln_status kiln_pass_fuse(kiln_bgraph *b) {
             cur = b->nodes[t].output;
             b->stats.n_tail_fused++;
         }
+    }
+    return KILN_OK;
+}
+
+// True when node n reads a state or produces a state's update.
+static int touches_state(const kiln_bgraph *b, const kiln_bnode *n) {
+    for (uint32_t i = 0; i < n->n_inputs; i++) {
+        int32_t v = kiln_bgraph_input(b, n, i);
+        if (v >= 0 && b->values[v].kind == KILN_IR_STATE) return 1;
+    }
+    for (size_t s = 0; s < b->n_states; s++) {
+        if (b->states[s].update == n->output) return 1;
+    }
+    return 0;
+}
+
+static int ew_head(const kiln_bgraph *b, const kiln_bnode *n) {
+    const kiln_op_def *d = kiln_op_def_get(n->op);
+    if (n->dead || n->head >= 0 || n->n_tail > 0 || d == NULL || !(d->flags & KILN_OPF_EW_HEAD)) {
+        return 0;
+    }
+    if (n->op == KILN_OP_CAST || n->op == KILN_OP_COPY) return 0;
+    return kiln_dtype_is_float(b->values[n->output].desc.dtype) && !touches_state(b, n);
+}
+
+kiln_status kiln_pass_fuse_ew(kiln_bgraph *b) {
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t i = 0; i < b->n_nodes; i++) {
+        int32_t cur, t;
+        if (!ew_head(b, &b->nodes[i])) continue;
+        cur = b->nodes[i].output;
+        while (b->nodes[i].n_tail < KILN_MAX_TAIL && (t = next_tail(b, cur)) >= 0 &&
+               !touches_state(b, &b->nodes[t])) {
+            kiln_bnode *h = &b->nodes[i];
+            h->tails[h->n_tail++] = t;
+            b->nodes[t].head = (int32_t)i;
+            cur = b->nodes[t].output;
+            b->stats.n_tail_fused++;
+        }
+        b->stats.n_ew_heads += b->nodes[i].n_tail > 0;
     }
     return KILN_OK;
 }

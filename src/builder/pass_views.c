@@ -376,8 +376,9 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
             if (in[i] >= 0 && (size_t)in[i] < nv) in[i] = rename[in[i]];
         }
         if (b->is_output[n->output]) continue;
-        const int copy = n->op == KILN_OP_COPY && n->head < 0 && n->n_tail == 0 &&
-                         n->n_inputs == 1 && in[0] >= 0 &&
+        // a copy, or a cat of one tensor (DenseNet's first layer of a block), gives its input
+        const int copy = (n->op == KILN_OP_COPY || n->op == KILN_OP_CAT) && n->head < 0 &&
+                         n->n_tail == 0 && n->n_inputs == 1 && in[0] >= 0 &&
                          kiln_desc_equal(&b->values[in[0]].desc, &b->values[n->output].desc);
         if (!copy && (!plain_reshape(b, n) || !identity_reshape(b, n))) continue;
         rename[n->output] = in[0];

@@ -17,7 +17,8 @@ static int is_logic(uint32_t op) { return op >= KILN_OP_EQ && op <= KILN_OP_BITW
 // tail runs after it here.
 static int applies_own_tail(uint32_t op) {
     return op == KILN_OP_LINEAR || op == KILN_OP_MATMUL || op == KILN_OP_CONV2D ||
-           op == KILN_OP_CONV_TRANSPOSE2D;
+           op == KILN_OP_CONV_TRANSPOSE2D || op == KILN_OP_CAT ||
+           (!is_logic(op) && op != KILN_OP_WHERE && kiln_cuda_eltwise_arity(op) > 0);
 }
 
 int kiln_cuda_op_planned(uint32_t op) {

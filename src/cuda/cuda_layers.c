@@ -143,7 +143,27 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
         }
     }
     int ok = 1, chan = 0;
-    if (args->op != KILN_OP_CONV2D && args->n_in == 2) {
+    const int ew =
+        args->op != KILN_OP_CONV2D && args->n_in <= 2 && kiln_cuda_eltwise_arity(args->op) > 0;
+    if (args->op == KILN_OP_CAT) { // every input and operand NHWC-ordered (kiln_cuda_cat)
+        uint32_t k = 0;
+        for (uint32_t j = 0; j < args->n_in && k < KILN_MAX_INPUTS; j++) {
+            args->in[j] = nhwc_order(args->in[j], &nhwc[k++]);
+        }
+        for (uint32_t t = 0; t < args->n_tail; t++) {
+            const kiln_tensor *o = args->tail[t].operand;
+            if (o != NULL && !same_dims_or_one(o, args->out) && !per_channel(o, args->out)) {
+                return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                                      "%s: a tail operand's shape differs from the output's in an "
+                                      "NHWC layer; set the option cuda.nhwc to false",
+                                      ctx->where ? ctx->where : "?");
+            }
+            tails[t].operand = nhwc_order(o, &nhwc[KILN_MAX_INPUTS + t]);
+        }
+        args->out = (kiln_tensor *)nhwc_order(args->out, &nhwc[KILN_MAX_INPUTS + KILN_MAX_TAIL]);
+        return KILN_OK;
+    }
+    if (ew && args->n_in == 2) {
         for (uint32_t j = 0; j < 2; j++) {
             int pc =
                 !same_dims_or_one(args->in[j], args->out) && per_channel(args->in[j], args->out);
@@ -151,10 +171,17 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
             ok = ok && (pc || same_dims_or_one(args->in[j], args->out));
         }
     }
+    if (ew) { // a per-channel tail operand (a batch norm's shift after its scale)
+        for (uint32_t t = 0; t < args->n_tail; t++) {
+            const kiln_tensor *o = args->tail[t].operand;
+            chan |= o != NULL && !same_dims_or_one(o, args->out) && per_channel(o, args->out);
+        }
+    }
     if (ok && chan) { // a per-channel operand: the layer sees every tensor in NHWC order
         uint32_t k = 0;
         for (uint32_t t = 0; t < args->n_tail; t++) {
-            ok = ok && same_dims_or_one(args->tail[t].operand, args->out);
+            ok = ok && (same_dims_or_one(args->tail[t].operand, args->out) ||
+                        per_channel(args->tail[t].operand, args->out));
         }
         if (!ok) {
             return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
@@ -162,7 +189,7 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
                                   "layer; set the option cuda.nhwc to false",
                                   ctx->where ? ctx->where : "?");
         }
-        for (uint32_t j = 0; j < 2; j++) args->in[j] = nhwc_order(args->in[j], &nhwc[k++]);
+        for (uint32_t j = 0; j < args->n_in; j++) args->in[j] = nhwc_order(args->in[j], &nhwc[k++]);
         for (uint32_t t = 0; t < args->n_tail; t++) {
             tails[t].operand = nhwc_order(tails[t].operand, &nhwc[k++]);
         }

@@ -50,8 +50,15 @@ static int32_t in_id(const kiln_plan *p, const kiln_plan_layer *l, uint32_t j) {
     return j < l->n_inputs ? p->ids[l->input_begin + j] : -1;
 }
 
+// Elementwise heads and cat: their kernels take NHWC-ordered views (cuda_layers.c), so a
+// per-channel operand of their tail reads right in either layout.
+static int views_head(uint32_t op) {
+    return op == KILN_OP_CAT || follow_unary(op) || follow_binary(op) || op == KILN_OP_DIV;
+}
+
 // The fused tail of head li (whose group writes o): elementwise ops whose operands have one
-// element or o's shape and whose outputs keep o's dtype (layout-blind in either layout).
+// element or o's shape (or, after a views_head, one value per channel) and whose outputs keep
+// o's dtype (layout-blind in either layout).
 static int tail_ok(const kiln_plan *p, uint32_t li, const kiln_plan_tensor *o) {
     const kiln_plan_layer *l = &p->layers[li];
     int32_t running = p->ids[l->output_begin];
@@ -60,7 +67,9 @@ static int tail_ok(const kiln_plan *p, uint32_t li, const kiln_plan_tensor *o) {
         for (uint32_t j = 0; j < tl->n_inputs; j++) {
             int32_t r = in_id(p, tl, j);
             if (r < 0 || r == running) continue;
-            if (max_numel(&p->tensors[r]) != 1 && !same_shape(&p->tensors[r], o)) return 0;
+            if (max_numel(&p->tensors[r]) != 1 && !same_shape(&p->tensors[r], o) &&
+                !(views_head(l->op) && per_channel(&p->tensors[r], o)))
+                return 0;
         }
         if (p->tensors[p->ids[tl->output_begin]].dtype != o->dtype) return 0;
         running = p->ids[tl->output_begin];
@@ -135,7 +144,18 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
     // C % 8 != 0 therefore always reads an NCHW tensor, through a channel-padded copy.
     if (xt->dtype != o->dtype || o->shape.max[1] % 8 != 0 || !tail_ok(p, li, o)) return K_OTHER;
     if ((follow_unary(l->op) && l->n_inputs >= 1) || l->op == KILN_OP_MAX_POOL2D ||
-        l->op == KILN_OP_AVG_POOL2D) {
+        l->op == KILN_OP_AVG_POOL2D || l->op == KILN_OP_UPSAMPLE_NEAREST2D ||
+        l->op == KILN_OP_UPSAMPLE_BILINEAR2D) {
+        return K_FOLLOW;
+    }
+    if (l->op == KILN_OP_CAT) { // every input 4-D of o's dtype with a static C % 8 == 0
+        for (uint32_t j = 0; j < l->n_inputs; j++) {
+            int32_t r = in_id(p, l, j);
+            if (r < 0 || !half_4d(&p->tensors[r]) || p->tensors[r].dtype != o->dtype ||
+                p->tensors[r].shape.min[1] != p->tensors[r].shape.max[1] ||
+                p->tensors[r].shape.max[1] % 8 != 0)
+                return K_OTHER;
+        }
         return K_FOLLOW;
     }
     if (follow_binary(l->op) && l->n_inputs == 2) {
@@ -288,6 +308,9 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
                 for (uint32_t j = 0; j < tl->n_inputs; j++) {
                     int32_t r = in_id(p, tl, j);
                     if (r < 0 || r == running || max_numel(&p->tensors[r]) == 1) continue;
+                    if (group && views_head(hl->op) &&
+                        per_channel(&p->tensors[r], &p->tensors[kiln_plan_group_output(p, li)]))
+                        continue; // the same bytes in either layout
                     if (l.nhwc[r] != group) read_copy(&l, tl->input_begin + j, r);
                 }
                 running = p->ids[tl->output_begin];

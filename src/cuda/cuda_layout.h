@@ -8,8 +8,11 @@
 // 4-D, float16/bfloat16, with C a multiple of 8, written by a layer that can work in NHWC:
 //   * conv2d with groups 1, a static C and K a multiple of 8 (its fused tail elementwise with
 //     operands of the output's shape or of one element: layout-blind); relu-like unary heads,
-//     same-shape binary heads, max_pool2d, avg_pool2d (the same tail rule);
-//   * unary/binary heads and pools keep their input(s) and output in one layout: an NCHW input
+//     same-shape binary heads, max_pool2d, avg_pool2d, the two upsamples (the same tail rule),
+//     cat of such tensors (4-D, C % 8 == 0); after an elementwise head or a cat, a tail operand
+//     may also be one value per channel ([1 or N, C, 1, 1]: the same bytes in either layout);
+//   * unary/binary heads, pools, upsamples and cats keep their input(s) and output in one
+//     layout (a batch norm the builder made a per-channel multiply and add is one): an NCHW input
 //     demotes their output and an NCHW output their input (to a fixed point); nothing else
 //     demotes a tensor.
 // Every other layout mismatch is a boundary read through a copy of the tensor in the other

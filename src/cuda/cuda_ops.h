@@ -68,6 +68,11 @@ int kiln_cuda_tail_supports(const kiln_kernel_args *args);
 // x (op_eltwise.cu).
 int kiln_cuda_rotary_supports(const kiln_kernel_args *args);
 
+// The concatenation of args' inputs along dim (of the views as given) in one kernel, with its
+// tail when *fused is set (op_eltwise.cu); KILN_ERR_UNSUPPORTED, nothing launched, when the
+// inputs do not fit it.
+kiln_status kiln_cuda_cat_fused(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int dim,
+                                int *fused);
 // Applies args->tail[skip..] in place on args->out (op_eltwise.cu); heads call it last.
 kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, uint32_t skip);
 

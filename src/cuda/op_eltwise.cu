@@ -585,9 +585,28 @@ static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int k
     return kiln_cuda_check_launch(ctx, "ew_where_kernel");
 }
 
-// Runs one elementwise op: out = op(ins...).
+// Appends args' fused tail to program P (operands after the first n in ins): one kernel runs
+// the head and its tail.
+static int ew_add_tail(ew_params *P, const kiln_kernel_args *args, const kiln_tensor **ins, int n) {
+    for (uint32_t t = 0; t < args->n_tail; t++) {
+        const kiln_tail_op *tl = &args->tail[t];
+        ew_step *st = &P->steps[P->n_steps++];
+        ew_set_attrs(st, tl->op, &tl->attrs);
+        st->operand = -1;
+        if (ew_n_inputs(tl->op) == 2) {
+            st->operand = n;
+            st->lhs = tl->running_is_lhs != 0;
+            ins[n++] = tl->operand;
+        }
+    }
+    return n;
+}
+
+// Runs one elementwise op: out = op(ins...), then the fused tail of args when it has one (a
+// float head: kiln_cuda_tail_supports held at load).
 static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attrs *attrs,
-                          const kiln_tensor *const *ins, int n, const kiln_tensor *out) {
+                          const kiln_tensor *const *ins, int n, const kiln_tensor *out,
+                          const kiln_kernel_args *tail) {
     if (!ew_supports(op, ins, n, out)) {
         return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
                               "cuda backend: elementwise op %s does not support these operands "
@@ -596,7 +615,8 @@ static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attr
                               ctx->where ? ctx->where : "?");
     }
     if (kc_numel(out) == 0) return KILN_OK;
-    if ((op == KILN_OP_COPY || op == KILN_OP_CAST) && ins[0]->dtype == out->dtype) {
+    const int n_tail = tail != NULL ? (int)tail->n_tail : 0;
+    if ((op == KILN_OP_COPY || op == KILN_OP_CAST) && ins[0]->dtype == out->dtype && n_tail == 0) {
         int64_t ds[KC_MAX_RANK], ss[KC_MAX_RANK];
         kc_strides(out, ds);
         kc_bcast_strides(ins[0], out->rank, ss);
@@ -607,15 +627,21 @@ static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attr
     ew_params params; // ~1.3 KB on the stack: execute allocates nothing
     ew_params *P = &params;
     memset(P, 0, sizeof *P);
-    ew_setup(P, out, ins, n);
     int kind;
     if (op == KILN_OP_WHERE) {
+        ew_setup(P, out, ins, n);
         kind = 2;
     } else {
+        const kiln_tensor *all[EW_MAX_OPERANDS];
+        for (int i = 0; i < n; i++) all[i] = ins[i];
         P->n_steps = 1;
         ew_set_attrs(&P->steps[0], op, attrs);
         P->steps[0].operand = n == 2 ? 1 : -1;
         P->steps[0].lhs = 1;
+        const int n_all = n_tail > 0 ? ew_add_tail(P, tail, all, n) : n;
+        const int n_steps = P->n_steps;
+        ew_setup(P, out, all, n_all); // (keeps the steps)
+        P->n_steps = n_steps;
         if (op == KILN_OP_CAST && out->dtype == KILN_DTYPE_BOOL &&
             kiln_cuda_is_float(ins[0]->dtype)) {
             kind = 0; // 0.5 -> true: compare as float, not truncated
@@ -636,7 +662,7 @@ extern "C" int kiln_cuda_eltwise_supports(uint32_t op, const kiln_tensor *const 
 }
 
 extern "C" kiln_status kiln_cuda_unary(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
-    return ew_run(ctx, args->op, &args->attrs, args->in, 1, args->out);
+    return ew_run(ctx, args->op, &args->attrs, args->in, 1, args->out, args);
 }
 
 extern "C" kiln_status kiln_cuda_binary(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
@@ -647,7 +673,8 @@ extern "C" kiln_status kiln_cuda_binary(const kiln_cuda_ctx *ctx, const kiln_ker
                                   kiln_cuda_op_name(args->op), i, ctx->where ? ctx->where : "?");
         }
     }
-    return ew_run(ctx, args->op, &args->attrs, args->in, n, args->out);
+    return ew_run(ctx, args->op, &args->attrs, args->in, n, args->out,
+                  args->op == KILN_OP_WHERE ? NULL : args);
 }
 
 extern "C" int kiln_cuda_tail_supports(const kiln_kernel_args *args) {
@@ -703,6 +730,236 @@ extern "C" kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kerne
     ew_setup(P, out, ins, n);
     P->n_steps = steps;
     return ew_launch(ctx, P, 0);
+}
+
+// --- concatenation: one kernel for every input, with the group's tail applied as it writes
+
+// The output viewed as [outer, R] in its stored order (R = its size along the cat dim times
+// `inner`, the product of the dims after it): input k fills columns [O[k], O[k] + L[k]) of
+// every row. A tail operand is one value (CAT_OP_ONE), the output's shape (CAT_OP_FULL), or a
+// vector along the cat dim only (CAT_OP_CHAN: a per-channel scale or shift, at r / inner).
+#define CAT_MAX KILN_MAX_INPUTS
+enum { CAT_OP_ONE, CAT_OP_FULL, CAT_OP_CHAN };
+
+typedef struct cat_params {
+    int n;
+    int64_t outer, R, inner; // in elements (or units of U for the copy kernel)
+    void *out;
+    const void *in[CAT_MAX];
+    int64_t L[CAT_MAX], O[CAT_MAX];
+    int n_steps, n_operands;
+    ew_step steps[KILN_MAX_TAIL];
+    const void *op_p[KILN_MAX_TAIL];
+    uint32_t op_dtype[KILN_MAX_TAIL];
+    int op_kind[KILN_MAX_TAIL];
+} cat_params;
+
+// The input holding column r: the last k with O[k] <= r (O ascending, O[0] = 0).
+__device__ __forceinline__ int cat_find(const cat_params &P, int64_t r) {
+    int lo = 0, hi = P.n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (P.O[mid] <= r) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+// A plain concatenation: units of U (16, 4, 2 or 1 bytes), any dtype.
+template <typename U> static __global__ void cat_copy_kernel(const __grid_constant__ cat_params P) {
+    const int64_t total = P.outer * P.R;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = i / P.R, r = i - o * P.R;
+        const int k = cat_find(P, r);
+        ((U *)P.out)[i] = ((const U *)P.in[k])[o * P.L[k] + (r - P.O[k])];
+    }
+}
+
+// The concatenation and the tail program: N elements of T per thread (N = 16 / sizeof(T), or 1).
+template <typename T, int N>
+static __global__ void cat_prog_kernel(const __grid_constant__ cat_params P) {
+    const int64_t rv = P.R / N, total = P.outer * rv;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = i / rv, r = (i - o * rv) * N;
+        const int k = cat_find(P, r);
+        const T *src = (const T *)P.in[k] + (o * P.L[k] + (r - P.O[k]));
+        float v[N];
+        if (N > 1) {
+            const uint4 u = *(const uint4 *)src;
+            const T *h = (const T *)&u;
+#pragma unroll
+            for (int e = 0; e < N; e++) v[e] = kc_to_f(h[e]);
+        } else {
+            v[0] = kc_to_f(src[0]);
+        }
+        for (int s = 0; s < P.n_steps; s++) {
+            const ew_step &st = P.steps[s];
+            if (st.operand < 0) {
+#pragma unroll
+                for (int e = 0; e < N; e++) v[e] = ew_unary(st, v[e]);
+                continue;
+            }
+            const int q = st.operand;
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                const int64_t at = P.op_kind[q] == CAT_OP_ONE    ? 0
+                                   : P.op_kind[q] == CAT_OP_FULL ? o * P.R + r + e
+                                                                 : (r + e) / P.inner;
+                const float b = kc_ld_f(P.op_p[q], P.op_dtype[q], at);
+                v[e] = st.lhs ? ew_binary(st.op, v[e], b) : ew_binary(st.op, b, v[e]);
+            }
+        }
+        T *dst = (T *)P.out + (o * P.R + r);
+        if (N > 1) {
+            uint4 u;
+            T *h = (T *)&u;
+#pragma unroll
+            for (int e = 0; e < N; e++) h[e] = kc_from_f<T>(v[e]);
+            *(uint4 *)dst = u;
+        } else {
+            dst[0] = kc_from_f<T>(v[0]);
+        }
+    }
+}
+
+// How tail operand t reads against out along cat dim `dim` (-1: none of the three forms).
+static int cat_operand_kind(const kiln_tensor *t, const kiln_tensor *out, int dim) {
+    int64_t n = kc_numel(t);
+    if (n == 1) return CAT_OP_ONE;
+    if (t->rank == out->rank) {
+        int full = 1, chan = 1;
+        for (uint32_t d = 0; d < out->rank; d++) {
+            full = full && t->dims[d] == out->dims[d];
+            chan = chan && t->dims[d] == ((int)d == dim ? out->dims[d] : 1);
+        }
+        if (full) return CAT_OP_FULL;
+        if (chan) return CAT_OP_CHAN;
+    }
+    return -1;
+}
+
+// Fills P for the concatenation of args' inputs along dim (inputs and output dense, of one
+// dtype, at most CAT_MAX); 0 when it does not apply.
+static int cat_setup(const kiln_kernel_args *args, int dim, cat_params *P) {
+    const kiln_tensor *y = args->out;
+    int64_t outer = 1, inner = 1, at = 0;
+    for (int d = 0; d < dim; d++) outer *= y->dims[d];
+    for (uint32_t d = (uint32_t)dim + 1; d < y->rank; d++) inner *= y->dims[d];
+    memset(P, 0, sizeof *P);
+    for (uint32_t i = 0; i < args->n_in; i++) {
+        const kiln_tensor *x = args->in[i];
+        if (x == NULL || x->dtype != y->dtype || x->rank != y->rank) return 0;
+        if (x->dims[dim] == 0) continue;
+        if (P->n == CAT_MAX) return 0;
+        P->in[P->n] = x->data;
+        P->L[P->n] = x->dims[dim] * inner;
+        P->O[P->n] = at * inner;
+        P->n++;
+        at += x->dims[dim];
+    }
+    if (at != y->dims[dim]) return 0;
+    P->outer = outer;
+    P->inner = inner;
+    P->R = y->dims[dim] * inner;
+    P->out = y->data;
+    return 1;
+}
+
+// Every L, O and R in units of u bytes (es: the element size) and every pointer aligned to it.
+static int cat_units(const cat_params *P, size_t es, size_t u) {
+    if ((P->R * (int64_t)es) % (int64_t)u != 0 || (uintptr_t)P->out % u != 0) return 0;
+    for (int k = 0; k < P->n; k++) {
+        if ((P->L[k] * (int64_t)es) % (int64_t)u != 0 || (uintptr_t)P->in[k] % u != 0) return 0;
+    }
+    return 1;
+}
+
+static void cat_rescale(cat_params *P, size_t es, size_t u) {
+    P->R = P->R * (int64_t)es / (int64_t)u;
+    for (int k = 0; k < P->n; k++) {
+        P->L[k] = P->L[k] * (int64_t)es / (int64_t)u;
+        P->O[k] = P->O[k] * (int64_t)es / (int64_t)u;
+    }
+}
+
+template <typename T>
+static void cat_prog_launch(const kiln_cuda_ctx *ctx, const cat_params *P, int vec) {
+    constexpr int N = 16 / (int)sizeof(T);
+    const int64_t total = P->outer * (vec ? P->R / N : P->R);
+    if (vec) {
+        cat_prog_kernel<T, N><<<kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(*P);
+    } else {
+        cat_prog_kernel<T, 1><<<kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(*P);
+    }
+}
+
+// One kernel for the concatenation of args' inputs along dim (logical dims in the order the
+// tensors are stored: ctx->nhwc views come NHWC-ordered) and, when *fused is set on return, its
+// tail. Returns KILN_ERR_UNSUPPORTED without launching anything when the inputs do not fit
+// (more than CAT_MAX, mixed dtypes): the caller then copies input by input.
+extern "C" kiln_status kiln_cuda_cat_fused(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                           int dim, int *fused) {
+    cat_params P; // ~2 KB on the stack: execute allocates nothing
+    const kiln_tensor *y = args->out;
+    const size_t es = kiln_cuda_dtype_size(y->dtype);
+    *fused = 0;
+    if (es == 0 || !cat_setup(args, dim, &P)) return KILN_ERR_UNSUPPORTED;
+    if (P.outer * P.R == 0) {
+        *fused = 1;
+        return KILN_OK;
+    }
+    int prog =
+        args->n_tail > 0 && args->n_tail <= KILN_MAX_TAIL &&
+        (y->dtype == KILN_DTYPE_F16 || y->dtype == KILN_DTYPE_BF16 || y->dtype == KILN_DTYPE_F32);
+    for (uint32_t t = 0; prog && t < args->n_tail; t++) {
+        const kiln_tail_op *tl = &args->tail[t];
+        ew_step *st = &P.steps[P.n_steps++];
+        ew_set_attrs(st, tl->op, &tl->attrs);
+        st->operand = -1;
+        if (tl->op == KILN_OP_CAST || tl->op == KILN_OP_WHERE || ew_n_inputs(tl->op) < 1) {
+            prog = 0;
+        } else if (ew_n_inputs(tl->op) == 2) {
+            const int kind = tl->operand != NULL ? cat_operand_kind(tl->operand, y, dim) : -1;
+            if (kind < 0 || !kiln_cuda_is_float(tl->operand->dtype)) {
+                prog = 0;
+                break;
+            }
+            st->operand = P.n_operands;
+            st->lhs = tl->running_is_lhs != 0;
+            P.op_p[P.n_operands] = tl->operand->data;
+            P.op_dtype[P.n_operands] = tl->operand->dtype;
+            P.op_kind[P.n_operands++] = kind;
+        }
+    }
+    if (prog) {
+        const int vec = cat_units(&P, es, 16);
+        switch (y->dtype) {
+        case KILN_DTYPE_F16: cat_prog_launch<__half>(ctx, &P, vec); break;
+        case KILN_DTYPE_BF16: cat_prog_launch<__nv_bfloat16>(ctx, &P, vec); break;
+        default: cat_prog_launch<float>(ctx, &P, vec); break;
+        }
+        *fused = 1;
+        return kiln_cuda_check_launch(ctx, "cat_prog_kernel");
+    }
+    P.n_steps = P.n_operands = 0;
+    size_t u = 16;
+    while (u > es && !cat_units(&P, es, u)) u /= 2;
+    if (u == 8) u = 4; // (no 8-byte instantiation: 4-byte units instead)
+    while (u > 1 && !cat_units(&P, es, u)) u /= 2;
+    cat_rescale(&P, es, u);
+    const unsigned blocks = kc_blocks(P.outer * P.R, EW_BLOCK);
+    switch (u) {
+    case 16: cat_copy_kernel<uint4><<<blocks, EW_BLOCK, 0, ctx->stream>>>(P); break;
+    case 4: cat_copy_kernel<uint32_t><<<blocks, EW_BLOCK, 0, ctx->stream>>>(P); break;
+    case 2: cat_copy_kernel<uint16_t><<<blocks, EW_BLOCK, 0, ctx->stream>>>(P); break;
+    default: cat_copy_kernel<uint8_t><<<blocks, EW_BLOCK, 0, ctx->stream>>>(P); break;
+    }
+    return kiln_cuda_check_launch(ctx, "cat_copy_kernel");
 }
 
 // --- the profiler's delay kernel (KILN_CUDA_PROFILE, cuda_backend.c)

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// upsample_nearest2d and upsample_bilinear2d over [N, C, H, W], with the CPU reference's index
-// rules (src/cpu/op_resize.c, PyTorch's): source index floor(dst * scale) for nearest, half-pixel
-// centres or align_corners for bilinear; scale = 1 / scales[i] when given, else in / out. Index
-// math and interpolation in float32.
+// upsample_nearest2d and upsample_bilinear2d over [N, C, H, W], stored NCHW or (ctx->nhwc: the
+// layout pass keeps input and output in one layout, cuda_layout.h) NHWC, with the CPU
+// reference's index rules (src/cpu/op_resize.c, PyTorch's): source index floor(dst * scale) for
+// nearest, half-pixel centres or align_corners for bilinear; scale = 1 / scales[i] when given,
+// else in / out. Index math and interpolation in float32.
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
@@ -11,6 +12,7 @@
 
 typedef struct resize_params {
     int64_t nc, h, w, oh, ow;
+    int64_t c;    // NHWC: the channels (innermost); 0 for NCHW
     float sh, sw; // source step per output index (in / out, 1 / scale, or align_corners')
     int bilinear, align, given_h, given_w;
 } resize_params;
@@ -38,23 +40,30 @@ __device__ __forceinline__ void rs_linear(int64_t dst, int64_t in, float s, int 
 
 template <typename T>
 static __global__ void resize_kernel(const __grid_constant__ resize_params P, const T *x, T *y) {
-    int64_t n = P.nc * P.oh * P.ow;
+    int64_t n = P.nc * P.oh * P.ow * (P.c > 0 ? P.c : 1);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t q = i % P.ow, r = (i / P.ow) % P.oh, p = i / (P.ow * P.oh);
-        const T *xb = x + p * P.h * P.w;
+        // NCHW: i = (p, r, q) with p = n * C + c; NHWC: i = ((n, r, q), c), element stride C
+        int64_t j = i, ch = 0, es = 1;
+        if (P.c > 0) {
+            ch = i % P.c;
+            j = i / P.c;
+            es = P.c;
+        }
+        int64_t q = j % P.ow, r = (j / P.ow) % P.oh, p = j / (P.ow * P.oh);
+        const T *xb = x + p * P.h * P.w * es + ch;
         float v;
         if (!P.bilinear) {
             int64_t sr = rs_nearest(r, P.h, P.oh, P.sh, P.given_h);
             int64_t sc = rs_nearest(q, P.w, P.ow, P.sw, P.given_w);
-            v = kc_to_f(xb[sr * P.w + sc]);
+            v = kc_to_f(xb[(sr * P.w + sc) * es]);
         } else {
             int64_t r0, r1, c0, c1;
             float wr, wc;
             rs_linear(r, P.h, P.sh, P.align, &r0, &r1, &wr);
             rs_linear(q, P.w, P.sw, P.align, &c0, &c1, &wc);
-            float v00 = kc_to_f(xb[r0 * P.w + c0]), v01 = kc_to_f(xb[r0 * P.w + c1]);
-            float v10 = kc_to_f(xb[r1 * P.w + c0]), v11 = kc_to_f(xb[r1 * P.w + c1]);
+            float v00 = kc_to_f(xb[(r0 * P.w + c0) * es]), v01 = kc_to_f(xb[(r0 * P.w + c1) * es]);
+            float v10 = kc_to_f(xb[(r1 * P.w + c0) * es]), v11 = kc_to_f(xb[(r1 * P.w + c1) * es]);
             v = (1.0f - wr) * ((1.0f - wc) * v00 + wc * v01) + wr * ((1.0f - wc) * v10 + wc * v11);
         }
         y[i] = kc_from_f<T>(v);
@@ -71,7 +80,7 @@ static float rs_step(double given, int64_t in, int64_t out, int bilinear, int al
 template <typename T>
 static kiln_status resize_launch(const kiln_cuda_ctx *ctx, const resize_params &P, const void *x,
                                  void *y) {
-    int64_t n = P.nc * P.oh * P.ow;
+    int64_t n = P.nc * P.oh * P.ow * (P.c > 0 ? P.c : 1);
     if (n == 0) return KILN_OK;
     resize_kernel<T>
         <<<kc_blocks(n, RESIZE_BLOCK), RESIZE_BLOCK, 0, ctx->stream>>>(P, (const T *)x, (T *)y);
@@ -94,6 +103,10 @@ extern "C" kiln_status kiln_cuda_upsample(const kiln_cuda_ctx *ctx, const kiln_k
     double gh = kiln_attrs_float(&args->attrs, KILN_A_UPSAMPLE_SCALES, 0);
     double gw = kiln_attrs_float(&args->attrs, KILN_A_UPSAMPLE_SCALES, 1);
     P.nc = x->dims[0] * x->dims[1];
+    if (ctx->nhwc) { // one output element per thread, the channels innermost (coalesced)
+        P.nc = x->dims[0];
+        P.c = x->dims[1];
+    }
     P.h = x->dims[2];
     P.w = x->dims[3];
     P.oh = y->dims[2];

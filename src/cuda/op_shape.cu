@@ -192,15 +192,27 @@ extern "C" kiln_status kiln_cuda_expand(const kiln_cuda_ctx *ctx, const kiln_ker
                                   (int)y->rank, y->dims, ys, ss);
 }
 
+// cat and its fused tail: one kernel (kiln_cuda_cat_fused, op_eltwise.cu), else a copy per input
+// and the tail after them. A layer run NHWC gets NHWC-ordered views (cuda_layers.c): its dim
+// moves with them.
 extern "C" kiln_status kiln_cuda_cat(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     const kiln_tensor *y = args->out;
     size_t es = kiln_cuda_dtype_size(y->dtype);
     int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_CAT_DIM, 0), y->rank);
     int64_t ys[KC_MAX_RANK];
     int64_t at = 0;
+    int fused = 0;
     if (dim < 0 || es == 0) {
         return kiln_cuda_fail(KILN_ERR_INVALID_ARG, "cuda cat: bad dim or dtype at %s",
                               ctx->where ? ctx->where : "?");
+    }
+    if (ctx->nhwc && y->rank == 4) {
+        static const int nhwc_pos[4] = {0, 3, 1, 2};
+        dim = nhwc_pos[dim];
+    }
+    kiln_status st = kiln_cuda_cat_fused(ctx, args, dim, &fused);
+    if (st != KILN_ERR_UNSUPPORTED) {
+        return st == KILN_OK && !fused ? kiln_cuda_tail(ctx, args, 0) : st;
     }
     kc_strides(y, ys);
     for (uint32_t i = 0; i < args->n_in; i++) {
@@ -221,7 +233,7 @@ extern "C" kiln_status kiln_cuda_cat(const kiln_cuda_ctx *ctx, const kiln_kernel
         }
         at += x->dims[dim];
     }
-    return KILN_OK;
+    return kiln_cuda_tail(ctx, args, 0);
 }
 
 extern "C" kiln_status kiln_cuda_slice(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {

@@ -521,7 +521,7 @@ static kiln_status check_layer_static(const kiln_plan *p, uint32_t i, const uint
                    "layer %" PRIu32 " (%s) is a TAIL layer with n_tail %" PRIu32 "; must be 0", i,
                    op, l->n_tail);
     } else if (l->n_tail != 0) {
-        KILN_CHECK(def->flags & KILN_OPF_FUSE_HEAD, C_,
+        KILN_CHECK(def->flags & (KILN_OPF_FUSE_HEAD | KILN_OPF_EW_HEAD), C_,
                    "layer %" PRIu32 " (%s): n_tail %" PRIu32 ", but %s cannot carry a fused tail",
                    i, op, l->n_tail, op);
         KILN_CHECK(l->n_tail <= KILN_FORMAT_MAX_TAIL, C_,

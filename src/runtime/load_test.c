@@ -106,8 +106,10 @@ static void m_unwritten_act(kiln_plan *p) {
     X(out_input, MLP, *out_id(p, 2) = 0, C, "output 0 is tensor 0, an input")                      \
     X(tail_op, MLP, p->layers[1].op = KILN_OP_SQRT, C,                                             \
       "layer 1 (sqrt) is a TAIL layer, but sqrt cannot")                                           \
-    X(tail_head_op, CHAIN, (p->layers[0].n_tail = 1, p->layers[1].flags = KILN_LAYER_TAIL), C,     \
-      "layer 0 (relu): n_tail 1, but relu cannot carry")                                           \
+    X(tail_head_op, CHAIN,                                                                         \
+      (p->layers[0].op = KILN_OP_SQRT, p->layers[0].n_tail = 1,                                    \
+       p->layers[1].flags = KILN_LAYER_TAIL),                                                      \
+      C, "layer 0 (sqrt): n_tail 1, but sqrt cannot carry")                                        \
     X(tail_orphan, CHAIN, p->layers[1].flags = KILN_LAYER_TAIL, C,                                 \
       "layer 1 (sigmoid) is a TAIL layer but does not follow")                                     \
     X(tail_short, MLP, p->layers[0].n_tail = 2, C, "head layer 0 has n_tail 2")                    \

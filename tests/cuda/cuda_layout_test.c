@@ -430,8 +430,107 @@ static void mbconv_layout(void) {
     kiln_plan_release(&p);
 }
 
+// A DenseNet block (fp16): x (16 channels, written by a conv) and two layers, each
+// concatenating the features so far, batch norm (constant statistics: the builder's multiply and
+// add, fused with the ReLU into the concatenation's group), a 3x3 conv adding 8 channels; then
+// the last concatenation + sigmoid and a 2x2 average pool. Every concatenation and every feature
+// stays NHWC: the only layout copies are at the engine's float32 input and output casts.
+static void densenet_layout(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t dims[4] = {2, 8, 8, 8}, cat_dim = 1;
+    int32_t x = -1, feats[3], n = 0;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, dims, dims, &x) == KILN_OK);
+    feats[n++] = conv(g, x, 8, 16, 3, -1, 1);
+    int64_t c = 16;
+    for (int layer = 0; layer < 2; layer++) {
+        int32_t h = -1, bn[5];
+        kiln_attr ca = {"dim", &cat_dim, NULL, 1};
+        CHECK(kiln_graph_add_node(g, KILN_OP_CAT, feats, (uint32_t)n, &ca, 1, &h, 1) == KILN_OK);
+        int64_t cd[1] = {c};
+        bn[0] = h;
+        for (int i = 1; i < 5; i++) bn[i] = constant(g, 1, cd);
+        for (int64_t i = 0; i < c; i++) wbuf[i] = 1.0f; // a positive variance
+        CHECK(kiln_graph_add_constant(g, NULL, KILN_DTYPE_F32, 1, cd, wbuf,
+                                      (size_t)c * sizeof(float), &bn[4]) == KILN_OK);
+        CHECK(kiln_graph_add_node(g, KILN_OP_BATCH_NORM, bn, 5, NULL, 0, &h, 1) == KILN_OK);
+        CHECK(kiln_graph_add_node(g, KILN_OP_RELU, &h, 1, NULL, 0, &h, 1) == KILN_OK);
+        feats[n++] = conv(g, h, c, 8, 3, -1, 0);
+        c += 8;
+    }
+    int32_t y = -1;
+    kiln_attr ca = {"dim", &cat_dim, NULL, 1};
+    CHECK(kiln_graph_add_node(g, KILN_OP_CAT, feats, (uint32_t)n, &ca, 1, &y, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_SIGMOID, &y, 1, NULL, 0, &y, 1) == KILN_OK);
+    int64_t pool[2] = {2, 2};
+    kiln_attr pa[2] = {{"kernel", pool, NULL, 2}, {"stride", pool, NULL, 2}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D, &y, 1, pa, 2, &y, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    uint32_t cats = 0, nhwc_cats = 0, fused = 0;
+    for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
+        if (p.layers[li].op != KILN_OP_CAT) continue;
+        cats++;
+        nhwc_cats += l.head_nhwc[li] && l.nhwc[blk_t(&p, li)];
+        fused += p.layers[li].n_tail == 3 && p.layers[li + 1].op == KILN_OP_MUL &&
+                 p.layers[li + 2].op == KILN_OP_ADD && p.layers[li + 3].op == KILN_OP_RELU;
+    }
+    // (the first layer's concatenation of one tensor is that tensor: no layer)
+    CHECK_MSG(cats == 2 && nhwc_cats == 2, "%u of %u concatenations NHWC", nhwc_cats, cats);
+    CHECK_MSG(fused == 1, "%u concatenations carry the norm and ReLU (want 1: the second layer's)",
+              fused);
+    CHECK_MSG(count_op(&p, KILN_OP_BATCH_NORM) == 0, "a batch norm is left");
+    CHECK_MSG(l.n_copies == 2,
+              "%u layout copies (want 2: the engine input for the first conv, the pool's output "
+              "for the cast to the float32 output)",
+              l.n_copies);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
+// A feature pyramid (fp16): a 2x nearest upsample of a strided conv's output added to a lateral
+// conv (the residual of its group), a 3x3 conv on the sum. The upsample runs NHWC, so the only
+// layout copies are at the engine's float32 input and output casts.
+static void fpn_layout(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t dims[4] = {1, 16, 8, 8}, size[2] = {8, 8}, s2[2] = {2, 2}, pad[2] = {1, 1};
+    int32_t x = -1, c1, c2, up = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, dims, dims, &x) == KILN_OK);
+    c1 = conv(g, x, 16, 16, 3, -1, 1);
+    int64_t wd[4] = {16, 16, 3, 3};
+    int32_t ins[2] = {c1, constant(g, 4, wd)};
+    kiln_attr ca[2] = {{"stride", s2, NULL, 2}, {"padding", pad, NULL, 2}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_CONV2D, ins, 2, ca, 2, &c2, 1) == KILN_OK);
+    c2 = conv(g, c2, 16, 16, 1, -1, 0);
+    kiln_attr ua = {"output_size", size, NULL, 2};
+    CHECK(kiln_graph_add_node(g, KILN_OP_UPSAMPLE_NEAREST2D, &c2, 1, &ua, 1, &up, 1) == KILN_OK);
+    int32_t y = conv(g, conv(g, c1, 16, 16, 1, up, 0), 16, 16, 3, -1, 0);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    uint32_t u = find_head(&p, KILN_OP_UPSAMPLE_NEAREST2D, 0);
+    CHECK(u != UINT32_MAX);
+    if (u != UINT32_MAX) {
+        CHECK_MSG(l.head_nhwc[u] && l.nhwc[blk_t(&p, u)], "the upsample runs NCHW");
+    }
+    CHECK_MSG(l.n_copies == 2, "%u layout copies (want 2: the float32 input and output casts)",
+              l.n_copies);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    densenet_layout();
+    fpn_layout();
     mbconv_layout();
     state_layout();
     bench_stage(1);

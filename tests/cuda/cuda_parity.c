@@ -1073,6 +1073,60 @@ static void cases_shape(void) {
         attrs_int(&c.attrs, KILN_A_SELECT_INDEX, 4);
         run_case(&c);
     }
+    // cat with a fused tail (one kernel: op_eltwise.cu's cat_prog_kernel): DenseNet's
+    // concatenation, batch norm as a per-channel scale and shift, ReLU (16-byte rows, and
+    // 3-element rows for the scalar path); a same-shape operand and a sigmoid; a shift of rank 3
+    // (not one of the kernel's operand forms: the copy kernel, then the tail kernel); cat of
+    // more than 16-byte units (int64, bool: the copy kernel's smaller units)
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        const char *chunks[2][3] = {{"2x8x3x4", "2x16x3x4", "2x8x3x4"},
+                                    {"2x1x3", "2x2x3", "2x3x3"}};
+        const char *chan[2][2] = {{"1x32x1x1", "32x1x1"}, {"1x6x1", "6x1"}};
+        for (int k = 0; k < 2; k++) {
+            case_init(&c, KILN_OP_CAT);
+            for (int i = 0; i < 3; i++) case_in(&c, S(FLOATS[d], chunks[k][i]));
+            attrs_int(&c.attrs, KILN_A_CAT_DIM, 1);
+            tail_operand(case_tail(&c, KILN_OP_MUL), S(FLOATS[d], chan[k][0]), 1);
+            tail_operand(case_tail(&c, KILN_OP_ADD), S(FLOATS[d], chan[k][0]), 0);
+            case_tail(&c, KILN_OP_RELU);
+            run_case(&c);
+            case_init(&c, KILN_OP_CAT);
+            for (int i = 0; i < 3; i++) case_in(&c, S(FLOATS[d], chunks[k][i]));
+            attrs_int(&c.attrs, KILN_A_CAT_DIM, 1);
+            tail_operand(case_tail(&c, KILN_OP_ADD), S(FLOATS[d], chan[k][1]), 1);
+            case_tail(&c, KILN_OP_RELU);
+            run_case(&c);
+        }
+        case_init(&c, KILN_OP_CAT);
+        case_in(&c, S(FLOATS[d], "2x3x4"));
+        case_in(&c, S(FLOATS[d], "2x2x4"));
+        attrs_int(&c.attrs, KILN_A_CAT_DIM, -2);
+        tail_operand(case_tail(&c, KILN_OP_SUB), S(FLOATS[d], "2x5x4"), 0);
+        case_tail(&c, KILN_OP_SIGMOID);
+        run_case(&c);
+        // an elementwise head with its tail in one program: relu, a per-row scale, a residual
+        case_init(&c, KILN_OP_RELU);
+        case_in(&c, S(FLOATS[d], "4x8x6"));
+        tail_operand(case_tail(&c, KILN_OP_MUL), S(FLOATS[d], "8x1"), 1);
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(FLOATS[d], "4x8x6"), 0);
+        case_tail(&c, KILN_OP_TANH);
+        run_case(&c);
+        case_init(&c, KILN_OP_MUL);
+        case_in(&c, S(FLOATS[d], "2x16x5x5"));
+        case_in(&c, S(FLOATS[d], "1x16x1x1"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(FLOATS[d], "1x16x1x1"), 1);
+        case_tail(&c, KILN_OP_RELU);
+        run_case(&c);
+    }
+    static const uint32_t narrow[] = {I64, BOOL, I32};
+    for (int d = 0; d < 3; d++) {
+        case_init(&c, KILN_OP_CAT);
+        case_in(&c, S(narrow[d], "3x2x5"));
+        case_in(&c, S(narrow[d], "3x1x5"));
+        case_in(&c, S(narrow[d], "3x3x5"));
+        attrs_int(&c.attrs, KILN_A_CAT_DIM, 1);
+        run_case(&c);
+    }
     for (uint32_t d = 0; d < N_FLOATS; d++) {
         static const uint32_t idx[] = {I32, I64};
         for (int i = 0; i < 2; i++) {
@@ -2418,6 +2472,95 @@ static int model_mbconv(model *m, kiln_precision precision) {
     m->name = precision == KILN_PRECISION_BF16 ? "mbconv nhwc bf16" : "mbconv nhwc fp16";
     m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
     return model_finish(&b, m, precision);
+}
+
+// A batch norm of constant statistics on x (channels c): the builder makes it a per-channel
+// multiply and add.
+static int32_t dn_bn(gbuild *b, int32_t x, int64_t c) {
+    char d[32];
+    snprintf(d, sizeof d, "%lld", (long long)c);
+    int32_t ins[5] = {x, gb_const(b, F32, d, 0.5, 1.5), gb_const(b, F32, d, -0.2, 0.2),
+                      gb_const(b, F32, d, -0.2, 0.2), gb_const(b, F32, d, 0.5, 2.0)};
+    return gb_node(b, KILN_OP_BATCH_NORM, ins, 5, NULL, 0);
+}
+
+// DenseNet's block in the NHWC layout: every layer concatenates all earlier features, then batch
+// norm + ReLU (one kernel with the concatenation: cat + mul + add + relu), a 1x1 conv with its
+// norm folded and ReLU, a 3x3 conv adding 8 channels; a transition (norm + ReLU, 1x1 conv, 2x2
+// average pool) and a second block whose concatenation also feeds the output (a cat of 12
+// channels at the end: C % 8 != 0, NCHW). The GPU must match the CPU's batch norm.
+static int model_densenet(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 16, 8, 8}, maxs[4] = {2, 16, 8, 8}, k2[2] = {2, 2};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
+    int32_t feats[8];
+    int n = 0;
+    int64_t c = 16;
+    feats[n++] = x;
+    for (int layer = 0; layer < 3; layer++) {
+        kiln_attr ca = A_INTS("dim", (int64_t[]){1}, 1);
+        int32_t h = n == 1 ? feats[0] : gb_node(&b, KILN_OP_CAT, feats, (uint32_t)n, &ca, 1);
+        h = gb1(&b, KILN_OP_RELU, dn_bn(&b, h, c));
+        h = gb1(&b, KILN_OP_RELU, dn_bn(&b, res_conv(&b, h, c, 16, 1, 1, -1, 0), 16));
+        feats[n++] = res_conv(&b, h, 16, 8, 3, 1, -1, 0);
+        c += 8;
+    }
+    kiln_attr ca = A_INTS("dim", (int64_t[]){1}, 1);
+    int32_t t = gb_node(&b, KILN_OP_CAT, feats, (uint32_t)n, &ca, 1); // [N, 40, 8, 8]
+    t = gb1(&b, KILN_OP_RELU, dn_bn(&b, t, c));
+    t = res_conv(&b, t, c, 16, 1, 1, -1, 0);
+    kiln_attr ap[2] = {A_INTS("kernel", k2, 2), A_INTS("stride", k2, 2)};
+    t = gb_node(&b, KILN_OP_AVG_POOL2D, &t, 1, ap, 2); // [N, 16, 4, 4]
+    n = 0;
+    feats[n++] = t;
+    c = 16;
+    for (int layer = 0; layer < 2; layer++) {
+        int32_t h = n == 1 ? feats[0] : gb_node(&b, KILN_OP_CAT, feats, (uint32_t)n, &ca, 1);
+        h = gb1(&b, KILN_OP_RELU, dn_bn(&b, h, c));
+        feats[n++] = res_conv(&b, h, c, 8, 3, 1, -1, 0);
+        c += 8;
+    }
+    int32_t y = gb_node(&b, KILN_OP_CAT, feats, (uint32_t)n, &ca, 1); // [N, 32, 4, 4]
+    y = gb1(&b, KILN_OP_RELU, dn_bn(&b, y, c));
+    int32_t odd[2] = {res_conv(&b, y, c, 4, 1, 1, -1, 0), res_conv(&b, y, c, 8, 1, 1, -1, 0)};
+    int32_t z = gb1(&b, KILN_OP_SIGMOID, gb_node(&b, KILN_OP_CAT, odd, 2, &ca, 1)); // 12 channels
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
+    m->name = "densenet nhwc fp16";
+    m->tol = 3e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
+// A feature pyramid in the NHWC layout (torchvision's resnet_fpn_backbone): convs whose frozen
+// batch norm is a constant scale and shift (folded into their weights), a 2x nearest upsample of
+// the coarser level added to a lateral 1x1 conv, a 3x3 conv on the sum; a bilinear upsample
+// (half-pixel centres) to an odd size + ReLU. Upsamples keep the layout of their input.
+static int model_fpn(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 16, 8, 8}, maxs[4] = {2, 16, 8, 8}, o2[2] = {16, 16}, o3[2] = {11, 9};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
+    int32_t c1 = res_conv(&b, x, 16, 16, 3, 1, -1, 0);
+    c1 = gb2(&b, KILN_OP_MUL, c1, gb_const(&b, F32, "1x16x1x1", 0.5, 1.5));
+    c1 = gb1(&b, KILN_OP_RELU, gb2(&b, KILN_OP_ADD, c1, gb_const(&b, F32, "1x16x1x1", -0.2, 0.2)));
+    int32_t c2 = res_conv(&b, c1, 16, 32, 3, 2, -1, 1); // [N, 32, 4, 4]
+    int32_t in2 = res_conv(&b, c2, 32, 16, 1, 1, -1, 0);
+    kiln_attr na = A_INTS("output_size", (int64_t[]){8, 8}, 2);
+    int32_t up = gb_node(&b, KILN_OP_UPSAMPLE_NEAREST2D, &in2, 1, &na, 1);
+    int32_t in1 = res_conv(&b, c1, 16, 16, 1, 1, up, 0);
+    int32_t p1 = res_conv(&b, in1, 16, 16, 3, 1, -1, 0);
+    kiln_attr ba = A_INTS("output_size", o3, 2);
+    int32_t bl = gb1(&b, KILN_OP_RELU, gb_node(&b, KILN_OP_UPSAMPLE_BILINEAR2D, &c2, 1, &ba, 1));
+    kiln_attr n2 = A_INTS("output_size", o2, 2);
+    int32_t p2 =
+        res_conv(&b, gb_node(&b, KILN_OP_UPSAMPLE_NEAREST2D, &p1, 1, &n2, 1), 16, 8, 1, 1, -1, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, p1, "p1"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, res_conv(&b, bl, 32, 8, 1, 1, -1, 0), "bl"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, p2, "p2"), "output");
+    m->name = "fpn nhwc fp16";
+    m->tol = 3e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
 }
 
 // Built like the real engines (kiln_cuda_bench's conv2_x graph, ResNet-50 from ExecuTorch): the
@@ -4013,6 +4156,8 @@ static void run_e2e(void) {
     if (model_misc(&models[n])) n++;
     if (model_resnet(&models[n])) n++;
     if (model_resnet_boundary(&models[n])) n++;
+    if (model_densenet(&models[n])) n++;
+    if (model_fpn(&models[n])) n++;
     int first_dw = n;
     if (model_mbconv(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_mbconv(&models[n], KILN_PRECISION_BF16)) n++;
@@ -4030,7 +4175,7 @@ static void run_e2e(void) {
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
-    CHECK_MSG(n == (opt_quick ? 15 : 22), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 17 : 24), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
             char nm[128];
