@@ -6,7 +6,8 @@
 // A tensor is NHWC only when it is an activation (never an engine input, output or state: those
 // stay NCHW, and a group reading or writing a state runs NCHW, so no state has a layout copy),
 // 4-D, float16/bfloat16, with C a multiple of 8, written by a layer that can work in NHWC:
-//   * conv2d with groups 1, a static C and K a multiple of 8 (its fused tail elementwise with
+//   * conv2d with groups 1 (or, when a conv writes its input, depthwise, or grouped with C/g and
+//     K/g multiples of 8), a static C and K a multiple of 8 (its fused tail elementwise with
 //     operands of the output's shape or of one element: layout-blind); relu-like unary heads,
 //     same-shape binary heads, max_pool2d, avg_pool2d, the two upsamples (the same tail rule),
 //     cat of such tensors (4-D, C % 8 == 0); after an elementwise head or a cat, a tail operand
@@ -56,7 +57,15 @@ typedef struct kiln_cuda_layout {
     uint8_t *padc;      // n_tensors: the NHWC copy of this NCHW tensor, or this weight's KRSC
                         // copy, pads C up to a multiple of 8 with zeros (a conv with C % 8 != 0)
     uint8_t *stem;      // n_layers: conv2d head on the stem kernel (NCHW input, NHWC output)
-    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem;
+    // The activation between an expand conv and the depthwise conv that alone reads it (an
+    // inverted residual block's SiLU, hard-swish or ReLU6; not ReLU, which cuDNN applies in the
+    // conv) applied by the depthwise conv as it reads its input: one pass over the expanded
+    // tensor less. act_moved[conv head]: its one-op tail is not run; x_act[depthwise head]: that
+    // tail layer's index, or -1 (op_conv.cu applies it in place first when the depthwise kernel
+    // does not run).
+    uint8_t *act_moved;
+    int32_t *x_act;
+    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem, n_act_moved;
 } kiln_cuda_layout;
 
 // kiln_cuda_layout_plan's flags: NHWC activations where they pay; the stem kernel for convs with

@@ -2533,7 +2533,8 @@ static int model_densenet(model *m) {
 }
 
 // A feature pyramid in the NHWC layout (torchvision's resnet_fpn_backbone): convs whose frozen
-// batch norm is a constant scale and shift (folded into their weights), a 2x nearest upsample of
+// batch norm is a constant scale and shift (folded into their weights), a group conv of 8
+// channels per group, a 2x nearest upsample of
 // the coarser level added to a lateral 1x1 conv, a 3x3 conv on the sum; a bilinear upsample
 // (half-pixel centres) to an odd size + ReLU. Upsamples keep the layout of their input.
 static int model_fpn(model *m) {
@@ -2545,6 +2546,14 @@ static int model_fpn(model *m) {
     c1 = gb2(&b, KILN_OP_MUL, c1, gb_const(&b, F32, "1x16x1x1", 0.5, 1.5));
     c1 = gb1(&b, KILN_OP_RELU, gb2(&b, KILN_OP_ADD, c1, gb_const(&b, F32, "1x16x1x1", -0.2, 0.2)));
     int32_t c2 = res_conv(&b, c1, 16, 32, 3, 2, -1, 1); // [N, 32, 4, 4]
+    { // a 3x3 group conv of 8 channels per group (RegNet's), written NHWC by cuDNN
+        int64_t g4 = 4, s1[2] = {1, 1}, p1[2] = {1, 1};
+        int32_t gi[3] = {c2, gb_const(&b, F32, "32x8x3x3", -0.3, 0.3),
+                         gb_const(&b, F32, "32", -0.1, 0.1)};
+        kiln_attr ga[3] = {A_INTS("stride", s1, 2), A_INTS("padding", p1, 2),
+                           A_INTS("groups", &g4, 1)};
+        c2 = gb1(&b, KILN_OP_RELU, gb_node(&b, KILN_OP_CONV2D, gi, 3, ga, 3));
+    }
     int32_t in2 = res_conv(&b, c2, 32, 16, 1, 1, -1, 0);
     kiln_attr na = A_INTS("output_size", (int64_t[]){8, 8}, 2);
     int32_t up = gb_node(&b, KILN_OP_UPSAMPLE_NEAREST2D, &in2, 1, &na, 1);
