@@ -46,9 +46,7 @@ typedef struct kiln_cuda_ctx {
     const void *w_krsc; // conv2d with nhwc: the weight in KRSC (O, kh, kw, C) order
     int64_t x_cpad;     // conv2d with nhwc: x's NHWC channel stride when padded (0: dense)
     int stem;           // conv2d with nhwc: Kiln's stem kernel (x read NCHW, the OIHW weight)
-    // depthwise conv2d: the activation its input's producer left to it (cuda_layout.h), or NULL
-    const kiln_tail_op *x_act;
-    int64_t l2_keep; // small-M linear: bytes of its weight the L2 plan keeps (-1: no hints)
+    int64_t l2_keep;    // small-M linear: bytes of its weight the L2 plan keeps (-1: no hints)
     // sdpa with folded views (cuda_fold.h): q, k, v, out through these (NULL: the dense tensor)
     const kiln_cuda_strided *sdpa_io[4];
     kiln_cuda_sdpa_store *sdpa_store; // sdpa: the context's cuDNN plans (NULL: cuDNN not used)

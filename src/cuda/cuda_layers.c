@@ -289,17 +289,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     ctx->l2_keep = e->l2_keep[li];
     ctx->sdpa_store = e->plan->layers[li].op == KILN_OP_SDPA ? c->sdpa_store : NULL;
     ctx->choice = NULL;
-    ctx->x_act = NULL;
     kiln_plan_group_args(e->plan, li, c->views, b->tails, &b->args);
-    if (e->layout.act_moved[li]) b->args.n_tail = 0; // the depthwise conv reading it applies it
-    if (e->layout.x_act[li] >= 0) {
-        const kiln_plan_layer *al = &e->plan->layers[e->layout.x_act[li]];
-        b->x_act.op = al->op;
-        b->x_act.attrs = kiln_plan_layer_attrs(e->plan, al);
-        b->x_act.operand = NULL;
-        b->x_act.running_is_lhs = 1;
-        ctx->x_act = &b->x_act;
-    }
     KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, b->nhwc, run));
     sdpa_fold_views(c, li, ctx, b->sdpa_io);
     gemv_fold_args(c, li, ctx);

@@ -185,8 +185,6 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->krsc, nt);
     kiln_cuda_free(l->padc, nt);
     kiln_cuda_free(l->stem, nl);
-    kiln_cuda_free(l->act_moved, nl);
-    kiln_cuda_free(l->x_act, nl * sizeof *l->x_act);
     kiln_cuda_free(l->head_nhwc, nl);
     kiln_cuda_free(l->xpose, ni);
     kiln_cuda_free(l->alt, ni);
@@ -220,47 +218,6 @@ static int stem_conv(const kiln_plan *p, uint32_t li) {
                                kiln_attrs_int(&a, KILN_A_CONV_DILATION, 1));
 }
 
-// A tail op the depthwise kernel can apply to its input (op_conv.cu dw_act_of), but not ReLU:
-// cuDNN's conv applies that itself.
-static int movable_act(uint32_t op) {
-    return op == KILN_OP_SILU || op == KILN_OP_HARDSWISH || op == KILN_OP_SIGMOID ||
-           op == KILN_OP_GELU || op == KILN_OP_CLAMP;
-}
-
-// The activation moves (cuda_layout.h): conv head g (groups 1, NHWC, a one-op tail) whose output
-// only depthwise head d (NHWC) reads, as its input.
-static void move_acts(const kiln_plan *p, const uint8_t *kind, kiln_cuda_layout *l) {
-    for (uint32_t d = 0; d < p->n_layers; d += 1 + p->layers[d].n_tail) {
-        const kiln_plan_layer *dl = &p->layers[d];
-        if (kind[d] != K_CONV || !l->head_nhwc[d] || l->stem[d]) continue;
-        kiln_attrs da = kiln_plan_layer_attrs(p, dl);
-        int32_t x = in_id(p, dl, 0), dw = in_id(p, dl, 1);
-        if (x < 0 || dw < 0 || p->tensors[x].kind != KILN_TENSOR_ACTIVATION ||
-            p->tensors[dw].shape.max[1] != 1 ||
-            kiln_attrs_int(&da, KILN_A_CONV_GROUPS, 0) != p->tensors[x].shape.max[1])
-            continue;
-        uint32_t g = UINT32_MAX, readers = 0;
-        for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
-            if (kiln_plan_group_output(p, li) == x) g = li;
-        }
-        if (g == UINT32_MAX) continue;
-        for (uint32_t li = 0; li < p->n_layers; li++) { // (g's tail reads x in place)
-            const kiln_plan_layer *rl = &p->layers[li];
-            if (li > g && li <= g + p->layers[g].n_tail) continue;
-            for (uint32_t j = 0; j < rl->n_inputs; j++) readers += in_id(p, rl, j) == x;
-        }
-        if (readers != 1 || kind[g] != K_CONV || !l->head_nhwc[g] || l->stem[g] ||
-            p->layers[g].n_tail != 1 || !movable_act(p->layers[g + 1].op)) {
-            continue;
-        }
-        kiln_attrs ga = kiln_plan_layer_attrs(p, &p->layers[g]);
-        if (kiln_attrs_int(&ga, KILN_A_CONV_GROUPS, 0) != 1) continue;
-        l->act_moved[g] = 1;
-        l->x_act[d] = (int32_t)(g + 1);
-        l->n_act_moved++;
-    }
-}
-
 kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layout *out) {
     const int enable = (flags & KILN_CUDA_LAYOUT_NHWC) != 0;
     kiln_cuda_layout l;
@@ -273,22 +230,17 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     l.krsc = kiln_cuda_calloc(nt);
     l.padc = kiln_cuda_calloc(nt);
     l.stem = kiln_cuda_calloc(nl);
-    l.act_moved = kiln_cuda_calloc(nl);
-    l.x_act = kiln_cuda_calloc(nl * sizeof *l.x_act);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
     if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.padc == NULL || l.stem == NULL ||
-        l.act_moved == NULL || l.x_act == NULL || l.head_nhwc == NULL || l.xpose == NULL ||
-        l.alt == NULL || kind == NULL) {
+        l.head_nhwc == NULL || l.xpose == NULL || l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
         kiln_cuda_free(l.padc, nt);
         kiln_cuda_free(l.stem, nl);
-        kiln_cuda_free(l.act_moved, nl);
-        kiln_cuda_free(l.x_act, nl * sizeof *l.x_act);
         kiln_cuda_free(l.head_nhwc, nl);
         kiln_cuda_free(l.xpose, ni);
         kiln_cuda_free(l.alt, ni);
@@ -372,8 +324,6 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         }
     }
     for (uint32_t i = 0; i < p->n_tensors; i++) l.n_nhwc += l.nhwc[i];
-    for (uint32_t li = 0; li < p->n_layers; li++) l.x_act[li] = -1;
-    if (enable) move_acts(p, kind, &l);
     kiln_cuda_free(kind, nl);
     *out = l;
     return KILN_OK;

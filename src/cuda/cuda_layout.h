@@ -57,15 +57,7 @@ typedef struct kiln_cuda_layout {
     uint8_t *padc;      // n_tensors: the NHWC copy of this NCHW tensor, or this weight's KRSC
                         // copy, pads C up to a multiple of 8 with zeros (a conv with C % 8 != 0)
     uint8_t *stem;      // n_layers: conv2d head on the stem kernel (NCHW input, NHWC output)
-    // The activation between an expand conv and the depthwise conv that alone reads it (an
-    // inverted residual block's SiLU, hard-swish or ReLU6; not ReLU, which cuDNN applies in the
-    // conv) applied by the depthwise conv as it reads its input: one pass over the expanded
-    // tensor less. act_moved[conv head]: its one-op tail is not run; x_act[depthwise head]: that
-    // tail layer's index, or -1 (op_conv.cu applies it in place first when the depthwise kernel
-    // does not run).
-    uint8_t *act_moved;
-    int32_t *x_act;
-    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem, n_act_moved;
+    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem;
 } kiln_cuda_layout;
 
 // kiln_cuda_layout_plan's flags: NHWC activations where they pay; the stem kernel for convs with

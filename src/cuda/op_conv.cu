@@ -133,12 +133,9 @@ __device__ __forceinline__ float dw_act(float v, int act, float lo, float hi) {
 // strip's DW_PX pixels. K: the kernel size, unrolled (3 and 5: MobileNet's and EfficientNet's);
 // 0 reads it from g. Indices are
 // 32-bit (dw_fits bounds the sizes).
-// xa (xlo, xhi): the activation applied to each input value read (the producer's, moved here:
-// cuda_layout.h); padding stays zero.
 template <typename T, int K>
 static __global__ void __launch_bounds__(DW_BLOCK)
-    conv_dw_nhwc_kernel(const kiln_cuda_conv_geom g, int act, float lo, float hi, int xa, float xlo,
-                        float xhi) {
+    conv_dw_nhwc_kernel(const kiln_cuda_conv_geom g, int act, float lo, float hi) {
     extern __shared__ uint4 dw_smem[];
     T *ws = (T *)dw_smem;
     const int kh = K > 0 ? K : g.kh, kw = K > 0 ? K : g.kw, taps = kh * kw;
@@ -189,7 +186,7 @@ static __global__ void __launch_bounds__(DW_BLOCK)
                     const T *xv = (const T *)&raw;
 #pragma unroll
                     for (int k = 0; k < DW_VEC; k++) {
-                        acc[p][k] = fmaf(dw_act(kc_to_f(xv[k]), xa, xlo, xhi), wf[k], acc[p][k]);
+                        acc[p][k] = fmaf(kc_to_f(xv[k]), wf[k], acc[p][k]);
                     }
                 }
             }
@@ -254,18 +251,11 @@ static int dw_act_of(const kiln_tail_op *t, float *lo, float *hi) {
 
 template <typename T>
 static void dw_launch(int k, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                      const kiln_cuda_conv_geom *g, int act, float lo, float hi, int xa, float xlo,
-                      float xhi) {
+                      const kiln_cuda_conv_geom *g, int act, float lo, float hi) {
     switch (k) {
-    case 3:
-        conv_dw_nhwc_kernel<T, 3><<<grid, block, smem, st>>>(*g, act, lo, hi, xa, xlo, xhi);
-        break;
-    case 5:
-        conv_dw_nhwc_kernel<T, 5><<<grid, block, smem, st>>>(*g, act, lo, hi, xa, xlo, xhi);
-        break;
-    default:
-        conv_dw_nhwc_kernel<T, 0><<<grid, block, smem, st>>>(*g, act, lo, hi, xa, xlo, xhi);
-        break;
+    case 3: conv_dw_nhwc_kernel<T, 3><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
+    case 5: conv_dw_nhwc_kernel<T, 5><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
+    default: conv_dw_nhwc_kernel<T, 0><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     }
 }
 
@@ -275,8 +265,6 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     int act = args->n_tail > 0 && args->tail[0].operand == NULL
                   ? dw_act_of(&args->tail[0], &lo, &hi)
                   : DW_NONE;
-    float xlo = 0.0f, xhi = 0.0f;
-    const int xa = ctx->x_act != NULL ? dw_act_of(ctx->x_act, &xlo, &xhi) : DW_NONE;
     unsigned bx, by;
     dw_block(g->c, &bx, &by);
     const int64_t strips = g->n * g->oh * ((g->ow + DW_PX - 1) / DW_PX);
@@ -290,9 +278,9 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5) ? g->kh : 0;
     *fused = act != DW_NONE;
     if (g->x_dt == KILN_DTYPE_F16) {
-        dw_launch<__half>(k, grid, block, smem, ctx->stream, g, act, lo, hi, xa, xlo, xhi);
+        dw_launch<__half>(k, grid, block, smem, ctx->stream, g, act, lo, hi);
     } else {
-        dw_launch<__nv_bfloat16>(k, grid, block, smem, ctx->stream, g, act, lo, hi, xa, xlo, xhi);
+        dw_launch<__nv_bfloat16>(k, grid, block, smem, ctx->stream, g, act, lo, hi);
     }
     return kiln_cuda_check_launch(ctx, "conv_dw_nhwc_kernel");
 }
@@ -460,27 +448,11 @@ extern "C" kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kil
     return KILN_OK;
 }
 
-// The activation a producer left to this depthwise conv (ctx->x_act), applied in place on its
-// input when the depthwise kernel, which applies it as it reads, does not run.
-static kiln_status x_act_in_place(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
-    kiln_kernel_args a;
-    memset(&a, 0, sizeof a);
-    a.op = ctx->x_act->op;
-    a.attrs = ctx->x_act->attrs;
-    a.in[0] = args->in[0];
-    a.n_in = 1;
-    a.out = (kiln_tensor *)args->in[0]; // in place: the only reader is this conv
-    return kiln_cuda_unary(ctx, &a);
-}
-
 extern "C" kiln_status kiln_cuda_conv2d_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                                             kiln_cuda_layer_plan *plan) {
     kiln_cuda_conv_geom g;
     uint32_t skip = 0;
     KILN_CUDA_TRY(kiln_cuda_conv_geom_of(ctx, args, 0, &g));
-    if (ctx->x_act != NULL && !(plan->kernel == KILN_CUDA_K_CONV_DW && dw_fits(&g))) {
-        KILN_CUDA_TRY(x_act_in_place(ctx, args));
-    }
     switch (plan->kernel) {
     case KILN_CUDA_K_EMPTY: return KILN_OK;
     case KILN_CUDA_K_STEM:

@@ -541,55 +541,8 @@ static void fpn_layout(void) {
     kiln_plan_release(&p);
 }
 
-// Inverted residual blocks (fp16): an expand conv + SiLU read only by a depthwise conv leaves the
-// SiLU to it (act_moved, x_act); the same with the expanded tensor read twice, or with ReLU
-// (cuDNN's conv applies it), does not.
-static void act_move_layout(void) {
-    kiln_graph *g = NULL;
-    kiln_plan p;
-    kiln_cuda_layout l;
-    int64_t dims[4] = {2, 16, 8, 8};
-    int32_t x = -1, e1, e2, e3, d1, d2, d3, y = -1;
-    memset(&p, 0, sizeof p);
-    CHECK(kiln_graph_new(&g) == KILN_OK);
-    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, dims, dims, &x) == KILN_OK);
-    e1 = conv(g, conv(g, x, 16, 16, 3, -1, 1), 16, 32, 1, -1, 0);
-    CHECK(kiln_graph_add_node(g, KILN_OP_SILU, &e1, 1, NULL, 0, &e1, 1) == KILN_OK);
-    d1 = dwconv(g, e1, 32);
-    e2 = conv(g, d1, 32, 32, 1, -1, 0);
-    CHECK(kiln_graph_add_node(g, KILN_OP_SILU, &e2, 1, NULL, 0, &e2, 1) == KILN_OK);
-    d2 = dwconv(g, e2, 32);
-    int32_t two[2] = {d2, e2}; // e2 read twice
-    CHECK(kiln_graph_add_node(g, KILN_OP_ADD, two, 2, NULL, 0, &d2, 1) == KILN_OK);
-    e3 = conv(g, d2, 32, 32, 1, -1, 1); // ReLU
-    d3 = dwconv(g, e3, 32);
-    int32_t sum[2] = {d3, d1};
-    CHECK(kiln_graph_add_node(g, KILN_OP_ADD, sum, 2, NULL, 0, &y, 1) == KILN_OK);
-    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
-    if (!load(g, KILN_PRECISION_FP16, &p)) return;
-    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
-    uint32_t moved = 0, dws = 0, with_act = 0;
-    for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
-        moved += l.act_moved[li];
-        if (p.layers[li].op != KILN_OP_CONV2D) continue;
-        kiln_attrs a = kiln_plan_layer_attrs(&p, &p.layers[li]);
-        if (kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 32) continue;
-        if (dws++ == 0) {
-            int32_t t = l.x_act[li];
-            CHECK_MSG(t > 0 && p.layers[t].op == KILN_OP_SILU && l.act_moved[t - 1],
-                      "the first depthwise conv does not apply the expand's SiLU");
-        }
-        with_act += l.x_act[li] >= 0;
-    }
-    CHECK_MSG(dws == 3 && moved == 1 && with_act == 1 && l.n_act_moved == 1,
-              "%u depthwise convs, %u activations moved (want 3, 1)", dws, moved);
-    kiln_cuda_layout_free(&p, &l);
-    kiln_plan_release(&p);
-}
-
 int main(void) {
     check_rng_seed();
-    act_move_layout();
     densenet_layout();
     fpn_layout();
     mbconv_layout();
