@@ -28,8 +28,13 @@ typedef struct kiln_cuda_dnn kiln_cuda_dnn;
 // CUDA graph recorded with a plan's kernel may be described or replayed after shapes change.
 typedef struct kiln_cuda_sdpa_store kiln_cuda_sdpa_store;
 
-// A gated GEMV's SiLU (cuda_fold.h; its other activations are KILN_CUDA_WG_EPI_* codes).
+// Activations the GEMV applies that the other small-M kernels do not (its other epilogues are
+// KILN_CUDA_WG_EPI_* codes): a gated GEMV's SiLU (cuda_fold.h), and a plain GEMV's first tail op
+// when it is one of these (squeeze-excite's linears: SiLU or ReLU, then sigmoid or hard-sigmoid).
 #define KILN_CUDA_GEMV_ACT_SILU 16
+#define KILN_CUDA_GEMV_ACT_SIGMOID 17
+#define KILN_CUDA_GEMV_ACT_HARDSIGMOID 18
+#define KILN_CUDA_GEMV_ACT_HARDSWISH 19
 
 typedef struct kiln_cuda_ctx {
     cudaStream_t stream;

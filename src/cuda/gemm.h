@@ -84,9 +84,14 @@ kiln_status kiln_cuda_tiled_matmul(const kiln_cuda_ctx *ctx, const kiln_kernel_a
 
 // --- the GEMV (op_gemv.cu)
 
-// 1 when the GEMV runs this linear (policy, M <= 8, float16/bfloat16 of one dtype, K % 8,
-// 16-byte aligned x and w).
+// 1 when the GEMV runs this linear (policy, M <= 8, float16/bfloat16 of one dtype; K % 8 == 0
+// with 16-byte aligned x and w, or else a weight of at most 64 Ki elements on the scalar kernel,
+// without GEMV folds). Its epilogue applies the bias and the first tail op when that is ReLU,
+// GELU, a residual add (KILN_CUDA_WG_EPI_*), SiLU, sigmoid, hard-sigmoid or hard-swish.
 int kiln_cuda_gemv_applies(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g);
+// The GEMV activation code (KILN_CUDA_GEMV_ACT_*) of the layer's first tail op, or
+// KILN_CUDA_WG_EPI_NONE.
+int kiln_cuda_gemv_tail_act(const kiln_kernel_args *args);
 kiln_status kiln_cuda_gemv_run(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int epi,
                                const void *res);
 

@@ -22,6 +22,17 @@ static kiln_status lt_refused(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
     return KILN_OK;
 }
 
+extern "C" int kiln_cuda_gemv_tail_act(const kiln_kernel_args *args) {
+    if (args->n_tail == 0 || args->tail[0].operand != NULL) return KILN_CUDA_WG_EPI_NONE;
+    switch (args->tail[0].op) {
+    case KILN_OP_SILU: return KILN_CUDA_GEMV_ACT_SILU;
+    case KILN_OP_SIGMOID: return KILN_CUDA_GEMV_ACT_SIGMOID;
+    case KILN_OP_HARDSIGMOID: return KILN_CUDA_GEMV_ACT_HARDSIGMOID;
+    case KILN_OP_HARDSWISH: return KILN_CUDA_GEMV_ACT_HARDSWISH;
+    default: return KILN_CUDA_WG_EPI_NONE;
+    }
+}
+
 static kiln_status linear_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                               kiln_cuda_layer_plan *plan) {
     kiln_cuda_linear_geom g;
@@ -45,6 +56,7 @@ static kiln_status linear_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
             return kiln_cuda_tail(ctx, args, 2);
         }
         kiln_cuda_small_m_epilogue(args, &epi, &res);
+        if (epi == KILN_CUDA_WG_EPI_NONE) epi = kiln_cuda_gemv_tail_act(args);
         KILN_CUDA_TRY(kiln_cuda_gemv_run(ctx, &g, epi, res));
         return kiln_cuda_tail(ctx, args, epi != KILN_CUDA_WG_EPI_NONE ? 1 : 0);
     }

@@ -132,7 +132,7 @@ extern "C" kiln_status kiln_cuda_linear_plan(const kiln_cuda_ctx *ctx, const kil
     plan->gemm.epi = epi;
     if (kiln_cuda_gemv_applies(ctx, &g)) {
         plan->kernel = KILN_CUDA_K_GEMV;
-        plan->fused = epi != KILN_CUDA_WG_EPI_NONE ? 1 : 0;
+        plan->fused = epi != KILN_CUDA_WG_EPI_NONE || kiln_cuda_gemv_tail_act(args) != 0 ? 1 : 0;
         return KILN_OK;
     }
     const int wg = kiln_cuda_wg_problem_of(ctx, &g, args, &wp);

@@ -102,8 +102,21 @@ template <typename T> struct gemv_fuse {
 };
 
 template <typename T> __device__ __forceinline__ float gemv_act(float v, int act) {
-    if (act == KILN_CUDA_GEMV_ACT_SILU) return v / (1.0f + __expf(-v));
-    return kc_linear_epilogue<T>(v, act, (const T *)NULL, 0);
+    switch (act) {
+    case KILN_CUDA_GEMV_ACT_SILU: return v / (1.0f + __expf(-v));
+    case KILN_CUDA_GEMV_ACT_SIGMOID: return 1.0f / (1.0f + __expf(-v));
+    case KILN_CUDA_GEMV_ACT_HARDSIGMOID: return fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+    case KILN_CUDA_GEMV_ACT_HARDSWISH:
+        return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+    default: return kc_linear_epilogue<T>(v, act, (const T *)NULL, 0);
+    }
+}
+
+// The epilogue of column i of a plain GEMV: a KILN_CUDA_WG_EPI_* code or a GEMV activation.
+template <typename T>
+__device__ __forceinline__ float gemv_epilogue(float v, int epi, const T *res, int64_t i) {
+    return epi >= KILN_CUDA_GEMV_ACT_SILU ? gemv_act<T>(v, epi)
+                                          : kc_linear_epilogue<T>(v, epi, res, i);
 }
 
 // KS warps share a column group and split K among them (KS = 1: each warp its own columns;
@@ -269,8 +282,64 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int64_t col = col0 + c;
     if (col >= n) return;
     if (bias != NULL) v += kc_to_f(bias[col]);
-    v = kc_linear_epilogue<T>(v, epi, res, r * n + col);
+    v = gemv_epilogue<T>(v, epi, res, r * n + col);
     y[r * n + col] = kc_from_f<T>(v);
+}
+
+// The GEMV of a small linear whose rows are not 16-byte vectors (K % 8 != 0 or an unaligned
+// operand: squeeze-excite's second linear reads 4, 6, 10 ... channels): a warp per column and
+// row block, scalar loads, the same epilogue. Only for n * k <= GEMV_SMALL_NK, where the whole
+// weight is a few L2 lines per warp.
+#define GEMV_SMALL_NK 65536
+template <typename T>
+static __global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_small_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
+                      const T *__restrict__ res, T *__restrict__ y, int m, int n, int k, int epi) {
+    const int lane = threadIdx.x & 31;
+    const int col = (int)blockIdx.x * GEMV_WARPS + (int)(threadIdx.x >> 5);
+    if (col >= n) return;
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+    const T *wr = w + (int64_t)col * k;
+    for (int r = 0; r < m; r++) {
+        float acc = 0.0f;
+        for (int j = lane; j < k; j += 32) {
+            acc = fmaf(kc_to_f(wr[j]), kc_to_f(x[(int64_t)r * k + j]), acc);
+        }
+        acc = kc_warp_sum(acc);
+        if (lane == 0) {
+            if (bias != NULL) acc += kc_to_f(bias[col]);
+            const int64_t i = (int64_t)r * n + col;
+            y[i] = kc_from_f<T>(gemv_epilogue<T>(acc, epi, res, i));
+        }
+    }
+}
+
+// Whether a GEMV takes the linear on the scalar kernel (rows that are not 16-byte vectors).
+static bool gemv_scalar(const kiln_cuda_linear_geom *g) {
+    return g->k % 8 != 0 || ((uintptr_t)g->x->data % 16) != 0 || ((uintptr_t)g->w->data % 16) != 0;
+}
+
+template <typename T>
+static kiln_status gemv_small_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int epi,
+                                const void *res) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    cfg.gridDim = dim3((unsigned)((g->n + GEMV_WARPS - 1) / GEMV_WARPS));
+    cfg.blockDim = dim3(GEMV_WARPS * 32);
+    cfg.stream = ctx->stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = ctx->policy->pdl ? 1 : 0;
+    cudaError_t err =
+        cudaLaunchKernelEx(&cfg, gemv_small_kernel<T>, (const T *)g->x->data, (const T *)g->w->data,
+                           g->bias != NULL ? (const T *)g->bias->data : (const T *)NULL,
+                           (const T *)res, (T *)g->y->data, (int)g->m, (int)g->n, (int)g->k, epi);
+    if (err != cudaSuccess) {
+        return kiln_cuda_error(ctx, "cudaLaunchKernelEx (gemv_small_kernel)", err);
+    }
+    return kiln_cuda_check_launch(ctx, "gemv_small_kernel");
 }
 
 // Launches gemv_kernel<T, M, KS, FUSED> with programmatic stream serialization (see above).
@@ -383,11 +452,14 @@ static kiln_status gemv_launch_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linea
 extern "C" int kiln_cuda_gemv_applies(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g) {
     const uint32_t dt = g->y->dtype;
     if (!ctx->policy->gemv) return 0;
-    if (g->m < 1 || g->m > GEMV_MAX_M || g->k < 8 || g->k % 8 != 0 || g->n < 1) return 0;
+    if (g->m < 1 || g->m > GEMV_MAX_M || g->k < 1 || g->n < 1) return 0;
     if (dt != KILN_DTYPE_F16 && dt != KILN_DTYPE_BF16) return 0;
     if (g->x->dtype != dt || g->w->dtype != dt || (g->bias != NULL && g->bias->dtype != dt))
         return 0;
-    if (((uintptr_t)g->x->data % 16) != 0 || ((uintptr_t)g->w->data % 16) != 0) return 0;
+    if (gemv_scalar(g)) { // the scalar kernel: small weights, no folds (cuda_fold.h needs K % 8)
+        return g->n * g->k <= GEMV_SMALL_NK && ctx->gemv_x == NULL && ctx->gemv_up_w == NULL &&
+               ctx->gemv_n_sib == 0;
+    }
     const kiln_tensor *fused[3 + KILN_CUDA_GEMV_MAX_SIB] = {ctx->gemv_x, ctx->gemv_norm_w,
                                                             ctx->gemv_up_w};
     for (int i = 0; i < ctx->gemv_n_sib && i < KILN_CUDA_GEMV_MAX_SIB - 1; i++) {
@@ -401,6 +473,16 @@ extern "C" int kiln_cuda_gemv_applies(const kiln_cuda_ctx *ctx, const kiln_cuda_
 
 extern "C" kiln_status kiln_cuda_gemv_run(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g,
                                           int epi, const void *res) {
+    if (gemv_scalar(g)) {
+        if (ctx->gemv_x != NULL || ctx->gemv_up_w != NULL || ctx->gemv_n_sib > 0) {
+            return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                                  "%s: a GEMV with folds on unaligned rows; set the option "
+                                  "cuda.gemv_fold to false",
+                                  ctx->where ? ctx->where : "?");
+        }
+        if (g->y->dtype == KILN_DTYPE_F16) return gemv_small_t<__half>(ctx, g, epi, res);
+        return gemv_small_t<__nv_bfloat16>(ctx, g, epi, res);
+    }
     if (g->y->dtype == KILN_DTYPE_F16) return gemv_launch_t<__half>(ctx, g, epi, res);
     return gemv_launch_t<__nv_bfloat16>(ctx, g, epi, res);
 }

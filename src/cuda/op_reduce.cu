@@ -6,12 +6,15 @@
 // strides of that layout; the output is written in logical order (NCHW), as cuda_layout.c
 // expects of a mean or sum head.
 // A mean or sum over H and W of an NHWC fp16/bf16 input with C % 8 == 0 (squeeze-excite's and
-// the classifier's global pool) runs its own kernel: one block per image and 8 channels, its
-// threads walking the pixels with 16-byte loads, float64 partial sums combined in a fixed order.
+// the classifier's global pool) runs its own kernels, 16-byte loads, partial sums combined in a
+// fixed order: for few images, a thread-block cluster per tile of channels splitting the pixels;
+// for small maps a block per image and tile of channels; else one block per image and 8 channels
+// (float64 sums).
 // Runs of adjacent kept or reduced dims that are contiguous in memory are coalesced; when the
 // dim of stride 1 is reduced and the reduction is long, one block reduces each output
 // (coalesced reads), otherwise one thread per output walks its elements (coalesced across
 // neighbouring outputs).
+#include <cooperative_groups.h>
 #include <math.h>
 #include <string.h>
 
@@ -171,6 +174,80 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
     }
 }
 
+// The same tiles for few images (a batch-1 squeeze-excite pool: one block of the kernel above
+// walked 28 x 28 x 240 in 27 us): a thread-block cluster of S blocks shares each tile's pixel
+// rows (block r of the cluster takes rows r, r + S, ... of its thread rows), each block sums its
+// rows in shared memory, and block 0 adds the others' sums through distributed shared memory.
+// grid (S, images x tiles), cluster (S, 1, 1).
+#define RED_CLUSTER_MAX 8 // the largest portable cluster
+template <typename T>
+static __global__ void __launch_bounds__(RED_HW_BLOCK)
+    reduce_hw_cluster_kernel(const T *x, int hw, int c, void *y, uint32_t ydt, int mean,
+                             int tiles) {
+    namespace cg = cooperative_groups;
+    extern __shared__ float red_tile[]; // [by][bx][8]
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank(), nrank = (int)cl.num_blocks();
+    const int n = (int)blockIdx.y / tiles, tile = (int)blockIdx.y % tiles;
+    const int c0 = (tile * (int)blockDim.x + (int)threadIdx.x) * 8;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (c0 < c) {
+        const T *base = x + (int64_t)n * hw * c + c0;
+        const int step = (int)blockDim.y * nrank;
+        for (int r = rank * (int)blockDim.y + (int)threadIdx.y; r < hw; r += step) {
+            const uint4 raw = __ldg((const uint4 *)(base + (int64_t)r * c));
+            const T *e = (const T *)&raw;
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[k] += kc_to_f(e[k]);
+        }
+    }
+    float *mine = red_tile + (threadIdx.y * blockDim.x + threadIdx.x) * 8;
+#pragma unroll
+    for (int k = 0; k < 8; k++) mine[k] = acc[k];
+    __syncthreads();
+    if (threadIdx.y == 0) { // this block's sums in row 0
+        for (unsigned r = 1; r < blockDim.y; r++) {
+            const float *other = red_tile + (r * blockDim.x + threadIdx.x) * 8;
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[k] += other[k];
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) mine[k] = acc[k];
+    }
+    cl.sync(); // every block's row 0 written
+    if (rank == 0 && threadIdx.y == 0 && c0 < c) {
+        for (int q = 1; q < nrank; q++) {
+            const float *other = cl.map_shared_rank(red_tile, q) + threadIdx.x * 8;
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[k] += other[k];
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            kc_st_f(y, ydt, (int64_t)n * c + c0 + k, mean ? acc[k] / (float)hw : acc[k]);
+        }
+    }
+    cl.sync(); // the peers' shared memory stays until block 0 has read it
+}
+
+template <typename T>
+static cudaError_t reduce_hw_cluster(const kiln_cuda_ctx *ctx, unsigned s, unsigned groups,
+                                     dim3 block, size_t smem, const T *x, int hw, int c, void *y,
+                                     uint32_t ydt, int mean, int tiles) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    cfg.gridDim = dim3(s, groups);
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = s;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, reduce_hw_cluster_kernel<T>, x, hw, c, y, ydt, mean, tiles);
+}
+
 // The NHWC global pool above, when it takes the layer (*done).
 static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x,
                                   const kiln_tensor *y, const int *reduced, int mean, int *done) {
@@ -186,6 +263,28 @@ static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x
     const int64_t cv = c / 8;
     unsigned bx = cv < 32 ? (unsigned)cv : 32, by = RED_HW_BLOCK / 2 / bx;
     const int64_t tiles = (cv + bx - 1) / bx;
+    // a cluster per tile while the tiles are too few to fill the GPU, and at most 1024 pixels
+    // per thread row (float sums), with at least two thread rows' pixels for each block
+    const int64_t sms = ctx->sm_count > 0 ? ctx->sm_count : 132;
+    int64_t s = n * tiles < sms ? (2 * sms + n * tiles - 1) / (n * tiles) : 1;
+    if (s > RED_CLUSTER_MAX) s = RED_CLUSTER_MAX;
+    while (s > 1 && hw < 2 * (int64_t)by * s) s--;
+    if (s > 1 && hw <= RED_TILE_MAX_HW * by * s && hw * c < INT32_MAX) {
+        const dim3 block(bx, by);
+        const size_t smem = (size_t)bx * by * 8 * sizeof(float);
+        cudaError_t err =
+            x->dtype == KILN_DTYPE_F16
+                ? reduce_hw_cluster<__half>(ctx, (unsigned)s, (unsigned)(n * tiles), block, smem,
+                                            (const __half *)x->data, (int)hw, (int)c, y->data,
+                                            y->dtype, mean, (int)tiles)
+                : reduce_hw_cluster<__nv_bfloat16>(ctx, (unsigned)s, (unsigned)(n * tiles), block,
+                                                   smem, (const __nv_bfloat16 *)x->data, (int)hw,
+                                                   (int)c, y->data, y->dtype, mean, (int)tiles);
+        if (err != cudaSuccess) {
+            return kiln_cuda_error(ctx, "cudaLaunchKernelEx (reduce_hw_cluster_kernel)", err);
+        }
+        return kiln_cuda_check_launch(ctx, "reduce_hw_cluster_kernel");
+    }
     if (hw <= RED_TILE_MAX_HW && n * tiles < INT32_MAX && hw * c < INT32_MAX) {
         const dim3 block(bx, by);
         const size_t smem = (size_t)bx * by * 8 * sizeof(float);

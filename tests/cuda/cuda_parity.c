@@ -1238,6 +1238,43 @@ static void cases_gemm(void) {
         case_tail(&c, KILN_OP_RELU);
         c.label = "gemv M 2, N 2201 + relu";
         run_case(&c);
+        // squeeze-excite's linears: the GEMV applies SiLU, sigmoid, hard-sigmoid and hard-swish
+        // itself; K % 8 != 0 (4, 6, 10 ... squeezed channels) on its scalar kernel
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "1x32"));
+        case_in(&c, SR(dt, "8x32", -0.4, 0.4));
+        case_in(&c, S(dt, "8"));
+        case_tail(&c, KILN_OP_SILU);
+        c.label = "gemv M 1 + silu, N 8";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "1x6"));
+        case_in(&c, SR(dt, "144x6", -0.8, 0.8));
+        case_in(&c, S(dt, "144"));
+        case_tail(&c, KILN_OP_SIGMOID);
+        c.label = "gemv scalar M 1 + sigmoid, K 6";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, SR(dt, "4x20", -3.0, 3.0));
+        case_in(&c, SR(dt, "40x20", -0.5, 0.5));
+        case_in(&c, S(dt, "40"));
+        case_tail(&c, KILN_OP_HARDSIGMOID);
+        c.label = "gemv scalar M 4 + hardsigmoid, K 20";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, SR(dt, "2x64", -2.0, 2.0));
+        case_in(&c, SR(dt, "33x64", -0.4, 0.4));
+        case_tail(&c, KILN_OP_HARDSWISH);
+        c.label = "gemv M 2 + hardswish, N 33";
+        run_case(&c);
+        case_init(&c, KILN_OP_LINEAR);
+        case_in(&c, S(dt, "3x5"));
+        case_in(&c, SR(dt, "7x5", -0.5, 0.5));
+        case_in(&c, S(dt, "7"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "3x7"), 0);
+        case_tail(&c, KILN_OP_SIGMOID);
+        c.label = "gemv scalar M 3 + residual + sigmoid, K 5";
+        run_case(&c);
         // linears past the GEMV's rows (9 <= M <= 64: cuBLASLt) at the MLP's and ResNet-50's
         // classifier shapes, a partial last tile and every epilogue the GEMV fuses
         case_init(&c, KILN_OP_LINEAR);
