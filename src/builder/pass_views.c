@@ -20,6 +20,10 @@
 //     reshape that only it reads is the reshape of the activation of the reshape's input: the
 //     activation then fuses as a tail of the layer before the reshape (squeeze-excite's
 //     linear, reshape to [N, C, 1, 1], sigmoid).
+//  6. an expand read only by broadcasting binary elementwise ops, each of which gives the same
+//     output from the expand's input (its other operand has the expanded dims), is removed:
+//     those ops read the input and broadcast it themselves (MobileViTv2's linear attention
+//     multiplies by `context.expand_as(v)`; a materialized mask broadcast).
 // Reshapes with a `like` input are left alone. A node whose output is a graph output or a
 // state's update keeps a layer (rewrites 1 and 2 still apply to it): I/O lowering relies on
 // those copies.
@@ -307,6 +311,53 @@ static void unary_before_reshape(kiln_bgraph *b, uint32_t k, int *done) {
     *done = 1;
 }
 
+// Rewrite 6 for node k: *done when the expand was removed.
+static kiln_status expand_into_readers(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    const kiln_bnode *e = &b->nodes[k];
+    if (e->dead || e->op != KILN_OP_EXPAND || e->head >= 0 || e->n_tail > 0 ||
+        b->is_output[e->output])
+        return KILN_OK;
+    const int32_t ev = e->output, x = kiln_bgraph_input(b, e, 0);
+    if (x < 0 || b->values[x].desc.dtype != b->values[ev].desc.dtype || b->uses[ev] == 0)
+        return KILN_OK;
+    for (int pass = 0; pass < 2; pass++) { // 0: every reader qualifies; 1: rewrite them
+        for (size_t r = 0; r < b->n_nodes; r++) {
+            kiln_bnode *n = &b->nodes[r];
+            if (n->dead || r == k) continue;
+            int32_t *in = b->ids + n->input_begin;
+            int slot = -1, reads = 0;
+            for (uint32_t j = 0; j < n->n_inputs; j++) {
+                if (in[j] == ev) {
+                    slot = (int)j;
+                    reads++;
+                }
+            }
+            if (reads == 0) continue;
+            if (pass == 1) {
+                in[slot] = x;
+                continue;
+            }
+            kiln_op_info info;
+            if (reads != 1 || n->head >= 0 || n->n_tail > 0 ||
+                kiln_op_get_info(n->op, &info) != KILN_OK || !(info.flags & KILN_OPF_BINARY))
+                return KILN_OK;
+            kiln_value_desc d;
+            in[slot] = x;
+            kiln_status st = kiln_bgraph_infer(b, (uint32_t)r, &d);
+            in[slot] = ev;
+            if (st != KILN_OK) {
+                kiln_clear_error();
+                return KILN_OK;
+            }
+            if (!kiln_desc_equal(&d, &b->values[n->output].desc)) return KILN_OK;
+        }
+    }
+    b->nodes[k].dead = 1;
+    *done = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_views(kiln_bgraph *b) {
     int64_t codes[KILN_MAX_RANK];
     // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
@@ -386,5 +437,12 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         b->stats.n_views++;
     }
     kiln_free(rename, nv * sizeof *rename);
+    // 6: expands that their broadcasting readers do not need
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t k = 0; k < b->n_nodes; k++) {
+        int done = 0;
+        KILN_TRY(expand_into_readers(b, (uint32_t)k, &done));
+        b->stats.n_views += (uint32_t)done;
+    }
     return kiln_bgraph_count_uses(b);
 }

@@ -179,6 +179,34 @@ static void test_unary_before_reshape(int variant, const char *want, const char 
     free(b);
 }
 
+// Rewrite 6: MobileViTv2's linear attention, relu(v) * expand(sum(x, -1), v's shape): the mul
+// broadcasts the sum itself and the expand goes. variant 1: the other operand lacks the
+// expanded dim (the output would shrink): the expand stays. variant 2: the expand is also an
+// output: it stays.
+static void test_expand_into_readers(int variant, const char *want, const char *what) {
+    enum { C = 8, L = 6 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, C, 3, L), TU_DIMS(3, C, 3, L));
+    int32_t m =
+        tu_node(g, KILN_OP_SUM, TU_IDS(x), TU_ATTRS(TU_INTS("dims", 3), TU_INTS("keepdim", 1)));
+    int32_t e = tu_node(g, KILN_OP_EXPAND, TU_IDS(m), TU_ATTRS(TU_INTS("shape", -1, C, 3, L)));
+    int32_t other = variant == 1 ? tu_node(g, KILN_OP_NEG, TU_IDS(m), TU_NO_ATTRS)
+                                 : tu_node(g, KILN_OP_RELU, TU_IDS(x), TU_NO_ATTRS);
+    tu_output(g, tu_node(g, KILN_OP_MUL, TU_IDS(other, e), TU_NO_ATTRS), "y");
+    if (variant == 2) tu_output(g, e, "e");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[1] = {{4, {2, C, 3, L}}};
+    bt_compare(g, &o0, &o1, 1, sh, 0, 1e-5, 1e-5, what);
+    kiln_graph_free(g);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     test_head_split_merge();
@@ -191,5 +219,8 @@ int main(void) {
     test_linear_through(4, "reshape|linear,gelu|reshape|add", "result split another way");
     test_unary_before_reshape(0, "linear,sigmoid|reshape|mul", "sigmoid in front of a reshape");
     test_unary_before_reshape(1, "linear|reshape|sigmoid|mul", "reshape read twice: stays");
+    test_expand_into_readers(0, "sum|relu,mul", "expand read by a broadcasting mul: removed");
+    test_expand_into_readers(1, "sum|expand|neg|mul", "expand the output needs: stays");
+    test_expand_into_readers(2, "sum|expand|relu,mul", "expand that is an output: stays");
     return check_summary();
 }

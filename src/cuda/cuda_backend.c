@@ -207,7 +207,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "kept), CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the "
         "stem kernel), %u tensors, %u boundary transposes; attention folds: %u layers run no "
         "kernel, %u sdpa operands and %u outputs through strided views, %u tensors moved out of "
-        "the arena, %u reshapes aliased (no kernel); GEMV folds: %u RMSNorms inside GEMVs, %u "
+        "the arena, %u reshapes and slices aliased (no kernel); GEMV folds: %u RMSNorms inside "
+        "GEMVs, %u "
         "gated pairs as one GEMV, %u linears run by a sibling's launch; small-M weights kept in "
         "L2: %llu bytes",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)e->shared_nbytes,
@@ -771,7 +772,8 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
         snprintf(out->kernel, sizeof out->kernel, "none");
         snprintf(out->detail, sizeof out->detail, "%s",
                  (e->fold.virt[li] & KILN_CUDA_FOLD_ALIAS)
-                     ? "an alias: its readers read its input's memory (a dense reshape)"
+                     ? "an alias: its readers read its input's memory (a dense reshape or a "
+                       "contiguous slice)"
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_GEMV)
                      ? (op == KILN_OP_RMS_NORM
                             ? "run inside the GEMVs that read it (the norm applied to their x)"

@@ -354,15 +354,53 @@ static uint32_t last_read(const fold_state *s, int32_t t) {
 // Aliases (cuda_fold.h): in layer order, a dense reshape's output takes its input's memory when
 // nothing that runs between the reshape and the output's last read (through folded views too)
 // writes over that memory.
+static int64_t elem_bytes(uint32_t dtype) {
+    switch (dtype) {
+    case KILN_DTYPE_F32:
+    case KILN_DTYPE_I32: return 4;
+    case KILN_DTYPE_F16:
+    case KILN_DTYPE_BF16: return 2;
+    case KILN_DTYPE_I64: return 8;
+    case KILN_DTYPE_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+// The byte offset of slice layer li's output in its input's memory when the output is a
+// contiguous run of it (cuda_fold.h), else -1.
+static int64_t slice_offset(const kiln_plan *p, uint32_t li, int32_t x) {
+    const kiln_shape *xs = &p->tensors[x].shape;
+    kiln_attrs a = kiln_plan_layer_attrs(p, &p->layers[li]);
+    int64_t d = kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0);
+    int64_t start = kiln_attrs_int(&a, KILN_A_SLICE_START, 0);
+    if (kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0) != 1) return -1;
+    if (d < 0) d += xs->rank;
+    if (d < 0 || d >= (int64_t)xs->rank) return -1;
+    int64_t inner = 1;
+    for (uint32_t i = 0; i < xs->rank; i++) {
+        if (xs->min[i] != xs->max[i]) return -1;
+        if ((int64_t)i < d && xs->max[i] != 1) return -1;
+        if ((int64_t)i > d) inner *= xs->max[i];
+    }
+    const int64_t size = xs->max[d];
+    if (start < 0) start += size;
+    if (start < 0) start = 0;
+    if (start > size) start = size;
+    const int64_t esz = elem_bytes(p->tensors[x].dtype), off = start * inner * esz;
+    return esz > 0 && off % 16 == 0 ? off : -1;
+}
+
 static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
     const kiln_plan *p = s->p;
     kiln_cuda_fold *f = s->f;
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
         const int32_t x = in0(p, li), y = out0(p, li);
-        if (l->op != KILN_OP_RESHAPE || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
-            l->n_outputs != 1 || f->virt[li] != 0 || x < 0 || y < 0)
+        if ((l->op != KILN_OP_RESHAPE && l->op != KILN_OP_SLICE) || (l->flags & KILN_LAYER_TAIL) ||
+            l->n_tail != 0 || l->n_outputs != 1 || f->virt[li] != 0 || x < 0 || y < 0)
             continue;
+        const int64_t off = l->op == KILN_OP_SLICE ? slice_offset(p, li, x) : 0;
+        if (off < 0) continue;
         if (p->tensors[x].kind != KILN_TENSOR_ACTIVATION ||
             p->tensors[y].kind != KILN_TENSOR_ACTIVATION ||
             p->tensors[x].dtype != p->tensors[y].dtype || f->reloc[y])
@@ -396,6 +434,7 @@ static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         }
         f->virt[li] = KILN_CUDA_FOLD_ALIAS;
         f->alias[y] = b;
+        f->alias_off[y] = (f->alias[x] >= 0 ? f->alias_off[x] : 0) + off;
         f->n_alias++;
     }
 }
@@ -593,6 +632,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.live_first = kiln_cuda_calloc((nt + 1) * sizeof *f.live_first);
     f.live_last = kiln_cuda_calloc((nt + 1) * sizeof *f.live_last);
     f.alias = kiln_cuda_calloc((nt + 1) * sizeof *f.alias);
+    f.alias_off = kiln_cuda_calloc((nt + 1) * sizeof *f.alias_off);
     f.gemv_norm = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_norm);
     f.gemv_pair = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_pair);
     f.gemv_next = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_next);
@@ -603,8 +643,9 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
-        f.alias == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL || f.gemv_next == NULL ||
-        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
+        f.gemv_next == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL ||
+        s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -703,6 +744,7 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->live_first, (nt + 1) * sizeof *f->live_first);
     kiln_cuda_free(f->live_last, (nt + 1) * sizeof *f->live_last);
     kiln_cuda_free(f->alias, (nt + 1) * sizeof *f->alias);
+    kiln_cuda_free(f->alias_off, (nt + 1) * sizeof *f->alias_off);
     kiln_cuda_free(f->gemv_norm, (nl + 1) * sizeof *f->gemv_norm);
     kiln_cuda_free(f->gemv_pair, (nl + 1) * sizeof *f->gemv_pair);
     kiln_cuda_free(f->gemv_next, (nl + 1) * sizeof *f->gemv_next);

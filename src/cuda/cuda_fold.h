@@ -28,8 +28,11 @@
 // plan says (not NHWC, not relocated, not read through a copy), runs no kernel when the memory of
 // its input (or of the tensor that input aliases) is not overwritten by any layer that runs
 // between the reshape and the last read of its output (directly or through folded views): the
-// output's view points at the input's memory (a dense reshape is the same bytes). Decided after
-// the folds, in layer order, so chains of reshapes share one base.
+// output's view points at the input's memory (a dense reshape is the same bytes). So does a
+// SLICE with step 1 of a statically shaped tensor whose dims before the sliced one are all 1
+// (a contiguous run of the input: MobileViTv2's split of one conv's output into query, key and
+// value channels), at the run's byte offset when that is a multiple of 16. Decided after the
+// folds, in layer order, so chains of reshapes and slices share one base.
 // The option cuda.attention_fold = false turns the pass off (every layer runs).
 // GEMV folds (with cuda.gemv and cuda.gemv_fold), decided last, for linears the GEMV runs with
 // one row (every dim of the output but the last 1 at the largest shapes: a decode step of batch
@@ -72,7 +75,7 @@ typedef struct kiln_cuda_strided {
 
 #define KILN_CUDA_FOLD_VIRTUAL 1u // the layer runs no kernel: its readers read through views
 #define KILN_CUDA_FOLD_WRITTEN 2u // ... and its output is written by the sdpa before it
-#define KILN_CUDA_FOLD_ALIAS 4u   // a reshape whose output is its input's memory (alias[])
+#define KILN_CUDA_FOLD_ALIAS 4u   // a reshape or slice whose output is in its input's memory
 #define KILN_CUDA_FOLD_GEMV 8u    // a norm, up projection or sibling run inside a GEMV (gemv_*[])
 #define KILN_CUDA_GEMV_MAX_SIB 4  // linears one GEMV launch runs as siblings
 #define KILN_CUDA_GEMV_FOLD_M 1   // the rows of a linear with GEMV folds
@@ -88,12 +91,13 @@ typedef struct kiln_cuda_fold {
                           // the sdpa reads it (placed outside the arena: cuda_memory.c)
     uint32_t *live_first; // n_tensors: a relocated base's live range over the layers
     uint32_t *live_last;
-    int32_t *alias;       // n_tensors: the tensor whose memory an aliased reshape's
-                          // output is (KILN_CUDA_FOLD_ALIAS), or -1
+    int32_t *alias;       // n_tensors: the tensor whose memory an aliased reshape's or
+                          // slice's output is in (KILN_CUDA_FOLD_ALIAS), or -1
+    int64_t *alias_off;   // n_tensors: the alias's byte offset into that memory
     int32_t *gemv_norm;   // n_layers: the RMS_NORM layer a GEMV linear applies to its x, or -1
     int32_t *gemv_pair;   // n_layers: the up projection U a gated GEMV G also streams, or -1
     int32_t *gemv_next;   // n_layers: the next sibling run by this one's launch, or -1
-    uint32_t n_alias;     // reshapes aliased
+    uint32_t n_alias;     // reshapes and slices aliased
     uint32_t n_gemv_norm; // norms run inside GEMVs
     uint32_t n_gemv_pair; // gated pairs run as one GEMV
     uint32_t n_gemv_sib;  // linears run by a sibling's launch

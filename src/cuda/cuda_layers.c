@@ -30,9 +30,11 @@ void kiln_cuda_bind_arena_views(cuda_context *c) {
             c->views[i].data = (uint8_t *)c->arena + t->offset;
         }
     }
-    // an aliased reshape's output is its base's memory (cuda_fold.h; bases are arena tensors)
+    // an aliased reshape's or slice's output is in its base's memory (cuda_fold.h)
     for (uint32_t i = 0; i < p->n_tensors; i++) {
-        if (e->fold.alias[i] >= 0) c->views[i].data = c->views[e->fold.alias[i]].data;
+        if (e->fold.alias[i] >= 0) {
+            c->views[i].data = (uint8_t *)c->views[e->fold.alias[i]].data + e->fold.alias_off[i];
+        }
     }
 }
 

@@ -496,6 +496,72 @@ static void aliases_case(void) {
     kiln_plan_release(&p);
 }
 
+static int32_t slice(kiln_graph *g, int32_t x, int64_t dim, int64_t start, int64_t end) {
+    int64_t step = 1;
+    kiln_attr a[4] = {{"dim", &dim, NULL, 1},
+                      {"start", &start, NULL, 1},
+                      {"end", &end, NULL, 1},
+                      {"step", &step, NULL, 1}};
+    return node(g, KILN_OP_SLICE, &x, 1, a, 4);
+}
+
+// Slices that are contiguous runs of their input (the dims before the sliced one all 1, step 1)
+// alias it at their byte offset: a [1, 24, 4, 8] fp16 tensor split into three 8-channel runs
+// (offsets 0, 512 and 1024 bytes). A slice of the last dim (not contiguous) and one at a 2-byte
+// offset keep their kernels.
+static void slice_aliases_case(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t d4[4] = {1, 24, 4, 8}, d2[2] = {1, 6};
+    int32_t x = -1, z = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, d4, d4, &x) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "z", KILN_DTYPE_F32, 2, d2, d2, &z) == KILN_OK);
+    int32_t y = node(g, KILN_OP_RELU, &x, 1, NULL, 0);
+    int32_t q = slice(g, y, 1, 0, 8), k = slice(g, y, 1, 8, 16), v = slice(g, y, 1, 16, 24);
+    int32_t last = slice(g, y, 3, 0, 4);
+    int32_t qk[2] = {q, k};
+    int32_t m = node(g, KILN_OP_MUL, qk, 2, NULL, 0);
+    int32_t mv[2] = {m, v};
+    CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_ADD, mv, 2, NULL, 0), "y") == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_NEG, &last, 1, NULL, 0), "last") == KILN_OK);
+    int32_t zr = node(g, KILN_OP_RELU, &z, 1, NULL, 0);
+    int32_t odd = slice(g, zr, 1, 1, 3);
+    CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_NEG, &odd, 1, NULL, 0), "odd") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    uint32_t n_slice = 0, n_alias = 0;
+    int64_t offs = 0;
+    for (uint32_t li = 0; li < p.n_layers; li++) {
+        if (p.layers[li].op != KILN_OP_SLICE) continue;
+        n_slice++;
+        const int32_t o = p.ids[p.layers[li].output_begin], in = p.ids[p.layers[li].input_begin];
+        kiln_attrs a = kiln_plan_layer_attrs(&p, &p.layers[li]);
+        const int64_t dim = kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0);
+        const int64_t start = kiln_attrs_int(&a, KILN_A_SLICE_START, 0);
+        const int contiguous = dim == 1 && p.tensors[in].shape.rank == 4;
+        CHECK_MSG(((f.virt[li] & KILN_CUDA_FOLD_ALIAS) != 0) == contiguous,
+                  "slice %u (dim %lld, start %lld): aliased %d", li, (long long)dim,
+                  (long long)start, (f.virt[li] & KILN_CUDA_FOLD_ALIAS) != 0);
+        if (!contiguous) {
+            CHECK(f.alias[o] < 0);
+            continue;
+        }
+        n_alias++;
+        CHECK(f.alias[o] == in || f.alias[o] == f.alias[in]);
+        CHECK_MSG(f.alias_off[o] == start * 4 * 8 * 2, "slice at %lld: offset %lld",
+                  (long long)start, (long long)f.alias_off[o]);
+        offs += f.alias_off[o];
+    }
+    CHECK_EQ_INT(n_slice, 5);
+    CHECK_MSG(n_alias == 3 && offs == 512 + 1024, "%u slices aliased, offsets sum %lld", n_alias,
+              (long long)offs);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 // GEMV folds (cuda_fold.h): an RMSNorm read by four small-M linears, two of them a gated pair
 // (HF's order: gate, SiLU, up, mul) and two siblings (q and k), runs inside them; a norm with
 // another reader, or at more rows than the fused GEMV takes (one), stays.
@@ -687,6 +753,7 @@ int main(void) {
     gemv_case(16, 0);
     gemv_case(1, 1);
     aliases_case();
+    slice_aliases_case();
     packed();
     separate(0);
     separate(1);
