@@ -2077,6 +2077,18 @@ static void cases_zoo_families(void) {
         case_in(&c, S(FLOATS[d], "64"));
         attrs_int(&c.attrs, KILN_A_GN_GROUPS, 1);
         run_case(&c);
+        case_init(&c, KILN_OP_GROUP_NORM); // one large group: the split form over 72 slices
+        case_in(&c, SR(FLOATS[d], "1x64x48x48", -1.0, 5.0));
+        case_in(&c, S(FLOATS[d], "64"));
+        case_in(&c, S(FLOATS[d], "64"));
+        attrs_int(&c.attrs, KILN_A_GN_GROUPS, 1);
+        run_case(&c);
+        case_init(&c, KILN_OP_GROUP_NORM); // MobileViTv2's [1, 96, 4, 64]: 12 slices
+        case_in(&c, SR(FLOATS[d], "1x96x4x64", -2.0, 2.0));
+        case_in(&c, S(FLOATS[d], "96"));
+        case_in(&c, S(FLOATS[d], "96"));
+        attrs_int(&c.attrs, KILN_A_GN_GROUPS, 1);
+        run_case(&c);
         case_init(&c, KILN_OP_GROUP_NORM); // a UNet's GroupNorm(32, C) at batch 2
         case_in(&c, SR(FLOATS[d], "2x320x24x24", -3.0, 2.0));
         case_in(&c, S(FLOATS[d], "320"));
