@@ -286,6 +286,21 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     y[r * n + col] = kc_from_f<T>(v);
 }
 
+// A GEMV launch of `blocks` blocks on the layer's stream, with programmatic stream serialization
+// where the policy allows it (cuda.pdl).
+static void gemv_config(const kiln_cuda_ctx *ctx, unsigned blocks, cudaLaunchConfig_t *cfg,
+                        cudaLaunchAttribute *at) {
+    *cfg = cudaLaunchConfig_t{};
+    at[0] = cudaLaunchAttribute{};
+    cfg->gridDim = dim3(blocks);
+    cfg->blockDim = dim3(GEMV_WARPS * 32);
+    cfg->stream = ctx->stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg->attrs = at;
+    cfg->numAttrs = ctx->policy->pdl ? 1 : 0;
+}
+
 // The GEMV of a small linear whose rows are not 16-byte vectors (K % 8 != 0 or an unaligned
 // operand: squeeze-excite's second linear reads 4, 6, 10 ... channels): a warp per column and
 // row block, scalar loads, the same epilogue. Only for n * k <= GEMV_SMALL_NK, where the whole
@@ -323,15 +338,9 @@ static bool gemv_scalar(const kiln_cuda_linear_geom *g) {
 template <typename T>
 static kiln_status gemv_small_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int epi,
                                 const void *res) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    cfg.gridDim = dim3((unsigned)((g->n + GEMV_WARPS - 1) / GEMV_WARPS));
-    cfg.blockDim = dim3(GEMV_WARPS * 32);
-    cfg.stream = ctx->stream;
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = ctx->policy->pdl ? 1 : 0;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at[1];
+    gemv_config(ctx, (unsigned)((g->n + GEMV_WARPS - 1) / GEMV_WARPS), &cfg, at);
     cudaError_t err =
         cudaLaunchKernelEx(&cfg, gemv_small_kernel<T>, (const T *)g->x->data, (const T *)g->w->data,
                            g->bias != NULL ? (const T *)g->bias->data : (const T *)NULL,
@@ -347,15 +356,9 @@ template <typename T, int M, int KS, bool FUSED>
 static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T *x, const T *w,
                               const T *b, const T *res, T *y, int64_t n, int64_t k, int epi,
                               int64_t keep, const gemv_fuse<T> &fu) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(GEMV_WARPS * 32);
-    cfg.stream = ctx->stream;
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = ctx->policy->pdl ? 1 : 0;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at[1];
+    gemv_config(ctx, blocks, &cfg, at);
     return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS, FUSED>, x, w, b, res, y, n, k, epi, keep,
                               fu);
 }
