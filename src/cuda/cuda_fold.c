@@ -351,21 +351,6 @@ static uint32_t last_read(const fold_state *s, int32_t t) {
     return end;
 }
 
-// Aliases (cuda_fold.h): in layer order, a dense reshape's output takes its input's memory when
-// nothing that runs between the reshape and the output's last read (through folded views too)
-// writes over that memory.
-static int64_t elem_bytes(uint32_t dtype) {
-    switch (dtype) {
-    case KILN_DTYPE_F32:
-    case KILN_DTYPE_I32: return 4;
-    case KILN_DTYPE_F16:
-    case KILN_DTYPE_BF16: return 2;
-    case KILN_DTYPE_I64: return 8;
-    case KILN_DTYPE_BOOL: return 1;
-    default: return 0;
-    }
-}
-
 // The byte offset of slice layer li's output in its input's memory when the output is a
 // contiguous run of it (cuda_fold.h), else -1.
 static int64_t slice_offset(const kiln_plan *p, uint32_t li, int32_t x) {
@@ -386,10 +371,13 @@ static int64_t slice_offset(const kiln_plan *p, uint32_t li, int32_t x) {
     if (start < 0) start += size;
     if (start < 0) start = 0;
     if (start > size) start = size;
-    const int64_t esz = elem_bytes(p->tensors[x].dtype), off = start * inner * esz;
+    const int64_t esz = (int64_t)elem_size(p->tensors[x].dtype), off = start * inner * esz;
     return esz > 0 && off % 16 == 0 ? off : -1;
 }
 
+// Aliases (cuda_fold.h): in layer order, a dense reshape's or contiguous slice's output takes its
+// input's memory when nothing that runs between it and the output's last read (through folded
+// views too) writes over that memory.
 static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
     const kiln_plan *p = s->p;
     kiln_cuda_fold *f = s->f;
