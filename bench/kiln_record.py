@@ -31,6 +31,7 @@ import hashlib
 import inspect
 import json
 import math
+import struct
 
 import torch
 
@@ -50,6 +51,15 @@ DTYPE_ID = {
 
 def sha256(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
+
+
+def tree_sha256(b: bytes) -> str:
+    """An external weight's key digest (src/core/sha256.h): SHA-256 of the byte count and the
+    digests of its 4 MiB leaves."""
+    h = hashlib.sha256(struct.pack("<Q", len(b)))
+    for o in range(0, len(b), 4 << 20):
+        h.update(hashlib.sha256(b[o : o + (4 << 20)]).digest())
+    return h.hexdigest()
 
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
@@ -337,7 +347,11 @@ def replay(doc: dict, tensors: dict[str, torch.Tensor], verify: bool = True):
             if got != g["weights"]:
                 raise RuntimeError(f"graph {gi}: the rebuilt external weights differ")
             for k, d in weights:
-                if k != "kiln-w-" + sha256(d):
+                # (kiln-w-: the plain digest of engines built before the tree digest)
+                want = (
+                    "kiln-w-" + sha256(d) if k.startswith("kiln-w-") else "kiln-t-" + tree_sha256(d)
+                )
+                if k != want:
                     raise RuntimeError(f"graph {gi}: weight {k} does not hash to its key")
         results.append((engine, weights))
     return results

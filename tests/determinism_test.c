@@ -85,7 +85,7 @@ static void test_builds(void) {
                     CHECK_OK(kiln_built_weight(a, i, &ka, &da, &na));
                     CHECK_OK(kiln_built_weight(c, i, &kc, &dc, &nc));
                     CHECK(strcmp(ka, kc) == 0 && na == nc && memcmp(da, dc, na) == 0);
-                    CHECK(strncmp(ka, "kiln-w-", 7) == 0);
+                    CHECK(strncmp(ka, "kiln-t-", 7) == 0);
                 }
                 // load + serialize gives the same bytes back.
                 {

@@ -497,10 +497,10 @@ static void test_errors(void) {
     CHECK(strstr(kiln_last_error(), "resolve") != NULL);
     resolver_mode = 1;
     CHECK_STATUS(load_with(ext, test_resolver, NULL, 0, &e), KILN_ERR_MISSING_DATA);
-    CHECK(strstr(kiln_last_error(), "kiln-w-") != NULL);
+    CHECK(strstr(kiln_last_error(), "kiln-t-") != NULL);
     resolver_mode = 2;
     CHECK_STATUS(load_with(ext, test_resolver, NULL, 0, &e), KILN_ERR_CORRUPT);
-    CHECK(strstr(kiln_last_error(), "kiln-w-") != NULL && strstr(kiln_last_error(), "bytes"));
+    CHECK(strstr(kiln_last_error(), "kiln-t-") != NULL && strstr(kiln_last_error(), "bytes"));
     resolver_mode = 3;
     CHECK_STATUS(load_with(ext, test_resolver, NULL, 0, &e), KILN_ERR_NO_MEMORY);
     resolver_mode = 0;

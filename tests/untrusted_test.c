@@ -8,6 +8,8 @@
 #include "core/sha256.h"
 #include "core/status.h"
 #include "core/utf8.h"
+#include "runtime/engine_internal.h"
+#include "runtime/load.h"
 #include "test_util.h"
 
 static int is_text(const char *s) { return kiln_utf8_check(s, strlen(s)) == strlen(s); }
@@ -240,6 +242,85 @@ static void test_parallel_verification(void) {
     kiln_built_free(b);
 }
 
+// Engines written before the tree digest name their external weights "kiln-w-<plain SHA-256>":
+// still checked the same way (the built engine's keys rewritten in its plan, same length).
+static void test_plain_digest_keys(void) {
+    kiln_built *b = build_mlp(1);
+    mutable_weights m = {.b = b};
+    m.n = kiln_built_n_weights(b);
+    char keys[8][80];
+    const char *tree_keys[8];
+    for (uint32_t i = 0; i < m.n; i++) {
+        const void *d;
+        uint8_t dg[KILN_SHA256_NBYTES];
+        CHECK_OK(kiln_built_weight(b, i, &m.keys[i], &d, &m.nbytes[i]));
+        CHECK(strncmp(m.keys[i], "kiln-t-", 7) == 0);
+        tree_keys[i] = m.keys[i];
+        m.copy[i] = malloc(m.nbytes[i]);
+        memcpy(m.copy[i], d, m.nbytes[i]);
+        kiln_sha256(d, m.nbytes[i], dg);
+        memcpy(keys[i], "kiln-w-", 7);
+        kiln_sha256_hex(dg, keys[i] + 7);
+    }
+    const void *bytes;
+    size_t nb;
+    CHECK_OK(kiln_built_engine(b, &bytes, &nb));
+    float *x = tu_rand(4 * 16, -1, 1), y0[32], y1[32];
+    for (int damaged = 0; damaged < 2; damaged++) {
+        kiln_plan plan;
+        CHECK_OK(kiln_load_plan(bytes, nb, &plan));
+        int rewritten = 0;
+        for (uint32_t t = 0; t < plan.n_tensors; t++) {
+            if (plan.tensors[t].key == KILN_NO_KEY) continue;
+            char *k = plan.strings + plan.tensors[t].key;
+            for (uint32_t i = 0; i < m.n; i++) {
+                if (strcmp(k, tree_keys[i]) == 0) {
+                    memcpy(k, keys[i], strlen(keys[i]));
+                    rewritten++;
+                }
+            }
+        }
+        CHECK(rewritten == (int)m.n);
+        for (uint32_t i = 0; i < m.n; i++) m.keys[i] = keys[i]; // the resolver's names now
+        if (damaged) m.copy[1][5] ^= 0x04;
+        kiln_option_setting s = {
+            .name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"};
+        kiln_load_options lo;
+        kiln_load_options_init(&lo);
+        lo.resolve = resolve_copy;
+        lo.resolve_user_data = &m;
+        lo.settings = &s;
+        lo.n_settings = 1;
+        kiln_engine *e = NULL;
+        kiln_status st = kiln_engine_from_plan(&plan, &lo, &e);
+        if (!damaged) {
+            CHECK_OK(st);
+            if (e != NULL) run(e, x, y0);
+            kiln_engine_free(e);
+        } else {
+            CHECK_STATUS(st, KILN_ERR_CORRUPT);
+            CHECK_MSG(strstr(kiln_last_error(), keys[1]) != NULL, "%s", kiln_last_error());
+            m.copy[1][5] ^= 0x04;
+        }
+    }
+    // the same results as the engine with tree keys
+    {
+        for (uint32_t i = 0; i < m.n; i++) {
+            const void *d;
+            size_t n;
+            CHECK_OK(kiln_built_weight(b, i, &m.keys[i], &d, &n));
+        }
+        kiln_engine *e = NULL;
+        CHECK_OK(load_verify(b, &m, 1, &e));
+        if (e != NULL) run(e, x, y1);
+        kiln_engine_free(e);
+        CHECK(memcmp(y0, y1, sizeof y0) == 0);
+    }
+    for (uint32_t i = 0; i < m.n; i++) free(m.copy[i]);
+    free(x);
+    kiln_built_free(b);
+}
+
 // The accelerated digest (libcrypto, when the system has one) equals the portable one.
 static void test_sha256_fast(void) {
     size_t lens[] = {0, 1, 63, 64, 4095, 4096, 4097, 65536 + 13, (size_t)3 << 20};
@@ -370,6 +451,7 @@ int main(void) {
     test_weight_verification();
     test_parallel_verification();
     test_sha256_fast();
+    test_plain_digest_keys();
     test_messages();
     test_graph_limits();
     return check_summary();

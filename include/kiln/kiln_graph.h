@@ -132,7 +132,7 @@ KILN_API void kiln_built_free(kiln_built *built);
 // The engine bytes; valid until kiln_built_free.
 KILN_API kiln_status kiln_built_engine(const kiln_built *built, const void **out_data,
                                        size_t *out_nbytes);
-// External weights (only with external_weights): key i is a content hash ("kiln-w-<hex>"),
+// External weights (only with external_weights): key i is a content hash ("kiln-t-<hex>"),
 // data is what kiln_engine_load's resolver must return for that key. Valid until _free.
 KILN_API uint32_t kiln_built_n_weights(const kiln_built *built);
 KILN_API kiln_status kiln_built_weight(const kiln_built *built, uint32_t index,

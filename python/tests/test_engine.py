@@ -45,7 +45,7 @@ def test_preprocess_graph_runs_in_c_runtime(make, shape, scale):
     built, inputs, n_out = build_engine(_edge(model, (torch.randn(*shape),)))
     assert inputs == ["x"] and n_out == 1
     assert built.weights, "weights should be external named data"
-    assert all(k.startswith("kiln-w-") for k, _ in built.weights)
+    assert all(k.startswith("kiln-t-") for k, _ in built.weights)
     eng = Engine(built.engine, dict(built.weights), device="cpu")
     assert eng.device == "cpu"
     x = torch.randn(*shape)

@@ -116,6 +116,15 @@ def _strings(e) -> list[tuple[int, int, str]]:
     return out
 
 
+def _tree_digest(b: bytes) -> str:
+    """The key's digest (src/core/sha256.h): SHA-256 of the length and the 4 MiB leaves' digests."""
+    leaf = 4 << 20
+    h = hashlib.sha256(struct.pack("<Q", len(b)))
+    for o in range(0, len(b), leaf):
+        h.update(hashlib.sha256(b[o : o + leaf]).digest())
+    return h.hexdigest()
+
+
 def _weight_spans(data: bytes, pte: bytes) -> list[tuple[int, int]]:
     """Where the engine's external weights lie in `data` (found by their SHA-256 keys; in a .pte
     the engine itself is skipped)."""
@@ -131,13 +140,13 @@ def _weight_spans(data: bytes, pte: bytes) -> list[tuple[int, int]]:
         if kind != 4 or key == 0xFFFFFFFF:
             continue
         nb = struct.unpack_from("<Q", e, r + 32)[0]
-        digest = e[s_off + key :].split(b"\0", 1)[0].decode().removeprefix("kiln-w-")
+        digest = e[s_off + key :].split(b"\0", 1)[0].decode().removeprefix("kiln-t-")
         hits = [
             o
             for o in range(0, len(data) - nb + 1, 16)
-            if o not in skip and hashlib.sha256(data[o : o + nb]).hexdigest() == digest
+            if o not in skip and _tree_digest(data[o : o + nb]) == digest
         ]
-        assert hits, f"weight kiln-w-{digest} not found"
+        assert hits, f"weight kiln-t-{digest} not found"
         spans.update((o, nb) for o in hits)
     return sorted(spans)
 
@@ -390,7 +399,7 @@ def test_ptd_header_bit_flips(files, check_files):
                 assert re.search(r"\.ptd|SHA-256", r["message"])
                 assert "re-export" in r["message"] or "pass the .ptd" in r["message"]
             else:
-                assert "kiln-w-" in r["message"]
+                assert "kiln-t-" in r["message"]
 
     counts = _check(results, expect)
     for s in results:
@@ -584,13 +593,13 @@ def test_versions_and_foreign_files(files, check_files):
         "KILN_ERR_CORRUPT",
         "outside every released range",
     )
-    add("no-ptd", d / "ext.pte", None, "KILN_ERR_MISSING_DATA", "kiln-w-")
+    add("no-ptd", d / "ext.pte", None, "KILN_ERR_MISSING_DATA", "kiln-t-")
     half_ptd = files["ext.ptd"][: len(files["ext.ptd"]) // 2]
     add("ptd-half", d / "ext.pte", half_ptd, "KILN_ERR_CORRUPT", "runs past")
     add("ptd-empty", d / "ext.pte", b"", "KILN_ERR_CORRUPT", "too short")
     add("ptd-is-pte", d / "ext.pte", d / "ext.pte", "KILN_ERR_CORRUPT", "not an ExecuTorch .ptd")
     add("pte-is-ptd", d / "ext.ptd", None, "KILN_ERR_CORRUPT", "not an ExecuTorch program")
-    add("ptd-foreign", d / "ext.pte", d / "other.ptd", "KILN_ERR_MISSING_DATA", "kiln-w-")
+    add("ptd-foreign", d / "ext.pte", d / "other.ptd", "KILN_ERR_MISSING_DATA", "kiln-t-")
     # The two linears' weights of one .ptd swapped: sizes match (16x32 and 32x8 do not), so
     # swap two bias-sized windows of equal length inside the first weight instead.
     spans = _weight_spans(files["ext.ptd"], pte)

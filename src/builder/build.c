@@ -16,7 +16,7 @@
 #include "runtime/load.h"
 
 typedef struct built_weight {
-    char key[80]; // "kiln-w-<64 hex>"
+    char key[80]; // "kiln-t-<64 hex>"
     void *data;   // owned copy
     size_t nbytes;
 } built_weight;

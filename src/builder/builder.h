@@ -215,7 +215,7 @@ kiln_status kiln_pass_check(const kiln_bgraph *b);      // pass_verify.c: final 
 
 typedef struct kiln_ext_weight {
     uint8_t digest[32]; // SHA-256 of the bytes
-    uint32_t key;       // offset of "kiln-w-<hex>" in the plan's strings
+    uint32_t key;       // offset of "kiln-t-<hex>" in the plan's strings
     const void *data;   // borrowed from the bgraph (valid until kiln_bgraph_release)
     uint64_t nbytes;
 } kiln_ext_weight;

@@ -10,7 +10,8 @@
 //  - Memory: activations get arena offsets from kiln_plan_memory over their lifetimes
 //    [writing layer, last reading layer], sized at their largest shape.
 //  - Weights: inline at KILN_FORMAT_WEIGHT_ALIGN offsets of the weights blob, or (with
-//    external_weights, from min_external_nbytes up) named "kiln-w-<sha256 hex>" by content.
+//    external_weights, from min_external_nbytes up) named "kiln-t-<hex>" by content (the
+//    SHA-256 tree digest, core/sha256.h).
 //  - States: one STATE tensor each, after the inputs, in state order; the layer I/O lowering
 //    chose (kiln_bstate.write) writes it. Initial values are placed like weights; a state that
 //    starts as zeros stores none (offset KILN_STATE_ZERO).
@@ -274,12 +275,12 @@ static kiln_status place_weights(emit_state *s, uint64_t *weights_nbytes) {
             uint8_t digest[KILN_SHA256_NBYTES];
             char key[8 + 64];
             size_t e;
-            kiln_sha256(v->data, (size_t)v->nbytes, digest);
+            kiln_sha256_tree(v->data, (size_t)v->nbytes, digest);
             for (e = 0; e < s->n_ext; e++) {
                 if (memcmp(s->ext[e].digest, digest, sizeof digest) == 0) break;
             }
             if (e == s->n_ext) {
-                memcpy(key, "kiln-w-", 7);
+                memcpy(key, "kiln-t-", 7);
                 kiln_sha256_hex(digest, key + 7);
                 KILN_TRY(GROW(s, ext, s->n_ext + 1));
                 KILN_TRY(add_string(s, key, &s->ext[e].key));

@@ -172,3 +172,32 @@ void kiln_sha256_fast(const void *data, size_t nbytes, uint8_t out[KILN_SHA256_N
     }
     kiln_sha256(data, nbytes, out);
 }
+
+size_t kiln_sha256_tree_leaves(uint64_t nbytes) {
+    return (size_t)(nbytes / KILN_SHA256_LEAF_NBYTES + (nbytes % KILN_SHA256_LEAF_NBYTES != 0));
+}
+
+void kiln_sha256_tree_combine(uint64_t nbytes, const uint8_t *leaf_digests, size_t n_leaves,
+                              uint8_t out[KILN_SHA256_NBYTES]) {
+    uint8_t len[8];
+    kiln_sha256_ctx s;
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)(nbytes >> (8 * i));
+    kiln_sha256_init(&s);
+    kiln_sha256_update(&s, len, sizeof len);
+    if (n_leaves > 0) kiln_sha256_update(&s, leaf_digests, n_leaves * KILN_SHA256_NBYTES);
+    kiln_sha256_final(&s, out);
+}
+
+void kiln_sha256_tree(const void *data, size_t nbytes, uint8_t out[KILN_SHA256_NBYTES]) {
+    uint8_t len[8], leaf[KILN_SHA256_NBYTES];
+    kiln_sha256_ctx s;
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)nbytes >> (8 * i));
+    kiln_sha256_init(&s);
+    kiln_sha256_update(&s, len, sizeof len);
+    for (size_t off = 0; off < nbytes; off += KILN_SHA256_LEAF_NBYTES) {
+        size_t n = nbytes - off < KILN_SHA256_LEAF_NBYTES ? nbytes - off : KILN_SHA256_LEAF_NBYTES;
+        kiln_sha256_fast((const uint8_t *)data + off, n, leaf);
+        kiln_sha256_update(&s, leaf, sizeof leaf);
+    }
+    kiln_sha256_final(&s, out);
+}

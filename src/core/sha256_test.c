@@ -57,5 +57,47 @@ int main(void) {
                "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
     expect_hex("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 56,
                "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
+    // The tree digest (the key of an external weight), against Python's hashlib computing the
+    // definition: sha256(u64le(n) || sha256(leaf 0) || ...), leaves of 4 MiB.
+    {
+        static const struct {
+            size_t n;
+            const char *hex;
+        } tv[] = {
+            {0, "af5570f5a1810b7af78caf4bc70a660f0df51e42baf91d4de5b2328de0e83dfc"},
+            {3, "80a67215aff0c585b6c055e38aa04b76d4b208e2d0c3eb31bfd02822ae62e1c0"},
+            {((size_t)9 << 20) | 5,
+             "870a71994ab6cfd8e6131656dbe662356c42e586e2dea2a3ba282e1c685505c3"},
+        };
+        const size_t big = ((size_t)9 << 20) | 5;
+        char *a = malloc(big);
+        CHECK(a != NULL);
+        if (a != NULL) {
+            memset(a, 'a', big);
+            memcpy(a, "abc", 3);
+            for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) {
+                uint8_t d[32], leaves[3 * 32], d2[32];
+                char hex[65];
+                const char *src = tv[i].n == big ? (memset(a, 'a', 3), a) : a;
+                kiln_sha256_tree(src, tv[i].n, d);
+                kiln_sha256_hex(d, hex);
+                CHECK_MSG(strcmp(hex, tv[i].hex) == 0, "tree digest of %zu bytes: %s", tv[i].n,
+                          hex);
+                // the same from leaves hashed one by one (as the load's threads do)
+                size_t nl = kiln_sha256_tree_leaves(tv[i].n);
+                CHECK(nl == (tv[i].n + KILN_SHA256_LEAF_NBYTES - 1) / KILN_SHA256_LEAF_NBYTES);
+                for (size_t l = 0; l < nl && l < 3; l++) {
+                    size_t off = l * KILN_SHA256_LEAF_NBYTES;
+                    size_t n = tv[i].n - off < KILN_SHA256_LEAF_NBYTES ? tv[i].n - off
+                                                                       : KILN_SHA256_LEAF_NBYTES;
+                    kiln_sha256(src + off, n, leaves + 32 * l);
+                }
+                kiln_sha256_tree_combine(tv[i].n, leaves, nl, d2);
+                CHECK(memcmp(d, d2, 32) == 0);
+                memcpy(a, "abc", 3);
+            }
+            free(a);
+        }
+    }
     return check_summary();
 }

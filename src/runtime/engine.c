@@ -105,16 +105,20 @@ static kiln_status choose_backend(const kiln_options *o, const kiln_backend_ops 
     return KILN_OK;
 }
 
-// --- weight verification: an external weight's key is "kiln-w-" and the lower-case hex SHA-256
-// of its bytes (src/builder/plan_emit.c), so the bytes a resolver returns can be checked against
-// the engine, which is itself CRC-protected. Keys of another form (hand-made engines) name no
-// digest and are not checked.
+// --- weight verification: an external weight's key names the SHA-256 digest of its bytes (the
+// tree digest for "kiln-t-<hex>", src/builder/plan_emit.c; the plain digest for "kiln-w-<hex>",
+// engines written before it), so the bytes a resolver returns can be checked against the engine,
+// which is itself CRC-protected. Keys of another form (hand-made engines) name no digest and are
+// not checked.
 
-#define KEY_PREFIX "kiln-w-"
 #define KEY_PREFIX_NBYTES 7
 
+// 2 for a tree digest's key, 1 for a plain digest's, 0 for a key that names no digest.
 static int key_digest(const char *key, uint8_t digest[KILN_SHA256_NBYTES]) {
-    if (strncmp(key, KEY_PREFIX, KEY_PREFIX_NBYTES) != 0) return 0;
+    int kind = strncmp(key, "kiln-t-", KEY_PREFIX_NBYTES) == 0   ? 2
+               : strncmp(key, "kiln-w-", KEY_PREFIX_NBYTES) == 0 ? 1
+                                                                 : 0;
+    if (kind == 0) return 0;
     const char *h = key + KEY_PREFIX_NBYTES;
     for (int i = 0; i < 2 * KILN_SHA256_NBYTES; i++) {
         if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f'))) return 0;
@@ -125,15 +129,19 @@ static int key_digest(const char *key, uint8_t digest[KILN_SHA256_NBYTES]) {
         int lo = h[2 * i + 1] <= '9' ? h[2 * i + 1] - '0' : h[2 * i + 1] - 'a' + 10;
         digest[i] = (uint8_t)(hi << 4 | lo);
     }
-    return 1;
+    return kind;
 }
 
 typedef struct ext_weight {
     const void *data;
     uint64_t nbytes;
     uint32_t tensor;
-    int skip;     // the same buffer as the entry before it (hashed once)
-    int mismatch; // its bytes do not hash to its key
+    int kind;      // what key_digest says of its key (0: no digest, not checked)
+    int tree;      // the key is a tree digest: leaves hashed apart, then combined
+    uint32_t dup;  // 1 + the entry holding the same buffer, hashed once there (0: none)
+    int mismatch;  // its bytes do not hash to its key
+    uint8_t *leaf; // tree: its leaves' digests (in the check table's leaf block)
+    uint8_t want[KILN_SHA256_NBYTES];
     uint8_t got[KILN_SHA256_NBYTES];
 } ext_weight;
 
@@ -145,41 +153,61 @@ static int cmp_ext(const void *a, const void *b) {
     return x->tensor < y->tensor ? -1 : (x->tensor > y->tensor);
 }
 
-typedef struct verify_job {
-    const kiln_plan *p;
+// One piece of hashing: a tree weight's leaf, or a whole plain-digest weight.
+typedef struct hash_item {
     ext_weight *w;
-    uint32_t n;
-    atomic_uint next; // the next entry to hash
+    size_t leaf; // tree: the leaf's index
+} hash_item;
+
+typedef struct verify_job {
+    hash_item *items;
+    size_t n;
+    atomic_size_t next; // the next item to hash
 } verify_job;
 
-static void hash_one(const kiln_plan *p, ext_weight *w) {
-    uint8_t want[KILN_SHA256_NBYTES];
-    if (w->skip || !key_digest(kiln_plan_string(p, p->tensors[w->tensor].key), want)) return;
-    kiln_sha256_fast(w->data, (size_t)w->nbytes, w->got);
-    w->mismatch = memcmp(want, w->got, sizeof want) != 0;
+static void hash_item_run(const hash_item *it) {
+    ext_weight *w = it->w;
+    if (!w->tree) {
+        kiln_sha256_fast(w->data, (size_t)w->nbytes, w->got);
+        return;
+    }
+    size_t off = it->leaf * KILN_SHA256_LEAF_NBYTES;
+    size_t n = (size_t)w->nbytes - off;
+    if (n > KILN_SHA256_LEAF_NBYTES) n = KILN_SHA256_LEAF_NBYTES;
+    kiln_sha256_fast((const uint8_t *)w->data + off, n, w->leaf + it->leaf * KILN_SHA256_NBYTES);
 }
 
 static void *hash_worker(void *arg) {
     verify_job *j = arg;
-    for (uint32_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) hash_one(j->p, &j->w[i]);
+    for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) hash_item_run(&j->items[i]);
     return NULL;
 }
 
-// Hashes on up to 8 threads when there is enough to hash (each weight on one thread; the
-// caller's thread works too, and does everything if no thread can be started).
-static void hash_all(const kiln_plan *p, ext_weight *w, uint32_t n, uint64_t total) {
-    verify_job job = {p, w, n, 0};
-    pthread_t threads[7];
+// Hashes the items on up to 16 threads when there is enough to hash (the caller's thread works
+// too, and does everything if no thread can be started). A tree weight's leaves are separate
+// items, so one large tensor (an embedding table) spreads over the threads.
+static void hash_all(hash_item *items, size_t n, uint64_t total) {
+    verify_job job = {items, n, 0};
+    pthread_t threads[15];
     int n_threads = 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (total >= (UINT64_C(64) << 20) && cpus > 1 && n > 1) {
-        long want = cpus < 8 ? cpus - 1 : 7;
-        for (; n_threads < want && (uint32_t)n_threads + 1 < n; n_threads++) {
+    if (total >= (UINT64_C(16) << 20) && cpus > 1 && n > 1) {
+        long want = cpus - 1 < 15 ? cpus - 1 : 15;
+        for (; n_threads < want && (size_t)n_threads + 1 < n; n_threads++) {
             if (pthread_create(&threads[n_threads], NULL, hash_worker, &job) != 0) break;
         }
     }
     hash_worker(&job);
     for (int t = 0; t < n_threads; t++) pthread_join(threads[t], NULL);
+}
+
+// Plain-digest weights first (each one item that cannot be split), largest first, so that the
+// leaves fill in around them.
+static int cmp_item(const void *a, const void *b) {
+    const hash_item *x = a, *y = b;
+    if (x->w->tree != y->w->tree) return x->w->tree ? 1 : -1;
+    if (!x->w->tree && x->w->nbytes != y->w->nbytes) return x->w->nbytes > y->w->nbytes ? -1 : 1;
+    return 0;
 }
 
 static kiln_status mismatch_error(const kiln_plan *p, const ext_weight *w) {
@@ -230,16 +258,63 @@ static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) 
     // Sorted by buffer: a buffer given for several tensors is hashed once.
     qsort(w, n, sizeof *w, cmp_ext);
     uint64_t total = 0;
+    size_t n_items = 0, n_leaves = 0;
+    uint32_t last = UINT32_MAX; // the last entry hashed
     for (uint32_t j = 0; j < n; j++) {
-        w[j].skip = j > 0 && w[j].data == w[j - 1].data && w[j].nbytes == w[j - 1].nbytes;
-        if (!w[j].skip) total += w[j].nbytes; // weight bytes: the loader bounded their sum
+        w[j].kind = key_digest(kiln_plan_string(p, p->tensors[w[j].tensor].key), w[j].want);
+        w[j].tree = w[j].kind == 2;
+        if (w[j].kind == 0) continue;
+        if (last != UINT32_MAX && w[j].data == w[last].data && w[j].nbytes == w[last].nbytes &&
+            w[j].kind == w[last].kind) {
+            w[j].dup = last + 1;
+            continue;
+        }
+        last = j;
+        total += w[j].nbytes; // weight bytes: the loader bounded their sum
+        size_t leaves = w[j].tree ? kiln_sha256_tree_leaves(w[j].nbytes) : 1;
+        n_items += leaves;
+        if (w[j].tree) n_leaves += leaves;
     }
-    hash_all(p, w, n, total);
+    size_t items_nbytes = n_items * sizeof(hash_item) + 1;
+    size_t leaf_nbytes = n_leaves * KILN_SHA256_NBYTES + 1;
+    hash_item *items = kiln_calloc(items_nbytes, KILN_ALIGN);
+    uint8_t *leaf = kiln_calloc(leaf_nbytes, KILN_ALIGN);
+    if (items == NULL || leaf == NULL) {
+        kiln_free(items, items_nbytes);
+        kiln_free(leaf, leaf_nbytes);
+        kiln_free(w, nbytes);
+        return kiln_fail(KILN_ERR_NO_MEMORY,
+                         "out of memory allocating the weight check table (%zu pieces)", n_items);
+    }
+    size_t it = 0, lf = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        if (w[j].kind == 0 || w[j].dup != 0) continue;
+        if (!w[j].tree) {
+            items[it++] = (hash_item){&w[j], 0};
+            continue;
+        }
+        size_t leaves = kiln_sha256_tree_leaves(w[j].nbytes);
+        w[j].leaf = leaf + lf * KILN_SHA256_NBYTES;
+        lf += leaves;
+        for (size_t l = 0; l < leaves; l++) items[it++] = (hash_item){&w[j], l};
+    }
+    qsort(items, n_items, sizeof *items, cmp_item);
+    hash_all(items, n_items, total);
     const ext_weight *bad = NULL;
     for (uint32_t j = 0; j < n; j++) {
+        if (w[j].kind == 0) continue;
+        if (w[j].dup != 0) {
+            memcpy(w[j].got, w[w[j].dup - 1].got, sizeof w[j].got); // (an earlier entry: done)
+        } else if (w[j].tree) {
+            kiln_sha256_tree_combine(w[j].nbytes, w[j].leaf, kiln_sha256_tree_leaves(w[j].nbytes),
+                                     w[j].got);
+        }
+        w[j].mismatch = memcmp(w[j].want, w[j].got, sizeof w[j].want) != 0;
         if (w[j].mismatch && (bad == NULL || w[j].tensor < bad->tensor)) bad = &w[j];
     }
     kiln_status st = bad != NULL ? mismatch_error(p, bad) : KILN_OK;
+    kiln_free(items, items_nbytes);
+    kiln_free(leaf, leaf_nbytes);
     kiln_free(w, nbytes);
     return st;
 }
