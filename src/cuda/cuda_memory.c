@@ -5,7 +5,7 @@
 //    order; C padded with zero filters where the layout pads it); all live for the whole engine,
 //    so they are laid out one after another;
 //  - per process and device, the shared weights: an external weight of at least
-//    KILN_CUDA_SHARE_MIN bytes whose key names its SHA-256 digest ("kiln-w-<hex>"), checked
+//    KILN_CUDA_SHARE_MIN bytes whose key names its SHA-256 digest ("kiln-t-<hex>"), checked
 //    against it at load (the option verify_weights), gets its own allocation, found by (device,
 //    key, bytes) by every engine that loads the same weight, reference-counted and freed with
 //    the last of them: the methods of one program (an LLM's prefill and decode) and programs
@@ -26,7 +26,9 @@
 // So every buffer the plugin adds has a place in one of these blocks (arena, weights, states,
 // extras) and a lifetime the planner respects; execute allocates nothing.
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -46,6 +48,165 @@ uint64_t kiln_cuda_tensor_max_nbytes(const cuda_engine *e, uint32_t i) {
         n *= (uint64_t)(v > 0 ? v : 0);
     }
     return n;
+}
+
+// --- uploads from host memory
+//
+// One cudaMemcpy from pageable memory moves about 5 GB/s on the H200's host (the driver copies
+// through its own staging buffer, one piece at a time; benchmarks.md "Start-up"). A load instead
+// cuts what it uploads into pieces and hands them to a few threads, each copying a piece into one
+// of its two page-locked staging buffers and queueing the device copy on its own stream: the host
+// copies run in parallel and the DMA overlaps them. Small uploads stay on the calling thread.
+
+#define UPLOAD_PIECE ((size_t)2 << 20)
+#define UPLOAD_THREADS 4
+#define UPLOAD_MIN_PARALLEL ((uint64_t)16 << 20)
+
+typedef struct upload_item {
+    void *dst;
+    const void *src;
+    size_t nbytes;
+} upload_item;
+
+typedef struct upload_job {
+    int device;
+    const upload_item *items;
+    const size_t *piece_item; // per piece: its item (pieces in item order)
+    const size_t *piece_off;  // per piece: its offset in the item
+    size_t n_pieces;
+    atomic_size_t next;
+    atomic_int failed; // set by the first worker that fails: the others stop
+    cudaError_t error; // that failure (written once, under failed)
+    const char *where; // the call that failed
+} upload_job;
+
+static void upload_fail(upload_job *j, cudaError_t err, const char *where) {
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&j->failed, &expect, 1)) {
+        j->error = err;
+        j->where = where;
+    }
+}
+
+static void *upload_worker(void *arg) {
+    upload_job *j = arg;
+    cudaStream_t stream = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    void *raw = NULL;
+    uint8_t *stage = NULL;
+    const size_t raw_nbytes = 2 * UPLOAD_PIECE + 4096;
+    int registered = 0, used[2] = {0, 0};
+    cudaError_t err = cudaSetDevice(j->device);
+    if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    for (int k = 0; k < 2 && err == cudaSuccess; k++) {
+        err = cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming);
+    }
+    if (err == cudaSuccess) {
+        raw = kiln_cuda_malloc(raw_nbytes);
+        if (raw != NULL) {
+            stage = (uint8_t *)(((uintptr_t)raw + 4095) & ~(uintptr_t)4095);
+            registered =
+                cudaHostRegister(stage, 2 * UPLOAD_PIECE, cudaHostRegisterDefault) == cudaSuccess;
+            (void)cudaGetLastError(); // (an unregistered buffer: synchronous copies below)
+        }
+    }
+    if (err != cudaSuccess) upload_fail(j, err, "cudaStreamCreate or cudaEventCreate (upload)");
+    for (size_t p, k = 0; err == cudaSuccess && !atomic_load(&j->failed) &&
+                          (p = atomic_fetch_add(&j->next, 1)) < j->n_pieces;
+         k++) {
+        const upload_item *it = &j->items[j->piece_item[p]];
+        const size_t off = j->piece_off[p];
+        const size_t n = it->nbytes - off < UPLOAD_PIECE ? it->nbytes - off : UPLOAD_PIECE;
+        const uint8_t *src = (const uint8_t *)it->src + off;
+        uint8_t *dst = (uint8_t *)it->dst + off;
+        if (!registered) {
+            err = cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
+            if (err != cudaSuccess) upload_fail(j, err, "cudaMemcpy (weight upload)");
+            continue;
+        }
+        const int slot = (int)(k % 2);
+        if (used[slot]) err = cudaEventSynchronize(ev[slot]);
+        if (err == cudaSuccess) {
+            memcpy(stage + slot * UPLOAD_PIECE, src, n);
+            err = cudaMemcpyAsync(dst, stage + slot * UPLOAD_PIECE, n, cudaMemcpyHostToDevice,
+                                  stream);
+        }
+        if (err == cudaSuccess) err = cudaEventRecord(ev[slot], stream);
+        used[slot] = 1;
+        if (err != cudaSuccess) upload_fail(j, err, "cudaMemcpyAsync (weight upload)");
+    }
+    if (stream != NULL) {
+        cudaError_t e2 = cudaStreamSynchronize(stream);
+        if (e2 != cudaSuccess && err == cudaSuccess)
+            upload_fail(j, e2, "cudaStreamSynchronize (upload)");
+        cudaStreamDestroy(stream);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (ev[k] != NULL) cudaEventDestroy(ev[k]);
+    }
+    if (registered) cudaHostUnregister(stage);
+    kiln_cuda_free(raw, raw_nbytes);
+    return NULL;
+}
+
+static void *upload_thread(void *arg) {
+    kiln_cuda_quiet_thread(); // (never enters the caller's log hook)
+    return upload_worker(arg);
+}
+
+// Copies every item from host to device memory on device `device` (current on this thread).
+static kiln_status upload_all(int device, const upload_item *items, size_t n_items) {
+    uint64_t total = 0;
+    size_t n_pieces = 0;
+    for (size_t i = 0; i < n_items; i++) {
+        total += items[i].nbytes;
+        n_pieces += (items[i].nbytes + UPLOAD_PIECE - 1) / UPLOAD_PIECE;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (total < UPLOAD_MIN_PARALLEL || cpus < 2 || n_pieces < 2) {
+        for (size_t i = 0; i < n_items; i++) {
+            if (items[i].nbytes == 0) continue;
+            cudaError_t err =
+                cudaMemcpy(items[i].dst, items[i].src, items[i].nbytes, cudaMemcpyHostToDevice);
+            if (err != cudaSuccess) return kiln_cuda_call_failed("cudaMemcpy (weight upload)", err);
+        }
+        return KILN_OK;
+    }
+    const size_t table_nbytes = n_pieces * sizeof(size_t);
+    size_t *piece_item = kiln_cuda_malloc(table_nbytes),
+           *piece_off = kiln_cuda_malloc(table_nbytes);
+    if (piece_item == NULL || piece_off == NULL) {
+        kiln_cuda_free(piece_item, table_nbytes);
+        kiln_cuda_free(piece_off, table_nbytes);
+        return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (upload table)");
+    }
+    size_t p = 0;
+    for (size_t i = 0; i < n_items; i++) {
+        for (size_t off = 0; off < items[i].nbytes; off += UPLOAD_PIECE, p++) {
+            piece_item[p] = i;
+            piece_off[p] = off;
+        }
+    }
+    upload_job job = {.device = device,
+                      .items = items,
+                      .piece_item = piece_item,
+                      .piece_off = piece_off,
+                      .n_pieces = n_pieces};
+    atomic_init(&job.next, 0);
+    atomic_init(&job.failed, 0);
+    pthread_t threads[UPLOAD_THREADS];
+    int n_threads = 0;
+    long want = cpus / 2 < UPLOAD_THREADS ? cpus / 2 : UPLOAD_THREADS;
+    for (; n_threads < want && (size_t)n_threads < n_pieces; n_threads++) {
+        if (pthread_create(&threads[n_threads], NULL, upload_thread, &job) != 0) break;
+    }
+    if (n_threads == 0) upload_worker(&job); // no thread could be started: this one does it all
+    for (int t = 0; t < n_threads; t++) pthread_join(threads[t], NULL);
+    kiln_cuda_free(piece_item, table_nbytes);
+    kiln_cuda_free(piece_off, table_nbytes);
+    (void)cudaSetDevice(device); // (a worker that ran on this thread left it there already)
+    if (atomic_load(&job.failed)) return kiln_cuda_call_failed(job.where, job.error);
+    return KILN_OK;
 }
 
 // --- the weights block
@@ -72,7 +233,7 @@ static kiln_status krsc_copy(const kiln_plan_tensor *t, const void *src, uint8_t
 
 // --- weights shared between engines (the file's comment)
 
-#define SHARE_KEY_MAX 80 // "kiln-w-" and 64 hex digits fit
+#define SHARE_KEY_MAX 80 // "kiln-t-" and 64 hex digits fit
 
 typedef struct cuda_shared_weight {
     struct cuda_shared_weight *next;
@@ -93,21 +254,22 @@ static int shareable(const kiln_plan *p, uint32_t i, int verified) {
         t->nbytes < KILN_CUDA_SHARE_MIN)
         return 0;
     const char *key = kiln_plan_string(p, t->key);
-    if (strncmp(key, "kiln-w-", 7) != 0 || strlen(key) != 7 + 64) return 0;
+    if ((strncmp(key, "kiln-t-", 7) != 0 && strncmp(key, "kiln-w-", 7) != 0) ||
+        strlen(key) != 7 + 64) {
+        return 0;
+    }
     for (int j = 7; j < 7 + 64; j++) {
         if (!((key[j] >= '0' && key[j] <= '9') || (key[j] >= 'a' && key[j] <= 'f'))) return 0;
     }
     return 1;
 }
 
-// The shared copy of weight tensor i (uploaded from host when no engine holds it yet), one
-// reference more, into *out.
-static kiln_status shared_get(cuda_engine *e, uint32_t i, const void *host,
-                              cuda_shared_weight **out, int *found) {
+// The shared copy of weight tensor i, one reference more, into *out; *found = 0 when it is new
+// (allocated here, its bytes still to upload). The caller holds shared_mtx.
+static kiln_status shared_get(cuda_engine *e, uint32_t i, cuda_shared_weight **out, int *found) {
     const kiln_plan_tensor *t = &e->plan->tensors[i];
     const char *key = kiln_plan_string(e->plan, t->key);
     cuda_shared_weight *w;
-    pthread_mutex_lock(&shared_mtx);
     for (w = shared_list; w != NULL; w = w->next) {
         if (w->device == e->device && w->nbytes == t->nbytes && strcmp(w->key, key) == 0) break;
     }
@@ -116,15 +278,10 @@ static kiln_status shared_get(cuda_engine *e, uint32_t i, const void *host,
         w = kiln_cuda_calloc(sizeof *w);
         cudaError_t err = cudaErrorMemoryAllocation;
         if (w != NULL) err = cudaMalloc(&w->data, (size_t)t->nbytes);
-        if (err == cudaSuccess) {
-            err = cudaMemcpy(w->data, host, (size_t)t->nbytes, cudaMemcpyHostToDevice);
-            if (err != cudaSuccess) cudaFree(w->data);
-        }
         if (err != cudaSuccess) {
             kiln_cuda_free(w, sizeof *w);
-            pthread_mutex_unlock(&shared_mtx);
             kiln_cuda_consume(); // allocation failures are not sticky: clear them
-            return kiln_cuda_call_failed("cudaMalloc or cudaMemcpy (shared weight)", err);
+            return kiln_cuda_call_failed("cudaMalloc (shared weight)", err);
         }
         w->device = e->device;
         w->nbytes = t->nbytes;
@@ -133,26 +290,27 @@ static kiln_status shared_get(cuda_engine *e, uint32_t i, const void *host,
         shared_list = w;
     }
     w->refs++;
-    pthread_mutex_unlock(&shared_mtx);
     *out = w;
     return KILN_OK;
+}
+
+// Drops one reference of w (shared_mtx held); the last one frees the copy.
+static void shared_unref(cuda_shared_weight *w) {
+    if (w == NULL || --w->refs > 0) return;
+    for (cuda_shared_weight **pp = &shared_list; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    }
+    cudaFree(w->data);
+    kiln_cuda_free(w, sizeof *w);
 }
 
 // Drops the engine's references (its device is current); the last one frees the copy.
 static void shared_release(cuda_engine *e) {
     pthread_mutex_lock(&shared_mtx);
-    for (uint32_t k = 0; k < e->n_shared; k++) {
-        cuda_shared_weight *w = e->shared[k];
-        if (w == NULL || --w->refs > 0) continue;
-        for (cuda_shared_weight **pp = &shared_list; *pp != NULL; pp = &(*pp)->next) {
-            if (*pp == w) {
-                *pp = w->next;
-                break;
-            }
-        }
-        cudaFree(w->data);
-        kiln_cuda_free(w, sizeof *w);
-    }
+    for (uint32_t k = 0; k < e->n_shared; k++) shared_unref(e->shared[k]);
     pthread_mutex_unlock(&shared_mtx);
     kiln_cuda_free(e->shared, (size_t)e->plan->n_tensors * sizeof *e->shared + 1);
     e->shared = NULL;
@@ -172,15 +330,42 @@ kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_d
         e->shared == NULL) {
         return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA weight table)");
     }
-    for (uint32_t i = 0; i < nt; i++) {
+    // Every upload (the new shared copies, the weights block, the KRSC copies) in one table.
+    const size_t items_nbytes = (size_t)2 * nt * sizeof(upload_item) + 1;
+    upload_item *items = kiln_cuda_calloc(items_nbytes);
+    size_t n_items = 0;
+    if (items == NULL) return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (upload table)");
+    // The shared copies: found, or made and uploaded before another engine can find them (the
+    // lock is held over their upload).
+    pthread_mutex_lock(&shared_mtx);
+    for (uint32_t i = 0; i < nt && st == KILN_OK; i++) {
         if (!shareable(p, i, verified) || weight_data[i] == NULL) continue;
         int found = 0;
         cuda_shared_weight *w = NULL;
-        KILN_CUDA_TRY(shared_get(e, i, weight_data[i], &w, &found));
+        st = shared_get(e, i, &w, &found);
+        if (st != KILN_OK) break;
         e->shared[e->n_shared++] = w;
         e->weight_ptrs[i] = w->data;
         e->shared_nbytes += w->nbytes;
-        if (found) e->shared_found_nbytes += w->nbytes;
+        if (found) {
+            e->shared_found_nbytes += w->nbytes;
+        } else {
+            items[n_items++] = (upload_item){w->data, weight_data[i], (size_t)w->nbytes};
+        }
+    }
+    if (st == KILN_OK) st = upload_all(e->device, items, n_items);
+    if (st != KILN_OK) {
+        // nothing half-uploaded stays findable: this engine's references go now
+        for (uint32_t k = 0; k < e->n_shared; k++) shared_unref(e->shared[k]);
+        memset(e->weight_ptrs, 0, (size_t)nt * sizeof *e->weight_ptrs);
+        e->n_shared = 0;
+        e->shared_nbytes = e->shared_found_nbytes = 0;
+    }
+    pthread_mutex_unlock(&shared_mtx);
+    n_items = 0;
+    if (st != KILN_OK) {
+        kiln_cuda_free(items, items_nbytes);
+        return st;
     }
     // Weights are live for the whole engine, so nothing shares bytes and no planning is needed:
     // they are laid out in tensor order (the order the layers read them, so that one layer's
@@ -205,39 +390,47 @@ kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_d
         }
         total = end;
     }
-    if (st != KILN_OK || total == 0) return st;
+    if (st != KILN_OK || total == 0) {
+        kiln_cuda_free(items, items_nbytes);
+        return st;
+    }
     e->weights_nbytes = (size_t)total;
     cudaError_t err = cudaMalloc(&e->weights, e->weights_nbytes);
     if (err != cudaSuccess) {
         e->weights = NULL;
+        kiln_cuda_free(items, items_nbytes);
         kiln_cuda_consume();
         return kiln_cuda_call_failed("cudaMalloc (weights)", err);
     }
+    // The KRSC copies are made on the host first (freed after the upload).
+    uint8_t **krsc_host = kiln_cuda_calloc((size_t)nt * sizeof *krsc_host + 1);
+    if (krsc_host == NULL) st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (KRSC table)");
     for (uint32_t i = 0; i < nt && st == KILN_OK; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
         if (t->kind != KILN_TENSOR_WEIGHT || t->nbytes == 0) continue;
         if (e->weight_ptrs[i] == NULL) {
             e->weight_ptrs[i] = (uint8_t *)e->weights + e->weight_offsets[i];
-            err = cudaMemcpy(e->weight_ptrs[i], weight_data[i], (size_t)t->nbytes,
-                             cudaMemcpyHostToDevice);
-            if (err != cudaSuccess) st = kiln_cuda_call_failed("cudaMemcpy (weight upload)", err);
+            items[n_items++] = (upload_item){e->weight_ptrs[i], weight_data[i], (size_t)t->nbytes};
         }
-        if (st != KILN_OK || !e->layout.krsc[i]) continue;
+        if (!e->layout.krsc[i]) continue;
         const size_t n = (size_t)kiln_cuda_tensor_max_nbytes(e, i);
-        uint8_t *h = kiln_cuda_calloc(n);
-        if (h == NULL) {
+        krsc_host[i] = kiln_cuda_calloc(n);
+        if (krsc_host[i] == NULL) {
             st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (KRSC weight)");
             break;
         }
-        st = krsc_copy(t, weight_data[i], h,
+        st = krsc_copy(t, weight_data[i], krsc_host[i],
                        e->layout.padc[i] ? pad8(t->shape.max[1]) : t->shape.max[1]);
-        if (st == KILN_OK) {
-            err = cudaMemcpy((uint8_t *)e->weights + e->krsc_offsets[i], h, n,
-                             cudaMemcpyHostToDevice);
-            if (err != cudaSuccess) st = kiln_cuda_call_failed("cudaMemcpy (KRSC weight)", err);
-        }
-        kiln_cuda_free(h, n);
+        items[n_items++] =
+            (upload_item){(uint8_t *)e->weights + e->krsc_offsets[i], krsc_host[i], n};
     }
+    if (st == KILN_OK) st = upload_all(e->device, items, n_items);
+    for (uint32_t i = 0; krsc_host != NULL && i < nt; i++) {
+        if (krsc_host[i] != NULL)
+            kiln_cuda_free(krsc_host[i], (size_t)kiln_cuda_tensor_max_nbytes(e, i));
+    }
+    kiln_cuda_free(krsc_host, (size_t)nt * sizeof *krsc_host + 1);
+    kiln_cuda_free(items, items_nbytes);
     if (st != KILN_OK) kiln_cuda_consume(); // allocation failures are not sticky: clear them
     return st;
 }
