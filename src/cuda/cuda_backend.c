@@ -337,7 +337,10 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
             goto fail;
         }
     }
-    if (e->wants_dnn) c->dnn = kiln_cuda_dnn_create(); // NULL: Kiln's kernels
+    if (e->wants_dnn) {
+        c->dnn = kiln_cuda_warm_take_dnn(e->device);         // made beside the load, if it was
+        if (c->dnn == NULL) c->dnn = kiln_cuda_dnn_create(); // NULL: Kiln's kernels
+    }
     for (uint32_t li = 0; c->dnn != NULL && e->policy.cudnn_sdpa && li < p->n_layers; li++) {
         if (p->layers[li].op != KILN_OP_SDPA || (p->layers[li].flags & KILN_LAYER_TAIL)) continue;
         c->sdpa_store = kiln_cuda_sdpa_store_new(); // NULL: Kiln's kernel
@@ -816,15 +819,33 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
 // this engine will use start initialising in the background (cuda_warm.c).
 static void cuda_warm_up(const kiln_plan *p, const kiln_options *options) {
     int device;
-    uint32_t dtype = 0;
-    if (!parse_device(options->device, &device) || !options->cuda.cublaslt) return;
-    for (uint32_t li = 0; li < p->n_layers && dtype == 0; li++) {
+    kiln_cuda_warm_needs needs = {0, 0, 0};
+    if (!parse_device(options->device, &device)) return;
+    for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *L = &p->layers[li];
-        if ((L->op == KILN_OP_LINEAR || L->op == KILN_OP_MATMUL) && L->n_outputs > 0) {
-            dtype = p->tensors[p->ids[L->output_begin]].dtype; // (load.c checked every id)
+        if (L->op == KILN_OP_CONV2D || (L->op == KILN_OP_SDPA && options->cuda.cudnn_sdpa)) {
+            needs.dnn = options->cuda.cudnn;
+        }
+        if ((L->op != KILN_OP_LINEAR && L->op != KILN_OP_MATMUL) || L->n_outputs == 0 ||
+            !options->cuda.cublaslt) {
+            continue;
+        }
+        const kiln_plan_tensor *y = &p->tensors[p->ids[L->output_begin]]; // (load.c checked ids)
+        if (needs.lt_dtype == 0) needs.lt_dtype = y->dtype;
+        // a linear the K split may time (gemm_splitk.cu, kiln_cuda_splitk_worth)
+        if (L->op == KILN_OP_LINEAR && L->n_inputs >= 2 && options->cuda.splitk >= 0 &&
+            p->ids[L->input_begin + 1] >= 0 &&
+            (y->dtype == KILN_DTYPE_F16 || y->dtype == KILN_DTYPE_BF16)) {
+            const kiln_plan_tensor *w = &p->tensors[p->ids[L->input_begin + 1]];
+            int64_t n = w->shape.rank == 2 ? w->shape.max[0] : 0;
+            int64_t k = w->shape.rank == 2 ? w->shape.max[1] : 0, m = 1;
+            for (uint32_t d = 0; d + 1 < y->shape.rank; d++) m *= y->shape.max[d];
+            if (m > 64 && k >= 1024 && ((m + 127) / 128) * ((n + 127) / 128) <= 16) {
+                needs.splitk = 1;
+            }
         }
     }
-    kiln_cuda_warm_up_start(device, dtype);
+    kiln_cuda_warm_up_start(device, &needs);
 }
 
 // --- memory for I/O bound without staging (kiln_engine_alloc_memory, kiln_engine_copy_memory)

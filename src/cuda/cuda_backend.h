@@ -248,11 +248,19 @@ void kiln_cuda_profile_log(const cuda_context *c);
 
 // --- cuda_warm.c
 
-// Starts, once per process, a thread that initialises cuBLASLt on device for linears of
-// lt_dtype (a KILN_DTYPE_*; 0: nothing to do).
-void kiln_cuda_warm_up_start(int device, uint32_t lt_dtype);
-// Waits for that thread (no-op when none runs).
+// What an engine will initialise in the libraries (cuda_backend.c reads it off the plan).
+typedef struct kiln_cuda_warm_needs {
+    uint32_t lt_dtype; // the linears' KILN_DTYPE_* on cuBLASLt (0: none)
+    int splitk;        // a linear the K split may take (cuBLASLt's float32-output batched product)
+    int dnn;           // a layer cuDNN may take (a cuDNN handle)
+} kiln_cuda_warm_needs;
+// Starts a thread for each piece not started before in this process (one per piece: they run
+// in parallel beside the load).
+void kiln_cuda_warm_up_start(int device, const kiln_cuda_warm_needs *needs);
+// Waits for those threads (no-op when none runs).
 void kiln_cuda_warm_up_wait(void);
+// The cuDNN handle the warm-up made on `device`, once (NULL: none; the caller owns it).
+kiln_cuda_dnn *kiln_cuda_warm_take_dnn(int device);
 
 // --- cuda_tune.c
 
