@@ -39,9 +39,9 @@ kiln_status kiln_cuda_stem_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args 
 
 // --- cuDNN (dnn_conv.c; the legacy API, loaded at run time: cuda_dnn.c)
 
-// Sets up cuDNN's descriptors and chooses the algorithm by its heuristic within the workspace;
-// 0 (logged at DEBUG) when cuDNN cannot run the layer: then plan->descs may still hold reusable
-// descriptors.
+// Sets up cuDNN's descriptors and chooses the algorithm by its heuristic within the workspace:
+// 1; 2 when ctx->choice named the algorithm and it applied (no heuristic query); 0 (logged at
+// DEBUG) when cuDNN cannot run the layer: then plan->descs may still hold reusable descriptors.
 int kiln_cuda_dnn_conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g, int has_bias,
                              kiln_cuda_conv_rec *plan);
 // Enqueues the planned convolution and the part of the tail cuDNN fuses (*skip ops: a residual

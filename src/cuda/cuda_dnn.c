@@ -55,6 +55,7 @@ static void load_api(void) {
     RESOLVE(cudnnSetActivationDescriptor);
     RESOLVE(cudnnDestroyActivationDescriptor);
     RESOLVE(cudnnGetConvolutionForwardAlgorithm_v7);
+    RESOLVE(cudnnGetConvolutionForwardWorkspaceSize);
     RESOLVE(cudnnConvolutionForward);
     RESOLVE(cudnnConvolutionBiasActivationForward);
     RESOLVE(cudnnAddTensor);

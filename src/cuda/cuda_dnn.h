@@ -48,6 +48,7 @@ typedef struct kiln_cuda_dnn_api {
     DNN_FN(cudnnSetActivationDescriptor);
     DNN_FN(cudnnDestroyActivationDescriptor);
     DNN_FN(cudnnGetConvolutionForwardAlgorithm_v7);
+    DNN_FN(cudnnGetConvolutionForwardWorkspaceSize);
     DNN_FN(cudnnFindConvolutionForwardAlgorithmEx); // optional (NULL: heuristics only)
     DNN_FN(cudnnConvolutionForward);
     DNN_FN(cudnnConvolutionBiasActivationForward);

@@ -104,6 +104,8 @@ typedef struct kiln_cuda_choice {
     int32_t dnn_cfg;      // sdpa on CUDNN: cuDNN's engine configuration (0-based) ...
     int32_t dnn_n;        // ... of how many the heuristic offered
     float dnn_us, own_us; // sdpa: the times tuning measured
+    int32_t conv_algo;    // conv2d on CUDNN: the heuristic's algorithm (-1: none) ...
+    int32_t conv_math;    // ... and math type
 } kiln_cuda_choice;
 
 typedef struct kiln_cuda_layer_plan {

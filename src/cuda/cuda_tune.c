@@ -33,7 +33,7 @@
 #define WG_ENGINE_RATIO 1.3f
 #define WG_ENGINE_GAIN 0.98f
 
-#define CHOICE_VERSION 1u
+#define CHOICE_VERSION 2u
 typedef struct stored_choice { // a record's value: a version, then the choice
     uint32_t version;
     uint32_t op;
@@ -108,7 +108,9 @@ static void cache_put(const cuda_engine *e, uint32_t op, const int64_t *key,
 }
 
 // What tuning chose for a timed plan, as a record.
-static void choice_of(const cuda_context *c, const kiln_cuda_layer_plan *plan,
+// (Convolutions are chosen by cuDNN's heuristic, not timed, but its query costs milliseconds per
+// layer at context creation: their choices are kept the same way.)
+static void choice_of(const cuda_context *c, uint32_t op, const kiln_cuda_layer_plan *plan,
                       kiln_cuda_choice *ch) {
     memset(ch, 0, sizeof *ch);
     ch->kernel = (int32_t)plan->kernel;
@@ -133,6 +135,11 @@ static void choice_of(const cuda_context *c, const kiln_cuda_layer_plan *plan,
     }
     ch->dnn_us = plan->sdpa.dnn_us;
     ch->own_us = plan->sdpa.own_us;
+    ch->conv_algo = -1;
+    if (plan->kernel == KILN_CUDA_K_CUDNN && op == KILN_OP_CONV2D) {
+        ch->conv_algo = plan->conv.algo;
+        ch->conv_math = plan->conv.math;
+    }
 }
 
 typedef struct tune_counts {
@@ -144,8 +151,8 @@ static int64_t same_key(const cuda_context *c, uint32_t upto, uint32_t op, const
     const kiln_plan *p = c->engine->plan;
     for (uint32_t li = 0; li < upto; li++) {
         const kiln_cuda_layer_plan *q = &c->layers[li].tuned;
-        if (p->layers[li].op == op && q->timed && q->kernel != KILN_CUDA_K_NONE &&
-            memcmp(q->key, key, sizeof q->key) == 0)
+        if (p->layers[li].op == op && (q->timed || op == KILN_OP_CONV2D) &&
+            q->kernel != KILN_CUDA_K_NONE && memcmp(q->key, key, sizeof q->key) == 0)
             return li;
     }
     return -1;
@@ -165,11 +172,11 @@ static void plan_layers(cuda_context *c, tune_counts *n) {
         int64_t key[KILN_CUDA_PLAN_KEY];
         kiln_cuda_choice ch;
         int from = 0; // 1: an earlier layer of this context, 2: the tuning cache
-        if (tune && op != KILN_OP_CONV2D) {
+        if (tune) {
             kiln_cuda_plan_key(&b.ctx, &b.args, key);
             const int64_t twin = key[0] >= 0 ? same_key(c, li, op, key) : -1;
             if (twin >= 0) {
-                choice_of(c, &c->layers[twin].tuned, &ch);
+                choice_of(c, op, &c->layers[twin].tuned, &ch);
                 from = 1;
             } else if (key[0] >= 0 && cache_get(e, op, key, &ch)) {
                 from = 2;
@@ -192,9 +199,9 @@ static void plan_layers(cuda_context *c, tune_counts *n) {
         if (st != KILN_OK) continue;
         if (from == 1) n->shared++;
         if (from == 2) n->cached++;
-        if (!from && plan->timed) {
-            n->timed++;
-            choice_of(c, plan, &ch);
+        if (!from && (plan->timed || (tune && op == KILN_OP_CONV2D && key[0] >= 0))) {
+            n->timed += plan->timed != 0;
+            choice_of(c, op, plan, &ch);
             cache_put(e, op, plan->key, &ch);
             n->stored++;
         }

@@ -116,6 +116,31 @@ int kiln_cuda_dnn_conv_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom
         s = api.cudnnSetConvolutionMathType(
             d->conv, p->y_dt == KILN_DTYPE_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
     }
+    // The tuning cache's record (or an identical layer's choice): the algorithm and math type
+    // without the heuristic query (several milliseconds per convolution), if cuDNN still sizes
+    // its workspace within the context's.
+    const kiln_cuda_choice *ch = ctx->choice;
+    if (s == CUDNN_STATUS_SUCCESS && ch != NULL && ch->kernel == KILN_CUDA_K_CUDNN &&
+        ch->conv_algo >= 0 && ch->conv_algo <= CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED &&
+        (p->y_dt != KILN_DTYPE_F32 || ch->conv_math == CUDNN_FMA_MATH ||
+         ch->conv_math == CUDNN_DEFAULT_MATH)) {
+        size_t ws = 0;
+        cudnnStatus_t a = api.cudnnSetConvolutionMathType(d->conv, (cudnnMathType_t)ch->conv_math);
+        if (a == CUDNN_STATUS_SUCCESS) {
+            a = api.cudnnGetConvolutionForwardWorkspaceSize(
+                ctx->dnn->h, d->x, d->w, d->conv, d->y, (cudnnConvolutionFwdAlgo_t)ch->conv_algo,
+                &ws);
+        }
+        kiln_cuda_consume();
+        if (a == CUDNN_STATUS_SUCCESS && ws <= ctx->workspace_nbytes) {
+            plan->algo = ch->conv_algo;
+            plan->math = ch->conv_math;
+            plan->ws_nbytes = ws;
+            return 2;
+        }
+        s = api.cudnnSetConvolutionMathType(
+            d->conv, p->y_dt == KILN_DTYPE_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
+    }
     if (s == CUDNN_STATUS_SUCCESS) {
         s = api.cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn->h, d->x, d->w, d->conv, d->y, 8,
                                                        &n_perf, perf);

@@ -415,19 +415,19 @@ extern "C" void kiln_cuda_conv2d_key(const kiln_cuda_ctx *ctx, const kiln_kernel
     memcpy(key + 1, v, sizeof v);
 }
 
-extern "C" kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
-                                             kiln_cuda_layer_plan *plan) {
-    kiln_cuda_conv_geom g;
-    KILN_CUDA_TRY(kiln_cuda_conv_geom_of(ctx, args, 0, &g));
+// The kernel choice, with cuDNN's algorithm from the heuristic or from ctx->choice (the tuning
+// cache's record or an identical layer's: plan->cached when it applied).
+static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                          const kiln_cuda_conv_geom &g, kiln_cuda_layer_plan *plan, int *applied) {
     plan->fused = 0;
     if (g.n * g.oh * g.ow == 0 || g.o == 0) {
         plan->kernel = KILN_CUDA_K_EMPTY;
-        return KILN_OK;
+        return;
     }
     if (ctx->stem) {
         plan->kernel = KILN_CUDA_K_STEM; // the layout pass checked its limits
         plan->fused = args->n_tail > 0 && args->tail[0].op == KILN_OP_RELU;
-        return KILN_OK;
+        return;
     }
     plan->conv.fallback = own_kernel(&g);
     plan->kernel = plan->conv.fallback;
@@ -436,15 +436,26 @@ extern "C" kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kil
         plan->kernel = KILN_CUDA_K_CONV_DW;
         plan->fused = args->n_tail > 0 && args->tail[0].operand == NULL &&
                       dw_act_of(&args->tail[0], &lo, &hi) != DW_NONE;
-        return KILN_OK;
+        return;
     }
     if (ctx->dnn != NULL && (!ctx->nhwc || ctx->w_krsc != NULL) && g.x_dt == g.y_dt &&
         g.w_dt == g.y_dt && (g.bias == NULL || g.bias_dt == g.y_dt)) {
         kiln_cuda_conv_geom d = dnn_geom(ctx, &g);
-        if (kiln_cuda_dnn_conv_setup(ctx, &d, g.bias != NULL, &plan->conv)) {
-            plan->kernel = KILN_CUDA_K_CUDNN;
-        }
+        const int got = kiln_cuda_dnn_conv_setup(ctx, &d, g.bias != NULL, &plan->conv);
+        if (got) plan->kernel = KILN_CUDA_K_CUDNN;
+        *applied = got == 2;
     }
+}
+
+extern "C" kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                             kiln_cuda_layer_plan *plan) {
+    kiln_cuda_conv_geom g;
+    int applied = 0;
+    KILN_CUDA_TRY(kiln_cuda_conv_geom_of(ctx, args, 0, &g));
+    conv2d_choose(ctx, args, g, plan, &applied);
+    // A record matches when it names the kernel chosen (and, for cuDNN, its algorithm applied).
+    plan->cached = ctx->choice != NULL && ctx->choice->kernel == (int32_t)plan->kernel &&
+                   (plan->kernel != KILN_CUDA_K_CUDNN || applied);
     return KILN_OK;
 }
 
