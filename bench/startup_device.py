@@ -270,6 +270,7 @@ def main() -> int:
     ap.add_argument("--ref", help="the fp32 reference output (torch.save)")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--log", action="store_true", help="Kiln's INFO log timed (slowest gaps)")
+    ap.add_argument("--extra-options", default="{}", help="options (JSON) added to every case's")
     args = ap.parse_args()
     if args.child == "rebuild":
         bench_dir = Path(args.bench_dir)
@@ -308,7 +309,7 @@ def main() -> int:
         numel = got["numel"]
         cache_dir = work / f"{name}.cache"
         for case in cases:
-            opts = {"tuning_cache": "off"}
+            opts = {"tuning_cache": "off", **json.loads(args.extra_options)}
             if case == "notune":
                 opts["cuda.tune"] = False
             elif case in ("cold", "warm"):
