@@ -69,6 +69,17 @@ static kiln_built *build_mlp(int external) {
     return b;
 }
 
+// Load options on the CPU with m's weights resolved (the process-wide verify_weights applies).
+static const kiln_option_setting cpu_device = {
+    .name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"};
+static void cpu_load_options(kiln_load_options *lo, mutable_weights *m) {
+    kiln_load_options_init(lo);
+    lo->resolve = resolve_copy;
+    lo->resolve_user_data = m;
+    lo->settings = &cpu_device;
+    lo->n_settings = 1;
+}
+
 static kiln_status load_verify(const kiln_built *b, mutable_weights *m, int verify,
                                kiln_engine **out) {
     const void *bytes;
@@ -155,13 +166,8 @@ static void test_weight_verification(void) {
 
     // The process-wide option works too, and restores.
     CHECK_OK(kiln_set_option_bool("verify_weights", 0));
-    kiln_option_setting dev = {.name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"};
     kiln_load_options lo;
-    kiln_load_options_init(&lo);
-    lo.resolve = resolve_copy;
-    lo.resolve_user_data = &m;
-    lo.settings = &dev;
-    lo.n_settings = 1;
+    cpu_load_options(&lo, &m);
     const void *bytes;
     size_t n;
     CHECK_OK(kiln_built_engine(b, &bytes, &n));
@@ -283,14 +289,8 @@ static void test_plain_digest_keys(void) {
         CHECK(rewritten == (int)m.n);
         for (uint32_t i = 0; i < m.n; i++) m.keys[i] = keys[i]; // the resolver's names now
         if (damaged) m.copy[1][5] ^= 0x04;
-        kiln_option_setting s = {
-            .name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"};
         kiln_load_options lo;
-        kiln_load_options_init(&lo);
-        lo.resolve = resolve_copy;
-        lo.resolve_user_data = &m;
-        lo.settings = &s;
-        lo.n_settings = 1;
+        cpu_load_options(&lo, &m);
         kiln_engine *e = NULL;
         kiln_status st = kiln_engine_from_plan(&plan, &lo, &e);
         if (!damaged) {
