@@ -27,6 +27,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_dnn.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/gemm.h"
 #include "runtime/plan_group.h"
 
 kiln_status kiln_cuda_device_enter(int device, int *prev) {
@@ -832,7 +833,7 @@ static void cuda_warm_up(const kiln_plan *p, const kiln_options *options) {
         }
         const kiln_plan_tensor *y = &p->tensors[p->ids[L->output_begin]]; // (load.c checked ids)
         if (needs.lt_dtype == 0) needs.lt_dtype = y->dtype;
-        // a linear the K split may time (gemm_splitk.cu, kiln_cuda_splitk_worth)
+        // a linear the K split may time (gemm_splitk.cu)
         if (L->op == KILN_OP_LINEAR && L->n_inputs >= 2 && options->cuda.splitk >= 0 &&
             p->ids[L->input_begin + 1] >= 0 &&
             (y->dtype == KILN_DTYPE_F16 || y->dtype == KILN_DTYPE_BF16)) {
@@ -840,9 +841,7 @@ static void cuda_warm_up(const kiln_plan *p, const kiln_options *options) {
             int64_t n = w->shape.rank == 2 ? w->shape.max[0] : 0;
             int64_t k = w->shape.rank == 2 ? w->shape.max[1] : 0, m = 1;
             for (uint32_t d = 0; d + 1 < y->shape.rank; d++) m *= y->shape.max[d];
-            if (m > 64 && k >= 1024 && ((m + 127) / 128) * ((n + 127) / 128) <= 16) {
-                needs.splitk = 1;
-            }
+            if (kiln_cuda_splitk_worth_mnk(m, n, k)) needs.splitk = 1;
         }
     }
     kiln_cuda_warm_up_start(device, &needs);

@@ -113,6 +113,9 @@ kiln_status kiln_cuda_wg_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *a
 int kiln_cuda_splitk_fits(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int s);
 // 1 when timing the split against the plain GEMM may pay (M > 64, K >= 1024, few output tiles).
 int kiln_cuda_splitk_worth(const kiln_cuda_linear_geom *g);
+// The same rule on the problem's sizes (m rows, n outputs, k inputs): what the library warm-up
+// reads off a plan before any buffer exists.
+int kiln_cuda_splitk_worth_mnk(int64_t m, int64_t n, int64_t k);
 // The split's batched GEMM as a cuBLASLt problem, and the context it runs under (*sctx: the
 // workspace without the partial sums, which take its tail).
 void kiln_cuda_splitk_problem(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int s,

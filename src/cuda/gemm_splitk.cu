@@ -36,8 +36,12 @@ extern "C" int kiln_cuda_splitk_fits(const kiln_cuda_ctx *ctx, const kiln_cuda_l
     return part <= SK_MAX_PART && part <= ctx->workspace_nbytes / 2;
 }
 
+extern "C" int kiln_cuda_splitk_worth_mnk(int64_t m, int64_t n, int64_t k) {
+    return m > 64 && k >= 1024 && ((m + 127) / 128) * ((n + 127) / 128) <= 16;
+}
+
 extern "C" int kiln_cuda_splitk_worth(const kiln_cuda_linear_geom *g) {
-    return g->m > 64 && g->k >= 1024 && ((g->m + 127) / 128) * ((g->n + 127) / 128) <= 16;
+    return kiln_cuda_splitk_worth_mnk(g->m, g->n, g->k);
 }
 
 template <typename T, int SK>
