@@ -13,12 +13,15 @@
 // With use_shared_activation_scratch a context takes no arena of its own: it joins its device's
 // shared arena (cuda_scratch.h) and holds that arena's execution lock through each execute; when
 // the arena was replaced (grown) since its last execute, it re-points its arena views and drops
-// its CUDA graph first.
+// its CUDA graphs first.
 // Execute: each I/O pointer is bound directly when it is memory of this device (or managed),
 // else staged (cudaMemcpyAsync before and after the layers); the layers run on the caller's
 // stream if one was set, else the context's; nothing is allocated and nothing synchronizes until
-// the end: directly, recorded or replayed as CUDA graphs (cuda_graph.c). A CUDA error marks the
-// context failed: later executes return KILN_ERR_DEVICE at once.
+// the end: directly, recorded or replayed as CUDA graphs (cuda_graph.c). Context creation records
+// the layers over the staging buffers as a graph; an execute at the largest shapes whose device
+// pointers are new stages its I/O and replays that graph (a library's host work per layer, such
+// as cuDNN's ~0.1 ms per convolution, is paid only where a graph is recorded). A CUDA error marks
+// the context failed: later executes return KILN_ERR_DEVICE at once.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +248,7 @@ static void cuda_context_free(void *state) {
         if (c->stream != NULL) cudaStreamSynchronize(c->stream);
         kiln_cuda_profile_free(&c->prof, p->n_layers);
         kiln_cuda_graph_free(&c->graph);
+        kiln_cuda_graph_free(&c->staged_graph);
         for (uint32_t li = 0; c->layers != NULL && li < p->n_layers; li++) {
             kiln_cuda_plan_release(&c->layers[li].tuned);
             kiln_cuda_plan_release(&c->layers[li].now);
@@ -274,6 +278,7 @@ static void cuda_context_free(void *state) {
     kiln_cuda_free(c->sig_now, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_last, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_graph, c->sig_n * sizeof(int64_t));
+    kiln_cuda_free(c->sig_staged, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c, sizeof *c);
 }
 
@@ -288,6 +293,77 @@ static int flag_wait_enabled(const cuda_engine *e) {
     }
     flags &= cudaDeviceScheduleMask;
     return flags == cudaDeviceScheduleAuto || flags == cudaDeviceScheduleSpin;
+}
+
+static uint64_t bound_nbytes(const kiln_tensor *t) {
+    uint64_t n = kiln_cuda_dtype_size(t->dtype);
+    for (uint32_t i = 0; i < t->rank; i++) n *= (uint64_t)(t->dims[i] > 0 ? t->dims[i] : 0);
+    return n;
+}
+
+static kiln_status record_enqueue(void *arg, cudaStream_t stream) {
+    return kiln_cuda_layers_run(arg, stream);
+}
+
+// The signature of the views bound now: the bindings' addresses, then each input's rank and
+// dims (zeros past the rank).
+static void sig_of_views(const cuda_context *c, int64_t *sig) {
+    const kiln_plan *p = c->engine->plan;
+    memset(sig, 0, c->sig_n * sizeof *sig);
+    for (uint32_t b = 0; b < c->n_io; b++) {
+        sig[b] = (int64_t)(uintptr_t)c->views[kiln_cuda_binding_tensor(p, b)].data;
+    }
+    for (uint32_t i = 0; i < p->n_inputs; i++) {
+        const kiln_tensor *t = &c->views[p->inputs[i]];
+        int64_t *s = sig + c->n_io + (size_t)i * (1 + KILN_MAX_RANK);
+        s[0] = t->rank;
+        for (uint32_t d = 0; d < t->rank && d < KILN_MAX_RANK; d++) s[1 + d] = t->dims[d];
+    }
+}
+
+// 1 when every tensor is bound at its largest shape (the shapes the staged graph recorded).
+static int at_largest_shapes(const cuda_context *c) {
+    const kiln_plan *p = c->engine->plan;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const kiln_tensor *v = &c->views[i];
+        const kiln_shape *m = &p->tensors[i].shape;
+        if (v->rank != m->rank || memcmp(v->dims, m->max, m->rank * sizeof *v->dims) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+// Binds every I/O tensor to its staging buffer (NULL where it has none: no bytes at any shape),
+// as the staged graph recorded them; the bindings with bytes are copied in and out.
+static void stage_all(cuda_context *c) {
+    const cuda_engine *e = c->engine;
+    for (uint32_t b = 0; b < c->n_io; b++) {
+        const uint32_t t = kiln_cuda_binding_tensor(e->plan, b);
+        const uint64_t off = e->extras.staging_off[b];
+        c->views[t].data = off == KILN_CUDA_NO_OFFSET ? NULL : (uint8_t *)c->extras + off;
+        c->staged[b] = (uint8_t)(off != KILN_CUDA_NO_OFFSET && bound_nbytes(&c->views[t]) > 0);
+    }
+}
+
+// Records the staged graph over the views bound now (stage_all's, at the largest shapes). At
+// context creation a failure leaves it out for the context's lifetime (logged at DEBUG: the
+// executes record their own graphs as before); at an execute it fails the execute.
+static kiln_status record_staged(cuda_context *c, cudaStream_t stream, int at_creation) {
+    if (c->no_staged || !at_largest_shapes(c)) return KILN_OK;
+    stage_all(c);
+    kiln_status st = kiln_cuda_graph_record(&c->staged_graph, stream, record_enqueue, c,
+                                            c->engine->plan->n_layers, 0);
+    if (st == KILN_OK) {
+        sig_of_views(c, c->sig_staged);
+    } else if (at_creation) {
+        kiln_cuda_log(KILN_LOG_DEBUG, "no CUDA graph over the staging buffers: %s",
+                      kiln_cuda_last_message());
+        kiln_cuda_consume();
+        c->no_staged = 1;
+        st = KILN_OK;
+    }
+    return st;
 }
 
 #define CUDA_TRY(call, what)                                                                       \
@@ -317,8 +393,9 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     c->sig_now = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_last = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_graph = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
+    c->sig_staged = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     if (c->staged == NULL || c->views == NULL || c->layers == NULL || c->sig_now == NULL ||
-        c->sig_last == NULL || c->sig_graph == NULL) {
+        c->sig_last == NULL || c->sig_graph == NULL || c->sig_staged == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA context tables)");
         goto fail;
     }
@@ -327,6 +404,8 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     entered = 1;
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     st = kiln_cuda_graph_init(&c->graph, e->use_graphs && flag_wait_enabled(e));
+    if (st != KILN_OK) goto fail;
+    st = kiln_cuda_graph_init(&c->staged_graph, 0); // its outputs are staged: no flag wait
     if (st != KILN_OK) goto fail;
     if (e->policy.cublaslt) {
         cublasStatus_t s = cublasLtCreate(&c->lt);
@@ -396,6 +475,7 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
             off == KILN_CUDA_NO_OFFSET ? NULL : (uint8_t *)c->extras + off;
     }
     kiln_cuda_tune_context(c);
+    if (e->use_graphs) record_staged(c, c->stream, 1);
     if (c->scratch != NULL) {
         cudaError_t err = cudaStreamSynchronize(c->stream); // the timing runs are done
         kiln_cuda_scratch_unlock(c->scratch);
@@ -431,12 +511,6 @@ static int is_device_memory(const void *ptr, int device) {
     }
     if (a.type == cudaMemoryTypeManaged) return 1;
     return a.type == cudaMemoryTypeDevice && a.device == device;
-}
-
-static uint64_t bound_nbytes(const kiln_tensor *t) {
-    uint64_t n = kiln_cuda_dtype_size(t->dtype);
-    for (uint32_t i = 0; i < t->rank; i++) n *= (uint64_t)(t->dims[i] > 0 ? t->dims[i] : 0);
-    return n;
 }
 
 static int64_t host_index(const void *data, uint32_t dtype, int64_t i) {
@@ -505,10 +579,6 @@ static kiln_status check_host_indices(const cuda_context *c, const kiln_exec *ex
     return KILN_OK;
 }
 
-static kiln_status record_enqueue(void *arg, cudaStream_t stream) {
-    return kiln_cuda_layers_run(arg, stream);
-}
-
 static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream_t stream) {
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
@@ -534,15 +604,37 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
                      is_device_memory(user, e->device);
         c->staged[b] = (uint8_t)!direct;
         c->views[t].data = direct ? user : (uint8_t *)c->extras + off;
-        c->sig_now[b] = (int64_t)(uintptr_t)c->views[t].data;
     }
-    for (uint32_t i = 0; i < p->n_inputs; i++) {
-        const kiln_tensor *t = &exec->tensors[p->inputs[i]];
-        int64_t *s = c->sig_now + c->n_io + (size_t)i * (1 + KILN_MAX_RANK);
-        s[0] = t->rank;
-        for (uint32_t d = 0; d < KILN_MAX_RANK; d++) s[1 + d] = d < t->rank ? t->dims[d] : 0;
-    }
+    sig_of_views(c, c->sig_now);
     KILN_CUDA_TRY(check_host_indices(c, exec));
+    // How the layers run: a replay of the graph of this signature; the staged graph (host I/O at
+    // the largest shapes binds its signature as is); a new recording when the signature repeats
+    // the last execute's; else the staged graph with the I/O copied in and out (new device
+    // pointers at the largest shapes); else directly.
+    size_t sig_nbytes = c->sig_n * sizeof(int64_t);
+    int use_graph = e->use_graphs && !special && !external_capture;
+    int same_as_last =
+        c->last_valid && !exec->shapes_changed && memcmp(c->sig_now, c->sig_last, sig_nbytes) == 0;
+    enum { RUN_DIRECT, RUN_REPLAY, RUN_RECORD, RUN_STAGED } how = RUN_DIRECT;
+    if (!use_graph) {
+        how = RUN_DIRECT;
+    } else if (c->graph.valid && memcmp(c->sig_now, c->sig_graph, sig_nbytes) == 0 &&
+               !exec->shapes_changed) {
+        how = RUN_REPLAY;
+    } else if (!c->no_staged && at_largest_shapes(c) &&
+               (c->staged_graph.valid && memcmp(c->sig_now, c->sig_staged, sig_nbytes) == 0)) {
+        how = RUN_STAGED;
+    } else if (same_as_last) {
+        how = RUN_RECORD;
+    } else if (!c->no_staged && at_largest_shapes(c)) {
+        how = RUN_STAGED;
+    }
+    memcpy(c->sig_last, c->sig_now, sig_nbytes); // the signature as bound, before any staging
+    c->last_valid = 0;                           // until the layers are enqueued
+    if (how == RUN_STAGED) {
+        stage_all(c);
+        if (!c->staged_graph.valid) KILN_CUDA_TRY(record_staged(c, stream, 0));
+    }
     for (uint32_t b = 0; b < p->n_inputs; b++) {
         const uint32_t t = kiln_cuda_binding_tensor(p, b);
         if (!c->staged[b]) continue;
@@ -551,25 +643,19 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
         if (err != cudaSuccess)
             return kiln_cuda_call_failed("cudaMemcpyAsync (input staging)", err);
     }
-    // The layers: direct, recorded or replayed.
-    size_t sig_nbytes = c->sig_n * sizeof(int64_t);
-    int use_graph = e->use_graphs && !special && !external_capture;
-    int same_as_last =
-        c->last_valid && !exec->shapes_changed && memcmp(c->sig_now, c->sig_last, sig_nbytes) == 0;
-    int replayed = 0; // the graph ran: its last node writes the end-of-execute flag
-    if (use_graph && c->graph.valid && memcmp(c->sig_now, c->sig_graph, sig_nbytes) == 0 &&
-        !exec->shapes_changed) {
-        KILN_CUDA_TRY(kiln_cuda_graph_launch(&c->graph, stream));
-        replayed = 1;
-    } else if (use_graph && same_as_last) {
-        KILN_CUDA_TRY(kiln_cuda_graph_record(&c->graph, stream, record_enqueue, c, p->n_layers));
+    // The layers.
+    cuda_graph *ran = NULL; // the graph launched: its last node writes the end-of-execute flag
+    switch (how) {
+    case RUN_REPLAY: ran = &c->graph; break;
+    case RUN_STAGED: ran = &c->staged_graph; break;
+    case RUN_RECORD:
+        KILN_CUDA_TRY(kiln_cuda_graph_record(&c->graph, stream, record_enqueue, c, p->n_layers, 1));
         memcpy(c->sig_graph, c->sig_now, sig_nbytes);
-        KILN_CUDA_TRY(kiln_cuda_graph_launch(&c->graph, stream));
-        replayed = 1;
-    } else {
-        KILN_CUDA_TRY(kiln_cuda_layers_run(c, stream));
+        ran = &c->graph;
+        break;
+    case RUN_DIRECT: KILN_CUDA_TRY(kiln_cuda_layers_run(c, stream)); break;
     }
-    memcpy(c->sig_last, c->sig_now, sig_nbytes);
+    if (ran != NULL) KILN_CUDA_TRY(kiln_cuda_graph_launch(ran, stream));
     c->last_valid = 1;
     int staged_out = 0; // output copies after the graph: the flag would come before them
     for (uint32_t b = p->n_inputs; b < c->n_io; b++) {
@@ -587,8 +673,8 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
     // concurrently (with each other or with other executes of sharing engines on the device),
     // and must capture again after a new sharing context grew the arena (the old block is freed).
     if (external_capture) return KILN_OK;
-    const int by_flag = replayed && !staged_out;
-    err = kiln_cuda_graph_wait(&c->graph, stream, by_flag);
+    const int by_flag = ran != NULL && !staged_out;
+    err = kiln_cuda_graph_wait(ran != NULL ? ran : &c->graph, stream, by_flag);
     if (err != cudaSuccess) {
         return kiln_cuda_fail(KILN_ERR_DEVICE,
                               "CUDA error at the end of execute: %s (%s); a kernel of this engine "
@@ -611,9 +697,10 @@ static void scratch_enter(cuda_context *c) {
     c->arena_gen = gen;
     kiln_cuda_bind_arena_views(c);
     kiln_cuda_graph_drop(&c->graph);
+    kiln_cuda_graph_drop(&c->staged_graph);
     c->last_valid = 0;
     kiln_cuda_log(KILN_LOG_DEBUG,
-                  "shared activation arena replaced: views re-pointed, CUDA graph dropped");
+                  "shared activation arena replaced: views re-pointed, CUDA graphs dropped");
 }
 
 static kiln_status cuda_execute(void *context_state, const kiln_exec *exec) {
@@ -737,6 +824,7 @@ static kiln_status cuda_share_states(void *context_state, void *owner_state,
     c->states = o->states;
     c->states_shared = 1;
     kiln_cuda_graph_drop(&c->graph);
+    kiln_cuda_graph_drop(&c->staged_graph);
     c->last_valid = 0;
     kiln_cuda_consume();
     kiln_cuda_device_leave(e->device, prev);

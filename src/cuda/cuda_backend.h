@@ -143,9 +143,15 @@ typedef struct cuda_context {
     cuda_layer *layers;         // n_layers (head layers used)
     // graph signatures: n_io device pointers, then for each input rank and KILN_MAX_RANK dims
     size_t sig_n; // int64 entries
-    int64_t *sig_now, *sig_last, *sig_graph;
+    int64_t *sig_now, *sig_last, *sig_graph, *sig_staged;
     int last_valid;
-    cuda_graph graph;
+    cuda_graph graph; // the last signature recorded (device pointers bound directly)
+    // The layers over the staging buffers at the inputs' largest shapes, recorded at context
+    // creation: replayed, with the I/O copied in and out, by an execute whose device pointers are
+    // new (the first execute, a caller who passes other buffers each time); re-recorded at such
+    // an execute after being dropped. sig_staged: its signature.
+    cuda_graph staged_graph;
+    int no_staged; // its recording failed at context creation: not used
     cuda_profile prof;
     int failed;
     char fail_msg[512];
@@ -224,9 +230,10 @@ void kiln_cuda_graph_free(cuda_graph *g);
 void kiln_cuda_graph_drop(cuda_graph *g);
 // Records enqueue(arg) on stream into the executable graph: updated in place when the rule
 // allows it (cuda_graph_rules.h), else instantiated anew; the flag's memset last.
+// log_info: the node counts at INFO (else DEBUG).
 kiln_status kiln_cuda_graph_record(cuda_graph *g, cudaStream_t stream,
                                    kiln_status (*enqueue)(void *arg, cudaStream_t s), void *arg,
-                                   uint32_t n_layers);
+                                   uint32_t n_layers, int log_info);
 // Launches the executable graph (arming the flag first).
 kiln_status kiln_cuda_graph_launch(cuda_graph *g, cudaStream_t stream);
 // Waits for a replay's last node (the flag), or for the stream.

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA graphs of a context (cuda_backend.h). With use_cuda_graphs the first execute of a
-// signature (input shapes + device I/O pointers) runs the layer loop directly, the second
-// records it into a graph (staging copies stay outside it) and later ones replay it; a new
-// signature runs directly once and is then re-recorded: cudaGraphExecUpdate only when
-// cuda_graph_rules.h allows it (same kernels, no thread-block clusters: cuBLASLt's cluster
-// kernels are not updated correctly), else a new instantiation. The recorded graph ends with a
+// CUDA graphs of a context (cuda_backend.h): the staged graph recorded at context creation (the
+// layers over the staging buffers), and the graph of a signature (input shapes + device I/O
+// pointers) recorded when an execute repeats the last one's (staging copies stay outside both);
+// which one an execute replays is cuda_backend.c's choice. A re-recording uses
+// cudaGraphExecUpdate only when cuda_graph_rules.h allows it (same kernels, no thread-block
+// clusters: cuBLASLt's cluster kernels are not updated correctly), else a new instantiation. The recorded graph ends with a
 // 4-byte memset of a flag in mapped pinned memory; a replay whose outputs need no staging waits
 // for that write instead of cudaStreamSynchronize, about 1 us sooner (the synchronize also
 // waits for the launch to retire: 5.4 against 6.6 us for a one-kernel graph on the H200).
@@ -187,10 +187,12 @@ static int graph_updatable(const cuda_graph *cg, cudaGraph_t g) {
     return ok;
 }
 
-// INFO: the node count of a freshly instantiated graph by kind (the benchmark prints it).
-static void graph_log_nodes(cudaGraph_t g, uint32_t n_layers) {
+// The node count of a freshly instantiated graph by kind (the benchmark reads the INFO lines:
+// the graphs of direct signatures; the staged graph's is DEBUG).
+static void graph_log_nodes(cudaGraph_t g, uint32_t n_layers, int info) {
     size_t n = 0, kinds[4] = {0, 0, 0, 0}; // kernel, memcpy, memset, other
-    if (!kiln_cuda_log_enabled(KILN_LOG_INFO)) return;
+    const int level = info ? KILN_LOG_INFO : KILN_LOG_DEBUG;
+    if (!kiln_cuda_log_enabled(level)) return;
     if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || n == 0) {
         kiln_cuda_consume();
         return;
@@ -206,10 +208,11 @@ static void graph_log_nodes(cudaGraph_t g, uint32_t n_layers) {
                   : t == cudaGraphNodeTypeMemset ? 2
                                                  : 3]++;
         }
-        kiln_cuda_log(KILN_LOG_INFO,
-                      "CUDA graph instantiated: %zu nodes (%zu kernels, %zu memcpy, %zu memset, "
+        kiln_cuda_log(level,
+                      "CUDA graph %sinstantiated: %zu nodes (%zu kernels, %zu memcpy, %zu memset, "
                       "%zu other) for %u plan layers",
-                      n, kinds[0], kinds[1], kinds[2], kinds[3], n_layers);
+                      info ? "" : "over the staging buffers ", n, kinds[0], kinds[1], kinds[2],
+                      kinds[3], n_layers);
     }
     kiln_cuda_consume();
     kiln_cuda_free(nodes, cap * sizeof *nodes);
@@ -248,7 +251,7 @@ void kiln_cuda_graph_free(cuda_graph *g) {
 
 kiln_status kiln_cuda_graph_record(cuda_graph *cg, cudaStream_t stream,
                                    kiln_status (*enqueue)(void *arg, cudaStream_t s), void *arg,
-                                   uint32_t n_layers) {
+                                   uint32_t n_layers, int log_info) {
     cudaGraph_t g = NULL;
     kiln_status st;
     cudaError_t err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
@@ -290,7 +293,7 @@ kiln_status kiln_cuda_graph_record(cuda_graph *cg, cudaStream_t stream,
     cg->src = g;
     cg->valid = 1;
     cg->instantiations++;
-    graph_log_nodes(g, n_layers);
+    graph_log_nodes(g, n_layers, log_info);
     return KILN_OK;
 }
 

@@ -2911,6 +2911,14 @@ static void io_shapes(io *b, int v) {
     }
 }
 
+// Every input at its largest shape (the shapes of the graph context creation records over the
+// staging buffers).
+static void io_shapes_max(io *b) {
+    for (uint32_t i = 0; i < b->n_in; i++) {
+        memcpy(b->dims[i], b->in_info[i].dim_max, b->in_info[i].rank * sizeof *b->dims[i]);
+    }
+}
+
 static size_t io_in_nbytes(const io *b, uint32_t i) {
     return (size_t)numel_of(b->in_info[i].rank, b->dims[i]) * dtype_size(b->in_info[i].dtype);
 }
@@ -3128,7 +3136,8 @@ out:
 
 static void e2e_model(model *m, e2e_stats *stats) {
     kiln_engine *cpu_e = NULL, *gpu_e = NULL, *nog_e = NULL;
-    kiln_context *cpu = NULL, *ctx = NULL, *ctx2 = NULL, *ctx3 = NULL, *ctx4 = NULL, *nog = NULL;
+    kiln_context *cpu = NULL, *ctx = NULL, *ctx2 = NULL, *ctx3 = NULL, *ctx4 = NULL, *ctx5 = NULL;
+    kiln_context *nog = NULL;
     cudaStream_t stream = NULL, tstream = NULL;
     io b;
     e2e_stats fresh;
@@ -3144,7 +3153,7 @@ static void e2e_model(model *m, e2e_stats *stats) {
     ok = ok && kiln_context_new(cpu_e, &cpu) == KILN_OK &&
          kiln_context_new(gpu_e, &ctx) == KILN_OK && kiln_context_new(gpu_e, &ctx2) == KILN_OK &&
          kiln_context_new(gpu_e, &ctx3) == KILN_OK && kiln_context_new(gpu_e, &ctx4) == KILN_OK &&
-         kiln_context_new(nog_e, &nog) == KILN_OK;
+         kiln_context_new(gpu_e, &ctx5) == KILN_OK && kiln_context_new(nog_e, &nog) == KILN_OK;
     report(ok, name, NULL, ok ? kiln_engine_device(gpu_e) : kiln_last_error());
     if (!ok) goto done;
     // the plans context creation made (at the largest shapes, tuned under the default policy),
@@ -3216,6 +3225,35 @@ static void e2e_model(model *m, e2e_stats *stats) {
         io_check(m, what, ctx2, &b, 1, 0, bind_run(ctx2, &b, 1, 1, 0));
     }
 
+    // 2b. the largest shapes on a fresh context, device I/O alternating between two sets of
+    // buffers: no signature repeats the last, so each execute stages its I/O and replays the
+    // graph context creation recorded over the staging buffers; then one set twice (a graph of
+    // its own recorded, then replayed), host I/O (the staged graph's own signature), and the
+    // other set again (staged).
+    io_shapes_max(&b);
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+    for (int r = 0; r < 4; r++) {
+        snprintf(what, sizeof what, "largest shapes, device I/O, alternating buffers, run %d",
+                 r + 1);
+        io_check(m, what, ctx5, &b, 1, r & 1, bind_run(ctx5, &b, 1, 1, r & 1));
+    }
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+    for (int r = 0; r < 3; r++) {
+        snprintf(what, sizeof what, "largest shapes, device I/O, same buffers, run %d", r + 1);
+        io_check(m, what, ctx5, &b, 1, 0, bind_run(ctx5, &b, 1, 1, 0));
+    }
+    io_check(m, "largest shapes, host I/O (staged graph)", ctx5, &b, 0, 0,
+             bind_run(ctx5, &b, 0, 0, 0));
+    io_check(m, "largest shapes, device I/O, other buffers again", ctx5, &b, 1, 1,
+             bind_run(ctx5, &b, 1, 1, 1));
+    io_check(m, "largest shapes, device I/O, first buffers (replay)", ctx5, &b, 1, 0,
+             bind_run(ctx5, &b, 1, 1, 0));
+    io_shapes(&b, 2); // the shapes and a reference of them for the cases below
+    io_values(&b);
+    if (!io_reference(cpu, &b)) goto done;
+
     // 3. the caller's stream.
     if (!cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")) {
         goto done;
@@ -3269,6 +3307,7 @@ done:
     kiln_context_free(ctx2);
     kiln_context_free(ctx3);
     kiln_context_free(ctx4);
+    kiln_context_free(ctx5);
     kiln_context_free(nog);
     kiln_engine_free(cpu_e);
     kiln_engine_free(gpu_e);
