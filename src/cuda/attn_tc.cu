@@ -525,6 +525,8 @@ static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_par
         C.part = (float *)ctx->workspace;
         C.skip_masked = 1;
         const int n = (int)((P->s + chunk - 1) / chunk);
+        kiln_cuda_ws_note(ctx,
+                          (size_t)n * (size_t)P->batch * (size_t)P->l * (D + 2) * sizeof(float));
         dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)P->batch, (unsigned)n);
         sdpa_tc_split_kernel<T, D, NS, BK>
             <<<grid, NS * 32, sdpa_sp_smem<D, NS, BK>::BYTES, ctx->stream>>>(C);

@@ -21,8 +21,12 @@ typedef struct kiln_cuda_conv_geom {
     int64_t cg, og; // channels per group (input, output)
     int kh, kw, sh, sw, ph, pw, dh, dw;
     int transposed;
-    int nhwc;    // x and y stored NHWC (ctx->nhwc; conv2d only); w stays OIHW
+    int nhwc;    // x and y stored NHWC (ctx->nhwc; conv2d only)
     int64_t xcs; // nhwc: x's channel stride (c, or ctx->x_cpad for a channel-padded copy)
+    // w is the weight's KRSC copy (O, kh, kw, C / groups) with this channel stride (the NHWC
+    // convs but the stem kernel's: ctx->w_krsc); 0: w is OIHW. A depthwise weight's KRSC copy
+    // (stride 1) has the OIHW bytes.
+    int64_t wcs;
 } kiln_cuda_conv_geom;
 
 // Fills *g from args; KILN_ERR_UNSUPPORTED / KILN_ERR_INVALID_ARG naming the layer when the

@@ -256,6 +256,7 @@ static void cuda_context_free(void *state) {
         kiln_cuda_sdpa_store_free(c->sdpa_store);
         if (c->scratch == NULL) cudaFree(c->arena);
         cudaFree(c->extras);
+        cudaFree(c->workspace);
         if (c->lt != NULL) cublasLtDestroy(c->lt);
         kiln_cuda_dnn_destroy(c->dnn);
         if (c->stream != NULL) cudaStreamDestroy(c->stream);
@@ -366,6 +367,31 @@ static kiln_status record_staged(cuda_context *c, cudaStream_t stream, int at_cr
     return st;
 }
 
+// After the warm-up run: the workspace shrinks to what its layers used (cuDNN's convolutions
+// and cuBLASLt's algorithms chosen here often need none or a few KiB of the 32 MiB planned
+// with), at least KILN_CUDA_WORKSPACE_MIN_NBYTES: room for plans made later at other shapes
+// (made within the smaller size; the split kernels size their partials to it).
+static kiln_status workspace_fit(cuda_context *c) {
+    if (c->workspace == NULL) return KILN_OK;
+    size_t need = c->workspace_used > KILN_CUDA_WORKSPACE_MIN_NBYTES
+                      ? c->workspace_used
+                      : KILN_CUDA_WORKSPACE_MIN_NBYTES;
+    need = (need + KILN_CUDA_BLOCK_ALIGN - 1) & ~(size_t)(KILN_CUDA_BLOCK_ALIGN - 1);
+    if (need >= c->workspace_nbytes) return KILN_OK;
+    cudaError_t err = cudaStreamSynchronize(c->stream); // the warm-up run's work is done
+    if (err != cudaSuccess) return kiln_cuda_call_failed("cudaStreamSynchronize (workspace)", err);
+    cudaFree(c->workspace);
+    c->workspace = NULL;
+    err = cudaMalloc(&c->workspace, need);
+    if (err != cudaSuccess) {
+        c->workspace_nbytes = 0;
+        return kiln_cuda_call_failed("cudaMalloc (workspace)", err);
+    }
+    kiln_cuda_log(KILN_LOG_DEBUG, "workspace: %zu bytes used of %zu", need, c->workspace_nbytes);
+    c->workspace_nbytes = need;
+    return KILN_OK;
+}
+
 #define CUDA_TRY(call, what)                                                                       \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -426,6 +452,10 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         c->sdpa_store = kiln_cuda_sdpa_store_new(); // NULL: Kiln's kernel
         break;
     }
+    if (e->policy.cublaslt || e->wants_dnn) { // the libraries' (and the split kernels') room
+        CUDA_TRY(cudaMalloc(&c->workspace, KILN_CUDA_WORKSPACE_NBYTES), "cudaMalloc (workspace)");
+        c->workspace_nbytes = KILN_CUDA_WORKSPACE_NBYTES;
+    }
     if (e->extras.nbytes > 0) {
         CUDA_TRY(cudaMalloc(&c->extras, (size_t)e->extras.nbytes), "cudaMalloc (extras block)");
         // zeroed: the pad channels of padded copies stay zero (transposes write channels < C)
@@ -474,7 +504,10 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
         c->views[kiln_cuda_binding_tensor(p, b)].data =
             off == KILN_CUDA_NO_OFFSET ? NULL : (uint8_t *)c->extras + off;
     }
-    kiln_cuda_tune_context(c);
+    if (kiln_cuda_tune_context(c)) {
+        st = workspace_fit(c);
+        if (st != KILN_OK) goto fail;
+    }
     if (e->use_graphs) record_staged(c, c->stream, 1);
     if (c->scratch != NULL) {
         cudaError_t err = cudaStreamSynchronize(c->stream); // the timing runs are done
@@ -910,28 +943,46 @@ static void cuda_warm_up(const kiln_plan *p, const kiln_options *options) {
     int device;
     kiln_cuda_warm_needs needs = {0, 0, 0};
     if (!parse_device(options->device, &device)) return;
+    uint32_t dnn_dtype = 0;
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *L = &p->layers[li];
         if (L->op == KILN_OP_CONV2D || (L->op == KILN_OP_SDPA && options->cuda.cudnn_sdpa)) {
             needs.dnn = options->cuda.cudnn;
+            if (dnn_dtype == 0 && L->n_outputs > 0) {
+                dnn_dtype = p->tensors[p->ids[L->output_begin]].dtype;
+            }
         }
         if ((L->op != KILN_OP_LINEAR && L->op != KILN_OP_MATMUL) || L->n_outputs == 0 ||
             !options->cuda.cublaslt) {
             continue;
         }
         const kiln_plan_tensor *y = &p->tensors[p->ids[L->output_begin]]; // (load.c checked ids)
+        const int half = y->dtype == KILN_DTYPE_F16 || y->dtype == KILN_DTYPE_BF16;
+        const kiln_plan_tensor *w = NULL, *x = NULL;
+        int64_t m = 1, n = 0, k = 0;
+        if (L->op == KILN_OP_LINEAR && L->n_inputs >= 2 && p->ids[L->input_begin] >= 0 &&
+            p->ids[L->input_begin + 1] >= 0) {
+            x = &p->tensors[p->ids[L->input_begin]];
+            w = &p->tensors[p->ids[L->input_begin + 1]];
+            n = w->shape.rank == 2 ? w->shape.max[0] : 0;
+            k = w->shape.rank == 2 ? w->shape.max[1] : 0;
+            for (uint32_t d = 0; d + 1 < y->shape.rank; d++) m *= y->shape.max[d];
+        }
+        // a linear of at most 8 rows at every shape runs on the GEMV, never on cuBLASLt
+        // (op_gemv.cu: 16-bit operands of one dtype; K % 8 == 0 here, conservatively)
+        if (w != NULL && options->cuda.gemv && half && m <= KILN_CUDA_GEMV_MAX_M &&
+            x->dtype == y->dtype && w->dtype == y->dtype && k > 0 && k % 8 == 0) {
+            continue;
+        }
         if (needs.lt_dtype == 0) needs.lt_dtype = y->dtype;
         // a linear the K split may time (gemm_splitk.cu)
-        if (L->op == KILN_OP_LINEAR && L->n_inputs >= 2 && options->cuda.splitk >= 0 &&
-            p->ids[L->input_begin + 1] >= 0 &&
-            (y->dtype == KILN_DTYPE_F16 || y->dtype == KILN_DTYPE_BF16)) {
-            const kiln_plan_tensor *w = &p->tensors[p->ids[L->input_begin + 1]];
-            int64_t n = w->shape.rank == 2 ? w->shape.max[0] : 0;
-            int64_t k = w->shape.rank == 2 ? w->shape.max[1] : 0, m = 1;
-            for (uint32_t d = 0; d + 1 < y->shape.rank; d++) m *= y->shape.max[d];
-            if (kiln_cuda_splitk_worth_mnk(m, n, k)) needs.splitk = 1;
+        if (w != NULL && options->cuda.splitk >= 0 && half && kiln_cuda_splitk_worth_mnk(m, n, k)) {
+            needs.splitk = 1;
         }
     }
+    // cuDNN's first convolution set-up initialises cuBLASLt when nothing has (ResNet-50 on the
+    // H200: 94-120 ms at its first convolution, 17 ms with the type pair warmed beside the load)
+    if (needs.dnn && needs.lt_dtype == 0 && options->cuda.cublaslt) needs.lt_dtype = dnn_dtype;
     kiln_cuda_warm_up_start(device, &needs);
 }
 

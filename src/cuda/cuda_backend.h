@@ -25,22 +25,23 @@
 #include "cuda/cuda_scratch.h"
 #include "runtime/backend.h"
 
-#define KILN_CUDA_WORKSPACE_NBYTES ((size_t)32 << 20) // the libraries' workspace (Hopper: 32 MiB)
-#define KILN_CUDA_BLOCK_ALIGN 256                     // offsets inside the device blocks
+// The workspace of the libraries and the split kernels while a context is planned (Hopper: 32
+// MiB); the context keeps what its warm-up run used.
+#define KILN_CUDA_WORKSPACE_NBYTES ((size_t)32 << 20)
+#define KILN_CUDA_WORKSPACE_MIN_NBYTES ((size_t)4 << 20) // what a context keeps at the least
+#define KILN_CUDA_BLOCK_ALIGN 256                        // offsets inside the device blocks
 #define KILN_CUDA_NO_OFFSET UINT64_MAX
 
 // Where a context's buffers beyond the arena go inside its one extras block (cuda_memory.c):
 // offsets for the engine, the same in every context.
 typedef struct cuda_extras {
-    uint64_t nbytes;        // the block (zeroed at context creation)
-    uint64_t workspace_off; // KILN_CUDA_WORKSPACE_NBYTES when the engine uses cuBLASLt or cuDNN
-    uint64_t workspace_nbytes;
+    uint64_t nbytes;       // the block (zeroed at context creation)
     uint64_t *staging_off; // n_io: a binding's staging buffer at its largest size
     uint64_t *copy_off;    // n_tensors: the tensor's copy in the other layout (cuda_layout.h)
     uint64_t *reloc_off;   // n_tensors: a folded attention base moved out of the arena
 } cuda_extras;
 
-// The smallest external weight shared between engines (cuda_memory.c): one allocation each.
+// The smallest external weight shared between engines (cuda_memory.c).
 #define KILN_CUDA_SHARE_MIN ((uint64_t)2 << 20)
 
 typedef struct cuda_engine {
@@ -135,12 +136,16 @@ typedef struct cuda_context {
     kiln_cuda_scratch *scratch; // the device's shared arena (use_shared_activation_scratch)
     uint64_t arena_gen;         // the shared arena's generation the views point into
     void *extras;               // owned: the extras block (cuda_extras)
-    cuda_states *states;        // a reference: the block the STATE views point into (NULL: none)
-    int states_shared;          // the views point into another context's states (share_states)
-    uint32_t n_io;              // n_inputs + n_outputs (bindings: inputs first)
-    uint8_t *staged;            // n_io: this execute stages binding i
-    kiln_tensor *views;         // n_tensors
-    cuda_layer *layers;         // n_layers (head layers used)
+    // owned: the workspace (KILN_CUDA_WORKSPACE_NBYTES while planning, then what the warm-up run
+    // used; NULL: the engine uses no library), and the most bytes a run used of it
+    void *workspace;
+    size_t workspace_nbytes, workspace_used;
+    cuda_states *states; // a reference: the block the STATE views point into (NULL: none)
+    int states_shared;   // the views point into another context's states (share_states)
+    uint32_t n_io;       // n_inputs + n_outputs (bindings: inputs first)
+    uint8_t *staged;     // n_io: this execute stages binding i
+    kiln_tensor *views;  // n_tensors
+    cuda_layer *layers;  // n_layers (head layers used)
     // graph signatures: n_io device pointers, then for each input rank and KILN_MAX_RANK dims
     size_t sig_n; // int64 entries
     int64_t *sig_now, *sig_last, *sig_graph, *sig_staged;
@@ -276,7 +281,9 @@ void kiln_cuda_tune_engine_init(cuda_engine *e, const struct cudaDeviceProp *pro
                                 const char *where);
 
 // Context creation: plans every planned layer at the largest shapes with the I/O in staging
-// (timing candidates with cuda.tune), then the choice of the wgmma kernel on the whole engine.
-void kiln_cuda_tune_context(cuda_context *c);
+// (timing candidates with cuda.tune), then the choice of the wgmma kernel on the whole engine,
+// then one warm-up run of the layers; 1 when that run completed (c->workspace_used is then the
+// most workspace a layer used).
+int kiln_cuda_tune_context(cuda_context *c);
 
 #endif // KILN_CUDA_CUDA_BACKEND_H

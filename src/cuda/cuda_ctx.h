@@ -43,12 +43,14 @@ typedef struct kiln_cuda_ctx {
     kiln_cuda_dnn *dnn;             // NULL: no cuDNN (policy, absent, or not needed)
     void *workspace;                // the libraries' workspace (device), shared by the layers
     size_t workspace_nbytes;
-    int sm_count;      // multiprocessors of the device (0: unknown)
-    int wg_ok;         // Kiln's small-M wgmma linear can run (sm_90, policy cuda.wgmma)
-    const char *where; // "layer 12 (linear)", for messages
+    size_t *workspace_used; // the most bytes of it a layer used (NULL: not counted; ws_note)
+    int sm_count;           // multiprocessors of the device (0: unknown)
+    int wg_ok;              // Kiln's small-M wgmma linear can run (sm_90, policy cuda.wgmma)
+    const char *where;      // "layer 12 (linear)", for messages
     // This layer, as the layer loop binds it (zero when none applies):
     int nhwc;           // its 4-D operands are stored NHWC, dims logical NCHW (cuda_layout.h)
     const void *w_krsc; // conv2d with nhwc: the weight in KRSC (O, kh, kw, C) order
+    int64_t w_krsc_cs;  // ... its channel stride (C / groups, padded to 8 with the input)
     int64_t x_cpad;     // conv2d with nhwc: x's NHWC channel stride when padded (0: dense)
     int stem;           // conv2d with nhwc: Kiln's stem kernel (x read NCHW, the OIHW weight)
     int64_t l2_keep;    // small-M linear: bytes of its weight the L2 plan keeps (-1: no hints)
@@ -74,6 +76,11 @@ typedef struct kiln_cuda_ctx {
     // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
     const struct kiln_cuda_choice *choice;
 } kiln_cuda_ctx;
+
+// Notes that a layer uses the first n bytes of the workspace (the context keeps the most).
+static inline void kiln_cuda_ws_note(const kiln_cuda_ctx *ctx, size_t n) {
+    if (ctx->workspace_used != NULL && n > *ctx->workspace_used) *ctx->workspace_used = n;
+}
 
 // A failed CUDA call in a layer: "CUDA error in <what> at <where>: <name> (<string>)" ->
 // KILN_ERR_DEVICE.

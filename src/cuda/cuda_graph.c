@@ -4,10 +4,11 @@
 // pointers) recorded when an execute repeats the last one's (staging copies stay outside both);
 // which one an execute replays is cuda_backend.c's choice. A re-recording uses
 // cudaGraphExecUpdate only when cuda_graph_rules.h allows it (same kernels, no thread-block
-// clusters: cuBLASLt's cluster kernels are not updated correctly), else a new instantiation. The recorded graph ends with a
-// 4-byte memset of a flag in mapped pinned memory; a replay whose outputs need no staging waits
-// for that write instead of cudaStreamSynchronize, about 1 us sooner (the synchronize also
-// waits for the launch to retire: 5.4 against 6.6 us for a one-kernel graph on the H200).
+// clusters: cuBLASLt's cluster kernels are not updated correctly), else a new instantiation. The
+// recorded graph ends with a 4-byte memset of a flag in mapped pinned memory; a replay whose
+// outputs need no staging waits for that write instead of cudaStreamSynchronize, about 1 us sooner
+// (the synchronize also waits for the launch to retire: 5.4 against 6.6 us for a one-kernel graph
+// on the H200).
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>

@@ -47,10 +47,9 @@ void kiln_cuda_bound_init(const cuda_context *c, cudaStream_t stream, cuda_bound
     ctx->policy = &e->policy;
     ctx->lt = c->lt;
     ctx->dnn = c->dnn;
-    if (e->extras.workspace_nbytes > 0) {
-        ctx->workspace = (uint8_t *)c->extras + e->extras.workspace_off;
-        ctx->workspace_nbytes = (size_t)e->extras.workspace_nbytes;
-    }
+    ctx->workspace = c->workspace;
+    ctx->workspace_nbytes = c->workspace != NULL ? c->workspace_nbytes : 0;
+    ctx->workspace_used = (size_t *)&c->workspace_used;
     ctx->sm_count = e->sm_count;
     ctx->wg_ok = e->wg_ok;
     ctx->l2_keep = -1;
@@ -140,6 +139,7 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
     } else if (args->op == KILN_OP_CONV2D) {
         int32_t w = p->ids[l->input_begin + 1], x = p->ids[l->input_begin];
         ctx->w_krsc = (const uint8_t *)e->weights + e->krsc_offsets[w];
+        ctx->w_krsc_cs = L->padc[w] ? pad8(p->tensors[w].shape.max[1]) : p->tensors[w].shape.max[1];
         if (L->padc[x] && L->alt[l->input_begin] && args->in[0] != NULL) {
             ctx->x_cpad = pad8(args->in[0]->dims[1]);
         }

@@ -183,6 +183,7 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->nhwc, nt);
     kiln_cuda_free(l->copy, nt);
     kiln_cuda_free(l->krsc, nt);
+    kiln_cuda_free(l->krsc_only, nt);
     kiln_cuda_free(l->padc, nt);
     kiln_cuda_free(l->stem, nl);
     kiln_cuda_free(l->head_nhwc, nl);
@@ -207,6 +208,28 @@ static void read_copy(kiln_cuda_layout *l, uint32_t slot, int32_t r) {
     l->alt[slot] = 1;
 }
 
+// krsc_only: a krsc weight every read of which is the weight slot of an NHWC conv head that is
+// not on the stem kernel (the layers that read the KRSC copy: cuda_layers.c). The weight's reads
+// are marked in krsc_only (1: only such reads so far, 2: another read).
+static void krsc_readers(const kiln_plan *p, const uint8_t *kind, kiln_cuda_layout *l) {
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *pl = &p->layers[li];
+        const int head = !(pl->flags & KILN_LAYER_TAIL);
+        for (uint32_t j = 0; j < pl->n_inputs; j++) {
+            int32_t r = in_id(p, pl, j);
+            if (r < 0 || !l->krsc[r]) continue;
+            const int via_krsc =
+                head && kind[li] == K_CONV && l->head_nhwc[li] && !l->stem[li] && j == 1;
+            if (!via_krsc) {
+                l->krsc_only[r] = 2;
+            } else if (l->krsc_only[r] == 0) {
+                l->krsc_only[r] = 1;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < p->n_tensors; i++) l->krsc_only[i] = l->krsc_only[i] == 1;
+}
+
 // Head li (a K_CONV head, x with C % 8 != 0) fits the stem kernel (cuda_layout.h).
 static int stem_conv(const kiln_plan *p, uint32_t li) {
     const kiln_plan_layer *l = &p->layers[li];
@@ -228,17 +251,20 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     l.nhwc = kiln_cuda_calloc(nt);
     l.copy = kiln_cuda_calloc(nt);
     l.krsc = kiln_cuda_calloc(nt);
+    l.krsc_only = kiln_cuda_calloc(nt);
     l.padc = kiln_cuda_calloc(nt);
     l.stem = kiln_cuda_calloc(nl);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
-    if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.padc == NULL || l.stem == NULL ||
-        l.head_nhwc == NULL || l.xpose == NULL || l.alt == NULL || kind == NULL) {
+    if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.krsc_only == NULL ||
+        l.padc == NULL || l.stem == NULL || l.head_nhwc == NULL || l.xpose == NULL ||
+        l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
+        kiln_cuda_free(l.krsc_only, nt);
         kiln_cuda_free(l.padc, nt);
         kiln_cuda_free(l.stem, nl);
         kiln_cuda_free(l.head_nhwc, nl);
@@ -324,6 +350,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         }
     }
     for (uint32_t i = 0; i < p->n_tensors; i++) l.n_nhwc += l.nhwc[i];
+    krsc_readers(p, kind, &l);
     kiln_cuda_free(kind, nl);
     *out = l;
     return KILN_OK;

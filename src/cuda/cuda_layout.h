@@ -54,6 +54,8 @@ typedef struct kiln_cuda_layout {
     uint8_t *copy;      // n_tensors: the tensor has a copy in the other layout (NHWC of an
                         // NCHW tensor, NCHW of an NHWC one)
     uint8_t *krsc;      // n_tensors: a weight some NHWC conv uses (needs a KRSC copy)
+    uint8_t *krsc_only; // n_tensors: a krsc weight no layer reads but through its KRSC copy
+                        // (its OIHW bytes need not be on the device)
     uint8_t *padc;      // n_tensors: the NHWC copy of this NCHW tensor, or this weight's KRSC
                         // copy, pads C up to a multiple of 8 with zeros (a conv with C % 8 != 0)
     uint8_t *stem;      // n_layers: conv2d head on the stem kernel (NCHW input, NHWC output)

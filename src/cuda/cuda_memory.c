@@ -6,10 +6,12 @@
 //    so they are laid out one after another;
 //  - per process and device, the shared weights: an external weight of at least
 //    KILN_CUDA_SHARE_MIN bytes whose key names its SHA-256 digest ("kiln-t-<hex>"), checked
-//    against it at load (the option verify_weights), gets its own allocation, found by (device,
-//    key, bytes) by every engine that loads the same weight, reference-counted and freed with
-//    the last of them: the methods of one program (an LLM's prefill and decode) and programs
-//    sharing weights hold one device copy. Unchecked weights are never shared;
+//    against it at load (the option verify_weights), gets a shared copy, found by (device, key,
+//    bytes) by every engine that loads the same weight, reference-counted and released with the
+//    last of them: the methods of one program (an LLM's prefill and decode) and programs sharing
+//    weights hold one device copy. The copies one load makes sit in one allocation (each in its
+//    own cudaMalloc, the 2 MiB granularity rounded BERT-base's 4.5 MiB weights up to 6: 36 MiB of
+//    its 217), freed with the last copy in it. Unchecked weights are never shared;
 //  - per context, the states block (plan.h: KILN_TENSOR_STATE, a model's mutable buffers such as
 //    a KV cache): every state at a fixed offset (the context's CUDA graphs hold the addresses;
 //    only kiln_context_share_states re-points them, and drops the graph), dense and row-major;
@@ -17,9 +19,12 @@
 //    per engine a device copy of the first part (the initial values), so that setting a
 //    context's states is one device copy and one memset. Contexts sharing states share one
 //    block, reference-counted;
+//  - per context, the workspace the libraries and the split kernels share: KILN_CUDA_WORKSPACE
+//    bytes while the context is planned, then as much as its layers used in the warm-up run
+//    (cuda_backend.c);
 //  - per context, the extras block, zeroed, placed by libkiln's memory planner (the builder's,
-//    src/core/plan_memory.h): the I/O bindings' staging buffers, the libraries'
-//    workspace, the tensors' copies in the other layout (live from their first to their last
+//    src/core/plan_memory.h): the I/O bindings' staging buffers, the tensors' copies in the other
+//    layout (live from their first to their last
 //    reading layer; a channel-padded copy for the whole execute, so that its zero channels stay
 //    zero) and the folded attention bases the fold moved out of the arena (live from their
 //    producer to their last read through the views).
@@ -34,6 +39,7 @@
 
 #include "core/checked.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
 
 static int64_t pad8(int64_t c) { return (c + 7) / 8 * 8; }
 
@@ -211,47 +217,61 @@ static kiln_status upload_all(int device, const upload_item *items, size_t n_ite
 
 // --- the weights block
 
-// Reorders an OIHW weight to KRSC (O, kh, kw, C) into h (C rounded up to cp, zero filters).
-static kiln_status krsc_copy(const kiln_plan_tensor *t, const void *src, uint8_t *h, int64_t cp) {
-    size_t es = kiln_cuda_dtype_size(t->dtype);
-    int64_t o = t->shape.max[0], c = t->shape.max[1], hw = t->shape.max[2] * t->shape.max[3];
-    const uint8_t *s = src;
-    if (src == NULL || es == 0 || (uint64_t)(o * c * hw) * es != t->nbytes) {
+// Writes the KRSC (O, kh, kw, C) copy of OIHW weight t (device bytes src) at dst, C rounded up to
+// cp with zero filters, on stream.
+static kiln_status krsc_device(const cuda_engine *e, const kiln_plan_tensor *t, const void *src,
+                               void *dst, int64_t cp, cudaStream_t stream) {
+    const size_t es = kiln_cuda_dtype_size(t->dtype);
+    const int64_t o = t->shape.max[0], c = t->shape.max[1];
+    const int64_t hw = t->shape.max[2] * t->shape.max[3];
+    if (t->shape.rank != 4 || es == 0 || (uint64_t)(o * c * hw) * es != t->nbytes) {
         return kiln_cuda_fail(KILN_ERR_CORRUPT, "conv2d weight of %llu bytes is not OIHW",
                               (unsigned long long)t->nbytes);
     }
-    for (int64_t k = 0; k < o; k++) {
-        for (int64_t ci = 0; ci < c; ci++) {
-            for (int64_t r = 0; r < hw; r++) {
-                memcpy(h + (size_t)((k * hw + r) * cp + ci) * es,
-                       s + (size_t)((k * c + ci) * hw + r) * es, es);
-            }
-        }
+    if (cp != c) {
+        cudaError_t err = cudaMemsetAsync(dst, 0, (size_t)(o * hw * cp) * es, stream);
+        if (err != cudaSuccess) return kiln_cuda_call_failed("cudaMemsetAsync (KRSC copy)", err);
     }
-    return KILN_OK;
+    kiln_cuda_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.stream = stream;
+    ctx.policy = &e->policy;
+    ctx.where = "the KRSC copy of a conv2d weight";
+    const int64_t dims[3] = {o, c, hw}, dst_strides[3] = {hw * cp, 1, cp};
+    const int64_t src_strides[3] = {c * hw, hw, 1};
+    return kiln_cuda_copy_strided(&ctx, dst, src, es, 3, dims, dst_strides, src_strides);
 }
 
 // --- weights shared between engines (the file's comment)
 
 #define SHARE_KEY_MAX 80 // "kiln-t-" and 64 hex digits fit
 
+// One allocation holding the shared copies one load made; freed with the last of them.
+typedef struct cuda_shared_block {
+    void *data;    // device
+    uint32_t refs; // the copies in it still referenced
+} cuda_shared_block;
+
 typedef struct cuda_shared_weight {
     struct cuda_shared_weight *next;
     int device;
     char key[SHARE_KEY_MAX];
     uint64_t nbytes;
-    void *data; // device
+    void *data; // device, inside block
+    cuda_shared_block *block;
     uint32_t refs;
 } cuda_shared_weight;
 
 static pthread_mutex_t shared_mtx = PTHREAD_MUTEX_INITIALIZER;
 static cuda_shared_weight *shared_list;
 
-// 1 when weight tensor i of p is shared (the file's comment).
-static int shareable(const kiln_plan *p, uint32_t i, int verified) {
+// 1 when weight tensor i of e's plan is shared (the file's comment; not a weight read only
+// through its KRSC copy, which holds other bytes).
+static int shareable(const cuda_engine *e, uint32_t i, int verified) {
+    const kiln_plan *p = e->plan;
     const kiln_plan_tensor *t = &p->tensors[i];
     if (!verified || t->kind != KILN_TENSOR_WEIGHT || t->key == KILN_NO_KEY ||
-        t->nbytes < KILN_CUDA_SHARE_MIN)
+        t->nbytes < KILN_CUDA_SHARE_MIN || e->layout.krsc_only[i])
         return 0;
     const char *key = kiln_plan_string(p, t->key);
     if ((strncmp(key, "kiln-t-", 7) != 0 && strncmp(key, "kiln-w-", 7) != 0) ||
@@ -264,37 +284,15 @@ static int shareable(const kiln_plan *p, uint32_t i, int verified) {
     return 1;
 }
 
-// The shared copy of weight tensor i, one reference more, into *out; *found = 0 when it is new
-// (allocated here, its bytes still to upload). The caller holds shared_mtx.
-static kiln_status shared_get(cuda_engine *e, uint32_t i, cuda_shared_weight **out, int *found) {
-    const kiln_plan_tensor *t = &e->plan->tensors[i];
-    const char *key = kiln_plan_string(e->plan, t->key);
-    cuda_shared_weight *w;
-    for (w = shared_list; w != NULL; w = w->next) {
-        if (w->device == e->device && w->nbytes == t->nbytes && strcmp(w->key, key) == 0) break;
+static cuda_shared_weight *shared_find(int device, const char *key, uint64_t nbytes) {
+    for (cuda_shared_weight *w = shared_list; w != NULL; w = w->next) {
+        if (w->device == device && w->nbytes == nbytes && strcmp(w->key, key) == 0) return w;
     }
-    *found = w != NULL;
-    if (w == NULL) {
-        w = kiln_cuda_calloc(sizeof *w);
-        cudaError_t err = cudaErrorMemoryAllocation;
-        if (w != NULL) err = cudaMalloc(&w->data, (size_t)t->nbytes);
-        if (err != cudaSuccess) {
-            kiln_cuda_free(w, sizeof *w);
-            kiln_cuda_consume(); // allocation failures are not sticky: clear them
-            return kiln_cuda_call_failed("cudaMalloc (shared weight)", err);
-        }
-        w->device = e->device;
-        w->nbytes = t->nbytes;
-        memcpy(w->key, key, strlen(key) + 1);
-        w->next = shared_list;
-        shared_list = w;
-    }
-    w->refs++;
-    *out = w;
-    return KILN_OK;
+    return NULL;
 }
 
-// Drops one reference of w (shared_mtx held); the last one frees the copy.
+// Drops one reference of w (shared_mtx held); the last one releases the copy, and the last copy
+// of a block frees the block.
 static void shared_unref(cuda_shared_weight *w) {
     if (w == NULL || --w->refs > 0) return;
     for (cuda_shared_weight **pp = &shared_list; *pp != NULL; pp = &(*pp)->next) {
@@ -303,8 +301,78 @@ static void shared_unref(cuda_shared_weight *w) {
             break;
         }
     }
-    cudaFree(w->data);
+    if (--w->block->refs == 0) {
+        cudaFree(w->block->data);
+        kiln_cuda_free(w->block, sizeof *w->block);
+    }
     kiln_cuda_free(w, sizeof *w);
+}
+
+// Takes a reference on the shared copy of every shareable weight of e (e->shared, weight_ptrs):
+// the ones another engine made are found; the new ones are placed in one block allocated here
+// and listed in items (their bytes to upload; *n_items more). The caller holds shared_mtx and,
+// on failure, drops e's references.
+static kiln_status shared_take(cuda_engine *e, const void *const *weight_data, int verified,
+                               upload_item *items, size_t *n_items) {
+    const kiln_plan *p = e->plan;
+    uint64_t total = 0;
+    // the size of the new copies' block (an upper bound: a weight the engine lists twice is
+    // placed once, and the builder merges equal constants, so that is rare)
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (!shareable(e, i, verified) || weight_data[i] == NULL) continue;
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (shared_find(e->device, kiln_plan_string(p, t->key), t->nbytes) != NULL) continue;
+        if (!kiln_align_up_u64(total, KILN_CUDA_BLOCK_ALIGN, &total) ||
+            !kiln_add_u64(total, t->nbytes, &total)) {
+            return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "the engine's weights are too large");
+        }
+    }
+    cuda_shared_block *block = NULL;
+    if (total > 0) {
+        block = kiln_cuda_calloc(sizeof *block);
+        cudaError_t err = cudaErrorMemoryAllocation;
+        if (block != NULL) err = cudaMalloc(&block->data, (size_t)total);
+        if (err != cudaSuccess) {
+            kiln_cuda_free(block, sizeof *block);
+            kiln_cuda_consume(); // allocation failures are not sticky: clear them
+            return kiln_cuda_call_failed("cudaMalloc (shared weights)", err);
+        }
+    }
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        if (!shareable(e, i, verified) || weight_data[i] == NULL) continue;
+        const kiln_plan_tensor *t = &p->tensors[i];
+        const char *key = kiln_plan_string(p, t->key);
+        cuda_shared_weight *w = shared_find(e->device, key, t->nbytes);
+        if (w == NULL) { // new: placed in this load's block (sized above, so it fits)
+            w = kiln_cuda_calloc(sizeof *w);
+            if (w == NULL) {
+                if (block != NULL && block->refs == 0) {
+                    cudaFree(block->data);
+                    kiln_cuda_free(block, sizeof *block);
+                }
+                return kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (shared weight)");
+            }
+            off = (off + KILN_CUDA_BLOCK_ALIGN - 1) / KILN_CUDA_BLOCK_ALIGN * KILN_CUDA_BLOCK_ALIGN;
+            w->device = e->device;
+            w->nbytes = t->nbytes;
+            w->data = (uint8_t *)block->data + off;
+            w->block = block;
+            block->refs++;
+            off += t->nbytes;
+            memcpy(w->key, key, strlen(key) + 1);
+            w->next = shared_list;
+            shared_list = w;
+            items[(*n_items)++] = (upload_item){w->data, weight_data[i], (size_t)w->nbytes};
+        } else if (w->block != block) {
+            e->shared_found_nbytes += w->nbytes;
+        }
+        w->refs++;
+        e->shared[e->n_shared++] = w;
+        e->weight_ptrs[i] = w->data;
+        e->shared_nbytes += w->nbytes;
+    }
+    return KILN_OK;
 }
 
 // Drops the engine's references (its device is current); the last one frees the copy.
@@ -338,21 +406,7 @@ kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_d
     // The shared copies: found, or made and uploaded before another engine can find them (the
     // lock is held over their upload).
     pthread_mutex_lock(&shared_mtx);
-    for (uint32_t i = 0; i < nt && st == KILN_OK; i++) {
-        if (!shareable(p, i, verified) || weight_data[i] == NULL) continue;
-        int found = 0;
-        cuda_shared_weight *w = NULL;
-        st = shared_get(e, i, &w, &found);
-        if (st != KILN_OK) break;
-        e->shared[e->n_shared++] = w;
-        e->weight_ptrs[i] = w->data;
-        e->shared_nbytes += w->nbytes;
-        if (found) {
-            e->shared_found_nbytes += w->nbytes;
-        } else {
-            items[n_items++] = (upload_item){w->data, weight_data[i], (size_t)w->nbytes};
-        }
-    }
+    st = shared_take(e, weight_data, verified, items, &n_items);
     if (st == KILN_OK) st = upload_all(e->device, items, n_items);
     if (st != KILN_OK) {
         // nothing half-uploaded stays findable: this engine's references go now
@@ -369,67 +423,80 @@ kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_d
     }
     // Weights are live for the whole engine, so nothing shares bytes and no planning is needed:
     // they are laid out in tensor order (the order the layers read them, so that one layer's
-    // weights stream from neighbouring pages), then the KRSC copies in the same order.
+    // weights stream from neighbouring pages), then the KRSC copies in the same order. A weight
+    // read only through its KRSC copy has no OIHW slot: its bytes go to a scratch block.
+    uint64_t scratch_nbytes = 0;
     for (uint32_t k = 0; k < 2 * nt && st == KILN_OK; k++) {
         const uint32_t i = k < nt ? k : k - nt;
         const kiln_plan_tensor *t = &p->tensors[i];
-        uint64_t n =
-            k < nt ? (t->kind == KILN_TENSOR_WEIGHT && e->weight_ptrs[i] == NULL ? t->nbytes : 0)
-                   : (e->layout.krsc[i] ? kiln_cuda_tensor_max_nbytes(e, i) : 0);
-        uint64_t end = 0;
+        const int weight = t->kind == KILN_TENSOR_WEIGHT && e->weight_ptrs[i] == NULL;
+        uint64_t n = k < nt ? (weight && !e->layout.krsc_only[i] ? t->nbytes : 0)
+                            : (e->layout.krsc[i] ? kiln_cuda_tensor_max_nbytes(e, i) : 0);
+        uint64_t *at = &total, end = 0;
+        if (k < nt && weight && e->layout.krsc_only[i] && t->nbytes > 0) {
+            n = t->nbytes; // into the scratch block
+            at = &scratch_nbytes;
+        }
         if (n == 0) continue;
-        if (!kiln_align_up_u64(total, KILN_CUDA_BLOCK_ALIGN, &total) ||
-            !kiln_add_u64(total, n, &end)) {
+        if (!kiln_align_up_u64(*at, KILN_CUDA_BLOCK_ALIGN, at) || !kiln_add_u64(*at, n, &end)) {
             st = kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "the engine's weights are too large");
             break;
         }
-        if (k < nt) {
-            e->weight_offsets[i] = total;
+        if (k >= nt) {
+            e->krsc_offsets[i] = *at;
         } else {
-            e->krsc_offsets[i] = total;
+            e->weight_offsets[i] = *at; // (an offset in the scratch block for a KRSC-only one)
         }
-        total = end;
+        *at = end;
     }
     if (st != KILN_OK || total == 0) {
         kiln_cuda_free(items, items_nbytes);
         return st;
     }
     e->weights_nbytes = (size_t)total;
+    void *scratch = NULL;
     cudaError_t err = cudaMalloc(&e->weights, e->weights_nbytes);
+    if (err == cudaSuccess && scratch_nbytes > 0) err = cudaMalloc(&scratch, scratch_nbytes);
     if (err != cudaSuccess) {
+        cudaFree(e->weights);
         e->weights = NULL;
         kiln_cuda_free(items, items_nbytes);
         kiln_cuda_consume();
         return kiln_cuda_call_failed("cudaMalloc (weights)", err);
     }
-    // The KRSC copies are made on the host first (freed after the upload).
-    uint8_t **krsc_host = kiln_cuda_calloc((size_t)nt * sizeof *krsc_host + 1);
-    if (krsc_host == NULL) st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (KRSC table)");
-    for (uint32_t i = 0; i < nt && st == KILN_OK; i++) {
+    for (uint32_t i = 0; i < nt; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
-        if (t->kind != KILN_TENSOR_WEIGHT || t->nbytes == 0) continue;
-        if (e->weight_ptrs[i] == NULL) {
-            e->weight_ptrs[i] = (uint8_t *)e->weights + e->weight_offsets[i];
-            items[n_items++] = (upload_item){e->weight_ptrs[i], weight_data[i], (size_t)t->nbytes};
-        }
-        if (!e->layout.krsc[i]) continue;
-        const size_t n = (size_t)kiln_cuda_tensor_max_nbytes(e, i);
-        krsc_host[i] = kiln_cuda_calloc(n);
-        if (krsc_host[i] == NULL) {
-            st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (KRSC weight)");
-            break;
-        }
-        st = krsc_copy(t, weight_data[i], krsc_host[i],
-                       e->layout.padc[i] ? pad8(t->shape.max[1]) : t->shape.max[1]);
-        items[n_items++] =
-            (upload_item){(uint8_t *)e->weights + e->krsc_offsets[i], krsc_host[i], n};
+        if (t->kind != KILN_TENSOR_WEIGHT || t->nbytes == 0 || e->weight_ptrs[i] != NULL) continue;
+        uint8_t *dst = e->layout.krsc_only[i] ? (uint8_t *)scratch + e->weight_offsets[i]
+                                              : (uint8_t *)e->weights + e->weight_offsets[i];
+        items[n_items++] = (upload_item){dst, weight_data[i], (size_t)t->nbytes};
+        // the layers read a KRSC-only weight's copy through its tensor view too
+        e->weight_ptrs[i] =
+            e->layout.krsc_only[i] ? (uint8_t *)e->weights + e->krsc_offsets[i] : dst;
     }
     if (st == KILN_OK) st = upload_all(e->device, items, n_items);
-    for (uint32_t i = 0; krsc_host != NULL && i < nt; i++) {
-        if (krsc_host[i] != NULL)
-            kiln_cuda_free(krsc_host[i], (size_t)kiln_cuda_tensor_max_nbytes(e, i));
+    // The KRSC copies, made on the device from the uploaded OIHW bytes.
+    cudaStream_t stream = NULL;
+    if (st == KILN_OK && e->layout.n_conv_nhwc > 0) {
+        err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        if (err != cudaSuccess) st = kiln_cuda_call_failed("cudaStreamCreate (KRSC copies)", err);
     }
-    kiln_cuda_free(krsc_host, (size_t)nt * sizeof *krsc_host + 1);
+    for (uint32_t i = 0; i < nt && st == KILN_OK && stream != NULL; i++) {
+        const kiln_plan_tensor *t = &p->tensors[i];
+        if (!e->layout.krsc[i] || t->kind != KILN_TENSOR_WEIGHT) continue;
+        const void *src =
+            e->layout.krsc_only[i] ? (uint8_t *)scratch + e->weight_offsets[i] : e->weight_ptrs[i];
+        st = krsc_device(e, t, src, (uint8_t *)e->weights + e->krsc_offsets[i],
+                         e->layout.padc[i] ? pad8(t->shape.max[1]) : t->shape.max[1], stream);
+    }
+    if (stream != NULL) {
+        err = cudaStreamSynchronize(stream);
+        if (err != cudaSuccess && st == KILN_OK) {
+            st = kiln_cuda_call_failed("cudaStreamSynchronize (KRSC copies)", err);
+        }
+        cudaStreamDestroy(stream);
+    }
+    cudaFree(scratch);
     kiln_cuda_free(items, items_nbytes);
     if (st != KILN_OK) kiln_cuda_consume(); // allocation failures are not sticky: clear them
     return st;
@@ -597,8 +664,8 @@ kiln_status kiln_cuda_extras_plan(cuda_engine *e) {
     const uint32_t nt = p->n_tensors, nio = p->n_inputs + p->n_outputs;
     const int32_t whole = (int32_t)p->n_layers; // live over every layer
     cuda_extras *x = &e->extras;
-    // items: staging (nio), copies (nt), relocated bases (nt), the workspace (1)
-    const uint32_t n_items = nio + 2 * nt + 1;
+    // items: staging (nio), copies (nt), relocated bases (nt)
+    const uint32_t n_items = nio + 2 * nt;
     kiln_mem_item *it = kiln_cuda_calloc((size_t)n_items * sizeof *it);
     kiln_status st;
     x->staging_off = kiln_cuda_calloc((size_t)nio * sizeof *x->staging_off + 1);
@@ -651,10 +718,6 @@ kiln_status kiln_cuda_extras_plan(cuda_engine *e) {
         r->first = (int32_t)e->fold.live_first[t];
         r->last = (int32_t)e->fold.live_last[t];
     }
-    kiln_mem_item *ws = &it[n_items - 1];
-    ws->first = 0;
-    ws->last = whole;
-    ws->nbytes = e->policy.cublaslt || e->wants_dnn ? KILN_CUDA_WORKSPACE_NBYTES : 0;
     st = kiln_cuda_plan_memory(it, n_items, KILN_CUDA_BLOCK_ALIGN, &x->nbytes);
     if (st == KILN_OK) {
         for (uint32_t b = 0; b < nio; b++) {
@@ -665,8 +728,6 @@ kiln_status kiln_cuda_extras_plan(cuda_engine *e) {
             x->reloc_off[t] =
                 it[nio + nt + t].nbytes > 0 ? it[nio + nt + t].offset : KILN_CUDA_NO_OFFSET;
         }
-        x->workspace_off = ws->offset;
-        x->workspace_nbytes = ws->nbytes;
     }
     kiln_cuda_free(it, (size_t)n_items * sizeof *it);
     return st;

@@ -313,7 +313,7 @@ static void wg_engine_choice(cuda_context *c, tune_counts *counts) {
                   have ? " (from the tuning cache)" : "");
 }
 
-void kiln_cuda_tune_context(cuda_context *c) {
+int kiln_cuda_tune_context(cuda_context *c) {
     const cuda_engine *e = c->engine;
     tune_counts n;
     memset(&n, 0, sizeof n);
@@ -323,11 +323,15 @@ void kiln_cuda_tune_context(cuda_context *c) {
     // One run of the layer loop on the staging buffers: the kernels load (CUDA loads a kernel at
     // its first launch) and the libraries set up their plans here, not in the first execute. A
     // failure is left to the execute that meets it.
-    // (Not with the option profile: every run there is a profiled one.)
-    if (!e->profile && (kiln_cuda_layers_run(c, c->stream) != KILN_OK ||
-                        cudaStreamSynchronize(c->stream) != cudaSuccess)) {
+    // (Not with the option profile: every run there is a profiled one.) It also measures the
+    // workspace the layers use (workspace_used).
+    int warm = !e->profile;
+    c->workspace_used = 0;
+    if (warm && (kiln_cuda_layers_run(c, c->stream) != KILN_OK ||
+                 cudaStreamSynchronize(c->stream) != cudaSuccess)) {
         kiln_cuda_log(KILN_LOG_DEBUG, "context creation's warm-up run failed: %s",
                       kiln_cuda_last_message());
+        warm = 0;
     }
     kiln_cuda_consume();
     if (e->policy.tune && n.timed > 0 && e->tune_prefix_nbytes > 0) {
@@ -348,4 +352,5 @@ void kiln_cuda_tune_context(cuda_context *c) {
                       n.timed, n.timed == 1 ? "" : "s", n.cached, e->tune_where, n.shared,
                       n.retimed);
     }
+    return warm;
 }

@@ -247,6 +247,7 @@ extern "C" cublasStatus_t kiln_cuda_lt_exec(const kiln_cuda_ctx *ctx, const kiln
         if (s != CUBLAS_STATUS_SUCCESS) return s;
         plan->bias = p->bias;
     }
+    if (algo == NULL) kiln_cuda_ws_note(ctx, plan->ws_nbytes);
     return cublasLtMatmul(ctx->lt, &plan->desc, &one, p->a, &plan->a, p->b, &plan->b,
                           p->c != NULL ? &one : &zero, p->c != NULL ? p->c : p->d, &plan->c, p->d,
                           &plan->c, algo != NULL ? algo : &plan->algo, ctx->workspace,

@@ -122,6 +122,8 @@ extern "C" kiln_status kiln_cuda_splitk_run(const kiln_cuda_ctx *ctx, const kiln
     kiln_cuda_ctx sctx;
     kiln_cuda_lt_problem p;
     kiln_cuda_splitk_problem(ctx, g, s, &sctx, &p);
+    // the partials sit at the end: the GEMM's own room, rounded, before them
+    kiln_cuda_ws_note(ctx, lt->ws_nbytes + sk_part_nbytes(g, s) + 256u);
     cublasStatus_t st = kiln_cuda_lt_exec(&sctx, &p, lt, NULL);
     if (st != CUBLAS_STATUS_SUCCESS) {
         return kiln_cuda_fail(KILN_ERR_DEVICE,

@@ -47,8 +47,9 @@ __device__ __forceinline__ float conv_tap(const kiln_cuda_conv_geom &g, int64_t 
 __device__ __forceinline__ float conv_weight(const kiln_cuda_conv_geom &g, int64_t gr, int64_t i,
                                              int64_t c, int a, int b) {
     int64_t taps = (int64_t)g.kh * g.kw, t = (int64_t)a * g.kw + b;
-    int64_t idx = !g.transposed ? ((gr * g.og + i) * g.cg + c) * taps + t
-                                : ((gr * g.cg + c) * g.og + i) * taps + t;
+    int64_t idx = g.wcs > 0       ? ((gr * g.og + i) * taps + t) * g.wcs + c
+                  : !g.transposed ? ((gr * g.og + i) * g.cg + c) * taps + t
+                                  : ((gr * g.cg + c) * g.og + i) * taps + t;
     return kc_ld_f(g.w, g.w_dt, idx);
 }
 
@@ -219,7 +220,7 @@ static void dw_block(int64_t c, unsigned *bx, unsigned *by) {
 // one dtype, C % 8 == 0 without channel padding, 16-byte aligned input and output.
 static int dw_fits(const kiln_cuda_conv_geom *g) {
     return g->nhwc && !g->transposed && g->groups == g->c && g->o == g->c && g->cg == 1 &&
-           g->og == 1 && g->c % DW_VEC == 0 && g->xcs == g->c &&
+           g->og == 1 && g->c % DW_VEC == 0 && g->xcs == g->c && g->wcs <= 1 &&
            (g->x_dt == KILN_DTYPE_F16 || g->x_dt == KILN_DTYPE_BF16) && g->w_dt == g->x_dt &&
            g->y_dt == g->x_dt && (g->bias == NULL || g->bias_dt == g->x_dt) &&
            g->kh * g->kw <= DW_MAX_TAPS && g->n * g->oh * g->ow < INT32_MAX &&
@@ -330,6 +331,10 @@ extern "C" kiln_status kiln_cuda_conv_geom_of(const kiln_cuda_ctx *ctx,
     g->transposed = transposed;
     g->nhwc = !transposed && ctx->nhwc;
     g->xcs = g->nhwc && ctx->x_cpad > x->dims[1] ? ctx->x_cpad : x->dims[1];
+    if (g->nhwc && ctx->w_krsc != NULL) {
+        g->w = ctx->w_krsc;
+        g->wcs = ctx->w_krsc_cs;
+    }
     if (g->groups <= 0 || g->c % g->groups != 0 || g->o % g->groups != 0 || g->sh <= 0 ||
         g->sw <= 0 || g->dh <= 0 || g->dw <= 0 || y->dims[0] != g->n) {
         return kiln_cuda_fail(
@@ -370,7 +375,7 @@ static kiln_cuda_kernel own_kernel(const kiln_cuda_conv_geom *g) {
 static kiln_cuda_conv_geom dnn_geom(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g) {
     kiln_cuda_conv_geom d = *g;
     d.c = g->xcs;
-    if (ctx->nhwc) d.w = ctx->w_krsc; // NHWC: the KRSC copy of the weight
+    (void)ctx; // (NHWC: w is the KRSC copy already)
     return d;
 }
 

@@ -658,6 +658,7 @@ static kiln_status group_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
     int64_t ng = n * groups, len = c / groups * inner;
     int64_t splits = gn_splits(ctx, ng, len);
     if (splits > 1) {
+        kiln_cuda_ws_note(ctx, (size_t)ng * (size_t)splits * sizeof(float2)); // gn_splits' bound
         int64_t chunk = (len + splits - 1) / splits;
         splits = (len + chunk - 1) / chunk; // no empty slice
         dim3 grid((unsigned)splits, (unsigned)ng);

@@ -541,8 +541,54 @@ static void fpn_layout(void) {
     kiln_plan_release(&p);
 }
 
+// krsc_only: a weight read only by NHWC convs (two of them here) needs no OIHW bytes on the
+// device; one an elementwise layer reads too keeps them.
+static void krsc_readers_layout(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 8, 8}, wd[4] = {16, 16, 3, 3}, w2d[4] = {16, 16, 1, 1};
+    int64_t pad1[2] = {1, 1};
+    int32_t x = -1, z = -1, h = -1, h2 = -1, h3 = -1, sum = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "z", KILN_DTYPE_F32, 4, w2d, w2d, &z) == KILN_OK);
+    const int32_t w = constant(g, 4, wd), w2 = constant(g, 4, w2d);
+    kiln_attr a = {"padding", pad1, NULL, 2};
+    int32_t c1[2] = {x, w};
+    CHECK(kiln_graph_add_node(g, KILN_OP_CONV2D, c1, 2, &a, 1, &h, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_RELU, &h, 1, NULL, 0, &h, 1) == KILN_OK);
+    int32_t c2[2] = {h, w};
+    CHECK(kiln_graph_add_node(g, KILN_OP_CONV2D, c2, 2, &a, 1, &h2, 1) == KILN_OK);
+    int32_t c3[2] = {h2, w2};
+    CHECK(kiln_graph_add_node(g, KILN_OP_CONV2D, c3, 2, NULL, 0, &h3, 1) == KILN_OK);
+    int32_t s2[2] = {w2, z};
+    CHECK(kiln_graph_add_node(g, KILN_OP_ADD, s2, 2, NULL, 0, &sum, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, h3, "y") == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, sum, "s") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC, &l) == KILN_OK);
+    uint32_t a1 = find_head(&p, KILN_OP_CONV2D, 0);
+    uint32_t a2 = a1 == UINT32_MAX ? a1 : find_head(&p, KILN_OP_CONV2D, a1 + 1);
+    uint32_t a3 = a2 == UINT32_MAX ? a2 : find_head(&p, KILN_OP_CONV2D, a2 + 1);
+    CHECK(a3 != UINT32_MAX);
+    if (a3 != UINT32_MAX) {
+        const int32_t pw = p.ids[p.layers[a1].input_begin + 1];
+        const int32_t pw2 = p.ids[p.layers[a3].input_begin + 1];
+        CHECK(p.ids[p.layers[a2].input_begin + 1] == pw); // one weight, two convs
+        CHECK(l.head_nhwc[a1] && l.head_nhwc[a2] && l.head_nhwc[a3]);
+        CHECK(l.krsc[pw] && l.krsc_only[pw]);
+        CHECK_MSG(l.krsc[pw2] && !l.krsc_only[pw2], "the add reads the 1x1 weight too");
+        for (uint32_t i = 0; i < p.n_tensors; i++) CHECK(!l.krsc_only[i] || l.krsc[i]);
+    }
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    krsc_readers_layout();
     densenet_layout();
     fpn_layout();
     mbconv_layout();
