@@ -213,8 +213,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "kernel, %u sdpa operands and %u outputs through strided views, %u tensors moved out of "
         "the arena, %u reshapes and slices aliased (no kernel); GEMV folds: %u RMSNorms inside "
         "GEMVs, %u "
-        "gated pairs as one GEMV, %u linears run by a sibling's launch; small-M weights kept in "
-        "L2: %llu bytes",
+        "gated pairs as one GEMV, %u linears run by a sibling's launch; %u rope groups (rotary "
+        "and KV cache writes in one launch); small-M weights kept in L2: %llu bytes",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)e->shared_nbytes,
         (unsigned long long)e->shared_found_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
@@ -223,7 +223,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem,
         e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
         e->fold.n_sdpa_out, e->fold.n_reloc, e->fold.n_alias, e->fold.n_gemv_norm,
-        e->fold.n_gemv_pair, e->fold.n_gemv_sib, (unsigned long long)e->l2_kept);
+        e->fold.n_gemv_pair, e->fold.n_gemv_sib, e->fold.n_rope, (unsigned long long)e->l2_kept);
     *out_state = e;
     return KILN_OK;
 
@@ -905,6 +905,11 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                         : gemv_sibling(e, li)
                             ? "run by a sibling's GEMV launch (the same x, its own blocks)"
                             : "run inside the gated GEMV that reads it (both weights streamed)")
+                 : (e->fold.virt[li] & KILN_CUDA_FOLD_ROPE)
+                     ? (op == KILN_OP_ROTARY
+                            ? "run by the q rotary's launch, its rows written straight into the "
+                              "key cache"
+                            : "run by the q rotary's launch (the cache rows written there)")
                      : "a view: the sdpa reading it reads its input through strides");
         return;
     }
@@ -926,6 +931,15 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
              k = e->fold.gemv_next[k]) {
             n += (size_t)snprintf(out->detail + n, sizeof out->detail - n,
                                   "; also runs sibling layer %d", k);
+        }
+    }
+    if (e->fold.rope_k[li] >= 0) {
+        size_t n = strlen(out->detail);
+        if (n < sizeof out->detail) {
+            snprintf(out->detail + n, sizeof out->detail - n,
+                     "; also runs layers %d (k rotary), %d (key cache write)%s", e->fold.rope_k[li],
+                     e->fold.rope_kc[li],
+                     e->fold.rope_vc[li] >= 0 ? " and the value cache write" : "");
         }
     }
     if (e->layout.head_nhwc[li]) out->flags |= KILN_LAYER_INFO_NHWC;

@@ -72,6 +72,12 @@ typedef struct kiln_cuda_ctx {
         *gemv_sib_b[KILN_CUDA_GEMV_MAX_SIB - 1];
     kiln_tensor *gemv_sib_y[KILN_CUDA_GEMV_MAX_SIB - 1];
     int64_t gemv_sib_keep[KILN_CUDA_GEMV_MAX_SIB - 1];
+    // The q rotary of a rope group (cuda_fold.h), else rope_kx NULL: the k rotary's input, the
+    // key cache, the index (shared by both writes) and the key write's wrap (negative positions
+    // count from the end), the value rows and cache (NULL: none) and that write's wrap.
+    const kiln_tensor *rope_kx, *rope_idx, *rope_vsrc;
+    kiln_tensor *rope_kcache, *rope_vcache;
+    int rope_kwrap, rope_vwrap;
     // Planning with tuning: a choice read from the tuning cache to apply instead of timing
     // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
     const struct kiln_cuda_choice *choice;

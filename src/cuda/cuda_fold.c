@@ -591,6 +591,141 @@ static void gemv_siblings(fold_state *s, const uint8_t *alt) {
     }
 }
 
+// --- rope groups (cuda_fold.h)
+
+static int static_shape(const kiln_plan_tensor *t) {
+    return memcmp(t->shape.min, t->shape.max, t->shape.rank * sizeof *t->shape.min) == 0;
+}
+
+// An activation a rope group's kernel reads densely (not NHWC, not read through a layout copy:
+// checked by the caller for its slot, not relocated out of the arena's layout rules).
+static int rope_dense(const fold_state *s, int32_t t, const uint8_t *nhwc) {
+    const kiln_plan_tensor *x = &s->p->tensors[t];
+    return x->kind == KILN_TENSOR_ACTIVATION && (nhwc == NULL || !nhwc[t]) && static_shape(x);
+}
+
+// In-place index_copy layer li into a state, dim = rank - 2, static shapes, src of the state's
+// dtype and shape but for dim: 1, with *src and *idx set.
+static int rope_cache_write(const fold_state *s, uint32_t li, const uint8_t *nhwc,
+                            const uint8_t *alt, int32_t *src, int32_t *idx) {
+    const kiln_plan *p = s->p;
+    const kiln_plan_layer *l = &p->layers[li];
+    if (l->op != KILN_OP_INDEX_COPY || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
+        l->n_inputs != 3 || l->n_outputs != 1 || s->f->virt[li] != 0)
+        return 0;
+    const int32_t x = in0(p, li), y = out0(p, li);
+    *idx = p->ids[l->input_begin + 1];
+    *src = p->ids[l->input_begin + 2];
+    if (x < 0 || x != y || *idx < 0 || *src < 0 || p->tensors[x].kind != KILN_TENSOR_STATE)
+        return 0;
+    if (alt != NULL && (alt[l->input_begin + 1] || alt[l->input_begin + 2])) return 0;
+    const kiln_plan_tensor *c = &p->tensors[x], *r = &p->tensors[*src], *ix = &p->tensors[*idx];
+    kiln_attrs a = kiln_plan_layer_attrs(p, l);
+    int64_t dim = kiln_attrs_int(&a, KILN_A_INDEX_COPY_DIM, 0);
+    if (dim < 0) dim += c->shape.rank;
+    if (c->shape.rank < 2 || dim != (int64_t)c->shape.rank - 2 || r->dtype != c->dtype ||
+        r->shape.rank != c->shape.rank || !static_shape(c) || !rope_dense(s, *src, nhwc) ||
+        (ix->dtype != KILN_DTYPE_I32 && ix->dtype != KILN_DTYPE_I64) || !static_shape(ix) ||
+        ix->shape.rank != 1 || ix->shape.max[0] != r->shape.max[dim])
+        return 0;
+    for (uint32_t d = 0; d < c->shape.rank; d++) {
+        if ((int64_t)d != dim && r->shape.max[d] != c->shape.max[d]) return 0;
+    }
+    return 1;
+}
+
+// A rotary head (no tail) over a dense activation of static shape, writing a dense activation or
+// engine output.
+static int rope_rotary(const fold_state *s, uint32_t li, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    const kiln_plan_layer *l = &p->layers[li];
+    if (l->op != KILN_OP_ROTARY || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
+        l->n_inputs != 3 || l->n_outputs != 1 || s->f->virt[li] != 0)
+        return 0;
+    for (uint32_t j = 0; j < 3; j++) {
+        if (p->ids[l->input_begin + j] < 0 || (alt != NULL && alt[l->input_begin + j])) return 0;
+    }
+    const int32_t x = in0(p, li), y = out0(p, li);
+    return rope_dense(s, x, nhwc) && y >= 0 &&
+           (p->tensors[y].kind == KILN_TENSOR_ACTIVATION ||
+            p->tensors[y].kind == KILN_TENSOR_OUTPUT) &&
+           p->tensors[y].dtype == p->tensors[x].dtype && static_shape(&p->tensors[y]) &&
+           (nhwc == NULL || !nhwc[y]);
+}
+
+// 1 when tensor t is written before layer q runs (an input, weight or state written by no
+// layer in [q, last], or an activation whose producer comes before q) and no layer in (q,
+// last] but the group's writes its memory.
+static int rope_ready(const fold_state *s, uint32_t q, uint32_t last, int32_t t) {
+    const int32_t pr = s->f->producer[t];
+    if (s->p->tensors[t].kind == KILN_TENSOR_STATE) {
+        return pr < 0 || pr < (int32_t)q || pr > (int32_t)last;
+    }
+    return pr < (int32_t)q && !written_in(s, q, last, t);
+}
+
+static void rope_groups(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t kc = 0; kc < p->n_layers; kc++) {
+        int32_t src = -1, idx = -1;
+        if (!rope_cache_write(s, kc, nhwc, alt, &src, &idx)) continue;
+        const int32_t kl = f->producer[src];
+        if (kl < 0 || (uint32_t)kl >= kc || !rope_rotary(s, (uint32_t)kl, nhwc, alt) ||
+            s->rbeg[src + 1] - s->rbeg[src] != 1 || f->reloc[src])
+            continue;
+        const kiln_plan_layer *K = &p->layers[kl];
+        const int32_t cos = p->ids[K->input_begin + 1], sin = p->ids[K->input_begin + 2];
+        // Q: the nearest rotary before K of the same tables, only layers that run no kernel
+        // between them
+        int32_t q = -1;
+        for (int32_t li = kl - 1; li >= 0; li--) {
+            if (f->virt[li] != 0) continue;
+            const kiln_plan_layer *l = &p->layers[li];
+            if (rope_rotary(s, (uint32_t)li, nhwc, alt) && p->ids[l->input_begin + 1] == cos &&
+                p->ids[l->input_begin + 2] == sin &&
+                p->tensors[in0(p, (uint32_t)li)].dtype == p->tensors[src].dtype)
+                q = li;
+            break;
+        }
+        if (q < 0 || f->rope_k[q] >= 0) continue;
+        // VC: the next cache write after K of the same index (within a few layers)
+        int32_t vc = -1, vsrc = -1;
+        for (uint32_t li = (uint32_t)kl + 1; li < p->n_layers && li <= kc + 4; li++) {
+            int32_t s2 = -1, i2 = -1;
+            if (li != kc && rope_cache_write(s, li, nhwc, alt, &s2, &i2) && i2 == idx &&
+                in0(p, li) != in0(p, kc) && p->tensors[s2].dtype == p->tensors[src].dtype) {
+                vc = (int32_t)li;
+                vsrc = s2;
+                break;
+            }
+        }
+        const uint32_t last = vc > (int32_t)kc ? (uint32_t)vc : kc;
+        const int32_t kcache = in0(p, kc), vcache = vc >= 0 ? in0(p, (uint32_t)vc) : -1;
+        int ok = rope_ready(s, (uint32_t)q, last, in0(p, (uint32_t)kl)) &&
+                 rope_ready(s, (uint32_t)q, last, idx) && rope_ready(s, (uint32_t)q, last, cos) &&
+                 rope_ready(s, (uint32_t)q, last, sin) &&
+                 (vsrc < 0 || rope_ready(s, (uint32_t)q, last, vsrc));
+        // no other layer in (q, last] reads or writes a cache
+        for (uint32_t li = (uint32_t)q + 1; li <= last && ok; li++) {
+            if (li == kc || (int32_t)li == vc) continue;
+            const kiln_plan_layer *l = &p->layers[li];
+            for (uint32_t j = 0; j < l->n_inputs + l->n_outputs && ok; j++) {
+                const int32_t t = j < l->n_inputs ? p->ids[l->input_begin + j]
+                                                  : p->ids[l->output_begin + j - l->n_inputs];
+                ok = t < 0 || (t != kcache && t != vcache);
+            }
+        }
+        if (!ok) continue;
+        f->rope_k[q] = kl;
+        f->rope_kc[q] = (int32_t)kc;
+        f->rope_vc[q] = vc;
+        f->virt[kl] = f->virt[kc] = KILN_CUDA_FOLD_ROPE;
+        if (vc >= 0) f->virt[vc] = KILN_CUDA_FOLD_ROPE;
+        f->n_rope++;
+    }
+}
+
 // The relocated bases' live ranges (producer .. last read through the views).
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
@@ -624,6 +759,9 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.gemv_norm = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_norm);
     f.gemv_pair = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_pair);
     f.gemv_next = kiln_cuda_calloc((nl + 1) * sizeof *f.gemv_next);
+    f.rope_k = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_k);
+    f.rope_kc = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_kc);
+    f.rope_vc = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_vc);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
@@ -632,14 +770,16 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
         f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
-        f.gemv_next == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL ||
-        s.shapes == NULL) {
+        f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
+        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
     }
-    for (size_t i = 0; i < nl; i++)
+    for (size_t i = 0; i < nl; i++) {
         f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
+        f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = -1;
+    }
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
         s.shapes[i].dtype = p->tensors[i].dtype;
@@ -697,6 +837,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         gemv_pairs(&s, alt);
         gemv_siblings(&s, alt);
     }
+    if (enable) rope_groups(&s, nhwc, alt);
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
         if (f.virt[li] & VIRT) f.n_virtual++;
@@ -736,5 +877,8 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->gemv_norm, (nl + 1) * sizeof *f->gemv_norm);
     kiln_cuda_free(f->gemv_pair, (nl + 1) * sizeof *f->gemv_pair);
     kiln_cuda_free(f->gemv_next, (nl + 1) * sizeof *f->gemv_next);
+    kiln_cuda_free(f->rope_k, (nl + 1) * sizeof *f->rope_k);
+    kiln_cuda_free(f->rope_kc, (nl + 1) * sizeof *f->rope_kc);
+    kiln_cuda_free(f->rope_vc, (nl + 1) * sizeof *f->rope_vc);
     memset(f, 0, sizeof *f);
 }

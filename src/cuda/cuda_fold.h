@@ -33,7 +33,8 @@
 // (a contiguous run of the input: MobileViTv2's split of one conv's output into query, key and
 // value channels), at the run's byte offset when that is a multiple of 16. Decided after the
 // folds, in layer order, so chains of reshapes and slices share one base.
-// The option cuda.attention_fold = false turns the pass off (every layer runs).
+// The option cuda.attention_fold = false turns the pass off (every layer runs), rope groups
+// included.
 // GEMV folds (with cuda.gemv and cuda.gemv_fold), decided last, for linears the GEMV runs with
 // one row (every dim of the output but the last 1 at the largest shapes: a decode step of batch
 // 1; the fused GEMV exists for that row count only, which keeps the plugin small),
@@ -54,6 +55,15 @@
 //    or the folded norm's input, and a relocated one lives from the first of them.
 // The readers of a folded norm, the G of a pair and the first of siblings name them in
 // gemv_norm[], gemv_pair[] and gemv_next[] (the next sibling, a chain).
+// Rope groups (with cuda.attention_fold): the rotary embedding of q and k and the KV cache
+// writes of a decoder's attention run as one launch at the q rotary Q. The members: a ROTARY K
+// (no tail) of the same cos and sin, whose output is an activation read only by an in-place
+// INDEX_COPY KC into a state (the key cache; dim = rank - 2, static shapes: the rotated rows go
+// straight into the cache rows the index names), and optionally an in-place INDEX_COPY VC into
+// another state by the same index and dim (the value rows). K, KC and VC run no kernel. Their
+// inputs (K's x, the index, cos, sin, VC's rows) are written before Q and not written again up
+// to the last member, and no layer between Q and the last member reads or writes either cache
+// (the rows land earlier than planned). Q names them in rope_k[], rope_kc[], rope_vc[].
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -77,6 +87,7 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_WRITTEN 2u // ... and its output is written by the sdpa before it
 #define KILN_CUDA_FOLD_ALIAS 4u   // a reshape or slice whose output is in its input's memory
 #define KILN_CUDA_FOLD_GEMV 8u    // a norm, up projection or sibling run inside a GEMV (gemv_*[])
+#define KILN_CUDA_FOLD_ROPE 16u   // a rotary or cache write run by a rope group's launch (rope_*[])
 #define KILN_CUDA_GEMV_MAX_SIB 4  // linears one GEMV launch runs as siblings
 #define KILN_CUDA_GEMV_FOLD_M 1   // the rows of a linear with GEMV folds
 
@@ -97,10 +108,14 @@ typedef struct kiln_cuda_fold {
     int32_t *gemv_norm;   // n_layers: the RMS_NORM layer a GEMV linear applies to its x, or -1
     int32_t *gemv_pair;   // n_layers: the up projection U a gated GEMV G also streams, or -1
     int32_t *gemv_next;   // n_layers: the next sibling run by this one's launch, or -1
+    int32_t *rope_k;      // n_layers: at a rope group's q rotary: the k rotary K, or -1
+    int32_t *rope_kc;     // ... the key cache write KC
+    int32_t *rope_vc;     // ... the value cache write VC, or -1
     uint32_t n_alias;     // reshapes and slices aliased
     uint32_t n_gemv_norm; // norms run inside GEMVs
     uint32_t n_gemv_pair; // gated pairs run as one GEMV
     uint32_t n_gemv_sib;  // linears run by a sibling's launch
+    uint32_t n_rope;      // rope groups
     uint32_t n_reloc;     // relocated bases
     uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs

@@ -279,6 +279,30 @@ static void gemv_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ct
     }
 }
 
+// A rope group's q rotary (cuda_fold.h): the members' tensors into ctx.
+static void rope_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    ctx->rope_kx = ctx->rope_idx = ctx->rope_vsrc = NULL;
+    ctx->rope_kcache = ctx->rope_vcache = NULL;
+    ctx->rope_kwrap = ctx->rope_vwrap = 0;
+    if (e->fold.rope_k[li] < 0) return;
+    const kiln_plan_layer *kl = &p->layers[e->fold.rope_k[li]];
+    const kiln_plan_layer *kc = &p->layers[e->fold.rope_kc[li]];
+    kiln_attrs a = kiln_plan_layer_attrs(p, kc);
+    ctx->rope_kx = &c->views[p->ids[kl->input_begin]];
+    ctx->rope_kcache = &c->views[p->ids[kc->input_begin]];
+    ctx->rope_idx = &c->views[p->ids[kc->input_begin + 1]];
+    ctx->rope_kwrap = (int)kiln_attrs_int(&a, KILN_A_INDEX_COPY_WRAP, 0);
+    if (e->fold.rope_vc[li] >= 0) {
+        const kiln_plan_layer *vc = &p->layers[e->fold.rope_vc[li]];
+        kiln_attrs b = kiln_plan_layer_attrs(p, vc);
+        ctx->rope_vcache = &c->views[p->ids[vc->input_begin]];
+        ctx->rope_vsrc = &c->views[p->ids[vc->input_begin + 2]];
+        ctx->rope_vwrap = (int)kiln_attrs_int(&b, KILN_A_INDEX_COPY_WRAP, 0);
+    }
+}
+
 kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound *b, int run) {
     const cuda_engine *e = c->engine;
     kiln_cuda_ctx *ctx = &b->ctx;
@@ -295,6 +319,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, b->nhwc, run));
     sdpa_fold_views(c, li, ctx, b->sdpa_io);
     gemv_fold_args(c, li, ctx);
+    rope_fold_args(c, li, ctx);
     return KILN_OK;
 }
 

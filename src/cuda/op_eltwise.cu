@@ -1000,29 +1000,79 @@ typedef struct rot_params {
     int64_t rows, h;           // rows of x and D / 2
 } rot_params;
 
+// Pair i of row `row` of x rotated into yr (the row's output).
+template <typename T, typename TC, typename TS>
+__device__ __forceinline__ void rotary_pair(const T *__restrict__ x, const TC *__restrict__ cs,
+                                            const TS *__restrict__ sn, T *__restrict__ yr,
+                                            const rot_params &P, int64_t row, int64_t i) {
+    int64_t co = 0, so = 0, rem = row;
+    for (int k = P.nlead - 1; k >= 0; k--) {
+        const int64_t q = rem / P.lead[k], j = rem - q * P.lead[k];
+        rem = q;
+        co += j * P.cstr[k];
+        so += j * P.sstr[k];
+    }
+    const T *xr = x + row * 2 * P.h;
+    const float x1 = kc_to_f(xr[i]), x2 = kc_to_f(xr[i + P.h]);
+    const float c1 = kc_to_f(cs[co + i * P.c_last]), c2 = kc_to_f(cs[co + (i + P.h) * P.c_last]);
+    const float s1 = kc_to_f(sn[so + i * P.s_last]), s2 = kc_to_f(sn[so + (i + P.h) * P.s_last]);
+    yr[i] = kc_from_f<T>(x1 * c1 - x2 * s1);
+    yr[i + P.h] = kc_from_f<T>(x2 * c2 + x1 * s2);
+}
+
 template <typename T, typename TC, typename TS>
 static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restrict__ cs,
                                      const TS *__restrict__ sn, T *__restrict__ y,
                                      const __grid_constant__ rot_params P) {
-    const int64_t n = P.rows * P.h, d = 2 * P.h;
+    const int64_t n = P.rows * P.h;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = idx / P.h, i = idx - row * P.h;
-        int64_t co = 0, so = 0, rem = row;
-        for (int k = P.nlead - 1; k >= 0; k--) {
-            const int64_t q = rem / P.lead[k], j = rem - q * P.lead[k];
-            rem = q;
-            co += j * P.cstr[k];
-            so += j * P.sstr[k];
+        rotary_pair(x, cs, sn, y + row * 2 * P.h, P, row, i);
+    }
+}
+
+// A rope group (cuda_fold.h) in one launch: q rotated into its output, k rotated straight into
+// the key cache's rows at the index, and the value rows copied into the value cache's. A cache
+// write's source row r (over every dim but the last) goes to cache row (r / n) * size + idx[r %
+// n] (dim = rank - 2: n source rows per size cache rows); an index out of range (after the
+// wrap) writes nothing, as index_copy.
+typedef struct rope_cache_params {
+    int64_t n, size;    // index entries; cache rows per outer step
+    int64_t v_rows, dv; // value rows and their length (0 rows: no value write)
+    const void *idx;
+    uint32_t idx_dtype;
+    int kwrap, vwrap;
+} rope_cache_params;
+
+__device__ __forceinline__ int64_t rope_cache_row(const rope_cache_params &C, int64_t r, int wrap) {
+    const int64_t o = r / C.n, j = r - o * C.n;
+    int64_t v = kc_ld_i(C.idx, C.idx_dtype, j);
+    if (v < 0 && wrap) v += C.size;
+    return v < 0 || v >= C.size ? -1 : o * C.size + v;
+}
+
+template <typename T, typename TC, typename TS>
+static __global__ void
+rope_cache_kernel(const T *__restrict__ xq, T *__restrict__ yq,
+                  const __grid_constant__ rot_params Pq, const T *__restrict__ xk,
+                  T *__restrict__ kc, const __grid_constant__ rot_params Pk,
+                  const TC *__restrict__ cs, const TS *__restrict__ sn, const T *__restrict__ vs,
+                  T *__restrict__ vc, const __grid_constant__ rope_cache_params C) {
+    const int64_t nq = Pq.rows * Pq.h, nk = Pk.rows * Pk.h, n = nq + nk + C.v_rows * C.dv;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        if (idx < nq) {
+            const int64_t row = idx / Pq.h;
+            rotary_pair(xq, cs, sn, yq + row * 2 * Pq.h, Pq, row, idx - row * Pq.h);
+        } else if (idx < nq + nk) {
+            const int64_t e = idx - nq, row = e / Pk.h, dst = rope_cache_row(C, row, C.kwrap);
+            if (dst >= 0) rotary_pair(xk, cs, sn, kc + dst * 2 * Pk.h, Pk, row, e - row * Pk.h);
+        } else {
+            const int64_t e = idx - nq - nk, row = e / C.dv;
+            const int64_t dst = rope_cache_row(C, row, C.vwrap);
+            if (dst >= 0) vc[dst * C.dv + (e - row * C.dv)] = vs[e];
         }
-        const T *xr = x + row * d;
-        const float x1 = kc_to_f(xr[i]), x2 = kc_to_f(xr[i + P.h]);
-        const float c1 = kc_to_f(cs[co + i * P.c_last]),
-                    c2 = kc_to_f(cs[co + (i + P.h) * P.c_last]);
-        const float s1 = kc_to_f(sn[so + i * P.s_last]),
-                    s2 = kc_to_f(sn[so + (i + P.h) * P.s_last]);
-        y[row * d + i] = kc_from_f<T>(x1 * c1 - x2 * s1);
-        y[row * d + i + P.h] = kc_from_f<T>(x2 * c2 + x1 * s2);
     }
 }
 
@@ -1039,26 +1089,80 @@ extern "C" int kiln_cuda_rotary_supports(const kiln_kernel_args *args) {
     return kiln_broadcast_strides(c, x, str) && kiln_broadcast_strides(s, x, str);
 }
 
-template <typename T, typename TC, typename TS>
-static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
-    const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2], *y = args->out;
+// The rotary's parameters for x (cos c and sin s broadcast to it).
+static void rot_params_of(const kiln_tensor *x, const kiln_tensor *c, const kiln_tensor *s,
+                          rot_params *P) {
     int64_t cstr[KC_MAX_RANK], sstr[KC_MAX_RANK];
-    rot_params P;
-    memset(&P, 0, sizeof P);
+    memset(P, 0, sizeof *P);
     kiln_broadcast_strides(c, x, cstr);
     kiln_broadcast_strides(s, x, sstr);
     const uint32_t last = x->rank - 1;
-    P.h = x->dims[last] / 2;
-    P.rows = kc_numel(x) / (x->dims[last] > 0 ? x->dims[last] : 1);
-    P.c_last = cstr[last];
-    P.s_last = sstr[last];
+    P->h = x->dims[last] / 2;
+    P->rows = kc_numel(x) / (x->dims[last] > 0 ? x->dims[last] : 1);
+    P->c_last = cstr[last];
+    P->s_last = sstr[last];
     for (uint32_t k = 0; k < last; k++) {
         if (x->dims[k] == 1) continue;
-        P.lead[P.nlead] = x->dims[k];
-        P.cstr[P.nlead] = cstr[k];
-        P.sstr[P.nlead] = sstr[k];
-        P.nlead++;
+        P->lead[P->nlead] = x->dims[k];
+        P->cstr[P->nlead] = cstr[k];
+        P->sstr[P->nlead] = sstr[k];
+        P->nlead++;
     }
+}
+
+// A rope group from its q rotary (ctx->rope_*: cuda_fold.h checked the members' shapes at
+// engine load; the kernel's assumptions are checked again here).
+template <typename T, typename TC, typename TS>
+static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2], *y = args->out;
+    const kiln_tensor *xk = ctx->rope_kx, *kc = ctx->rope_kcache, *ix = ctx->rope_idx;
+    const kiln_tensor *vs = ctx->rope_vsrc, *vc = ctx->rope_vcache;
+    int64_t str[KC_MAX_RANK];
+    const uint32_t r = xk->rank;
+    int ok = xk->dtype == x->dtype && kc->dtype == x->dtype && kc->rank == r && r >= 2 &&
+             ix->rank == 1 && xk->dims[r - 2] == ix->dims[0] &&
+             kc->dims[r - 1] == xk->dims[r - 1] && kiln_broadcast_strides(c, xk, str) &&
+             kiln_broadcast_strides(s, xk, str) &&
+             (vs == NULL ||
+              (vs->dtype == x->dtype && vc->dtype == x->dtype && vs->rank == r && vc->rank == r &&
+               vs->dims[r - 2] == ix->dims[0] && vc->dims[r - 2] == kc->dims[r - 2]));
+    if (!ok) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda rotary: the rope group's operands changed shape at %s; set "
+                              "the option cuda.attention_fold to false",
+                              ctx->where ? ctx->where : "?");
+    }
+    rot_params Pq, Pk;
+    rot_params_of(x, c, s, &Pq);
+    rot_params_of(xk, c, s, &Pk);
+    rope_cache_params C;
+    memset(&C, 0, sizeof C);
+    C.n = ix->dims[0];
+    C.size = kc->dims[r - 2];
+    C.idx = ix->data;
+    C.idx_dtype = ix->dtype;
+    C.kwrap = ctx->rope_kwrap;
+    C.vwrap = ctx->rope_vwrap;
+    if (vs != NULL) {
+        C.dv = vs->dims[r - 1];
+        C.v_rows = C.dv > 0 ? kc_numel(vs) / C.dv : 0;
+    }
+    if (C.n == 0) Pk.rows = C.v_rows = 0; // nothing to write
+    const int64_t n = Pq.rows * Pq.h + Pk.rows * Pk.h + C.v_rows * C.dv;
+    if (n == 0) return KILN_OK;
+    rope_cache_kernel<T, TC, TS><<<kc_blocks(n, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(
+        (const T *)x->data, (T *)y->data, Pq, (const T *)xk->data, (T *)kc->data, Pk,
+        (const TC *)c->data, (const TS *)s->data, vs != NULL ? (const T *)vs->data : NULL,
+        vc != NULL ? (T *)vc->data : NULL, C);
+    return kiln_cuda_check_launch(ctx, "rope_cache_kernel");
+}
+
+template <typename T, typename TC, typename TS>
+static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2], *y = args->out;
+    if (ctx->rope_kx != NULL) return rope_group_run<T, TC, TS>(ctx, args);
+    rot_params P;
+    rot_params_of(x, c, s, &P);
     if (P.rows == 0 || P.h == 0) return KILN_OK;
     rotary_kernel<T, TC, TS><<<kc_blocks(P.rows * P.h, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(
         (const T *)x->data, (const TC *)c->data, (const TS *)s->data, (T *)y->data, P);

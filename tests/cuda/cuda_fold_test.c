@@ -744,8 +744,90 @@ static void gemv_unweighted_and_apart(void) {
     kiln_plan_release(&p);
 }
 
+// Rope groups (cuda_fold.h): q and k rotated, k and v written into KV caches (states) at a
+// position, as a decoder step exports. variant 0: the k rotary and both cache writes run in the
+// q rotary's launch; 1: the rotated k is also an engine output (no group); 2: the key cache's
+// old value is read before the write (the write is then not in place: no group).
+static void rope_case(int variant) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t qd[4] = {1, H, 1, E}, kd[4] = {1, H, 1, E}, td[4] = {1, 1, 1, E};
+    int64_t cd[4] = {1, H, S, E}, pd[1] = {1}, two = 2, one = 1;
+    int32_t kc = -1, vc = -1, xq = -1, xk = -1, xv = -1, cs = -1, sn = -1, pos = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_state(g, "kc", KILN_DTYPE_F32, 4, cd, NULL, 0, &kc) == KILN_OK);
+    CHECK(kiln_graph_add_state(g, "vc", KILN_DTYPE_F32, 4, cd, NULL, 0, &vc) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "xq", KILN_DTYPE_F32, 4, qd, qd, &xq) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "xk", KILN_DTYPE_F32, 4, kd, kd, &xk) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "xv", KILN_DTYPE_F32, 4, kd, kd, &xv) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "cos", KILN_DTYPE_F32, 4, td, td, &cs) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "sin", KILN_DTYPE_F32, 4, td, td, &sn) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "pos", KILN_DTYPE_I64, 1, pd, pd, &pos) == KILN_OK);
+    int32_t rq[3] = {xq, cs, sn}, rk[3] = {xk, cs, sn};
+    int32_t q = node(g, KILN_OP_ROTARY, rq, 3, NULL, 0);
+    int32_t k = node(g, KILN_OP_ROTARY, rk, 3, NULL, 0);
+    kiln_attr ic[2] = {{"dim", &two, NULL, 1}, {"wrap", &one, NULL, 1}};
+    if (variant == 2) {
+        int64_t ax = 2;
+        kiln_attr sa = {"dims", &ax, NULL, 1};
+        CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SUM, &kc, 1, &sa, 1), "old") == KILN_OK);
+    }
+    int32_t wk[3] = {kc, pos, k}, wv[3] = {vc, pos, xv};
+    int32_t kc2 = node(g, KILN_OP_INDEX_COPY, wk, 3, ic, 2);
+    int32_t vc2 = node(g, KILN_OP_INDEX_COPY, wv, 3, ic, 2);
+    CHECK(kiln_graph_update_state(g, kc, kc2) == KILN_OK);
+    CHECK(kiln_graph_update_state(g, vc, vc2) == KILN_OK);
+    if (variant == 3) { // q an engine output, the rows just written read back (index)
+        kiln_attr ia = {"dim", &two, NULL, 1};
+        int32_t gk[2] = {kc2, pos}, gv[2] = {vc2, pos};
+        CHECK(kiln_graph_mark_output(g, q, "q") == KILN_OK);
+        CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_INDEX, gk, 2, &ia, 1), "k") == KILN_OK);
+        CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_INDEX, gv, 2, &ia, 1), "v") == KILN_OK);
+    } else {
+        int32_t three[3] = {q, kc2, vc2};
+        CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SDPA, three, 3, NULL, 0), "y") == KILN_OK);
+    }
+    if (variant == 1) CHECK(kiln_graph_mark_output(g, k, "k") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    const uint32_t r1 = find_head(&p, KILN_OP_ROTARY, 0);
+    const uint32_t r2 = r1 == UINT32_MAX ? r1 : find_head(&p, KILN_OP_ROTARY, r1 + 1);
+    CHECK(r2 != UINT32_MAX);
+    if (r2 != UINT32_MAX) {
+        uint32_t n_rope = 0;
+        for (uint32_t li = 0; li < p.n_layers; li++)
+            n_rope += (f.virt[li] & KILN_CUDA_FOLD_ROPE) != 0;
+        if (variant == 0 || variant == 3) {
+            CHECK_MSG(f.n_rope == 1 && f.rope_k[r1] == (int32_t)r2, "rope groups %u", f.n_rope);
+            const int32_t kcl = f.rope_kc[r1], vcl = f.rope_vc[r1];
+            CHECK(kcl > (int32_t)r2 && vcl > (int32_t)r2 && kcl != vcl);
+            if (kcl >= 0 && vcl >= 0) {
+                CHECK(p.layers[kcl].op == KILN_OP_INDEX_COPY &&
+                      p.layers[vcl].op == KILN_OP_INDEX_COPY);
+                // the key cache write reads the rotated k; the value one the v input's rows
+                CHECK(p.ids[p.layers[kcl].input_begin + 2] == out0(&p, r2));
+                CHECK(p.tensors[in0(&p, (uint32_t)kcl)].kind == KILN_TENSOR_STATE);
+                CHECK((f.virt[r2] & KILN_CUDA_FOLD_ROPE) && (f.virt[kcl] & KILN_CUDA_FOLD_ROPE) &&
+                      (f.virt[vcl] & KILN_CUDA_FOLD_ROPE) && f.virt[r1] == 0);
+            }
+            CHECK(n_rope == 3);
+        } else {
+            CHECK_MSG(f.n_rope == 0 && n_rope == 0 && f.rope_k[r1] < 0, "variant %d: %u groups",
+                      variant, f.n_rope);
+        }
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
+    rope_case(0);
+    rope_case(1);
+    rope_case(2);
+    rope_case(3);
     gemv_unweighted_and_apart();
     gemv_siblings_relocated();
     gemv_case(1, 0);

@@ -2795,6 +2795,52 @@ static int model_decoder(model *m, kiln_precision precision, int gelu) {
     return model_finish(&b, m, precision);
 }
 
+// A decoder's attention prologue (cuda_fold.h, rope groups): q and k rotated, k and v written
+// into fp16/bf16 KV caches (states) at a position input; the outputs are q and the cache rows at
+// that position read back (index), so they depend on this execute's inputs only (the e2e
+// harness runs several contexts). With the folds on, the k rotary and both cache writes run in
+// the q rotary's launch (ROPE_FOLDED layers run no kernel).
+#define ROPE_FOLDED 3
+static int model_rope(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    const uint32_t dt = precision == KILN_PRECISION_BF16 ? BF16 : F16;
+    int64_t qd[4] = {1, 4, 1, 32}, kd[4] = {1, 2, 1, 32}, td[4] = {1, 1, 1, 32};
+    int64_t cd[4] = {1, 2, 24, 32}, pd[1] = {1}, two = 2, one = 1;
+    int32_t kc = -1, vc = -1;
+    kiln_graph_new(&b.g);
+    gb_check(&b, kiln_graph_add_state(b.g, "k_cache", (kiln_dtype)dt, 4, cd, NULL, 0, &kc),
+             "state k_cache");
+    gb_check(&b, kiln_graph_add_state(b.g, "v_cache", (kiln_dtype)dt, 4, cd, NULL, 0, &vc),
+             "state v_cache");
+    int32_t xq = gb_input(&b, "xq", F32, 4, qd, qd), xk = gb_input(&b, "xk", F32, 4, kd, kd);
+    int32_t xv = gb_input(&b, "xv", F32, 4, kd, kd), cs = gb_input(&b, "cos", F32, 4, td, td);
+    int32_t sn = gb_input(&b, "sin", F32, 4, td, td), pos = gb_input(&b, "pos", I64, 1, pd, pd);
+    const int64_t dt64 = dt; // q, k and v in the caches' dtype; cos and sin stay float32
+    kiln_attr ca = A_INTS("dtype", &dt64, 1);
+    xq = gb_node(&b, KILN_OP_CAST, &xq, 1, &ca, 1);
+    xk = gb_node(&b, KILN_OP_CAST, &xk, 1, &ca, 1);
+    xv = gb_node(&b, KILN_OP_CAST, &xv, 1, &ca, 1);
+    int32_t rq[3] = {xq, cs, sn}, rk[3] = {xk, cs, sn};
+    int32_t q = gb_node(&b, KILN_OP_ROTARY, rq, 3, NULL, 0);
+    int32_t k = gb_node(&b, KILN_OP_ROTARY, rk, 3, NULL, 0);
+    kiln_attr ic[2] = {A_INTS("dim", &two, 1), A_INTS("wrap", &one, 1)};
+    int32_t wk[3] = {kc, pos, k}, wv[3] = {vc, pos, xv};
+    int32_t kc2 = gb_node(&b, KILN_OP_INDEX_COPY, wk, 3, ic, 2);
+    int32_t vc2 = gb_node(&b, KILN_OP_INDEX_COPY, wv, 3, ic, 2);
+    gb_check(&b, kiln_graph_update_state(b.g, kc, kc2), "update k_cache");
+    gb_check(&b, kiln_graph_update_state(b.g, vc, vc2), "update v_cache");
+    kiln_attr ia = A_INTS("dim", &two, 1);
+    int32_t gk[2] = {kc2, pos}, gv[2] = {vc2, pos};
+    gb_check(&b, kiln_graph_mark_output(b.g, q, "q"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, gb_node(&b, KILN_OP_INDEX, gk, 2, &ia, 1), "k_rows"),
+             "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, gb_node(&b, KILN_OP_INDEX, gv, 2, &ia, 1), "v_rows"),
+             "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "rope cache bf16" : "rope cache fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 2e-2 : 4e-3;
+    return model_finish(&b, m, precision);
+}
+
 static int model_misc(model *m) {
     gbuild b = {NULL, 1};
     int64_t imin[2] = {1, 5}, imax[2] = {4, 5}, xmin[3] = {1, 5, 6}, xmax[3] = {4, 5, 6};
@@ -2871,6 +2917,7 @@ typedef struct e2e_stats {
     int valid;
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
+    int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
 
@@ -2882,6 +2929,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             continue;
         st->n_gemv_folded +=
             (info.flags & KILN_LAYER_INFO_FOLDED) != 0 && strstr(info.detail, "GEMV") != NULL;
+        st->n_rope_folded += (info.flags & KILN_LAYER_INFO_FOLDED) != 0 &&
+                             strstr(info.detail, "q rotary's launch") != NULL;
         if (info.op == KILN_OP_CONV2D) {
             st->n_conv++;
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
@@ -4272,7 +4321,10 @@ static void run_e2e(void) {
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
-    CHECK_MSG(n == (opt_quick ? 17 : 24), "only %d of the e2e models were built", n);
+    int first_rope = n;
+    if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
+    CHECK_MSG(n == (opt_quick ? 18 : 26), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
             char nm[128];
@@ -4324,7 +4376,12 @@ static void run_e2e(void) {
                               models[i].name, st.n_dw, want);
                 }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
-                if (i >= first_decoder && picked) { // the GEMV folds, unless switched off
+                if (i >= first_rope && picked) { // the rope group, unless the folds are off
+                    const int want = !load_no_fold && policy.attention_fold ? ROPE_FOLDED : 0;
+                    CHECK_MSG(st.n_rope_folded == want, "%s: %d layers in a rope group, want %d",
+                              models[i].name, st.n_rope_folded, want);
+                }
+                if (i >= first_decoder && i < first_rope && picked) { // the GEMV folds, unless off
                     const int want =
                         policy.gemv && policy.gemv_fold && !load_no_fold ? DECODER_FOLDED : 0;
                     CHECK_MSG(st.n_gemv_folded == want, "%s: %d layers inside GEMVs, want %d",
