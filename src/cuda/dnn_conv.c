@@ -186,6 +186,8 @@ kiln_status kiln_cuda_dnn_conv_run(const kiln_cuda_ctx *ctx, const kiln_kernel_a
     *done = 0;
     *skip = 0;
     if (ctx->dnn == NULL || d == NULL) return KILN_OK;
+    if (plan->ws_nbytes > 0 && (ctx->workspace == NULL || plan->ws_nbytes > ctx->workspace_nbytes))
+        return KILN_OK; // (planned within a larger workspace: Kiln's kernel)
     kiln_cuda_ws_note(ctx, plan->ws_nbytes);
     api.cudnnSetStream(ctx->dnn->h, ctx->stream);
     // The tail cuDNN can take: [add(z of y's shape and dtype)] then [relu].

@@ -320,6 +320,16 @@ kiln_status kiln_cuda_dnn_sdpa_run(const kiln_cuda_ctx *ctx, kiln_cuda_sdpa_stor
         kiln_cuda_consume();
         return KILN_OK;
     }
+    if (d->ws_nbytes > 0 &&
+        (ctx->workspace == NULL || (size_t)d->ws_nbytes > ctx->workspace_nbytes)) {
+        kiln_cuda_log(KILN_LOG_DEBUG,
+                      "cuDNN sdpa at %s needs %lld bytes of workspace, %zu here: "
+                      "Kiln's kernel",
+                      ctx->where ? ctx->where : "?", (long long)d->ws_nbytes,
+                      ctx->workspace_nbytes);
+        return KILN_OK;
+    }
+    kiln_cuda_ws_note(ctx, (size_t)d->ws_nbytes);
     api.cudnnSetStream(ctx->dnn->h, ctx->stream);
     cudnnStatus_t s = api.cudnnBackendExecute(ctx->dnn->h, d->plan, d->vpack);
     if (s != CUDNN_STATUS_SUCCESS) {

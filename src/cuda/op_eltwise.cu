@@ -1119,13 +1119,13 @@ static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
     const kiln_tensor *vs = ctx->rope_vsrc, *vc = ctx->rope_vcache;
     int64_t str[KC_MAX_RANK];
     const uint32_t r = xk->rank;
-    int ok = xk->dtype == x->dtype && kc->dtype == x->dtype && kc->rank == r && r >= 2 &&
-             ix->rank == 1 && xk->dims[r - 2] == ix->dims[0] &&
-             kc->dims[r - 1] == xk->dims[r - 1] && kiln_broadcast_strides(c, xk, str) &&
-             kiln_broadcast_strides(s, xk, str) &&
-             (vs == NULL ||
-              (vs->dtype == x->dtype && vc->dtype == x->dtype && vs->rank == r && vc->rank == r &&
-               vs->dims[r - 2] == ix->dims[0] && vc->dims[r - 2] == kc->dims[r - 2]));
+    int ok =
+        xk->dtype == x->dtype && kc->dtype == x->dtype && kc->rank == r && r >= 2 &&
+        ix->rank == 1 && xk->dims[r - 2] == ix->dims[0] && kc->dims[r - 1] == xk->dims[r - 1] &&
+        kiln_broadcast_strides(c, xk, str) && kiln_broadcast_strides(s, xk, str) &&
+        (vs == NULL || (vs->dtype == x->dtype && vc->dtype == x->dtype && vs->rank == r &&
+                        vc->rank == r && vs->dims[r - 2] == ix->dims[0] &&
+                        vc->dims[r - 2] == kc->dims[r - 2] && vc->dims[r - 1] == vs->dims[r - 1]));
     if (!ok) {
         return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
                               "cuda rotary: the rope group's operands changed shape at %s; set "
