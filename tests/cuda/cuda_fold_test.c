@@ -747,7 +747,8 @@ static void gemv_unweighted_and_apart(void) {
 // Rope groups (cuda_fold.h): q and k rotated, k and v written into KV caches (states) at a
 // position, as a decoder step exports. variant 0: the k rotary and both cache writes run in the
 // q rotary's launch; 1: the rotated k is also an engine output (no group); 2: the key cache's
-// old value is read before the write (the write is then not in place: no group).
+// old value is read before the write (the write is then not in place: no group); 3: q is an
+// engine output and the rows just written are read back (the GPU suite's model): a group.
 static void rope_case(int variant) {
     kiln_graph *g = NULL;
     kiln_plan p;
