@@ -29,6 +29,7 @@
 #include "cuda/attn.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_dnn.h"
+#include "cuda/cuda_graph_rules.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/gemm.h"
 #include "runtime/plan_group.h"
@@ -640,31 +641,25 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
     }
     sig_of_views(c, c->sig_now);
     KILN_CUDA_TRY(check_host_indices(c, exec));
-    // How the layers run: a replay of the graph of this signature; the staged graph (host I/O at
-    // the largest shapes binds its signature as is); a new recording when the signature repeats
-    // the last execute's; else the staged graph with the I/O copied in and out (new device
-    // pointers at the largest shapes); else directly.
+    // How the layers run (cuda_graph_rules.h: kiln_cuda_run_choice).
     size_t sig_nbytes = c->sig_n * sizeof(int64_t);
     int use_graph = e->use_graphs && !special && !external_capture;
     int same_as_last =
         c->last_valid && !exec->shapes_changed && memcmp(c->sig_now, c->sig_last, sig_nbytes) == 0;
-    enum { RUN_DIRECT, RUN_REPLAY, RUN_RECORD, RUN_STAGED } how = RUN_DIRECT;
-    if (!use_graph) {
-        how = RUN_DIRECT;
-    } else if (c->graph.valid && memcmp(c->sig_now, c->sig_graph, sig_nbytes) == 0 &&
-               !exec->shapes_changed) {
-        how = RUN_REPLAY;
-    } else if (!c->no_staged && at_largest_shapes(c) &&
-               (c->staged_graph.valid && memcmp(c->sig_now, c->sig_staged, sig_nbytes) == 0)) {
-        how = RUN_STAGED;
-    } else if (same_as_last) {
-        how = RUN_RECORD;
-    } else if (!c->no_staged && at_largest_shapes(c)) {
-        how = RUN_STAGED;
-    }
+    kiln_cuda_run_facts facts;
+    facts.use_graph = use_graph;
+    facts.graph_matches = c->graph.valid && !exec->shapes_changed &&
+                          memcmp(c->sig_now, c->sig_graph, sig_nbytes) == 0;
+    // (the shapes' walk is skipped on a replay, which does not need it)
+    facts.at_largest = use_graph && !facts.graph_matches && at_largest_shapes(c);
+    facts.staged_ok = !c->no_staged;
+    facts.staged_matches =
+        c->staged_graph.valid && memcmp(c->sig_now, c->sig_staged, sig_nbytes) == 0;
+    facts.repeats_last = same_as_last;
+    const int how = kiln_cuda_run_choice(&facts);
     memcpy(c->sig_last, c->sig_now, sig_nbytes); // the signature as bound, before any staging
     c->last_valid = 0;                           // until the layers are enqueued
-    if (how == RUN_STAGED) {
+    if (how == KILN_CUDA_RUN_STAGED) {
         stage_all(c);
         if (!c->staged_graph.valid) KILN_CUDA_TRY(record_staged(c, stream, 0));
     }
@@ -679,14 +674,14 @@ static kiln_status execute_on(cuda_context *c, const kiln_exec *exec, cudaStream
     // The layers.
     cuda_graph *ran = NULL; // the graph launched: its last node writes the end-of-execute flag
     switch (how) {
-    case RUN_REPLAY: ran = &c->graph; break;
-    case RUN_STAGED: ran = &c->staged_graph; break;
-    case RUN_RECORD:
+    case KILN_CUDA_RUN_REPLAY: ran = &c->graph; break;
+    case KILN_CUDA_RUN_STAGED: ran = &c->staged_graph; break;
+    case KILN_CUDA_RUN_RECORD:
         KILN_CUDA_TRY(kiln_cuda_graph_record(&c->graph, stream, record_enqueue, c, p->n_layers, 1));
         memcpy(c->sig_graph, c->sig_now, sig_nbytes);
         ran = &c->graph;
         break;
-    case RUN_DIRECT: KILN_CUDA_TRY(kiln_cuda_layers_run(c, stream)); break;
+    default: KILN_CUDA_TRY(kiln_cuda_layers_run(c, stream)); break; // KILN_CUDA_RUN_DIRECT
     }
     if (ran != NULL) KILN_CUDA_TRY(kiln_cuda_graph_launch(ran, stream));
     c->last_valid = 1;

@@ -17,6 +17,7 @@
 //    either graph: only the grid, block, shared-memory size and arguments may differ;
 //  * memcpy and memset nodes: 1-D on both sides, same memcpy kind;
 //  * empty nodes; any other node type: no update.
+// Then how an execute runs its layers (kiln_cuda_run_choice), pure C too.
 #ifndef KILN_CUDA_CUDA_GRAPH_RULES_H
 #define KILN_CUDA_CUDA_GRAPH_RULES_H
 
@@ -93,6 +94,40 @@ static inline int kiln_cuda_graph_updatable(const kiln_cuda_gnode *old_nodes, si
     }
     if (why != NULL) *why = w;
     return w == NULL;
+}
+
+// How an execute runs the layers (cuda_backend.c), from what it knows of its signature (the
+// I/O addresses as bound, and the inputs' shapes) and of the context's two graphs: the graph of
+// the last recorded signature, and the staged graph (the layers over the I/O staging buffers at
+// the largest shapes, recorded at context creation). Recording costs a host pass over the layers
+// (the libraries' calls: cuDNN's legacy convolution call ~0.1 ms each), so it happens only when a
+// signature repeats the last execute's; an execute at the largest shapes otherwise stages its I/O
+// and replays the staged graph.
+enum {
+    KILN_CUDA_RUN_DIRECT, // the layer loop, launched directly
+    KILN_CUDA_RUN_REPLAY, // the signature's graph replayed
+    KILN_CUDA_RUN_RECORD, // a graph recorded for this signature, then replayed
+    KILN_CUDA_RUN_STAGED, // the I/O staged and the staged graph replayed
+};
+
+typedef struct kiln_cuda_run_facts {
+    int use_graph;      // graphs on for this execute (use_cuda_graphs, not a special stream, not
+                        // inside a caller's capture)
+    int graph_matches;  // the signature graph is valid, recorded for this signature, shapes as then
+    int at_largest;     // every tensor is bound at its largest shape
+    int staged_ok;      // the context has a staged graph (or may record it: its recording did not
+                        // fail at context creation)
+    int staged_matches; // ... it is valid and this execute's signature is its own (host I/O)
+    int repeats_last;   // the signature and shapes are the last execute's
+} kiln_cuda_run_facts;
+
+static inline int kiln_cuda_run_choice(const kiln_cuda_run_facts *f) {
+    if (!f->use_graph) return KILN_CUDA_RUN_DIRECT;
+    if (f->graph_matches) return KILN_CUDA_RUN_REPLAY;
+    const int staged = f->staged_ok && f->at_largest;
+    if (staged && f->staged_matches) return KILN_CUDA_RUN_STAGED;
+    if (f->repeats_last) return KILN_CUDA_RUN_RECORD;
+    return staged ? KILN_CUDA_RUN_STAGED : KILN_CUDA_RUN_DIRECT;
 }
 
 #endif // KILN_CUDA_CUDA_GRAPH_RULES_H

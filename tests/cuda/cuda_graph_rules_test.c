@@ -2,7 +2,9 @@
 // The CUDA backend's rule for updating an executable graph in place (src/cuda/cuda_graph_rules.h):
 // pure C, checked without a GPU. A random straight-line graph (as stream capture records it) is
 // compared with a copy of itself (updatable) and with copies carrying one change each, where the
-// expected verdict is written out case by case.
+// expected verdict is written out case by case. Then the execute's choice of how to run the
+// layers (kiln_cuda_run_choice) over every combination of its facts, against the properties the
+// execute path promises.
 #include "check.h"
 #include "cuda/cuda_graph_rules.h"
 
@@ -52,7 +54,44 @@ static long find_type(const graph *g, int t) {
     return -1;
 }
 
+// kiln_cuda_run_choice over every combination of what an execute knows, against the properties
+// the execute path promises (docs/cuda.md, "Execute and CUDA graphs"), each stated apart.
+static void run_choice_properties(void) {
+    int n = 0;
+    for (int m = 0; m < 64; m++) {
+        kiln_cuda_run_facts f = {m & 1,        (m >> 1) & 1, (m >> 2) & 1,
+                                 (m >> 3) & 1, (m >> 4) & 1, (m >> 5) & 1};
+        const int how = kiln_cuda_run_choice(&f);
+        const int staged_here = f.staged_ok && f.at_largest;
+        // graphs off (a special stream, a caller's capture, the option): always the layer loop
+        if (!f.use_graph) CHECK_MSG(how == KILN_CUDA_RUN_DIRECT, "case %d", m);
+        // the graph of this very signature is never recorded again, nor left unused
+        if (f.use_graph && f.graph_matches) CHECK_MSG(how == KILN_CUDA_RUN_REPLAY, "case %d", m);
+        // a replay of the signature's graph needs that graph
+        if (how == KILN_CUDA_RUN_REPLAY) CHECK_MSG(f.graph_matches, "case %d", m);
+        // the staged graph only at the largest shapes, where the context has one
+        if (how == KILN_CUDA_RUN_STAGED) CHECK_MSG(staged_here, "case %d", m);
+        // a recording (a host pass over the layers) only for a repeated signature, never for the
+        // staged graph's own (host I/O at the largest shapes replays it, repeated or not)
+        if (how == KILN_CUDA_RUN_RECORD) {
+            CHECK_MSG(f.repeats_last && !f.graph_matches && !(staged_here && f.staged_matches),
+                      "case %d", m);
+        }
+        // new device pointers at the largest shapes: staged, not run directly or recorded
+        if (f.use_graph && !f.graph_matches && !f.repeats_last && staged_here)
+            CHECK_MSG(how == KILN_CUDA_RUN_STAGED, "case %d", m);
+        // a repeated signature with graphs on is never run directly
+        if (f.use_graph && f.repeats_last) CHECK_MSG(how != KILN_CUDA_RUN_DIRECT, "case %d", m);
+        // the layer loop with graphs on only for a new signature where no staged graph applies
+        if (f.use_graph && how == KILN_CUDA_RUN_DIRECT)
+            CHECK_MSG(!f.repeats_last && !f.graph_matches && !staged_here, "case %d", m);
+        n++;
+    }
+    CHECK_EQ_INT(n, 64);
+}
+
 int main(void) {
+    run_choice_properties();
     const char *why = NULL;
     for (int trial = 0; trial < 200; trial++) {
         graph a, b;
