@@ -2,7 +2,8 @@
 one process, on the same weights, inputs and device tensors (docs/benchmarks.md; method from
 shared/reference/gpu-performance.md §5).
 
-    python3 bench/anchors_device.py --out $OUT [--models all] [--systems eager,graph,compile,kiln]
+    python3 bench/anchors_device.py --out $OUT [--models all]
+        [--systems eager,graph,compile,kiln | eager,graph,compile,autotune,kiln]
         [--bench-dir .dev/bench] [--workdir /tmp/kiln_bench] [--budget-s 380] [--rounds 5]
         [--calls 40] [--warmup 20] [--no-compile | --compile-models NAMES] [--dry-run]
 
@@ -15,7 +16,10 @@ Per config (bench/models.py), fp16, CNNs channels-last for the PyTorch systems:
   be the best anchor;
 - systems: ``eager``; ``graph`` (eager captured in a manual torch.cuda.CUDAGraph);
   ``compile`` (torch.compile mode="reduce-overhead"; inductor freezing for CNNs; compile time
-  reported separately, skipped when the time budget would not allow it); ``kiln`` (the engine
+  reported separately, skipped when the time budget would not allow it); ``autotune`` (asked
+  for in ``--systems``: torch.compile mode="max-autotune", which times Triton templates for
+  the GEMMs and convolutions and replays CUDA graphs, on a copy of the model, under the same
+  rules; its compile takes several times reduce-overhead's); ``kiln`` (the engine
   rebuilt from the recorded graph with bench/kiln_record.py, loaded on cuda:0 through libkiln's
   C API with CUDA graphs on, bound once to the same device input values, on its own stream);
 - synchronous latency: CUDA event, call, event, synchronize; ``--rounds`` interleaved rounds
@@ -103,7 +107,11 @@ COMPILE_EST_S.update(
 )
 # Everything but the compile, per config (model build, reference, capture, Kiln rebuild, timing).
 OTHER_EST_S = {"mlp": 6, "encoder": 6, "bert": 15, "vit_b16": 15, "resnet50": 12}
-ANCHORS = ("eager", "graph", "compile")
+ANCHORS = ("eager", "graph", "compile", "autotune")
+# max-autotune's compile against reduce-overhead's, for the budget only (a guess until the H200
+# runs record build_s for it in anchors.json).
+AUTOTUNE_EST_FACTOR = 8
+COMPILE_MODES = {"compile": "reduce-overhead", "autotune": "max-autotune"}
 RUNNER_TOLERANCE = 5e-2  # kiln_runner's elementwise check: |y - e| <= t + t |e|
 
 
@@ -270,20 +278,23 @@ def make_graph_system(model, x: list) -> System:
     return s
 
 
-def make_compile_system(model, x: list, cnn: bool) -> System:
+def make_compile_system(model, x: list, cnn: bool, name: str = "compile") -> System:
     import torch._inductor.config as icfg
 
+    mode = COMPILE_MODES[name]
+    if name != "compile":  # its own module: dynamo's cache entries guard on the module
+        model = copy.deepcopy(model)
     icfg.freezing = bool(cnn)
     t0 = time.perf_counter()
-    cm = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    cm = torch.compile(model, mode=mode, fullgraph=True, dynamic=False)
     cm(*x)  # compile (and the cudagraph tree's first warm-up)
     torch.cuda.synchronize()
     build = time.perf_counter() - t0
     for _ in range(3):  # cudagraph trees record on a later call
         cm(*x)
     torch.cuda.synchronize()
-    s = System("compile", lambda: cm(*x), build, "reduce-overhead" + (", freezing" if cnn else ""))
-    s._keep = (cm,)
+    s = System(name, lambda: cm(*x), build, mode + (", freezing" if cnn else ""))
+    s._keep = (cm, model)
     return s
 
 
@@ -424,14 +435,15 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
         add("eager", lambda: System("eager", lambda: model(*x_pt)))
         if not dry:
             add("graph", lambda: make_graph_system(model, x_pt))
-            compile_ok, why = compile_allowed(cfg, args, t_start)
-            if "compile" in want and not compile_ok:
-                s = System("compile", None)
-                s.error = f"skipped: {why}"
-                systems.append(s)
-                log(f"  {cfg.name}: compile skipped ({why})")
-            elif compile_ok:
-                add("compile", lambda: make_compile_system(model, x_pt, fam.cnn))
+            for name in COMPILE_MODES:
+                compile_ok, why = compile_allowed(cfg, args, t_start, name)
+                if name in want and not compile_ok:
+                    s = System(name, None)
+                    s.error = f"skipped: {why}"
+                    systems.append(s)
+                    log(f"  {cfg.name}: {name} skipped ({why})")
+                elif compile_ok:
+                    add(name, lambda n=name: make_compile_system(model, x_pt, fam.cnn, n))
         if "kiln" in want or args.runner_io:
             if entry is None:
                 if "kiln" in want:
@@ -540,8 +552,8 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
     return res
 
 
-def compile_allowed(cfg, args, t_start: float) -> tuple[bool, str]:
-    if "compile" not in args.systems.split(","):
+def compile_allowed(cfg, args, t_start: float, name: str = "compile") -> tuple[bool, str]:
+    if name not in args.systems.split(","):
         return False, "not asked"
     if args.no_compile:
         return False, "--no-compile"
@@ -552,7 +564,8 @@ def compile_allowed(cfg, args, t_start: float) -> tuple[bool, str]:
     ):
         return False, "not in --compile-models"
     left = args.budget_s - (time.time() - t_start)
-    need = COMPILE_EST_S.get(cfg.family, 100) + args._rest_est.get(cfg.name, 0)
+    est = COMPILE_EST_S.get(cfg.family, 100) * (AUTOTUNE_EST_FACTOR if name == "autotune" else 1)
+    need = est + args._rest_est.get(cfg.name, 0)
     if need > left:
         return False, f"budget: ~{need:.0f} s needed, {left:.0f} s left"
     return True, ""
@@ -588,7 +601,7 @@ def fmt_ms(d: dict | None) -> str:
 
 
 def table(results: dict) -> str:
-    cols = ["eager", "graph", "compile", "kiln"]
+    cols = ["eager", "graph", "compile", "autotune", "kiln"]
     lines = [
         f"{'model':<14} {'floor':>8} "
         + " ".join(f"{c:>9}" for c in cols)

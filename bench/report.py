@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples" / "cpp"))
 
-ANCHORS = ("eager", "graph", "compile")
+ANCHORS = ("eager", "graph", "compile", "autotune")
 LOW_CLOCK_MHZ = 1900
 
 
@@ -154,6 +154,7 @@ COLUMNS = [
     ("eager", "eager"),
     ("graph", "graph"),
     ("compile", "compile"),
+    ("autotune", "autotune"),
     ("kiln_capi", "Kiln C"),
     ("kiln_et_devio", "Kiln ET"),
     ("kiln_et_host", "ET host"),

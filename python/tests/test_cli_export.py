@@ -243,3 +243,59 @@ def test_report_reads_the_latest_table_and_plots(tmp_path):
 
     h, w, _ = matplotlib.image.imread(str(png)).shape
     assert w > h > 200
+
+
+# --- bench/anchors_device.py: which torch.compile anchors a config gets
+
+
+def _anchors_module():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "kiln_bench_anchors", ROOT / "bench" / "anchors_device.py"
+        )
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return mod
+
+
+def test_anchors_compile_modes_within_the_budget():
+    import time
+    import types
+
+    anc = _anchors_module()
+    cfg = types.SimpleNamespace(name="resnet50_b1", family="resnet50")
+    est = anc.COMPILE_EST_S["resnet50"]
+
+    def args(systems, budget, **kw):
+        a = dict(systems=systems, budget_s=budget, no_compile=False, compile_models="")
+        a.update(kw)
+        a = types.SimpleNamespace(**a)
+        a._rest_est = {cfg.name: 10}
+        return a
+
+    now = time.time()
+    both = "eager,graph,compile,autotune,kiln"
+    # max-autotune only where asked for, and only where its longer compile fits the budget
+    assert anc.compile_allowed(cfg, args("eager,compile", 1e4), now, "autotune") == (
+        False,
+        "not asked",
+    )
+    assert anc.compile_allowed(cfg, args(both, 1e4), now, "autotune") == (True, "")
+    tight = est + 10 + 5  # reduce-overhead's estimate fits, max-autotune's does not
+    assert anc.compile_allowed(cfg, args(both, tight), now, "compile") == (True, "")
+    ok, why = anc.compile_allowed(cfg, args(both, tight), now, "autotune")
+    assert not ok and why.startswith("budget: ~") and str(est * anc.AUTOTUNE_EST_FACTOR + 10) in why
+    # --no-compile and --compile-models hold for both modes
+    for name in anc.COMPILE_MODES:
+        assert anc.compile_allowed(cfg, args(both, 1e4, no_compile=True), now, name) == (
+            False,
+            "--no-compile",
+        )
+        assert not anc.compile_allowed(cfg, args(both, 1e4, compile_models="bert"), now, name)[0]
+    assert anc.COMPILE_MODES == {"compile": "reduce-overhead", "autotune": "max-autotune"}
+    assert set(anc.COMPILE_MODES) <= set(anc.ANCHORS)
