@@ -539,8 +539,12 @@ def test_transformers_llama_static_cache(tmp_path):
             strict=True,
         )
     prog = save(ep, tmp_path / "hf.pte", quiet=True)
-    # Per layer keys, values and the cache's length counter.
+    # Per layer keys, values and the cache's length counter; no method reads the counter, so
+    # the engine's layers write only the keys and values (the counter's updates are dropped).
     _check_whole(prog, n_states=3 * model.config.num_hidden_layers)
+    uses = _state_uses(prog, "forward")
+    assert len(uses) == 2 * model.config.num_hidden_layers, uses
+    assert not any("cumulative" in n for n in uses), uses
     program = kiln.load(tmp_path / "hf.pte")
     prompt = _prompt(41, 10)
     want = _hf_generate(model, prompt, DECODE)
@@ -607,3 +611,139 @@ def test_transformers_llama_fuses_rms_norm_and_rotary(tmp_path):
     want = _hf_generate(model, prompt, 12)
     got = _generate(lambda t, p: program.forward(t, p)[0][:, -1], prompt, 12)
     _compare(got, want, "transformers llama, fused norms and rotary")
+
+
+# --- buffers the program writes and never reads
+
+
+class _Counted(nn.Module):
+    """A cache the output reads, and a step counter the forward overwrites and never reads (as
+    transformers' StaticCache keeps one per layer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(8, 4))
+        self.register_buffer("count", torch.zeros(1))
+        self.lin = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.randn(4, 4, generator=torch.Generator().manual_seed(7)))
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, self.lin(x))
+        self.count.copy_(pos.float() + 1)
+        # the new value, read in the same call: no earlier call's value is needed
+        return self.cache.sum(0, keepdim=True) + self.count
+
+
+class _Accum(_Counted):
+    """The counter advanced from its stored value: read, so its updates stay."""
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, self.lin(x))
+        self.count.copy_(self.count + pos.float())
+        return self.cache.sum(0, keepdim=True) * self.count
+
+
+class _Bump(nn.Module):
+    """Reads and advances the same counter (the same buffer name: the methods share the state)."""
+
+    def __init__(self, owner: _Counted):
+        super().__init__()
+        self.register_buffer("count", owner.count)
+
+    def forward(self, x):
+        self.count.add_(1)
+        return x * self.count
+
+
+def _state_uses(prog, method: str) -> dict[str, int]:
+    """Per state name, how many layers of the method's Kiln engine read or write it."""
+    from executorch.exir.lowered_backend_module import executorch_call_delegate
+    from kiln._cli import _capi
+
+    gm = prog.exported_program(method).graph_module
+    uses: dict[str, int] = {}
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is not executorch_call_delegate:
+            continue
+        desc = _capi.describe(bytes(getattr(gm, n.args[0].target).processed_bytes))
+        for la in desc["layers"]:
+            for t in list(la.get("inputs", [])) + list(la.get("outputs", [])):
+                if t.get("kind") == "state":
+                    uses[t["name"]] = uses.get(t["name"], 0) + 1
+    return uses
+
+
+def test_write_only_buffer_is_dropped_and_the_program_matches_eager(tmp_path):
+    """The counter no method reads costs no layer; the cache keeps working."""
+    from kiln.executorch._options import write_only_of
+
+    model = _Counted().eval()
+    fresh = copy.deepcopy(model)
+    prog = save(model, tmp_path / "c.pte", (torch.randn(1, 4), torch.tensor([0])), quiet=True)
+    (lowered,) = _lowered_modules(prog)
+    assert write_only_of(lowered.compile_specs) == {"count"}
+    uses = _state_uses(prog, "forward")
+    assert not any("count" in n for n in uses), uses
+    assert any("cache" in n for n in uses), uses
+    program = kiln.load(tmp_path / "c.pte")
+    g = torch.Generator().manual_seed(11)
+    for i in range(6):
+        x, pos = torch.randn(1, 4, generator=g), torch.tensor([(3 * i) % 8])
+        got = program.forward(x, pos)[0]
+        with torch.no_grad():
+            want = fresh(x, pos)
+        _close(got, want, f"step {i}", 1e-5)
+
+
+def test_buffer_read_before_its_overwrite_keeps_its_updates(tmp_path):
+    """count.copy_(count + x) reads the value the previous call stored: kept, and the
+    program matches eager call after call."""
+    from kiln.executorch._options import write_only_of
+
+    model = _Accum().eval()
+    fresh = copy.deepcopy(model)
+    prog = save(model, tmp_path / "a.pte", (torch.randn(1, 4), torch.tensor([0])), quiet=True)
+    (lowered,) = _lowered_modules(prog)
+    assert write_only_of(lowered.compile_specs) == set()
+    assert any("count" in n for n in _state_uses(prog, "forward"))
+    program = kiln.load(tmp_path / "a.pte")
+    g = torch.Generator().manual_seed(13)
+    for i in range(5):
+        x, pos = torch.randn(1, 4, generator=g), torch.tensor([i + 1])
+        got = program.forward(x, pos)[0]
+        with torch.no_grad():
+            want = fresh(x, pos)
+        _close(got, want, f"step {i}", 1e-5)
+
+
+def test_buffer_another_method_reads_keeps_its_updates(tmp_path):
+    """The same counter read (and advanced) by a second method of the program is not
+    write-only: the first method's engine still writes it, and both methods match eager."""
+    from kiln.executorch._options import write_only_of
+
+    model = _Counted().eval()
+    bump = _Bump(model).eval()
+    fresh = copy.deepcopy(model)
+    prog = save(
+        {
+            "step": (model, (torch.randn(1, 4), torch.tensor([0]))),
+            "bump": (bump, (torch.randn(1, 4),)),
+        },
+        tmp_path / "two.pte",
+        quiet=True,
+    )
+    for method in ("step", "bump"):
+        gm = prog.exported_program(method).graph_module
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and "executorch_call_delegate" in str(n.target):
+                assert write_only_of(getattr(gm, n.args[0].target).compile_specs) == set()
+    assert any("count" in n for n in _state_uses(prog, "step")), _state_uses(prog, "step")
+    program = kiln.load(tmp_path / "two.pte")
+    g = torch.Generator().manual_seed(12)
+    for i in range(4):
+        x, pos = torch.randn(1, 4, generator=g), torch.tensor([i + 2])
+        got = program.run("step", [x, pos])[0]
+        with torch.no_grad():
+            want = fresh(x, pos)
+        _close(got, want, f"step {i}", 1e-5)

@@ -264,7 +264,10 @@ def _export(
     with rep.phase("torch.export"):
         programs = _programs(model, example_inputs, dynamic_shapes)
     kiln = KilnPartitioner(
-        precision=precision, external_data=external_data, tuning_records=tuning_records
+        precision=precision,
+        external_data=external_data,
+        tuning_records=tuning_records,
+        write_only_buffers=_write_only_buffers(programs),
     )
     with rep.phase("partition + lower"):
         try:
@@ -280,7 +283,10 @@ def _export(
             with rep.phase("torch.export"), torch.no_grad():
                 programs = _programs(model, example_inputs, dynamic_shapes, strict=True)
             kiln = KilnPartitioner(
-                precision=precision, external_data=external_data, tuning_records=tuning_records
+                precision=precision,
+                external_data=external_data,
+                tuning_records=tuning_records,
+                write_only_buffers=_write_only_buffers(programs),
             )
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
     methods, derived = _report.describe_methods(edge)
@@ -327,6 +333,42 @@ def _modules(model) -> list[torch.nn.Module]:
             if isinstance(v, (tuple, list)) and v and isinstance(v[0], torch.nn.Module)
         ]
     return []
+
+
+def _write_only_buffers(programs: dict[str, ExportedProgram]) -> tuple[str, ...]:
+    """The buffers some method overwrites and no method reads the stored value of: in every
+    method, the buffer is the destination of a whole copy (``buffer.copy_(value)``, or the
+    functional ``aten.copy`` whose result only the update takes), and nothing reads it before
+    that copy (after an in-place copy, the graph's reads of the buffer or of the copy's result
+    see the new value). Such a value never reaches a later call, so its updates are dropped
+    (transformers' StaticCache keeps such a length counter per layer)."""
+    written: set[str] = set()
+    read: set[str] = set()
+    for ep in programs.values():
+        sig = ep.graph_signature
+        written.update(sig.buffers_to_mutate.values())
+        order = {n: i for i, n in enumerate(ep.graph.nodes)}
+        for node in ep.graph.nodes:
+            if node.op != "placeholder" or node.name not in sig.inputs_to_buffers:
+                continue
+            name = sig.inputs_to_buffers[node.name]
+
+            def whole_copy(u, target, node=node):
+                return (
+                    u.op == "call_function"
+                    and str(u.target) == target
+                    and u.args[:1] == (node,)
+                    and node not in u.args[1:]
+                )
+
+            inplace = [order[u] for u in node.users if whole_copy(u, "aten.copy_.default")]
+            first = min(inplace) if inplace else None
+            for user in node.users:
+                if whole_copy(user, "aten.copy_.default") or whole_copy(user, "aten.copy.default"):
+                    written.add(name)
+                elif first is None or order[user] < first:
+                    read.add(name)  # the value stored by an earlier call
+    return tuple(sorted(written - read))
 
 
 def _buffer_values(model) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -27,7 +27,10 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 SPEC_PRECISION = "kiln.precision"
 SPEC_EXTERNAL_DATA = "kiln.external_data"
 SPEC_TUNING = "kiln.tuning"
-KNOWN_SPECS = (SPEC_PRECISION, SPEC_EXTERNAL_DATA, SPEC_TUNING)
+# Buffers the program updates and none of its methods reads (export computes them over every
+# method): their updates are dead, and Kiln drops them with the state (one name a line).
+SPEC_WRITE_ONLY = "kiln.write_only_buffers"
+KNOWN_SPECS = (SPEC_PRECISION, SPEC_EXTERNAL_DATA, SPEC_TUNING, SPEC_WRITE_ONLY)
 TUNING_KEY_PREFIX = "kiln-tuning-"
 # Tuning cache images read by this process, by key: KilnBackend.preprocess stores them as named
 # data beside the engines whose compile specs name them.
@@ -146,13 +149,18 @@ def read_tuning_records(path) -> str | None:
 
 
 def compile_specs_for(
-    precision: str, external_data: str | None, tuning_key: str | None = None
+    precision: str,
+    external_data: str | None,
+    tuning_key: str | None = None,
+    write_only: tuple[str, ...] = (),
 ) -> list[CompileSpec]:
     specs = [CompileSpec(SPEC_PRECISION, precision.encode())]
     if external_data is not None:
         specs.append(CompileSpec(SPEC_EXTERNAL_DATA, external_data.encode()))
     if tuning_key is not None:
         specs.append(CompileSpec(SPEC_TUNING, tuning_key.encode()))
+    if write_only:
+        specs.append(CompileSpec(SPEC_WRITE_ONLY, "\n".join(write_only).encode()))
     return specs
 
 
@@ -172,7 +180,7 @@ def parse_compile_specs(specs) -> tuple[str, str | None]:
             precision = validate_precision(value)
         elif key == SPEC_EXTERNAL_DATA:
             external = validate_external_data(value)
-        elif key == SPEC_TUNING:
+        elif key in (SPEC_TUNING, SPEC_WRITE_ONLY):
             pass
         else:
             raise ValueError(
@@ -180,6 +188,15 @@ def parse_compile_specs(specs) -> tuple[str, str | None]:
                 "use KilnPartitioner(precision=..., external_data=...)"
             )
     return precision, external
+
+
+def write_only_of(specs) -> frozenset[str]:
+    """The ``kiln.write_only_buffers`` of a delegate's compile specs (empty when absent)."""
+    for s in specs or ():
+        if s.key == SPEC_WRITE_ONLY:
+            text = bytes(s.value).decode("utf-8", errors="replace")
+            return frozenset(n for n in text.split("\n") if n)
+    return frozenset()
 
 
 def tuning_key_of(specs) -> str | None:

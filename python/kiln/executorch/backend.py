@@ -32,7 +32,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from .. import _graph
 from . import _lowering as low
 from . import _report
-from ._options import TUNING_IMAGES, parse_compile_specs, tuning_key_of
+from ._options import TUNING_IMAGES, parse_compile_specs, tuning_key_of, write_only_of
 
 log = logging.getLogger("kiln.executorch")
 
@@ -54,11 +54,16 @@ def build_engine(
     precision: str = "fp32",
     min_external_nbytes: int = MIN_EXTERNAL_NBYTES,
     reporter=None,
+    write_only: frozenset[str] = frozenset(),
 ):
     """Describes an edge (sub)program as a Kiln graph and builds it.
 
     ``reporter`` (an export's ``_report.ExportProgress``) is told about each node lowered and
-    each step of the build. Returns (Built, input placeholder names, output count).
+    each step of the build. ``write_only``: buffers no method of the program reads (export's
+    analysis): their updates are dropped, and the builder removes what only served them (the
+    nodes computing the new value, and the state when nothing reads it: every method's engine
+    drops it alike, so the states they share still match). Returns (Built, input placeholder
+    names, output count).
     """
     gm = edge_program.graph_module
     if reporter is not None:
@@ -115,6 +120,8 @@ def build_engine(
         for spec, o in zip(out_specs, results, strict=True):
             if spec.kind == OutputKind.USER_OUTPUT:
                 outs.append(o)
+            elif spec.kind == OutputKind.BUFFER_MUTATION and spec.target in write_only:
+                pass  # a write-only buffer's update: dead
             elif spec.kind == OutputKind.BUFFER_MUTATION and spec.target in states:
                 _update_state(g, L, states[spec.target], spec.target, o)
             else:
@@ -207,6 +214,7 @@ class KilnBackend(BackendDetails):
             precision,
             MIN_EXTERNAL_NBYTES_PTD if external_data else MIN_EXTERNAL_NBYTES,
             reporter=_report.current(),
+            write_only=write_only_of(compile_specs),
         )
         store = NamedDataStore()
         for key, data in built.weights:

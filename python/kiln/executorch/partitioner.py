@@ -474,10 +474,17 @@ class KilnPartitioner(Partitioner):
         tuning_records: None, or a tuning cache file (``kiln tune PROGRAM.pte --cache FILE`` on
             the target GPU): its records are stored in the program (named data, beside the
             weights), and contexts on that GPU apply them instead of timing.
+        write_only_buffers: names of buffers the program updates and none of its methods reads
+            (``kiln.executorch.export`` finds them over every method): their updates are
+            dropped with their states (transformers' StaticCache keeps such counters).
     """
 
     def __init__(
-        self, precision: str = "fp32", external_data: str | None = None, tuning_records=None
+        self,
+        precision: str = "fp32",
+        external_data: str | None = None,
+        tuning_records=None,
+        write_only_buffers=(),
     ):
         super().__init__()
         # Every node of the partitioned programs left to ExecuTorch: dicts {"op": edge op
@@ -491,8 +498,12 @@ class KilnPartitioner(Partitioner):
         self.external_data = validate_external_data(external_data)
         # a tuning cache file (`kiln tune`): its records go into the program (named data)
         self.tuning_key = read_tuning_records(tuning_records)
+        self.write_only_buffers = tuple(sorted(str(n) for n in write_only_buffers))
         self.delegation_spec = DelegationSpec(
-            BACKEND_ID, compile_specs_for(self.precision, self.external_data, self.tuning_key)
+            BACKEND_ID,
+            compile_specs_for(
+                self.precision, self.external_data, self.tuning_key, self.write_only_buffers
+            ),
         )
 
     @property
