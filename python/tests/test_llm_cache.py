@@ -36,10 +36,10 @@ DECODE = 64
 TOL = 1e-4
 
 
-def _lowered_modules(prog):
+def _lowered_modules(prog, method: str = "forward"):
     from executorch.exir.lowered_backend_module import executorch_call_delegate
 
-    gm = prog.exported_program().graph_module
+    gm = prog.exported_program(method).graph_module
     return [
         getattr(gm, n.args[0].target)
         for n in gm.graph.nodes
@@ -658,15 +658,11 @@ class _Bump(nn.Module):
 
 def _state_uses(prog, method: str) -> dict[str, int]:
     """Per state name, how many layers of the method's Kiln engine read or write it."""
-    from executorch.exir.lowered_backend_module import executorch_call_delegate
     from kiln._cli import _capi
 
-    gm = prog.exported_program(method).graph_module
     uses: dict[str, int] = {}
-    for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target is not executorch_call_delegate:
-            continue
-        desc = _capi.describe(bytes(getattr(gm, n.args[0].target).processed_bytes))
+    for lowered in _lowered_modules(prog, method):
+        desc = _capi.describe(bytes(lowered.processed_bytes))
         for la in desc["layers"]:
             for t in list(la.get("inputs", [])) + list(la.get("outputs", [])):
                 if t.get("kind") == "state":
@@ -734,10 +730,8 @@ def test_buffer_another_method_reads_keeps_its_updates(tmp_path):
         quiet=True,
     )
     for method in ("step", "bump"):
-        gm = prog.exported_program(method).graph_module
-        for n in gm.graph.nodes:
-            if n.op == "call_function" and "executorch_call_delegate" in str(n.target):
-                assert write_only_of(getattr(gm, n.args[0].target).compile_specs) == set()
+        for lowered in _lowered_modules(prog, method):
+            assert write_only_of(lowered.compile_specs) == set()
     assert any("count" in n for n in _state_uses(prog, "step")), _state_uses(prog, "step")
     program = kiln.load(tmp_path / "two.pte")
     g = torch.Generator().manual_seed(12)
