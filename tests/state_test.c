@@ -307,7 +307,7 @@ static void test_share(void) {
             if (hb != NULL) CHECK_OK(tu_load(hb, "cpu", &he));
             if (he != NULL) CHECK_OK(kiln_context_new(he, &hc));
             if (hc != NULL) {
-                CHECK_STATUS(kiln_context_share_states(hc, c), KILN_ERR_INVALID_ARG);
+                CHECK_STATUS(kiln_context_share_states(hc, c), KILN_ERR_SHAPE);
                 CHECK(strstr(kiln_last_error(), "'cache'") != NULL &&
                       strstr(kiln_last_error(), "one dtype and shape") != NULL);
             }
@@ -326,6 +326,116 @@ static void test_share(void) {
     kiln_engine_free(e1);
     kiln_engine_free(e2);
     kiln_built_free(b);
+}
+
+// An engine over the states named in `names` (each 4 floats, initial value init + i for the i-th
+// name): one input x; state i is updated to s_i + (i + 1) * scale_i * x and output as is.
+static kiln_context *partial_ctx(const char *const *names, int n, const float *scale,
+                                 kiln_built **b, kiln_engine **e) {
+    kiln_graph *g = NULL;
+    kiln_context *c = NULL;
+    int32_t st[4], xin;
+    *b = NULL;
+    *e = NULL;
+    CHECK_OK(kiln_graph_new(&g));
+    if (g == NULL) return NULL;
+    xin = tu_input(g, "x", KILN_DTYPE_F32, 1, TU_DIMS(4), TU_DIMS(4));
+    for (int i = 0; i < n; i++) {
+        float init[4], f[1] = {scale[i]};
+        for (int j = 0; j < 4; j++) init[j] = 0.25f * (float)j + (float)i;
+        CHECK_OK(kiln_graph_add_state(g, names[i], KILN_DTYPE_F32, 1, TU_DIMS(4), init, sizeof init,
+                                      &st[i]));
+        int32_t k = tu_const(g, NULL, KILN_DTYPE_F32, 1, TU_DIMS(1), f);
+        int32_t kx = tu_node(g, KILN_OP_MUL, TU_IDS(xin, k), TU_NO_ATTRS);
+        int32_t nv = tu_node(g, KILN_OP_ADD, TU_IDS(st[i], kx), TU_NO_ATTRS);
+        CHECK_OK(kiln_graph_update_state(g, st[i], nv));
+        char out[16];
+        snprintf(out, sizeof out, "y%d", i);
+        tu_output(g, nv, out);
+    }
+    CHECK_OK(tu_build(g, KILN_PRECISION_FP32, 0, b));
+    kiln_graph_free(g);
+    if (*b != NULL) CHECK_OK(tu_load(*b, "cpu", e));
+    if (*e != NULL) CHECK_OK(kiln_context_new(*e, &c));
+    return c;
+}
+
+// One step of a partial_ctx context: x random, each named state's reference (refs, by name
+// index into all[]) updated as the engine's graph does, the outputs checked against it.
+static void partial_step(kiln_context *c, const char *const *names, int n, const float *scale,
+                         const char *const *all, float (*refs)[4], const char *what) {
+    float x[4], y[4][4];
+    tu_fill(x, 4, -1.0f, 1.0f);
+    tu_io in[1] = {{1, {4}, x, 0}};
+    tu_io out[4];
+    for (int i = 0; i < n; i++) out[i] = (tu_io){1, {4}, y[i], sizeof y[i]};
+    CHECK_OK(tu_execute(c, in, 1, out, (uint32_t)n));
+    for (int i = 0; i < n; i++) {
+        int r = 0;
+        while (strcmp(all[r], names[i]) != 0) r++;
+        for (int j = 0; j < 4; j++) refs[r][j] += scale[i] * x[j];
+        char msg[96];
+        snprintf(msg, sizeof msg, "%s: state '%s'", what, names[i]);
+        tu_check_close(msg, y[i], refs[r], 4, 1e-6, 1e-6);
+    }
+}
+
+// Methods with different sets of states: each shares the states it has in common with an
+// earlier one and keeps the rest; a state shared from a context that shares it from a third one
+// stays one copy after the first two are freed; reset; no state in common is refused.
+static void test_share_partial(void) {
+    static const char *const all[4] = {"k", "a", "b", "z"};
+    static const char *const na[2] = {"k", "a"}, *const nb[2] = {"k", "b"};
+    static const char *const nd[2] = {"b", "k"}, *const nz[1] = {"z"};
+    static const float sa[2] = {1.0f, 2.0f}, sb[2] = {-1.0f, 3.0f}, sd[2] = {0.5f, 4.0f};
+    static const float sz[1] = {1.0f};
+    kiln_built *ba, *bb, *bd, *bz;
+    kiln_engine *ea, *eb, *ed, *ez;
+    kiln_context *a = partial_ctx(na, 2, sa, &ba, &ea);
+    kiln_context *b = partial_ctx(nb, 2, sb, &bb, &eb);
+    kiln_context *d = partial_ctx(nd, 2, sd, &bd, &ed);
+    kiln_context *z = partial_ctx(nz, 1, sz, &bz, &ez);
+    float refs[4][4], own_b[4][4];
+    for (int r = 0; r < 4; r++) {
+        for (int j = 0; j < 4; j++) refs[r][j] = own_b[r][j] = 0.25f * (float)j;
+    }
+    // initial values: k and z are the first state of their engines (+0), a and b the second (+1)
+    for (int j = 0; j < 4; j++) refs[1][j] += 1.0f, refs[2][j] += 1.0f, own_b[2][j] += 1.0f;
+    if (a != NULL && b != NULL && d != NULL && z != NULL) {
+        CHECK_STATUS(kiln_context_share_states(z, a), KILN_ERR_INVALID_ARG);
+        CHECK(strstr(kiln_last_error(), "no state") != NULL);
+        CHECK_OK(kiln_context_share_states(b, a)); // k shared, b its own
+        partial_step(a, na, 2, sa, all, refs, "partial: a");
+        partial_step(b, nb, 2, sb, all, refs, "partial: b (k from a)");
+        partial_step(a, na, 2, sa, all, refs, "partial: a after b");
+        // d: b from b's own block, k from a's through b; visited latest first as the delegate does
+        CHECK_OK(kiln_context_share_states(d, b));
+        CHECK_OK(kiln_context_share_states(d, a));
+        partial_step(d, nd, 2, sd, all, refs, "partial: d");
+        partial_step(b, nb, 2, sb, all, refs, "partial: b after d");
+        // reset through b: k and b back to b's engine's initial values (k +0, b +1), a kept
+        CHECK_OK(kiln_context_reset_states(b));
+        for (int j = 0; j < 4; j++) refs[0][j] = 0.25f * (float)j, refs[2][j] = own_b[2][j];
+        partial_step(d, nd, 2, sd, all, refs, "partial: d after b's reset");
+        kiln_context_free(a);
+        a = NULL;
+        kiln_context_free(b);
+        b = NULL;
+        partial_step(d, nd, 2, sd, all, refs, "partial: d after a and b were freed");
+        partial_step(z, nz, 1, sz, all, refs, "partial: z (its own)");
+    }
+    kiln_context_free(a);
+    kiln_context_free(b);
+    kiln_context_free(d);
+    kiln_context_free(z);
+    kiln_engine_free(ea);
+    kiln_engine_free(eb);
+    kiln_engine_free(ed);
+    kiln_engine_free(ez);
+    kiln_built_free(ba);
+    kiln_built_free(bb);
+    kiln_built_free(bd);
+    kiln_built_free(bz);
 }
 
 static void test_api_errors(void) {
@@ -362,5 +472,6 @@ int main(void) {
     test_counter(0);
     test_counter(1);
     test_share();
+    test_share_partial();
     return check_summary();
 }

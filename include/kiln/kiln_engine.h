@@ -103,12 +103,17 @@ KILN_API void kiln_context_free(kiln_context *context);
 KILN_API uint32_t kiln_engine_n_states(const kiln_engine *engine);
 // Sets every state of the context back to its initial value (a new sequence for a KV cache).
 KILN_API kiln_status kiln_context_reset_states(kiln_context *context);
-// Makes context use owner's states instead of its own: every state of context's engine must be
-// a state of owner's engine with the same name, dtype and shape, and both engines must run on
-// the same device. From then on the two contexts read and update one set of states (a prefill
-// and a decode method over one KV cache); the memory lives until both contexts are freed, in any
-// order. Contexts sharing states must not execute at the same time. Resetting either resets the
-// shared states.
+// Makes context use owner's states instead of its own for every state the two engines have in
+// common: a state of context's engine and one of owner's with the same name (which must have
+// the same dtype and shape: KILN_ERR_SHAPE names the state otherwise). States owner lacks stay
+// the context's own; with no state in common nothing changes (KILN_ERR_INVALID_ARG). Both
+// engines must run on the same device. From then on the two contexts read and update one copy
+// of each shared state (a prefill and a decode method over one KV cache; an encoder writing a
+// cross-attention cache a decoder reads beside its own), also where owner's copy is itself
+// shared from a third context; the memory lives until every context using it is freed, in any
+// order. Sharing again re-points the states in common to the new owner's. Contexts sharing
+// states must not execute at the same time. Resetting a context resets the states it uses
+// (shared ones included) to its engine's initial values.
 KILN_API kiln_status kiln_context_share_states(kiln_context *context, kiln_context *owner);
 
 // Binds input i: its shape (checked against the binding's ranges: KILN_ERR_SHAPE names the

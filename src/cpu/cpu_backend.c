@@ -33,8 +33,8 @@ typedef struct cpu_engine {
     int profile; // the option profile: each group is timed (wall clock)
 } cpu_engine;
 
-// A context's states: one block, shared by contexts that share states (kiln_context_share_states),
-// freed with the last of them.
+// A context's states: one block, whose states other contexts may use (kiln_context_share_states),
+// freed with the last reference.
 typedef struct cpu_states {
     atomic_int refs;
     uint8_t *data;
@@ -51,7 +51,8 @@ typedef struct cpu_context {
     const cpu_engine *engine; // borrowed
     uint8_t *arena;           // owned, plan->arena_nbytes bytes
     void *scratch;            // owned, engine->scratch_nbytes bytes
-    cpu_states *states;       // a reference: the block the STATE views point into
+    cpu_states *states;       // a reference: its own block (NULL once every state is shared)
+    cpu_states **held;        // owned, n_tensors: a shared state's block (a reference), or NULL
     kiln_tensor *views;       // owned, plan->n_tensors entries
     double *prof_us;          // owned, plan->n_layers entries with profile: summed time per head
     uint64_t prof_runs;       // executes timed
@@ -179,6 +180,10 @@ static void cpu_context_free(void *state) {
     kiln_free(c->arena, (size_t)c->engine->plan->arena_nbytes);
     kiln_free(c->scratch, c->engine->scratch_nbytes);
     states_release(c->states);
+    for (uint32_t i = 0; c->held != NULL && i < c->engine->plan->n_tensors; i++) {
+        states_release(c->held[i]);
+    }
+    kiln_free(c->held, (size_t)c->engine->plan->n_tensors * sizeof *c->held + 1);
     kiln_free(c->views, (size_t)c->engine->plan->n_tensors * sizeof *c->views);
     kiln_free(c->prof_us, (size_t)c->engine->plan->n_layers * sizeof *c->prof_us);
     kiln_free(c, sizeof *c);
@@ -208,9 +213,10 @@ static kiln_status cpu_context_init(void *engine_state, void **out_state) {
         }
     }
     c->views = kiln_calloc((size_t)p->n_tensors * sizeof *c->views, KILN_ALIGN);
+    c->held = kiln_calloc((size_t)p->n_tensors * sizeof *c->held + 1, KILN_ALIGN);
     if (e->profile) c->prof_us = kiln_calloc((size_t)p->n_layers * sizeof *c->prof_us, KILN_ALIGN);
-    if (c->arena == NULL || c->scratch == NULL || c->views == NULL || c->states == NULL ||
-        (e->profile && p->n_layers > 0 && c->prof_us == NULL)) {
+    if (c->arena == NULL || c->scratch == NULL || c->views == NULL || c->held == NULL ||
+        c->states == NULL || (e->profile && p->n_layers > 0 && c->prof_us == NULL)) {
         cpu_context_free(c);
         return kiln_fail(KILN_ERR_NO_MEMORY,
                          "out of memory allocating the activation arena (%llu bytes) and scratch "
@@ -244,18 +250,30 @@ static kiln_status cpu_reset_states(void *context_state) {
     return KILN_OK;
 }
 
+// Each state the owner has (owner_tensor[i] < UINT32_MAX) points where the owner's does, and the
+// context holds a reference on that block (the owner's own, or the one the owner shares); its
+// own block goes once no state uses it.
 static kiln_status cpu_share_states(void *context_state, void *owner_state,
                                     const uint32_t *owner_tensor) {
     cpu_context *c = context_state, *o = owner_state;
     const kiln_plan *p = c->engine->plan;
+    int own_used = 0;
     for (uint32_t i = 0; i < p->n_tensors; i++) {
-        if (p->tensors[i].kind == KILN_TENSOR_STATE) {
-            c->views[i].data = o->views[owner_tensor[i]].data;
+        if (p->tensors[i].kind != KILN_TENSOR_STATE) continue;
+        const uint32_t j = owner_tensor[i];
+        if (j != UINT32_MAX) {
+            cpu_states *b = o->held[j] != NULL ? o->held[j] : o->states;
+            atomic_fetch_add(&b->refs, 1);
+            states_release(c->held[i]);
+            c->held[i] = b;
+            c->views[i].data = o->views[j].data;
         }
+        own_used |= c->held[i] == NULL;
     }
-    atomic_fetch_add(&o->states->refs, 1);
-    states_release(c->states);
-    c->states = o->states;
+    if (!own_used) {
+        states_release(c->states);
+        c->states = NULL;
+    }
     return KILN_OK;
 }
 

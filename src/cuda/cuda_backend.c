@@ -265,10 +265,15 @@ static void cuda_context_free(void *state) {
         kiln_cuda_device_leave(e->device, prev);
     }
     kiln_cuda_scratch_release(c->scratch); // after the synchronize: no work of c is in flight
-    if (c->states != NULL) { // the last context holding the block frees it, on its device
+    int any_held = 0;
+    for (uint32_t i = 0; c->held != NULL && i < p->n_tensors; i++) any_held |= c->held[i] != NULL;
+    if (c->states != NULL || any_held) { // the last reference to a block frees it, on its device
         int sprev = -1;
         const int sin = kiln_cuda_device_enter(e->device, &sprev) == KILN_OK;
         kiln_cuda_states_release(c->states, sin);
+        for (uint32_t i = 0; c->held != NULL && i < p->n_tensors; i++) {
+            kiln_cuda_states_release(c->held[i], sin);
+        }
         if (sin) {
             kiln_cuda_consume();
             kiln_cuda_device_leave(e->device, sprev);
@@ -276,6 +281,7 @@ static void cuda_context_free(void *state) {
     }
     kiln_cuda_free(c->staged, c->n_io + 1);
     kiln_cuda_free(c->views, (size_t)p->n_tensors * sizeof *c->views + 1);
+    kiln_cuda_free(c->held, (size_t)p->n_tensors * sizeof *c->held + 1);
     kiln_cuda_free(c->layers, (size_t)p->n_layers * sizeof *c->layers + 1);
     kiln_cuda_free(c->sig_now, c->sig_n * sizeof(int64_t));
     kiln_cuda_free(c->sig_last, c->sig_n * sizeof(int64_t));
@@ -416,13 +422,15 @@ static kiln_status cuda_context_init(void *engine_state, void **out_state) {
     c->sig_n = (size_t)c->n_io + (size_t)p->n_inputs * (1 + KILN_MAX_RANK);
     c->staged = kiln_cuda_calloc(c->n_io + 1);
     c->views = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *c->views + 1);
+    c->held = kiln_cuda_calloc((size_t)p->n_tensors * sizeof *c->held + 1);
     c->layers = kiln_cuda_calloc((size_t)p->n_layers * sizeof *c->layers + 1);
     c->sig_now = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_last = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_graph = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
     c->sig_staged = kiln_cuda_calloc(c->sig_n * sizeof(int64_t));
-    if (c->staged == NULL || c->views == NULL || c->layers == NULL || c->sig_now == NULL ||
-        c->sig_last == NULL || c->sig_graph == NULL || c->sig_staged == NULL) {
+    if (c->staged == NULL || c->views == NULL || c->held == NULL || c->layers == NULL ||
+        c->sig_now == NULL || c->sig_last == NULL || c->sig_graph == NULL ||
+        c->sig_staged == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA context tables)");
         goto fail;
     }
@@ -806,10 +814,12 @@ static kiln_status cuda_reset_states(void *context_state) {
     return st;
 }
 
-// Context c's states become owner's (runtime/backend.h: the runtime matched them): the STATE
-// views point into the owner's block, which c holds a reference to, and c's own block is
-// released. c's CUDA graph recorded the old addresses: dropped (the next executes run directly,
-// then record again). Neither context executes meanwhile.
+// The states c and owner have in common become owner's (runtime/backend.h: the runtime matched
+// them; UINT32_MAX: owner lacks it, c keeps its own): each such STATE view points where owner's
+// does, and c holds a reference on that block (owner's own, or the one owner shares); c's own
+// block is released once none of its states uses it. c's CUDA graphs recorded the old
+// addresses: dropped (the next executes run directly, then record again). Neither context
+// executes meanwhile.
 static kiln_status cuda_share_states(void *context_state, void *owner_state,
                                      const uint32_t *owner_tensor) {
     cuda_context *c = context_state;
@@ -823,7 +833,7 @@ static kiln_status cuda_share_states(void *context_state, void *owner_state,
                               o->engine->device);
     }
     for (uint32_t i = 0; i < p->n_tensors; i++) {
-        if (p->tensors[i].kind != KILN_TENSOR_STATE) continue;
+        if (p->tensors[i].kind != KILN_TENSOR_STATE || owner_tensor[i] == UINT32_MAX) continue;
         if (owner_tensor[i] >= o->engine->plan->n_tensors ||
             o->engine->plan->tensors[owner_tensor[i]].kind != KILN_TENSOR_STATE ||
             o->engine->plan->tensors[owner_tensor[i]].nbytes != p->tensors[i].nbytes) {
@@ -842,14 +852,23 @@ static kiln_status cuda_share_states(void *context_state, void *owner_state,
         kiln_cuda_device_leave(e->device, prev);
         return kiln_cuda_call_failed("cudaStreamSynchronize (share_states)", err);
     }
+    int own_used = 0;
     for (uint32_t i = 0; i < p->n_tensors; i++) {
-        if (p->tensors[i].kind == KILN_TENSOR_STATE) {
-            c->views[i].data = o->views[owner_tensor[i]].data;
+        if (p->tensors[i].kind != KILN_TENSOR_STATE) continue;
+        const uint32_t j = owner_tensor[i];
+        if (j != UINT32_MAX) {
+            cuda_states *b = o->held[j] != NULL ? o->held[j] : o->states;
+            if (b != NULL) atomic_fetch_add(&b->refs, 1); // (NULL: the engines' states are empty)
+            kiln_cuda_states_release(c->held[i], 1);
+            c->held[i] = b;
+            c->views[i].data = o->views[j].data;
         }
+        own_used |= c->held[i] == NULL;
     }
-    if (o->states != NULL) atomic_fetch_add(&o->states->refs, 1);
-    kiln_cuda_states_release(c->states, 1);
-    c->states = o->states;
+    if (!own_used) {
+        kiln_cuda_states_release(c->states, 1);
+        c->states = NULL;
+    }
     c->states_shared = 1;
     kiln_cuda_graph_drop(&c->graph);
     kiln_cuda_graph_drop(&c->staged_graph);

@@ -140,8 +140,9 @@ typedef struct cuda_context {
     // used; NULL: the engine uses no library), and the most bytes a run used of it
     void *workspace;
     size_t workspace_nbytes, workspace_used;
-    cuda_states *states; // a reference: the block the STATE views point into (NULL: none)
-    int states_shared;   // the views point into another context's states (share_states)
+    cuda_states *states; // a reference: its own block (NULL: no states, or every one shared)
+    cuda_states **held;  // n_tensors: a shared state's block (a reference; share_states), or NULL
+    int states_shared;   // some STATE views point into another context's block (share_states)
     uint32_t n_io;       // n_inputs + n_outputs (bindings: inputs first)
     uint8_t *staged;     // n_io: this execute stages binding i
     kiln_tensor *views;  // n_tensors

@@ -652,10 +652,11 @@ static kiln_status share_locked(kiln_context *c, kiln_context *owner, uint32_t *
     KILN_CHECK(c->engine->backend->share_states != NULL, KILN_ERR_UNSUPPORTED,
                "kiln_context_share_states: the %s backend cannot share states",
                c->engine->backend->name);
+    uint32_t n_shared = 0;
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
         const char *name = kiln_plan_string(p, t->name);
-        map[i] = UINT32_MAX;
+        map[i] = UINT32_MAX; // not shared: the context keeps its own
         if (t->kind != KILN_TENSOR_STATE) continue;
         for (uint32_t j = 0; j < q->n_tensors && map[i] == UINT32_MAX; j++) {
             if (q->tensors[j].kind == KILN_TENSOR_STATE &&
@@ -663,17 +664,15 @@ static kiln_status share_locked(kiln_context *c, kiln_context *owner, uint32_t *
                 map[i] = j;
             }
         }
-        KILN_CHECK(map[i] != UINT32_MAX, KILN_ERR_INVALID_ARG,
-                   "kiln_context_share_states: state '%s' is not a state of the owner's engine; "
-                   "contexts share states of the same names",
-                   name);
+        if (map[i] == UINT32_MAX) continue;
+        n_shared++;
         {
             const kiln_plan_tensor *u = &q->tensors[map[i]];
             int same = t->dtype == u->dtype && t->shape.rank == u->shape.rank;
             for (uint32_t d = 0; same && d < t->shape.rank; d++) {
                 same = t->shape.max[d] == u->shape.max[d];
             }
-            KILN_CHECK(same, KILN_ERR_INVALID_ARG,
+            KILN_CHECK(same, KILN_ERR_SHAPE,
                        "kiln_context_share_states: state '%s' is %s %s here but %s %s in the "
                        "owner's engine; shared states have one dtype and shape",
                        name, kiln_dtype_name((kiln_dtype)t->dtype),
@@ -682,6 +681,10 @@ static kiln_status share_locked(kiln_context *c, kiln_context *owner, uint32_t *
                        dims_str((char[96]){0}, 96, u->shape.rank, u->shape.max));
         }
     }
+    KILN_CHECK(n_shared > 0, KILN_ERR_INVALID_ARG,
+               "kiln_context_share_states: no state of this context's engine (%u states) is a "
+               "state of the owner's engine; contexts share the states of the same names",
+               kiln_engine_n_states(c->engine));
     return c->engine->backend->share_states(c->backend_state, owner->backend_state, map);
 }
 

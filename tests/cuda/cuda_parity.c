@@ -4129,6 +4129,112 @@ static void st_layers(kiln_engine *e, kiln_context *c, int *n_copy, int *n_in_pl
     }
 }
 
+// A model over the named float32 states of 4 x 8 (initial values i + j / 64): input x of 4 x 8;
+// state i becomes s_i + (i + 2) * x, output as is.
+static int model_partial(model *m, const char *mname, const char *const *names, int n) {
+    gbuild b = {NULL, 1};
+    int64_t dims[2] = {4, 8};
+    float init[32];
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 2, dims, dims);
+    for (int i = 0; i < n; i++) {
+        int32_t s = -1;
+        for (int j = 0; j < 32; j++) init[j] = (float)i + (float)j / 64.0f;
+        gb_check(&b, kiln_graph_add_state(b.g, names[i], F32, 2, dims, init, sizeof init, &s),
+                 "state");
+        int32_t nv = gb2(&b, KILN_OP_ADD, s, gb2(&b, KILN_OP_MUL, x, gb_scalar(&b, F32, i + 2.0f)));
+        gb_check(&b, kiln_graph_update_state(b.g, s, nv), "update");
+        char out[8];
+        snprintf(out, sizeof out, "y%d", i);
+        gb_check(&b, kiln_graph_mark_output(b.g, nv, out), "output");
+    }
+    m->name = mname;
+    m->tol = 1e-6;
+    return model_finish(&b, m, KILN_PRECISION_FP32);
+}
+
+// Runs c (host I/O) on x; y receives n_out outputs of 32 floats.
+static kiln_status partial_exec(kiln_context *c, const float *x, float (*y)[32], int n_out) {
+    const int64_t dims[2] = {4, 8};
+    kiln_status st = kiln_context_set_input(c, 0, 2, dims, x);
+    for (int i = 0; st == KILN_OK && i < n_out; i++) {
+        st = kiln_context_set_output(c, (uint32_t)i, y[i], sizeof y[i]);
+    }
+    return st == KILN_OK ? kiln_context_execute(c) : st;
+}
+
+// Two methods with different states (a: k, a; b: k, b) share the one they have in common (k) and
+// keep the rest: on the device against the same on the CPU, over steps that alternate the
+// contexts, repeat one (a graph recorded and replayed over the shared state), reset b (k and b
+// to b's initial values, a kept), and run b after a is freed.
+static void e2e_states_partial(void) {
+    const char *device = opt_dry ? "cpu" : "cuda:0";
+    static const char *const na[2] = {"k", "a"}, *const nb[2] = {"k", "b"};
+    model ma, mb;
+    kiln_engine *ea[2] = {NULL, NULL}, *eb[2] = {NULL, NULL}; // [0] cpu, [1] the device
+    kiln_context *ca[2] = {NULL, NULL}, *cb[2] = {NULL, NULL};
+    char name[160];
+    memset(&ma, 0, sizeof ma);
+    memset(&mb, 0, sizeof mb);
+    snprintf(name, sizeof name, "e2e states shared in part%s", opt_dry ? " [dry: cpu]" : "");
+    if (opt_filter != NULL && strstr(name, opt_filter) == NULL) return;
+    int ok = model_partial(&ma, "partial a", na, 2) && model_partial(&mb, "partial b", nb, 2);
+    for (int d = 0; ok && d < 2; d++) {
+        const char *dev = d == 0 ? "cpu" : device;
+        ok = load(&ma, dev, 1, &ea[d]) == KILN_OK && load(&mb, dev, 1, &eb[d]) == KILN_OK &&
+             kiln_context_new(ea[d], &ca[d]) == KILN_OK &&
+             kiln_context_new(eb[d], &cb[d]) == KILN_OK &&
+             kiln_context_share_states(cb[d], ca[d]) == KILN_OK;
+    }
+    if (!ok) {
+        report(0, name, NULL, kiln_last_error());
+        goto done;
+    }
+    // who: a, b, a, b, b, b (record, replay), reset b, a, then b alone
+    static const char who[] = "ababbbRaFb";
+    float x[32], y[2][2][32];
+    double worst = 0.0;
+    for (const char *w = who; ok && *w; w++) {
+        if (*w == 'R') {
+            ok = kiln_context_reset_states(cb[0]) == KILN_OK &&
+                 kiln_context_reset_states(cb[1]) == KILN_OK;
+            continue;
+        }
+        if (*w == 'F') {
+            kiln_context_free(ca[0]);
+            kiln_context_free(ca[1]);
+            ca[0] = ca[1] = NULL;
+            continue;
+        }
+        for (int j = 0; j < 32; j++) x[j] = (float)(rand() % 2001 - 1000) / 500.0f;
+        for (int d = 0; ok && d < 2; d++) {
+            ok = partial_exec(*w == 'a' ? ca[d] : cb[d], x, y[d], 2) == KILN_OK;
+        }
+        for (int i = 0; ok && i < 2; i++) {
+            for (int j = 0; j < 32; j++) {
+                double e = fabs((double)y[1][i][j] - (double)y[0][i][j]);
+                if (e > worst) worst = e;
+            }
+        }
+    }
+    // (the CPU's sharing against hand-computed values: tests/state_test.c)
+    {
+        char detail[128];
+        snprintf(detail, sizeof detail, "%s; worst difference %.3g", ok ? "ran" : kiln_last_error(),
+                 worst);
+        report(ok && worst <= 1e-6, name, NULL, detail);
+    }
+done:
+    for (int d = 0; d < 2; d++) {
+        kiln_context_free(ca[d]);
+        kiln_context_free(cb[d]);
+        kiln_engine_free(ea[d]);
+        kiln_engine_free(eb[d]);
+    }
+    free(ma.bytes);
+    free(mb.bytes);
+}
+
 static void e2e_states(void) {
     const char *device = opt_dry ? "cpu" : "cuda:0";
     model m;
@@ -4398,6 +4504,7 @@ static void run_e2e(void) {
     e2e_shared_scratch(); // use_shared_activation_scratch
     e2e_shared_weights(); // engines over the same external weights
     e2e_states();         // kiln_graph_add_state, kiln_context_reset_states, sharing
+    e2e_states_partial(); // methods sharing the states they have in common
 }
 
 // cuDNN's fused attention must run the eligible cases: cuDNN >= 9.13 loadable by the plugin
