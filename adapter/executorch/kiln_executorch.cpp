@@ -214,24 +214,40 @@ struct KilnHandle {
     }
 };
 
-// Shares the states of an earlier handle of the same program where one matches, and lists this
-// handle for later ones.
+// Shares each state with the earliest earlier handle of the same program that has a state of
+// its name (the handles are visited latest first, so an earlier one's sharing re-points last;
+// an earlier handle's states already point where the earliest one's do), and lists this handle
+// for later ones. A state no earlier method has stays this method's own. An earlier method with
+// a state of the same name but another dtype or shape shares nothing with this one, with a
+// warning naming the state: the two methods then see different values.
 void share_program_states(KilnHandle *h, const void *program, const std::string &method) {
     if (program == nullptr || kiln_engine_n_states(h->engine) == 0) return;
     StateRegistry &r = state_registry();
     try {
         std::lock_guard<std::mutex> lock(r.mu);
-        for (auto &e : r.entries) {
-            if (e.first != program) continue;
-            if (kiln_context_share_states(h->context, e.second->context) == KILN_OK) {
-                char msg[256];
+        int shared_with = 0;
+        for (auto it = r.entries.rbegin(); it != r.entries.rend(); ++it) {
+            if (it->first != program) continue;
+            const kiln_status st = kiln_context_share_states(h->context, it->second->context);
+            if (st == KILN_OK) {
+                shared_with++;
+            } else if (st != KILN_ERR_INVALID_ARG) { // (INVALID_ARG: no state in common)
+                char msg[768];
                 std::snprintf(msg, sizeof msg,
-                              "method '%s' shares its %u states with an earlier method of the "
-                              "program",
-                              method.c_str(), kiln_engine_n_states(h->engine));
-                log_text(KILN_LOG_INFO, "KilnBackend: ", msg);
-                break;
+                              "method '%s' shares no state with an earlier method of the "
+                              "program: %s",
+                              method.c_str(), kiln_last_error());
+                log_text(KILN_LOG_WARN, "KilnBackend: ", msg);
             }
+        }
+        if (shared_with > 0) {
+            char msg[256];
+            std::snprintf(msg, sizeof msg,
+                          "method '%s' shares states with %d earlier method%s of the program "
+                          "(%u states; those no earlier method has are its own)",
+                          method.c_str(), shared_with, shared_with == 1 ? "" : "s",
+                          kiln_engine_n_states(h->engine));
+            log_text(KILN_LOG_INFO, "KilnBackend: ", msg);
         }
         r.entries.emplace_back(program, h);
         h->listed = true;

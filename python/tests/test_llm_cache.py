@@ -613,6 +613,115 @@ def test_transformers_llama_fuses_rms_norm_and_rotary(tmp_path):
     _compare(got, want, "transformers llama, fused norms and rotary")
 
 
+class _Encode(nn.Module):
+    """Writes a memory another method reads (an encoder's cross-attention cache) and keeps a
+    counter of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("memory", torch.zeros(2, 4))
+        self.register_buffer("encodes", torch.zeros(1))
+        self.lin = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.randn(4, 4, generator=torch.Generator().manual_seed(3)))
+
+    def forward(self, x):
+        self.memory.copy_(self.lin(x))
+        self.encodes.add_(1)
+        return self.memory * self.encodes
+
+
+class _Decode(nn.Module):
+    """Reads and decays the encoder's memory (the same buffer) beside a cache of its own."""
+
+    def __init__(self, enc: _Encode):
+        super().__init__()
+        self.register_buffer("memory", enc.memory)
+        self.register_buffer("cache", torch.zeros(8, 4))
+
+    def forward(self, y, pos):
+        self.cache.index_copy_(0, pos, y + self.memory[1:])
+        self.memory.mul_(0.5)
+        return self.cache.sum(0, keepdim=True) + self.memory.sum(0, keepdim=True)
+
+
+def test_methods_share_the_states_they_have_in_common(tmp_path):
+    """Two methods whose states differ (encode: memory and its own counter; decode: memory and
+    its own cache) share the one they have in common, whichever runs first: decode reads what
+    encode wrote and encode what decode left, each keeps its own, and both match eager call
+    after call."""
+    enc = _Encode().eval()
+    dec = _Decode(enc).eval()
+    fresh_enc, fresh_dec = copy.deepcopy((enc, dec))  # (one memory tensor, as in the modules)
+    prog = save(
+        {
+            "encode": (enc, (torch.randn(2, 4),)),
+            "decode": (dec, (torch.randn(1, 4), torch.tensor([0]))),
+        },
+        tmp_path / "enc_dec.pte",
+        quiet=True,
+    )
+    for method in ("encode", "decode"):
+        s = delegation_summary(prog, method)
+        assert s["kiln"] == 1 and s["other"] == 0, (method, s)
+    for first in ("encode", "decode"):
+        program = kiln.load(tmp_path / "enc_dec.pte")
+        e_ref, d_ref = copy.deepcopy((fresh_enc, fresh_dec))
+        g = torch.Generator().manual_seed(17)
+        calls = ["encode", "decode", "decode", "encode", "decode", "encode", "decode"]
+        if first == "decode":
+            calls = ["decode", *calls]
+        for i, method in enumerate(calls):
+            if method == "encode":
+                args = [torch.randn(2, 4, generator=g)]
+                ref = e_ref
+            else:
+                args = [torch.randn(1, 4, generator=g), torch.tensor([i % 8])]
+                ref = d_ref
+            got = program.run(method, args)[0]
+            with torch.no_grad():
+                want = ref(*args)
+            _close(got, want, f"{first} first: call {i} ({method})", 1e-5)
+    # two loads alive at once keep two sets of states: p2 does not see p1's encode
+    p1, p2 = kiln.load(tmp_path / "enc_dec.pte"), kiln.load(tmp_path / "enc_dec.pte")
+    e1, d1 = copy.deepcopy((fresh_enc, fresh_dec))
+    _, d2 = copy.deepcopy((fresh_enc, fresh_dec))
+    x, y, pos = torch.randn(2, 4), torch.randn(1, 4), torch.tensor([3])
+    with torch.no_grad():
+        _close(p1.run("encode", [x])[0], e1(x), "load 1: encode", 1e-5)
+        _close(p2.run("decode", [y, pos])[0], d2(y, pos), "load 2: decode", 1e-5)
+        _close(p1.run("decode", [y, pos])[0], d1(y, pos), "load 1: decode", 1e-5)
+
+
+class _ReadMemory(nn.Module):
+    """Reads the encoder's memory without updating it."""
+
+    def __init__(self, enc: _Encode):
+        super().__init__()
+        self.register_buffer("memory", enc.memory)
+
+    def forward(self, y):
+        return y + self.memory.sum(0, keepdim=True)
+
+
+def test_buffer_read_only_by_a_method_another_updates_is_warned_about(tmp_path, caplog):
+    """torch.export makes a buffer the method only reads a constant of that method: export
+    says so, naming the buffer, both methods and the remedy."""
+    enc = _Encode().eval()
+    with caplog.at_level(logging.WARNING, logger="kiln.executorch"):
+        save(
+            {
+                "encode": (enc, (torch.randn(2, 4),)),
+                "read": (_ReadMemory(enc), (torch.randn(1, 4),)),
+            },
+            tmp_path / "ro.pte",
+            quiet=True,
+        )
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "method 'read' reads buffer 'memory'" in text and "'encode'" in text, text
+    assert "output and an input" in text, text
+
+
 # --- buffers the program writes and never reads
 
 

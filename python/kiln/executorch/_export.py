@@ -269,6 +269,7 @@ def _export(
         tuning_records=tuning_records,
         write_only_buffers=_write_only_buffers(programs),
     )
+    _warn_read_only_buffers(programs)
     with rep.phase("partition + lower"):
         try:
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
@@ -369,6 +370,58 @@ def _write_only_buffers(programs: dict[str, ExportedProgram]) -> tuple[str, ...]
                 elif first is None or order[user] < first:
                     read.add(name)  # the value stored by an earlier call
     return tuple(sorted(written - read))
+
+
+def _read_only_buffers(programs: dict[str, ExportedProgram]) -> list[tuple[str, str, list[str]]]:
+    """(buffer, method, the methods that update it) for each buffer a method reads without
+    updating it while another method of the program updates it. torch.export makes such a
+    buffer a constant of the reading method: it reads the value the buffer had at export, never
+    what the other method wrote."""
+    updated: dict[str, set[str]] = {}
+    for method, ep in programs.items():
+        for name in _updated_buffers(ep):
+            updated.setdefault(name, set()).add(method)
+    out = []
+    for method, ep in programs.items():
+        mine = _updated_buffers(ep)
+        for name in sorted(set(ep.graph_signature.inputs_to_buffers.values())):
+            if name in updated and name not in mine:
+                out.append((name, method, sorted(updated[name])))
+    return out
+
+
+def _updated_buffers(ep: ExportedProgram) -> set[str]:
+    """The buffers the program updates: functionalized updates (the signature's mutations), or
+    in the graph torch.export gives before decomposition, in-place ops on the buffer
+    (``copy_``, ``add_``, ``index_copy_``, ...: an overload packet whose name ends in ``_``)."""
+    sig = ep.graph_signature
+    out = set(sig.buffers_to_mutate.values())
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in sig.inputs_to_buffers:
+            continue
+        for user in node.users:
+            packet = getattr(user.target, "_overloadpacket", None)
+            name = getattr(packet, "__name__", "")
+            if user.op == "call_function" and name.endswith("_") and user.args[:1] == (node,):
+                out.add(sig.inputs_to_buffers[node.name])
+    return out
+
+
+def _warn_read_only_buffers(programs: dict[str, ExportedProgram]) -> None:
+    for name, method, writers in _read_only_buffers(programs):
+        log.warning(
+            "kiln: method %r reads buffer %r, which %s updates, without updating it: "
+            "torch.export makes it a constant of %r (its value at export), so %r will not see "
+            "what %s writes. Pass the value between the methods as an output and an input, or "
+            "have %r update the buffer too (then the methods share it)",
+            method,
+            name,
+            "method " + ", ".join(repr(w) for w in writers),
+            method,
+            method,
+            " and ".join(repr(w) for w in writers),
+            method,
+        )
 
 
 def _buffer_values(model) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -43,6 +43,8 @@ MIN_EXTERNAL_NBYTES = 1024
 MIN_EXTERNAL_NBYTES_PTD = 64
 # Alignment requested for each weight blob in the .pte / .ptd.
 WEIGHT_ALIGNMENT = 64
+# The named data entry of a program whose delegates have states (preprocess).
+PROGRAM_STATES_KEY = "kiln-program-states"
 
 
 class KilnPreprocessError(RuntimeError):
@@ -229,6 +231,16 @@ class KilnBackend(BackendDetails):
             store.add_named_data(
                 tuning, TUNING_IMAGES[tuning], alignment=16, external_tag=external_data
             )
+        # A delegate with states shares them with the program's other methods at run time, keyed
+        # by the named data map ExecuTorch gives it (one per loaded program: two loads keep two
+        # sets of states); ExecuTorch gives no map to a program without named data, so one with
+        # states always has an entry (the same for every delegate, stored once, beside the
+        # weights: in the .ptd when there is one, so that the methods see the one map).
+        has_states = bool(edge_program.graph_signature.buffers_to_mutate)
+        if has_states:
+            store.add_named_data(
+                PROGRAM_STATES_KEY, b"kiln", alignment=1, external_tag=external_data
+            )
         log.debug(
             "KilnBackend: engine of %d bytes, %d external weights (%s)",
             len(built.engine),
@@ -238,6 +250,6 @@ class KilnBackend(BackendDetails):
         return PreprocessResult(
             processed_bytes=built.engine,
             data_store_output=store.get_named_data_store_output()
-            if built.weights or tuning is not None
+            if built.weights or tuning is not None or has_states
             else None,
         )
