@@ -294,6 +294,10 @@ kiln_status kiln_cuda_graph_record(cuda_graph *cg, cudaStream_t stream,
     cg->src = g;
     cg->valid = 1;
     cg->instantiations++;
+    // The graph's first launch would upload it to the device; done here, a graph recorded at
+    // context creation (the staged one) costs its first execute only the launch. A failure is
+    // left to that launch, which uploads the graph itself.
+    if (cudaGraphUpload(cg->exec, stream) != cudaSuccess) kiln_cuda_consume();
     graph_log_nodes(g, n_layers, log_info);
     return KILN_OK;
 }
