@@ -41,9 +41,10 @@ typedef struct kiln_backend_ops {
     // Sets every STATE tensor of the context back to its initial value (finished on return).
     kiln_status (*reset_states)(void *context_state);
     // The context's STATE tensor i becomes owner's STATE tensor owner_tensor[i] (UINT32_MAX for
-    // tensors that are not states; the runtime has matched names, dtypes and shapes, and both
-    // contexts belong to this backend and device). The memory stays alive while either context
-    // does. Never called while either context executes.
+    // tensors that are not states and for states the owner lacks, which stay the context's own;
+    // the runtime has matched names, dtypes and shapes, at least one state matches, and both
+    // contexts belong to this backend and device). Each block of states stays alive while a
+    // context uses one of its states. Never called while either context executes.
     kiln_status (*share_states)(void *context_state, void *owner_state,
                                 const uint32_t *owner_tensor);
     void (*context_free)(void *context_state); // NULL-safe
