@@ -299,3 +299,77 @@ def test_anchors_compile_modes_within_the_budget():
         assert not anc.compile_allowed(cfg, args(both, 1e4, compile_models="bert"), now, name)[0]
     assert anc.COMPILE_MODES == {"compile": "reduce-overhead", "autotune": "max-autotune"}
     assert set(anc.COMPILE_MODES) <= set(anc.ANCHORS)
+
+
+# --- bench/ab_plugins.py: the A/B's variants, order, decision diff and table
+
+
+def _ab_module():
+    spec = importlib.util.spec_from_file_location("kiln_bench_ab", ROOT / "bench" / "ab_plugins.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ab_plugins_variants_order_diffs_and_table():
+    ab = _ab_module()
+    v = ab.parse_variants("old=/a/old.so, new=/b/new.so|use_cuda_graphs=false|cuda.gemv=0")
+    assert v == [
+        ("old", "/a/old.so", []),
+        ("new", "/b/new.so", [("use_cuda_graphs", "false"), ("cuda.gemv", "0")]),
+    ]
+    for bad in ("old", "a=/x.so,a=/y.so", "a=", "a=/x.so|nokey"):
+        with pytest.raises(ValueError):
+            ab.parse_variants(bad)
+    # every other round reversed
+    assert [n for n, _, _ in ab.round_order(v, 0)] == ["old", "new"]
+    assert [n for n, _, _ in ab.round_order(v, 1)] == ["new", "old"]
+    la = [{"layer": 0, "op": "conv2d", "kernel": "cudnn", "detail": "algo 1", "n_fused": 1}]
+    lb = [{"layer": 0, "op": "conv2d", "kernel": "cudnn", "detail": "algo 2", "n_fused": 1}]
+    assert ab.layer_diffs(la, la) == []
+    d = ab.layer_diffs(la, lb)
+    assert len(d) == 1 and d[0]["layer"] == 0
+    assert ab.layer_diffs(la, la + lb)[-1]["op"] == "count"
+    res = {
+        "models": {
+            "m": {
+                "rounds": [
+                    {"old": {"steady_ms": 1.0}, "new": {"steady_ms": 1.1}},
+                    {"old": {"steady_ms": 1.0}, "new": {"error": "x"}},
+                    {"old": {"steady_ms": 2.0}, "new": {"steady_ms": 1.2}},
+                ]
+            }
+        }
+    }
+    rows = ab.table(res, ["old", "new"]).splitlines()
+    assert rows[2] == "| m | old | 1.0000 / 1.0000 / 2.0000 | 1.0000 | 1.000 |"
+    assert rows[3] == "| m | new | 1.1000 / 1.2000 | 1.1500 | 1.150 |"
+
+
+def test_ab_plugins_sets_options_of_each_type():
+    import ctypes
+
+    from kiln import _lib
+
+    ab = _ab_module()
+    lib = ctypes.CDLL(_lib.library_path())
+    buf = ctypes.create_string_buffer(4096)
+    lib.kiln_get_option.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+
+    def get(name):
+        assert lib.kiln_get_option(name.encode(), buf, len(buf)) == 0
+        return buf.value.decode()
+
+    names = ("cuda.gemv", "cuda.profile_delay_us", "tuning_cache")
+    before = {n: get(n) for n in names}
+    try:
+        ab.set_option(lib, "cuda.gemv", "false")  # bool
+        ab.set_option(lib, "cuda.profile_delay_us", "250")  # int
+        ab.set_option(lib, "tuning_cache", "off")  # string
+        assert [get(n) for n in names] == ["false", "250", "off"]
+        with pytest.raises(RuntimeError, match="cuda.nothing"):
+            ab.set_option(lib, "cuda.nothing", "1")
+    finally:
+        for n, v in before.items():
+            ab.set_option(lib, n, v)
+    assert {n: get(n) for n in names} == before
