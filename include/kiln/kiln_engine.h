@@ -107,13 +107,13 @@ KILN_API kiln_status kiln_context_reset_states(kiln_context *context);
 // common: a state of context's engine and one of owner's with the same name (which must have
 // the same dtype and shape: KILN_ERR_SHAPE names the state otherwise). States owner lacks stay
 // the context's own; with no state in common nothing changes (KILN_ERR_INVALID_ARG). Both
-// engines must run on the same device. From then on the two contexts read and update one copy
-// of each shared state (a prefill and a decode method over one KV cache; an encoder writing a
-// cross-attention cache a decoder reads beside its own), also where owner's copy is itself
-// shared from a third context; the memory lives until every context using it is freed, in any
-// order. Sharing again re-points the states in common to the new owner's. Contexts sharing
-// states must not execute at the same time. Resetting a context resets the states it uses
-// (shared ones included) to its engine's initial values.
+// engines must run on the same device (else KILN_ERR_UNSUPPORTED). From then on the two
+// contexts read and update one copy of each shared state (a prefill and a decode method over
+// one KV cache; an encoder writing a cross-attention cache a decoder reads beside its own),
+// also where owner's copy is itself shared from a third context; the memory lives until every
+// context using it is freed, in any order. Sharing again re-points the states in common to the
+// new owner's. Contexts sharing states must not execute at the same time. Resetting a context
+// resets the states it uses (shared ones included) to its engine's initial values.
 KILN_API kiln_status kiln_context_share_states(kiln_context *context, kiln_context *owner);
 
 // Binds input i: its shape (checked against the binding's ranges: KILN_ERR_SHAPE names the

@@ -693,6 +693,40 @@ def test_methods_share_the_states_they_have_in_common(tmp_path):
         _close(p1.run("decode", [y, pos])[0], d1(y, pos), "load 1: decode", 1e-5)
 
 
+class _OtherMemory(nn.Module):
+    """A buffer of the encoder's name ("memory") but another shape, updated."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("memory", torch.zeros(3, 4))
+
+    def forward(self, y):
+        self.memory.add_(y)
+        return self.memory.sum(0, keepdim=True)
+
+
+def test_same_named_buffers_of_other_shapes_are_not_shared_and_say_so(tmp_path, capfd):
+    """Two methods whose buffers share a name but not a shape keep separate buffers (each as in
+    eager), and the delegate's warning names the buffer and both shapes."""
+    enc, other = _Encode().eval(), _OtherMemory().eval()
+    e_ref, o_ref = copy.deepcopy(enc), copy.deepcopy(other)
+    save(
+        {"encode": (enc, (torch.randn(2, 4),)), "other": (other, (torch.randn(1, 4),))},
+        tmp_path / "clash.pte",
+        quiet=True,
+    )
+    program = kiln.load(tmp_path / "clash.pte")
+    g = torch.Generator().manual_seed(19)
+    for i in range(3):
+        x, y = torch.randn(2, 4, generator=g), torch.randn(1, 4, generator=g)
+        with torch.no_grad():
+            _close(program.run("encode", [x])[0], e_ref(x), f"encode {i}", 1e-5)
+            _close(program.run("other", [y])[0], o_ref(y), f"other {i}", 1e-5)
+    err = capfd.readouterr().err
+    assert "shares no state with an earlier method" in err and "'b_memory'" in err, err[-2000:]
+    assert "one dtype and shape" in err, err[-2000:]
+
+
 class _ReadMemory(nn.Module):
     """Reads the encoder's memory without updating it."""
 

@@ -645,9 +645,9 @@ static kiln_status share_locked(kiln_context *c, kiln_context *owner, uint32_t *
     const kiln_plan *p = &c->engine->plan, *q = &owner->engine->plan;
     KILN_CHECK(c->engine->backend == owner->engine->backend &&
                    strcmp(c->engine->device, owner->engine->device) == 0,
-               KILN_ERR_INVALID_ARG,
+               KILN_ERR_UNSUPPORTED,
                "kiln_context_share_states: the engines run on %s and %s; contexts share states on "
-               "one device",
+               "one device only (load both engines with the same option device)",
                c->engine->device, owner->engine->device);
     KILN_CHECK(c->engine->backend->share_states != NULL, KILN_ERR_UNSUPPORTED,
                "kiln_context_share_states: the %s backend cannot share states",
@@ -674,7 +674,8 @@ static kiln_status share_locked(kiln_context *c, kiln_context *owner, uint32_t *
             }
             KILN_CHECK(same, KILN_ERR_SHAPE,
                        "kiln_context_share_states: state '%s' is %s %s here but %s %s in the "
-                       "owner's engine; shared states have one dtype and shape",
+                       "owner's engine; shared states have one dtype and shape (export the methods "
+                       "from buffers of one dtype and shape, or give them different names)",
                        name, kiln_dtype_name((kiln_dtype)t->dtype),
                        dims_str((char[96]){0}, 96, t->shape.rank, t->shape.max),
                        kiln_dtype_name((kiln_dtype)u->dtype),

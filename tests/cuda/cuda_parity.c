@@ -4217,6 +4217,17 @@ static void e2e_states_partial(void) {
             }
         }
     }
+    // a CPU context and a device one: refused as unsupported, naming both devices
+    if (!opt_dry && ok) {
+        kiln_context *cx = NULL;
+        kiln_status sx = KILN_ERR_INTERNAL;
+        if (kiln_context_new(eb[0], &cx) == KILN_OK) sx = kiln_context_share_states(cx, cb[1]);
+        char dname[160];
+        snprintf(dname, sizeof dname, "e2e states shared in part: cpu and %s refused", device);
+        report(sx == KILN_ERR_UNSUPPORTED && strstr(kiln_last_error(), "one device") != NULL, dname,
+               NULL, kiln_last_error());
+        kiln_context_free(cx);
+    }
     // (the CPU's sharing against hand-computed values: tests/state_test.c)
     {
         char detail[128];
