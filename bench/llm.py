@@ -340,6 +340,9 @@ def cmd_run(a):
     if dec_bytes is not None:
         _profile(res, C, dec_bytes, a, V, stream)
         save()
+    if a.no_torch:
+        _table(res)
+        return
 
     # PyTorch: eager prefill; eager decode captured in a CUDA graph; torch.compile.
     with torch.no_grad():
@@ -446,13 +449,14 @@ def _table(res):
         g = res.get("torch_decode_graph_ms", {}).get(c)
         t = res.get("torch_decode_compile_ms", {}).get(c)
         f = res["floor_ms"][c]
-        best = min(x for x in (e, g, t) if x is not None)
+        best = min((x for x in (e, g, t) if x is not None), default=None)
 
         def fmt(x):
             return "-" if x is None else f"{x:.3f}"
 
         print(
-            f"| {c} | {k:.3f} | {fmt(e)} | {fmt(g)} | {fmt(t)} | {f:.3f} | {k / best:.2f} "
+            f"| {c} | {k:.3f} | {fmt(e)} | {fmt(g)} | {fmt(t)} | {f:.3f} "
+            f"| {'-' if best is None else f'{k / best:.2f}'} "
             f"| {f / k:.0%} |"
         )
     if "kiln_prefill_ms" in res:
@@ -480,6 +484,9 @@ def main(argv=None):
     r.add_argument("--steps", type=int, default=100)
     r.add_argument("--compile", action="store_true", help="also torch.compile(reduce-overhead)")
     r.add_argument("--profile", action="store_true", help="per-layer times of the decode engine")
+    r.add_argument(
+        "--no-torch", action="store_true", help="Kiln only (no PyTorch timings): plugin A/B runs"
+    )
     a = ap.parse_args(argv)
     {"export": cmd_export, "run": cmd_run}[a.cmd](a)
 
