@@ -56,6 +56,8 @@ static const char *const gather_names[] = {"auto", "half", "global", NULL};
 static const int gather_values[] = {0, 1, 2};
 static const char *const rows_names[] = {"auto", "16", "32", "64", NULL};
 static const int rows_values[] = {0, 16, 32, 64};
+static const char *const dw_rows_names[] = {"auto", "off", "on", NULL};
+static const int dw_rows_values[] = {0, -1, 1};
 static const char *const split_names[] = {"auto", "2", "4", "8", NULL};
 static const int split_values[] = {0, 2, 4, 8};
 
@@ -140,6 +142,10 @@ static const option_def defs[] = {
         "ExecuTorch: a tensor that one Kiln delegate passes straight to another stays in the "
         "producing engine's memory on its device (no copy through host memory; the export "
         "records these edges); false: every delegate output goes through its ExecuTorch buffer"),
+    OPT_ENUM("cuda.dw_rows", "auto", CUDA(dw_rows), dw_rows_names, dw_rows_values,
+             "NHWC depthwise 3x3 and 5x5 convs (stride 1 or 2): each thread computes 4 output "
+             "pixels of a row from one load of their input columns: auto (when the layer fills "
+             "the GPU with such threads), off (one pixel per thread) or on (every such layer)"),
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 

@@ -37,6 +37,7 @@ typedef struct kiln_cuda_policy {
     int flag_wait;        // bool: a replay ends by waiting on its last node's flag
     int debug_sync;       // bool: graphs off, synchronize and check after every layer
     int profile_delay_us; // with the option profile: the delay kernel ahead of each layer (us)
+    int dw_rows;          // depthwise convs, pixels per thread: 0 by size, -1 one, 1 a row of 4
 } kiln_cuda_policy;
 
 typedef struct kiln_options {

@@ -79,6 +79,7 @@ typedef struct kiln_cuda_conv_rec {
     int fused_identity; // the same without the ReLU (identity activation)
     void *descs;        // cuDNN descriptors (dnn_conv.c)
     kiln_cuda_kernel fallback; // what runs if cuDNN declines at run (DIRECT or CONV_GEMM)
+    int dw_rows; // CONV_DW: 4-pixel rows per thread at the planned shapes (each run re-decides)
 } kiln_cuda_conv_rec;
 
 typedef struct kiln_cuda_sdpa_rec {

@@ -205,6 +205,108 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     }
 }
 
+// The same layer with each thread computing P consecutive output pixels of one row (8 channels)
+// from one pass over the input columns they share: a row of taps loads (P - 1) * S + K columns
+// once into registers (each converted once) instead of P * K, so a stride-1 3x3 issues half the
+// loads and conversions, a 5x5 a third. Taken for K 3 and 5, stride S 1 or 2, dilation 1, when
+// the layer has enough pixels to fill the device with P-pixel threads (dw_rows_pays); columns
+// outside the input read as zero, which adds nothing.
+template <typename T, int K, int S, int P>
+static __global__ void __launch_bounds__(DW_BLOCK)
+    conv_dw_rows_kernel(const kiln_cuda_conv_geom g, int act, float lo, float hi) {
+    constexpr int NC = (P - 1) * S + K; // input columns per row of taps
+    extern __shared__ uint4 dw_smem[];
+    T *ws = (T *)dw_smem;
+    constexpr int taps = K * K;
+    const int ct = (int)blockDim.x * DW_VEC, cbase = (int)blockIdx.x * ct, c = (int)g.c;
+    const int nthreads = (int)(blockDim.x * blockDim.y);
+    const T *x = (const T *)g.x, *w = (const T *)g.w + (int64_t)cbase * taps;
+    const T *bias = (const T *)g.bias;
+    const int nw = (c - cbase < ct ? c - cbase : ct) * taps;
+    for (int i = (int)(threadIdx.y * blockDim.x + threadIdx.x); i < ct * taps; i += nthreads) {
+        ws[(i % taps) * ct + i / taps] = i < nw ? w[i] : kc_from_f<T>(0.0f);
+    }
+    __syncthreads();
+    const int c0 = cbase + (int)threadIdx.x * DW_VEC;
+    if (c0 >= c) return;
+    float b0[DW_VEC];
+#pragma unroll
+    for (int k = 0; k < DW_VEC; k++) b0[k] = bias != NULL ? kc_to_f(bias[c0 + k]) : 0.0f;
+    const T *wt = ws + threadIdx.x * DW_VEC;
+    const int oh = (int)g.oh, ow = (int)g.ow, ih = (int)g.h, iw = (int)g.w_in;
+    const int strips = (ow + P - 1) / P, total = (int)g.n * oh * strips;
+    for (int q = (int)(blockIdx.y * blockDim.y + threadIdx.y); q < total;
+         q += (int)(gridDim.y * blockDim.y)) {
+        const int ox0 = (q % strips) * P, t = q / strips, oy = t % oh, n = t / oh;
+        const int ix0 = ox0 * S - g.pw;
+        const T *xn = x + ((int64_t)n * ih * iw) * c + c0;
+        float acc[P][DW_VEC];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+#pragma unroll
+            for (int k = 0; k < DW_VEC; k++) acc[p][k] = b0[k];
+        }
+#pragma unroll
+        for (int a = 0; a < K; a++) {
+            const int iy = oy * S - g.ph + a;
+            if (iy < 0 || iy >= ih) continue;
+            const T *row = xn + (int64_t)iy * iw * c;
+            uint4 xr[NC];
+#pragma unroll
+            for (int j = 0; j < NC; j++) {
+                const int ix = ix0 + j;
+                xr[j] = ix >= 0 && ix < iw ? __ldg((const uint4 *)(row + (int64_t)ix * c))
+                                           : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int b = 0; b < K; b++) {
+                const uint4 wraw = *(const uint4 *)(wt + (a * K + b) * ct);
+                const T *wv = (const T *)&wraw;
+                float wf[DW_VEC];
+#pragma unroll
+                for (int k = 0; k < DW_VEC; k++) wf[k] = kc_to_f(wv[k]);
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    const T *xv = (const T *)&xr[p * S + b];
+#pragma unroll
+                    for (int k = 0; k < DW_VEC; k++) {
+                        acc[p][k] = fmaf(kc_to_f(xv[k]), wf[k], acc[p][k]);
+                    }
+                }
+            }
+        }
+        T *yrow = (T *)g.y + (((int64_t)n * oh + oy) * ow) * c + c0;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            if (ox0 + p >= ow) break;
+            uint4 outv;
+            T *ov = (T *)&outv;
+#pragma unroll
+            for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(dw_act(acc[p][k], act, lo, hi));
+            *(uint4 *)(yrow + (int64_t)(ox0 + p) * c) = outv;
+        }
+    }
+}
+
+#define DW_ROW_PX 4 // output pixels per thread of the row kernel
+
+// Whether the row kernel takes the layer: its unrolled shapes and (cuda.dw_rows auto) enough
+// 4-pixel threads to keep the SMs busy. A 5x5 saves 45-60% of the loads and conversions and pays
+// from 14 warps per SM; a 3x3 saves 25-50% and pays only with the SMs full (64 warps each).
+// Measured per layer on EfficientNet-B0 (H200, docs/benchmarks.md): at batch 32 its 5x5 layers
+// of 64-188 thousand such threads ran 2-19% faster and its 3x3 layers of a full wave 9-12%;
+// its 5x5 layer of 38 thousand and two 3x3 layers under a full wave 9-21% slower; at batch 1
+// every layer was slower (none is taken).
+static int dw_rows_pays(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g) {
+    if (g->kh != g->kw || (g->kh != 3 && g->kh != 5) || (g->sh != 1 && g->sh != 2) ||
+        g->sw != g->sh || g->dh != 1 || g->dw != 1 || ctx->policy->dw_rows < 0)
+        return 0;
+    if (ctx->policy->dw_rows > 0) return 1;
+    if (ctx->sm_count <= 0) return 0;
+    const int64_t threads = g->n * g->oh * ((g->ow + DW_ROW_PX - 1) / DW_ROW_PX) * (g->c / DW_VEC);
+    return threads >= (int64_t)ctx->sm_count * (g->kh == 5 ? 14 : 64) * 32;
+}
+
 // The block's shape for C channels: bx channel vectors (the largest divisor of C / 8 up to 32,
 // so that no thread idles at the channel edge), by = DW_BLOCK / bx strips of pixels.
 static void dw_block(int64_t c, unsigned *bx, unsigned *by) {
@@ -251,8 +353,20 @@ static int dw_act_of(const kiln_tail_op *t, float *lo, float *hi) {
 }
 
 template <typename T>
-static void dw_launch(int k, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+static void dw_launch(int k, int rows, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                       const kiln_cuda_conv_geom *g, int act, float lo, float hi) {
+    if (rows) {
+        const int s = g->sh;
+        if (k == 3 && s == 1)
+            conv_dw_rows_kernel<T, 3, 1, DW_ROW_PX><<<grid, block, smem, st>>>(*g, act, lo, hi);
+        else if (k == 3)
+            conv_dw_rows_kernel<T, 3, 2, DW_ROW_PX><<<grid, block, smem, st>>>(*g, act, lo, hi);
+        else if (s == 1)
+            conv_dw_rows_kernel<T, 5, 1, DW_ROW_PX><<<grid, block, smem, st>>>(*g, act, lo, hi);
+        else
+            conv_dw_rows_kernel<T, 5, 2, DW_ROW_PX><<<grid, block, smem, st>>>(*g, act, lo, hi);
+        return;
+    }
     switch (k) {
     case 3: conv_dw_nhwc_kernel<T, 3><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     case 5: conv_dw_nhwc_kernel<T, 5><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
@@ -268,7 +382,9 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
                   : DW_NONE;
     unsigned bx, by;
     dw_block(g->c, &bx, &by);
-    const int64_t strips = g->n * g->oh * ((g->ow + DW_PX - 1) / DW_PX);
+    const int rows = dw_rows_pays(ctx, g);
+    const int px = rows ? DW_ROW_PX : DW_PX;
+    const int64_t strips = g->n * g->oh * ((g->ow + px - 1) / px);
     const unsigned gx = (unsigned)((g->c / DW_VEC + bx - 1) / bx);
     // about eight blocks per SM of a large GPU: each block stages its taps once and walks
     // several strips
@@ -279,9 +395,9 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5) ? g->kh : 0;
     *fused = act != DW_NONE;
     if (g->x_dt == KILN_DTYPE_F16) {
-        dw_launch<__half>(k, grid, block, smem, ctx->stream, g, act, lo, hi);
+        dw_launch<__half>(k, rows, grid, block, smem, ctx->stream, g, act, lo, hi);
     } else {
-        dw_launch<__nv_bfloat16>(k, grid, block, smem, ctx->stream, g, act, lo, hi);
+        dw_launch<__nv_bfloat16>(k, rows, grid, block, smem, ctx->stream, g, act, lo, hi);
     }
     return kiln_cuda_check_launch(ctx, "conv_dw_nhwc_kernel");
 }
@@ -439,6 +555,7 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
     if (dw_fits(&g)) {
         float lo, hi;
         plan->kernel = KILN_CUDA_K_CONV_DW;
+        plan->conv.dw_rows = dw_rows_pays(ctx, &g);
         plan->fused = args->n_tail > 0 && args->tail[0].operand == NULL &&
                       dw_act_of(&args->tail[0], &lo, &hi) != DW_NONE;
         return;
@@ -508,7 +625,8 @@ extern "C" void kiln_cuda_conv_describe(const kiln_cuda_layer_plan *plan, char *
         break;
     case KILN_CUDA_K_CONV_GEMM: snprintf(buf, n, "implicit GEMM on the tiled kernel"); break;
     case KILN_CUDA_K_CONV_DW:
-        snprintf(buf, n, "depthwise, NHWC, 8 channels per thread, bias and activation fused");
+        snprintf(buf, n, "depthwise, NHWC, 8 channels x %s per thread, bias and activation fused",
+                 plan->conv.dw_rows ? "4 output pixels of a row" : "1 output pixel");
         break;
     default: snprintf(buf, n, "no elements"); break;
     }

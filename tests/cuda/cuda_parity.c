@@ -2485,13 +2485,15 @@ static int32_t dw_conv(gbuild *b, int32_t x, int64_t c, int64_t k, int64_t st, i
 // squeeze-excite (mean over H, W; 1x1 reduce + SiLU; 1x1 expand + sigmoid; the [N, C, 1, 1]
 // scale multiplied over the NHWC activation), depthwise 5x5/2 + relu6 (clamp), 1x1 project,
 // depthwise 3x3 dilated 2 + hard-swish, a residual add; then a 264-channel block (depthwise
-// 3x3/2, the squeeze-excite scale as the mul's left operand). The depthwise convs that read a
-// conv's output run Kiln's NHWC depthwise kernel (DW_MODEL_CONVS of them) with the activation
-// fused; the 5x5/2 reads the mul's output and stays NCHW (cuda_layout.c).
-#define DW_MODEL_CONVS 3
+// 3x3/2, the squeeze-excite scale as the mul's left operand); and depthwise 5x5/1 + SiLU and
+// 5x5/2 on the expand conv's output (outputs v and u). The depthwise convs that read a conv's
+// output run Kiln's NHWC depthwise kernel (DW_MODEL_CONVS of them) with the activation fused; the
+// 5x5/2 of the first block reads the mul's output and stays NCHW (cuda_layout.c). An odd width
+// leaves a ragged last strip for the kernel's 4-pixel rows (the "[dw rows]" pass).
+#define DW_MODEL_CONVS 5
 static int model_mbconv(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
-    int64_t mins[4] = {1, 16, 13, 12}, maxs[4] = {3, 16, 13, 12}, hw[2] = {2, 3}, keep = 1;
+    int64_t mins[4] = {1, 16, 13, 13}, maxs[4] = {3, 16, 13, 13}, hw[2] = {2, 3}, keep = 1;
     double lo = 0.0, hi = 6.0;
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
@@ -2516,8 +2518,12 @@ static int model_mbconv(model *m, kiln_precision precision) {
     ws = gb1(&b, KILN_OP_SILU, res_conv(&b, ws, 264, 16, 1, 1, -1, 0));
     ws = gb1(&b, KILN_OP_SIGMOID, res_conv(&b, ws, 16, 264, 1, 1, -1, 0));
     int32_t z = res_conv(&b, gb2(&b, KILN_OP_MUL, ws, w), 264, 24, 1, 1, -1, 0);
+    int32_t v = gb1(&b, KILN_OP_SILU, dw_conv(&b, h, 32, 5, 1, 1));
+    int32_t u = dw_conv(&b, h, 32, 5, 2, 1);
     gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, v, "v"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, u, "u"), "output");
     m->name = precision == KILN_PRECISION_BF16 ? "mbconv nhwc bf16" : "mbconv nhwc fp16";
     m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
     return model_finish(&b, m, precision);
@@ -2889,9 +2895,10 @@ typedef struct io {
 } io;
 
 static int load_no_fold; // the "[no fold]" pass: cuda.attention_fold and cuda.gemv_fold false
+static int load_dw_rows; // the "[dw rows]" pass: cuda.dw_rows on
 
 static kiln_status load(const model *m, const char *device, int graphs, kiln_engine **out) {
-    kiln_option_setting s[4];
+    kiln_option_setting s[5];
     kiln_load_options o;
     kiln_load_options_init(&o);
     memset(s, 0, sizeof s);
@@ -2907,14 +2914,24 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
     s[3].name = "cuda.gemv_fold";
     s[3].type = KILN_OPTION_BOOL;
     s[3].int_value = 0;
+    s[4].name = "cuda.dw_rows";
+    s[4].type = KILN_OPTION_STRING;
+    s[4].string_value = "on";
     o.settings = s;
-    o.n_settings = load_no_fold ? 4 : 2;
+    o.n_settings = 2;
+    if (load_no_fold) {
+        o.n_settings = 4;
+    } else if (load_dw_rows) {
+        s[2] = s[4];
+        o.n_settings = 3;
+    }
     return kiln_engine_load(m->bytes, m->nbytes, &o, out);
 }
 
 // What an engine's context runs, from kiln_context_layer_info.
 typedef struct e2e_stats {
     int valid;
+    int n_dw_rows; // of n_dw: planned with 4-pixel rows (cuda.dw_rows)
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
@@ -2936,6 +2953,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
             st->n_stem += strcmp(info.kernel, "stem") == 0;
             st->n_dw += strcmp(info.kernel, "conv_dw") == 0;
+            st->n_dw_rows += strcmp(info.kernel, "conv_dw") == 0 &&
+                             strstr(info.detail, "4 output pixels") != NULL;
         }
         st->n_sdpa_dnn += info.op == KILN_OP_SDPA && strcmp(info.kernel, "cudnn") == 0;
         // tuned at context creation: cuDNN's fastest configuration was timed against Kiln's
@@ -4443,10 +4462,15 @@ static void run_e2e(void) {
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
     CHECK_MSG(n == (opt_quick ? 18 : 26), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
-        for (int pass = 0; pass < (i >= first_fold ? 2 : 1); pass++) {
+        const int is_dw = i >= first_dw && i < end_dw;
+        for (int pass = 0; pass < (i >= first_fold || is_dw ? 2 : 1); pass++) {
             char nm[128];
             const char *keep = models[i].name;
-            if (pass == 1) { // the folds off (cuda.attention_fold, cuda.gemv_fold false, per load)
+            if (pass == 1 && is_dw) { // the depthwise convs' 4-pixel rows forced (cuda.dw_rows)
+                snprintf(nm, sizeof nm, "%s [dw rows]", keep);
+                models[i].name = nm;
+                load_dw_rows = 1;
+            } else if (pass == 1) { // the folds off (cuda.attention_fold, cuda.gemv_fold false)
                 snprintf(nm, sizeof nm, "%s [no fold]", keep);
                 models[i].name = nm;
                 load_no_fold = 1;
@@ -4491,6 +4515,13 @@ static void run_e2e(void) {
                     int want = st.n_conv_nhwc > 0 ? DW_MODEL_CONVS : 0;
                     CHECK_MSG(st.n_dw == want, "%s: %d convs on the depthwise kernel, want %d",
                               models[i].name, st.n_dw, want);
+                    // forced, the 4-pixel rows take every one but the dilated 3x3 (the model's
+                    // shapes are too small for cuda.dw_rows auto)
+                    want = load_dw_rows && want > 0 ? DW_MODEL_CONVS - 1 : 0;
+                    CHECK_MSG(st.n_dw_rows == want,
+                              "%s: %d depthwise convs in 4-pixel rows, "
+                              "want %d",
+                              models[i].name, st.n_dw_rows, want);
                 }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
                 if (i >= first_rope && picked) { // the rope group, unless the folds are off
@@ -4507,6 +4538,7 @@ static void run_e2e(void) {
             }
             if (pass == 1) {
                 load_no_fold = 0;
+                load_dw_rows = 0;
                 models[i].name = keep;
             }
         }
