@@ -328,6 +328,9 @@ def cmd_run(a):
         flush=True,
     )
     save()
+    if a.trace:
+        res["trace"] = _trace(dec.execute, pos, tok, 1024, 20, out)
+        save()
 
     # Floors.
     wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -398,6 +401,97 @@ def cmd_run(a):
                 res["torch_decode_compile_error"] = f"{type(e).__name__}: {e}"[:400]
     save()
     _table(res)
+
+
+def summarize_trace(events: list[dict]) -> tuple[dict, list[dict]]:
+    """Chrome-trace events -> (per-step summary, the first step's kernels in order). A step is a
+    run of more than 10 kernels between the fill kernels torch runs before each step; its span
+    runs from its first kernel's start to its last end, its idle time is the span less the union
+    of its kernels' intervals (they may overlap under programmatic dependent launch)."""
+    kernels = sorted(
+        (e for e in events if e.get("cat") == "kernel" and "dur" in e), key=lambda e: e["ts"]
+    )
+    steps, cur = [], []
+    for e in kernels:
+        if "fill" in e["name"].lower():
+            if cur:
+                steps.append(cur)
+                cur = []
+            continue
+        cur.append(e)
+    if cur:
+        steps.append(cur)
+    steps = [s for s in steps if len(s) > 10]
+    spans, idles, per_name = [], [], {}
+    for st in steps:
+        t0, t1 = st[0]["ts"], max(e["ts"] + e["dur"] for e in st)
+        busy, end = 0.0, t0
+        for e in st:
+            b, f = max(e["ts"], end), e["ts"] + e["dur"]
+            if f > b:
+                busy += f - b
+                end = f
+        spans.append(t1 - t0)
+        idles.append(t1 - t0 - busy)
+        for e in st:
+            d = per_name.setdefault(e["name"][:120], [0, 0.0])
+            d[0] += 1
+            d[1] += e["dur"]
+    ns = max(len(steps), 1)
+    top = sorted(per_name.items(), key=lambda kv: -kv[1][1])
+    summary = {
+        "steps": len(steps),
+        "kernels_per_step": sum(len(s) for s in steps) / ns,
+        "span_us": statistics.median(spans) if spans else None,
+        "idle_us": statistics.median(idles) if idles else None,
+        "per_name": [
+            {"name": k, "per_step": v[0] / ns, "us_per_step": v[1] / ns, "mean_us": v[1] / v[0]}
+            for k, v in top
+        ],
+    }
+    first = []
+    if steps:
+        t0 = steps[0][0]["ts"]
+        first = [
+            {"name": e["name"][:80], "start_us": e["ts"] - t0, "dur_us": e["dur"]} for e in steps[0]
+        ]
+    return summary, first
+
+
+def _trace(step_fn, pos_buf, tok_buf, context: int, n: int, out: Path) -> dict:
+    """The kernels of n decode steps as the GPU ran them (CUPTI through torch.profiler: the graph
+    replay's kernels with their start and duration), summarized (summarize_trace); the first
+    traced step's kernels in order go to decode_trace.json."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for i in range(3):
+        pos_buf.fill_(context + i)
+        step_fn()
+    _sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(n):
+            pos_buf.fill_(context + i)
+            tok_buf.fill_((i * 7919) % 251)
+            step_fn()
+        _sync()
+    path = out / "decode_trace.chrome.json"
+    prof.export_chrome_trace(str(path))
+    summary, first = summarize_trace(json.loads(path.read_text())["traceEvents"])
+    (out / "decode_trace.json").write_text(json.dumps(first, indent=0))
+    steps = summary["steps"]
+    print(
+        f"llm: trace of {steps} steps: span {summary['span_us']} us, idle "
+        f"{summary['idle_us']} us, {summary['kernels_per_step']:.0f} kernels per step",
+        flush=True,
+    )
+    for r in summary["per_name"][:15]:
+        print(
+            f"  {r['us_per_step']:8.1f} us  x{r['per_step']:5.1f}  {r['mean_us']:6.2f}  "
+            f"{r['name'][:90]}",
+            flush=True,
+        )
+    path.unlink()
+    return summary
 
 
 def _profile(res, C, dec_bytes, a, V, stream):
@@ -484,6 +578,9 @@ def main(argv=None):
     r.add_argument("--steps", type=int, default=100)
     r.add_argument("--compile", action="store_true", help="also torch.compile(reduce-overhead)")
     r.add_argument("--profile", action="store_true", help="per-layer times of the decode engine")
+    r.add_argument(
+        "--trace", action="store_true", help="the decode step's kernels as the GPU ran them"
+    )
     r.add_argument(
         "--no-torch", action="store_true", help="Kiln only (no PyTorch timings): plugin A/B runs"
     )

@@ -373,3 +373,39 @@ def test_ab_plugins_sets_options_of_each_type():
         for n, v in before.items():
             ab.set_option(lib, n, v)
     assert {n: get(n) for n in names} == before
+
+
+# --- bench/llm.py: the decode trace's summary
+
+
+def test_llm_trace_summary_by_hand():
+    spec = importlib.util.spec_from_file_location("kiln_bench_llm", ROOT / "bench" / "llm.py")
+    llm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(llm)
+
+    def k(name, ts, dur):
+        return {"cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+    def step(t0):
+        # 12 kernels: a, then b overlapping a by 1 us (PDL), a 2 us gap, then ten c's back to back
+        ev = [k("gemv_a", t0, 5.0), k("sdpa_b", t0 + 4.0, 3.0)]
+        ev += [k("merge_c", t0 + 9.0 + i, 1.0) for i in range(10)]
+        return ev
+
+    fill = {"cat": "kernel", "name": "void at::native::vectorized_elementwise_kernel<FillFunctor>"}
+    events = [dict(fill, ts=0.0, dur=0.5), dict(fill, ts=1.0, dur=0.5)] + step(10.0)
+    events += [dict(fill, ts=100.0, dur=0.5), dict(fill, ts=101.0, dur=0.5)] + step(110.0)
+    events += [{"cat": "cpu_op", "name": "x", "ts": 50.0, "dur": 1.0}]  # not a kernel
+    events += [k("short_run", 200.0 + i, 0.5) for i in range(3)]  # after a fill-less gap
+    summary, first = llm.summarize_trace(events)
+    # the third run (15 kernels: 12 of step 2 plus the 3 after it) merges with step 2: two steps
+    assert summary["steps"] == 2
+    # step 1: span 10 .. 29 = 19 us; busy a 5 + b 2 (its first us overlaps a) + 10 c's = 17
+    assert first[0]["name"] == "gemv_a" and first[0]["start_us"] == 0.0
+    assert len(first) == 12 and first[-1]["start_us"] == 18.0
+    spans = sorted([19.0, 202.5 - 110.0])
+    assert summary["span_us"] == pytest.approx(sum(spans) / 2)
+    names = {r["name"]: r for r in summary["per_name"]}
+    assert names["merge_c"]["per_step"] == 10 and names["merge_c"]["mean_us"] == 1.0
+    assert names["gemv_a"]["us_per_step"] == 5.0
+    assert summary["per_name"][0]["name"] == "merge_c"  # the most device time first
