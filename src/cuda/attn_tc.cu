@@ -419,34 +419,68 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
 }
 
 // The chunks' partial rows of the split-key kernel merged (flash-decoding's second step): one
-// thread per output pair (row, 2 columns); the maxima are in log2 units.
+// warp per output row. Lane c reads chunk c's maximum and sum (32 chunks per load round), the
+// warp reduces them, and each lane then weighs and adds its D / 32 columns over the chunks,
+// SDPA_MERGE_UNROLL chunks' loads in flight at a time: the merge of a decode step's 8 x 4 rows
+// over 17 chunks is a few load round trips, not one per chunk. The maxima are in log2 units.
+#define SDPA_MERGE_WARPS 4
+#define SDPA_MERGE_UNROLL 8
 template <typename T, int D>
-static __global__ void __launch_bounds__(128)
+static __global__ void __launch_bounds__(SDPA_MERGE_WARPS * 32)
     sdpa_chunk_merge_kernel(const __grid_constant__ sdpa_params P, int n_chunks) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= P.batch * P.l * (D / 2)) return;
-    const int64_t row = i / (D / 2), b = row / P.l, r = row % P.l;
-    const int col = (int)(i % (D / 2)) * 2;
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * SDPA_MERGE_WARPS + (threadIdx.x >> 5);
+    if (row >= P.batch * P.l) return;
+    const int64_t b = row / P.l, r = row % P.l;
     const int64_t cstride = P.batch * P.l * (D + 2);
     const float *pr = P.part + row * (D + 2);
     float m = -INFINITY;
-    for (int c = 0; c < n_chunks; c++) m = fmaxf(m, pr[c * cstride + D]);
-    float l = 0.0f, a0 = 0.0f, a1 = 0.0f;
-    if (m != -INFINITY) {
-        for (int c = 0; c < n_chunks; c++) {
-            const float2 ml = *(const float2 *)(pr + c * cstride + D);
-            if (ml.x == -INFINITY) continue;
-            const float f = sdpa_ex2(ml.x - m);
-            const float2 a = *(const float2 *)(pr + c * cstride + col);
+    for (int c = lane; c < n_chunks; c += 32) m = fmaxf(m, pr[c * cstride + D]);
+    m = kc_warp_max(m);
+    constexpr int CP = D / 64; // column pairs per lane
+    float acc[CP][2], l = 0.0f;
+#pragma unroll
+    for (int j = 0; j < CP; j++) acc[j][0] = acc[j][1] = 0.0f;
+    for (int c0 = 0; c0 < n_chunks && m != -INFINITY; c0 += 32) {
+        // lane c's chunk weight, then every lane's columns over these 32 chunks
+        float f = 0.0f;
+        if (c0 + lane < n_chunks) {
+            const float2 ml = *(const float2 *)(pr + (c0 + lane) * cstride + D);
+            f = ml.x == -INFINITY ? 0.0f : sdpa_ex2(ml.x - m);
             l += ml.y * f;
-            a0 += a.x * f;
-            a1 += a.y * f;
+        }
+        const int nc = n_chunks - c0 < 32 ? n_chunks - c0 : 32;
+        for (int u0 = 0; u0 < nc; u0 += SDPA_MERGE_UNROLL) {
+            float2 a[SDPA_MERGE_UNROLL][CP];
+#pragma unroll
+            for (int u = 0; u < SDPA_MERGE_UNROLL; u++) {
+                const int c = c0 + u0 + u;
+#pragma unroll
+                for (int j = 0; j < CP; j++) {
+                    a[u][j] = u0 + u < nc ? *(const float2 *)(pr + c * cstride + 64 * j + 2 * lane)
+                                          : make_float2(0.0f, 0.0f);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < SDPA_MERGE_UNROLL; u++) {
+                const float fu = __shfl_sync(0xffffffffu, f, (u0 + u) & 31);
+#pragma unroll
+                for (int j = 0; j < CP; j++) {
+                    acc[j][0] = fmaf(a[u][j].x, fu, acc[j][0]);
+                    acc[j][1] = fmaf(a[u][j].y, fu, acc[j][1]);
+                }
+            }
         }
     }
+    l = kc_warp_sum(l);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const sdpa_offs bo = sdpa_offsets(P, b);
     uint16_t *out = (uint16_t *)P.out;
-    *(uint32_t *)(out + bo.o + r * P.o_rs + col) = kc_mma<T>::pack(a0 * inv, a1 * inv);
+#pragma unroll
+    for (int j = 0; j < CP; j++) {
+        *(uint32_t *)(out + bo.o + r * P.o_rs + 64 * j + 2 * lane) =
+            kc_mma<T>::pack(acc[j][0] * inv, acc[j][1] * inv);
+    }
 }
 
 // The tensor-core kernel takes float16/bfloat16 with E = Ev in {64, 128, 256} and 16-byte
@@ -531,9 +565,10 @@ static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_par
         sdpa_tc_split_kernel<T, D, NS, BK>
             <<<grid, NS * 32, sdpa_sp_smem<D, NS, BK>::BYTES, ctx->stream>>>(C);
         KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "sdpa_tc_split_kernel"));
-        const int64_t pairs = P->batch * P->l * (D / 2);
+        const int64_t rows = P->batch * P->l;
         sdpa_chunk_merge_kernel<T, D>
-            <<<(unsigned)((pairs + 127) / 128), 128, 0, ctx->stream>>>(C, n);
+            <<<(unsigned)((rows + SDPA_MERGE_WARPS - 1) / SDPA_MERGE_WARPS), SDPA_MERGE_WARPS * 32,
+               0, ctx->stream>>>(C, n);
         return kiln_cuda_check_launch(ctx, "sdpa_chunk_merge_kernel");
     }
     dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)by);
