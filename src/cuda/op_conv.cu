@@ -127,6 +127,48 @@ __device__ __forceinline__ float dw_act(float v, int act, float lo, float hi) {
     }
 }
 
+// The block's filter taps in shared memory as [tap][channel] (ct channels from cbase, copied from
+// the OIHW [channel][tap] weight with coalesced reads; channels past C are 0), so that a tap's
+// weights for 8 channels are one 16-byte load.
+template <typename T>
+__device__ __forceinline__ void dw_stage_taps(T *ws, const kiln_cuda_conv_geom &g, int taps, int ct,
+                                              int cbase) {
+    const int c = (int)g.c, nthreads = (int)(blockDim.x * blockDim.y);
+    const T *w = (const T *)g.w + (int64_t)cbase * taps;
+    const int nw = (c - cbase < ct ? c - cbase : ct) * taps;
+    for (int i = (int)(threadIdx.y * blockDim.x + threadIdx.x); i < ct * taps; i += nthreads) {
+        ws[(i % taps) * ct + i / taps] = i < nw ? w[i] : kc_from_f<T>(0.0f);
+    }
+    __syncthreads();
+}
+
+// Channels c0 .. c0 + 7 of the bias (0 without one).
+template <typename T>
+__device__ __forceinline__ void dw_bias(const kiln_cuda_conv_geom &g, int c0, float *b0) {
+    const T *bias = (const T *)g.bias;
+#pragma unroll
+    for (int k = 0; k < DW_VEC; k++) b0[k] = bias != NULL ? kc_to_f(bias[c0 + k]) : 0.0f;
+}
+
+// P output pixels of row oy from ox0 (those inside the row), 8 channels from c0: the activation
+// applied before the one rounding, one 16-byte store each.
+template <typename T, int P>
+__device__ __forceinline__ void dw_store(const kiln_cuda_conv_geom &g, int n, int oy, int ox0,
+                                         int c0, const float (&acc)[P][DW_VEC], int act, float lo,
+                                         float hi) {
+    const int ow = (int)g.ow;
+    T *yrow = (T *)g.y + (((int64_t)n * g.oh + oy) * ow) * g.c + c0;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        if (ox0 + p >= ow) break;
+        uint4 outv;
+        T *ov = (T *)&outv;
+#pragma unroll
+        for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(dw_act(acc[p][k], act, lo, hi));
+        *(uint4 *)(yrow + (int64_t)(ox0 + p) * g.c) = outv;
+    }
+}
+
 // A thread computes DW_PX consecutive output pixels of one row for 8 channels; a block covers
 // bx channel vectors of by such strips at a time and walks the strips of its grid row. The
 // filter taps sit in shared memory as [tap][channel] (copied from the OIHW [channel][tap] weight
@@ -141,19 +183,12 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     T *ws = (T *)dw_smem;
     const int kh = K > 0 ? K : g.kh, kw = K > 0 ? K : g.kw, taps = kh * kw;
     const int ct = (int)blockDim.x * DW_VEC, cbase = (int)blockIdx.x * ct, c = (int)g.c;
-    const int nthreads = (int)(blockDim.x * blockDim.y);
-    const T *x = (const T *)g.x, *w = (const T *)g.w + (int64_t)cbase * taps;
-    const T *bias = (const T *)g.bias;
-    const int nw = (c - cbase < ct ? c - cbase : ct) * taps;
-    for (int i = (int)(threadIdx.y * blockDim.x + threadIdx.x); i < ct * taps; i += nthreads) {
-        ws[(i % taps) * ct + i / taps] = i < nw ? w[i] : kc_from_f<T>(0.0f);
-    }
-    __syncthreads();
+    const T *x = (const T *)g.x;
+    dw_stage_taps<T>(ws, g, taps, ct, cbase);
     const int c0 = cbase + (int)threadIdx.x * DW_VEC;
     if (c0 >= c) return;
     float b0[DW_VEC];
-#pragma unroll
-    for (int k = 0; k < DW_VEC; k++) b0[k] = bias != NULL ? kc_to_f(bias[c0 + k]) : 0.0f;
+    dw_bias<T>(g, c0, b0);
     const T *wt = ws + threadIdx.x * DW_VEC;
     const int oh = (int)g.oh, ow = (int)g.ow, ih = (int)g.h, iw = (int)g.w_in;
     const int strips = (ow + DW_PX - 1) / DW_PX, total = (int)g.n * oh * strips;
@@ -192,16 +227,7 @@ static __global__ void __launch_bounds__(DW_BLOCK)
                 }
             }
         }
-        T *yrow = (T *)g.y + (((int64_t)n * oh + oy) * ow) * c + c0;
-#pragma unroll
-        for (int p = 0; p < DW_PX; p++) {
-            if (ox0 + p >= ow) break;
-            uint4 outv;
-            T *ov = (T *)&outv;
-#pragma unroll
-            for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(dw_act(acc[p][k], act, lo, hi));
-            *(uint4 *)(yrow + (int64_t)(ox0 + p) * c) = outv;
-        }
+        dw_store<T, DW_PX>(g, n, oy, ox0, c0, acc, act, lo, hi);
     }
 }
 
@@ -217,21 +243,13 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     constexpr int NC = (P - 1) * S + K; // input columns per row of taps
     extern __shared__ uint4 dw_smem[];
     T *ws = (T *)dw_smem;
-    constexpr int taps = K * K;
     const int ct = (int)blockDim.x * DW_VEC, cbase = (int)blockIdx.x * ct, c = (int)g.c;
-    const int nthreads = (int)(blockDim.x * blockDim.y);
-    const T *x = (const T *)g.x, *w = (const T *)g.w + (int64_t)cbase * taps;
-    const T *bias = (const T *)g.bias;
-    const int nw = (c - cbase < ct ? c - cbase : ct) * taps;
-    for (int i = (int)(threadIdx.y * blockDim.x + threadIdx.x); i < ct * taps; i += nthreads) {
-        ws[(i % taps) * ct + i / taps] = i < nw ? w[i] : kc_from_f<T>(0.0f);
-    }
-    __syncthreads();
+    const T *x = (const T *)g.x;
+    dw_stage_taps<T>(ws, g, K * K, ct, cbase);
     const int c0 = cbase + (int)threadIdx.x * DW_VEC;
     if (c0 >= c) return;
     float b0[DW_VEC];
-#pragma unroll
-    for (int k = 0; k < DW_VEC; k++) b0[k] = bias != NULL ? kc_to_f(bias[c0 + k]) : 0.0f;
+    dw_bias<T>(g, c0, b0);
     const T *wt = ws + threadIdx.x * DW_VEC;
     const int oh = (int)g.oh, ow = (int)g.ow, ih = (int)g.h, iw = (int)g.w_in;
     const int strips = (ow + P - 1) / P, total = (int)g.n * oh * strips;
@@ -275,16 +293,7 @@ static __global__ void __launch_bounds__(DW_BLOCK)
                 }
             }
         }
-        T *yrow = (T *)g.y + (((int64_t)n * oh + oy) * ow) * c + c0;
-#pragma unroll
-        for (int p = 0; p < P; p++) {
-            if (ox0 + p >= ow) break;
-            uint4 outv;
-            T *ov = (T *)&outv;
-#pragma unroll
-            for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(dw_act(acc[p][k], act, lo, hi));
-            *(uint4 *)(yrow + (int64_t)(ox0 + p) * c) = outv;
-        }
+        dw_store<T, P>(g, n, oy, ox0, c0, acc, act, lo, hi);
     }
 }
 
