@@ -13,6 +13,7 @@
 #include <executorch/runtime/core/device_allocator.h>
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/hierarchical_allocator.h>
 #include <executorch/runtime/core/tag.h>
 
 #include <array>
@@ -49,6 +50,7 @@ using executorch::extension::TensorPtr;
 using executorch::runtime::BackendOption;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
+using executorch::runtime::HierarchicalAllocator;
 using executorch::runtime::LoadBackendOptionsMap;
 using executorch::runtime::MethodMeta;
 using executorch::runtime::Program;
@@ -210,6 +212,11 @@ struct MethodState {
     std::vector<TensorPtr> input_tensors;  // the caller's data, wrapped (kept until re-bound)
     std::vector<TensorPtr> output_tensors; // caller output buffers, wrapped
     std::vector<EValue> outputs;           // of the last successful execute
+    // A program exported with share_mutable_buffers: the method's planned memory, its own
+    // buffers but the second (mem_id 2), which is the program's shared_state (plan_shared).
+    std::vector<std::vector<uint8_t>> planned;
+    std::vector<executorch::runtime::Span<uint8_t>> spans;
+    std::unique_ptr<HierarchicalAllocator> hier;
 };
 
 } // namespace
@@ -224,6 +231,10 @@ struct kiln_program {
     std::vector<std::string> data_paths;
     std::vector<MethodState> methods; // the program's order
     std::vector<BackendOption> settings;
+    // ExecuTorch's shared mutable-buffer arena (mem_id 2: buffers several methods update that
+    // stay outside the delegates), one per loaded program, sized for its largest method.
+    std::vector<uint8_t> shared_state;
+    bool shared_state_sized = false;
     std::atomic<bool> busy{false};
 };
 
@@ -416,6 +427,52 @@ kiln_status explain_load_failure(const kiln_program *p, const MethodState &m, Er
                 detail.empty() ? ": see the ExecuTorch log above" : detail.c_str());
 }
 
+// A method with two or more planned buffers was exported with share_mutable_buffers (mem_id 2,
+// planned buffer 1, holds the state its methods share; ExecuTorch's Module would give each method
+// its own, unless every arena is shared, outputs included): its planned memory is its own but
+// for that buffer, which is the program's shared_state, sized once for the largest method.
+kiln_status plan_shared(kiln_program *p, MethodState &m, const MethodMeta &meta) {
+    if (!p->shared_state_sized) {
+        int64_t largest = 0;
+        for (MethodState &q : p->methods) {
+            std::optional<MethodMeta> qm;
+            kiln_status st = method_meta(p, q, &qm);
+            if (st != KILN_OK) return st;
+            if (qm->num_memory_planned_buffers() < 2) continue;
+            Result<int64_t> size = qm->memory_planned_buffer_size(1);
+            if (size.ok() && size.get() > largest) largest = size.get();
+        }
+        uint64_t limit = planned_limit();
+        if (static_cast<uint64_t>(largest) > limit) {
+            return fail(KILN_ERR_NO_MEMORY,
+                        "'%s' plans %lld bytes of state shared between its methods, over the "
+                        "limit of kiln_program_set_planned_limit (%llu bytes): the program is "
+                        "damaged, or too large for this machine; re-export it, or raise the limit",
+                        p->path.c_str(), static_cast<long long>(largest),
+                        static_cast<unsigned long long>(limit));
+        }
+        p->shared_state.assign(static_cast<size_t>(largest), 0);
+        p->shared_state_sized = true;
+    }
+    const size_t n = meta.num_memory_planned_buffers();
+    m.planned.assign(n, {});
+    m.spans.clear();
+    for (size_t i = 0; i < n; i++) {
+        Result<int64_t> size = meta.memory_planned_buffer_size(i); // checked by precheck_method
+        const size_t sz = size.ok() ? static_cast<size_t>(size.get()) : 0;
+        if (i == 1) {
+            m.spans.emplace_back(p->shared_state.data(), sz); // sz <= the largest method's
+        } else {
+            m.planned[i].assign(sz, 0);
+            m.spans.emplace_back(m.planned[i].data(), sz);
+        }
+    }
+    m.hier = std::make_unique<HierarchicalAllocator>(
+        executorch::runtime::Span<executorch::runtime::Span<uint8_t>>(m.spans.data(),
+                                                                      m.spans.size()));
+    return KILN_OK;
+}
+
 kiln_status ensure_loaded(kiln_program *p, MethodState &m) {
     if (m.loaded) return KILN_OK;
     std::optional<MethodMeta> opt;
@@ -426,7 +483,11 @@ kiln_status ensure_loaded(kiln_program *p, MethodState &m) {
     if (st != KILN_OK) return st;
     kiln_clear_error();
     kiln_executorch_clear_error();
-    Error e = p->module->load_method(m.name);
+    if (meta.num_memory_planned_buffers() >= 2) {
+        st = plan_shared(p, m, meta);
+        if (st != KILN_OK) return st;
+    }
+    Error e = p->module->load_method(m.name, m.hier.get());
     if (e != Error::Ok) return explain_load_failure(p, m, e);
 
     size_t n_in = meta.num_inputs(), n_out = meta.num_outputs();

@@ -67,7 +67,10 @@ KILN_API void kiln_program_options_init(kiln_program_options *options);
 // KILN_ERR_INVALID_ARG (an unknown or process-only option), KILN_ERR_UNSUPPORTED (an operator
 // without a kernel, or a delegate not registered in this process), KILN_ERR_NO_MEMORY. A
 // failure inside KilnBackend returns Kiln's own status and its whole message.
-// options may be NULL.
+// options may be NULL. The methods of one loaded program share its state: the states Kiln's
+// engines own, and ExecuTorch's shared mutable-buffer arena (programs exported with
+// share_mutable_buffers: buffers several methods update outside the delegates); each load
+// (and each kiln_program_share handle) has its own.
 KILN_API kiln_status kiln_program_load(const char *path, const kiln_program_options *options,
                                        kiln_program **out);
 KILN_API void kiln_program_free(kiln_program *program);

@@ -122,6 +122,52 @@ class TwoOut(torch.nn.Module):
         return self.l2(torch.relu(self.l1(x))) + y, (x * 2).sum(dim=1)
 
 
+class RingState(torch.nn.Module):
+    """Rows written into a ring buffer at a counter that the module keeps: `step` writes one row,
+    `fill` as many as it is given; both update `cache` (which Kiln owns) and the counter `n`
+    (its ring position uses remainder, which stays with ExecuTorch, so ExecuTorch owns `n`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(8, 4))
+        self.register_buffer("n", torch.zeros(1, dtype=torch.int64))
+
+    def write(self, x):
+        h = self.lin(x)
+        pos = torch.remainder(self.n + torch.arange(x.shape[0]), 8)
+        self.cache.index_copy_(0, pos, h)
+        self.n.add_(x.shape[0])
+        return self.cache.sum(0, keepdim=True) * h.sum(0, keepdim=True)
+
+
+class _Method(torch.nn.Module):
+    """One method of a shared module (its forward is module.<name>)."""
+
+    def __init__(self, module, name):
+        super().__init__()
+        self.module, self.name = module, name
+
+    def forward(self, x):
+        return getattr(self.module, self.name)(x)
+
+
+class Accumulate(torch.nn.Module):
+    """An accumulator two methods update: `add` adds x, `add2` adds 2 x; each returns it."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("acc", torch.zeros(4))
+
+    def add(self, x):
+        self.acc.add_(x)
+        return self.acc * 1.0
+
+    def add2(self, x):
+        self.acc.add_(2 * x)
+        return self.acc * 1.0
+
+
 def _kiln_tensors():
     sys.path.insert(0, str(EXAMPLES / "cpp"))
     try:
@@ -171,6 +217,41 @@ def programs(tmp_path_factory) -> Path:
     with torch.no_grad():
         d0, d1 = m(x2, y2)
     _kiln_tensors().write(d / "io_dyn.bin", [x2, y2, d0, d1])
+
+    # Methods that update one buffer outside every delegate: ExecuTorch's shared arena
+    # (share_mutable_buffers). state.pte: ExecuTorch only, the calls add, add2, add; io_state.bin:
+    # their inputs, then eager's outputs. state_kiln.pte: kiln's save (it turns the sharing on
+    # itself), the calls fill, step, step; io_state_kiln.bin likewise.
+    import copy
+
+    from executorch.exir import to_edge
+    from kiln.executorch import save
+
+    acc = Accumulate()
+    a = {m: torch.export.export(_Method(acc, m), (torch.randn(4),)) for m in ("add", "add2")}
+    shared = ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True)
+    )
+    (d / "state.pte").write_bytes(to_edge(a).to_executorch(shared).buffer)
+    xs = [torch.randn(4) for _ in range(3)]
+    ref = Accumulate()
+    want = [ref.add(xs[0]), ref.add2(xs[1]), ref.add(xs[2])]
+    _kiln_tensors().write(d / "io_state.bin", [*xs, *want])
+    torch.manual_seed(4)
+    ring = RingState().eval()
+    fresh = copy.deepcopy(ring)
+    save(
+        {
+            "fill": (_Method(ring, "write"), (torch.randn(3, 4),)),
+            "step": (_Method(ring, "write"), (torch.randn(1, 4),)),
+        },
+        d / "state_kiln.pte",
+        quiet=True,
+    )
+    xs = [torch.randn(3, 4), torch.randn(1, 4), torch.randn(1, 4)]
+    with torch.no_grad():
+        want = [fresh.write(x) for x in xs]
+    _kiln_tensors().write(d / "io_state_kiln.bin", [*xs, *want])
     return d
 
 

@@ -884,3 +884,71 @@ def test_buffer_another_method_reads_keeps_its_updates(tmp_path):
         with torch.no_grad():
             want = fresh(x, pos)
         _close(got, want, f"step {i}", 1e-5)
+
+
+class _Ring(nn.Module):
+    """Rows written into a ring buffer at a counter the module keeps. The ring position uses
+    remainder, which Kiln leaves to ExecuTorch (so ExecuTorch owns the counter `n`; Kiln owns
+    `cache`); `fill` and `step` are two methods over it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(8, 4))
+        self.register_buffer("n", torch.zeros(1, dtype=torch.int64))
+
+    def forward(self, x):
+        h = self.lin(x)
+        pos = torch.remainder(self.n + torch.arange(x.shape[0]), 8)
+        self.cache.index_copy_(0, pos, h)
+        self.n.add_(x.shape[0])
+        return self.cache.sum(0, keepdim=True) * h.sum(0, keepdim=True)
+
+
+def _ring_methods(model):
+    return {"fill": (model, (torch.randn(3, 4),)), "step": (model, (torch.randn(1, 4),))}
+
+
+def test_buffer_several_methods_update_outside_kiln_is_shared_like_eager(tmp_path, caplog):
+    """A buffer that two methods update and that stays with ExecuTorch (here a counter whose
+    use Kiln cannot take) is planned in ExecuTorch's shared arena: each method sees the other's
+    updates, as in eager PyTorch, call after call; two loads keep their own. Without that
+    (each method its own copy) the second call already differs from eager."""
+    torch.manual_seed(4)
+    model = _Ring().eval()
+    fresh = copy.deepcopy(model)
+    with caplog.at_level(logging.INFO, logger="kiln.executorch"):
+        save(_ring_methods(model), tmp_path / "ring.pte", quiet=True)
+    said = [r.getMessage() for r in caplog.records if "share_mutable_buffers" in r.getMessage()]
+    assert len(said) == 1 and "'n'" in said[0] and "'fill'" in said[0], said
+    assert "remainder" in said[0] or "outside" in said[0], said
+    p1, p2 = kiln.load(tmp_path / "ring.pte"), kiln.load(tmp_path / "ring.pte")
+    ref1, ref2 = copy.deepcopy(fresh), copy.deepcopy(fresh)
+    g = torch.Generator().manual_seed(9)
+    for i, method in enumerate(["fill", "step", "step", "fill", "step", "step", "step"]):
+        x = torch.randn(3 if method == "fill" else 1, 4, generator=g)
+        with torch.no_grad():
+            want = ref1(x)
+        _close(p1.run(method, [x])[0], want, f"load 1, call {i} ({method})", 1e-5)
+        if i < 3:  # the second load follows the first three calls: its own states
+            with torch.no_grad():
+                want2 = ref2(x)
+            _close(p2.run(method, [x])[0], want2, f"load 2, call {i} ({method})", 1e-5)
+
+
+def test_buffer_left_outside_with_a_backend_config_that_does_not_share_is_warned_about(
+    tmp_path, caplog
+):
+    from executorch.exir import ExecutorchBackendConfig
+
+    torch.manual_seed(4)
+    with caplog.at_level(logging.WARNING, logger="kiln.executorch"):
+        save(
+            _ring_methods(_Ring().eval()),
+            tmp_path / "ring.pte",
+            quiet=True,
+            backend_config=ExecutorchBackendConfig(),
+        )
+    said = [r.getMessage() for r in caplog.records if "keeps its own copy" in r.getMessage()]
+    assert len(said) == 1 and "'n'" in said[0], [r.getMessage() for r in caplog.records]
+    assert "MemoryPlanningPass(share_mutable_buffers=True)" in said[0]

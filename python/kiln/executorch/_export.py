@@ -298,6 +298,7 @@ def _export(
     rep.report.rejected = list(recorded) if recorded is not None else derived
     if strict and rep.report.rejected:
         raise KilnStrictError(_strict_message(rep.report.rejected), rep.report.rejected, rep.report)
+    backend_config = _share_executorch_buffers(edge, backend_config, kiln)
     with rep.phase("to_executorch"):
         prog = edge.to_executorch(backend_config)
         # Tensors one Kiln delegate passes straight to another stay on its device at run time.
@@ -422,6 +423,58 @@ def _warn_read_only_buffers(programs: dict[str, ExportedProgram]) -> None:
             " and ".join(repr(w) for w in writers),
             method,
         )
+
+
+def _executorch_buffers_of_several_methods(edge) -> dict[str, list[str]]:
+    """The buffers that stay with ExecuTorch (outside every Kiln delegate) and that two or more
+    methods of the lowered program update: buffer name -> the methods."""
+    by_buffer: dict[str, list[str]] = {}
+    for method in edge.methods:
+        sig = edge.exported_program(method).graph_signature
+        for name in sorted(set(sig.buffers_to_mutate.values())):
+            by_buffer.setdefault(name, []).append(method)
+    return {b: ms for b, ms in by_buffer.items() if len(ms) > 1}
+
+
+def _share_executorch_buffers(edge, backend_config, kiln):
+    """ExecuTorch plans each method's mutable buffers on its own unless the program is built
+    with share_mutable_buffers, so two methods that update a buffer Kiln could not own would
+    each see their own copy, where eager PyTorch has one. Such a program gets ExecuTorch's shared
+    mutable-buffer arena (when the caller passed no backend_config; otherwise a warning says
+    what to set)."""
+    shared = _executorch_buffers_of_several_methods(edge)
+    if not shared:
+        return backend_config
+    left = {d["buffer"]: d["reason"] for d in getattr(kiln, "buffers_left", [])}
+    what = "; ".join(
+        f"{b!r} (methods {', '.join(repr(m) for m in ms)}"
+        + (f": {left[b]}" if b in left else "")
+        + ")"
+        for b, ms in sorted(shared.items())
+    )
+    if backend_config is None:
+        from executorch.exir.passes import MemoryPlanningPass
+
+        log.info(
+            "kiln: buffers updated by several methods stay with ExecuTorch: %s; they are "
+            "planned in one arena the methods share (share_mutable_buffers), so each method "
+            "sees the others' updates, as in eager PyTorch",
+            what,
+        )
+        return ExecutorchBackendConfig(
+            memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True)
+        )
+    plan = backend_config.memory_planning_pass
+    passes = plan.values() if isinstance(plan, dict) else [plan]
+    if not all(getattr(p, "share_mutable_buffers", False) for p in passes):
+        log.warning(
+            "kiln: buffers updated by several methods stay with ExecuTorch: %s; with this "
+            "backend_config each method keeps its own copy (eager PyTorch has one). Pass "
+            "memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True) in the "
+            "ExecutorchBackendConfig so that the methods share them",
+            what,
+        )
+    return backend_config
 
 
 def _buffer_values(model) -> list[tuple[torch.Tensor, torch.Tensor]]:

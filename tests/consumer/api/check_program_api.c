@@ -14,6 +14,13 @@
 //   dyn.pte            Kiln-delegated, dynamic batch (1..8) for x and y
 //   io.bin             Kiln tensor file: x, y, eager out0, eager out1 (float32)
 //   io_dyn.bin         the same for a batch of 2 (dyn.pte)
+// and two programs whose methods update one buffer that stays with ExecuTorch (its shared
+// mutable-buffer arena, share_mutable_buffers):
+//   state.pte          ExecuTorch only: add(x) and add2(x) update an accumulator, return it
+//   io_state.bin       three inputs, then eager's outputs of add, add2, add
+//   state_kiln.pte     kiln's save: fill(x[3,4]) and step(x[1,4]) write rows into a cache Kiln
+//                      owns at a counter ExecuTorch owns
+//   io_state_kiln.bin  three inputs, then eager's outputs of fill, step, step
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -137,6 +144,39 @@ static void check_outputs(const char *what, const kiln_output out[2], const tens
 
 static void random_fill(tensor_f32 *t) {
     for (size_t i = 0; i < t->n; i++) t->data[i] = check_rng_uniform(-1.0f, 1.0f);
+}
+
+// Two loads of `pte`, the calls methods[0..2] on each in turn (inputs io[0..2]): each load's
+// outputs are eager's io[3..5] (the methods see each other's updates; the loads keep their own).
+static void check_shared_state(const char *pte, const char *io_name, const char *const methods[3]) {
+    tensor_f32 io[6];
+    memset(io, 0, sizeof io);
+    CHECK(read_io(path_of(io_name), io, 6) == 0);
+    kiln_program *p[2] = {load(pte, NULL), load(pte, NULL)};
+    for (int call = 0; call < 3 && p[0] != NULL && p[1] != NULL && io[5].data != NULL; call++) {
+        for (int k = 0; k < 2; k++) {
+            kiln_input in = input_of(&io[call]);
+            kiln_output y;
+            char what[128];
+            snprintf(what, sizeof what, "%s load %d call %d (%s)", pte, k, call, methods[call]);
+            CHECK_P(kiln_program_set_input(p[k], methods[call], 0, &in), KILN_OK);
+            CHECK_P(kiln_program_execute(p[k], methods[call]), KILN_OK);
+            CHECK_P(kiln_program_output(p[k], methods[call], 0, &y), KILN_OK);
+            const tensor_f32 *e = &io[3 + call];
+            CHECK_MSG(y.dtype == KILN_DTYPE_F32 && y.nbytes == e->n * sizeof(float),
+                      "%s: %u-byte output, want %zu", what, (unsigned)y.nbytes,
+                      e->n * sizeof(float));
+            double max_err = 0.0;
+            for (size_t i = 0; i < e->n && y.nbytes == e->n * sizeof(float); i++) {
+                double d = fabs((double)((const float *)y.data)[i] - (double)e->data[i]);
+                max_err = d > max_err ? d : max_err;
+            }
+            CHECK_MSG(max_err <= 1e-4, "%s: max |err| %g against eager", what, max_err);
+        }
+    }
+    kiln_program_free(p[0]);
+    kiln_program_free(p[1]);
+    for (int i = 0; i < 6; i++) free(io[i].data);
 }
 
 struct busy_arg {
@@ -452,6 +492,12 @@ int main(int argc, char **argv) {
     }
     kiln_program_free(dp);
     for (int i = 0; i < 4; i++) free(dio[i].data);
+
+    // --- methods sharing a buffer that stays with ExecuTorch
+    const char *const add_calls[3] = {"add", "add2", "add"};
+    check_shared_state("state.pte", "io_state.bin", add_calls);
+    const char *const ring_calls[3] = {"fill", "step", "step"};
+    check_shared_state("state_kiln.pte", "io_state_kiln.bin", ring_calls);
 
     // --- NULL arguments never crash
     CHECK_P(kiln_program_method_count(NULL, &n), KILN_ERR_INVALID_ARG);
