@@ -567,6 +567,14 @@ static void test_errors(void) {
         CHECK_STATUS(kiln_context_set_input(c, 0, 2, NULL, x), KILN_ERR_INVALID_ARG);
         CHECK_STATUS(kiln_context_set_input(c, 0, 2, TU_DIMS(2, 3), x), KILN_ERR_SHAPE);
         CHECK(strstr(kiln_last_error(), "dimension 1 = 3") && strstr(kiln_last_error(), "'x'"));
+        // Buffers not aligned to their float32 elements (what a damaged ExecuTorch memory plan
+        // hands over): refused by name, not read or written.
+        CHECK_STATUS(kiln_context_set_input(c, 0, 2, TU_DIMS(2, MK), (const char *)x + 1),
+                     KILN_ERR_INVALID_ARG);
+        CHECK(strstr(kiln_last_error(), "not aligned") && strstr(kiln_last_error(), "float32"));
+        CHECK_STATUS(kiln_context_set_output(c, 0, (char *)y + 2, 4 * MO * 4),
+                     KILN_ERR_INVALID_ARG);
+        CHECK(strstr(kiln_last_error(), "output 0 'y'") && strstr(kiln_last_error(), "re-export"));
         CHECK_OK(kiln_context_set_input(c, 0, 2, TU_DIMS(4, MK), x));
         CHECK_STATUS(kiln_context_execute(c), KILN_ERR_INVALID_STATE);
         CHECK(strstr(kiln_last_error(), "output 0 'y'") != NULL);

@@ -712,6 +712,12 @@ kiln_status kiln_context_share_states(kiln_context *context, kiln_context *owner
     return st;
 }
 
+// Whether data is aligned to its elements (the backends' kernels load and store them whole).
+static int element_aligned(const void *data, kiln_dtype dtype) {
+    const size_t a = kiln_dtype_size(dtype);
+    return a <= 1 || (uintptr_t)data % a == 0;
+}
+
 static kiln_status set_input_locked(kiln_context *c, uint32_t index, uint32_t rank,
                                     const int64_t *dims, const void *data) {
     const kiln_plan *p = &c->engine->plan;
@@ -754,6 +760,12 @@ static kiln_status set_input_locked(kiln_context *c, uint32_t index, uint32_t ra
     KILN_CHECK(data != NULL || numel == 0, KILN_ERR_INVALID_ARG,
                "kiln_context_set_input: input %u '%s': data is NULL for %" PRId64 " elements",
                index, name, numel);
+    KILN_CHECK(numel == 0 || element_aligned(data, (kiln_dtype)t->dtype), KILN_ERR_INVALID_ARG,
+               "kiln_context_set_input: input %u '%s': data at %p is not aligned to its %s "
+               "elements (%zu bytes); pass a buffer aligned to the element size (from an "
+               "ExecuTorch program: its memory plan is damaged, re-export it)",
+               index, name, data, kiln_dtype_name((kiln_dtype)t->dtype),
+               kiln_dtype_size((kiln_dtype)t->dtype));
     b = &c->inputs[index];
     if (!b->bound || b->rank != rank ||
         (rank > 0 && memcmp(b->dims, dims, rank * sizeof *dims) != 0)) {
@@ -789,6 +801,15 @@ kiln_status kiln_context_set_output(kiln_context *context, uint32_t index, void 
     KILN_CHECK(data != NULL || capacity_nbytes == 0, KILN_ERR_INVALID_ARG,
                "kiln_context_set_output: output %u '%s': data is NULL with capacity %zu", index,
                tensor_name(p, p->outputs[index]), capacity_nbytes);
+    {
+        const kiln_dtype dt = (kiln_dtype)p->tensors[p->outputs[index]].dtype;
+        KILN_CHECK(capacity_nbytes == 0 || element_aligned(data, dt), KILN_ERR_INVALID_ARG,
+                   "kiln_context_set_output: output %u '%s': data at %p is not aligned to its %s "
+                   "elements (%zu bytes); pass a buffer aligned to the element size (from an "
+                   "ExecuTorch program: its memory plan is damaged, re-export it)",
+                   index, tensor_name(p, p->outputs[index]), data, kiln_dtype_name(dt),
+                   kiln_dtype_size(dt));
+    }
     KILN_TRY(acquire(context, "kiln_context_set_output"));
     context->outputs[index].bound = 1;
     context->outputs[index].data = data;
