@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: an ExecuTorch program and its .ptd through Kiln's C program API
 // (include/kiln/kiln_program.h): kiln_program_load (Kiln's .ptd check, ExecuTorch's verified
-// program load, KilnBackend's engine and weight validation), then every method run once on the
-// CPU with small deterministic inputs, twice, outputs compared. The input is
+// program load, KilnBackend's engine and weight validation) twice, then every method run twice on
+// each load, on the CPU with small deterministic inputs, the two loads' outputs compared call by
+// call (programs with state: an output depends on the calls before it, the same on both). The
+// input is
 //
 //   u32 little-endian n, n bytes of .pte, the rest: the .ptd (none when empty)
 //
@@ -106,26 +108,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         o.data_paths = paths;
         o.n_data_paths = 1;
     }
-    kiln_program *p = NULL;
+    kiln_program *p = NULL, *q = NULL;
     if (kiln_program_load(pte_path, &o, &p) != KILN_OK) {
         check_message(kiln_program_last_error());
         return 0;
     }
+    if (kiln_program_load(pte_path, &o, &q) != KILN_OK) abort(); // the same files load again
     uint32_t n_methods = 0;
     if (kiln_program_method_count(p, &n_methods) != KILN_OK) abort();
     for (uint32_t i = 0; i < n_methods && i < 4; i++) {
         const char *m = NULL;
         if (kiln_program_method_name(p, i, &m) != KILN_OK) abort();
-        uint8_t *a = NULL, *b = NULL;
-        size_t an = 0, bn = 0;
-        kiln_status s1 = run_once(p, m, &a, &an);
-        if (s1 != KILN_OK && s1 != KILN_ERR_UNSUPPORTED) check_message(kiln_program_last_error());
-        kiln_status s2 = run_once(p, m, &b, &bn);
-        // Deterministic: the same inputs give the same status and bit-identical outputs.
-        if (s1 != s2 || an != bn || (an > 0 && memcmp(a, b, an) != 0)) abort();
-        free(a);
-        free(b);
+        for (int rep = 0; rep < 2; rep++) {
+            uint8_t *a = NULL, *b = NULL;
+            size_t an = 0, bn = 0;
+            kiln_status s1 = run_once(p, m, &a, &an);
+            if (s1 != KILN_OK && s1 != KILN_ERR_UNSUPPORTED)
+                check_message(kiln_program_last_error());
+            kiln_status s2 = run_once(q, m, &b, &bn);
+            // Deterministic: the same calls give the same status and bit-identical outputs.
+            if (s1 != s2 || an != bn || (an > 0 && memcmp(a, b, an) != 0)) abort();
+            free(a);
+            free(b);
+        }
     }
+    kiln_program_free(q);
     kiln_program_free(p);
     return 0;
 }

@@ -22,6 +22,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests")
 from kiln_test_models import MLP, EncoderBlock, ResNet18, WithFlipLinked  # noqa: E402
 
 
+class Ring(torch.nn.Module):
+    """Rows written into a ring buffer at a counter the module keeps (two methods: a cache
+    Kiln's engines own and share, a counter ExecuTorch owns in its shared mutable-buffer arena:
+    remainder stays outside)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(8, 4))
+        self.register_buffer("n", torch.zeros(1, dtype=torch.int64))
+
+    def forward(self, x):
+        h = self.lin(x)
+        pos = torch.remainder(self.n + torch.arange(x.shape[0]), 8)
+        self.cache.index_copy_(0, pos, h)
+        self.n.add_(x.shape[0])
+        return self.cache.sum(0, keepdim=True) * h.sum(0, keepdim=True)
+
+
 def models():
     torch.manual_seed(0)
     mlp = MLP(16, 32, 8).eval()
@@ -48,6 +67,15 @@ def models():
         WithFlipLinked().eval(),
         (torch.randn(4, 16),),
         {"dynamic_shapes": ({0: batch},)},
+    )
+    torch.manual_seed(4)
+    ring = Ring().eval()
+    # two methods over one module (save's dict form): states shared between them
+    yield (
+        "states-ring",
+        {"fill": (ring, (torch.randn(3, 4),)), "step": (ring, (torch.randn(1, 4),))},
+        None,
+        {},
     )
 
 
@@ -119,7 +147,10 @@ def main(out: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, model, args, kw in models():
             pte = Path(tmp) / f"{name}.pte"
-            save(model, pte, args, **kw)
+            if args is None:  # a dict of methods
+                save(model, pte, quiet=True, **kw)
+            else:
+                save(model, pte, args, **kw)
             ptd = b""
             if "external_data" in kw:
                 ptd = (Path(tmp) / f"{kw['external_data']}.ptd").read_bytes()
