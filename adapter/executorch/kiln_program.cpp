@@ -427,10 +427,12 @@ kiln_status explain_load_failure(const kiln_program *p, const MethodState &m, Er
                 detail.empty() ? ": see the ExecuTorch log above" : detail.c_str());
 }
 
-// A method with two or more planned buffers was exported with share_mutable_buffers (mem_id 2,
-// planned buffer 1, holds the state its methods share; ExecuTorch's Module would give each method
-// its own, unless every arena is shared, outputs included): its planned memory is its own but
-// for that buffer, which is the program's shared_state, sized once for the largest method.
+// A method with two or more planned buffers, all in host memory, was exported with
+// share_mutable_buffers (mem_id 2, planned buffer 1, holds the state its methods share;
+// ExecuTorch's Module would give each method its own, unless every arena is shared, outputs
+// included): its planned memory is its own but for that buffer, which is the program's
+// shared_state, sized once for the largest method. (A method with buffers on an accelerator keeps
+// ExecuTorch's own arenas, as ExecuTorch's runtime does.)
 kiln_status plan_shared(kiln_program *p, MethodState &m, const MethodMeta &meta) {
     if (!p->shared_state_sized) {
         int64_t largest = 0;
@@ -483,7 +485,12 @@ kiln_status ensure_loaded(kiln_program *p, MethodState &m) {
     if (st != KILN_OK) return st;
     kiln_clear_error();
     kiln_executorch_clear_error();
-    if (meta.num_memory_planned_buffers() >= 2) {
+    bool host_planned = true; // buffers placed on an accelerator: ExecuTorch's own arenas
+    for (size_t i = 0; i < meta.num_memory_planned_buffers(); i++) {
+        Result<Device> dev = meta.memory_planned_buffer_device(i);
+        if (!dev.ok() || dev.get().type() != DeviceType::CPU) host_planned = false;
+    }
+    if (meta.num_memory_planned_buffers() >= 2 && host_planned) {
         st = plan_shared(p, m, meta);
         if (st != KILN_OK) return st;
     }
