@@ -19,26 +19,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests"))
-from kiln_test_models import MLP, EncoderBlock, ResNet18, WithFlipLinked  # noqa: E402
-
-
-class Ring(torch.nn.Module):
-    """Rows written into a ring buffer at a counter the module keeps (two methods: a cache
-    Kiln's engines own and share, a counter ExecuTorch owns in its shared mutable-buffer arena:
-    remainder stays outside)."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 4)
-        self.register_buffer("cache", torch.zeros(8, 4))
-        self.register_buffer("n", torch.zeros(1, dtype=torch.int64))
-
-    def forward(self, x):
-        h = self.lin(x)
-        pos = torch.remainder(self.n + torch.arange(x.shape[0]), 8)
-        self.cache.index_copy_(0, pos, h)
-        self.n.add_(x.shape[0])
-        return self.cache.sum(0, keepdim=True) * h.sum(0, keepdim=True)
+from kiln_test_models import (  # noqa: E402
+    MLP,
+    EncoderBlock,
+    ResNet18,
+    RingCounter,
+    WithFlipLinked,
+)
 
 
 def models():
@@ -69,7 +56,7 @@ def models():
         {"dynamic_shapes": ({0: batch},)},
     )
     torch.manual_seed(4)
-    ring = Ring().eval()
+    ring = RingCounter().eval()
     # two methods over one module (save's dict form): states shared between them
     yield (
         "states-ring",

@@ -148,3 +148,23 @@ class WithFlip(nn.Module):
         y = torch.tanh(self.fc1(x))
         y = torch.flip(y, dims=[1])
         return self.fc2(F.silu(y))
+
+
+class RingCounter(nn.Module):
+    """Rows written into a ring buffer at a counter the module keeps: each call writes its rows
+    into `cache` (which Kiln's engine owns) at `n`, `n + 1`, ... modulo 8 and advances `n`. The
+    ring position uses remainder, which Kiln leaves to ExecuTorch, so ExecuTorch owns `n`.
+    Exported as two methods (a few rows, one row), both update both buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(8, 4))
+        self.register_buffer("n", torch.zeros(1, dtype=torch.int64))
+
+    def forward(self, x):
+        h = self.lin(x)
+        pos = torch.remainder(self.n + torch.arange(x.shape[0]), 8)
+        self.cache.index_copy_(0, pos, h)
+        self.n.add_(x.shape[0])
+        return self.cache.sum(0, keepdim=True) * h.sum(0, keepdim=True)

@@ -122,25 +122,6 @@ class TwoOut(torch.nn.Module):
         return self.l2(torch.relu(self.l1(x))) + y, (x * 2).sum(dim=1)
 
 
-class RingState(torch.nn.Module):
-    """Rows written into a ring buffer at a counter that the module keeps: `step` writes one row,
-    `fill` as many as it is given; both update `cache` (which Kiln owns) and the counter `n`
-    (its ring position uses remainder, which stays with ExecuTorch, so ExecuTorch owns `n`)."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 4)
-        self.register_buffer("cache", torch.zeros(8, 4))
-        self.register_buffer("n", torch.zeros(1, dtype=torch.int64))
-
-    def write(self, x):
-        h = self.lin(x)
-        pos = torch.remainder(self.n + torch.arange(x.shape[0]), 8)
-        self.cache.index_copy_(0, pos, h)
-        self.n.add_(x.shape[0])
-        return self.cache.sum(0, keepdim=True) * h.sum(0, keepdim=True)
-
-
 class _Method(torch.nn.Module):
     """One method of a shared module (its forward is module.<name>)."""
 
@@ -237,20 +218,19 @@ def programs(tmp_path_factory) -> Path:
     ref = Accumulate()
     want = [ref.add(xs[0]), ref.add2(xs[1]), ref.add(xs[2])]
     _kiln_tensors().write(d / "io_state.bin", [*xs, *want])
+    from kiln_test_models import RingCounter
+
     torch.manual_seed(4)
-    ring = RingState().eval()
+    ring = RingCounter().eval()
     fresh = copy.deepcopy(ring)
     save(
-        {
-            "fill": (_Method(ring, "write"), (torch.randn(3, 4),)),
-            "step": (_Method(ring, "write"), (torch.randn(1, 4),)),
-        },
+        {"fill": (ring, (torch.randn(3, 4),)), "step": (ring, (torch.randn(1, 4),))},
         d / "state_kiln.pte",
         quiet=True,
     )
     xs = [torch.randn(3, 4), torch.randn(1, 4), torch.randn(1, 4)]
     with torch.no_grad():
-        want = [fresh.write(x) for x in xs]
+        want = [fresh(x) for x in xs]
     _kiln_tensors().write(d / "io_state_kiln.bin", [*xs, *want])
     return d
 

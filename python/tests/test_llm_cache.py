@@ -24,6 +24,7 @@ from executorch.exir import to_edge_transform_and_lower
 from kiln._engine import Engine
 from kiln.executorch import KilnPartitioner, save
 from kiln.executorch.backend import build_engine
+from kiln_test_models import RingCounter
 from torch.export.graph_signature import InputKind, OutputKind
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "llm"))
@@ -886,25 +887,6 @@ def test_buffer_another_method_reads_keeps_its_updates(tmp_path):
         _close(got, want, f"step {i}", 1e-5)
 
 
-class _Ring(nn.Module):
-    """Rows written into a ring buffer at a counter the module keeps. The ring position uses
-    remainder, which Kiln leaves to ExecuTorch (so ExecuTorch owns the counter `n`; Kiln owns
-    `cache`); `fill` and `step` are two methods over it."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.register_buffer("cache", torch.zeros(8, 4))
-        self.register_buffer("n", torch.zeros(1, dtype=torch.int64))
-
-    def forward(self, x):
-        h = self.lin(x)
-        pos = torch.remainder(self.n + torch.arange(x.shape[0]), 8)
-        self.cache.index_copy_(0, pos, h)
-        self.n.add_(x.shape[0])
-        return self.cache.sum(0, keepdim=True) * h.sum(0, keepdim=True)
-
-
 def _ring_methods(model):
     return {"fill": (model, (torch.randn(3, 4),)), "step": (model, (torch.randn(1, 4),))}
 
@@ -915,7 +897,7 @@ def test_buffer_several_methods_update_outside_kiln_is_shared_like_eager(tmp_pat
     updates, as in eager PyTorch, call after call; two loads keep their own. Without that
     (each method its own copy) the second call already differs from eager."""
     torch.manual_seed(4)
-    model = _Ring().eval()
+    model = RingCounter().eval()
     fresh = copy.deepcopy(model)
     with caplog.at_level(logging.INFO, logger="kiln.executorch"):
         save(_ring_methods(model), tmp_path / "ring.pte", quiet=True)
@@ -944,7 +926,7 @@ def test_buffer_left_outside_with_a_backend_config_that_does_not_share_is_warned
     torch.manual_seed(4)
     with caplog.at_level(logging.WARNING, logger="kiln.executorch"):
         save(
-            _ring_methods(_Ring().eval()),
+            _ring_methods(RingCounter().eval()),
             tmp_path / "ring.pte",
             quiet=True,
             backend_config=ExecutorchBackendConfig(),
