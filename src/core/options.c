@@ -101,7 +101,9 @@ static const option_def defs[] = {
     OPT_ENUM("cuda.splitk", "auto", CUDA(splitk), splitk_names, splitk_values,
              "K split of fp16/bf16 linears over a batched cuBLASLt GEMM: auto (timed where it may "
              "pay), off, or 2/4/8 slices on every linear it can take, untimed"),
-    CUDA_BOOL("pdl", "true", pdl, "the small-M kernels use programmatic dependent launch"),
+    CUDA_BOOL("pdl", "true", pdl,
+              "the small-M linears and the small kernels between them (elementwise, shape, "
+              "rotary, split-key sdpa) use programmatic dependent launch"),
     CUDA_BOOL("nhwc", "true", nhwc,
               "4-D fp16/bf16 activations around convolutions are kept NHWC (with cuDNN)"),
     CUDA_BOOL("stem_kernel", "true", stem_kernel,

@@ -25,7 +25,7 @@ typedef struct kiln_cuda_policy {
     int wgmma_split;      // ... K split over 1, 2, 4 or 8 CTAs
     int wgmma_occ;        // ... 1 or 2 CTAs per SM
     int splitk;           // 0: timed where it may pay; -1: never; 2, 4, 8: forced, untimed
-    int pdl;              // bool: the small-M kernels use programmatic dependent launch
+    int pdl;              // bool: small-M linears and small kernels launch with PDL
     int nhwc;             // bool: 4-D fp16/bf16 activations of convolutions kept NHWC
     int stem_kernel;      // bool: Kiln's stem conv for C % 8 != 0 convs (with nhwc)
     int stem_gather;      // the stem kernel's gather mode: 0 auto, 1 half, 2 global

@@ -309,6 +309,7 @@ template <int D, int NS, int BK> constexpr int sdpa_sp_min_blocks() {
 template <typename T, int D, int NS, int BK>
 static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>()))
     sdpa_tc_split_kernel(const __grid_constant__ sdpa_params P) {
+    kc_pdl_enter();
     using SM = sdpa_sp_smem<D, NS, BK>;
     constexpr int LD = SM::LD;
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -428,6 +429,7 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
 template <typename T, int D>
 static __global__ void __launch_bounds__(SDPA_MERGE_WARPS * 32)
     sdpa_chunk_merge_kernel(const __grid_constant__ sdpa_params P, int n_chunks) {
+    kc_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * SDPA_MERGE_WARPS + (threadIdx.x >> 5);
     if (row >= P.batch * P.l) return;
@@ -562,18 +564,18 @@ static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_par
         kiln_cuda_ws_note(ctx,
                           (size_t)n * (size_t)P->batch * (size_t)P->l * (D + 2) * sizeof(float));
         dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)P->batch, (unsigned)n);
-        sdpa_tc_split_kernel<T, D, NS, BK>
-            <<<grid, NS * 32, sdpa_sp_smem<D, NS, BK>::BYTES, ctx->stream>>>(C);
+        kc_launch(ctx, sdpa_tc_split_kernel<T, D, NS, BK>, grid, NS * 32,
+                  sdpa_sp_smem<D, NS, BK>::BYTES, C);
         KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "sdpa_tc_split_kernel"));
         const int64_t rows = P->batch * P->l;
-        sdpa_chunk_merge_kernel<T, D>
-            <<<(unsigned)((rows + SDPA_MERGE_WARPS - 1) / SDPA_MERGE_WARPS), SDPA_MERGE_WARPS * 32,
-               0, ctx->stream>>>(C, n);
+        kc_launch(ctx, sdpa_chunk_merge_kernel<T, D>,
+                  (unsigned)((rows + SDPA_MERGE_WARPS - 1) / SDPA_MERGE_WARPS),
+                  SDPA_MERGE_WARPS * 32, 0, C, n);
         return kiln_cuda_check_launch(ctx, "sdpa_chunk_merge_kernel");
     }
     dim3 grid((unsigned)((P->l + 15) / 16), (unsigned)by);
-    sdpa_tc_split_kernel<T, D, NS, BK>
-        <<<grid, NS * 32, sdpa_sp_smem<D, NS, BK>::BYTES, ctx->stream>>>(*P);
+    kc_launch(ctx, sdpa_tc_split_kernel<T, D, NS, BK>, grid, NS * 32,
+              sdpa_sp_smem<D, NS, BK>::BYTES, *P);
     return kiln_cuda_check_launch(ctx, "sdpa_tc_split_kernel");
 }
 

@@ -157,6 +157,37 @@ __device__ __forceinline__ float kc_block_max(float v, float *shared) {
     return v;
 }
 
+// --- programmatic dependent launch (sm_90)
+
+// The chains of small kernels (elementwise ops, a decode step's rotary, attention and merge)
+// cost a launch and ramp each. A kernel launched through kc_launch may start while the kernel
+// before it on the stream still runs (programmatic stream serialization, with cuda.pdl): it must
+// call kc_pdl_enter() before it touches global memory; that waits until the previous grid has
+// finished and its writes are visible (griddepcontrol.wait), then lets the next kernel launch
+// early. Without the launch attribute both instructions return at once.
+__device__ __forceinline__ void kc_pdl_enter() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+}
+
+// kernel<<<grid, block, smem, ctx->stream>>>(args...) with programmatic stream serialization
+// where the policy allows it; the launch's error is left for kiln_cuda_check_launch.
+template <typename... KArgs, typename... Args>
+static inline cudaError_t kc_launch(const kiln_cuda_ctx *ctx, void (*kernel)(KArgs...), dim3 grid,
+                                    dim3 block, size_t smem, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = ctx->policy->pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
 // --- host helpers
 
 // Blocks for a grid-stride loop over n items (n > 0).

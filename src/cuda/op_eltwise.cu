@@ -154,6 +154,7 @@ struct ew_int_math {
 
 // The program element by element: any dtypes, broadcast or strided operands.
 template <typename Math> static __global__ void ew_kernel(const __grid_constant__ ew_params P) {
+    kc_pdl_enter();
     typedef typename Math::V V;
     int64_t idx[KC_MAX_RANK];
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
@@ -186,6 +187,7 @@ template <typename Math> static __global__ void ew_kernel(const __grid_constant_
 // at a fraction of copy bandwidth through ew_kernel<ew_float_math>.
 template <typename T>
 static __global__ void ew_vec_kernel(const __grid_constant__ ew_params P, int64_t nvec) {
+    kc_pdl_enter();
     constexpr int N = 16 / (int)sizeof(T);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nvec;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -242,6 +244,7 @@ __device__ __forceinline__ void ew_bvec_load(const ew_operand &o, I i0, I i1, I 
 // EfficientNet b32 ran at about 14x its memory time. I: the index type (int: ew_bvec_ok).
 template <typename T, typename I>
 static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nvec) {
+    kc_pdl_enter();
     constexpr int N = 16 / (int)sizeof(T);
     const I d1 = (I)P.dims[1], d2 = (I)P.dims[2];
     for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < nvec;
@@ -276,6 +279,7 @@ static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nve
 // interpreter (every op's math unrolled 8 times in one kernel), about 2.5x copy time.
 template <typename T, int TANH>
 static __global__ void ew_vec_gelu_kernel(const T *x, T *out, int64_t nvec) {
+    kc_pdl_enter();
     constexpr int N = 16 / (int)sizeof(T);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nvec;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -292,12 +296,13 @@ static __global__ void ew_vec_gelu_kernel(const T *x, T *out, int64_t nvec) {
 }
 
 template <typename T>
-static void ew_vec_gelu_launch(const ew_params *P, int64_t nvec, unsigned blocks, cudaStream_t s) {
+static void ew_vec_gelu_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int64_t nvec,
+                               unsigned blocks) {
     const T *x = (const T *)P->operands[0].p;
     if (P->steps[0].f0 != 0.0f) {
-        ew_vec_gelu_kernel<T, 1><<<blocks, EW_BLOCK, 0, s>>>(x, (T *)P->out, nvec);
+        kc_launch(ctx, ew_vec_gelu_kernel<T, 1>, blocks, EW_BLOCK, 0, x, (T *)P->out, nvec);
     } else {
-        ew_vec_gelu_kernel<T, 0><<<blocks, EW_BLOCK, 0, s>>>(x, (T *)P->out, nvec);
+        kc_launch(ctx, ew_vec_gelu_kernel<T, 0>, blocks, EW_BLOCK, 0, x, (T *)P->out, nvec);
     }
 }
 
@@ -319,6 +324,7 @@ static int ew_vec_ok(const ew_params *P) {
 // where(cond, a, b): operands 0, 1, 2. Float outputs read cond as float, integer outputs as
 // int64 (the CPU reference's row_f32 / row_i64).
 static __global__ void ew_where_kernel(const __grid_constant__ ew_params P) {
+    kc_pdl_enter();
     int64_t idx[KC_MAX_RANK];
     const int out_int = !(P.out_dtype == KILN_DTYPE_F32 || P.out_dtype == KILN_DTYPE_F16 ||
                           P.out_dtype == KILN_DTYPE_BF16);
@@ -529,8 +535,9 @@ static void ew_bvec_pad(const ew_params *P, ew_params *Q) {
 }
 
 template <typename T>
-static void ew_bvec_launch(const ew_params *Q, int64_t nvec, unsigned blocks, cudaStream_t s) {
-    ew_bvec_kernel<T, int><<<blocks, EW_BLOCK, 0, s>>>(*Q, (int)nvec);
+static void ew_bvec_launch(const kiln_cuda_ctx *ctx, const ew_params *Q, int64_t nvec,
+                           unsigned blocks) {
+    kc_launch(ctx, ew_bvec_kernel<T, int>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
 }
 
 static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int kind) {
@@ -542,22 +549,20 @@ static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int k
         if (P->n_steps == 1 && P->steps[0].op == KILN_OP_GELU && P->steps[0].operand < 0 &&
             P->n_operands == 1) {
             switch (P->out_dtype) {
-            case KILN_DTYPE_F16: ew_vec_gelu_launch<__half>(P, nvec, blocks, ctx->stream); break;
-            case KILN_DTYPE_BF16:
-                ew_vec_gelu_launch<__nv_bfloat16>(P, nvec, blocks, ctx->stream);
-                break;
-            default: ew_vec_gelu_launch<float>(P, nvec, blocks, ctx->stream); break;
+            case KILN_DTYPE_F16: ew_vec_gelu_launch<__half>(ctx, P, nvec, blocks); break;
+            case KILN_DTYPE_BF16: ew_vec_gelu_launch<__nv_bfloat16>(ctx, P, nvec, blocks); break;
+            default: ew_vec_gelu_launch<float>(ctx, P, nvec, blocks); break;
             }
             return kiln_cuda_check_launch(ctx, "ew_vec_gelu_kernel");
         }
         switch (P->out_dtype) {
         case KILN_DTYPE_F16:
-            ew_vec_kernel<__half><<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P, nvec);
+            kc_launch(ctx, ew_vec_kernel<__half>, blocks, EW_BLOCK, 0, *P, nvec);
             break;
         case KILN_DTYPE_BF16:
-            ew_vec_kernel<__nv_bfloat16><<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P, nvec);
+            kc_launch(ctx, ew_vec_kernel<__nv_bfloat16>, blocks, EW_BLOCK, 0, *P, nvec);
             break;
-        default: ew_vec_kernel<float><<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P, nvec); break;
+        default: kc_launch(ctx, ew_vec_kernel<float>, blocks, EW_BLOCK, 0, *P, nvec); break;
         }
         return kiln_cuda_check_launch(ctx, "ew_vec_kernel");
     }
@@ -567,21 +572,21 @@ static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int k
         ew_bvec_pad(P, &Q);
         blocks = kc_blocks(nvec, EW_BLOCK);
         switch (P->out_dtype) {
-        case KILN_DTYPE_F16: ew_bvec_launch<__half>(&Q, nvec, blocks, ctx->stream); break;
-        case KILN_DTYPE_BF16: ew_bvec_launch<__nv_bfloat16>(&Q, nvec, blocks, ctx->stream); break;
-        default: ew_bvec_launch<float>(&Q, nvec, blocks, ctx->stream); break;
+        case KILN_DTYPE_F16: ew_bvec_launch<__half>(ctx, &Q, nvec, blocks); break;
+        case KILN_DTYPE_BF16: ew_bvec_launch<__nv_bfloat16>(ctx, &Q, nvec, blocks); break;
+        default: ew_bvec_launch<float>(ctx, &Q, nvec, blocks); break;
         }
         return kiln_cuda_check_launch(ctx, "ew_bvec_kernel");
     }
     if (kind == 0) {
-        ew_kernel<ew_float_math><<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
+        kc_launch(ctx, ew_kernel<ew_float_math>, blocks, EW_BLOCK, 0, *P);
         return kiln_cuda_check_launch(ctx, "ew_kernel (float)");
     }
     if (kind == 1) {
-        ew_kernel<ew_int_math><<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
+        kc_launch(ctx, ew_kernel<ew_int_math>, blocks, EW_BLOCK, 0, *P);
         return kiln_cuda_check_launch(ctx, "ew_kernel (int)");
     }
-    ew_where_kernel<<<blocks, EW_BLOCK, 0, ctx->stream>>>(*P);
+    kc_launch(ctx, ew_where_kernel, blocks, EW_BLOCK, 0, *P);
     return kiln_cuda_check_launch(ctx, "ew_where_kernel");
 }
 
@@ -770,6 +775,7 @@ __device__ __forceinline__ int cat_find(const cat_params &P, int64_t r) {
 
 // A plain concatenation: units of U (16, 4, 2 or 1 bytes), any dtype.
 template <typename U> static __global__ void cat_copy_kernel(const __grid_constant__ cat_params P) {
+    kc_pdl_enter();
     const int64_t total = P.outer * P.R;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -782,6 +788,7 @@ template <typename U> static __global__ void cat_copy_kernel(const __grid_consta
 // The concatenation and the tail program: N elements of T per thread (N = 16 / sizeof(T), or 1).
 template <typename T, int N>
 static __global__ void cat_prog_kernel(const __grid_constant__ cat_params P) {
+    kc_pdl_enter();
     const int64_t rv = P.R / N, total = P.outer * rv;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -892,9 +899,9 @@ static void cat_prog_launch(const kiln_cuda_ctx *ctx, const cat_params *P, int v
     constexpr int N = 16 / (int)sizeof(T);
     const int64_t total = P->outer * (vec ? P->R / N : P->R);
     if (vec) {
-        cat_prog_kernel<T, N><<<kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(*P);
+        kc_launch(ctx, cat_prog_kernel<T, N>, kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, *P);
     } else {
-        cat_prog_kernel<T, 1><<<kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(*P);
+        kc_launch(ctx, cat_prog_kernel<T, 1>, kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, *P);
     }
 }
 
@@ -954,10 +961,10 @@ extern "C" kiln_status kiln_cuda_cat_fused(const kiln_cuda_ctx *ctx, const kiln_
     cat_rescale(&P, es, u);
     const unsigned blocks = kc_blocks(P.outer * P.R, EW_BLOCK);
     switch (u) {
-    case 16: cat_copy_kernel<uint4><<<blocks, EW_BLOCK, 0, ctx->stream>>>(P); break;
-    case 4: cat_copy_kernel<uint32_t><<<blocks, EW_BLOCK, 0, ctx->stream>>>(P); break;
-    case 2: cat_copy_kernel<uint16_t><<<blocks, EW_BLOCK, 0, ctx->stream>>>(P); break;
-    default: cat_copy_kernel<uint8_t><<<blocks, EW_BLOCK, 0, ctx->stream>>>(P); break;
+    case 16: kc_launch(ctx, cat_copy_kernel<uint4>, blocks, EW_BLOCK, 0, P); break;
+    case 4: kc_launch(ctx, cat_copy_kernel<uint32_t>, blocks, EW_BLOCK, 0, P); break;
+    case 2: kc_launch(ctx, cat_copy_kernel<uint16_t>, blocks, EW_BLOCK, 0, P); break;
+    default: kc_launch(ctx, cat_copy_kernel<uint8_t>, blocks, EW_BLOCK, 0, P); break;
     }
     return kiln_cuda_check_launch(ctx, "cat_copy_kernel");
 }
@@ -1024,6 +1031,7 @@ template <typename T, typename TC, typename TS>
 static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restrict__ cs,
                                      const TS *__restrict__ sn, T *__restrict__ y,
                                      const __grid_constant__ rot_params P) {
+    kc_pdl_enter();
     const int64_t n = P.rows * P.h;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
@@ -1059,6 +1067,7 @@ rope_cache_kernel(const T *__restrict__ xq, T *__restrict__ yq,
                   T *__restrict__ kc, const __grid_constant__ rot_params Pk,
                   const TC *__restrict__ cs, const TS *__restrict__ sn, const T *__restrict__ vs,
                   T *__restrict__ vc, const __grid_constant__ rope_cache_params C) {
+    kc_pdl_enter();
     const int64_t nq = Pq.rows * Pq.h, nk = Pk.rows * Pk.h, n = nq + nk + C.v_rows * C.dv;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
@@ -1150,10 +1159,10 @@ static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
     if (C.n == 0) Pk.rows = C.v_rows = 0; // nothing to write
     const int64_t n = Pq.rows * Pq.h + Pk.rows * Pk.h + C.v_rows * C.dv;
     if (n == 0) return KILN_OK;
-    rope_cache_kernel<T, TC, TS><<<kc_blocks(n, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(
-        (const T *)x->data, (T *)y->data, Pq, (const T *)xk->data, (T *)kc->data, Pk,
-        (const TC *)c->data, (const TS *)s->data, vs != NULL ? (const T *)vs->data : NULL,
-        vc != NULL ? (T *)vc->data : NULL, C);
+    kc_launch(ctx, rope_cache_kernel<T, TC, TS>, kc_blocks(n, EW_BLOCK), EW_BLOCK, 0,
+              (const T *)x->data, (T *)y->data, Pq, (const T *)xk->data, (T *)kc->data, Pk,
+              (const TC *)c->data, (const TS *)s->data, vs != NULL ? (const T *)vs->data : NULL,
+              vc != NULL ? (T *)vc->data : NULL, C);
     return kiln_cuda_check_launch(ctx, "rope_cache_kernel");
 }
 
@@ -1164,8 +1173,8 @@ static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
     rot_params P;
     rot_params_of(x, c, s, &P);
     if (P.rows == 0 || P.h == 0) return KILN_OK;
-    rotary_kernel<T, TC, TS><<<kc_blocks(P.rows * P.h, EW_BLOCK), EW_BLOCK, 0, ctx->stream>>>(
-        (const T *)x->data, (const TC *)c->data, (const TS *)s->data, (T *)y->data, P);
+    kc_launch(ctx, rotary_kernel<T, TC, TS>, kc_blocks(P.rows * P.h, EW_BLOCK), EW_BLOCK, 0,
+              (const T *)x->data, (const TC *)c->data, (const TS *)s->data, (T *)y->data, P);
     return kiln_cuda_check_launch(ctx, "rotary_kernel");
 }
 

@@ -11,6 +11,7 @@
 template <typename T>
 static __global__ void embedding_kernel(const T *w, const void *idx, uint32_t idx_dtype, T *y,
                                         int64_t n_idx, int64_t vocab, int64_t d) {
+    kc_pdl_enter();
     int64_t n = n_idx * d;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -26,8 +27,8 @@ static kiln_status embedding_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_
     const kiln_tensor *w = args->in[0], *idx = args->in[1], *y = args->out;
     int64_t vocab = w->dims[0], d = w->dims[1], n_idx = kc_numel(idx);
     if (n_idx * d == 0) return KILN_OK;
-    embedding_kernel<T><<<kc_blocks(n_idx * d, EMBED_BLOCK), EMBED_BLOCK, 0, ctx->stream>>>(
-        (const T *)w->data, idx->data, idx->dtype, (T *)y->data, n_idx, vocab, d);
+    kc_launch(ctx, embedding_kernel<T>, kc_blocks(n_idx * d, EMBED_BLOCK), EMBED_BLOCK, 0,
+              (const T *)w->data, idx->data, idx->dtype, (T *)y->data, n_idx, vocab, d);
     return kiln_cuda_check_launch(ctx, "embedding_kernel");
 }
 

@@ -47,6 +47,7 @@ __device__ __forceinline__ int64_t logic_i(uint32_t op, int64_t a, int64_t b) {
 }
 
 static __global__ void logic_kernel(const __grid_constant__ logic_params P) {
+    kc_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t rem = i, off[2] = {0, 0};
@@ -97,7 +98,7 @@ static kiln_status logic_launch(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     for (uint32_t d = 0; d < y->rank; d++) P.dims[d] = y->dims[d];
     P.numel = kc_numel(y);
     if (P.numel == 0) return KILN_OK;
-    logic_kernel<<<kc_blocks(P.numel, LOGIC_BLOCK), LOGIC_BLOCK, 0, ctx->stream>>>(P);
+    kc_launch(ctx, logic_kernel, kc_blocks(P.numel, LOGIC_BLOCK), LOGIC_BLOCK, 0, P);
     return kiln_cuda_check_launch(ctx, "logic_kernel");
 }
 

@@ -22,6 +22,7 @@ typedef struct copy_params {
 // I: the index type (int32_t when every element index and offset fits: cheaper division).
 template <typename E, typename I>
 static __global__ void copy_strided_kernel(E *dst, const E *src, const copy_params P) {
+    kc_pdl_enter();
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)P.numel;
          i += (I)gridDim.x * blockDim.x) {
         I rest = i, so = 0, dof = 0;
@@ -49,11 +50,11 @@ static kiln_status copy_launch(const kiln_cuda_ctx *ctx, void *dst, const void *
     if (sreach + 1 > reach) reach = sreach + 1;
     unsigned blocks = kc_blocks(P->numel, COPY_BLOCK);
     if (reach + (int64_t)blocks * COPY_BLOCK < INT32_MAX) {
-        copy_strided_kernel<E, int32_t>
-            <<<blocks, COPY_BLOCK, 0, ctx->stream>>>((E *)dst, (const E *)src, *P);
+        kc_launch(ctx, copy_strided_kernel<E, int32_t>, blocks, COPY_BLOCK, 0, (E *)dst,
+                  (const E *)src, *P);
     } else {
-        copy_strided_kernel<E, int64_t>
-            <<<blocks, COPY_BLOCK, 0, ctx->stream>>>((E *)dst, (const E *)src, *P);
+        kc_launch(ctx, copy_strided_kernel<E, int64_t>, blocks, COPY_BLOCK, 0, (E *)dst,
+                  (const E *)src, *P);
     }
     return kiln_cuda_check_launch(ctx, "copy_strided_kernel");
 }
@@ -295,6 +296,7 @@ typedef struct pad_params {
 
 template <typename E>
 static __global__ void pad_kernel(E *y, const E *x, const __grid_constant__ pad_params P, E fill) {
+    kc_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t rem = i, off = 0;
@@ -314,8 +316,8 @@ static kiln_status pad_launch(const kiln_cuda_ctx *ctx, const pad_params &P, voi
                               const uint8_t *fill) {
     E f;
     memcpy(&f, fill, sizeof f);
-    pad_kernel<E><<<kc_blocks(P.numel, COPY_BLOCK), COPY_BLOCK, 0, ctx->stream>>>(
-        (E *)y, (const E *)x, P, f);
+    kc_launch(ctx, pad_kernel<E>, kc_blocks(P.numel, COPY_BLOCK), COPY_BLOCK, 0, (E *)y,
+              (const E *)x, P, f);
     return kiln_cuda_check_launch(ctx, "pad_kernel");
 }
 
@@ -382,6 +384,7 @@ extern "C" kiln_status kiln_cuda_pad(const kiln_cuda_ctx *ctx, const kiln_kernel
 
 static __global__ void arange_kernel(void *y, uint32_t dt, int64_t n, double start, double step,
                                      int is_int) {
+    kc_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         double v = start + (double)i * step;
@@ -403,7 +406,7 @@ extern "C" kiln_status kiln_cuda_arange(const kiln_cuda_ctx *ctx, const kiln_ker
     if (n == 0) return KILN_OK;
     double start = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_START, 0);
     double step = kiln_attrs_float(&args->attrs, KILN_A_ARANGE_STEP, 0);
-    arange_kernel<<<kc_blocks(n, COPY_BLOCK), COPY_BLOCK, 0, ctx->stream>>>(
-        y->data, y->dtype, n, start, step, !kiln_cuda_is_float(y->dtype));
+    kc_launch(ctx, arange_kernel, kc_blocks(n, COPY_BLOCK), COPY_BLOCK, 0, y->data, y->dtype, n,
+              start, step, !kiln_cuda_is_float(y->dtype));
     return kiln_cuda_check_launch(ctx, "arange_kernel");
 }
