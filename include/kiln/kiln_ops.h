@@ -42,7 +42,10 @@ extern "C" {
     X(MUL, 32, "mul")                                                                              \
     X(DIV, 33, "div")                                                                              \
     X(POW, 34, "pow")                                                                              \
-    X(WHERE, 35, "where") /* cond(bool), a, b (broadcasting)              */                       \
+    X(WHERE, 35, "where")               /* cond(bool), a, b (broadcasting)              */         \
+    X(REMAINDER, 36, "remainder")       /* a - floor(a / b) * b (sign of b, Python %)  */          \
+    X(FMOD, 37, "fmod")                 /* C fmod (sign of a)                           */         \
+    X(FLOOR_DIVIDE, 38, "floor_divide") /* floor(a / b)                                 */         \
     X(SOFTMAX, 40, "softmax")                                                                      \
     X(LOG_SOFTMAX, 41, "log_softmax")                                                              \
     X(LAYER_NORM, 42, "layer_norm") /* x, weight?, bias?                            */             \

@@ -102,6 +102,40 @@ CASES = {
         Fn(lambda m, a, b: torch.logical_and(a, b).float() + torch.logical_not(a).float()),
         [ints(3, 4, 4), ints(3, 4, 4)],
     ),
+    # Python's % and //, C's fmod: signs of both operands, tensor and scalar divisors
+    "remainder_fmod_floordiv_int": (
+        Fn(
+            lambda m, a, b: torch.stack(
+                [a % b, torch.fmod(a, b), a // b, a % 5, a // -3, torch.fmod(a, -4), a - b % 3]
+            )
+        ),
+        [
+            lambda: torch.randint(-60, 60, (4, 9)),
+            lambda: torch.randint(1, 8, (9,)) * (torch.randint(0, 2, (9,)) * 2 - 1),
+        ],
+    ),
+    "remainder_fmod_floordiv_float": (
+        Fn(
+            lambda m, a, b: torch.stack(
+                [
+                    torch.remainder(a, b),
+                    torch.fmod(a, b),
+                    torch.div(a, b, rounding_mode="floor"),
+                    a % 0.75,
+                    torch.floor_divide(a, -1.5),
+                    b.expand_as(a) % 0.5,
+                ]
+            )
+        ),
+        [
+            lambda: torch.randn(3, 8) * 10,
+            lambda: (torch.rand(8) + 0.25) * (torch.randint(0, 2, (8,)) * 2 - 1),
+        ],
+    ),
+    "remainder_int32_ring": (
+        Fn(lambda m, p: ((p + 1) % 6) * 2 + torch.fmod(p, 4) - p // 4),
+        [lambda: torch.randint(-20, 20, (5,), dtype=torch.int32)],
+    ),
     "cos_sin": (Fn(lambda m, x: torch.cos(x) * 2 + torch.sin(x)), [lambda: torch.randn(3, 7) * 5]),
     "cumsum_float": (Fn(lambda m, x: torch.cumsum(x, dim=1)), [r(3, 9, 2)]),
     # a greedy decoding head: the logits' argmax (int64), a strided dim with ties, the flattened

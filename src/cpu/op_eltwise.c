@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/divmod.h"
 #include "cpu/cpu_internal.h"
 
 #define CHUNK 256
@@ -121,6 +122,15 @@ static void binary_f32(const ew_ctx *c, const float *a, const float *b, float *y
     case KILN_OP_POW:
         for (int64_t i = 0; i < n; i++) y[i] = powf(a[i], b[i]);
         break;
+    case KILN_OP_REMAINDER:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_remainder_f(a[i], b[i]);
+        break;
+    case KILN_OP_FMOD:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_fmod_f(a[i], b[i]);
+        break;
+    case KILN_OP_FLOOR_DIVIDE:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_floor_divide_f(a[i], b[i]);
+        break;
     default: break;
     }
 }
@@ -159,6 +169,15 @@ static void binary_i64(const ew_ctx *c, const int64_t *a, const int64_t *b, int6
         break;
     case KILN_OP_MUL:
         for (int64_t i = 0; i < n; i++) y[i] = (int64_t)((uint64_t)a[i] * (uint64_t)b[i]);
+        break;
+    case KILN_OP_REMAINDER:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_remainder_i(a[i], b[i]);
+        break;
+    case KILN_OP_FMOD:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_fmod_i(a[i], b[i]);
+        break;
+    case KILN_OP_FLOOR_DIVIDE:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_floor_divide_i(a[i], b[i]);
         break;
     default: break;
     }
@@ -246,6 +265,9 @@ static int int_capable(uint32_t op) {
     case KILN_OP_ADD:
     case KILN_OP_SUB:
     case KILN_OP_MUL:
+    case KILN_OP_REMAINDER:
+    case KILN_OP_FMOD:
+    case KILN_OP_FLOOR_DIVIDE:
     case KILN_OP_WHERE: return 1;
     default: return 0;
     }

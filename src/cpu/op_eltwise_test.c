@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Elementwise ops on the CPU backend: unary math, clamp, copy, cast (every dtype pair), the
-// broadcasting binary ops (float and integer), where. Hand-computed cases, then random inputs
-// against double-precision formulas on awkward shapes for every dtype.
+// broadcasting binary ops (float and integer), remainder / fmod / floor_divide, where.
+// Hand-computed cases, then random inputs against double-precision formulas on awkward shapes for
+// every dtype.
 #include "cpu/cpu_internal.h"
 #include "cpu/cpu_test_util.h"
 
@@ -77,6 +78,60 @@ static void test_hand(void) {
     CHECK(((int64_t *)ic->data)[1] == -21);
     tt_free(x), tt_free(y), tt_free(f), tt_free(i32), tt_free(bl), tt_free(ia), tt_free(ib);
     tt_free(ic);
+}
+
+// remainder, fmod and floor_divide against values worked out by hand from PyTorch's rules
+// (remainder takes the divisor's sign, fmod the dividend's, floor_divide rounds toward minus
+// infinity), with the cases a C division traps on: a zero integer divisor gives 0 and
+// INT64_MIN / -1 wraps.
+static void test_divmod(void) {
+    enum { N = 8 };
+    static const int64_t ia[N] = {7, -7, 7, -7, 0, INT64_MIN, INT64_MIN, 5};
+    static const int64_t ib[N] = {3, 3, -3, -3, -4, -1, 0, 0};
+    static const int64_t rem[N] = {1, 2, -2, -1, 0, 0, 0, 0};
+    static const int64_t fmd[N] = {1, -1, 1, -1, 0, 0, 0, 0};
+    static const int64_t fdv[N] = {2, -3, -3, 2, 0, INT64_MIN, 0, 0};
+    static const uint32_t ops[3] = {KILN_OP_REMAINDER, KILN_OP_FMOD, KILN_OP_FLOOR_DIVIDE};
+    const int64_t *want[3] = {rem, fmd, fdv};
+    kiln_tensor *a = tt_new1(KILN_DTYPE_I64, N), *b = tt_new1(KILN_DTYPE_I64, N);
+    kiln_tensor *y = tt_new1(KILN_DTYPE_I64, N);
+    memcpy(a->data, ia, sizeof ia);
+    memcpy(b->data, ib, sizeof ib);
+    kiln_tensor *ins[2] = {a, b};
+    for (int o = 0; o < 3; o++) {
+        CHECK_OK(trun(ops[o], NULL, ins, 2, y));
+        for (int i = 0; i < N; i++) {
+            CHECK_MSG(((int64_t *)y->data)[i] == want[o][i], "%s int64 element %d: %lld",
+                      o == 0   ? "remainder"
+                      : o == 1 ? "fmod"
+                               : "floor_divide",
+                      i, (long long)((int64_t *)y->data)[i]);
+        }
+    }
+    // int32: the same rules, then narrowed
+    kiln_tensor *a32 = tt_new1(KILN_DTYPE_I32, 4), *b32 = tt_new1(KILN_DTYPE_I32, 4);
+    kiln_tensor *y32 = tt_new1(KILN_DTYPE_I32, 4);
+    tt_set_all(a32, (const double[]){-9, 9, -1, 10});
+    tt_set_all(b32, (const double[]){4, -4, 5, 0});
+    kiln_tensor *ins32[2] = {a32, b32};
+    CHECK_OK(trun(KILN_OP_REMAINDER, NULL, ins32, 2, y32));
+    tt_close(y32, (const double[]){3, -3, 4, 0}, 0, 0, "remainder int32");
+    CHECK_OK(trun(KILN_OP_FLOOR_DIVIDE, NULL, ins32, 2, y32));
+    tt_close(y32, (const double[]){-3, -3, -1, 0}, 0, 0, "floor_divide int32");
+    // float32: signs, an exact multiple, a zero divisor (NaN and infinities as PyTorch gives)
+    kiln_tensor *fa = tt_new1(KILN_DTYPE_F32, 6), *fb = tt_new1(KILN_DTYPE_F32, 6);
+    kiln_tensor *fy = tt_new1(KILN_DTYPE_F32, 6);
+    tt_set_all(fa, (const double[]){5.5, -5.5, 5.5, -6, 1, -1});
+    tt_set_all(fb, (const double[]){2, 2, -2, 3, 0, 0});
+    kiln_tensor *fins[2] = {fa, fb};
+    CHECK_OK(trun(KILN_OP_REMAINDER, NULL, fins, 2, fy));
+    tt_close(fy, (const double[]){1.5, 0.5, -0.5, 0, NAN, NAN}, 0, 0, "remainder f32");
+    CHECK_OK(trun(KILN_OP_FMOD, NULL, fins, 2, fy));
+    tt_close(fy, (const double[]){1.5, -1.5, 1.5, 0, NAN, NAN}, 0, 0, "fmod f32");
+    CHECK_OK(trun(KILN_OP_FLOOR_DIVIDE, NULL, fins, 2, fy));
+    tt_close(fy, (const double[]){2, -3, -3, -2, INFINITY, -INFINITY}, 0, 0, "floor_divide f32");
+    tt_free(a), tt_free(b), tt_free(y), tt_free(a32), tt_free(b32), tt_free(y32);
+    tt_free(fa), tt_free(fb), tt_free(fy);
 }
 
 typedef struct shape {
@@ -361,6 +416,7 @@ int main(void) {
     test_rotary();
     test_trig();
     test_hand();
+    test_divmod();
     test_unary_random();
     test_binary_random();
     test_int_random();

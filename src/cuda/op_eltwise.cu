@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/divmod.h"
 #include "cuda/cuda_common.cuh"
 
 #define EW_BLOCK 256
@@ -82,6 +83,9 @@ __device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
     case KILN_OP_MUL: return a * b;
     case KILN_OP_DIV: return a / b;
     case KILN_OP_POW: return powf(a, b);
+    case KILN_OP_REMAINDER: return kiln_remainder_f(a, b);
+    case KILN_OP_FMOD: return kiln_fmod_f(a, b);
+    case KILN_OP_FLOOR_DIVIDE: return kiln_floor_divide_f(a, b);
     default: return a;
     }
 }
@@ -103,6 +107,9 @@ __device__ __forceinline__ int64_t ew_binary_i(uint32_t op, int64_t a, int64_t b
     case KILN_OP_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
     case KILN_OP_SUB: return (int64_t)((uint64_t)a - (uint64_t)b);
     case KILN_OP_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
+    case KILN_OP_REMAINDER: return kiln_remainder_i(a, b);
+    case KILN_OP_FMOD: return kiln_fmod_i(a, b);
+    case KILN_OP_FLOOR_DIVIDE: return kiln_floor_divide_i(a, b);
     default: return a;
     }
 }
@@ -438,7 +445,10 @@ static int ew_n_inputs(uint32_t op) {
     case KILN_OP_SUB:
     case KILN_OP_MUL:
     case KILN_OP_DIV:
-    case KILN_OP_POW: return 2;
+    case KILN_OP_POW:
+    case KILN_OP_REMAINDER:
+    case KILN_OP_FMOD:
+    case KILN_OP_FLOOR_DIVIDE: return 2;
     case KILN_OP_RELU:
     case KILN_OP_GELU:
     case KILN_OP_SILU:
@@ -470,6 +480,9 @@ static int ew_int_capable(uint32_t op) {
     case KILN_OP_ADD:
     case KILN_OP_SUB:
     case KILN_OP_MUL:
+    case KILN_OP_REMAINDER:
+    case KILN_OP_FMOD:
+    case KILN_OP_FLOOR_DIVIDE:
     case KILN_OP_WHERE: return 1;
     default: return 0;
     }

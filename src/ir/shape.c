@@ -117,7 +117,10 @@ static const char *input_role(uint32_t op, uint32_t i) {
     case KILN_OP_SUB:
     case KILN_OP_MUL:
     case KILN_OP_DIV:
-    case KILN_OP_POW: return i < 2 ? ab[i] : "?";
+    case KILN_OP_POW:
+    case KILN_OP_REMAINDER:
+    case KILN_OP_FMOD:
+    case KILN_OP_FLOOR_DIVIDE: return i < 2 ? ab[i] : "?";
     case KILN_OP_WHERE: return i < 3 ? where[i] : "?";
     case KILN_OP_RESHAPE:
     case KILN_OP_EXPAND: return i < 2 ? like[i] : "?";
@@ -1569,6 +1572,9 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_MUL:
     case KILN_OP_DIV:
     case KILN_OP_POW:
+    case KILN_OP_REMAINDER:
+    case KILN_OP_FMOD:
+    case KILN_OP_FLOOR_DIVIDE:
     case KILN_OP_BITWISE_AND:
     case KILN_OP_BITWISE_OR:
     case KILN_OP_BITWISE_XOR: return infer_binary;

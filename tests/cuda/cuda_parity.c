@@ -791,6 +791,23 @@ static void cases_binary(void) {
             run_case(&c);
         }
     }
+    // remainder, fmod, floor_divide (core/divmod.h): both signs on both sides; int divisors
+    // include 0 (0 by Kiln's rule)
+    static const uint32_t dm[] = {KILN_OP_REMAINDER, KILN_OP_FMOD, KILN_OP_FLOOR_DIVIDE};
+    for (int o = 0; o < 3; o++) {
+        for (uint32_t d = 0; d < N_FLOATS; d++) {
+            case_init(&c, dm[o]);
+            case_in(&c, SR(FLOATS[d], "4x5x6", -20.0, 20.0));
+            case_in(&c, SR(FLOATS[d], "6", -3.0, 3.0));
+            run_case(&c);
+        }
+        for (int d = 0; d < 2; d++) {
+            case_init(&c, dm[o]);
+            case_in(&c, SR(ints[d], "5x17", -1000, 1000));
+            case_in(&c, SR(ints[d], "17", -9, 9));
+            run_case(&c);
+        }
+    }
     // where, every dtype
     static const uint32_t all[] = {F32, F16, BF16, I32, I64, BOOL};
     for (int d = 0; d < 6; d++) {

@@ -622,7 +622,10 @@ def _relu6(L, node, a):
 def _binary(kop: str, has_alpha: bool = False):
     def fn(L: Lowerer, node: Node, a: dict):
         out = _out_dtype(node)
-        if kop == "div" and a.get("rounding_mode") is not None:
+        op = kop
+        if kop == "div" and a.get("rounding_mode") == "floor":
+            op = "floor_divide"
+        elif kop == "div" and a.get("rounding_mode") is not None:
             raise Unsupported(f"div rounding_mode={a['rounding_mode']!r}")
         lhs = L.operand(a["self"], out)
         rhs = L.operand(a["other"], out)
@@ -634,7 +637,7 @@ def _binary(kop: str, has_alpha: bool = False):
                 rhs = L.op("mul", [rhs, L.scalar(alpha, out)])
             else:
                 rhs = L.scalar(a["other"] * alpha, out)
-        return L.op(kop, [lhs, rhs])
+        return L.op(op, [lhs, rhs])
 
     return fn
 
@@ -649,7 +652,20 @@ for _name, _kop, _alpha in [
     if _name == "div":
         _overloads += ["aten.div.Tensor_mode", "aten.div.Scalar_mode"]
     _ks = (_kop, "cast", "mul") if _alpha else (_kop, "cast")
+    if _name == "div":
+        _ks += ("floor_divide",)
     _handles(*_overloads, kiln=_ks)(_binary(_kop, _alpha))
+
+# Python's % (the divisor's sign), C's fmod (the dividend's sign) and //, any float or int dtype
+for _name, _overloads in [
+    (
+        "remainder",
+        ["aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor"],
+    ),
+    ("fmod", ["aten.fmod.Tensor", "aten.fmod.Scalar"]),
+    ("floor_divide", ["aten.floor_divide.default", "aten.floor_divide.Scalar"]),
+]:
+    _handles(*_overloads, kiln=(_name, "cast"))(_binary(_name))
 
 
 @_handles("aten.rsub.Scalar", "aten.rsub.Tensor", kiln=("sub", "mul", "cast"))
