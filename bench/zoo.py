@@ -486,6 +486,23 @@ def _distilbert(depth, vocab):
 
 
 @_entry(
+    "t5_encoder",
+    "encoder",
+    "transformers",
+    "T5EncoderModel, t5-base (d 768, 12 heads, 12 layers, relative position buckets), with a "
+    "padding mask",
+    _text(True),
+    _text_dynamic,
+    DEFAULT_SEQ,
+)
+def _t5_encoder(depth, vocab):
+    cfg = _hf_config("T5Config", depth, vocab, vocab_size=32128, d_model=768, d_kv=64, d_ff=3072)
+    cfg.num_heads = 12
+    cfg.num_layers = depth if depth is not None else 12
+    return _HF(_hf_model("T5EncoderModel", cfg))
+
+
+@_entry(
     "hf_vit",
     "encoder",
     "transformers",

@@ -36,6 +36,7 @@ extern "C" {
     X(CLAMP, 24, "clamp") /* clamp/hardtanh/relu6 (min/max NaN = none)    */                       \
     X(COS, 25, "cos")                                                                              \
     X(SIN, 26, "sin")                                                                              \
+    X(ABS, 28, "abs")                                                                              \
     X(ROTARY, 27, "rotary") /* x[..,D], cos, sin: x*cos + rotate_half(x)*sin */                    \
     X(ADD, 30, "add")       /* broadcasting binary ops                      */                     \
     X(SUB, 31, "sub")                                                                              \
@@ -84,7 +85,9 @@ extern "C" {
     X(BITWISE_AND, 106, "bitwise_and") /* bool: logical; int: bitwise            */                \
     X(BITWISE_OR, 107, "bitwise_or")                                                               \
     X(BITWISE_XOR, 108, "bitwise_xor")                                                             \
-    X(BITWISE_NOT, 109, "bitwise_not")
+    X(BITWISE_NOT, 109, "bitwise_not")                                                             \
+    X(MAXIMUM, 110, "maximum") /* elementwise max of a and b (NaN propagates)   */                 \
+    X(MINIMUM, 111, "minimum") /* elementwise min of a and b (NaN propagates)   */
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,

@@ -41,8 +41,14 @@ def assert_close(actual, expected, precision: str = "fp32", scale: float = 1.0):
             if precision != "fp32" or e.dtype != torch.float32:
                 p_rtol, p_atol = PRECISION_TOLERANCE[precision]
                 rtol, atol = max(rtol, p_rtol), max(atol, p_atol)
+            # (a NaN passes only where eager PyTorch has one)
             torch.testing.assert_close(
-                a.float(), e.float(), rtol=rtol * scale, atol=atol * scale, msg=f"output {i}"
+                a.float(),
+                e.float(),
+                rtol=rtol * scale,
+                atol=atol * scale,
+                equal_nan=True,
+                msg=f"output {i}",
             )
         else:
             assert torch.equal(a, e), f"output {i} differs"

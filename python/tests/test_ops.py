@@ -136,6 +136,18 @@ CASES = {
         Fn(lambda m, p: ((p + 1) % 6) * 2 + torch.fmod(p, 4) - p // 4),
         [lambda: torch.randint(-20, 20, (5,), dtype=torch.int32)],
     ),
+    # T5's relative position buckets: abs, minimum, maximum; NaN propagates as in PyTorch
+    "abs_minimum_maximum_float": (
+        Fn(lambda m, a, b: torch.stack([torch.abs(a), torch.minimum(a, b), torch.maximum(b, a)])),
+        [
+            lambda: torch.where(torch.rand(4, 6) < 0.1, float("nan"), torch.randn(4, 6)),
+            lambda: torch.randn(6),
+        ],
+    ),
+    "abs_minimum_maximum_int": (
+        Fn(lambda m, a, b: torch.minimum(torch.abs(a), b) * 3 + torch.maximum(a, b - 5)),
+        [lambda: torch.randint(-50, 50, (3, 8)), lambda: torch.randint(-20, 20, (8,))],
+    ),
     "cos_sin": (Fn(lambda m, x: torch.cos(x) * 2 + torch.sin(x)), [lambda: torch.randn(3, 7) * 5]),
     "cumsum_float": (Fn(lambda m, x: torch.cumsum(x, dim=1)), [r(3, 9, 2)]),
     # a greedy decoding head: the logits' argmax (int64), a strided dim with ties, the flattened

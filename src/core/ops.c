@@ -137,6 +137,7 @@ static const kiln_op_def ops[] = {
      .attrs = {A_FLOAT_D("min", NAN), A_FLOAT_D("max", NAN)}},
     UNARY(COS, "cos", F_, 0),
     UNARY(SIN, "sin", F_, 0),
+    UNARY(ABS, "abs", F_ | I_, 0),
     // rotary: x, cos, sin (cos and sin each of x's dtype or float32, broadcasting to x)
     {.id = KILN_OP_ROTARY,
      .name = "rotary",
@@ -153,6 +154,8 @@ static const kiln_op_def ops[] = {
     BINARY(REMAINDER, "remainder", F_ | I_, 0),
     BINARY(FMOD, "fmod", F_ | I_, 0),
     BINARY(FLOOR_DIVIDE, "floor_divide", F_ | I_, 0),
+    BINARY(MAXIMUM, "maximum", F_ | I_, 0),
+    BINARY(MINIMUM, "minimum", F_ | I_, 0),
     {.id = KILN_OP_WHERE,
      .name = "where",
      .min_inputs = 3,

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/divmod.h"
+#include "core/ew_math.h"
 #include "cpu/cpu_internal.h"
 
 #define CHUNK 256
@@ -91,6 +91,9 @@ static void unary_f32(const ew_ctx *c, const float *x, float *y, int64_t n) {
     case KILN_OP_SIN:
         for (int64_t i = 0; i < n; i++) y[i] = sinf(x[i]);
         break;
+    case KILN_OP_ABS:
+        for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]);
+        break;
     case KILN_OP_CLAMP:
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
@@ -131,6 +134,12 @@ static void binary_f32(const ew_ctx *c, const float *a, const float *b, float *y
     case KILN_OP_FLOOR_DIVIDE:
         for (int64_t i = 0; i < n; i++) y[i] = kiln_floor_divide_f(a[i], b[i]);
         break;
+    case KILN_OP_MAXIMUM:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_maximum_f(a[i], b[i]);
+        break;
+    case KILN_OP_MINIMUM:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_minimum_f(a[i], b[i]);
+        break;
     default: break;
     }
 }
@@ -144,6 +153,9 @@ static void unary_i64(const ew_ctx *c, const int64_t *x, int64_t *y, int64_t n) 
         break;
     case KILN_OP_RELU:
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];
+        break;
+    case KILN_OP_ABS: // wraps at INT64_MIN, like PyTorch
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? (int64_t)(0u - (uint64_t)x[i]) : x[i];
         break;
     case KILN_OP_CLAMP:
         for (int64_t i = 0; i < n; i++) {
@@ -178,6 +190,12 @@ static void binary_i64(const ew_ctx *c, const int64_t *a, const int64_t *b, int6
         break;
     case KILN_OP_FLOOR_DIVIDE:
         for (int64_t i = 0; i < n; i++) y[i] = kiln_floor_divide_i(a[i], b[i]);
+        break;
+    case KILN_OP_MAXIMUM:
+        for (int64_t i = 0; i < n; i++) y[i] = a[i] > b[i] ? a[i] : b[i];
+        break;
+    case KILN_OP_MINIMUM:
+        for (int64_t i = 0; i < n; i++) y[i] = a[i] < b[i] ? a[i] : b[i];
         break;
     default: break;
     }
@@ -268,6 +286,9 @@ static int int_capable(uint32_t op) {
     case KILN_OP_REMAINDER:
     case KILN_OP_FMOD:
     case KILN_OP_FLOOR_DIVIDE:
+    case KILN_OP_MAXIMUM:
+    case KILN_OP_MINIMUM:
+    case KILN_OP_ABS:
     case KILN_OP_WHERE: return 1;
     default: return 0;
     }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Elementwise ops on the CPU backend: unary math, clamp, copy, cast (every dtype pair), the
-// broadcasting binary ops (float and integer), remainder / fmod / floor_divide, where.
+// broadcasting binary ops (float and integer), remainder / fmod / floor_divide, abs, maximum and
+// minimum, where.
 // Hand-computed cases, then random inputs against double-precision formulas on awkward shapes for
 // every dtype.
 #include "cpu/cpu_internal.h"
@@ -132,6 +133,31 @@ static void test_divmod(void) {
     tt_close(fy, (const double[]){2, -3, -3, -2, INFINITY, -INFINITY}, 0, 0, "floor_divide f32");
     tt_free(a), tt_free(b), tt_free(y), tt_free(a32), tt_free(b32), tt_free(y32);
     tt_free(fa), tt_free(fb), tt_free(fy);
+}
+
+// abs, maximum and minimum: NaN propagates through maximum and minimum (PyTorch's rule, unlike
+// fmaxf), abs of INT64_MIN wraps.
+static void test_abs_minmax(void) {
+    kiln_tensor *a = tt_new1(KILN_DTYPE_F32, 4), *b = tt_new1(KILN_DTYPE_F32, 4);
+    kiln_tensor *y = tt_new1(KILN_DTYPE_F32, 4);
+    tt_set_all(a, (const double[]){-1.5, NAN, 2, -0.0});
+    tt_set_all(b, (const double[]){1, 3, NAN, -4});
+    kiln_tensor *ins[2] = {a, b};
+    CHECK_OK(trun(KILN_OP_MAXIMUM, NULL, ins, 2, y));
+    tt_close(y, (const double[]){1, NAN, NAN, 0}, 0, 0, "maximum f32");
+    CHECK_OK(trun(KILN_OP_MINIMUM, NULL, ins, 2, y));
+    tt_close(y, (const double[]){-1.5, NAN, NAN, -4}, 0, 0, "minimum f32");
+    CHECK_OK(trun(KILN_OP_ABS, NULL, ins, 1, y));
+    tt_close(y, (const double[]){1.5, NAN, 2, 0}, 0, 0, "abs f32");
+    kiln_tensor *ia = tt_new1(KILN_DTYPE_I64, 3), *iy = tt_new1(KILN_DTYPE_I64, 3);
+    ((int64_t *)ia->data)[0] = INT64_MIN;
+    ((int64_t *)ia->data)[1] = -7;
+    ((int64_t *)ia->data)[2] = 9;
+    kiln_tensor *iins[1] = {ia};
+    CHECK_OK(trun(KILN_OP_ABS, NULL, iins, 1, iy));
+    CHECK(((int64_t *)iy->data)[0] == INT64_MIN && ((int64_t *)iy->data)[1] == 7 &&
+          ((int64_t *)iy->data)[2] == 9);
+    tt_free(a), tt_free(b), tt_free(y), tt_free(ia), tt_free(iy);
 }
 
 typedef struct shape {
@@ -417,6 +443,7 @@ int main(void) {
     test_trig();
     test_hand();
     test_divmod();
+    test_abs_minmax();
     test_unary_random();
     test_binary_random();
     test_int_random();

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/divmod.h"
+#include "core/ew_math.h"
 #include "cuda/cuda_common.cuh"
 
 #define EW_BLOCK 256
@@ -68,6 +68,7 @@ __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     case KILN_OP_LOG: return logf(x);
     case KILN_OP_COS: return cosf(x);
     case KILN_OP_SIN: return sinf(x);
+    case KILN_OP_ABS: return fabsf(x);
     case KILN_OP_CLAMP:
         if (x < s.f0) x = s.f0; // comparisons with a NaN bound are false: no bound
         if (x > s.f1) x = s.f1;
@@ -86,6 +87,8 @@ __device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
     case KILN_OP_REMAINDER: return kiln_remainder_f(a, b);
     case KILN_OP_FMOD: return kiln_fmod_f(a, b);
     case KILN_OP_FLOOR_DIVIDE: return kiln_floor_divide_f(a, b);
+    case KILN_OP_MAXIMUM: return kiln_maximum_f(a, b);
+    case KILN_OP_MINIMUM: return kiln_minimum_f(a, b);
     default: return a;
     }
 }
@@ -94,6 +97,7 @@ __device__ __forceinline__ int64_t ew_unary_i(const ew_step &s, int64_t x) {
     switch (s.op) {
     case KILN_OP_NEG: return (int64_t)(0ull - (uint64_t)x);
     case KILN_OP_RELU: return x < 0 ? 0 : x;
+    case KILN_OP_ABS: return x < 0 ? (int64_t)(0ull - (uint64_t)x) : x;
     case KILN_OP_CLAMP:
         if (x < s.i0) x = s.i0;
         if (x > s.i1) x = s.i1;
@@ -110,6 +114,8 @@ __device__ __forceinline__ int64_t ew_binary_i(uint32_t op, int64_t a, int64_t b
     case KILN_OP_REMAINDER: return kiln_remainder_i(a, b);
     case KILN_OP_FMOD: return kiln_fmod_i(a, b);
     case KILN_OP_FLOOR_DIVIDE: return kiln_floor_divide_i(a, b);
+    case KILN_OP_MAXIMUM: return a > b ? a : b;
+    case KILN_OP_MINIMUM: return a < b ? a : b;
     default: return a;
     }
 }
@@ -448,7 +454,9 @@ static int ew_n_inputs(uint32_t op) {
     case KILN_OP_POW:
     case KILN_OP_REMAINDER:
     case KILN_OP_FMOD:
-    case KILN_OP_FLOOR_DIVIDE: return 2;
+    case KILN_OP_FLOOR_DIVIDE:
+    case KILN_OP_MAXIMUM:
+    case KILN_OP_MINIMUM: return 2;
     case KILN_OP_RELU:
     case KILN_OP_GELU:
     case KILN_OP_SILU:
@@ -463,6 +471,7 @@ static int ew_n_inputs(uint32_t op) {
     case KILN_OP_LOG:
     case KILN_OP_COS:
     case KILN_OP_SIN:
+    case KILN_OP_ABS:
     case KILN_OP_COPY:
     case KILN_OP_CAST:
     case KILN_OP_CLAMP: return 1;
@@ -483,6 +492,9 @@ static int ew_int_capable(uint32_t op) {
     case KILN_OP_REMAINDER:
     case KILN_OP_FMOD:
     case KILN_OP_FLOOR_DIVIDE:
+    case KILN_OP_MAXIMUM:
+    case KILN_OP_MINIMUM:
+    case KILN_OP_ABS:
     case KILN_OP_WHERE: return 1;
     default: return 0;
     }

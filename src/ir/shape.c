@@ -120,7 +120,9 @@ static const char *input_role(uint32_t op, uint32_t i) {
     case KILN_OP_POW:
     case KILN_OP_REMAINDER:
     case KILN_OP_FMOD:
-    case KILN_OP_FLOOR_DIVIDE: return i < 2 ? ab[i] : "?";
+    case KILN_OP_FLOOR_DIVIDE:
+    case KILN_OP_MAXIMUM:
+    case KILN_OP_MINIMUM: return i < 2 ? ab[i] : "?";
     case KILN_OP_WHERE: return i < 3 ? where[i] : "?";
     case KILN_OP_RESHAPE:
     case KILN_OP_EXPAND: return i < 2 ? like[i] : "?";
@@ -1565,6 +1567,7 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_CLAMP:
     case KILN_OP_COS:
     case KILN_OP_SIN:
+    case KILN_OP_ABS:
     case KILN_OP_BITWISE_NOT: return infer_unary;
     case KILN_OP_CAST: return infer_cast;
     case KILN_OP_ADD:
@@ -1575,6 +1578,8 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_REMAINDER:
     case KILN_OP_FMOD:
     case KILN_OP_FLOOR_DIVIDE:
+    case KILN_OP_MAXIMUM:
+    case KILN_OP_MINIMUM:
     case KILN_OP_BITWISE_AND:
     case KILN_OP_BITWISE_OR:
     case KILN_OP_BITWISE_XOR: return infer_binary;

@@ -791,7 +791,7 @@ static void cases_binary(void) {
             run_case(&c);
         }
     }
-    // remainder, fmod, floor_divide (core/divmod.h): both signs on both sides; int divisors
+    // remainder, fmod, floor_divide (core/ew_math.h): both signs on both sides; int divisors
     // include 0 (0 by Kiln's rule)
     static const uint32_t dm[] = {KILN_OP_REMAINDER, KILN_OP_FMOD, KILN_OP_FLOOR_DIVIDE};
     for (int o = 0; o < 3; o++) {
@@ -805,6 +805,23 @@ static void cases_binary(void) {
             case_init(&c, dm[o]);
             case_in(&c, SR(ints[d], "5x17", -1000, 1000));
             case_in(&c, SR(ints[d], "17", -9, 9));
+            run_case(&c);
+        }
+    }
+    // maximum and minimum (NaN propagates: the float inputs' random values carry none, so the
+    // hand-computed CPU cases hold that rule) and abs, floats and ints
+    static const uint32_t mm[] = {KILN_OP_MAXIMUM, KILN_OP_MINIMUM, KILN_OP_ABS};
+    for (int o = 0; o < 3; o++) {
+        for (uint32_t d = 0; d < N_FLOATS; d++) {
+            case_init(&c, mm[o]);
+            case_in(&c, SR(FLOATS[d], "4x5x6", -3.0, 3.0));
+            if (mm[o] != KILN_OP_ABS) case_in(&c, SR(FLOATS[d], "6", -3.0, 3.0));
+            run_case(&c);
+        }
+        for (int d = 0; d < 2; d++) {
+            case_init(&c, mm[o]);
+            case_in(&c, SR(ints[d], "5x17", -1000, 1000));
+            if (mm[o] != KILN_OP_ABS) case_in(&c, SR(ints[d], "17", -1000, 1000));
             run_case(&c);
         }
     }

@@ -580,6 +580,7 @@ for _aten, _kop in [
     ("log", "log"),
     ("cos", "cos"),
     ("sin", "sin"),
+    ("abs", "abs"),
 ]:
     _handles(f"aten.{_aten}.default", kiln=_kop)(_unary(_kop))
 
@@ -664,6 +665,8 @@ for _name, _overloads in [
     ),
     ("fmod", ["aten.fmod.Tensor", "aten.fmod.Scalar"]),
     ("floor_divide", ["aten.floor_divide.default", "aten.floor_divide.Scalar"]),
+    ("maximum", ["aten.maximum.default"]),
+    ("minimum", ["aten.minimum.default"]),
 ]:
     _handles(*_overloads, kiln=(_name, "cast"))(_binary(_name))
 
@@ -2145,6 +2148,20 @@ def _full(L, node, a):
     t = torch.full([int(sym_expr(d)) for d in m.shape], v, dtype=m.dtype)
     L._n_auto += 1
     return L.const_tensor(t, f"full{L._n_auto}")
+
+
+@_handles("aten.full_like.default", kiln=("expand", "reshape", "squeeze"))
+def _full_like(L, node, a):
+    """full_like(x, v): the scalar v broadcast to x's shape, its symbolic sizes read from x (a
+    full_like of static shape is a constant and folds before it gets here)."""
+    v = a["fill_value"]
+    if isinstance(v, (Node, torch.SymInt, torch.SymFloat)):
+        raise Unsupported("full_like with a symbolic value")
+    x = a["self"]
+    xm = _meta(x)
+    s = L.scalar(v, _out_dtype(node))
+    likes = {j: (x, j) for j in range(len(xm.shape))}
+    return _broadcast_to(L, s, torch.empty(()), list(xm.shape), likes, "full_like")
 
 
 # attention
