@@ -87,7 +87,12 @@ extern "C" {
     X(BITWISE_XOR, 108, "bitwise_xor")                                                             \
     X(BITWISE_NOT, 109, "bitwise_not")                                                             \
     X(MAXIMUM, 110, "maximum") /* elementwise max of a and b (NaN propagates)   */                 \
-    X(MINIMUM, 111, "minimum") /* elementwise min of a and b (NaN propagates)   */
+    X(MINIMUM, 111, "minimum") /* elementwise min of a and b (NaN propagates)   */                 \
+    X(SIGN, 112, "sign")       /* -1, 0 or 1 (NaN gives 0, as PyTorch on the CPU) */               \
+    X(CEIL, 113, "ceil")                                                                           \
+    X(FLOOR, 114, "floor")                                                                         \
+    X(ROUND, 115, "round") /* half to even */                                                      \
+    X(TRUNC, 116, "trunc")
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,

@@ -148,6 +148,23 @@ CASES = {
         Fn(lambda m, a, b: torch.minimum(torch.abs(a), b) * 3 + torch.maximum(a, b - 5)),
         [lambda: torch.randint(-50, 50, (3, 8)), lambda: torch.randint(-20, 20, (8,))],
     ),
+    # DeBERTa's log-bucketed relative positions: sign, ceil, floor, round (half to even), trunc
+    "sign_and_roundings_float": (
+        Fn(
+            lambda m, x: torch.stack(
+                [torch.sign(x), torch.ceil(x), torch.floor(x), torch.round(x), torch.trunc(x)]
+            )
+        ),
+        [lambda: torch.cat([torch.randn(12) * 4, torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 0.0])])],
+    ),
+    "sign_and_roundings_int": (
+        Fn(lambda m, x: torch.sign(x) * 7 + torch.ceil(x) - torch.floor(x) + torch.trunc(x)),
+        [lambda: torch.randint(-9, 9, (3, 5))],
+    ),
+    "repeat": (
+        Fn(lambda m, x: x.repeat(2, 1, 3) * 2 + x.repeat(1, 1, 1, 2).sum()),
+        [r(2, 3, 4)],
+    ),
     "cos_sin": (Fn(lambda m, x: torch.cos(x) * 2 + torch.sin(x)), [lambda: torch.randn(3, 7) * 5]),
     "cumsum_float": (Fn(lambda m, x: torch.cumsum(x, dim=1)), [r(3, 9, 2)]),
     # a greedy decoding head: the logits' argmax (int64), a strided dim with ties, the flattened
@@ -330,6 +347,30 @@ CASES = {
         [r(1, 2, 4, 8), r(1, 2, 6, 8), r(1, 2, 6, 8), lambda: torch.rand(1, 1, 4, 6) > 0.2],
     ),
 }
+
+
+def test_full_of_symbolic_size_matches_eager():
+    """full and full_like of a dynamic length (T5's and DeBERTa's relative position buckets):
+    the value expanded to a size read from an input, one delegate, right at other lengths."""
+
+    class Buckets(nn.Module):
+        def forward(self, x):
+            n = x.shape[1]
+            rel = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+            big = torch.full((n, n), 3, dtype=torch.long)
+            cap = torch.full_like(rel, 5)
+            return x.sum(0) + (torch.minimum(torch.abs(rel), cap) * big).sum(0)
+
+    model = Buckets()
+    n = torch.export.Dim("n", min=2, max=64)
+    prog = export(model, (torch.randn(4, 8),), dynamic_shapes=({1: n},))
+    summary = delegation_summary(prog)
+    assert summary["kiln"] == 1 and not summary["ops"], summary
+    for length in (5, 17):
+        x = torch.randn(4, length)
+        out = run_program(prog, "forward", (x,))
+        assert out[0].shape == (length,)
+        assert_close(out, (model(x),))
 
 
 def run_program(prog, method, inputs):

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
-#define KILN_EW_MATH_FN static __host__ __device__ __forceinline__
+#define KILN_EW_MATH_FN static __device__ __noinline__ // (one copy per module: fmodf is long)
 #else
 #define KILN_EW_MATH_FN static inline
 #endif
@@ -25,6 +25,9 @@ KILN_EW_MATH_FN float kiln_maximum_f(float a, float b) {
 KILN_EW_MATH_FN float kiln_minimum_f(float a, float b) {
     return a != a || b != b ? NAN : fminf(a, b);
 }
+
+// sign: -1, 0 or 1, and 0 for NaN and both zeros (PyTorch's CPU result).
+KILN_EW_MATH_FN float kiln_sign_f(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
 
 KILN_EW_MATH_FN float kiln_fmod_f(float a, float b) { return fmodf(a, b); }
 

@@ -138,6 +138,12 @@ static const kiln_op_def ops[] = {
     UNARY(COS, "cos", F_, 0),
     UNARY(SIN, "sin", F_, 0),
     UNARY(ABS, "abs", F_ | I_, 0),
+    // sign and rounding (on ints: sign as usual, the roundings copy)
+    UNARY(SIGN, "sign", F_ | I_, 0),
+    UNARY(CEIL, "ceil", F_ | I_, 0),
+    UNARY(FLOOR, "floor", F_ | I_, 0),
+    UNARY(ROUND, "round", F_ | I_, 0),
+    UNARY(TRUNC, "trunc", F_ | I_, 0),
     // rotary: x, cos, sin (cos and sin each of x's dtype or float32, broadcasting to x)
     {.id = KILN_OP_ROTARY,
      .name = "rotary",

@@ -86,10 +86,21 @@ static kiln_status size_scratch(const kiln_plan *p, size_t *out) {
         size_t n;
         kiln_plan_group_args(p, li, views, tails, &args);
         if (!kiln_cpu_supports(&args)) {
+            char ins[160] = "";
+            size_t at = 0;
+            for (uint32_t i = 0; i < args.n_in && at < sizeof ins - 1; i++) {
+                const kiln_tensor *t = args.in[i];
+                int w =
+                    snprintf(ins + at, sizeof ins - at, "%s%s rank %u", i ? ", " : "",
+                             t ? kiln_dtype_name((kiln_dtype)t->dtype) : "none", t ? t->rank : 0u);
+                if (w < 0) break;
+                at += (size_t)w < sizeof ins - at ? (size_t)w : sizeof ins - at - 1;
+            }
             st = kiln_fail(KILN_ERR_UNSUPPORTED,
-                           "layer %u (%s): the CPU backend does not implement this op for output "
-                           "dtype %s",
-                           li, kiln_op_name(args.op), kiln_dtype_name((kiln_dtype)args.out->dtype));
+                           "layer %u (%s of %s, %u tail ops): the CPU backend does not implement "
+                           "this op for output dtype %s rank %u",
+                           li, kiln_op_name(args.op), ins, args.n_tail,
+                           kiln_dtype_name((kiln_dtype)args.out->dtype), args.out->rank);
             break;
         }
         n = kiln_cpu_scratch_nbytes(&args);

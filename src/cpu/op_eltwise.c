@@ -94,6 +94,21 @@ static void unary_f32(const ew_ctx *c, const float *x, float *y, int64_t n) {
     case KILN_OP_ABS:
         for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]);
         break;
+    case KILN_OP_SIGN:
+        for (int64_t i = 0; i < n; i++) y[i] = kiln_sign_f(x[i]);
+        break;
+    case KILN_OP_CEIL:
+        for (int64_t i = 0; i < n; i++) y[i] = ceilf(x[i]);
+        break;
+    case KILN_OP_FLOOR:
+        for (int64_t i = 0; i < n; i++) y[i] = floorf(x[i]);
+        break;
+    case KILN_OP_ROUND: // half to even in the default rounding mode, like torch.round
+        for (int64_t i = 0; i < n; i++) y[i] = nearbyintf(x[i]);
+        break;
+    case KILN_OP_TRUNC:
+        for (int64_t i = 0; i < n; i++) y[i] = truncf(x[i]);
+        break;
     case KILN_OP_CLAMP:
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
@@ -156,6 +171,9 @@ static void unary_i64(const ew_ctx *c, const int64_t *x, int64_t *y, int64_t n) 
         break;
     case KILN_OP_ABS: // wraps at INT64_MIN, like PyTorch
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? (int64_t)(0u - (uint64_t)x[i]) : x[i];
+        break;
+    case KILN_OP_SIGN:
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] > 0) - (x[i] < 0);
         break;
     case KILN_OP_CLAMP:
         for (int64_t i = 0; i < n; i++) {
@@ -289,6 +307,11 @@ static int int_capable(uint32_t op) {
     case KILN_OP_MAXIMUM:
     case KILN_OP_MINIMUM:
     case KILN_OP_ABS:
+    case KILN_OP_SIGN:
+    case KILN_OP_CEIL: // (the roundings copy ints)
+    case KILN_OP_FLOOR:
+    case KILN_OP_ROUND:
+    case KILN_OP_TRUNC:
     case KILN_OP_WHERE: return 1;
     default: return 0;
     }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Elementwise ops on the CPU backend: unary math, clamp, copy, cast (every dtype pair), the
-// broadcasting binary ops (float and integer), remainder / fmod / floor_divide, abs, maximum and
-// minimum, where.
+// broadcasting binary ops (float and integer), remainder / fmod / floor_divide, abs, sign, ceil,
+// floor, round, trunc, maximum and minimum, where.
 // Hand-computed cases, then random inputs against double-precision formulas on awkward shapes for
 // every dtype.
 #include "cpu/cpu_internal.h"
@@ -135,9 +135,9 @@ static void test_divmod(void) {
     tt_free(fa), tt_free(fb), tt_free(fy);
 }
 
-// abs, maximum and minimum: NaN propagates through maximum and minimum (PyTorch's rule, unlike
-// fmaxf), abs of INT64_MIN wraps.
-static void test_abs_minmax(void) {
+// abs, sign, the roundings, maximum and minimum: NaN propagates through maximum and minimum
+// (PyTorch's rule, unlike fmaxf), abs of INT64_MIN wraps.
+static void test_abs_sign_minmax(void) {
     kiln_tensor *a = tt_new1(KILN_DTYPE_F32, 4), *b = tt_new1(KILN_DTYPE_F32, 4);
     kiln_tensor *y = tt_new1(KILN_DTYPE_F32, 4);
     tt_set_all(a, (const double[]){-1.5, NAN, 2, -0.0});
@@ -149,6 +149,21 @@ static void test_abs_minmax(void) {
     tt_close(y, (const double[]){-1.5, NAN, NAN, -4}, 0, 0, "minimum f32");
     CHECK_OK(trun(KILN_OP_ABS, NULL, ins, 1, y));
     tt_close(y, (const double[]){1.5, NAN, 2, 0}, 0, 0, "abs f32");
+    // sign (NaN and both zeros give 0) and the roundings (round: half to even)
+    kiln_tensor *r = tt_new1(KILN_DTYPE_F32, 6), *ry = tt_new1(KILN_DTYPE_F32, 6);
+    tt_set_all(r, (const double[]){2.5, -2.5, 1.5, -0.4, NAN, -0.0});
+    kiln_tensor *rin[1] = {r};
+    CHECK_OK(trun(KILN_OP_SIGN, NULL, rin, 1, ry));
+    tt_close(ry, (const double[]){1, -1, 1, -1, 0, 0}, 0, 0, "sign f32");
+    CHECK_OK(trun(KILN_OP_ROUND, NULL, rin, 1, ry));
+    tt_close(ry, (const double[]){2, -2, 2, -0.0, NAN, -0.0}, 0, 0, "round f32");
+    CHECK_OK(trun(KILN_OP_CEIL, NULL, rin, 1, ry));
+    tt_close(ry, (const double[]){3, -2, 2, -0.0, NAN, -0.0}, 0, 0, "ceil f32");
+    CHECK_OK(trun(KILN_OP_FLOOR, NULL, rin, 1, ry));
+    tt_close(ry, (const double[]){2, -3, 1, -1, NAN, -0.0}, 0, 0, "floor f32");
+    CHECK_OK(trun(KILN_OP_TRUNC, NULL, rin, 1, ry));
+    tt_close(ry, (const double[]){2, -2, 1, -0.0, NAN, -0.0}, 0, 0, "trunc f32");
+    tt_free(r), tt_free(ry);
     kiln_tensor *ia = tt_new1(KILN_DTYPE_I64, 3), *iy = tt_new1(KILN_DTYPE_I64, 3);
     ((int64_t *)ia->data)[0] = INT64_MIN;
     ((int64_t *)ia->data)[1] = -7;
@@ -157,6 +172,11 @@ static void test_abs_minmax(void) {
     CHECK_OK(trun(KILN_OP_ABS, NULL, iins, 1, iy));
     CHECK(((int64_t *)iy->data)[0] == INT64_MIN && ((int64_t *)iy->data)[1] == 7 &&
           ((int64_t *)iy->data)[2] == 9);
+    CHECK_OK(trun(KILN_OP_SIGN, NULL, iins, 1, iy));
+    CHECK(((int64_t *)iy->data)[0] == -1 && ((int64_t *)iy->data)[1] == -1 &&
+          ((int64_t *)iy->data)[2] == 1);
+    CHECK_OK(trun(KILN_OP_CEIL, NULL, iins, 1, iy)); // ints: a copy
+    CHECK(((int64_t *)iy->data)[0] == INT64_MIN && ((int64_t *)iy->data)[1] == -7);
     tt_free(a), tt_free(b), tt_free(y), tt_free(ia), tt_free(iy);
 }
 
@@ -443,7 +463,7 @@ int main(void) {
     test_trig();
     test_hand();
     test_divmod();
-    test_abs_minmax();
+    test_abs_sign_minmax();
     test_unary_random();
     test_binary_random();
     test_int_random();

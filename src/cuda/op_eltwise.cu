@@ -69,6 +69,11 @@ __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     case KILN_OP_COS: return cosf(x);
     case KILN_OP_SIN: return sinf(x);
     case KILN_OP_ABS: return fabsf(x);
+    case KILN_OP_SIGN: return kiln_sign_f(x);
+    case KILN_OP_CEIL: return ceilf(x);
+    case KILN_OP_FLOOR: return floorf(x);
+    case KILN_OP_ROUND: return rintf(x);
+    case KILN_OP_TRUNC: return truncf(x);
     case KILN_OP_CLAMP:
         if (x < s.f0) x = s.f0; // comparisons with a NaN bound are false: no bound
         if (x > s.f1) x = s.f1;
@@ -98,6 +103,7 @@ __device__ __forceinline__ int64_t ew_unary_i(const ew_step &s, int64_t x) {
     case KILN_OP_NEG: return (int64_t)(0ull - (uint64_t)x);
     case KILN_OP_RELU: return x < 0 ? 0 : x;
     case KILN_OP_ABS: return x < 0 ? (int64_t)(0ull - (uint64_t)x) : x;
+    case KILN_OP_SIGN: return (x > 0) - (x < 0);
     case KILN_OP_CLAMP:
         if (x < s.i0) x = s.i0;
         if (x > s.i1) x = s.i1;
@@ -472,6 +478,11 @@ static int ew_n_inputs(uint32_t op) {
     case KILN_OP_COS:
     case KILN_OP_SIN:
     case KILN_OP_ABS:
+    case KILN_OP_SIGN:
+    case KILN_OP_CEIL:
+    case KILN_OP_FLOOR:
+    case KILN_OP_ROUND:
+    case KILN_OP_TRUNC:
     case KILN_OP_COPY:
     case KILN_OP_CAST:
     case KILN_OP_CLAMP: return 1;
@@ -495,6 +506,11 @@ static int ew_int_capable(uint32_t op) {
     case KILN_OP_MAXIMUM:
     case KILN_OP_MINIMUM:
     case KILN_OP_ABS:
+    case KILN_OP_SIGN:
+    case KILN_OP_CEIL: // (the roundings copy ints)
+    case KILN_OP_FLOOR:
+    case KILN_OP_ROUND:
+    case KILN_OP_TRUNC:
     case KILN_OP_WHERE: return 1;
     default: return 0;
     }

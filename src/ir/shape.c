@@ -1568,6 +1568,11 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_COS:
     case KILN_OP_SIN:
     case KILN_OP_ABS:
+    case KILN_OP_SIGN:
+    case KILN_OP_CEIL:
+    case KILN_OP_FLOOR:
+    case KILN_OP_ROUND:
+    case KILN_OP_TRUNC:
     case KILN_OP_BITWISE_NOT: return infer_unary;
     case KILN_OP_CAST: return infer_cast;
     case KILN_OP_ADD:

@@ -809,19 +809,20 @@ static void cases_binary(void) {
         }
     }
     // maximum and minimum (NaN propagates: the float inputs' random values carry none, so the
-    // hand-computed CPU cases hold that rule) and abs, floats and ints
-    static const uint32_t mm[] = {KILN_OP_MAXIMUM, KILN_OP_MINIMUM, KILN_OP_ABS};
-    for (int o = 0; o < 3; o++) {
+    // hand-computed CPU cases hold that rule), abs, sign and the roundings, floats and ints
+    static const uint32_t mm[] = {KILN_OP_MAXIMUM, KILN_OP_MINIMUM, KILN_OP_ABS,   KILN_OP_SIGN,
+                                  KILN_OP_CEIL,    KILN_OP_FLOOR,   KILN_OP_ROUND, KILN_OP_TRUNC};
+    for (int o = 0; o < 8; o++) {
         for (uint32_t d = 0; d < N_FLOATS; d++) {
             case_init(&c, mm[o]);
             case_in(&c, SR(FLOATS[d], "4x5x6", -3.0, 3.0));
-            if (mm[o] != KILN_OP_ABS) case_in(&c, SR(FLOATS[d], "6", -3.0, 3.0));
+            if (o < 2) case_in(&c, SR(FLOATS[d], "6", -3.0, 3.0));
             run_case(&c);
         }
         for (int d = 0; d < 2; d++) {
             case_init(&c, mm[o]);
             case_in(&c, SR(ints[d], "5x17", -1000, 1000));
-            if (mm[o] != KILN_OP_ABS) case_in(&c, SR(ints[d], "17", -1000, 1000));
+            if (o < 2) case_in(&c, SR(ints[d], "17", -1000, 1000));
             run_case(&c);
         }
     }

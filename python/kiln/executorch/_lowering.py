@@ -581,6 +581,11 @@ for _aten, _kop in [
     ("cos", "cos"),
     ("sin", "sin"),
     ("abs", "abs"),
+    ("sign", "sign"),
+    ("ceil", "ceil"),
+    ("floor", "floor"),
+    ("trunc", "trunc"),
+    ("round", "round"),
 ]:
     _handles(f"aten.{_aten}.default", kiln=_kop)(_unary(_kop))
 
@@ -1505,6 +1510,25 @@ def _expand(L, node, a):
     return L.op("expand", ins, {"shape": codes})
 
 
+@_handles("aten.repeat.default", kiln=("reshape", "expand"))
+def _repeat(L, node, a):
+    """x.repeat(r0, r1, ...) of static sizes: each dimension d of size n gets a new axis of size
+    r before it, expanded and merged (r * n): [n0, n1] -> [1, n0, 1, n1] -> [r0, n0, r1, n1]."""
+    x, reps = a["self"], list(a["repeats"])
+    if any(isinstance(r, (Node, torch.SymInt)) for r in reps):
+        raise Unsupported("repeat with a symbolic count")
+    shape = [sym_expr(d) for d in _meta(x).shape]
+    if any(not d.is_number for d in shape):
+        raise Unsupported("repeat of a symbolic shape")
+    shape = [1] * (len(reps) - len(shape)) + [int(d) for d in shape]
+    reps = [int(r) for r in reps]
+    v = L.op("reshape", [L.value(x)], {"shape": [e for n in shape for e in (1, n)]})
+    v = L.op(
+        "expand", [v], {"shape": [e for r, n in zip(reps, shape, strict=True) for e in (r, n)]}
+    )
+    return L.op("reshape", [v], {"shape": [r * n for r, n in zip(reps, shape, strict=True)]})
+
+
 @_handles("aten.permute_copy.default", "aten.permute.default", kiln="permute")
 def _permute(L, node, a):
     return L.op("permute", [L.value(a["self"])], {"dims": _ints(a["dims"], None, "dims")})
@@ -2135,11 +2159,11 @@ def _sym_scalar(L: Lowerer, v: Node, dtype: torch.dtype, what: str) -> int:
     raise Unsupported(f"{what} of {e}: no tensor dimension of that size to read it from")
 
 
-@_handles("aten.full.default", kiln=())
+@_handles("aten.full.default", kiln=("expand", "reshape", "squeeze"))
 def _full(L, node, a):
     m = _meta(node)
     if any(not sym_expr(d).is_number for d in m.shape):
-        raise Unsupported("full with a symbolic size")
+        return _full_symbolic(L, node, a, m)
     if m.numel() > MAX_FOLDED_FULL_NUMEL:
         raise Unsupported("full constant too large to fold")
     v = a["fill_value"]
@@ -2148,6 +2172,25 @@ def _full(L, node, a):
     t = torch.full([int(sym_expr(d)) for d in m.shape], v, dtype=m.dtype)
     L._n_auto += 1
     return L.const_tensor(t, f"full{L._n_auto}")
+
+
+def _full_symbolic(L, node, a, m):
+    """full of a symbolic size: the value broadcast to it, each symbolic size read from the
+    dimension of the tensor it was measured on (DeBERTa's relative positions at a dynamic
+    length)."""
+    v = a["fill_value"]
+    if isinstance(v, (Node, torch.SymInt, torch.SymFloat)):
+        raise Unsupported("full with a symbolic value")
+    likes = {}
+    for j, (size, want) in enumerate(zip(a["size"], m.shape, strict=True)):
+        if sym_expr(want).is_number:
+            continue
+        src = _size_source(size, sym_expr(want))
+        if src is None:
+            raise Unsupported(f"full of size {list(m.shape)}: no tensor dimension of size {want}")
+        likes[j] = src
+    s = L.scalar(v, m.dtype)
+    return _broadcast_to(L, s, torch.empty(()), list(m.shape), likes, "full")
 
 
 @_handles("aten.full_like.default", kiln=("expand", "reshape", "squeeze"))
