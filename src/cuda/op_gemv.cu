@@ -286,21 +286,6 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     y[r * n + col] = kc_from_f<T>(v);
 }
 
-// A GEMV launch of `blocks` blocks on the layer's stream, with programmatic stream serialization
-// where the policy allows it (cuda.pdl).
-static void gemv_config(const kiln_cuda_ctx *ctx, unsigned blocks, cudaLaunchConfig_t *cfg,
-                        cudaLaunchAttribute *at) {
-    *cfg = cudaLaunchConfig_t{};
-    at[0] = cudaLaunchAttribute{};
-    cfg->gridDim = dim3(blocks);
-    cfg->blockDim = dim3(GEMV_WARPS * 32);
-    cfg->stream = ctx->stream;
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg->attrs = at;
-    cfg->numAttrs = ctx->policy->pdl ? 1 : 0;
-}
-
 // The GEMV of a small linear whose rows are not 16-byte vectors (K % 8 != 0 or an unaligned
 // operand: squeeze-excite's second linear reads 4, 6, 10 ... channels): a warp per column and
 // row block, scalar loads, the same epilogue. Only for n * k <= GEMV_SMALL_NK, where the whole
@@ -313,8 +298,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int lane = threadIdx.x & 31;
     const int col = (int)blockIdx.x * GEMV_WARPS + (int)(threadIdx.x >> 5);
     if (col >= n) return;
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;");
+    kc_pdl_enter();
     const T *wr = w + (int64_t)col * k;
     for (int r = 0; r < m; r++) {
         float acc = 0.0f;
@@ -338,29 +322,25 @@ static bool gemv_scalar(const kiln_cuda_linear_geom *g) {
 template <typename T>
 static kiln_status gemv_small_t(const kiln_cuda_ctx *ctx, const kiln_cuda_linear_geom *g, int epi,
                                 const void *res) {
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute at[1];
-    gemv_config(ctx, (unsigned)((g->n + GEMV_WARPS - 1) / GEMV_WARPS), &cfg, at);
     cudaError_t err =
-        cudaLaunchKernelEx(&cfg, gemv_small_kernel<T>, (const T *)g->x->data, (const T *)g->w->data,
-                           g->bias != NULL ? (const T *)g->bias->data : (const T *)NULL,
-                           (const T *)res, (T *)g->y->data, (int)g->m, (int)g->n, (int)g->k, epi);
+        kc_launch(ctx, gemv_small_kernel<T>, (unsigned)((g->n + GEMV_WARPS - 1) / GEMV_WARPS),
+                  GEMV_WARPS * 32, 0, (const T *)g->x->data, (const T *)g->w->data,
+                  g->bias != NULL ? (const T *)g->bias->data : (const T *)NULL, (const T *)res,
+                  (T *)g->y->data, (int)g->m, (int)g->n, (int)g->k, epi);
     if (err != cudaSuccess) {
         return kiln_cuda_error(ctx, "cudaLaunchKernelEx (gemv_small_kernel)", err);
     }
     return kiln_cuda_check_launch(ctx, "gemv_small_kernel");
 }
 
-// Launches gemv_kernel<T, M, KS, FUSED> with programmatic stream serialization (see above).
+// Launches gemv_kernel<T, M, KS, FUSED> with programmatic stream serialization where the policy
+// allows it (cuda.pdl; kc_launch).
 template <typename T, int M, int KS, bool FUSED>
 static cudaError_t gemv_start(const kiln_cuda_ctx *ctx, unsigned blocks, const T *x, const T *w,
                               const T *b, const T *res, T *y, int64_t n, int64_t k, int epi,
                               int64_t keep, const gemv_fuse<T> &fu) {
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute at[1];
-    gemv_config(ctx, blocks, &cfg, at);
-    return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, KS, FUSED>, x, w, b, res, y, n, k, epi, keep,
-                              fu);
+    return kc_launch(ctx, gemv_kernel<T, M, KS, FUSED>, blocks, GEMV_WARPS * 32, 0, x, w, b, res, y,
+                     n, k, epi, keep, fu);
 }
 
 template <typename T, bool FUSED>
