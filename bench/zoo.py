@@ -503,6 +503,39 @@ def _t5_encoder(depth, vocab):
 
 
 @_entry(
+    "deberta_v2",
+    "encoder",
+    "transformers",
+    "DebertaV2Model, deberta-v3-base (d 768, 12 heads, 12 layers, log-bucketed relative "
+    "positions, p2c and c2p attention), with a padding mask",
+    _text(True),
+    _text_dynamic,
+    DEFAULT_SEQ,
+)
+def _deberta_v2(depth, vocab):
+    cfg = _hf_config(
+        "DebertaV2Config",
+        depth,
+        vocab,
+        vocab_size=128100,
+        hidden_size=768,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=512,
+        type_vocab_size=0,
+        relative_attention=True,
+        position_buckets=256,
+        max_relative_positions=-1,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+    )
+    cfg._attn_implementation = "eager"  # DeBERTa has no sdpa form in transformers
+    return _HF(_hf_model("DebertaV2Model", cfg))
+
+
+@_entry(
     "hf_vit",
     "encoder",
     "transformers",

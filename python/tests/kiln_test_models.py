@@ -153,8 +153,8 @@ class WithFlip(nn.Module):
 class RingCounter(nn.Module):
     """Rows written into a ring buffer at a counter the module keeps: each call writes its rows
     into `cache` (which Kiln's engine owns) at `n`, `n + 1`, ... modulo 8 and advances `n`. The
-    ring position uses a truncating division, which Kiln leaves to ExecuTorch, so ExecuTorch owns
-    `n`.
+    counter is read through a flip (the identity on its one element), an op Kiln leaves to
+    ExecuTorch, so ExecuTorch owns `n`.
     Exported as two methods (a few rows, one row), both update both buffers."""
 
     def __init__(self):
@@ -165,8 +165,8 @@ class RingCounter(nn.Module):
 
     def forward(self, x):
         h = self.lin(x)
-        i = self.n + torch.arange(x.shape[0])
-        pos = i - torch.div(i, 8, rounding_mode="trunc") * 8
+        i = torch.flip(self.n, [0]) + torch.arange(x.shape[0])
+        pos = i % 8
         self.cache.index_copy_(0, pos, h)
         self.n.add_(x.shape[0])
         return self.cache.sum(0, keepdim=True) * h.sum(0, keepdim=True)

@@ -132,6 +132,29 @@ CASES = {
             lambda: (torch.rand(8) + 0.25) * (torch.randint(0, 2, (8,)) * 2 - 1),
         ],
     ),
+    # div(rounding_mode="trunc") (older transformers' position math): toward zero, both signs
+    "div_trunc_int": (
+        Fn(
+            lambda m, a, b: torch.stack(
+                [torch.div(a, b, rounding_mode="trunc"), torch.div(a, -3, rounding_mode="trunc")]
+            )
+        ),
+        [
+            lambda: torch.randint(-60, 60, (4, 9)),
+            lambda: torch.randint(1, 8, (9,)) * (torch.randint(0, 2, (9,)) * 2 - 1),
+        ],
+    ),
+    "div_trunc_float": (
+        Fn(
+            lambda m, a, b: (
+                torch.div(a, b, rounding_mode="trunc") + torch.div(a, 0.7, rounding_mode="trunc")
+            )
+        ),
+        [
+            lambda: torch.randn(3, 8) * 10,
+            lambda: (torch.rand(8) + 0.25) * (torch.randint(0, 2, (8,)) * 2 - 1),
+        ],
+    ),
     "remainder_int32_ring": (
         Fn(lambda m, p: ((p + 1) % 6) * 2 + torch.fmod(p, 4) - p // 4),
         [lambda: torch.randint(-20, 20, (5,), dtype=torch.int32)],
@@ -371,6 +394,43 @@ def test_full_of_symbolic_size_matches_eager():
         out = run_program(prog, "forward", (x,))
         assert out[0].shape == (length,)
         assert_close(out, (model(x),))
+
+
+def test_heads_folded_into_a_dynamic_batch_match_eager():
+    """DeBERTa's disentangled attention at a dynamic batch and length: a static table repeated
+    batch times (repeat with a symbolic count), an index expanded to heads * batch (a multiple
+    of a measured size) and scores viewed back as [-1, heads, L, L]: one delegate, right at
+    other sizes, and the view's leading bound is the batch's (the engine loads)."""
+    heads = 3
+
+    class Folded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(heads, 7, 4))
+
+        def forward(self, q, mask):
+            b, n = mask.shape
+            qh = q.view(b, n, heads, 4).permute(0, 2, 1, 3).reshape(-1, n, 4)  # [b h, n, 4]
+            pos = self.table.repeat(b, 1, 1)  # [b h, 7, 4]
+            att = torch.bmm(qh, pos.transpose(-1, -2))  # [b h, n, 7]
+            rel = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+            idx = torch.clamp(rel + 3, 0, 6).expand([qh.size(0), n, n])
+            s = torch.gather(att, -1, idx) + torch.bmm(qh, qh.transpose(-1, -2))
+            s = s.view(-1, heads, n, n).masked_fill(~mask.bool()[:, None, None, :], -1e4)
+            return s.softmax(-1).sum(1)
+
+    model = Folded()
+    b, n = torch.export.Dim("b", min=1, max=8), torch.export.Dim("n", min=2, max=32)
+    q, mask = torch.randn(2, 6, heads * 4), torch.ones(2, 6, dtype=torch.long)
+    prog = export(model, (q, mask), dynamic_shapes=({0: b, 1: n}, {0: b, 1: n}))
+    summary = delegation_summary(prog)
+    assert summary["kiln"] == 1 and not summary["ops"], summary
+    for bs, length in ((1, 5), (3, 11)):
+        q = torch.randn(bs, length, heads * 4)
+        mask = (torch.rand(bs, length) > 0.3).long()
+        mask[:, 0] = 1
+        out = run_program(prog, "forward", (q, mask))
+        assert_close(out, (model(q, mask),))
 
 
 def run_program(prog, method, inputs):

@@ -170,7 +170,14 @@ def test_zoo_reduced_precision_all(tmp_path, name, precision):
 
 # --- dynamic batch and sequence: one delegate, run at two other sizes
 
-DYNAMIC_FAST = [("bert", 1), ("t5_encoder", 1), ("gpt2", 1), ("llama", 1), ("resnet50", None)]
+DYNAMIC_FAST = [
+    ("bert", 1),
+    ("t5_encoder", 1),
+    ("deberta_v2", 1),
+    ("gpt2", 1),
+    ("llama", 1),
+    ("resnet50", None),
+]
 
 
 def _dynamic_case(tmp_path, name, depth):

@@ -14,12 +14,24 @@
 // angle computed from it is off by radians. States are internal
 // to the engine: a float32 state becomes a state of the target dtype (its initial value
 // converted), so that a KV cache is stored and read at the compute precision.
+#include <math.h>
 #include <string.h>
 
 #include "builder/builder.h"
 #include "core/alloc.h"
 #include "core/dtype.h"
 #include "core/status.h"
+
+// A finite float32 beyond the target's range becomes the target's largest finite value of its
+// sign, not infinity: a model's "minus infinity" written as torch.finfo(torch.float32).min (an
+// attention mask's fill) stays finite, as the same model gets torch.finfo(dtype).min when it runs
+// in that dtype, and a row masked whole stays a row of equal finite scores (softmax: uniform)
+// instead of -inf everywhere (softmax: NaN). Infinities and NaN stay as they are.
+static void store_saturated(void *data, uint32_t target, int64_t i, float f) {
+    const float max = target == KILN_DTYPE_F16 ? 65504.0f : 3.38953139e38f;
+    if (isfinite(f) && fabsf(f) > max) f = copysignf(max, f);
+    kiln_store_f32(data, target, i, f);
+}
 
 static kiln_status convert_const(kiln_bgraph *b, int32_t v, uint32_t target, int32_t *out) {
     const kiln_bvalue *src = &b->values[v];
@@ -29,7 +41,7 @@ static kiln_status convert_const(kiln_bgraph *b, int32_t v, uint32_t target, int
     KILN_TRY(kiln_bgraph_blob(b, (size_t)(numel * 2), &data));
     src = &b->values[v];
     for (uint64_t i = 0; i < numel; i++) {
-        kiln_store_f32(data, target, (int64_t)i, ((const float *)src->data)[i]);
+        store_saturated(data, target, (int64_t)i, ((const float *)src->data)[i]);
     }
     return kiln_bgraph_add_const(b, target, &s, data, numel * 2, out);
 }
@@ -160,7 +172,7 @@ kiln_status kiln_pass_precision(kiln_bgraph *b) {
             if (st != KILN_OK) break;
             v = &b->values[ks->value];
             for (uint64_t i = 0; i < numel; i++) {
-                kiln_store_f32(data, target, (int64_t)i, ((const float *)ks->data)[i]);
+                store_saturated(data, target, (int64_t)i, ((const float *)ks->data)[i]);
             }
             ks->data = v->data = data;
             ks->nbytes = v->nbytes = numel * 2;

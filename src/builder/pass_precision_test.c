@@ -2,6 +2,9 @@
 // Precision conversion: float32 weights and activations become float16/bfloat16, bindings keep
 // their dtypes through boundary casts, integer paths are untouched; results stay within the
 // target dtype's tolerance of the float32 engine (and are exact where no arithmetic happens).
+#include <float.h>
+#include <math.h>
+
 #include "builder/builder_test_util.h"
 
 #define K 16
@@ -244,6 +247,103 @@ static void test_identity_casts(void) {
     free(lw);
 }
 
+// Constants beyond the target's range saturate at its largest finite value instead of becoming
+// infinite: an attention mask filled with torch.finfo(torch.float32).min gives a row masked whole
+// equal finite scores (softmax: uniform, as in float32), not -inf everywhere (softmax: NaN).
+// Infinities stay infinite and in-range values round as before.
+static void test_out_of_range_constants_saturate(void) {
+    const float big[5] = {1e6f, -1e6f, INFINITY, -INFINITY, 1.5f};
+    float *fill = tu_alloc(1);
+    kiln_graph *g;
+    int32_t x, m, cf, y;
+    fill[0] = -FLT_MAX;
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 2, TU_DIMS(2, K), TU_DIMS(2, K));
+    m = tu_input(g, "mask", KILN_DTYPE_BOOL, 2, TU_DIMS(2, K), TU_DIMS(2, K));
+    cf = tu_const(g, "fill", KILN_DTYPE_F32, 0, TU_DIMS(1), fill);
+    y = tu_node(g, KILN_OP_WHERE, TU_IDS(m, x, cf), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_SOFTMAX, TU_IDS(y), TU_ATTRS(TU_INTS("dim", -1)));
+    tu_output(g, y, "probs");
+    for (int prec = 1; prec <= 2; prec++) {
+        kiln_build_options oh = bt_opts(0, (kiln_precision)prec, 0);
+        uint32_t half = prec == 1 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16;
+        float hmax = prec == 1 ? 65504.0f : 3.38953139e38f;
+        kiln_built *built = NULL;
+        kiln_plan p;
+        if (bt_plan(g, &oh, &p)) {
+            int seen = 0;
+            for (uint32_t i = 0; i < p.n_tensors; i++) {
+                const kiln_plan_tensor *t = &p.tensors[i];
+                if (t->kind != KILN_TENSOR_WEIGHT || t->shape.rank != 0) continue;
+                CHECK(t->dtype == half);
+                CHECK_MSG(kiln_load_f32(p.weights + t->offset, half, 0) == -hmax,
+                          "fill became %g, not %g", kiln_load_f32(p.weights + t->offset, half, 0),
+                          -hmax);
+                seen++;
+            }
+            CHECK(seen == 1);
+            kiln_plan_release(&p);
+        }
+        // Row 0 masked whole, row 1 half: row 0 uniform (finite), row 1 over its kept entries.
+        uint8_t mask[2 * K];
+        float *xin = tu_rand(2 * K, -1, 1);
+        for (int j = 0; j < 2 * K; j++) mask[j] = j >= K && (j % 2 == 0);
+        bt_shape s[2] = {{2, {2, K}}, {2, {2, K}}};
+        void *in[2] = {xin, mask};
+        bt_outputs r;
+        if (kiln_build(g, &oh, &built) == KILN_OK && bt_run(built, 2, s, in, &r)) {
+            double sum1 = 0;
+            for (int j = 0; j < K; j++) {
+                CHECK_MSG(fabsf(r.data[0][j] - 1.0f / K) < 1e-3f, "row 0 entry %d = %g", j,
+                          r.data[0][j]);
+            }
+            for (int j = K; j < 2 * K; j++) {
+                if (!mask[j]) CHECK_MSG(r.data[0][j] == 0.0f, "entry %d = %g", j, r.data[0][j]);
+                sum1 += r.data[0][j];
+            }
+            CHECK(fabs(sum1 - 1.0) < 1e-2);
+            bt_outputs_free(&r);
+        } else {
+            CHECK_MSG(0, "build or run: %s", kiln_last_error());
+        }
+        kiln_built_free(built);
+        free(xin);
+    }
+    // The constant read by a node of its own, checked value by value.
+    {
+        kiln_graph *g2;
+        int32_t x2, c2;
+        kiln_plan p;
+        CHECK_OK(kiln_graph_new(&g2));
+        x2 = tu_input(g2, "x", KILN_DTYPE_F32, 1, TU_DIMS(5), TU_DIMS(5));
+        c2 = tu_const(g2, "big", KILN_DTYPE_F32, 1, TU_DIMS(5), big);
+        tu_output(g2, tu_node(g2, KILN_OP_ADD, TU_IDS(x2, c2), TU_NO_ATTRS), "y");
+        for (int prec = 1; prec <= 2; prec++) {
+            kiln_build_options oh = bt_opts(0, (kiln_precision)prec, 0);
+            uint32_t half = prec == 1 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16;
+            float hmax = prec == 1 ? 65504.0f : 3.38953139e38f;
+            const float want[5] = {prec == 1 ? hmax : 1e6f, prec == 1 ? -hmax : -1e6f, INFINITY,
+                                   -INFINITY, 1.5f};
+            if (bt_plan(g2, &oh, &p)) {
+                for (uint32_t i = 0; i < p.n_tensors; i++) {
+                    const kiln_plan_tensor *t = &p.tensors[i];
+                    if (t->kind != KILN_TENSOR_WEIGHT) continue;
+                    for (int j = 0; j < 5; j++) {
+                        float got = kiln_load_f32(p.weights + t->offset, half, j);
+                        CHECK_MSG(got == tu_round(want[j], (kiln_dtype)half),
+                                  "%s entry %d: %g, want %g", kiln_dtype_name((kiln_dtype)half), j,
+                                  got, want[j]);
+                    }
+                }
+                kiln_plan_release(&p);
+            }
+        }
+        kiln_graph_free(g2);
+    }
+    kiln_graph_free(g);
+    free(fill);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     test_mlp();
@@ -251,5 +351,6 @@ int main(void) {
     test_position_math();
     test_no_casts_and_shared_output();
     test_identity_casts();
+    test_out_of_range_constants_saturate();
     return check_summary();
 }

@@ -629,12 +629,19 @@ def _binary(kop: str, has_alpha: bool = False):
     def fn(L: Lowerer, node: Node, a: dict):
         out = _out_dtype(node)
         op = kop
-        if kop == "div" and a.get("rounding_mode") == "floor":
+        mode = a.get("rounding_mode") if kop == "div" else None
+        if mode == "floor":
             op = "floor_divide"
-        elif kop == "div" and a.get("rounding_mode") is not None:
-            raise Unsupported(f"div rounding_mode={a['rounding_mode']!r}")
+        elif mode not in (None, "trunc"):
+            raise Unsupported(f"div rounding_mode={mode!r}")
         lhs = L.operand(a["self"], out)
         rhs = L.operand(a["other"], out)
+        if mode == "trunc":
+            if out.is_floating_point:
+                return L.op("trunc", [L.op("div", [lhs, rhs])])
+            # integers: sign(a) sign(b) (|a| // |b|), exact (C's / without its UB cases)
+            q = L.op("floor_divide", [L.op("abs", [lhs]), L.op("abs", [rhs])])
+            return L.op("mul", [L.op("mul", [L.op("sign", [lhs]), L.op("sign", [rhs])]), q])
         alpha = a.get("alpha", 1) if has_alpha else 1
         if isinstance(alpha, (Node, torch.SymInt, torch.SymFloat)):
             raise Unsupported("alpha is symbolic")
@@ -659,7 +666,7 @@ for _name, _kop, _alpha in [
         _overloads += ["aten.div.Tensor_mode", "aten.div.Scalar_mode"]
     _ks = (_kop, "cast", "mul") if _alpha else (_kop, "cast")
     if _name == "div":
-        _ks += ("floor_divide",)
+        _ks += ("floor_divide", "trunc", "abs", "sign", "mul")
     _handles(*_overloads, kiln=_ks)(_binary(_kop, _alpha))
 
 # Python's % (the divisor's sign), C's fmod (the dividend's sign) and //, any float or int dtype
@@ -1449,11 +1456,18 @@ def _shape_codes(L: Lowerer, x: Node, sizes, reshape: bool) -> tuple[list[int], 
     def codes_against(src: Node, keep_unknown: bool):
         src_exprs = [sym_expr(d) for d in _meta(src).shape]
         out: list[int | None] = []
+        used: set[int] = set()
         for e in exprs:
             if e.is_number:
                 out.append(int(e))
                 continue
-            hit = next((d for d, se in enumerate(src_exprs) if _same(se, e)), None)
+            # Each dimension of src is used once where it can be: [L, L] -> copies of dims 0
+            # and 1, so that a reshape's copies cancel against x's own factors (bounds stay
+            # tight: [12 B, L, L] -> [-1, 12, L, L] gives B, not B * L^2).
+            hits = [d for d, se in enumerate(src_exprs) if _same(se, e)]
+            hit = next((d for d in hits if d not in used), hits[0] if hits else None)
+            if hit is not None:
+                used.add(hit)
             out.append(None if hit is None else -(hit + 2))
         return out
 
@@ -1500,33 +1514,138 @@ def _reshape(L, node, a):
     return L.op("reshape", ins, {"shape": codes})
 
 
-@_handles("aten.expand_copy.default", "aten.expand.default", kiln="expand")
+@_handles("aten.expand_copy.default", "aten.expand.default", kiln=("expand", "reshape"))
 def _expand(L, node, a):
     x = a["self"]
-    codes, like = _shape_codes(L, x, list(a["size"]), reshape=False)
+    sizes = list(a["size"])
+    try:
+        codes, like = _shape_codes(L, x, sizes, reshape=False)
+    except Unsupported as e:
+        x_exprs = [sym_expr(d) for d in _meta(x).shape]
+        out = _expand_symbolic(L, L.value(x), x_exprs, sizes)
+        if out is None:
+            raise e
+        return out
     ins = [L.value(x)]
     if like is not None:
         ins.append(L.value(like))
     return L.op("expand", ins, {"shape": codes})
 
 
+def _size_exprs(sizes) -> list:
+    exprs = []
+    for j, s in enumerate(sizes):
+        val = s.meta.get("val") if isinstance(s, Node) else s
+        e = None if isinstance(s, bool) else sym_expr(val)
+        if e is None:
+            raise Unsupported(f"size entry {j} = {s!r} is not an integer")
+        exprs.append(e)
+    return exprs
+
+
+def _expand_symbolic(L: Lowerer, xv: int, x_exprs: list, sizes: list) -> int | None:
+    """An expand whose symbolic sizes are not all dimensions of x or of one tensor they were
+    measured on: a size that is an integer multiple c * n of such a dimension n (24 * batch
+    after heads were folded into the batch) becomes two axes [n, c] expanded from size 1 and
+    merged after. Entries equal to x's own aligned dimension keep it (-1). None when the sizes
+    cannot be expressed this way (one merged axis at most, from a size-1 or new dimension)."""
+    exprs = _size_exprs(sizes)
+    nc, r = len(exprs), len(x_exprs)
+    if nc < r:
+        return None
+    todo = []  # (entry, expr) not given by a literal or by x itself
+    codes: list = []
+    for j, e in enumerate(exprs):
+        xd = j - (nc - r)
+        if e.is_number:
+            codes.append(int(e))
+        elif xd >= 0 and _same(x_exprs[xd], e):
+            codes.append(-1)
+        else:
+            codes.append(None)
+            todo.append((j, e))
+    if not todo:
+        return L.op("expand", [xv], {"shape": codes})
+    by_tensor: dict = {}
+    for s in sizes:
+        for t, d, size in _sym_size_sources(s) if isinstance(s, Node) else ():
+            by_tensor.setdefault(t, []).append((d, sym_expr(size)))
+    for like, dims in by_tensor.items():
+        found = {}
+        for j, e in todo:
+            hit = next((("copy", d) for d, se in dims if _same(se, e)), None)
+            if hit is None:
+                for d, se in dims:
+                    if se is None or se.is_number:
+                        continue
+                    ratio = sympy.simplify(e / se)
+                    if ratio.is_Integer and int(ratio) > 1:
+                        hit = ("split", d, int(ratio))
+                        break
+            if hit is None:
+                break
+            found[j] = hit
+        else:
+            return _expand_with(L, xv, x_exprs, codes, found, L.value(like))
+    return None
+
+
+def _expand_with(L: Lowerer, xv: int, x_exprs: list, codes: list, found: dict, likev: int) -> int:
+    nc, r = len(codes), len(x_exprs)
+    splits = [j for j, h in found.items() if h[0] == "split"]
+    for j, h in found.items():
+        if h[0] == "copy":
+            codes[j] = -(h[1] + 2)
+    if not splits:
+        return L.op("expand", [xv, likev], {"shape": codes})
+    if len(splits) > 1:
+        raise Unsupported("an expand of several sizes that are multiples of symbolic sizes")
+    (j,) = splits
+    xd = j - (nc - r)
+    if xd >= 0 and x_exprs[xd] != 1:
+        raise Unsupported(f"expand of dimension {xd} of size {x_exprs[xd]}")
+    # x as rank nc + 1 with [1, 1] at the split entry; x's dimensions copied in order.
+    pre = []
+    for k in range(nc):
+        kd = k - (nc - r)
+        pre.extend([1, 1] if k == j else [1] if kd < 0 else [-(kd + 2)])
+    v = L.op("reshape", [xv], {"shape": pre})
+    _, d, ratio = found[j]
+    wide = []
+    for k, c in enumerate(codes):
+        wide.extend([-(d + 2), ratio] if k == j else [c])
+    v = L.op("expand", [v, likev], {"shape": wide})
+    # Merge the two axes back: every other entry copies its own axis of the expanded value.
+    post = [-1 if k == j else -(k + (1 if k > j else 0) + 2) for k in range(nc)]
+    return L.op("reshape", [v], {"shape": post})
+
+
 @_handles("aten.repeat.default", kiln=("reshape", "expand"))
 def _repeat(L, node, a):
-    """x.repeat(r0, r1, ...) of static sizes: each dimension d of size n gets a new axis of size
-    r before it, expanded and merged (r * n): [n0, n1] -> [1, n0, 1, n1] -> [r0, n0, r1, n1]."""
+    """x.repeat(r0, r1, ...) of a static x: each dimension d of size n gets a new axis of size
+    r before it, expanded and merged (r * n): [n0, n1] -> [1, n0, 1, n1] -> [r0, n0, r1, n1].
+    One count may be symbolic (measured on a tensor: a batch the heads are repeated over)."""
     x, reps = a["self"], list(a["repeats"])
-    if any(isinstance(r, (Node, torch.SymInt)) for r in reps):
-        raise Unsupported("repeat with a symbolic count")
     shape = [sym_expr(d) for d in _meta(x).shape]
     if any(not d.is_number for d in shape):
         raise Unsupported("repeat of a symbolic shape")
     shape = [1] * (len(reps) - len(shape)) + [int(d) for d in shape]
-    reps = [int(r) for r in reps]
+    sym = [i for i, rep in enumerate(reps) if isinstance(rep, (Node, torch.SymInt))]
+    if len(sym) > 1:
+        raise Unsupported("repeat with several symbolic counts")
     v = L.op("reshape", [L.value(x)], {"shape": [e for n in shape for e in (1, n)]})
-    v = L.op(
-        "expand", [v], {"shape": [e for r, n in zip(reps, shape, strict=True) for e in (r, n)]}
-    )
-    return L.op("reshape", [v], {"shape": [r * n for r, n in zip(reps, shape, strict=True)]})
+    wide = [e for rep, n in zip(reps, shape, strict=True) for e in (rep, n)]
+    if sym:
+        v = _expand_symbolic(L, v, [e for n in shape for e in (sympy.Integer(1), n)], wide)
+        if v is None:
+            raise Unsupported("repeat with a symbolic count not measured on a tensor")
+        merged = [
+            -1 if i in sym else int(rep) * n
+            for i, (rep, n) in enumerate(zip(reps, shape, strict=True))
+        ]
+        return L.op("reshape", [v], {"shape": merged})
+    v = L.op("expand", [v], {"shape": [int(e) for e in wide]})
+    return L.op("reshape", [v], {"shape": [int(r) * n for r, n in zip(reps, shape, strict=True)]})
 
 
 @_handles("aten.permute_copy.default", "aten.permute.default", kiln="permute")
