@@ -155,6 +155,32 @@ CASES = {
             lambda: (torch.rand(8) + 0.25) * (torch.randint(0, 2, (8,)) * 2 - 1),
         ],
     ),
+    # T5's float16 overflow guard: isinf, any (all and per dim), clamp with tensor bounds
+    "isinf_any_clamp_tensor": (
+        Fn(
+            lambda m, x, lo: torch.cat(
+                [
+                    torch.clamp(
+                        x,
+                        min=-torch.where(torch.isinf(x).any(), 5.0, 25.0),
+                        max=torch.where(torch.isinf(x).any(), 5.0, 25.0),
+                    ),
+                    torch.isinf(x).any(dim=1, keepdim=True).float().expand(-1, 2),
+                    torch.clamp(x[:, :3], min=lo, max=lo + 1.0),
+                    torch.isinf(x).any(1, keepdim=True).long().float() * 2,
+                ],
+                dim=1,
+            )
+        ),
+        [
+            lambda: torch.where(
+                torch.rand(4, 7) < 0.15,
+                float("inf") * torch.sign(torch.randn(4, 7)),
+                30 * torch.randn(4, 7),
+            ),
+            lambda: torch.randn(4, 3),
+        ],
+    ),
     "remainder_int32_ring": (
         Fn(lambda m, p: ((p + 1) % 6) * 2 + torch.fmod(p, 4) - p // 4),
         [lambda: torch.randint(-20, 20, (5,), dtype=torch.int32)],

@@ -168,6 +168,28 @@ def test_zoo_reduced_precision_all(tmp_path, name, precision):
     _zoo_case(tmp_path, name, 1, precision)
 
 
+def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
+    """transformers' T5 run in float16 guards each layer's output against overflow (isinf, any,
+    a where of two scalars, clamp with tensor bounds): the model built in float16 is one delegate
+    and matches its float32 eager within float16's tolerance."""
+    module, inputs, _ = zoo.build("t5_encoder", depth=1, vocab=VOCAB, dtype=torch.float16)
+    with torch.no_grad():
+        ep = torch.export.export(module, inputs)
+    part = KilnPartitioner(precision="fp16")
+    prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
+    check_whole(prog, part)
+    ref, _, _ = zoo.build("t5_encoder", depth=1, vocab=VOCAB)
+    fresh = zoo.make_inputs("t5_encoder", ref, seed=7)
+    path = tmp_path / "t5_fp16.pte"
+    path.write_bytes(prog.buffer)
+    got = kiln.load(path).forward(*fresh)[0]
+    with torch.no_grad():
+        want = ref(*fresh)[0]
+    assert got.dtype == torch.float16 and got.shape == want.shape
+    err = (got.float() - want).abs().max().item()
+    assert err <= TOL["fp16"] * max(1.0, want.abs().max().item()), err
+
+
 # --- dynamic batch and sequence: one delegate, run at two other sizes
 
 DYNAMIC_FAST = [

@@ -8,10 +8,12 @@
 //        -> [cast] -> [mul(., W)]
 //    is rms_norm(x, W?, eps). The casts are optional (absent, or no-ops in a float32 graph);
 //    the first one is fused when its output is read only by the pow and the mul and its input
-//    has the result's dtype. W is a constant of D elements (Gemma's 1 + w after folding) or
-//    absent; eps a scalar constant; the operands of the adds and muls in either order. When the
-//    dtypes do not allow the whole chain, a shorter one ending before the weight or the second
-//    cast is fused.
+//    has the result's dtype. T5LayerNorm squares `x.f32` but multiplies x itself (a float16 x
+//    times a float32 rsqrt: the lowering casts x again): the pow's and the mul's operands may be
+//    two casts of one x to one dtype, each read only there. W is a constant of D elements (Gemma's
+//    1 + w after folding) or absent; eps a scalar constant; the operands of the adds and muls in
+//    either order. When the dtypes do not allow the whole chain, a shorter one ending before the
+//    weight or the second cast is fused.
 // 2. rotary: transformers' apply_rotary_pos_emb, `x * cos + rotate_half(x) * sin` with
 //        rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2], -1),
 //    that is add(mul(x, cos), mul(cat(neg(slice(x, -1, D/2, D)), slice(x, -1, 0, D/2)), sin)),
@@ -99,6 +101,15 @@ static kiln_status fuse_into(kiln_bgraph *b, uint32_t old, uint32_t op, const in
 
 // --- 1. rms_norm, matched from its rsqrt
 
+// The float input of the live cast (no fused tail, not in a group) that produces v, or -1.
+static int32_t cast_source(const kiln_bgraph *b, int32_t v) {
+    if (v < 0 || b->values[v].kind != KILN_IR_NODE || (size_t)v >= b->n_use_info) return -1;
+    const kiln_bnode *cn = &b->nodes[b->values[v].index];
+    if (cn->dead || cn->op != KILN_OP_CAST || cn->n_tail != 0 || cn->head >= 0) return -1;
+    int32_t src = kiln_bgraph_input(b, cn, 0);
+    return src >= 0 && kiln_dtype_is_float((kiln_dtype)b->values[src].desc.dtype) ? src : -1;
+}
+
 static kiln_status rms_norm(kiln_bgraph *b, uint32_t rs_node, int *done) {
     double eps = 0.0, two = 0.0;
     *done = 0;
@@ -133,9 +144,19 @@ static kiln_status rms_norm(kiln_bgraph *b, uint32_t rs_node, int *done) {
             return KILN_OK;
         }
     }
-    // h = mul(x, rsqrt(...)): the rsqrt's only reader, the other operand x itself
+    // h = mul(x, rsqrt(...)): the rsqrt's only reader, the other operand x itself or (T5) a
+    // cast of x's own cast source; then that source is the norm's input (x0 below)
     int32_t hm = sole_reader(b, b->nodes[rs_node].output, KILN_OP_MUL);
-    if (hm < 0 || other_input(b, (uint32_t)hm, b->nodes[rs_node].output) != x) return KILN_OK;
+    if (hm < 0) return KILN_OK;
+    int32_t xm = other_input(b, (uint32_t)hm, b->nodes[rs_node].output), x0 = -1;
+    if (xm != x) {
+        int32_t s0 = cast_source(b, x), s1 = cast_source(b, xm);
+        if (s0 < 0 || s0 != s1 || b->values[x].desc.dtype != b->values[xm].desc.dtype ||
+            b->uses[x] != 1 || b->uses[xm] != 1 || b->is_output[x] || b->is_output[xm]) {
+            return KILN_OK;
+        }
+        x0 = s0;
+    }
     int32_t h = b->nodes[hm].output;
     if (!same_shape(&b->values[h].desc.shape, xs) ||
         !kiln_dtype_is_float((kiln_dtype)b->values[x].desc.dtype)) {
@@ -165,14 +186,8 @@ static kiln_status rms_norm(kiln_bgraph *b, uint32_t rs_node, int *done) {
         }
     }
     // The first cast: fused when its output feeds only the pow and the mul.
-    int32_t x0 = -1;
-    if (b->values[x].kind == KILN_IR_NODE && (size_t)x < b->n_use_info && b->uses[x] == 2 &&
-        !b->is_output[x]) {
-        const kiln_bnode *cn = &b->nodes[b->values[x].index];
-        if (!cn->dead && cn->op == KILN_OP_CAST && cn->n_tail == 0 && cn->head < 0) {
-            x0 = kiln_bgraph_input(b, cn, 0);
-            if (!kiln_dtype_is_float((kiln_dtype)b->values[x0].desc.dtype)) x0 = -1;
-        }
+    if (x0 < 0 && (size_t)x < b->n_use_info && b->uses[x] == 2 && !b->is_output[x]) {
+        x0 = cast_source(b, x);
     }
     for (int e = 2; e >= 0; e--) {
         if (ends[e] < 0) continue;

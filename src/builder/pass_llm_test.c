@@ -16,17 +16,19 @@ static kiln_build_options o0, o1, o1_bf16;
 // --- rms_norm
 
 enum {
-    R_SWAP_MUL = 1 << 0,   // mul(rsqrt, x)
-    R_SWAP_ADD = 1 << 1,   // add(eps, mean)
-    R_SWAP_W = 1 << 2,     // mul(w, h)
-    R_CASTS = 1 << 3,      // cast(x -> f32) and cast(h -> f32): no-ops in a float32 graph
-    R_NO_WEIGHT = 1 << 4,  // no final mul
-    R_GEMMA = 1 << 5,      // weight = 1 + w (two constants folded first), weight [1, 1, D]
-    R_BF16 = 1 << 6,       // a bfloat16 model: x and w bf16, the statistics in float32
-    R_MEAN_DIM1 = 1 << 7,  // negative: mean over dim 1
-    R_POW4 = 1 << 8,       // negative: pow(x, 4)
-    R_READ_TWICE = 1 << 9, // negative: the rsqrt is also an output
-    R_NO_KEEPDIM = 1 << 10 // negative: mean without keepdim (broadcasts differently)
+    R_SWAP_MUL = 1 << 0,    // mul(rsqrt, x)
+    R_SWAP_ADD = 1 << 1,    // add(eps, mean)
+    R_SWAP_W = 1 << 2,      // mul(w, h)
+    R_CASTS = 1 << 3,       // cast(x -> f32) and cast(h -> f32): no-ops in a float32 graph
+    R_NO_WEIGHT = 1 << 4,   // no final mul
+    R_GEMMA = 1 << 5,       // weight = 1 + w (two constants folded first), weight [1, 1, D]
+    R_BF16 = 1 << 6,        // a bfloat16 model: x and w bf16, the statistics in float32
+    R_MEAN_DIM1 = 1 << 7,   // negative: mean over dim 1
+    R_POW4 = 1 << 8,        // negative: pow(x, 4)
+    R_READ_TWICE = 1 << 9,  // negative: the rsqrt is also an output
+    R_NO_KEEPDIM = 1 << 10, // negative: mean without keepdim (broadcasts differently)
+    R_T5 = 1 << 11,         // T5LayerNorm: x.f32 squared, x cast again for the product
+    R_T5_READ = 1 << 12     // negative: T5's second cast is also an output
 };
 
 static int32_t cast_to(kiln_graph *g, int32_t v, kiln_dtype dt) {
@@ -54,6 +56,8 @@ static kiln_graph *rms_graph(int f, float *wdata) {
     int32_t a = (f & R_SWAP_ADD) ? tu_node(g, KILN_OP_ADD, TU_IDS(e, m), TU_NO_ATTRS)
                                  : tu_node(g, KILN_OP_ADD, TU_IDS(m, e), TU_NO_ATTRS);
     int32_t r = tu_node(g, KILN_OP_RSQRT, TU_IDS(a), TU_NO_ATTRS);
+    if (f & (R_T5 | R_T5_READ)) h = cast_to(g, x, KILN_DTYPE_F32);
+    if (f & R_T5_READ) tu_output(g, h, "xf");
     int32_t y = (f & R_SWAP_MUL) ? tu_node(g, KILN_OP_MUL, TU_IDS(r, h), TU_NO_ATTRS)
                                  : tu_node(g, KILN_OP_MUL, TU_IDS(h, r), TU_NO_ATTRS);
     if (f & R_BF16)
@@ -262,6 +266,11 @@ int main(void) {
     test_rms(R_POW4, "pow|mean|add|rsqrt|mul,mul", "rms pow 4");
     test_rms(R_READ_TWICE, "pow|mean|add|rsqrt|mul,mul", "rms rsqrt read twice");
     test_rms(R_NO_KEEPDIM, "pow|mean|reshape|add|rsqrt|mul,mul", "rms mean without keepdim");
+    test_rms(R_T5 | R_BF16, "rms_norm", "rms t5 form, bf16 model");
+    test_rms(R_T5 | R_BF16 | R_SWAP_MUL | R_SWAP_W, "rms_norm", "rms t5 form, swapped");
+    test_rms(R_T5 | R_CASTS, "rms_norm", "rms t5 form, float32");
+    test_rms(R_T5_READ | R_BF16, "cast|pow|mean|add|rsqrt|cast|mul|cast|mul",
+             "rms t5 cast read twice");
     test_rms_values();
     test_rope(0, 2, "rope plain");
     test_rope(T_SWAP_ADD | T_SWAP_COS | T_SWAP_SIN, 2, "rope swapped operands");

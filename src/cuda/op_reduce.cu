@@ -13,7 +13,11 @@
 // Runs of adjacent kept or reduced dims that are contiguous in memory are coalesced; when the
 // dim of stride 1 is reduced and the reduction is long, one block reduces each output
 // (coalesced reads), otherwise one thread per output walks its elements (coalesced across
-// neighbouring outputs).
+// neighbouring outputs). Few outputs of long reductions (a whole tensor to one value: T5's
+// float16 overflow guard, `isinf(x).any()`) would leave all but a few SMs idle with one block
+// each (333 us for 98 K elements on the H200): each output's elements are then cut into slices,
+// a block per slice writes its partial sum to the workspace, and a second kernel adds an
+// output's partials in slice order (deterministic; the same accumulator types).
 #include <cooperative_groups.h>
 #include <math.h>
 #include <string.h>
@@ -103,6 +107,42 @@ static __global__ void reduce_block_kernel(const __grid_constant__ red_params P)
         __syncthreads();
     }
 }
+
+// The sliced form above: block (g, o) sums elements [g * slice, (g + 1) * slice) of output o into
+// part[o * gridDim.x + g]; then one warp per output adds its n_slices partials in a fixed order.
+template <typename Acc>
+static __global__ void reduce_slice_kernel(const __grid_constant__ red_params P, int64_t slice,
+                                           Acc *part) {
+    __shared__ Acc shared[RED_ROW_BLOCK / 32];
+    const int64_t o = blockIdx.y, r0 = (int64_t)blockIdx.x * slice;
+    const int64_t r1 = r0 + slice < P.n_red_elems ? r0 + slice : P.n_red_elems;
+    const int64_t base = red_decompose(o, P.n_kept, P.kept_dims, P.kept_strides);
+    Acc s = 0;
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
+        s = red_add(s,
+                    red_load<Acc>(P, base + red_decompose(r, P.n_red, P.red_dims, P.red_strides)));
+    }
+    for (int k = 16; k > 0; k >>= 1) s = red_add(s, __shfl_xor_sync(0xffffffffu, s, k));
+    if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        Acc t = 0;
+        for (int w = 0; w < RED_ROW_BLOCK / 32; w++) t = red_add(t, shared[w]);
+        part[o * gridDim.x + blockIdx.x] = t;
+    }
+}
+
+template <typename Acc>
+static __global__ void reduce_slices_done_kernel(const __grid_constant__ red_params P, int n_slices,
+                                                 const Acc *part) {
+    const int64_t o = blockIdx.x;
+    Acc t = 0; // lane l: partials l, l + 32, ...; then the lanes in a fixed tree
+    for (int g = (int)threadIdx.x; g < n_slices; g += 32) t = red_add(t, part[o * n_slices + g]);
+    for (int k = 16; k > 0; k >>= 1) t = red_add(t, __shfl_xor_sync(0xffffffffu, t, k));
+    if (threadIdx.x == 0) red_store(P, o, t);
+}
+
+#define RED_SLICE_MIN 1024 // elements per slice of the sliced form (8 per thread)
 
 #define RED_HW_BLOCK 512
 
@@ -314,6 +354,27 @@ static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x
 
 template <typename Acc>
 static kiln_status reduce_launch(const kiln_cuda_ctx *ctx, const red_params *P, int by_block) {
+    if (by_block && ctx->sm_count > 0 && 2 * P->n_out <= ctx->sm_count &&
+        P->n_red_elems >= 2 * RED_SLICE_MIN) {
+        int64_t n = (P->n_red_elems + RED_SLICE_MIN - 1) / RED_SLICE_MIN;
+        const int64_t cap = 2 * (int64_t)ctx->sm_count / P->n_out;
+        if (n > cap) n = cap;
+        if (n > 1024) n = 1024;
+        const size_t nbytes = (size_t)(n * P->n_out) * sizeof(Acc);
+        if (n >= 2 && ctx->workspace != NULL && nbytes <= ctx->workspace_nbytes) {
+            const int64_t slice = (P->n_red_elems + n - 1) / n;
+            const int slices = (int)((P->n_red_elems + slice - 1) / slice);
+            Acc *part = (Acc *)ctx->workspace;
+            kiln_cuda_ws_note(ctx, nbytes);
+            reduce_slice_kernel<Acc>
+                <<<dim3((unsigned)slices, (unsigned)P->n_out), RED_ROW_BLOCK, 0, ctx->stream>>>(
+                    *P, slice, part);
+            KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "reduce_slice_kernel"));
+            reduce_slices_done_kernel<Acc>
+                <<<(unsigned)P->n_out, 32, 0, ctx->stream>>>(*P, slices, part);
+            return kiln_cuda_check_launch(ctx, "reduce_slices_done_kernel");
+        }
+    }
     if (by_block) {
         unsigned blocks = (unsigned)(P->n_out < 65536 ? P->n_out : 65536);
         reduce_block_kernel<Acc><<<blocks, RED_ROW_BLOCK, 0, ctx->stream>>>(*P);

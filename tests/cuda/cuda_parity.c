@@ -990,8 +990,15 @@ static void cases_reduce(void) {
         const char *shape;
         const int64_t *dims;
         uint32_t n;
-    } rs[] = {{"3x4x5", d1, 1},   {"3x4x5", d02, 2}, {"3x4x5", NULL, 0},
-              {"2x3000", dm1, 1}, {"64x3", d0, 1},   {"5x1x7", d1, 1}};
+    } rs[] = {{"3x4x5", d1, 1},
+              {"3x4x5", d02, 2},
+              {"3x4x5", NULL, 0},
+              {"2x3000", dm1, 1},
+              {"64x3", d0, 1},
+              {"5x1x7", d1, 1},
+              // long reductions to few outputs (the sliced form): all, and over dims 0 and 2
+              {"3x129x771", NULL, 0},
+              {"40x3x997", d02, 2}};
     for (int op = 0; op < 2; op++) {
         for (uint32_t d = 0; d < N_FLOATS; d++) {
             for (size_t r = 0; r < sizeof rs / sizeof rs[0]; r++) {

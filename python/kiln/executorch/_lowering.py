@@ -614,6 +614,19 @@ def _clamp(L, node, a):
     return L.op("clamp", [L.cast(L.value(x), L.dtype(x), _out_dtype(node))], {"min": lo, "max": hi})
 
 
+@_handles("aten.clamp.Tensor", kiln=("maximum", "minimum", "cast"))
+def _clamp_tensor(L, node, a):
+    """clamp with tensor bounds (T5's float16 overflow guard) as minimum(maximum(x, min), max):
+    NaN in x stays NaN, and min > max gives max, as torch.clamp."""
+    out = _out_dtype(node)
+    v = L.operand(a["self"], out)
+    if a.get("min") is not None:
+        v = L.op("maximum", [v, L.operand(a["min"], out)])
+    if a.get("max") is not None:
+        v = L.op("minimum", [v, L.operand(a["max"], out)])
+    return v
+
+
 @_handles("aten.hardtanh.default", kiln="clamp")
 def _hardtanh(L, node, a):
     lo, hi = _clamp_bound(a["min_val"], "min"), _clamp_bound(a["max_val"], "max")
@@ -774,6 +787,36 @@ def _truth(L: Lowerer, arg) -> int:
         return L.scalar(bool(arg), torch.bool)
     dt = L.dtype(arg)
     return L.op("ne", [L.value(arg), L.scalar(0, dt)])
+
+
+@_handles("aten.isinf.default", kiln=("abs", "eq"))
+def _isinf(L, node, a):
+    """isinf(x) as abs(x) == inf (integer and bool tensors are never infinite)."""
+    x = a["self"]
+    dt = L.dtype(x)
+    if not dt.is_floating_point:
+        return L.op("ne", [L.value(x), L.value(x)])  # all false, x's shape
+    return L.op("eq", [L.op("abs", [L.value(x)]), L.scalar(float("inf"), dt)])
+
+
+@_handles("aten.any.default", "aten.any.dim", "aten.any.dims", kiln=("ne", "cast", "sum", "gt"))
+def _any(L, node, a):
+    """any(x[, dim, keepdim]) as sum(cast(x != 0, float32)) > 0 over the dims (all without one):
+    every term is 0 or 1, so the sum is positive exactly when one is true, in any precision."""
+    x = a["self"]
+    dims = a.get("dim")
+    if dims is None:
+        dims = []
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = _ints(dims, None, "dim")
+    keep = bool(a.get("keepdim", False))
+    v = L.cast(_truth(L, x), torch.bool, torch.float32)
+    if not dims and L.rank(x) == 0:
+        s = L.op("copy", [v])
+    else:
+        s = L.op("sum", [v], {"dims": dims, "keepdim": int(keep)})
+    return L.op("gt", [s, L.scalar(0.0, torch.float32)])
 
 
 def _logical(kop: str):
