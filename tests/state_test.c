@@ -2,8 +2,9 @@
 // States (kiln_graph_add_state / kiln_graph_update_state): a model's mutable buffers that each
 // context keeps from one execute to the next. Checked against references kept here: a KV-cache
 // style update written in place by index_copy (wrap, refused positions that leave the cache as it
-// was, reset, separate contexts, fp16), and an update computed by other ops with an initial
-// value (inline and external), whose readers see the old value.
+// was: past its end, or leaving a row below unwritten, as a decode before its prefill; reset,
+// separate and sharing contexts, fp16, sparse writes with the check off), and an update computed by
+// other ops with an initial value (inline and external), whose readers see the old value.
 #include "test_util.h"
 
 #define B 2
@@ -15,8 +16,9 @@ static void set_f32(float *dst, const float *src, int64_t n) {
 }
 
 // cache [B, S, D] (zeros); inputs pos [n] (int64), k [B, n, D]; the cache takes
-// index_copy(cache, pos, k) at dim 1; output y = 2 * (updated cache).
-static kiln_graph *cache_graph(void) {
+// index_copy(cache, pos, k) at dim 1; output y = 2 * (updated cache); with attention, a second
+// output sdpa(q, cache, cache) for a constant q [B, 1, D]: the state is then a KV cache.
+static kiln_graph *cache_graph(int attention) {
     kiln_graph *g = NULL;
     int32_t cache, pos, k, y, two, out;
     const float two_f[1] = {2.0f};
@@ -32,17 +34,25 @@ static kiln_graph *cache_graph(void) {
     two = tu_const(g, "two", KILN_DTYPE_F32, 1, TU_DIMS(1), two_f);
     out = tu_node(g, KILN_OP_MUL, TU_IDS(y, two), TU_NO_ATTRS);
     tu_output(g, out, "y");
+    if (attention) {
+        float qd[B * D];
+        tu_fill(qd, B * D, -1.0f, 1.0f);
+        int32_t q = tu_const(g, "q", KILN_DTYPE_F32, 3, TU_DIMS(B, 1, D), qd);
+        tu_output(g, tu_node(g, KILN_OP_SDPA, TU_IDS(q, y, y), TU_NO_ATTRS), "att");
+    }
     return g;
 }
+
+static uint32_t cache_outputs = 1; // 2 for the graph with attention
 
 // One step: writes k's rows at pos into ref (as the engine should), runs, compares 2 * ref.
 static kiln_status cache_step(kiln_context *c, float *ref, const int64_t *pos, int64_t n,
                               double tol, const char *what) {
-    float k[B * 4 * D], y[B * S * D], want[B * S * D];
+    float k[B * 4 * D], y[B * S * D], want[B * S * D], att[B * D];
     tu_fill(k, B * n * D, -2.0f, 2.0f);
     tu_io in[2] = {{1, {n}, (void *)pos, 0}, {3, {B, n, D}, k, 0}};
-    tu_io out[1] = {{3, {B, S, D}, y, sizeof y}};
-    kiln_status st = tu_execute(c, in, 2, out, 1);
+    tu_io out[2] = {{3, {B, S, D}, y, sizeof y}, {3, {B, 1, D}, att, sizeof att}};
+    kiln_status st = tu_execute(c, in, 2, out, cache_outputs);
     if (st != KILN_OK) return st;
     for (int64_t b = 0; b < B; b++) {
         for (int64_t i = 0; i < n; i++) {
@@ -55,8 +65,94 @@ static kiln_status cache_step(kiln_context *c, float *ref, const int64_t *pos, i
     return KILN_OK;
 }
 
+static kiln_engine *load_cache(kiln_built *b, int check_rows) {
+    const void *bytes;
+    size_t n;
+    kiln_load_options lo;
+    kiln_engine *e = NULL;
+    kiln_option_setting s[2] = {
+        {.name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"},
+        {.name = "check_cache_rows", .type = KILN_OPTION_BOOL, .int_value = check_rows}};
+    CHECK_OK(kiln_built_engine(b, &bytes, &n));
+    kiln_load_options_init(&lo);
+    lo.resolve = tu_resolve_built;
+    lo.resolve_user_data = (void *)(uintptr_t)b;
+    lo.settings = s;
+    lo.n_settings = 2;
+    CHECK_OK(kiln_engine_load(bytes, n, &lo, &e));
+    return e;
+}
+
+// A KV cache (attention reads the state): a write that would leave a row below its position
+// unwritten is refused (a decode before its prefill, a skipped position), naming the position
+// and the row, and nothing is written; the rows written are shared with the contexts sharing
+// the state and forgotten on reset. With the option check_cache_rows off, sparse writes run as
+// in eager PyTorch; positions past the cache are refused either way.
+static void test_kv_cache(void) {
+    kiln_graph *g = cache_graph(1);
+    kiln_built *b = NULL;
+    kiln_engine *e = NULL, *e_off = NULL;
+    kiln_context *c1 = NULL, *c2 = NULL, *c3 = NULL;
+    float ref1[B * S * D] = {0}, ref2[B * S * D] = {0}, ref3[B * S * D] = {0}, saved[B * S * D];
+    const double tol = 1e-6;
+    if (g == NULL) return;
+    CHECK_OK(tu_build(g, KILN_PRECISION_FP32, 0, &b));
+    kiln_graph_free(g);
+    if (b == NULL) return;
+    e = load_cache(b, 1);
+    e_off = load_cache(b, 0);
+    if (e != NULL) CHECK_OK(kiln_context_new(e, &c1));
+    if (e != NULL) CHECK_OK(kiln_context_new(e, &c2));
+    if (e_off != NULL) CHECK_OK(kiln_context_new(e_off, &c3));
+    cache_outputs = 2;
+    if (c1 != NULL && c2 != NULL) {
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){0, 1}, 2, tol, "kv prefill"));
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){2}, 1, tol, "kv decode 2"));
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){-3}, 1, tol, "kv decode 3 (wrap)"));
+        // A fresh context's first write at 3: a decode before its prefill.
+        CHECK_STATUS(cache_step(c2, ref2, (const int64_t[]){3}, 1, tol, "decode before prefill"),
+                     KILN_ERR_INVALID_ARG);
+        CHECK(strstr(kiln_last_error(), "position 3 would leave row 0 of the cache 'cache' "
+                                        "unwritten") != NULL);
+        CHECK(strstr(kiln_last_error(), "prefill") != NULL);
+        CHECK_OK(cache_step(c2, ref2, (const int64_t[]){0, 1, 2, 3}, 4, tol, "kv second context"));
+        // A skipped position is refused and writes nothing; the rows below written by earlier
+        // calls or by the same call are enough.
+        set_f32(saved, ref1, B * S * D);
+        CHECK_STATUS(cache_step(c1, saved, (const int64_t[]){5}, 1, tol, "skipped row 4"),
+                     KILN_ERR_INVALID_ARG);
+        CHECK(strstr(kiln_last_error(), "row 4") != NULL);
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){5, 4}, 2, tol, "after the refused call"));
+        // Reset: no row written.
+        CHECK_OK(kiln_context_reset_states(c1));
+        memset(ref1, 0, sizeof ref1);
+        CHECK_STATUS(cache_step(c1, ref1, (const int64_t[]){1}, 1, tol, "after reset, at 1"),
+                     KILN_ERR_INVALID_ARG);
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){0}, 1, tol, "after reset"));
+        // Sharing the cache shares what was written: c2 reads and writes c1's cache.
+        CHECK_OK(kiln_context_share_states(c2, c1));
+        CHECK_OK(cache_step(c2, ref1, (const int64_t[]){1}, 1, tol, "shared: c2 after c1's 0"));
+        CHECK_OK(cache_step(c1, ref1, (const int64_t[]){2}, 1, tol, "shared: c1 after c2's 1"));
+        CHECK_STATUS(cache_step(c2, ref1, (const int64_t[]){4}, 1, tol, "shared: skip 3"),
+                     KILN_ERR_INVALID_ARG);
+    }
+    if (c3 != NULL) {
+        CHECK_OK(cache_step(c3, ref3, (const int64_t[]){3}, 1, tol, "check off: 3 first"));
+        CHECK_OK(cache_step(c3, ref3, (const int64_t[]){-1, 1}, 2, tol, "check off: 5 and 1"));
+        CHECK_STATUS(cache_step(c3, ref3, (const int64_t[]){S}, 1, tol, "check off: past the end"),
+                     KILN_ERR_INVALID_ARG);
+    }
+    cache_outputs = 1;
+    kiln_context_free(c1);
+    kiln_context_free(c2);
+    kiln_context_free(c3);
+    kiln_engine_free(e);
+    kiln_engine_free(e_off);
+    kiln_built_free(b);
+}
+
 static void test_cache(kiln_precision prec, double tol) {
-    kiln_graph *g = cache_graph();
+    kiln_graph *g = cache_graph(0);
     kiln_built *b = NULL;
     kiln_engine *e = NULL;
     kiln_context *c1 = NULL, *c2 = NULL;
@@ -78,13 +174,15 @@ static void test_cache(kiln_precision prec, double tol) {
         CHECK_OK(cache_step(c1, ref1, (const int64_t[]){0, 1}, 2, tol, "cache step 1"));
         CHECK_OK(cache_step(c1, ref1, (const int64_t[]){2}, 1, tol, "cache step 2"));
         CHECK_OK(cache_step(c1, ref1, (const int64_t[]){-1, 4}, 2, tol, "cache step 3 (wrap)"));
-        // Another context starts from zeros and keeps its own cache.
+        // Another context starts from zeros and keeps its own state (a state no attention
+        // reads may be written at any position).
         CHECK_OK(cache_step(c2, ref2, (const int64_t[]){3}, 1, tol, "second context"));
-        // A position past the cache is refused, naming it, and the cache stays as it was.
+        // A position past the state is refused, naming it, and the state stays as it was.
         set_f32(saved, ref1, B * S * D);
         CHECK_STATUS(cache_step(c1, saved, (const int64_t[]){1, S}, 2, tol, "refused"),
                      KILN_ERR_INVALID_ARG);
         CHECK(strstr(kiln_last_error(), "out of range") != NULL);
+        CHECK(strstr(kiln_last_error(), "index 6") != NULL);
         CHECK_OK(cache_step(c1, ref1, (const int64_t[]){5}, 1, tol, "after the refused call"));
         // Reset: back to zeros.
         CHECK_OK(kiln_context_reset_states(c1));
@@ -264,7 +362,7 @@ static void test_set_without_reading(void) {
 
 // Two engines (two methods of one program) over one cache: kiln_context_share_states.
 static void test_share(void) {
-    kiln_graph *g = cache_graph();
+    kiln_graph *g = cache_graph(0);
     kiln_built *b = NULL;
     kiln_engine *e1 = NULL, *e2 = NULL;
     kiln_context *a = NULL, *c = NULL, *solo = NULL;
@@ -469,6 +567,7 @@ int main(void) {
     test_counter_in_place();
     test_cache(KILN_PRECISION_FP32, 1e-6);
     test_cache(KILN_PRECISION_FP16, 4e-3);
+    test_kv_cache();
     test_counter(0);
     test_counter(1);
     test_share();

@@ -188,6 +188,9 @@ def test_llama_bad_token_and_long_prompt_are_refused_naming_the_limit(llama):
         _eager(eager)(tok, torch.tensor([5])),
         "after the refused calls",
     )
+    fill = torch.arange(6, c.max_seq - 1)  # every row before the last (no row left unwritten)
+    toks = _prompt(22, len(fill))
+    _close(_program(program)(toks, fill), _eager(eager)(toks, fill), "the rows before the last")
     last = torch.tensor([c.max_seq - 1])
     _close(_program(program)(tok, last), _eager(eager)(tok, last), "the last position")
 
@@ -210,6 +213,32 @@ def test_llama_position_past_the_cache_is_refused_and_the_cache_kept(llama):
     # Kiln checks every position before it writes: the refused calls wrote nothing (position 2
     # above included), and decoding goes on as eager without them.
     tok = torch.tensor([[7]])
+    for i in range(6, 10):
+        _close(
+            _program(program)(tok, torch.tensor([i])),
+            _eager(eager)(tok, torch.tensor([i])),
+            f"decode at {i} after the refused calls",
+        )
+
+
+def test_llama_decode_before_prefill_is_refused_and_the_cache_kept(llama):
+    """A decode whose earlier cache rows no call wrote (before its prefill, or past a skipped
+    position) is refused naming the position and the row; nothing is written, and the sequence
+    then runs as eager."""
+    fresh, _prog, path = llama
+    program = kiln.load(path)
+    eager = copy.deepcopy(fresh)
+    tok = torch.tensor([[7]])
+    with pytest.raises(kiln.KilnLoadError) as e:
+        program.forward(tok, torch.tensor([5]))
+    assert e.value.status_name == "KILN_ERR_INVALID_ARG", str(e.value)
+    assert "position 5 would leave row 0" in str(e.value), str(e.value)
+    assert "before its prefill" in str(e.value), str(e.value)
+    prompt = _prompt(13, 6)
+    _close(_program(program)(prompt, torch.arange(6)), _eager(eager)(prompt, torch.arange(6)), "p")
+    with pytest.raises(kiln.KilnLoadError) as e:  # position 6 skipped
+        program.forward(tok, torch.tensor([7]))
+    assert "position 7 would leave row 6" in str(e.value), str(e.value)
     for i in range(6, 10):
         _close(
             _program(program)(tok, torch.tensor([i])),

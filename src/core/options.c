@@ -148,6 +148,11 @@ static const option_def defs[] = {
              "NHWC depthwise 3x3 and 5x5 convs (stride 1 or 2): each thread computes 4 output "
              "pixels of a row from one load of their input columns: auto (when the layer fills "
              "the GPU with such threads), off (one pixel per thread) or on (every such layer)"),
+    OPT("check_cache_rows", V_BOOL, "true", "both", 0, AT(check_cache_rows),
+        "a KV cache written at positions the caller passes (in host memory) refuses a call that "
+        "would leave a row below its highest position unwritten (a decode before its prefill, a "
+        "skipped position); false allows sparse writes, whose unwritten rows read as the "
+        "cache's initial zeros"),
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 

@@ -49,6 +49,7 @@ typedef struct kiln_options {
     int verify_weights;                // bool: external weights checked against their keys
     char tuning_cache[1024];           // "auto" | "off" | a file path (the CUDA tuning cache)
     int link_delegates;                // bool: ExecuTorch delegate links (the adapter reads it)
+    int check_cache_rows;              // bool: unwritten cache rows below a position refused
     kiln_cuda_policy cuda;             // the options cuda.*
 } kiln_options;
 

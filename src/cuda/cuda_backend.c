@@ -555,6 +555,17 @@ static int is_device_memory(const void *ptr, int device) {
     return a.type == cudaMemoryTypeDevice && a.device == device;
 }
 
+// The runtime's question (kiln_backend_ops.memory_is_host): can the host read ptr?
+static int cuda_memory_is_host(void *engine_state, const void *ptr) {
+    struct cudaPointerAttributes a;
+    (void)engine_state;
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+        kiln_cuda_consume(); // older drivers: unregistered host memory is an error
+        return 1;
+    }
+    return a.type != cudaMemoryTypeDevice;
+}
+
 static int64_t host_index(const void *data, uint32_t dtype, int64_t i) {
     switch (dtype) {
     case KILN_DTYPE_I32: return ((const int32_t *)data)[i];
@@ -1084,4 +1095,5 @@ const kiln_backend_ops kiln_cuda_backend_ops = {
     .memory_alloc = cuda_memory_alloc,
     .memory_free = cuda_memory_free,
     .memory_copy = cuda_memory_copy,
+    .memory_is_host = cuda_memory_is_host,
 };

@@ -68,6 +68,10 @@ typedef struct kiln_backend_ops {
     // here, before it resolves and checks the weights: the backend may start initialising what
     // engine_init and context_init will need, in the background. Never fails.
     void (*warm_up)(const kiln_plan *plan, const kiln_options *options);
+    // Optional (NULL: every pointer is host memory): whether the caller's data at ptr can be
+    // read by the host (host memory, or managed), for the runtime's checks of cache positions
+    // (state_rows.h). Thread-safe; never fails.
+    int (*memory_is_host)(void *engine_state, const void *ptr);
 } kiln_backend_ops;
 
 // The CPU backend (always present).

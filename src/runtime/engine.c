@@ -414,6 +414,8 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
     st = resolve_weights(&e->plan, options, weight_data, &e->weight_nbytes);
     if (st == KILN_OK && e->options.verify_weights) st = verify_weights(&e->plan, weight_data);
     if (st != KILN_OK) goto fail;
+    st = kiln_row_writes_find(&e->plan, &e->row_writes, &e->n_row_writes);
+    if (st != KILN_OK) goto fail;
     st = backend->engine_init(&e->plan, weight_data, &e->options, &e->backend_state);
     if (st != KILN_OK) goto fail;
     kiln_free(weight_data, weight_data_nbytes);
@@ -428,6 +430,7 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
 fail:
     kiln_free(weight_data, weight_data_nbytes);
     if (e != NULL) {
+        kiln_row_writes_free(e->row_writes, e->n_row_writes);
         kiln_plan_release(&e->plan);
         kiln_free(e, sizeof *e);
     } else {
@@ -451,6 +454,7 @@ kiln_status kiln_engine_load(const void *data, size_t nbytes, const kiln_load_op
 void kiln_engine_free(kiln_engine *engine) {
     if (engine == NULL) return;
     if (engine->backend != NULL) engine->backend->engine_free(engine->backend_state);
+    kiln_row_writes_free(engine->row_writes, engine->n_row_writes);
     kiln_plan_release(&engine->plan);
     kiln_free(engine, sizeof *engine);
 }
@@ -577,6 +581,9 @@ static void release(kiln_context *c) { atomic_store_explicit(&c->busy, 0, memory
 static size_t array_nbytes(uint32_t n, size_t elem) { return (size_t)n * elem; }
 
 static void context_free_arrays(kiln_context *c, const kiln_plan *p) {
+    kiln_state_rows_free(p, c->rows);
+    kiln_free(c->row_in, array_nbytes(p->n_inputs, sizeof *c->row_in));
+    kiln_free(c->row_numel, array_nbytes(p->n_inputs, sizeof *c->row_numel));
     kiln_free(c->tensors, array_nbytes(p->n_tensors, sizeof *c->tensors));
     kiln_free(c->descs, array_nbytes(p->n_tensors, sizeof *c->descs));
     kiln_free(c->inputs, array_nbytes(p->n_inputs, sizeof *c->inputs));
@@ -614,6 +621,16 @@ kiln_status kiln_context_new(kiln_engine *engine, kiln_context **out) {
         memcpy(c->tensors[i].dims, t->shape.max, sizeof c->tensors[i].dims);
     }
     c->shapes_changed = 1;
+    if (engine->n_row_writes > 0) {
+        st = kiln_state_rows_new(p, engine->row_writes, engine->n_row_writes, &c->rows);
+        if (st != KILN_OK) goto fail;
+        c->row_in = kiln_calloc(array_nbytes(p->n_inputs, sizeof *c->row_in) + 1, KILN_ALIGN);
+        c->row_numel = kiln_calloc(array_nbytes(p->n_inputs, sizeof *c->row_numel) + 1, KILN_ALIGN);
+        if (c->row_in == NULL || c->row_numel == NULL) {
+            st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory allocating the context's tables");
+            goto fail;
+        }
+    }
     st = engine->backend->context_init(engine->backend_state, &c->backend_state);
     if (st != KILN_OK) goto fail;
     *out = c;
@@ -637,6 +654,7 @@ kiln_status kiln_context_reset_states(kiln_context *context) {
     KILN_CHECK(context != NULL, KILN_ERR_INVALID_ARG, "kiln_context_reset_states: context is NULL");
     KILN_TRY(acquire(context, "kiln_context_reset_states"));
     st = context->engine->backend->reset_states(context->backend_state);
+    if (st == KILN_OK) kiln_state_rows_clear(&context->engine->plan, context->rows);
     release(context);
     return st;
 }
@@ -686,7 +704,8 @@ static kiln_status share_locked(kiln_context *c, kiln_context *owner, uint32_t *
                "kiln_context_share_states: no state of this context's engine (%u states) is a "
                "state of the owner's engine; contexts share the states of the same names",
                kiln_engine_n_states(c->engine));
-    return c->engine->backend->share_states(c->backend_state, owner->backend_state, map);
+    KILN_TRY(c->engine->backend->share_states(c->backend_state, owner->backend_state, map));
+    return kiln_state_rows_share(p, c->rows, q, owner->rows, map);
 }
 
 kiln_status kiln_context_share_states(kiln_context *context, kiln_context *owner) {
@@ -947,8 +966,26 @@ static kiln_status execute_locked(kiln_context *c) {
     exec.tensors = c->tensors;
     exec.shapes_changed = c->shapes_changed;
     exec.stream = c->stream != NULL ? c->stream : thread_stream; // NULL: the engine's own
-    KILN_TRY(c->engine->backend->execute(c->backend_state, &exec));
+    const kiln_engine *e = c->engine;
+    if (e->n_row_writes > 0) { // cache writes at the caller's positions (state_rows.h)
+        for (uint32_t k = 0; k < e->n_row_writes; k++) {
+            const uint32_t i = e->row_writes[k].input;
+            const kiln_tensor *t = &c->tensors[p->inputs[i]];
+            int64_t numel = 1;
+            for (uint32_t d = 0; d < t->rank; d++) numel *= t->dims[d];
+            int host = e->backend->memory_is_host == NULL ||
+                       e->backend->memory_is_host(e->backend_state, c->inputs[i].data);
+            c->row_in[i] = host ? c->inputs[i].data : NULL;
+            c->row_numel[i] = numel;
+        }
+        KILN_TRY(kiln_state_rows_check(p, e->row_writes, e->n_row_writes, c->rows, c->row_in,
+                                       c->row_numel, e->options.check_cache_rows));
+    }
+    KILN_TRY(e->backend->execute(c->backend_state, &exec));
     c->shapes_changed = 0;
+    if (e->n_row_writes > 0) {
+        kiln_state_rows_commit(p, e->row_writes, e->n_row_writes, c->rows, c->row_in, c->row_numel);
+    }
     return KILN_OK;
 }
 

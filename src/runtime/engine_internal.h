@@ -16,6 +16,7 @@
 #include "kiln/kiln_engine.h"
 #include "runtime/backend.h"
 #include "runtime/plan.h"
+#include "runtime/state_rows.h"
 
 struct kiln_engine {
     kiln_plan plan;                  // owned; plan.weights released after backend init
@@ -24,6 +25,8 @@ struct kiln_engine {
     void *backend_state;             // owned by the backend
     char device[32];                 // "cpu" or "cuda:N"
     uint64_t weight_nbytes;          // inline + external weight bytes
+    kiln_row_write *row_writes;      // owned: the cache writes at input positions (state_rows.h)
+    uint32_t n_row_writes;
 };
 
 typedef struct kiln_input_binding {
@@ -50,6 +53,12 @@ struct kiln_context {
     void *stream;                 // the caller's CUDA stream, or NULL
     int shapes_valid;             // tensors/descs hold the shapes inferred from the bound inputs
     int shapes_changed;           // shapes differ from those the backend last ran with
+    // With row writes (state_rows.h): the written rows of each state (n_tensors entries, NULL for
+    // states not checked; a reference per entry), and each input's host data and element count
+    // for one execute (n_inputs each)
+    kiln_state_rows **rows;
+    const void **row_in;
+    int64_t *row_numel;
 };
 
 // Builds an engine from a loaded, validated plan (takes ownership of *plan on success and on
