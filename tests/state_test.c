@@ -66,20 +66,11 @@ static kiln_status cache_step(kiln_context *c, float *ref, const int64_t *pos, i
 }
 
 static kiln_engine *load_cache(kiln_built *b, int check_rows) {
-    const void *bytes;
-    size_t n;
-    kiln_load_options lo;
     kiln_engine *e = NULL;
     kiln_option_setting s[2] = {
         {.name = "device", .type = KILN_OPTION_STRING, .string_value = "cpu"},
         {.name = "check_cache_rows", .type = KILN_OPTION_BOOL, .int_value = check_rows}};
-    CHECK_OK(kiln_built_engine(b, &bytes, &n));
-    kiln_load_options_init(&lo);
-    lo.resolve = tu_resolve_built;
-    lo.resolve_user_data = (void *)(uintptr_t)b;
-    lo.settings = s;
-    lo.n_settings = 2;
-    CHECK_OK(kiln_engine_load(bytes, n, &lo, &e));
+    CHECK_OK(tu_load_with(b, s, 2, &e));
     return e;
 }
 

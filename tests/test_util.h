@@ -200,19 +200,25 @@ static inline kiln_status tu_resolve_built(void *user_data, const char *key, con
 
 // Loads a built engine (resolving external weights from the same kiln_built) on `device`
 // ("cpu" unless NULL).
-static inline kiln_status tu_load(const kiln_built *b, const char *device, kiln_engine **out) {
+// Loads a built engine with these load settings (its external weights resolved from b).
+static inline kiln_status tu_load_with(const kiln_built *b, const kiln_option_setting *settings,
+                                       uint32_t n_settings, kiln_engine **out) {
     const void *bytes;
     size_t n;
     kiln_load_options lo;
-    kiln_option_setting s = {
-        .name = "device", .type = KILN_OPTION_STRING, .string_value = device ? device : "cpu"};
     TU_TRY(kiln_built_engine(b, &bytes, &n));
     kiln_load_options_init(&lo);
     lo.resolve = tu_resolve_built;
     lo.resolve_user_data = (void *)(uintptr_t)b;
-    lo.settings = &s;
-    lo.n_settings = 1;
+    lo.settings = settings;
+    lo.n_settings = n_settings;
     return kiln_engine_load(bytes, n, &lo, out);
+}
+
+static inline kiln_status tu_load(const kiln_built *b, const char *device, kiln_engine **out) {
+    kiln_option_setting s = {
+        .name = "device", .type = KILN_OPTION_STRING, .string_value = device ? device : "cpu"};
+    return tu_load_with(b, &s, 1, out);
 }
 
 // Binds float32 data for every input and output and executes: inputs[i] has rank ranks[i] and

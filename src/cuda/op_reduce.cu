@@ -86,25 +86,33 @@ static __global__ void reduce_thread_kernel(const __grid_constant__ red_params P
     }
 }
 
+// The sum of elements [r0, r1) of output o over the block (thread 0 has it; `shared` holds a
+// value per warp and is free again on return).
+template <typename Acc>
+__device__ __forceinline__ Acc red_block_range(const red_params &P, int64_t o, int64_t r0,
+                                               int64_t r1, Acc *shared) {
+    const int64_t base = red_decompose(o, P.n_kept, P.kept_dims, P.kept_strides);
+    Acc s = 0, t = 0;
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
+        s = red_add(s,
+                    red_load<Acc>(P, base + red_decompose(r, P.n_red, P.red_dims, P.red_strides)));
+    }
+    for (int k = 16; k > 0; k >>= 1) s = red_add(s, __shfl_xor_sync(0xffffffffu, s, k));
+    if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 0; w < RED_ROW_BLOCK / 32; w++) t = red_add(t, shared[w]);
+    }
+    __syncthreads();
+    return t;
+}
+
 template <typename Acc>
 static __global__ void reduce_block_kernel(const __grid_constant__ red_params P) {
     __shared__ Acc shared[RED_ROW_BLOCK / 32];
     for (int64_t o = blockIdx.x; o < P.n_out; o += gridDim.x) {
-        int64_t base = red_decompose(o, P.n_kept, P.kept_dims, P.kept_strides);
-        Acc s = 0;
-        for (int64_t r = threadIdx.x; r < P.n_red_elems; r += blockDim.x) {
-            s = red_add(
-                s, red_load<Acc>(P, base + red_decompose(r, P.n_red, P.red_dims, P.red_strides)));
-        }
-        for (int k = 16; k > 0; k >>= 1) s = red_add(s, __shfl_xor_sync(0xffffffffu, s, k));
-        if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = s;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            Acc t = 0;
-            for (int w = 0; w < RED_ROW_BLOCK / 32; w++) t = red_add(t, shared[w]);
-            red_store(P, o, t);
-        }
-        __syncthreads();
+        const Acc t = red_block_range<Acc>(P, o, 0, P.n_red_elems, shared);
+        if (threadIdx.x == 0) red_store(P, o, t);
     }
 }
 
@@ -116,20 +124,8 @@ static __global__ void reduce_slice_kernel(const __grid_constant__ red_params P,
     __shared__ Acc shared[RED_ROW_BLOCK / 32];
     const int64_t o = blockIdx.y, r0 = (int64_t)blockIdx.x * slice;
     const int64_t r1 = r0 + slice < P.n_red_elems ? r0 + slice : P.n_red_elems;
-    const int64_t base = red_decompose(o, P.n_kept, P.kept_dims, P.kept_strides);
-    Acc s = 0;
-    for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
-        s = red_add(s,
-                    red_load<Acc>(P, base + red_decompose(r, P.n_red, P.red_dims, P.red_strides)));
-    }
-    for (int k = 16; k > 0; k >>= 1) s = red_add(s, __shfl_xor_sync(0xffffffffu, s, k));
-    if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        Acc t = 0;
-        for (int w = 0; w < RED_ROW_BLOCK / 32; w++) t = red_add(t, shared[w]);
-        part[o * gridDim.x + blockIdx.x] = t;
-    }
+    const Acc t = red_block_range<Acc>(P, o, r0, r1, shared);
+    if (threadIdx.x == 0) part[o * gridDim.x + blockIdx.x] = t;
 }
 
 template <typename Acc>

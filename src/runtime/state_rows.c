@@ -170,6 +170,22 @@ static int64_t position(const void *data, uint32_t dtype, int64_t i) {
     return dtype == KILN_DTYPE_I32 ? ((const int32_t *)data)[i] : ((const int64_t *)data)[i];
 }
 
+// The row a position names (negative ones from the end, with wrap).
+static int64_t row_of(const kiln_row_write *g, int64_t q) {
+    return g->wrap && q < 0 ? q + g->rows : q;
+}
+
+// The host positions of write g and its record, or NULL when this call is not checked
+// (positions in device memory, a state without a record, positions of another dtype).
+static const void *write_of(const kiln_plan *p, const kiln_row_write *g,
+                            kiln_state_rows *const *rows, const void *const *in_data, uint32_t *dt,
+                            kiln_state_rows **r) {
+    *dt = p->tensors[p->inputs[g->input]].dtype;
+    *r = rows != NULL ? rows[g->state] : NULL;
+    if (*r == NULL || (*dt != KILN_DTYPE_I32 && *dt != KILN_DTYPE_I64)) return NULL;
+    return in_data[g->input];
+}
+
 static int bit(const kiln_state_rows *r, int64_t row) {
     return (int)((r->bits[row / 64] >> (row % 64)) & 1u);
 }
@@ -179,15 +195,14 @@ kiln_status kiln_state_rows_check(const kiln_plan *p, const kiln_row_write *w, u
                                   const int64_t *in_numel, int gaps) {
     for (uint32_t k = 0; k < n; k++) {
         const kiln_row_write *g = &w[k];
-        const void *data = in_data[g->input];
-        const uint32_t dt = p->tensors[p->inputs[g->input]].dtype;
-        kiln_state_rows *r = rows != NULL ? rows[g->state] : NULL;
-        if (data == NULL || r == NULL || (dt != KILN_DTYPE_I32 && dt != KILN_DTYPE_I64)) continue;
+        uint32_t dt;
+        kiln_state_rows *r;
+        const void *data = write_of(p, g, rows, in_data, &dt, &r);
+        if (data == NULL) continue;
         const int64_t m = in_numel[g->input];
         int64_t hi = -1;
         for (int64_t i = 0; i < m; i++) {
-            int64_t q = position(data, dt, i), v = q;
-            if (g->wrap && v < 0) v += g->rows;
+            const int64_t q = position(data, dt, i), v = row_of(g, q);
             KILN_CHECK(v >= 0 && v < g->rows, KILN_ERR_INVALID_ARG,
                        "input %u '%s': index %" PRId64 " (element %" PRId64 ") is out of range "
                        "for the cache '%s' of %" PRId64 " rows along dim %u (a position past the "
@@ -203,11 +218,7 @@ kiln_status kiln_state_rows_check(const kiln_plan *p, const kiln_row_write *w, u
         for (int64_t row = 0; gaps && g->cache && row < hi && !atomic_load(&r->off); row++) {
             if (bit(r, row)) continue;
             int here = 0;
-            for (int64_t i = 0; i < m && !here; i++) {
-                int64_t v = position(data, dt, i);
-                if (g->wrap && v < 0) v += g->rows;
-                here = v == row;
-            }
+            for (int64_t i = 0; i < m && !here; i++) here = row_of(g, position(data, dt, i)) == row;
             KILN_CHECK(here, KILN_ERR_INVALID_ARG,
                        "input %u '%s': position %" PRId64 " would leave row %" PRId64
                        " of the cache '%s' unwritten (no call of this context, or of the "
@@ -226,13 +237,12 @@ void kiln_state_rows_commit(const kiln_plan *p, const kiln_row_write *w, uint32_
                             const int64_t *in_numel) {
     for (uint32_t k = 0; k < n; k++) {
         const kiln_row_write *g = &w[k];
-        const void *data = in_data[g->input];
-        const uint32_t dt = p->tensors[p->inputs[g->input]].dtype;
-        kiln_state_rows *r = rows != NULL ? rows[g->state] : NULL;
-        if (data == NULL || r == NULL || (dt != KILN_DTYPE_I32 && dt != KILN_DTYPE_I64)) continue;
+        uint32_t dt;
+        kiln_state_rows *r;
+        const void *data = write_of(p, g, rows, in_data, &dt, &r);
+        if (data == NULL) continue;
         for (int64_t i = 0; i < in_numel[g->input]; i++) {
-            int64_t v = position(data, dt, i);
-            if (g->wrap && v < 0) v += g->rows;
+            const int64_t v = row_of(g, position(data, dt, i));
             if (v >= 0 && v < r->n_rows) r->bits[v / 64] |= (uint64_t)1 << (v % 64);
         }
     }
