@@ -638,6 +638,23 @@ def _decoder_cfg(cls_name, depth, vocab, **kw):
 
 
 @_entry(
+    "bloom",
+    "decoder",
+    "transformers",
+    "BloomModel, bloom-560m widths (d 1024, 16 heads, 24 layers, ALiBi position biases), causal, "
+    "no cache",
+    _text(False),
+    _text_dynamic,
+    DEFAULT_SEQ,
+)
+def _bloom(depth, vocab):
+    cfg = _decoder_cfg("BloomConfig", None, vocab, vocab_size=250880, hidden_size=1024, n_head=16)
+    cfg.n_layer = depth if depth is not None else 24
+    cfg._attn_implementation = "eager"  # BLOOM has no sdpa form in transformers
+    return _HF(_hf_model("BloomModel", cfg))
+
+
+@_entry(
     "llama",
     "decoder",
     "transformers",

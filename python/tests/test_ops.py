@@ -459,6 +459,32 @@ def test_heads_folded_into_a_dynamic_batch_match_eager():
         assert_close(out, (model(q, mask),))
 
 
+def test_alibi_repeat_and_merged_views_match_eager():
+    """BLOOM's ALiBi at a dynamic batch and length: a bias over a symbolic length repeated a
+    symbolic number of times (repeat of a symbolic shape and count), and scores viewed as
+    [batch, heads, L, -1] and back as [batch * heads, L, -1] (the -1 a known length, the
+    product inferred): one delegate, right at other sizes."""
+
+    class Alibi(nn.Module):
+        def forward(self, x):
+            b, n, _ = x.shape
+            slopes = torch.tensor([0.5, 0.25, 0.125])
+            alibi = (slopes[:, None, None] * torch.arange(n)).repeat(b, 1, 1)  # [b h, 1, n]
+            q = x.view(b, n, 3, 4).permute(0, 2, 1, 3).reshape(b * 3, n, 4)
+            s = torch.baddbmm(alibi, q, q.transpose(1, 2), alpha=0.5)  # [b h, n, n]
+            p = s.view(b, 3, n, -1).softmax(-1)
+            return p.view(b * 3, n, -1).sum(1)
+
+    model = Alibi()
+    b, n = torch.export.Dim("b", min=1, max=8), torch.export.Dim("n", min=2, max=32)
+    prog = export(model, (torch.randn(2, 5, 12),), dynamic_shapes=({0: b, 1: n},))
+    summary = delegation_summary(prog)
+    assert summary["kiln"] == 1 and not summary["ops"], summary
+    for bs, length in ((1, 7), (3, 19)):
+        x = torch.randn(bs, length, 12)
+        assert_close(run_program(prog, "forward", (x,)), (model(x),))
+
+
 def run_program(prog, method, inputs):
     import kiln_executorch_runtime  # noqa: F401 - registers KilnBackend
     from executorch.runtime import Runtime

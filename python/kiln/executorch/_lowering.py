@@ -1486,15 +1486,7 @@ def _shape_codes(L: Lowerer, x: Node, sizes, reshape: bool) -> tuple[list[int], 
     -1; otherwise sizes given as sym_size(t, d) of one other tensor t make t the ``like`` input
     and every copy code then refers to t. Anything else is unsupported.
     """
-    exprs = []
-    for j, s in enumerate(sizes):
-        if isinstance(s, bool):
-            raise Unsupported(f"size entry {j} = {s!r}")
-        val = s.meta.get("val") if isinstance(s, Node) else s
-        e = sym_expr(val)
-        if e is None:
-            raise Unsupported(f"size entry {j} = {s!r} is not an integer")
-        exprs.append(e)
+    exprs = _size_exprs(sizes)
 
     def codes_against(src: Node, keep_unknown: bool):
         src_exprs = [sym_expr(d) for d in _meta(src).shape]
@@ -1550,7 +1542,18 @@ def _shape_codes(L: Lowerer, x: Node, sizes, reshape: bool) -> tuple[list[int], 
 )
 def _reshape(L, node, a):
     x = a["self"]
-    codes, like = _shape_codes(L, x, list(a["size"]), reshape=True)
+    # First the output's own sizes against x alone: a -1 the caller wrote is a known size there
+    # (BLOOM's view(batch * heads, q_len, -1) of [batch, heads, q_len, kv_len]: the product is
+    # then the one inferred entry), and copies of x's dimensions cancel against its factors, so
+    # the inferred size keeps a tight bound. Else the sizes as written (a size read from another
+    # tensor makes it the `like` input).
+    out = [sym_expr(d) for d in _meta(node).shape]
+    try:
+        if any(e is None for e in out):
+            raise Unsupported("the output's sizes are not integers")
+        codes, like = _shape_codes(L, x, out, reshape=True)
+    except Unsupported:
+        codes, like = _shape_codes(L, x, list(a["size"]), reshape=True)
     ins = [L.value(x)]
     if like is not None:
         ins.append(L.value(like))
@@ -1578,6 +1581,9 @@ def _expand(L, node, a):
 def _size_exprs(sizes) -> list:
     exprs = []
     for j, s in enumerate(sizes):
+        if isinstance(s, sympy.Basic):  # a size already as an expression (repeat's own)
+            exprs.append(s)
+            continue
         val = s.meta.get("val") if isinstance(s, Node) else s
         e = None if isinstance(s, bool) else sym_expr(val)
         if e is None:
@@ -1665,30 +1671,44 @@ def _expand_with(L: Lowerer, xv: int, x_exprs: list, codes: list, found: dict, l
 
 @_handles("aten.repeat.default", kiln=("reshape", "expand"))
 def _repeat(L, node, a):
-    """x.repeat(r0, r1, ...) of a static x: each dimension d of size n gets a new axis of size
-    r before it, expanded and merged (r * n): [n0, n1] -> [1, n0, 1, n1] -> [r0, n0, r1, n1].
-    One count may be symbolic (measured on a tensor: a batch the heads are repeated over)."""
+    """x.repeat(r0, r1, ...): each dimension d of size n gets a new axis of size r before it,
+    expanded and merged (r * n): [n0, n1] -> [1, n0, 1, n1] -> [r0, n0, r1, n1]. x's sizes may
+    be symbolic (BLOOM's alibi over a dynamic length, repeated per batch) and one count may be
+    symbolic (measured on a tensor: a table repeated per batch); the merged sizes must then be
+    copies (a count of 1) or at most one product of a symbolic size."""
     x, reps = a["self"], list(a["repeats"])
-    shape = [sym_expr(d) for d in _meta(x).shape]
-    if any(not d.is_number for d in shape):
-        raise Unsupported("repeat of a symbolic shape")
-    shape = [1] * (len(reps) - len(shape)) + [int(d) for d in shape]
+    r = L.rank(x)
+    if len(reps) < r:
+        raise Unsupported("repeat with fewer counts than dimensions")
+    lead = len(reps) - r
+    shape = [sympy.Integer(1)] * lead + [sym_expr(d) for d in _meta(x).shape]
     sym = [i for i, rep in enumerate(reps) if isinstance(rep, (Node, torch.SymInt))]
     if len(sym) > 1:
         raise Unsupported("repeat with several symbolic counts")
-    v = L.op("reshape", [L.value(x)], {"shape": [e for n in shape for e in (1, n)]})
+    pre = []
+    for i, n in enumerate(shape):
+        pre += [1, int(n) if n.is_number else -(i - lead + 2)]
+    v = L.op("reshape", [L.value(x)], {"shape": pre})
     wide = [e for rep, n in zip(reps, shape, strict=True) for e in (rep, n)]
-    if sym:
+    if sym or any(not n.is_number for n in shape):
         v = _expand_symbolic(L, v, [e for n in shape for e in (sympy.Integer(1), n)], wide)
         if v is None:
             raise Unsupported("repeat with a symbolic count not measured on a tensor")
-        merged = [
-            -1 if i in sym else int(rep) * n
-            for i, (rep, n) in enumerate(zip(reps, shape, strict=True))
-        ]
-        return L.op("reshape", [v], {"shape": merged})
-    v = L.op("expand", [v], {"shape": [int(e) for e in wide]})
-    return L.op("reshape", [v], {"shape": [int(r) * n for r, n in zip(reps, shape, strict=True)]})
+    else:
+        v = L.op("expand", [v], {"shape": [int(e) for e in wide]})
+    merged = []
+    for i, (rep, n) in enumerate(zip(reps, shape, strict=True)):
+        if i not in sym and int(rep) == 1:
+            merged.append(-(2 * i + 1 + 2))  # the expanded value's axis of n, copied
+        elif i not in sym and n.is_number:
+            merged.append(int(rep) * int(n))
+        else:
+            merged.append(None)
+    unknown = [i for i, m in enumerate(merged) if m is None]
+    if len(unknown) > 1:
+        raise Unsupported("repeat with several symbolic repeated sizes")
+    merged = [-1 if m is None else m for m in merged]
+    return L.op("reshape", [v], {"shape": merged})
 
 
 @_handles("aten.permute_copy.default", "aten.permute.default", kiln="permute")
