@@ -757,6 +757,7 @@ ZOO_FAMILIES = {
         _zoo_family(
             "deberta_v2", "deberta_v2", lambda b: [((b, 128), "ids:128100"), ((b, 128), "mask")]
         ),
+        _zoo_family("bloom", "bloom", lambda b: [((b, 128), "ids:250880")]),
         # decoders at their real widths; the large ones cut in depth so that the export fits
         # this machine's memory (the model is built in float32 on the CPU)
         _zoo_family("qwen2", "qwen2", lambda b: [((b, 128), "ids:151936")]),
@@ -793,6 +794,7 @@ ZOO_CONFIGS = [
     Config("zoo_wav2vec2_b1", "zoo_wav2vec2", 1),
     Config("zoo_t5_encoder_b1", "zoo_t5_encoder", 1),
     Config("zoo_deberta_v2_b1", "zoo_deberta_v2", 1),
+    Config("zoo_bloom_b1", "zoo_bloom", 1),
     Config("zoo_qwen2_b1", "zoo_qwen2", 1),
     Config("zoo_mistral4_b1", "zoo_mistral4", 1),
     Config("zoo_gemma_l3_b1", "zoo_gemma_l3", 1),
