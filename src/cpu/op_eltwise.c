@@ -291,30 +291,11 @@ static int n_inputs_of(uint32_t op) {
     return -1;
 }
 
+// Elementwise ops defined on integer tensors: those whose table entry (core/ops.c) admits int32
+// and int64 (PyTorch's integer rules in core/ew_math.h).
 static int int_capable(uint32_t op) {
-    switch (op) {
-    case KILN_OP_NEG:
-    case KILN_OP_RELU:
-    case KILN_OP_CLAMP:
-    case KILN_OP_COPY:
-    case KILN_OP_CAST:
-    case KILN_OP_ADD:
-    case KILN_OP_SUB:
-    case KILN_OP_MUL:
-    case KILN_OP_REMAINDER:
-    case KILN_OP_FMOD:
-    case KILN_OP_FLOOR_DIVIDE:
-    case KILN_OP_MAXIMUM:
-    case KILN_OP_MINIMUM:
-    case KILN_OP_ABS:
-    case KILN_OP_SIGN:
-    case KILN_OP_CEIL: // (the roundings copy ints)
-    case KILN_OP_FLOOR:
-    case KILN_OP_ROUND:
-    case KILN_OP_TRUNC:
-    case KILN_OP_WHERE: return 1;
-    default: return 0;
-    }
+    const kiln_op_def *d = kiln_op_def_get(op);
+    return d != NULL && (d->dtype_mask & KILN_DTYPE_BIT(KILN_DTYPE_I64)) != 0;
 }
 
 int kiln_cpu_eltwise_supports(uint32_t op, const kiln_tensor *const *ins, int n_in,
