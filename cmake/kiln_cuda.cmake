@@ -70,7 +70,7 @@ target_compile_definitions(kiln_cuda_sm90a PRIVATE KILN_BUILDING_CUDA_PLUGIN)
 # driver inflates a module when its first kernel loads, a few ms for these, where compressing the
 # whole plugin cost 30-90 ms at the first engine load (docs/packaging.md); they keep the runtime
 # wheel under 3 MB.
-set_source_files_properties(src/cuda/op_eltwise.cu src/cuda/op_conv.cu src/cuda/op_reduce.cu
+set_source_files_properties(src/cuda/op_eltwise.cu src/cuda/op_conv.cu src/cuda/conv_pw.cu src/cuda/op_reduce.cu
                             src/cuda/attn_tc.cu src/cuda/attn_flash.cu
                             PROPERTIES COMPILE_OPTIONS --compress-mode=size)
 add_library(kiln_cuda SHARED ${KILN_CUDA_SOURCES} $<TARGET_OBJECTS:kiln_cuda_sm90a>)

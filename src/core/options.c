@@ -56,8 +56,8 @@ static const char *const gather_names[] = {"auto", "half", "global", NULL};
 static const int gather_values[] = {0, 1, 2};
 static const char *const rows_names[] = {"auto", "16", "32", "64", NULL};
 static const int rows_values[] = {0, 16, 32, 64};
-static const char *const dw_rows_names[] = {"auto", "off", "on", NULL};
-static const int dw_rows_values[] = {0, -1, 1};
+static const char *const auto_off_on_names[] = {"auto", "off", "on", NULL};
+static const int auto_off_on_values[] = {0, -1, 1};
 static const char *const split_names[] = {"auto", "2", "4", "8", NULL};
 static const int split_values[] = {0, 2, 4, 8};
 
@@ -144,7 +144,7 @@ static const option_def defs[] = {
         "ExecuTorch: a tensor that one Kiln delegate passes straight to another stays in the "
         "producing engine's memory on its device (no copy through host memory; the export "
         "records these edges); false: every delegate output goes through its ExecuTorch buffer"),
-    OPT_ENUM("cuda.dw_rows", "auto", CUDA(dw_rows), dw_rows_names, dw_rows_values,
+    OPT_ENUM("cuda.dw_rows", "auto", CUDA(dw_rows), auto_off_on_names, auto_off_on_values,
              "NHWC depthwise 3x3 and 5x5 convs (stride 1 or 2): each thread computes 4 output "
              "pixels of a row from one load of their input columns: auto (when the layer fills "
              "the GPU with such threads), off (one pixel per thread) or on (every such layer)"),
@@ -153,6 +153,12 @@ static const option_def defs[] = {
         "would leave a row below its highest position unwritten (a decode before its prefill, a "
         "skipped position); false allows sparse writes, whose unwritten rows read as the "
         "cache's initial zeros"),
+    OPT_ENUM("cuda.conv_pw", "auto", CUDA(conv_pw), auto_off_on_names, auto_off_on_values,
+             "NHWC 1x1 convs (groups 1, no padding, 16-bit, channels multiples of 8) on Kiln's "
+             "pointwise kernel, a tensor-core GEMM over pixels with the bias, a residual add and "
+             "an activation (SiLU, hard-swish, GELU, ReLU, clamp, sigmoid) fused: auto (timed "
+             "against cuDNN at context creation; untimed, where it fuses more of the tail), off "
+             "(cuDNN) or on (every such layer)"),
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 

@@ -41,6 +41,17 @@ kiln_status kiln_cuda_conv_geom_of(const kiln_cuda_ctx *ctx, const kiln_kernel_a
 kiln_status kiln_cuda_stem_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                                const kiln_cuda_conv_geom *g, uint32_t *fused);
 
+// --- Kiln's pointwise kernel (conv_pw.cu): 1x1 conv2d of groups 1, no padding, in NHWC
+
+// 1 when the kernel takes the layer: NHWC, 16-bit operands of one dtype, C, O and the strides
+// multiples of 8, 16-byte aligned operands.
+int kiln_cuda_pw_fits(const kiln_cuda_conv_geom *g);
+// How many of the layer's tail ops the kernel applies: [an add of y's shape] then [activation].
+uint32_t kiln_cuda_pw_fuses(const kiln_kernel_args *args);
+// Enqueues it; *fused: the tail ops it applied.
+kiln_status kiln_cuda_pw_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                             const kiln_cuda_conv_geom *g, uint32_t *fused);
+
 // --- cuDNN (dnn_conv.c; the legacy API, loaded at run time: cuda_dnn.c)
 
 // Sets up cuDNN's descriptors and chooses the algorithm by its heuristic within the workspace:

@@ -101,7 +101,7 @@ kiln_status kiln_cuda_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     switch (args->op) {
     case KILN_OP_LINEAR: st = kiln_cuda_linear_plan(ctx, args, tune, plan); break;
     case KILN_OP_MATMUL: st = kiln_cuda_matmul_plan(ctx, args, tune, plan); break;
-    case KILN_OP_CONV2D: st = kiln_cuda_conv2d_plan(ctx, args, plan); break;
+    case KILN_OP_CONV2D: st = kiln_cuda_conv2d_plan(ctx, args, tune, plan); break;
     case KILN_OP_SDPA: st = kiln_cuda_sdpa_plan(ctx, args, tune, plan); break;
     default:
         return kiln_cuda_fail(KILN_ERR_INTERNAL, "cuda backend: op %s has no plan (at %s)",
@@ -144,6 +144,7 @@ const char *kiln_cuda_kernel_name(kiln_cuda_kernel k) {
     case KILN_CUDA_K_SDPA_FLASH: return "sdpa_flash";
     case KILN_CUDA_K_SDPA_SIMPLE: return "sdpa_simple";
     case KILN_CUDA_K_CONV_DW: return "conv_dw";
+    case KILN_CUDA_K_CONV_PW: return "conv_pw";
     default: return "unplanned";
     }
 }

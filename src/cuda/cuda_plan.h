@@ -35,6 +35,7 @@ typedef enum kiln_cuda_kernel {
     KILN_CUDA_K_SDPA_FLASH,    // sdpa: fp32-FMA flash kernel (head sizes up to 256)
     KILN_CUDA_K_SDPA_SIMPLE,   // sdpa: one block per query row (larger heads)
     KILN_CUDA_K_CONV_DW,       // depthwise conv2d in NHWC: 8 channels per thread (op_conv.cu)
+    KILN_CUDA_K_CONV_PW,       // 1x1 conv2d in NHWC: a tensor-core GEMM over pixels (conv_pw.cu)
 } kiln_cuda_kernel;
 
 // The name kiln_layer_info reports ("cublaslt", "wgmma", ...).
@@ -80,6 +81,7 @@ typedef struct kiln_cuda_conv_rec {
     void *descs;        // cuDNN descriptors (dnn_conv.c)
     kiln_cuda_kernel fallback; // what runs if cuDNN declines at run (DIRECT or CONV_GEMM)
     int dw_rows; // CONV_DW: 4-pixel rows per thread at the planned shapes (each run re-decides)
+    float dnn_us, pw_us; // a 1x1 conv timed on cuDNN and on the pointwise kernel (< 0: not timed)
 } kiln_cuda_conv_rec;
 
 typedef struct kiln_cuda_sdpa_rec {
@@ -159,7 +161,7 @@ kiln_status kiln_cuda_gemm_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args 
 void kiln_cuda_gemm_describe(const kiln_cuda_layer_plan *plan, char *buf, size_t n);
 
 void kiln_cuda_conv2d_key(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int64_t *key);
-kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int tune,
                                   kiln_cuda_layer_plan *plan);
 kiln_status kiln_cuda_conv2d_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                                  kiln_cuda_layer_plan *plan);

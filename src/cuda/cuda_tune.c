@@ -140,6 +140,10 @@ static void choice_of(const cuda_context *c, uint32_t op, const kiln_cuda_layer_
         ch->conv_algo = plan->conv.algo;
         ch->conv_math = plan->conv.math;
     }
+    if (op == KILN_OP_CONV2D) { // a 1x1 conv timed on cuDNN and on the pointwise kernel
+        ch->dnn_us = plan->conv.dnn_us;
+        ch->own_us = plan->conv.pw_us;
+    }
 }
 
 typedef struct tune_counts {

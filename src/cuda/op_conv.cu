@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cuda/conv.h"
+#include "cuda/conv_act.cuh"
 #include "cuda/tiled_gemm.cuh"
 
 #define DIRECT_MAX_OG 8
@@ -112,21 +113,6 @@ static __global__ void conv_direct_kernel(const kiln_cuda_conv_geom g) {
 #define DW_PX 1        // output pixels per thread (4: no faster at batch 32, slower at batch 1)
 #define DW_GRID 1056   // blocks per launch: 8 per SM of a 132-SM H100 / H200
 #define DW_MAX_TAPS 96 // taps x 256 channels x 2 bytes of shared memory stay under 48 KB
-enum { DW_NONE, DW_RELU, DW_CLAMP, DW_SILU, DW_HARDSWISH, DW_SIGMOID, DW_GELU_ERF, DW_GELU_TANH };
-
-__device__ __forceinline__ float dw_act(float v, int act, float lo, float hi) {
-    switch (act) {
-    case DW_RELU: return v > 0.0f ? v : 0.0f;
-    case DW_CLAMP: return fminf(fmaxf(v, lo), hi); // an absent bound is -inf / inf
-    case DW_SILU: return v / (1.0f + __expf(-v));
-    case DW_HARDSWISH: return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
-    case DW_SIGMOID: return 1.0f / (1.0f + __expf(-v));
-    case DW_GELU_ERF: return kc_gelu_erf(v);
-    case DW_GELU_TANH: return kc_gelu_tanh(v);
-    default: return v;
-    }
-}
-
 // The block's filter taps in shared memory as [tap][channel] (ct channels from cbase, copied from
 // the OIHW [channel][tap] weight with coalesced reads; channels past C are 0), so that a tap's
 // weights for 8 channels are one 16-byte load.
@@ -164,7 +150,7 @@ __device__ __forceinline__ void dw_store(const kiln_cuda_conv_geom &g, int n, in
         uint4 outv;
         T *ov = (T *)&outv;
 #pragma unroll
-        for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(dw_act(acc[p][k], act, lo, hi));
+        for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(kc_conv_act(acc[p][k], act, lo, hi));
         *(uint4 *)(yrow + (int64_t)(ox0 + p) * g.c) = outv;
     }
 }
@@ -339,28 +325,6 @@ static int dw_fits(const kiln_cuda_conv_geom *g) {
            kiln_cuda_align_of(g->y) >= 16;
 }
 
-// The activation code of tail op t (DW_NONE when the kernel cannot apply it).
-static int dw_act_of(const kiln_tail_op *t, float *lo, float *hi) {
-    *lo = -INFINITY;
-    *hi = INFINITY;
-    switch (t->op) {
-    case KILN_OP_RELU: return DW_RELU;
-    case KILN_OP_SILU: return DW_SILU;
-    case KILN_OP_HARDSWISH: return DW_HARDSWISH;
-    case KILN_OP_SIGMOID: return DW_SIGMOID;
-    case KILN_OP_GELU:
-        return kiln_attrs_int(&t->attrs, KILN_A_GELU_APPROXIMATE, 0) ? DW_GELU_TANH : DW_GELU_ERF;
-    case KILN_OP_CLAMP: {
-        double a = kiln_attrs_float(&t->attrs, KILN_A_CLAMP_MIN, 0);
-        double b = kiln_attrs_float(&t->attrs, KILN_A_CLAMP_MAX, 0);
-        if (a == a) *lo = (float)a;
-        if (b == b) *hi = (float)b;
-        return DW_CLAMP;
-    }
-    default: return DW_NONE;
-    }
-}
-
 template <typename T>
 static void dw_launch(int k, int rows, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                       const kiln_cuda_conv_geom *g, int act, float lo, float hi) {
@@ -387,8 +351,8 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
                            const kiln_cuda_conv_geom *g, uint32_t *fused) {
     float lo = 0.0f, hi = 0.0f;
     int act = args->n_tail > 0 && args->tail[0].operand == NULL
-                  ? dw_act_of(&args->tail[0], &lo, &hi)
-                  : DW_NONE;
+                  ? kc_conv_act_of(&args->tail[0], &lo, &hi)
+                  : KC_ACT_NONE;
     unsigned bx, by;
     dw_block(g->c, &bx, &by);
     const int rows = dw_rows_pays(ctx, g);
@@ -402,7 +366,7 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     const dim3 grid(gx, (unsigned)(gy > 0 ? gy : 1)), block(bx, by);
     const size_t smem = (size_t)g->kh * g->kw * bx * DW_VEC * kiln_cuda_dtype_size(g->x_dt);
     const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5) ? g->kh : 0;
-    *fused = act != DW_NONE;
+    *fused = act != KC_ACT_NONE;
     if (g->x_dt == KILN_DTYPE_F16) {
         dw_launch<__half>(k, rows, grid, block, smem, ctx->stream, g, act, lo, hi);
     } else {
@@ -545,6 +509,59 @@ extern "C" void kiln_cuda_conv2d_key(const kiln_cuda_ctx *ctx, const kiln_kernel
     memcpy(key + 1, v, sizeof v);
 }
 
+// Whether the pointwise kernel is a candidate for the layer (cuda.conv_pw not off).
+static int pw_wanted(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g) {
+    return ctx->policy->conv_pw >= 0 && kiln_cuda_pw_fits(g);
+}
+
+// The tail ops cuDNN's fused call can take (dnn_conv.c): [an add of y's shape] then [ReLU].
+static uint32_t dnn_fuses(const kiln_kernel_args *args) {
+    uint32_t next = 0;
+    const kiln_tensor *y = args->out;
+    if (args->n_tail > 0 && args->tail[0].op == KILN_OP_ADD && args->tail[0].operand != NULL &&
+        args->tail[0].operand->rank == 4 &&
+        memcmp(args->tail[0].operand->dims, y->dims, 4 * sizeof(int64_t)) == 0)
+        next = 1;
+    return next + (args->n_tail > next && args->tail[next].op == KILN_OP_RELU);
+}
+
+typedef struct timed_conv {
+    const kiln_cuda_ctx *ctx;
+    const kiln_kernel_args *args;
+    kiln_cuda_layer_plan *plan;
+} timed_conv;
+
+static int conv_enqueue(void *arg) {
+    const timed_conv *t = (const timed_conv *)arg;
+    return kiln_cuda_conv2d_run(t->ctx, t->args, t->plan) == KILN_OK;
+}
+
+// A 1x1 conv that cuDNN takes, at context creation: cuDNN's algorithm and the pointwise kernel
+// each timed as the engine runs them (inside a CUDA graph, with the tail ops each leaves to the
+// tail kernel), the faster kept.
+static void pw_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                    kiln_cuda_layer_plan *plan) {
+    kiln_cuda_layer_plan cand = *plan; // shares cuDNN's descriptors: never released
+    timed_conv t = {ctx, args, &cand};
+    const float dnn_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
+    const int dnn_ran = cand.kernel == KILN_CUDA_K_CUDNN; // (a decline fell back to Kiln's)
+    plan->conv.fused = cand.conv.fused;                   // a declined fused call stays declined
+    plan->conv.fused_identity = cand.conv.fused_identity;
+    cand = *plan;
+    cand.kernel = KILN_CUDA_K_CONV_PW;
+    const float pw_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
+    kiln_cuda_consume();
+    plan->timed = 1;
+    plan->conv.dnn_us = dnn_ran ? dnn_us : -1.0f;
+    plan->conv.pw_us = pw_us;
+    if (pw_us >= 0.0f && (plan->conv.dnn_us < 0.0f || pw_us < plan->conv.dnn_us)) {
+        plan->kernel = KILN_CUDA_K_CONV_PW;
+        plan->fused = kiln_cuda_pw_fuses(args);
+    }
+    kiln_cuda_log(KILN_LOG_DEBUG, "1x1 conv at %s: cuDNN %.2f us, pointwise kernel %.2f us",
+                  ctx->where ? ctx->where : "?", (double)plan->conv.dnn_us, (double)pw_us);
+}
+
 // The kernel choice, with cuDNN's algorithm from the heuristic or from ctx->choice (the tuning
 // cache's record or an identical layer's: plan->cached when it applied).
 static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
@@ -566,8 +583,21 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
         plan->kernel = KILN_CUDA_K_CONV_DW;
         plan->conv.dw_rows = dw_rows_pays(ctx, &g);
         plan->fused = args->n_tail > 0 && args->tail[0].operand == NULL &&
-                      dw_act_of(&args->tail[0], &lo, &hi) != DW_NONE;
+                      kc_conv_act_of(&args->tail[0], &lo, &hi) != KC_ACT_NONE;
         return;
+    }
+    if (pw_wanted(ctx, &g)) {
+        const kiln_cuda_choice *ch = ctx->choice;
+        if (ctx->policy->conv_pw > 0 || ctx->dnn == NULL ||
+            (ch != NULL && ch->kernel == (int32_t)KILN_CUDA_K_CONV_PW)) {
+            plan->kernel = KILN_CUDA_K_CONV_PW; // forced, the only fast kernel, or recorded
+            plan->fused = kiln_cuda_pw_fuses(args);
+            if (ch != NULL) {
+                plan->conv.dnn_us = ch->dnn_us;
+                plan->conv.pw_us = ch->own_us;
+            }
+            return;
+        }
     }
     if (ctx->dnn != NULL && (!ctx->nhwc || ctx->w_krsc != NULL) && g.x_dt == g.y_dt &&
         g.w_dt == g.y_dt && (g.bias == NULL || g.bias_dt == g.y_dt)) {
@@ -579,11 +609,27 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
 }
 
 extern "C" kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
-                                             kiln_cuda_layer_plan *plan) {
+                                             int tune, kiln_cuda_layer_plan *plan) {
     kiln_cuda_conv_geom g;
     int applied = 0;
     KILN_CUDA_TRY(kiln_cuda_conv_geom_of(ctx, args, 0, &g));
+    plan->conv.dnn_us = plan->conv.pw_us = -1.0f;
     conv2d_choose(ctx, args, g, plan, &applied);
+    if (plan->kernel != KILN_CUDA_K_CONV_PW && pw_wanted(ctx, &g)) {
+        if (plan->kernel == plan->conv.fallback) { // cuDNN refused: Kiln's generic kernels
+            plan->kernel = KILN_CUDA_K_CONV_PW;
+            plan->fused = kiln_cuda_pw_fuses(args);
+        } else if (ctx->choice == NULL && tune) {
+            pw_tune(ctx, args, plan);
+        } else if (ctx->choice == NULL && kiln_cuda_pw_fuses(args) > dnn_fuses(args)) {
+            // untimed: the kernel that leaves no pass over the output to the tail kernel
+            plan->kernel = KILN_CUDA_K_CONV_PW;
+            plan->fused = kiln_cuda_pw_fuses(args);
+        } else if (ctx->choice != NULL) {
+            plan->conv.dnn_us = ctx->choice->dnn_us;
+            plan->conv.pw_us = ctx->choice->own_us;
+        }
+    }
     // A record matches when it names the kernel chosen (and, for cuDNN, its algorithm applied).
     plan->cached = ctx->choice != NULL && ctx->choice->kernel == (int32_t)plan->kernel &&
                    (plan->kernel != KILN_CUDA_K_CUDNN || applied);
@@ -603,6 +649,10 @@ extern "C" kiln_status kiln_cuda_conv2d_run(const kiln_cuda_ctx *ctx, const kiln
     case KILN_CUDA_K_CONV_DW:
         if (!dw_fits(&g)) break; // the shapes or pointers changed: Kiln's generic kernels
         KILN_CUDA_TRY(conv_dw(ctx, args, &g, &skip));
+        return kiln_cuda_tail(ctx, args, skip);
+    case KILN_CUDA_K_CONV_PW:
+        if (!kiln_cuda_pw_fits(&g)) break; // as above
+        KILN_CUDA_TRY(kiln_cuda_pw_run(ctx, args, &g, &skip));
         return kiln_cuda_tail(ctx, args, skip);
     case KILN_CUDA_K_CUDNN: {
         kiln_cuda_conv_geom d = dnn_geom(ctx, &g);
@@ -625,7 +675,24 @@ extern "C" void kiln_cuda_conv_plan_release(kiln_cuda_conv_rec *plan) {
 
 extern "C" void kiln_cuda_conv_describe(const kiln_cuda_layer_plan *plan, char *buf, size_t n) {
     switch (plan->kernel) {
-    case KILN_CUDA_K_CUDNN: kiln_cuda_dnn_conv_describe(&plan->conv, buf, n); break;
+    case KILN_CUDA_K_CUDNN: {
+        kiln_cuda_dnn_conv_describe(&plan->conv, buf, n);
+        const size_t used = strlen(buf);
+        if (plan->conv.pw_us >= 0.0f && used < n)
+            snprintf(buf + used, n - used, " (%.2f us; the pointwise kernel %.2f us)",
+                     (double)plan->conv.dnn_us, (double)plan->conv.pw_us);
+        break;
+    }
+    case KILN_CUDA_K_CONV_PW:
+        if (plan->conv.pw_us >= 0.0f)
+            snprintf(buf, n,
+                     "pointwise, NHWC, tensor-core GEMM over pixels, %u tail ops fused (%.2f us; "
+                     "cuDNN %.2f us)",
+                     plan->fused, (double)plan->conv.pw_us, (double)plan->conv.dnn_us);
+        else
+            snprintf(buf, n, "pointwise, NHWC, tensor-core GEMM over pixels, %u tail ops fused",
+                     plan->fused);
+        break;
     case KILN_CUDA_K_STEM:
         snprintf(buf, n, "tensor-core implicit GEMM, NCHW input read in place, NHWC output");
         break;

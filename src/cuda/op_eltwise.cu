@@ -293,13 +293,28 @@ static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nve
     }
 }
 
-// A program that is one GELU (exact erf form: tanh == 0) over the dense running value, compiled
-// alone: BERT's FFN tail ([8 x 128, 3072] float16) took 10.9 us through ew_vec_kernel's
-// interpreter (every op's math unrolled 8 times in one kernel), about 2.5x copy time.
-template <typename T, int TANH>
-static __global__ void ew_vec_gelu_kernel(const T *x, T *out, int64_t nvec) {
+// A program that is one activation over the dense running value (GELU, SiLU, sigmoid,
+// hard-swish), compiled alone per activation: BERT's FFN GELU tail ([8 x 128, 3072] float16) took
+// 10.9 us through ew_vec_kernel's interpreter (every op's math unrolled 8 times in one kernel),
+// about 2.5x copy time. Float16 and bfloat16 outputs divide with __fdividef (2 ulp in float32,
+// far inside their rounding): the IEEE division's slow-path branch per value made a SiLU pass
+// over EfficientNet's activations several times its memory time. Float32 keeps the CPU
+// reference's formulas (ew_unary).
+template <int OP> __device__ __forceinline__ float ew_act16(const ew_step &s, float v) {
+    if (OP == KILN_OP_SILU) return __fdividef(v, 1.0f + __expf(-v));
+    if (OP == KILN_OP_SIGMOID) return __fdividef(1.0f, 1.0f + __expf(-v));
+    return ew_unary(s, v);
+}
+
+template <typename T, int OP, int TANH>
+static __global__ void ew_vec_act_kernel(const T *x, T *out, int64_t nvec) {
     kc_pdl_enter();
     constexpr int N = 16 / (int)sizeof(T);
+    ew_step s;
+    memset(&s, 0, sizeof s);
+    s.op = OP;
+    s.operand = -1;
+    s.f0 = TANH ? 1.0f : 0.0f;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nvec;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint4 u = ((const uint4 *)x)[i], o;
@@ -308,20 +323,53 @@ static __global__ void ew_vec_gelu_kernel(const T *x, T *out, int64_t nvec) {
 #pragma unroll
         for (int e = 0; e < N; e++) {
             const float v = kc_to_f(h[e]);
-            ho[e] = kc_from_f<T>(TANH ? kc_gelu_tanh(v) : kc_gelu_erf(v));
+            ho[e] = kc_from_f<T>(sizeof(T) < 4 ? ew_act16<OP>(s, v) : ew_unary(s, v));
         }
         ((uint4 *)out)[i] = o;
     }
 }
 
+static void ew_vec_gelu32_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int64_t nvec,
+                                 unsigned blocks) {
+    const float *x = (const float *)P->operands[0].p;
+    float *y = (float *)P->out;
+    if (P->steps[0].f0 != 0.0f)
+        kc_launch(ctx, ew_vec_act_kernel<float, KILN_OP_GELU, 1>, blocks, EW_BLOCK, 0, x, y, nvec);
+    else
+        kc_launch(ctx, ew_vec_act_kernel<float, KILN_OP_GELU, 0>, blocks, EW_BLOCK, 0, x, y, nvec);
+}
+
+// 1 when the program is one activation ew_vec_act_kernel compiles alone (float32: GELU only,
+// the others run the interpreter's same formulas; fewer kernels keep the device code small).
+static int ew_vec_act_ok(const ew_params *P) {
+    if (P->n_steps != 1 || P->steps[0].operand >= 0 || P->n_operands != 1) return 0;
+    const uint32_t op = P->steps[0].op;
+    return op == KILN_OP_GELU ||
+           (P->out_dtype != KILN_DTYPE_F32 &&
+            (op == KILN_OP_SILU || op == KILN_OP_SIGMOID || op == KILN_OP_HARDSWISH));
+}
+
 template <typename T>
-static void ew_vec_gelu_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int64_t nvec,
-                               unsigned blocks) {
+static void ew_vec_act_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int64_t nvec,
+                              unsigned blocks) {
     const T *x = (const T *)P->operands[0].p;
-    if (P->steps[0].f0 != 0.0f) {
-        kc_launch(ctx, ew_vec_gelu_kernel<T, 1>, blocks, EW_BLOCK, 0, x, (T *)P->out, nvec);
-    } else {
-        kc_launch(ctx, ew_vec_gelu_kernel<T, 0>, blocks, EW_BLOCK, 0, x, (T *)P->out, nvec);
+    T *y = (T *)P->out;
+    switch (P->steps[0].op) {
+    case KILN_OP_GELU:
+        if (P->steps[0].f0 != 0.0f)
+            kc_launch(ctx, ew_vec_act_kernel<T, KILN_OP_GELU, 1>, blocks, EW_BLOCK, 0, x, y, nvec);
+        else
+            kc_launch(ctx, ew_vec_act_kernel<T, KILN_OP_GELU, 0>, blocks, EW_BLOCK, 0, x, y, nvec);
+        break;
+    case KILN_OP_SILU:
+        kc_launch(ctx, ew_vec_act_kernel<T, KILN_OP_SILU, 0>, blocks, EW_BLOCK, 0, x, y, nvec);
+        break;
+    case KILN_OP_SIGMOID:
+        kc_launch(ctx, ew_vec_act_kernel<T, KILN_OP_SIGMOID, 0>, blocks, EW_BLOCK, 0, x, y, nvec);
+        break;
+    default:
+        kc_launch(ctx, ew_vec_act_kernel<T, KILN_OP_HARDSWISH, 0>, blocks, EW_BLOCK, 0, x, y, nvec);
+        break;
     }
 }
 
@@ -587,14 +635,13 @@ static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int k
     if (kind == 0 && ew_vec_ok(P)) {
         const int64_t nvec = P->numel * (int64_t)kiln_cuda_dtype_size(P->out_dtype) / 16;
         blocks = kc_blocks(nvec, EW_BLOCK);
-        if (P->n_steps == 1 && P->steps[0].op == KILN_OP_GELU && P->steps[0].operand < 0 &&
-            P->n_operands == 1) {
+        if (ew_vec_act_ok(P)) {
             switch (P->out_dtype) {
-            case KILN_DTYPE_F16: ew_vec_gelu_launch<__half>(ctx, P, nvec, blocks); break;
-            case KILN_DTYPE_BF16: ew_vec_gelu_launch<__nv_bfloat16>(ctx, P, nvec, blocks); break;
-            default: ew_vec_gelu_launch<float>(ctx, P, nvec, blocks); break;
+            case KILN_DTYPE_F16: ew_vec_act_launch<__half>(ctx, P, nvec, blocks); break;
+            case KILN_DTYPE_BF16: ew_vec_act_launch<__nv_bfloat16>(ctx, P, nvec, blocks); break;
+            default: ew_vec_gelu32_launch(ctx, P, nvec, blocks); break;
             }
-            return kiln_cuda_check_launch(ctx, "ew_vec_gelu_kernel");
+            return kiln_cuda_check_launch(ctx, "ew_vec_act_kernel");
         }
         switch (P->out_dtype) {
         case KILN_DTYPE_F16:

@@ -2571,6 +2571,32 @@ static int model_mbconv(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// 1x1 convs for the NHWC layout, the pointwise kernel's cases (conv_pw.cu): 24 -> 200 channels +
+// hard-swish (a partial channel tile of 8), 200 -> 48 at stride 2 + clamp, 48 -> 48 + residual
+// add + relu, 48 -> 520 + GELU, 520 -> 16 + sigmoid (a depth of 16 slices and a half); pixel
+// counts that end inside a tile at every shape (dynamic batch and spatial size).
+#define PW_MODEL_CONVS 5
+static int model_pointwise(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 24, 9, 11}, maxs[4] = {3, 24, 17, 19};
+    double lo = 0.0, hi = 6.0;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
+    int32_t a = gb1(&b, KILN_OP_HARDSWISH, res_conv(&b, x, 24, 200, 1, 1, -1, 0));
+    kiln_attr cl[2] = {A_FLOATS("min", &lo, 1), A_FLOATS("max", &hi, 1)};
+    int32_t c = res_conv(&b, a, 200, 48, 1, 2, -1, 0);
+    c = gb_node(&b, KILN_OP_CLAMP, &c, 1, cl, 2);
+    c = res_conv(&b, c, 48, 48, 1, 1, c, 1);
+    int32_t d = gb1(&b, KILN_OP_GELU, res_conv(&b, c, 48, 520, 1, 1, -1, 0));
+    int32_t e = gb1(&b, KILN_OP_SIGMOID, res_conv(&b, d, 520, 16, 1, 1, -1, 0));
+    gb_check(&b, kiln_graph_mark_output(b.g, a, "a"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, c, "c"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, e, "e"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "pointwise nhwc bf16" : "pointwise nhwc fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
+    return model_finish(&b, m, precision);
+}
+
 // A batch norm of constant statistics on x (channels c): the builder makes it a per-channel
 // multiply and add.
 static int32_t dn_bn(gbuild *b, int32_t x, int64_t c) {
@@ -2938,9 +2964,10 @@ typedef struct io {
 
 static int load_no_fold; // the "[no fold]" pass: cuda.attention_fold and cuda.gemv_fold false
 static int load_dw_rows; // the "[dw rows]" pass: cuda.dw_rows on
+static int load_pw;      // the "[pw]" pass: cuda.conv_pw on
 
 static kiln_status load(const model *m, const char *device, int graphs, kiln_engine **out) {
-    kiln_option_setting s[5];
+    kiln_option_setting s[6];
     kiln_load_options o;
     kiln_load_options_init(&o);
     memset(s, 0, sizeof s);
@@ -2959,12 +2986,18 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
     s[4].name = "cuda.dw_rows";
     s[4].type = KILN_OPTION_STRING;
     s[4].string_value = "on";
+    s[5].name = "cuda.conv_pw";
+    s[5].type = KILN_OPTION_STRING;
+    s[5].string_value = "on";
     o.settings = s;
     o.n_settings = 2;
     if (load_no_fold) {
         o.n_settings = 4;
     } else if (load_dw_rows) {
         s[2] = s[4];
+        o.n_settings = 3;
+    } else if (load_pw) {
+        s[2] = s[5];
         o.n_settings = 3;
     }
     return kiln_engine_load(m->bytes, m->nbytes, &o, out);
@@ -2974,6 +3007,7 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
 typedef struct e2e_stats {
     int valid;
     int n_dw_rows; // of n_dw: planned with 4-pixel rows (cuda.dw_rows)
+    int n_pw;      // convs on the pointwise kernel
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
@@ -2995,6 +3029,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
             st->n_stem += strcmp(info.kernel, "stem") == 0;
             st->n_dw += strcmp(info.kernel, "conv_dw") == 0;
+            st->n_pw += strcmp(info.kernel, "conv_pw") == 0;
             st->n_dw_rows += strcmp(info.kernel, "conv_dw") == 0 &&
                              strstr(info.detail, "4 output pixels") != NULL;
         }
@@ -4478,6 +4513,7 @@ static void run_e2e(void) {
     if (model_attention(&models[n], KILN_PRECISION_FP32)) n++;
     if (!opt_quick && model_attention(&models[n], KILN_PRECISION_FP16)) n++;
     if (model_misc(&models[n])) n++;
+    int first_cnn = n;
     if (model_resnet(&models[n])) n++;
     if (model_resnet_boundary(&models[n])) n++;
     if (model_densenet(&models[n])) n++;
@@ -4486,6 +4522,10 @@ static void run_e2e(void) {
     if (model_mbconv(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_mbconv(&models[n], KILN_PRECISION_BF16)) n++;
     int end_dw = n;
+    int first_pw = n;
+    if (model_pointwise(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_pointwise(&models[n], KILN_PRECISION_BF16)) n++;
+    int end_cnn = n;
     int first_stem = n;
     if (model_stems(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_stems(&models[n], KILN_PRECISION_BF16)) n++;
@@ -4502,13 +4542,20 @@ static void run_e2e(void) {
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 18 : 26), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 19 : 28), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
-        for (int pass = 0; pass < (i >= first_fold || is_dw ? 2 : 1); pass++) {
+        const int is_cnn = i >= first_cnn && i < end_cnn;
+        const int n_pass = 1 + (i >= first_fold || is_dw) + is_cnn;
+        for (int pass = 0; pass < n_pass; pass++) {
             char nm[128];
             const char *keep = models[i].name;
-            if (pass == 1 && is_dw) { // the depthwise convs' 4-pixel rows forced (cuda.dw_rows)
+            if (is_cnn && pass == n_pass - 1) { // every 1x1 conv it takes on the pointwise kernel
+                snprintf(nm, sizeof nm, "%s [pw]", keep);
+                models[i].name = nm;
+                load_pw = 1;
+            } else if (pass == 1 &&
+                       is_dw) { // the depthwise convs' 4-pixel rows forced (cuda.dw_rows)
                 snprintf(nm, sizeof nm, "%s [dw rows]", keep);
                 models[i].name = nm;
                 load_dw_rows = 1;
@@ -4565,6 +4612,20 @@ static void run_e2e(void) {
                               "want %d",
                               models[i].name, st.n_dw_rows, want);
                 }
+                if (is_cnn && picked) {
+                    // with cuda.conv_pw on, the NHWC 1x1 convs run the pointwise kernel (all five
+                    // of the pointwise model's); off the [pw] pass, timing chooses
+                    CHECK_MSG(!load_pw || st.n_conv_nhwc == 0 || st.n_pw > 0,
+                              "%s: no conv on the pointwise kernel", models[i].name);
+                    const int want = load_pw && st.n_conv_nhwc > 0 ? PW_MODEL_CONVS : -1;
+                    CHECK_MSG(i < first_pw || want < 0 || st.n_pw == want,
+                              "%s: %d convs on the pointwise kernel, want %d", models[i].name,
+                              st.n_pw, want);
+                    CHECK_MSG(i < first_pw || st.n_conv_nhwc == 0 ||
+                                  st.n_conv_nhwc == PW_MODEL_CONVS,
+                              "%s: %d of %d convs in NHWC", models[i].name, st.n_conv_nhwc,
+                              PW_MODEL_CONVS);
+                }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
                 if (i >= first_rope && picked) { // the rope group, unless the folds are off
                     const int want = !load_no_fold && policy.attention_fold ? ROPE_FOLDED : 0;
@@ -4578,9 +4639,10 @@ static void run_e2e(void) {
                               models[i].name, st.n_gemv_folded, want);
                 }
             }
-            if (pass == 1) {
+            if (pass > 0) {
                 load_no_fold = 0;
                 load_dw_rows = 0;
+                load_pw = 0;
                 models[i].name = keep;
             }
         }
