@@ -140,17 +140,18 @@ __device__ __forceinline__ void dw_bias(const kiln_cuda_conv_geom &g, int c0, fl
 // applied before the one rounding, one 16-byte store each.
 template <typename T, int P>
 __device__ __forceinline__ void dw_store(const kiln_cuda_conv_geom &g, int n, int oy, int ox0,
-                                         int c0, const float (&acc)[P][DW_VEC], int act, float lo,
+                                         int c0, float (&acc)[P][DW_VEC], int act, float lo,
                                          float hi) {
     const int ow = (int)g.ow;
     T *yrow = (T *)g.y + (((int64_t)n * g.oh + oy) * ow) * g.c + c0;
+    kc_conv_act_all<P * DW_VEC>(&acc[0][0], act, lo, hi);
 #pragma unroll
     for (int p = 0; p < P; p++) {
         if (ox0 + p >= ow) break;
         uint4 outv;
         T *ov = (T *)&outv;
 #pragma unroll
-        for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(kc_conv_act(acc[p][k], act, lo, hi));
+        for (int k = 0; k < DW_VEC; k++) ov[k] = kc_from_f<T>(acc[p][k]);
         *(uint4 *)(yrow + (int64_t)(ox0 + p) * g.c) = outv;
     }
 }
