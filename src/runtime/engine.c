@@ -415,6 +415,7 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
     if (st == KILN_OK && e->options.verify_weights) st = verify_weights(&e->plan, weight_data);
     if (st != KILN_OK) goto fail;
     st = kiln_row_writes_find(&e->plan, &e->row_writes, &e->n_row_writes);
+    if (st == KILN_OK) st = kiln_index_inputs_find(&e->plan, &e->index_inputs, &e->n_index_inputs);
     if (st != KILN_OK) goto fail;
     st = backend->engine_init(&e->plan, weight_data, &e->options, &e->backend_state);
     if (st != KILN_OK) goto fail;
@@ -431,6 +432,7 @@ fail:
     kiln_free(weight_data, weight_data_nbytes);
     if (e != NULL) {
         kiln_row_writes_free(e->row_writes, e->n_row_writes);
+        kiln_index_inputs_free(e->index_inputs, e->n_index_inputs);
         kiln_plan_release(&e->plan);
         kiln_free(e, sizeof *e);
     } else {
@@ -455,6 +457,7 @@ void kiln_engine_free(kiln_engine *engine) {
     if (engine == NULL) return;
     if (engine->backend != NULL) engine->backend->engine_free(engine->backend_state);
     kiln_row_writes_free(engine->row_writes, engine->n_row_writes);
+    kiln_index_inputs_free(engine->index_inputs, engine->n_index_inputs);
     kiln_plan_release(&engine->plan);
     kiln_free(engine, sizeof *engine);
 }
@@ -624,6 +627,8 @@ kiln_status kiln_context_new(kiln_engine *engine, kiln_context **out) {
     if (engine->n_row_writes > 0) {
         st = kiln_state_rows_new(p, engine->row_writes, engine->n_row_writes, &c->rows);
         if (st != KILN_OK) goto fail;
+    }
+    if (engine->n_row_writes > 0 || engine->n_index_inputs > 0) {
         c->row_in = kiln_calloc(array_nbytes(p->n_inputs, sizeof *c->row_in) + 1, KILN_ALIGN);
         c->row_numel = kiln_calloc(array_nbytes(p->n_inputs, sizeof *c->row_numel) + 1, KILN_ALIGN);
         if (c->row_in == NULL || c->row_numel == NULL) {
@@ -967,17 +972,23 @@ static kiln_status execute_locked(kiln_context *c) {
     exec.shapes_changed = c->shapes_changed;
     exec.stream = c->stream != NULL ? c->stream : thread_stream; // NULL: the engine's own
     const kiln_engine *e = c->engine;
+    for (uint32_t k = 0; k < e->n_row_writes + e->n_index_inputs; k++) {
+        // the host data of the inputs checked below (NULL: in device memory)
+        const uint32_t i = k < e->n_row_writes ? e->row_writes[k].input
+                                               : e->index_inputs[k - e->n_row_writes].input;
+        const kiln_tensor *t = &c->tensors[p->inputs[i]];
+        int64_t numel = 1;
+        for (uint32_t d = 0; d < t->rank; d++) numel *= t->dims[d];
+        int host = e->backend->memory_is_host == NULL ||
+                   e->backend->memory_is_host(e->backend_state, c->inputs[i].data);
+        c->row_in[i] = host ? c->inputs[i].data : NULL;
+        c->row_numel[i] = numel;
+    }
+    if (e->n_index_inputs > 0) { // token ids against their embeddings (index_inputs.h)
+        KILN_TRY(kiln_index_inputs_check(p, e->index_inputs, e->n_index_inputs, c->row_in,
+                                         c->row_numel));
+    }
     if (e->n_row_writes > 0) { // cache writes at the caller's positions (state_rows.h)
-        for (uint32_t k = 0; k < e->n_row_writes; k++) {
-            const uint32_t i = e->row_writes[k].input;
-            const kiln_tensor *t = &c->tensors[p->inputs[i]];
-            int64_t numel = 1;
-            for (uint32_t d = 0; d < t->rank; d++) numel *= t->dims[d];
-            int host = e->backend->memory_is_host == NULL ||
-                       e->backend->memory_is_host(e->backend_state, c->inputs[i].data);
-            c->row_in[i] = host ? c->inputs[i].data : NULL;
-            c->row_numel[i] = numel;
-        }
         KILN_TRY(kiln_state_rows_check(p, e->row_writes, e->n_row_writes, c->rows, c->row_in,
                                        c->row_numel, e->options.check_cache_rows));
     }

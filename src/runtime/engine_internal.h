@@ -15,6 +15,7 @@
 #include "core/options.h"
 #include "kiln/kiln_engine.h"
 #include "runtime/backend.h"
+#include "runtime/index_inputs.h"
 #include "runtime/plan.h"
 #include "runtime/state_rows.h"
 
@@ -27,6 +28,8 @@ struct kiln_engine {
     uint64_t weight_nbytes;          // inline + external weight bytes
     kiln_row_write *row_writes;      // owned: the cache writes at input positions (state_rows.h)
     uint32_t n_row_writes;
+    kiln_index_input *index_inputs; // owned: the embeddings' token-id inputs (index_inputs.h)
+    uint32_t n_index_inputs;
 };
 
 typedef struct kiln_input_binding {
@@ -54,8 +57,8 @@ struct kiln_context {
     int shapes_valid;             // tensors/descs hold the shapes inferred from the bound inputs
     int shapes_changed;           // shapes differ from those the backend last ran with
     // With row writes (state_rows.h): the written rows of each state (n_tensors entries, NULL for
-    // states not checked; a reference per entry), and each input's host data and element count
-    // for one execute (n_inputs each)
+    // states not checked; a reference per entry); with row writes or index inputs
+    // (index_inputs.h), each input's host data and element count for one execute (n_inputs each)
     kiln_state_rows **rows;
     const void **row_in;
     int64_t *row_numel;
