@@ -758,6 +758,14 @@ ZOO_FAMILIES = {
             "deberta_v2", "deberta_v2", lambda b: [((b, 128), "ids:128100"), ((b, 128), "mask")]
         ),
         _zoo_family("bloom", "bloom", lambda b: [((b, 128), "ids:250880")]),
+        _zoo_family("dinov2_small", "dinov2_small", _img),
+        _zoo_family("swinv2_tiny", "swinv2_tiny", lambda b: [((b, 3, 256, 256), "float")]),
+        _zoo_family("convnextv2_tiny", "convnextv2_tiny", _img, cnn=True),
+        _zoo_family(
+            "segformer_b0", "segformer_b0", lambda b: [((b, 3, 512, 512), "float")], cnn=True
+        ),
+        _zoo_family("gpt_neox", "gpt_neox", lambda b: [((b, 128), "ids:50304")]),
+        _zoo_family("opt", "opt", lambda b: [((b, 128), "ids:50272")]),
         # decoders at their real widths; the large ones cut in depth so that the export fits
         # this machine's memory (the model is built in float32 on the CPU)
         _zoo_family("qwen2", "qwen2", lambda b: [((b, 128), "ids:151936")]),
@@ -795,6 +803,12 @@ ZOO_CONFIGS = [
     Config("zoo_t5_encoder_b1", "zoo_t5_encoder", 1),
     Config("zoo_deberta_v2_b1", "zoo_deberta_v2", 1),
     Config("zoo_bloom_b1", "zoo_bloom", 1),
+    Config("zoo_dinov2_small_b1", "zoo_dinov2_small", 1),
+    Config("zoo_swinv2_tiny_b1", "zoo_swinv2_tiny", 1),
+    Config("zoo_convnextv2_tiny_b1", "zoo_convnextv2_tiny", 1),
+    Config("zoo_segformer_b0_b1", "zoo_segformer_b0", 1),
+    Config("zoo_gpt_neox_b1", "zoo_gpt_neox", 1),
+    Config("zoo_opt_b1", "zoo_opt", 1),
     Config("zoo_qwen2_b1", "zoo_qwen2", 1),
     Config("zoo_mistral4_b1", "zoo_mistral4", 1),
     Config("zoo_gemma_l3_b1", "zoo_gemma_l3", 1),

@@ -563,6 +563,104 @@ def _clip_vision(depth, vocab):
     return _HFVision(_hf_model("CLIPVisionModel", cfg))
 
 
+class _HFLogits(_HF):
+    """A transformers vision model returning its logits (a segmentation head's map)."""
+
+    def forward(self, pixel_values):
+        return (self.model(pixel_values=pixel_values).logits,)
+
+
+@_entry(
+    "dinov2_small",
+    "vit",
+    "transformers",
+    "Dinov2Model, dinov2-small widths (d 384, 6 heads, patch 14, layer scale), 224x224",
+    _image(224),
+    _batch_dynamic,
+)
+def _dinov2_small(depth, vocab):
+    cfg = _hf_config(
+        "Dinov2Config",
+        depth,
+        None,
+        hidden_size=384,
+        num_hidden_layers=12,
+        num_attention_heads=6,
+        mlp_ratio=4,
+        patch_size=14,
+        image_size=224,
+        layerscale_value=1.0,
+    )
+    return _HFVision(_hf_model("Dinov2Model", cfg))
+
+
+@_entry(
+    "swinv2_tiny",
+    "vit",
+    "transformers",
+    "Swinv2Model, swinv2-tiny-patch4-window8-256 (cosine attention, log-spaced continuous "
+    "position bias MLP), 256x256",
+    _image(256),
+    _batch_dynamic,
+)
+def _swinv2_tiny(depth, vocab):
+    depths = [2, 2, 6, 2] if depth is None else [1, 1, depth, 1]
+    cfg = _hf_config(
+        "Swinv2Config",
+        None,
+        None,
+        image_size=256,
+        embed_dim=96,
+        depths=depths,
+        num_heads=[3, 6, 12, 24],
+        window_size=8,
+    )
+    cfg._attn_implementation = "eager"  # Swin-V2 has no sdpa form in transformers
+    return _HFVision(_hf_model("Swinv2Model", cfg))
+
+
+@_entry(
+    "convnextv2_tiny",
+    "cnn",
+    "transformers",
+    "ConvNextV2Model, convnextv2-tiny (7x7 depthwise, channels-last LayerNorm, global response "
+    "normalization), 224x224",
+    _image(224),
+    _batch_dynamic,
+)
+def _convnextv2_tiny(depth, vocab):
+    depths = [3, 3, 9, 3] if depth is None else [1, 1, depth, 1]
+    cfg = _hf_config(
+        "ConvNextV2Config", None, None, depths=depths, hidden_sizes=[96, 192, 384, 768]
+    )
+    cfg._attn_implementation = "eager"  # (no attention: transformers refuses "sdpa" for it)
+    return _HFVision(_hf_model("ConvNextV2Model", cfg))
+
+
+@_entry(
+    "segformer_b0",
+    "seg",
+    "transformers",
+    "SegformerForSemanticSegmentation, mit-b0 (efficient attention with spatial reduction, "
+    "Mix-FFN depthwise convs, all-MLP decode head with bilinear upsampling), 512x512",
+    _image(512),
+    _batch_dynamic,
+)
+def _segformer_b0(depth, vocab):
+    depths = [2, 2, 2, 2] if depth is None else [1, 1, depth, 1]
+    cfg = _hf_config(
+        "SegformerConfig",
+        None,
+        None,
+        depths=depths,
+        hidden_sizes=[32, 64, 160, 256],
+        decoder_hidden_size=256,
+        num_labels=150,
+    )
+    cfg._attn_implementation = "eager"
+    return _HFLogits(_hf_model("SegformerForSemanticSegmentation", cfg))
+
+
 def _whisper_inputs(module, batch, seq, dtype, gen):
     n_mels = module.config.num_mel_bins
     frames = 2 * module.config.max_source_positions
@@ -652,6 +750,59 @@ def _bloom(depth, vocab):
     cfg.n_layer = depth if depth is not None else 24
     cfg._attn_implementation = "eager"  # BLOOM has no sdpa form in transformers
     return _HF(_hf_model("BloomModel", cfg))
+
+
+@_entry(
+    "gpt_neox",
+    "decoder",
+    "transformers",
+    "GPTNeoXModel, pythia-160m widths (d 768, 12 heads, rotary on a quarter of each head, "
+    "parallel residual), causal, no cache",
+    _text(False),
+    _seq_dynamic,  # its fused QKV split: to_edge specializes the batch, as for GPT-2
+    DEFAULT_SEQ,
+)
+def _gpt_neox(depth, vocab):
+    cfg = _decoder_cfg(
+        "GPTNeoXConfig",
+        depth,
+        vocab,
+        vocab_size=50304,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        rotary_pct=0.25,
+        use_parallel_residual=True,
+        max_position_embeddings=2048,
+    )
+    return _HF(_hf_model("GPTNeoXModel", cfg))
+
+
+@_entry(
+    "opt",
+    "decoder",
+    "transformers",
+    "OPTModel, opt-125m (d 768, 12 heads, ReLU FFN 3072, learned positions offset by 2), "
+    "causal, no cache",
+    _text(False),
+    _text_dynamic,
+    DEFAULT_SEQ,
+)
+def _opt(depth, vocab):
+    cfg = _decoder_cfg(
+        "OPTConfig",
+        depth,
+        vocab,
+        vocab_size=50272,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        ffn_dim=3072,
+        word_embed_proj_dim=768,
+        max_position_embeddings=2048,
+    )
+    return _HF(_hf_model("OPTModel", cfg))
 
 
 @_entry(
