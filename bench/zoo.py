@@ -486,6 +486,72 @@ def _distilbert(depth, vocab):
 
 
 @_entry(
+    "albert",
+    "encoder",
+    "transformers",
+    "AlbertModel, albert-base-v2 (factorized embedding 128 -> 768, one layer's weights shared by "
+    "all 12), with a padding mask",
+    _text(True),
+    _text_dynamic,
+    DEFAULT_SEQ,
+)
+def _albert(depth, vocab):
+    cfg = _hf_config(
+        "AlbertConfig",
+        depth,
+        vocab,
+        vocab_size=30000,
+        embedding_size=128,
+        hidden_size=768,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        num_hidden_layers=12,
+        hidden_act="gelu_new",
+    )
+    if depth is not None:
+        cfg.num_hidden_layers = depth
+    return _HF(_hf_model("AlbertModel", cfg))
+
+
+@_entry(
+    "electra",
+    "encoder",
+    "transformers",
+    "ElectraModel, electra-base-discriminator (d 768, 12 heads, 12 layers), with a padding mask",
+    _text(True),
+    _text_dynamic,
+    DEFAULT_SEQ,
+)
+def _electra(depth, vocab):
+    cfg = _hf_config(
+        "ElectraConfig",
+        depth,
+        vocab,
+        embedding_size=768,
+        hidden_size=768,
+        num_attention_heads=12,
+        intermediate_size=3072,
+    )
+    return _HF(_hf_model("ElectraModel", cfg))
+
+
+@_entry(
+    "mpnet",
+    "encoder",
+    "transformers",
+    "MPNetModel, mpnet-base (d 768, relative position buckets shared by the layers), with a "
+    "padding mask",
+    _text(True),
+    _text_dynamic,
+    DEFAULT_SEQ,
+)
+def _mpnet(depth, vocab):
+    cfg = _hf_config("MPNetConfig", depth, vocab)
+    cfg._attn_implementation = "eager"
+    return _HF(_hf_model("MPNetModel", cfg))
+
+
+@_entry(
     "t5_encoder",
     "encoder",
     "transformers",
@@ -661,6 +727,53 @@ def _segformer_b0(depth, vocab):
     return _HFLogits(_hf_model("SegformerForSemanticSegmentation", cfg))
 
 
+@_entry(
+    "beit_base",
+    "vit",
+    "transformers",
+    "BeitModel, beit-base-patch16-224 (relative position bias per layer, layer scale, mean "
+    "pooling), 224x224",
+    _image(224),
+    _batch_dynamic,
+)
+def _beit_base(depth, vocab):
+    cfg = _hf_config(
+        "BeitConfig",
+        depth,
+        None,
+        use_relative_position_bias=True,
+        use_absolute_position_embeddings=False,
+        layer_scale_init_value=0.1,
+        use_mean_pooling=True,
+    )
+    cfg._attn_implementation = "eager"
+    return _HFVision(_hf_model("BeitModel", cfg))
+
+
+@_entry(
+    "levit_128s",
+    "vit",
+    "transformers",
+    "LevitModel, levit-128S (convolutional stem, attention with learned biases gathered by "
+    "offset, subsampling attention, batch-normed linears, hard-swish), 224x224",
+    _image(224),
+    None,  # the export specializes the batch (to the example's): static batch only
+)
+def _levit_128s(depth, vocab):
+    depths = [2, 3, 4] if depth is None else [min(depth, 2), min(depth, 3), min(depth, 4)]
+    cfg = _hf_config(
+        "LevitConfig",
+        None,
+        None,
+        hidden_sizes=[128, 256, 384],
+        num_attention_heads=[4, 6, 8],
+        depths=depths,
+        key_dim=[16, 16, 16],
+    )
+    cfg._attn_implementation = "eager"
+    return _HFVision(_hf_model("LevitModel", cfg))
+
+
 def _whisper_inputs(module, batch, seq, dtype, gen):
     n_mels = module.config.num_mel_bins
     frames = 2 * module.config.max_source_positions
@@ -803,6 +916,59 @@ def _opt(depth, vocab):
         max_position_embeddings=2048,
     )
     return _HF(_hf_model("OPTModel", cfg))
+
+
+@_entry(
+    "falcon_rw",
+    "decoder",
+    "transformers",
+    "FalconModel, falcon-rw-1b widths (d 2048, 32 heads, ALiBi, fused QKV), causal, no cache",
+    _text(False),
+    _seq_dynamic,  # its fused QKV split: to_edge specializes the batch, as for GPT-2
+    DEFAULT_SEQ,
+)
+def _falcon_rw(depth, vocab):
+    cfg = _decoder_cfg(
+        "FalconConfig",
+        depth,
+        vocab,
+        vocab_size=50304,
+        hidden_size=2048,
+        num_hidden_layers=24,
+        num_attention_heads=32,
+        alibi=True,
+        multi_query=False,
+        new_decoder_architecture=False,
+        parallel_attn=False,
+        bias=True,
+    )
+    return _HF(_hf_model("FalconModel", cfg))
+
+
+@_entry(
+    "stablelm",
+    "decoder",
+    "transformers",
+    "StableLmModel, stablelm-3b-4e1t widths (d 2560, 32 heads, rotary on a quarter of each "
+    "head, LayerNorm, SwiGLU 6912), causal, no cache",
+    _text(False),
+    _text_dynamic,
+    DEFAULT_SEQ,
+)
+def _stablelm(depth, vocab):
+    cfg = _decoder_cfg(
+        "StableLmConfig",
+        depth,
+        vocab,
+        vocab_size=50304,
+        hidden_size=2560,
+        intermediate_size=6912,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        partial_rotary_factor=0.25,
+    )
+    return _HF(_hf_model("StableLmModel", cfg))
 
 
 @_entry(
