@@ -38,6 +38,8 @@ FAST = [
     ("bert", 1),
     ("gpt2", 1),
     ("llama", 1),
+    ("segformer_b0", 1),  # efficient attention (spatial reduction), Mix-FFN, bilinear decode head
+    ("falcon_rw", 1),  # ALiBi over a fused QKV
 ]
 
 
@@ -193,6 +195,7 @@ def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
 # --- dynamic batch and sequence: one delegate, run at two other sizes
 
 DYNAMIC_FAST = [
+    ("gpt_neox", 1),  # rotary on a quarter of each head, parallel residual
     ("bert", 1),
     ("t5_encoder", 1),
     ("deberta_v2", 1),
