@@ -109,6 +109,17 @@ static void test_cuda_policy(void) {
     CHECK_STATUS(kiln_set_option_int("cuda.l2_keep_pct", 101), KILN_ERR_INVALID_ARG);
     CHECK(strstr(kiln_last_error(), "0..100") != NULL);
     CHECK_STATUS(kiln_set_option_string("cuda.tune", "no"), KILN_ERR_INVALID_ARG); // bool type
+    // The pointwise conv kernel: auto (timed) by default, off and on map to -1 and 1.
+    CHECK_EQ_INT(o.cuda.conv_pw, 0);
+    CHECK_OK(kiln_set_option_string("cuda.conv_pw", "off"));
+    CHECK_OK(kiln_options_resolve(NULL, 0, &o));
+    CHECK_EQ_INT(o.cuda.conv_pw, -1);
+    CHECK_OK(kiln_set_option_string("cuda.conv_pw", "on"));
+    CHECK_OK(kiln_options_resolve(NULL, 0, &o));
+    CHECK_EQ_INT(o.cuda.conv_pw, 1);
+    CHECK_STATUS(kiln_set_option_string("cuda.conv_pw", "always"), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "auto, off, on") != NULL);
+    CHECK_OK(kiln_set_option_string("cuda.conv_pw", "auto"));
     // Per load: the settings land in the policy.
     s[0] = (kiln_option_setting){.name = "cuda.tune", .type = KILN_OPTION_BOOL, .int_value = 0};
     s[1] = (kiln_option_setting){
