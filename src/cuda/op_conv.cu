@@ -520,7 +520,7 @@ static uint32_t dnn_fuses(const kiln_kernel_args *args) {
     uint32_t next = 0;
     const kiln_tensor *y = args->out;
     if (args->n_tail > 0 && args->tail[0].op == KILN_OP_ADD && args->tail[0].operand != NULL &&
-        args->tail[0].operand->rank == 4 &&
+        args->tail[0].operand->dtype == y->dtype && args->tail[0].operand->rank == 4 &&
         memcmp(args->tail[0].operand->dims, y->dims, 4 * sizeof(int64_t)) == 0)
         next = 1;
     return next + (args->n_tail > next && args->tail[next].op == KILN_OP_RELU);

@@ -6,24 +6,15 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/dtype.h"
 #include "core/ops.h"
 #include "core/status.h"
-
-static const char *tensor_name(const kiln_plan *p, uint32_t t) {
-    const char *s = kiln_plan_string(p, p->tensors[t].name);
-    return s[0] != '\0' ? s : "?";
-}
 
 // The input binding whose values tensor t holds, every one of them (t itself, or t through views
 // that keep every value); UINT32_MAX when there is none.
 static uint32_t input_of(const kiln_plan *p, int32_t t) {
     for (uint32_t hops = 0; t >= 0 && hops < p->n_layers; hops++) {
-        if (p->tensors[t].kind == KILN_TENSOR_INPUT) {
-            for (uint32_t i = 0; i < p->n_inputs; i++) {
-                if (p->inputs[i] == (uint32_t)t) return i;
-            }
-            return UINT32_MAX;
-        }
+        if (p->tensors[t].kind == KILN_TENSOR_INPUT) return kiln_plan_input_index(p, (uint32_t)t);
         int32_t from = -1;
         for (uint32_t li = 0; li < p->n_layers && from < 0; li++) {
             const kiln_plan_layer *l = &p->layers[li];
@@ -91,14 +82,13 @@ kiln_status kiln_index_inputs_check(const kiln_plan *p, const kiln_index_input *
         if (data == NULL) continue;
         const uint32_t dt = p->tensors[p->inputs[r->input]].dtype;
         for (int64_t i = 0; i < in_numel[r->input]; i++) {
-            const int64_t v =
-                dt == KILN_DTYPE_I32 ? ((const int32_t *)data)[i] : ((const int64_t *)data)[i];
+            const int64_t v = kiln_load_i64(data, dt, i);
             KILN_CHECK(v >= 0 && v < r->rows, KILN_ERR_INVALID_ARG,
                        "input %u '%s': index %" PRId64 " (element %" PRId64 ") is out of range "
                        "[0, %" PRId64 ") for the embedding '%s' (a token id outside the "
                        "vocabulary of %" PRId64 " rows); nothing ran",
-                       r->input, tensor_name(p, p->inputs[r->input]), v, i, r->rows,
-                       tensor_name(p, r->table), r->rows);
+                       r->input, kiln_plan_tensor_name(p, p->inputs[r->input]), v, i, r->rows,
+                       kiln_plan_tensor_name(p, r->table), r->rows);
         }
     }
     return KILN_OK;

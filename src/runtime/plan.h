@@ -94,4 +94,18 @@ static inline const char *kiln_plan_string(const kiln_plan *p, uint32_t offset) 
     return offset < p->strings_nbytes ? p->strings + offset : "";
 }
 
+// Tensor t's name for a message ("?" when it has none).
+static inline const char *kiln_plan_tensor_name(const kiln_plan *p, uint32_t t) {
+    const char *s = kiln_plan_string(p, p->tensors[t].name);
+    return s[0] != '\0' ? s : "?";
+}
+
+// The input binding of tensor t (UINT32_MAX when t is not an input).
+static inline uint32_t kiln_plan_input_index(const kiln_plan *p, uint32_t t) {
+    for (uint32_t i = 0; i < p->n_inputs; i++) {
+        if (p->inputs[i] == t) return i;
+    }
+    return UINT32_MAX;
+}
+
 #endif // KILN_RUNTIME_PLAN_H

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/dtype.h"
 #include "core/ops.h"
 #include "core/status.h"
 
@@ -18,11 +19,6 @@ struct kiln_state_rows {
     size_t nbytes; // of this allocation
     uint64_t bits[];
 };
-
-static const char *tensor_name(const kiln_plan *p, uint32_t t) {
-    const char *s = kiln_plan_string(p, p->tensors[t].name);
-    return s[0] != '\0' ? s : "?";
-}
 
 // Whether state tensor st reaches the keys or values of an sdpa through views, casts and copies
 // (a KV cache: attention reads every row below the query's position).
@@ -74,10 +70,7 @@ kiln_status kiln_row_writes_find(const kiln_plan *p, kiln_row_write **out, uint3
                 p->ids[l->input_begin] != st || p->tensors[idx].kind != KILN_TENSOR_INPUT) {
                 continue;
             }
-            uint32_t input = UINT32_MAX;
-            for (uint32_t i = 0; i < p->n_inputs; i++) {
-                if (p->inputs[i] == (uint32_t)idx) input = i;
-            }
+            const uint32_t input = kiln_plan_input_index(p, (uint32_t)idx);
             const kiln_attrs a = kiln_plan_layer_attrs(p, l);
             const kiln_shape *s = &p->tensors[st].shape;
             int64_t dim = kiln_attrs_int(&a, KILN_A_INDEX_COPY_DIM, 0);
@@ -166,10 +159,6 @@ void kiln_state_rows_free(const kiln_plan *p, kiln_state_rows **rows) {
     kiln_free(rows, p->n_tensors * sizeof *rows);
 }
 
-static int64_t position(const void *data, uint32_t dtype, int64_t i) {
-    return dtype == KILN_DTYPE_I32 ? ((const int32_t *)data)[i] : ((const int64_t *)data)[i];
-}
-
 // The row a position names (negative ones from the end, with wrap).
 static int64_t row_of(const kiln_row_write *g, int64_t q) {
     return g->wrap && q < 0 ? q + g->rows : q;
@@ -202,14 +191,14 @@ kiln_status kiln_state_rows_check(const kiln_plan *p, const kiln_row_write *w, u
         const int64_t m = in_numel[g->input];
         int64_t hi = -1;
         for (int64_t i = 0; i < m; i++) {
-            const int64_t q = position(data, dt, i), v = row_of(g, q);
+            const int64_t q = kiln_load_i64(data, dt, i), v = row_of(g, q);
             KILN_CHECK(v >= 0 && v < g->rows, KILN_ERR_INVALID_ARG,
                        "input %u '%s': index %" PRId64 " (element %" PRId64 ") is out of range "
                        "for the cache '%s' of %" PRId64 " rows along dim %u (a position past the "
                        "end of the cache: valid positions are 0..%" PRId64 "%s); nothing was "
                        "written",
-                       g->input, tensor_name(p, p->inputs[g->input]), q, i,
-                       tensor_name(p, g->state), g->rows, g->dim, g->rows - 1,
+                       g->input, kiln_plan_tensor_name(p, p->inputs[g->input]), q, i,
+                       kiln_plan_tensor_name(p, g->state), g->rows, g->dim, g->rows - 1,
                        g->wrap ? ", or negative from the end" : "");
             if (v > hi) hi = v;
         }
@@ -218,15 +207,16 @@ kiln_status kiln_state_rows_check(const kiln_plan *p, const kiln_row_write *w, u
         for (int64_t row = 0; gaps && g->cache && row < hi && !atomic_load(&r->off); row++) {
             if (bit(r, row)) continue;
             int here = 0;
-            for (int64_t i = 0; i < m && !here; i++) here = row_of(g, position(data, dt, i)) == row;
+            for (int64_t i = 0; i < m && !here; i++)
+                here = row_of(g, kiln_load_i64(data, dt, i)) == row;
             KILN_CHECK(here, KILN_ERR_INVALID_ARG,
                        "input %u '%s': position %" PRId64 " would leave row %" PRId64
                        " of the cache '%s' unwritten (no call of this context, or of the "
                        "contexts sharing its states, has written it since the load or the last "
                        "reset): a decode before its prefill? Write the positions from 0 first "
                        "(run the prefill); nothing was written",
-                       g->input, tensor_name(p, p->inputs[g->input]), hi, row,
-                       tensor_name(p, g->state));
+                       g->input, kiln_plan_tensor_name(p, p->inputs[g->input]), hi, row,
+                       kiln_plan_tensor_name(p, g->state));
         }
     }
     return KILN_OK;
@@ -242,7 +232,7 @@ void kiln_state_rows_commit(const kiln_plan *p, const kiln_row_write *w, uint32_
         const void *data = write_of(p, g, rows, in_data, &dt, &r);
         if (data == NULL) continue;
         for (int64_t i = 0; i < in_numel[g->input]; i++) {
-            const int64_t v = row_of(g, position(data, dt, i));
+            const int64_t v = row_of(g, kiln_load_i64(data, dt, i));
             if (v >= 0 && v < r->n_rows) r->bits[v / 64] |= (uint64_t)1 << (v % 64);
         }
     }
