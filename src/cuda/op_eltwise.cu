@@ -82,6 +82,18 @@ __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     }
 }
 
+// ew_unary for a program whose output is float16/bfloat16 (the vectorized kernels): SiLU and
+// sigmoid divide with __fdividef (2 ulp in float32, far inside the output's rounding; an
+// overflowing denominator gives 0, the limit). The IEEE division's slow-path branch per value
+// costs several times the pass's memory time (conv_act.cuh); float32 outputs keep ew_unary.
+template <typename T> __device__ __forceinline__ float ew_unary_out(const ew_step &s, float x) {
+    if (sizeof(T) < 4) {
+        if (s.op == KILN_OP_SILU) return __fdividef(x, 1.0f + __expf(-x));
+        if (s.op == KILN_OP_SIGMOID) return __fdividef(1.0f, 1.0f + __expf(-x));
+    }
+    return ew_unary(s, x);
+}
+
 __device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
     switch (op) {
     case KILN_OP_ADD: return a + b;
@@ -219,7 +231,7 @@ static __global__ void ew_vec_kernel(const __grid_constant__ ew_params P, int64_
             const ew_step &st = P.steps[s];
             if (st.operand < 0) {
 #pragma unroll
-                for (int e = 0; e < N; e++) v[e] = ew_unary(st, v[e]);
+                for (int e = 0; e < N; e++) v[e] = ew_unary_out<T>(st, v[e]);
             } else {
                 uint4 ub = ((const uint4 *)P.operands[st.operand].p)[i];
                 const T *hb = (const T *)&ub;
@@ -275,7 +287,7 @@ static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nve
             const ew_step &st = P.steps[s];
             if (st.operand < 0) {
 #pragma unroll
-                for (int k = 0; k < N; k++) v[k] = ew_unary(st, v[k]);
+                for (int k = 0; k < N; k++) v[k] = ew_unary_out<T>(st, v[k]);
             } else {
                 float b[N];
                 ew_bvec_load<T, N, I>(P.operands[st.operand], i0, i1, i2, b);
@@ -296,15 +308,7 @@ static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nve
 // A program that is one activation over the dense running value (GELU, SiLU, sigmoid,
 // hard-swish), compiled alone per activation: BERT's FFN GELU tail ([8 x 128, 3072] float16) took
 // 10.9 us through ew_vec_kernel's interpreter (every op's math unrolled 8 times in one kernel),
-// about 2.5x copy time. Float16 and bfloat16 outputs divide with __fdividef (2 ulp in float32,
-// far inside their rounding): the IEEE division's slow-path branch per value made a SiLU pass
-// over EfficientNet's activations several times its memory time. Float32 keeps the CPU
-// reference's formulas (ew_unary).
-template <int OP> __device__ __forceinline__ float ew_act16(const ew_step &s, float v) {
-    if (OP == KILN_OP_SILU) return __fdividef(v, 1.0f + __expf(-v));
-    if (OP == KILN_OP_SIGMOID) return __fdividef(1.0f, 1.0f + __expf(-v));
-    return ew_unary(s, v);
-}
+// about 2.5x copy time. Float16 and bfloat16 outputs take ew_unary_out's fast division.
 
 template <typename T, int OP, int TANH>
 static __global__ void ew_vec_act_kernel(const T *x, T *out, int64_t nvec) {
@@ -323,7 +327,7 @@ static __global__ void ew_vec_act_kernel(const T *x, T *out, int64_t nvec) {
 #pragma unroll
         for (int e = 0; e < N; e++) {
             const float v = kc_to_f(h[e]);
-            ho[e] = kc_from_f<T>(sizeof(T) < 4 ? ew_act16<OP>(s, v) : ew_unary(s, v));
+            ho[e] = kc_from_f<T>(ew_unary_out<T>(s, v));
         }
         ((uint4 *)out)[i] = o;
     }
@@ -896,7 +900,7 @@ static __global__ void cat_prog_kernel(const __grid_constant__ cat_params P) {
             const ew_step &st = P.steps[s];
             if (st.operand < 0) {
 #pragma unroll
-                for (int e = 0; e < N; e++) v[e] = ew_unary(st, v[e]);
+                for (int e = 0; e < N; e++) v[e] = ew_unary_out<T>(st, v[e]);
                 continue;
             }
             const int q = st.operand;
