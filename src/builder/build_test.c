@@ -575,6 +575,39 @@ static void random_graph(rgraph *r) {
     }
 }
 
+// x @ W.T with a weight too large to fold (Falcon's linears): one linear over W as stored, no
+// permute left and no transposed copy of the weight; the values those of permute + matmul.
+static void test_transposed_weight(void) {
+    enum { K = 2048, N = 2112 }; // 17.3 MB of float32: over the fold pass's cap
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln_graph_new(&g));
+    const int64_t xmin[2] = {1, K}, xmax[2] = {3, K}, wd[2] = {N, K};
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 2, xmin, xmax);
+    float *wdata = tu_rand((int64_t)N * K, -0.05f, 0.05f);
+    int32_t w = tu_const(g, "w", KILN_DTYPE_F32, 2, wd, wdata);
+    free(wdata);
+    int32_t wt = tu_node(g, KILN_OP_PERMUTE, TU_IDS(w), TU_ATTRS(TU_INTS("dims", 1, 0)));
+    tu_output(g, tu_node(g, KILN_OP_MATMUL, TU_IDS(x, wt), TU_NO_ATTRS), "y");
+    kiln_build_options o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
+    kiln_plan p;
+    if (bt_plan(g, &o1, &p)) {
+        uint64_t wbytes = 0;
+        for (uint32_t i = 0; i < p.n_tensors; i++) {
+            if (p.tensors[i].kind == KILN_TENSOR_WEIGHT) wbytes += p.tensors[i].nbytes;
+        }
+        CHECK_EQ_INT(bt_count(&p, KILN_OP_LINEAR), 1);
+        CHECK_EQ_INT(bt_count(&p, KILN_OP_PERMUTE), 0);
+        CHECK_EQ_INT(bt_count(&p, KILN_OP_MATMUL), 0);
+        CHECK_MSG(wbytes == (uint64_t)N * K * 4, "weights %llu bytes, want %llu (one copy)",
+                  (unsigned long long)wbytes, (unsigned long long)N * K * 4);
+        kiln_plan_release(&p);
+    }
+    bt_shape s[1] = {{2, {3, K}}};
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-4, 1e-4, "x @ W.T");
+    kiln_graph_free(g);
+}
+
 static void test_random_graphs(void) {
     kiln_build_options o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
     kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
@@ -602,5 +635,6 @@ int main(void) {
     test_progress();
     test_alloc_failures();
     test_random_graphs();
+    test_transposed_weight();
     return check_summary();
 }

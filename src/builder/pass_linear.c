@@ -5,6 +5,10 @@
 // nn.Linear looks like after folding: permute(w) folds into a constant w^T, then mm/matmul.
 // Only when every use of B is such a matmul (and B is not an output), so the weight is not
 // duplicated; all those matmuls share the one transposed copy.
+// matmul(x, permute(W, [1, 0])) with a constant 2-D W (model code that writes `x @ W.T`, as
+// Falcon's linears do; a weight too large for the fold pass, which leaves large permutes alone)
+// is linear(x, W) over W as it is: no copy at build time and no transpose at run time (the dead
+// permute is removed by the last dce pass).
 #include <string.h>
 
 #include "builder/builder.h"
@@ -48,6 +52,19 @@ static kiln_status transpose(kiln_bgraph *b, int32_t w, int32_t *out) {
     return kiln_bgraph_add_const(b, dtype, &s, dst, nbytes, out);
 }
 
+// W when value v is permute(W, [1, 0]) of a constant 2-D W (a live plain node), else -1.
+static int32_t transposed_const(const kiln_bgraph *b, int32_t v) {
+    if (v < 0 || b->values[v].kind != KILN_IR_NODE) return -1;
+    const kiln_bnode *p = &b->nodes[b->values[v].index];
+    if (p->dead || p->op != KILN_OP_PERMUTE || p->n_tail > 0 || p->head >= 0) return -1;
+    const int32_t w = kiln_bgraph_input(b, p, 0);
+    if (!kiln_bgraph_is_const(b, w) || b->values[w].desc.shape.rank != 2) return -1;
+    const kiln_attrs a = kiln_bgraph_attrs(b, p);
+    uint32_t n = 0;
+    const int64_t *dims = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &n);
+    return n == 2 && dims[0] == 1 && dims[1] == 0 ? w : -1;
+}
+
 kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b) {
     int32_t *tw;
     size_t n_vals;
@@ -64,17 +81,22 @@ kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b) {
         if (nd->dead || nd->op != KILN_OP_MATMUL) continue;
         x = kiln_bgraph_input(b, nd, 0);
         w = kiln_bgraph_input(b, nd, 1);
-        if (!kiln_bgraph_is_const(b, w) || (size_t)w >= n_vals ||
-            b->values[w].desc.shape.rank != 2 || (tw[w] < 0 && !only_matmul_rhs(b, w))) {
-            continue;
-        }
-        if (tw[w] < 0) {
-            st = transpose(b, w, &tw[w]);
-            if (st != KILN_OK) break;
+        const int32_t wt = transposed_const(b, w);
+        if (wt >= 0) {
+            ins[1] = wt;
+        } else {
+            if (!kiln_bgraph_is_const(b, w) || (size_t)w >= n_vals ||
+                b->values[w].desc.shape.rank != 2 || (tw[w] < 0 && !only_matmul_rhs(b, w))) {
+                continue;
+            }
+            if (tw[w] < 0) {
+                st = transpose(b, w, &tw[w]);
+                if (st != KILN_OK) break;
+            }
+            ins[1] = tw[w];
         }
         nd = &b->nodes[i];
         ins[0] = x;
-        ins[1] = tw[w];
         nd->op = KILN_OP_LINEAR; // neither op has attributes
         st = kiln_bgraph_set_inputs(b, (uint32_t)i, ins, 2);
         if (st == KILN_OK) st = kiln_bgraph_infer(b, (uint32_t)i, &d);
