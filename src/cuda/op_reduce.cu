@@ -52,6 +52,13 @@ __device__ __forceinline__ int64_t red_decompose(int64_t i, int n, const int64_t
     return off;
 }
 
+// The offset of reduced element r from its output's base: one multiply for a single (coalesced)
+// reduced dim, the common case, instead of a 64-bit division per element.
+__device__ __forceinline__ int64_t red_offset(const red_params &P, int64_t r) {
+    return P.n_red == 1 ? r * P.red_strides[0]
+                        : red_decompose(r, P.n_red, P.red_dims, P.red_strides);
+}
+
 template <typename Acc> __device__ __forceinline__ Acc red_load(const red_params &P, int64_t off);
 template <> __device__ __forceinline__ double red_load<double>(const red_params &P, int64_t off) {
     return (double)kc_ld_f(P.x, P.x_dtype, off);
@@ -78,10 +85,8 @@ static __global__ void reduce_thread_kernel(const __grid_constant__ red_params P
          o += (int64_t)gridDim.x * blockDim.x) {
         int64_t base = red_decompose(o, P.n_kept, P.kept_dims, P.kept_strides);
         Acc s = 0;
-        for (int64_t r = 0; r < P.n_red_elems; r++) {
-            s = red_add(
-                s, red_load<Acc>(P, base + red_decompose(r, P.n_red, P.red_dims, P.red_strides)));
-        }
+        for (int64_t r = 0; r < P.n_red_elems; r++)
+            s = red_add(s, red_load<Acc>(P, base + red_offset(P, r)));
         red_store(P, o, s);
     }
 }
@@ -94,8 +99,7 @@ __device__ __forceinline__ Acc red_block_range(const red_params &P, int64_t o, i
     const int64_t base = red_decompose(o, P.n_kept, P.kept_dims, P.kept_strides);
     Acc s = 0, t = 0;
     for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
-        s = red_add(s,
-                    red_load<Acc>(P, base + red_decompose(r, P.n_red, P.red_dims, P.red_strides)));
+        s = red_add(s, red_load<Acc>(P, base + red_offset(P, r)));
     }
     for (int k = 16; k > 0; k >>= 1) s = red_add(s, __shfl_xor_sync(0xffffffffu, s, k));
     if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = s;
@@ -139,6 +143,52 @@ static __global__ void reduce_slices_done_kernel(const __grid_constant__ red_par
 }
 
 #define RED_SLICE_MIN 1024 // elements per slice of the sliced form (8 per thread)
+
+// Columns: a dense [O, R, C] input reduced over R (the kept dim of stride 1 is C: a sum over the
+// pixels of a channels-last map, as ConvNeXt-V2's global response norm takes over [1, 56, 56,
+// 384], or over the rows of a matrix). One thread per output walking R (the thread kernel) left
+// most SMs idle and each thread thousands of loads deep (1.4 ms for that sum on the H200). Here a
+// block's 32 x RED_COL_ROWS threads take 32 neighbouring columns (coalesced rows) and split the
+// rows of slice z of R among them; the block adds its rows' sums in a fixed order and writes the
+// output (one slice) or the slice's partial (several: reduce_cols_done_kernel adds them in slice
+// order). Deterministic, with the accumulators of the other kernels.
+#define RED_COL_ROWS 8
+template <typename Acc>
+static __global__ void __launch_bounds__(32 * RED_COL_ROWS)
+    reduce_cols_kernel(const __grid_constant__ red_params P, int64_t c_n, int64_t r_n,
+                       int64_t slice, Acc *part) {
+    __shared__ Acc sums[RED_COL_ROWS][32];
+    const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x, o = blockIdx.y;
+    const int64_t r0 = (int64_t)blockIdx.z * slice;
+    const int64_t r1 = r0 + slice < r_n ? r0 + slice : r_n;
+    Acc s = 0;
+    if (c < c_n) {
+        const int64_t base = o * r_n * c_n + c;
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += RED_COL_ROWS) {
+            s = red_add(s, red_load<Acc>(P, base + r * c_n));
+        }
+    }
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= c_n) return;
+    Acc t = 0;
+    for (int k = 0; k < RED_COL_ROWS; k++) t = red_add(t, sums[k][threadIdx.x]);
+    if (gridDim.z == 1) {
+        red_store(P, o * c_n + c, t);
+    } else {
+        part[((int64_t)blockIdx.z * gridDim.y + o) * c_n + c] = t;
+    }
+}
+
+template <typename Acc>
+static __global__ void reduce_cols_done_kernel(const __grid_constant__ red_params P, int n_slices,
+                                               const Acc *part) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // o * C + c
+    if (i >= P.n_out) return;
+    Acc t = 0;
+    for (int z = 0; z < n_slices; z++) t = red_add(t, part[z * P.n_out + i]);
+    red_store(P, i, t);
+}
 
 #define RED_HW_BLOCK 512
 
@@ -348,8 +398,49 @@ static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x
 
 // --- launchers
 
+// The column form (reduce_cols_kernel) when P is a dense [O, R, C] reduced over R: *done.
+template <typename Acc>
+static kiln_status reduce_cols(const kiln_cuda_ctx *ctx, const red_params *P, int *done) {
+    *done = 0;
+    if (P->n_red != 1 || P->n_kept < 1 || P->n_kept > 2) return KILN_OK;
+    const int64_t c_n = P->kept_dims[P->n_kept - 1], r_n = P->red_dims[0];
+    const int64_t o_n = P->n_kept == 2 ? P->kept_dims[0] : 1;
+    if (P->kept_strides[P->n_kept - 1] != 1 || P->red_strides[0] != c_n || r_n < 32 ||
+        (P->n_kept == 2 && P->kept_strides[0] != r_n * c_n) || o_n > 65535)
+        return KILN_OK;
+    const int64_t cblocks = (c_n + 31) / 32,
+                  want = 2 * (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
+    int64_t n = want / (cblocks * o_n); // slices of R, each at least 4 rows per thread
+    const int64_t most = r_n / (4 * RED_COL_ROWS);
+    if (n > most) n = most;
+    if (n > 1024) n = 1024;
+    if (n < 1) n = 1;
+    const size_t nbytes = (size_t)n * (size_t)P->n_out * sizeof(Acc);
+    if (n > 1 && (ctx->workspace == NULL || nbytes > ctx->workspace_nbytes)) n = 1;
+    if (cblocks > 0x7fffffff) return KILN_OK;
+    const int64_t slice = (r_n + n - 1) / n;
+    const int slices = (int)((r_n + slice - 1) / slice);
+    Acc *part = slices > 1 ? (Acc *)ctx->workspace : NULL;
+    if (slices > 1) kiln_cuda_ws_note(ctx, (size_t)slices * (size_t)P->n_out * sizeof(Acc));
+    reduce_cols_kernel<Acc><<<dim3((unsigned)cblocks, (unsigned)o_n, (unsigned)slices),
+                              dim3(32, RED_COL_ROWS), 0, ctx->stream>>>(*P, c_n, r_n, slice, part);
+    KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "reduce_cols_kernel"));
+    if (slices > 1) {
+        reduce_cols_done_kernel<Acc>
+            <<<kc_blocks(P->n_out, RED_BLOCK), RED_BLOCK, 0, ctx->stream>>>(*P, slices, part);
+        KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "reduce_cols_done_kernel"));
+    }
+    *done = 1;
+    return KILN_OK;
+}
+
 template <typename Acc>
 static kiln_status reduce_launch(const kiln_cuda_ctx *ctx, const red_params *P, int by_block) {
+    if (!by_block) {
+        int done = 0;
+        KILN_CUDA_TRY(reduce_cols<Acc>(ctx, P, &done));
+        if (done) return KILN_OK;
+    }
     if (by_block && ctx->sm_count > 0 && 2 * P->n_out <= ctx->sm_count &&
         P->n_red_elems >= 2 * RED_SLICE_MIN) {
         int64_t n = (P->n_red_elems + RED_SLICE_MIN - 1) / RED_SLICE_MIN;

@@ -985,7 +985,7 @@ static void cases_pool(void) {
 
 static void cases_reduce(void) {
     op_case c;
-    static const int64_t d1[] = {1}, d02[] = {0, 2}, dm1[] = {-1}, d0[] = {0};
+    static const int64_t d1[] = {1}, d02[] = {0, 2}, dm1[] = {-1}, d0[] = {0}, d12[] = {1, 2};
     struct {
         const char *shape;
         const int64_t *dims;
@@ -998,7 +998,11 @@ static void cases_reduce(void) {
               {"5x1x7", d1, 1},
               // long reductions to few outputs (the sliced form): all, and over dims 0 and 2
               {"3x129x771", NULL, 0},
-              {"40x3x997", d02, 2}};
+              {"40x3x997", d02, 2},
+              // the column form: a channels-last map over its pixels (ConvNeXt-V2's response
+              // norm; 72 channels: a partial block of 32), a matrix over its rows
+              {"2x56x40x72", d12, 2},
+              {"700x33", d0, 1}};
     for (int op = 0; op < 2; op++) {
         for (uint32_t d = 0; d < N_FLOATS; d++) {
             for (size_t r = 0; r < sizeof rs / sizeof rs[0]; r++) {
@@ -1017,6 +1021,10 @@ static void cases_reduce(void) {
         case_init(&c, KILN_OP_SUM);
         case_in(&c, S(ints[d], "6x70"));
         attrs_ints(&c.attrs, KILN_A_REDUCE_DIMS, 1, dm1);
+        run_case(&c);
+        case_init(&c, KILN_OP_SUM); // integer columns (int64 sums)
+        case_in(&c, S(ints[d], "300x40"));
+        attrs_ints(&c.attrs, KILN_A_REDUCE_DIMS, 1, d0);
         run_case(&c);
     }
 }
