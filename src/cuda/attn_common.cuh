@@ -106,7 +106,7 @@ kiln_status kiln_cuda_sdpa_params_of(const kiln_cuda_ctx *ctx, const kiln_kernel
 kiln_status kiln_cuda_sdpa_fma(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype);
 cudaError_t kiln_cuda_sdpa_fma_init(void);
 
-// The tensor-core kernels (attn_tc.cu): float16/bfloat16, E = Ev in {64, 128}.
+// The tensor-core kernels (attn_tc.cu): float16/bfloat16, E = Ev in {64, 80, 128, 256}.
 // 1 when they take P (policy cuda.tc_attention, head sizes, alignments, strides).
 int kiln_cuda_sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype);
 // The split-key kernel's warps per 16-row block for P (0: the pipelined kernel) and the

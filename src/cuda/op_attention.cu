@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Planning sdpa layers (attn.h, cuda_plan.h). Kiln's own kernel for the layer's shapes first:
-// float16/bfloat16 with E = Ev in {64, 128} and aligned operands take the tensor-core kernels
-// (attn_tc.cu), split-key for grids of up to one wave, pipelined otherwise, at a CTA size by
-// occupancy; everything else the fp32-FMA kernels (attn_flash.cu). Then, without a mask or
+// float16/bfloat16 with E = Ev in {64, 80, 128, 256} and aligned operands take the tensor-core
+// kernels (attn_tc.cu), split-key for grids of up to one wave, pipelined otherwise, at a CTA size
+// by occupancy; everything else the fp32-FMA kernels (attn_flash.cu). Then, without a mask or
 // causality, cuDNN's fused SDPA where it takes the geometry: the heuristic's first engine
 // configuration, or with tuning the fastest one, kept only when it beats Kiln's kernel
 // (attn_tune.c). The policy's forced choices (cuda.tc_attention false, cuda.sdpa_rows,

@@ -1662,6 +1662,39 @@ static void cases_sdpa_tc(void) {
             run_case(&c);
             if (opt_quick) break;
         }
+        // heads of 80 (StableLM, Phi: the pipelined kernel, an odd count of 16-column chunks):
+        // a causal prefill, causal L > S off the tiles, a float mask, a decode row over a cache
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x32x128x80"));
+        case_in(&c, S(dt, "1x32x128x80"));
+        case_in(&c, S(dt, "1x32x128x80"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "tc E 80: causal prefill 128";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x3x100x80"));
+        case_in(&c, S(dt, "2x3x77x80"));
+        case_in(&c, S(dt, "2x3x77x80"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "tc E 80: causal L 100 > S 77";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x4x65x80"));
+        case_in(&c, S(dt, "2x4x129x80"));
+        case_in(&c, S(dt, "2x4x129x80"));
+        case_in(&c, SR(dt, "4x65x129", -3.0, 1.0));
+        attrs_float(&c.attrs, KILN_A_SDPA_SCALE, 0.2);
+        c.label = "tc E 80: float mask [H,L,S], scale 0.2";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x32x1x80"));
+        case_in(&c, S(dt, "1x32x700x80"));
+        case_in(&c, S(dt, "1x32x700x80"));
+        spec dm80 = S(BOOL, "1x1x1x700");
+        dm80.prefix = 333;
+        case_in(&c, dm80);
+        c.label = "tc E 80: decode, bool mask live to 333 of 700";
+        run_case(&c);
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "8x12x128x64"));
         case_in(&c, S(dt, "8x12x128x64"));
