@@ -99,6 +99,7 @@ typedef struct kiln_build_stats {
     uint32_t n_cse;    // nodes equal to an earlier one (op, inputs, attributes) removed
     uint32_t n_act;    // activations written as arithmetic turned into their op
     uint32_t n_causal; // sdpa masks equal to the causal mask turned into is_causal
+    uint32_t n_eager_attention; // matmul, softmax, matmul attention turned into sdpa
 } kiln_build_stats;
 
 typedef struct kiln_bgraph {

@@ -34,9 +34,22 @@
 //    -1e4 elsewhere, as transformers builds it from finfo.min), with q of L rows and k of S,
 //    becomes the same sdpa with is_causal = 1 and no mask: the kernels skip the masked blocks
 //    and read no mask. An sdpa that the grouped-query rewrite gave a repeated mask keeps it.
+// 6. Eager attention (runs first, so that 2.-5. see the sdpa it makes): model code that writes
+//        matmul(softmax(s + m_1 + ... + m_j, dim = -1), v),  s = matmul(q, permute(k, swap)) [* c]
+//    (the permute swapping the last two dims, c a constant scalar multiplied or divided by, the
+//    softmax possibly in float32 between two casts, as BEiT's, MPNet's and DeBERTa's attention
+//    layers are exported) becomes sdpa(q, k, v, m_1 + ... + m_j, scale c): the kernels read the
+//    head split as views and never store the [.., L, S] scores or probabilities. Every link read
+//    only by the next and not an output (attention weights returned to the caller keep the
+//    eager form); the masks of the scores' dtype, broadcasting to them without widening them.
+//    Only where the engine computes attention in 16 bits (a float16/bfloat16 graph, or a float32
+//    one built at such a precision) over heads the tensor-core kernels take (E = Ev in {64, 80,
+//    128, 256}): elsewhere the matmuls' GEMMs are the faster form on the GPU. Fully masked rows
+//    give zeros where softmax gave NaN (PyTorch's sdpa does the same).
 // New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
-// three linears), and the nodes are re-sorted by key at the end, so index order stays
-// topological.
+// three linears; the eager attention's second matmul), and the nodes are re-sorted by key at the
+// end, so index order stays topological.
+#include <math.h>
 #include <string.h>
 
 #include "builder/builder.h"
@@ -461,9 +474,186 @@ static kiln_status causal(kiln_bgraph *b, uint32_t node, int *done) {
     return KILN_OK;
 }
 
+// --- 6. eager attention
+
+static int same_shape(const kiln_shape *a, const kiln_shape *b) {
+    if (a->rank != b->rank) return 0;
+    for (uint32_t i = 0; i < a->rank; i++) {
+        if (!same_dim(a, i, b, i)) return 0;
+    }
+    return 1;
+}
+
+// A constant scalar (one element, float) c: *out = its value.
+static int const_scalar(const kiln_bgraph *b, int32_t v, double *out) {
+    if (!kiln_bgraph_is_const(b, v)) return 0;
+    const kiln_bvalue *c = &b->values[v];
+    const kiln_shape *s = &c->desc.shape;
+    for (uint32_t i = 0; i < s->rank; i++) {
+        if (s->max[i] != 1) return 0;
+    }
+    if (!kiln_dtype_is_float((kiln_dtype)c->desc.dtype) || c->data == NULL) return 0;
+    *out = kiln_load_f32(c->data, c->desc.dtype, 0);
+    return isfinite(*out) && *out != 0.0;
+}
+
+// k when kt = permute(k, dims swapping the last two, identity elsewhere), else -1.
+static int32_t untransposed(const kiln_bgraph *b, int32_t kt) {
+    if (kt < 0 || b->values[kt].kind != KILN_IR_NODE) return -1;
+    const kiln_bnode *p = &b->nodes[b->values[kt].index];
+    if (p->dead || p->op != KILN_OP_PERMUTE || p->n_tail > 0 || p->head >= 0) return -1;
+    kiln_attrs a = kiln_bgraph_attrs(b, p);
+    uint32_t n = 0;
+    const int64_t *d = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &n);
+    if (n < 2) return -1;
+    for (uint32_t i = 0; i + 2 < n; i++) {
+        if (d[i] != (int64_t)i) return -1;
+    }
+    return d[n - 2] == (int64_t)n - 1 && d[n - 1] == (int64_t)n - 2 ? kiln_bgraph_input(b, p, 0)
+                                                                    : -1;
+}
+
+#define EAGER_MAX_MASKS 4
+
+// The only reader of value v (read once, not an output) when it is a live plain node, else -1.
+static int32_t only_reader(const kiln_bgraph *b, int32_t v) {
+    if (v < 0 || (size_t)v >= b->n_use_info || b->uses[v] != 1 || b->is_output[v]) return -1;
+    const int32_t u = b->user[v];
+    if (u < 0 || b->nodes[u].dead || b->nodes[u].n_tail > 0 || b->nodes[u].head >= 0) return -1;
+    return u;
+}
+
+// The other input of binary node n than v (-1 when v is both or neither).
+static int32_t other_input(const kiln_bgraph *b, const kiln_bnode *n, int32_t v) {
+    const int32_t x = kiln_bgraph_input(b, n, 0), y = kiln_bgraph_input(b, n, 1);
+    if (x == v && y != v) return y;
+    if (y == v && x != v) return x;
+    return -1;
+}
+
+// Walks forward from the Q K^T matmul qk (see 6. above); on a match replaces the P V matmul by
+// the sdpa.
+static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
+    *done = 0;
+    const kiln_bnode *qn = &b->nodes[qk];
+    if (qn->n_tail > 0 || qn->head >= 0) return KILN_OK;
+    const int32_t q = kiln_bgraph_input(b, qn, 0);
+    const int32_t k = untransposed(b, kiln_bgraph_input(b, qn, 1));
+    int32_t s = qn->output;
+    const uint32_t dt = b->values[s].desc.dtype;
+    const kiln_shape scores = b->values[s].desc.shape;
+    const uint32_t r = scores.rank;
+    if (q < 0 || k < 0 || r < 3) return KILN_OK;
+    double scale = 1.0, c = 0.0;
+    int32_t masks[EAGER_MAX_MASKS];
+    uint32_t n_masks = 0;
+    int32_t u = only_reader(b, s);
+    if (u >= 0 && (b->nodes[u].op == KILN_OP_MUL || b->nodes[u].op == KILN_OP_DIV)) {
+        const kiln_bnode *m = &b->nodes[u];
+        const int32_t o = other_input(b, m, s);
+        if (o < 0 || !const_scalar(b, o, &c)) return KILN_OK;
+        if (m->op == KILN_OP_DIV && kiln_bgraph_input(b, m, 0) != s) return KILN_OK; // c / s
+        scale = m->op == KILN_OP_MUL ? c : 1.0 / c;
+        s = m->output;
+        u = only_reader(b, s);
+    }
+    while (u >= 0 && b->nodes[u].op == KILN_OP_ADD) {
+        const kiln_bnode *a = &b->nodes[u];
+        const int32_t m = other_input(b, a, s);
+        if (m < 0 || n_masks == EAGER_MAX_MASKS || b->values[m].desc.dtype != dt ||
+            b->values[m].desc.shape.rank > r ||
+            !same_shape(&b->values[a->output].desc.shape, &scores))
+            return KILN_OK;
+        masks[n_masks++] = m;
+        s = a->output;
+        u = only_reader(b, s);
+    }
+    int cast_before = 0;
+    if (u >= 0 && b->nodes[u].op == KILN_OP_CAST) { // the softmax in float32
+        if (b->values[b->nodes[u].output].desc.dtype != KILN_DTYPE_F32) return KILN_OK;
+        cast_before = 1;
+        s = b->nodes[u].output;
+        u = only_reader(b, s);
+    }
+    if (u < 0 || b->nodes[u].op != KILN_OP_SOFTMAX) return KILN_OK;
+    {
+        kiln_attrs sa = kiln_bgraph_attrs(b, &b->nodes[u]);
+        const int64_t dim = kiln_attrs_int(&sa, KILN_A_SOFTMAX_DIM, 0);
+        if (dim != -1 && dim != (int64_t)r - 1) return KILN_OK;
+    }
+    s = b->nodes[u].output;
+    u = only_reader(b, s);
+    if (cast_before) { // ... and back
+        if (u < 0 || b->nodes[u].op != KILN_OP_CAST ||
+            b->values[b->nodes[u].output].desc.dtype != dt)
+            return KILN_OK;
+        s = b->nodes[u].output;
+        u = only_reader(b, s);
+    }
+    if (u < 0 || b->nodes[u].op != KILN_OP_MATMUL || kiln_bgraph_input(b, &b->nodes[u], 0) != s ||
+        kiln_bgraph_input(b, &b->nodes[u], 1) == s)
+        return KILN_OK;
+    const uint32_t pv = (uint32_t)u;
+    const int32_t v = kiln_bgraph_input(b, &b->nodes[pv], 1);
+    const kiln_value_desc *qd = &b->values[q].desc, *kd = &b->values[k].desc,
+                          *vd = &b->values[v].desc;
+    const int half = dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16 ||
+                     (dt == KILN_DTYPE_F32 && (b->opts.precision == KILN_PRECISION_FP16 ||
+                                               b->opts.precision == KILN_PRECISION_BF16));
+    if (!half || qd->dtype != dt || kd->dtype != dt || vd->dtype != dt || qd->shape.rank != r ||
+        kd->shape.rank != r || vd->shape.rank != r)
+        return KILN_OK;
+    for (uint32_t i = 0; i + 2 < r; i++) { // one batch shape (no broadcast between operands)
+        if (!same_dim(&qd->shape, i, &kd->shape, i) || !same_dim(&qd->shape, i, &vd->shape, i))
+            return KILN_OK;
+    }
+    const int64_t e = qd->shape.max[r - 1];
+    if (qd->shape.min[r - 1] != e || !same_dim(&qd->shape, r - 1, &kd->shape, r - 1) ||
+        !same_dim(&vd->shape, r - 1, &qd->shape, r - 1) ||
+        !same_dim(&kd->shape, r - 2, &vd->shape, r - 2) ||
+        (e != 64 && e != 80 && e != 128 && e != 256))
+        return KILN_OK;
+    // the masks' sum, in the order the model added them, then the sdpa in place of P V
+    const int64_t seq = b->nodes[pv].seq;
+    int32_t ins[4] = {q, k, v, -1};
+    uint32_t n_in = 3;
+    if (n_masks > 0) {
+        int32_t m = masks[0];
+        for (uint32_t j = 1; j < n_masks; j++) {
+            int32_t two[2] = {m, masks[j]};
+            KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_ADD, two, 2, NULL, seq, &m));
+        }
+        ins[3] = m;
+        n_in = 4;
+    }
+    int64_t zero = 0;
+    kiln_attr_ref refs[2] = {{KILN_ATTR_INTS, 1, 0}, {KILN_ATTR_FLOATS, 1, 0}};
+    kiln_attrs na = {refs, 2, &zero, &scale};
+    int32_t y;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SDPA, ins, n_in, &na, seq, &y));
+    if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[pv].output].desc)) {
+        b->nodes[b->values[y].index].dead = 1;
+        return KILN_OK;
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, pv, y, "eager attention"));
+    *done = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_attention(kiln_bgraph *b) {
     size_t n = b->n_nodes;
     KILN_TRY(kiln_bgraph_count_uses(b));
+    uint32_t n_eager = 0;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_MATMUL) continue;
+        KILN_TRY(eager_attention(b, (uint32_t)i, &done));
+        n_eager += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
+    b->stats.n_eager_attention += n_eager;
+    if (n_eager > 0) KILN_TRY(kiln_bgraph_sort_nodes(b));
+    n = b->n_nodes;
     for (size_t i = 0; i < n; i++) {
         int done = 0;
         if (b->nodes[i].dead) continue;

@@ -270,6 +270,64 @@ static void test_gpt2(int variant, uint32_t want_slice, int want_causal, const c
     free(b);
 }
 
+// Eager attention (6.): softmax(q k^T * c + masks) v over heads of EH, in a float32 graph built
+// at float16. variant 0: a multiply by c, a constant bias [1, H, L, L], the softmax between casts
+// to and from float32 (BEiT); 1: a divide by c, a constant bias and an input key-padding mask
+// [B, 1, 1, L] (MPNet); 2: the probabilities also an output (left alone); 3: heads of 8 (left
+// alone); 4: the bias added before the scale (left alone: the scale would reach the bias).
+enum { EH = 64, ED = 2 * EH, EL = 7, EB = 2 };
+static void test_eager(int variant, int want_sdpa, const char *what) {
+    const int64_t e = variant == 3 ? 8 : EH, d = 2 * e;
+    float *w[3], *bias = rnd(2 * EL * EL), c = variant == 1 ? 8.0f : 0.125f;
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t x, mask = -1, qkv[3], lin, sc, y;
+    const int64_t shape[4] = {EB, EL, 2, e};
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(EB, EL, d), TU_DIMS(EB, EL, d));
+    if (variant == 1) {
+        mask = tu_input(g, "mask", KILN_DTYPE_F32, 4, TU_DIMS(EB, 1, 1, EL), TU_DIMS(EB, 1, 1, EL));
+    }
+    for (int j = 0; j < 3; j++) {
+        w[j] = tu_rand(d * d, -0.15f, 0.15f);
+        int32_t cw = tu_const(g, NULL, KILN_DTYPE_F32, 2, TU_DIMS(d, d), w[j]);
+        qkv[j] = head_split(g, x, cw, -1, shape, &lin);
+    }
+    int32_t kt = tu_node(g, KILN_OP_PERMUTE, TU_IDS(qkv[1]), TU_ATTRS(TU_INTS("dims", 0, 1, 3, 2)));
+    int32_t s = tu_node(g, KILN_OP_MATMUL, TU_IDS(qkv[0], kt), TU_NO_ATTRS);
+    int32_t cb = tu_const(g, NULL, KILN_DTYPE_F32, 4, TU_DIMS(1, 2, EL, EL), bias);
+    sc = tu_const(g, NULL, KILN_DTYPE_F32, 0, TU_DIMS(0), &c);
+    if (variant == 4) s = tu_node(g, KILN_OP_ADD, TU_IDS(s, cb), TU_NO_ATTRS);
+    s = tu_node(g, variant == 1 ? KILN_OP_DIV : KILN_OP_MUL, TU_IDS(s, sc), TU_NO_ATTRS);
+    if (variant != 4) s = tu_node(g, KILN_OP_ADD, TU_IDS(s, cb), TU_NO_ATTRS);
+    if (mask >= 0) s = tu_node(g, KILN_OP_ADD, TU_IDS(s, mask), TU_NO_ATTRS);
+    if (variant == 0) s = tu_node(g, KILN_OP_CAST, TU_IDS(s), TU_ATTRS(TU_INTS("dtype", 1)));
+    int32_t pr = tu_node(g, KILN_OP_SOFTMAX, TU_IDS(s), TU_ATTRS(TU_INTS("dim", -1)));
+    if (variant == 0) pr = tu_node(g, KILN_OP_CAST, TU_IDS(pr), TU_ATTRS(TU_INTS("dtype", 1)));
+    y = tu_node(g, KILN_OP_MATMUL, TU_IDS(pr, qkv[2]), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_PERMUTE, TU_IDS(y), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", EB, EL, d)));
+    tu_output(g, y, "y");
+    if (variant == 2) tu_output(g, pr, "probs");
+    kiln_build_options h0 = bt_opts(0, KILN_PRECISION_FP16, 0);
+    kiln_build_options h1 = bt_opts(1, KILN_PRECISION_FP16, 0);
+    if (bt_plan(g, &h1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_SDPA) == (uint32_t)want_sdpa, "%s: %u sdpa, want %d", what,
+                  bt_count(&p, KILN_OP_SDPA), want_sdpa);
+        CHECK_MSG(bt_count(&p, KILN_OP_SOFTMAX) == (uint32_t)!want_sdpa, "%s: %u softmax", what,
+                  bt_count(&p, KILN_OP_SOFTMAX));
+        if (want_sdpa) CHECK_EQ_INT(bt_count(&p, KILN_OP_MATMUL), 0);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[2] = {{3, {EB, EL, d}}, {4, {EB, 1, 1, EL}}};
+    // against the same float16 engine without the rewrite, and the float32 one
+    bt_compare(g, &h0, &h1, variant == 1 ? 2 : 1, sh, 0, 3e-3, 1e-2, what);
+    bt_compare(g, &o0, &h1, variant == 1 ? 2 : 1, sh, 0, 1e-2, 3e-2, what);
+    kiln_graph_free(g);
+    for (int j = 0; j < 3; j++) free(w[j]);
+    free(bias);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
@@ -292,5 +350,10 @@ int main(void) {
     test_gpt2(G_NOT_TRIL, 0, 0, "GPT-2 split, a mask that is not causal");
     test_gpt2(G_SHIFTED, 1, 1, "GPT-2 slices off the head boundaries");
     test_gpt2(G_DYN_BATCH, 0, 1, "GPT-2 split, dynamic batch");
+    test_eager(0, 1, "eager attention: scale, bias, softmax in float32");
+    test_eager(1, 1, "eager attention: divide, bias and an input mask");
+    test_eager(2, 0, "eager attention: probabilities also an output");
+    test_eager(3, 0, "eager attention: heads of 8");
+    test_eager(4, 0, "eager attention: bias before the scale");
     return check_summary();
 }
