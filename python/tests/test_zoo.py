@@ -14,14 +14,18 @@ weights rounded to 11 or 8 significant bits, layer after layer).
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import sys
+from contextlib import redirect_stdout
 
 import kiln
 import pytest
 import torch
 from conftest import delegation_summary
 from executorch.exir import to_edge_transform_and_lower
+from kiln._cli import main as kiln_main
 from kiln.executorch import KilnPartitioner
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
@@ -168,6 +172,26 @@ def test_zoo_reduced_precision(tmp_path, name, depth, precision):
 @pytest.mark.parametrize("name", zoo.names())
 def test_zoo_reduced_precision_all(tmp_path, name, precision):
     _zoo_case(tmp_path, name, 1, precision)
+
+
+@pytest.mark.parametrize("name", ["mpnet", "beit_base"])
+def test_zoo_eager_attention_becomes_sdpa(tmp_path, name):
+    """MPNet's (position bias and padding mask, a divide) and BEiT's (relative-position bias,
+    a multiply) attention written as matmul, softmax, matmul: at 16 bits the builder takes it as
+    sdpa (docs/builder.md), no softmax or matmul left, and the values still match eager."""
+    module, inputs, prog, part = export_zoo(name, 1, "fp16")
+    check_whole(prog, part)
+    path = tmp_path / f"{name}.pte"
+    with open(path, "wb") as f:
+        prog.write_to_file(f)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert kiln_main(["inspect", "--json", str(path)]) == 0
+    ops = [la["op"] for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
+    assert ops.count("sdpa") == 1, ops
+    assert "softmax" not in ops and "matmul" not in ops, ops
+    fresh = zoo.make_inputs(name, module, seed=11)
+    run_and_compare(tmp_path, name, module, prog, fresh, "fp16")
 
 
 def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
