@@ -182,6 +182,7 @@ def environment(args) -> dict:
             sm_count=p.multi_processor_count,
             cudnn=torch.backends.cudnn.version(),
         )
+    env["libraries"] = M.library_versions()
     try:
         import triton
 
@@ -487,6 +488,9 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
                 except Exception as e:  # noqa: BLE001
                     s = System("kiln", None)
                     s.error = f"rebuild failed: {type(e).__name__}: {e}"
+                    why = M.library_mismatch(manifest.get("libraries"), M.library_versions())
+                    if why:
+                        s.error += f" ({why})"
                     systems.append(s)
                     log(f"  {cfg.name}: {s.error}")
                     if args.verbose:

@@ -357,6 +357,7 @@ def main(argv=None) -> int:
             "executorch": getattr(executorch, "__version__", "unknown"),
             "kiln_version": C.version(),
             "libkiln_sha256": file_sha256(lib),
+            "libraries": M.library_versions(),
         }
     )
     manifest.setdefault("models", {})

@@ -125,6 +125,43 @@ def _init_range(mod: nn.Module, pname: str, t: torch.Tensor) -> tuple[float, flo
     return -0.1, 0.1  # free parameters: class token, position embedding
 
 
+MODEL_LIBRARIES = ("transformers", "timm", "torchvision")
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of the libraries whose code builds the models (absent: "none"). The device
+    route regenerates weights by parameter name: a library version with other names on the
+    device fails the rebuild, and this is what tells why."""
+    import importlib
+
+    out = {}
+    for name in MODEL_LIBRARIES:
+        try:
+            out[name] = str(importlib.import_module(name).__version__)
+        except Exception:  # noqa: BLE001 (not installed, or broken: either way not this one)
+            out[name] = "none"
+    return out
+
+
+def library_mismatch(exported: dict | None, here: dict) -> str:
+    """A sentence naming the model libraries whose version differs between the export (the
+    manifest's "libraries") and this machine, or "" when none does or the export did not say."""
+    if not exported:
+        return ""
+    diff = [
+        f"{k} {exported[k]} at export, {here.get(k, 'none')} here"
+        for k in sorted(exported)
+        if exported[k] != here.get(k, "none")
+    ]
+    if not diff:
+        return ""
+    return (
+        "the model libraries differ from the export's ("
+        + "; ".join(diff)
+        + "): parameter names and initialisation may differ; export with the same versions"
+    )
+
+
 def tensor_bytes(t: torch.Tensor) -> bytes:
     """The raw little-endian bytes of a tensor (contiguous, on the CPU)."""
     t = t.detach().to("cpu").contiguous().reshape(-1)

@@ -409,3 +409,18 @@ def test_llm_trace_summary_by_hand():
     assert names["merge_c"]["per_step"] == 10 and names["merge_c"]["mean_us"] == 1.0
     assert names["gemv_a"]["us_per_step"] == 5.0
     assert summary["per_name"][0]["name"] == "merge_c"  # the most device time first
+
+
+def test_bench_names_a_model_library_version_mismatch():
+    """The device route regenerates weights by parameter name: a rebuild that fails on another
+    transformers/timm/torchvision version says which (bench/models.py)."""
+    anc = _anchors_module()
+    M = anc.M
+    here = M.library_versions()
+    assert set(here) == set(M.MODEL_LIBRARIES) and all(isinstance(v, str) for v in here.values())
+    assert M.library_mismatch(None, here) == "" and M.library_mismatch({}, here) == ""
+    assert M.library_mismatch(dict(here), here) == ""
+    other = dict(here, transformers="0.0.1")
+    why = M.library_mismatch(other, here)
+    assert f"transformers 0.0.1 at export, {here['transformers']} here" in why
+    assert "timm" not in why and "export with the same versions" in why
