@@ -9,8 +9,9 @@
 // 2. QKV merge: an sdpa whose q, k and v are each
 //        permute(reshape(linear(x, W_j, b_j), [a0, a1, H, E]), (0, 2, 1, 3))
 //    over the same x (HF BERT's separate query/key/value projections), every link read only by
-//    the next, constant weights [H * E, K] of one dtype and biases all present or all absent,
-//    becomes one linear over the rows [W_q; W_k; W_v] (and [b_q; b_k; b_v]) and
+//    the next, constant weights [H * E, K] of one dtype and constant biases [H * E] of that dtype
+//    where present, becomes one linear over the rows [W_q; W_k; W_v] (and [b_q; b_k; b_v], zeros
+//    for a projection without one: Whisper's and BEiT's keys have no bias) and
 //        select(permute(reshape(y, [a0, a1, 3, H, E]), (2, 0, 3, 1, 4)), 0, j)
 //    the same values: one GEMM instead of three. The old chains lose their last reader and dead-
 //    code elimination removes them (this pass runs before the second dce).
@@ -44,7 +45,8 @@
 //    eager form); the masks of the scores' dtype, broadcasting to them without widening them.
 //    Only where the engine computes attention in 16 bits (a float16/bfloat16 graph, or a float32
 //    one built at such a precision) over heads the tensor-core kernels take (E = Ev in {64, 80,
-//    128, 256}): elsewhere the matmuls' GEMMs are the faster form on the GPU. Fully masked rows
+//    128, 256}), or without masks over heads cuDNN's fused attention takes (E = Ev a multiple of
+//    8 up to 256): elsewhere the matmuls' GEMMs are the faster form on the GPU. Fully masked rows
 //    give zeros where softmax gave NaN (PyTorch's sdpa does the same).
 // New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
 // three linears; the eager attention's second matmul), and the nodes are re-sorted by key at the
@@ -196,11 +198,20 @@ static kiln_status stack3(kiln_bgraph *b, const int32_t v[3], int32_t *out) {
     return kiln_bgraph_add_const(b, dtype, &s, dst, total, out);
 }
 
+// A new constant of v's dtype and shape, all zeros.
+static kiln_status zeros_like(kiln_bgraph *b, int32_t v, int32_t *out) {
+    const uint64_t n = b->values[v].nbytes;
+    void *p;
+    KILN_TRY(kiln_bgraph_blob(b, (size_t)n, &p));
+    memset(p, 0, (size_t)n);
+    return kiln_bgraph_add_const(b, b->values[v].desc.dtype, &b->values[v].desc.shape, p, n, out);
+}
+
 static kiln_status qkv_merge(kiln_bgraph *b, uint32_t sdpa, int *done) {
     qkv_chain c[3];
     int64_t shape[3][4];
     int32_t w[3], bias[3], wc, bc = -1, ins[3], y, r, pm;
-    int64_t seq = 0;
+    int64_t seq = 0, bias_dt = -1;
     *done = 0;
     for (int j = 0; j < 3; j++) {
         if (!match_chain(b, kiln_bgraph_input(b, &b->nodes[sdpa], (uint32_t)j), &c[j], shape[j]))
@@ -209,10 +220,15 @@ static kiln_status qkv_merge(kiln_bgraph *b, uint32_t sdpa, int *done) {
     for (int j = 0; j < 3; j++) {
         const kiln_value_desc *wd = &b->values[c[j].w].desc, *w0 = &b->values[c[0].w].desc;
         if (c[j].x != c[0].x || memcmp(shape[j], shape[0], sizeof shape[0]) != 0 ||
-            !kiln_desc_equal(wd, w0) || (c[j].bias >= 0) != (c[0].bias >= 0) ||
-            (c[j].bias >= 0 &&
-             !kiln_desc_equal(&b->values[c[j].bias].desc, &b->values[c[0].bias].desc))) {
+            !kiln_desc_equal(wd, w0)) {
             return KILN_OK;
+        }
+        if (c[j].bias >= 0) { // [H * E], one dtype for all (the form a row of zeros joins)
+            const kiln_value_desc *bd = &b->values[c[j].bias].desc;
+            if (bd->shape.rank != 1 || bd->shape.min[0] != w0->shape.max[0] ||
+                bd->shape.max[0] != w0->shape.max[0] || (bias_dt >= 0 && bd->dtype != bias_dt))
+                return KILN_OK;
+            bias_dt = (int64_t)bd->dtype;
         }
         if (j > 0 && (c[j].lin == c[0].lin || c[j].lin == c[j - 1].lin)) return KILN_OK;
         w[j] = c[j].w;
@@ -221,7 +237,16 @@ static kiln_status qkv_merge(kiln_bgraph *b, uint32_t sdpa, int *done) {
     }
     if (b->values[c[0].w].desc.shape.min[0] != b->values[c[0].w].desc.shape.max[0]) return KILN_OK;
     KILN_TRY(stack3(b, w, &wc));
-    if (bias[0] >= 0) KILN_TRY(stack3(b, bias, &bc));
+    if (bias[0] >= 0 || bias[1] >= 0 || bias[2] >= 0) {
+        int32_t zero = -1;
+        for (int j = 0; j < 3; j++) {
+            if (bias[j] >= 0) continue;
+            if (zero < 0)
+                KILN_TRY(zeros_like(b, bias[bias[0] >= 0 ? 0 : bias[1] >= 0 ? 1 : 2], &zero));
+            bias[j] = zero;
+        }
+        KILN_TRY(stack3(b, bias, &bc));
+    }
     ins[0] = c[0].x;
     ins[1] = wc;
     ins[2] = bc;
@@ -610,8 +635,11 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     const int64_t e = qd->shape.max[r - 1];
     if (qd->shape.min[r - 1] != e || !same_dim(&qd->shape, r - 1, &kd->shape, r - 1) ||
         !same_dim(&vd->shape, r - 1, &qd->shape, r - 1) ||
-        !same_dim(&kd->shape, r - 2, &vd->shape, r - 2) ||
-        (e != 64 && e != 80 && e != 128 && e != 256))
+        !same_dim(&kd->shape, r - 2, &vd->shape, r - 2))
+        return KILN_OK;
+    // heads the tensor-core kernels take, or, without a mask, the fused geometry cuDNN's flash
+    // attention takes (a multiple of 8 up to 256: SegFormer's heads of 32)
+    if (e != 64 && e != 80 && e != 128 && e != 256 && (n_masks > 0 || e % 8 != 0 || e > 256))
         return KILN_OK;
     // the masks' sum, in the order the model added them, then the sdpa in place of P V
     const int64_t seq = b->nodes[pv].seq;

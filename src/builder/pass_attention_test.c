@@ -27,7 +27,8 @@ static int32_t head_split(kiln_graph *g, int32_t x, int32_t w, int32_t b, const 
 }
 
 // A BERT-style self-attention block. variant 0: the pattern; 1: k's projection also an output;
-// 2: v projects another input; 3: no biases, dynamic batch and sequence (copied reshape dims).
+// 2: v projects another input; 3: no biases, dynamic batch and sequence (copied reshape dims);
+// 4: no bias on k (Whisper, BEiT); 5: a bias on q only.
 static kiln_graph *bert_block(int variant, float **blobs) {
     kiln_graph *g;
     int32_t x, x2 = -1, w[3], b[3] = {-1, -1, -1}, qkv[3], lin[3], o;
@@ -42,7 +43,7 @@ static kiln_graph *bert_block(int variant, float **blobs) {
         blobs[2 * j] = rnd(D * D);
         blobs[2 * j + 1] = rnd(D);
         w[j] = tu_const(g, wn[j], KILN_DTYPE_F32, 2, TU_DIMS(D, D), blobs[2 * j]);
-        if (variant != 3)
+        if (variant != 3 && !(variant == 4 && j == 1) && !(variant == 5 && j > 0))
             b[j] = tu_const(g, bn[j], KILN_DTYPE_F32, 1, TU_DIMS(D), blobs[2 * j + 1]);
     }
     for (int j = 0; j < 3; j++) {
@@ -274,10 +275,14 @@ static void test_gpt2(int variant, uint32_t want_slice, int want_causal, const c
 // at float16. variant 0: a multiply by c, a constant bias [1, H, L, L], the softmax between casts
 // to and from float32 (BEiT); 1: a divide by c, a constant bias and an input key-padding mask
 // [B, 1, 1, L] (MPNet); 2: the probabilities also an output (left alone); 3: heads of 8 (left
-// alone); 4: the bias added before the scale (left alone: the scale would reach the bias).
+// alone); 4: the bias added before the scale (left alone: the scale would reach the bias); heads
+// of 32: 5 without masks (SegFormer: taken), 6 with the bias (left alone); 7: heads of 12 without
+// masks (left alone).
 enum { EH = 64, ED = 2 * EH, EL = 7, EB = 2 };
 static void test_eager(int variant, int want_sdpa, const char *what) {
-    const int64_t e = variant == 3 ? 8 : EH, d = 2 * e;
+    const int64_t e = variant == 3 ? 8 : variant == 5 || variant == 6 ? 32 : variant == 7 ? 12 : EH;
+    const int64_t d = 2 * e;
+    const int no_bias = variant == 5 || variant == 7;
     float *w[3], *bias = rnd(2 * EL * EL), c = variant == 1 ? 8.0f : 0.125f;
     kiln_graph *g;
     kiln_plan p;
@@ -299,7 +304,7 @@ static void test_eager(int variant, int want_sdpa, const char *what) {
     sc = tu_const(g, NULL, KILN_DTYPE_F32, 0, TU_DIMS(0), &c);
     if (variant == 4) s = tu_node(g, KILN_OP_ADD, TU_IDS(s, cb), TU_NO_ATTRS);
     s = tu_node(g, variant == 1 ? KILN_OP_DIV : KILN_OP_MUL, TU_IDS(s, sc), TU_NO_ATTRS);
-    if (variant != 4) s = tu_node(g, KILN_OP_ADD, TU_IDS(s, cb), TU_NO_ATTRS);
+    if (variant != 4 && !no_bias) s = tu_node(g, KILN_OP_ADD, TU_IDS(s, cb), TU_NO_ATTRS);
     if (mask >= 0) s = tu_node(g, KILN_OP_ADD, TU_IDS(s, mask), TU_NO_ATTRS);
     if (variant == 0) s = tu_node(g, KILN_OP_CAST, TU_IDS(s), TU_ATTRS(TU_INTS("dtype", 1)));
     int32_t pr = tu_node(g, KILN_OP_SOFTMAX, TU_IDS(s), TU_ATTRS(TU_INTS("dim", -1)));
@@ -336,6 +341,8 @@ int main(void) {
     test_bert(1, 3, 0, "k projection read twice");
     test_bert(2, 3, 0, "v from another input");
     test_bert(3, 1, 3, "no biases, dynamic shapes");
+    test_bert(4, 1, 3, "no bias on k: a row of zeros");
+    test_bert(5, 1, 3, "a bias on q only");
     test_packed_unbind();
     test_not_select();
     test_gqa(2, 0, 2, 1, "GQA, bool mask [L, S]");
@@ -354,6 +361,9 @@ int main(void) {
     test_eager(1, 1, "eager attention: divide, bias and an input mask");
     test_eager(2, 0, "eager attention: probabilities also an output");
     test_eager(3, 0, "eager attention: heads of 8");
+    test_eager(5, 1, "eager attention: heads of 32 without a mask (cuDNN's geometry)");
+    test_eager(6, 0, "eager attention: heads of 32 with a bias");
+    test_eager(7, 0, "eager attention: heads of 12 without a mask");
     test_eager(4, 0, "eager attention: bias before the scale");
     return check_summary();
 }
