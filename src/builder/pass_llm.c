@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// LLM decoder patterns: RMSNorm and rotary position embeddings, which an exported transformers
+// Norm and rotary patterns: RMSNorm and rotary position embeddings, which an exported transformers
 // decoder (Llama, Qwen2, Mistral, Gemma) spells as chains of 7-8 small elementwise ops, become
 // one layer each (docs/builder.md):
 //
@@ -20,6 +20,13 @@
 //    is rotary(x, cos, sin) when D is static and even, the slices are exactly the two halves,
 //    the cat is on the last dim in that order and cos, sin broadcast to x (the output has x's
 //    shape). x and cos/sin may have other readers (q and k share the tables).
+// 3. L2 normalization: F.normalize(x, dim=-1) and x / x.norm(dim=-1, keepdim=True), exported as
+//        div(x, [expand](clamp(pow(sum(pow(x, 2), dims [-1], keepdim), 0.5) | sqrt(...), min eps)))
+//    (the clamp optional, min eps >= 0 and no max), is rms_norm(x, w, eps^2 / D) with w a new
+//    constant of D elements 1/sqrt(D) in x's dtype (Swin-V2's cosine attention normalizes q and
+//    k so). The same values wherever |x| > eps; a row with |x| <= eps is divided by
+//    sqrt(|x|^2 + eps^2) instead of eps (within a factor of sqrt(2); a zero row gives zeros in
+//    both). A squared eps below float32's smallest normal keeps the chain.
 // Every intermediate value fused away has exactly one reader and is not a graph output; a
 // chain that differs in any way stays as it is. The fused node takes the emission key of the
 // node it replaces; the nodes are re-sorted at the end, and the old chains, left without
@@ -306,8 +313,79 @@ static kiln_status rotary(kiln_bgraph *b, uint32_t add, int *done) {
     return KILN_OK;
 }
 
+// --- 3. L2 normalization, matched from its div
+
+// The sum over the last dim (keepdim) of pow(x, 2) that produces v, or -1; *x = that x.
+static int32_t sum_of_squares(const kiln_bgraph *b, int32_t v, int32_t *x) {
+    double two = 0.0;
+    int32_t sum = sole_producer(b, v, KILN_OP_SUM);
+    if (sum < 0) return -1;
+    int32_t pw = sole_producer(b, kiln_bgraph_input(b, &b->nodes[sum], 0), KILN_OP_POW);
+    if (pw < 0 || !scalar_const(b, kiln_bgraph_input(b, &b->nodes[pw], 1), &two) || two != 2.0)
+        return -1;
+    *x = kiln_bgraph_input(b, &b->nodes[pw], 0);
+    kiln_attrs sa = kiln_bgraph_attrs(b, &b->nodes[sum]);
+    uint32_t nd = 0;
+    const int64_t *dims = kiln_attrs_ints(&sa, KILN_A_REDUCE_DIMS, &nd);
+    if (nd != 1 || !is_last_dim(dims[0], b->values[*x].desc.shape.rank) ||
+        kiln_attrs_int(&sa, KILN_A_REDUCE_KEEPDIM, 0) != 1)
+        return -1;
+    return sum;
+}
+
+static kiln_status l2_normalize(kiln_bgraph *b, uint32_t div, int *done) {
+    *done = 0;
+    const int32_t x = kiln_bgraph_input(b, &b->nodes[div], 0);
+    int32_t v = kiln_bgraph_input(b, &b->nodes[div], 1), n;
+    double eps = 0.0, half = 0.0;
+    if (x < 0 || v < 0 || x == v) return KILN_OK;
+    if ((n = sole_producer(b, v, KILN_OP_EXPAND)) >= 0) v = kiln_bgraph_input(b, &b->nodes[n], 0);
+    if ((n = sole_producer(b, v, KILN_OP_CLAMP)) >= 0) { // clamp_min(norm, eps)
+        kiln_attrs ca = kiln_bgraph_attrs(b, &b->nodes[n]);
+        const double lo = kiln_attrs_float(&ca, KILN_A_CLAMP_MIN, 0);
+        const double hi = kiln_attrs_float(&ca, KILN_A_CLAMP_MAX, 0);
+        if (!isfinite(lo) || lo < 0.0 || !(isnan(hi) || (isinf(hi) && hi > 0))) return KILN_OK;
+        eps = lo;
+        v = kiln_bgraph_input(b, &b->nodes[n], 0);
+    }
+    if ((n = sole_producer(b, v, KILN_OP_SQRT)) < 0) { // the norm: sqrt, or pow(., 0.5)
+        n = sole_producer(b, v, KILN_OP_POW);
+        if (n < 0 || !scalar_const(b, kiln_bgraph_input(b, &b->nodes[n], 1), &half) || half != 0.5)
+            return KILN_OK;
+    }
+    int32_t xs_ = -1;
+    if (sum_of_squares(b, kiln_bgraph_input(b, &b->nodes[n], 0), &xs_) < 0 || xs_ != x)
+        return KILN_OK;
+    const kiln_value_desc *xd = &b->values[x].desc;
+    const uint32_t r = xd->shape.rank;
+    if (!kiln_dtype_is_float((kiln_dtype)xd->dtype) ||
+        xd->shape.min[r - 1] != xd->shape.max[r - 1] || xd->shape.max[r - 1] < 1 ||
+        !same_shape(&b->values[b->nodes[div].output].desc.shape, &xd->shape))
+        return KILN_OK;
+    // x / max(|x|, eps) = x * rsqrt(mean(x^2) + eps^2 / D) / sqrt(D) wherever |x| > eps; a
+    // squared eps that float32 cannot hold keeps the chain (a zero row would give NaN)
+    const int64_t d = xd->shape.max[r - 1];
+    double eps2 = eps * eps / (double)d;
+    if (eps > 0.0 && eps2 < 1.1754943508222875e-38) return KILN_OK;
+    kiln_shape ws;
+    memset(&ws, 0, sizeof ws);
+    ws.rank = 1;
+    ws.min[0] = ws.max[0] = d;
+    const size_t es = kiln_dtype_size((kiln_dtype)xd->dtype);
+    void *wp;
+    int32_t w;
+    KILN_TRY(kiln_bgraph_blob(b, (size_t)d * es, &wp));
+    for (int64_t i = 0; i < d; i++)
+        kiln_store_f32(wp, xd->dtype, i, (float)(1.0 / sqrt((double)d)));
+    KILN_TRY(kiln_bgraph_add_const(b, xd->dtype, &ws, wp, (uint64_t)d * es, &w));
+    int32_t ins[2] = {x, w};
+    kiln_attr_ref ref = {KILN_ATTR_FLOATS, 1, 0};
+    kiln_attrs a = {&ref, 1, NULL, &eps2};
+    return fuse_into(b, div, KILN_OP_RMS_NORM, ins, 2, &a, "l2 normalize", done);
+}
+
 kiln_status kiln_pass_llm(kiln_bgraph *b) {
-    uint32_t before = b->stats.n_rms_norm + b->stats.n_rotary;
+    uint32_t before = b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize;
     size_t n = b->n_nodes;
     KILN_TRY(kiln_bgraph_count_uses(b));
     for (size_t i = 0; i < n; i++) {
@@ -315,6 +393,16 @@ kiln_status kiln_pass_llm(kiln_bgraph *b) {
         if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_RSQRT) continue;
         KILN_TRY(rms_norm(b, (uint32_t)i, &done));
         b->stats.n_rms_norm += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_DIV || b->nodes[i].n_tail > 0 ||
+            b->nodes[i].head >= 0)
+            continue;
+        KILN_TRY(l2_normalize(b, (uint32_t)i, &done));
+        b->stats.n_l2_normalize += (uint32_t)done;
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
     n = b->n_nodes;
@@ -329,6 +417,7 @@ kiln_status kiln_pass_llm(kiln_bgraph *b) {
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
     // the fused nodes were appended after their readers: restore index = topological order
-    if (b->stats.n_rms_norm + b->stats.n_rotary > before) KILN_TRY(kiln_bgraph_sort_nodes(b));
+    if (b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize > before)
+        KILN_TRY(kiln_bgraph_sort_nodes(b));
     return KILN_OK;
 }

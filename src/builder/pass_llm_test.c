@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// LLM patterns (pass_llm.c): LlamaRMSNorm and transformers' rotate-half rotary chains built op by
-// op as an exported decoder spells them become one rms_norm / rotary layer (operands in either
-// order, with and without the casts, without a weight, Gemma's folded 1 + w, 16-bit models), the
-// chains that differ (mean over another dim, pow 4, an intermediate read twice, slices that are
+// LLM patterns (pass_llm.c): LlamaRMSNorm, F.normalize and transformers' rotate-half rotary chains
+// built op by op as an exported decoder spells them become one rms_norm / rotary layer (operands in
+// either order, with and without the casts, without a weight, Gemma's folded 1 + w, 16-bit models),
+// the chains that differ (mean over another dim, pow 4, an intermediate read twice, slices that are
 // not the halves, the cat in the other order) stay as they are, and every engine computes what
 // the unoptimized one does (the unfused ops on the CPU backend, random inputs). Under bf16 the
 // rotary reads float32 position-math cos/sin tables as they are.
@@ -133,6 +133,102 @@ static void test_rms_values(void) {
     kiln_built_free(b);
     kiln_graph_free(g);
     free(w);
+    free(x);
+}
+
+// --- L2 normalization
+
+enum {
+    L_SQRT = 1 << 0,      // sqrt(s) instead of pow(s, 0.5)
+    L_NO_CLAMP = 1 << 1,  // x / x.norm(dim=-1, keepdim=True)
+    L_EXPAND = 1 << 2,    // the denominator expanded to x's shape first (F.normalize's expand_as)
+    L_BF16 = 1 << 3,      // a bfloat16 model
+    L_SUM_DIM1 = 1 << 4,  // negative: the sum over dim 1
+    L_POW4 = 1 << 5,      // negative: pow(x, 4)
+    L_CLAMP_MAX = 1 << 6, // negative: a clamp with a max
+    L_TINY_EPS = 1 << 7,  // negative: eps 1e-30 (its square is not a float32 normal)
+    L_OTHER_X = 1 << 8    // negative: y's norm divides x
+};
+
+// x [2, 3, D] -> x / max(|x|, eps) over the last dim (F.normalize)
+static kiln_graph *l2_graph(int f) {
+    kiln_graph *g;
+    kiln_dtype dt = (f & L_BF16) ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+    float ex = (f & L_POW4) ? 4.0f : 2.0f, half = 0.5f;
+    double eps = (f & L_TINY_EPS) ? 1e-30 : 1e-12;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", dt, 3, TU_DIMS(2, 3, D), TU_DIMS(2, 3, D)), xn = x;
+    if (f & L_OTHER_X) xn = tu_input(g, "y", dt, 3, TU_DIMS(2, 3, D), TU_DIMS(2, 3, D));
+    int32_t two = tu_const(g, "two", dt, 0, NULL, &ex);
+    int32_t p = tu_node(g, KILN_OP_POW, TU_IDS(xn, two), TU_NO_ATTRS);
+    int32_t s =
+        tu_node(g, KILN_OP_SUM, TU_IDS(p),
+                TU_ATTRS(TU_INTS("dims", (f & L_SUM_DIM1) ? 1 : -1), TU_INTS("keepdim", 1)));
+    int32_t n;
+    if (f & L_SQRT) {
+        n = tu_node(g, KILN_OP_SQRT, TU_IDS(s), TU_NO_ATTRS);
+    } else {
+        int32_t h = tu_const(g, "half", dt, 0, NULL, &half);
+        n = tu_node(g, KILN_OP_POW, TU_IDS(s, h), TU_NO_ATTRS);
+    }
+    if (f & L_CLAMP_MAX) {
+        n = tu_node(g, KILN_OP_CLAMP, TU_IDS(n),
+                    TU_ATTRS(TU_FLOATS("min", eps), TU_FLOATS("max", 10.0)));
+    } else if (!(f & L_NO_CLAMP)) {
+        n = tu_node(g, KILN_OP_CLAMP, TU_IDS(n), TU_ATTRS(TU_FLOATS("min", eps)));
+    }
+    if (f & L_EXPAND)
+        n = tu_node(g, KILN_OP_EXPAND, TU_IDS(n), TU_ATTRS(TU_INTS("shape", 2, 3, D)));
+    tu_output(g, tu_node(g, KILN_OP_DIV, TU_IDS(x, n), TU_NO_ATTRS), "out");
+    return g;
+}
+
+static void test_l2(int f, int want, const char *what) {
+    kiln_graph *g = l2_graph(f);
+    kiln_plan p;
+    kiln_build_stats st;
+    memset(&st, 0, sizeof st);
+    if (kiln_build_plan(g, &o1, &p, &st) == KILN_OK) {
+        CHECK_MSG(st.n_l2_normalize == (uint32_t)want, "%s: %u l2 normalizations", what,
+                  st.n_l2_normalize);
+        CHECK_MSG((bt_count(&p, KILN_OP_RMS_NORM) == 1) == want &&
+                      p.n_layers == (want ? 1u : p.n_layers),
+                  "%s: %u layers, %u rms_norm", what, p.n_layers, bt_count(&p, KILN_OP_RMS_NORM));
+        kiln_plan_release(&p);
+    } else {
+        CHECK_MSG(0, "%s: build: %s", what, kiln_last_error());
+    }
+    bt_shape s[2] = {{3, {2, 3, D}}, {3, {2, 3, D}}};
+    int bf = (f & L_BF16) != 0;
+    bt_compare(g, &o0, &o1, (f & L_OTHER_X) ? 2 : 1, s, 0, bf ? 2e-2 : 1e-5, bf ? 2e-2 : 1e-5,
+               what);
+    kiln_graph_free(g);
+}
+
+// Against a direct double computation of x / max(|x|, eps), a row of zeros included (zeros out,
+// not NaN), so that the two engines of bt_compare cannot share a mistake.
+static void test_l2_values(void) {
+    float *x = tu_rand(2 * 3 * D, -2.0f, 2.0f);
+    for (int i = 0; i < D; i++) x[4 * D + i] = 0.0f;
+    kiln_graph *g = l2_graph(L_EXPAND);
+    kiln_built *b = NULL;
+    bt_outputs out;
+    CHECK_OK(kiln_build(g, &o1, &b));
+    bt_shape s[1] = {{3, {2, 3, D}}};
+    void *in[1] = {x};
+    if (b != NULL && bt_run(b, 1, s, in, &out)) {
+        float ref[2 * 3 * D];
+        for (int r = 0; r < 6; r++) {
+            double sq = 0;
+            for (int i = 0; i < D; i++) sq += (double)x[r * D + i] * x[r * D + i];
+            double nrm = fmax(sqrt(sq), 1e-12);
+            for (int i = 0; i < D; i++) ref[r * D + i] = (float)(x[r * D + i] / nrm);
+        }
+        tu_check_close("l2 normalize values", out.data[0], ref, 6 * D, 1e-6, 1e-5);
+        bt_outputs_free(&out);
+    }
+    kiln_built_free(b);
+    kiln_graph_free(g);
     free(x);
 }
 
@@ -272,6 +368,16 @@ int main(void) {
     test_rms(R_T5_READ | R_BF16, "cast|pow|mean|add|rsqrt|cast|mul|cast|mul",
              "rms t5 cast read twice");
     test_rms_values();
+    test_l2(0, 1, "l2 F.normalize");
+    test_l2(L_SQRT | L_EXPAND, 1, "l2 sqrt, expanded");
+    test_l2(L_NO_CLAMP | L_SQRT, 1, "l2 x / x.norm()");
+    test_l2(L_BF16 | L_EXPAND, 1, "l2 bf16 model");
+    test_l2(L_SUM_DIM1, 0, "l2 sum over dim 1");
+    test_l2(L_POW4, 0, "l2 pow 4");
+    test_l2(L_CLAMP_MAX, 0, "l2 clamp with a max");
+    test_l2(L_TINY_EPS, 0, "l2 eps too small to square");
+    test_l2(L_OTHER_X, 0, "l2 another tensor's norm");
+    test_l2_values();
     test_rope(0, 2, "rope plain");
     test_rope(T_SWAP_ADD | T_SWAP_COS | T_SWAP_SIN, 2, "rope swapped operands");
     test_rope(T_NEG_IDX | T_SWAP_SIN, 2, "rope negative slice bounds");
