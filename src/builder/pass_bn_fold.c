@@ -3,8 +3,10 @@
 // where the conv's output feeds only the batch norm, becomes conv2d(x, w', b') with
 //   s[c] = gamma[c] / sqrt(var[c] + eps),  w'[c, ...] = w[c, ...] s[c],
 //   b'[c] = (b[c] - mean[c]) s[c] + beta[c]      (gamma = 1, beta = 0, b = 0 when absent).
-// The same holds for linear with a 2-D output ([N, C]: the channel is the last dim). Computed
-// in double, stored in the weights' dtype.
+// The same holds for linear with a 2-D output ([N, C]: the channel is the last dim), and for a
+// linear whose [.., C] output reaches a [M, C] norm through reshapes only, each read once
+// (LeViT's linear, flatten(0, 1), BatchNorm1d): the last reshape then gives the norm's value.
+// Computed in double, stored in the weights' dtype.
 //
 // A constant per-channel scale or shift on such a conv2d / linear (torchvision's
 // FrozenBatchNorm2d in detection backbones is x * scale + shift, the chain folded to two
@@ -43,12 +45,32 @@ static kiln_status fold_one(kiln_bgraph *b, uint32_t bn_node, int *done) {
         b->is_output[x])
         return KILN_OK;
     h_node = b->values[x].index;
+    // a linear's [.., C] output reshaped to the norm's [M, C] (LeViT's linear, flatten(0, 1),
+    // BatchNorm1d): reshapes keep every element's flat index, so its channel (index mod C)
+    const int32_t bn_in = x;
+    for (int hops = 0; hops < 4 && b->nodes[h_node].op == KILN_OP_RESHAPE; hops++) {
+        const kiln_bnode *r = &b->nodes[h_node];
+        const int32_t rx = kiln_bgraph_input(b, r, 0);
+        if (r->dead || r->head >= 0 || r->n_tail > 0 || kiln_bgraph_input(b, r, 1) >= 0 || rx < 0 ||
+            b->values[rx].kind != KILN_IR_NODE || b->uses[rx] != 1 || b->is_output[rx])
+            return KILN_OK;
+        x = rx;
+        h_node = b->values[x].index;
+    }
     {
         const kiln_bnode *h = &b->nodes[h_node];
         if (h->dead || h->n_tail > 0 || (h->op != KILN_OP_CONV2D && h->op != KILN_OP_LINEAR)) {
             return KILN_OK;
         }
-        if (h->op == KILN_OP_LINEAR && b->values[x].desc.shape.rank != 2) return KILN_OK;
+        if (x != bn_in) {
+            const kiln_shape *ls = &b->values[x].desc.shape, *ns = &b->values[bn_in].desc.shape;
+            if (h->op != KILN_OP_LINEAR || ns->rank != 2 || ns->min[1] != ns->max[1] ||
+                ls->min[ls->rank - 1] != ls->max[ls->rank - 1] ||
+                ls->max[ls->rank - 1] != ns->max[1])
+                return KILN_OK;
+        } else if (h->op == KILN_OP_LINEAR && b->values[x].desc.shape.rank != 2) {
+            return KILN_OK;
+        }
         w = kiln_bgraph_input(b, h, 1);
         bias = kiln_bgraph_input(b, h, 2);
         ins[0] = kiln_bgraph_input(b, h, 0);
@@ -90,15 +112,17 @@ static kiln_status fold_one(kiln_bgraph *b, uint32_t bn_node, int *done) {
     ins[1] = new_w;
     ins[2] = new_b;
     KILN_TRY(kiln_bgraph_set_inputs(b, h_node, ins, 3));
-    // The head now produces the batch norm's output value; its old output is orphaned.
+    // The head (or the last reshape after it) now produces the batch norm's output value; its
+    // old output is orphaned.
     bn = &b->nodes[bn_node];
-    b->values[x].kind = KILN_BV_DEAD;
-    b->nodes[h_node].output = bn->output;
-    b->values[bn->output].index = h_node;
+    const uint32_t last = b->values[bn_in].index;
+    b->values[bn_in].kind = KILN_BV_DEAD;
+    b->nodes[last].output = bn->output;
+    b->values[bn->output].index = last;
     bn->dead = 1;
-    KILN_TRY(kiln_bgraph_infer(b, h_node, &check));
+    KILN_TRY(kiln_bgraph_infer(b, last, &check));
     KILN_CHECK(kiln_desc_equal(&check, &b->values[bn->output].desc), KILN_ERR_INTERNAL,
-               "batch-norm folding changed the output of node %u", h_node);
+               "batch-norm folding changed the output of node %u", last);
     *done = 1;
     return KILN_OK;
 }

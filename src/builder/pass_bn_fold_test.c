@@ -142,6 +142,41 @@ static void test_linear_bn(void) {
     }
 }
 
+// LeViT's linear + BatchNorm1d: linear over [B, L, K], flatten(0, 1) to [B L, C], the norm,
+// reshaped back. Folded into the linear through the reshape. negative: the linear's 2 C
+// features viewed as [2 B L, C] (a row holds two channels' worth): not folded.
+static void test_linear_reshape_bn(int negative) {
+    float w[2 * C_OUT * 8], mean[C_OUT], var[C_OUT], gamma[C_OUT], beta[C_OUT];
+    const int64_t n = negative ? 2 * C_OUT : C_OUT, rows = negative ? 12 : 6;
+    kiln_graph *g;
+    kiln_plan p;
+    tu_fill(w, 2 * C_OUT * 8, -1, 1);
+    tu_fill(mean, C_OUT, -1, 1);
+    tu_fill(var, C_OUT, 0.5f, 2);
+    tu_fill(gamma, C_OUT, -2, 2);
+    tu_fill(beta, C_OUT, -1, 1);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(2, 3, 8), TU_DIMS(2, 3, 8));
+    int32_t cw = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(n, 8), w);
+    int32_t mu = tu_const(g, "mean", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), mean);
+    int32_t va = tu_const(g, "var", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), var);
+    int32_t ga = tu_const(g, "gamma", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), gamma);
+    int32_t be = tu_const(g, "beta", KILN_DTYPE_F32, 1, TU_DIMS(C_OUT), beta);
+    int32_t y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, cw), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", rows, C_OUT)));
+    y = tu_node(g, KILN_OP_BATCH_NORM, TU_IDS(y, ga, be, mu, va), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", 2, 3, n)));
+    tu_output(g, tu_node(g, KILN_OP_RELU, TU_IDS(y), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p,
+                         negative ? "linear|reshape|mul,add,relu|reshape" : "linear,relu|reshape");
+        kiln_plan_release(&p);
+    }
+    bt_shape s[1] = {{3, {2, 3, 8}}};
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-4, 1e-4, "linear, reshape, bn");
+    kiln_graph_free(g);
+}
+
 // The conv output is read elsewhere too, or the statistics are not constant: no folding.
 static void test_not_folded(void) {
     static bn_params m;
@@ -275,6 +310,8 @@ int main(void) {
     test_conv_bn();
     test_half();
     test_linear_bn();
+    test_linear_reshape_bn(0);
+    test_linear_reshape_bn(1);
     test_not_folded();
     test_standalone();
     test_scale_shift();
