@@ -9,7 +9,8 @@
 //  2. a reshape of a reshape reads the inner one's input (its shape codes rewritten to refer to
 //     that input; the inner one dies when nothing else reads it);
 //  3. a reshape whose output is its input (the same dims, dynamic ones copied from the same
-//     position), and a copy (clone), are removed: their readers read the input.
+//     position), a copy (clone), a cat of one tensor and a pad of nothing (every padding 0) are
+//     removed: their readers read the input.
 //  4. a linear over reshape(x, [M, K]) (x [.., K]: leading dims flattened) whose output is read
 //     only by a reshape to x's leading dims and N is a linear over x itself: torch's export
 //     spells a linear over a 3-d input as view -> addmm -> view, and with the views in between
@@ -24,6 +25,10 @@
 //     output from the expand's input (its other operand has the expanded dims), is removed:
 //     those ops read the input and broadcast it themselves (MobileViTv2's linear attention
 //     multiplies by `context.expand_as(v)`; a materialized mask broadcast).
+//  7. a chain of permutes and reshapes of static shapes, each link read only by the next, that
+//     leaves every element where it was (a channels-first map flattened and transposed back to
+//     the tokens it came from: SegFormer's reduced keys) is a reshape of its input. It runs
+//     between 2 and 3.
 // Reshapes with a `like` input are left alone. A node whose output is a graph output or a
 // state's update keeps a layer (rewrites 1 and 2 still apply to it): I/O lowering relies on
 // those copies.
@@ -34,6 +39,18 @@
 #include "core/status.h"
 
 static int is_static(const kiln_shape *s, uint32_t i) { return s->min[i] == s->max[i]; }
+
+// A pad node whose every padding is 0.
+static int zero_pad(const kiln_bgraph *b, const kiln_bnode *n) {
+    if (n->op != KILN_OP_PAD) return 0;
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    uint32_t np = 0;
+    const int64_t *p = kiln_attrs_ints(&a, KILN_A_PAD_PADS, &np);
+    for (uint32_t i = 0; i < np; i++) {
+        if (p[i] != 0) return 0;
+    }
+    return 1;
+}
 
 // Reshape codes for output y of a view whose output dim i is input x's dim src[i] (-1: a new
 // size-1 dim): static dims literal, dynamic ones copied from x. 0 when a dynamic dim has no
@@ -178,6 +195,110 @@ static kiln_status make_reshape(kiln_bgraph *b, uint32_t k, int32_t x, const int
     n->op = KILN_OP_RESHAPE;
     scratch->dead = 1;
     b->values[r].kind = KILN_BV_DEAD;
+    return KILN_OK;
+}
+
+// --- 7. permute/reshape chains that keep the element order
+
+#define VIEW_CHAIN_MAX 8
+
+// The strides of a view of sizes nsz over a tensor of sizes osz and strides ost, when one exists
+// without a copy (PyTorch's rule for Tensor.view: each run of dims contiguous with each other is
+// split or merged only within itself); 0 otherwise.
+static int view_strides(const int64_t *osz, const int64_t *ost, int n, const int64_t *nsz, int m,
+                        int64_t *nst) {
+    if (n == 0) {
+        for (int i = 0; i < m; i++) nst[i] = 1;
+        return 1;
+    }
+    int view_d = m - 1;
+    int64_t base = ost[n - 1], tensor_numel = 1, view_numel = 1;
+    for (int d = n - 1; d >= 0; d--) {
+        tensor_numel *= osz[d];
+        if (d == 0 || (osz[d - 1] != 1 && ost[d - 1] != tensor_numel * base)) {
+            while (view_d >= 0 && (view_numel < tensor_numel || nsz[view_d] == 1)) {
+                nst[view_d] = view_numel * base;
+                view_numel *= nsz[view_d];
+                view_d--;
+            }
+            if (view_numel != tensor_numel) return 0;
+            if (d > 0) {
+                base = ost[d - 1];
+                tensor_numel = view_numel = 1;
+            }
+        }
+    }
+    return view_d == -1;
+}
+
+// Node k (a reshape or permute) and the chain of plain reshapes and permutes behind it, each
+// read only by the next and not an output, all of static shapes: when the chain from its
+// farthest possible start keeps every element in place (the strides it ends with are the dense
+// strides of k's shape, as in x.reshape(B, H, W, C).permute(0, 3, 1, 2).reshape(B, C, H * W)
+// .permute(0, 2, 1)), node k becomes a reshape of the chain's input. At least one permute.
+static kiln_status order_keeping_chain(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    uint32_t chain[VIEW_CHAIN_MAX];
+    int n = 0, n_perm = 0;
+    for (uint32_t at = k;;) {
+        const kiln_bnode *nd = &b->nodes[at];
+        if (nd->dead || nd->head >= 0 || nd->n_tail > 0) break;
+        if (nd->op != KILN_OP_PERMUTE && !plain_reshape(b, nd)) break;
+        const kiln_shape *ys = &b->values[nd->output].desc.shape;
+        int stat = ys->rank <= KILN_MAX_RANK;
+        for (uint32_t i = 0; stat && i < ys->rank; i++) stat = is_static(ys, i) && ys->max[i] > 0;
+        if (!stat) break;
+        chain[n++] = at;
+        n_perm += nd->op == KILN_OP_PERMUTE;
+        if (n == VIEW_CHAIN_MAX) break;
+        const int32_t x = kiln_bgraph_input(b, nd, 0);
+        if (x < 0 || b->values[x].kind != KILN_IR_NODE || b->uses[x] != 1 || b->is_output[x]) break;
+        at = b->values[x].index;
+    }
+    if (n < 2 || n_perm == 0) return KILN_OK;
+    // from the farthest start: the chain's input x, dense; then each node's view of it
+    const int32_t x = kiln_bgraph_input(b, &b->nodes[chain[n - 1]], 0);
+    const kiln_shape *xs = &b->values[x].desc.shape;
+    int64_t sz[KILN_MAX_RANK], st[KILN_MAX_RANK];
+    int r = (int)xs->rank;
+    if (r > KILN_MAX_RANK) return KILN_OK;
+    for (int i = r - 1; i >= 0; i--) {
+        if (!is_static(xs, (uint32_t)i) || xs->max[i] <= 0) return KILN_OK;
+        sz[i] = xs->max[i];
+        st[i] = i == r - 1 ? 1 : st[i + 1] * sz[i + 1];
+    }
+    for (int c = n - 1; c >= 0; c--) {
+        const kiln_bnode *nd = &b->nodes[chain[c]];
+        const kiln_shape *ys = &b->values[nd->output].desc.shape;
+        int64_t nsz[KILN_MAX_RANK], nst[KILN_MAX_RANK];
+        const int m = (int)ys->rank;
+        for (int i = 0; i < m; i++) nsz[i] = ys->max[i];
+        if (nd->op == KILN_OP_PERMUTE) {
+            kiln_attrs a = kiln_bgraph_attrs(b, nd);
+            uint32_t np = 0;
+            const int64_t *perm = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &np);
+            if ((int)np != r || m != r) return KILN_OK;
+            for (int i = 0; i < m; i++) {
+                const int64_t p = perm[i] < 0 ? perm[i] + r : perm[i];
+                if (p < 0 || p >= r || sz[p] != nsz[i]) return KILN_OK;
+                nst[i] = st[p];
+            }
+        } else if (!view_strides(sz, st, r, nsz, m, nst)) {
+            return KILN_OK; // a reshape that would copy: the chain is not one view
+        }
+        memcpy(sz, nsz, sizeof(int64_t) * (size_t)m);
+        memcpy(st, nst, sizeof(int64_t) * (size_t)m);
+        r = m;
+    }
+    int64_t dense = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        if (sz[i] != 1 && st[i] != dense) return KILN_OK;
+        dense *= sz[i];
+    }
+    int64_t codes[KILN_MAX_RANK];
+    memcpy(codes, sz, sizeof(int64_t) * (size_t)r);
+    KILN_TRY(make_reshape(b, k, x, codes, (uint32_t)r));
+    *done = 1;
     return KILN_OK;
 }
 
@@ -413,6 +534,14 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         KILN_TRY(make_reshape(b, (uint32_t)k, kiln_bgraph_input(b, in, 0), codes, nc));
         b->stats.n_views++;
     }
+    // 7: permute/reshape chains that keep the element order
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    const size_t n7 = b->n_nodes;
+    for (size_t k = 0; k < n7; k++) {
+        int done = 0;
+        KILN_TRY(order_keeping_chain(b, (uint32_t)k, &done));
+        b->stats.n_views += (uint32_t)done;
+    }
     // 3: identity reshapes: their readers read the input
     KILN_TRY(kiln_bgraph_count_uses(b));
     const size_t nv = b->n_values;
@@ -428,8 +557,9 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         }
         if (b->is_output[n->output]) continue;
         // a copy, or a cat of one tensor (DenseNet's first layer of a block), gives its input
-        const int copy = (n->op == KILN_OP_COPY || n->op == KILN_OP_CAT) && n->head < 0 &&
-                         n->n_tail == 0 && n->n_inputs == 1 && in[0] >= 0 &&
+        // and so does a pad of nothing (Swin's windows pad to a multiple of the window size)
+        const int copy = (n->op == KILN_OP_COPY || n->op == KILN_OP_CAT || zero_pad(b, n)) &&
+                         n->head < 0 && n->n_tail == 0 && n->n_inputs == 1 && in[0] >= 0 &&
                          kiln_desc_equal(&b->values[in[0]].desc, &b->values[n->output].desc);
         if (!copy && (!plain_reshape(b, n) || !identity_reshape(b, n))) continue;
         rename[n->output] = in[0];

@@ -59,6 +59,60 @@ static void test_transpose_and_identity(void) {
     kiln_graph_free(g);
 }
 
+// A pad of nothing (Swin's pad to a multiple of the window when the map is one already) is
+// removed, dynamic batch included; a pad of something, and one that is an output, stay.
+static void test_zero_pad(void) {
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, 4, 4, 3), TU_DIMS(5, 4, 4, 3));
+    int32_t v = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    v = tu_node(g, KILN_OP_PAD, TU_IDS(v), TU_ATTRS(TU_INTS("pads", 0, 0, 0, 0, 0, 0)));
+    v = tu_node(g, KILN_OP_NEG, TU_IDS(v), TU_NO_ATTRS);
+    int32_t w = tu_node(g, KILN_OP_PAD, TU_IDS(v), TU_ATTRS(TU_INTS("pads", 0, 0, 0, 1, 0, 0)));
+    tu_output(g, tu_node(g, KILN_OP_EXP, TU_IDS(w), TU_NO_ATTRS), "y");
+    tu_output(g, tu_node(g, KILN_OP_PAD, TU_IDS(v), TU_ATTRS(TU_INTS("pads", 0, 0))), "z");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, "exp|neg|pad|exp|pad");
+        kiln_plan_release(&p);
+    }
+    bt_shape s[1] = {{4, {3, 4, 4, 3}}};
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-6, 1e-6, "pad of nothing removed");
+    kiln_graph_free(g);
+}
+
+// Rewrite 7: tokens [B, H * W, C] viewed as a channels-first map and flattened back
+// (reshape, permute, reshape, permute) keep every element in place: one reshape, then nothing
+// (an identity). variant 1: H and W swapped on the way (a real transpose) stays; 2: the map is
+// also an output (the chain is read twice) and stays.
+static void test_order_keeping_chain(int variant, const char *want, const char *what) {
+    enum { B = 2, H = 3, W = 4, C = 5 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(B, H * W, C), TU_DIMS(B, H * W, C));
+    int32_t v = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    v = tu_node(g, KILN_OP_RESHAPE, TU_IDS(v), TU_ATTRS(TU_INTS("shape", B, H, W, C)));
+    v = variant == 1
+            ? tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 3, 2, 1)))
+            : tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 3, 1, 2)));
+    if (variant == 2) tu_output(g, v, "map");
+    v = tu_node(g, KILN_OP_RESHAPE, TU_IDS(v), TU_ATTRS(TU_INTS("shape", B, C, H * W)));
+    v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 2, 1)));
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(v), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape s[1] = {{3, {B, H * W, C}}};
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-6, 1e-6, what);
+    kiln_graph_free(g);
+}
+
 // Two dynamic dims: a chain whose codes copy dims collapses with the copies rewritten to the
 // first input's dims; the swapped copy (a reinterpretation, not an identity) stays a reshape.
 static void test_dynamic_chain(void) {
@@ -212,6 +266,10 @@ int main(void) {
     test_head_split_merge();
     test_transpose_and_identity();
     test_dynamic_chain();
+    test_zero_pad();
+    test_order_keeping_chain(0, "exp|neg", "tokens through a channels-first map and back");
+    test_order_keeping_chain(1, "exp|reshape|permute|reshape|permute|neg", "a real transpose");
+    test_order_keeping_chain(2, "exp|reshape|permute|reshape|permute|neg", "the map read twice");
     test_linear_through(0, "linear,gelu,add", "linear between reshapes");
     test_linear_through(1, "linear,gelu,add", "addmm between reshapes");
     test_linear_through(2, "reshape|linear,gelu,add", "linear after a head merge");
