@@ -194,6 +194,67 @@ def test_zoo_eager_attention_becomes_sdpa(tmp_path, name):
     run_and_compare(tmp_path, name, module, prog, fresh, "fp16")
 
 
+def _layer_ops(tmp_path, name, prog):
+    """The engine's layers as (op, fused ops) pairs, read back from the written program."""
+    path = tmp_path / f"{name}.pte"
+    with open(path, "wb") as f:
+        prog.write_to_file(f)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert kiln_main(["inspect", "--json", str(path)]) == 0
+    return [
+        (la["op"], tuple(la["fused"]))
+        for e in json.loads(out.getvalue())["engines"]
+        for la in e["layers"]
+    ]
+
+
+def _ops(layers, op):
+    return sum(1 for o, _ in layers if o == op)
+
+
+# The builder's patterns on real library code (docs/builder.md), each a check that fails without
+# its rewrite: (model, check of the float16 engine's layers, what it shows).
+BUILDER_PATTERNS = {
+    # F.normalize of q and k in every block: one rms_norm each, no pow/sum/clamp/div chain
+    "swinv2_tiny": (
+        lambda ls: (
+            _ops(ls, "rms_norm") == 2 * _ops(ls, "softmax") > 0
+            and _ops(ls, "pow") == _ops(ls, "clamp") == _ops(ls, "div") == 0
+        ),
+        "cosine attention's L2 normalization as rms_norm",
+    ),
+    # Linear, flatten(0, 1), BatchNorm1d after every projection: folded, no multiply-add left
+    "levit_128s": (
+        lambda ls: _ops(ls, "mul") == 0 and _ops(ls, "batch_norm") == 0 and _ops(ls, "linear") > 0,
+        "batch norms folded into the linears through reshapes",
+    ),
+    # k_proj has no bias: the three projections still merge into one linear and three selects
+    "whisper_encoder": (
+        lambda ls: _ops(ls, "select") == 3 * _ops(ls, "sdpa") > 0,
+        "q/k/v merged with a zero bias for k",
+    ),
+    # efficient self-attention with heads of 32 and no mask: sdpa, no scores materialized
+    "segformer_b0": (
+        lambda ls: _ops(ls, "sdpa") > 0 and _ops(ls, "softmax") == 0,
+        "unmasked heads of 32 as sdpa",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDER_PATTERNS))
+def test_zoo_builder_patterns(tmp_path, name):
+    """Each pattern is found in the real model's code at float16, and the values still match
+    eager PyTorch."""
+    check, what = BUILDER_PATTERNS[name]
+    module, inputs, prog, part = export_zoo(name, 1, "fp16")
+    check_whole(prog, part)
+    layers = _layer_ops(tmp_path, name, prog)
+    assert check(layers), f"{name}: {what}: {layers}"
+    fresh = zoo.make_inputs(name, module, seed=13)
+    run_and_compare(tmp_path, name, module, prog, fresh, "fp16")
+
+
 def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
     """transformers' T5 run in float16 guards each layer's output against overflow (isinf, any,
     a where of two scalars, clamp with tensor bounds): the model built in float16 is one delegate
