@@ -70,6 +70,13 @@ static inline double kiln_attrs_float(const kiln_attrs *a, uint32_t idx, uint32_
     return a->floats[a->refs[idx].begin + j];
 }
 
+// The dims a rotary rotates, from its cos/sin tables' last dim (1 for a table of rank 0): 1 or
+// x's D is all of them; another size R, the first R (the rest passed through). Shape inference
+// checks that R is static, even and below D.
+static inline int64_t kiln_rotary_dims(int64_t table_last, int64_t d) {
+    return table_last == 1 || table_last == d ? d : table_last;
+}
+
 // --- attribute positions per op (schema order; see ops.c)
 
 // conv2d: x, w, bias?

@@ -432,7 +432,8 @@ kiln_status kiln_cpu_tail_apply(const kiln_kernel_args *args) {
 
 // --- rotary: y[.., i] = x[i] cos[i] + (i < D/2 ? -x[i + D/2] : x[i - D/2]) sin[i] over the last
 // dim (transformers' q * cos + rotate_half(q) * sin), cos and sin broadcast to x (x's dtype or
-// float32), float32 math, one rounding to y's dtype.
+// float32), float32 math, one rounding to y's dtype. Tables over R < D dims rotate x's first R
+// that way (R in place of D) and copy the rest (kiln_rotary_dims).
 
 size_t kiln_cpu_rotary_scratch(const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0];
@@ -448,10 +449,17 @@ kiln_status kiln_cpu_rotary(const kiln_kernel_args *args) {
                KILN_ERR_INVALID_ARG,
                "cpu rotary: needs x[..., D] with D even, cos/sin of rank "
                "at most x's");
-    int64_t d = x->dims[x->rank - 1], h = d / 2, numel = kiln_tensor_numel(x);
+    const int64_t d = x->dims[x->rank - 1], numel = kiln_tensor_numel(x);
+    const int64_t rd = kiln_rotary_dims(cs->rank ? cs->dims[cs->rank - 1] : 1, d), h = rd / 2;
     int64_t cstr[KILN_MAX_RANK], sstr[KILN_MAX_RANK];
-    KILN_CHECK(kiln_broadcast_strides(cs, x, cstr) && kiln_broadcast_strides(sn, x, sstr),
-               KILN_ERR_INVALID_ARG, "cpu rotary: cos and sin must broadcast to x");
+    kiln_tensor xr_shape = *x; // the rotated part, which the tables broadcast to
+    xr_shape.dims[x->rank - 1] = rd;
+    KILN_CHECK(rd % 2 == 0 && rd <= d &&
+                   kiln_rotary_dims(sn->rank ? sn->dims[sn->rank - 1] : 1, d) == rd &&
+                   kiln_broadcast_strides(cs, &xr_shape, cstr) &&
+                   kiln_broadcast_strides(sn, &xr_shape, sstr),
+               KILN_ERR_INVALID_ARG,
+               "cpu rotary: cos and sin must broadcast to x, or both to its first R (even) dims");
     if (d == 0 || numel == 0) return KILN_OK;
     kiln_cpu_scratch s;
     kiln_cpu_scratch_init(&s, args);
@@ -470,12 +478,13 @@ kiln_status kiln_cpu_rotary(const kiln_kernel_args *args) {
             so += i * sstr[k];
         }
         kiln_cpu_load_f32(x->data, x->dtype, r * d, 1, d, xr);
-        kiln_cpu_load_f32(cs->data, cs->dtype, co, cstr[x->rank - 1], d, cr);
-        kiln_cpu_load_f32(sn->data, sn->dtype, so, sstr[x->rank - 1], d, sr);
+        kiln_cpu_load_f32(cs->data, cs->dtype, co, cstr[x->rank - 1], rd, cr);
+        kiln_cpu_load_f32(sn->data, sn->dtype, so, sstr[x->rank - 1], rd, sr);
         for (int64_t i = 0; i < h; i++) {
             yr[i] = xr[i] * cr[i] - xr[i + h] * sr[i];
             yr[i + h] = xr[i + h] * cr[i + h] + xr[i] * sr[i + h];
         }
+        for (int64_t i = rd; i < d; i++) yr[i] = xr[i];
         kiln_cpu_store_f32(y->data, y->dtype, r * d, d, yr);
     }
     return KILN_OK;

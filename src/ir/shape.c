@@ -729,14 +729,30 @@ static kiln_status infer_rotary(const ictx *c, const kiln_attrs *a,
         return SHAPE_FAIL(c, "%s has shape %s; rotary needs a static, even last dimension",
                           IN(c, 0), SS(x));
     }
-    out->shape = *x;
+    // Partial rotation: tables whose last dim is a static even R below D (and not 1) rotate the
+    // first R of x's D and pass the rest (GPT-NeoX's, StableLM's and Phi's rotary_pct).
+    const int64_t r = kiln_rotary_dims(
+        in[1]->shape.rank ? in[1]->shape.max[in[1]->shape.rank - 1] : 1, x->max[d]);
+    const int64_t r2 = kiln_rotary_dims(
+        in[2]->shape.rank ? in[2]->shape.max[in[2]->shape.rank - 1] : 1, x->max[d]);
+    if (r != r2 || r % 2 != 0 || r < 2 || r > x->max[d]) {
+        return SHAPE_FAIL(c,
+                          "%s and %s have shapes %s and %s; rotary needs tables over x's last "
+                          "dimension (%lld), or both over the same even number of its first "
+                          "dimensions",
+                          IN(c, 1), IN(c, 2), SS(&in[1]->shape), SS(&in[2]->shape),
+                          (long long)x->max[d]);
+    }
+    kiln_shape xr = *x; // the rotated part, which the tables broadcast to
+    xr.min[d] = xr.max[d] = r;
+    out->shape = xr;
     for (uint32_t i = 1; i < 3; i++) {
         const kiln_shape *t = &in[i]->shape;
         if (in[i]->dtype != in[0]->dtype && in[i]->dtype != KILN_DTYPE_F32) {
             return SHAPE_FAIL(c, "%s has dtype %s; rotary needs x's dtype (%s) or float32",
                               IN(c, i), dname(in[i]->dtype), dname(in[0]->dtype));
         }
-        if (t->rank > x->rank) {
+        if (t->rank > x->rank || (t->rank > 0 && !is_static(t, t->rank - 1))) {
             return SHAPE_FAIL(c, "%s has shape %s; it must broadcast to x %s", IN(c, i), SS(t),
                               SS(x));
         }
@@ -749,6 +765,7 @@ static kiln_status infer_rotary(const ictx *c, const kiln_attrs *a,
             }
         }
     }
+    out->shape.min[d] = out->shape.max[d] = x->max[d];
     return KILN_OK;
 }
 

@@ -514,6 +514,18 @@ static void test_rotary(void) {
                "f32[3,8]");
     EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "broadcast", "f32[2,8]", "f32[1,2,8]", "f32[8]");
     EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "float32", "bf16[2,8]", "f16[8]", "bf16[8]");
+    // partial rotation: tables over the first R of D
+    EXPECT(A(KILN_OP_ROTARY), "f32[2,4,3,10]", "f32[2,4,3,10]", "f32[2,1,3,4]", "f32[2,1,3,4]");
+    EXPECT(A(KILN_OP_ROTARY), "f16[1,4,1..16,80]", "f16[1,4,1..16,80]", "f32[1..16,20]",
+           "f32[1,1,1..16,20]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "same even number", "f32[2,10]", "f32[2,4]",
+               "f32[2,10]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "same even number", "f32[2,10]", "f32[2,3]",
+               "f32[2,3]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "same even number", "f32[2,10]", "f32[12]",
+               "f32[12]");
+    EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "broadcast", "f32[2,10]", "f32[2,2..4]",
+               "f32[4]");
 }
 
 static tat *pool(uint32_t op, int64_t k, int64_t s, int64_t p, int ceil) {
