@@ -635,7 +635,7 @@ static int rope_cache_write(const fold_state *s, uint32_t li, const uint8_t *nhw
 }
 
 // A rotary head (no tail) over a dense activation of static shape, writing a dense activation or
-// engine output.
+// engine output, that rotates all of x's last dim (the group's kernel passes nothing through).
 static int rope_rotary(const fold_state *s, uint32_t li, const uint8_t *nhwc, const uint8_t *alt) {
     const kiln_plan *p = s->p;
     const kiln_plan_layer *l = &p->layers[li];
@@ -646,6 +646,13 @@ static int rope_rotary(const fold_state *s, uint32_t li, const uint8_t *nhwc, co
         if (p->ids[l->input_begin + j] < 0 || (alt != NULL && alt[l->input_begin + j])) return 0;
     }
     const int32_t x = in0(p, li), y = out0(p, li);
+    for (uint32_t j = 1; j < 3; j++) { // a full rotation: tables over all of x's last dim
+        const kiln_shape *ts = &p->tensors[p->ids[l->input_begin + j]].shape;
+        const kiln_shape *xs = &p->tensors[x].shape;
+        const int64_t tl = ts->rank ? ts->max[ts->rank - 1] : 1;
+        if (xs->rank == 0 || kiln_rotary_dims(tl, xs->max[xs->rank - 1]) != xs->max[xs->rank - 1])
+            return 0;
+    }
     return rope_dense(s, x, nhwc) && y >= 0 &&
            (p->tensors[y].kind == KILN_TENSOR_ACTIVATION ||
             p->tensors[y].kind == KILN_TENSOR_OUTPUT) &&

@@ -1088,7 +1088,9 @@ extern "C" kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us) {
 // dim (transformers' rotate-half form; the CPU reference is src/cpu/op_eltwise.c). cos and sin
 // broadcast to x (element strides over x's dims, 0 along a broadcast dim) and are read in their
 // own dtype (x's, or float32 position tables); float32 math, one rounding to y's dtype. One
-// thread per (row, i < D/2) pair: it writes y[i] and y[i + D/2].
+// thread per (row, i < R/2) pair: it writes y[i] and y[i + R/2]. R is D, or the tables' last
+// dim when they cover only the first R of x's D (kiln_rotary_dims): then one more thread per
+// passed element copies it.
 
 typedef struct rot_params {
     int nlead;                 // leading dims of x kept (size-1 dims dropped)
@@ -1096,7 +1098,7 @@ typedef struct rot_params {
     int64_t cstr[KC_MAX_RANK]; // cos element strides over them
     int64_t sstr[KC_MAX_RANK]; // sin element strides over them
     int64_t c_last, s_last;    // strides along the last dim (1, or 0 when broadcast)
-    int64_t rows, h;           // rows of x and D / 2
+    int64_t rows, h, d;        // rows of x, R / 2 and D (a row's length)
 } rot_params;
 
 // Pair i of row `row` of x rotated into yr (the row's output).
@@ -1111,7 +1113,7 @@ __device__ __forceinline__ void rotary_pair(const T *__restrict__ x, const TC *_
         co += j * P.cstr[k];
         so += j * P.sstr[k];
     }
-    const T *xr = x + row * 2 * P.h;
+    const T *xr = x + row * P.d;
     const float x1 = kc_to_f(xr[i]), x2 = kc_to_f(xr[i + P.h]);
     const float c1 = kc_to_f(cs[co + i * P.c_last]), c2 = kc_to_f(cs[co + (i + P.h) * P.c_last]);
     const float s1 = kc_to_f(sn[so + i * P.s_last]), s2 = kc_to_f(sn[so + (i + P.h) * P.s_last]);
@@ -1124,11 +1126,15 @@ static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restri
                                      const TS *__restrict__ sn, T *__restrict__ y,
                                      const __grid_constant__ rot_params P) {
     kc_pdl_enter();
-    const int64_t n = P.rows * P.h;
+    const int64_t w = P.d - P.h, n = P.rows * w; // per row: h pairs, then d - 2h passed
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = idx / P.h, i = idx - row * P.h;
-        rotary_pair(x, cs, sn, y + row * 2 * P.h, P, row, i);
+        const int64_t row = idx / w, i = idx - row * w;
+        if (i < P.h) {
+            rotary_pair(x, cs, sn, y + row * P.d, P, row, i);
+        } else {
+            y[row * P.d + P.h + i] = x[row * P.d + P.h + i];
+        }
     }
 }
 
@@ -1165,10 +1171,10 @@ rope_cache_kernel(const T *__restrict__ xq, T *__restrict__ yq,
          idx += (int64_t)gridDim.x * blockDim.x) {
         if (idx < nq) {
             const int64_t row = idx / Pq.h;
-            rotary_pair(xq, cs, sn, yq + row * 2 * Pq.h, Pq, row, idx - row * Pq.h);
+            rotary_pair(xq, cs, sn, yq + row * Pq.d, Pq, row, idx - row * Pq.h);
         } else if (idx < nq + nk) {
             const int64_t e = idx - nq, row = e / Pk.h, dst = rope_cache_row(C, row, C.kwrap);
-            if (dst >= 0) rotary_pair(xk, cs, sn, kc + dst * 2 * Pk.h, Pk, row, e - row * Pk.h);
+            if (dst >= 0) rotary_pair(xk, cs, sn, kc + dst * Pk.d, Pk, row, e - row * Pk.h);
         } else {
             const int64_t e = idx - nq - nk, row = e / C.dv;
             const int64_t dst = rope_cache_row(C, row, C.vwrap);
@@ -1177,17 +1183,32 @@ rope_cache_kernel(const T *__restrict__ xq, T *__restrict__ yq,
     }
 }
 
+// x viewed over the dims the tables rotate (its first R of D: kiln_rotary_dims), or 0 when the
+// two tables disagree on R or R is not an even number of x's dims.
+static int rotated_view(const kiln_tensor *x, const kiln_tensor *c, const kiln_tensor *s,
+                        kiln_tensor *xr) {
+    if (x->rank < 1) return 0;
+    const int64_t d = x->dims[x->rank - 1];
+    const int64_t r = kiln_rotary_dims(c->rank ? c->dims[c->rank - 1] : 1, d);
+    if (r != kiln_rotary_dims(s->rank ? s->dims[s->rank - 1] : 1, d) || r % 2 != 0 || r > d)
+        return 0;
+    *xr = *x;
+    xr->dims[x->rank - 1] = r;
+    return 1;
+}
+
 extern "C" int kiln_cuda_rotary_supports(const kiln_kernel_args *args) {
     int64_t str[KC_MAX_RANK];
     if (args->n_in < 3 || args->in[0] == NULL || args->in[1] == NULL || args->in[2] == NULL)
         return 0;
     const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2];
-    if (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0) return 0;
+    kiln_tensor xr;
+    if (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0 || !rotated_view(x, c, s, &xr)) return 0;
     for (int i = 1; i < 3; i++) {
         uint32_t dt = args->in[i]->dtype;
         if (dt != x->dtype && dt != KILN_DTYPE_F32) return 0;
     }
-    return kiln_broadcast_strides(c, x, str) && kiln_broadcast_strides(s, x, str);
+    return kiln_broadcast_strides(c, &xr, str) && kiln_broadcast_strides(s, &xr, str);
 }
 
 // The rotary's parameters for x (cos c and sin s broadcast to it).
@@ -1195,10 +1216,13 @@ static void rot_params_of(const kiln_tensor *x, const kiln_tensor *c, const kiln
                           rot_params *P) {
     int64_t cstr[KC_MAX_RANK], sstr[KC_MAX_RANK];
     memset(P, 0, sizeof *P);
-    kiln_broadcast_strides(c, x, cstr);
-    kiln_broadcast_strides(s, x, sstr);
+    kiln_tensor xr = *x;
+    rotated_view(x, c, s, &xr); // checked by kiln_cuda_rotary_supports
+    kiln_broadcast_strides(c, &xr, cstr);
+    kiln_broadcast_strides(s, &xr, sstr);
     const uint32_t last = x->rank - 1;
-    P->h = x->dims[last] / 2;
+    P->h = xr.dims[last] / 2;
+    P->d = x->dims[last];
     P->rows = kc_numel(x) / (x->dims[last] > 0 ? x->dims[last] : 1);
     P->c_last = cstr[last];
     P->s_last = sstr[last];
@@ -1236,6 +1260,12 @@ static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
     rot_params Pq, Pk;
     rot_params_of(x, c, s, &Pq);
     rot_params_of(xk, c, s, &Pk);
+    if (Pq.d != 2 * Pq.h || Pk.d != 2 * Pk.h) { // cuda_fold.c groups full rotations only
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "cuda rotary: a rope group over a partial rotation at %s; set the "
+                              "option cuda.attention_fold to false",
+                              ctx->where ? ctx->where : "?");
+    }
     rope_cache_params C;
     memset(&C, 0, sizeof C);
     C.n = ix->dims[0];

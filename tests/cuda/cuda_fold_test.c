@@ -748,12 +748,14 @@ static void gemv_unweighted_and_apart(void) {
 // position, as a decoder step exports. variant 0: the k rotary and both cache writes run in the
 // q rotary's launch; 1: the rotated k is also an engine output (no group); 2: the key cache's
 // old value is read before the write (the write is then not in place: no group); 3: q is an
-// engine output and the rows just written are read back (the GPU suite's model): a group.
+// engine output and the rows just written are read back (the GPU suite's model): a group; 4:
+// the tables cover half of each head (a partial rotation, which the group's kernel does not
+// pass through): no group.
 static void rope_case(int variant) {
     kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_fold f;
-    int64_t qd[4] = {1, H, 1, E}, kd[4] = {1, H, 1, E}, td[4] = {1, 1, 1, E};
+    int64_t qd[4] = {1, H, 1, E}, kd[4] = {1, H, 1, E}, td[4] = {1, 1, 1, variant == 4 ? E / 2 : E};
     int64_t cd[4] = {1, H, S, E}, pd[1] = {1}, two = 2, one = 1;
     int32_t kc = -1, vc = -1, xq = -1, xk = -1, xv = -1, cs = -1, sn = -1, pos = -1;
     memset(&p, 0, sizeof p);
@@ -829,6 +831,7 @@ int main(void) {
     rope_case(1);
     rope_case(2);
     rope_case(3);
+    rope_case(4);
     gemv_unweighted_and_apart();
     gemv_siblings_relocated();
     gemv_case(1, 0);

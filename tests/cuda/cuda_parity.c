@@ -905,11 +905,14 @@ static void cases_norm(void) {
         }
         // rotary: cos/sin broadcast over the heads ([B, 1, L, D]), a plain [L, D], a [D] table,
         // a [L, 1] table broadcast along D, D = 64 and D = 6 (not a multiple of 8), odd rows;
-        // the tables in x's dtype and in float32 (position math under fp16/bf16), mixed
+        // partial rotations (tables over the first R of D: StableLM's 20 of 80, 4 of 10, 2 of
+        // 6); the tables in x's dtype and in float32 (position math under fp16/bf16), mixed
         {
-            static const char *xs[] = {"2x4x3x64", "1x32x1x64", "3x5x6", "2x7x6", "3x1x5x10"};
-            static const char *ts[] = {"2x1x3x64", "1x1x1x64", "5x6", "6", "5x1"};
-            for (int s = 0; s < 5; s++) {
+            static const char *xs[] = {"2x4x3x64", "1x32x1x64", "3x5x6",    "2x7x6",
+                                       "3x1x5x10", "1x4x7x80",  "2x3x5x10", "3x6"};
+            static const char *ts[] = {"2x1x3x64", "1x1x1x64", "5x6", "6",
+                                       "5x1",      "1x1x7x20", "5x4", "2"};
+            for (int s = 0; s < 8; s++) {
                 for (int t = 0; t < 3; t++) {
                     uint32_t ct = t == 0 ? dt : F32, st = t == 2 ? dt : ct;
                     case_init(&c, KILN_OP_ROTARY);
