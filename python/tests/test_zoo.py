@@ -234,6 +234,15 @@ BUILDER_PATTERNS = {
         lambda ls: _ops(ls, "select") == 3 * _ops(ls, "sdpa") > 0,
         "q/k/v merged with a zero bias for k",
     ),
+    # rotary over the first 20 of each head's 80 dims: one rotary layer per operand, no slice
+    # or cat around it
+    "stablelm": (
+        lambda ls: (
+            _ops(ls, "rotary") == 2 * _ops(ls, "sdpa") > 0
+            and _ops(ls, "slice") == _ops(ls, "cat") == 0
+        ),
+        "partial rotary as one rotary layer",
+    ),
     # efficient self-attention with heads of 32 and no mask: sdpa, no scores materialized
     "segformer_b0": (
         lambda ls: _ops(ls, "sdpa") > 0 and _ops(ls, "softmax") == 0,

@@ -19,7 +19,10 @@
 //    that is add(mul(x, cos), mul(cat(neg(slice(x, -1, D/2, D)), slice(x, -1, 0, D/2)), sin)),
 //    is rotary(x, cos, sin) when D is static and even, the slices are exactly the two halves,
 //    the cat is on the last dim in that order and cos, sin broadcast to x (the output has x's
-//    shape). x and cos/sin may have other readers (q and k share the tables).
+//    shape). x and cos/sin may have other readers (q and k share the tables). The partial
+//    form (GPT-NeoX's, StableLM's and Phi's rotary_pct), cat(rotary(slice(x, -1, 0, R), cos,
+//    sin), slice(x, -1, R, D), -1) with tables over R dims, is rotary(x, cos, sin): the op
+//    rotates the first R dims when its tables cover R (kiln_rotary_dims) and copies the rest.
 // 3. L2 normalization: F.normalize(x, dim=-1) and x / x.norm(dim=-1, keepdim=True), exported as
 //        div(x, [expand](clamp(pow(sum(pow(x, 2), dims [-1], keepdim), 0.5) | sqrt(...), min eps)))
 //    (the clamp optional, min eps >= 0 and no max), is rms_norm(x, w, eps^2 / D) with w a new
@@ -301,6 +304,47 @@ static int rotary_match(const kiln_bgraph *b, int32_t a1, int32_t a2, int32_t *o
     return 0;
 }
 
+// The partial form: cat(rotary(slice(x, -1, 0, R), cos, sin), slice(x, -1, R, D), -1) with
+// tables over R dims is rotary(x, cos, sin) (kiln_rotary_dims: the first R rotated, the rest
+// passed), the rotary's and the rest's slice read only by the cat.
+static kiln_status partial_rotary(kiln_bgraph *b, uint32_t cat, int *done) {
+    *done = 0;
+    const kiln_bnode *cn = &b->nodes[cat];
+    if (cn->n_inputs != 2) return KILN_OK;
+    const int32_t rot = sole_producer(b, kiln_bgraph_input(b, cn, 0), KILN_OP_ROTARY);
+    const int32_t pass = sole_producer(b, kiln_bgraph_input(b, cn, 1), KILN_OP_SLICE);
+    if (rot < 0 || pass < 0) return KILN_OK;
+    // the rotated slice is still read by the rotate-half chain the rotary replaced (dead code
+    // until the next dce): any live slice node
+    const int32_t hv = kiln_bgraph_input(b, &b->nodes[rot], 0);
+    if (hv < 0 || b->values[hv].kind != KILN_IR_NODE) return KILN_OK;
+    const int32_t head = (int32_t)b->values[hv].index;
+    if (b->nodes[head].dead || b->nodes[head].op != KILN_OP_SLICE || b->nodes[head].n_tail > 0 ||
+        b->nodes[head].head >= 0)
+        return KILN_OK;
+    const int32_t x = kiln_bgraph_input(b, &b->nodes[head], 0);
+    const int32_t cos = kiln_bgraph_input(b, &b->nodes[rot], 1);
+    const int32_t sin = kiln_bgraph_input(b, &b->nodes[rot], 2);
+    const kiln_shape *xs = &b->values[x].desc.shape;
+    const uint32_t r = xs->rank;
+    if (r == 0 || xs->min[r - 1] != xs->max[r - 1] || kiln_bgraph_input(b, &b->nodes[pass], 0) != x)
+        return KILN_OK;
+    const int64_t d = xs->max[r - 1];
+    const kiln_shape *hs = &b->values[b->nodes[head].output].desc.shape;
+    const int64_t rd = hs->max[r - 1];
+    kiln_attrs ca = kiln_bgraph_attrs(b, cn);
+    if (!is_last_dim(kiln_attrs_int(&ca, KILN_A_CAT_DIM, 0), r) || rd < 2 || rd >= d ||
+        rd % 2 != 0 || !is_half(b, head, x, d, 0, rd) || !is_half(b, pass, x, d, rd, d))
+        return KILN_OK;
+    for (int i = 0; i < 2; i++) { // tables over exactly the R rotated dims
+        const kiln_shape *ts = &b->values[i ? sin : cos].desc.shape;
+        if (ts->rank == 0 || ts->min[ts->rank - 1] != rd || ts->max[ts->rank - 1] != rd)
+            return KILN_OK;
+    }
+    int32_t ins[3] = {x, cos, sin};
+    return fuse_into(b, cat, KILN_OP_ROTARY, ins, 3, NULL, "partial rotary fusion", done);
+}
+
 static kiln_status rotary(kiln_bgraph *b, uint32_t add, int *done) {
     *done = 0;
     for (int order = 0; order < 2; order++) {
@@ -386,6 +430,7 @@ static kiln_status l2_normalize(kiln_bgraph *b, uint32_t div, int *done) {
 
 kiln_status kiln_pass_llm(kiln_bgraph *b) {
     uint32_t before = b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize;
+    uint32_t n_partial = 0;
     size_t n = b->n_nodes;
     KILN_TRY(kiln_bgraph_count_uses(b));
     for (size_t i = 0; i < n; i++) {
@@ -416,8 +461,19 @@ kiln_status kiln_pass_llm(kiln_bgraph *b) {
         b->stats.n_rotary += (uint32_t)done;
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
+    // then the partial ones, around the rotaries just made (a rotary counted once)
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_CAT || b->nodes[i].n_tail > 0 ||
+            b->nodes[i].head >= 0)
+            continue;
+        KILN_TRY(partial_rotary(b, (uint32_t)i, &done));
+        n_partial += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
     // the fused nodes were appended after their readers: restore index = topological order
-    if (b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize > before)
+    if (b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize + n_partial > before)
         KILN_TRY(kiln_bgraph_sort_nodes(b));
     return KILN_OK;
 }

@@ -344,6 +344,45 @@ static void test_rope(int f, uint32_t want, const char *what) {
     kiln_graph_free(g);
 }
 
+// Partial rotary (GPT-NeoX's rotary_pct): q [2, RH, RL, PD] rotated over its first RD dims by
+// the rotate-half chain, the rest passed, then cat(rotated, rest). variant 0: one rotary layer
+// over q, no slice or cat left; 1: cat(rest, rotated) (another order) stays; 2: the tables
+// broadcast over the last dim (not R) stay.
+#define PD 16
+static void test_rope_partial(int variant, const char *what) {
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t negv;
+    const int64_t tl = variant == 2 ? 1 : RD;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t q = tu_input(g, "q", KILN_DTYPE_F32, 4, TU_DIMS(2, RH, RL, PD), TU_DIMS(2, RH, RL, PD));
+    int32_t cos =
+        tu_input(g, "cos", KILN_DTYPE_F32, 4, TU_DIMS(2, 1, RL, tl), TU_DIMS(2, 1, RL, tl));
+    int32_t sin =
+        tu_input(g, "sin", KILN_DTYPE_F32, 4, TU_DIMS(2, 1, RL, tl), TU_DIMS(2, 1, RL, tl));
+    int32_t rot = tu_node(g, KILN_OP_SLICE, TU_IDS(q),
+                          TU_ATTRS(TU_INTS("dim", -1), TU_INTS("start", 0), TU_INTS("end", RD)));
+    int32_t rest =
+        tu_node(g, KILN_OP_SLICE, TU_IDS(q),
+                TU_ATTRS(TU_INTS("dim", 3), TU_INTS("start", RD), TU_INTS("end", INT64_MAX)));
+    int32_t r = rope(g, 0, rot, cos, sin, &negv);
+    int32_t y = variant == 1
+                    ? tu_node(g, KILN_OP_CAT, TU_IDS(rest, r), TU_ATTRS(TU_INTS("dim", -1)))
+                    : tu_node(g, KILN_OP_CAT, TU_IDS(r, rest), TU_ATTRS(TU_INTS("dim", -1)));
+    tu_output(g, y, "y");
+    if (bt_plan(g, &o1, &p)) {
+        char buf[256];
+        bt_layers(&p, buf, sizeof buf);
+        const char *want = variant == 0 ? "rotary" : "slice|slice|rotary|cat";
+        CHECK_MSG(strcmp(buf, want) == 0, "%s: layers '%s', want '%s'", what, buf, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape s[3] = {{4, {2, RH, RL, PD}}, {4, {2, 1, RL, tl}}, {4, {2, 1, RL, tl}}};
+    bt_compare(g, &o0, &o1, 3, s, 0, 1e-5, 1e-5, what);
+    bt_compare(g, &o0, &o1_bf16, 3, s, 0, 3e-2, 3e-2, what);
+    kiln_graph_free(g);
+}
+
 int main(void) {
     check_rng_seed();
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
@@ -386,5 +425,8 @@ int main(void) {
     test_rope(T_NOT_HALF, 0, "rope slices not halves");
     test_rope(T_CAT_ORDER, 0, "rope cat order");
     test_rope(T_READ_TWICE, 1, "rope neg read twice");
+    test_rope_partial(0, "partial rope");
+    test_rope_partial(1, "partial rope, cat in the other order");
+    test_rope_partial(2, "partial rope, tables broadcast over the last dim");
     return check_summary();
 }
