@@ -680,7 +680,13 @@ kiln_status kiln_pass_attention(kiln_bgraph *b) {
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
     b->stats.n_eager_attention += n_eager;
-    if (n_eager > 0) KILN_TRY(kiln_bgraph_sort_nodes(b));
+    if (n_eager > 0) {
+        // the replaced matmuls and softmax still read q, k and v until they are removed: gone
+        // now, so that the QKV merge below sees each projection read once (MPNet's, BEiT's)
+        KILN_TRY(kiln_bgraph_sort_nodes(b));
+        KILN_TRY(kiln_pass_dce(b));
+        KILN_TRY(kiln_bgraph_count_uses(b));
+    }
     n = b->n_nodes;
     for (size_t i = 0; i < n; i++) {
         int done = 0;

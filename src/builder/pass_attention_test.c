@@ -322,6 +322,10 @@ static void test_eager(int variant, int want_sdpa, const char *what) {
         CHECK_MSG(bt_count(&p, KILN_OP_SOFTMAX) == (uint32_t)!want_sdpa, "%s: %u softmax", what,
                   bt_count(&p, KILN_OP_SOFTMAX));
         if (want_sdpa) CHECK_EQ_INT(bt_count(&p, KILN_OP_MATMUL), 0);
+        // the sdpa made from the eager form then merges its q, k and v projections
+        if (want_sdpa)
+            CHECK_MSG(bt_count(&p, KILN_OP_LINEAR) == 1, "%s: %u linears", what,
+                      bt_count(&p, KILN_OP_LINEAR));
         kiln_plan_release(&p);
     }
     bt_shape sh[2] = {{3, {EB, EL, d}}, {4, {EB, 1, 1, EL}}};
