@@ -243,6 +243,12 @@ BUILDER_PATTERNS = {
         ),
         "partial rotary as one rotary layer",
     ),
+    # baddbmm over heads flattened into the batch, the alibi added there, the scores viewed as
+    # [B, H, L, S] for the causal mask and back: one sdpa per layer
+    "bloom": (
+        lambda ls: _ops(ls, "sdpa") > 0 and _ops(ls, "softmax") == _ops(ls, "matmul") == 0,
+        "eager attention over flattened heads as sdpa",
+    ),
     # efficient self-attention with heads of 32 and no mask: sdpa, no scores materialized
     "segformer_b0": (
         lambda ls: _ops(ls, "sdpa") > 0 and _ops(ls, "softmax") == 0,

@@ -43,6 +43,11 @@
 //    head split as views and never store the [.., L, S] scores or probabilities. Every link read
 //    only by the next and not an output (attention weights returned to the caller keep the
 //    eager form); the masks of the scores' dtype, broadcasting to them without widening them.
+//    Model code that flattens the heads into the batch for the matmuls (BLOOM's baddbmm over
+//    [B * H, L, E], its alibi added there) may view the scores as [B, H, L, S] once between the
+//    adds and back to [B * H, L, S] after the softmax: the sdpa then reads q, k, v (and the masks
+//    added before the view, [B * H or 1, l, S]) viewed as [B, H, ..], and its result is viewed
+//    back as the P V matmul's [B * H, L, Ev].
 //    Only where the engine computes attention in 16 bits (a float16/bfloat16 graph, or a float32
 //    one built at such a precision) over heads the tensor-core kernels take (E = Ev in {64, 80,
 //    128, 256}), or without masks over heads cuDNN's fused attention takes (E = Ev a multiple of
@@ -540,6 +545,31 @@ static int32_t untransposed(const kiln_bgraph *b, int32_t kt) {
 
 #define EAGER_MAX_MASKS 4
 
+// Node n reshapes scores [N, L, S] (N static) to [B, H, L, S] with B * H = N, B and H static,
+// L and S kept: *out = that shape.
+static int batch_split(const kiln_bgraph *b, int32_t n, kiln_shape *out) {
+    const kiln_bnode *nd = &b->nodes[n];
+    if (nd->dead || nd->n_tail > 0 || nd->head >= 0 || kiln_bgraph_input(b, nd, 1) >= 0) return 0;
+    const kiln_shape *x = &b->values[kiln_bgraph_input(b, nd, 0)].desc.shape;
+    const kiln_shape *y = &b->values[nd->output].desc.shape;
+    if (x->rank != 3 || y->rank != 4 || x->min[0] != x->max[0] || y->min[0] != y->max[0] ||
+        y->min[1] != y->max[1] || y->max[0] * y->max[1] != x->max[0] || !same_dim(x, 1, y, 2) ||
+        !same_dim(x, 2, y, 3))
+        return 0;
+    *out = *y;
+    return 1;
+}
+
+// A reshape of x [N, rows, cols] (N = bh[0] * bh[1], or 1 for bh {1, 1}) to [bh[0], bh[1], rows,
+// cols], the rows and cols copied from x.
+static kiln_status split_batch(kiln_bgraph *b, int32_t x, const int64_t bh[2], int64_t seq,
+                               int32_t *out) {
+    int64_t codes[4] = {bh[0], bh[1], -3, -4};
+    kiln_attr_ref ref = {KILN_ATTR_INTS, 4, 0};
+    kiln_attrs a = {&ref, 1, codes, NULL};
+    return kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &a, seq, out);
+}
+
 // The only reader of value v (read once, not an output) when it is a live plain node, else -1.
 static int32_t only_reader(const kiln_bgraph *b, int32_t v) {
     if (v < 0 || (size_t)v >= b->n_use_info || b->uses[v] != 1 || b->is_output[v]) return -1;
@@ -566,9 +596,13 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     const int32_t k = untransposed(b, kiln_bgraph_input(b, qn, 1));
     int32_t s = qn->output;
     const uint32_t dt = b->values[s].desc.dtype;
-    const kiln_shape scores = b->values[s].desc.shape;
-    const uint32_t r = scores.rank;
+    const kiln_shape scores3 = b->values[s].desc.shape; // the matmuls' scores
+    kiln_shape scores = scores3;                        // after the batch split, if any
+    const uint32_t rq = scores3.rank;                   // q's, k's and v's rank
+    uint32_t r = rq;
     if (q < 0 || k < 0 || r < 3) return KILN_OK;
+    int32_t split = -1; // the reshape [B * H, L, S] -> [B, H, L, S] (BLOOM), when there is one
+    uint32_t n_pre = 0; // masks added before it
     double scale = 1.0, c = 0.0;
     int32_t masks[EAGER_MAX_MASKS];
     uint32_t n_masks = 0;
@@ -582,7 +616,15 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
         s = m->output;
         u = only_reader(b, s);
     }
-    while (u >= 0 && b->nodes[u].op == KILN_OP_ADD) {
+    for (; u >= 0; u = only_reader(b, s)) {
+        if (b->nodes[u].op == KILN_OP_RESHAPE && split < 0 && batch_split(b, u, &scores)) {
+            split = u;
+            n_pre = n_masks;
+            r = 4;
+            s = b->nodes[u].output;
+            continue;
+        }
+        if (b->nodes[u].op != KILN_OP_ADD) break;
         const kiln_bnode *a = &b->nodes[u];
         const int32_t m = other_input(b, a, s);
         if (m < 0 || n_masks == EAGER_MAX_MASKS || b->values[m].desc.dtype != dt ||
@@ -591,7 +633,6 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
             return KILN_OK;
         masks[n_masks++] = m;
         s = a->output;
-        u = only_reader(b, s);
     }
     int cast_before = 0;
     if (u >= 0 && b->nodes[u].op == KILN_OP_CAST) { // the softmax in float32
@@ -615,6 +656,14 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
         s = b->nodes[u].output;
         u = only_reader(b, s);
     }
+    if (split >= 0) { // ... and the batch merged back for the P V matmul
+        if (u < 0 || b->nodes[u].op != KILN_OP_RESHAPE ||
+            kiln_bgraph_input(b, &b->nodes[u], 1) >= 0 ||
+            !same_shape(&b->values[b->nodes[u].output].desc.shape, &scores3))
+            return KILN_OK;
+        s = b->nodes[u].output;
+        u = only_reader(b, s);
+    }
     if (u < 0 || b->nodes[u].op != KILN_OP_MATMUL || kiln_bgraph_input(b, &b->nodes[u], 0) != s ||
         kiln_bgraph_input(b, &b->nodes[u], 1) == s)
         return KILN_OK;
@@ -625,18 +674,24 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     const int half = dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16 ||
                      (dt == KILN_DTYPE_F32 && (b->opts.precision == KILN_PRECISION_FP16 ||
                                                b->opts.precision == KILN_PRECISION_BF16));
-    if (!half || qd->dtype != dt || kd->dtype != dt || vd->dtype != dt || qd->shape.rank != r ||
-        kd->shape.rank != r || vd->shape.rank != r)
+    if (!half || qd->dtype != dt || kd->dtype != dt || vd->dtype != dt || qd->shape.rank != rq ||
+        kd->shape.rank != rq || vd->shape.rank != rq)
         return KILN_OK;
-    for (uint32_t i = 0; i + 2 < r; i++) { // one batch shape (no broadcast between operands)
+    for (uint32_t i = 0; i + 2 < rq; i++) { // one batch shape (no broadcast between operands)
         if (!same_dim(&qd->shape, i, &kd->shape, i) || !same_dim(&qd->shape, i, &vd->shape, i))
             return KILN_OK;
     }
-    const int64_t e = qd->shape.max[r - 1];
-    if (qd->shape.min[r - 1] != e || !same_dim(&qd->shape, r - 1, &kd->shape, r - 1) ||
-        !same_dim(&vd->shape, r - 1, &qd->shape, r - 1) ||
-        !same_dim(&kd->shape, r - 2, &vd->shape, r - 2))
+    const int64_t e = qd->shape.max[rq - 1];
+    if (qd->shape.min[rq - 1] != e || !same_dim(&qd->shape, rq - 1, &kd->shape, rq - 1) ||
+        !same_dim(&vd->shape, rq - 1, &qd->shape, rq - 1) ||
+        !same_dim(&kd->shape, rq - 2, &vd->shape, rq - 2))
         return KILN_OK;
+    // with a batch split, the masks added before it are [N, l, S] with N = B * H or 1 (or of a
+    // lower rank, which broadcasts the same way over [B, H, L, S])
+    for (uint32_t j = 0; split >= 0 && j < n_pre; j++) {
+        const kiln_shape *ms = &b->values[masks[j]].desc.shape;
+        if (ms->rank == 3 && ms->max[0] != 1 && !same_dim(ms, 0, &scores3, 0)) return KILN_OK;
+    }
     // heads the tensor-core kernels take, or, without a mask, the fused geometry cuDNN's flash
     // attention takes (a multiple of 8 up to 256: SegFormer's heads of 32)
     if (e != 64 && e != 80 && e != 128 && e != 256 && (n_masks > 0 || e % 8 != 0 || e > 256))
@@ -645,6 +700,16 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     const int64_t seq = b->nodes[pv].seq;
     int32_t ins[4] = {q, k, v, -1};
     uint32_t n_in = 3;
+    if (split >= 0) { // q, k, v and the early masks viewed as [B, H, rows, cols]
+        const int64_t bh[2] = {scores.max[0], scores.max[1]};
+        for (int j = 0; j < 3; j++) KILN_TRY(split_batch(b, ins[j], bh, seq, &ins[j]));
+        for (uint32_t j = 0; j < n_pre; j++) {
+            if (b->values[masks[j]].desc.shape.rank != 3) continue;
+            const int64_t one[2] = {1, 1};
+            const int wide = b->values[masks[j]].desc.shape.max[0] != 1;
+            KILN_TRY(split_batch(b, masks[j], wide ? bh : one, seq, &masks[j]));
+        }
+    }
     if (n_masks > 0) {
         int32_t m = masks[0];
         for (uint32_t j = 1; j < n_masks; j++) {
@@ -659,6 +724,12 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     kiln_attrs na = {refs, 2, &zero, &scale};
     int32_t y;
     KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SDPA, ins, n_in, &na, seq, &y));
+    if (split >= 0) { // [B, H, L, Ev] -> the P V matmul's [N, L, Ev]
+        int64_t codes[3] = {scores3.max[0], -4, vd->shape.max[2]};
+        kiln_attr_ref ref = {KILN_ATTR_INTS, 3, 0};
+        kiln_attrs ra = {&ref, 1, codes, NULL};
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &y, 1, &ra, seq, &y));
+    }
     if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[pv].output].desc)) {
         b->nodes[b->values[y].index].dead = 1;
         return KILN_OK;
