@@ -206,10 +206,11 @@ static kiln_status stack3(kiln_bgraph *b, const int32_t v[3], int32_t *out) {
 // A new constant of v's dtype and shape, all zeros.
 static kiln_status zeros_like(kiln_bgraph *b, int32_t v, int32_t *out) {
     const uint64_t n = b->values[v].nbytes;
+    const kiln_shape shape = b->values[v].desc.shape; // a copy: adding may move the values
     void *p;
     KILN_TRY(kiln_bgraph_blob(b, (size_t)n, &p));
     memset(p, 0, (size_t)n);
-    return kiln_bgraph_add_const(b, b->values[v].desc.dtype, &b->values[v].desc.shape, p, n, out);
+    return kiln_bgraph_add_const(b, b->values[v].desc.dtype, &shape, p, n, out);
 }
 
 static kiln_status qkv_merge(kiln_bgraph *b, uint32_t sdpa, int *done) {
@@ -696,8 +697,9 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     // attention takes (a multiple of 8 up to 256: SegFormer's heads of 32)
     if (e != 64 && e != 80 && e != 128 && e != 256 && (n_masks > 0 || e % 8 != 0 || e > 256))
         return KILN_OK;
-    // the masks' sum, in the order the model added them, then the sdpa in place of P V
-    const int64_t seq = b->nodes[pv].seq;
+    // the masks' sum, in the order the model added them, then the sdpa in place of P V (adding
+    // nodes may move the values array: qd, kd, vd are not read past this point)
+    const int64_t seq = b->nodes[pv].seq, ev = vd->shape.max[rq - 1];
     int32_t ins[4] = {q, k, v, -1};
     uint32_t n_in = 3;
     if (split >= 0) { // q, k, v and the early masks viewed as [B, H, rows, cols]
@@ -725,7 +727,7 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     int32_t y;
     KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SDPA, ins, n_in, &na, seq, &y));
     if (split >= 0) { // [B, H, L, Ev] -> the P V matmul's [N, L, Ev]
-        int64_t codes[3] = {scores3.max[0], -4, vd->shape.max[2]};
+        int64_t codes[3] = {scores3.max[0], -4, ev};
         kiln_attr_ref ref = {KILN_ATTR_INTS, 3, 0};
         kiln_attrs ra = {&ref, 1, codes, NULL};
         KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &y, 1, &ra, seq, &y));
