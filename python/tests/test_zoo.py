@@ -286,6 +286,33 @@ def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
     assert err <= TOL["fp16"] * max(1.0, want.abs().max().item()), err
 
 
+def test_zoo_bloom_built_in_float16_attention_is_sdpa(tmp_path):
+    """BLOOM built in float16 computes its scores in float32 (baddbmm with a float32 alibi,
+    the result cast back before the causal mask, the softmax between casts): the builder still
+    takes the attention as one sdpa per layer, and the program matches float32 eager within
+    float16's tolerance."""
+    module, inputs, _ = zoo.build("bloom", depth=1, vocab=VOCAB, dtype=torch.float16)
+    with torch.no_grad():
+        ep = torch.export.export(module, inputs)
+    part = KilnPartitioner(precision="fp16")
+    prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
+    check_whole(prog, part)
+    layers = _layer_ops(tmp_path, "bloom16", prog)
+    assert _ops(layers, "sdpa") == 1 and _ops(layers, "softmax") == _ops(layers, "matmul") == 0, (
+        layers
+    )
+    ref, _, _ = zoo.build("bloom", depth=1, vocab=VOCAB)
+    fresh = zoo.make_inputs("bloom", ref, seed=7)
+    path = tmp_path / "bloom_fp16.pte"
+    path.write_bytes(prog.buffer)
+    got = kiln.load(path).forward(*fresh)[0]
+    with torch.no_grad():
+        want = ref(*fresh)[0]
+    assert got.dtype == torch.float16 and got.shape == want.shape
+    err = (got.float() - want).abs().max().item()
+    assert err <= TOL["fp16"] * max(1.0, want.abs().max().item()), err
+
+
 # --- dynamic batch and sequence: one delegate, run at two other sizes
 
 DYNAMIC_FAST = [

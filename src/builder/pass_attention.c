@@ -47,7 +47,10 @@
 //    [B * H, L, E], its alibi added there) may view the scores as [B, H, L, S] once between the
 //    adds and back to [B * H, L, S] after the softmax: the sdpa then reads q, k, v (and the masks
 //    added before the view, [B * H or 1, l, S]) viewed as [B, H, ..], and its result is viewed
-//    back as the P V matmul's [B * H, L, Ev].
+//    back as the P V matmul's [B * H, L, Ev]. A 16-bit model that upcasts the scores (q and k
+//    cast to float32 for the matmul, the scores possibly cast back to q's dtype between the
+//    adds, the softmax between casts) is taken too: the sdpa reads the 16-bit q, k, v and the
+//    masks cast to q's dtype.
 //    Only where the engine computes attention in 16 bits (a float16/bfloat16 graph, or a float32
 //    one built at such a precision) over heads the tensor-core kernels take (E = Ev in {64, 80,
 //    128, 256}), or without masks over heads cuDNN's fused attention takes (E = Ev a multiple of
@@ -546,6 +549,17 @@ static int32_t untransposed(const kiln_bgraph *b, int32_t kt) {
 
 #define EAGER_MAX_MASKS 4
 
+// The 16-bit tensor a cast to float32 reads when v is one (a live cast, no tail), else -1.
+static int32_t upcast_source(const kiln_bgraph *b, int32_t v) {
+    if (v < 0 || b->values[v].kind != KILN_IR_NODE || b->values[v].desc.dtype != KILN_DTYPE_F32)
+        return -1;
+    const kiln_bnode *c = &b->nodes[b->values[v].index];
+    if (c->dead || c->op != KILN_OP_CAST || c->n_tail > 0 || c->head >= 0) return -1;
+    const int32_t x = kiln_bgraph_input(b, c, 0);
+    const uint32_t xd = x >= 0 ? b->values[x].desc.dtype : 0;
+    return xd == KILN_DTYPE_F16 || xd == KILN_DTYPE_BF16 ? x : -1;
+}
+
 // Node n reshapes scores [N, L, S] (N static) to [B, H, L, S] with B * H = N, B and H static,
 // L and S kept: *out = that shape.
 static int batch_split(const kiln_bgraph *b, int32_t n, kiln_shape *out) {
@@ -593,15 +607,37 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     *done = 0;
     const kiln_bnode *qn = &b->nodes[qk];
     if (qn->n_tail > 0 || qn->head >= 0) return KILN_OK;
-    const int32_t q = kiln_bgraph_input(b, qn, 0);
-    const int32_t k = untransposed(b, kiln_bgraph_input(b, qn, 1));
+    // a 16-bit model that computes the scores in float32 (BLOOM's baddbmm with its float32
+    // alibi) reads q and k through casts: the sdpa reads the 16-bit tensors (its products
+    // accumulate in float32) and the float32 masks
+    int32_t q = kiln_bgraph_input(b, qn, 0), kt = kiln_bgraph_input(b, qn, 1);
+    const int32_t q16 = upcast_source(b, q), kt16 = upcast_source(b, kt);
+    const int upcast = q16 >= 0;
+    if (upcast) {
+        q = q16;
+        kt = kt16 >= 0 ? kt16 : kt;
+    }
+    int32_t k = untransposed(b, kt);
+    if (upcast && kt16 < 0 && k >= 0) k = upcast_source(b, k); // permute(cast(k))
+    // BLOOM transposes k per head and then flattens the heads: reshape(permute(k4, swap), [B *
+    // H, E, S]), k4 [B, H, S, E]; the sdpa reads k4 itself (only with the batch split below)
+    int32_t k4 = -1;
+    if (k < 0) {
+        if (kt >= 0 && b->values[kt].kind == KILN_IR_NODE) {
+            const kiln_bnode *rn = &b->nodes[b->values[kt].index];
+            if (!rn->dead && rn->op == KILN_OP_RESHAPE && rn->n_tail == 0 && rn->head < 0 &&
+                kiln_bgraph_input(b, rn, 1) < 0)
+                k4 = untransposed(b, kiln_bgraph_input(b, rn, 0));
+        }
+        if (k4 >= 0 && b->values[k4].desc.shape.rank != 4) k4 = -1;
+    }
     int32_t s = qn->output;
     const uint32_t dt = b->values[s].desc.dtype;
     const kiln_shape scores3 = b->values[s].desc.shape; // the matmuls' scores
     kiln_shape scores = scores3;                        // after the batch split, if any
     const uint32_t rq = scores3.rank;                   // q's, k's and v's rank
     uint32_t r = rq;
-    if (q < 0 || k < 0 || r < 3) return KILN_OK;
+    if (q < 0 || (k < 0 && k4 < 0) || r < 3) return KILN_OK;
     int32_t split = -1; // the reshape [B * H, L, S] -> [B, H, L, S] (BLOOM), when there is one
     uint32_t n_pre = 0; // masks added before it
     double scale = 1.0, c = 0.0;
@@ -617,6 +653,9 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
         s = m->output;
         u = only_reader(b, s);
     }
+    // q's dtype, which the sdpa reads and writes
+    const uint32_t io_dt = upcast ? b->values[q].desc.dtype : dt;
+    uint32_t cur_dt = dt; // the scores' dtype (an upcast's float32 scores may return to io_dt)
     for (; u >= 0; u = only_reader(b, s)) {
         if (b->nodes[u].op == KILN_OP_RESHAPE && split < 0 && batch_split(b, u, &scores)) {
             split = u;
@@ -625,20 +664,24 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
             s = b->nodes[u].output;
             continue;
         }
+        if (b->nodes[u].op == KILN_OP_CAST && upcast && cur_dt == KILN_DTYPE_F32 &&
+            b->values[b->nodes[u].output].desc.dtype == io_dt && b->nodes[u].n_tail == 0) {
+            cur_dt = io_dt; // BLOOM: baddbmm's float32 result back to the model's dtype
+            s = b->nodes[u].output;
+            continue;
+        }
         if (b->nodes[u].op != KILN_OP_ADD) break;
         const kiln_bnode *a = &b->nodes[u];
         const int32_t m = other_input(b, a, s);
-        if (m < 0 || n_masks == EAGER_MAX_MASKS || b->values[m].desc.dtype != dt ||
+        if (m < 0 || n_masks == EAGER_MAX_MASKS || b->values[m].desc.dtype != cur_dt ||
             b->values[m].desc.shape.rank > r ||
             !same_shape(&b->values[a->output].desc.shape, &scores))
             return KILN_OK;
         masks[n_masks++] = m;
         s = a->output;
     }
-    int cast_before = 0;
     if (u >= 0 && b->nodes[u].op == KILN_OP_CAST) { // the softmax in float32
         if (b->values[b->nodes[u].output].desc.dtype != KILN_DTYPE_F32) return KILN_OK;
-        cast_before = 1;
         s = b->nodes[u].output;
         u = only_reader(b, s);
     }
@@ -650,12 +693,13 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     }
     s = b->nodes[u].output;
     u = only_reader(b, s);
-    if (cast_before) { // ... and back
-        if (u < 0 || b->nodes[u].op != KILN_OP_CAST ||
-            b->values[b->nodes[u].output].desc.dtype != dt)
-            return KILN_OK;
+    // ... and back to q's dtype (a cast that a float32 graph may keep as a no-op)
+    if (u >= 0 && b->nodes[u].op == KILN_OP_CAST && b->nodes[u].n_tail == 0 &&
+        b->values[b->nodes[u].output].desc.dtype == io_dt) {
         s = b->nodes[u].output;
         u = only_reader(b, s);
+    } else if (b->values[s].desc.dtype != io_dt) {
+        return KILN_OK;
     }
     if (split >= 0) { // ... and the batch merged back for the P V matmul
         if (u < 0 || b->nodes[u].op != KILN_OP_RESHAPE ||
@@ -670,13 +714,29 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
         return KILN_OK;
     const uint32_t pv = (uint32_t)u;
     const int32_t v = kiln_bgraph_input(b, &b->nodes[pv], 1);
-    const kiln_value_desc *qd = &b->values[q].desc, *kd = &b->values[k].desc,
+    kiln_value_desc k3; // k4 viewed as [B * H, S, E], for the checks below
+    if (k4 >= 0) {
+        const kiln_shape *s4 = &b->values[k4].desc.shape;
+        if (split < 0 || s4->min[0] != s4->max[0] || s4->min[1] != s4->max[1] ||
+            s4->max[0] != scores.max[0] || s4->max[1] != scores.max[1])
+            return KILN_OK;
+        memset(&k3, 0, sizeof k3);
+        k3.dtype = b->values[k4].desc.dtype;
+        k3.shape.rank = 3;
+        k3.shape.min[0] = k3.shape.max[0] = s4->max[0] * s4->max[1];
+        for (uint32_t i = 1; i < 3; i++) {
+            k3.shape.min[i] = s4->min[i + 1];
+            k3.shape.max[i] = s4->max[i + 1];
+        }
+    }
+    const kiln_value_desc *qd = &b->values[q].desc, *kd = k4 >= 0 ? &k3 : &b->values[k].desc,
                           *vd = &b->values[v].desc;
-    const int half = dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16 ||
-                     (dt == KILN_DTYPE_F32 && (b->opts.precision == KILN_PRECISION_FP16 ||
-                                               b->opts.precision == KILN_PRECISION_BF16));
-    if (!half || qd->dtype != dt || kd->dtype != dt || vd->dtype != dt || qd->shape.rank != rq ||
-        kd->shape.rank != rq || vd->shape.rank != rq)
+    const int half = io_dt == KILN_DTYPE_F16 || io_dt == KILN_DTYPE_BF16 ||
+                     (io_dt == KILN_DTYPE_F32 && (b->opts.precision == KILN_PRECISION_FP16 ||
+                                                  b->opts.precision == KILN_PRECISION_BF16));
+    if (!half || qd->dtype != io_dt || kd->dtype != io_dt || vd->dtype != io_dt ||
+        (upcast && dt != KILN_DTYPE_F32) || qd->shape.rank != rq || kd->shape.rank != rq ||
+        vd->shape.rank != rq)
         return KILN_OK;
     for (uint32_t i = 0; i + 2 < rq; i++) { // one batch shape (no broadcast between operands)
         if (!same_dim(&qd->shape, i, &kd->shape, i) || !same_dim(&qd->shape, i, &vd->shape, i))
@@ -704,7 +764,10 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     uint32_t n_in = 3;
     if (split >= 0) { // q, k, v and the early masks viewed as [B, H, rows, cols]
         const int64_t bh[2] = {scores.max[0], scores.max[1]};
-        for (int j = 0; j < 3; j++) KILN_TRY(split_batch(b, ins[j], bh, seq, &ins[j]));
+        ins[1] = k4 >= 0 ? k4 : k;
+        for (int j = 0; j < 3; j++) {
+            if (j != 1 || k4 < 0) KILN_TRY(split_batch(b, ins[j], bh, seq, &ins[j]));
+        }
         for (uint32_t j = 0; j < n_pre; j++) {
             if (b->values[masks[j]].desc.shape.rank != 3) continue;
             const int64_t one[2] = {1, 1};
@@ -713,6 +776,15 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
         }
     }
     if (n_masks > 0) {
+        // masks added to upcast float32 scores are read in q's dtype, as the sdpa reads masks
+        // (BLOOM rounds the scores with its alibi to that dtype itself)
+        for (uint32_t j = 0; j < n_masks; j++) {
+            if (b->values[masks[j]].desc.dtype == io_dt) continue;
+            int64_t to = io_dt;
+            kiln_attr_ref ref = {KILN_ATTR_INTS, 1, 0};
+            kiln_attrs ca = {&ref, 1, &to, NULL};
+            KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_CAST, &masks[j], 1, &ca, seq, &masks[j]));
+        }
         int32_t m = masks[0];
         for (uint32_t j = 1; j < n_masks; j++) {
             int32_t two[2] = {m, masks[j]};
