@@ -264,19 +264,22 @@ def test_zoo_builder_patterns(tmp_path, name):
     run_and_compare(tmp_path, name, module, prog, fresh, "fp16")
 
 
-def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
-    """transformers' T5 run in float16 guards each layer's output against overflow (isinf, any,
-    a where of two scalars, clamp with tensor bounds): the model built in float16 is one delegate
-    and matches its float32 eager within float16's tolerance."""
-    module, inputs, _ = zoo.build("t5_encoder", depth=1, vocab=VOCAB, dtype=torch.float16)
+def _export_built_in_float16(name):
+    """The zoo model built in float16 (its own code's float16 paths), exported whole at fp16."""
+    module, inputs, _ = zoo.build(name, depth=1, vocab=VOCAB, dtype=torch.float16)
     with torch.no_grad():
         ep = torch.export.export(module, inputs)
     part = KilnPartitioner(precision="fp16")
     prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
     check_whole(prog, part)
-    ref, _, _ = zoo.build("t5_encoder", depth=1, vocab=VOCAB)
-    fresh = zoo.make_inputs("t5_encoder", ref, seed=7)
-    path = tmp_path / "t5_fp16.pte"
+    return prog
+
+
+def _matches_float32_eager(tmp_path, name, prog):
+    """The float16 program's output against the float32 model's eager one, fresh inputs."""
+    ref, _, _ = zoo.build(name, depth=1, vocab=VOCAB)
+    fresh = zoo.make_inputs(name, ref, seed=7)
+    path = tmp_path / f"{name}_fp16.pte"
     path.write_bytes(prog.buffer)
     got = kiln.load(path).forward(*fresh)[0]
     with torch.no_grad():
@@ -284,6 +287,13 @@ def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
     assert got.dtype == torch.float16 and got.shape == want.shape
     err = (got.float() - want).abs().max().item()
     assert err <= TOL["fp16"] * max(1.0, want.abs().max().item()), err
+
+
+def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
+    """transformers' T5 run in float16 guards each layer's output against overflow (isinf, any,
+    a where of two scalars, clamp with tensor bounds): the model built in float16 is one delegate
+    and matches its float32 eager within float16's tolerance."""
+    _matches_float32_eager(tmp_path, "t5_encoder", _export_built_in_float16("t5_encoder"))
 
 
 def test_zoo_bloom_built_in_float16_attention_is_sdpa(tmp_path):
@@ -291,26 +301,12 @@ def test_zoo_bloom_built_in_float16_attention_is_sdpa(tmp_path):
     the result cast back before the causal mask, the softmax between casts): the builder still
     takes the attention as one sdpa per layer, and the program matches float32 eager within
     float16's tolerance."""
-    module, inputs, _ = zoo.build("bloom", depth=1, vocab=VOCAB, dtype=torch.float16)
-    with torch.no_grad():
-        ep = torch.export.export(module, inputs)
-    part = KilnPartitioner(precision="fp16")
-    prog = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch()
-    check_whole(prog, part)
+    prog = _export_built_in_float16("bloom")
     layers = _layer_ops(tmp_path, "bloom16", prog)
     assert _ops(layers, "sdpa") == 1 and _ops(layers, "softmax") == _ops(layers, "matmul") == 0, (
         layers
     )
-    ref, _, _ = zoo.build("bloom", depth=1, vocab=VOCAB)
-    fresh = zoo.make_inputs("bloom", ref, seed=7)
-    path = tmp_path / "bloom_fp16.pte"
-    path.write_bytes(prog.buffer)
-    got = kiln.load(path).forward(*fresh)[0]
-    with torch.no_grad():
-        want = ref(*fresh)[0]
-    assert got.dtype == torch.float16 and got.shape == want.shape
-    err = (got.float() - want).abs().max().item()
-    assert err <= TOL["fp16"] * max(1.0, want.abs().max().item()), err
+    _matches_float32_eager(tmp_path, "bloom", prog)
 
 
 # --- dynamic batch and sequence: one delegate, run at two other sizes
