@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // sdpa's tensor-core kernels (attn_common.cuh): float16/bfloat16 with E = Ev in {64, 128},
 // pipelined (FlashAttention-2 style) or, for grids of up to one resident wave, with the keys
-// split across warps; heads of 256 on the split-key kernel only, heads of 80 (StableLM, Phi) on
-// the pipelined kernel only, at 64 rows per CTA. Which one and its CTA shape are chosen when the
+// split across warps; heads of 256 on the split-key kernel only, heads of 32 (Swin's and
+// MaxViT's windows, SegFormer) and 80 (StableLM, Phi) on the pipelined kernel only, at 64 rows
+// per CTA. Which one and its CTA shape are chosen when the
 // layer is planned (kiln_cuda_sdpa_split_warps, kiln_cuda_sdpa_tc_rows) and passed to
 // kiln_cuda_sdpa_tc_run.
 #include "cuda/attn_common.cuh"
 #include "cuda/mma.cuh"
 
-// --- tensor-core kernels: float16/bfloat16, E = Ev in {64, 80, 128, 256} (FlashAttention-2 style)
+// --- tensor-core kernels: float16/bfloat16, E = Ev in {32, 64, 80, 128, 256} (FlashAttention-2
+// style)
 // Each warp owns 16 query rows; K/V tiles are staged in shared memory (rows padded by 8
 // elements: the fragment reads are bank-conflict free); S = Q K^T and O += P V are
 // mma.sync.m16n8k16 with float32 accumulation; the online softmax runs on the S fragments in
@@ -494,19 +496,21 @@ static __global__ void __launch_bounds__(SDPA_MERGE_WARPS * 32)
     }
 }
 
-// The tensor-core kernel takes float16/bfloat16 with E = Ev in {64, 80, 128, 256} and 16-byte
+// The tensor-core kernel takes float16/bfloat16 with E = Ev in {32, 64, 80, 128, 256} and 16-byte
 // aligned q, k, v (every row then is: E is a multiple of 8) and a 4-byte aligned output. Heads of
 // 256 (Gemma's) run on the split-key kernel only (2 warps per 16-row block, 32-key tiles: its
 // accumulator and query fragments fill the registers; one build instead of the pipelined
 // kernel's three row counts); heads of 80 (StableLM's, Phi's) on the pipelined kernel at 64 rows
 // only (one build; the split-key kernel's tile loads assume rows of a power-of-two 16-byte
-// count), their fifth 16-column chunk of Q K^T an MMA of its own.
+// count), their fifth 16-column chunk of Q K^T an MMA of its own; heads of 32 (windowed vision
+// attention: Swin's 49 or 64 rows per window and head) on the pipelined kernel at 64 rows only.
 // Strided operands (folded views): every row and batch stride a multiple of 8 elements (16
 // bytes), the output's even (4 bytes).
 int kiln_cuda_sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype) {
     if (!ctx->policy->tc_attention || (dtype != KILN_DTYPE_F16 && dtype != KILN_DTYPE_BF16))
         return 0;
-    if (P->e != P->ev || (P->e != 64 && P->e != 80 && P->e != 128 && P->e != 256)) return 0;
+    if (P->e != P->ev || (P->e != 32 && P->e != 64 && P->e != 80 && P->e != 128 && P->e != 256))
+        return 0;
     if (P->e == 256 && P->l > 65535 * 16) return 0;
     if (P->q_rs % 8 != 0 || P->k_rs % 8 != 0 || P->v_rs % 8 != 0 || P->o_rs % 2 != 0) return 0;
     for (int d = 0; d < P->nb; d++) {
@@ -525,7 +529,7 @@ int kiln_cuda_sdpa_tc_ok(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_
 // pay while SMs sit idle. (Grids under one wave of 64-row CTAs normally take the split-key
 // kernel: sdpa_split_warps.)
 int kiln_cuda_sdpa_tc_rows(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
-    if (P->e == 80) return 64; // the one build for these heads
+    if (P->e == 32 || P->e == 80) return 64; // the one build for these heads
     const int forced = ctx->policy->sdpa_rows;
     if (forced == 16 || forced == 32 || forced == 64) return forced;
     int64_t n64 = P->batch * ((P->l + 63) / 64), n32 = P->batch * ((P->l + 31) / 32);
@@ -602,8 +606,8 @@ static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_par
 // at 4 warps, the whole decode step 4.15 -> 3.65 ms at 8 (cuda.sdpa_split=8 on the H200).
 // D 128: 2 warps while 3 CTAs per SM hold the grid.
 int kiln_cuda_sdpa_split_warps(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
-    if (P->e == 256) return 2; // the one build for these heads, whatever is forced
-    if (P->e == 80) return 0;  // ... and for these, the pipelined kernel at 64 rows
+    if (P->e == 256) return 2;              // the one build for these heads, whatever is forced
+    if (P->e == 32 || P->e == 80) return 0; // ... and for these, the pipelined kernel at 64 rows
     if (ctx->policy->sdpa_rows != 0) return 0;
     if (P->l > 65535 * 16) return 0;
     if (ctx->policy->sdpa_split != 0) return P->e == 64 ? ctx->policy->sdpa_split : 2;
@@ -647,7 +651,7 @@ static kiln_status sdpa_tc_launch_any(const kiln_cuda_ctx *ctx, const sdpa_param
 template <typename T, int D>
 static kiln_status sdpa_tc_launch(const kiln_cuda_ctx *ctx, const sdpa_params *P, int split,
                                   int rows) {
-    if constexpr (D == 80) {
+    if constexpr (D == 32 || D == 80) {
         (void)split;
         (void)rows;
         return sdpa_tc_launch_nw<T, D, 4>(ctx, P);
@@ -681,11 +685,13 @@ int kiln_cuda_sdpa_tc_chunks(const kiln_cuda_ctx *ctx, const sdpa_params *P, int
 kiln_status kiln_cuda_sdpa_tc_run(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype,
                                   int split, int rows) {
     if (dtype == KILN_DTYPE_F16) {
+        if (P->e == 32) return sdpa_tc_launch<__half, 32>(ctx, P, split, rows);
         if (P->e == 256) return sdpa_tc_launch<__half, 256>(ctx, P, split, rows);
         if (P->e == 80) return sdpa_tc_launch<__half, 80>(ctx, P, split, rows);
         return P->e == 64 ? sdpa_tc_launch<__half, 64>(ctx, P, split, rows)
                           : sdpa_tc_launch<__half, 128>(ctx, P, split, rows);
     }
+    if (P->e == 32) return sdpa_tc_launch<__nv_bfloat16, 32>(ctx, P, split, rows);
     if (P->e == 256) return sdpa_tc_launch<__nv_bfloat16, 256>(ctx, P, split, rows);
     if (P->e == 80) return sdpa_tc_launch<__nv_bfloat16, 80>(ctx, P, split, rows);
     return P->e == 64 ? sdpa_tc_launch<__nv_bfloat16, 64>(ctx, P, split, rows)
@@ -732,6 +738,12 @@ cudaError_t kiln_cuda_sdpa_tc_init(void) {
                                         : (const void *)sdpa_tc_kernel<__nv_bfloat16, 80, 4>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  sdpa_tc_smem<80>::BYTES);
+    }
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) { // heads of 32: the 64-row build only
+        e = cudaFuncSetAttribute(i == 0 ? (const void *)sdpa_tc_kernel<__half, 32, 4>
+                                        : (const void *)sdpa_tc_kernel<__nv_bfloat16, 32, 4>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 sdpa_tc_smem<32>::BYTES);
     }
     if (e == cudaSuccess) e = sdpa_sp_init<__nv_bfloat16, 256, 2, 32>();
     return e;

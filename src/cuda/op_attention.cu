@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Planning sdpa layers (attn.h, cuda_plan.h). Kiln's own kernel for the layer's shapes first:
-// float16/bfloat16 with E = Ev in {64, 80, 128, 256} and aligned operands take the tensor-core
+// float16/bfloat16 with E = Ev in {32, 64, 80, 128, 256} and aligned operands take the tensor-core
 // kernels (attn_tc.cu), split-key for grids of up to one wave, pipelined otherwise, at a CTA size
 // by occupancy; everything else the fp32-FMA kernels (attn_flash.cu). Then, without a mask or
 // causality, cuDNN's fused SDPA where it takes the geometry: the heuristic's first engine

@@ -1594,8 +1594,9 @@ static void cases_sdpa(void) {
     }
 }
 
-// Shapes for the tensor-core kernel (float16/bfloat16, E = Ev in {64, 128}): rows and keys off
-// the 64-row/64-key tiles, causal with L < S and L > S, every mask broadcast, fully masked rows.
+// Shapes for the tensor-core kernel (float16/bfloat16, E = Ev in {32, 64, 80, 128}): rows and keys
+// off the 64-row/64-key tiles, causal with L < S and L > S, every mask broadcast, fully masked
+// rows.
 static void cases_sdpa_tc(void) {
     static const uint32_t dts[] = {F16, BF16};
     op_case c;
@@ -1697,6 +1698,40 @@ static void cases_sdpa_tc(void) {
         dm80.prefix = 333;
         case_in(&c, dm80);
         c.label = "tc E 80: decode, bool mask live to 333 of 700";
+        run_case(&c);
+        // heads of 32 (windowed attention: Swin's 7 x 7 windows, the pipelined kernel at 64 rows):
+        // the windows' bias and shift mask summed, [nW, H, L, L]; a 5-d batch [B, nW, H, ..]
+        // with the mask [1, nW, 1, L, L]; a bool mask; rows and keys past one tile
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "16x3x49x32"));
+        case_in(&c, S(dt, "16x3x49x32"));
+        case_in(&c, S(dt, "16x3x49x32"));
+        case_in(&c, SR(dt, "16x3x49x49", -4.0, 2.0));
+        attrs_float(&c.attrs, KILN_A_SDPA_SCALE, 0.17);
+        c.label = "tc E 32: windows, float mask [nW,H,L,L]";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x4x3x49x32"));
+        case_in(&c, S(dt, "2x4x3x49x32"));
+        case_in(&c, S(dt, "2x4x3x49x32"));
+        case_in(&c, SR(dt, "1x4x1x49x49", -100.0, 0.0));
+        c.label = "tc E 32: 5-d batch, mask [1,nW,1,L,L]";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "3x2x64x32"));
+        case_in(&c, S(dt, "3x2x64x32"));
+        case_in(&c, S(dt, "3x2x64x32"));
+        spec m32 = S(BOOL, "2x64x64");
+        m32.p_true = 0.9;
+        case_in(&c, m32);
+        c.label = "tc E 32: bool mask [H,L,S]";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x2x300x32"));
+        case_in(&c, S(dt, "1x2x77x32"));
+        case_in(&c, S(dt, "1x2x77x32"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "tc E 32: causal L 300 > S 77";
         run_case(&c);
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "8x12x128x64"));
