@@ -210,13 +210,27 @@ def _ops(layers, op):
 # The builder's patterns on real library code (docs/builder.md), each a check that fails without
 # its rewrite: (model, check of the float16 engine's layers, what it shows).
 BUILDER_PATTERNS = {
-    # F.normalize of q and k in every block: one rms_norm each, no pow/sum/clamp/div chain
+    # F.normalize of q and k in every block: one rms_norm each, no pow/sum/clamp/div chain; the
+    # cosine attention (heads of 32, the per-head logit scale, the relative-position bias and the
+    # shifted windows' mask added in a [B, nW, H, L, L] view) as sdpa, the scale multiplying q
     "swinv2_tiny": (
         lambda ls: (
-            _ops(ls, "rms_norm") == 2 * _ops(ls, "softmax") > 0
+            _ops(ls, "rms_norm") == 2 * _ops(ls, "sdpa") > 0
+            and _ops(ls, "mul") == _ops(ls, "sdpa")
             and _ops(ls, "pow") == _ops(ls, "clamp") == _ops(ls, "div") == 0
+            and _ops(ls, "softmax") == _ops(ls, "matmul") == 0
         ),
-        "cosine attention's L2 normalization as rms_norm",
+        "cosine attention's L2 normalization as rms_norm, the attention as sdpa",
+    ),
+    # windowed attention (heads of 32, q scaled before the matmul, the relative-position bias,
+    # the shifted windows' mask in a [B, nW, H, L, L] view): one sdpa per block, the scale its
+    # own, the bias and mask one constant
+    "swin_t": (
+        lambda ls: (
+            _ops(ls, "sdpa") > 0
+            and _ops(ls, "softmax") == _ops(ls, "matmul") == _ops(ls, "mul") == 0
+        ),
+        "shifted-window attention as sdpa",
     ),
     # Linear, flatten(0, 1), BatchNorm1d after every projection: folded, no multiply-add left
     "levit_128s": (

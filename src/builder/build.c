@@ -80,6 +80,7 @@ static const build_pass passes[] = {
     {"matmul_to_linear", kiln_pass_matmul_to_linear, 1},
     {"patchify", kiln_pass_patchify, 1},
     {"views", kiln_pass_views, 1}, // linears over 3-d inputs, for the attention patterns
+    {"eager_attention", kiln_pass_eager_attention, 1},
     {"attention", kiln_pass_attention, 1},
     {"llm", kiln_pass_llm, 1}, // before fuse (which would take the muls and adds as tails)
     {"act", kiln_pass_act, 1},

@@ -186,6 +186,19 @@ static inline int32_t kiln_bgraph_input(const kiln_bgraph *b, const kiln_bnode *
 static inline int kiln_bgraph_is_const(const kiln_bgraph *b, int32_t v) {
     return v >= 0 && b->values[v].kind == KILN_IR_CONSTANT;
 }
+// True when dim i of a and dim j of c have the same range.
+static inline int kiln_shape_same_dim(const kiln_shape *a, uint32_t i, const kiln_shape *c,
+                                      uint32_t j) {
+    return a->min[i] == c->min[j] && a->max[i] == c->max[j];
+}
+// True when a and c have the same rank and ranges.
+static inline int kiln_shape_same(const kiln_shape *a, const kiln_shape *c) {
+    if (a->rank != c->rank) return 0;
+    for (uint32_t i = 0; i < a->rank; i++) {
+        if (!kiln_shape_same_dim(a, i, c, i)) return 0;
+    }
+    return 1;
+}
 // True when two descriptors are the same dtype and ranges.
 int kiln_desc_equal(const kiln_value_desc *a, const kiln_value_desc *b);
 // Bytes of a value at its largest shape (false on overflow).
@@ -199,6 +212,7 @@ kiln_status kiln_pass_fold(kiln_bgraph *b);             // pass_fold.c
 kiln_status kiln_pass_bn_fold(kiln_bgraph *b);          // pass_bn_fold.c
 kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b); // pass_linear.c
 kiln_status kiln_pass_patchify(kiln_bgraph *b);         // pass_patchify.c
+kiln_status kiln_pass_eager_attention(kiln_bgraph *b);  // pass_eager_attention.c
 kiln_status kiln_pass_attention(kiln_bgraph *b);        // pass_attention.c
 kiln_status kiln_pass_llm(kiln_bgraph *b);              // pass_llm.c: rms_norm, rotary
 kiln_status kiln_pass_act(kiln_bgraph *b);              // pass_act.c: activation formulas

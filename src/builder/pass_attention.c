@@ -35,31 +35,11 @@
 //    -1e4 elsewhere, as transformers builds it from finfo.min), with q of L rows and k of S,
 //    becomes the same sdpa with is_causal = 1 and no mask: the kernels skip the masked blocks
 //    and read no mask. An sdpa that the grouped-query rewrite gave a repeated mask keeps it.
-// 6. Eager attention (runs first, so that 2.-5. see the sdpa it makes): model code that writes
-//        matmul(softmax(s + m_1 + ... + m_j, dim = -1), v),  s = matmul(q, permute(k, swap)) [* c]
-//    (the permute swapping the last two dims, c a constant scalar multiplied or divided by, the
-//    softmax possibly in float32 between two casts, as BEiT's, MPNet's and DeBERTa's attention
-//    layers are exported) becomes sdpa(q, k, v, m_1 + ... + m_j, scale c): the kernels read the
-//    head split as views and never store the [.., L, S] scores or probabilities. Every link read
-//    only by the next and not an output (attention weights returned to the caller keep the
-//    eager form); the masks of the scores' dtype, broadcasting to them without widening them.
-//    Model code that flattens the heads into the batch for the matmuls (BLOOM's baddbmm over
-//    [B * H, L, E], its alibi added there) may view the scores as [B, H, L, S] once between the
-//    adds and back to [B * H, L, S] after the softmax: the sdpa then reads q, k, v (and the masks
-//    added before the view, [B * H or 1, l, S]) viewed as [B, H, ..], and its result is viewed
-//    back as the P V matmul's [B * H, L, Ev]. A 16-bit model that upcasts the scores (q and k
-//    cast to float32 for the matmul, the scores possibly cast back to q's dtype between the
-//    adds, the softmax between casts) is taken too: the sdpa reads the 16-bit q, k, v and the
-//    masks cast to q's dtype.
-//    Only where the engine computes attention in 16 bits (a float16/bfloat16 graph, or a float32
-//    one built at such a precision) over heads the tensor-core kernels take (E = Ev in {64, 80,
-//    128, 256}), or without masks over heads cuDNN's fused attention takes (E = Ev a multiple of
-//    8 up to 256): elsewhere the matmuls' GEMMs are the faster form on the GPU. Fully masked rows
-//    give zeros where softmax gave NaN (PyTorch's sdpa does the same).
+// Eager attention (matmul, softmax, matmul in model code) becomes sdpa in the pass before this
+// one (pass_eager_attention.c), so that these rewrites see the sdpa it makes.
 // New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
-// three linears; the eager attention's second matmul), and the nodes are re-sorted by key at the
-// end, so index order stays topological.
-#include <math.h>
+// three linears), and the nodes are re-sorted by key at the end, so index order stays
+// topological.
 #include <string.h>
 
 #include "builder/builder.h"
@@ -295,10 +275,6 @@ static kiln_status add_view(kiln_bgraph *b, uint32_t op, int32_t x, const int64_
     return kiln_bgraph_add_node(b, op, &x, 1, &a, seq, out);
 }
 
-static int same_dim(const kiln_shape *a, uint32_t i, const kiln_shape *b, uint32_t j) {
-    return a->min[i] == b->min[j] && a->max[i] == b->max[j];
-}
-
 // The cache c [B, G, S, E] and R when v is reshape(expand(unsqueeze(c, 2))) as above (each link
 // read once); -1 otherwise.
 static int32_t repeated_cache(const kiln_bgraph *b, int32_t v, int64_t *rep) {
@@ -320,17 +296,19 @@ static int32_t repeated_cache(const kiln_bgraph *b, int32_t v, int64_t *rep) {
     const kiln_shape *vs = &b->values[v].desc.shape;
     if (cs->rank != 4 || us->rank != 5 || es->rank != 5 || vs->rank != 4) return -1;
     // u = [B, G, 1, S, E], e = [B, G, R, S, E], v = [B, G * R, S, E]
-    if (us->min[2] != 1 || us->max[2] != 1 || !same_dim(us, 0, cs, 0) || !same_dim(us, 1, cs, 1) ||
-        !same_dim(us, 3, cs, 2) || !same_dim(us, 4, cs, 3)) {
+    if (us->min[2] != 1 || us->max[2] != 1 || !kiln_shape_same_dim(us, 0, cs, 0) ||
+        !kiln_shape_same_dim(us, 1, cs, 1) || !kiln_shape_same_dim(us, 3, cs, 2) ||
+        !kiln_shape_same_dim(us, 4, cs, 3)) {
         return -1;
     }
-    if (es->min[2] != es->max[2] || es->min[2] < 2 || !same_dim(es, 0, cs, 0) ||
-        !same_dim(es, 1, cs, 1) || !same_dim(es, 3, cs, 2) || !same_dim(es, 4, cs, 3)) {
+    if (es->min[2] != es->max[2] || es->min[2] < 2 || !kiln_shape_same_dim(es, 0, cs, 0) ||
+        !kiln_shape_same_dim(es, 1, cs, 1) || !kiln_shape_same_dim(es, 3, cs, 2) ||
+        !kiln_shape_same_dim(es, 4, cs, 3)) {
         return -1;
     }
     if (cs->min[1] != cs->max[1] || vs->min[1] != cs->min[1] * es->min[2] ||
-        vs->max[1] != vs->min[1] || !same_dim(vs, 0, cs, 0) || !same_dim(vs, 2, cs, 2) ||
-        !same_dim(vs, 3, cs, 3)) {
+        vs->max[1] != vs->min[1] || !kiln_shape_same_dim(vs, 0, cs, 0) ||
+        !kiln_shape_same_dim(vs, 2, cs, 2) || !kiln_shape_same_dim(vs, 3, cs, 3)) {
         return -1;
     }
     *rep = es->min[2];
@@ -417,8 +395,9 @@ static kiln_status split_qkv(kiln_bgraph *b, uint32_t node, uint32_t slot, int *
     if (ys->rank != 3 || ss->rank != 3 || rsh->rank != 4 || ys->min[2] != ys->max[2]) {
         return KILN_OK;
     }
-    if (rsh->min[2] != rsh->max[2] || rsh->min[3] != rsh->max[3] || !same_dim(rsh, 0, ys, 0) ||
-        !same_dim(rsh, 1, ys, 1) || !same_dim(ss, 0, ys, 0) || !same_dim(ss, 1, ys, 1)) {
+    if (rsh->min[2] != rsh->max[2] || rsh->min[3] != rsh->max[3] ||
+        !kiln_shape_same_dim(rsh, 0, ys, 0) || !kiln_shape_same_dim(rsh, 1, ys, 1) ||
+        !kiln_shape_same_dim(ss, 0, ys, 0) || !kiln_shape_same_dim(ss, 1, ys, 1)) {
         return KILN_OK;
     }
     int64_t h = rsh->max[2], e = rsh->max[3], d = h * e, w = ys->max[2];
@@ -508,331 +487,9 @@ static kiln_status causal(kiln_bgraph *b, uint32_t node, int *done) {
     return KILN_OK;
 }
 
-// --- 6. eager attention
-
-static int same_shape(const kiln_shape *a, const kiln_shape *b) {
-    if (a->rank != b->rank) return 0;
-    for (uint32_t i = 0; i < a->rank; i++) {
-        if (!same_dim(a, i, b, i)) return 0;
-    }
-    return 1;
-}
-
-// A constant scalar (one element, float) c: *out = its value.
-static int const_scalar(const kiln_bgraph *b, int32_t v, double *out) {
-    if (!kiln_bgraph_is_const(b, v)) return 0;
-    const kiln_bvalue *c = &b->values[v];
-    const kiln_shape *s = &c->desc.shape;
-    for (uint32_t i = 0; i < s->rank; i++) {
-        if (s->max[i] != 1) return 0;
-    }
-    if (!kiln_dtype_is_float((kiln_dtype)c->desc.dtype) || c->data == NULL) return 0;
-    *out = kiln_load_f32(c->data, c->desc.dtype, 0);
-    return isfinite(*out) && *out != 0.0;
-}
-
-// k when kt = permute(k, dims swapping the last two, identity elsewhere), else -1.
-static int32_t untransposed(const kiln_bgraph *b, int32_t kt) {
-    if (kt < 0 || b->values[kt].kind != KILN_IR_NODE) return -1;
-    const kiln_bnode *p = &b->nodes[b->values[kt].index];
-    if (p->dead || p->op != KILN_OP_PERMUTE || p->n_tail > 0 || p->head >= 0) return -1;
-    kiln_attrs a = kiln_bgraph_attrs(b, p);
-    uint32_t n = 0;
-    const int64_t *d = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &n);
-    if (n < 2) return -1;
-    for (uint32_t i = 0; i + 2 < n; i++) {
-        if (d[i] != (int64_t)i) return -1;
-    }
-    return d[n - 2] == (int64_t)n - 1 && d[n - 1] == (int64_t)n - 2 ? kiln_bgraph_input(b, p, 0)
-                                                                    : -1;
-}
-
-#define EAGER_MAX_MASKS 4
-
-// The 16-bit tensor a cast to float32 reads when v is one (a live cast, no tail), else -1.
-static int32_t upcast_source(const kiln_bgraph *b, int32_t v) {
-    if (v < 0 || b->values[v].kind != KILN_IR_NODE || b->values[v].desc.dtype != KILN_DTYPE_F32)
-        return -1;
-    const kiln_bnode *c = &b->nodes[b->values[v].index];
-    if (c->dead || c->op != KILN_OP_CAST || c->n_tail > 0 || c->head >= 0) return -1;
-    const int32_t x = kiln_bgraph_input(b, c, 0);
-    const uint32_t xd = x >= 0 ? b->values[x].desc.dtype : 0;
-    return xd == KILN_DTYPE_F16 || xd == KILN_DTYPE_BF16 ? x : -1;
-}
-
-// Node n reshapes scores [N, L, S] (N static) to [B, H, L, S] with B * H = N, B and H static,
-// L and S kept: *out = that shape.
-static int batch_split(const kiln_bgraph *b, int32_t n, kiln_shape *out) {
-    const kiln_bnode *nd = &b->nodes[n];
-    if (nd->dead || nd->n_tail > 0 || nd->head >= 0 || kiln_bgraph_input(b, nd, 1) >= 0) return 0;
-    const kiln_shape *x = &b->values[kiln_bgraph_input(b, nd, 0)].desc.shape;
-    const kiln_shape *y = &b->values[nd->output].desc.shape;
-    if (x->rank != 3 || y->rank != 4 || x->min[0] != x->max[0] || y->min[0] != y->max[0] ||
-        y->min[1] != y->max[1] || y->max[0] * y->max[1] != x->max[0] || !same_dim(x, 1, y, 2) ||
-        !same_dim(x, 2, y, 3))
-        return 0;
-    *out = *y;
-    return 1;
-}
-
-// A reshape of x [N, rows, cols] (N = bh[0] * bh[1], or 1 for bh {1, 1}) to [bh[0], bh[1], rows,
-// cols], the rows and cols copied from x.
-static kiln_status split_batch(kiln_bgraph *b, int32_t x, const int64_t bh[2], int64_t seq,
-                               int32_t *out) {
-    int64_t codes[4] = {bh[0], bh[1], -3, -4};
-    kiln_attr_ref ref = {KILN_ATTR_INTS, 4, 0};
-    kiln_attrs a = {&ref, 1, codes, NULL};
-    return kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &a, seq, out);
-}
-
-// The only reader of value v (read once, not an output) when it is a live plain node, else -1.
-static int32_t only_reader(const kiln_bgraph *b, int32_t v) {
-    if (v < 0 || (size_t)v >= b->n_use_info || b->uses[v] != 1 || b->is_output[v]) return -1;
-    const int32_t u = b->user[v];
-    if (u < 0 || b->nodes[u].dead || b->nodes[u].n_tail > 0 || b->nodes[u].head >= 0) return -1;
-    return u;
-}
-
-// The other input of binary node n than v (-1 when v is both or neither).
-static int32_t other_input(const kiln_bgraph *b, const kiln_bnode *n, int32_t v) {
-    const int32_t x = kiln_bgraph_input(b, n, 0), y = kiln_bgraph_input(b, n, 1);
-    if (x == v && y != v) return y;
-    if (y == v && x != v) return x;
-    return -1;
-}
-
-// Walks forward from the Q K^T matmul qk (see 6. above); on a match replaces the P V matmul by
-// the sdpa.
-static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
-    *done = 0;
-    const kiln_bnode *qn = &b->nodes[qk];
-    if (qn->n_tail > 0 || qn->head >= 0) return KILN_OK;
-    // a 16-bit model that computes the scores in float32 (BLOOM's baddbmm with its float32
-    // alibi) reads q and k through casts: the sdpa reads the 16-bit tensors (its products
-    // accumulate in float32) and the float32 masks
-    int32_t q = kiln_bgraph_input(b, qn, 0), kt = kiln_bgraph_input(b, qn, 1);
-    const int32_t q16 = upcast_source(b, q), kt16 = upcast_source(b, kt);
-    const int upcast = q16 >= 0;
-    if (upcast) {
-        q = q16;
-        kt = kt16 >= 0 ? kt16 : kt;
-    }
-    int32_t k = untransposed(b, kt);
-    if (upcast && kt16 < 0 && k >= 0) k = upcast_source(b, k); // permute(cast(k))
-    // BLOOM transposes k per head and then flattens the heads: reshape(permute(k4, swap), [B *
-    // H, E, S]), k4 [B, H, S, E]; the sdpa reads k4 itself (only with the batch split below)
-    int32_t k4 = -1;
-    if (k < 0) {
-        if (kt >= 0 && b->values[kt].kind == KILN_IR_NODE) {
-            const kiln_bnode *rn = &b->nodes[b->values[kt].index];
-            if (!rn->dead && rn->op == KILN_OP_RESHAPE && rn->n_tail == 0 && rn->head < 0 &&
-                kiln_bgraph_input(b, rn, 1) < 0)
-                k4 = untransposed(b, kiln_bgraph_input(b, rn, 0));
-        }
-        if (k4 >= 0 && b->values[k4].desc.shape.rank != 4) k4 = -1;
-    }
-    int32_t s = qn->output;
-    const uint32_t dt = b->values[s].desc.dtype;
-    const kiln_shape scores3 = b->values[s].desc.shape; // the matmuls' scores
-    kiln_shape scores = scores3;                        // after the batch split, if any
-    const uint32_t rq = scores3.rank;                   // q's, k's and v's rank
-    uint32_t r = rq;
-    if (q < 0 || (k < 0 && k4 < 0) || r < 3) return KILN_OK;
-    int32_t split = -1; // the reshape [B * H, L, S] -> [B, H, L, S] (BLOOM), when there is one
-    uint32_t n_pre = 0; // masks added before it
-    double scale = 1.0, c = 0.0;
-    int32_t masks[EAGER_MAX_MASKS];
-    uint32_t n_masks = 0;
-    int32_t u = only_reader(b, s);
-    if (u >= 0 && (b->nodes[u].op == KILN_OP_MUL || b->nodes[u].op == KILN_OP_DIV)) {
-        const kiln_bnode *m = &b->nodes[u];
-        const int32_t o = other_input(b, m, s);
-        if (o < 0 || !const_scalar(b, o, &c)) return KILN_OK;
-        if (m->op == KILN_OP_DIV && kiln_bgraph_input(b, m, 0) != s) return KILN_OK; // c / s
-        scale = m->op == KILN_OP_MUL ? c : 1.0 / c;
-        s = m->output;
-        u = only_reader(b, s);
-    }
-    // q's dtype, which the sdpa reads and writes
-    const uint32_t io_dt = upcast ? b->values[q].desc.dtype : dt;
-    uint32_t cur_dt = dt; // the scores' dtype (an upcast's float32 scores may return to io_dt)
-    for (; u >= 0; u = only_reader(b, s)) {
-        if (b->nodes[u].op == KILN_OP_RESHAPE && split < 0 && batch_split(b, u, &scores)) {
-            split = u;
-            n_pre = n_masks;
-            r = 4;
-            s = b->nodes[u].output;
-            continue;
-        }
-        if (b->nodes[u].op == KILN_OP_CAST && upcast && cur_dt == KILN_DTYPE_F32 &&
-            b->values[b->nodes[u].output].desc.dtype == io_dt && b->nodes[u].n_tail == 0) {
-            cur_dt = io_dt; // BLOOM: baddbmm's float32 result back to the model's dtype
-            s = b->nodes[u].output;
-            continue;
-        }
-        if (b->nodes[u].op != KILN_OP_ADD) break;
-        const kiln_bnode *a = &b->nodes[u];
-        const int32_t m = other_input(b, a, s);
-        if (m < 0 || n_masks == EAGER_MAX_MASKS || b->values[m].desc.dtype != cur_dt ||
-            b->values[m].desc.shape.rank > r ||
-            !same_shape(&b->values[a->output].desc.shape, &scores))
-            return KILN_OK;
-        masks[n_masks++] = m;
-        s = a->output;
-    }
-    if (u >= 0 && b->nodes[u].op == KILN_OP_CAST) { // the softmax in float32
-        if (b->values[b->nodes[u].output].desc.dtype != KILN_DTYPE_F32) return KILN_OK;
-        s = b->nodes[u].output;
-        u = only_reader(b, s);
-    }
-    if (u < 0 || b->nodes[u].op != KILN_OP_SOFTMAX) return KILN_OK;
-    {
-        kiln_attrs sa = kiln_bgraph_attrs(b, &b->nodes[u]);
-        const int64_t dim = kiln_attrs_int(&sa, KILN_A_SOFTMAX_DIM, 0);
-        if (dim != -1 && dim != (int64_t)r - 1) return KILN_OK;
-    }
-    s = b->nodes[u].output;
-    u = only_reader(b, s);
-    // ... and back to q's dtype (a cast that a float32 graph may keep as a no-op)
-    if (u >= 0 && b->nodes[u].op == KILN_OP_CAST && b->nodes[u].n_tail == 0 &&
-        b->values[b->nodes[u].output].desc.dtype == io_dt) {
-        s = b->nodes[u].output;
-        u = only_reader(b, s);
-    } else if (b->values[s].desc.dtype != io_dt) {
-        return KILN_OK;
-    }
-    if (split >= 0) { // ... and the batch merged back for the P V matmul
-        if (u < 0 || b->nodes[u].op != KILN_OP_RESHAPE ||
-            kiln_bgraph_input(b, &b->nodes[u], 1) >= 0 ||
-            !same_shape(&b->values[b->nodes[u].output].desc.shape, &scores3))
-            return KILN_OK;
-        s = b->nodes[u].output;
-        u = only_reader(b, s);
-    }
-    if (u < 0 || b->nodes[u].op != KILN_OP_MATMUL || kiln_bgraph_input(b, &b->nodes[u], 0) != s ||
-        kiln_bgraph_input(b, &b->nodes[u], 1) == s)
-        return KILN_OK;
-    const uint32_t pv = (uint32_t)u;
-    const int32_t v = kiln_bgraph_input(b, &b->nodes[pv], 1);
-    kiln_value_desc k3; // k4 viewed as [B * H, S, E], for the checks below
-    if (k4 >= 0) {
-        const kiln_shape *s4 = &b->values[k4].desc.shape;
-        if (split < 0 || s4->min[0] != s4->max[0] || s4->min[1] != s4->max[1] ||
-            s4->max[0] != scores.max[0] || s4->max[1] != scores.max[1])
-            return KILN_OK;
-        memset(&k3, 0, sizeof k3);
-        k3.dtype = b->values[k4].desc.dtype;
-        k3.shape.rank = 3;
-        k3.shape.min[0] = k3.shape.max[0] = s4->max[0] * s4->max[1];
-        for (uint32_t i = 1; i < 3; i++) {
-            k3.shape.min[i] = s4->min[i + 1];
-            k3.shape.max[i] = s4->max[i + 1];
-        }
-    }
-    const kiln_value_desc *qd = &b->values[q].desc, *kd = k4 >= 0 ? &k3 : &b->values[k].desc,
-                          *vd = &b->values[v].desc;
-    const int half = io_dt == KILN_DTYPE_F16 || io_dt == KILN_DTYPE_BF16 ||
-                     (io_dt == KILN_DTYPE_F32 && (b->opts.precision == KILN_PRECISION_FP16 ||
-                                                  b->opts.precision == KILN_PRECISION_BF16));
-    if (!half || qd->dtype != io_dt || kd->dtype != io_dt || vd->dtype != io_dt ||
-        (upcast && dt != KILN_DTYPE_F32) || qd->shape.rank != rq || kd->shape.rank != rq ||
-        vd->shape.rank != rq)
-        return KILN_OK;
-    for (uint32_t i = 0; i + 2 < rq; i++) { // one batch shape (no broadcast between operands)
-        if (!same_dim(&qd->shape, i, &kd->shape, i) || !same_dim(&qd->shape, i, &vd->shape, i))
-            return KILN_OK;
-    }
-    const int64_t e = qd->shape.max[rq - 1];
-    if (qd->shape.min[rq - 1] != e || !same_dim(&qd->shape, rq - 1, &kd->shape, rq - 1) ||
-        !same_dim(&vd->shape, rq - 1, &qd->shape, rq - 1) ||
-        !same_dim(&kd->shape, rq - 2, &vd->shape, rq - 2))
-        return KILN_OK;
-    // with a batch split, the masks added before it are [N, l, S] with N = B * H or 1 (or of a
-    // lower rank, which broadcasts the same way over [B, H, L, S])
-    for (uint32_t j = 0; split >= 0 && j < n_pre; j++) {
-        const kiln_shape *ms = &b->values[masks[j]].desc.shape;
-        if (ms->rank == 3 && ms->max[0] != 1 && !same_dim(ms, 0, &scores3, 0)) return KILN_OK;
-    }
-    // heads the tensor-core kernels take, or, without a mask, the fused geometry cuDNN's flash
-    // attention takes (a multiple of 8 up to 256: SegFormer's heads of 32)
-    if (e != 64 && e != 80 && e != 128 && e != 256 && (n_masks > 0 || e % 8 != 0 || e > 256))
-        return KILN_OK;
-    // the masks' sum, in the order the model added them, then the sdpa in place of P V (adding
-    // nodes may move the values array: qd, kd, vd are not read past this point)
-    const int64_t seq = b->nodes[pv].seq, ev = vd->shape.max[rq - 1];
-    int32_t ins[4] = {q, k, v, -1};
-    uint32_t n_in = 3;
-    if (split >= 0) { // q, k, v and the early masks viewed as [B, H, rows, cols]
-        const int64_t bh[2] = {scores.max[0], scores.max[1]};
-        ins[1] = k4 >= 0 ? k4 : k;
-        for (int j = 0; j < 3; j++) {
-            if (j != 1 || k4 < 0) KILN_TRY(split_batch(b, ins[j], bh, seq, &ins[j]));
-        }
-        for (uint32_t j = 0; j < n_pre; j++) {
-            if (b->values[masks[j]].desc.shape.rank != 3) continue;
-            const int64_t one[2] = {1, 1};
-            const int wide = b->values[masks[j]].desc.shape.max[0] != 1;
-            KILN_TRY(split_batch(b, masks[j], wide ? bh : one, seq, &masks[j]));
-        }
-    }
-    if (n_masks > 0) {
-        // masks added to upcast float32 scores are read in q's dtype, as the sdpa reads masks
-        // (BLOOM rounds the scores with its alibi to that dtype itself)
-        for (uint32_t j = 0; j < n_masks; j++) {
-            if (b->values[masks[j]].desc.dtype == io_dt) continue;
-            int64_t to = io_dt;
-            kiln_attr_ref ref = {KILN_ATTR_INTS, 1, 0};
-            kiln_attrs ca = {&ref, 1, &to, NULL};
-            KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_CAST, &masks[j], 1, &ca, seq, &masks[j]));
-        }
-        int32_t m = masks[0];
-        for (uint32_t j = 1; j < n_masks; j++) {
-            int32_t two[2] = {m, masks[j]};
-            KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_ADD, two, 2, NULL, seq, &m));
-        }
-        ins[3] = m;
-        n_in = 4;
-    }
-    int64_t zero = 0;
-    kiln_attr_ref refs[2] = {{KILN_ATTR_INTS, 1, 0}, {KILN_ATTR_FLOATS, 1, 0}};
-    kiln_attrs na = {refs, 2, &zero, &scale};
-    int32_t y;
-    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SDPA, ins, n_in, &na, seq, &y));
-    if (split >= 0) { // [B, H, L, Ev] -> the P V matmul's [N, L, Ev]
-        int64_t codes[3] = {scores3.max[0], -4, ev};
-        kiln_attr_ref ref = {KILN_ATTR_INTS, 3, 0};
-        kiln_attrs ra = {&ref, 1, codes, NULL};
-        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &y, 1, &ra, seq, &y));
-    }
-    if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[pv].output].desc)) {
-        b->nodes[b->values[y].index].dead = 1;
-        return KILN_OK;
-    }
-    KILN_TRY(kiln_bgraph_replace_node(b, pv, y, "eager attention"));
-    *done = 1;
-    return KILN_OK;
-}
-
 kiln_status kiln_pass_attention(kiln_bgraph *b) {
     size_t n = b->n_nodes;
     KILN_TRY(kiln_bgraph_count_uses(b));
-    uint32_t n_eager = 0;
-    for (size_t i = 0; i < n; i++) {
-        int done = 0;
-        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_MATMUL) continue;
-        KILN_TRY(eager_attention(b, (uint32_t)i, &done));
-        n_eager += (uint32_t)done;
-        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
-    }
-    b->stats.n_eager_attention += n_eager;
-    if (n_eager > 0) {
-        // the replaced matmuls and softmax still read q, k and v until they are removed: gone
-        // now, so that the QKV merge below sees each projection read once (MPNet's, BEiT's)
-        KILN_TRY(kiln_bgraph_sort_nodes(b));
-        KILN_TRY(kiln_pass_dce(b));
-        KILN_TRY(kiln_bgraph_count_uses(b));
-    }
-    n = b->n_nodes;
     for (size_t i = 0; i < n; i++) {
         int done = 0;
         if (b->nodes[i].dead) continue;

@@ -280,7 +280,11 @@ static void test_gpt2(int variant, uint32_t want_slice, int want_causal, const c
 // masks (left alone).
 enum { EH = 64, ED = 2 * EH, EL = 7, EB = 2 };
 static void test_eager(int variant, int want_sdpa, const char *what) {
-    const int64_t e = variant == 3 ? 8 : variant == 5 || variant == 6 ? 32 : variant == 7 ? 12 : EH;
+    const int64_t e = variant == 3                   ? 8
+                      : variant == 5 || variant == 6 ? 32
+                      : variant == 7                 ? 12
+                      : variant == 8                 ? 16
+                                                     : EH;
     const int64_t d = 2 * e;
     const int no_bias = variant == 5 || variant == 7;
     float *w[3], *bias = rnd(2 * EL * EL), c = variant == 1 ? 8.0f : 0.125f;
@@ -411,6 +415,83 @@ static void test_eager_batch_split(int variant, const char *what) {
     free(mask);
 }
 
+// Windowed attention as torchvision's and HF's Swin write it: windows in the batch, x [N, L, D]
+// with N = B * NW; the heads split; the scores [N, H, L, L] plus a constant relative-position
+// bias [H, L, L]; viewed as [B, NW, H, L, L] for the shifted windows' mask [1, NW, 1, L, L] and
+// back; softmax; P V. variant 0: q scaled before the matmul (torchvision's Swin); 1: the scores
+// multiplied by a per-head constant [H, 1, 1] (Swin-V2's logit scale); 2: as 0 without the
+// windows' view (Swin's unshifted blocks); 3 (B = 1): the scores multiplied by a constant per
+// window, [NW, 1, 1, 1] (one value per batch index: it multiplies q too). Variants 0-2 with
+// B = 1 (the view adds a leading 1: the mask drops it) and B = 2 (q, k, v viewed as [B, NW, ..]).
+static void test_eager_windows(int variant, int64_t nb, const char *what) {
+    enum { NW = 3, WH = 2, WE = 32, WL = 5, WD = WH * WE };
+    const int64_t n = nb * NW;
+    float *w[3], *bias = rnd(WH * WL * WL), *mask = rnd(NW * WL * WL), c = 0.17f;
+    float hs[NW > WH ? NW : WH];
+    for (int i = 0; i < (NW > WH ? NW : WH); i++) hs[i] = 0.5f + 0.25f * (float)i;
+    kiln_graph *g;
+    kiln_plan p;
+    int32_t qkv[3], lin;
+    const int64_t shape[4] = {n, WL, WH, WE};
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s (batch %lld)", what, (long long)nb);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(n, WL, WD), TU_DIMS(n, WL, WD));
+    for (int j = 0; j < 3; j++) {
+        w[j] = tu_rand(WD * WD, -0.15f, 0.15f);
+        int32_t cw = tu_const(g, NULL, KILN_DTYPE_F32, 2, TU_DIMS(WD, WD), w[j]);
+        qkv[j] = head_split(g, x, cw, -1, shape, &lin); // [N, WH, WL, WE]
+    }
+    int32_t q = qkv[0];
+    if (variant == 0 || variant == 2) {
+        int32_t sc = tu_const(g, NULL, KILN_DTYPE_F32, 0, TU_DIMS(0), &c);
+        q = tu_node(g, KILN_OP_MUL, TU_IDS(q, sc), TU_NO_ATTRS);
+    }
+    int32_t kt = tu_node(g, KILN_OP_PERMUTE, TU_IDS(qkv[1]), TU_ATTRS(TU_INTS("dims", 0, 1, 3, 2)));
+    int32_t sv = tu_node(g, KILN_OP_MATMUL, TU_IDS(q, kt), TU_NO_ATTRS);
+    if (variant == 1) {
+        int32_t ls = tu_const(g, NULL, KILN_DTYPE_F32, 3, TU_DIMS(WH, 1, 1), hs);
+        sv = tu_node(g, KILN_OP_MUL, TU_IDS(sv, ls), TU_NO_ATTRS);
+    } else if (variant == 3) {
+        int32_t ls = tu_const(g, NULL, KILN_DTYPE_F32, 4, TU_DIMS(NW, 1, 1, 1), hs);
+        sv = tu_node(g, KILN_OP_MUL, TU_IDS(ls, sv), TU_NO_ATTRS);
+    }
+    int32_t cb = tu_const(g, NULL, KILN_DTYPE_F32, 3, TU_DIMS(WH, WL, WL), bias);
+    sv = tu_node(g, KILN_OP_ADD, TU_IDS(sv, cb), TU_NO_ATTRS);
+    if (variant != 2) {
+        sv =
+            tu_node(g, KILN_OP_RESHAPE, TU_IDS(sv), TU_ATTRS(TU_INTS("shape", nb, NW, WH, WL, WL)));
+        int32_t cm = tu_const(g, NULL, KILN_DTYPE_F32, 5, TU_DIMS(1, NW, 1, WL, WL), mask);
+        sv = tu_node(g, KILN_OP_ADD, TU_IDS(sv, cm), TU_NO_ATTRS);
+        sv = tu_node(g, KILN_OP_RESHAPE, TU_IDS(sv), TU_ATTRS(TU_INTS("shape", n, WH, WL, WL)));
+    }
+    int32_t pr = tu_node(g, KILN_OP_SOFTMAX, TU_IDS(sv), TU_ATTRS(TU_INTS("dim", -1)));
+    int32_t y = tu_node(g, KILN_OP_MATMUL, TU_IDS(pr, qkv[2]), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_PERMUTE, TU_IDS(y), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", n, WL, WD)));
+    tu_output(g, y, "y");
+    kiln_build_options h0 = bt_opts(0, KILN_PRECISION_FP16, 0);
+    kiln_build_options h1 = bt_opts(1, KILN_PRECISION_FP16, 0);
+    if (bt_plan(g, &h1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_SDPA) == 1 && bt_count(&p, KILN_OP_SOFTMAX) == 0 &&
+                      bt_count(&p, KILN_OP_MATMUL) == 0,
+                  "%s: %u sdpa, %u softmax, %u matmul", msg, bt_count(&p, KILN_OP_SDPA),
+                  bt_count(&p, KILN_OP_SOFTMAX), bt_count(&p, KILN_OP_MATMUL));
+        // the scalar scale is the sdpa's (no multiply left); a per-head one multiplies q
+        const uint32_t want_mul = variant == 1 || variant == 3;
+        CHECK_MSG(bt_count(&p, KILN_OP_MUL) == want_mul, "%s: %u mul, want %u", msg,
+                  bt_count(&p, KILN_OP_MUL), want_mul);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[1] = {{3, {n, WL, WD, 0, 0, 0, 0, 0}}};
+    bt_compare(g, &h0, &h1, 1, sh, 0, 3e-3, 1e-2, msg);
+    bt_compare(g, &o0, &h1, 1, sh, 0, 1e-2, 3e-2, msg);
+    kiln_graph_free(g);
+    for (int j = 0; j < 3; j++) free(w[j]);
+    free(bias);
+    free(mask);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
@@ -440,8 +521,15 @@ int main(void) {
     test_eager(2, 0, "eager attention: probabilities also an output");
     test_eager(3, 0, "eager attention: heads of 8");
     test_eager(5, 1, "eager attention: heads of 32 without a mask (cuDNN's geometry)");
-    test_eager(6, 0, "eager attention: heads of 32 with a bias");
+    test_eager(6, 1, "eager attention: heads of 32 with a bias (the tensor-core kernels')");
+    test_eager(8, 0, "eager attention: heads of 16 with a bias");
     test_eager(7, 0, "eager attention: heads of 12 without a mask");
+    for (int64_t nb = 1; nb <= 2; nb++) {
+        test_eager_windows(0, nb, "windowed attention, q scaled, the shifted windows' mask");
+        test_eager_windows(1, nb, "windowed attention, a per-head logit scale, the mask");
+        test_eager_windows(2, nb, "windowed attention, q scaled, no windows' view");
+    }
+    test_eager_windows(3, 1, "windowed attention, a per-window scale");
     test_eager_batch_split(0, "eager attention over heads flattened into the batch (BLOOM)");
     test_eager_batch_split(1, "eager attention, the probabilities read at [B, H, L, L]");
     test_eager_batch_split(2, "eager attention of a float16 BLOOM: float32 scores between casts");

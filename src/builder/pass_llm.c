@@ -86,14 +86,6 @@ static int32_t other_input(const kiln_bgraph *b, uint32_t node, int32_t v) {
 // Whether attribute list `dims` (of a node over rank r) is exactly the last dim.
 static int is_last_dim(int64_t d, uint32_t r) { return r > 0 && (d == -1 || d == (int64_t)r - 1); }
 
-static int same_shape(const kiln_shape *a, const kiln_shape *c) {
-    if (a->rank != c->rank) return 0;
-    for (uint32_t i = 0; i < a->rank; i++) {
-        if (a->min[i] != c->min[i] || a->max[i] != c->max[i]) return 0;
-    }
-    return 1;
-}
-
 // Adds node op(ins) with `attrs` at the emission key of node `old` and lets it take over old's
 // output; leaves the graph as it was (the new node dead) when the results would differ.
 static kiln_status fuse_into(kiln_bgraph *b, uint32_t old, uint32_t op, const int32_t *ins,
@@ -168,7 +160,7 @@ static kiln_status rms_norm(kiln_bgraph *b, uint32_t rs_node, int *done) {
         x0 = s0;
     }
     int32_t h = b->nodes[hm].output;
-    if (!same_shape(&b->values[h].desc.shape, xs) ||
+    if (!kiln_shape_same(&b->values[h].desc.shape, xs) ||
         !kiln_dtype_is_float((kiln_dtype)b->values[x].desc.dtype)) {
         return KILN_OK;
     }
@@ -190,7 +182,7 @@ static kiln_status rms_norm(kiln_bgraph *b, uint32_t rs_node, int *done) {
             wd->shape.rank >= 1 && kiln_shape_max_numel(&wd->shape, &numel) &&
             numel == (uint64_t)xs->max[r - 1] &&
             wd->shape.max[wd->shape.rank - 1] == xs->max[r - 1] &&
-            same_shape(&b->values[b->nodes[wm].output].desc.shape, xs)) {
+            kiln_shape_same(&b->values[b->nodes[wm].output].desc.shape, xs)) {
             ends[2] = wm;
             weight = w;
         }
@@ -292,8 +284,8 @@ static int rotary_match(const kiln_bgraph *b, int32_t a1, int32_t a2, int32_t *o
         int32_t cos = other_input(b, (uint32_t)m1, x);
         if (cos < 0 || sin < 0 || sin == cv) continue;
         // the products have x's shape: cos and sin broadcast to x without enlarging it
-        if (!same_shape(&b->values[a1].desc.shape, xs) ||
-            !same_shape(&b->values[a2].desc.shape, xs)) {
+        if (!kiln_shape_same(&b->values[a1].desc.shape, xs) ||
+            !kiln_shape_same(&b->values[a2].desc.shape, xs)) {
             continue;
         }
         *ox = x;
@@ -404,7 +396,7 @@ static kiln_status l2_normalize(kiln_bgraph *b, uint32_t div, int *done) {
     const uint32_t r = xd->shape.rank;
     if (!kiln_dtype_is_float((kiln_dtype)xd->dtype) ||
         xd->shape.min[r - 1] != xd->shape.max[r - 1] || xd->shape.max[r - 1] < 1 ||
-        !same_shape(&b->values[b->nodes[div].output].desc.shape, &xd->shape))
+        !kiln_shape_same(&b->values[b->nodes[div].output].desc.shape, &xd->shape))
         return KILN_OK;
     // x / max(|x|, eps) = x * rsqrt(mean(x^2) + eps^2 / D) / sqrt(D) wherever |x| > eps; a
     // squared eps that float32 cannot hold keeps the chain (a zero row would give NaN)
