@@ -29,6 +29,10 @@
 //     leaves every element where it was (a channels-first map flattened and transposed back to
 //     the tokens it came from: SegFormer's reduced keys) is a reshape of its input. It runs
 //     between 2 and 3.
+//  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
+//     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
+//     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
+//     [1, C, 1, 1] they take in either activation layout.
 // Reshapes with a `like` input are left alone. A node whose output is a graph output or a
 // state's update keeps a layer (rewrites 1 and 2 still apply to it): I/O lowering relies on
 // those copies.
@@ -479,6 +483,43 @@ static kiln_status expand_into_readers(kiln_bgraph *b, uint32_t k, int *done) {
     return KILN_OK;
 }
 
+// 8: node k (add, sub, mul or div) reads a constant of a lower rank than its output: it reads the
+// same data as a constant of the output's rank instead.
+static kiln_status rank_align_const(kiln_bgraph *b, uint32_t k) {
+    const kiln_bnode *n = &b->nodes[k];
+    if (n->dead || n->n_inputs != 2 ||
+        (n->op != KILN_OP_ADD && n->op != KILN_OP_SUB && n->op != KILN_OP_MUL &&
+         n->op != KILN_OP_DIV))
+        return KILN_OK;
+    // (4-d outputs: the activation layouts of convolutional maps are what it is for)
+    const uint32_t r = b->values[n->output].desc.shape.rank;
+    if (r != 4) return KILN_OK;
+    for (uint32_t i = 0; i < 2; i++) {
+        const int32_t c = kiln_bgraph_input(b, &b->nodes[k], i);
+        if (!kiln_bgraph_is_const(b, c) || b->values[c].data == NULL) continue;
+        const kiln_value_desc d = b->values[c].desc;
+        if (d.shape.rank == 0 || d.shape.rank >= r) continue;
+        kiln_shape s;
+        memset(&s, 0, sizeof s);
+        s.rank = r;
+        const uint32_t pad = r - d.shape.rank;
+        for (uint32_t j = 0; j < r; j++) {
+            s.min[j] = j < pad ? 1 : d.shape.min[j - pad];
+            s.max[j] = j < pad ? 1 : d.shape.max[j - pad];
+        }
+        int32_t nc, ins[2];
+        KILN_TRY(
+            kiln_bgraph_add_const(b, d.dtype, &s, b->values[c].data, b->values[c].nbytes, &nc));
+        b->values[nc].name = b->values[c].name; // the same weight
+        ins[0] = kiln_bgraph_input(b, &b->nodes[k], 0);
+        ins[1] = kiln_bgraph_input(b, &b->nodes[k], 1);
+        ins[i] = nc;
+        KILN_TRY(kiln_bgraph_set_inputs(b, k, ins, 2));
+        b->stats.n_views++;
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_views(kiln_bgraph *b) {
     int64_t codes[KILN_MAX_RANK];
     // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
@@ -574,5 +615,7 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         KILN_TRY(expand_into_readers(b, (uint32_t)k, &done));
         b->stats.n_views += (uint32_t)done;
     }
+    // 8: constant operands of binary ops at the output's rank
+    for (size_t k = 0; k < b->n_nodes; k++) KILN_TRY(rank_align_const(b, (uint32_t)k));
     return kiln_bgraph_count_uses(b);
 }

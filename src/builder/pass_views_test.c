@@ -261,12 +261,52 @@ static void test_expand_into_readers(int variant, const char *want, const char *
     kiln_graph_free(g);
 }
 
+// Rewrite 8: a per-channel scale [C, 1, 1] (ConvNeXt's layer scale) and a one-element bias [1]
+// multiplied and added over a 4-d map become [1, C, 1, 1] and [1, 1, 1, 1] constants with the
+// same bytes and name; the values are unchanged (dynamic batch).
+static void test_rank_align(void) {
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    float scale[6], one[1] = {0.25f};
+    tu_fill(scale, 6, -1, 1);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, 6, 3, 5), TU_DIMS(4, 6, 3, 5));
+    int32_t cs = tu_const(g, "layer_scale", KILN_DTYPE_F32, 3, TU_DIMS(6, 1, 1), scale);
+    int32_t cb = tu_const(g, NULL, KILN_DTYPE_F32, 1, TU_DIMS(1), one);
+    int32_t v = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    v = tu_node(g, KILN_OP_MUL, TU_IDS(cs, v), TU_NO_ATTRS);
+    v = tu_node(g, KILN_OP_ADD, TU_IDS(v, cb), TU_NO_ATTRS);
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(v), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        uint32_t n4 = 0;
+        for (uint32_t i = 0; i < p.n_tensors; i++) {
+            const kiln_plan_tensor *t = &p.tensors[i];
+            if (t->kind != KILN_TENSOR_WEIGHT) continue;
+            CHECK_MSG(t->shape.rank == 4, "a weight of rank %u", t->shape.rank);
+            n4 += t->shape.rank == 4;
+            if (t->shape.max[1] == 6) {
+                CHECK(memcmp(p.weights + t->offset, scale, sizeof scale) == 0);
+                CHECK_MSG(strcmp(kiln_plan_string(&p, t->name), "layer_scale") == 0, "named %s",
+                          kiln_plan_string(&p, t->name));
+            }
+        }
+        CHECK_EQ_INT(n4, 2);
+        kiln_plan_release(&p);
+    }
+    bt_shape s[1] = {{4, {3, 6, 3, 5}}};
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-6, 1e-6, "constant operands at the output's rank");
+    kiln_graph_free(g);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     test_head_split_merge();
     test_transpose_and_identity();
     test_dynamic_chain();
     test_zero_pad();
+    test_rank_align();
     test_order_keeping_chain(0, "exp|neg", "tokens through a channels-first map and back");
     test_order_keeping_chain(1, "exp|reshape|permute|reshape|permute|neg", "a real transpose");
     test_order_keeping_chain(2, "exp|reshape|permute|reshape|permute|neg", "the map read twice");
