@@ -191,8 +191,9 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
                                    : 0,
                                &e->layout);
     if (st != KILN_OK) goto fail;
-    st = kiln_cuda_fold_plan(p, e->layout.nhwc, e->layout.alt, e->policy.attention_fold,
-                             e->policy.gemv && e->policy.gemv_fold, &e->fold);
+    st = kiln_cuda_fold_plan(p, e->layout.nhwc, e->layout.alt, e->layout.ident,
+                             e->policy.attention_fold, e->policy.gemv && e->policy.gemv_fold,
+                             &e->fold);
     if (st != KILN_OK) goto fail;
     st = kiln_cuda_extras_plan(e);
     if (st != KILN_OK) goto fail;
@@ -922,8 +923,8 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
         snprintf(out->kernel, sizeof out->kernel, "none");
         snprintf(out->detail, sizeof out->detail, "%s",
                  (e->fold.virt[li] & KILN_CUDA_FOLD_ALIAS)
-                     ? "an alias: its readers read its input's memory (a dense reshape or a "
-                       "contiguous slice)"
+                     ? "an alias: its readers read its input's memory (a dense reshape, a "
+                       "contiguous slice or a layout permute)"
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_GEMV)
                      ? (op == KILN_OP_RMS_NORM
                             ? "run inside the GEMVs that read it (the norm applied to their x)"
@@ -936,6 +937,12 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                               "key cache"
                             : "run by the q rotary's launch (the cache rows written there)")
                      : "a view: the sdpa reading it reads its input through strides");
+        return;
+    }
+    if (e->layout.ident[li]) {
+        snprintf(out->kernel, sizeof out->kernel, "memcpy");
+        snprintf(out->detail, sizeof out->detail,
+                 "a layout permute: its output is its input's bytes (one of them NHWC), copied");
         return;
     }
     kiln_cuda_plan_describe(kiln_cuda_op_planned(op) ? (L->last_now ? &L->now : &L->tuned) : NULL,

@@ -375,17 +375,20 @@ static int64_t slice_offset(const kiln_plan *p, uint32_t li, int32_t x) {
     return esz > 0 && off % 16 == 0 ? off : -1;
 }
 
-// Aliases (cuda_fold.h): in layer order, a dense reshape's or contiguous slice's output takes its
-// input's memory when nothing that runs between it and the output's last read (through folded
-// views too) writes over that memory.
-static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+// Aliases (cuda_fold.h): in layer order, a dense reshape's, contiguous slice's or layout
+// permute's output takes its input's memory when nothing that runs between it and the output's last
+// read (through folded views too) writes over that memory.
+static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt, const uint8_t *ident) {
     const kiln_plan *p = s->p;
     kiln_cuda_fold *f = s->f;
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
         const int32_t x = in0(p, li), y = out0(p, li);
-        if ((l->op != KILN_OP_RESHAPE && l->op != KILN_OP_SLICE) || (l->flags & KILN_LAYER_TAIL) ||
-            l->n_tail != 0 || l->n_outputs != 1 || f->virt[li] != 0 || x < 0 || y < 0)
+        // a layout permute (cuda_layout.h): its output is its input's bytes, one of them NHWC
+        const int same_bytes = ident != NULL && ident[li] && l->op == KILN_OP_PERMUTE;
+        if ((l->op != KILN_OP_RESHAPE && l->op != KILN_OP_SLICE && !same_bytes) ||
+            (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 || l->n_outputs != 1 ||
+            f->virt[li] != 0 || x < 0 || y < 0)
             continue;
         const int64_t off = l->op == KILN_OP_SLICE ? slice_offset(p, li, x) : 0;
         if (off < 0) continue;
@@ -393,7 +396,8 @@ static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
             p->tensors[y].kind != KILN_TENSOR_ACTIVATION ||
             p->tensors[x].dtype != p->tensors[y].dtype || f->reloc[y])
             continue;
-        if ((nhwc != NULL && (nhwc[x] || nhwc[y])) || (alt != NULL && alt[l->input_begin]))
+        if ((!same_bytes && nhwc != NULL && (nhwc[x] || nhwc[y])) ||
+            (alt != NULL && alt[l->input_begin]))
             continue;
         if (s->rbeg[y] == s->rbeg[y + 1]) continue;
         const int32_t b = f->alias[x] >= 0 ? f->alias[x] : x;
@@ -746,7 +750,7 @@ static void live_ranges(fold_state *s) {
 }
 
 kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const uint8_t *alt,
-                                int enable, int gemv, kiln_cuda_fold *out) {
+                                const uint8_t *ident, int enable, int gemv, kiln_cuda_fold *out) {
     kiln_cuda_fold f;
     fold_state s;
     size_t nl = p->n_layers, nt = p->n_tensors;
@@ -837,7 +841,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     if (enable) {
         decide(&s, nhwc, alt);
         live_ranges(&s);
-        aliases(&s, nhwc, alt);
+        aliases(&s, nhwc, alt, ident);
     }
     if (gemv) {
         gemv_norms(&s, nhwc, alt);

@@ -31,8 +31,9 @@
 // output's view points at the input's memory (a dense reshape is the same bytes). So does a
 // SLICE with step 1 of a statically shaped tensor whose dims before the sliced one are all 1
 // (a contiguous run of the input: MobileViTv2's split of one conv's output into query, key and
-// value channels), at the run's byte offset when that is a multiple of 16. Decided after the
-// folds, in layer order, so chains of reshapes and slices share one base.
+// value channels), at the run's byte offset when that is a multiple of 16, and a layout permute
+// (ident[] of the layout pass, cuda_layout.h: its input or its output NHWC, the same bytes).
+// Decided after the folds, in layer order, so chains of reshapes and slices share one base.
 // The option cuda.attention_fold = false turns the pass off (every layer runs), rope groups
 // included.
 // GEMV folds (with cuda.gemv and cuda.gemv_fold), decided last, for linears the GEMV runs with
@@ -126,7 +127,7 @@ typedef struct kiln_cuda_fold {
 // involving them is folded. Fails only for memory.
 // gemv: the GEMV folds (cuda.gemv and cuda.gemv_fold).
 kiln_status kiln_cuda_fold_plan(const struct kiln_plan *p, const uint8_t *nhwc, const uint8_t *alt,
-                                int enable, int gemv, kiln_cuda_fold *out);
+                                const uint8_t *ident, int enable, int gemv, kiln_cuda_fold *out);
 void kiln_cuda_fold_free(const struct kiln_plan *p, kiln_cuda_fold *f);
 
 // The view of tensor id at the current shapes (views[]: the context's tensor views, dims of this

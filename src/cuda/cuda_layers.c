@@ -329,6 +329,17 @@ static double now_us(void) {
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
 
+// A layout permute (cuda_layout.h) whose output the fold pass could not alias: its output holds
+// exactly its input's bytes (one of them stored NHWC), so it is a copy of them.
+static kiln_status ident_copy(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    if (x == NULL || x->data == y->data || kiln_tensor_numel(y) <= 0) return KILN_OK;
+    const size_t n = (size_t)kiln_tensor_numel(y) * kiln_cuda_dtype_size(y->dtype);
+    cudaError_t err = cudaMemcpyAsync(y->data, x->data, n, cudaMemcpyDeviceToDevice, ctx->stream);
+    return err == cudaSuccess ? KILN_OK
+                              : kiln_cuda_error(ctx, "cudaMemcpyAsync (layout permute)", err);
+}
+
 kiln_status kiln_cuda_layers_run(cuda_context *c, cudaStream_t stream) {
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
@@ -352,6 +363,13 @@ kiln_status kiln_cuda_layers_run(cuda_context *c, cudaStream_t stream) {
                                                   (unsigned)e->policy.profile_delay_us));
         }
         KILN_CUDA_TRY(kiln_cuda_layer_bind(c, li, &b, 1));
+        if (e->layout.ident[li]) { // a layout permute not aliased: the same bytes, copied
+            KILN_CUDA_TRY(ident_copy(&b.ctx, &b.args));
+            if (profiling) {
+                KILN_CUDA_TRY(kiln_cuda_profile_end(&c->prof, li, stream, now_us() - t0));
+            }
+            continue;
+        }
         kiln_cuda_layer_plan *plan = NULL;
         if (kiln_cuda_op_planned(b.args.op)) {
             cuda_layer *L = &c->layers[li];

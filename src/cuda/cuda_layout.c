@@ -25,7 +25,21 @@ static int half_4d(const kiln_plan_tensor *t) {
     return t->shape.rank == 4 && (t->dtype == KILN_DTYPE_F16 || t->dtype == KILN_DTYPE_BF16);
 }
 
-enum { K_OTHER, K_CONV, K_FOLLOW, K_ADAPTIVE };
+enum { K_OTHER, K_CONV, K_FOLLOW, K_ADAPTIVE, K_TO_NHWC, K_FROM_NHWC };
+
+// 1 when layer l is a PERMUTE with dims (a, b, c, d) over a 4-D input.
+static int permute_is(const kiln_plan *p, const kiln_plan_layer *l, int a, int b, int c, int d) {
+    if (l->op != KILN_OP_PERMUTE) return 0;
+    kiln_attrs at = kiln_plan_layer_attrs(p, l);
+    uint32_t n = 0;
+    const int64_t *dims = kiln_attrs_ints(&at, KILN_A_PERMUTE_DIMS, &n);
+    const int want[4] = {a, b, c, d};
+    if (n != 4 || dims == NULL) return 0;
+    for (uint32_t i = 0; i < 4; i++) {
+        if ((dims[i] < 0 ? dims[i] + 4 : dims[i]) != want[i]) return 0;
+    }
+    return 1;
+}
 
 static int follow_unary(uint32_t op) {
     return op == KILN_OP_RELU || op == KILN_OP_CLAMP || op == KILN_OP_SILU ||
@@ -106,12 +120,25 @@ static int group_touches_state(const kiln_plan *p, uint32_t li) {
     return 0;
 }
 
-// 1 when tensor x is written by the group of a conv2d head.
+// 1 when tensor x is written by the group of a conv2d head, or by a permute (0, 3, 1, 2) (a
+// layout permute when it qualifies: its output is then NHWC too).
 static int conv_writes(const kiln_plan *p, int32_t x) {
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
-        if (kiln_plan_group_output(p, li) == x) return p->layers[li].op == KILN_OP_CONV2D;
+        if (kiln_plan_group_output(p, li) == x) {
+            return p->layers[li].op == KILN_OP_CONV2D || permute_is(p, &p->layers[li], 0, 3, 1, 2);
+        }
     }
     return 0;
+}
+
+// A depthwise or grouped conv head li whose input x no conv or layout permute writes (an
+// elementwise head does: ConvNeXt's residual add): it stays NHWC only while x does. (One that a
+// conv writes stays NHWC, reading a copy if that conv's output is demoted: MobileNet's expand.)
+static int grouped_input(const kiln_plan *p, uint32_t li) {
+    const kiln_plan_layer *l = &p->layers[li];
+    if (l->op != KILN_OP_CONV2D) return 0;
+    kiln_attrs a = kiln_plan_layer_attrs(p, l);
+    return kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 1 && !conv_writes(p, in_id(p, l, 0));
 }
 
 // What head layer li is to the pass.
@@ -122,6 +149,15 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
     if (reads_either(p, l, x)) return K_ADAPTIVE; // (a state is NCHW: read as it is)
     if (x < 0 || !half_4d(o) || group_touches_state(p, li)) return K_OTHER;
     const kiln_plan_tensor *xt = &p->tensors[x];
+    if (l->op == KILN_OP_PERMUTE) { // layout permutes (cuda_layout.h)
+        if (l->n_tail != 0 || xt->kind != KILN_TENSOR_ACTIVATION ||
+            o->kind != KILN_TENSOR_ACTIVATION || xt->dtype != o->dtype || !half_4d(xt))
+            return K_OTHER;
+        if (permute_is(p, l, 0, 3, 1, 2) && o->shape.min[1] == o->shape.max[1] &&
+            o->shape.max[1] % 8 == 0)
+            return K_TO_NHWC;
+        return permute_is(p, l, 0, 2, 3, 1) ? K_FROM_NHWC : K_OTHER;
+    }
     if (l->op == KILN_OP_CONV2D) {
         kiln_attrs a = kiln_plan_layer_attrs(p, l);
         int32_t w = in_id(p, l, 1);
@@ -131,19 +167,16 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
             return K_OTHER;
         }
         int64_t groups = kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0);
-        // groups 1, or depthwise (one channel per group: Kiln's NHWC depthwise kernel) when a
-        // conv writes its input (MobileNet's and EfficientNet's expand convs): a depthwise conv
-        // between NCHW layers (ConvNeXt's, read by a permute) would only add two transposes;
-        // or grouped with multiples of 8 channels per group in and out (RegNet's and ResNeXt's
-        // 3x3 group convs, cuDNN NHWC on tensor cores) when a conv writes its input
+        // groups 1, or depthwise (one channel per group: Kiln's NHWC depthwise kernel), or
+        // grouped with multiples of 8 channels per group in and out (RegNet's and ResNeXt's 3x3
+        // group convs, cuDNN NHWC on tensor cores): those two only where their input is NHWC
+        // (see grouped_input below): between NCHW layers they would only add two transposes
         const int64_t cg = p->tensors[w].shape.max[1],
                       og = groups > 0 ? o->shape.max[1] / groups : 0;
         const int depthwise = groups == xt->shape.max[1] && groups == o->shape.max[1] && cg == 1;
         const int grouped =
             groups > 1 && cg % 8 == 0 && og % 8 == 0 && og * groups == o->shape.max[1];
-        if (groups != 1 && ((!depthwise && !grouped) || !conv_writes(p, x))) {
-            return K_OTHER;
-        }
+        if (groups != 1 && !depthwise && !grouped) return K_OTHER;
         return tail_ok(p, li, o) ? K_CONV : K_OTHER;
     }
     // Every NHWC tensor has C % 8 == 0 (conv outputs, and what follows them): a conv with
@@ -186,6 +219,7 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->krsc_only, nt);
     kiln_cuda_free(l->padc, nt);
     kiln_cuda_free(l->stem, nl);
+    kiln_cuda_free(l->ident, nl);
     kiln_cuda_free(l->head_nhwc, nl);
     kiln_cuda_free(l->xpose, ni);
     kiln_cuda_free(l->alt, ni);
@@ -254,19 +288,21 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     l.krsc_only = kiln_cuda_calloc(nt);
     l.padc = kiln_cuda_calloc(nt);
     l.stem = kiln_cuda_calloc(nl);
+    l.ident = kiln_cuda_calloc(nl);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
     if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.krsc_only == NULL ||
-        l.padc == NULL || l.stem == NULL || l.head_nhwc == NULL || l.xpose == NULL ||
-        l.alt == NULL || kind == NULL) {
+        l.padc == NULL || l.stem == NULL || l.ident == NULL || l.head_nhwc == NULL ||
+        l.xpose == NULL || l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
         kiln_cuda_free(l.krsc_only, nt);
         kiln_cuda_free(l.padc, nt);
         kiln_cuda_free(l.stem, nl);
+        kiln_cuda_free(l.ident, nl);
         kiln_cuda_free(l.head_nhwc, nl);
         kiln_cuda_free(l.xpose, ni);
         kiln_cuda_free(l.alt, ni);
@@ -277,13 +313,16 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         int32_t o = kiln_plan_group_output(p, li);
         kind[li] = (uint8_t)head_kind(p, li, o);
         if (p->layers[li].op == KILN_OP_CONV2D) l.n_conv++;
-        if (enable && (kind[li] == K_CONV || kind[li] == K_FOLLOW) &&
+        if (enable && (kind[li] == K_CONV || kind[li] == K_FOLLOW || kind[li] == K_TO_NHWC) &&
             p->tensors[o].kind == KILN_TENSOR_ACTIVATION) {
             l.nhwc[o] = 1;
         }
     }
     // Only unary/binary heads and pools tie layouts together (input(s) and output in one
-    // layout): demote to a fixed point over them (each round only clears flags: it terminates).
+    // layout), with a layout permute's output (NHWC only over an input as the plan says) and a
+    // depthwise or grouped conv's (NHWC only over an NHWC input, unless a conv or a layout
+    // permute writes it): demote to a fixed point over them (each round only clears flags: it
+    // terminates).
     // Every other mismatch (an NCHW-only consumer of an NHWC tensor, a conv reading a tensor in
     // the other layout, a fused tail's operand) reads a copy instead, so that a boundary costs
     // one transpose rather than NCHW for the whole residual chain behind it.
@@ -291,8 +330,19 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         changed = 0;
         for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
             const kiln_plan_layer *hl = &p->layers[li];
-            if (kind[li] != K_FOLLOW) continue;
             int32_t o = kiln_plan_group_output(p, li);
+            if (kind[li] == K_TO_NHWC) { // the same bytes only from an input as the plan says
+                const int32_t x = in_id(p, hl, 0);
+                if (l.nhwc[o] && l.nhwc[x]) l.nhwc[o] = 0, changed = 1;
+                continue;
+            }
+            if (kind[li] == K_CONV && l.nhwc[o] && grouped_input(p, li) &&
+                !l.nhwc[in_id(p, hl, 0)]) {
+                l.nhwc[o] = 0;
+                changed = 1;
+                continue;
+            }
+            if (kind[li] != K_FOLLOW) continue;
             for (uint32_t j = 0; j < hl->n_inputs; j++) {
                 int32_t r = in_id(p, hl, j);
                 // a per-channel operand has the same bytes in either layout (whatever writes it:
@@ -311,6 +361,9 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
             l.head_nhwc[li] = l.nhwc[o];
         } else if (kind[li] == K_ADAPTIVE) {
             l.head_nhwc[li] = x >= 0 && l.nhwc[x];
+        } else if ((kind[li] == K_TO_NHWC && l.nhwc[o]) || (kind[li] == K_FROM_NHWC && l.nhwc[x])) {
+            l.ident[li] = 1; // no kernel: its output is its input's bytes
+            l.n_ident++;
         }
         uint8_t group = kind[li] == K_ADAPTIVE ? 0 : l.head_nhwc[li]; // the tails' layout
         if (kind[li] == K_CONV && l.head_nhwc[li]) {
@@ -332,6 +385,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
                 if (r < 0 || max_numel(&p->tensors[r]) == 1) continue;
                 uint8_t want = kind[li] == K_CONV && j == 0 && !l.stem[li] ? l.head_nhwc[li] : 0;
                 if (kind[li] == K_FOLLOW || (kind[li] == K_ADAPTIVE && j == 0)) want = l.nhwc[r];
+                if (l.ident[li]) want = l.nhwc[r]; // read as it is
                 if (l.nhwc[r] != want) read_copy(&l, hl->input_begin + j, r);
             }
             int32_t running = p->ids[hl->output_begin];

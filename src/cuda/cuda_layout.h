@@ -16,6 +16,16 @@
 //     layout (a batch norm the builder made a per-channel multiply and add is one): an NCHW input
 //     demotes their output and an NCHW output their input (to a fixed point); nothing else
 //     demotes a tensor.
+// Layout permutes (channels-last model code: ConvNeXt's blocks, `x.permute(0, 3, 1, 2)` around a
+// depthwise conv, `permute(0, 2, 3, 1)` back for the LayerNorm and the linears):
+//   * a PERMUTE (0, 3, 1, 2) (no tail, no state) of a 4-D float16/bfloat16 activation [N, H, W, C]
+//     stored as the plan says, to an activation [N, C, H, W] with a static C % 8 == 0, writes its
+//     output NHWC: the same bytes as its input. Convs may read it as NHWC like a conv's output
+//     (depthwise and grouped ones included);
+//   * a PERMUTE (0, 2, 3, 1) (no tail, no state) of an NHWC tensor [N, C, H, W] reads it as it is
+//     and writes [N, H, W, C] as the plan says: again the same bytes.
+// Such a permute is marked in ident[]: the fold pass (cuda_fold.h) makes its output an alias of
+// its input's memory (no kernel), and where it cannot, the layer copies the bytes.
 // Every other layout mismatch is a boundary read through a copy of the tensor in the other
 // layout (an NHWC copy of an NCHW tensor, an NCHW copy of an NHWC one), made by one transpose at
 // the first such read in layer order and shared by later ones (the copy lives in the context,
@@ -59,7 +69,8 @@ typedef struct kiln_cuda_layout {
     uint8_t *padc;      // n_tensors: the NHWC copy of this NCHW tensor, or this weight's KRSC
                         // copy, pads C up to a multiple of 8 with zeros (a conv with C % 8 != 0)
     uint8_t *stem;      // n_layers: conv2d head on the stem kernel (NCHW input, NHWC output)
-    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem;
+    uint8_t *ident;     // n_layers: a layout permute whose output has its input's bytes (below)
+    uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem, n_ident;
 } kiln_cuda_layout;
 
 // kiln_cuda_layout_plan's flags: NHWC activations where they pay; the stem kernel for convs with

@@ -224,10 +224,10 @@ static void packed(void) {
     CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_ADD, two, 2, NULL, 0), "y") == KILN_OK);
     if (!load(g, &p)) return;
     // disabled: every layer runs
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 0, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 0, 0, &f) == KILN_OK);
     CHECK(f.n_virtual == 0 && f.n_sdpa_in == 0 && f.n_sdpa_out == 0);
     kiln_cuda_fold_free(&p, &f);
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), lin = find_head(&p, KILN_OP_LINEAR, 0);
     CHECK(sdpa != UINT32_MAX && lin != UINT32_MAX);
     if (sdpa != UINT32_MAX && lin != UINT32_MAX) {
@@ -279,7 +279,7 @@ static void separate(int k_out) {
     CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
     if (k_out) CHECK(kiln_graph_mark_output(g, qkv[1], "k") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), l0 = find_head(&p, KILN_OP_LINEAR, 0);
     uint32_t l1 = find_head(&p, KILN_OP_LINEAR, l0 + 1);
     uint32_t l2 = l1 == UINT32_MAX ? l1 : find_head(&p, KILN_OP_LINEAR, l1 + 1);
@@ -343,7 +343,7 @@ static void transposed_k(void) {
     }
     CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SDPA, qkv, 3, NULL, 0), "y") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0);
     CHECK(sdpa != UINT32_MAX);
     if (sdpa != UINT32_MAX) CHECK_EQ_INT(f.sdpa_in[sdpa], 5);
@@ -373,7 +373,7 @@ static void state_k(void) {
     CHECK(kiln_graph_update_state(g, kc, reshape(g, linear(g, x, D, D), split, 4)) == KILN_OK);
     CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SDPA, qkv, 3, NULL, 0), "y") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0);
     int32_t state = -1;
     for (uint32_t i = 0; i < p.n_tensors; i++) {
@@ -462,7 +462,7 @@ static void aliases_case(void) {
     int32_t out = node(g, KILN_OP_ADD, sum, 2, NULL, 0);
     CHECK(kiln_graph_mark_output(g, out, "y") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t n_alias = 0, n_reshape = 0;
     for (uint32_t li = 0; li < p.n_layers; li++) {
         if (p.layers[li].op != KILN_OP_RESHAPE) continue;
@@ -531,7 +531,7 @@ static void slice_aliases_case(void) {
     int32_t odd = slice(g, zr, 1, 1, 3);
     CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_NEG, &odd, 1, NULL, 0), "odd") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
     uint32_t n_slice = 0, n_alias = 0;
     int64_t offs = 0;
     for (uint32_t li = 0; li < p.n_layers; li++) {
@@ -597,10 +597,10 @@ static void gemv_case(int max_rows, int extra_reader) {
     CHECK(kiln_graph_mark_output(g, q, "q") == KILN_OK);
     CHECK(kiln_graph_mark_output(g, kproj, "k") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
     CHECK_EQ_INT(f.n_gemv_norm + f.n_gemv_pair + f.n_gemv_sib, 0); // cuda.gemv_fold off
     kiln_cuda_fold_free(&p, &f);
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 1, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 1, &f) == KILN_OK);
     const uint32_t norm = find_head(&p, KILN_OP_RMS_NORM, 0);
     CHECK(norm != UINT32_MAX);
     const int folds = max_rows == KILN_CUDA_GEMV_FOLD_M && !extra_reader;
@@ -675,7 +675,7 @@ static void gemv_siblings_relocated(void) {
     y = node(g, KILN_OP_ADD, s2, 2, NULL, 0);
     CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 1, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 1, &f) == KILN_OK);
     const uint32_t first = find_head(&p, KILN_OP_LINEAR, 0);
     CHECK(first != UINT32_MAX);
     CHECK_EQ_INT(f.n_gemv_sib, 2);
@@ -723,7 +723,7 @@ static void gemv_unweighted_and_apart(void) {
     CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
     CHECK(kiln_graph_mark_output(g, b, "b") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 1, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 1, &f) == KILN_OK);
     const uint32_t norm = find_head(&p, KILN_OP_RMS_NORM, 0);
     CHECK(norm != UINT32_MAX && p.layers[norm].n_inputs == 1);
     CHECK_EQ_INT(f.n_gemv_norm, 1);
@@ -794,7 +794,7 @@ static void rope_case(int variant) {
     }
     if (variant == 1) CHECK(kiln_graph_mark_output(g, k, "k") == KILN_OK);
     if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, 1, 0, &f) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
     const uint32_t r1 = find_head(&p, KILN_OP_ROTARY, 0);
     const uint32_t r2 = r1 == UINT32_MAX ? r1 : find_head(&p, KILN_OP_ROTARY, r1 + 1);
     CHECK(r2 != UINT32_MAX);
@@ -825,6 +825,85 @@ static void rope_case(int variant) {
     kiln_plan_release(&p);
 }
 
+static int32_t conv2d(kiln_graph *g, int32_t x, int64_t ci, int64_t co, int64_t k, int64_t groups) {
+    int64_t wd[4] = {co, ci / groups, k, k}, bd[1] = {co}, pad[2] = {k / 2, k / 2};
+    int32_t ins[3] = {x, constant(g, 4, wd), constant(g, 1, bd)};
+    kiln_attr a[2] = {{"padding", pad, NULL, 2}, {"groups", &groups, NULL, 1}};
+    return node(g, KILN_OP_CONV2D, ins, 3, a, 2);
+}
+
+// Channels-last model code (ConvNeXt's blocks), fp16, with C channels: an NHWC conv, permute
+// (0, 2, 3, 1), layer_norm and a linear over the channels, permute (0, 3, 1, 2) back, a depthwise
+// conv, the residual add, a depthwise conv of the add's output, and permute (0, 2, 3, 1) into a
+// linear. With C = 16 (cuda_layout.h) every permute is a layout permute: no kernel (an alias of
+// its input's memory), the depthwise convs and the add NHWC; the only copy is the engine
+// input's NHWC copy for the first conv. With C = 12 (not a multiple of 8) none is, and no
+// permute is aliased.
+static void layout_permutes_case(int64_t c) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    kiln_cuda_fold f;
+    int64_t xd[4] = {1, c, 6, 6}, to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+    int64_t ln_dims = 1;
+    int32_t x = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t h0 = conv2d(g, x, c, c, 1, 1);
+    int32_t t = permute(g, h0, to_nhwc, 4);
+    {
+        int64_t wd[1] = {c};
+        int32_t ins[3] = {t, constant(g, 1, wd), constant(g, 1, wd)};
+        kiln_attr a = {"normalized_ndim", &ln_dims, NULL, 1};
+        t = node(g, KILN_OP_LAYER_NORM, ins, 3, &a, 1);
+    }
+    t = linear(g, t, c, c);
+    int32_t b = permute(g, t, to_nchw, 4);
+    b = conv2d(g, b, c, c, 3, c);
+    int32_t two[2] = {b, h0};
+    int32_t r = node(g, KILN_OP_ADD, two, 2, NULL, 0);
+    int32_t d = conv2d(g, r, c, c, 3, c);
+    t = permute(g, d, to_nhwc, 4);
+    t = linear(g, t, c, c);
+    CHECK(kiln_graph_mark_output(g, t, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC, &l) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, l.nhwc, l.alt, l.ident, 1, 0, &f) == KILN_OK);
+    const int on = c % 8 == 0;
+    uint32_t n_perm = 0, n_dw = 0;
+    for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
+        const kiln_plan_layer *pl = &p.layers[li];
+        const int32_t xi = p.ids[pl->input_begin], o = kiln_plan_group_output(&p, li);
+        if (pl->op == KILN_OP_PERMUTE) {
+            n_perm++;
+            CHECK_MSG(l.ident[li] == on, "C %lld: permute %u ident %d", (long long)c, li,
+                      l.ident[li]);
+            CHECK_MSG(((f.virt[li] & KILN_CUDA_FOLD_ALIAS) != 0) == on,
+                      "C %lld: permute %u aliased %d", (long long)c, li, f.virt[li]);
+            if (on) {
+                CHECK(l.nhwc[xi] != l.nhwc[o]); // one side NHWC, the same bytes
+                CHECK(f.alias[o] >= 0 && f.alias_off[o] == 0);
+            }
+        } else if (pl->op == KILN_OP_CONV2D && li != find_head(&p, KILN_OP_CONV2D, 0)) {
+            n_dw++;
+            CHECK_MSG(l.head_nhwc[li] == on && l.nhwc[o] == on, "C %lld: depthwise %u NHWC %d",
+                      (long long)c, li, l.head_nhwc[li]);
+        } else if (pl->op == KILN_OP_ADD) {
+            CHECK(l.nhwc[o] == on);
+        }
+    }
+    CHECK_EQ_INT(n_perm, 3);
+    CHECK_EQ_INT(n_dw, 2);
+    CHECK_EQ_INT(l.n_ident, on ? 3 : 0);
+    if (on) CHECK_MSG(l.n_copies == 1, "%u layout copies", l.n_copies);
+    printf("layout permutes, C %lld: %u of %u permutes layout permutes, %u aliased, %u copies\n",
+           (long long)c, l.n_ident, n_perm, f.n_alias, l.n_copies);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 int main(void) {
     check_rng_seed();
     rope_case(0);
@@ -840,6 +919,8 @@ int main(void) {
     gemv_case(1, 1);
     aliases_case();
     slice_aliases_case();
+    layout_permutes_case(16);
+    layout_permutes_case(12);
     packed();
     separate(0);
     separate(1);

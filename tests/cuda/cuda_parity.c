@@ -2607,11 +2607,11 @@ static int32_t dw_conv(gbuild *b, int32_t x, int64_t c, int64_t k, int64_t st, i
 // scale multiplied over the NHWC activation), depthwise 5x5/2 + relu6 (clamp), 1x1 project,
 // depthwise 3x3 dilated 2 + hard-swish, a residual add; then a 264-channel block (depthwise
 // 3x3/2, the squeeze-excite scale as the mul's left operand); and depthwise 5x5/1 + SiLU and
-// 5x5/2 on the expand conv's output (outputs v and u). The depthwise convs that read a conv's
-// output run Kiln's NHWC depthwise kernel (DW_MODEL_CONVS of them) with the activation fused; the
-// 5x5/2 of the first block reads the mul's output and stays NCHW (cuda_layout.c). An odd width
-// leaves a ragged last strip for the kernel's 4-pixel rows (the "[dw rows]" pass).
-#define DW_MODEL_CONVS 5
+// 5x5/2 on the expand conv's output (outputs v and u). Every depthwise conv runs Kiln's NHWC
+// depthwise kernel (DW_MODEL_CONVS of them) with the activation fused: the 5x5/2 of the first
+// block reads the squeeze-excite mul's output, NHWC like the conv before it (cuda_layout.c). An
+// odd width leaves a ragged last strip for the kernel's 4-pixel rows (the "[dw rows]" pass).
+#define DW_MODEL_CONVS 6
 static int model_mbconv(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[4] = {1, 16, 13, 13}, maxs[4] = {3, 16, 13, 13}, hw[2] = {2, 3}, keep = 1;
@@ -2646,6 +2646,42 @@ static int model_mbconv(model *m, kiln_precision precision) {
     gb_check(&b, kiln_graph_mark_output(b.g, v, "v"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, u, "u"), "output");
     m->name = precision == KILN_PRECISION_BF16 ? "mbconv nhwc bf16" : "mbconv nhwc fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
+    return model_finish(&b, m, precision);
+}
+
+// Channels-last model code (ConvNeXt's blocks), 32 channels, a dynamic batch: a 1x1 conv, permute
+// (0, 2, 3, 1), layer_norm, linear + GELU, linear, permute (0, 3, 1, 2), a depthwise 7x7, the
+// residual add, a depthwise 3x3 of the add's output, and permute (0, 2, 3, 1) into a linear (the
+// output [N, H, W, 16]). With NHWC every permute is a layout permute (cuda_layout.h: no kernel,
+// or a copy of the same bytes with the folds off) and both depthwise convs run NHWC on Kiln's
+// depthwise kernel.
+#define CONVNEXT_MODEL_PERMUTES 3
+static int model_convnext(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 32, 11, 11}, maxs[4] = {3, 32, 11, 11}, nd = 1;
+    int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+    kiln_attr pa = A_INTS("dims", to_nhwc, 4), pb = A_INTS("dims", to_nchw, 4);
+    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
+    int32_t h0 = res_conv(&b, x, 32, 32, 1, 1, -1, 0);
+    int32_t t = gb_node(&b, KILN_OP_PERMUTE, &h0, 1, &pa, 1);
+    int32_t ln[3] = {t, gb_const(&b, F32, "32", 0.5, 1.5), gb_const(&b, F32, "32", -0.5, 0.5)};
+    t = gb_node(&b, KILN_OP_LAYER_NORM, ln, 3, &la, 1);
+    int32_t l1[3] = {t, gb_const(&b, F32, "64x32", -0.2, 0.2), gb_const(&b, F32, "64", -1, 1)};
+    t = gb1(&b, KILN_OP_GELU, gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0));
+    int32_t l2[3] = {t, gb_const(&b, F32, "32x64", -0.2, 0.2), gb_const(&b, F32, "32", -1, 1)};
+    t = gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0);
+    int32_t c = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &pb, 1);
+    c = dw_conv(&b, c, 32, 7, 1, 1);
+    int32_t r = gb2(&b, KILN_OP_ADD, c, h0);
+    int32_t d = dw_conv(&b, r, 32, 3, 1, 1);
+    t = gb_node(&b, KILN_OP_PERMUTE, &d, 1, &pa, 1);
+    int32_t l3[3] = {t, gb_const(&b, F32, "16x32", -0.2, 0.2), gb_const(&b, F32, "16", -1, 1)};
+    int32_t y = gb_node(&b, KILN_OP_LINEAR, l3, 3, NULL, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "convnext nhwc bf16" : "convnext nhwc fp16";
     m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
     return model_finish(&b, m, precision);
 }
@@ -3088,6 +3124,7 @@ typedef struct e2e_stats {
     int n_dw_rows; // of n_dw: planned with 4-pixel rows (cuda.dw_rows)
     int n_pw;      // convs on the pointwise kernel
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
+    int n_layout_perm; // permutes run as layout permutes (an alias or a copy of the same bytes)
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
     long long l2_kept;
@@ -3103,6 +3140,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             (info.flags & KILN_LAYER_INFO_FOLDED) != 0 && strstr(info.detail, "GEMV") != NULL;
         st->n_rope_folded += (info.flags & KILN_LAYER_INFO_FOLDED) != 0 &&
                              strstr(info.detail, "q rotary's launch") != NULL;
+        st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
         if (info.op == KILN_OP_CONV2D) {
             st->n_conv++;
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
@@ -4597,6 +4635,10 @@ static void run_e2e(void) {
     if (model_resnet_boundary(&models[n])) n++;
     if (model_densenet(&models[n])) n++;
     if (model_fpn(&models[n])) n++;
+    int first_convnext = n;
+    if (model_convnext(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_convnext(&models[n], KILN_PRECISION_BF16)) n++;
+    int end_convnext = n;
     int first_dw = n;
     if (model_mbconv(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_mbconv(&models[n], KILN_PRECISION_BF16)) n++;
@@ -4621,7 +4663,7 @@ static void run_e2e(void) {
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 19 : 28), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 20 : 30), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -4677,6 +4719,15 @@ static void run_e2e(void) {
                               "%s: %d NHWC convs", models[i].name, st.n_conv_nhwc);
                     CHECK_MSG(st.n_stem == want, "%s: %d convs on the stem kernel, want %d",
                               models[i].name, st.n_stem, want);
+                }
+                if (i >= first_convnext && i < end_convnext && picked) {
+                    // with NHWC every permute is a layout permute and both depthwise convs run
+                    // Kiln's NHWC kernel
+                    const int on = st.n_conv_nhwc > 0;
+                    CHECK_MSG(st.n_layout_perm == (on ? CONVNEXT_MODEL_PERMUTES : 0),
+                              "%s: %d layout permutes", models[i].name, st.n_layout_perm);
+                    CHECK_MSG(st.n_dw == (on ? 2 : 0), "%s: %d convs on the depthwise kernel",
+                              models[i].name, st.n_dw);
                 }
                 if (i >= first_dw && i < end_dw && picked) {
                     // with NHWC (cuDNN loaded, cuda.nhwc) the depthwise convs run Kiln's kernel
