@@ -60,7 +60,8 @@ extern "C" {
     X(MEAN, 60, "mean")                                                                            \
     X(SUM, 61, "sum")                                                                              \
     X(CUMSUM, 62, "cumsum")                                                                        \
-    X(ARGMAX, 63, "argmax") /* x, dim -> int64 index of the first maximum   */                     \
+    X(VECTOR_NORM, 64, "vector_norm") /* sqrt(sum(x^2)) over dims (the 2-norm)   */                \
+    X(ARGMAX, 63, "argmax")           /* x, dim -> int64 index of the first maximum   */           \
     X(RESHAPE, 70, "reshape")                                                                      \
     X(PERMUTE, 71, "permute")                                                                      \
     X(EXPAND, 72, "expand")                                                                        \

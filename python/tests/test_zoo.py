@@ -232,6 +232,12 @@ BUILDER_PATTERNS = {
         ),
         "shifted-window attention as sdpa",
     ),
+    # the global response norm's x.norm(p=2, dim=(1, 2)): one vector_norm per block, no pow,
+    # sum or root left
+    "convnextv2_tiny": (
+        lambda ls: _ops(ls, "vector_norm") > 0 and _ops(ls, "pow") == _ops(ls, "sum") == 0,
+        "the response norm's 2-norm as vector_norm",
+    ),
     # Linear, flatten(0, 1), BatchNorm1d after every projection: folded, no multiply-add left
     "levit_128s": (
         lambda ls: _ops(ls, "mul") == 0 and _ops(ls, "batch_norm") == 0 and _ops(ls, "linear") > 0,

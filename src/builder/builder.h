@@ -95,6 +95,7 @@ typedef struct kiln_build_stats {
     uint32_t n_gqa;        // sdpa reading a repeated kv cache that now reads the cache itself
     uint32_t n_rms_norm;   // RMSNorm chains (pow, mean, add, rsqrt, mul, ...) turned into rms_norm
     uint32_t n_l2_normalize; // x / max(|x|, eps) over the last dim turned into rms_norm
+    uint32_t n_vector_norm;  // sqrt(sum(x^2)) turned into vector_norm
     uint32_t n_rotary; // rotate-half rotary chains (mul, slice, neg, cat, ...) turned into rotary
     uint32_t n_views;  // views rewritten as reshapes, reshape chains collapsed, identities removed
     uint32_t n_cse;    // nodes equal to an earlier one (op, inputs, attributes) removed

@@ -30,6 +30,9 @@
 //    k so). The same values wherever |x| > eps; a row with |x| <= eps is divided by
 //    sqrt(|x|^2 + eps^2) instead of eps (within a factor of sqrt(2); a zero row gives zeros in
 //    both). A squared eps below float32's smallest normal keeps the chain.
+// 4. the 2-norm: sqrt(sum(pow(x, 2) | x * x, dims, keepdim)), the root sqrt or pow(., 0.5), over
+//    any dims (torch.norm and linalg.vector_norm as exported; ConvNeXt-V2's global response norm
+//    over H and W) is vector_norm(x, dims, keepdim), every value in x's dtype. After 3.
 // Every intermediate value fused away has exactly one reader and is not a graph output; a
 // chain that differs in any way stays as it is. The fused node takes the emission key of the
 // node it replaces; the nodes are re-sorted at the end, and the old chains, left without
@@ -420,8 +423,47 @@ static kiln_status l2_normalize(kiln_bgraph *b, uint32_t div, int *done) {
     return fuse_into(b, div, KILN_OP_RMS_NORM, ins, 2, &a, "l2 normalize", done);
 }
 
+// --- 4. the 2-norm, matched from its root
+
+// sqrt(sum(pow(x, 2) or x * x, dims, keepdim)) (torch.norm and linalg.vector_norm as the export
+// decomposes them, e.g. ConvNeXt-V2's global response norm over H and W) is vector_norm(x): one
+// pass over x instead of a square written out, its sum and the root. The root is sqrt or
+// pow(., 0.5); the square and the sum are read only by the next step; every dtype is x's (a sum
+// in another dtype keeps the chain). Runs after the L2 normalization above, which takes the
+// last-dim norms under a division.
+static kiln_status vector_norm(kiln_bgraph *b, uint32_t root, int *done) {
+    *done = 0;
+    const kiln_bnode *rn = &b->nodes[root];
+    double half = 0.0;
+    if (rn->op == KILN_OP_POW &&
+        (!scalar_const(b, kiln_bgraph_input(b, rn, 1), &half) || half != 0.5))
+        return KILN_OK;
+    const int32_t sum = sole_producer(b, kiln_bgraph_input(b, rn, 0), KILN_OP_SUM);
+    if (sum < 0) return KILN_OK;
+    const int32_t sq_v = kiln_bgraph_input(b, &b->nodes[sum], 0);
+    int32_t sq = sole_producer(b, sq_v, KILN_OP_POW), x = -1;
+    double two = 0.0;
+    if (sq >= 0) {
+        if (!scalar_const(b, kiln_bgraph_input(b, &b->nodes[sq], 1), &two) || two != 2.0)
+            return KILN_OK;
+        x = kiln_bgraph_input(b, &b->nodes[sq], 0);
+    } else if ((sq = sole_producer(b, sq_v, KILN_OP_MUL)) >= 0) {
+        x = kiln_bgraph_input(b, &b->nodes[sq], 0);
+        if (x != kiln_bgraph_input(b, &b->nodes[sq], 1)) return KILN_OK;
+    }
+    if (x < 0) return KILN_OK;
+    const uint32_t dt = b->values[x].desc.dtype;
+    if (!kiln_dtype_is_float((kiln_dtype)dt) || b->values[sq_v].desc.dtype != dt ||
+        b->values[b->nodes[sum].output].desc.dtype != dt || b->values[rn->output].desc.dtype != dt)
+        return KILN_OK;
+    kiln_attrs sa = kiln_bgraph_attrs(b, &b->nodes[sum]);
+    int32_t ins[1] = {x};
+    return fuse_into(b, root, KILN_OP_VECTOR_NORM, ins, 1, &sa, "vector norm", done);
+}
+
 kiln_status kiln_pass_llm(kiln_bgraph *b) {
-    uint32_t before = b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize;
+    uint32_t before =
+        b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize + b->stats.n_vector_norm;
     uint32_t n_partial = 0;
     size_t n = b->n_nodes;
     KILN_TRY(kiln_bgraph_count_uses(b));
@@ -440,6 +482,17 @@ kiln_status kiln_pass_llm(kiln_bgraph *b) {
             continue;
         KILN_TRY(l2_normalize(b, (uint32_t)i, &done));
         b->stats.n_l2_normalize += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        const uint32_t op = b->nodes[i].op;
+        if (b->nodes[i].dead || (op != KILN_OP_SQRT && op != KILN_OP_POW) ||
+            b->nodes[i].n_tail > 0 || b->nodes[i].head >= 0)
+            continue;
+        KILN_TRY(vector_norm(b, (uint32_t)i, &done));
+        b->stats.n_vector_norm += (uint32_t)done;
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
     n = b->n_nodes;
@@ -465,7 +518,9 @@ kiln_status kiln_pass_llm(kiln_bgraph *b) {
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
     // the fused nodes were appended after their readers: restore index = topological order
-    if (b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize + n_partial > before)
+    if (b->stats.n_rms_norm + b->stats.n_rotary + b->stats.n_l2_normalize + b->stats.n_vector_norm +
+            n_partial >
+        before)
         KILN_TRY(kiln_bgraph_sort_nodes(b));
     return KILN_OK;
 }

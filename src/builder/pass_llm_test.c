@@ -232,6 +232,109 @@ static void test_l2_values(void) {
     free(x);
 }
 
+// --- the 2-norm
+
+enum {
+    V_MUL = 1 << 0,      // x * x instead of pow(x, 2)
+    V_SQRT = 1 << 1,     // sqrt(s) instead of pow(s, 0.5)
+    V_LAST = 1 << 2,     // over the last dim, without keepdim (linalg.vector_norm(x, dim=-1))
+    V_BF16 = 1 << 3,     // a bfloat16 model
+    V_POW4 = 1 << 4,     // negative: pow(x, 4)
+    V_ROOT3 = 1 << 5,    // negative: pow(s, 1/3)
+    V_SUM_OUT = 1 << 6,  // negative: the sum is also an output
+    V_MUL_OTHER = 1 << 7 // negative: x * (x * c), c > 0 a constant of D elements
+};
+
+// x [2, 5, 6, D] -> its 2-norm over H and W, keepdim (ConvNeXt-V2's global response norm), or
+// over the last dim
+static kiln_graph *vnorm_graph(int f) {
+    kiln_graph *g;
+    kiln_dtype dt = (f & V_BF16) ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+    float ex = (f & V_POW4) ? 4.0f : 2.0f, root = (f & V_ROOT3) ? 1.0f / 3.0f : 0.5f;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", dt, 4, TU_DIMS(2, 5, 6, D), TU_DIMS(2, 5, 6, D)), sq;
+    if (f & (V_MUL | V_MUL_OTHER)) {
+        int32_t y = x;
+        if (f & V_MUL_OTHER) {
+            float cv[D];
+            for (int i = 0; i < D; i++) cv[i] = 0.5f + (float)i / D;
+            y = tu_node(g, KILN_OP_MUL, TU_IDS(x, tu_const(g, "c", dt, 1, TU_DIMS(D), cv)),
+                        TU_NO_ATTRS);
+        }
+        sq = tu_node(g, KILN_OP_MUL, TU_IDS(x, y), TU_NO_ATTRS);
+    } else {
+        int32_t two = tu_const(g, "two", dt, 0, NULL, &ex);
+        sq = tu_node(g, KILN_OP_POW, TU_IDS(x, two), TU_NO_ATTRS);
+    }
+    int32_t s = (f & V_LAST) ? tu_node(g, KILN_OP_SUM, TU_IDS(sq),
+                                       TU_ATTRS(TU_INTS("dims", -1), TU_INTS("keepdim", 0)))
+                             : tu_node(g, KILN_OP_SUM, TU_IDS(sq),
+                                       TU_ATTRS(TU_INTS("dims", 1, 2), TU_INTS("keepdim", 1)));
+    int32_t n;
+    if (f & V_SQRT) {
+        n = tu_node(g, KILN_OP_SQRT, TU_IDS(s), TU_NO_ATTRS);
+    } else {
+        int32_t h = tu_const(g, "root", dt, 0, NULL, &root);
+        n = tu_node(g, KILN_OP_POW, TU_IDS(s, h), TU_NO_ATTRS);
+    }
+    tu_output(g, n, "out");
+    if (f & V_SUM_OUT) tu_output(g, s, "sum");
+    return g;
+}
+
+static void test_vnorm(int f, int want, const char *what) {
+    kiln_graph *g = vnorm_graph(f);
+    kiln_plan p;
+    kiln_build_stats st;
+    memset(&st, 0, sizeof st);
+    if (kiln_build_plan(g, &o1, &p, &st) == KILN_OK) {
+        CHECK_MSG(st.n_vector_norm == (uint32_t)want, "%s: %u vector norms", what,
+                  st.n_vector_norm);
+        CHECK_MSG((bt_count(&p, KILN_OP_VECTOR_NORM) == 1) == want &&
+                      p.n_layers == (want ? 1u : p.n_layers),
+                  "%s: %u layers, %u vector_norm", what, p.n_layers,
+                  bt_count(&p, KILN_OP_VECTOR_NORM));
+        kiln_plan_release(&p);
+    } else {
+        CHECK_MSG(0, "%s: build: %s", what, kiln_last_error());
+    }
+    bt_shape s[1] = {{4, {2, 5, 6, D}}};
+    int bf = (f & V_BF16) != 0;
+    bt_compare(g, &o0, &o1, 1, s, 0, bf ? 2e-2 : 1e-5, bf ? 2e-2 : 1e-5, what);
+    kiln_graph_free(g);
+}
+
+// Against a direct double computation of sqrt(sum over H, W of x^2), so that the two engines of
+// bt_compare cannot share a mistake.
+static void test_vnorm_values(void) {
+    const int64_t n = 2 * 5 * 6 * D;
+    float *x = tu_rand(n, -2.0f, 2.0f);
+    kiln_graph *g = vnorm_graph(V_MUL);
+    kiln_built *b = NULL;
+    bt_outputs out;
+    CHECK_OK(kiln_build(g, &o1, &b));
+    bt_shape s[1] = {{4, {2, 5, 6, D}}};
+    void *in[1] = {x};
+    if (b != NULL && bt_run(b, 1, s, in, &out)) {
+        float ref[2 * D];
+        for (int i = 0; i < 2; i++) {
+            for (int c = 0; c < D; c++) {
+                double sq = 0;
+                for (int hw = 0; hw < 30; hw++) {
+                    const double v = x[((int64_t)i * 30 + hw) * D + c];
+                    sq += v * v;
+                }
+                ref[i * D + c] = (float)sqrt(sq);
+            }
+        }
+        tu_check_close("vector norm values", out.data[0], ref, 2 * D, 1e-6, 1e-5);
+        bt_outputs_free(&out);
+    }
+    kiln_built_free(b);
+    kiln_graph_free(g);
+    free(x);
+}
+
 // --- rotary
 
 #define RH 3
@@ -417,6 +520,15 @@ int main(void) {
     test_l2(L_TINY_EPS, 0, "l2 eps too small to square");
     test_l2(L_OTHER_X, 0, "l2 another tensor's norm");
     test_l2_values();
+    test_vnorm(0, 1, "vector norm over H, W");
+    test_vnorm(V_MUL | V_SQRT, 1, "vector norm x * x, sqrt");
+    test_vnorm(V_LAST, 1, "vector norm over the last dim");
+    test_vnorm(V_BF16 | V_MUL, 1, "vector norm bf16 model");
+    test_vnorm(V_POW4, 0, "vector norm pow 4");
+    test_vnorm(V_ROOT3, 0, "vector norm cube root");
+    test_vnorm(V_SUM_OUT, 0, "vector norm sum read twice");
+    test_vnorm(V_MUL_OTHER, 0, "vector norm x * (x * c)");
+    test_vnorm_values();
     test_rope(0, 2, "rope plain");
     test_rope(T_SWAP_ADD | T_SWAP_COS | T_SWAP_SIN, 2, "rope swapped operands");
     test_rope(T_NEG_IDX | T_SWAP_SIN, 2, "rope negative slice bounds");

@@ -61,6 +61,7 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_ADAPTIVE_AVG_POOL2D] = E_(adaptive_avg_pool2d),
     [KILN_OP_MEAN] = E_(reduce),
     [KILN_OP_SUM] = E_(reduce),
+    [KILN_OP_VECTOR_NORM] = E_(reduce),
     [KILN_OP_RESHAPE] = E_(reshape),
     [KILN_OP_PERMUTE] = E_(permute),
     [KILN_OP_EXPAND] = E_(expand),
@@ -236,6 +237,9 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
             x->dtype != y->dtype || x->dims[x->rank - 1] % 2 != 0 || args->in[1]->rank > x->rank ||
             args->in[2]->rank > x->rank)
             return "rotary needs float x[..., even D] and float cos, sin of rank <= x's";
+        break;
+    case KILN_OP_VECTOR_NORM:
+        if (!is_float(x)) return "vector_norm needs a float input";
         break;
     case KILN_OP_SUM:
         if (kiln_cpu_is_int(y->dtype) && !kiln_cpu_is_int(x->dtype))

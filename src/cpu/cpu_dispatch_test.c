@@ -82,6 +82,7 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         break;
     case KILN_OP_MEAN:
     case KILN_OP_SUM:
+    case KILN_OP_VECTOR_NORM:
         l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new1(dt, 2);
         tattrs_int(&l->a, KILN_A_REDUCE_DIMS, 1);
         break;

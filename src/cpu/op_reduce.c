@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// mean and sum over a set of dims (empty = every dim), keepdim or not. The input is walked once
-// in row order with the broadcasting iterator, adding into a double (float outputs) or int64
-// (integer outputs) accumulator per output element held in scratch.
+// mean, sum and vector_norm (the 2-norm: the square root of the sum of squares) over a set of
+// dims (empty = every dim), keepdim or not. The input is walked once in row order with the
+// broadcasting iterator, adding into a double (float outputs) or int64 (integer outputs)
+// accumulator per output element held in scratch.
 #include <math.h>
 #include <string.h>
 
@@ -37,6 +38,7 @@ typedef struct red_ctx {
     const kiln_tensor *x;
     double *facc;
     int64_t *iacc;
+    int square; // vector_norm: add each element's square
 } red_ctx;
 
 static void row_f(void *vctx, const int64_t *offs, int64_t n, const int64_t *inner) {
@@ -52,11 +54,19 @@ static void row_f(void *vctx, const int64_t *offs, int64_t n, const int64_t *inn
         }
         if (inner[1] == 0) {
             double s = 0.0;
-            for (int64_t i = 0; i < m; i++) s += v[i];
+            if (c->square) {
+                for (int64_t i = 0; i < m; i++) s += (double)v[i] * v[i];
+            } else {
+                for (int64_t i = 0; i < m; i++) s += v[i];
+            }
             c->facc[offs[1]] += s;
         } else {
             double *a = c->facc + offs[1] + i0 * inner[1];
-            for (int64_t i = 0; i < m; i++) a[i * inner[1]] += v[i];
+            if (c->square) {
+                for (int64_t i = 0; i < m; i++) a[i * inner[1]] += (double)v[i] * v[i];
+            } else {
+                for (int64_t i = 0; i < m; i++) a[i * inner[1]] += v[i];
+            }
         }
     }
 }
@@ -101,7 +111,7 @@ kiln_status kiln_cpu_reduce(const kiln_kernel_args *args) {
     const kiln_tensor *ins[1] = {&at};
     kiln_cpu_iter it;
     kiln_cpu_iter_init(&it, &xt, ins, 1);
-    red_ctx c = {x, (double *)acc, (int64_t *)acc};
+    red_ctx c = {x, (double *)acc, (int64_t *)acc, args->op == KILN_OP_VECTOR_NORM};
     int64_t count = n_out > 0 ? kiln_tensor_numel(x) / n_out : 0;
     if (kiln_cpu_is_int(y->dtype)) {
         kiln_cpu_iter_run(&it, row_i, &c);
@@ -115,7 +125,7 @@ kiln_status kiln_cpu_reduce(const kiln_kernel_args *args) {
         int64_t m = n_out - i0 < CHUNK ? n_out - i0 : CHUNK;
         for (int64_t i = 0; i < m; i++) {
             double v = c.facc[i0 + i];
-            buf[i] = (float)(mean ? (count > 0 ? v / (double)count : NAN) : v);
+            buf[i] = (float)(mean ? (count > 0 ? v / (double)count : NAN) : c.square ? sqrt(v) : v);
         }
         kiln_cpu_store_f32(y->data, y->dtype, i0, m, buf);
     }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// mean and sum on the CPU backend: hand-computed values, then random inputs against a loop that
-// recomputes each output element from its own index, over dim subsets (empty = all, negative,
-// innermost, outermost, non-adjacent), keepdim on and off, size-0 and size-1 dims, float and
-// integer dtypes.
+// mean, sum and vector_norm on the CPU backend: hand-computed values, then random inputs against a
+// loop that recomputes each output element from its own index, over dim subsets (empty = all,
+// negative, innermost, outermost, non-adjacent), keepdim on and off, size-0 and size-1 dims, float
+// and integer dtypes.
 #include "cpu/cpu_internal.h"
 #include "cpu/cpu_test_util.h"
 
@@ -29,6 +29,11 @@ static void test_hand(void) {
     tattrs_ints(&a, KILN_A_REDUCE_DIMS, 0, NULL);
     CHECK_OK(trun(KILN_OP_SUM, &a, eins, 1, z));
     tt_close(z, (const double[]){0}, 0, 0, "sum empty");
+    // the 2-norm of the rows [1, 2, 3] and [4, 5, 6]: sqrt(14), sqrt(77)
+    tattrs_init(&a, KILN_OP_VECTOR_NORM);
+    tattrs_int(&a, KILN_A_REDUCE_DIMS, 1);
+    CHECK_OK(trun(KILN_OP_VECTOR_NORM, &a, ins, 1, y));
+    tt_close(y, (const double[]){sqrt(14.0), sqrt(77.0)}, 1e-6, 1e-6, "vector_norm hand");
     tt_free(x), tt_free(y), tt_free(z), tt_free(e);
 }
 
@@ -63,9 +68,12 @@ static void test_random(void) {
                     od[orank++] = 1;
             }
             for (int di = 0; di < 5; di++) {
-                for (int mean = 0; mean < 2; mean++) {
-                    uint32_t dt = dts[di], op = mean ? KILN_OP_MEAN : KILN_OP_SUM;
-                    if (mean && kiln_cpu_is_int(dt)) continue;
+                for (int mode = 0; mode < 3; mode++) { // sum, mean, vector_norm
+                    const int mean = mode == 1, norm = mode == 2;
+                    uint32_t dt = dts[di], op = norm   ? KILN_OP_VECTOR_NORM
+                                                : mean ? KILN_OP_MEAN
+                                                       : KILN_OP_SUM;
+                    if (mode > 0 && kiln_cpu_is_int(dt)) continue;
                     // sum of int32 gives int64, as in PyTorch
                     uint32_t odt = dt == KILN_DTYPE_I32 ? KILN_DTYPE_I64 : dt;
                     kiln_tensor *x = tt_new(dt, rc->rank, rc->d), *y = tt_new(odt, orank, od);
@@ -88,12 +96,13 @@ static void test_random(void) {
                         for (uint32_t d = 0; d < rc->rank; d++) {
                             if (!red[d]) o = o * rc->d[d] + idx[d];
                         }
-                        ref[o] += tt_get(x, i);
+                        ref[o] += norm ? tt_get(x, i) * tt_get(x, i) : tt_get(x, i);
                         cnt[o] += 1;
                     }
                     int64_t per = n_out ? n_in / n_out : 0;
                     for (int64_t o = 0; o < n_out; o++) {
                         if (mean) ref[o] = per ? ref[o] / (double)per : NAN;
+                        if (norm) ref[o] = sqrt(ref[o]);
                     }
                     char what[64];
                     snprintf(what, sizeof what, "%s case %zu keepdim %d", kiln_op_name(op), c,

@@ -39,7 +39,8 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_AVG_POOL2D: return kiln_cuda_avg_pool2d(ctx, args);
     case KILN_OP_ADAPTIVE_AVG_POOL2D: return kiln_cuda_adaptive_avg_pool2d(ctx, args);
     case KILN_OP_MEAN:
-    case KILN_OP_SUM: return kiln_cuda_reduce(ctx, args);
+    case KILN_OP_SUM:
+    case KILN_OP_VECTOR_NORM: return kiln_cuda_reduce(ctx, args);
     case KILN_OP_RESHAPE:
     case KILN_OP_SQUEEZE:
     case KILN_OP_UNSQUEEZE: return kiln_cuda_reshape(ctx, args);
@@ -319,6 +320,11 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
     case KILN_OP_MEAN:
         if (!kiln_cuda_is_float(args->out->dtype)) {
             return why_not(why, why_nbytes, args, "mean needs a float output");
+        }
+        return 1;
+    case KILN_OP_VECTOR_NORM:
+        if (!kiln_cuda_is_float(args->out->dtype) || !kiln_cuda_is_float(args->in[0]->dtype)) {
+            return why_not(why, why_nbytes, args, "vector_norm needs a float input and output");
         }
         return 1;
     case KILN_OP_SUM:

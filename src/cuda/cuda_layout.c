@@ -91,13 +91,15 @@ static int tail_ok(const kiln_plan *p, uint32_t li, const kiln_plan_tensor *o) {
     return 1;
 }
 
-// Heads that read a 4-D input in either layout and write NCHW: adaptive_avg_pool2d, and mean
-// or sum over any dims (ExecuTorch's global average pool is a mean over H and W; op_reduce.cu
-// walks the input through the strides of its stored layout and writes in logical order).
+// Heads that read a 4-D input in either layout and write NCHW: adaptive_avg_pool2d, and mean,
+// sum or vector_norm over any dims (ExecuTorch's global average pool is a mean over H and W;
+// op_reduce.cu walks the input through the strides of its stored layout and writes in logical
+// order).
 static int reads_either(const kiln_plan *p, const kiln_plan_layer *l, int32_t x) {
     if (x < 0) return 0;
     if (l->op == KILN_OP_ADAPTIVE_AVG_POOL2D) return 1;
-    return (l->op == KILN_OP_MEAN || l->op == KILN_OP_SUM) && p->tensors[x].shape.rank == 4;
+    return (l->op == KILN_OP_MEAN || l->op == KILN_OP_SUM || l->op == KILN_OP_VECTOR_NORM) &&
+           p->tensors[x].shape.rank == 4;
 }
 
 // 1 when the group of head li reads or writes a STATE tensor (plan.h). Such a group keeps

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// mean and sum over a set of dims (empty = all; keepdim only changes the output's shape, not its
-// element order). Float outputs accumulate in float64 (like the CPU reference), integer sums in
-// int64 (wrapping).
+// mean, sum and vector_norm (the square root of the sum of squares) over a set of dims (empty =
+// all; keepdim only changes the output's shape, not its element order). Float outputs accumulate
+// in float64 (like the CPU reference), integer sums in int64 (wrapping).
 // A 4-D input the layout pass stored NHWC (ctx->nhwc, cuda_layout.h) is walked through the
 // strides of that layout; the output is written in logical order (NCHW), as cuda_layout.c
-// expects of a mean or sum head.
-// A mean or sum over H and W of an NHWC fp16/bf16 input with C % 8 == 0 (squeeze-excite's and
+// expects of a reduction head.
+// A reduction over H and W of an NHWC fp16/bf16 input with C % 8 == 0 (squeeze-excite's and
 // the classifier's global pool) runs its own kernels, 16-byte loads, partial sums combined in a
 // fixed order: for few images, a thread-block cluster per tile of channels splitting the pixels;
 // for small maps a block per image and tile of channels; else one block per image and 8 channels
@@ -37,8 +37,10 @@ typedef struct red_params {
     uint32_t x_dtype;
     void *y;
     uint32_t y_dtype;
-    int mean;
+    int mode; // RED_SUM, RED_MEAN or RED_NORM
 } red_params;
+
+enum { RED_SUM = 0, RED_MEAN = 1, RED_NORM = 2 };
 
 // --- kernels
 
@@ -61,14 +63,22 @@ __device__ __forceinline__ int64_t red_offset(const red_params &P, int64_t r) {
 
 template <typename Acc> __device__ __forceinline__ Acc red_load(const red_params &P, int64_t off);
 template <> __device__ __forceinline__ double red_load<double>(const red_params &P, int64_t off) {
-    return (double)kc_ld_f(P.x, P.x_dtype, off);
+    const double v = (double)kc_ld_f(P.x, P.x_dtype, off);
+    return P.mode == RED_NORM ? v * v : v;
 }
 template <> __device__ __forceinline__ int64_t red_load<int64_t>(const red_params &P, int64_t off) {
     return kc_ld_i(P.x, P.x_dtype, off);
 }
 
+// The mean's division or the norm's root, in the accumulator's precision.
+__device__ __forceinline__ double red_finish(int mode, double s, int64_t n) {
+    return mode == RED_MEAN ? s / (double)n : mode == RED_NORM ? sqrt(s) : s;
+}
+__device__ __forceinline__ float red_finish(int mode, float s, int64_t n) {
+    return mode == RED_MEAN ? s / (float)n : mode == RED_NORM ? sqrtf(s) : s;
+}
 __device__ __forceinline__ void red_store(const red_params &P, int64_t o, double s) {
-    kc_st_f(P.y, P.y_dtype, o, (float)(P.mean ? s / (double)P.n_red_elems : s));
+    kc_st_f(P.y, P.y_dtype, o, (float)red_finish(P.mode, s, P.n_red_elems));
 }
 __device__ __forceinline__ void red_store(const red_params &P, int64_t o, int64_t s) {
     kc_st_i(P.y, P.y_dtype, o, s);
@@ -194,7 +204,7 @@ static __global__ void reduce_cols_done_kernel(const __grid_constant__ red_param
 
 template <typename T>
 static __global__ void __launch_bounds__(RED_HW_BLOCK)
-    reduce_hw_nhwc_kernel(const T *x, int64_t hw, int64_t c, void *y, uint32_t ydt, int mean) {
+    reduce_hw_nhwc_kernel(const T *x, int64_t hw, int64_t c, void *y, uint32_t ydt, int mode) {
     __shared__ double part[8][RED_HW_BLOCK / 32];
     const int64_t cv = c / 8, n = blockIdx.x / cv, v = blockIdx.x % cv;
     const T *base = x + n * hw * c + v * 8;
@@ -204,7 +214,10 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
         const uint4 raw = __ldg((const uint4 *)(base + r * c));
         const T *e = (const T *)&raw;
 #pragma unroll
-        for (int k = 0; k < 8; k++) acc[k] += (double)kc_to_f(e[k]);
+        for (int k = 0; k < 8; k++) {
+            const double v = (double)kc_to_f(e[k]);
+            acc[k] += mode == RED_NORM ? v * v : v;
+        }
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) {
@@ -218,7 +231,7 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
     if (threadIdx.x < 8) {
         double t = 0.0;
         for (int w = 0; w < RED_HW_BLOCK / 32; w++) t += part[threadIdx.x][w];
-        kc_st_f(y, ydt, n * c + v * 8 + threadIdx.x, (float)(mean ? t / (double)hw : t));
+        kc_st_f(y, ydt, n * c + v * 8 + threadIdx.x, (float)red_finish(mode, t, hw));
     }
 }
 
@@ -230,7 +243,7 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
 #define RED_TILE_MAX_HW 1024
 template <typename T>
 static __global__ void __launch_bounds__(RED_HW_BLOCK)
-    reduce_hw_tile_kernel(const T *x, int hw, int c, void *y, uint32_t ydt, int mean, int tiles) {
+    reduce_hw_tile_kernel(const T *x, int hw, int c, void *y, uint32_t ydt, int mode, int tiles) {
     extern __shared__ float red_tile[]; // [by][bx][8]
     const int n = (int)blockIdx.x / tiles, tile = (int)blockIdx.x % tiles;
     const int c0 = (tile * (int)blockDim.x + (int)threadIdx.x) * 8;
@@ -241,7 +254,10 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
             const uint4 raw = __ldg((const uint4 *)(base + (int64_t)r * c));
             const T *e = (const T *)&raw;
 #pragma unroll
-            for (int k = 0; k < 8; k++) acc[k] += kc_to_f(e[k]);
+            for (int k = 0; k < 8; k++) {
+                const float v = kc_to_f(e[k]);
+                acc[k] += mode == RED_NORM ? v * v : v;
+            }
         }
     }
     float *mine = red_tile + (threadIdx.y * blockDim.x + threadIdx.x) * 8;
@@ -256,7 +272,7 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-        kc_st_f(y, ydt, (int64_t)n * c + c0 + k, mean ? acc[k] / (float)hw : acc[k]);
+        kc_st_f(y, ydt, (int64_t)n * c + c0 + k, red_finish(mode, acc[k], (int64_t)hw));
     }
 }
 
@@ -268,7 +284,7 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
 #define RED_CLUSTER_MAX 8 // the largest portable cluster
 template <typename T>
 static __global__ void __launch_bounds__(RED_HW_BLOCK)
-    reduce_hw_cluster_kernel(const T *x, int hw, int c, void *y, uint32_t ydt, int mean,
+    reduce_hw_cluster_kernel(const T *x, int hw, int c, void *y, uint32_t ydt, int mode,
                              int tiles) {
     namespace cg = cooperative_groups;
     extern __shared__ float red_tile[]; // [by][bx][8]
@@ -284,7 +300,10 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
             const uint4 raw = __ldg((const uint4 *)(base + (int64_t)r * c));
             const T *e = (const T *)&raw;
 #pragma unroll
-            for (int k = 0; k < 8; k++) acc[k] += kc_to_f(e[k]);
+            for (int k = 0; k < 8; k++) {
+                const float v = kc_to_f(e[k]);
+                acc[k] += mode == RED_NORM ? v * v : v;
+            }
         }
     }
     float *mine = red_tile + (threadIdx.y * blockDim.x + threadIdx.x) * 8;
@@ -309,7 +328,7 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
         }
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            kc_st_f(y, ydt, (int64_t)n * c + c0 + k, mean ? acc[k] / (float)hw : acc[k]);
+            kc_st_f(y, ydt, (int64_t)n * c + c0 + k, red_finish(mode, acc[k], (int64_t)hw));
         }
     }
     cl.sync(); // the peers' shared memory stays until block 0 has read it
@@ -318,7 +337,7 @@ static __global__ void __launch_bounds__(RED_HW_BLOCK)
 template <typename T>
 static cudaError_t reduce_hw_cluster(const kiln_cuda_ctx *ctx, unsigned s, unsigned groups,
                                      dim3 block, size_t smem, const T *x, int hw, int c, void *y,
-                                     uint32_t ydt, int mean, int tiles) {
+                                     uint32_t ydt, int mode, int tiles) {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1] = {};
     cfg.gridDim = dim3(s, groups);
@@ -331,12 +350,12 @@ static cudaError_t reduce_hw_cluster(const kiln_cuda_ctx *ctx, unsigned s, unsig
     at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, reduce_hw_cluster_kernel<T>, x, hw, c, y, ydt, mean, tiles);
+    return cudaLaunchKernelEx(&cfg, reduce_hw_cluster_kernel<T>, x, hw, c, y, ydt, mode, tiles);
 }
 
 // The NHWC global pool above, when it takes the layer (*done).
 static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x,
-                                  const kiln_tensor *y, const int *reduced, int mean, int *done) {
+                                  const kiln_tensor *y, const int *reduced, int mode, int *done) {
     *done = 0;
     if (!ctx->nhwc || x->rank != 4 || reduced[0] || reduced[1] || !reduced[2] || !reduced[3] ||
         (x->dtype != KILN_DTYPE_F16 && x->dtype != KILN_DTYPE_BF16) ||
@@ -362,10 +381,10 @@ static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x
             x->dtype == KILN_DTYPE_F16
                 ? reduce_hw_cluster<__half>(ctx, (unsigned)s, (unsigned)(n * tiles), block, smem,
                                             (const __half *)x->data, (int)hw, (int)c, y->data,
-                                            y->dtype, mean, (int)tiles)
+                                            y->dtype, mode, (int)tiles)
                 : reduce_hw_cluster<__nv_bfloat16>(ctx, (unsigned)s, (unsigned)(n * tiles), block,
                                                    smem, (const __nv_bfloat16 *)x->data, (int)hw,
-                                                   (int)c, y->data, y->dtype, mean, (int)tiles);
+                                                   (int)c, y->data, y->dtype, mode, (int)tiles);
         if (err != cudaSuccess) {
             return kiln_cuda_error(ctx, "cudaLaunchKernelEx (reduce_hw_cluster_kernel)", err);
         }
@@ -376,11 +395,11 @@ static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x
         const size_t smem = (size_t)bx * by * 8 * sizeof(float);
         if (x->dtype == KILN_DTYPE_F16) {
             reduce_hw_tile_kernel<__half><<<(unsigned)(n * tiles), block, smem, ctx->stream>>>(
-                (const __half *)x->data, (int)hw, (int)c, y->data, y->dtype, mean, (int)tiles);
+                (const __half *)x->data, (int)hw, (int)c, y->data, y->dtype, mode, (int)tiles);
         } else {
             reduce_hw_tile_kernel<__nv_bfloat16>
                 <<<(unsigned)(n * tiles), block, smem, ctx->stream>>>(
-                    (const __nv_bfloat16 *)x->data, (int)hw, (int)c, y->data, y->dtype, mean,
+                    (const __nv_bfloat16 *)x->data, (int)hw, (int)c, y->data, y->dtype, mode,
                     (int)tiles);
         }
         return kiln_cuda_check_launch(ctx, "reduce_hw_tile_kernel");
@@ -388,10 +407,10 @@ static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x
     const unsigned blocks = (unsigned)(n * cv);
     if (x->dtype == KILN_DTYPE_F16) {
         reduce_hw_nhwc_kernel<__half><<<blocks, RED_HW_BLOCK, 0, ctx->stream>>>(
-            (const __half *)x->data, hw, c, y->data, y->dtype, mean);
+            (const __half *)x->data, hw, c, y->data, y->dtype, mode);
     } else {
         reduce_hw_nhwc_kernel<__nv_bfloat16><<<blocks, RED_HW_BLOCK, 0, ctx->stream>>>(
-            (const __nv_bfloat16 *)x->data, hw, c, y->data, y->dtype, mean);
+            (const __nv_bfloat16 *)x->data, hw, c, y->data, y->dtype, mode);
     }
     return kiln_cuda_check_launch(ctx, "reduce_hw_nhwc_kernel");
 }
@@ -477,10 +496,13 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
     int64_t xs[KC_MAX_RANK];
     uint32_t n_dims = 0;
     const int64_t *dims = kiln_attrs_ints(&args->attrs, KILN_A_REDUCE_DIMS, &n_dims);
+    const int mode = args->op == KILN_OP_MEAN          ? RED_MEAN
+                     : args->op == KILN_OP_VECTOR_NORM ? RED_NORM
+                                                       : RED_SUM;
     red_params P;
     memset(&P, 0, sizeof P);
     if (x == NULL || kiln_cuda_dtype_size(x->dtype) == 0 || kiln_cuda_dtype_size(y->dtype) == 0 ||
-        (args->op == KILN_OP_MEAN && !kiln_cuda_is_float(y->dtype))) {
+        (mode != RED_SUM && (!kiln_cuda_is_float(y->dtype) || !kiln_cuda_is_float(x->dtype)))) {
         return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda %s: dtype %s at %s",
                               kiln_cuda_op_name(args->op), kiln_cuda_dtype_name(y->dtype),
                               ctx->where ? ctx->where : "?");
@@ -499,7 +521,7 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
     }
     {
         int done = 0;
-        KILN_CUDA_TRY(reduce_hw_nhwc(ctx, x, y, reduced, args->op == KILN_OP_MEAN, &done));
+        KILN_CUDA_TRY(reduce_hw_nhwc(ctx, x, y, reduced, mode, &done));
         if (done) return KILN_OK;
     }
     kc_strides(x, xs);
@@ -556,7 +578,7 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
     P.x_dtype = x->dtype;
     P.y = y->data;
     P.y_dtype = y->dtype;
-    P.mean = args->op == KILN_OP_MEAN;
+    P.mode = mode;
     int by_block = (inner_reduced || P.n_kept == 0) && P.n_red_elems >= RED_ROW_MIN;
     if (kiln_cuda_is_float(y->dtype)) return reduce_launch<double>(ctx, &P, by_block);
     return reduce_launch<int64_t>(ctx, &P, by_block);

@@ -1631,7 +1631,8 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_AVG_POOL2D: return infer_pool;
     case KILN_OP_ADAPTIVE_AVG_POOL2D: return infer_adaptive_pool;
     case KILN_OP_MEAN:
-    case KILN_OP_SUM: return infer_reduce;
+    case KILN_OP_SUM:
+    case KILN_OP_VECTOR_NORM: return infer_reduce;
     case KILN_OP_RESHAPE: return infer_reshape;
     case KILN_OP_PERMUTE: return infer_permute;
     case KILN_OP_EXPAND: return infer_expand;

@@ -1006,11 +1006,12 @@ static void cases_reduce(void) {
               // norm; 72 channels: a partial block of 32), a matrix over its rows
               {"2x56x40x72", d12, 2},
               {"700x33", d0, 1}};
-    for (int op = 0; op < 2; op++) {
+    static const uint32_t ops[] = {KILN_OP_MEAN, KILN_OP_SUM, KILN_OP_VECTOR_NORM};
+    for (int op = 0; op < 3; op++) {
         for (uint32_t d = 0; d < N_FLOATS; d++) {
             for (size_t r = 0; r < sizeof rs / sizeof rs[0]; r++) {
                 for (int keep = 0; keep < 2; keep++) {
-                    case_init(&c, op == 0 ? KILN_OP_MEAN : KILN_OP_SUM);
+                    case_init(&c, ops[op]);
                     case_in(&c, S(FLOATS[d], rs[r].shape));
                     attrs_ints(&c.attrs, KILN_A_REDUCE_DIMS, rs[r].n, rs[r].dims);
                     attrs_int(&c.attrs, KILN_A_REDUCE_KEEPDIM, keep);
@@ -2607,7 +2608,8 @@ static int32_t dw_conv(gbuild *b, int32_t x, int64_t c, int64_t k, int64_t st, i
 // scale multiplied over the NHWC activation), depthwise 5x5/2 + relu6 (clamp), 1x1 project,
 // depthwise 3x3 dilated 2 + hard-swish, a residual add; then a 264-channel block (depthwise
 // 3x3/2, the squeeze-excite scale as the mul's left operand); and depthwise 5x5/1 + SiLU and
-// 5x5/2 on the expand conv's output (outputs v and u). Every depthwise conv runs Kiln's NHWC
+// 5x5/2 on the expand conv's output (outputs v and u); the 2-norms over H, W of the first
+// depthwise conv's and the wide block's maps (dn, wn). Every depthwise conv runs Kiln's NHWC
 // depthwise kernel (DW_MODEL_CONVS of them) with the activation fused: the 5x5/2 of the first
 // block reads the squeeze-excite mul's output, NHWC like the conv before it (cuda_layout.c). An
 // odd width leaves a ragged last strip for the kernel's 4-pixel rows (the "[dw rows]" pass).
@@ -2645,6 +2647,11 @@ static int model_mbconv(model *m, kiln_precision precision) {
     gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, v, "v"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, u, "u"), "output");
+    // 2-norms over H, W of NHWC maps (the global pool's kernels summing squares)
+    gb_check(&b, kiln_graph_mark_output(b.g, gb_node(&b, KILN_OP_VECTOR_NORM, &d, 1, ma, 2), "dn"),
+             "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, gb_node(&b, KILN_OP_VECTOR_NORM, &w, 1, ma, 2), "wn"),
+             "output");
     m->name = precision == KILN_PRECISION_BF16 ? "mbconv nhwc bf16" : "mbconv nhwc fp16";
     m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
     return model_finish(&b, m, precision);
