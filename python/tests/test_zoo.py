@@ -238,6 +238,12 @@ BUILDER_PATTERNS = {
         lambda ls: _ops(ls, "vector_norm") > 0 and _ops(ls, "pow") == _ops(ls, "sum") == 0,
         "the response norm's 2-norm as vector_norm",
     ),
+    # torch.einsum attention over windows and grid cells, k scaled before it: every one an
+    # sdpa over the [B, G, H, L, E] heads, no batched matmul, softmax or scale left
+    "maxvit_t": (
+        lambda ls: _ops(ls, "sdpa") > 0 and _ops(ls, "softmax") == _ops(ls, "matmul") == 0,
+        "einsum attention as sdpa",
+    ),
     # Linear, flatten(0, 1), BatchNorm1d after every projection: folded, no multiply-add left
     "levit_128s": (
         lambda ls: _ops(ls, "mul") == 0 and _ops(ls, "batch_norm") == 0 and _ops(ls, "linear") > 0,

@@ -492,6 +492,123 @@ static void test_eager_windows(int variant, int64_t nb, const char *what) {
     free(mask);
 }
 
+// torch.einsum attention as torchvision's MaxViT writes it and torch's export decomposes it:
+// q, k, v [B, G, H, L, E] (windows or grid cells G, heads H); k * scale; "B G H I D, B G H J D
+// -> B G H I J" as unsqueezes, permutes of size-1 and other dims, clones and reshapes around a
+// batched matmul over [B * G * H, ..]; the scores viewed back to [B, G, H, L, L] plus a constant
+// relative-position bias [1, H, L, L]; softmax; "B G H I J, B G H J D -> B G H I D" the same way.
+// variant 0: as MaxViT; 1: without k's scale (the sdpa's scale 1); 2 (negative): the
+// probabilities also an output. B = 1 (MaxViT's export: the size-1 dims moved last, clones) and
+// B = 2 (the batch dims in front), each as torch's export writes it.
+static void test_eager_einsum(int variant, int64_t nb, const char *what) {
+    enum { XG = 3, XH = 2, XE = 32, XL = 5 };
+    const int64_t n = nb * XG * XH;
+    float *bias = rnd(XH * XL * XL), c = 0.1767767f;
+    kiln_graph *g;
+    kiln_plan p;
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s (batch %lld)", what, (long long)nb);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t in[3];
+    for (int j = 0; j < 3; j++) {
+        const char *names[3] = {"q", "k", "v"};
+        in[j] = tu_input(g, names[j], KILN_DTYPE_F32, 5, TU_DIMS(nb, XG, XH, XL, XE),
+                         TU_DIMS(nb, XG, XH, XL, XE));
+    }
+    int32_t k = in[1];
+    if (variant != 1) {
+        int32_t sc = tu_const(g, NULL, KILN_DTYPE_F32, 0, TU_DIMS(0), &c);
+        k = tu_node(g, KILN_OP_MUL, TU_IDS(k, sc), TU_NO_ATTRS);
+    }
+    // torch's export of the einsums: with B = 1 (MaxViT's) the size-1 dims move to the end
+    // and each operand is cloned before its view; with B > 1 the batch dims stay in front
+    const int one = nb == 1;
+    // q: unsqueeze(5), permute(0 1 2 3 5 4), then permute(1 2 3 5 0 4) and a clone (B = 1) or
+    // permute(0 1 2 3 5 4); view [N, L, E]
+    int32_t q = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(in[0]), TU_ATTRS(TU_INTS("dim", 5)));
+    q = tu_node(g, KILN_OP_PERMUTE, TU_IDS(q), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 3, 5, 4)));
+    if (one) {
+        q = tu_node(g, KILN_OP_PERMUTE, TU_IDS(q), TU_ATTRS(TU_INTS("dims", 1, 2, 3, 5, 0, 4)));
+        q = tu_node(g, KILN_OP_COPY, TU_IDS(q), TU_NO_ATTRS);
+    } else {
+        q = tu_node(g, KILN_OP_PERMUTE, TU_IDS(q), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 3, 5, 4)));
+    }
+    q = tu_node(g, KILN_OP_RESHAPE, TU_IDS(q), TU_ATTRS(TU_INTS("shape", n, XL, XE)));
+    // k: unsqueeze(5), permute(0 1 2 5 3 4), then permute(1 2 5 0 4 3) and a clone or
+    // permute(0 1 2 5 4 3); view [N, E, L]
+    k = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(k), TU_ATTRS(TU_INTS("dim", 5)));
+    k = tu_node(g, KILN_OP_PERMUTE, TU_IDS(k), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 5, 3, 4)));
+    if (one) {
+        k = tu_node(g, KILN_OP_PERMUTE, TU_IDS(k), TU_ATTRS(TU_INTS("dims", 1, 2, 5, 0, 4, 3)));
+        k = tu_node(g, KILN_OP_COPY, TU_IDS(k), TU_NO_ATTRS);
+    } else {
+        k = tu_node(g, KILN_OP_PERMUTE, TU_IDS(k), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 5, 4, 3)));
+    }
+    k = tu_node(g, KILN_OP_RESHAPE, TU_IDS(k), TU_ATTRS(TU_INTS("shape", n, XE, XL)));
+    int32_t sv = tu_node(g, KILN_OP_MATMUL, TU_IDS(q, k), TU_NO_ATTRS);
+    // the scores back to [B, G, H, L, L]: view [G, H, L, 1, 1, L], permute(4 0 1 2 5 3) (B = 1)
+    // or view [B, G, H, L, 1, L], permute(0 1 2 3 5 4); view
+    if (one) {
+        sv = tu_node(g, KILN_OP_RESHAPE, TU_IDS(sv),
+                     TU_ATTRS(TU_INTS("shape", XG, XH, XL, 1, 1, XL)));
+        sv = tu_node(g, KILN_OP_PERMUTE, TU_IDS(sv), TU_ATTRS(TU_INTS("dims", 4, 0, 1, 2, 5, 3)));
+    } else {
+        sv = tu_node(g, KILN_OP_RESHAPE, TU_IDS(sv),
+                     TU_ATTRS(TU_INTS("shape", nb, XG, XH, XL, 1, XL)));
+        sv = tu_node(g, KILN_OP_PERMUTE, TU_IDS(sv), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 3, 5, 4)));
+    }
+    sv = tu_node(g, KILN_OP_RESHAPE, TU_IDS(sv), TU_ATTRS(TU_INTS("shape", nb, XG, XH, XL, XL)));
+    int32_t cb = tu_const(g, NULL, KILN_DTYPE_F32, 4, TU_DIMS(1, XH, XL, XL), bias);
+    sv = tu_node(g, KILN_OP_ADD, TU_IDS(sv, cb), TU_NO_ATTRS);
+    int32_t pr = tu_node(g, KILN_OP_SOFTMAX, TU_IDS(sv), TU_ATTRS(TU_INTS("dim", -1)));
+    if (variant == 2) tu_output(g, pr, "p");
+    // P: unsqueeze(5), permute(0 1 2 3 5 4), permute(1 2 3 5 0 4) or (0 1 2 3 5 4); view [N, L, L]
+    int32_t pm = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(pr), TU_ATTRS(TU_INTS("dim", 5)));
+    pm = tu_node(g, KILN_OP_PERMUTE, TU_IDS(pm), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 3, 5, 4)));
+    pm = one ? tu_node(g, KILN_OP_PERMUTE, TU_IDS(pm), TU_ATTRS(TU_INTS("dims", 1, 2, 3, 5, 0, 4)))
+             : tu_node(g, KILN_OP_PERMUTE, TU_IDS(pm), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 3, 5, 4)));
+    pm = tu_node(g, KILN_OP_RESHAPE, TU_IDS(pm), TU_ATTRS(TU_INTS("shape", n, XL, XL)));
+    // v: unsqueeze(5), permute(0 1 2 5 4 3), then permute(1 2 5 0 4 3) and a clone or
+    // permute(0 1 2 5 4 3); view [N, L, E]
+    int32_t v = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(in[2]), TU_ATTRS(TU_INTS("dim", 5)));
+    v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 5, 4, 3)));
+    if (one) {
+        v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 1, 2, 5, 0, 4, 3)));
+        v = tu_node(g, KILN_OP_COPY, TU_IDS(v), TU_NO_ATTRS);
+    } else {
+        v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 5, 4, 3)));
+    }
+    v = tu_node(g, KILN_OP_RESHAPE, TU_IDS(v), TU_ATTRS(TU_INTS("shape", n, XL, XE)));
+    int32_t y = tu_node(g, KILN_OP_MATMUL, TU_IDS(pm, v), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", nb, XG, XH, XL, XE)));
+    tu_output(g, y, "y");
+    kiln_build_options h0 = bt_opts(0, KILN_PRECISION_FP16, 0);
+    kiln_build_options h1 = bt_opts(1, KILN_PRECISION_FP16, 0);
+    const uint32_t want = variant != 2;
+    if (bt_plan(g, &h1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_SDPA) == want && bt_count(&p, KILN_OP_SOFTMAX) == !want &&
+                      bt_count(&p, KILN_OP_MATMUL) == 2 * !want &&
+                      bt_count(&p, KILN_OP_MUL) == (uint32_t)(!want && variant != 1),
+                  "%s: %u sdpa, %u softmax, %u matmul, %u mul", msg, bt_count(&p, KILN_OP_SDPA),
+                  bt_count(&p, KILN_OP_SOFTMAX), bt_count(&p, KILN_OP_MATMUL),
+                  bt_count(&p, KILN_OP_MUL));
+        // q, k and v read as the inputs themselves: no view left but the output's copy
+        if (want) BT_EXPECT_LAYERS(&p, "cast|cast|cast|sdpa|reshape|cast");
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[3];
+    for (int j = 0; j < 3; j++) {
+        memset(&sh[j], 0, sizeof sh[j]);
+        sh[j].rank = 5;
+        const int64_t d5[5] = {nb, XG, XH, XL, XE};
+        memcpy(sh[j].dims, d5, sizeof d5);
+    }
+    bt_compare(g, &h0, &h1, 3, sh, 0, 3e-3, 1e-2, msg);
+    bt_compare(g, &o0, &h1, 3, sh, 0, 1e-2, 3e-2, msg);
+    kiln_graph_free(g);
+    free(bias);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
@@ -530,6 +647,11 @@ int main(void) {
         test_eager_windows(2, nb, "windowed attention, q scaled, no windows' view");
     }
     test_eager_windows(3, 1, "windowed attention, a per-window scale");
+    for (int64_t nb = 1; nb <= 2; nb++) {
+        test_eager_einsum(0, nb, "einsum attention, k scaled (MaxViT)");
+        test_eager_einsum(1, nb, "einsum attention, no scale");
+        test_eager_einsum(2, nb, "einsum attention, probabilities also an output");
+    }
     test_eager_batch_split(0, "eager attention over heads flattened into the batch (BLOOM)");
     test_eager_batch_split(1, "eager attention, the probabilities read at [B, H, L, L]");
     test_eager_batch_split(2, "eager attention of a float16 BLOOM: float32 scores between casts");

@@ -5,23 +5,28 @@
 // BEiT's, MPNet's, DeBERTa's and Swin's attention layers are exported) becomes
 // sdpa(q, k, v, m_1 + ... + m_j, scale): the kernels read the head split as views and never
 // store the [.., L, S] scores or probabilities. The scale:
-//  - c a constant scalar the scores are multiplied or divided by, or one q is multiplied by
-//    before the matmul (torchvision's Swin: q * head_dim ** -0.5);
+//  - c a constant scalar the scores are multiplied or divided by, or one q or k is multiplied
+//    by before the matmul (torchvision's Swin: q * head_dim ** -0.5; MaxViT: k * scale, then the
+//    einsum's view of k);
 //  - c a constant that varies only over the batch dims ([H, 1, 1]: Swin-V2's per-head logit
 //    scale of its cosine attention), multiplied into q instead (q c k^T = (q k^T) c per head).
 // Every link read only by the next and not an output (attention weights returned to the caller
 // keep the eager form); the masks of the scores' dtype, broadcasting to them without widening
 // them.
 //
-// The scores may be viewed once with their leading dim split in two, [N, ..] -> [B, n, ..],
-// between the adds, and back after the softmax:
+// The scores may be viewed once with their leading dim split in two or more, [N, ..] -> [B, n,
+// ..], between the adds, and back after the softmax:
 //  - BLOOM flattens the heads into the batch for its baddbmm over [B * H, L, E] (its alibi
 //    added there) and views the scores as [B, H, L, S] for the causal mask;
 //  - Swin's shifted windows view [B * nW, H, L, S] as [B, nW, H, L, S] to add the window mask
-//    [1, nW, 1, L, S].
+//    [1, nW, 1, L, S];
+//  - torch.einsum ("B G H I D, B G H J D -> B G H I J", MaxViT's attention) flattens the batch
+//    dims for its batched matmuls and views the scores as [B, G, H, L, S] for the bias.
 // With B = 1 the view only adds a leading 1: the masks added in it drop that dim and the sdpa
 // keeps q, k and v as they are. Otherwise the sdpa reads q, k, v (and the masks added before the
-// view, [N or 1, ..]) viewed as [B, n, ..], and its result is viewed back as the P V matmul's.
+// view, [N or 1, ..]) viewed as [B, n, ..], and its result is viewed back as the P V matmul's
+// (views of views, which the second view pass collapses: an einsum's q, k, v are read as the
+// tensors the model split its heads into).
 //
 // A 16-bit model that upcasts the scores (q and k cast to float32 for the matmul, the scores
 // possibly cast back to q's dtype between the adds, the softmax between casts) is taken too: the
@@ -86,34 +91,39 @@ static int32_t upcast_source(const kiln_bgraph *b, int32_t v) {
     return xd == KILN_DTYPE_F16 || xd == KILN_DTYPE_BF16 ? x : -1;
 }
 
-// Node n reshapes the scores x [N, d1, .., dk] (N static) to [B, n, d1, .., dk] with B n = N,
-// B and n static: *out = that shape.
-static int batch_split(const kiln_bgraph *b, int32_t n, kiln_shape *out) {
+// Node n reshapes the scores x [N, d1, .., dk] (N static) to [B_1, .., B_j, d1, .., dk] with
+// j >= 2 static dims whose product is N: *out = that shape, *nb = j.
+static int batch_split(const kiln_bgraph *b, int32_t n, kiln_shape *out, uint32_t *nb) {
     const kiln_bnode *nd = &b->nodes[n];
     if (nd->dead || nd->n_tail > 0 || nd->head >= 0 || kiln_bgraph_input(b, nd, 1) >= 0) return 0;
     const kiln_shape *x = &b->values[kiln_bgraph_input(b, nd, 0)].desc.shape;
     const kiln_shape *y = &b->values[nd->output].desc.shape;
-    if (x->rank < 3 || y->rank != x->rank + 1 || x->min[0] != x->max[0] || y->min[0] != y->max[0] ||
-        y->min[1] != y->max[1] || y->max[0] * y->max[1] != x->max[0])
-        return 0;
+    if (x->rank < 3 || y->rank < x->rank + 1 || x->min[0] != x->max[0]) return 0;
+    const uint32_t j = y->rank - x->rank + 1;
+    int64_t prod = 1;
+    for (uint32_t i = 0; i < j; i++) {
+        if (y->min[i] != y->max[i]) return 0;
+        prod *= y->max[i];
+    }
+    if (prod != x->max[0]) return 0;
     for (uint32_t i = 1; i < x->rank; i++) {
-        if (!kiln_shape_same_dim(x, i, y, i + 1)) return 0;
+        if (!kiln_shape_same_dim(x, i, y, i + j - 1)) return 0;
     }
     *out = *y;
+    *nb = j;
     return 1;
 }
 
-// A reshape of x [N, d1, .., dk] (N = bh[0] * bh[1], or 1 for bh {1, 1}) to [bh[0], bh[1], d1,
-// .., dk], the d's copied from x.
-static kiln_status split_batch(kiln_bgraph *b, int32_t x, const int64_t bh[2], int64_t seq,
-                               int32_t *out) {
+// A reshape of x [N, d1, .., dk] (N the product of bh's nb dims, or 1 for bh all 1) to
+// [bh..., d1, .., dk], the d's copied from x.
+static kiln_status split_batch(kiln_bgraph *b, int32_t x, const int64_t *bh, uint32_t nb,
+                               int64_t seq, int32_t *out) {
     const uint32_t r = b->values[x].desc.shape.rank;
     int64_t codes[KILN_MAX_RANK];
-    if (r < 1 || r + 1 > KILN_MAX_RANK) return KILN_ERR_INTERNAL;
-    codes[0] = bh[0];
-    codes[1] = bh[1];
-    for (uint32_t i = 1; i < r; i++) codes[i + 1] = -(int64_t)i - 2; // dim i of x
-    kiln_attr_ref ref = {KILN_ATTR_INTS, r + 1, 0};
+    if (r < 1 || r + nb - 1 > KILN_MAX_RANK) return KILN_ERR_INTERNAL;
+    for (uint32_t i = 0; i < nb; i++) codes[i] = bh[i];
+    for (uint32_t i = 1; i < r; i++) codes[i + nb - 1] = -(int64_t)i - 2; // dim i of x
+    kiln_attr_ref ref = {KILN_ATTR_INTS, r + nb - 1, 0};
     kiln_attrs a = {&ref, 1, codes, NULL};
     return kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &a, seq, out);
 }
@@ -173,6 +183,23 @@ static int32_t prescaled(const kiln_bgraph *b, int32_t q, double *c) {
     return -1;
 }
 
+// k's pre-scaled form: x when k = x * c as prescaled() takes it, or k = reshape(x * c) with the
+// mul read only by the reshape (an einsum's view of k, scaled before it: MaxViT's); *c its
+// value, *view the reshape (-1 without one). Else -1.
+static int32_t prescaled_k(const kiln_bgraph *b, int32_t k, double *c, int32_t *view) {
+    *view = -1;
+    const int32_t x = prescaled(b, k, c);
+    if (x >= 0 || k < 0 || b->values[k].kind != KILN_IR_NODE || only_reader(b, k) < 0) return x;
+    const int32_t r = (int32_t)b->values[k].index;
+    const kiln_bnode *rn = &b->nodes[r];
+    if (rn->dead || rn->op != KILN_OP_RESHAPE || rn->n_tail > 0 || rn->head >= 0 ||
+        kiln_bgraph_input(b, rn, 1) >= 0)
+        return -1;
+    const int32_t y = prescaled(b, kiln_bgraph_input(b, rn, 0), c);
+    if (y >= 0) *view = r;
+    return y;
+}
+
 // Walks forward from the Q K^T matmul qk (see the top of the file); on a match replaces the P V
 // matmul by the sdpa.
 static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
@@ -210,16 +237,24 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     const uint32_t rq = scores3.rank;                   // q's, k's and v's rank
     uint32_t r = rq;
     if (q < 0 || (k < 0 && k4 < 0) || r < 3 || r + 1 > KILN_MAX_RANK) return KILN_OK;
-    int32_t split = -1;               // the reshape [N, ..] -> [B, n, ..], when there is one
+    int32_t split = -1;               // the reshape [N, ..] -> [B_1, .., B_j, ..], if any
+    uint32_t nb = 0;                  // its j
     uint32_t n_pre = 0;               // masks added before it
     int merged = 0;                   // the scores viewed back to [N, ..] before the softmax
-    kiln_shape split_shape = scores3; // [B, n, ..]
+    kiln_shape split_shape = scores3; // [B_1, .., B_j, ..]
     double scale = 1.0, c = 0.0;
     int32_t q_scale = -1; // a per-batch-index constant the scores are multiplied by
     const int32_t q0 = upcast ? -1 : prescaled(b, q, &c);
     if (q0 >= 0) {
         scale = c;
         q = q0;
+    }
+    // k scaled before its transpose (MaxViT's `k * scale`, then the einsum's view of it): the
+    // sdpa reads k unscaled (its view of the unscaled k, made at the rewrite)
+    int32_t k_unscaled = -1, k_view = -1;
+    if (!upcast && k >= 0) {
+        k_unscaled = prescaled_k(b, k, &c, &k_view);
+        if (k_unscaled >= 0) scale *= c;
     }
     int32_t masks[EAGER_MAX_MASKS];
     uint32_t n_masks = 0;
@@ -244,11 +279,11 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     const uint32_t io_dt = upcast ? b->values[q].desc.dtype : dt;
     uint32_t cur_dt = dt; // the scores' dtype (an upcast's float32 scores may return to io_dt)
     for (; u >= 0; u = only_reader(b, s)) {
-        if (b->nodes[u].op == KILN_OP_RESHAPE && split < 0 && batch_split(b, u, &scores)) {
+        if (b->nodes[u].op == KILN_OP_RESHAPE && split < 0 && batch_split(b, u, &scores, &nb)) {
             split = u;
             split_shape = scores;
             n_pre = n_masks;
-            r = rq + 1;
+            r = rq + nb - 1;
             s = b->nodes[u].output;
             continue;
         }
@@ -315,8 +350,8 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     // a split of a leading 1 ([N, ..] -> [1, N, ..]: Swin's shifted windows at batch 1) adds
     // nothing: the masks added in the split view drop their leading dim instead
     // (BLOOM's k transposed per head is read in the split view, whatever its batch)
-    const int unsqueeze = split >= 0 && split_shape.max[0] == 1 && k4 < 0;
-    if (k4 >= 0 && (split < 0 || rq != 3)) return KILN_OK;
+    const int unsqueeze = split >= 0 && nb == 2 && split_shape.max[0] == 1 && k4 < 0;
+    if (k4 >= 0 && (split < 0 || rq != 3 || nb != 2)) return KILN_OK;
     kiln_value_desc k3; // k4 viewed as [B * H, S, E], for the checks below
     if (k4 >= 0) {
         const kiln_shape *s4 = &b->values[k4].desc.shape;
@@ -376,22 +411,31 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
         int32_t two[2] = {q, q_scale};
         KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_MUL, two, 2, NULL, seq, &ins[0]));
     }
+    if (k_unscaled >= 0 && k_view < 0) {
+        ins[1] = k_unscaled;
+    } else if (k_unscaled >= 0) { // the einsum's view of k, over the unscaled k
+        kiln_attrs va = kiln_bgraph_attrs(b, &b->nodes[k_view]);
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &k_unscaled, 1, &va, seq, &ins[1]));
+    }
     if (unsqueeze) {
         for (uint32_t j = n_pre; j < n_masks; j++) {
             if (b->values[masks[j]].desc.shape.rank == rq + 1)
                 KILN_TRY(drop_leading_one(b, masks[j], seq, &masks[j]));
         }
-    } else if (split >= 0) { // q, k, v and the early masks viewed as [B, n, ..]
-        const int64_t bh[2] = {split_shape.max[0], split_shape.max[1]};
-        ins[1] = k4 >= 0 ? k4 : k;
+    } else if (split >= 0) { // q, k, v and the early masks viewed as [B_1, .., B_j, ..]
+        int64_t bh[KILN_MAX_RANK], one[KILN_MAX_RANK];
+        for (uint32_t i = 0; i < nb; i++) {
+            bh[i] = split_shape.max[i];
+            one[i] = 1;
+        }
+        if (k4 >= 0) ins[1] = k4;
         for (int j = 0; j < 3; j++) {
-            if (j != 1 || k4 < 0) KILN_TRY(split_batch(b, ins[j], bh, seq, &ins[j]));
+            if (j != 1 || k4 < 0) KILN_TRY(split_batch(b, ins[j], bh, nb, seq, &ins[j]));
         }
         for (uint32_t j = 0; j < n_pre; j++) {
             if (b->values[masks[j]].desc.shape.rank != rq) continue;
-            const int64_t one[2] = {1, 1};
             const int wide = b->values[masks[j]].desc.shape.max[0] != 1;
-            KILN_TRY(split_batch(b, masks[j], wide ? bh : one, seq, &masks[j]));
+            KILN_TRY(split_batch(b, masks[j], wide ? bh : one, nb, seq, &masks[j]));
         }
     }
     if (n_masks > 0) {
@@ -417,10 +461,10 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     kiln_attrs na = {refs, 2, &zero, &scale};
     int32_t y;
     KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SDPA, ins, n_in, &na, seq, &y));
-    if (split >= 0 && !unsqueeze) { // [B, n, .., Ev] -> the P V matmul's [N, .., Ev]
+    if (split >= 0 && !unsqueeze) { // [B_1, .., B_j, .., Ev] -> the P V matmul's [N, .., Ev]
         int64_t codes[KILN_MAX_RANK];
         codes[0] = scores3.max[0];
-        for (uint32_t i = 1; i + 1 < rq; i++) codes[i] = -(int64_t)i - 3; // dim i + 1 of y
+        for (uint32_t i = 1; i + 1 < rq; i++) codes[i] = -(int64_t)(i + nb - 1) - 2; // y's dim
         codes[rq - 1] = ev;
         kiln_attr_ref ref = {KILN_ATTR_INTS, rq, 0};
         kiln_attrs ra = {&ref, 1, codes, NULL};
@@ -436,9 +480,12 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
 }
 
 kiln_status kiln_pass_eager_attention(kiln_bgraph *b) {
-    const size_t n = b->n_nodes;
     uint32_t n_eager = 0;
+    // the views the view pass replaced (an einsum's chains of views of the scores) still read
+    // their inputs until they are removed: each link must have one reader
+    KILN_TRY(kiln_pass_dce(b));
     KILN_TRY(kiln_bgraph_count_uses(b));
+    const size_t n = b->n_nodes;
     for (size_t i = 0; i < n; i++) {
         int done = 0;
         if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_MATMUL) continue;

@@ -9,8 +9,10 @@
 //  2. a reshape of a reshape reads the inner one's input (its shape codes rewritten to refer to
 //     that input; the inner one dies when nothing else reads it);
 //  3. a reshape whose output is its input (the same dims, dynamic ones copied from the same
-//     position), a copy (clone), a cat of one tensor and a pad of nothing (every padding 0) are
-//     removed: their readers read the input.
+//     position), a copy (clone), a cat of one tensor, a pad of nothing (every padding 0) and an
+//     elementwise identity (x * 1, x / 1, x + 0, x - 0 with a constant that does not widen x:
+//     a rotary embedding's default attention scaling of 1) are removed: their readers read the
+//     input.
 //  4. a linear over reshape(x, [M, K]) (x [.., K]: leading dims flattened) whose output is read
 //     only by a reshape to x's leading dims and N is a linear over x itself: torch's export
 //     spells a linear over a 3-d input as view -> addmm -> view, and with the views in between
@@ -27,8 +29,19 @@
 //     multiplies by `context.expand_as(v)`; a materialized mask broadcast).
 //  7. a chain of permutes and reshapes of static shapes, each link read only by the next, that
 //     leaves every element where it was (a channels-first map flattened and transposed back to
-//     the tokens it came from: SegFormer's reduced keys) is a reshape of its input. It runs
-//     between 2 and 3.
+//     the tokens it came from: SegFormer's reduced keys; an einsum's views of its operand) is a
+//     reshape of its input, the chain taken from its farthest start that does. It runs between
+//     2 and 3.
+//  9. with 7, such a chain of three or more ending in a reshape that transposes the last two
+//     dims of a view is permute(reshape(input), swap) (torch.einsum's k^T for a batched matmul,
+//     the form eager attention reads).
+// 10. with 7, such a chain from a tensor that is not a view, ending where the values are not
+//     viewed again, that turns tokens into a channels-first map (its strides those of
+//     permute(dense [N, H, W, C], (0, 3, 1, 2))) is reshape(input, [N, H, W, C]) then that
+//     permute; one that turns a 4-d map [N, C, H, W] into any view of permute(map, (0, 2, 3, 1))
+//     (`flatten(2).transpose(1, 2)`, SegFormer's and the ViTs' tokens from a conv) is that
+//     permute then a reshape: the forms the CUDA backend runs as layout permutes (no copy when
+//     the map is NHWC).
 //  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
 //     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
 //     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
@@ -40,9 +53,45 @@
 
 #include "builder/builder.h"
 #include "core/alloc.h"
+#include "core/dtype.h"
 #include "core/status.h"
 
 static int is_static(const kiln_shape *s, uint32_t i) { return s->min[i] == s->max[i]; }
+
+// A constant whose every element is `one` (1 or 0), of at most 4096 elements.
+static int const_all(const kiln_bgraph *b, int32_t v, int one) {
+    if (v < 0 || !kiln_bgraph_is_const(b, v) || b->values[v].data == NULL) return 0;
+    const kiln_value_desc *d = &b->values[v].desc;
+    int64_t n = 1;
+    for (uint32_t i = 0; i < d->shape.rank; i++) n *= d->shape.max[i];
+    if (n < 1 || n > 4096) return 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (kiln_dtype_is_float((kiln_dtype)d->dtype)
+                ? kiln_load_f32(b->values[v].data, d->dtype, i) != (float)one
+                : kiln_load_i64(b->values[v].data, d->dtype, i) != one)
+            return 0;
+    }
+    return 1;
+}
+
+// The operand x of n when n is x * 1, 1 * x, x / 1, x + 0, 0 + x or x - 0 (a constant of ones or
+// zeros that does not widen x: the output is x's dtype and shape), else -1. Rotary embeddings'
+// `cos * attention_scaling` with the default scaling of 1 multiplies so.
+static int32_t identity_operand(const kiln_bgraph *b, const kiln_bnode *n) {
+    if (n->n_inputs != 2 || n->head >= 0 || n->n_tail > 0) return -1;
+    const int32_t x = kiln_bgraph_input(b, n, 0), y = kiln_bgraph_input(b, n, 1);
+    if (x < 0 || y < 0) return -1;
+    int32_t keep = -1;
+    switch (n->op) {
+    case KILN_OP_MUL: keep = const_all(b, y, 1) ? x : const_all(b, x, 1) ? y : -1; break;
+    case KILN_OP_DIV: keep = const_all(b, y, 1) ? x : -1; break;
+    case KILN_OP_ADD: keep = const_all(b, y, 0) ? x : const_all(b, x, 0) ? y : -1; break;
+    case KILN_OP_SUB: keep = const_all(b, y, 0) ? x : -1; break;
+    default: return -1;
+    }
+    if (keep < 0 || !kiln_desc_equal(&b->values[keep].desc, &b->values[n->output].desc)) return -1;
+    return keep;
+}
 
 // A pad node whose every padding is 0.
 static int zero_pad(const kiln_bgraph *b, const kiln_bnode *n) {
@@ -128,6 +177,12 @@ static int view_as_reshape(const kiln_bgraph *b, const kiln_bnode *n, int64_t *c
 static int plain_reshape(const kiln_bgraph *b, const kiln_bnode *n) {
     return n->op == KILN_OP_RESHAPE && !n->dead && kiln_bgraph_input(b, n, 1) < 0 && n->head < 0 &&
            n->n_tail == 0;
+}
+
+// A copy (clone) of one tensor, nothing fused: the same values in the same order.
+static int plain_copy(const kiln_bgraph *b, const kiln_bnode *n) {
+    return n->op == KILN_OP_COPY && !n->dead && n->n_inputs == 1 && n->head < 0 && n->n_tail == 0 &&
+           kiln_desc_equal(&b->values[kiln_bgraph_input(b, n, 0)].desc, &b->values[n->output].desc);
 }
 
 // Rewrite 2: the codes of outer (a reshape of inner's output) in terms of inner's input, or 0.
@@ -235,74 +290,216 @@ static int view_strides(const int64_t *osz, const int64_t *ost, int n, const int
     return view_d == -1;
 }
 
-// Node k (a reshape or permute) and the chain of plain reshapes and permutes behind it, each
-// read only by the next and not an output, all of static shapes: when the chain from its
-// farthest possible start keeps every element in place (the strides it ends with are the dense
-// strides of k's shape, as in x.reshape(B, H, W, C).permute(0, 3, 1, 2).reshape(B, C, H * W)
-// .permute(0, 2, 1)), node k becomes a reshape of the chain's input. At least one permute.
-static kiln_status order_keeping_chain(kiln_bgraph *b, uint32_t k, int *done) {
-    *done = 0;
-    uint32_t chain[VIEW_CHAIN_MAX];
-    int n = 0, n_perm = 0;
-    for (uint32_t at = k;;) {
-        const kiln_bnode *nd = &b->nodes[at];
-        if (nd->dead || nd->head >= 0 || nd->n_tail > 0) break;
-        if (nd->op != KILN_OP_PERMUTE && !plain_reshape(b, nd)) break;
-        const kiln_shape *ys = &b->values[nd->output].desc.shape;
-        int stat = ys->rank <= KILN_MAX_RANK;
-        for (uint32_t i = 0; stat && i < ys->rank; i++) stat = is_static(ys, i) && ys->max[i] > 0;
-        if (!stat) break;
-        chain[n++] = at;
-        n_perm += nd->op == KILN_OP_PERMUTE;
-        if (n == VIEW_CHAIN_MAX) break;
-        const int32_t x = kiln_bgraph_input(b, nd, 0);
-        if (x < 0 || b->values[x].kind != KILN_IR_NODE || b->uses[x] != 1 || b->is_output[x]) break;
-        at = b->values[x].index;
-    }
-    if (n < 2 || n_perm == 0) return KILN_OK;
-    // from the farthest start: the chain's input x, dense; then each node's view of it
-    const int32_t x = kiln_bgraph_input(b, &b->nodes[chain[n - 1]], 0);
+// The view that nodes chain[s], chain[s - 1], .., chain[0] (a reshape or permute each, static
+// shapes) make of the dense input of chain[s]: sz and st (its sizes and element strides) and
+// *rank; 0 when a reshape in it would copy (the chain is not one view).
+static int chain_view(const kiln_bgraph *b, const uint32_t *chain, int s, int64_t *sz, int64_t *st,
+                      int *rank) {
+    const int32_t x = kiln_bgraph_input(b, &b->nodes[chain[s]], 0);
     const kiln_shape *xs = &b->values[x].desc.shape;
-    int64_t sz[KILN_MAX_RANK], st[KILN_MAX_RANK];
     int r = (int)xs->rank;
-    if (r > KILN_MAX_RANK) return KILN_OK;
+    if (r > KILN_MAX_RANK) return 0;
     for (int i = r - 1; i >= 0; i--) {
-        if (!is_static(xs, (uint32_t)i) || xs->max[i] <= 0) return KILN_OK;
+        if (!is_static(xs, (uint32_t)i) || xs->max[i] <= 0) return 0;
         sz[i] = xs->max[i];
         st[i] = i == r - 1 ? 1 : st[i + 1] * sz[i + 1];
     }
-    for (int c = n - 1; c >= 0; c--) {
+    for (int c = s; c >= 0; c--) {
         const kiln_bnode *nd = &b->nodes[chain[c]];
         const kiln_shape *ys = &b->values[nd->output].desc.shape;
         int64_t nsz[KILN_MAX_RANK], nst[KILN_MAX_RANK];
         const int m = (int)ys->rank;
         for (int i = 0; i < m; i++) nsz[i] = ys->max[i];
+        if (nd->op == KILN_OP_COPY) continue; // the same view
         if (nd->op == KILN_OP_PERMUTE) {
             kiln_attrs a = kiln_bgraph_attrs(b, nd);
             uint32_t np = 0;
             const int64_t *perm = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &np);
-            if ((int)np != r || m != r) return KILN_OK;
+            if ((int)np != r || m != r) return 0;
             for (int i = 0; i < m; i++) {
                 const int64_t p = perm[i] < 0 ? perm[i] + r : perm[i];
-                if (p < 0 || p >= r || sz[p] != nsz[i]) return KILN_OK;
+                if (p < 0 || p >= r || sz[p] != nsz[i]) return 0;
                 nst[i] = st[p];
             }
         } else if (!view_strides(sz, st, r, nsz, m, nst)) {
-            return KILN_OK; // a reshape that would copy: the chain is not one view
+            return 0;
         }
         memcpy(sz, nsz, sizeof(int64_t) * (size_t)m);
         memcpy(st, nst, sizeof(int64_t) * (size_t)m);
         r = m;
     }
+    *rank = r;
+    return 1;
+}
+
+// The strides st of sizes sz (rank r) are dense (size-1 dims' strides do not matter).
+static int dense_strides(const int64_t *sz, const int64_t *st, int r) {
     int64_t dense = 1;
     for (int i = r - 1; i >= 0; i--) {
-        if (sz[i] != 1 && st[i] != dense) return KILN_OK;
+        if (sz[i] != 1 && st[i] != dense) return 0;
         dense *= sz[i];
     }
-    int64_t codes[KILN_MAX_RANK];
-    memcpy(codes, sz, sizeof(int64_t) * (size_t)r);
-    KILN_TRY(make_reshape(b, k, x, codes, (uint32_t)r));
-    *done = 1;
+    return 1;
+}
+
+// The strides st of sizes sz (rank r >= 3) are those of a dense [.., sz[r - 1], sz[r - 2]] with
+// its last two dims swapped.
+static int swapped_strides(const int64_t *sz, const int64_t *st, int r) {
+    if (r < 3 || sz[r - 1] == 1 || sz[r - 2] == 1 || st[r - 2] != 1 || st[r - 1] != sz[r - 2])
+        return 0;
+    int64_t dense = sz[r - 1] * sz[r - 2];
+    for (int i = r - 3; i >= 0; i--) {
+        if (sz[i] != 1 && st[i] != dense) return 0;
+        dense *= sz[i];
+    }
+    return 1;
+}
+
+// Ops whose output is a view of their input's elements.
+static int view_op(uint32_t op) {
+    return op == KILN_OP_PERMUTE || op == KILN_OP_RESHAPE || op == KILN_OP_COPY ||
+           op == KILN_OP_SELECT || op == KILN_OP_SLICE || op == KILN_OP_EXPAND ||
+           op == KILN_OP_SQUEEZE || op == KILN_OP_UNSQUEEZE;
+}
+
+// The strides st of sizes sz [N, C, H, W] are those of permute(dense [N, H, W, C], (0, 3, 1, 2)).
+static int nchw_of_nhwc(const int64_t *sz, const int64_t *st) {
+    const int64_t want[4] = {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
+    for (int i = 0; i < 4; i++) {
+        if (sz[i] != 1 && st[i] != want[i]) return 0;
+    }
+    return 1;
+}
+
+// The two-node chain chain[1], chain[0] is already `first` then the other view, the permute
+// being perm (4-d): the form rewrite 10 would make.
+static int chain_is(const kiln_bgraph *b, const uint32_t *chain, uint32_t first,
+                    const int64_t *perm) {
+    const kiln_bnode *a = &b->nodes[chain[1]], *z = &b->nodes[chain[0]];
+    const kiln_bnode *pn = first == KILN_OP_PERMUTE ? a : z;
+    if (a->op != first || z->op == first || pn->op != KILN_OP_PERMUTE) return 0;
+    kiln_attrs pa = kiln_bgraph_attrs(b, pn);
+    uint32_t np = 0;
+    const int64_t *d = kiln_attrs_ints(&pa, KILN_A_PERMUTE_DIMS, &np);
+    if (np != 4) return 0;
+    for (uint32_t i = 0; i < 4; i++) {
+        if (d[i] != perm[i]) return 0;
+    }
+    return 1;
+}
+
+// Node k becomes reshape(x, codes) then permute(., perm) (reshape_first), or permute(x, perm)
+// then reshape(., codes): *done = 2 (nodes appended, the caller sorts).
+static kiln_status view_pair(kiln_bgraph *b, uint32_t k, int32_t x, int reshape_first,
+                             const int64_t *codes, const int64_t *perm, uint32_t n_codes,
+                             uint32_t n_perm, int *done) {
+    kiln_attr_ref rref = {KILN_ATTR_INTS, n_codes, 0}, pref = {KILN_ATTR_INTS, n_perm, 0};
+    kiln_attrs ra = {&rref, 1, codes, NULL}, pa = {&pref, 1, perm, NULL};
+    const int64_t seq = b->nodes[k].seq;
+    int32_t mid, y;
+    KILN_TRY(kiln_bgraph_add_node(b, reshape_first ? KILN_OP_RESHAPE : KILN_OP_PERMUTE, &x, 1,
+                                  reshape_first ? &ra : &pa, seq, &mid));
+    KILN_TRY(kiln_bgraph_add_node(b, reshape_first ? KILN_OP_PERMUTE : KILN_OP_RESHAPE, &mid, 1,
+                                  reshape_first ? &pa : &ra, seq, &y));
+    if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[k].output].desc)) {
+        b->nodes[b->values[y].index].dead = 1;
+        b->nodes[b->values[mid].index].dead = 1;
+        return kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, k, y, "view pair"));
+    *done = 2;
+    return KILN_OK;
+}
+
+// Node k (a reshape or permute) and the chain of plain reshapes, permutes and copies (an
+// einsum's clone) behind it, each read only by the next and not an output, all of static shapes
+// (rewrite 3, which removes the copies, runs later), tried from its farthest start
+// to its nearest (at least two nodes, a permute among them):
+//  - 7: when the chain keeps every element in place (the strides it ends with are the dense
+//    strides of k's shape, as in x.reshape(B, H, W, C).permute(0, 3, 1, 2).reshape(B, C, H * W)
+//    .permute(0, 2, 1), or an einsum's unsqueezes and permutes of v after the head split),
+//    node k becomes a reshape of the chain's input;
+//  - 9: else, when k is a reshape ending a chain of three or more that transposes the last two
+//    dims of a view (torch.einsum's `B G H J D` operand k transposed for a batched matmul:
+//    unsqueeze, permutes of size-1 and other dims, a reshape to [B G H, D, J]), it becomes
+//    permute(reshape(input, [.., J, D]), swap): the form eager attention reads k^T in.
+static kiln_status order_keeping_chain(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    uint32_t chain[VIEW_CHAIN_MAX];
+    int n = 0, first_perm = -1;
+    for (uint32_t at = k;;) {
+        const kiln_bnode *nd = &b->nodes[at];
+        if (nd->dead || nd->head >= 0 || nd->n_tail > 0) break;
+        if (nd->op != KILN_OP_PERMUTE && !plain_reshape(b, nd) && !plain_copy(b, nd)) break;
+        const kiln_shape *ys = &b->values[nd->output].desc.shape;
+        int stat = ys->rank <= KILN_MAX_RANK;
+        for (uint32_t i = 0; stat && i < ys->rank; i++) stat = is_static(ys, i) && ys->max[i] > 0;
+        if (!stat) break;
+        if (nd->op == KILN_OP_PERMUTE && first_perm < 0) first_perm = n;
+        chain[n++] = at;
+        if (n == VIEW_CHAIN_MAX) break;
+        const int32_t x = kiln_bgraph_input(b, nd, 0);
+        if (x < 0 || b->values[x].kind != KILN_IR_NODE || b->uses[x] != 1 || b->is_output[x]) break;
+        at = b->values[x].index;
+    }
+    if (n < 2 || first_perm < 0) return KILN_OK;
+    int64_t sz[KILN_MAX_RANK], st[KILN_MAX_RANK];
+    int r = 0;
+    // rewrites 9 and 10 only where the chain ends (k's result is not viewed again): a pair made
+    // in the middle of a chain would hide the chain's own form from its end
+    const int32_t ky = b->nodes[k].output;
+    const int32_t kr = b->uses[ky] == 1 && !b->is_output[ky] ? b->user[ky] : -1;
+    const int chain_end =
+        kr < 0 || !(b->nodes[kr].op == KILN_OP_PERMUTE || plain_reshape(b, &b->nodes[kr]) ||
+                    plain_copy(b, &b->nodes[kr]));
+    const int swap_ok = chain_end && plain_reshape(b, &b->nodes[k]);
+    for (int s = n - 1; s >= 1 && s >= first_perm; s--) {
+        if (!chain_view(b, chain, s, sz, st, &r)) continue;
+        const int32_t x = kiln_bgraph_input(b, &b->nodes[chain[s]], 0);
+        int64_t codes[KILN_MAX_RANK];
+        if (dense_strides(sz, st, r)) {
+            memcpy(codes, sz, sizeof(int64_t) * (size_t)r);
+            KILN_TRY(make_reshape(b, k, x, codes, (uint32_t)r));
+            *done = 1;
+            return KILN_OK;
+        }
+        if (swap_ok && s >= 2 && swapped_strides(sz, st, r)) { // 9
+            memcpy(codes, sz, sizeof(int64_t) * (size_t)r);
+            codes[r - 2] = sz[r - 1];
+            codes[r - 1] = sz[r - 2];
+            int64_t perm[KILN_MAX_RANK];
+            for (int i = 0; i < r; i++) perm[i] = i;
+            perm[r - 2] = r - 1;
+            perm[r - 1] = r - 2;
+            return view_pair(b, k, x, 1, codes, perm, (uint32_t)r, (uint32_t)r, done);
+        }
+        // 10: tokens [N, H W, C] to a channels-first map [N, C, H, W], and back
+        static const int64_t to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
+        // ... from a tensor that is not itself a view (a linear's tokens, a conv's map): a head
+        // split [B, L, H, E] (a view or a select of a fused projection) transposed for attention
+        // is not an image
+        if (!chain_end ||
+            (b->values[x].kind == KILN_IR_NODE && view_op(b->nodes[b->values[x].index].op)))
+            continue;
+        const int canon_to = s == 1 && chain_is(b, chain, KILN_OP_RESHAPE, to_nchw);
+        if (r == 4 && !canon_to && nchw_of_nhwc(sz, st)) {
+            const int64_t nhwc[4] = {sz[0], sz[2], sz[3], sz[1]};
+            return view_pair(b, k, x, 1, nhwc, to_nchw, 4, 4, done);
+        }
+        const kiln_shape *xs = &b->values[x].desc.shape;
+        const int canon_from = s == 1 && chain_is(b, chain, KILN_OP_PERMUTE, to_nhwc);
+        if (xs->rank == 4 && !canon_from) {
+            const int64_t n_ = xs->max[0], c_ = xs->max[1], h_ = xs->max[2], w_ = xs->max[3];
+            const int64_t psz[4] = {n_, h_, w_, c_}, pst[4] = {c_ * h_ * w_, w_, 1, h_ * w_};
+            int64_t vst[KILN_MAX_RANK];
+            int same = view_strides(psz, pst, 4, sz, r, vst);
+            for (int i = 0; same && i < r; i++) same = sz[i] == 1 || vst[i] == st[i];
+            if (same) {
+                memcpy(codes, sz, sizeof(int64_t) * (size_t)r);
+                return view_pair(b, k, x, 0, codes, to_nhwc, (uint32_t)r, 4, done);
+            }
+        }
+    }
     return KILN_OK;
 }
 
@@ -578,11 +775,14 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
     // 7: permute/reshape chains that keep the element order
     KILN_TRY(kiln_bgraph_count_uses(b));
     const size_t n7 = b->n_nodes;
+    int appended = 0;
     for (size_t k = 0; k < n7; k++) {
         int done = 0;
         KILN_TRY(order_keeping_chain(b, (uint32_t)k, &done));
-        b->stats.n_views += (uint32_t)done;
+        b->stats.n_views += done != 0;
+        appended |= done == 2;
     }
+    if (appended) KILN_TRY(kiln_bgraph_sort_nodes(b));
     // 3: identity reshapes: their readers read the input
     KILN_TRY(kiln_bgraph_count_uses(b));
     const size_t nv = b->n_values;
@@ -602,8 +802,10 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         const int copy = (n->op == KILN_OP_COPY || n->op == KILN_OP_CAT || zero_pad(b, n)) &&
                          n->head < 0 && n->n_tail == 0 && n->n_inputs == 1 && in[0] >= 0 &&
                          kiln_desc_equal(&b->values[in[0]].desc, &b->values[n->output].desc);
-        if (!copy && (!plain_reshape(b, n) || !identity_reshape(b, n))) continue;
-        rename[n->output] = in[0];
+        // ... and x * 1, x + 0 and the like give x
+        const int32_t same = copy ? in[0] : identity_operand(b, n);
+        if (same < 0 && (!plain_reshape(b, n) || !identity_reshape(b, n))) continue;
+        rename[n->output] = same >= 0 ? same : in[0];
         n->dead = 1;
         b->stats.n_views++;
     }

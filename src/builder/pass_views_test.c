@@ -113,6 +113,115 @@ static void test_order_keeping_chain(int variant, const char *want, const char *
     kiln_graph_free(g);
 }
 
+// An einsum's operand views after a head split (x [B, L, H * E] -> [B, L, H, E] -> permute to
+// [B, H, L, E], then unsqueeze, two permutes, a clone and a reshape to [B H, ..], as torch's export
+// writes them): variant 0, v's views keep the element order: from the split on, one reshape
+// (rewrite 7 from the nearer start); 1, k's views transpose L and E: a reshape to [B H, L, E]
+// and a swap (rewrite 9); 2, as 1 with the clone read twice: left alone.
+static void test_einsum_views(int variant, const char *want, const char *what) {
+    enum { B = 2, L = 3, H = 2, E = 4 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(B, L, H * E), TU_DIMS(B, L, H * E));
+    int32_t v = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    v = tu_node(g, KILN_OP_RESHAPE, TU_IDS(v), TU_ATTRS(TU_INTS("shape", B, L, H, E)));
+    v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    v = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(v), TU_ATTRS(TU_INTS("dim", 4))); // [B, H, L, E, 1]
+    if (variant == 0) { // [B, H, 1, E, L], then [B, H, L, 1, E]
+        v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 1, 4, 3, 2)));
+        v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 1, 4, 2, 3)));
+    } else { // [B, H, 1, L, E], then [B, H, 1, E, L]
+        v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 1, 4, 2, 3)));
+        v = tu_node(g, KILN_OP_PERMUTE, TU_IDS(v), TU_ATTRS(TU_INTS("dims", 0, 1, 2, 4, 3)));
+    }
+    v = tu_node(g, KILN_OP_COPY, TU_IDS(v), TU_NO_ATTRS);
+    if (variant == 2) tu_output(g, v, "clone");
+    v = variant == 0
+            ? tu_node(g, KILN_OP_RESHAPE, TU_IDS(v), TU_ATTRS(TU_INTS("shape", B * H, L, E)))
+            : tu_node(g, KILN_OP_RESHAPE, TU_IDS(v), TU_ATTRS(TU_INTS("shape", B * H, E, L)));
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(v), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape s[1] = {{3, {B, L, H * E}}};
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-6, 1e-6, what);
+    kiln_graph_free(g);
+}
+
+// Rewrite 10: SegFormer's Mix-FFN, tokens [N, H W, C] from a linear, `transpose(1, 2).view(N, C,
+// H, W)`, a depthwise conv, `flatten(2).transpose(1, 2)`: reshape + permute(0, 3, 1, 2) before
+// the conv, permute(0, 2, 3, 1) + reshape after it; variant 1: the tokens are the engine's input
+// (not a view either): the same.
+static void test_token_map(int variant, const char *want, const char *what) {
+    enum { N = 2, H = 3, W = 4, C = 8 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    float *wt = tu_rand(C * 9, -0.3f, 0.3f);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(N, H * W, C), TU_DIMS(N, H * W, C));
+    int32_t t = variant == 1 ? x : tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1)));
+    t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", N, C, H, W)));
+    int32_t w = tu_const(g, NULL, KILN_DTYPE_F32, 4, TU_DIMS(C, 1, 3, 3), wt);
+    t = tu_node(g, KILN_OP_CONV2D, TU_IDS(t, w),
+                TU_ATTRS(TU_INTS("stride", 1, 1), TU_INTS("padding", 1, 1),
+                         TU_INTS("dilation", 1, 1), TU_INTS("groups", C)));
+    t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", N, C, H * W)));
+    t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1)));
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(t), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape s[1] = {{3, {N, H * W, C}}};
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-5, 1e-5, what);
+    kiln_graph_free(g);
+    free(wt);
+}
+
+// Rewrite 3's elementwise identities: exp(x) * 1, then + [0, 0, ..] (as many as x's last dim),
+// then / 1 and - 0: removed, neg reads the exp. variant 1: the ones widen x ([2, 3, 4] * [5, 1,
+// 1, 1] ones): stays; 2: * 2: stays; 3: 0 - x: stays; 4: the * 1 is also an output: stays.
+static void test_identities(int variant, const char *want, const char *what) {
+    enum { A = 2, Bd = 3, C = 4 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    float one = variant == 2 ? 2.0f : 1.0f, zero = 0.0f, zeros[C] = {0}, ones[5] = {1, 1, 1, 1, 1};
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(A, Bd, C), TU_DIMS(A, Bd, C));
+    int32_t v = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    int32_t c1 = variant == 1 ? tu_const(g, NULL, KILN_DTYPE_F32, 4, TU_DIMS(5, 1, 1, 1), ones)
+                              : tu_const(g, NULL, KILN_DTYPE_F32, 0, TU_DIMS(0), &one);
+    v = tu_node(g, KILN_OP_MUL, TU_IDS(v, c1), TU_NO_ATTRS);
+    if (variant == 4) tu_output(g, v, "scaled");
+    int32_t cz = tu_const(g, NULL, KILN_DTYPE_F32, 1, TU_DIMS(C), zeros);
+    v = tu_node(g, KILN_OP_ADD, TU_IDS(cz, v), TU_NO_ATTRS);
+    int32_t c0 = tu_const(g, NULL, KILN_DTYPE_F32, 0, TU_DIMS(0), &zero);
+    v = variant == 3 ? tu_node(g, KILN_OP_SUB, TU_IDS(c0, v), TU_NO_ATTRS)
+                     : tu_node(g, KILN_OP_SUB, TU_IDS(v, c0), TU_NO_ATTRS);
+    if (variant != 1) {
+        float one1 = 1.0f;
+        int32_t cd = tu_const(g, NULL, KILN_DTYPE_F32, 0, TU_DIMS(0), &one1);
+        v = tu_node(g, KILN_OP_DIV, TU_IDS(v, cd), TU_NO_ATTRS);
+    }
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(v), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape s[1] = {{3, {A, Bd, C}}};
+    bt_compare(g, &o0, &o1, 1, s, 0, 1e-6, 1e-6, what);
+    kiln_graph_free(g);
+}
+
 // Two dynamic dims: a chain whose codes copy dims collapses with the copies rewritten to the
 // first input's dims; the swapped copy (a reinterpretation, not an identity) stays a reshape.
 static void test_dynamic_chain(void) {
@@ -310,6 +419,17 @@ int main(void) {
     test_order_keeping_chain(0, "exp|neg", "tokens through a channels-first map and back");
     test_order_keeping_chain(1, "exp|reshape|permute|reshape|permute|neg", "a real transpose");
     test_order_keeping_chain(2, "exp|reshape|permute|reshape|permute|neg", "the map read twice");
+    test_einsum_views(0, "exp|reshape|permute|reshape|neg", "einsum's v views: one reshape");
+    test_einsum_views(1, "exp|reshape|permute|reshape|permute|neg", "einsum's k views: a swap");
+    test_einsum_views(2, "exp|reshape|permute|reshape|permute|copy|reshape|neg",
+                      "einsum's k views, the clone read twice");
+    test_token_map(0, "exp|reshape|permute|conv2d|permute|reshape|neg", "tokens to a map and back");
+    test_token_map(1, "reshape|permute|conv2d|permute|reshape|neg", "tokens from the input");
+    test_identities(0, "exp|neg", "x * 1, 0 + x, x - 0, x / 1 removed");
+    test_identities(1, "exp|mul,neg", "ones that widen x: stay");
+    test_identities(2, "exp|mul,neg", "x * 2 stays");
+    test_identities(3, "exp|sub,neg", "0 - x stays");
+    test_identities(4, "exp|mul|neg", "x * 1 that is an output stays");
     test_linear_through(0, "linear,gelu,add", "linear between reshapes");
     test_linear_through(1, "linear,gelu,add", "addmm between reshapes");
     test_linear_through(2, "reshape|linear,gelu,add", "linear after a head merge");
