@@ -6,11 +6,15 @@ partitioner's reason for each kind of op it refused).
     python bench/zoo_delegation.py                       # every model, depth 2, vocab 4096
     python bench/zoo_delegation.py --models bert,gpt2 --dynamic --json out.json
     python bench/zoo_delegation.py --precision fp16 --kernels   # + each engine's layers/kernels
+    python bench/zoo_delegation.py --precision fp16 --cuda-plan build/cuda_fold_test
 
 With ``--kernels`` the program is written and read back (``kiln inspect``): the Kiln layers and
 the kernels they launch (fused tails share their head's), summed over the engines, and the
 layers by op. Counting needs no GPU: it is how a builder change is judged here before the H200
-measures its time.
+measures its time. ``--cuda-plan BIN`` (BIN the CPU build's ``cuda_fold_test``) also plans each
+engine as the CUDA backend does at load (its NHWC layout and its folds: views that alias, layout
+permutes) and records what it would launch: the layers that run a kernel and the layout copies
+(transposes) it adds.
 
 The markdown table it prints is the one in docs/benchmarks.md ("Real-model zoo: delegation on
 the CPU").
@@ -58,7 +62,38 @@ def summarize(edge_program) -> dict:
     return out
 
 
-def engine_counts(edge) -> dict:
+def cuda_plan_counts(buffer: bytes, tool: str) -> dict:
+    """What the CUDA backend would launch for the Kiln engines of a program (tool: the CPU
+    build's cuda_fold_test, given the engines' bytes): layers run and layout copies, summed."""
+    import re
+    import subprocess
+    import tempfile
+
+    from kiln._pte import read_program
+
+    prog = read_program(buffer)
+    run = copies = 0
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for m in prog.methods:
+            for i, dl in enumerate(m.delegates):
+                if dl.backend != "KilnBackend" or dl.data is None:
+                    continue
+                path = os.path.join(d, f"{m.name}_{i}.kiln")
+                with open(path, "wb") as f:
+                    f.write(dl.data)
+                paths.append(path)
+        if paths:
+            out = subprocess.run([tool, *paths], capture_output=True, text=True, check=True).stdout
+            for line in out.splitlines():
+                g = re.search(r"(\d+) layers run \(\+(\d+) layout copies\)", line)
+                if g:
+                    run += int(g.group(1))
+                    copies += int(g.group(2))
+    return {"cuda_run": run, "cuda_copies": copies}
+
+
+def engine_counts(edge, cuda_plan: str | None = None) -> dict:
     """Layers, kernels and layers by op over the Kiln engines of a lowered program."""
     import io
     import tempfile
@@ -66,25 +101,36 @@ def engine_counts(edge) -> dict:
 
     from kiln._cli import main as kiln_main
 
+    buffer = edge.to_executorch().buffer
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "m.pte")
         with open(path, "wb") as f:
-            f.write(edge.to_executorch().buffer)
+            f.write(buffer)
         out = io.StringIO()
         with redirect_stdout(out):
             if kiln_main(["inspect", "--json", path]) != 0:
                 raise RuntimeError("kiln inspect failed")
     engines = json.loads(out.getvalue())["engines"]
     ops = collections.Counter(la["op"] for e in engines for la in e["layers"])
-    return {
+    rec = {
         "layers": sum(e["n_layers"] for e in engines),
         "kernels": sum(e["n_kernels"] for e in engines),
         "ops": dict(ops),
     }
+    if cuda_plan:
+        rec.update(cuda_plan_counts(buffer, cuda_plan))
+    return rec
 
 
 def measure(
-    name: str, depth, vocab, dynamic: bool, precision: str, batch: int, kernels: bool = False
+    name: str,
+    depth,
+    vocab,
+    dynamic: bool,
+    precision: str,
+    batch: int,
+    kernels: bool = False,
+    cuda_plan: str | None = None,
 ) -> dict:
     from executorch.exir import to_edge_transform_and_lower
     from kiln.executorch import KilnPartitioner
@@ -104,8 +150,8 @@ def measure(
         for r in rejected:
             reasons.setdefault(r["op"], r["reason"])
         rec["reasons"] = reasons
-        if kernels:
-            rec.update(engine_counts(edge))
+        if kernels or cuda_plan:
+            rec.update(engine_counts(edge, cuda_plan))
     except Exception as e:  # noqa: BLE001 - recorded per model
         rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
         rec["traceback"] = traceback.format_exc(limit=4)
@@ -115,19 +161,27 @@ def measure(
 
 def table(records: list[dict]) -> str:
     counted = any("kernels" in r for r in records)
+    planned = any("cuda_run" in r for r in records)
     head = "| model | delegates | ops left to ExecuTorch |"
     lines = [head + (" layers | kernels |" if counted else ""), "|---|---:|---|"]
     lines[1] += "---:|---:|" if counted else ""
+    if planned:
+        lines[0] += " CUDA kernels | layout copies |"
+        lines[1] += "---:|---:|"
     for r in records:
         if "error" in r:
             lines.append(
-                f"| {r['model']} | – | export failed: {r['error']} |" + (" | |" if counted else "")
+                f"| {r['model']} | – | export failed: {r['error']} |"
+                + (" | |" if counted else "")
+                + (" | |" if planned else "")
             )
             continue
         outside = ", ".join(f"{k} ×{v}" if v > 1 else k for k, v in sorted(r["outside"].items()))
         row = f"| {r['model']} | {r['kiln']} | {outside or 'none'} |"
         if counted:
             row += f" {r.get('layers', '–')} | {r.get('kernels', '–')} |"
+        if planned:
+            row += f" {r.get('cuda_run', '–')} | {r.get('cuda_copies', '–')} |"
         lines.append(row)
     return "\n".join(lines)
 
@@ -145,6 +199,12 @@ def main(argv=None) -> int:
     p.add_argument(
         "--kernels", action="store_true", help="count each engine's layers and kernels (inspect)"
     )
+    p.add_argument(
+        "--cuda-plan",
+        default=None,
+        metavar="BIN",
+        help="also count what the CUDA backend would launch (BIN: the CPU build's cuda_fold_test)",
+    )
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m] or zoo.names()
     records = []
@@ -157,6 +217,7 @@ def main(argv=None) -> int:
             args.precision,
             args.batch,
             args.kernels,
+            args.cuda_plan,
         )
         records.append(r)
         status = r.get("error") or f"{r['kiln']} delegate(s), outside {r['outside'] or 'none'}"

@@ -64,6 +64,16 @@ static int32_t in_id(const kiln_plan *p, const kiln_plan_layer *l, uint32_t j) {
     return j < l->n_inputs ? p->ids[l->input_begin + j] : -1;
 }
 
+// group_norm of one group (GroupNorm(1, C): MobileViT's norm over C, H and W): its statistics
+// are over the whole sample in either layout, and its kernel indexes the per-channel weight and
+// bias by the stored layout (op_norm.cu). x and its output keep one layout; the weight and bias
+// ([C] constants) are read as they are.
+static int one_group_norm(const kiln_plan *p, const kiln_plan_layer *l) {
+    if (l->op != KILN_OP_GROUP_NORM) return 0;
+    kiln_attrs a = kiln_plan_layer_attrs(p, l);
+    return kiln_attrs_int(&a, KILN_A_GN_GROUPS, 0) == 1;
+}
+
 // Elementwise heads and cat: their kernels take NHWC-ordered views (cuda_layers.c), so a
 // per-channel operand of their tail reads right in either layout.
 static int views_head(uint32_t op) {
@@ -189,6 +199,7 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
         l->op == KILN_OP_UPSAMPLE_BILINEAR2D) {
         return K_FOLLOW;
     }
+    if (one_group_norm(p, l) && same_shape(xt, o)) return K_FOLLOW;
     if (l->op == KILN_OP_CAT) { // every input 4-D of o's dtype with a static C % 8 == 0
         for (uint32_t j = 0; j < l->n_inputs; j++) {
             int32_t r = in_id(p, l, j);
@@ -345,7 +356,9 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
                 continue;
             }
             if (kind[li] != K_FOLLOW) continue;
-            for (uint32_t j = 0; j < hl->n_inputs; j++) {
+            // a one-group norm ties x to its output only (its weight and bias are per channel)
+            const uint32_t n_tied = one_group_norm(p, hl) ? 1 : hl->n_inputs;
+            for (uint32_t j = 0; j < n_tied; j++) {
                 int32_t r = in_id(p, hl, j);
                 // a per-channel operand has the same bytes in either layout (whatever writes it:
                 // a conv, or a linear and a reshape after a global pool)
@@ -387,6 +400,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
                 if (r < 0 || max_numel(&p->tensors[r]) == 1) continue;
                 uint8_t want = kind[li] == K_CONV && j == 0 && !l.stem[li] ? l.head_nhwc[li] : 0;
                 if (kind[li] == K_FOLLOW || (kind[li] == K_ADAPTIVE && j == 0)) want = l.nhwc[r];
+                if (kind[li] == K_FOLLOW && j > 0 && one_group_norm(p, hl)) continue; // [C]
                 if (l.ident[li]) want = l.nhwc[r]; // read as it is
                 if (l.nhwc[r] != want) read_copy(&l, hl->input_begin + j, r);
             }

@@ -12,10 +12,12 @@
 //     same-shape binary heads, max_pool2d, avg_pool2d, the two upsamples (the same tail rule),
 //     cat of such tensors (4-D, C % 8 == 0); after an elementwise head or a cat, a tail operand
 //     may also be one value per channel ([1 or N, C, 1, 1]: the same bytes in either layout);
-//   * unary/binary heads, pools, upsamples and cats keep their input(s) and output in one
-//     layout (a batch norm the builder made a per-channel multiply and add is one): an NCHW input
-//     demotes their output and an NCHW output their input (to a fixed point); nothing else
-//     demotes a tensor.
+//   * a group_norm of one group (MobileViT's GroupNorm(1, C): statistics over the whole sample
+//     in either layout, the affine indexed by the stored layout) with its input's shape;
+//   * unary/binary heads, pools, upsamples, cats and one-group norms keep their input(s) and
+//     output in one layout (a batch norm the builder made a per-channel multiply and add is
+//     one): an NCHW input demotes their output and an NCHW output their input (to a fixed
+//     point); nothing else demotes a tensor.
 // Layout permutes (channels-last model code: ConvNeXt's blocks, `x.permute(0, 3, 1, 2)` around a
 // depthwise conv, `permute(0, 2, 3, 1)` back for the LayerNorm and the linears):
 //   * a PERMUTE (0, 3, 1, 2) (no tail, no state) of a 4-D float16/bfloat16 activation [N, H, W, C]

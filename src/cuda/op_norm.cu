@@ -544,13 +544,15 @@ extern "C" kiln_status kiln_cuda_softmax(const kiln_cuda_ctx *ctx, const kiln_ke
 // over several blocks, which write their slice's float32 mean and sum of squared deviations to
 // the workspace; a second kernel combines a group's partials (Chan's formula, in a fixed order:
 // deterministic) and normalizes its slice. Memory: two reads and one write, as the one-block
-// form, but over every SM.
+// form, but over every SM. A one-group norm may run over an NHWC map (ctx->nhwc, cuda_layout.h):
+// the sample's statistics are the same, and the affine's channel is the element's index modulo C.
 
 #define GN_BLOCK 256
 
 template <typename T>
 static __global__ void group_norm_kernel(const T *x, T *y, int64_t c, int64_t groups, int64_t inner,
-                                         const void *w, const void *b, uint32_t pdt, float eps) {
+                                         const void *w, const void *b, uint32_t pdt, float eps,
+                                         int nhwc) {
     __shared__ float red[32];
     int64_t ng = blockIdx.x, g = ng % groups, cg = c / groups, len = cg * inner;
     const T *xg = x + ng * len; // groups of one sample are contiguous: [N, G, C/G, inner]
@@ -565,7 +567,7 @@ static __global__ void group_norm_kernel(const T *x, T *y, int64_t c, int64_t gr
     }
     float rstd = rsqrtf(kc_block_sum(q, red) / (float)len + eps);
     for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
-        int64_t ch = g * cg + i / inner;
+        int64_t ch = nhwc ? i % c : g * cg + i / inner;
         float sc = w ? kc_ld_f(w, pdt, ch) : 1.0f, sh = b ? kc_ld_f(b, pdt, ch) : 0.0f;
         yg[i] = kc_from_f<T>((kc_to_f(xg[i]) - mean) * rstd * sc + sh);
     }
@@ -610,7 +612,7 @@ static __global__ void gn_partial_kernel(const T *x, int64_t len, int64_t chunk,
 template <typename T>
 static __global__ void gn_apply_kernel(const T *x, T *y, int64_t c, int64_t groups, int64_t inner,
                                        int64_t chunk, const float2 *part, const void *w,
-                                       const void *b, uint32_t pdt, float eps) {
+                                       const void *b, uint32_t pdt, float eps, int nhwc) {
     __shared__ float stat[2];
     int64_t ng = blockIdx.y, g = ng % groups, cg = c / groups, len = cg * inner;
     int64_t lo = blockIdx.x * chunk, hi = lo + chunk < len ? lo + chunk : len;
@@ -638,7 +640,7 @@ static __global__ void gn_apply_kernel(const T *x, T *y, int64_t c, int64_t grou
     __syncthreads();
     float mean = stat[0], rstd = stat[1];
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        int64_t ch = g * cg + i / inner;
+        int64_t ch = nhwc ? i % c : g * cg + i / inner;
         float sc = w ? kc_ld_f(w, pdt, ch) : 1.0f, sh = b ? kc_ld_f(b, pdt, ch) : 0.0f;
         yg[i] = kc_from_f<T>((kc_to_f(xg[i]) - mean) * rstd * sc + sh);
     }
@@ -656,6 +658,7 @@ static kiln_status group_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
     if (n * c * inner == 0) return KILN_OK;
     uint32_t pdt = w ? w->dtype : (b ? b->dtype : x->dtype);
     int64_t ng = n * groups, len = c / groups * inner;
+    const int nhwc = ctx->nhwc && groups == 1 && x->rank == 4;
     int64_t splits = gn_splits(ctx, ng, len);
     if (splits > 1) {
         kiln_cuda_ws_note(ctx, (size_t)ng * (size_t)splits * sizeof(float2)); // gn_splits' bound
@@ -668,12 +671,12 @@ static kiln_status group_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
         KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "gn_partial_kernel"));
         gn_apply_kernel<T><<<grid, GN_BLOCK, 0, ctx->stream>>>(
             (const T *)x->data, (T *)y->data, c, groups, inner, chunk, part, w ? w->data : NULL,
-            b ? b->data : NULL, pdt, eps);
+            b ? b->data : NULL, pdt, eps, nhwc);
         return kiln_cuda_check_launch(ctx, "gn_apply_kernel");
     }
     group_norm_kernel<T><<<(unsigned)(n * groups), GN_BLOCK, 0, ctx->stream>>>(
         (const T *)x->data, (T *)y->data, c, groups, inner, w ? w->data : NULL, b ? b->data : NULL,
-        pdt, eps);
+        pdt, eps, nhwc);
     return kiln_cuda_check_launch(ctx, "group_norm_kernel");
 }
 
@@ -682,7 +685,7 @@ extern "C" kiln_status kiln_cuda_group_norm(const kiln_cuda_ctx *ctx,
     const kiln_tensor *x = args->in[0];
     int64_t groups = kiln_attrs_int(&args->attrs, KILN_A_GN_GROUPS, 0);
     if (x->rank < 2 || groups < 1 || x->dims[1] % groups != 0 || x->dtype != args->out->dtype ||
-        x->dims[0] * groups > 0x7fffffff) {
+        x->dims[0] * groups > 0x7fffffff || (ctx->nhwc && (groups != 1 || x->rank != 4))) {
         return kiln_cuda_fail(
             KILN_ERR_UNSUPPORTED,
             "cuda group_norm: needs [N, C, ...] with C a multiple of groups at %s",

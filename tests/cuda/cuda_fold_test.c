@@ -4,8 +4,13 @@
 // projections as exported BERT is), which layers run no kernel, and the strided views sdpa
 // reads and writes through, element by element against the head split/merge written out by
 // hand ([B, S, H, E] memory read as [B, H, S, E]).
+// With engine files as arguments (`cuda_fold_test ENGINE...`, the Kiln engine bytes of a
+// delegate, as bench/zoo_plan_counts.py writes them) it runs no test: it plans each engine's
+// layout and folds as the CUDA backend would at load and prints what the backend would launch
+// (layers that run a kernel, layout copies, permutes that run, depthwise/grouped convs in NHWC).
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -904,7 +909,99 @@ static void layout_permutes_case(int64_t c) {
     kiln_plan_release(&p);
 }
 
-int main(void) {
+// A one-group norm between 1x1 convs (MobileViT's): it keeps the convs' NHWC (no copy around
+// it, its weight and bias read as they are); with two groups it reads and writes NCHW, through
+// a copy of its input, and the next conv reads a copy of its output.
+static void group_norm_case(int64_t groups) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 6, 6}, wd[1] = {16};
+    double eps = 1e-5;
+    int32_t x = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t h = conv2d(g, x, 16, 16, 1, 1);
+    int32_t ins[3] = {h, constant(g, 1, wd), constant(g, 1, wd)};
+    kiln_attr a[2] = {{"groups", &groups, NULL, 1}, {"eps", NULL, &eps, 1}};
+    int32_t n = node(g, KILN_OP_GROUP_NORM, ins, 3, a, 2);
+    int32_t y = conv2d(g, n, 16, 16, 1, 1);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC, &l) == KILN_OK);
+    const uint32_t gn = find_head(&p, KILN_OP_GROUP_NORM, 0);
+    const int one = groups == 1;
+    CHECK_MSG(l.head_nhwc[gn] == one && l.nhwc[kiln_plan_group_output(&p, gn)] == one,
+              "groups %lld: group norm NHWC %d", (long long)groups, l.head_nhwc[gn]);
+    // the engine's input and output are NCHW: the first conv reads an NHWC copy of x and the
+    // last one an NCHW copy of its input (its output is the engine's); two groups add a copy on
+    // each side of the norm
+    CHECK_MSG(l.n_copies == (one ? 2u : 4u), "groups %lld: %u layout copies", (long long)groups,
+              l.n_copies);
+    printf("group norm, %lld groups: NHWC %d, %u layout copies\n", (long long)groups,
+           l.head_nhwc[gn], l.n_copies);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
+// What the CUDA backend would launch for the engine in file `path` (see the top of the file).
+static int plan_counts(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        fprintf(stderr, "%s: cannot open\n", path);
+        return 1;
+    }
+    fseek(fp, 0, SEEK_END);
+    const long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    void *buf = n > 0 ? malloc((size_t)n) : NULL;
+    const int read_ok = buf != NULL && fread(buf, 1, (size_t)n, fp) == (size_t)n;
+    fclose(fp);
+    kiln_plan p;
+    memset(&p, 0, sizeof p);
+    if (!read_ok || kiln_load_plan(buf, (size_t)n, &p) != KILN_OK) {
+        fprintf(stderr, "%s: not a Kiln engine: %s\n", path, kiln_last_error());
+        free(buf);
+        return 1;
+    }
+    kiln_cuda_layout l;
+    kiln_cuda_fold f;
+    int rc = 1;
+    if (kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC | KILN_CUDA_LAYOUT_STEM, &l) == KILN_OK) {
+        if (kiln_cuda_fold_plan(&p, l.nhwc, l.alt, l.ident, 1, 0, &f) == KILN_OK) {
+            uint32_t heads = 0, run = 0, perm = 0, perm_run = 0, grouped = 0, grouped_nhwc = 0;
+            for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
+                const int r = !f.virt[li];
+                heads++;
+                run += r;
+                if (p.layers[li].op == KILN_OP_PERMUTE) perm++, perm_run += r;
+                if (p.layers[li].op == KILN_OP_CONV2D) {
+                    kiln_attrs a = kiln_plan_layer_attrs(&p, &p.layers[li]);
+                    if (kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) != 1)
+                        grouped++, grouped_nhwc += l.head_nhwc[li];
+                }
+            }
+            printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "
+                   "convs %u (NHWC %u)\n",
+                   path, run, l.n_copies, heads, perm, perm_run, grouped, grouped_nhwc);
+            kiln_cuda_fold_free(&p, &f);
+            rc = 0;
+        }
+        kiln_cuda_layout_free(&p, &l);
+    }
+    if (rc != 0) fprintf(stderr, "%s: planning failed: %s\n", path, kiln_last_error());
+    kiln_plan_release(&p);
+    free(buf);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        int rc = 0;
+        for (int i = 1; i < argc; i++) rc |= plan_counts(argv[i]);
+        return rc;
+    }
     check_rng_seed();
     rope_case(0);
     rope_case(1);
@@ -921,6 +1018,8 @@ int main(void) {
     slice_aliases_case();
     layout_permutes_case(16);
     layout_permutes_case(12);
+    group_norm_case(1);
+    group_norm_case(2);
     packed();
     separate(0);
     separate(1);

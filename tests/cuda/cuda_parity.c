@@ -2693,6 +2693,42 @@ static int model_convnext(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// SegFormer's Mix-FFN (static shapes, as the zoo's exports): tokens [N, H W, 32] from a linear,
+// `transpose(1, 2).view(N, C, H, W)`, a depthwise 3x3, a GroupNorm(1, 32),
+// `flatten(2).transpose(1, 2)`, GELU, a linear. The builder writes the views as the
+// layout-permute pair (docs/builder.md), so with NHWC both are layout permutes, the depthwise
+// conv runs Kiln's NHWC kernel and the one-group norm runs over the NHWC map.
+#define MIXFFN_MODEL_PERMUTES 2
+static int model_mixffn(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {2, 144, 32}, nchw[4] = {2, 32, 12, 12}, flat[3] = {2, 32, 144};
+    int64_t swap[3] = {0, 2, 1};
+    kiln_attr ta = A_INTS("dims", swap, 3), ra = A_INTS("shape", nchw, 4),
+              fa = A_INTS("shape", flat, 3);
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
+    int32_t l1[3] = {x, gb_const(&b, F32, "32x32", -0.2, 0.2), gb_const(&b, F32, "32", -1, 1)};
+    int32_t t = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    t = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &ta, 1);
+    t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &ra, 1);
+    t = dw_conv(&b, t, 32, 3, 1, 1);
+    { // GroupNorm(1, 32) on the NHWC map (MobileViT's norm): the affine's channel by the layout
+        int64_t one = 1;
+        double eps = 1e-5;
+        int32_t gn[3] = {t, gb_const(&b, F32, "32", 0.5, 1.5), gb_const(&b, F32, "32", -0.5, 0.5)};
+        kiln_attr ga[2] = {A_INTS("groups", &one, 1), A_FLOATS("eps", &eps, 1)};
+        t = gb_node(&b, KILN_OP_GROUP_NORM, gn, 3, ga, 2);
+    }
+    t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &fa, 1);
+    t = gb1(&b, KILN_OP_GELU, gb_node(&b, KILN_OP_PERMUTE, &t, 1, &ta, 1));
+    int32_t l2[3] = {t, gb_const(&b, F32, "16x32", -0.2, 0.2), gb_const(&b, F32, "16", -1, 1)};
+    int32_t y = gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "mixffn nhwc bf16" : "mixffn nhwc fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
+    return model_finish(&b, m, precision);
+}
+
 // 1x1 convs for the NHWC layout, the pointwise kernel's cases (conv_pw.cu): 24 -> 200 channels +
 // hard-swish (a partial channel tile of 8), 200 -> 48 at stride 2 + clamp, 48 -> 48 + residual
 // add + relu, 48 -> 520 + GELU, 520 -> 16 + sigmoid (a depth of 16 slices and a half); pixel
@@ -4622,7 +4658,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[28];
+    model models[40];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -4645,6 +4681,7 @@ static void run_e2e(void) {
     int first_convnext = n;
     if (model_convnext(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_convnext(&models[n], KILN_PRECISION_BF16)) n++;
+    if (model_mixffn(&models[n], KILN_PRECISION_FP16)) n++;
     int end_convnext = n;
     int first_dw = n;
     if (model_mbconv(&models[n], KILN_PRECISION_FP16)) n++;
@@ -4670,7 +4707,7 @@ static void run_e2e(void) {
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 20 : 30), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 21 : 31), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -4731,10 +4768,12 @@ static void run_e2e(void) {
                     // with NHWC every permute is a layout permute and both depthwise convs run
                     // Kiln's NHWC kernel
                     const int on = st.n_conv_nhwc > 0;
-                    CHECK_MSG(st.n_layout_perm == (on ? CONVNEXT_MODEL_PERMUTES : 0),
-                              "%s: %d layout permutes", models[i].name, st.n_layout_perm);
-                    CHECK_MSG(st.n_dw == (on ? 2 : 0), "%s: %d convs on the depthwise kernel",
-                              models[i].name, st.n_dw);
+                    const int mix = strstr(models[i].name, "mixffn") != NULL;
+                    const int perms = mix ? MIXFFN_MODEL_PERMUTES : CONVNEXT_MODEL_PERMUTES;
+                    CHECK_MSG(st.n_layout_perm == (on ? perms : 0), "%s: %d layout permutes",
+                              models[i].name, st.n_layout_perm);
+                    CHECK_MSG(st.n_dw == (on ? (mix ? 1 : 2) : 0),
+                              "%s: %d convs on the depthwise kernel", models[i].name, st.n_dw);
                 }
                 if (i >= first_dw && i < end_dw && picked) {
                     // with NHWC (cuDNN loaded, cuda.nhwc) the depthwise convs run Kiln's kernel
