@@ -684,8 +684,14 @@ extern "C" kiln_status kiln_cuda_group_norm(const kiln_cuda_ctx *ctx,
                                             const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0];
     int64_t groups = kiln_attrs_int(&args->attrs, KILN_A_GN_GROUPS, 0);
+    if (ctx->nhwc && (groups != 1 || x->rank != 4)) { // the layout pass never asks for these
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "cuda group_norm: an NHWC map takes one group only (%lld groups, "
+                              "rank %u) at %s; set the option cuda.nhwc to false",
+                              (long long)groups, x->rank, ctx->where ? ctx->where : "?");
+    }
     if (x->rank < 2 || groups < 1 || x->dims[1] % groups != 0 || x->dtype != args->out->dtype ||
-        x->dims[0] * groups > 0x7fffffff || (ctx->nhwc && (groups != 1 || x->rank != 4))) {
+        x->dims[0] * groups > 0x7fffffff) {
         return kiln_cuda_fail(
             KILN_ERR_UNSUPPORTED,
             "cuda group_norm: needs [N, C, ...] with C a multiple of groups at %s",

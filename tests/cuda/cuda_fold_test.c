@@ -909,42 +909,6 @@ static void layout_permutes_case(int64_t c) {
     kiln_plan_release(&p);
 }
 
-// A one-group norm between 1x1 convs (MobileViT's): it keeps the convs' NHWC (no copy around
-// it, its weight and bias read as they are); with two groups it reads and writes NCHW, through
-// a copy of its input, and the next conv reads a copy of its output.
-static void group_norm_case(int64_t groups) {
-    kiln_graph *g = NULL;
-    kiln_plan p;
-    kiln_cuda_layout l;
-    int64_t xd[4] = {1, 16, 6, 6}, wd[1] = {16};
-    double eps = 1e-5;
-    int32_t x = -1;
-    memset(&p, 0, sizeof p);
-    CHECK(kiln_graph_new(&g) == KILN_OK);
-    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
-    int32_t h = conv2d(g, x, 16, 16, 1, 1);
-    int32_t ins[3] = {h, constant(g, 1, wd), constant(g, 1, wd)};
-    kiln_attr a[2] = {{"groups", &groups, NULL, 1}, {"eps", NULL, &eps, 1}};
-    int32_t n = node(g, KILN_OP_GROUP_NORM, ins, 3, a, 2);
-    int32_t y = conv2d(g, n, 16, 16, 1, 1);
-    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
-    if (!load(g, &p)) return;
-    CHECK(kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC, &l) == KILN_OK);
-    const uint32_t gn = find_head(&p, KILN_OP_GROUP_NORM, 0);
-    const int one = groups == 1;
-    CHECK_MSG(l.head_nhwc[gn] == one && l.nhwc[kiln_plan_group_output(&p, gn)] == one,
-              "groups %lld: group norm NHWC %d", (long long)groups, l.head_nhwc[gn]);
-    // the engine's input and output are NCHW: the first conv reads an NHWC copy of x and the
-    // last one an NCHW copy of its input (its output is the engine's); two groups add a copy on
-    // each side of the norm
-    CHECK_MSG(l.n_copies == (one ? 2u : 4u), "groups %lld: %u layout copies", (long long)groups,
-              l.n_copies);
-    printf("group norm, %lld groups: NHWC %d, %u layout copies\n", (long long)groups,
-           l.head_nhwc[gn], l.n_copies);
-    kiln_cuda_layout_free(&p, &l);
-    kiln_plan_release(&p);
-}
-
 // What the CUDA backend would launch for the engine in file `path` (see the top of the file).
 static int plan_counts(const char *path) {
     FILE *fp = fopen(path, "rb");
@@ -1018,8 +982,6 @@ int main(int argc, char **argv) {
     slice_aliases_case();
     layout_permutes_case(16);
     layout_permutes_case(12);
-    group_norm_case(1);
-    group_norm_case(2);
     packed();
     separate(0);
     separate(1);

@@ -430,6 +430,40 @@ static void mbconv_layout(void) {
     kiln_plan_release(&p);
 }
 
+// A one-group norm between 1x1 convs (MobileViT's GroupNorm(1, C)): it keeps the convs' NHWC (no
+// copy around it, its weight and bias read as they are); with two groups it reads and writes
+// NCHW: a copy of its input, and the next conv reads a copy of its output. The engine's input and
+// output are NCHW either way (the first conv reads an NHWC copy of x, the last one an NCHW copy
+// of its input).
+static void group_norm_layout(int64_t groups) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 6, 6}, wd[1] = {16};
+    double eps = 1e-5;
+    int32_t x = -1, n = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t ins[3] = {conv(g, x, 16, 16, 1, -1, 0), constant(g, 1, wd), constant(g, 1, wd)};
+    kiln_attr a[2] = {{"groups", &groups, NULL, 1}, {"eps", NULL, &eps, 1}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_GROUP_NORM, ins, 3, a, 2, &n, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, conv(g, n, 16, 16, 1, -1, 0), "y") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t gn = find_head(&p, KILN_OP_GROUP_NORM, 0);
+    const int one = groups == 1;
+    CHECK(gn != UINT32_MAX);
+    if (gn != UINT32_MAX) {
+        CHECK_MSG(l.head_nhwc[gn] == one && l.nhwc[blk_t(&p, gn)] == one,
+                  "groups %lld: group norm NHWC %d", (long long)groups, l.head_nhwc[gn]);
+    }
+    CHECK_MSG(l.n_copies == (one ? 2u : 4u), "groups %lld: %u layout copies", (long long)groups,
+              l.n_copies);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 // A DenseNet block (fp16): x (16 channels, written by a conv) and two layers, each
 // concatenating the features so far, batch norm (constant statistics: the builder's multiply and
 // add, fused with the ReLU into the concatenation's group), a 3x3 conv adding 8 channels; then
@@ -608,5 +642,7 @@ int main(void) {
     gemv_l2(KILN_PRECISION_BF16, 256, 256);
     gemv_l2(KILN_PRECISION_FP16, 257, 256);
     gemv_l2(KILN_PRECISION_FP32, 64, 256);
+    group_norm_layout(1);
+    group_norm_layout(2);
     return check_summary();
 }
