@@ -6,8 +6,9 @@
 // A tensor is NHWC only when it is an activation (never an engine input, output or state: those
 // stay NCHW, and a group reading or writing a state runs NCHW, so no state has a layout copy),
 // 4-D, float16/bfloat16, with C a multiple of 8, written by a layer that can work in NHWC:
-//   * conv2d with groups 1 (or, when a conv writes its input, depthwise, or grouped with C/g and
-//     K/g multiples of 8), a static C and K a multiple of 8 (its fused tail elementwise with
+//   * conv2d with groups 1 (or, when a conv writes its input, depthwise of at most
+//     KILN_CUDA_DW_NHWC_MAX_TAPS taps, or grouped with C/g and K/g multiples of 8), a static C
+//     and K a multiple of 8 (its fused tail elementwise with
 //     operands of the output's shape or of one element: layout-blind); relu-like unary heads,
 //     same-shape binary heads, max_pool2d, avg_pool2d, the two upsamples (the same tail rule),
 //     cat of such tensors (4-D, C % 8 == 0); after an elementwise head or a cat, a tail operand
@@ -57,6 +58,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// Depthwise convs of more taps (ConvNeXt's 7x7) stay NCHW on cuDNN: Kiln's NHWC depthwise
+// kernel, made for 3x3 and 5x5, ran them 2-3x slower than cuDNN's NCHW kernels, more than the
+// two transposes a ConvNeXt block saves in NHWC (docs/benchmarks.md, 2026-12-05)
+#define KILN_CUDA_DW_NHWC_MAX_TAPS 25
 
 typedef struct kiln_cuda_layout {
     uint8_t *nhwc;      // n_tensors: 1 = stored NHWC (logical dims stay NCHW)

@@ -5,9 +5,11 @@
 // reads and writes through, element by element against the head split/merge written out by
 // hand ([B, S, H, E] memory read as [B, H, S, E]).
 // With engine files as arguments (`cuda_fold_test ENGINE...`, the Kiln engine bytes of a
-// delegate, as bench/zoo_plan_counts.py writes them) it runs no test: it plans each engine's
-// layout and folds as the CUDA backend would at load and prints what the backend would launch
-// (layers that run a kernel, layout copies, permutes that run, depthwise/grouped convs in NHWC).
+// delegate, as bench/zoo_delegation.py --cuda-plan passes them) it runs no test: it plans each
+// engine's layout and folds as the CUDA backend would at load and prints what the backend would
+// launch (layers that run a kernel, layout copies, permutes that run, depthwise/grouped convs in
+// NHWC); `cuda_fold_test --layers ENGINE...` first lists each head layer (its op, fused tail,
+// whether it runs a kernel and whether it runs NHWC).
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -910,7 +912,7 @@ static void layout_permutes_case(int64_t c) {
 }
 
 // What the CUDA backend would launch for the engine in file `path` (see the top of the file).
-static int plan_counts(const char *path) {
+static int plan_counts(const char *path, int list_layers) {
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) {
         fprintf(stderr, "%s: cannot open\n", path);
@@ -946,6 +948,14 @@ static int plan_counts(const char *path) {
                         grouped++, grouped_nhwc += l.head_nhwc[li];
                 }
             }
+            if (list_layers)
+                for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
+                    printf("  %4u %-16s%s%s", li, kiln_op_name(p.layers[li].op),
+                           f.virt[li] ? " (no kernel)" : "", l.head_nhwc[li] ? " nhwc" : "");
+                    for (uint32_t t = 1; t <= p.layers[li].n_tail; t++)
+                        printf(" +%s", kiln_op_name(p.layers[li + t].op));
+                    printf("\n");
+                }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "
                    "convs %u (NHWC %u)\n",
                    path, run, l.n_copies, heads, perm, perm_run, grouped, grouped_nhwc);
@@ -963,7 +973,8 @@ static int plan_counts(const char *path) {
 int main(int argc, char **argv) {
     if (argc > 1) {
         int rc = 0;
-        for (int i = 1; i < argc; i++) rc |= plan_counts(argv[i]);
+        const int list = strcmp(argv[1], "--layers") == 0;
+        for (int i = 1 + list; i < argc; i++) rc |= plan_counts(argv[i], list);
         return rc;
     }
     check_rng_seed();

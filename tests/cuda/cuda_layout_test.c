@@ -367,13 +367,45 @@ static void state_layout(void) {
     kiln_plan_release(&p);
 }
 
-// A depthwise 3x3 conv (groups = C) with a bias.
-static int32_t dwconv(kiln_graph *g, int32_t x, int64_t c) {
-    int64_t wd[4] = {c, 1, 3, 3}, bd[1] = {c}, pad[2] = {1, 1}, groups = c;
+// A depthwise k x k conv (groups = C) with a bias.
+static int32_t dwconv_k(kiln_graph *g, int32_t x, int64_t c, int64_t k) {
+    int64_t wd[4] = {c, 1, k, k}, bd[1] = {c}, pad[2] = {k / 2, k / 2}, groups = c;
     int32_t ins[3] = {x, constant(g, 4, wd), constant(g, 1, bd)}, h = -1;
     kiln_attr a[2] = {{"padding", pad, NULL, 2}, {"groups", &groups, NULL, 1}};
     CHECK(kiln_graph_add_node(g, KILN_OP_CONV2D, ins, 3, a, 2, &h, 1) == KILN_OK);
     return h;
+}
+
+static int32_t dwconv(kiln_graph *g, int32_t x, int64_t c) { return dwconv_k(g, x, c, 3); }
+
+// A depthwise k x k conv between 1x1 convs (fp16): NHWC up to 5x5 taps (Kiln's depthwise
+// kernel); a 7x7 (ConvNeXt's) stays NCHW on cuDNN (KILN_CUDA_DW_NHWC_MAX_TAPS), read through a
+// copy of the first conv's NHWC output, and the last conv reads an NHWC copy of its output.
+static void dw_taps_layout(int64_t k) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 8, 8};
+    int32_t x = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t d = dwconv_k(g, conv(g, x, 16, 16, 1, -1, 0), 16, k);
+    CHECK(kiln_graph_mark_output(g, conv(g, d, 16, 16, 1, -1, 0), "y") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t dw = find_head(&p, KILN_OP_CONV2D, find_head(&p, KILN_OP_CONV2D, 0) + 1);
+    const int nhwc = k <= 5;
+    CHECK(dw != UINT32_MAX);
+    if (dw != UINT32_MAX) {
+        CHECK_MSG(l.head_nhwc[dw] == nhwc && l.nhwc[blk_t(&p, dw)] == nhwc,
+                  "%lldx%lld depthwise conv NHWC %d", (long long)k, (long long)k, l.head_nhwc[dw]);
+    }
+    // the engine's input and output copies, and with a 7x7 one on each side of it
+    CHECK_MSG(l.n_copies == (nhwc ? 2u : 4u), "%lldx%lld depthwise: %u layout copies", (long long)k,
+              (long long)k, l.n_copies);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
 }
 
 // An MBConv block (fp16): conv 1x1 16 -> 32 + relu, depthwise 3x3 + relu, squeeze-excite (mean
@@ -644,5 +676,8 @@ int main(void) {
     gemv_l2(KILN_PRECISION_FP32, 64, 256);
     group_norm_layout(1);
     group_norm_layout(2);
+    dw_taps_layout(3);
+    dw_taps_layout(5);
+    dw_taps_layout(7);
     return check_summary();
 }

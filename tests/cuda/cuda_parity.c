@@ -2658,11 +2658,11 @@ static int model_mbconv(model *m, kiln_precision precision) {
 }
 
 // Channels-last model code (ConvNeXt's blocks), 32 channels, a dynamic batch: a 1x1 conv, permute
-// (0, 2, 3, 1), layer_norm, linear + GELU, linear, permute (0, 3, 1, 2), a depthwise 7x7, the
+// (0, 2, 3, 1), layer_norm, linear + GELU, linear, permute (0, 3, 1, 2), a depthwise 5x5, the
 // residual add, a depthwise 3x3 of the add's output, and permute (0, 2, 3, 1) into a linear (the
 // output [N, H, W, 16]). With NHWC every permute is a layout permute (cuda_layout.h: no kernel,
 // or a copy of the same bytes with the folds off) and both depthwise convs run NHWC on Kiln's
-// depthwise kernel.
+// depthwise kernel. (ConvNeXt's own 7x7 stays NCHW on cuDNN: cuda_layout_test's dw_taps case.)
 #define CONVNEXT_MODEL_PERMUTES 3
 static int model_convnext(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
@@ -2681,7 +2681,7 @@ static int model_convnext(model *m, kiln_precision precision) {
     int32_t l2[3] = {t, gb_const(&b, F32, "32x64", -0.2, 0.2), gb_const(&b, F32, "32", -1, 1)};
     t = gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0);
     int32_t c = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &pb, 1);
-    c = dw_conv(&b, c, 32, 7, 1, 1);
+    c = dw_conv(&b, c, 32, 5, 1, 1);
     int32_t r = gb2(&b, KILN_OP_ADD, c, h0);
     int32_t d = dw_conv(&b, r, 32, 3, 1, 1);
     t = gb_node(&b, KILN_OP_PERMUTE, &d, 1, &pa, 1);
