@@ -302,12 +302,15 @@ def _export_built_in_float16(name):
 
 
 def _matches_float32_eager(tmp_path, name, prog):
-    """The float16 program's output against the float32 model's eager one, fresh inputs."""
+    """The float16 program's output against the float32 model's eager one, fresh inputs (float
+    inputs rounded to float16 for both)."""
     ref, _, _ = zoo.build(name, depth=1, vocab=VOCAB)
     fresh = zoo.make_inputs(name, ref, seed=7)
+    fresh16 = [t.half() if t.is_floating_point() else t for t in fresh]
+    fresh = [t.float() if t.is_floating_point() else t for t in fresh16]
     path = tmp_path / f"{name}_fp16.pte"
     path.write_bytes(prog.buffer)
-    got = kiln.load(path).forward(*fresh)[0]
+    got = kiln.load(path).forward(*fresh16)[0]
     with torch.no_grad():
         want = ref(*fresh)[0]
     assert got.dtype == torch.float16 and got.shape == want.shape
@@ -333,6 +336,17 @@ def test_zoo_bloom_built_in_float16_attention_is_sdpa(tmp_path):
         layers
     )
     _matches_float32_eager(tmp_path, "bloom", prog)
+
+
+def test_zoo_swinv2_built_in_float16_normalize_is_rms_norm(tmp_path):
+    """Swin-V2 built in float16 (as `model.half()` gives it) computes F.normalize's norm in
+    float32 (q and k cast up, the norm cast back): the builder still takes each normalization
+    as one rms_norm, and the program matches float32 eager within float16's tolerance."""
+    prog = _export_built_in_float16("swinv2_tiny")
+    layers = _layer_ops(tmp_path, "swinv2_16", prog)
+    assert _ops(layers, "rms_norm") == 2 * _ops(layers, "sdpa") > 0, layers
+    assert _ops(layers, "vector_norm") == _ops(layers, "div") == _ops(layers, "clamp") == 0, layers
+    _matches_float32_eager(tmp_path, "swinv2_tiny", prog)
 
 
 # --- dynamic batch and sequence: one delegate, run at two other sizes

@@ -25,7 +25,9 @@
 //    rotates the first R dims when its tables cover R (kiln_rotary_dims) and copies the rest.
 // 3. L2 normalization: F.normalize(x, dim=-1) and x / x.norm(dim=-1, keepdim=True), exported as
 //        div(x, [expand](clamp(pow(sum(pow(x, 2), dims [-1], keepdim), 0.5) | sqrt(...), min eps)))
-//    (the clamp optional, min eps >= 0 and no max), is rms_norm(x, w, eps^2 / D) with w a new
+//    (the clamp optional, min eps >= 0 and no max; for a 16-bit x the norm may be computed in
+//    float32 between a cast of x up and a cast of the norm back, as a half() model exports it),
+//    is rms_norm(x, w, eps^2 / D) with w a new
 //    constant of D elements 1/sqrt(D) in x's dtype (Swin-V2's cosine attention normalizes q and
 //    k so). The same values wherever |x| > eps; a row with |x| <= eps is divided by
 //    sqrt(|x|^2 + eps^2) instead of eps (within a factor of sqrt(2); a zero row gives zeros in
@@ -387,14 +389,25 @@ static kiln_status l2_normalize(kiln_bgraph *b, uint32_t div, int *done) {
         eps = lo;
         v = kiln_bgraph_input(b, &b->nodes[n], 0);
     }
+    // a float16/bfloat16 x's norm computed in float32 (the export's decomposition of
+    // linalg.vector_norm for a 16-bit model): x cast up, the norm, the norm cast back
+    const int32_t down = sole_producer(b, v, KILN_OP_CAST);
+    if (down >= 0) {
+        v = kiln_bgraph_input(b, &b->nodes[down], 0);
+        if (v < 0 || b->values[v].desc.dtype != KILN_DTYPE_F32 ||
+            b->values[b->nodes[down].output].desc.dtype != b->values[x].desc.dtype)
+            return KILN_OK;
+    }
     if ((n = sole_producer(b, v, KILN_OP_SQRT)) < 0) { // the norm: sqrt, or pow(., 0.5)
         n = sole_producer(b, v, KILN_OP_POW);
         if (n < 0 || !scalar_const(b, kiln_bgraph_input(b, &b->nodes[n], 1), &half) || half != 0.5)
             return KILN_OK;
     }
-    int32_t xs_ = -1;
-    if (sum_of_squares(b, kiln_bgraph_input(b, &b->nodes[n], 0), &xs_) < 0 || xs_ != x)
-        return KILN_OK;
+    int32_t xs_ = -1, up;
+    if (sum_of_squares(b, kiln_bgraph_input(b, &b->nodes[n], 0), &xs_) < 0) return KILN_OK;
+    if (down >= 0 && (up = sole_producer(b, xs_, KILN_OP_CAST)) >= 0)
+        xs_ = kiln_bgraph_input(b, &b->nodes[up], 0); // the up-cast: x's only other reader
+    if (xs_ != x) return KILN_OK;
     const kiln_value_desc *xd = &b->values[x].desc;
     const uint32_t r = xd->shape.rank;
     if (!kiln_dtype_is_float((kiln_dtype)xd->dtype) ||

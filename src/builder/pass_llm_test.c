@@ -147,19 +147,24 @@ enum {
     L_POW4 = 1 << 5,      // negative: pow(x, 4)
     L_CLAMP_MAX = 1 << 6, // negative: a clamp with a max
     L_TINY_EPS = 1 << 7,  // negative: eps 1e-30 (its square is not a float32 normal)
-    L_OTHER_X = 1 << 8    // negative: y's norm divides x
+    L_OTHER_X = 1 << 8,   // negative: y's norm divides x
+    L_UPCAST = 1 << 9     // a float16 x, its norm in float32 between casts (a half() model)
 };
 
 // x [2, 3, D] -> x / max(|x|, eps) over the last dim (F.normalize)
 static kiln_graph *l2_graph(int f) {
     kiln_graph *g;
-    kiln_dtype dt = (f & L_BF16) ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+    kiln_dtype dt = (f & L_BF16)     ? KILN_DTYPE_BF16
+                    : (f & L_UPCAST) ? KILN_DTYPE_F16
+                                     : KILN_DTYPE_F32;
+    kiln_dtype nt = (f & L_UPCAST) ? KILN_DTYPE_F32 : dt; // the norm's dtype
     float ex = (f & L_POW4) ? 4.0f : 2.0f, half = 0.5f;
     double eps = (f & L_TINY_EPS) ? 1e-30 : 1e-12;
     CHECK_OK(kiln_graph_new(&g));
     int32_t x = tu_input(g, "x", dt, 3, TU_DIMS(2, 3, D), TU_DIMS(2, 3, D)), xn = x;
     if (f & L_OTHER_X) xn = tu_input(g, "y", dt, 3, TU_DIMS(2, 3, D), TU_DIMS(2, 3, D));
-    int32_t two = tu_const(g, "two", dt, 0, NULL, &ex);
+    int32_t two = tu_const(g, "two", nt, 0, NULL, &ex);
+    if (f & L_UPCAST) xn = tu_node(g, KILN_OP_CAST, TU_IDS(xn), TU_ATTRS(TU_INTS("dtype", nt)));
     int32_t p = tu_node(g, KILN_OP_POW, TU_IDS(xn, two), TU_NO_ATTRS);
     int32_t s =
         tu_node(g, KILN_OP_SUM, TU_IDS(p),
@@ -168,9 +173,10 @@ static kiln_graph *l2_graph(int f) {
     if (f & L_SQRT) {
         n = tu_node(g, KILN_OP_SQRT, TU_IDS(s), TU_NO_ATTRS);
     } else {
-        int32_t h = tu_const(g, "half", dt, 0, NULL, &half);
+        int32_t h = tu_const(g, "half", nt, 0, NULL, &half);
         n = tu_node(g, KILN_OP_POW, TU_IDS(s, h), TU_NO_ATTRS);
     }
+    if (f & L_UPCAST) n = tu_node(g, KILN_OP_CAST, TU_IDS(n), TU_ATTRS(TU_INTS("dtype", dt)));
     if (f & L_CLAMP_MAX) {
         n = tu_node(g, KILN_OP_CLAMP, TU_IDS(n),
                     TU_ATTRS(TU_FLOATS("min", eps), TU_FLOATS("max", 10.0)));
@@ -199,7 +205,7 @@ static void test_l2(int f, int want, const char *what) {
         CHECK_MSG(0, "%s: build: %s", what, kiln_last_error());
     }
     bt_shape s[2] = {{3, {2, 3, D}}, {3, {2, 3, D}}};
-    int bf = (f & L_BF16) != 0;
+    int bf = (f & (L_BF16 | L_UPCAST)) != 0;
     bt_compare(g, &o0, &o1, (f & L_OTHER_X) ? 2 : 1, s, 0, bf ? 2e-2 : 1e-5, bf ? 2e-2 : 1e-5,
                what);
     kiln_graph_free(g);
@@ -519,6 +525,9 @@ int main(void) {
     test_l2(L_CLAMP_MAX, 0, "l2 clamp with a max");
     test_l2(L_TINY_EPS, 0, "l2 eps too small to square");
     test_l2(L_OTHER_X, 0, "l2 another tensor's norm");
+    test_l2(L_UPCAST | L_EXPAND, 1, "l2 fp16 model, the norm in float32");
+    test_l2(L_UPCAST | L_SQRT, 1, "l2 fp16 model, sqrt in float32");
+    test_l2(L_UPCAST | L_OTHER_X, 0, "l2 fp16 model, another tensor's norm");
     test_l2_values();
     test_vnorm(0, 1, "vector norm over H, W");
     test_vnorm(V_MUL | V_SQRT, 1, "vector norm x * x, sqrt");
