@@ -224,13 +224,15 @@ BUILDER_PATTERNS = {
     ),
     # windowed attention (heads of 32, q scaled before the matmul, the relative-position bias,
     # the shifted windows' mask in a [B, nW, H, L, L] view): one sdpa per block, the scale its
-    # own, the bias and mask one constant
+    # own, the bias and mask one constant; the patch merging's four strided slices and their cat
+    # one transpose
     "swin_t": (
         lambda ls: (
             _ops(ls, "sdpa") > 0
             and _ops(ls, "softmax") == _ops(ls, "matmul") == _ops(ls, "mul") == 0
+            and _ops(ls, "slice") == _ops(ls, "cat") == 0
         ),
-        "shifted-window attention as sdpa",
+        "shifted-window attention as sdpa, patch merging as one transpose",
     ),
     # the global response norm's x.norm(p=2, dim=(1, 2)): one vector_norm per block, no pow,
     # sum or root left

@@ -42,6 +42,13 @@
 //     (`flatten(2).transpose(1, 2)`, SegFormer's and the ViTs' tokens from a conv) is that
 //     permute then a reshape: the forms the CUDA backend runs as layout permutes (no copy when
 //     the map is NHWC).
+// 11. a cat over the last dim of S * S strided slices of one tensor x [.., H, W, C] (static
+//     shape), each slice(slice(x, H's dim, a, step S), W's dim, b, step S) (either order) to
+//     the end, with every offset pair (a, b) once in the order a + S * b or S * a + b (Swin's
+//     patch merging: x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :], ... concatenated; a
+//     space-to-depth) is reshape(permute(reshape(x, [.., H/S, S, W/S, S, C]), ..), [.., H/S, W/S,
+//     S * S * C]): one transpose instead of the slices (S + S * S after common-subexpression
+//     elimination) and the cat. It runs after 7.
 //  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
 //     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
 //     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
@@ -717,6 +724,110 @@ static kiln_status rank_align_const(kiln_bgraph *b, uint32_t k) {
     return KILN_OK;
 }
 
+// --- 11. strided slices concatenated over the channels: a space-to-depth
+
+// The slice node producing v with its dim (made non-negative), start and step, when it runs to
+// the end of that dim with a positive step; -1 otherwise.
+static int32_t slice_of(const kiln_bgraph *b, int32_t v, int64_t *dim, int64_t *start,
+                        int64_t *step) {
+    if (v < 0 || b->values[v].kind != KILN_IR_NODE || b->is_output[v]) return -1;
+    const uint32_t k = b->values[v].index;
+    const kiln_bnode *n = &b->nodes[k];
+    if (n->dead || n->op != KILN_OP_SLICE || n->head >= 0 || n->n_tail > 0) return -1;
+    const int32_t x = kiln_bgraph_input(b, n, 0);
+    if (x < 0) return -1;
+    const kiln_shape *xs = &b->values[x].desc.shape;
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    int64_t d = kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0);
+    if (d < 0) d += xs->rank;
+    if (d < 0 || d >= (int64_t)xs->rank || !is_static(xs, (uint32_t)d)) return -1;
+    int64_t st = kiln_attrs_int(&a, KILN_A_SLICE_START, 0);
+    const int64_t end = kiln_attrs_int(&a, KILN_A_SLICE_END, 0);
+    const int64_t size = xs->max[d], stp = kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0);
+    if (st < 0) st += size;
+    if (st < 0 || st >= size || end < size || stp < 1) return -1;
+    *dim = d;
+    *start = st;
+    *step = stp;
+    return (int32_t)k;
+}
+
+// Rewrite 11 for node k (a cat): *done = 2 when it became the space-to-depth views.
+static kiln_status space_to_depth(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    const kiln_bnode *c = &b->nodes[k];
+    if (c->dead || c->op != KILN_OP_CAT || c->head >= 0 || c->n_tail > 0 || c->n_inputs < 4 ||
+        c->n_inputs > 64)
+        return KILN_OK;
+    const kiln_shape *ys = &b->values[c->output].desc.shape;
+    const uint32_t r = ys->rank;
+    kiln_attrs ca = kiln_bgraph_attrs(b, c);
+    int64_t cd = kiln_attrs_int(&ca, KILN_A_CAT_DIM, 0);
+    if (cd < 0) cd += r;
+    if (r < 3 || r + 2 > KILN_MAX_RANK || cd != (int64_t)r - 1) return KILN_OK;
+    int32_t x = -1;
+    int64_t S = 0, order = -1; // order 0: i = a + S b; 1: i = S a + b
+    for (uint32_t i = 0; i < c->n_inputs; i++) {
+        int64_t d0 = 0, a0 = 0, s0 = 0, d1 = 0, a1 = 0, s1 = 0;
+        const int32_t outer = slice_of(b, kiln_bgraph_input(b, c, i), &d0, &a0, &s0);
+        if (outer < 0) return KILN_OK;
+        const int32_t inner = slice_of(b, kiln_bgraph_input(b, &b->nodes[outer], 0), &d1, &a1, &s1);
+        if (inner < 0 || s0 != s1 || d0 == d1 || s0 < 2) return KILN_OK;
+        const int32_t xi = kiln_bgraph_input(b, &b->nodes[inner], 0);
+        if ((x >= 0 && xi != x) || (S > 0 && s0 != S)) return KILN_OK;
+        x = xi;
+        S = s0;
+        const int64_t h = (int64_t)r - 3, w = (int64_t)r - 2; // x's H and W dims
+        const int64_t ah = d0 == h ? a0 : a1, aw = d0 == w ? a0 : a1;
+        if (!((d0 == h && d1 == w) || (d0 == w && d1 == h))) return KILN_OK;
+        if ((int64_t)c->n_inputs != S * S) return KILN_OK;
+        const int64_t want0 = ah + S * aw, want1 = S * ah + aw;
+        if (order < 0 && want0 == (int64_t)i && want1 != (int64_t)i) order = 0;
+        if (order < 0 && want1 == (int64_t)i && want0 != (int64_t)i) order = 1;
+        if ((order == 0 && want0 != (int64_t)i) || (order == 1 && want1 != (int64_t)i) ||
+            (order < 0 && want0 != (int64_t)i))
+            return KILN_OK;
+    }
+    const kiln_shape *xs = &b->values[x].desc.shape;
+    if (order < 0 || xs->rank != r) return KILN_OK;
+    for (uint32_t d = 0; d < r; d++) {
+        if (!is_static(xs, d)) return KILN_OK;
+    }
+    const int64_t H = xs->max[r - 3], W = xs->max[r - 2], C = xs->max[r - 1];
+    if (H % S != 0 || W % S != 0 || b->values[c->output].desc.dtype != b->values[x].desc.dtype)
+        return KILN_OK;
+    // [.., H/S, S(a), W/S, S(b), C] -> [.., H/S, W/S, S(b), S(a), C] (order 0) or
+    // [.., H/S, W/S, S(a), S(b), C] (order 1) -> [.., H/S, W/S, S * S * C]
+    int64_t split[KILN_MAX_RANK], perm[KILN_MAX_RANK], out[KILN_MAX_RANK];
+    const uint32_t lead = r - 3;
+    for (uint32_t d = 0; d < lead; d++) split[d] = xs->max[d], perm[d] = d, out[d] = xs->max[d];
+    split[lead] = H / S, split[lead + 1] = S, split[lead + 2] = W / S, split[lead + 3] = S;
+    split[lead + 4] = C;
+    perm[lead] = lead, perm[lead + 1] = lead + 2;
+    perm[lead + 2] = order == 0 ? lead + 3 : lead + 1;
+    perm[lead + 3] = order == 0 ? lead + 1 : lead + 3;
+    perm[lead + 4] = lead + 4;
+    out[lead] = H / S, out[lead + 1] = W / S, out[lead + 2] = S * S * C;
+    kiln_attr_ref sref = {KILN_ATTR_INTS, r + 2, 0}, pref = {KILN_ATTR_INTS, r + 2, 0},
+                  oref = {KILN_ATTR_INTS, r, 0};
+    kiln_attrs sa = {&sref, 1, split, NULL}, pa = {&pref, 1, perm, NULL},
+               oa = {&oref, 1, out, NULL};
+    const int64_t seq = b->nodes[k].seq;
+    int32_t v1, v2, y;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &sa, seq, &v1));
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_PERMUTE, &v1, 1, &pa, seq, &v2));
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &v2, 1, &oa, seq, &y));
+    if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[k].output].desc)) {
+        b->nodes[b->values[y].index].dead = 1;
+        b->nodes[b->values[v2].index].dead = 1;
+        b->nodes[b->values[v1].index].dead = 1;
+        return kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, k, y, "space to depth"));
+    *done = 2;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_views(kiln_bgraph *b) {
     int64_t codes[KILN_MAX_RANK];
     // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
@@ -779,6 +890,14 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
     for (size_t k = 0; k < n7; k++) {
         int done = 0;
         KILN_TRY(order_keeping_chain(b, (uint32_t)k, &done));
+        b->stats.n_views += done != 0;
+        appended |= done == 2;
+    }
+    // 11: strided slices concatenated over the channels
+    const size_t n11 = b->n_nodes;
+    for (size_t k = 0; k < n11; k++) {
+        int done = 0;
+        KILN_TRY(space_to_depth(b, (uint32_t)k, &done));
         b->stats.n_views += done != 0;
         appended |= done == 2;
     }

@@ -185,6 +185,54 @@ static void test_token_map(int variant, const char *want, const char *what) {
     free(wt);
 }
 
+// Rewrite 11: Swin's patch merging, x [N, H, W, C] sliced x[:, a::S, b::S, :] for every offset
+// pair and concatenated over C. variant 0: torchvision's order (a + 2 b: (0, 0), (1, 0), (0, 1),
+// (1, 1)), H sliced first; 1: the order 2 a + b, W sliced first; 2: S = 3; 3: an order that is
+// neither (stays); 4: concatenated over W (stays); 5: one part sliced from another tensor
+// (stays).
+static void test_space_to_depth(int variant, const char *want, const char *what) {
+    const int64_t S = variant == 2 ? 3 : 2, N = 2, H = 2 * S, W = 3 * S, C = 8;
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(N, H, W, C), TU_DIMS(N, H, W, C));
+    const int32_t x2 = tu_node(g, KILN_OP_SIN, TU_IDS(x), TU_NO_ATTRS);
+    x = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    int32_t parts[9];
+    static const int swap3[4] = {0, 3, 2, 1}; // variant 3: (0, 0), (1, 1), (0, 1), (1, 0)
+    for (int i = 0; i < S * S; i++) {
+        const int j = variant == 3 ? swap3[i] : i;
+        const int64_t a = variant == 1 ? j / S : j % S, bo = variant == 1 ? j % S : j / S;
+        const int32_t src = variant == 5 && i == 1 ? x2 : x;
+        int32_t t = variant == 1 ? src
+                                 : tu_node(g, KILN_OP_SLICE, TU_IDS(src),
+                                           TU_ATTRS(TU_INTS("dim", 1), TU_INTS("start", a),
+                                                    TU_INTS("end", INT64_MAX), TU_INTS("step", S)));
+        t = tu_node(g, KILN_OP_SLICE, TU_IDS(t),
+                    TU_ATTRS(TU_INTS("dim", 2), TU_INTS("start", bo), TU_INTS("end", INT64_MAX),
+                             TU_INTS("step", S)));
+        if (variant == 1)
+            t = tu_node(g, KILN_OP_SLICE, TU_IDS(t),
+                        TU_ATTRS(TU_INTS("dim", -3), TU_INTS("start", a), TU_INTS("end", INT64_MAX),
+                                 TU_INTS("step", S)));
+        parts[i] = t;
+    }
+    const int64_t cd = variant == 4 ? 2 : -1;
+    int32_t y = -1;
+    kiln_attr ca = {"dim", &cd, NULL, 1};
+    CHECK_OK(kiln_graph_add_node(g, KILN_OP_CAT, parts, (uint32_t)(S * S), &ca, 1, &y, 1));
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(y), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[1] = {{4, {N, H, W, C}}};
+    bt_compare(g, &o0, &o1, 1, sh, 0, 1e-6, 1e-6, what);
+    kiln_graph_free(g);
+}
+
 // Rewrite 3's elementwise identities: exp(x) * 1, then + [0, 0, ..] (as many as x's last dim),
 // then / 1 and - 0: removed, neg reads the exp. variant 1: the ones widen x ([2, 3, 4] * [5, 1,
 // 1, 1] ones): stays; 2: * 2: stays; 3: 0 - x: stays; 4: the * 1 is also an output: stays.
@@ -425,6 +473,15 @@ int main(void) {
                       "einsum's k views, the clone read twice");
     test_token_map(0, "exp|reshape|permute|conv2d|permute|reshape|neg", "tokens to a map and back");
     test_token_map(1, "reshape|permute|conv2d|permute|reshape|neg", "tokens from the input");
+    test_space_to_depth(0, "exp|reshape|permute|reshape|neg", "patch merging: one transpose");
+    test_space_to_depth(1, "exp|reshape|permute|reshape|neg", "the order 2a + b, W first");
+    test_space_to_depth(2, "exp|reshape|permute|reshape|neg", "a stride of 3");
+    test_space_to_depth(3, "exp|slice|slice|slice|slice|slice|slice|cat,neg",
+                        "an order that is neither: stays");
+    test_space_to_depth(4, "exp|slice|slice|slice|slice|slice|slice|cat,neg",
+                        "concatenated over W: stays");
+    test_space_to_depth(5, "sin|exp|slice|slice|slice|slice|slice|slice|slice|cat,neg",
+                        "a part from another tensor: stays");
     test_identities(0, "exp|neg", "x * 1, 0 + x, x - 0, x / 1 removed");
     test_identities(1, "exp|mul,neg", "ones that widen x: stay");
     test_identities(2, "exp|mul,neg", "x * 2 stays");
