@@ -132,6 +132,7 @@ typedef struct kiln_bgraph {
     uint8_t *is_output; // marked as a graph output, or a state's update
     size_t n_use_info, cap_uses, cap_user, cap_is_output;
     kiln_build_stats stats;
+    uint32_t n_views_runs; // how many times the view pass has run (it runs twice, build.c)
 } kiln_bgraph;
 
 // --- the working graph (bgraph.c)

@@ -49,6 +49,14 @@
 //     space-to-depth) is reshape(permute(reshape(x, [.., H/S, S, W/S, S, C]), ..), [.., H/S, W/S,
 //     S * S * C]): one transpose instead of the slices (S + S * S after common-subexpression
 //     elimination) and the cat. It runs after 7.
+// 12. a last-dim op of a permute that keeps the last dim last, the permute read only by it,
+//     runs before the permute: norm(permute(x, P)) is permute(norm(x), P) for rms_norm and a
+//     layer_norm over the last dim, and op(permute(x, P), c) for a binary elementwise op with
+//     a constant c of at most one dim above 1 is permute(op(x, c'), P), c' the same bytes at
+//     P's inverse (Swin-V2's cosine attention: q and k normalized after the head split, q
+//     scaled per head; the head split then feeds sdpa directly, which backends read as a
+//     strided view instead of running the permute). It runs after 3, in the pass's second run
+//     (after the attention and norm patterns, which match the head split's first form).
 //  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
 //     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
 //     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
@@ -828,6 +836,112 @@ static kiln_status space_to_depth(kiln_bgraph *b, uint32_t k, int *done) {
     return KILN_OK;
 }
 
+// --- 12. last-dim ops in front of a permute that keeps the last dim
+
+// The permute node writing v (read only by its one reader, not an output) when it keeps the last
+// dim last; its dims in perm. -1 otherwise.
+static int32_t last_keeping_permute(const kiln_bgraph *b, int32_t v, int64_t *perm, uint32_t *n) {
+    if (v < 0 || b->values[v].kind != KILN_IR_NODE || b->uses[v] != 1 || b->is_output[v]) return -1;
+    const uint32_t k = b->values[v].index;
+    const kiln_bnode *pn = &b->nodes[k];
+    if (pn->dead || pn->op != KILN_OP_PERMUTE || pn->head >= 0 || pn->n_tail > 0) return -1;
+    kiln_attrs a = kiln_bgraph_attrs(b, pn);
+    const int64_t *d = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, n);
+    const uint32_t r = b->values[v].desc.shape.rank;
+    if (d == NULL || *n != r || r < 2 || r > KILN_MAX_RANK) return -1;
+    for (uint32_t i = 0; i < r; i++) perm[i] = d[i] < 0 ? d[i] + r : d[i];
+    return perm[r - 1] == (int64_t)r - 1 ? (int32_t)k : -1;
+}
+
+// A constant of the shape c' for rewrite 12 (c's bytes, its dims aligned to rank r and moved
+// to P's inverse), or -1 when c has more than one dim above 1.
+static kiln_status inverse_permuted_const(kiln_bgraph *b, int32_t c, const int64_t *perm,
+                                          uint32_t r, int32_t *out) {
+    *out = -1;
+    const kiln_value_desc d = b->values[c].desc; // a copy: adding a value may move them
+    if (d.shape.rank > r) return KILN_OK;
+    int64_t al[KILN_MAX_RANK];
+    int big = 0;
+    for (uint32_t i = 0; i < r; i++) {
+        const int32_t j = (int32_t)i - (int32_t)(r - d.shape.rank);
+        al[i] = j < 0 ? 1 : d.shape.max[j];
+        if (j >= 0 && d.shape.min[j] != d.shape.max[j]) return KILN_OK;
+        big += al[i] > 1;
+    }
+    if (big > 1) return KILN_OK;
+    kiln_shape s;
+    memset(&s, 0, sizeof s);
+    s.rank = r;
+    for (uint32_t i = 0; i < r; i++) s.min[(size_t)perm[i]] = s.max[(size_t)perm[i]] = al[i];
+    return kiln_bgraph_add_const(b, d.dtype, &s, b->values[c].data, b->values[c].nbytes, out);
+}
+
+// Rewrite 12 for node k: *done = 2 when it now reads the permute's input.
+static kiln_status op_before_permute(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    const kiln_bnode *n = &b->nodes[k];
+    if (n->dead || n->head >= 0 || n->n_tail > 0 || n->n_inputs < 1) return KILN_OK;
+    int64_t perm[KILN_MAX_RANK];
+    uint32_t np = 0, slot = 0;
+    int32_t ins[3] = {-1, -1, -1};
+    if (n->op == KILN_OP_RMS_NORM || n->op == KILN_OP_LAYER_NORM) {
+        if (n->op == KILN_OP_LAYER_NORM) {
+            kiln_attrs a = kiln_bgraph_attrs(b, n);
+            if (kiln_attrs_int(&a, KILN_A_LN_NDIM, 0) != 1) return KILN_OK;
+        }
+        if (n->n_inputs > 3) return KILN_OK;
+        for (uint32_t i = 0; i < n->n_inputs; i++) ins[i] = kiln_bgraph_input(b, n, i);
+    } else if (n->op == KILN_OP_ADD || n->op == KILN_OP_SUB || n->op == KILN_OP_MUL ||
+               n->op == KILN_OP_DIV) {
+        if (n->n_inputs != 2) return KILN_OK;
+        ins[0] = kiln_bgraph_input(b, n, 0);
+        ins[1] = kiln_bgraph_input(b, n, 1);
+        slot = kiln_bgraph_is_const(b, ins[0]) ? 1 : 0;
+        if (!kiln_bgraph_is_const(b, ins[1 - slot]) || b->values[ins[1 - slot]].data == NULL)
+            return KILN_OK;
+    } else {
+        return KILN_OK;
+    }
+    const int32_t pk = last_keeping_permute(b, ins[slot], perm, &np);
+    if (pk < 0) return KILN_OK;
+    const int32_t x = kiln_bgraph_input(b, &b->nodes[pk], 0);
+    const uint32_t r = np;
+    if (x < 0 || !kiln_shape_same(&b->values[b->nodes[k].output].desc.shape,
+                                  &b->values[ins[slot]].desc.shape))
+        return KILN_OK;
+    if (n->op != KILN_OP_RMS_NORM && n->op != KILN_OP_LAYER_NORM) {
+        int32_t c2;
+        KILN_TRY(inverse_permuted_const(b, ins[1 - slot], perm, r, &c2));
+        if (c2 < 0) return KILN_OK;
+        ins[1 - slot] = c2;
+    }
+    ins[slot] = x;
+    // in place, as rewrite 5 does (the node order stays topological): node pk becomes the op
+    // over x, writing pk's value at x's shape, and node k the permute of it, writing k's value
+    kiln_bnode *on = &b->nodes[k], *pn = &b->nodes[pk];
+    const uint32_t op = on->op, op_attrs = on->attr_begin, n_in = on->n_inputs;
+    const int32_t pv = pn->output;
+    const kiln_value_desc want = b->values[on->output].desc, pv_desc = b->values[pv].desc;
+    on->op = KILN_OP_PERMUTE;
+    on->attr_begin = pn->attr_begin;
+    pn->op = op;
+    pn->attr_begin = op_attrs;
+    KILN_TRY(kiln_bgraph_set_inputs(b, (uint32_t)pk, ins, n_in));
+    KILN_TRY(kiln_bgraph_set_inputs(b, k, &pv, 1));
+    kiln_value_desc d0, d1;
+    kiln_status st = kiln_bgraph_infer(b, (uint32_t)pk, &d0);
+    if (st == KILN_OK) {
+        b->values[pv].desc = d0;
+        st = kiln_bgraph_infer(b, k, &d1);
+    }
+    if (st != KILN_OK || !kiln_desc_equal(&d1, &want)) {
+        b->values[pv].desc = pv_desc;
+        return kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
+    }
+    *done = 2;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_views(kiln_bgraph *b) {
     int64_t codes[KILN_MAX_RANK];
     // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
@@ -929,6 +1043,23 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         b->stats.n_views++;
     }
     kiln_free(rename, nv * sizeof *rename);
+    // 12: last-dim ops in front of a permute that keeps the last dim (norms first, then the
+    // elementwise ops after them: each rewrite recounts the uses the next one checks); only in
+    // the run after the attention and norm patterns, which read the head split's other forms
+    if (b->n_views_runs > 0) KILN_TRY(kiln_pass_dce(b)); // the chains the patterns replaced
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    int moved12 = 0;
+    for (size_t k = 0; b->n_views_runs > 0 && k < b->n_nodes; k++) {
+        int done = 0;
+        KILN_TRY(op_before_permute(b, (uint32_t)k, &done));
+        if (done) {
+            moved12 = 1;
+            b->stats.n_views++;
+            KILN_TRY(kiln_bgraph_count_uses(b));
+        }
+    }
+    (void)moved12;
+    b->n_views_runs++;
     // 6: expands that their broadcasting readers do not need
     KILN_TRY(kiln_bgraph_count_uses(b));
     for (size_t k = 0; k < b->n_nodes; k++) {

@@ -233,6 +233,54 @@ static void test_space_to_depth(int variant, const char *want, const char *what)
     kiln_graph_free(g);
 }
 
+// Rewrite 12: Swin-V2's cosine attention after its head split, x [B, L, H E] -> exp -> [B, L, H,
+// E] -> permute(0, 2, 1, 3) -> rms_norm over E -> a per-head scale [H, 1, 1] -> neg: the norm and
+// the mul run before the permute. variant 1: a layer_norm with weight and bias; 2: the permute
+// moves E (stays); 3: the permute also read by an add (stays); 4: a scale [H, 1, E] (the norm
+// moves, the mul stays after the permute).
+static void test_op_before_permute(int variant, const char *want, const char *what) {
+    enum { B = 2, L = 5, H = 3, E = 4 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    float *w = tu_rand(E, 0.5f, 1.5f), *bb = tu_rand(E, -0.5f, 0.5f),
+          *sc = tu_rand(H * E, 0.5f, 2.0f);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(B, L, H * E), TU_DIMS(B, L, H * E));
+    int32_t t = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", B, L, H, E)));
+    int32_t pm =
+        variant == 2
+            ? tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 3, 1, 2)))
+            : tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    const int64_t ne = variant == 2 ? H : E; // the permuted tensor's last dim
+    int32_t cw = tu_const(g, "w", KILN_DTYPE_F32, 1, TU_DIMS(ne), w);
+    if (variant == 1) {
+        int32_t cb = tu_const(g, "b", KILN_DTYPE_F32, 1, TU_DIMS(ne), bb);
+        t = tu_node(g, KILN_OP_LAYER_NORM, TU_IDS(pm, cw, cb),
+                    TU_ATTRS(TU_INTS("normalized_ndim", 1), TU_FLOATS("eps", 1e-5)));
+    } else {
+        t = tu_node(g, KILN_OP_RMS_NORM, TU_IDS(pm, cw), TU_ATTRS(TU_FLOATS("eps", 1e-6)));
+    }
+    int32_t cs = variant == 4   ? tu_const(g, "s", KILN_DTYPE_F32, 3, TU_DIMS(H, 1, E), sc)
+                 : variant == 2 ? tu_const(g, "s", KILN_DTYPE_F32, 3, TU_DIMS(E, 1, 1), sc)
+                                : tu_const(g, "s", KILN_DTYPE_F32, 3, TU_DIMS(H, 1, 1), sc);
+    t = tu_node(g, KILN_OP_MUL, TU_IDS(t, cs), TU_NO_ATTRS);
+    if (variant == 3) t = tu_node(g, KILN_OP_ADD, TU_IDS(t, pm), TU_NO_ATTRS);
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(t), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[1] = {{3, {B, L, H * E}}};
+    bt_compare(g, &o0, &o1, 1, sh, 0, 1e-5, 1e-5, what);
+    kiln_graph_free(g);
+    free(w);
+    free(bb);
+    free(sc);
+}
+
 // Rewrite 3's elementwise identities: exp(x) * 1, then + [0, 0, ..] (as many as x's last dim),
 // then / 1 and - 0: removed, neg reads the exp. variant 1: the ones widen x ([2, 3, 4] * [5, 1,
 // 1, 1] ones): stays; 2: * 2: stays; 3: 0 - x: stays; 4: the * 1 is also an output: stays.
@@ -482,6 +530,16 @@ int main(void) {
                         "concatenated over W: stays");
     test_space_to_depth(5, "sin|exp|slice|slice|slice|slice|slice|slice|slice|cat,neg",
                         "a part from another tensor: stays");
+    test_op_before_permute(0, "exp|reshape|rms_norm|mul|permute|neg",
+                           "rms_norm and a per-head scale before the head split");
+    test_op_before_permute(1, "exp|reshape|layer_norm|mul|permute|neg",
+                           "layer_norm before the head split");
+    test_op_before_permute(2, "exp|reshape|permute|rms_norm|mul,neg",
+                           "a permute that moves the last dim: stays");
+    test_op_before_permute(3, "exp|reshape|permute|rms_norm|mul,add,neg",
+                           "the head split read twice: stays");
+    test_op_before_permute(4, "exp|reshape|rms_norm|permute|mul,neg",
+                           "a scale over two dims: the norm moves, the mul stays");
     test_identities(0, "exp|neg", "x * 1, 0 + x, x - 0, x / 1 removed");
     test_identities(1, "exp|mul,neg", "ones that widen x: stay");
     test_identities(2, "exp|mul,neg", "x * 2 stays");
