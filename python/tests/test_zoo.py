@@ -225,14 +225,17 @@ BUILDER_PATTERNS = {
     # windowed attention (heads of 32, q scaled before the matmul, the relative-position bias,
     # the shifted windows' mask in a [B, nW, H, L, L] view): one sdpa per block, the scale its
     # own, the bias and mask one constant; the patch merging's four strided slices and their cat
-    # one transpose
+    # one transpose; a shifted block's roll (an index per dim) and window partition one row
+    # gather, its window reverse and roll back another (at most 2 index layers for every second
+    # block, 4 before)
     "swin_t": (
         lambda ls: (
             _ops(ls, "sdpa") > 0
             and _ops(ls, "softmax") == _ops(ls, "matmul") == _ops(ls, "mul") == 0
             and _ops(ls, "slice") == _ops(ls, "cat") == 0
+            and 0 < _ops(ls, "index") <= _ops(ls, "sdpa")
         ),
-        "shifted-window attention as sdpa, patch merging as one transpose",
+        "shifted-window attention as sdpa, patch merging as one transpose, rolls as row gathers",
     ),
     # the global response norm's x.norm(p=2, dim=(1, 2)): one vector_norm per block, no pow,
     # sum or root left

@@ -57,6 +57,14 @@
 //     scaled per head; the head split then feeds sdpa directly, which backends read as a
 //     strided view instead of running the permute). It runs after 3, in the pass's second run
 //     (after the attention and norm patterns, which match the head split's first form).
+// 13. in the second run, a chain of views, permutes, slices and index ops with constant indices
+//     (each link read only by the next, static shapes) that keeps the last dim C whole and last,
+//     with an index among its links and at least two links that copy, is one index over x's
+//     rows: reshape(x, [T, C]), index(dim 0, a constant table of the T' source rows, computed
+//     here by running the chain over row numbers), reshape to the chain's output (Swin's
+//     shifted windows: torch.roll over H and W as two index ops and the window partition's
+//     permute; the window reverse's permute and the roll back: one row gather each instead of
+//     three copies).
 //  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
 //     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
 //     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
@@ -942,6 +950,259 @@ static kiln_status op_before_permute(kiln_bgraph *b, uint32_t k, int *done) {
     return KILN_OK;
 }
 
+// --- 13. row-gather chains
+
+#define GATHER_CHAIN_MAX 16
+#define GATHER_MAX_ROWS ((int64_t)1 << 22)
+
+// Whether node n is a link of rewrite 13: its input and output static, both with the last dim
+// of size c, and the op keeping that dim whole and last. *copies: whether it runs a kernel.
+static int gather_link(const kiln_bgraph *b, const kiln_bnode *n, int64_t c, int *copies) {
+    if (n->dead || n->head >= 0 || n->n_tail > 0 || n->n_inputs < 1) return 0;
+    const int32_t x = kiln_bgraph_input(b, n, 0);
+    if (x < 0 || b->values[x].desc.dtype != b->values[n->output].desc.dtype) return 0;
+    const kiln_shape *xs = &b->values[x].desc.shape, *ys = &b->values[n->output].desc.shape;
+    if (xs->rank < 2 || ys->rank < 2 || xs->max[xs->rank - 1] != c || ys->max[ys->rank - 1] != c)
+        return 0;
+    for (uint32_t i = 0; i < xs->rank; i++) {
+        if (!is_static(xs, i)) return 0;
+    }
+    for (uint32_t i = 0; i < ys->rank; i++) {
+        if (!is_static(ys, i)) return 0;
+    }
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    int64_t dim;
+    *copies = 1;
+    switch (n->op) {
+    case KILN_OP_RESHAPE: *copies = 0; return plain_reshape(b, n);
+    case KILN_OP_PERMUTE: {
+        uint32_t np = 0;
+        const int64_t *d = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &np);
+        if (d == NULL || np != xs->rank) return 0;
+        return d[np - 1] == (int64_t)np - 1 || d[np - 1] == -1;
+    }
+    case KILN_OP_SLICE: // a step of 1 may be an alias (a contiguous slice): not counted
+        dim = kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0);
+        if (dim < 0) dim += xs->rank;
+        *copies = kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0) > 1;
+        return dim >= 0 && dim < (int64_t)xs->rank - 1 &&
+               kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0) >= 1;
+    case KILN_OP_INDEX: {
+        if (n->n_inputs != 2) return 0;
+        const int32_t iv = kiln_bgraph_input(b, n, 1);
+        dim = kiln_attrs_int(&a, KILN_A_INDEX_DIM, 0);
+        if (dim < 0) dim += xs->rank;
+        if (iv < 0 || !kiln_bgraph_is_const(b, iv) || b->values[iv].data == NULL ||
+            b->values[iv].desc.shape.rank != 1 || dim < 0 || dim >= (int64_t)xs->rank - 1)
+            return 0;
+        const uint32_t dt = b->values[iv].desc.dtype;
+        return dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I64;
+    }
+    default: return 0;
+    }
+}
+
+// dst = src (leading shape sh, rank r) with dim d's positions taken from sel[0 .. m); sh[d]
+// becomes m.
+static void take_dim(const int64_t *src, int64_t *sh, uint32_t r, uint32_t d, const int64_t *sel,
+                     int64_t m, int64_t *dst) {
+    int64_t outer = 1, inner = 1;
+    for (uint32_t i = 0; i < d; i++) outer *= sh[i];
+    for (uint32_t i = d + 1; i < r; i++) inner *= sh[i];
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t j = 0; j < m; j++) {
+            memcpy(dst + (o * m + j) * inner, src + (o * sh[d] + sel[j]) * inner,
+                   (size_t)inner * sizeof *dst);
+        }
+    }
+    sh[d] = m;
+}
+
+// dst = src (leading shape sh, rank r) permuted by p (p[i]: the source dim of output dim i).
+static void permute_rows(const int64_t *src, int64_t *sh, uint32_t r, const int64_t *p,
+                         int64_t *dst) {
+    int64_t st[KILN_MAX_RANK], osh[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0}, n = 1;
+    for (uint32_t i = r; i-- > 0;) st[i] = n, n *= sh[i];
+    for (uint32_t i = 0; i < r; i++) osh[i] = sh[p[i]];
+    for (int64_t o = 0; o < n; o++) {
+        int64_t s = 0;
+        for (uint32_t i = 0; i < r; i++) s += idx[i] * st[p[i]];
+        dst[o] = src[s];
+        for (uint32_t i = r; i-- > 0;) {
+            if (++idx[i] < osh[i]) break;
+            idx[i] = 0;
+        }
+    }
+    memcpy(sh, osh, r * sizeof *sh);
+}
+
+// Runs link n over the row numbers in *cur (leading shape sh, rank *r; the other buffer is
+// scratch, swapped in). 0 when an index is out of range.
+static int run_link(const kiln_bgraph *b, const kiln_bnode *n, int64_t **cur, int64_t **tmp,
+                    int64_t *sh, uint32_t *r, int64_t *sel) {
+    const kiln_shape *ys = &b->values[n->output].desc.shape;
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    int64_t *t;
+    if (n->op == KILN_OP_RESHAPE) {
+        *r = ys->rank - 1;
+        for (uint32_t i = 0; i < *r; i++) sh[i] = ys->max[i];
+        return 1;
+    }
+    if (n->op == KILN_OP_PERMUTE) {
+        uint32_t np = 0;
+        const int64_t *d = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &np);
+        int64_t p[KILN_MAX_RANK];
+        for (uint32_t i = 0; i < *r; i++) p[i] = d[i] < 0 ? d[i] + np : d[i];
+        for (uint32_t i = 0; i < *r; i++) {
+            if (p[i] < 0 || p[i] >= (int64_t)*r) return 0;
+        }
+        permute_rows(*cur, sh, *r, p, *tmp);
+    } else {
+        const int slice = n->op == KILN_OP_SLICE;
+        int64_t d = kiln_attrs_int(&a, slice ? KILN_A_SLICE_DIM : KILN_A_INDEX_DIM, 0);
+        if (d < 0) d += *r + 1;
+        const int64_t size = sh[d];
+        int64_t m = 0;
+        if (slice) {
+            int64_t st = kiln_attrs_int(&a, KILN_A_SLICE_START, 0);
+            int64_t en = kiln_attrs_int(&a, KILN_A_SLICE_END, 0);
+            const int64_t step = kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0);
+            if (st < 0) st = st + size < 0 ? 0 : st + size;
+            if (en < 0) en = en + size < 0 ? 0 : en + size;
+            if (st > size) st = size;
+            if (en > size) en = size;
+            for (int64_t i = st; i < en; i += step) sel[m++] = i;
+        } else {
+            const int32_t iv = kiln_bgraph_input(b, n, 1);
+            const int wrap = kiln_attrs_int(&a, KILN_A_INDEX_WRAP, 0) != 0;
+            m = b->values[iv].desc.shape.max[0];
+            for (int64_t i = 0; i < m; i++) {
+                int64_t v = kiln_load_i64(b->values[iv].data, b->values[iv].desc.dtype, i);
+                if (v < 0 && wrap) v += size;
+                if (v < 0 || v >= size) return 0;
+                sel[i] = v;
+            }
+        }
+        if (m != ys->max[d]) return 0;
+        take_dim(*cur, sh, *r, (uint32_t)d, sel, m, *tmp);
+    }
+    t = *cur, *cur = *tmp, *tmp = t;
+    return 1;
+}
+
+// Rewrite 13 for node k, the last link of a chain: *done = 2 when it became the row gather.
+static kiln_status row_gather(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    const kiln_bnode *n = &b->nodes[k];
+    if (n->dead || n->n_inputs < 1) return KILN_OK;
+    const kiln_shape *ys = &b->values[n->output].desc.shape;
+    if (ys->rank < 2) return KILN_OK;
+    const int64_t c = ys->max[ys->rank - 1];
+    int copies = 0, cp = 0, indexes = 0;
+    if (!gather_link(b, n, c, &cp)) return KILN_OK;
+    // the chain's end: its output is not read by one more link alone
+    const int32_t out = n->output;
+    if (!b->is_output[out] && b->uses[out] == 1 && b->user[out] >= 0) {
+        int cq = 0;
+        if (gather_link(b, &b->nodes[b->user[out]], c, &cq)) return KILN_OK;
+    }
+    uint32_t chain[GATHER_CHAIN_MAX], len = 0;
+    int32_t x = -1;
+    for (uint32_t at = k; len < GATHER_CHAIN_MAX;) {
+        chain[len++] = at;
+        copies += cp;
+        indexes += b->nodes[at].op == KILN_OP_INDEX;
+        x = kiln_bgraph_input(b, &b->nodes[at], 0);
+        if (b->values[x].kind != KILN_IR_NODE || b->uses[x] != 1 || b->is_output[x]) break;
+        const uint32_t prev = b->values[x].index;
+        if (!gather_link(b, &b->nodes[prev], c, &cp)) break;
+        at = prev;
+    }
+    // an index among them: a permute alone may be one a backend reads as a view (a head split
+    // before sdpa), so a chain of views and permutes stays as it is
+    if (copies < 2 || indexes == 0) return KILN_OK;
+    const kiln_shape xs = b->values[x].desc.shape;
+    int64_t rows = 1, sh[KILN_MAX_RANK];
+    uint32_t r = xs.rank - 1;
+    for (uint32_t i = 0; i < r; i++) sh[i] = xs.max[i], rows *= xs.max[i];
+    int64_t out_rows = 1;
+    for (uint32_t i = 0; i + 1 < ys->rank; i++) out_rows *= ys->max[i];
+    int64_t most = rows;
+    for (uint32_t i = 0; i < len; i++) {
+        const kiln_shape *s = &b->values[b->nodes[chain[i]].output].desc.shape;
+        int64_t m = 1;
+        for (uint32_t j = 0; j + 1 < s->rank; j++) m *= s->max[j];
+        if (m > most) most = m;
+        for (uint32_t j = 0; j < s->rank; j++) {
+            if (s->max[j] > most) most = s->max[j];
+        }
+    }
+    if (most > GATHER_MAX_ROWS) return KILN_OK;
+    const size_t nb = (size_t)most * sizeof(int64_t);
+    int64_t *bufa = kiln_malloc(nb, KILN_ALIGN), *bufb = kiln_malloc(nb, KILN_ALIGN),
+            *sel = kiln_malloc(nb, KILN_ALIGN);
+    kiln_status st = KILN_OK;
+    int ok = bufa != NULL && bufb != NULL && sel != NULL;
+    if (!ok) st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory in view simplification");
+    int64_t *cur = bufa, *tmp = bufb;
+    for (int64_t i = 0; ok && i < rows; i++) cur[i] = i;
+    for (uint32_t i = len; ok && i-- > 0;)
+        ok = run_link(b, &b->nodes[chain[i]], &cur, &tmp, sh, &r, sel);
+    if (ok) {
+        int64_t m = 1;
+        for (uint32_t i = 0; i < r; i++) m *= sh[i];
+        ok = m == out_rows;
+    }
+    if (ok) { // the table as int32 when the rows fit (half the bytes)
+        const uint32_t dt = rows <= INT32_MAX ? KILN_DTYPE_I32 : KILN_DTYPE_I64;
+        const size_t es = dt == KILN_DTYPE_I32 ? 4 : 8;
+        void *tp;
+        int32_t tv, v1, v2, y;
+        kiln_shape ts;
+        memset(&ts, 0, sizeof ts);
+        ts.rank = 1;
+        ts.min[0] = ts.max[0] = out_rows;
+        st = kiln_bgraph_blob(b, (size_t)out_rows * es, &tp);
+        if (st == KILN_OK) {
+            for (int64_t i = 0; i < out_rows; i++) {
+                if (dt == KILN_DTYPE_I32)
+                    ((int32_t *)tp)[i] = (int32_t)cur[i];
+                else
+                    ((int64_t *)tp)[i] = cur[i];
+            }
+            st = kiln_bgraph_add_const(b, dt, &ts, tp, (uint64_t)out_rows * es, &tv);
+        }
+        int64_t two[2] = {rows, c}, outs[KILN_MAX_RANK];
+        const uint32_t yr = b->values[b->nodes[k].output].desc.shape.rank;
+        for (uint32_t i = 0; i < yr; i++) outs[i] = b->values[b->nodes[k].output].desc.shape.max[i];
+        kiln_attr_ref rref = {KILN_ATTR_INTS, 2, 0}, oref = {KILN_ATTR_INTS, yr, 0};
+        kiln_attr_ref iref[2] = {{KILN_ATTR_INTS, 1, 0}, {KILN_ATTR_INTS, 1, 1}};
+        int64_t iattr[2] = {0, 0};
+        kiln_attrs ra = {&rref, 1, two, NULL}, oa = {&oref, 1, outs, NULL},
+                   ia = {iref, 2, iattr, NULL};
+        const int64_t seq = b->nodes[k].seq;
+        if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &ra, seq, &v1);
+        int32_t gi[2] = {v1, tv};
+        if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_INDEX, gi, 2, &ia, seq, &v2);
+        if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &v2, 1, &oa, seq, &y);
+        if (st == KILN_OK) {
+            if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[k].output].desc)) {
+                b->nodes[b->values[y].index].dead = 1;
+                b->nodes[b->values[v2].index].dead = 1;
+                b->nodes[b->values[v1].index].dead = 1;
+                st = kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
+            } else {
+                st = kiln_bgraph_replace_node(b, k, y, "row gather");
+                if (st == KILN_OK) *done = 2;
+            }
+        }
+    }
+    kiln_free(bufa, nb);
+    kiln_free(bufb, nb);
+    kiln_free(sel, nb);
+    return st;
+}
+
 kiln_status kiln_pass_views(kiln_bgraph *b) {
     int64_t codes[KILN_MAX_RANK];
     // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
@@ -1059,6 +1320,17 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         }
     }
     (void)moved12;
+    // 13: row-gather chains (the second run: the attention patterns have read the head splits)
+    for (size_t k = 0, n13 = b->n_nodes; b->n_views_runs > 0 && k < n13; k++) {
+        int done = 0;
+        KILN_TRY(row_gather(b, (uint32_t)k, &done));
+        if (done) {
+            appended = 1;
+            b->stats.n_views++;
+            KILN_TRY(kiln_bgraph_count_uses(b));
+        }
+    }
+    if (appended) KILN_TRY(kiln_bgraph_sort_nodes(b));
     b->n_views_runs++;
     // 6: expands that their broadcasting readers do not need
     KILN_TRY(kiln_bgraph_count_uses(b));

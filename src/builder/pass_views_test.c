@@ -281,6 +281,61 @@ static void test_op_before_permute(int variant, const char *want, const char *wh
     free(sc);
 }
 
+// Rewrite 13: Swin's shifted windows, x [1, 8, 8, C] -> exp -> torch.roll by -3 over H and W
+// (two index ops with constant indices) -> window partition (reshape [1, 2, 4, 2, 4, C], permute
+// (0, 1, 3, 2, 4, 5), reshape [4, 16, C]) -> neg: one row gather. variant 1: the window reverse
+// and the roll back (the same links in the other order, from [4, 16, C]); 2: no roll (a chain
+// of views and a permute: stays); 3: a roll over H alone, no partition (one copy: stays); 4:
+// indices as int64 with negative entries (wrap).
+static void test_row_gather(int variant, const char *want, const char *what) {
+    enum { H = 8, C = 8, S = 3 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    int32_t i32[H];
+    int64_t i64[H];
+    for (int i = 0; i < H; i++) {
+        i32[i] = variant == 1 ? (i + H - S) % H : (i + S) % H; // roll by +S, or by -S
+        i64[i] = i32[i] >= H / 2 ? i32[i] - H : i32[i];        // the same rows, wrapped
+    }
+    const kiln_dtype it = variant == 4 ? KILN_DTYPE_I64 : KILN_DTYPE_I32;
+    CHECK_OK(kiln_graph_new(&g));
+    const int rev = variant == 1;
+    int32_t x = rev ? tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(4, 16, C), TU_DIMS(4, 16, C))
+                    : tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, H, H, C), TU_DIMS(1, H, H, C));
+    int32_t t = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    int32_t ix = -1;
+    const int64_t idims[1] = {H};
+    CHECK_OK(kiln_graph_add_constant(g, NULL, it, 1, idims, variant == 4 ? (const void *)i64 : i32,
+                                     variant == 4 ? sizeof i64 : sizeof i32, &ix));
+    if (rev) {
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, 2, 2, 4, 4, C)));
+        t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 1, 3, 2, 4, 5)));
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, H, H, C)));
+    }
+    if (variant != 2) {
+        t = tu_node(g, KILN_OP_INDEX, TU_IDS(t, ix),
+                    TU_ATTRS(TU_INTS("dim", 1), TU_INTS("wrap", 1)));
+        if (variant != 3)
+            t = tu_node(g, KILN_OP_INDEX, TU_IDS(t, ix),
+                        TU_ATTRS(TU_INTS("dim", 2), TU_INTS("wrap", 1)));
+    }
+    if (!rev && variant != 3) {
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, 2, 4, 2, 4, C)));
+        t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 1, 3, 2, 4, 5)));
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 4, 16, C)));
+    }
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(t), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[1] = {{rev ? 3u : 4u, {rev ? 4 : 1, rev ? 16 : H, rev ? C : H, C}}};
+    bt_compare(g, &o0, &o1, 1, sh, 0, 1e-6, 1e-6, what);
+    kiln_graph_free(g);
+}
+
 // Rewrite 3's elementwise identities: exp(x) * 1, then + [0, 0, ..] (as many as x's last dim),
 // then / 1 and - 0: removed, neg reads the exp. variant 1: the ones widen x ([2, 3, 4] * [5, 1,
 // 1, 1] ones): stays; 2: * 2: stays; 3: 0 - x: stays; 4: the * 1 is also an output: stays.
@@ -540,6 +595,13 @@ int main(void) {
                            "the head split read twice: stays");
     test_op_before_permute(4, "exp|reshape|rms_norm|permute|mul,neg",
                            "a scale over two dims: the norm moves, the mul stays");
+    test_row_gather(0, "exp|reshape|index|reshape|neg",
+                    "roll and window partition: one row gather");
+    test_row_gather(1, "exp|reshape|index|reshape|neg",
+                    "window reverse and roll back: one row gather");
+    test_row_gather(2, "exp|reshape|permute|reshape|neg", "window partition alone: stays");
+    test_row_gather(3, "exp|index|neg", "one roll alone: stays");
+    test_row_gather(4, "exp|reshape|index|reshape|neg", "int64 indices, negative ones wrapped");
     test_identities(0, "exp|neg", "x * 1, 0 + x, x - 0, x / 1 removed");
     test_identities(1, "exp|mul,neg", "ones that widen x: stay");
     test_identities(2, "exp|mul,neg", "x * 2 stays");
