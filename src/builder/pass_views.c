@@ -884,7 +884,8 @@ static kiln_status inverse_permuted_const(kiln_bgraph *b, int32_t c, const int64
     return kiln_bgraph_add_const(b, d.dtype, &s, b->values[c].data, b->values[c].nbytes, out);
 }
 
-// Rewrite 12 for node k: *done = 2 when it now reads the permute's input.
+// Rewrite 12 for node k: *done when it became the permute (of the op, now in the permute's
+// node, over the permute's input).
 static kiln_status op_before_permute(kiln_bgraph *b, uint32_t k, int *done) {
     *done = 0;
     const kiln_bnode *n = &b->nodes[k];
@@ -946,7 +947,7 @@ static kiln_status op_before_permute(kiln_bgraph *b, uint32_t k, int *done) {
         b->values[pv].desc = pv_desc;
         return kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
     }
-    *done = 2;
+    *done = 1;
     return KILN_OK;
 }
 
@@ -1309,17 +1310,14 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
     // the run after the attention and norm patterns, which read the head split's other forms
     if (b->n_views_runs > 0) KILN_TRY(kiln_pass_dce(b)); // the chains the patterns replaced
     KILN_TRY(kiln_bgraph_count_uses(b));
-    int moved12 = 0;
     for (size_t k = 0; b->n_views_runs > 0 && k < b->n_nodes; k++) {
         int done = 0;
-        KILN_TRY(op_before_permute(b, (uint32_t)k, &done));
+        KILN_TRY(op_before_permute(b, (uint32_t)k, &done)); // in place: no node appended
         if (done) {
-            moved12 = 1;
             b->stats.n_views++;
             KILN_TRY(kiln_bgraph_count_uses(b));
         }
     }
-    (void)moved12;
     // 13: row-gather chains (the second run: the attention patterns have read the head splits)
     for (size_t k = 0, n13 = b->n_nodes; b->n_views_runs > 0 && k < n13; k++) {
         int done = 0;
