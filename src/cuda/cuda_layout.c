@@ -189,7 +189,7 @@ static int head_kind(const kiln_plan *p, uint32_t li, int32_t out) {
         const int grouped =
             groups > 1 && cg % 8 == 0 && og % 8 == 0 && og * groups == o->shape.max[1];
         if (groups != 1 && !depthwise && !grouped) return K_OTHER;
-        // (a depthwise conv of more than 5x5 taps stays NCHW: cuda_layout.h)
+        // (a depthwise conv of more than 7x7 taps stays NCHW: cuda_layout.h)
         const int64_t taps = p->tensors[w].shape.max[2] * p->tensors[w].shape.max[3];
         if (depthwise && taps > KILN_CUDA_DW_NHWC_MAX_TAPS) return K_OTHER;
         return tail_ok(p, li, o) ? K_CONV : K_OTHER;

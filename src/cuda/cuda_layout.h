@@ -59,10 +59,11 @@
 extern "C" {
 #endif
 
-// Depthwise convs of more taps (ConvNeXt's 7x7) stay NCHW on cuDNN: Kiln's NHWC depthwise
-// kernel, made for 3x3 and 5x5, ran them 2-3x slower than cuDNN's NCHW kernels, more than the
-// two transposes a ConvNeXt block saves in NHWC (docs/benchmarks.md, 2026-12-05)
-#define KILN_CUDA_DW_NHWC_MAX_TAPS 25
+// Depthwise convs of at most this many taps run NHWC on Kiln's depthwise kernel (3x3, 5x5 and
+// ConvNeXt's 7x7 unrolled; a 7x7 with 2 output pixels a thread beat cuDNN's NCHW kernel plus
+// its two transposes at every ConvNeXt-T layer, docs/benchmarks.md); larger ones stay NCHW on
+// cuDNN (the kernel's generic form, taps not unrolled, was 2-3x slower than cuDNN at 7x7)
+#define KILN_CUDA_DW_NHWC_MAX_TAPS 49
 
 typedef struct kiln_cuda_layout {
     uint8_t *nhwc;      // n_tensors: 1 = stored NHWC (logical dims stay NCHW)

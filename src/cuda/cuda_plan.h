@@ -80,7 +80,8 @@ typedef struct kiln_cuda_conv_rec {
     int fused_identity; // the same without the ReLU (identity activation)
     void *descs;        // cuDNN descriptors (dnn_conv.c)
     kiln_cuda_kernel fallback; // what runs if cuDNN declines at run (DIRECT or CONV_GEMM)
-    int dw_rows; // CONV_DW: 4-pixel rows per thread at the planned shapes (each run re-decides)
+    int dw_rows;         // CONV_DW: output pixels of a row per thread at the planned shapes, 0: one
+                         // pixel (each run re-decides)
     float dnn_us, pw_us; // a 1x1 conv timed on cuDNN and on the pointwise kernel (< 0: not timed)
 } kiln_cuda_conv_rec;
 

@@ -128,6 +128,44 @@ __device__ __forceinline__ void dw_stage_taps(T *ws, const kiln_cuda_conv_geom &
     __syncthreads();
 }
 
+// The same for a kernel of TAPS taps known at compile time: the block's slice of the weight,
+// ct * TAPS contiguous elements from channel cbase (16-byte aligned: cbase is a multiple of 8),
+// read as 16-byte vectors, four in flight per thread before they are scattered, so that staging
+// costs a few load round trips instead of one per element (a 7x7 block of 192 channels stages
+// 9408 elements). (Consecutive threads reading vectors K apart, so that a warp's 2-byte stores
+// fall in different banks, measured no faster for 7x7 and slower for 3x3 and 5x5: the reads
+// are then uncoalesced.)
+template <typename T, int TAPS>
+__device__ __forceinline__ void dw_stage_taps_vec(T *ws, const kiln_cuda_conv_geom &g, int ct,
+                                                  int cbase) {
+    constexpr int U = 4;
+    const int c = (int)g.c, nthreads = (int)(blockDim.x * blockDim.y);
+    const int tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+    const uint4 *w = (const uint4 *)((const T *)g.w + (int64_t)cbase * TAPS);
+    const int nv = ct / DW_VEC * TAPS;
+    const int nvalid = (c - cbase < ct ? c - cbase : ct) / DW_VEC * TAPS;
+    for (int v0 = tid; v0 < nv; v0 += U * nthreads) {
+        uint4 raw[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int v = v0 + u * nthreads;
+            raw[u] = v < nvalid ? __ldg(w + v) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int v = v0 + u * nthreads;
+            if (v >= nv) break;
+            const T *e = (const T *)&raw[u];
+#pragma unroll
+            for (int k = 0; k < DW_VEC; k++) {
+                const int i = v * DW_VEC + k;
+                ws[(i % TAPS) * ct + i / TAPS] = e[k];
+            }
+        }
+    }
+    __syncthreads();
+}
+
 // Channels c0 .. c0 + 7 of the bias (0 without one).
 template <typename T>
 __device__ __forceinline__ void dw_bias(const kiln_cuda_conv_geom &g, int c0, float *b0) {
@@ -160,8 +198,8 @@ __device__ __forceinline__ void dw_store(const kiln_cuda_conv_geom &g, int n, in
 // bx channel vectors of by such strips at a time and walks the strips of its grid row. The
 // filter taps sit in shared memory as [tap][channel] (copied from the OIHW [channel][tap] weight
 // with coalesced reads), so a tap's weights for 8 channels are one 16-byte load, used for the
-// strip's DW_PX pixels. K: the kernel size, unrolled (3 and 5: MobileNet's and EfficientNet's);
-// 0 reads it from g. Indices are
+// strip's DW_PX pixels. K: the kernel size, unrolled (3, 5 and 7: MobileNet's, EfficientNet's
+// and ConvNeXt's); 0 reads it from g. Indices are
 // 32-bit (dw_fits bounds the sizes).
 template <typename T, int K>
 static __global__ void __launch_bounds__(DW_BLOCK)
@@ -171,7 +209,11 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     const int kh = K > 0 ? K : g.kh, kw = K > 0 ? K : g.kw, taps = kh * kw;
     const int ct = (int)blockDim.x * DW_VEC, cbase = (int)blockIdx.x * ct, c = (int)g.c;
     const T *x = (const T *)g.x;
-    dw_stage_taps<T>(ws, g, taps, ct, cbase);
+    if (K > 0) {
+        dw_stage_taps_vec<T, (K > 0 ? K * K : 1)>(ws, g, ct, cbase);
+    } else {
+        dw_stage_taps<T>(ws, g, taps, ct, cbase);
+    }
     const int c0 = cbase + (int)threadIdx.x * DW_VEC;
     if (c0 >= c) return;
     float b0[DW_VEC];
@@ -222,8 +264,8 @@ static __global__ void __launch_bounds__(DW_BLOCK)
 // from one pass over the input columns they share: a row of taps loads (P - 1) * S + K columns
 // once into registers (each converted once) instead of P * K, so a stride-1 3x3 issues half the
 // loads and conversions, a 5x5 a third. Taken for K 3 and 5, stride S 1 or 2, dilation 1, when
-// the layer has enough pixels to fill the device with P-pixel threads (dw_rows_pays); columns
-// outside the input read as zero, which adds nothing.
+// the layer has enough pixels to fill the device with P-pixel threads, and for K 7, stride 1
+// (dw_rows_pays); columns outside the input read as zero, which adds nothing.
 template <typename T, int K, int S, int P>
 static __global__ void __launch_bounds__(DW_BLOCK)
     conv_dw_rows_kernel(const kiln_cuda_conv_geom g, int act, float lo, float hi) {
@@ -232,7 +274,7 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     T *ws = (T *)dw_smem;
     const int ct = (int)blockDim.x * DW_VEC, cbase = (int)blockIdx.x * ct, c = (int)g.c;
     const T *x = (const T *)g.x;
-    dw_stage_taps<T>(ws, g, K * K, ct, cbase);
+    dw_stage_taps_vec<T, K * K>(ws, g, ct, cbase);
     const int c0 = cbase + (int)threadIdx.x * DW_VEC;
     if (c0 >= c) return;
     float b0[DW_VEC];
@@ -284,7 +326,8 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     }
 }
 
-#define DW_ROW_PX 4 // output pixels per thread of the row kernel
+#define DW_ROW_PX 4  // output pixels per thread of the row kernel
+#define DW_ROW_PX7 2 // the same for 7x7 stride 1 (4 measured slower: fewer threads at batch 1)
 
 // Whether the row kernel takes the layer: its unrolled shapes and (cuda.dw_rows auto) enough
 // 4-pixel threads to keep the SMs busy. A 5x5 saves 45-60% of the loads and conversions and pays
@@ -294,10 +337,13 @@ static __global__ void __launch_bounds__(DW_BLOCK)
 // its 5x5 layer of 38 thousand and two 3x3 layers under a full wave 9-21% slower; at batch 1
 // every layer was slower (none is taken).
 static int dw_rows_pays(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g) {
-    if (g->kh != g->kw || (g->kh != 3 && g->kh != 5) || (g->sh != 1 && g->sh != 2) ||
-        g->sw != g->sh || g->dh != 1 || g->dw != 1 || ctx->policy->dw_rows < 0)
+    if (g->kh != g->kw || (g->kh != 3 && g->kh != 5 && g->kh != 7) || (g->sh != 1 && g->sh != 2) ||
+        g->sw != g->sh || g->dh != 1 || g->dw != 1 || ctx->policy->dw_rows < 0 ||
+        (g->kh == 7 && g->sh != 1))
         return 0;
-    if (ctx->policy->dw_rows > 0) return 1;
+    // a 7x7 (ConvNeXt's) at 2 pixels a thread was faster at every ConvNeXt-T layer at batch 1,
+    // 56x56 to 7x7 maps, than one pixel a thread (docs/benchmarks.md)
+    if (ctx->policy->dw_rows > 0 || g->kh == 7) return 1;
     if (ctx->sm_count <= 0) return 0;
     const int64_t threads = g->n * g->oh * ((g->ow + DW_ROW_PX - 1) / DW_ROW_PX) * (g->c / DW_VEC);
     return threads >= (int64_t)ctx->sm_count * (g->kh == 5 ? 14 : 64) * 32;
@@ -323,7 +369,7 @@ static int dw_fits(const kiln_cuda_conv_geom *g) {
            g->y_dt == g->x_dt && (g->bias == NULL || g->bias_dt == g->x_dt) &&
            g->kh * g->kw <= DW_MAX_TAPS && g->n * g->oh * g->ow < INT32_MAX &&
            g->h * g->w_in < INT32_MAX && kiln_cuda_align_of(g->x) >= 16 &&
-           kiln_cuda_align_of(g->y) >= 16;
+           kiln_cuda_align_of(g->y) >= 16 && kiln_cuda_align_of(g->w) >= 16;
 }
 
 template <typename T>
@@ -331,7 +377,9 @@ static void dw_launch(int k, int rows, dim3 grid, dim3 block, size_t smem, cudaS
                       const kiln_cuda_conv_geom *g, int act, float lo, float hi) {
     if (rows) {
         const int s = g->sh;
-        if (k == 3 && s == 1)
+        if (k == 7)
+            conv_dw_rows_kernel<T, 7, 1, DW_ROW_PX7><<<grid, block, smem, st>>>(*g, act, lo, hi);
+        else if (k == 3 && s == 1)
             conv_dw_rows_kernel<T, 3, 1, DW_ROW_PX><<<grid, block, smem, st>>>(*g, act, lo, hi);
         else if (k == 3)
             conv_dw_rows_kernel<T, 3, 2, DW_ROW_PX><<<grid, block, smem, st>>>(*g, act, lo, hi);
@@ -344,6 +392,7 @@ static void dw_launch(int k, int rows, dim3 grid, dim3 block, size_t smem, cudaS
     switch (k) {
     case 3: conv_dw_nhwc_kernel<T, 3><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     case 5: conv_dw_nhwc_kernel<T, 5><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
+    case 7: conv_dw_nhwc_kernel<T, 7><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     default: conv_dw_nhwc_kernel<T, 0><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     }
 }
@@ -357,16 +406,23 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     unsigned bx, by;
     dw_block(g->c, &bx, &by);
     const int rows = dw_rows_pays(ctx, g);
-    const int px = rows ? DW_ROW_PX : DW_PX;
+    const int px = rows ? (g->kh == 7 ? DW_ROW_PX7 : DW_ROW_PX) : DW_PX;
     const int64_t strips = g->n * g->oh * ((g->ow + px - 1) / px);
     const unsigned gx = (unsigned)((g->c / DW_VEC + bx - 1) / bx);
     // about eight blocks per SM of a large GPU: each block stages its taps once and walks
     // several strips
     int64_t gy = (strips + by - 1) / by, cap = (DW_GRID + gx - 1) / gx;
+    // a small map (batch 1, 14x14 or 7x7) would leave most SMs idle with full blocks: fewer
+    // strips per block (down to two warps) until there are two blocks per SM
+    while (ctx->sm_count > 0 && gx * gy < 2 * (int64_t)ctx->sm_count && by > 1 &&
+           bx * ((by + 1) / 2) >= 64) {
+        by = (by + 1) / 2;
+        gy = (strips + by - 1) / by;
+    }
     if (gy > cap) gy = cap;
     const dim3 grid(gx, (unsigned)(gy > 0 ? gy : 1)), block(bx, by);
     const size_t smem = (size_t)g->kh * g->kw * bx * DW_VEC * kiln_cuda_dtype_size(g->x_dt);
-    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5) ? g->kh : 0;
+    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5 || g->kh == 7) ? g->kh : 0;
     *fused = act != KC_ACT_NONE;
     if (g->x_dt == KILN_DTYPE_F16) {
         dw_launch<__half>(k, rows, grid, block, smem, ctx->stream, g, act, lo, hi);
@@ -582,7 +638,7 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
     if (dw_fits(&g)) {
         float lo, hi;
         plan->kernel = KILN_CUDA_K_CONV_DW;
-        plan->conv.dw_rows = dw_rows_pays(ctx, &g);
+        plan->conv.dw_rows = dw_rows_pays(ctx, &g) ? (g.kh == 7 ? DW_ROW_PX7 : DW_ROW_PX) : 0;
         plan->fused = args->n_tail > 0 && args->tail[0].operand == NULL &&
                       kc_conv_act_of(&args->tail[0], &lo, &hi) != KC_ACT_NONE;
         return;
@@ -702,8 +758,15 @@ extern "C" void kiln_cuda_conv_describe(const kiln_cuda_layer_plan *plan, char *
         break;
     case KILN_CUDA_K_CONV_GEMM: snprintf(buf, n, "implicit GEMM on the tiled kernel"); break;
     case KILN_CUDA_K_CONV_DW:
-        snprintf(buf, n, "depthwise, NHWC, 8 channels x %s per thread, bias and activation fused",
-                 plan->conv.dw_rows ? "4 output pixels of a row" : "1 output pixel");
+        if (plan->conv.dw_rows > 0)
+            snprintf(buf, n,
+                     "depthwise, NHWC, 8 channels x %d output pixels of a row per thread, bias "
+                     "and activation fused",
+                     plan->conv.dw_rows);
+        else
+            snprintf(buf, n,
+                     "depthwise, NHWC, 8 channels x 1 output pixel per thread, bias and "
+                     "activation fused");
         break;
     default: snprintf(buf, n, "no elements"); break;
     }

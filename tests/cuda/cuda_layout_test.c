@@ -378,9 +378,10 @@ static int32_t dwconv_k(kiln_graph *g, int32_t x, int64_t c, int64_t k) {
 
 static int32_t dwconv(kiln_graph *g, int32_t x, int64_t c) { return dwconv_k(g, x, c, 3); }
 
-// A depthwise k x k conv between 1x1 convs (fp16): NHWC up to 5x5 taps (Kiln's depthwise
-// kernel); a 7x7 (ConvNeXt's) stays NCHW on cuDNN (KILN_CUDA_DW_NHWC_MAX_TAPS), read through a
-// copy of the first conv's NHWC output, and the last conv reads an NHWC copy of its output.
+// A depthwise k x k conv between 1x1 convs (fp16): NHWC up to 7x7 taps (Kiln's depthwise
+// kernel, ConvNeXt's 7x7 included); a 9x9 stays NCHW on cuDNN (KILN_CUDA_DW_NHWC_MAX_TAPS), read
+// through a copy of the first conv's NHWC output, and the last conv reads an NHWC copy of its
+// output.
 static void dw_taps_layout(int64_t k) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -395,13 +396,13 @@ static void dw_taps_layout(int64_t k) {
     if (!load(g, KILN_PRECISION_FP16, &p)) return;
     CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
     const uint32_t dw = find_head(&p, KILN_OP_CONV2D, find_head(&p, KILN_OP_CONV2D, 0) + 1);
-    const int nhwc = k <= 5;
+    const int nhwc = k <= 7;
     CHECK(dw != UINT32_MAX);
     if (dw != UINT32_MAX) {
         CHECK_MSG(l.head_nhwc[dw] == nhwc && l.nhwc[blk_t(&p, dw)] == nhwc,
                   "%lldx%lld depthwise conv NHWC %d", (long long)k, (long long)k, l.head_nhwc[dw]);
     }
-    // the engine's input and output copies, and with a 7x7 one on each side of it
+    // the engine's input and output copies, and with a 9x9 one on each side of it
     CHECK_MSG(l.n_copies == (nhwc ? 2u : 4u), "%lldx%lld depthwise: %u layout copies", (long long)k,
               (long long)k, l.n_copies);
     kiln_cuda_layout_free(&p, &l);
@@ -679,5 +680,6 @@ int main(void) {
     dw_taps_layout(3);
     dw_taps_layout(5);
     dw_taps_layout(7);
+    dw_taps_layout(9);
     return check_summary();
 }

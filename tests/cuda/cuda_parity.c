@@ -2608,12 +2608,13 @@ static int32_t dw_conv(gbuild *b, int32_t x, int64_t c, int64_t k, int64_t st, i
 // scale multiplied over the NHWC activation), depthwise 5x5/2 + relu6 (clamp), 1x1 project,
 // depthwise 3x3 dilated 2 + hard-swish, a residual add; then a 264-channel block (depthwise
 // 3x3/2, the squeeze-excite scale as the mul's left operand); and depthwise 5x5/1 + SiLU and
-// 5x5/2 on the expand conv's output (outputs v and u); the 2-norms over H, W of the first
+// 5x5/2 on the expand conv's output (outputs v and u), and 7x7/1 + GELU and 7x7/2 on it (s7,
+// t7); the 2-norms over H, W of the first
 // depthwise conv's and the wide block's maps (dn, wn). Every depthwise conv runs Kiln's NHWC
 // depthwise kernel (DW_MODEL_CONVS of them) with the activation fused: the 5x5/2 of the first
 // block reads the squeeze-excite mul's output, NHWC like the conv before it (cuda_layout.c). An
-// odd width leaves a ragged last strip for the kernel's 4-pixel rows (the "[dw rows]" pass).
-#define DW_MODEL_CONVS 6
+// odd width leaves a ragged last strip for the kernel's rows of pixels (the "[dw rows]" pass).
+#define DW_MODEL_CONVS 8
 static int model_mbconv(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t mins[4] = {1, 16, 13, 13}, maxs[4] = {3, 16, 13, 13}, hw[2] = {2, 3}, keep = 1;
@@ -2643,10 +2644,15 @@ static int model_mbconv(model *m, kiln_precision precision) {
     int32_t z = res_conv(&b, gb2(&b, KILN_OP_MUL, ws, w), 264, 24, 1, 1, -1, 0);
     int32_t v = gb1(&b, KILN_OP_SILU, dw_conv(&b, h, 32, 5, 1, 1));
     int32_t u = dw_conv(&b, h, 32, 5, 2, 1);
+    // 7x7 depthwise convs (ConvNeXt's), stride 1 with GELU fused, and stride 2
+    int32_t s7 = gb1(&b, KILN_OP_GELU, dw_conv(&b, h, 32, 7, 1, 1));
+    int32_t t7 = dw_conv(&b, h, 32, 7, 2, 1);
     gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, v, "v"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, u, "u"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, s7, "s7"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, t7, "t7"), "output");
     // 2-norms over H, W of NHWC maps (the global pool's kernels summing squares)
     gb_check(&b, kiln_graph_mark_output(b.g, gb_node(&b, KILN_OP_VECTOR_NORM, &d, 1, ma, 2), "dn"),
              "output");
@@ -2662,7 +2668,7 @@ static int model_mbconv(model *m, kiln_precision precision) {
 // residual add, a depthwise 3x3 of the add's output, and permute (0, 2, 3, 1) into a linear (the
 // output [N, H, W, 16]). With NHWC every permute is a layout permute (cuda_layout.h: no kernel,
 // or a copy of the same bytes with the folds off) and both depthwise convs run NHWC on Kiln's
-// depthwise kernel. (ConvNeXt's own 7x7 stays NCHW on cuDNN: cuda_layout_test's dw_taps case.)
+// depthwise kernel. (ConvNeXt's own 7x7 is in the mbconv model: its s7 output.)
 #define CONVNEXT_MODEL_PERMUTES 3
 static int model_convnext(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
@@ -3164,7 +3170,7 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
 // What an engine's context runs, from kiln_context_layer_info.
 typedef struct e2e_stats {
     int valid;
-    int n_dw_rows; // of n_dw: planned with 4-pixel rows (cuda.dw_rows)
+    int n_dw_rows; // of n_dw: planned with rows of output pixels (cuda.dw_rows)
     int n_pw;      // convs on the pointwise kernel
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_layout_perm; // permutes run as layout permutes (an alias or a copy of the same bytes)
@@ -3191,7 +3197,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             st->n_dw += strcmp(info.kernel, "conv_dw") == 0;
             st->n_pw += strcmp(info.kernel, "conv_pw") == 0;
             st->n_dw_rows += strcmp(info.kernel, "conv_dw") == 0 &&
-                             strstr(info.detail, "4 output pixels") != NULL;
+                             strstr(info.detail, "output pixels of a row") != NULL;
         }
         st->n_sdpa_dnn += info.op == KILN_OP_SDPA && strcmp(info.kernel, "cudnn") == 0;
         // tuned at context creation: cuDNN's fastest configuration was timed against Kiln's
@@ -4720,7 +4726,7 @@ static void run_e2e(void) {
                 models[i].name = nm;
                 load_pw = 1;
             } else if (pass == 1 &&
-                       is_dw) { // the depthwise convs' 4-pixel rows forced (cuda.dw_rows)
+                       is_dw) { // the depthwise convs' rows of pixels forced (cuda.dw_rows)
                 snprintf(nm, sizeof nm, "%s [dw rows]", keep);
                 models[i].name = nm;
                 load_dw_rows = 1;
@@ -4780,13 +4786,12 @@ static void run_e2e(void) {
                     int want = st.n_conv_nhwc > 0 ? DW_MODEL_CONVS : 0;
                     CHECK_MSG(st.n_dw == want, "%s: %d convs on the depthwise kernel, want %d",
                               models[i].name, st.n_dw, want);
-                    // forced, the 4-pixel rows take every one but the dilated 3x3 (the model's
-                    // shapes are too small for cuda.dw_rows auto)
-                    want = load_dw_rows && want > 0 ? DW_MODEL_CONVS - 1 : 0;
+                    // forced, the rows take every one but the dilated 3x3 and the 7x7/2; auto,
+                    // only the 7x7/1 (the model's 3x3 and 5x5 shapes are too small for them)
+                    want = want == 0 ? 0 : load_dw_rows ? DW_MODEL_CONVS - 2 : 1;
                     CHECK_MSG(st.n_dw_rows == want,
-                              "%s: %d depthwise convs in 4-pixel rows, "
-                              "want %d",
-                              models[i].name, st.n_dw_rows, want);
+                              "%s: %d depthwise convs in rows of pixels, want %d", models[i].name,
+                              st.n_dw_rows, want);
                 }
                 if (is_cnn && picked) {
                     // with cuda.conv_pw on, the NHWC 1x1 convs run the pointwise kernel (all five
