@@ -134,14 +134,15 @@ __device__ __forceinline__ void dw_stage_taps(T *ws, const kiln_cuda_conv_geom &
 // costs a few load round trips instead of one per element (a 7x7 block of 192 channels stages
 // 9408 elements). (Consecutive threads reading vectors K apart, so that a warp's 2-byte stores
 // fall in different banks, measured no faster for 7x7 and slower for 3x3 and 5x5: the reads
-// are then uncoalesced.)
-template <typename T, int TAPS>
-__device__ __forceinline__ void dw_stage_taps_vec(T *ws, const kiln_cuda_conv_geom &g, int ct,
-                                                  int cbase) {
+// are then uncoalesced.) The elements move as 16-bit words (fp16 and bf16 alike), in a call, not
+// inlined: one copy of this code per kernel size, not per kernel (the plugin's size).
+template <int TAPS>
+static __device__ __noinline__ void dw_stage_taps_vec(uint16_t *ws, const void *wt, int c, int ct,
+                                                      int cbase) {
     constexpr int U = 4;
-    const int c = (int)g.c, nthreads = (int)(blockDim.x * blockDim.y);
+    const int nthreads = (int)(blockDim.x * blockDim.y);
     const int tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
-    const uint4 *w = (const uint4 *)((const T *)g.w + (int64_t)cbase * TAPS);
+    const uint4 *w = (const uint4 *)((const uint16_t *)wt + (int64_t)cbase * TAPS);
     const int nv = ct / DW_VEC * TAPS;
     const int nvalid = (c - cbase < ct ? c - cbase : ct) / DW_VEC * TAPS;
     for (int v0 = tid; v0 < nv; v0 += U * nthreads) {
@@ -155,7 +156,7 @@ __device__ __forceinline__ void dw_stage_taps_vec(T *ws, const kiln_cuda_conv_ge
         for (int u = 0; u < U; u++) {
             const int v = v0 + u * nthreads;
             if (v >= nv) break;
-            const T *e = (const T *)&raw[u];
+            const uint16_t *e = (const uint16_t *)&raw[u];
 #pragma unroll
             for (int k = 0; k < DW_VEC; k++) {
                 const int i = v * DW_VEC + k;
@@ -174,6 +175,18 @@ __device__ __forceinline__ void dw_bias(const kiln_cuda_conv_geom &g, int c0, fl
     for (int k = 0; k < DW_VEC; k++) b0[k] = bias != NULL ? kc_to_f(bias[c0 + k]) : 0.0f;
 }
 
+// One pixel's 8 channels through the activation: a call, not inlined, so that the kernels share
+// one copy of the seven activations' code (inlined into every kernel, over up to 32 values each,
+// they were a quarter of op_conv.cu's compressed device code and took the runtime wheel over its
+// 3 MB).
+struct dw_f8 {
+    float v[DW_VEC];
+};
+static __device__ __noinline__ dw_f8 dw_act8(dw_f8 x, int act, float lo, float hi) {
+    kc_conv_act_all<DW_VEC>(x.v, act, lo, hi);
+    return x;
+}
+
 // P output pixels of row oy from ox0 (those inside the row), 8 channels from c0: the activation
 // applied before the one rounding, one 16-byte store each.
 template <typename T, int P>
@@ -182,10 +195,17 @@ __device__ __forceinline__ void dw_store(const kiln_cuda_conv_geom &g, int n, in
                                          float hi) {
     const int ow = (int)g.ow;
     T *yrow = (T *)g.y + (((int64_t)n * g.oh + oy) * ow) * g.c + c0;
-    kc_conv_act_all<P * DW_VEC>(&acc[0][0], act, lo, hi);
 #pragma unroll
     for (int p = 0; p < P; p++) {
         if (ox0 + p >= ow) break;
+        if (act != KC_ACT_NONE) {
+            dw_f8 t;
+#pragma unroll
+            for (int k = 0; k < DW_VEC; k++) t.v[k] = acc[p][k];
+            t = dw_act8(t, act, lo, hi);
+#pragma unroll
+            for (int k = 0; k < DW_VEC; k++) acc[p][k] = t.v[k];
+        }
         uint4 outv;
         T *ov = (T *)&outv;
 #pragma unroll
@@ -198,8 +218,8 @@ __device__ __forceinline__ void dw_store(const kiln_cuda_conv_geom &g, int n, in
 // bx channel vectors of by such strips at a time and walks the strips of its grid row. The
 // filter taps sit in shared memory as [tap][channel] (copied from the OIHW [channel][tap] weight
 // with coalesced reads), so a tap's weights for 8 channels are one 16-byte load, used for the
-// strip's DW_PX pixels. K: the kernel size, unrolled (3, 5 and 7: MobileNet's, EfficientNet's
-// and ConvNeXt's); 0 reads it from g. Indices are
+// strip's DW_PX pixels. K: the kernel size, unrolled (3 and 5: MobileNet's and EfficientNet's);
+// 0 reads it from g. Indices are
 // 32-bit (dw_fits bounds the sizes).
 template <typename T, int K>
 static __global__ void __launch_bounds__(DW_BLOCK)
@@ -209,8 +229,8 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     const int kh = K > 0 ? K : g.kh, kw = K > 0 ? K : g.kw, taps = kh * kw;
     const int ct = (int)blockDim.x * DW_VEC, cbase = (int)blockIdx.x * ct, c = (int)g.c;
     const T *x = (const T *)g.x;
-    if (K > 0) {
-        dw_stage_taps_vec<T, (K > 0 ? K * K : 1)>(ws, g, ct, cbase);
+    if constexpr (K > 0) {
+        dw_stage_taps_vec<K * K>((uint16_t *)ws, g.w, c, ct, cbase);
     } else {
         dw_stage_taps<T>(ws, g, taps, ct, cbase);
     }
@@ -274,7 +294,7 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     T *ws = (T *)dw_smem;
     const int ct = (int)blockDim.x * DW_VEC, cbase = (int)blockIdx.x * ct, c = (int)g.c;
     const T *x = (const T *)g.x;
-    dw_stage_taps_vec<T, K * K>(ws, g, ct, cbase);
+    dw_stage_taps_vec<K * K>((uint16_t *)ws, g.w, c, ct, cbase);
     const int c0 = cbase + (int)threadIdx.x * DW_VEC;
     if (c0 >= c) return;
     float b0[DW_VEC];
@@ -392,7 +412,6 @@ static void dw_launch(int k, int rows, dim3 grid, dim3 block, size_t smem, cudaS
     switch (k) {
     case 3: conv_dw_nhwc_kernel<T, 3><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     case 5: conv_dw_nhwc_kernel<T, 5><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
-    case 7: conv_dw_nhwc_kernel<T, 7><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     default: conv_dw_nhwc_kernel<T, 0><<<grid, block, smem, st>>>(*g, act, lo, hi); break;
     }
 }
@@ -422,7 +441,8 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     if (gy > cap) gy = cap;
     const dim3 grid(gx, (unsigned)(gy > 0 ? gy : 1)), block(bx, by);
     const size_t smem = (size_t)g->kh * g->kw * bx * DW_VEC * kiln_cuda_dtype_size(g->x_dt);
-    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5 || g->kh == 7) ? g->kh : 0;
+    // (a 7x7 of stride 1 runs in rows; other 7x7s take the generic form, taps not unrolled)
+    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5 || (g->kh == 7 && rows)) ? g->kh : 0;
     *fused = act != KC_ACT_NONE;
     if (g->x_dt == KILN_DTYPE_F16) {
         dw_launch<__half>(k, rows, grid, block, smem, ctx->stream, g, act, lo, hi);
