@@ -349,6 +349,9 @@ static __global__ void __launch_bounds__(DW_BLOCK)
 #define DW_ROW_PX 4  // output pixels per thread of the row kernel
 #define DW_ROW_PX7 2 // the same for 7x7 stride 1 (4 measured slower: fewer threads at batch 1)
 
+// Output pixels per thread of the row kernel for g's kernel size.
+static int dw_row_px(const kiln_cuda_conv_geom *g) { return g->kh == 7 ? DW_ROW_PX7 : DW_ROW_PX; }
+
 // Whether the row kernel takes the layer: its unrolled shapes and (cuda.dw_rows auto) enough
 // 4-pixel threads to keep the SMs busy. A 5x5 saves 45-60% of the loads and conversions and pays
 // from 14 warps per SM; a 3x3 saves 25-50% and pays only with the SMs full (64 warps each).
@@ -425,7 +428,7 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     unsigned bx, by;
     dw_block(g->c, &bx, &by);
     const int rows = dw_rows_pays(ctx, g);
-    const int px = rows ? (g->kh == 7 ? DW_ROW_PX7 : DW_ROW_PX) : DW_PX;
+    const int px = rows ? dw_row_px(g) : DW_PX;
     const int64_t strips = g->n * g->oh * ((g->ow + px - 1) / px);
     const unsigned gx = (unsigned)((g->c / DW_VEC + bx - 1) / bx);
     // about eight blocks per SM of a large GPU: each block stages its taps once and walks
@@ -658,7 +661,7 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
     if (dw_fits(&g)) {
         float lo, hi;
         plan->kernel = KILN_CUDA_K_CONV_DW;
-        plan->conv.dw_rows = dw_rows_pays(ctx, &g) ? (g.kh == 7 ? DW_ROW_PX7 : DW_ROW_PX) : 0;
+        plan->conv.dw_rows = dw_rows_pays(ctx, &g) ? dw_row_px(&g) : 0;
         plan->fused = args->n_tail > 0 && args->tail[0].operand == NULL &&
                       kc_conv_act_of(&args->tail[0], &lo, &hi) != KC_ACT_NONE;
         return;
