@@ -207,6 +207,10 @@ def _ops(layers, op):
     return sum(1 for o, _ in layers if o == op)
 
 
+def _first(layers, op):
+    return next((i for i, (o, _) in enumerate(layers) if o == op), len(layers))
+
+
 # The builder's patterns on real library code (docs/builder.md), each a check that fails without
 # its rewrite: (model, check of the float16 engine's layers, what it shows).
 BUILDER_PATTERNS = {
@@ -260,13 +264,24 @@ BUILDER_PATTERNS = {
         "q/k/v merged with a zero bias for k",
     ),
     # rotary over the first 20 of each head's 80 dims: one rotary layer per operand, no slice
-    # or cat around it
+    # or cat around it; both run before the head split (their tables are constants at static
+    # shapes), which then feeds sdpa as a view
     "stablelm": (
         lambda ls: (
             _ops(ls, "rotary") == 2 * _ops(ls, "sdpa") > 0
             and _ops(ls, "slice") == _ops(ls, "cat") == 0
+            and _first(ls, "rotary") < _first(ls, "permute")
         ),
-        "partial rotary as one rotary layer",
+        "partial rotary as one rotary layer, before the head split",
+    ),
+    # apply_rotary_pos_emb after the head split, grouped-query attention: the rotaries of q and
+    # k run on [B, L, H, E] before their permutes (the key's then a view of sdpa's operand)
+    "llama": (
+        lambda ls: (
+            _ops(ls, "rotary") == 2 * _ops(ls, "sdpa") > 0
+            and _first(ls, "rotary") < _first(ls, "permute")
+        ),
+        "rotary before the head split",
     ),
     # baddbmm over heads flattened into the batch, the alibi added there, the scores viewed as
     # [B, H, L, S] for the causal mask and back: one sdpa per layer

@@ -51,12 +51,16 @@
 //     elimination) and the cat. It runs after 7.
 // 12. a last-dim op of a permute that keeps the last dim last, the permute read only by it,
 //     runs before the permute: norm(permute(x, P)) is permute(norm(x), P) for rms_norm and a
-//     layer_norm over the last dim, and op(permute(x, P), c) for a binary elementwise op with
-//     a constant c of at most one dim above 1 is permute(op(x, c'), P), c' the same bytes at
-//     P's inverse (Swin-V2's cosine attention: q and k normalized after the head split, q
-//     scaled per head; the head split then feeds sdpa directly, which backends read as a
-//     strided view instead of running the permute). It runs after 3, in the pass's second run
-//     (after the attention and norm patterns, which match the head split's first form).
+//     layer_norm over the last dim, op(permute(x, P), c) for a binary elementwise op with a
+//     constant c is permute(op(x, c'), P), c' the same bytes at P's inverse (when that keeps
+//     the order of c's dims above 1), and so is a rotary embedding with constant cos and sin
+//     tables, unless its output is written into a cache by index_copy or the permute moves
+//     only dims of size 1 (Swin-V2's cosine attention: q and k normalized after the head
+//     split, q scaled per head; the rotary of q and k after the head split in transformers'
+//     Llama-family models at static shapes; the head split then feeds sdpa directly, which
+//     backends read as a strided view instead of running the permute). It runs after 3, in
+//     the pass's second run (after the attention, norm and rotary patterns, which match the
+//     head split's first form).
 // 13. in the second run, a chain of views, permutes, slices and index ops with constant indices
 //     (each link read only by the next, static shapes) that keeps the last dim C whole and last,
 //     with an index among its links and at least two links that copy, is one index over x's
@@ -862,26 +866,51 @@ static int32_t last_keeping_permute(const kiln_bgraph *b, int32_t v, int64_t *pe
 }
 
 // A constant of the shape c' for rewrite 12 (c's bytes, its dims aligned to rank r and moved
-// to P's inverse), or -1 when c has more than one dim above 1.
+// to P's inverse), or -1 when that would reorder c's dims above 1 (the bytes would move).
 static kiln_status inverse_permuted_const(kiln_bgraph *b, int32_t c, const int64_t *perm,
                                           uint32_t r, int32_t *out) {
     *out = -1;
     const kiln_value_desc d = b->values[c].desc; // a copy: adding a value may move them
     if (d.shape.rank > r) return KILN_OK;
-    int64_t al[KILN_MAX_RANK];
-    int big = 0;
+    int64_t al[KILN_MAX_RANK], last_big = -1;
     for (uint32_t i = 0; i < r; i++) {
         const int32_t j = (int32_t)i - (int32_t)(r - d.shape.rank);
         al[i] = j < 0 ? 1 : d.shape.max[j];
         if (j >= 0 && d.shape.min[j] != d.shape.max[j]) return KILN_OK;
-        big += al[i] > 1;
+        if (al[i] > 1) {
+            if (perm[i] < last_big) return KILN_OK; // two dims above 1 would swap
+            last_big = perm[i];
+        }
     }
-    if (big > 1) return KILN_OK;
     kiln_shape s;
     memset(&s, 0, sizeof s);
     s.rank = r;
     for (uint32_t i = 0; i < r; i++) s.min[(size_t)perm[i]] = s.max[(size_t)perm[i]] = al[i];
     return kiln_bgraph_add_const(b, d.dtype, &s, b->values[c].data, b->values[c].nbytes, out);
+}
+
+// Whether value v is read by an index_copy (a cache write: the CUDA backend runs a rotary
+// feeding one inside the q rotary's launch, cuda_fold.h, which needs the rotary's output there).
+static int read_by_index_copy(const kiln_bgraph *b, int32_t v) {
+    for (size_t k = 0; k < b->n_nodes; k++) {
+        const kiln_bnode *n = &b->nodes[k];
+        if (n->dead || n->op != KILN_OP_INDEX_COPY) continue;
+        for (uint32_t i = 0; i < n->n_inputs; i++) {
+            if (kiln_bgraph_input(b, n, i) == v) return 1;
+        }
+    }
+    return 0;
+}
+
+// Whether permute perm of x only moves dims of size 1 (a view: the bytes keep their order).
+static int permute_is_view(const kiln_shape *xs, const int64_t *perm, uint32_t r) {
+    int64_t last = -1;
+    for (uint32_t i = 0; i < r; i++) {
+        if (xs->max[perm[i]] == 1) continue;
+        if (perm[i] < last) return 0;
+        last = perm[i];
+    }
+    return 1;
 }
 
 // Rewrite 12 for node k: *done when it became the permute (of the op, now in the permute's
@@ -908,6 +937,13 @@ static kiln_status op_before_permute(kiln_bgraph *b, uint32_t k, int *done) {
         slot = kiln_bgraph_is_const(b, ins[0]) ? 1 : 0;
         if (!kiln_bgraph_is_const(b, ins[1 - slot]) || b->values[ins[1 - slot]].data == NULL)
             return KILN_OK;
+    } else if (n->op == KILN_OP_ROTARY) {
+        if (n->n_inputs != 3) return KILN_OK;
+        for (uint32_t i = 0; i < 3; i++) ins[i] = kiln_bgraph_input(b, n, i);
+        for (uint32_t i = 1; i < 3; i++) {
+            if (!kiln_bgraph_is_const(b, ins[i]) || b->values[ins[i]].data == NULL) return KILN_OK;
+        }
+        if (read_by_index_copy(b, n->output)) return KILN_OK;
     } else {
         return KILN_OK;
     }
@@ -918,7 +954,20 @@ static kiln_status op_before_permute(kiln_bgraph *b, uint32_t k, int *done) {
     if (x < 0 || !kiln_shape_same(&b->values[b->nodes[k].output].desc.shape,
                                   &b->values[ins[slot]].desc.shape))
         return KILN_OK;
-    if (n->op != KILN_OP_RMS_NORM && n->op != KILN_OP_LAYER_NORM) {
+    if (n->op == KILN_OP_ROTARY) {
+        // a permute of size-1 dims is already no copy (a decode step's head split); otherwise
+        // the tables move to x's dim order and the permute, read by sdpa, becomes a view there
+        if (permute_is_view(&b->values[x].desc.shape, perm, r) ||
+            !kiln_shape_same(&b->values[ins[1]].desc.shape, &b->values[ins[2]].desc.shape))
+            return KILN_OK;
+        int32_t c2[2]; // cos and sin of one shape: both move or neither
+        for (uint32_t i = 0; i < 2; i++) {
+            KILN_TRY(inverse_permuted_const(b, ins[1 + i], perm, r, &c2[i]));
+            if (c2[i] < 0) return KILN_OK;
+        }
+        ins[1] = c2[0];
+        ins[2] = c2[1];
+    } else if (n->op != KILN_OP_RMS_NORM && n->op != KILN_OP_LAYER_NORM) {
         int32_t c2;
         KILN_TRY(inverse_permuted_const(b, ins[1 - slot], perm, r, &c2));
         if (c2 < 0) return KILN_OK;

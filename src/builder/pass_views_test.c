@@ -237,7 +237,8 @@ static void test_space_to_depth(int variant, const char *want, const char *what)
 // E] -> permute(0, 2, 1, 3) -> rms_norm over E -> a per-head scale [H, 1, 1] -> neg: the norm and
 // the mul run before the permute. variant 1: a layer_norm with weight and bias; 2: the permute
 // moves E (stays); 3: the permute also read by an add (stays); 4: a scale [H, 1, E] (the norm
-// moves, the mul stays after the permute).
+// moves, the mul stays after the permute); 5: a scale [H, L, E] (its dims H and L would swap:
+// the norm moves, the mul stays).
 static void test_op_before_permute(int variant, const char *want, const char *what) {
     enum { B = 2, L = 5, H = 3, E = 4 };
     kiln_graph *g;
@@ -245,7 +246,7 @@ static void test_op_before_permute(int variant, const char *want, const char *wh
     kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
                        o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
     float *w = tu_rand(E, 0.5f, 1.5f), *bb = tu_rand(E, -0.5f, 0.5f),
-          *sc = tu_rand(H * E, 0.5f, 2.0f);
+          *sc = tu_rand(H * L * E, 0.5f, 2.0f);
     CHECK_OK(kiln_graph_new(&g));
     int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(B, L, H * E), TU_DIMS(B, L, H * E));
     int32_t t = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
@@ -263,7 +264,8 @@ static void test_op_before_permute(int variant, const char *want, const char *wh
     } else {
         t = tu_node(g, KILN_OP_RMS_NORM, TU_IDS(pm, cw), TU_ATTRS(TU_FLOATS("eps", 1e-6)));
     }
-    int32_t cs = variant == 4   ? tu_const(g, "s", KILN_DTYPE_F32, 3, TU_DIMS(H, 1, E), sc)
+    int32_t cs = variant == 5   ? tu_const(g, "s", KILN_DTYPE_F32, 3, TU_DIMS(H, L, E), sc)
+                 : variant == 4 ? tu_const(g, "s", KILN_DTYPE_F32, 3, TU_DIMS(H, 1, E), sc)
                  : variant == 2 ? tu_const(g, "s", KILN_DTYPE_F32, 3, TU_DIMS(E, 1, 1), sc)
                                 : tu_const(g, "s", KILN_DTYPE_F32, 3, TU_DIMS(H, 1, 1), sc);
     t = tu_node(g, KILN_OP_MUL, TU_IDS(t, cs), TU_NO_ATTRS);
@@ -279,6 +281,71 @@ static void test_op_before_permute(int variant, const char *want, const char *wh
     free(w);
     free(bb);
     free(sc);
+}
+
+// Rewrite 12 for a rotary embedding: q [B, L, H E] -> exp -> [B, L, H, E] -> permute(0, 2, 1, 3)
+// -> rotary with constant tables [L, E] (transformers' Llama at static shapes) -> neg: the
+// rotary runs before the permute, its tables at [L, 1, E]. variant 1: tables [1, 1, L, R] over
+// the first R = E / 2 (a partial rotation); 2: the rotary's output also written into a buffer
+// by index_copy (a cache: stays); 3: L = 1, the permute moves only a dim of size 1 (a view:
+// the rotary reads the reshape, nothing moves);
+// 4: tables given as inputs (not constant: stays); 5: tables [H, L, E] (their dims H and L
+// would swap: stays).
+static void test_rotary_before_permute(int variant, const char *want, const char *what) {
+    const int64_t B = 2, L = variant == 3 ? 1 : 5, H = 3, E = 8;
+    const int64_t R = variant == 1 ? E / 2 : E, TH = variant == 5 ? H : 1;
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    float *cv = tu_rand(TH * L * R, -1.0f, 1.0f), *sv = tu_rand(TH * L * R, -1.0f, 1.0f);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(B, L, H * E), TU_DIMS(B, L, H * E));
+    int32_t t = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", B, L, H, E)));
+    int32_t pm = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    int32_t c, s;
+    if (variant == 4) {
+        c = tu_input(g, "cos", KILN_DTYPE_F32, 2, TU_DIMS(L, E), TU_DIMS(L, E));
+        s = tu_input(g, "sin", KILN_DTYPE_F32, 2, TU_DIMS(L, E), TU_DIMS(L, E));
+    } else if (variant == 1) {
+        c = tu_const(g, "cos", KILN_DTYPE_F32, 4, TU_DIMS(1, 1, L, R), cv);
+        s = tu_const(g, "sin", KILN_DTYPE_F32, 4, TU_DIMS(1, 1, L, R), sv);
+    } else if (variant == 5) {
+        c = tu_const(g, "cos", KILN_DTYPE_F32, 3, TU_DIMS(H, L, E), cv);
+        s = tu_const(g, "sin", KILN_DTYPE_F32, 3, TU_DIMS(H, L, E), sv);
+    } else {
+        c = tu_const(g, "cos", KILN_DTYPE_F32, 2, TU_DIMS(L, E), cv);
+        s = tu_const(g, "sin", KILN_DTYPE_F32, 2, TU_DIMS(L, E), sv);
+    }
+    int32_t rt = tu_node(g, KILN_OP_ROTARY, TU_IDS(pm, c, s), TU_NO_ATTRS);
+    if (variant == 2) {
+        int32_t buf =
+            tu_input(g, "buf", KILN_DTYPE_F32, 4, TU_DIMS(B, H, 2 * L, E), TU_DIMS(B, H, 2 * L, E));
+        int32_t idx = tu_input(g, "pos", KILN_DTYPE_I64, 1, TU_DIMS(L), TU_DIMS(L));
+        tu_output(g,
+                  tu_node(g, KILN_OP_INDEX_COPY, TU_IDS(buf, idx, rt),
+                          TU_ATTRS(TU_INTS("dim", 2), TU_INTS("wrap", 0))),
+                  "cache");
+    }
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(rt), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    if (variant == 2) {
+        bt_shape sh[3] = {{3, {B, L, H * E}}, {4, {B, H, 2 * L, E}}, {1, {L}}};
+        bt_compare(g, &o0, &o1, 3, sh, 2 * L - 1, 1e-5, 1e-5, what);
+    } else if (variant == 4) {
+        bt_shape sh[3] = {{3, {B, L, H * E}}, {2, {L, E}}, {2, {L, E}}};
+        bt_compare(g, &o0, &o1, 3, sh, 0, 1e-5, 1e-5, what);
+    } else {
+        bt_shape sh[1] = {{3, {B, L, H * E}}};
+        bt_compare(g, &o0, &o1, 1, sh, 0, 1e-5, 1e-5, what);
+    }
+    kiln_graph_free(g);
+    free(cv);
+    free(sv);
 }
 
 // Rewrite 13: Swin's shifted windows, x [1, 8, 8, C] -> exp -> torch.roll by -3 over H and W
@@ -593,8 +660,20 @@ int main(void) {
                            "a permute that moves the last dim: stays");
     test_op_before_permute(3, "exp|reshape|permute|rms_norm|mul,add,neg",
                            "the head split read twice: stays");
-    test_op_before_permute(4, "exp|reshape|rms_norm|permute|mul,neg",
-                           "a scale over two dims: the norm moves, the mul stays");
+    test_op_before_permute(4, "exp|reshape|rms_norm|mul|permute|neg",
+                           "a scale [H, 1, E]: its dims keep their order, both move");
+    test_op_before_permute(5, "exp|reshape|rms_norm|permute|mul,neg",
+                           "a scale [H, L, E]: the norm moves, the mul stays");
+    test_rotary_before_permute(0, "exp|reshape|rotary|permute|neg",
+                               "rotary with tables [L, E] before the head split");
+    test_rotary_before_permute(1, "exp|reshape|rotary|permute|neg",
+                               "a partial rotary with tables [1, 1, L, R]");
+    test_rotary_before_permute(2, "exp|reshape|permute|rotary|index_copy|neg",
+                               "rotary written into a cache: stays");
+    test_rotary_before_permute(3, "exp|reshape|rotary|neg",
+                               "L = 1: the permute is a view (rewrite 1), the rotary stays after");
+    test_rotary_before_permute(4, "exp|reshape|permute|rotary|neg", "tables as inputs: stay");
+    test_rotary_before_permute(5, "exp|reshape|permute|rotary|neg", "tables [H, L, E]: stay");
     test_row_gather(0, "exp|reshape|index|reshape|neg",
                     "roll and window partition: one row gather");
     test_row_gather(1, "exp|reshape|index|reshape|neg",
