@@ -21,6 +21,10 @@ static size_t elem_size(uint32_t dtype) {
     }
 }
 
+static int static_shape(const kiln_plan_tensor *t) {
+    return memcmp(t->shape.min, t->shape.max, t->shape.rank * sizeof *t->shape.min) == 0;
+}
+
 static int view_op(uint32_t op) {
     return op == KILN_OP_PERMUTE || op == KILN_OP_SELECT || op == KILN_OP_RESHAPE;
 }
@@ -58,12 +62,52 @@ static void dense(const kiln_tensor *v, void *data, kiln_cuda_strided *out) {
     }
 }
 
+// The strides of a reshape of strided view `in` to dims d (rank r) without moving bytes: each
+// run of input dims that the reshape merges or splits must be contiguous with respect to the
+// strides (torch's view rule). 0 when it is not.
+static int reshape_strides(const kiln_cuda_strided *in, uint32_t r, const int64_t *d,
+                           int64_t *str) {
+    int64_t numel = 1, out_numel = 1;
+    for (uint32_t j = 0; j < in->rank; j++) numel *= in->dims[j];
+    for (uint32_t j = 0; j < r; j++) out_numel *= d[j];
+    if (numel != out_numel) return 0;
+    if (numel == 0) { // nothing read: dense strides
+        int64_t acc = 1;
+        for (uint32_t j = r; j-- > 0;) {
+            str[j] = acc;
+            acc *= d[j] > 0 ? d[j] : 1;
+        }
+        return 1;
+    }
+    int64_t view_d = (int64_t)r - 1, base = in->str[in->rank - 1], tn = 1, vn = 1;
+    for (int64_t t = (int64_t)in->rank - 1; t >= 0; t--) {
+        tn *= in->dims[t];
+        // a run of input dims ends where the next outer one does not continue it
+        if (t == 0 || (in->dims[t - 1] != 1 && in->str[t - 1] != tn * base)) {
+            while (view_d >= 0 && (vn < tn || d[view_d] == 1)) {
+                str[view_d] = vn * base;
+                vn *= d[view_d];
+                view_d--;
+            }
+            if (vn != tn) return 0;
+            if (t > 0) {
+                base = in->str[t - 1];
+                tn = 1;
+                vn = 1;
+            }
+        }
+    }
+    return view_d == -1;
+}
+
 // The view of `id` given the view `in` of its virtual producer's input (dims of the output: d).
+// A reshape that no strides express gives rank 0 (the fold pass then runs the chain).
 static void apply(const kiln_plan *p, uint32_t li, const kiln_cuda_strided *in, uint32_t rank,
                   const int64_t *d, size_t es, kiln_cuda_strided *out) {
     uint32_t perm[KILN_MAX_RANK];
     kiln_attrs a = kiln_plan_layer_attrs(p, &p->layers[li]);
     memset(out, 0, sizeof *out);
+    if (in->rank == 0) return; // the input's view failed (or a scalar: not folded)
     out->data = in->data;
     out->rank = rank;
     memcpy(out->dims, d, sizeof out->dims);
@@ -85,14 +129,9 @@ static void apply(const kiln_plan *p, uint32_t li, const kiln_cuda_strided *in, 
         }
         break;
     }
-    default: { // RESHAPE of a dense input
-        kiln_tensor t;
-        memset(&t, 0, sizeof t);
-        t.rank = rank;
-        memcpy(t.dims, d, sizeof t.dims);
-        dense(&t, in->data, out);
+    default: // RESHAPE: of a dense input, or of a view whose strides allow it
+        if (!reshape_strides(in, rank, d, out->str)) out->rank = 0;
         break;
-    }
     }
 }
 
@@ -239,8 +278,11 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         if ((nhwc != NULL && (nhwc[x] || nhwc[y])) || (alt != NULL && alt[l->input_begin]))
             continue;
         if (l->op == KILN_OP_PERMUTE && !perm_of(p, li, p->tensors[x].shape.rank, perm)) continue;
+        // a reshape of another view's output: at static shapes only (the pass checks below,
+        // with the plan's shapes, that strides express it; they are then the execute's)
         if (l->op == KILN_OP_RESHAPE && f->producer[x] >= 0 &&
-            view_op(p->layers[f->producer[x]].op))
+            view_op(p->layers[f->producer[x]].op) &&
+            !(static_shape(&p->tensors[x]) && static_shape(&p->tensors[y])))
             continue;
         s->cand[li] = 1;
     }
@@ -596,10 +638,6 @@ static void gemv_siblings(fold_state *s, const uint8_t *alt) {
 }
 
 // --- rope groups (cuda_fold.h)
-
-static int static_shape(const kiln_plan_tensor *t) {
-    return memcmp(t->shape.min, t->shape.max, t->shape.rank * sizeof *t->shape.min) == 0;
-}
 
 // An activation a rope group's kernel reads densely (not NHWC, not read through a layout copy:
 // checked by the caller for its slot, not relocated out of the arena's layout rules).

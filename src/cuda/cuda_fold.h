@@ -5,10 +5,13 @@
 // Reads: a PERMUTE, SELECT or RESHAPE layer (no fused tail, its input stored as the plan says)
 // is *virtual* (no kernel; its output is never written) when its output is an activation, not
 // an engine output, and every reader of that output is a virtual layer or the q, k or v input of
-// an sdpa. A RESHAPE is virtual only when its input is written by a layer that is not one of
-// these three (its input is then dense). The sdpa reads each such operand through a strided view
-// of the nearest materialized tensor (the *base*): [B, S, H, E] memory as [B, H, S, E], or the
-// packed QKV projection [B, S, 3, H, E] through permute (2, 0, 3, 1, 4) and select, with the
+// an sdpa. A RESHAPE of another view's output is virtual only at static shapes, and only where
+// strides express it (each run of dims it merges or splits contiguous in the view: torch's
+// view rule; checked with the plan's shapes, else the chain runs). The sdpa reads each such
+// operand through a strided view of the nearest materialized tensor (the *base*): [B, S, H, E]
+// memory as [B, H, S, E], the packed QKV projection [B, S, 3, H, E] through permute (2, 0, 3,
+// 1, 4) and select, or torch's nn.MultiheadAttention chain over a sequence-first [S, 1, 3D]
+// projection (unflatten, unsqueeze, transpose, squeeze, select, view, transpose, view), with the
 // innermost stride 1.
 // Writes: an sdpa (no fused tail) whose output is an activation read only by a PERMUTE that keeps
 // the innermost dim (e.g. (0, 2, 1, 3)) writes the permute's output directly ([B, L, H, E]); the

@@ -263,6 +263,98 @@ static void packed(void) {
     kiln_plan_release(&p);
 }
 
+// torch's nn.MultiheadAttention in sequence-first form (torchvision's ViT exports it so, with
+// bt batch rows): qkv = linear [S, bt, 3D] -> unflatten [S, bt, 3, D] -> unsqueeze(0) ->
+// transpose(0, -2) -> squeeze(-2) -> select j -> view [S, bt H, E] -> transpose(0, 1) -> view
+// [bt, H, S, E] -> sdpa -> permute (2, 0, 1, 3) -> view [S bt, D] -> linear. At bt = 1 every
+// link is a view of the qkv projection (reshapes of strided views): none runs, and the sdpa
+// reads head h of operand j at (s bt + b) 3D + j D + h E + e and writes [S, bt, H, E]. At bt = 2
+// the view [S, bt H, E] merges bt (stride 3D) with the heads (stride E): no strides express it,
+// so the operands' chains run (torch copies there too).
+static void mha_seq_first(int64_t bt) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    int64_t dims[3] = {S, bt, D}, unfl[4] = {S, bt, 3, D}, unsq[5] = {1, S, bt, 3, D};
+    int64_t tr[5] = {3, 1, 2, 0, 4}, sq[4] = {3, S, bt, D}, heads[3] = {S, bt * H, E};
+    int64_t t01[3] = {1, 0, 2}, bhse[4] = {bt, H, S, E}, back[4] = {2, 0, 1, 3};
+    int64_t merge[2] = {S * bt, D}, zero = 0;
+    int32_t x = -1, parts[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    int32_t qkv = reshape(g, linear(g, x, D, 3 * D), unfl, 4);
+    qkv = reshape(g, permute(g, reshape(g, qkv, unsq, 5), tr, 5), sq, 4);
+    for (int64_t i = 0; i < 3; i++) {
+        int64_t idx = i;
+        kiln_attr sa[2] = {{"dim", &zero, NULL, 1}, {"index", &idx, NULL, 1}};
+        int32_t v = node(g, KILN_OP_SELECT, &qkv, 1, sa, 2);
+        parts[i] = reshape(g, permute(g, reshape(g, v, heads, 3), t01, 3), bhse, 4);
+    }
+    int32_t att =
+        reshape(g, permute(g, node(g, KILN_OP_SDPA, parts, 3, NULL, 0), back, 4), merge, 2);
+    CHECK(kiln_graph_mark_output(g, linear(g, att, D, D), "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), lin = find_head(&p, KILN_OP_LINEAR, 0);
+    CHECK(sdpa != UINT32_MAX && lin != UINT32_MAX);
+    if (sdpa != UINT32_MAX && lin != UINT32_MAX) {
+        const int32_t y = kiln_plan_group_output(&p, lin);
+        fprintf(stderr, "mha sequence-first, batch %d: %u virtual, sdpa operands %u, outputs %u\n",
+                (int)bt, f.n_virtual, f.n_sdpa_in, f.n_sdpa_out);
+        if (bt == 1) CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
+        bind_views(&p, views);
+        int bad = 0;
+        int32_t bases[3] = {y, y, y};
+        for (uint32_t j = 0; j < 3; j++) {
+            kiln_cuda_strided v;
+            if (!(f.sdpa_in[sdpa] & (1u << j))) continue;
+            int32_t t = p.ids[p.layers[sdpa].input_begin + j], pl;
+            kiln_cuda_fold_view(&p, &f, views, t, &v);
+            CHECK(v.rank == 4 && v.dims[0] == bt && v.dims[1] == H && v.dims[2] == S &&
+                  v.dims[3] == E && v.str[3] == 1);
+            // the tensor the view reads: the projection, or a link of the chain that runs
+            while ((pl = f.producer[t]) >= 0 && (f.virt[pl] & KILN_CUDA_FOLD_VIRTUAL) &&
+                   !(f.virt[pl] & KILN_CUDA_FOLD_WRITTEN))
+                t = p.ids[p.layers[pl].input_begin];
+            bases[j] = t;
+            const kiln_shape *bs = &p.tensors[t].shape;
+            for (int64_t b = 0; b < bt; b++)
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t q = 0; q < S; q++)
+                        for (int64_t e = 0; e < E; e++) {
+                            int64_t want; // element (b, h, q, e) of operand j in t's layout
+                            if (t == y)
+                                want = (q * bt + b) * 3 * D + j * D + h * E + e;
+                            else if (bs->rank == 4 && bs->max[0] == 3) // [3, S, bt, D]
+                                want = ((j * S + q) * bt + b) * D + h * E + e;
+                            else if (bs->max[0] == S) // [S, bt, D] or [S, bt H, E]
+                                want = (q * bt + b) * D + h * E + e;
+                            else // [bt H, S, E] or [bt, H, S, E]
+                                want = ((b * H + h) * S + q) * E + e;
+                            bad += at(&v, t, b, h, q, e) != want;
+                        }
+        }
+        if (bt == 1) {
+            kiln_cuda_strided v;
+            CHECK(f.sdpa_out[sdpa] >= 0);
+            if (f.sdpa_out[sdpa] >= 0) {
+                kiln_cuda_fold_out_view(&p, &f, views, sdpa, &v);
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t q = 0; q < S; q++)
+                        for (int64_t e = 0; e < E; e++)
+                            bad += at(&v, f.sdpa_dst[sdpa], 0, h, q, e) != (q * H + h) * E + e;
+            }
+        }
+        CHECK_MSG(bad == 0, "mha batch %d: %d view elements at the wrong offset", (int)bt, bad);
+        check_lifetimes(&p, &f, sdpa, bases, 3);
+        unbind(&p, views);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 // Separate projections (exported BERT): q, k, v = linear -> reshape [B, S, H, E] -> permute
 // (0, 2, 1, 3); sdpa -> permute (0, 2, 1, 3) -> reshape -> linear. Without k_out the builder
 // merges the projections into the packed form; with k_out, k's permuted tensor is also an engine
@@ -994,6 +1086,8 @@ int main(int argc, char **argv) {
     layout_permutes_case(16);
     layout_permutes_case(12);
     packed();
+    mha_seq_first(1);
+    mha_seq_first(2);
     separate(0);
     separate(1);
     transposed_k();

@@ -2990,6 +2990,59 @@ static int model_bert(model *m, kiln_precision precision, int packed, const char
     return model_finish(&b, m, precision);
 }
 
+// torch's nn.MultiheadAttention in sequence-first form at batch 1, as torchvision's ViT exports
+// it: x [37, 1, 128] -> qkv linear -> unflatten [37, 1, 3, 128] -> unsqueeze(0) -> transpose(0,
+// -2) -> squeeze(-2) -> select j -> view [37, 2, 64] -> transpose(0, 1) -> view [1, 2, 37, 64]
+// -> sdpa -> permute (2, 0, 1, 3) -> view [37, 128] -> out linear -> view [37, 1, 128] + x ->
+// layer norm. With cuda.attention_fold every link around the sdpa is a strided view of the qkv
+// projection (reshapes of views: cuda_fold.h) and runs no kernel.
+static int model_mha(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {37, 1, 128}, unfl[4] = {37, 1, 3, 128}, unsq[5] = {1, 37, 1, 3, 128};
+    int64_t tr[5] = {3, 1, 2, 0, 4}, sq[4] = {3, 37, 1, 128}, heads[3] = {37, 2, 64};
+    int64_t t01[3] = {1, 0, 2}, bhse[4] = {1, 2, 37, 64}, back[4] = {2, 0, 1, 3};
+    int64_t merge[2] = {37, 128}, nd = 1, zero = 0;
+    int32_t parts[3];
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
+    int32_t l1[3] = {x, gb_const(&b, F32, "384x128", -0.15, 0.15),
+                     gb_const(&b, F32, "384", -0.1, 0.1)};
+    int32_t qkv = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    kiln_attr ra = A_INTS("shape", unfl, 4), ua = A_INTS("shape", unsq, 5);
+    kiln_attr ta = A_INTS("dims", tr, 5), qa = A_INTS("shape", sq, 4);
+    qkv = gb_node(&b, KILN_OP_RESHAPE, &qkv, 1, &ra, 1);
+    qkv = gb_node(&b, KILN_OP_RESHAPE, &qkv, 1, &ua, 1);
+    qkv = gb_node(&b, KILN_OP_PERMUTE, &qkv, 1, &ta, 1);
+    qkv = gb_node(&b, KILN_OP_RESHAPE, &qkv, 1, &qa, 1);
+    for (int64_t i = 0; i < 3; i++) {
+        int64_t idx = i;
+        kiln_attr sa[2] = {A_INTS("dim", &zero, 1), A_INTS("index", &idx, 1)};
+        kiln_attr ha = A_INTS("shape", heads, 3), pa = A_INTS("dims", t01, 3);
+        kiln_attr ba = A_INTS("shape", bhse, 4);
+        int32_t v = gb_node(&b, KILN_OP_SELECT, &qkv, 1, sa, 2);
+        v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ha, 1);
+        v = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
+        parts[i] = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ba, 1);
+    }
+    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, NULL, 0);
+    kiln_attr pb = A_INTS("dims", back, 4), rb = A_INTS("shape", merge, 2);
+    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pb, 1);
+    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &rb, 1);
+    int32_t lo[3] = {att, gb_const(&b, F32, "128x128", -0.15, 0.15),
+                     gb_const(&b, F32, "128", -0.1, 0.1)};
+    kiln_attr xa = A_INTS("shape", dims, 3);
+    int32_t o = gb_node(&b, KILN_OP_LINEAR, lo, 3, NULL, 0);
+    int32_t h = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_RESHAPE, &o, 1, &xa, 1), x);
+    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
+    int32_t n1[3] = {h, gb_const(&b, F32, "128", 0.5, 1.5), gb_const(&b, F32, "128", -0.5, 0.5)};
+    int32_t y = gb_node(&b, KILN_OP_LAYER_NORM, n1, 3, &la, 1);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name =
+        precision == KILN_PRECISION_BF16 ? "mha sequence-first bf16" : "mha sequence-first fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
+    return model_finish(&b, m, precision);
+}
+
 // A pre-norm decoder block at one row (a decode step; the GEMV folds, cuda_fold.h): RMSNorm -> q,
 // k, v projections (k and v narrower; the three concatenated), the output projection plus the
 // residual, RMSNorm -> a gated MLP (HF's order: gate, activation, up, mul; SiLU without biases,
@@ -4707,13 +4760,15 @@ static void run_e2e(void) {
     if (model_bert(&models[n], KILN_PRECISION_FP16, 1, "bert packed-qkv fp16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 0, "bert bf16")) n++;
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 1, "bert packed-qkv bf16")) n++;
+    if (model_mha(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_mha(&models[n], KILN_PRECISION_BF16)) n++;
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 21 : 31), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 22 : 33), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
