@@ -82,6 +82,7 @@
 #include "core/alloc.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/view.h"
 
 static int is_static(const kiln_shape *s, uint32_t i) { return s->min[i] == s->max[i]; }
 
@@ -288,35 +289,6 @@ static kiln_status make_reshape(kiln_bgraph *b, uint32_t k, int32_t x, const int
 
 #define VIEW_CHAIN_MAX 8
 
-// The strides of a view of sizes nsz over a tensor of sizes osz and strides ost, when one exists
-// without a copy (PyTorch's rule for Tensor.view: each run of dims contiguous with each other is
-// split or merged only within itself); 0 otherwise.
-static int view_strides(const int64_t *osz, const int64_t *ost, int n, const int64_t *nsz, int m,
-                        int64_t *nst) {
-    if (n == 0) {
-        for (int i = 0; i < m; i++) nst[i] = 1;
-        return 1;
-    }
-    int view_d = m - 1;
-    int64_t base = ost[n - 1], tensor_numel = 1, view_numel = 1;
-    for (int d = n - 1; d >= 0; d--) {
-        tensor_numel *= osz[d];
-        if (d == 0 || (osz[d - 1] != 1 && ost[d - 1] != tensor_numel * base)) {
-            while (view_d >= 0 && (view_numel < tensor_numel || nsz[view_d] == 1)) {
-                nst[view_d] = view_numel * base;
-                view_numel *= nsz[view_d];
-                view_d--;
-            }
-            if (view_numel != tensor_numel) return 0;
-            if (d > 0) {
-                base = ost[d - 1];
-                tensor_numel = view_numel = 1;
-            }
-        }
-    }
-    return view_d == -1;
-}
-
 // The view that nodes chain[s], chain[s - 1], .., chain[0] (a reshape or permute each, static
 // shapes) make of the dense input of chain[s]: sz and st (its sizes and element strides) and
 // *rank; 0 when a reshape in it would copy (the chain is not one view).
@@ -348,7 +320,7 @@ static int chain_view(const kiln_bgraph *b, const uint32_t *chain, int s, int64_
                 if (p < 0 || p >= r || sz[p] != nsz[i]) return 0;
                 nst[i] = st[p];
             }
-        } else if (!view_strides(sz, st, r, nsz, m, nst)) {
+        } else if (!kiln_view_strides(sz, st, r, nsz, m, nst)) {
             return 0;
         }
         memcpy(sz, nsz, sizeof(int64_t) * (size_t)m);
@@ -519,7 +491,7 @@ static kiln_status order_keeping_chain(kiln_bgraph *b, uint32_t k, int *done) {
             const int64_t n_ = xs->max[0], c_ = xs->max[1], h_ = xs->max[2], w_ = xs->max[3];
             const int64_t psz[4] = {n_, h_, w_, c_}, pst[4] = {c_ * h_ * w_, w_, 1, h_ * w_};
             int64_t vst[KILN_MAX_RANK];
-            int same = view_strides(psz, pst, 4, sz, r, vst);
+            int same = kiln_view_strides(psz, pst, 4, sz, r, vst);
             for (int i = 0; same && i < r; i++) same = sz[i] == 1 || vst[i] == st[i];
             if (same) {
                 memcpy(codes, sz, sizeof(int64_t) * (size_t)r);

@@ -3,6 +3,7 @@
 // run no kernel, decided once per engine; the strided views sdpa reads and writes through.
 #include <string.h>
 
+#include "core/view.h"
 #include "cuda/cuda_fold.h"
 #include "cuda/cuda_layout.h"
 #include "cuda/cuda_util.h"
@@ -62,16 +63,15 @@ static void dense(const kiln_tensor *v, void *data, kiln_cuda_strided *out) {
     }
 }
 
-// The strides of a reshape of strided view `in` to dims d (rank r) without moving bytes: each
-// run of input dims that the reshape merges or splits must be contiguous with respect to the
-// strides (torch's view rule). 0 when it is not.
+// The strides of a reshape of strided view `in` to dims d (rank r) without moving bytes (torch's
+// view rule, core/view.h); 0 when none exist. An empty tensor takes dense strides.
 static int reshape_strides(const kiln_cuda_strided *in, uint32_t r, const int64_t *d,
                            int64_t *str) {
     int64_t numel = 1, out_numel = 1;
     for (uint32_t j = 0; j < in->rank; j++) numel *= in->dims[j];
     for (uint32_t j = 0; j < r; j++) out_numel *= d[j];
     if (numel != out_numel) return 0;
-    if (numel == 0) { // nothing read: dense strides
+    if (numel == 0) {
         int64_t acc = 1;
         for (uint32_t j = r; j-- > 0;) {
             str[j] = acc;
@@ -79,25 +79,7 @@ static int reshape_strides(const kiln_cuda_strided *in, uint32_t r, const int64_
         }
         return 1;
     }
-    int64_t view_d = (int64_t)r - 1, base = in->str[in->rank - 1], tn = 1, vn = 1;
-    for (int64_t t = (int64_t)in->rank - 1; t >= 0; t--) {
-        tn *= in->dims[t];
-        // a run of input dims ends where the next outer one does not continue it
-        if (t == 0 || (in->dims[t - 1] != 1 && in->str[t - 1] != tn * base)) {
-            while (view_d >= 0 && (vn < tn || d[view_d] == 1)) {
-                str[view_d] = vn * base;
-                vn *= d[view_d];
-                view_d--;
-            }
-            if (vn != tn) return 0;
-            if (t > 0) {
-                base = in->str[t - 1];
-                tn = 1;
-                vn = 1;
-            }
-        }
-    }
-    return view_d == -1;
+    return kiln_view_strides(in->dims, in->str, (int)in->rank, d, (int)r, str);
 }
 
 // The view of `id` given the view `in` of its virtual producer's input (dims of the output: d).
