@@ -294,6 +294,15 @@ BUILDER_PATTERNS = {
         lambda ls: _ops(ls, "sdpa") > 0 and _ops(ls, "softmax") == 0,
         "unmasked heads of 32 as sdpa",
     ),
+    # the transitions' 1x1 conv, then a 2x2 average pool: the pool runs first (a quarter of the
+    # pixels for the conv)
+    "densenet121": (
+        lambda ls: (
+            _ops(ls, "avg_pool2d") > 0
+            and all(ls[i + 1][0] == "conv2d" for i, (o, _) in enumerate(ls) if o == "avg_pool2d")
+        ),
+        "average pools before their pointwise convs",
+    ),
 }
 
 

@@ -91,6 +91,7 @@ typedef struct kiln_build_stats {
     uint32_t n_select;     // slice + squeeze pairs turned into select
     uint32_t n_qkv_merged; // sdpa whose q, k, v projections became one linear
     uint32_t n_patchify;   // stride = kernel convolutions turned into a linear
+    uint32_t n_pool_first; // average pools moved before the pointwise conv they read
     uint32_t n_in_place;   // state updates written in place (index_copy into the state)
     uint32_t n_gqa;        // sdpa reading a repeated kv cache that now reads the cache itself
     uint32_t n_rms_norm;   // RMSNorm chains (pow, mean, add, rsqrt, mul, ...) turned into rms_norm

@@ -13,6 +13,14 @@
 // A 1x1 convolution of a one-pixel image (squeeze-excite's reduce and expand convs after a global
 // pool) is the same with one patch: y = reshape(linear(reshape(x, [N, C]), w as [O, C], b),
 // [N, O, 1, 1]), a small-M GEMM instead of a convolution library call on a 1x1 image.
+//
+// A pointwise convolution read only by an average pool that shrinks the image (DenseNet's
+// transition: conv 1x1, then a 2x2 average pool of stride 2) pools first:
+//     avg_pool2d(conv2d(x, w, b)) == conv2d(avg_pool2d(x), w, b)
+// because the conv is the same affine map at every pixel and, without padding, each pooled
+// value is a mean of pixels (weights summing to one, so the bias passes through). The conv then
+// runs over the pooled pixels (a quarter of them for 2x2/2); the pool reads the conv's input
+// channels instead of its output channels.
 #include <string.h>
 
 #include "builder/builder.h"
@@ -104,6 +112,74 @@ static kiln_status patchify_one(kiln_bgraph *b, uint32_t ci, int *done) {
     return KILN_OK;
 }
 
+// A copy of node n's attributes in caller storage (the bgraph's pools move when a node is added).
+typedef struct attr_copy {
+    kiln_attr_ref refs[KILN_MAX_ATTRS];
+    int64_t ints[4 * KILN_MAX_ATTRS];
+    kiln_attrs a;
+} attr_copy;
+
+static int copy_attrs(const kiln_bgraph *b, const kiln_bnode *n, attr_copy *c) {
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < a.n_attrs; i++) {
+        c->refs[i] = a.refs[i];
+        if (a.refs[i].kind != KILN_ATTR_INTS || used + a.refs[i].n > 4 * KILN_MAX_ATTRS) return 0;
+        if (a.refs[i].n > 0) {
+            memcpy(c->ints + used, a.ints + a.refs[i].begin, a.refs[i].n * sizeof *c->ints);
+        }
+        c->refs[i].begin = used;
+        used += a.refs[i].n;
+    }
+    c->a.refs = c->refs;
+    c->a.n_attrs = a.n_attrs;
+    c->a.ints = c->ints;
+    c->a.floats = NULL;
+    return 1;
+}
+
+static kiln_status pool_first_one(kiln_bgraph *b, uint32_t pi, int *done) {
+    const kiln_bnode *pn = &b->nodes[pi];
+    int32_t y = kiln_bgraph_input(b, pn, 0), v, ins[3];
+    attr_copy pa, ca;
+    *done = 0;
+    if (y < 0 || b->values[y].kind != KILN_IR_NODE || b->uses[y] != 1 || b->is_output[y]) {
+        return KILN_OK;
+    }
+    const uint32_t ci = b->values[y].index;
+    const kiln_bnode *cv = &b->nodes[ci];
+    if (cv->dead || cv->op != KILN_OP_CONV2D || cv->n_tail != 0 || cv->head >= 0) return KILN_OK;
+    kiln_attrs a = kiln_bgraph_attrs(b, pn), c = kiln_bgraph_attrs(b, cv);
+    int32_t x = kiln_bgraph_input(b, cv, 0), w = kiln_bgraph_input(b, cv, 1);
+    int32_t bias = kiln_bgraph_input(b, cv, 2);
+    if (x < 0 || w < 0 || b->values[w].desc.shape.rank != 4 ||
+        b->values[w].desc.shape.max[2] != 1 || b->values[w].desc.shape.max[3] != 1)
+        return KILN_OK;
+    for (uint32_t d = 0; d < 2; d++) {
+        if (kiln_attrs_int(&c, KILN_A_CONV_STRIDE, d) != 1 ||
+            kiln_attrs_int(&c, KILN_A_CONV_PADDING, d) != 0 ||
+            kiln_attrs_int(&a, KILN_A_AVGPOOL_PADDING, d) != 0)
+            return KILN_OK;
+    }
+    if (kiln_attrs_int(&a, KILN_A_AVGPOOL_CEIL, 0) != 0 ||
+        kiln_attrs_int(&a, KILN_A_AVGPOOL_DIVISOR, 0) != 0)
+        return KILN_OK;
+    // fewer pixels after the pool, at the largest shapes (else the conv saves nothing)
+    const kiln_shape *ys = &b->values[y].desc.shape, *ps = &b->values[pn->output].desc.shape;
+    if (ys->rank != 4 || ps->max[2] * ps->max[3] >= ys->max[2] * ys->max[3]) return KILN_OK;
+    if (!copy_attrs(b, pn, &pa) || !copy_attrs(b, cv, &ca)) return KILN_OK;
+    const int64_t seq = pn->seq;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_AVG_POOL2D, &x, 1, &pa.a, seq, &v));
+    ins[0] = v;
+    ins[1] = w;
+    ins[2] = bias;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_CONV2D, ins, bias >= 0 ? 3 : 2, &ca.a, seq, &v));
+    // the new conv takes over the pool's output value; the old conv is left unread (dce)
+    KILN_TRY(kiln_bgraph_replace_node(b, pi, v, "pool first"));
+    *done = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_patchify(kiln_bgraph *b) {
     size_t n = b->n_nodes;
     uint32_t before = b->stats.n_patchify;
@@ -113,7 +189,16 @@ kiln_status kiln_pass_patchify(kiln_bgraph *b) {
         KILN_TRY(patchify_one(b, (uint32_t)i, &done));
         b->stats.n_patchify += (uint32_t)done;
     }
+    uint32_t pooled = 0;
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_AVG_POOL2D) continue;
+        KILN_TRY(pool_first_one(b, (uint32_t)i, &done));
+        pooled += (uint32_t)done;
+    }
+    b->stats.n_pool_first += pooled;
     // the new nodes come after the conv's readers: restore index = topological order
-    if (b->stats.n_patchify != before) KILN_TRY(kiln_bgraph_sort_nodes(b));
+    if (b->stats.n_patchify != before || pooled > 0) KILN_TRY(kiln_bgraph_sort_nodes(b));
     return KILN_OK;
 }
