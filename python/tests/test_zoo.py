@@ -294,6 +294,16 @@ BUILDER_PATTERNS = {
         lambda ls: _ops(ls, "sdpa") > 0 and _ops(ls, "softmax") == 0,
         "unmasked heads of 32 as sdpa",
     ),
+    # the packed per-head projection [B, L, H, 3E] chunked into q, k and v after the head
+    # transpose: the slices read the projection, each then permuted on its own (q and k after
+    # their rotaries)
+    "gpt_neox": (
+        lambda ls: (
+            _ops(ls, "sdpa") > 0
+            and _first(ls, "slice") < _first(ls, "rotary") < _first(ls, "permute")
+        ),
+        "q, k, v slices before the head transpose",
+    ),
     # the transitions' 1x1 conv, then a 2x2 average pool: the pool runs first (a quarter of the
     # pixels for the conv)
     "densenet121": (

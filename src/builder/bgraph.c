@@ -260,6 +260,31 @@ kiln_status kiln_bgraph_add_node(kiln_bgraph *b, uint32_t op, const int32_t *inp
     return KILN_OK;
 }
 
+int kiln_bgraph_copy_attrs(const kiln_bgraph *b, const kiln_bnode *n, kiln_battrs_copy *c) {
+    const kiln_attrs a = kiln_bgraph_attrs(b, n);
+    uint32_t ni = 0, nf = 0;
+    if (a.n_attrs > KILN_MAX_ATTRS) return 0;
+    for (uint32_t i = 0; i < a.n_attrs; i++) {
+        const kiln_attr_ref r = a.refs[i];
+        const int ints = r.kind == KILN_ATTR_INTS;
+        if ((ints ? ni : nf) + r.n > KILN_BATTRS_MAX_VALUES) return 0;
+        c->refs[i] = r;
+        c->refs[i].begin = ints ? ni : nf;
+        if (r.n > 0 && ints) memcpy(c->ints + ni, a.ints + r.begin, r.n * sizeof *c->ints);
+        if (r.n > 0 && !ints) memcpy(c->floats + nf, a.floats + r.begin, r.n * sizeof *c->floats);
+        if (ints) {
+            ni += r.n;
+        } else {
+            nf += r.n;
+        }
+    }
+    c->a.refs = c->refs;
+    c->a.n_attrs = a.n_attrs;
+    c->a.ints = c->ints;
+    c->a.floats = c->floats;
+    return 1;
+}
+
 kiln_status kiln_bgraph_set_inputs(kiln_bgraph *b, uint32_t node, const int32_t *inputs,
                                    uint32_t n_inputs) {
     kiln_bnode *n = &b->nodes[node];

@@ -155,6 +155,17 @@ kiln_status kiln_bgraph_add_node(kiln_bgraph *b, uint32_t op, const int32_t *inp
 // the bgraph).
 kiln_status kiln_bgraph_set_inputs(kiln_bgraph *b, uint32_t node, const int32_t *inputs,
                                    uint32_t n_inputs);
+// A copy of a node's attributes in the caller's storage, for kiln_bgraph_add_node of a node with
+// the same attributes (the bgraph's pools move when a node is added, so a view into them may not
+// be passed). 0 when they do not fit (more than KILN_BATTRS_MAX_VALUES values).
+#define KILN_BATTRS_MAX_VALUES 32
+typedef struct kiln_battrs_copy {
+    kiln_attr_ref refs[KILN_MAX_ATTRS];
+    int64_t ints[KILN_BATTRS_MAX_VALUES];
+    double floats[KILN_BATTRS_MAX_VALUES];
+    kiln_attrs a; // the view of the copy
+} kiln_battrs_copy;
+int kiln_bgraph_copy_attrs(const kiln_bgraph *b, const kiln_bnode *n, kiln_battrs_copy *c);
 // Re-runs shape inference for a node; writes the result to *out (does not store it).
 kiln_status kiln_bgraph_infer(const kiln_bgraph *b, uint32_t node, kiln_value_desc *out);
 // The node producing new_value takes over old_node's output value (its readers now read the new

@@ -112,36 +112,10 @@ static kiln_status patchify_one(kiln_bgraph *b, uint32_t ci, int *done) {
     return KILN_OK;
 }
 
-// A copy of node n's attributes in caller storage (the bgraph's pools move when a node is added).
-typedef struct attr_copy {
-    kiln_attr_ref refs[KILN_MAX_ATTRS];
-    int64_t ints[4 * KILN_MAX_ATTRS];
-    kiln_attrs a;
-} attr_copy;
-
-static int copy_attrs(const kiln_bgraph *b, const kiln_bnode *n, attr_copy *c) {
-    kiln_attrs a = kiln_bgraph_attrs(b, n);
-    uint32_t used = 0;
-    for (uint32_t i = 0; i < a.n_attrs; i++) {
-        c->refs[i] = a.refs[i];
-        if (a.refs[i].kind != KILN_ATTR_INTS || used + a.refs[i].n > 4 * KILN_MAX_ATTRS) return 0;
-        if (a.refs[i].n > 0) {
-            memcpy(c->ints + used, a.ints + a.refs[i].begin, a.refs[i].n * sizeof *c->ints);
-        }
-        c->refs[i].begin = used;
-        used += a.refs[i].n;
-    }
-    c->a.refs = c->refs;
-    c->a.n_attrs = a.n_attrs;
-    c->a.ints = c->ints;
-    c->a.floats = NULL;
-    return 1;
-}
-
 static kiln_status pool_first_one(kiln_bgraph *b, uint32_t pi, int *done) {
     const kiln_bnode *pn = &b->nodes[pi];
     int32_t y = kiln_bgraph_input(b, pn, 0), v, ins[3];
-    attr_copy pa, ca;
+    kiln_battrs_copy pa, ca;
     *done = 0;
     if (y < 0 || b->values[y].kind != KILN_IR_NODE || b->uses[y] != 1 || b->is_output[y]) {
         return KILN_OK;
@@ -167,7 +141,7 @@ static kiln_status pool_first_one(kiln_bgraph *b, uint32_t pi, int *done) {
     // fewer pixels after the pool, at the largest shapes (else the conv saves nothing)
     const kiln_shape *ys = &b->values[y].desc.shape, *ps = &b->values[pn->output].desc.shape;
     if (ys->rank != 4 || ps->max[2] * ps->max[3] >= ys->max[2] * ys->max[3]) return KILN_OK;
-    if (!copy_attrs(b, pn, &pa) || !copy_attrs(b, cv, &ca)) return KILN_OK;
+    if (!kiln_bgraph_copy_attrs(b, pn, &pa) || !kiln_bgraph_copy_attrs(b, cv, &ca)) return KILN_OK;
     const int64_t seq = pn->seq;
     KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_AVG_POOL2D, &x, 1, &pa.a, seq, &v));
     ins[0] = v;

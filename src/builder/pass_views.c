@@ -69,6 +69,14 @@
 //     shifted windows: torch.roll over H and W as two index ops and the window partition's
 //     permute; the window reverse's permute and the roll back: one row gather each instead of
 //     three copies).
+// 14. in the second run, before 12, slices over the last dim of a permute that keeps the last
+//     dim last, every reader of the permute such a slice: each slice reads the permute's input
+//     and is permuted on its own (permute(x, P)[..., a:b] is permute(x[..., a:b], P)), when
+//     each slice feeds attention through views once permuted: read only as sdpa's q, k or v,
+//     or through one last-dim op that 12 then moves in front of its permute (a rotary with
+//     constant tables, a norm over the last dim) read only so (GPT-NeoX's packed per-head
+//     projection, viewed [B, L, H, 3E], transposed, then chunked into q, k and v: the permutes
+//     then feed sdpa, which backends read as strided views, instead of one transpose of all).
 //  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
 //     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
 //     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
@@ -972,6 +980,110 @@ static kiln_status op_before_permute(kiln_bgraph *b, uint32_t k, int *done) {
     return KILN_OK;
 }
 
+// --- 14. slices of the last dim in front of a permute that keeps it
+
+// Whether value v is read only as the q, k or v of sdpa nodes (at least one; not an output).
+static int read_only_by_sdpa(const kiln_bgraph *b, int32_t v) {
+    uint32_t seen = 0;
+    if (b->uses[v] == 0 || b->is_output[v]) return 0;
+    for (size_t k = 0; k < b->n_nodes; k++) {
+        const kiln_bnode *n = &b->nodes[k];
+        if (n->dead) continue;
+        for (uint32_t i = 0; i < n->n_inputs; i++) {
+            if (kiln_bgraph_input(b, n, i) != v) continue;
+            if (n->op != KILN_OP_SDPA || i >= 3 || n->head >= 0) return 0;
+            seen++;
+        }
+    }
+    return seen == b->uses[v];
+}
+
+// The one live node reading value v (read once, not an output), or -1.
+static int32_t sole_reader(const kiln_bgraph *b, int32_t v) {
+    if (b->uses[v] != 1 || b->is_output[v]) return -1;
+    for (size_t k = 0; k < b->n_nodes; k++) {
+        const kiln_bnode *n = &b->nodes[k];
+        if (n->dead) continue;
+        for (uint32_t i = 0; i < n->n_inputs; i++) {
+            if (kiln_bgraph_input(b, n, i) == v) return (int32_t)k;
+        }
+    }
+    return -1;
+}
+
+// Whether slice output s, once permuted on its own, feeds attention through views: read only
+// by sdpa, or by one last-dim op that rewrite 12 moves in front of the permute (a norm over the
+// last dim, a rotary with constant tables) read only by sdpa.
+static int slice_feeds_sdpa(const kiln_bgraph *b, int32_t s) {
+    if (read_only_by_sdpa(b, s)) return 1;
+    const int32_t r = sole_reader(b, s);
+    if (r < 0) return 0;
+    const kiln_bnode *n = &b->nodes[r];
+    if (n->head >= 0 || n->n_tail > 0 || kiln_bgraph_input(b, n, 0) != s) return 0;
+    if (n->op == KILN_OP_LAYER_NORM) {
+        kiln_attrs a = kiln_bgraph_attrs(b, n);
+        if (kiln_attrs_int(&a, KILN_A_LN_NDIM, 0) != 1) return 0;
+    } else if (n->op == KILN_OP_ROTARY) {
+        for (uint32_t i = 1; i < 3; i++) {
+            const int32_t c = kiln_bgraph_input(b, n, i);
+            if (!kiln_bgraph_is_const(b, c) || b->values[c].data == NULL) return 0;
+        }
+        if (read_by_index_copy(b, n->output)) return 0;
+    } else if (n->op != KILN_OP_RMS_NORM) {
+        return 0;
+    }
+    return read_only_by_sdpa(b, n->output);
+}
+
+// Rewrite 14 for permute node pk: each slice reading it becomes permute(slice(x)). *done when
+// it did (nodes appended: the caller sorts).
+static kiln_status slices_before_permute(kiln_bgraph *b, uint32_t pk, int *done) {
+    enum { MAX_SLICES = 8 };
+    int32_t sl[MAX_SLICES];
+    uint32_t ns = 0, np = 0;
+    int64_t perm[KILN_MAX_RANK];
+    *done = 0;
+    const kiln_bnode *pn = &b->nodes[pk];
+    if (pn->dead || pn->op != KILN_OP_PERMUTE || pn->head >= 0 || pn->n_tail > 0) return KILN_OK;
+    const int32_t v = pn->output, x = kiln_bgraph_input(b, pn, 0);
+    if (x < 0 || b->uses[v] < 1 || b->uses[v] > MAX_SLICES || b->is_output[v]) return KILN_OK;
+    kiln_attrs pa = kiln_bgraph_attrs(b, pn);
+    const int64_t *d = kiln_attrs_ints(&pa, KILN_A_PERMUTE_DIMS, &np);
+    const uint32_t r = b->values[v].desc.shape.rank;
+    if (d == NULL || np != r || r < 2 || r > KILN_MAX_RANK) return KILN_OK;
+    for (uint32_t i = 0; i < r; i++) perm[i] = d[i] < 0 ? d[i] + r : d[i];
+    if (perm[r - 1] != (int64_t)r - 1 || permute_is_view(&b->values[x].desc.shape, perm, r))
+        return KILN_OK;
+    for (size_t k = 0; k < b->n_nodes; k++) {
+        const kiln_bnode *n = &b->nodes[k];
+        if (n->dead) continue;
+        for (uint32_t i = 0; i < n->n_inputs; i++) {
+            if (kiln_bgraph_input(b, n, i) != v) continue;
+            if (n->op != KILN_OP_SLICE || i != 0 || n->head >= 0 || n->n_tail > 0 ||
+                ns == MAX_SLICES)
+                return KILN_OK;
+            kiln_attrs a = kiln_bgraph_attrs(b, n);
+            const int64_t dim = kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0);
+            if ((dim < 0 ? dim + r : dim) != (int64_t)r - 1 || !slice_feeds_sdpa(b, n->output))
+                return KILN_OK;
+            sl[ns++] = (int32_t)k;
+        }
+    }
+    if (ns != b->uses[v]) return KILN_OK;
+    kiln_battrs_copy pc, sc;
+    if (!kiln_bgraph_copy_attrs(b, pn, &pc)) return KILN_OK;
+    for (uint32_t j = 0; j < ns; j++) {
+        int32_t sv, out;
+        if (!kiln_bgraph_copy_attrs(b, &b->nodes[sl[j]], &sc)) return KILN_OK;
+        const int64_t seq = b->nodes[sl[j]].seq;
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SLICE, &x, 1, &sc.a, seq, &sv));
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_PERMUTE, &sv, 1, &pc.a, seq, &out));
+        KILN_TRY(kiln_bgraph_replace_node(b, (uint32_t)sl[j], out, "slice before permute"));
+    }
+    *done = 1; // the permute is left unread (dead-code elimination)
+    return KILN_OK;
+}
+
 // --- 13. row-gather chains
 
 #define GATHER_CHAIN_MAX 16
@@ -1330,6 +1442,23 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
     // elementwise ops after them: each rewrite recounts the uses the next one checks); only in
     // the run after the attention and norm patterns, which read the head split's other forms
     if (b->n_views_runs > 0) KILN_TRY(kiln_pass_dce(b)); // the chains the patterns replaced
+    // 14 (before 12, which then moves the norms and rotaries of the slices): slices of the last
+    // dim of a permute that keeps it, each then permuted on its own
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    int sliced = 0;
+    for (size_t k = 0, n14 = b->n_nodes; b->n_views_runs > 0 && k < n14; k++) {
+        int done = 0;
+        KILN_TRY(slices_before_permute(b, (uint32_t)k, &done));
+        if (done) {
+            sliced = 1;
+            b->stats.n_views++;
+            KILN_TRY(kiln_bgraph_count_uses(b));
+        }
+    }
+    if (sliced) {
+        KILN_TRY(kiln_bgraph_sort_nodes(b));
+        KILN_TRY(kiln_pass_dce(b)); // the permutes the slices no longer read
+    }
     KILN_TRY(kiln_bgraph_count_uses(b));
     for (size_t k = 0; b->n_views_runs > 0 && k < b->n_nodes; k++) {
         int done = 0;

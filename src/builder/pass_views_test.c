@@ -348,6 +348,59 @@ static void test_rotary_before_permute(int variant, const char *want, const char
     free(sv);
 }
 
+// Rewrite 14: GPT-NeoX's packed per-head projection, x [B, L, H * 3E] -> exp -> [B, L, H, 3E] ->
+// permute(0, 2, 1, 3) -> q, k, v as slices of the last dim -> sdpa -> permute back -> reshape ->
+// neg: each slice reads the reshape and is permuted on its own (the permutes feed sdpa).
+// variant 1: q and k through a rotary with constant tables [L, E] (12 then moves them before
+// their permutes); 2: v also read by a relu (an output: stays); 3: tables as inputs (the rotary
+// cannot move: stays); 4: B dynamic.
+static void test_slices_before_permute(int variant, const char *want, const char *what) {
+    const int64_t B = 2, L = 5, H = 3, E = 8;
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    float *cv = tu_rand(L * E, -1.0f, 1.0f), *sv = tu_rand(L * E, -1.0f, 1.0f);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(variant == 4 ? 1 : B, L, H * 3 * E),
+                         TU_DIMS(B, L, H * 3 * E));
+    int32_t t = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", -2, L, H, 3 * E)));
+    int32_t pm = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    int32_t qkv[3], c = -1, s = -1;
+    if (variant == 3) {
+        c = tu_input(g, "cos", KILN_DTYPE_F32, 2, TU_DIMS(L, E), TU_DIMS(L, E));
+        s = tu_input(g, "sin", KILN_DTYPE_F32, 2, TU_DIMS(L, E), TU_DIMS(L, E));
+    } else if (variant == 1) {
+        c = tu_const(g, "cos", KILN_DTYPE_F32, 2, TU_DIMS(L, E), cv);
+        s = tu_const(g, "sin", KILN_DTYPE_F32, 2, TU_DIMS(L, E), sv);
+    }
+    for (int64_t j = 0; j < 3; j++) {
+        qkv[j] = tu_node(
+            g, KILN_OP_SLICE, TU_IDS(pm),
+            TU_ATTRS(TU_INTS("dim", -1), TU_INTS("start", j * E), TU_INTS("end", (j + 1) * E)));
+        if (c >= 0 && j < 2) qkv[j] = tu_node(g, KILN_OP_ROTARY, TU_IDS(qkv[j], c, s), TU_NO_ATTRS);
+    }
+    int32_t a = tu_node(g, KILN_OP_SDPA, TU_IDS(qkv[0], qkv[1], qkv[2]), TU_NO_ATTRS);
+    a = tu_node(g, KILN_OP_PERMUTE, TU_IDS(a), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    a = tu_node(g, KILN_OP_RESHAPE, TU_IDS(a), TU_ATTRS(TU_INTS("shape", -2, L, H * E)));
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(a), TU_NO_ATTRS), "y");
+    if (variant == 2) tu_output(g, tu_node(g, KILN_OP_RELU, TU_IDS(qkv[2]), TU_NO_ATTRS), "r");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[3] = {{3, {B, L, H * 3 * E}}, {2, {L, E}}, {2, {L, E}}};
+    bt_compare(g, &o0, &o1, variant == 3 ? 3 : 1, sh, 0, 1e-5, 1e-5, what);
+    if (variant == 4) {
+        sh[0].dims[0] = 1;
+        bt_compare(g, &o0, &o1, 1, sh, 0, 1e-5, 1e-5, what);
+    }
+    kiln_graph_free(g);
+    free(cv);
+    free(sv);
+}
+
 // Rewrite 13: Swin's shifted windows, x [1, 8, 8, C] -> exp -> torch.roll by -3 over H and W
 // (two index ops with constant indices) -> window partition (reshape [1, 2, 4, 2, 4, C], permute
 // (0, 1, 3, 2, 4, 5), reshape [4, 16, C]) -> neg: one row gather. variant 1: the window reverse
@@ -674,6 +727,23 @@ int main(void) {
                                "L = 1: the permute is a view (rewrite 1), the rotary stays after");
     test_rotary_before_permute(4, "exp|reshape|permute|rotary|neg", "tables as inputs: stay");
     test_rotary_before_permute(5, "exp|reshape|permute|rotary|neg", "tables [H, L, E]: stay");
+    test_slices_before_permute(
+        0, "exp|reshape|slice|permute|slice|permute|slice|permute|sdpa|permute|reshape|neg",
+        "q, k, v slices of a head split");
+    test_slices_before_permute(
+        1,
+        "exp|reshape|slice|rotary|permute|slice|rotary|permute|slice|permute|sdpa|"
+        "permute|reshape|neg",
+        "q and k through rotaries with constant tables");
+    test_slices_before_permute(
+        2, "exp|reshape|permute|slice|slice|slice|sdpa|permute|reshape|neg|relu",
+        "v read elsewhere too: stays");
+    test_slices_before_permute(
+        3, "exp|reshape|permute|slice|rotary|slice|rotary|slice|sdpa|permute|reshape|neg",
+        "rotary tables as inputs: stays");
+    test_slices_before_permute(
+        4, "exp|reshape|slice|permute|slice|permute|slice|permute|sdpa|permute|reshape|neg",
+        "dynamic batch");
     test_row_gather(0, "exp|reshape|index|reshape|neg",
                     "roll and window partition: one row gather");
     test_row_gather(1, "exp|reshape|index|reshape|neg",

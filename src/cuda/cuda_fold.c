@@ -27,7 +27,8 @@ static int static_shape(const kiln_plan_tensor *t) {
 }
 
 static int view_op(uint32_t op) {
-    return op == KILN_OP_PERMUTE || op == KILN_OP_SELECT || op == KILN_OP_RESHAPE;
+    return op == KILN_OP_PERMUTE || op == KILN_OP_SELECT || op == KILN_OP_RESHAPE ||
+           op == KILN_OP_SLICE;
 }
 
 static int32_t in0(const kiln_plan *p, uint32_t li) {
@@ -109,6 +110,24 @@ static void apply(const kiln_plan *p, uint32_t li, const kiln_cuda_strided *in, 
         for (uint32_t j = 0, k = 0; j < in->rank && k < rank; j++) {
             if ((int64_t)j != dim) out->str[k++] = in->str[j];
         }
+        break;
+    }
+    case KILN_OP_SLICE: { // start, step along dim; the output's dims from the plan's shapes
+        int64_t dim = kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0);
+        int64_t start = kiln_attrs_int(&a, KILN_A_SLICE_START, 0);
+        const int64_t step = kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0);
+        if (dim < 0) dim += in->rank;
+        if (dim < 0 || dim >= (int64_t)in->rank || rank != in->rank || step < 1) {
+            out->rank = 0;
+            break;
+        }
+        if (start < 0) start += in->dims[dim];
+        if (start < 0) start = 0;
+        if (start > in->dims[dim]) start = in->dims[dim];
+        memcpy(out->str, in->str, sizeof out->str);
+        out->str[dim] = in->str[dim] * step;
+        // as an address offset even over no memory (a plan-time view: the offset's alignment)
+        out->data = (void *)((uintptr_t)in->data + (uintptr_t)(start * in->str[dim]) * es);
         break;
     }
     default: // RESHAPE: of a dense input, or of a view whose strides allow it
@@ -266,6 +285,11 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
             view_op(p->layers[f->producer[x]].op) &&
             !(static_shape(&p->tensors[x]) && static_shape(&p->tensors[y])))
             continue;
+        // a slice at static shapes only: its offset, checked here for alignment, is then the
+        // execute's
+        if (l->op == KILN_OP_SLICE &&
+            !(static_shape(&p->tensors[x]) && static_shape(&p->tensors[y])))
+            continue;
         s->cand[li] = 1;
     }
     // reads: in reverse, a candidate is virtual when every reader is virtual or an sdpa q/k/v
@@ -320,7 +344,8 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
                 int32_t x = base_of(s, t);
                 kiln_cuda_strided v;
                 kiln_cuda_fold_view(p, f, s->shapes, t, &v);
-                if (v.rank < 2 || v.str[v.rank - 1] != 1) { // sdpa needs E innermost
+                // sdpa needs E innermost; a slice's offset keeps its vector loads aligned
+                if (v.rank < 2 || v.str[v.rank - 1] != 1 || (uintptr_t)v.data % 16 != 0) {
                     unfold_chain(s, t);
                     changed = 1;
                 } else if (!base_safe(s, x, chain_first(s, t), li)) {
@@ -418,7 +443,7 @@ static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt, cons
         if (off < 0) continue;
         if (p->tensors[x].kind != KILN_TENSOR_ACTIVATION ||
             p->tensors[y].kind != KILN_TENSOR_ACTIVATION ||
-            p->tensors[x].dtype != p->tensors[y].dtype || f->reloc[y])
+            p->tensors[x].dtype != p->tensors[y].dtype)
             continue;
         if ((!same_bytes && nhwc != NULL && (nhwc[x] || nhwc[y])) ||
             (alt != NULL && alt[l->input_begin]))
@@ -426,7 +451,19 @@ static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt, cons
         if (s->rbeg[y] == s->rbeg[y + 1]) continue;
         const int32_t b = f->alias[x] >= 0 ? f->alias[x] : x;
         const uint32_t end = last_read(s, y);
-        if (f->reloc[b]) { // outside the arena: its live range grows to the last read
+        if (f->reloc[y]) { // a fold's base, moved out of the arena: its base moves instead
+            if (f->producer[b] < 0 || p->tensors[b].kind != KILN_TENSOR_ACTIVATION) continue;
+            f->reloc[y] = 0;
+            f->n_reloc--;
+            if (!f->reloc[b]) {
+                f->reloc[b] = 1;
+                f->live_first[b] = (uint32_t)f->producer[b];
+                f->live_last[b] = end;
+                f->n_reloc++;
+            } else if (end > f->live_last[b]) {
+                f->live_last[b] = end;
+            }
+        } else if (f->reloc[b]) { // outside the arena: its live range grows to the last read
             if (end > f->live_last[b]) f->live_last[b] = end;
         } else {
             int ok = 1;

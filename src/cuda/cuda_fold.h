@@ -2,12 +2,15 @@
 // The CUDA backend's view folding into attention (host C only; cuda_fold.c): the head
 // split/merge around sdpa runs no kernel. Decided once per engine by a pass over the plan.
 //
-// Reads: a PERMUTE, SELECT or RESHAPE layer (no fused tail, its input stored as the plan says)
+// Reads: a PERMUTE, SELECT, SLICE or RESHAPE layer (no fused tail, its input stored as the plan
+// says)
 // is *virtual* (no kernel; its output is never written) when its output is an activation, not
 // an engine output, and every reader of that output is a virtual layer or the q, k or v input of
 // an sdpa. A RESHAPE of another view's output is virtual only at static shapes, and only where
 // strides express it (each run of dims it merges or splits contiguous in the view: torch's
-// view rule; checked with the plan's shapes, else the chain runs). The sdpa reads each such
+// view rule; checked with the plan's shapes, else the chain runs). A SLICE is virtual at static
+// shapes only, and its chain runs where the view's offset is not a multiple of 16 bytes (the
+// sdpa's vector loads). The sdpa reads each such
 // operand through a strided view of the nearest materialized tensor (the *base*): [B, S, H, E]
 // memory as [B, H, S, E], the packed QKV projection [B, S, 3, H, E] through permute (2, 0, 3,
 // 1, 4) and select, or torch's nn.MultiheadAttention chain over a sequence-first [S, 1, 3D]
@@ -36,7 +39,9 @@
 // (a contiguous run of the input: MobileViTv2's split of one conv's output into query, key and
 // value channels), at the run's byte offset when that is a multiple of 16, and a layout permute
 // (ident[] of the layout pass, cuda_layout.h: its input or its output NHWC, the same bytes).
-// Decided after the folds, in layer order, so chains of reshapes and slices share one base.
+// Decided after the folds, in layer order, so chains of reshapes and slices share one base. A
+// reshape whose output is a fold's base moved out of the arena aliases too: its input moves out
+// instead, live to the last read through the views.
 // The option cuda.attention_fold = false turns the pass off (every layer runs), rope groups
 // included.
 // GEMV folds (with cuda.gemv and cuda.gemv_fold), decided last, for linears the GEMV runs with

@@ -355,6 +355,87 @@ static void mha_seq_first(int64_t bt) {
     kiln_plan_release(&p);
 }
 
+// GPT-NeoX's packed per-head projection: linear -> reshape [B, S, H, W] -> permute (0, 2, 1, 3)
+// -> q, k, v slices of the last dim (W = 3E) -> sdpa -> permute -> reshape -> linear. The
+// builder slices before the permute (views rule 14); the slices and permutes then fold into
+// the sdpa's views of the projection. variant 1: v at column 2E + 4 of W = 3E + 4 (an offset of
+// 8 bytes: v's chain runs, q and k fold); 2: q and k through rotaries with constant tables
+// (they run, reading q's and k's slices; their permutes fold, the sdpa reading the rotaries'
+// outputs; v folds and its base, the reshape, aliases the projection, which moves out of the
+// arena to live until the sdpa).
+static void neox_packed(int variant) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    const int64_t W = variant == 1 ? 3 * E + 4 : 3 * E, v0 = variant == 1 ? 2 * E + 4 : 2 * E;
+    int64_t dims[3] = {B, S, D}, split[4] = {B, S, H, W}, t0213[4] = {0, 2, 1, 3};
+    int64_t merge[3] = {B, S, D}, last = -1, tab[2] = {S, E};
+    int32_t x = -1, parts[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    int32_t pm = permute(g, reshape(g, linear(g, x, D, H * W), split, 4), t0213, 4);
+    const int32_t cs = variant == 2 ? constant(g, 2, tab) : -1;
+    const int32_t sn = variant == 2 ? constant(g, 2, tab) : -1;
+    for (int64_t j = 0; j < 3; j++) {
+        int64_t start = j == 2 ? v0 : j * E, end = start + E;
+        kiln_attr sa[3] = {
+            {"dim", &last, NULL, 1}, {"start", &start, NULL, 1}, {"end", &end, NULL, 1}};
+        parts[j] = node(g, KILN_OP_SLICE, &pm, 1, sa, 3);
+        if (cs >= 0 && j < 2) {
+            int32_t ins[3] = {parts[j], cs, sn};
+            parts[j] = node(g, KILN_OP_ROTARY, ins, 3, NULL, 0);
+        }
+    }
+    int32_t att =
+        reshape(g, permute(g, node(g, KILN_OP_SDPA, parts, 3, NULL, 0), t0213, 4), merge, 3);
+    CHECK(kiln_graph_mark_output(g, linear(g, att, D, D), "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), proj = find_head(&p, KILN_OP_LINEAR, 0);
+    CHECK(sdpa != UINT32_MAX && proj != UINT32_MAX);
+    if (sdpa != UINT32_MAX && proj != UINT32_MAX) {
+        fprintf(stderr, "neox packed %d: %u virtual, sdpa operands %u, aliases %u, relocated %u\n",
+                variant, f.n_virtual, f.n_sdpa_in, f.n_alias, f.n_reloc);
+        CHECK_EQ_INT(f.sdpa_in[sdpa], variant == 1 ? 3 : 7);
+        CHECK(f.sdpa_out[sdpa] >= 0);
+        const int32_t y = kiln_plan_group_output(&p, proj);
+        bind_views(&p, views);
+        int bad = 0;
+        int32_t bases[3] = {y, y, y};
+        for (uint32_t j = 0; j < 3; j++) {
+            kiln_cuda_strided v;
+            if (!(f.sdpa_in[sdpa] & (1u << j))) continue;
+            int32_t t = p.ids[p.layers[sdpa].input_begin + j], pl;
+            kiln_cuda_fold_view(&p, &f, views, t, &v);
+            CHECK(v.rank == 4 && v.dims[0] == B && v.dims[1] == H && v.dims[2] == S &&
+                  v.dims[3] == E && v.str[3] == 1);
+            while ((pl = f.producer[t]) >= 0 && (f.virt[pl] & KILN_CUDA_FOLD_VIRTUAL)) {
+                t = p.ids[p.layers[pl].input_begin];
+            }
+            // the base: the projection, its reshape (aliasing it: checked against the
+            // projection's lifetime below), or a rotary's output [B, S, H, E]
+            const uint32_t op = f.producer[t] >= 0 ? p.layers[f.producer[t]].op : 0;
+            const int rot = variant == 2 && j < 2;
+            CHECK(rot ? op == KILN_OP_ROTARY : t == y || op == KILN_OP_RESHAPE);
+            const int64_t col = rot ? 0 : j == 2 ? v0 : (int64_t)j * E, w = rot ? E : W;
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t q = 0; q < S; q++)
+                        for (int64_t e = 0; e < E; e++)
+                            bad += at(&v, t, b, h, q, e) != ((b * S + q) * H + h) * w + col + e;
+            bases[j] = f.alias[t] >= 0 ? f.alias[t] : t;
+            if (op == KILN_OP_RESHAPE) CHECK_EQ_INT(bases[j], y); // aliases the projection
+        }
+        CHECK_MSG(bad == 0, "neox %d: %d view elements at the wrong offset", variant, bad);
+        check_lifetimes(&p, &f, sdpa, bases, 3);
+        unbind(&p, views);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 // Separate projections (exported BERT): q, k, v = linear -> reshape [B, S, H, E] -> permute
 // (0, 2, 1, 3); sdpa -> permute (0, 2, 1, 3) -> reshape -> linear. Without k_out the builder
 // merges the projections into the packed form; with k_out, k's permuted tensor is also an engine
@@ -1088,6 +1169,9 @@ int main(int argc, char **argv) {
     packed();
     mha_seq_first(1);
     mha_seq_first(2);
+    neox_packed(0);
+    neox_packed(1);
+    neox_packed(2);
     separate(0);
     separate(1);
     transposed_k();

@@ -3043,6 +3043,55 @@ static int model_mha(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// GPT-NeoX's attention at static shapes: x [2, 37, 128] -> packed projection to [2, 37, 2, 192]
+// (per head q, k and v of 64) -> permute (0, 2, 1, 3) -> q, k, v slices of the last dim -> q and
+// k through a rotary with constant tables [37, 64] -> causal sdpa -> permute back -> reshape ->
+// out linear + x -> layer norm. The builder slices before the permute (views rule 14) and moves
+// the rotaries in front of their permutes; with cuda.attention_fold the permutes and v's slice
+// are views of the projection and run no kernel.
+static int model_neox(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {2, 37, 128}, split[4] = {2, 37, 2, 192}, t0213[4] = {0, 2, 1, 3};
+    int64_t last = -1, nd = 1, causal = 1;
+    int32_t parts[3];
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
+    int32_t l1[3] = {x, gb_const(&b, F32, "384x128", -0.15, 0.15),
+                     gb_const(&b, F32, "384", -0.1, 0.1)};
+    int32_t qkv = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    kiln_attr ra = A_INTS("shape", split, 4), pa = A_INTS("dims", t0213, 4);
+    qkv = gb_node(&b, KILN_OP_RESHAPE, &qkv, 1, &ra, 1);
+    qkv = gb_node(&b, KILN_OP_PERMUTE, &qkv, 1, &pa, 1);
+    const int32_t cs = gb_const(&b, F32, "37x64", -1.0, 1.0);
+    const int32_t sn = gb_const(&b, F32, "37x64", -1.0, 1.0);
+    for (int64_t j = 0; j < 3; j++) {
+        int64_t start = j * 64, end = start + 64;
+        kiln_attr sa[3] = {A_INTS("dim", &last, 1), A_INTS("start", &start, 1),
+                           A_INTS("end", &end, 1)};
+        parts[j] = gb_node(&b, KILN_OP_SLICE, &qkv, 1, sa, 3);
+        if (j < 2) {
+            int32_t ri[3] = {parts[j], cs, sn};
+            parts[j] = gb_node(&b, KILN_OP_ROTARY, ri, 3, NULL, 0);
+        }
+    }
+    kiln_attr ca = A_INTS("is_causal", &causal, 1);
+    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, &ca, 1);
+    kiln_attr xa = A_INTS("shape", dims, 3);
+    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
+    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
+    int32_t lo[3] = {att, gb_const(&b, F32, "128x128", -0.15, 0.15),
+                     gb_const(&b, F32, "128", -0.1, 0.1)};
+    int32_t h = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, lo, 3, NULL, 0), x);
+    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
+    int32_t n1[3] = {h, gb_const(&b, F32, "128", 0.5, 1.5), gb_const(&b, F32, "128", -0.5, 0.5)};
+    int32_t y = gb_node(&b, KILN_OP_LAYER_NORM, n1, 3, &la, 1);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name =
+        precision == KILN_PRECISION_BF16 ? "neox packed heads bf16" : "neox packed heads fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
+    return model_finish(&b, m, precision);
+}
+
 // A pre-norm decoder block at one row (a decode step; the GEMV folds, cuda_fold.h): RMSNorm -> q,
 // k, v projections (k and v narrower; the three concatenated), the output projection plus the
 // residual, RMSNorm -> a gated MLP (HF's order: gate, activation, up, mul; SiLU without biases,
@@ -4762,13 +4811,15 @@ static void run_e2e(void) {
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 1, "bert packed-qkv bf16")) n++;
     if (model_mha(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_mha(&models[n], KILN_PRECISION_BF16)) n++;
+    if (model_neox(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_neox(&models[n], KILN_PRECISION_BF16)) n++;
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 22 : 33), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 23 : 35), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
