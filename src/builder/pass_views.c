@@ -845,23 +845,32 @@ static int32_t last_keeping_permute(const kiln_bgraph *b, int32_t v, int64_t *pe
     return perm[r - 1] == (int64_t)r - 1 ? (int32_t)k : -1;
 }
 
+// c's static dims aligned to rank r (leading 1s) in al, when moving them to P's inverse keeps
+// the order of those above 1 (the same bytes); 0 otherwise.
+static int const_keeps_order(const kiln_value_desc *d, const int64_t *perm, uint32_t r,
+                             int64_t *al) {
+    int64_t last_big = -1;
+    if (d->shape.rank > r) return 0;
+    for (uint32_t i = 0; i < r; i++) {
+        const int32_t j = (int32_t)i - (int32_t)(r - d->shape.rank);
+        al[i] = j < 0 ? 1 : d->shape.max[j];
+        if (j >= 0 && d->shape.min[j] != d->shape.max[j]) return 0;
+        if (al[i] > 1) {
+            if (perm[i] < last_big) return 0; // two dims above 1 would swap
+            last_big = perm[i];
+        }
+    }
+    return 1;
+}
+
 // A constant of the shape c' for rewrite 12 (c's bytes, its dims aligned to rank r and moved
 // to P's inverse), or -1 when that would reorder c's dims above 1 (the bytes would move).
 static kiln_status inverse_permuted_const(kiln_bgraph *b, int32_t c, const int64_t *perm,
                                           uint32_t r, int32_t *out) {
     *out = -1;
     const kiln_value_desc d = b->values[c].desc; // a copy: adding a value may move them
-    if (d.shape.rank > r) return KILN_OK;
-    int64_t al[KILN_MAX_RANK], last_big = -1;
-    for (uint32_t i = 0; i < r; i++) {
-        const int32_t j = (int32_t)i - (int32_t)(r - d.shape.rank);
-        al[i] = j < 0 ? 1 : d.shape.max[j];
-        if (j >= 0 && d.shape.min[j] != d.shape.max[j]) return KILN_OK;
-        if (al[i] > 1) {
-            if (perm[i] < last_big) return KILN_OK; // two dims above 1 would swap
-            last_big = perm[i];
-        }
-    }
+    int64_t al[KILN_MAX_RANK];
+    if (!const_keeps_order(&d, perm, r, al)) return KILN_OK;
     kiln_shape s;
     memset(&s, 0, sizeof s);
     s.rank = r;
@@ -1011,24 +1020,31 @@ static int32_t sole_reader(const kiln_bgraph *b, int32_t v) {
     return -1;
 }
 
-// Whether slice output s, once permuted on its own, feeds attention through views: read only
-// by sdpa, or by one last-dim op that rewrite 12 moves in front of the permute (a norm over the
-// last dim, a rotary with constant tables) read only by sdpa.
-static int slice_feeds_sdpa(const kiln_bgraph *b, int32_t s) {
+// Whether slice output s, once permuted by perm (rank r) on its own, feeds attention through
+// views: read only by sdpa, or by one last-dim op that rewrite 12 then moves in front of the
+// permute (a norm over the last dim; a rotary with constant tables of one shape whose dims keep
+// their order under the move) read only by sdpa.
+static int slice_feeds_sdpa(const kiln_bgraph *b, int32_t s, const int64_t *perm, uint32_t r) {
     if (read_only_by_sdpa(b, s)) return 1;
-    const int32_t r = sole_reader(b, s);
-    if (r < 0) return 0;
-    const kiln_bnode *n = &b->nodes[r];
+    const int32_t k = sole_reader(b, s);
+    if (k < 0) return 0;
+    const kiln_bnode *n = &b->nodes[k];
     if (n->head >= 0 || n->n_tail > 0 || kiln_bgraph_input(b, n, 0) != s) return 0;
     if (n->op == KILN_OP_LAYER_NORM) {
         kiln_attrs a = kiln_bgraph_attrs(b, n);
         if (kiln_attrs_int(&a, KILN_A_LN_NDIM, 0) != 1) return 0;
     } else if (n->op == KILN_OP_ROTARY) {
+        int64_t al[KILN_MAX_RANK];
         for (uint32_t i = 1; i < 3; i++) {
             const int32_t c = kiln_bgraph_input(b, n, i);
-            if (!kiln_bgraph_is_const(b, c) || b->values[c].data == NULL) return 0;
+            if (!kiln_bgraph_is_const(b, c) || b->values[c].data == NULL ||
+                !const_keeps_order(&b->values[c].desc, perm, r, al))
+                return 0;
         }
-        if (read_by_index_copy(b, n->output)) return 0;
+        if (!kiln_shape_same(&b->values[kiln_bgraph_input(b, n, 1)].desc.shape,
+                             &b->values[kiln_bgraph_input(b, n, 2)].desc.shape) ||
+            read_by_index_copy(b, n->output))
+            return 0;
     } else if (n->op != KILN_OP_RMS_NORM) {
         return 0;
     }
@@ -1064,7 +1080,8 @@ static kiln_status slices_before_permute(kiln_bgraph *b, uint32_t pk, int *done)
                 return KILN_OK;
             kiln_attrs a = kiln_bgraph_attrs(b, n);
             const int64_t dim = kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0);
-            if ((dim < 0 ? dim + r : dim) != (int64_t)r - 1 || !slice_feeds_sdpa(b, n->output))
+            if ((dim < 0 ? dim + r : dim) != (int64_t)r - 1 ||
+                !slice_feeds_sdpa(b, n->output, perm, r))
                 return KILN_OK;
             sl[ns++] = (int32_t)k;
         }

@@ -353,14 +353,15 @@ static void test_rotary_before_permute(int variant, const char *want, const char
 // neg: each slice reads the reshape and is permuted on its own (the permutes feed sdpa).
 // variant 1: q and k through a rotary with constant tables [L, E] (12 then moves them before
 // their permutes); 2: v also read by a relu (an output: stays); 3: tables as inputs (the rotary
-// cannot move: stays); 4: B dynamic.
+// cannot move: stays); 4: B dynamic; 5: constant tables [H, L, E] (their dims H and L would swap
+// in front of the permute: 12 cannot move the rotaries, so the one permute stays).
 static void test_slices_before_permute(int variant, const char *want, const char *what) {
     const int64_t B = 2, L = 5, H = 3, E = 8;
     kiln_graph *g;
     kiln_plan p;
     kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
                        o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
-    float *cv = tu_rand(L * E, -1.0f, 1.0f), *sv = tu_rand(L * E, -1.0f, 1.0f);
+    float *cv = tu_rand(H * L * E, -1.0f, 1.0f), *sv = tu_rand(H * L * E, -1.0f, 1.0f);
     CHECK_OK(kiln_graph_new(&g));
     int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(variant == 4 ? 1 : B, L, H * 3 * E),
                          TU_DIMS(B, L, H * 3 * E));
@@ -374,6 +375,9 @@ static void test_slices_before_permute(int variant, const char *want, const char
     } else if (variant == 1) {
         c = tu_const(g, "cos", KILN_DTYPE_F32, 2, TU_DIMS(L, E), cv);
         s = tu_const(g, "sin", KILN_DTYPE_F32, 2, TU_DIMS(L, E), sv);
+    } else if (variant == 5) {
+        c = tu_const(g, "cos", KILN_DTYPE_F32, 3, TU_DIMS(H, L, E), cv);
+        s = tu_const(g, "sin", KILN_DTYPE_F32, 3, TU_DIMS(H, L, E), sv);
     }
     for (int64_t j = 0; j < 3; j++) {
         qkv[j] = tu_node(
@@ -744,6 +748,9 @@ int main(void) {
     test_slices_before_permute(
         4, "exp|reshape|slice|permute|slice|permute|slice|permute|sdpa|permute|reshape|neg",
         "dynamic batch");
+    test_slices_before_permute(
+        5, "exp|reshape|permute|slice|rotary|slice|rotary|slice|sdpa|permute|reshape|neg",
+        "rotary tables [H, L, E]: stays");
     test_row_gather(0, "exp|reshape|index|reshape|neg",
                     "roll and window partition: one row gather");
     test_row_gather(1, "exp|reshape|index|reshape|neg",

@@ -455,10 +455,11 @@ static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt, cons
             if (f->producer[b] < 0 || p->tensors[b].kind != KILN_TENSOR_ACTIVATION) continue;
             f->reloc[y] = 0;
             f->n_reloc--;
+            const uint32_t own = last_read(s, b); // b's own readers keep it too
             if (!f->reloc[b]) {
                 f->reloc[b] = 1;
                 f->live_first[b] = (uint32_t)f->producer[b];
-                f->live_last[b] = end;
+                f->live_last[b] = end > own ? end : own;
                 f->n_reloc++;
             } else if (end > f->live_last[b]) {
                 f->live_last[b] = end;

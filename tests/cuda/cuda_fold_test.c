@@ -436,6 +436,66 @@ static void neox_packed(int variant) {
     kiln_plan_release(&p);
 }
 
+// MaxViT's windowed attention: x [1, W, S, D] -> linear -> q, k, v as slices of the last dim
+// (torch.chunk) -> reshape [1, W, S, H, E] -> permute (0, 1, 3, 2, 4) -> sdpa -> permute back
+// -> reshape -> linear. The slices are views too: the sdpa reads q, k and v in the projection.
+static void chunked(void) {
+    enum { W = 2 };
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    int64_t dims[4] = {1, W, S, D}, split[5] = {1, W, S, H, E}, swap[5] = {0, 1, 3, 2, 4};
+    int64_t last = -1;
+    int32_t x = -1, qkv[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, dims, dims, &x) == KILN_OK);
+    int32_t proj = linear(g, x, D, 3 * D);
+    for (int64_t j = 0; j < 3; j++) {
+        int64_t start = j * D, end = start + D;
+        kiln_attr sa[3] = {
+            {"dim", &last, NULL, 1}, {"start", &start, NULL, 1}, {"end", &end, NULL, 1}};
+        qkv[j] = permute(g, reshape(g, node(g, KILN_OP_SLICE, &proj, 1, sa, 3), split, 5), swap, 5);
+    }
+    int32_t att = node(g, KILN_OP_SDPA, qkv, 3, NULL, 0);
+    att = linear(g, reshape(g, permute(g, att, swap, 5), dims, 4), D, D);
+    CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), l0 = find_head(&p, KILN_OP_LINEAR, 0);
+    CHECK(sdpa != UINT32_MAX && l0 < sdpa);
+    if (sdpa != UINT32_MAX && l0 < sdpa) {
+        const int32_t y = kiln_plan_group_output(&p, l0);
+        int32_t bases[3] = {y, y, y};
+        fprintf(stderr, "chunked: %u virtual (slices %u), sdpa operands %u\n", f.n_virtual,
+                count_virtual(&p, &f, KILN_OP_SLICE), f.sdpa_in[sdpa]);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SLICE), 3);
+        CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
+        bind_views(&p, views);
+        int bad = 0;
+        for (uint32_t j = 0; j < 3; j++) {
+            kiln_cuda_strided v;
+            kiln_cuda_fold_view(&p, &f, views, p.ids[p.layers[sdpa].input_begin + j], &v);
+            CHECK(v.rank == 5 && v.dims[1] == W && v.dims[2] == H && v.dims[3] == S &&
+                  v.dims[4] == E && v.str[4] == 1);
+            for (int64_t w = 0; w < W; w++)
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t q = 0; q < S; q++)
+                        for (int64_t e = 0; e < E; e++) {
+                            const int64_t o = w * v.str[1] + h * v.str[2] + q * v.str[3] + e;
+                            bad += ((const uint16_t *)v.data - mem[y]) + o !=
+                                   (w * S + q) * 3 * D + (int64_t)j * D + h * E + e;
+                        }
+        }
+        CHECK_MSG(bad == 0, "chunked: %d view elements at the wrong offset", bad);
+        check_lifetimes(&p, &f, sdpa, bases, 3);
+        unbind(&p, views);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 // Separate projections (exported BERT): q, k, v = linear -> reshape [B, S, H, E] -> permute
 // (0, 2, 1, 3); sdpa -> permute (0, 2, 1, 3) -> reshape -> linear. Without k_out the builder
 // merges the projections into the packed form; with k_out, k's permuted tensor is also an engine
@@ -1172,6 +1232,7 @@ int main(int argc, char **argv) {
     neox_packed(0);
     neox_packed(1);
     neox_packed(2);
+    chunked();
     separate(0);
     separate(1);
     transposed_k();

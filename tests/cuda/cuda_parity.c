@@ -3092,6 +3092,45 @@ static int model_neox(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// MaxViT's windowed attention: x [1, 4, 49, 64] (4 windows of 7x7) -> qkv linear -> q, k, v as
+// slices of the last dim (torch.chunk) -> reshape [1, 4, 49, 2, 32] -> permute (0, 1, 3, 2, 4) ->
+// sdpa -> permute back -> reshape -> out linear + x -> layer norm. With cuda.attention_fold the
+// slices, reshapes and permutes are views of the projection and run no kernel.
+static int model_chunked(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t dims[4] = {1, 4, 49, 64}, split[5] = {1, 4, 49, 2, 32}, swap[5] = {0, 1, 3, 2, 4};
+    int64_t last = -1, nd = 1;
+    int32_t parts[3];
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
+    int32_t l1[3] = {x, gb_const(&b, F32, "192x64", -0.2, 0.2),
+                     gb_const(&b, F32, "192", -0.1, 0.1)};
+    int32_t qkv = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    kiln_attr ra = A_INTS("shape", split, 5), pa = A_INTS("dims", swap, 5);
+    for (int64_t j = 0; j < 3; j++) {
+        int64_t start = j * 64, end = start + 64;
+        kiln_attr sa[3] = {A_INTS("dim", &last, 1), A_INTS("start", &start, 1),
+                           A_INTS("end", &end, 1)};
+        int32_t v = gb_node(&b, KILN_OP_SLICE, &qkv, 1, sa, 3);
+        v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ra, 1);
+        parts[j] = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
+    }
+    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, NULL, 0);
+    kiln_attr xa = A_INTS("shape", dims, 4);
+    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
+    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
+    int32_t lo[3] = {att, gb_const(&b, F32, "64x64", -0.2, 0.2),
+                     gb_const(&b, F32, "64", -0.1, 0.1)};
+    int32_t h = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, lo, 3, NULL, 0), x);
+    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
+    int32_t n1[3] = {h, gb_const(&b, F32, "64", 0.5, 1.5), gb_const(&b, F32, "64", -0.5, 0.5)};
+    int32_t y = gb_node(&b, KILN_OP_LAYER_NORM, n1, 3, &la, 1);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "chunked windows bf16" : "chunked windows fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
+    return model_finish(&b, m, precision);
+}
+
 // A pre-norm decoder block at one row (a decode step; the GEMV folds, cuda_fold.h): RMSNorm -> q,
 // k, v projections (k and v narrower; the three concatenated), the output projection plus the
 // residual, RMSNorm -> a gated MLP (HF's order: gate, activation, up, mul; SiLU without biases,
@@ -4813,13 +4852,15 @@ static void run_e2e(void) {
     if (!opt_quick && model_mha(&models[n], KILN_PRECISION_BF16)) n++;
     if (model_neox(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_neox(&models[n], KILN_PRECISION_BF16)) n++;
+    if (model_chunked(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_chunked(&models[n], KILN_PRECISION_BF16)) n++;
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 23 : 35), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 24 : 37), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
