@@ -249,9 +249,15 @@ BUILDER_PATTERNS = {
     ),
     # torch.einsum attention over windows and grid cells, k scaled before it: every one an
     # sdpa over the [B, G, H, L, E] heads, no batched matmul, softmax or scale left
+    # ... and the block attention's window tokens to the grid attention's tokens (three
+    # permutes that move whole rows of channels) as one row gather
     "maxvit_t": (
-        lambda ls: _ops(ls, "sdpa") > 0 and _ops(ls, "softmax") == _ops(ls, "matmul") == 0,
-        "einsum attention as sdpa",
+        lambda ls: (
+            _ops(ls, "sdpa") > 0
+            and _ops(ls, "softmax") == _ops(ls, "matmul") == 0
+            and _ops(ls, "index") > 0
+        ),
+        "einsum attention as sdpa, window to grid tokens as a row gather",
     ),
     # Linear, flatten(0, 1), BatchNorm1d after every projection: folded, no multiply-add left
     "levit_128s": (

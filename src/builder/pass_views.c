@@ -77,6 +77,12 @@
 //     constant tables, a norm over the last dim) read only so (GPT-NeoX's packed per-head
 //     projection, viewed [B, L, H, 3E], transposed, then chunked into q, k and v: the permutes
 //     then feed sdpa, which backends read as strided views, instead of one transpose of all).
+// 15. in the second run, after 13, a chain of reshapes and permutes (static shapes, each link
+//     read only by the next) with at least two permutes that copy, whose output's last dim C
+//     (at least 8) is made of whole rows of its input viewed as [T, C], in order, and that no
+//     sdpa reads, is one row gather as in 13 (the table computed by running the chain over
+//     every element; MaxViT's move from window tokens through a channels-first map to grid
+//     tokens: three transposes become one gather).
 //  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
 //     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
 //     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
@@ -1241,6 +1247,56 @@ static int run_link(const kiln_bgraph *b, const kiln_bnode *n, int64_t **cur, in
     return 1;
 }
 
+// Node k's output as one row gather of x: reshape(x, [rows, c]), index(dim 0, table), reshape to
+// k's output (table[o] = the source row of output row o, out_rows of them). *done = 2 when k
+// became it.
+static kiln_status emit_row_gather(kiln_bgraph *b, uint32_t k, int32_t x, int64_t rows, int64_t c,
+                                   const int64_t *table, int64_t out_rows, int *done) {
+    kiln_status st = KILN_OK;
+    const uint32_t dt = rows <= INT32_MAX ? KILN_DTYPE_I32 : KILN_DTYPE_I64;
+    const size_t es = dt == KILN_DTYPE_I32 ? 4 : 8;
+    void *tp;
+    int32_t tv, v1, v2, y;
+    kiln_shape ts;
+    memset(&ts, 0, sizeof ts);
+    ts.rank = 1;
+    ts.min[0] = ts.max[0] = out_rows;
+    st = kiln_bgraph_blob(b, (size_t)out_rows * es, &tp);
+    if (st == KILN_OK) {
+        for (int64_t i = 0; i < out_rows; i++) {
+            if (dt == KILN_DTYPE_I32)
+                ((int32_t *)tp)[i] = (int32_t)table[i];
+            else
+                ((int64_t *)tp)[i] = table[i];
+        }
+        st = kiln_bgraph_add_const(b, dt, &ts, tp, (uint64_t)out_rows * es, &tv);
+    }
+    int64_t two[2] = {rows, c}, outs[KILN_MAX_RANK];
+    const uint32_t yr = b->values[b->nodes[k].output].desc.shape.rank;
+    for (uint32_t i = 0; i < yr; i++) outs[i] = b->values[b->nodes[k].output].desc.shape.max[i];
+    kiln_attr_ref rref = {KILN_ATTR_INTS, 2, 0}, oref = {KILN_ATTR_INTS, yr, 0};
+    kiln_attr_ref iref[2] = {{KILN_ATTR_INTS, 1, 0}, {KILN_ATTR_INTS, 1, 1}};
+    int64_t iattr[2] = {0, 0};
+    kiln_attrs ra = {&rref, 1, two, NULL}, oa = {&oref, 1, outs, NULL}, ia = {iref, 2, iattr, NULL};
+    const int64_t seq = b->nodes[k].seq;
+    if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &ra, seq, &v1);
+    int32_t gi[2] = {v1, tv};
+    if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_INDEX, gi, 2, &ia, seq, &v2);
+    if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &v2, 1, &oa, seq, &y);
+    if (st == KILN_OK) {
+        if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[k].output].desc)) {
+            b->nodes[b->values[y].index].dead = 1;
+            b->nodes[b->values[v2].index].dead = 1;
+            b->nodes[b->values[v1].index].dead = 1;
+            st = kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
+        } else {
+            st = kiln_bgraph_replace_node(b, k, y, "row gather");
+            if (st == KILN_OK) *done = 2;
+        }
+    }
+    return st;
+}
+
 // Rewrite 13 for node k, the last link of a chain: *done = 2 when it became the row gather.
 static kiln_status row_gather(kiln_bgraph *b, uint32_t k, int *done) {
     *done = 0;
@@ -1304,53 +1360,127 @@ static kiln_status row_gather(kiln_bgraph *b, uint32_t k, int *done) {
         for (uint32_t i = 0; i < r; i++) m *= sh[i];
         ok = m == out_rows;
     }
-    if (ok) { // the table as int32 when the rows fit (half the bytes)
-        const uint32_t dt = rows <= INT32_MAX ? KILN_DTYPE_I32 : KILN_DTYPE_I64;
-        const size_t es = dt == KILN_DTYPE_I32 ? 4 : 8;
-        void *tp;
-        int32_t tv, v1, v2, y;
-        kiln_shape ts;
-        memset(&ts, 0, sizeof ts);
-        ts.rank = 1;
-        ts.min[0] = ts.max[0] = out_rows;
-        st = kiln_bgraph_blob(b, (size_t)out_rows * es, &tp);
-        if (st == KILN_OK) {
-            for (int64_t i = 0; i < out_rows; i++) {
-                if (dt == KILN_DTYPE_I32)
-                    ((int32_t *)tp)[i] = (int32_t)cur[i];
-                else
-                    ((int64_t *)tp)[i] = cur[i];
-            }
-            st = kiln_bgraph_add_const(b, dt, &ts, tp, (uint64_t)out_rows * es, &tv);
-        }
-        int64_t two[2] = {rows, c}, outs[KILN_MAX_RANK];
-        const uint32_t yr = b->values[b->nodes[k].output].desc.shape.rank;
-        for (uint32_t i = 0; i < yr; i++) outs[i] = b->values[b->nodes[k].output].desc.shape.max[i];
-        kiln_attr_ref rref = {KILN_ATTR_INTS, 2, 0}, oref = {KILN_ATTR_INTS, yr, 0};
-        kiln_attr_ref iref[2] = {{KILN_ATTR_INTS, 1, 0}, {KILN_ATTR_INTS, 1, 1}};
-        int64_t iattr[2] = {0, 0};
-        kiln_attrs ra = {&rref, 1, two, NULL}, oa = {&oref, 1, outs, NULL},
-                   ia = {iref, 2, iattr, NULL};
-        const int64_t seq = b->nodes[k].seq;
-        if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &ra, seq, &v1);
-        int32_t gi[2] = {v1, tv};
-        if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_INDEX, gi, 2, &ia, seq, &v2);
-        if (st == KILN_OK) st = kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &v2, 1, &oa, seq, &y);
-        if (st == KILN_OK) {
-            if (!kiln_desc_equal(&b->values[y].desc, &b->values[b->nodes[k].output].desc)) {
-                b->nodes[b->values[y].index].dead = 1;
-                b->nodes[b->values[v2].index].dead = 1;
-                b->nodes[b->values[v1].index].dead = 1;
-                st = kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
-            } else {
-                st = kiln_bgraph_replace_node(b, k, y, "row gather");
-                if (st == KILN_OK) *done = 2;
-            }
-        }
-    }
+    if (ok) st = emit_row_gather(b, k, x, rows, c, cur, out_rows, done);
     kiln_free(bufa, nb);
     kiln_free(bufb, nb);
     kiln_free(sel, nb);
+    return st;
+}
+
+// --- 15. reshape and permute chains that move whole rows
+
+#define MOVE_MAX_ELEMS ((int64_t)1 << 22)
+
+// Whether node n is a link of rewrite 15: a plain reshape or a permute, its input and output
+// static and of one dtype. *copies: a permute that moves bytes.
+static int move_link(const kiln_bgraph *b, const kiln_bnode *n, int *copies) {
+    if (n->dead || n->head >= 0 || n->n_tail > 0 || n->n_inputs < 1) return 0;
+    const int32_t x = kiln_bgraph_input(b, n, 0);
+    if (x < 0 || b->values[x].desc.dtype != b->values[n->output].desc.dtype) return 0;
+    const kiln_shape *xs = &b->values[x].desc.shape, *ys = &b->values[n->output].desc.shape;
+    for (uint32_t i = 0; i < xs->rank; i++) {
+        if (!is_static(xs, i)) return 0;
+    }
+    for (uint32_t i = 0; i < ys->rank; i++) {
+        if (!is_static(ys, i)) return 0;
+    }
+    *copies = 0;
+    if (n->op == KILN_OP_RESHAPE) return plain_reshape(b, n);
+    if (n->op != KILN_OP_PERMUTE) return 0;
+    kiln_attrs a = kiln_bgraph_attrs(b, n);
+    uint32_t np = 0;
+    const int64_t *d = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &np);
+    int64_t perm[KILN_MAX_RANK];
+    if (d == NULL || np != xs->rank || np > KILN_MAX_RANK) return 0;
+    for (uint32_t i = 0; i < np; i++) {
+        perm[i] = d[i] < 0 ? d[i] + np : d[i];
+        if (perm[i] < 0 || perm[i] >= (int64_t)np) return 0;
+    }
+    *copies = !permute_is_view(xs, perm, np);
+    return 1;
+}
+
+// Whether value v is read by an sdpa.
+static int read_by_sdpa(const kiln_bgraph *b, int32_t v) {
+    for (size_t k = 0; k < b->n_nodes; k++) {
+        const kiln_bnode *n = &b->nodes[k];
+        if (n->dead || n->op != KILN_OP_SDPA) continue;
+        for (uint32_t i = 0; i < n->n_inputs; i++) {
+            if (kiln_bgraph_input(b, n, i) == v) return 1;
+        }
+    }
+    return 0;
+}
+
+// Rewrite 15 for node k, the last link of a chain: *done = 2 when it became the row gather.
+static kiln_status move_gather(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    int cp = 0, copies = 0;
+    const kiln_bnode *n = &b->nodes[k];
+    if (!move_link(b, n, &cp)) return KILN_OK;
+    const int32_t out = n->output;
+    const kiln_shape ys = b->values[out].desc.shape;
+    if (ys.rank < 2) return KILN_OK;
+    const int64_t c = ys.max[ys.rank - 1];
+    // the chain's end: its output is not read by one more link alone, nor by an sdpa (which
+    // backends may read through the permutes as views)
+    if (!b->is_output[out] && b->uses[out] == 1 && b->user[out] >= 0) {
+        int cq = 0;
+        if (move_link(b, &b->nodes[b->user[out]], &cq)) return KILN_OK;
+    }
+    if (c < 8 || read_by_sdpa(b, out)) return KILN_OK;
+    uint32_t chain[GATHER_CHAIN_MAX], len = 0;
+    int32_t x = -1;
+    for (uint32_t at = k; len < GATHER_CHAIN_MAX;) {
+        chain[len++] = at;
+        copies += cp;
+        x = kiln_bgraph_input(b, &b->nodes[at], 0);
+        if (b->values[x].kind != KILN_IR_NODE || b->uses[x] != 1 || b->is_output[x]) break;
+        const uint32_t prev = b->values[x].index;
+        if (!move_link(b, &b->nodes[prev], &cp)) break;
+        at = prev;
+    }
+    if (copies < 2) return KILN_OK;
+    const kiln_shape xs = b->values[x].desc.shape;
+    int64_t numel = 1, sh[KILN_MAX_RANK];
+    uint32_t r = xs.rank;
+    for (uint32_t i = 0; i < r; i++) sh[i] = xs.max[i], numel *= xs.max[i];
+    if (numel > MOVE_MAX_ELEMS || numel % c != 0) return KILN_OK;
+    const size_t nb = (size_t)(numel > 0 ? numel : 1) * sizeof(int64_t);
+    int64_t *bufa = kiln_malloc(nb, KILN_ALIGN), *bufb = kiln_malloc(nb, KILN_ALIGN);
+    kiln_status st = KILN_OK;
+    int ok = bufa != NULL && bufb != NULL;
+    if (!ok) st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory in view simplification");
+    int64_t *cur = bufa, *tmp = bufb;
+    for (int64_t i = 0; ok && i < numel; i++) cur[i] = i;
+    // every element's source, link by link (a reshape keeps the order: only the shape changes)
+    for (uint32_t i = len; ok && i-- > 0;) {
+        const kiln_bnode *l = &b->nodes[chain[i]];
+        const kiln_shape *ls = &b->values[l->output].desc.shape;
+        if (l->op == KILN_OP_PERMUTE) {
+            kiln_attrs a = kiln_bgraph_attrs(b, l);
+            uint32_t np = 0;
+            const int64_t *d = kiln_attrs_ints(&a, KILN_A_PERMUTE_DIMS, &np);
+            int64_t p[KILN_MAX_RANK];
+            for (uint32_t j = 0; j < np; j++) p[j] = d[j] < 0 ? d[j] + np : d[j];
+            permute_rows(cur, sh, r, p, tmp);
+            int64_t *t = cur;
+            cur = tmp, tmp = t;
+        }
+        r = ls->rank;
+        for (uint32_t j = 0; j < r; j++) sh[j] = ls->max[j];
+    }
+    // whole rows of c elements, in order, from rows of x viewed as [numel / c, c]
+    const int64_t out_rows = numel / c;
+    for (int64_t o = 0; ok && o < out_rows; o++) {
+        const int64_t base = cur[o * c];
+        ok = base % c == 0;
+        for (int64_t j = 1; ok && j < c; j++) ok = cur[o * c + j] == base + j;
+        tmp[o] = base / c;
+    }
+    if (ok) st = emit_row_gather(b, k, x, out_rows, c, tmp, out_rows, done);
+    kiln_free(bufa, nb);
+    kiln_free(bufb, nb);
     return st;
 }
 
@@ -1489,6 +1619,17 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
     for (size_t k = 0, n13 = b->n_nodes; b->n_views_runs > 0 && k < n13; k++) {
         int done = 0;
         KILN_TRY(row_gather(b, (uint32_t)k, &done));
+        if (done) {
+            appended = 1;
+            b->stats.n_views++;
+            KILN_TRY(kiln_bgraph_count_uses(b));
+        }
+    }
+    // 15: reshape and permute chains that move whole rows (the second run, after 13)
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t k = 0, n15 = b->n_nodes; b->n_views_runs > 0 && k < n15; k++) {
+        int done = 0;
+        KILN_TRY(move_gather(b, (uint32_t)k, &done));
         if (done) {
             appended = 1;
             b->stats.n_views++;

@@ -460,6 +460,53 @@ static void test_row_gather(int variant, const char *want, const char *what) {
     kiln_graph_free(g);
 }
 
+// Rewrite 15: MaxViT's move from window tokens to grid tokens, x [1, 4, 9, C] (2 x 2 windows of
+// 3 x 3) -> exp -> reshape [1, 2, 2, 3, 3, C] -> permute (0, 5, 1, 3, 2, 4) (a channels-first
+// map) -> reshape [1, C, 3, 2, 3, 2] -> permute (0, 2, 4, 3, 5, 1) -> reshape [1, 9, 4, C] ->
+// permute (0, 2, 1, 3) -> neg: every row of C moves whole, one row gather. variant 1: the
+// result read by an sdpa as q, k and v (a head split backends may read as a view: stays); 2:
+// the last two permutes only, from x viewed as the channels-first map [1, C, 3, 2, 3, 2] (a
+// row of the result gathers C strided elements: stays); 3: two permutes that move elements
+// within rows ([2, 4, C] -> (0, 2, 1) -> (1, 0, 2) -> reshape [2, 4, C]): stays.
+static void test_move_gather(int variant, const char *want, const char *what) {
+    enum { C = 8 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    bt_shape sh[1] = {{4, {1, 4, 9, C}}};
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x, t;
+    if (variant == 3) {
+        sh[0] = (bt_shape){3, {2, 4, C}};
+        x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(2, 4, C), TU_DIMS(2, 4, C));
+        t = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+        t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1)));
+        t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 1, 0, 2)));
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 2, 4, C)));
+    } else {
+        x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, 4, 9, C), TU_DIMS(1, 4, 9, C));
+        t = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+        if (variant != 2) {
+            t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t),
+                        TU_ATTRS(TU_INTS("shape", 1, 2, 2, 3, 3, C)));
+            t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 5, 1, 3, 2, 4)));
+        }
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, C, 3, 2, 3, 2)));
+        t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 4, 3, 5, 1)));
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, 9, 4, C)));
+        t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+    }
+    if (variant == 1) t = tu_node(g, KILN_OP_SDPA, TU_IDS(t, t, t), TU_NO_ATTRS);
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(t), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_compare(g, &o0, &o1, 1, sh, 0, 1e-6, 1e-6, what);
+    kiln_graph_free(g);
+}
+
 // Rewrite 3's elementwise identities: exp(x) * 1, then + [0, 0, ..] (as many as x's last dim),
 // then / 1 and - 0: removed, neg reads the exp. variant 1: the ones widen x ([2, 3, 4] * [5, 1,
 // 1, 1] ones): stays; 2: * 2: stays; 3: 0 - x: stays; 4: the * 1 is also an output: stays.
@@ -751,6 +798,13 @@ int main(void) {
     test_slices_before_permute(
         5, "exp|reshape|permute|slice|rotary|slice|rotary|slice|sdpa|permute|reshape|neg",
         "rotary tables [H, L, E]: stays");
+    test_move_gather(0, "exp|reshape|index|reshape|neg",
+                     "window tokens to grid tokens: one row gather");
+    test_move_gather(1, "exp|reshape|permute|reshape|permute|reshape|permute|sdpa|neg",
+                     "read by sdpa: stays");
+    test_move_gather(2, "exp|reshape|permute|reshape|permute|neg",
+                     "from a channels-first map: stays");
+    test_move_gather(3, "exp|permute|permute|reshape|neg", "permutes within rows: stay");
     test_row_gather(0, "exp|reshape|index|reshape|neg",
                     "roll and window partition: one row gather");
     test_row_gather(1, "exp|reshape|index|reshape|neg",
