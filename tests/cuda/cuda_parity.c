@@ -2990,6 +2990,33 @@ static int model_bert(model *m, kiln_precision precision, int packed, const char
     return model_finish(&b, m, precision);
 }
 
+// The end of the attention models below: att (the head merge, [.., D]) -> out linear D -> D
+// (viewed as x's dims when `view` is set) + x -> layer norm -> the output "y"; then the model's
+// name ("<name> fp16" or "<name> bf16", kept in `buf`) and tolerance.
+static int attention_out(gbuild *b, int32_t att, int32_t x, int64_t d, const int64_t *view,
+                         uint32_t view_rank, model *m, kiln_precision precision, const char *name,
+                         char *buf, size_t buf_size) {
+    char wd[32], dd[16];
+    int64_t nd = 1;
+    snprintf(wd, sizeof wd, "%lldx%lld", (long long)d, (long long)d);
+    snprintf(dd, sizeof dd, "%lld", (long long)d);
+    int32_t lo[3] = {att, gb_const(b, F32, wd, -0.15, 0.15), gb_const(b, F32, dd, -0.1, 0.1)};
+    int32_t o = gb_node(b, KILN_OP_LINEAR, lo, 3, NULL, 0);
+    if (view != NULL) {
+        kiln_attr xa = A_INTS("shape", view, view_rank);
+        o = gb_node(b, KILN_OP_RESHAPE, &o, 1, &xa, 1);
+    }
+    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
+    int32_t n1[3] = {gb2(b, KILN_OP_ADD, o, x), gb_const(b, F32, dd, 0.5, 1.5),
+                     gb_const(b, F32, dd, -0.5, 0.5)};
+    int32_t y = gb_node(b, KILN_OP_LAYER_NORM, n1, 3, &la, 1);
+    gb_check(b, kiln_graph_mark_output(b->g, y, "y"), "output");
+    snprintf(buf, buf_size, "%s %s", name, precision == KILN_PRECISION_BF16 ? "bf16" : "fp16");
+    m->name = buf;
+    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
+    return model_finish(b, m, precision);
+}
+
 // torch's nn.MultiheadAttention in sequence-first form at batch 1, as torchvision's ViT exports
 // it: x [37, 1, 128] -> qkv linear -> unflatten [37, 1, 3, 128] -> unsqueeze(0) -> transpose(0,
 // -2) -> squeeze(-2) -> select j -> view [37, 2, 64] -> transpose(0, 1) -> view [1, 2, 37, 64]
@@ -3001,7 +3028,7 @@ static int model_mha(model *m, kiln_precision precision) {
     int64_t dims[3] = {37, 1, 128}, unfl[4] = {37, 1, 3, 128}, unsq[5] = {1, 37, 1, 3, 128};
     int64_t tr[5] = {3, 1, 2, 0, 4}, sq[4] = {3, 37, 1, 128}, heads[3] = {37, 2, 64};
     int64_t t01[3] = {1, 0, 2}, bhse[4] = {1, 2, 37, 64}, back[4] = {2, 0, 1, 3};
-    int64_t merge[2] = {37, 128}, nd = 1, zero = 0;
+    int64_t merge[2] = {37, 128}, zero = 0;
     int32_t parts[3];
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
@@ -3028,19 +3055,9 @@ static int model_mha(model *m, kiln_precision precision) {
     kiln_attr pb = A_INTS("dims", back, 4), rb = A_INTS("shape", merge, 2);
     att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pb, 1);
     att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &rb, 1);
-    int32_t lo[3] = {att, gb_const(&b, F32, "128x128", -0.15, 0.15),
-                     gb_const(&b, F32, "128", -0.1, 0.1)};
-    kiln_attr xa = A_INTS("shape", dims, 3);
-    int32_t o = gb_node(&b, KILN_OP_LINEAR, lo, 3, NULL, 0);
-    int32_t h = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_RESHAPE, &o, 1, &xa, 1), x);
-    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
-    int32_t n1[3] = {h, gb_const(&b, F32, "128", 0.5, 1.5), gb_const(&b, F32, "128", -0.5, 0.5)};
-    int32_t y = gb_node(&b, KILN_OP_LAYER_NORM, n1, 3, &la, 1);
-    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
-    m->name =
-        precision == KILN_PRECISION_BF16 ? "mha sequence-first bf16" : "mha sequence-first fp16";
-    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
-    return model_finish(&b, m, precision);
+    static char nm[2][48];
+    return attention_out(&b, att, x, 128, dims, 3, m, precision, "mha sequence-first",
+                         nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
 }
 
 // GPT-NeoX's attention at static shapes: x [2, 37, 128] -> packed projection to [2, 37, 2, 192]
@@ -3052,7 +3069,7 @@ static int model_mha(model *m, kiln_precision precision) {
 static int model_neox(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t dims[3] = {2, 37, 128}, split[4] = {2, 37, 2, 192}, t0213[4] = {0, 2, 1, 3};
-    int64_t last = -1, nd = 1, causal = 1;
+    int64_t last = -1, causal = 1;
     int32_t parts[3];
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
@@ -3079,17 +3096,9 @@ static int model_neox(model *m, kiln_precision precision) {
     kiln_attr xa = A_INTS("shape", dims, 3);
     att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
     att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
-    int32_t lo[3] = {att, gb_const(&b, F32, "128x128", -0.15, 0.15),
-                     gb_const(&b, F32, "128", -0.1, 0.1)};
-    int32_t h = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, lo, 3, NULL, 0), x);
-    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
-    int32_t n1[3] = {h, gb_const(&b, F32, "128", 0.5, 1.5), gb_const(&b, F32, "128", -0.5, 0.5)};
-    int32_t y = gb_node(&b, KILN_OP_LAYER_NORM, n1, 3, &la, 1);
-    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
-    m->name =
-        precision == KILN_PRECISION_BF16 ? "neox packed heads bf16" : "neox packed heads fp16";
-    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
-    return model_finish(&b, m, precision);
+    static char nm[2][48];
+    return attention_out(&b, att, x, 128, NULL, 0, m, precision, "neox packed heads",
+                         nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
 }
 
 // MaxViT's windowed attention: x [1, 4, 49, 64] (4 windows of 7x7) -> qkv linear -> q, k, v as
@@ -3099,7 +3108,7 @@ static int model_neox(model *m, kiln_precision precision) {
 static int model_chunked(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     int64_t dims[4] = {1, 4, 49, 64}, split[5] = {1, 4, 49, 2, 32}, swap[5] = {0, 1, 3, 2, 4};
-    int64_t last = -1, nd = 1;
+    int64_t last = -1;
     int32_t parts[3];
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
@@ -3119,16 +3128,9 @@ static int model_chunked(model *m, kiln_precision precision) {
     kiln_attr xa = A_INTS("shape", dims, 4);
     att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
     att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
-    int32_t lo[3] = {att, gb_const(&b, F32, "64x64", -0.2, 0.2),
-                     gb_const(&b, F32, "64", -0.1, 0.1)};
-    int32_t h = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, lo, 3, NULL, 0), x);
-    kiln_attr la = A_INTS("normalized_ndim", &nd, 1);
-    int32_t n1[3] = {h, gb_const(&b, F32, "64", 0.5, 1.5), gb_const(&b, F32, "64", -0.5, 0.5)};
-    int32_t y = gb_node(&b, KILN_OP_LAYER_NORM, n1, 3, &la, 1);
-    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
-    m->name = precision == KILN_PRECISION_BF16 ? "chunked windows bf16" : "chunked windows fp16";
-    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
-    return model_finish(&b, m, precision);
+    static char nm[2][48];
+    return attention_out(&b, att, x, 64, NULL, 0, m, precision, "chunked windows",
+                         nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
 }
 
 // A pre-norm decoder block at one row (a decode step; the GEMV folds, cuda_fold.h): RMSNorm -> q,
