@@ -884,17 +884,22 @@ static kiln_status inverse_permuted_const(kiln_bgraph *b, int32_t c, const int64
     return kiln_bgraph_add_const(b, d.dtype, &s, b->values[c].data, b->values[c].nbytes, out);
 }
 
-// Whether value v is read by an index_copy (a cache write: the CUDA backend runs a rotary
-// feeding one inside the q rotary's launch, cuda_fold.h, which needs the rotary's output there).
-static int read_by_index_copy(const kiln_bgraph *b, int32_t v) {
+// Whether value v is read by a live node of op `op`.
+static int read_by(const kiln_bgraph *b, int32_t v, uint32_t op) {
     for (size_t k = 0; k < b->n_nodes; k++) {
         const kiln_bnode *n = &b->nodes[k];
-        if (n->dead || n->op != KILN_OP_INDEX_COPY) continue;
+        if (n->dead || n->op != op) continue;
         for (uint32_t i = 0; i < n->n_inputs; i++) {
             if (kiln_bgraph_input(b, n, i) == v) return 1;
         }
     }
     return 0;
+}
+
+// Whether value v is read by an index_copy (a cache write: the CUDA backend runs a rotary
+// feeding one inside the q rotary's launch, cuda_fold.h, which needs the rotary's output there).
+static int read_by_index_copy(const kiln_bgraph *b, int32_t v) {
+    return read_by(b, v, KILN_OP_INDEX_COPY);
 }
 
 // Whether permute perm of x only moves dims of size 1 (a view: the bytes keep their order).
@@ -1400,18 +1405,6 @@ static int move_link(const kiln_bgraph *b, const kiln_bnode *n, int *copies) {
     return 1;
 }
 
-// Whether value v is read by an sdpa.
-static int read_by_sdpa(const kiln_bgraph *b, int32_t v) {
-    for (size_t k = 0; k < b->n_nodes; k++) {
-        const kiln_bnode *n = &b->nodes[k];
-        if (n->dead || n->op != KILN_OP_SDPA) continue;
-        for (uint32_t i = 0; i < n->n_inputs; i++) {
-            if (kiln_bgraph_input(b, n, i) == v) return 1;
-        }
-    }
-    return 0;
-}
-
 // Rewrite 15 for node k, the last link of a chain: *done = 2 when it became the row gather.
 static kiln_status move_gather(kiln_bgraph *b, uint32_t k, int *done) {
     *done = 0;
@@ -1428,7 +1421,7 @@ static kiln_status move_gather(kiln_bgraph *b, uint32_t k, int *done) {
         int cq = 0;
         if (move_link(b, &b->nodes[b->user[out]], &cq)) return KILN_OK;
     }
-    if (c < 8 || read_by_sdpa(b, out)) return KILN_OK;
+    if (c < 8 || read_by(b, out, KILN_OP_SDPA)) return KILN_OK;
     uint32_t chain[GATHER_CHAIN_MAX], len = 0;
     int32_t x = -1;
     for (uint32_t at = k; len < GATHER_CHAIN_MAX;) {
