@@ -335,6 +335,37 @@ def test_zoo_builder_patterns(tmp_path, name):
     run_and_compare(tmp_path, name, module, prog, fresh, "fp16")
 
 
+def _engine_layers(tmp_path, name, prog):
+    """The engines' layers as `kiln inspect --json` lists them (op, inputs' dims, attrs)."""
+    path = tmp_path / f"{name}_layers.pte"
+    with open(path, "wb") as f:
+        prog.write_to_file(f)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert kiln_main(["inspect", "--json", str(path)]) == 0
+    return [la for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral"])
+def test_zoo_grouped_query_attention(tmp_path, name):
+    """transformers' repeat_kv before a causal sdpa (query heads over fewer key/value heads, the
+    causal mask a constant at the exported length): each layer's sdpa reads the key/value heads
+    themselves, broadcast over the query heads of their group ([B, G, 1, S, E] against q's [B,
+    G, R, L, E]), with is_causal and no mask, and no repeat or mask copy runs; the values still
+    match eager."""
+    module, inputs, prog, part = export_zoo(name, 1, "fp16")
+    check_whole(prog, part)
+    layers = _engine_layers(tmp_path, name, prog)
+    sdpas = [la for la in layers if la["op"] == "sdpa"]
+    assert sdpas and not [la for la in layers if la["op"] == "expand"], layers
+    for la in sdpas:
+        q, k, v = (t["dim_max"] for t in la["inputs"])
+        assert len(la["inputs"]) == 3 and la["attrs"]["is_causal"] == [1], la
+        assert len(q) == len(k) == 5 and k[2] == v[2] == 1 and q[2] > 1, la
+    fresh = zoo.make_inputs(name, module, seed=13)
+    run_and_compare(tmp_path, name, module, prog, fresh, "fp16")
+
+
 def _export_built_in_float16(name):
     """The zoo model built in float16 (its own code's float16 paths), exported whole at fp16."""
     module, inputs, _ = zoo.build(name, depth=1, vocab=VOCAB, dtype=torch.float16)

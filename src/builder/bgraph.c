@@ -367,6 +367,13 @@ kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b) {
     return KILN_OK;
 }
 
+int32_t kiln_bgraph_only_reader(const kiln_bgraph *b, int32_t v) {
+    if (v < 0 || (size_t)v >= b->n_use_info || b->uses[v] != 1 || b->is_output[v]) return -1;
+    const int32_t u = b->user[v];
+    if (u < 0 || b->nodes[u].dead || b->nodes[u].n_tail > 0 || b->nodes[u].head >= 0) return -1;
+    return u;
+}
+
 kiln_status kiln_bgraph_count_uses(kiln_bgraph *b) {
     size_t n = b->n_values;
     KILN_TRY(GROW(b, uses, n));

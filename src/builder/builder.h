@@ -177,6 +177,9 @@ kiln_status kiln_bgraph_replace_node(kiln_bgraph *b, uint32_t old_node, int32_t 
 // read by earlier ones, index order is a topological order again (what the later passes
 // assume). Node indices change; value ids do not.
 kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b);
+// The only reader of v (read once, not an output) when it is a live plain node (no fused tail,
+// not a tail), else -1; uses as of the last kiln_bgraph_count_uses.
+int32_t kiln_bgraph_only_reader(const kiln_bgraph *b, int32_t v);
 // Recomputes uses / user / is_output.
 kiln_status kiln_bgraph_count_uses(kiln_bgraph *b);
 // Reports one finished step to the options' progress callback (nothing without one); a nonzero

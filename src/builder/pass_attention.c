@@ -17,12 +17,21 @@
 //    code elimination removes them (this pass runs before the second dce).
 // 3. Grouped-query attention: an sdpa whose k and v are each the repeat of a cache
 //        reshape(expand(unsqueeze(c, 2), [B, G, R, S, E]), [B, G * R, S, E])
-//    (transformers' repeat_kv, ExecuTorch's Llama: every kv head serves R query heads; a copy
-//    between the expand and the reshape is torch's reshape of the expanded view), with the
-//    same R for both and no causal flag, reads c directly: q [B, G * R, L, E] is viewed as
-//    [B, G, R * L, E] (a query head's rows follow its group's), the mask's rows are repeated R
-//    times to match, and the result is viewed back as [B, G * R, L, Ev]. No repeat is
-//    materialized and each kv head is read once for its R query heads.
+//    (transformers' repeat_kv, ExecuTorch's Llama, the lowering of enable_gqa: every kv head
+//    serves R query heads; a copy between the expand and the reshape is torch's reshape of the
+//    expanded view), with the same R for both, reads c directly, in one of two forms:
+//    - rows (a decode step: q of at most GQA_ROWS_MAX rows, no causal flag): q [B, G * R, L, E]
+//      is viewed as [B, G, R * L, E] (a query head's rows follow its group's), the mask's rows
+//      are repeated R times to match, and the result is viewed back as [B, G * R, L, Ev]: each
+//      kv head is read once for its R query heads;
+//    - broadcast (longer q, or a causal sdpa): q as [B, G, R, L, E], k and v as [B, G, 1, S, E]
+//      (sdpa broadcasts batch dims), a mask [.., 1, L, S] as [.., 1, 1, L, S], the result
+//      [B, G, R, L, Ev] viewed back; where the result's one reader is the head merge
+//      permute (0, 2, 1, 3), that permute becomes (0, 3, 1, 2, 4) on the 5-d result, viewed as
+//      [B, L, G * R, Ev]. Every link is a strided view of q's projection and the merge's
+//      output, so the CUDA backend runs neither (cuda_fold.h), and the causal rewrite (5.)
+//      still sees the mask.
+//    No repeat is materialized.
 // 4. Split QKV: an sdpa operand
 //        permute(reshape(slice(y, -1, j * D, (j + 1) * D), [B, L, H, E]), (0, 2, 1, 3))
 //    with y [B, L, c * D] and D = H * E (GPT-2's qkv.split(D, dim=2) and other fused
@@ -30,11 +39,12 @@
 //        select(permute(reshape(y, [B, L, c, H, E]), (2, 0, 3, 1, 4)), 0, j)
 //    the same values, which the backends read as strided views of y with no copy (the
 //    reshapes of q, k and v are one node after common-subexpression elimination).
-// 5. Causal masks: an sdpa whose mask is a constant [.., L, S] (every leading dim 1) that allows
+// 5. Causal masks: an sdpa whose mask is a constant [.., L, S] (every leading dim 1; or a
+//    reshape chain of one, as the broadcast form of 3. leaves it) that allows
 //    exactly j <= i (bool: true there and false elsewhere; float: 0 there and -inf or below
 //    -1e4 elsewhere, as transformers builds it from finfo.min), with q of L rows and k of S,
 //    becomes the same sdpa with is_causal = 1 and no mask: the kernels skip the masked blocks
-//    and read no mask. An sdpa that the grouped-query rewrite gave a repeated mask keeps it.
+//    and read no mask. An sdpa that the grouped-query rows form gave a repeated mask keeps it.
 // Eager attention (matmul, softmax, matmul in model code) becomes sdpa in the pass before this
 // one (pass_eager_attention.c), so that these rewrites see the sdpa it makes.
 // New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
@@ -268,6 +278,10 @@ static kiln_status qkv_merge(kiln_bgraph *b, uint32_t sdpa, int *done) {
 
 // --- 3. grouped-query attention
 
+// The rows form keeps query rows of a group together where they are few (a decode step: the
+// group's R rows share every key and value load); longer queries take the broadcast form.
+#define GQA_ROWS_MAX 8
+
 static kiln_status add_view(kiln_bgraph *b, uint32_t op, int32_t x, const int64_t *codes,
                             uint32_t n, int64_t seq, int32_t *out) {
     kiln_attr_ref ref = {KILN_ATTR_INTS, n, 0};
@@ -315,6 +329,66 @@ static int32_t repeated_cache(const kiln_bgraph *b, int32_t v, int64_t *rep) {
     return c;
 }
 
+// The broadcast form of rewrite 3 (q [B, H, L, E] with H = G * R; kc, vc [B, G, S, E]).
+static kiln_status gqa_broadcast(kiln_bgraph *b, uint32_t node, int32_t kc, int32_t vc, int64_t g,
+                                 int64_t rk, int *done) {
+    const kiln_bnode *n = &b->nodes[node];
+    int64_t seq = n->seq, h = g * rk;
+    int32_t q = kiln_bgraph_input(b, n, 0), m = kiln_bgraph_input(b, n, 3), out = n->output;
+    size_t first_new = b->n_nodes;
+    int32_t q5, k5, v5, m5 = -1, o5, o;
+    int64_t qc[5] = {-2, g, rk, -4, -5}, kvc[5] = {-2, -3, 1, -4, -5};
+    KILN_TRY(add_view(b, KILN_OP_RESHAPE, q, qc, 5, seq, &q5));
+    KILN_TRY(add_view(b, KILN_OP_RESHAPE, kc, kvc, 5, seq, &k5));
+    KILN_TRY(add_view(b, KILN_OP_RESHAPE, vc, kvc, 5, seq, &v5));
+    if (m >= 0) {
+        uint32_t r = b->values[m].desc.shape.rank;
+        m5 = m;
+        if (r >= 3) { // [.., 1, L, S] -> [.., 1, 1, L, S]
+            int64_t dim = (int64_t)r - 2;
+            KILN_TRY(add_view(b, KILN_OP_UNSQUEEZE, m, &dim, 1, seq, &m5));
+        }
+    }
+    {
+        kiln_battrs_copy ac;
+        if (!kiln_bgraph_copy_attrs(b, &b->nodes[node], &ac)) goto undo;
+        int32_t ins[4] = {q5, k5, v5, m5};
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SDPA, ins, m5 >= 0 ? 4 : 3, &ac.a, seq, &o5));
+    }
+    // the head merge [B, H, L, Ev] -> [B, L, H, Ev] as a permute of the 5-d result
+    int32_t pm = kiln_bgraph_only_reader(b, out);
+    if (pm >= 0) {
+        const kiln_bnode *p = &b->nodes[pm];
+        kiln_attrs pa = kiln_bgraph_attrs(b, p);
+        uint32_t np = 0;
+        const int64_t *d = kiln_attrs_ints(&pa, KILN_A_PERMUTE_DIMS, &np);
+        static const int64_t merge[4] = {0, 2, 1, 3};
+        if (p->op == KILN_OP_PERMUTE && np == 4 && memcmp(d, merge, sizeof merge) == 0) {
+            int64_t p5[5] = {0, 3, 1, 2, 4}, mc[4] = {-2, -3, h, -6};
+            int32_t t, w;
+            int64_t pseq = p->seq; // after the sdpa, whichever node later replaces it
+            KILN_TRY(add_view(b, KILN_OP_PERMUTE, o5, p5, 5, pseq, &t));
+            KILN_TRY(add_view(b, KILN_OP_RESHAPE, t, mc, 4, pseq, &w));
+            if (!kiln_desc_equal(&b->values[w].desc, &b->values[b->nodes[pm].output].desc)) {
+                goto undo;
+            }
+            KILN_TRY(kiln_bgraph_replace_node(b, (uint32_t)pm, w, "grouped-query head merge"));
+            b->nodes[node].dead = 1; // the merge was its one reader
+            *done = 1;
+            return KILN_OK;
+        }
+    }
+    int64_t oc[4] = {-2, h, -5, -6};
+    KILN_TRY(add_view(b, KILN_OP_RESHAPE, o5, oc, 4, seq, &o));
+    if (!kiln_desc_equal(&b->values[o].desc, &b->values[out].desc)) goto undo;
+    KILN_TRY(kiln_bgraph_replace_node(b, node, o, "grouped-query attention"));
+    *done = 1;
+    return KILN_OK;
+undo:
+    for (size_t k = first_new; k < b->n_nodes; k++) b->nodes[k].dead = 1; // left as it was
+    return KILN_OK;
+}
+
 static kiln_status gqa(kiln_bgraph *b, uint32_t node, int *done) {
     const kiln_bnode *n = &b->nodes[node];
     kiln_attrs a = kiln_bgraph_attrs(b, n);
@@ -322,10 +396,9 @@ static kiln_status gqa(kiln_bgraph *b, uint32_t node, int *done) {
     int32_t q = kiln_bgraph_input(b, n, 0), m = kiln_bgraph_input(b, n, 3);
     int32_t kc = repeated_cache(b, kiln_bgraph_input(b, n, 1), &rk);
     int32_t vc = repeated_cache(b, kiln_bgraph_input(b, n, 2), &rv);
+    int causal = kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0;
     *done = 0;
-    if (kc < 0 || vc < 0 || rk != rv || kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0) {
-        return KILN_OK;
-    }
+    if (kc < 0 || vc < 0 || rk != rv) return KILN_OK;
     const kiln_shape *qs = &b->values[q].desc.shape, *ks = &b->values[kc].desc.shape;
     const kiln_shape *os = &b->values[n->output].desc.shape;
     int64_t g = ks->min[1], h = g * rk;
@@ -337,6 +410,7 @@ static kiln_status gqa(kiln_bgraph *b, uint32_t node, int *done) {
         const kiln_shape *ms = &b->values[m].desc.shape;
         if (ms->rank < 2 || (ms->rank >= 3 && ms->max[ms->rank - 3] != 1)) return KILN_OK;
     }
+    if (causal || qs->max[2] > GQA_ROWS_MAX) return gqa_broadcast(b, node, kc, vc, g, rk, done);
     // q [B, H, L, E] -> [B, G, R * L, E]
     size_t first_new = b->n_nodes;
     int64_t qc[4] = {-2, g, -1, qs->min[3]};
@@ -429,10 +503,27 @@ static kiln_status split_qkv(kiln_bgraph *b, uint32_t node, uint32_t slot, int *
     return KILN_OK;
 }
 
-// Whether constant m is the causal mask of L query rows and S keys (see 5. above).
+// The constant that m is a reshape, unsqueeze or squeeze chain of (the same elements in the same
+// order), or -1.
+static int32_t const_through_views(const kiln_bgraph *b, int32_t m) {
+    while (m >= 0 && !kiln_bgraph_is_const(b, m)) {
+        if (b->values[m].kind != KILN_IR_NODE) return -1;
+        const kiln_bnode *n = &b->nodes[b->values[m].index];
+        if (n->dead || n->n_tail > 0 || n->head >= 0 ||
+            (n->op != KILN_OP_RESHAPE && n->op != KILN_OP_UNSQUEEZE && n->op != KILN_OP_SQUEEZE))
+            return -1;
+        m = kiln_bgraph_input(b, n, 0);
+    }
+    return m;
+}
+
+// Whether m (a constant, or a view chain of one) is the causal mask of L query rows and S keys
+// (see 5. above).
 static int is_causal_mask(const kiln_bgraph *b, int32_t m, int64_t l, int64_t sk) {
-    const kiln_bvalue *c = &b->values[m];
-    const kiln_shape *ms = &c->desc.shape;
+    int32_t cv = const_through_views(b, m);
+    if (cv < 0) return 0;
+    const kiln_bvalue *c = &b->values[cv];
+    const kiln_shape *ms = &b->values[m].desc.shape;
     uint32_t r = ms->rank, dt = c->desc.dtype;
     uint64_t esz = kiln_dtype_size((kiln_dtype)dt);
     if (r < 2 || ms->min[r - 2] != l || ms->max[r - 2] != l || ms->min[r - 1] != sk ||
@@ -464,7 +555,7 @@ static kiln_status causal(kiln_bgraph *b, uint32_t node, int *done) {
     int32_t q = kiln_bgraph_input(b, n, 0), k = kiln_bgraph_input(b, n, 1);
     int32_t m = kiln_bgraph_input(b, n, 3);
     *done = 0;
-    if (m < 0 || !kiln_bgraph_is_const(b, m) || kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0) {
+    if (m < 0 || const_through_views(b, m) < 0 || kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0) {
         return KILN_OK;
     }
     const kiln_shape *qs = &b->values[q].desc.shape, *ks = &b->values[k].desc.shape;

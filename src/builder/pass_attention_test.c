@@ -146,20 +146,26 @@ static void test_not_select(void) {
     kiln_graph_free(g);
 }
 
-// Grouped-query attention over a repeated cache: q [1, 4, L, E] (L dynamic), a cache of 2 kv
-// heads [1, 2, S, E] repeated twice per head (unsqueeze, expand, reshape, as transformers'
-// repeat_kv), a mask [L, S] (bool) or [1, 1, L, S] (float). The rewrite reads the cache itself:
-// no expand left (want_expand counts the mask's); values as the unoptimized engine. A causal
-// sdpa, or repeats that differ between k and v, are left alone.
-static void test_gqa(int mask_rank, int causal, int rep_v, uint32_t want_expand, const char *what) {
-    enum { G = 2, S = 5 };
+// Grouped-query attention over a repeated cache: q [1, 4, L, E] (L dynamic, 1..lmax), a cache of
+// 2 kv heads [1, 2, S, E] repeated twice per head (unsqueeze, expand, reshape, as transformers'
+// repeat_kv), a mask [L, S] (bool) or [1, 1, L, S] (float), or a constant causal mask [lmax, S]
+// (L static then); `merge`: the result's head merge (permute (0, 2, 1, 3), reshape) as the
+// output. The rewrite reads the cache itself: no expand left (want_expand counts the mask's);
+// a decode-length q (lmax <= 8, not causal) keeps rank-4 rows, a longer or causal one runs a
+// rank-5 sdpa (want_rank); the constant causal mask becomes is_causal (want_causal). Values as
+// the unoptimized engine.
+enum { GQ_NONE = 0, GQ_BOOL = 2, GQ_FLOAT = 4, GQ_TRIL = 5 };
+static void test_gqa(int mask, int causal, int64_t lmax, int merge, uint32_t want_expand,
+                     uint32_t want_rank, int want_causal, const char *what) {
+    enum { G = 2, S = 24 };
     kiln_graph *g;
     CHECK_OK(kiln_graph_new(&g));
-    int32_t q = tu_input(g, "q", KILN_DTYPE_F32, 4, TU_DIMS(1, H, 1, E), TU_DIMS(1, H, 3, E));
+    int64_t lmin = mask == GQ_TRIL ? lmax : 1;
+    int32_t q = tu_input(g, "q", KILN_DTYPE_F32, 4, TU_DIMS(1, H, lmin, E), TU_DIMS(1, H, lmax, E));
     int32_t c = tu_input(g, "cache", KILN_DTYPE_F32, 4, TU_DIMS(1, G, S, E), TU_DIMS(1, G, S, E));
     int32_t rep[2];
     for (int j = 0; j < 2; j++) {
-        int64_t r = j == 1 ? rep_v : 2, heads = G * r;
+        int64_t r = 2, heads = G * r;
         int32_t u = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(c), TU_ATTRS(TU_INTS("dim", 2)));
         int32_t e =
             tu_node(g, KILN_OP_EXPAND, TU_IDS(u), TU_ATTRS(TU_INTS("shape", 1, G, r, S, E)));
@@ -167,34 +173,60 @@ static void test_gqa(int mask_rank, int causal, int rep_v, uint32_t want_expand,
         rep[j] = tu_node(g, KILN_OP_RESHAPE, TU_IDS(e), TU_ATTRS(TU_INTS("shape", 1, heads, S, E)));
     }
     int32_t m = -1;
-    if (mask_rank == 2) {
-        m = tu_input(g, "mask", KILN_DTYPE_BOOL, 2, TU_DIMS(1, S), TU_DIMS(3, S));
-    } else if (mask_rank == 4) {
-        m = tu_input(g, "mask", KILN_DTYPE_F32, 4, TU_DIMS(1, 1, 1, S), TU_DIMS(1, 1, 3, S));
+    if (mask == GQ_BOOL) {
+        m = tu_input(g, "mask", KILN_DTYPE_BOOL, 2, TU_DIMS(1, S), TU_DIMS(lmax, S));
+    } else if (mask == GQ_FLOAT) {
+        m = tu_input(g, "mask", KILN_DTYPE_F32, 4, TU_DIMS(1, 1, 1, S), TU_DIMS(1, 1, lmax, S));
+    } else if (mask == GQ_TRIL) { // [lmax, S] top-left causal, viewed as [1, 1, lmax, S]
+        uint8_t *bm = malloc((size_t)(lmax * S));
+        for (int64_t i = 0; i < lmax * S; i++) bm[i] = (uint8_t)(i % S <= i / S);
+        CHECK_OK(kiln_graph_add_constant(g, "tril", KILN_DTYPE_BOOL, 2, TU_DIMS(lmax, S), bm,
+                                         (size_t)(lmax * S), &m));
+        free(bm);
+        m = tu_node(g, KILN_OP_RESHAPE, TU_IDS(m), TU_ATTRS(TU_INTS("shape", 1, 1, lmax, S)));
     }
     int32_t ins[4] = {q, rep[0], rep[1], m};
     kiln_attr at[1] = {TU_INTS("is_causal", causal)};
     int32_t o = -1;
-    if (rep_v == 2) {
-        kiln_status st = kiln_graph_add_node(g, KILN_OP_SDPA, ins, m >= 0 ? 4 : 3, at, 1, &o, 1);
-        CHECK_OK(st);
-        tu_output(g, o, "o");
-        kiln_plan p;
-        if (bt_plan(g, &o1, &p)) {
-            CHECK_MSG(bt_count(&p, KILN_OP_EXPAND) == want_expand, "%s: %u expand layers, want %u",
-                      what, bt_count(&p, KILN_OP_EXPAND), want_expand);
-            kiln_plan_release(&p);
-        }
-        bt_shape s3[3] = {{4, {1, H, 3, E}}, {4, {1, G, S, E}}, {mask_rank, {3, S}}};
-        bt_shape s1[3] = {{4, {1, H, 1, E}}, {4, {1, G, S, E}}, {mask_rank, {1, S}}};
-        if (mask_rank == 4) {
-            s3[2] = (bt_shape){4, {1, 1, 3, S}};
-            s1[2] = (bt_shape){4, {1, 1, 1, S}};
-        }
-        uint32_t n_in = m >= 0 ? 3 : 2;
-        bt_compare(g, &o0, &o1, n_in, s3, 1, 1e-5, 1e-5, what);
-        bt_compare(g, &o0, &o1, n_in, s1, 1, 1e-5, 1e-5, what);
+    kiln_status st = kiln_graph_add_node(g, KILN_OP_SDPA, ins, m >= 0 ? 4 : 3, at, 1, &o, 1);
+    CHECK_OK(st);
+    if (merge) {
+        o = tu_node(g, KILN_OP_PERMUTE, TU_IDS(o), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+        o = tu_node(g, KILN_OP_RESHAPE, TU_IDS(o), TU_ATTRS(TU_INTS("shape", 1, -3, H * E)));
     }
+    tu_output(g, o, "o");
+    kiln_plan p;
+    if (bt_plan(g, &o1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_EXPAND) == want_expand, "%s: %u expand layers, want %u",
+                  what, bt_count(&p, KILN_OP_EXPAND), want_expand);
+        for (uint32_t l = 0; l < p.n_layers; l++) {
+            if (p.layers[l].op != KILN_OP_SDPA) continue;
+            kiln_attrs a = kiln_plan_layer_attrs(&p, &p.layers[l]);
+            int32_t y = p.ids[p.layers[l].output_begin];
+            uint32_t rank = p.tensors[y].shape.rank;
+            int cz = kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0;
+            CHECK_MSG(rank == want_rank && cz == want_causal,
+                      "%s: sdpa of rank %u, causal %d; want %u, %d", what, rank, cz, want_rank,
+                      want_causal);
+        }
+        if (merge) { // the head merge is a permute of the sdpa's result (a view on CUDA)
+            CHECK_MSG(bt_count(&p, KILN_OP_PERMUTE) == 1, "%s: %u permutes", what,
+                      bt_count(&p, KILN_OP_PERMUTE));
+        }
+        kiln_plan_release(&p);
+    }
+    bt_shape sl[3] = {{4, {1, H, lmax, E}}, {4, {1, G, S, E}}, {0, {0}}};
+    bt_shape s1[3] = {{4, {1, H, lmin, E}}, {4, {1, G, S, E}}, {0, {0}}};
+    if (mask == GQ_BOOL) {
+        sl[2] = (bt_shape){2, {lmax, S}};
+        s1[2] = (bt_shape){2, {lmin, S}};
+    } else if (mask == GQ_FLOAT) {
+        sl[2] = (bt_shape){4, {1, 1, lmax, S}};
+        s1[2] = (bt_shape){4, {1, 1, lmin, S}};
+    }
+    uint32_t n_in = mask == GQ_BOOL || mask == GQ_FLOAT ? 3 : 2;
+    bt_compare(g, &o0, &o1, n_in, sl, 1, 1e-5, 1e-5, what);
+    bt_compare(g, &o0, &o1, n_in, s1, 1, 1e-5, 1e-5, what);
     kiln_graph_free(g);
 }
 
@@ -621,12 +653,17 @@ int main(void) {
     test_bert(5, 1, 3, "a bias on q only");
     test_packed_unbind();
     test_not_select();
-    test_gqa(2, 0, 2, 1, "GQA, bool mask [L, S]");
-    test_gqa(4, 0, 2, 1, "GQA, float mask [1, 1, L, S]");
-    test_gqa(0, 0, 2, 0, "GQA, no mask");
-    // k's and v's repeats of the one cache are the same nodes: common-subexpression elimination
-    // leaves one expand
-    test_gqa(0, 1, 2, 1, "GQA, causal: left alone");
+    // decode-length q: the rows form (the mask's rows repeated: one expand)
+    test_gqa(GQ_BOOL, 0, 3, 0, 1, 4, 0, "GQA rows, bool mask [L, S]");
+    test_gqa(GQ_FLOAT, 0, 3, 0, 1, 4, 0, "GQA rows, float mask [1, 1, L, S]");
+    test_gqa(GQ_NONE, 0, 3, 0, 0, 4, 0, "GQA rows, no mask");
+    test_gqa(GQ_NONE, 0, 3, 1, 0, 4, 0, "GQA rows, head merge after");
+    // longer or causal q: the broadcast form (k, v as [1, G, 1, S, E]: no expand at all)
+    test_gqa(GQ_NONE, 1, 3, 0, 0, 5, 1, "GQA broadcast, is_causal");
+    test_gqa(GQ_BOOL, 0, 20, 0, 0, 5, 0, "GQA broadcast, bool mask [L, S]");
+    test_gqa(GQ_FLOAT, 0, 20, 1, 0, 5, 0, "GQA broadcast, float mask, head merge after");
+    test_gqa(GQ_TRIL, 0, 20, 1, 0, 5, 1, "GQA broadcast, constant causal mask");
+    test_gqa(GQ_NONE, 1, 20, 1, 0, 5, 1, "GQA broadcast, is_causal, head merge after");
     test_gpt2(G_BOOL, 0, 1, "GPT-2 split, bool causal mask");
     test_gpt2(G_NEG_INF, 0, 1, "GPT-2 split, -inf causal mask");
     test_gpt2(G_FINFO_MIN, 0, 1, "GPT-2 split, finfo.min causal mask");

@@ -153,14 +153,6 @@ static int batch_scale(const kiln_bgraph *b, int32_t c, const kiln_shape *s) {
     return 1;
 }
 
-// The only reader of value v (read once, not an output) when it is a live plain node, else -1.
-static int32_t only_reader(const kiln_bgraph *b, int32_t v) {
-    if (v < 0 || (size_t)v >= b->n_use_info || b->uses[v] != 1 || b->is_output[v]) return -1;
-    const int32_t u = b->user[v];
-    if (u < 0 || b->nodes[u].dead || b->nodes[u].n_tail > 0 || b->nodes[u].head >= 0) return -1;
-    return u;
-}
-
 // The other input of binary node n than v (-1 when v is both or neither).
 static int32_t other_input(const kiln_bgraph *b, const kiln_bnode *n, int32_t v) {
     const int32_t x = kiln_bgraph_input(b, n, 0), y = kiln_bgraph_input(b, n, 1);
@@ -172,7 +164,7 @@ static int32_t other_input(const kiln_bgraph *b, const kiln_bnode *n, int32_t v)
 // q x when q = x * c, c a constant scalar (a scale applied to q before the matmul), read only
 // by the matmul: *c = its value; else -1.
 static int32_t prescaled(const kiln_bgraph *b, int32_t q, double *c) {
-    if (q < 0 || b->values[q].kind != KILN_IR_NODE || only_reader(b, q) < 0) return -1;
+    if (q < 0 || b->values[q].kind != KILN_IR_NODE || kiln_bgraph_only_reader(b, q) < 0) return -1;
     const kiln_bnode *m = &b->nodes[b->values[q].index];
     if (m->dead || m->op != KILN_OP_MUL || m->n_tail > 0 || m->head >= 0) return -1;
     const int32_t x = kiln_bgraph_input(b, m, 0), y = kiln_bgraph_input(b, m, 1);
@@ -189,7 +181,8 @@ static int32_t prescaled(const kiln_bgraph *b, int32_t q, double *c) {
 static int32_t prescaled_k(const kiln_bgraph *b, int32_t k, double *c, int32_t *view) {
     *view = -1;
     const int32_t x = prescaled(b, k, c);
-    if (x >= 0 || k < 0 || b->values[k].kind != KILN_IR_NODE || only_reader(b, k) < 0) return x;
+    if (x >= 0 || k < 0 || b->values[k].kind != KILN_IR_NODE || kiln_bgraph_only_reader(b, k) < 0)
+        return x;
     const int32_t r = (int32_t)b->values[k].index;
     const kiln_bnode *rn = &b->nodes[r];
     if (rn->dead || rn->op != KILN_OP_RESHAPE || rn->n_tail > 0 || rn->head >= 0 ||
@@ -258,7 +251,7 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     }
     int32_t masks[EAGER_MAX_MASKS];
     uint32_t n_masks = 0;
-    int32_t u = only_reader(b, s);
+    int32_t u = kiln_bgraph_only_reader(b, s);
     if (u >= 0 && (b->nodes[u].op == KILN_OP_MUL || b->nodes[u].op == KILN_OP_DIV)) {
         const kiln_bnode *m = &b->nodes[u];
         const int32_t o = other_input(b, m, s);
@@ -273,12 +266,12 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
             return KILN_OK;
         }
         s = m->output;
-        u = only_reader(b, s);
+        u = kiln_bgraph_only_reader(b, s);
     }
     // q's dtype, which the sdpa reads and writes
     const uint32_t io_dt = upcast ? b->values[q].desc.dtype : dt;
     uint32_t cur_dt = dt; // the scores' dtype (an upcast's float32 scores may return to io_dt)
-    for (; u >= 0; u = only_reader(b, s)) {
+    for (; u >= 0; u = kiln_bgraph_only_reader(b, s)) {
         if (b->nodes[u].op == KILN_OP_RESHAPE && split < 0 && batch_split(b, u, &scores, &nb)) {
             split = u;
             split_shape = scores;
@@ -316,7 +309,7 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
     if (u >= 0 && b->nodes[u].op == KILN_OP_CAST) { // the softmax in float32
         if (b->values[b->nodes[u].output].desc.dtype != KILN_DTYPE_F32) return KILN_OK;
         s = b->nodes[u].output;
-        u = only_reader(b, s);
+        u = kiln_bgraph_only_reader(b, s);
     }
     if (u < 0 || b->nodes[u].op != KILN_OP_SOFTMAX) return KILN_OK;
     {
@@ -325,12 +318,12 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
         if (dim != -1 && dim != (int64_t)r - 1) return KILN_OK;
     }
     s = b->nodes[u].output;
-    u = only_reader(b, s);
+    u = kiln_bgraph_only_reader(b, s);
     // ... and back to q's dtype (a cast that a float32 graph may keep as a no-op)
     if (u >= 0 && b->nodes[u].op == KILN_OP_CAST && b->nodes[u].n_tail == 0 &&
         b->values[b->nodes[u].output].desc.dtype == io_dt) {
         s = b->nodes[u].output;
-        u = only_reader(b, s);
+        u = kiln_bgraph_only_reader(b, s);
     } else if (b->values[s].desc.dtype != io_dt) {
         return KILN_OK;
     }
@@ -340,7 +333,7 @@ static kiln_status eager_attention(kiln_bgraph *b, uint32_t qk, int *done) {
             !kiln_shape_same(&b->values[b->nodes[u].output].desc.shape, &scores3))
             return KILN_OK;
         s = b->nodes[u].output;
-        u = only_reader(b, s);
+        u = kiln_bgraph_only_reader(b, s);
     }
     if (u < 0 || b->nodes[u].op != KILN_OP_MATMUL || kiln_bgraph_input(b, &b->nodes[u], 0) != s ||
         kiln_bgraph_input(b, &b->nodes[u], 1) == s)

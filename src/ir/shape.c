@@ -1259,13 +1259,16 @@ static kiln_status infer_sdpa(const ictx *c, const kiln_attrs *a, const kiln_val
     KILN_TRY(want_agree(c, "key/value length (S)", in, 1, r - 2, 2, r - 2, &s0, &s1));
     nb = r - 2;
     out->shape = *q;
-    for (uint32_t j = 0; j < nb; j++) {
+    for (uint32_t j = 0; j < nb;
+         j++) { // batch dims broadcast (grouped-query k, v: [B, G, 1, S, E])
         for (uint32_t i = 1; i < 3; i++) {
             const kiln_shape *o = &in[i]->shape;
-            if (!agree_dim(out->shape.min[j], out->shape.max[j], o->min[j], o->max[j],
+            if (!bcast_dim(out->shape.min[j], out->shape.max[j], o->min[j], o->max[j],
                            &out->shape.min[j], &out->shape.max[j])) {
-                return SHAPE_FAIL(c, "batch dimension %u of %s %s does not match query %s", j,
-                                  IN(c, i), SS(o), SS(q));
+                return SHAPE_FAIL(c,
+                                  "batch dimension %u of %s %s does not broadcast with the "
+                                  "query's %s",
+                                  j, IN(c, i), SS(o), SS(q));
             }
         }
     }

@@ -565,6 +565,104 @@ static void separate(int k_out) {
     kiln_plan_release(&p);
 }
 
+// Grouped-query attention as a decoder's prefill exports it: q = permute(reshape(linear(x, D)),
+// [B, S, GH, E]) with GH = 4 query heads, k and v over G = 2 kv heads ([B, S, G * E] projections,
+// head split, permute) each repeated R = 2 times (transformers' repeat_kv: unsqueeze, expand,
+// reshape), is_causal, the head merge (permute, reshape) into a linear. The builder's broadcast
+// form (pass_attention.c) leaves a rank-5 sdpa over q [B, G, R, S, E] and k, v [B, G, 1, S, E]
+// whose result is permuted to [B, S, G, R, E]: every link is a view here (no permute, reshape
+// or expand runs), q reads head g R + r of x's projection, k and v head g of theirs, and the
+// sdpa writes [B, S, GH, E] directly.
+static void gqa_case(void) {
+    enum { G = 2, R = 2, GH = G * R, DQ = GH * E, DK = G * E };
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    int64_t dims[3] = {B, S, DQ}, qsplit[4] = {B, S, GH, E}, ksplit[4] = {B, S, G, E};
+    int64_t swap[4] = {0, 2, 1, 3}, merge[3] = {B, S, DQ}, two = 2;
+    int64_t ex[5] = {B, G, R, S, E}, rep[4] = {B, GH, S, E}, one = 1;
+    int32_t x = -1, qkv[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    qkv[0] = permute(g, reshape(g, linear(g, x, DQ, DQ), qsplit, 4), swap, 4);
+    for (int j = 1; j < 3; j++) {
+        int32_t c = permute(g, reshape(g, linear(g, x, DQ, DK), ksplit, 4), swap, 4);
+        kiln_attr ua = {"dim", &two, NULL, 1}, ea = {"shape", ex, NULL, 5};
+        int32_t u = node(g, KILN_OP_UNSQUEEZE, &c, 1, &ua, 1);
+        qkv[j] = reshape(g, node(g, KILN_OP_EXPAND, &u, 1, &ea, 1), rep, 4);
+    }
+    kiln_attr ca = {"is_causal", &one, NULL, 1};
+    int32_t att = node(g, KILN_OP_SDPA, qkv, 3, &ca, 1);
+    att = linear(g, reshape(g, permute(g, att, swap, 4), merge, 3), DQ, DQ);
+    CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), run = 0;
+    for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
+        uint32_t op = p.layers[li].op;
+        if (op == KILN_OP_PERMUTE || op == KILN_OP_RESHAPE || op == KILN_OP_EXPAND ||
+            op == KILN_OP_UNSQUEEZE || op == KILN_OP_COPY)
+            run += !(f.virt[li] & KILN_CUDA_FOLD_VIRTUAL);
+    }
+    fprintf(stderr, "gqa: %u virtual, sdpa operands %u, outputs %u, view layers run %u\n",
+            f.n_virtual, f.n_sdpa_in, f.n_sdpa_out, run);
+    CHECK_EQ_INT(run, 0);
+    {
+        uint32_t n_expand = 0;
+        for (uint32_t li = 0; li < p.n_layers; li++) n_expand += p.layers[li].op == KILN_OP_EXPAND;
+        CHECK_EQ_INT(n_expand, 0);
+    }
+    CHECK(sdpa != UINT32_MAX);
+    if (sdpa != UINT32_MAX) {
+        const kiln_plan_layer *l = &p.layers[sdpa];
+        int32_t ins[3], w = f.sdpa_dst[sdpa], lin[3];
+        uint32_t at = 0;
+        for (int j = 0; j < 3; j++) {
+            ins[j] = p.ids[l->input_begin + j];
+            at = find_head(&p, KILN_OP_LINEAR, at);
+            lin[j] = at == UINT32_MAX ? -1 : kiln_plan_group_output(&p, at);
+            at = at == UINT32_MAX ? at : at + 1;
+        }
+        CHECK_EQ_INT(p.tensors[p.ids[l->output_begin]].shape.rank, 5);
+        CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
+        CHECK(f.sdpa_out[sdpa] > (int32_t)sdpa && w >= 0);
+        CHECK(lin[0] >= 0 && lin[1] >= 0 && lin[2] >= 0);
+        if (w >= 0 && lin[0] >= 0 && lin[1] >= 0 && lin[2] >= 0) {
+            int bad = 0;
+            kiln_cuda_strided v[4];
+            bind_views(&p, views);
+            for (int j = 0; j < 3; j++) kiln_cuda_fold_view(&p, &f, views, ins[j], &v[j]);
+            kiln_cuda_fold_out_view(&p, &f, views, sdpa, &v[3]);
+            for (int j = 0; j < 4; j++) CHECK(v[j].rank == 5 && v[j].str[4] == 1);
+            CHECK(v[1].dims[2] == 1 && v[2].dims[2] == 1 && v[0].dims[2] == R);
+            int32_t base[4] = {lin[0], lin[1], lin[2], w};
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t gi = 0; gi < G; gi++)
+                    for (int64_t r = 0; r < R; r++)
+                        for (int64_t s = 0; s < S; s++)
+                            for (int64_t e = 0; e < E; e++) {
+                                int64_t hq = ((b * S + s) * GH + gi * R + r) * E + e;
+                                int64_t hk = ((b * S + s) * G + gi) * E + e;
+                                int64_t want[4] = {hq, hk, hk, hq};
+                                for (int j = 0; j < 4; j++) {
+                                    const kiln_cuda_strided *u = &v[j];
+                                    int64_t rr = j == 1 || j == 2 ? 0 : r;
+                                    int64_t o = b * u->str[0] + gi * u->str[1] + rr * u->str[2] +
+                                                s * u->str[3] + e;
+                                    bad +=
+                                        ((const uint16_t *)u->data - mem[base[j]]) + o != want[j];
+                                }
+                            }
+            CHECK_MSG(bad == 0, "gqa: %d view elements at the wrong offset", bad);
+            unbind(&p, views);
+        }
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 // k reaches the sdpa as permute (0, 2, 3, 1) of [1, 8, 2, 8] (S = E = 8: k^T as k): its view
 // would have E not innermost, so that chain is not folded (q and v still are).
 static void transposed_k(void) {
@@ -1237,5 +1335,6 @@ int main(int argc, char **argv) {
     separate(1);
     transposed_k();
     state_k();
+    gqa_case();
     return check_summary();
 }

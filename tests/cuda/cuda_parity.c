@@ -1804,14 +1804,37 @@ static void cases_sdpa_tc(void) {
         case_in(&c, S(dt, "1x1x128"));
         c.label = "tc: L = S = 1, E 128";
         run_case(&c);
-        // three batch dims merged into cuDNN's B (k and v cannot broadcast: shape inference
-        // requires the query's batch dims)
+        // three batch dims merged into cuDNN's B
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "2x2x3x33x64"));
         case_in(&c, S(dt, "2x2x3x47x64"));
         case_in(&c, S(dt, "2x2x3x47x64"));
         c.label = "tc: batch dims [2, 2, 3]";
         c.attn_dnn = 1;
+        run_case(&c);
+        // grouped-query attention in the builder's broadcast form: q [B, G, R, L, E] over k and
+        // v [B, G, 1, S, E] (batch strides 0 over R): causal prefill, a bool mask [L, S], and
+        // heads of 48 (the fp32-FMA kernel)
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "2x2x4x40x64"));
+        case_in(&c, S(dt, "2x2x1x40x64"));
+        case_in(&c, S(dt, "2x2x1x40x64"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "tc: grouped-query broadcast, causal L 40";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x4x7x130x128"));
+        case_in(&c, S(dt, "1x4x1x150x128"));
+        case_in(&c, S(dt, "1x4x1x150x128"));
+        case_in(&c, S(BOOL, "130x150"));
+        c.label = "tc: grouped-query broadcast, bool mask, E 128";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x2x3x20x48"));
+        case_in(&c, S(dt, "1x2x1x24x48"));
+        case_in(&c, S(dt, "1x2x1x24x48"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "fma: grouped-query broadcast, causal, E 48";
         run_case(&c);
         // heads of 256 (Gemma): the split-key kernel only; causal (what cuDNN's fused attention
         // does not take), a float mask, a grid over several waves, keys in chunks

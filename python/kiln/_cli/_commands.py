@@ -73,6 +73,7 @@ def _layers_summary(desc: dict) -> list[dict]:
                     "dim_max": o.get("dim_max"),
                 },
                 "weight_nbytes": la.get("weight_nbytes", 0),
+                "attrs": la.get("attrs", {}),
             }
         )
     return out

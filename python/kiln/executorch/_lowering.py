@@ -2392,14 +2392,39 @@ def _full_like(L, node, a):
 # attention
 
 
-@_handles("aten.scaled_dot_product_attention.default", kiln=("sdpa", "cast"))
+def _gqa_repeat(L, q, kv, x):
+    """enable_gqa: k or v [B, Hk, S, E] repeated to q's Hq heads (each kv head serving Hq / Hk
+    consecutive query heads) the way transformers' repeat_kv writes it, unsqueeze, expand,
+    reshape, which the builder reads back as grouped-query attention over the Hk heads with no
+    repeat made (docs/builder.md)."""
+    qs, ks = list(_meta(q).shape), list(_meta(kv).shape)
+    if len(qs) != 4 or len(ks) != 4:
+        raise Unsupported(f"sdpa with enable_gqa=True on rank {len(qs)} (Kiln takes rank 4)")
+    hq, hk = sym_expr(qs[1]), sym_expr(ks[1])
+    if not (hq.is_number and hk.is_number) or int(hk) <= 0 or int(hq) % int(hk) != 0:
+        raise Unsupported(
+            f"sdpa with enable_gqa=True: {hq} query heads over {hk} key/value heads (the query "
+            "heads must be a static multiple of the key/value heads)"
+        )
+    r = int(hq) // int(hk)
+    if r == 1:
+        return x
+    u = L.op("unsqueeze", [x], {"dim": 2})
+    e = L.op("expand", [u], {"shape": [-1, -1, r, -1, -1]})
+    return L.op("reshape", [e], {"shape": [-2, int(hq), -5, -6]})
+
+
+@_handles(
+    "aten.scaled_dot_product_attention.default",
+    kiln=("sdpa", "cast", "unsqueeze", "expand", "reshape"),
+)
 def _sdpa(L, node, a):
     if not (isinstance(a["dropout_p"], (int, float)) and a["dropout_p"] == 0):
         raise Unsupported(f"sdpa with dropout_p={a['dropout_p']}")
-    if a.get("enable_gqa"):
-        raise Unsupported("sdpa with enable_gqa=True")
     q, k, v = a["query"], a["key"], a["value"]
     ins = [L.value(q), L.value(k), L.value(v)]
+    if a.get("enable_gqa"):
+        ins[1], ins[2] = _gqa_repeat(L, q, k, ins[1]), _gqa_repeat(L, q, v, ins[2])
     mask = a["attn_mask"]
     if mask is not None:
         if not isinstance(mask, Node):
