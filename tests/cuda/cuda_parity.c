@@ -3124,6 +3124,46 @@ static int model_neox(model *m, kiln_precision precision) {
                          nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
 }
 
+// A decoder's grouped-query attention at prefill, as transformers writes it: x [2, 40, 128] ->
+// q projection to 4 heads of 32, k and v projections to 2 heads of 32 (head split, permute (0, 2,
+// 1, 3), each repeated twice: unsqueeze, expand, reshape) -> causal sdpa -> permute back ->
+// reshape -> out linear + x -> layer norm. The builder reads k and v broadcast over their
+// groups (q [2, 2, 2, 40, 32], k, v [2, 2, 1, 40, 32], pass_attention.c); with
+// cuda.attention_fold every link is a view and the sdpa writes the merge's output.
+static int model_gqa(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {2, 40, 128}, qs[4] = {2, 40, 4, 32}, ks[4] = {2, 40, 2, 32};
+    int64_t t0213[4] = {0, 2, 1, 3}, ex[5] = {2, 2, 2, 40, 32}, rep[4] = {2, 4, 40, 32};
+    int64_t two = 2, causal = 1;
+    int32_t parts[3];
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
+    kiln_attr pa = A_INTS("dims", t0213, 4);
+    for (int j = 0; j < 3; j++) {
+        int32_t l[3] = {x, gb_const(&b, F32, j == 0 ? "128x128" : "64x128", -0.15, 0.15),
+                        gb_const(&b, F32, j == 0 ? "128" : "64", -0.1, 0.1)};
+        kiln_attr ra = A_INTS("shape", j == 0 ? qs : ks, 4);
+        int32_t v = gb_node(&b, KILN_OP_LINEAR, l, 3, NULL, 0);
+        v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ra, 1);
+        v = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
+        if (j > 0) {
+            kiln_attr ua = A_INTS("dim", &two, 1), ea = A_INTS("shape", ex, 5);
+            kiln_attr rr = A_INTS("shape", rep, 4);
+            v = gb_node(&b, KILN_OP_UNSQUEEZE, &v, 1, &ua, 1);
+            v = gb_node(&b, KILN_OP_EXPAND, &v, 1, &ea, 1);
+            v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &rr, 1);
+        }
+        parts[j] = v;
+    }
+    kiln_attr ca = A_INTS("is_causal", &causal, 1), xa = A_INTS("shape", dims, 3);
+    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, &ca, 1);
+    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
+    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
+    static char nm[2][48];
+    return attention_out(&b, att, x, 128, NULL, 0, m, precision, "grouped-query prefill",
+                         nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
+}
+
 // MaxViT's windowed attention: x [1, 4, 49, 64] (4 windows of 7x7) -> qkv linear -> q, k, v as
 // slices of the last dim (torch.chunk) -> reshape [1, 4, 49, 2, 32] -> permute (0, 1, 3, 2, 4) ->
 // sdpa -> permute back -> reshape -> out linear + x -> layer norm. With cuda.attention_fold the
@@ -4879,13 +4919,15 @@ static void run_e2e(void) {
     if (!opt_quick && model_neox(&models[n], KILN_PRECISION_BF16)) n++;
     if (model_chunked(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_chunked(&models[n], KILN_PRECISION_BF16)) n++;
+    if (model_gqa(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_gqa(&models[n], KILN_PRECISION_BF16)) n++;
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 24 : 37), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 25 : 39), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
