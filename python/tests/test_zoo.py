@@ -346,7 +346,7 @@ def _engine_layers(tmp_path, name, prog):
     return [la for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral", "gemma"])
 def test_zoo_grouped_query_attention(tmp_path, name):
     """transformers' repeat_kv before a causal sdpa (query heads over fewer key/value heads, the
     causal mask a constant at the exported length): each layer's sdpa reads the key/value heads

@@ -289,10 +289,12 @@ static kiln_status add_view(kiln_bgraph *b, uint32_t op, int32_t x, const int64_
     return kiln_bgraph_add_node(b, op, &x, 1, &a, seq, out);
 }
 
-// The cache c [B, G, S, E] and R when v is reshape(expand(unsqueeze(c, 2))) as above (each link
-// read once); -1 otherwise.
+// The repeated cache as u = unsqueeze(c, 2) [B, G, 1, S, E] and R when v is
+// reshape(expand(u, [B, G, R, S, E]), [B, G * R, S, E]) as above (each link read once; u may be
+// any reshape to that shape: the views pass merges the head split of a single kv head into it);
+// -1 otherwise.
 static int32_t repeated_cache(const kiln_bgraph *b, int32_t v, int64_t *rep) {
-    int32_t r = single_use_producer(b, v, KILN_OP_RESHAPE), e, u, c;
+    int32_t r = single_use_producer(b, v, KILN_OP_RESHAPE), e, u;
     if (r < 0) return -1;
     int32_t x = kiln_bgraph_input(b, &b->nodes[r], 0);
     int32_t cp = single_use_producer(b, x, KILN_OP_COPY); // torch's reshape of the expanded view
@@ -300,47 +302,55 @@ static int32_t repeated_cache(const kiln_bgraph *b, int32_t v, int64_t *rep) {
     e = single_use_producer(b, x, KILN_OP_EXPAND);
     if (e < 0) return -1;
     u = kiln_bgraph_input(b, &b->nodes[e], 0);
-    int32_t un = single_use_producer(b, u, KILN_OP_UNSQUEEZE);
-    if (un < 0) un = single_use_producer(b, u, KILN_OP_RESHAPE);
-    if (un < 0) return -1;
-    c = kiln_bgraph_input(b, &b->nodes[un], 0);
-    if (c < 0) return -1;
-    const kiln_shape *cs = &b->values[c].desc.shape, *us = &b->values[u].desc.shape;
+    if (u < 0 || b->uses[u] != 1 || b->is_output[u]) return -1;
+    const kiln_shape *us = &b->values[u].desc.shape;
     const kiln_shape *es = &b->values[b->nodes[e].output].desc.shape;
     const kiln_shape *vs = &b->values[v].desc.shape;
-    if (cs->rank != 4 || us->rank != 5 || es->rank != 5 || vs->rank != 4) return -1;
+    if (us->rank != 5 || es->rank != 5 || vs->rank != 4) return -1;
     // u = [B, G, 1, S, E], e = [B, G, R, S, E], v = [B, G * R, S, E]
-    if (us->min[2] != 1 || us->max[2] != 1 || !kiln_shape_same_dim(us, 0, cs, 0) ||
-        !kiln_shape_same_dim(us, 1, cs, 1) || !kiln_shape_same_dim(us, 3, cs, 2) ||
-        !kiln_shape_same_dim(us, 4, cs, 3)) {
+    if (us->min[2] != 1 || us->max[2] != 1 || us->min[1] != us->max[1]) return -1;
+    if (es->min[2] != es->max[2] || es->min[2] < 2 || !kiln_shape_same_dim(es, 0, us, 0) ||
+        !kiln_shape_same_dim(es, 1, us, 1) || !kiln_shape_same_dim(es, 3, us, 3) ||
+        !kiln_shape_same_dim(es, 4, us, 4)) {
         return -1;
     }
-    if (es->min[2] != es->max[2] || es->min[2] < 2 || !kiln_shape_same_dim(es, 0, cs, 0) ||
-        !kiln_shape_same_dim(es, 1, cs, 1) || !kiln_shape_same_dim(es, 3, cs, 2) ||
-        !kiln_shape_same_dim(es, 4, cs, 3)) {
-        return -1;
-    }
-    if (cs->min[1] != cs->max[1] || vs->min[1] != cs->min[1] * es->min[2] ||
-        vs->max[1] != vs->min[1] || !kiln_shape_same_dim(vs, 0, cs, 0) ||
-        !kiln_shape_same_dim(vs, 2, cs, 2) || !kiln_shape_same_dim(vs, 3, cs, 3)) {
+    if (vs->min[1] != us->min[1] * es->min[2] || vs->max[1] != vs->min[1] ||
+        !kiln_shape_same_dim(vs, 0, us, 0) || !kiln_shape_same_dim(vs, 2, us, 3) ||
+        !kiln_shape_same_dim(vs, 3, us, 4)) {
         return -1;
     }
     *rep = es->min[2];
-    return c;
+    return u;
 }
 
-// The broadcast form of rewrite 3 (q [B, H, L, E] with H = G * R; kc, vc [B, G, S, E]).
-static kiln_status gqa_broadcast(kiln_bgraph *b, uint32_t node, int32_t kc, int32_t vc, int64_t g,
+// The cache [B, G, S, E] of a repeat's u = [B, G, 1, S, E]: the input of u's unsqueeze or
+// reshape where it has that shape, else a new view of u.
+static kiln_status cache_of(kiln_bgraph *b, int32_t u, int64_t seq, int32_t *out) {
+    const kiln_bnode *n = b->values[u].kind == KILN_IR_NODE ? &b->nodes[b->values[u].index] : NULL;
+    if (n != NULL && (n->op == KILN_OP_UNSQUEEZE || n->op == KILN_OP_RESHAPE)) {
+        int32_t c = kiln_bgraph_input(b, n, 0);
+        const kiln_shape *cs = &b->values[c].desc.shape, *us = &b->values[u].desc.shape;
+        if (cs->rank == 4 && kiln_shape_same_dim(cs, 0, us, 0) &&
+            kiln_shape_same_dim(cs, 1, us, 1) && kiln_shape_same_dim(cs, 2, us, 3) &&
+            kiln_shape_same_dim(cs, 3, us, 4)) {
+            *out = c;
+            return KILN_OK;
+        }
+    }
+    int64_t codes[4] = {-2, -3, -5, -6};
+    return add_view(b, KILN_OP_RESHAPE, u, codes, 4, seq, out);
+}
+
+// The broadcast form of rewrite 3 (q [B, H, L, E] with H = G * R; k5, v5 [B, G, 1, S, E]).
+static kiln_status gqa_broadcast(kiln_bgraph *b, uint32_t node, int32_t k5, int32_t v5, int64_t g,
                                  int64_t rk, int *done) {
     const kiln_bnode *n = &b->nodes[node];
     int64_t seq = n->seq, h = g * rk;
     int32_t q = kiln_bgraph_input(b, n, 0), m = kiln_bgraph_input(b, n, 3), out = n->output;
     size_t first_new = b->n_nodes;
-    int32_t q5, k5, v5, m5 = -1, o5, o;
-    int64_t qc[5] = {-2, g, rk, -4, -5}, kvc[5] = {-2, -3, 1, -4, -5};
+    int32_t q5, m5 = -1, o5, o;
+    int64_t qc[5] = {-2, g, rk, -4, -5};
     KILN_TRY(add_view(b, KILN_OP_RESHAPE, q, qc, 5, seq, &q5));
-    KILN_TRY(add_view(b, KILN_OP_RESHAPE, kc, kvc, 5, seq, &k5));
-    KILN_TRY(add_view(b, KILN_OP_RESHAPE, vc, kvc, 5, seq, &v5));
     if (m >= 0) {
         uint32_t r = b->values[m].desc.shape.rank;
         m5 = m;
@@ -394,12 +404,12 @@ static kiln_status gqa(kiln_bgraph *b, uint32_t node, int *done) {
     kiln_attrs a = kiln_bgraph_attrs(b, n);
     int64_t rk = 0, rv = 0, seq = n->seq;
     int32_t q = kiln_bgraph_input(b, n, 0), m = kiln_bgraph_input(b, n, 3);
-    int32_t kc = repeated_cache(b, kiln_bgraph_input(b, n, 1), &rk);
-    int32_t vc = repeated_cache(b, kiln_bgraph_input(b, n, 2), &rv);
+    int32_t ku = repeated_cache(b, kiln_bgraph_input(b, n, 1), &rk);
+    int32_t vu = repeated_cache(b, kiln_bgraph_input(b, n, 2), &rv);
     int causal = kiln_attrs_int(&a, KILN_A_SDPA_CAUSAL, 0) != 0;
     *done = 0;
-    if (kc < 0 || vc < 0 || rk != rv) return KILN_OK;
-    const kiln_shape *qs = &b->values[q].desc.shape, *ks = &b->values[kc].desc.shape;
+    if (ku < 0 || vu < 0 || rk != rv) return KILN_OK;
+    const kiln_shape *qs = &b->values[q].desc.shape, *ks = &b->values[ku].desc.shape;
     const kiln_shape *os = &b->values[n->output].desc.shape;
     int64_t g = ks->min[1], h = g * rk;
     if (qs->rank != 4 || qs->min[1] != h || qs->max[1] != h || qs->min[3] != qs->max[3] ||
@@ -410,17 +420,19 @@ static kiln_status gqa(kiln_bgraph *b, uint32_t node, int *done) {
         const kiln_shape *ms = &b->values[m].desc.shape;
         if (ms->rank < 2 || (ms->rank >= 3 && ms->max[ms->rank - 3] != 1)) return KILN_OK;
     }
-    if (causal || qs->max[2] > GQA_ROWS_MAX) return gqa_broadcast(b, node, kc, vc, g, rk, done);
+    if (causal || qs->max[2] > GQA_ROWS_MAX) return gqa_broadcast(b, node, ku, vu, g, rk, done);
+    if (m >= 0 && b->values[m].desc.shape.rank + 1 > KILN_MAX_RANK) return KILN_OK;
     // q [B, H, L, E] -> [B, G, R * L, E]
     size_t first_new = b->n_nodes;
     int64_t qc[4] = {-2, g, -1, qs->min[3]};
-    int32_t q2, m2 = -1, o2, o;
+    int32_t q2, m2 = -1, o2, o, kc, vc;
+    KILN_TRY(cache_of(b, ku, seq, &kc));
+    KILN_TRY(cache_of(b, vu, seq, &vc));
     KILN_TRY(add_view(b, KILN_OP_RESHAPE, q, qc, 4, seq, &q2));
     if (m >= 0) { // [.., L, S] -> [.., 1, L, S] -> [.., R, L, S] -> [.., R * L, S]
         uint32_t r = b->values[m].desc.shape.rank;
         int64_t dim = (int64_t)r - 2, ec[KILN_MAX_RANK], rc[KILN_MAX_RANK];
         int32_t mu, me;
-        if (r + 1 > KILN_MAX_RANK) return KILN_OK;
         KILN_TRY(add_view(b, KILN_OP_UNSQUEEZE, m, &dim, 1, seq, &mu));
         for (uint32_t j = 0; j <= r; j++) ec[j] = j == r - 2 ? rk : -1;
         KILN_TRY(add_view(b, KILN_OP_EXPAND, mu, ec, r + 1, seq, &me));

@@ -230,6 +230,49 @@ static void test_gqa(int mask, int causal, int64_t lmax, int merge, uint32_t wan
     kiln_graph_free(g);
 }
 
+// Multi-query attention (one kv head), as the views pass leaves Gemma's: k and v [1, S, E]
+// inputs each reshaped straight to [1, 1, 1, S, E] (the head split of a single head and the
+// unsqueeze merged), expanded to 4 query heads, reshaped to [1, 4, S, E]. A causal or long q
+// takes the broadcast form over the [1, 1, 1, S, E] view, a decode-length one the rows form
+// over the kv rows viewed as [1, 1, S, E]; no expand runs either way, values as unoptimized.
+static void test_mqa(int causal, int64_t lmax, uint32_t want_rank) {
+    enum { S = 11 };
+    kiln_graph *g;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t q = tu_input(g, "q", KILN_DTYPE_F32, 4, TU_DIMS(1, H, 1, E), TU_DIMS(1, H, lmax, E));
+    int32_t kv[2];
+    for (int j = 0; j < 2; j++) {
+        int32_t c =
+            tu_input(g, j ? "v" : "k", KILN_DTYPE_F32, 3, TU_DIMS(1, S, E), TU_DIMS(1, S, E));
+        int32_t u =
+            tu_node(g, KILN_OP_RESHAPE, TU_IDS(c), TU_ATTRS(TU_INTS("shape", 1, 1, 1, S, E)));
+        int32_t e =
+            tu_node(g, KILN_OP_EXPAND, TU_IDS(u), TU_ATTRS(TU_INTS("shape", 1, 1, H, S, E)));
+        kv[j] = tu_node(g, KILN_OP_RESHAPE, TU_IDS(e), TU_ATTRS(TU_INTS("shape", 1, H, S, E)));
+    }
+    kiln_attr at[1] = {TU_INTS("is_causal", causal)};
+    int32_t ins[3] = {q, kv[0], kv[1]}, o = -1;
+    CHECK_OK(kiln_graph_add_node(g, KILN_OP_SDPA, ins, 3, at, 1, &o, 1));
+    tu_output(g, o, "o");
+    kiln_plan p;
+    const char *what = causal ? "MQA, causal" : "MQA, decode rows";
+    if (bt_plan(g, &o1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_EXPAND) == 0, "%s: %u expand layers", what,
+                  bt_count(&p, KILN_OP_EXPAND));
+        for (uint32_t l = 0; l < p.n_layers; l++) {
+            if (p.layers[l].op != KILN_OP_SDPA) continue;
+            uint32_t rank = p.tensors[p.ids[p.layers[l].output_begin]].shape.rank;
+            CHECK_MSG(rank == want_rank, "%s: sdpa of rank %u, want %u", what, rank, want_rank);
+        }
+        kiln_plan_release(&p);
+    }
+    bt_shape sl[3] = {{4, {1, H, lmax, E}}, {3, {1, S, E}}, {3, {1, S, E}}};
+    bt_shape s1[3] = {{4, {1, H, 1, E}}, {3, {1, S, E}}, {3, {1, S, E}}};
+    bt_compare(g, &o0, &o1, 3, sl, 1, 1e-5, 1e-5, what);
+    bt_compare(g, &o0, &o1, 3, s1, 1, 1e-5, 1e-5, what);
+    kiln_graph_free(g);
+}
+
 // A GPT-2 attention block: x [B, 6, D] -> linear [3 D] -> three slices of D -> head split ->
 // sdpa with a constant mask [1, 1, 6, 6] -> head merge. Variants of the mask and the slices.
 enum {
@@ -664,6 +707,8 @@ int main(void) {
     test_gqa(GQ_FLOAT, 0, 20, 1, 0, 5, 0, "GQA broadcast, float mask, head merge after");
     test_gqa(GQ_TRIL, 0, 20, 1, 0, 5, 1, "GQA broadcast, constant causal mask");
     test_gqa(GQ_NONE, 1, 20, 1, 0, 5, 1, "GQA broadcast, is_causal, head merge after");
+    test_mqa(1, 20, 5);
+    test_mqa(0, 3, 4);
     test_gpt2(G_BOOL, 0, 1, "GPT-2 split, bool causal mask");
     test_gpt2(G_NEG_INF, 0, 1, "GPT-2 split, -inf causal mask");
     test_gpt2(G_FINFO_MIN, 0, 1, "GPT-2 split, finfo.min causal mask");
