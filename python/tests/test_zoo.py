@@ -176,17 +176,19 @@ def test_zoo_reduced_precision_all(tmp_path, name, precision):
 
 def _layer_ops(tmp_path, name, prog):
     """The engine's layers as (op, fused ops) pairs, read back from the written program."""
+    return [(la["op"], tuple(la["fused"])) for la in _engine_layers(tmp_path, name, prog)]
+
+
+def _engine_layers(tmp_path, name, prog):
+    """The engines' layers as `kiln inspect --json` lists them (op, fused ops, inputs' dims,
+    attrs), read back from the written program."""
     path = tmp_path / f"{name}.pte"
     with open(path, "wb") as f:
         prog.write_to_file(f)
     out = io.StringIO()
     with redirect_stdout(out):
         assert kiln_main(["inspect", "--json", str(path)]) == 0
-    return [
-        (la["op"], tuple(la["fused"]))
-        for e in json.loads(out.getvalue())["engines"]
-        for la in e["layers"]
-    ]
+    return [la for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
 
 
 @pytest.mark.parametrize("name", ["mpnet", "beit_base"])
@@ -333,17 +335,6 @@ def test_zoo_builder_patterns(tmp_path, name):
     assert check(layers), f"{name}: {what}: {layers}"
     fresh = zoo.make_inputs(name, module, seed=13)
     run_and_compare(tmp_path, name, module, prog, fresh, "fp16")
-
-
-def _engine_layers(tmp_path, name, prog):
-    """The engines' layers as `kiln inspect --json` lists them (op, inputs' dims, attrs)."""
-    path = tmp_path / f"{name}_layers.pte"
-    with open(path, "wb") as f:
-        prog.write_to_file(f)
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert kiln_main(["inspect", "--json", str(path)]) == 0
-    return [la for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen2", "mistral", "gemma"])
