@@ -9,7 +9,8 @@
 // engine's layout and folds as the CUDA backend would at load and prints what the backend would
 // launch (layers that run a kernel, layout copies, permutes that run, depthwise/grouped convs in
 // NHWC); `cuda_fold_test --layers ENGINE...` first lists each head layer (its op, fused tail,
-// whether it runs a kernel and whether it runs NHWC).
+// whether it runs a kernel, whether it runs NHWC, and how many of its inputs it reads through a
+// layout copy made for it).
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1283,8 +1284,14 @@ static int plan_counts(const char *path, int list_layers) {
                 for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
                     printf("  %4u %-16s%s%s", li, kiln_op_name(p.layers[li].op),
                            f.virt[li] ? " (no kernel)" : "", l.head_nhwc[li] ? " nhwc" : "");
-                    for (uint32_t t = 1; t <= p.layers[li].n_tail; t++)
-                        printf(" +%s", kiln_op_name(p.layers[li + t].op));
+                    uint32_t xin = 0;
+                    for (uint32_t t = 0; t <= p.layers[li].n_tail; t++) {
+                        const kiln_plan_layer *L = &p.layers[li + t];
+                        if (t > 0) printf(" +%s", kiln_op_name(L->op));
+                        for (uint32_t k = 0; k < L->n_inputs; k++)
+                            xin += l.xpose[L->input_begin + k];
+                    }
+                    if (xin) printf(" [%u layout cop%s in]", xin, xin == 1 ? "y" : "ies");
                     printf("\n");
                 }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "
