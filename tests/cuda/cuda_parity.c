@@ -4915,10 +4915,12 @@ static void run_e2e(void) {
     if (!opt_quick && model_bert(&models[n], KILN_PRECISION_BF16, 1, "bert packed-qkv bf16")) n++;
     if (model_mha(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_mha(&models[n], KILN_PRECISION_BF16)) n++;
-    if (model_neox(&models[n], KILN_PRECISION_FP16)) n++;
-    if (!opt_quick && model_neox(&models[n], KILN_PRECISION_BF16)) n++;
     if (model_chunked(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_chunked(&models[n], KILN_PRECISION_BF16)) n++;
+    // causal attention from here on: it runs Kiln's kernel, never cuDNN's (attn_run.cu)
+    int end_dnn_attn = n;
+    if (model_neox(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_neox(&models[n], KILN_PRECISION_BF16)) n++;
     if (model_gqa(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_gqa(&models[n], KILN_PRECISION_BF16)) n++;
     int first_decoder = n;
@@ -4963,13 +4965,13 @@ static void run_e2e(void) {
                 CHECK_MSG(!picked || st.valid, "%s: no layer information", models[i].name);
                 // untuned (cuda.tune false), cuDNN's fused attention runs every eligible sdpa:
                 // the attention models' engines must have set it up
-                if (i >= first_fold && i < first_decoder && dnn_attn_ok == 1 && !policy.tune &&
+                if (i >= first_fold && i < end_dnn_attn && dnn_attn_ok == 1 && !policy.tune &&
                     picked) {
                     CHECK_MSG(st.n_sdpa_dnn > 0, "%s: no sdpa ran on cuDNN", models[i].name);
                 }
                 // tuned, context creation timed the same sdpa layers on cuDNN against Kiln's
                 // kernel (the models' largest shapes, B = 3, take cuDNN's fused attention)
-                if (i >= first_fold && i < first_decoder && dnn_attn_ok == 1 && policy.tune &&
+                if (i >= first_fold && i < end_dnn_attn && dnn_attn_ok == 1 && policy.tune &&
                     picked) {
                     CHECK_MSG(st.n_sdpa_dnn_timed > 0,
                               "%s: no sdpa was timed on cuDNN against Kiln's kernel",
