@@ -110,6 +110,48 @@ __device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
     }
 }
 
+// The ops of a "lite" program: add, sub, mul, maximum, minimum, relu, clamp and copy, the steps
+// of an inference batch norm (a per-channel multiply and add) with its ReLU or ReLU6, and of
+// residual adds. Kernels instantiated for lite programs compile only these; the interpreter's
+// switch over every op (powf, sinf, the remainders, ...), unrolled for each of a thread's 8 or 4
+// values, made each program kernel's code large enough that DenseNet's concatenations with their
+// batch norm and ReLU took 11 us each whatever their size, and its standalone batch norms 6 us.
+static int ew_lite_op(uint32_t op) {
+    return op == KILN_OP_ADD || op == KILN_OP_SUB || op == KILN_OP_MUL || op == KILN_OP_MAXIMUM ||
+           op == KILN_OP_MINIMUM || op == KILN_OP_RELU || op == KILN_OP_CLAMP || op == KILN_OP_COPY;
+}
+
+__device__ __forceinline__ float ew_lite_unary(const ew_step &s, float x) {
+    if (s.op == KILN_OP_RELU) return x < 0.0f ? 0.0f : x;
+    if (s.op == KILN_OP_CLAMP) {
+        if (x < s.f0) x = s.f0;
+        if (x > s.f1) x = s.f1;
+    }
+    return x;
+}
+
+__device__ __forceinline__ float ew_lite_binary(uint32_t op, float a, float b) {
+    switch (op) {
+    case KILN_OP_ADD: return a + b;
+    case KILN_OP_SUB: return a - b;
+    case KILN_OP_MUL: return a * b;
+    case KILN_OP_MAXIMUM: return kiln_maximum_f(a, b);
+    case KILN_OP_MINIMUM: return kiln_minimum_f(a, b);
+    default: return a;
+    }
+}
+
+// One step's math for the float16/bfloat16/float32 vector kernels: the lite ops alone when LITE.
+template <typename T, bool LITE>
+__device__ __forceinline__ float ew_step_unary(const ew_step &s, float x) {
+    return LITE ? ew_lite_unary(s, x) : ew_unary_out<T>(s, x);
+}
+
+template <bool LITE>
+__device__ __forceinline__ float ew_step_binary(uint32_t op, float a, float b) {
+    return LITE ? ew_lite_binary(op, a, b) : ew_binary(op, a, b);
+}
+
 __device__ __forceinline__ int64_t ew_unary_i(const ew_step &s, int64_t x) {
     switch (s.op) {
     case KILN_OP_NEG: return (int64_t)(0ull - (uint64_t)x);
@@ -216,7 +258,7 @@ template <typename Math> static __global__ void ew_kernel(const __grid_constant_
 // load and store (8 float16/bfloat16 or 4 float32 values per thread and step), no per-element
 // index or dtype dispatch. The fused GELU tail of BERT b8's FFN ([8 x 128, 3072] float16) ran
 // at a fraction of copy bandwidth through ew_kernel<ew_float_math>.
-template <typename T>
+template <typename T, bool LITE>
 static __global__ void ew_vec_kernel(const __grid_constant__ ew_params P, int64_t nvec) {
     kc_pdl_enter();
     constexpr int N = 16 / (int)sizeof(T);
@@ -231,14 +273,15 @@ static __global__ void ew_vec_kernel(const __grid_constant__ ew_params P, int64_
             const ew_step &st = P.steps[s];
             if (st.operand < 0) {
 #pragma unroll
-                for (int e = 0; e < N; e++) v[e] = ew_unary_out<T>(st, v[e]);
+                for (int e = 0; e < N; e++) v[e] = ew_step_unary<T, LITE>(st, v[e]);
             } else {
                 uint4 ub = ((const uint4 *)P.operands[st.operand].p)[i];
                 const T *hb = (const T *)&ub;
 #pragma unroll
                 for (int e = 0; e < N; e++) {
                     const float b = kc_to_f(hb[e]);
-                    v[e] = st.lhs ? ew_binary(st.op, v[e], b) : ew_binary(st.op, b, v[e]);
+                    v[e] = st.lhs ? ew_step_binary<LITE>(st.op, v[e], b)
+                                  : ew_step_binary<LITE>(st.op, b, v[e]);
                 }
             }
         }
@@ -273,7 +316,7 @@ __device__ __forceinline__ void ew_bvec_load(const ew_operand &o, I i0, I i1, I 
 // (stride 0). Squeeze-excite's [N, 1, 1, C] scale against its NHWC [N, H, W, C] input, a bias
 // row against [M, N] and a per-row factor are this form; through ew_kernel the scale multiply of
 // EfficientNet b32 ran at about 14x its memory time. I: the index type (int: ew_bvec_ok).
-template <typename T, typename I>
+template <typename T, typename I, bool LITE>
 static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nvec) {
     kc_pdl_enter();
     constexpr int N = 16 / (int)sizeof(T);
@@ -287,13 +330,14 @@ static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nve
             const ew_step &st = P.steps[s];
             if (st.operand < 0) {
 #pragma unroll
-                for (int k = 0; k < N; k++) v[k] = ew_unary_out<T>(st, v[k]);
+                for (int k = 0; k < N; k++) v[k] = ew_step_unary<T, LITE>(st, v[k]);
             } else {
                 float b[N];
                 ew_bvec_load<T, N, I>(P.operands[st.operand], i0, i1, i2, b);
 #pragma unroll
                 for (int k = 0; k < N; k++) {
-                    v[k] = st.lhs ? ew_binary(st.op, v[k], b[k]) : ew_binary(st.op, b[k], v[k]);
+                    v[k] = st.lhs ? ew_step_binary<LITE>(st.op, v[k], b[k])
+                                  : ew_step_binary<LITE>(st.op, b[k], v[k]);
                 }
             }
         }
@@ -627,10 +671,30 @@ static void ew_bvec_pad(const ew_params *P, ew_params *Q) {
     }
 }
 
+// 1 when every step of the program is a lite op (ew_lite_op).
+static int ew_lite_steps(const ew_step *steps, int n) {
+    for (int k = 0; k < n; k++) {
+        if (!ew_lite_op(steps[k].op)) return 0;
+    }
+    return 1;
+}
+
 template <typename T>
 static void ew_bvec_launch(const kiln_cuda_ctx *ctx, const ew_params *Q, int64_t nvec,
                            unsigned blocks) {
-    kc_launch(ctx, ew_bvec_kernel<T, int>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
+    if (ew_lite_steps(Q->steps, Q->n_steps))
+        kc_launch(ctx, ew_bvec_kernel<T, int, true>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
+    else
+        kc_launch(ctx, ew_bvec_kernel<T, int, false>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
+}
+
+template <typename T>
+static void ew_vec_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int64_t nvec,
+                          unsigned blocks) {
+    if (ew_lite_steps(P->steps, P->n_steps))
+        kc_launch(ctx, ew_vec_kernel<T, true>, blocks, EW_BLOCK, 0, *P, nvec);
+    else
+        kc_launch(ctx, ew_vec_kernel<T, false>, blocks, EW_BLOCK, 0, *P, nvec);
 }
 
 static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int kind) {
@@ -648,13 +712,9 @@ static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int k
             return kiln_cuda_check_launch(ctx, "ew_vec_act_kernel");
         }
         switch (P->out_dtype) {
-        case KILN_DTYPE_F16:
-            kc_launch(ctx, ew_vec_kernel<__half>, blocks, EW_BLOCK, 0, *P, nvec);
-            break;
-        case KILN_DTYPE_BF16:
-            kc_launch(ctx, ew_vec_kernel<__nv_bfloat16>, blocks, EW_BLOCK, 0, *P, nvec);
-            break;
-        default: kc_launch(ctx, ew_vec_kernel<float>, blocks, EW_BLOCK, 0, *P, nvec); break;
+        case KILN_DTYPE_F16: ew_vec_launch<__half>(ctx, P, nvec, blocks); break;
+        case KILN_DTYPE_BF16: ew_vec_launch<__nv_bfloat16>(ctx, P, nvec, blocks); break;
+        default: ew_vec_launch<float>(ctx, P, nvec, blocks); break;
         }
         return kiln_cuda_check_launch(ctx, "ew_vec_kernel");
     }
@@ -849,6 +909,7 @@ typedef struct cat_params {
     const void *op_p[KILN_MAX_TAIL];
     uint32_t op_dtype[KILN_MAX_TAIL];
     int op_kind[KILN_MAX_TAIL];
+    int op_vec[KILN_MAX_TAIL]; // lite programs: read as 16-byte vectors (FULL, or CHAN of inner 1)
 } cat_params;
 
 // The input holding column r: the last k with O[k] <= r (O ascending, O[0] = 0).
@@ -878,7 +939,10 @@ template <typename U> static __global__ void cat_copy_kernel(const __grid_consta
 }
 
 // The concatenation and the tail program: N elements of T per thread (N = 16 / sizeof(T), or 1).
-template <typename T, int N>
+// LITE (N > 1): the program's steps are lite ops (ew_lite_op) and its operands of T, read as
+// 16-byte vectors where op_vec says so (DenseNet's per-channel batch norm after the
+// concatenation along NHWC's C: 8 channels' scale and shift per load).
+template <typename T, int N, bool LITE>
 static __global__ void cat_prog_kernel(const __grid_constant__ cat_params P) {
     kc_pdl_enter();
     const int64_t rv = P.R / N, total = P.outer * rv;
@@ -900,17 +964,31 @@ static __global__ void cat_prog_kernel(const __grid_constant__ cat_params P) {
             const ew_step &st = P.steps[s];
             if (st.operand < 0) {
 #pragma unroll
-                for (int e = 0; e < N; e++) v[e] = ew_unary_out<T>(st, v[e]);
+                for (int e = 0; e < N; e++) v[e] = ew_step_unary<T, LITE>(st, v[e]);
                 continue;
             }
             const int q = st.operand;
+            float b[N];
+            if (LITE && N > 1 && P.op_vec[q]) {
+                const int64_t at = P.op_kind[q] == CAT_OP_FULL ? o * P.R + r : r;
+                const uint4 u = *(const uint4 *)((const T *)P.op_p[q] + at);
+                const T *h = (const T *)&u;
+#pragma unroll
+                for (int e = 0; e < N; e++) b[e] = kc_to_f(h[e]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    const int64_t at = P.op_kind[q] == CAT_OP_ONE    ? 0
+                                       : P.op_kind[q] == CAT_OP_FULL ? o * P.R + r + e
+                                                                     : (r + e) / P.inner;
+                    b[e] = LITE ? kc_to_f(((const T *)P.op_p[q])[at])
+                                : kc_ld_f(P.op_p[q], P.op_dtype[q], at);
+                }
+            }
 #pragma unroll
             for (int e = 0; e < N; e++) {
-                const int64_t at = P.op_kind[q] == CAT_OP_ONE    ? 0
-                                   : P.op_kind[q] == CAT_OP_FULL ? o * P.R + r + e
-                                                                 : (r + e) / P.inner;
-                const float b = kc_ld_f(P.op_p[q], P.op_dtype[q], at);
-                v[e] = st.lhs ? ew_binary(st.op, v[e], b) : ew_binary(st.op, b, v[e]);
+                v[e] = st.lhs ? ew_step_binary<LITE>(st.op, v[e], b[e])
+                              : ew_step_binary<LITE>(st.op, b[e], v[e]);
             }
         }
         T *dst = (T *)P.out + (o * P.R + r);
@@ -986,14 +1064,18 @@ static void cat_rescale(cat_params *P, size_t es, size_t u) {
     }
 }
 
+// 16-byte rows with a lite program take the vector form; everything else (rows not of 16-byte
+// units, programs with other ops: no zoo model has one) the element form of the interpreter. A
+// vector form of the interpreter (its switch over every op unrolled for 8 values) was 9k
+// instructions per dtype: the runtime wheel's size limit (docs/packaging.md).
 template <typename T>
-static void cat_prog_launch(const kiln_cuda_ctx *ctx, const cat_params *P, int vec) {
+static void cat_prog_launch(const kiln_cuda_ctx *ctx, const cat_params *P, int vec_lite) {
     constexpr int N = 16 / (int)sizeof(T);
-    const int64_t total = P->outer * (vec ? P->R / N : P->R);
-    if (vec) {
-        kc_launch(ctx, cat_prog_kernel<T, N>, kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, *P);
+    const int64_t total = P->outer * (vec_lite ? P->R / N : P->R);
+    if (vec_lite) {
+        kc_launch(ctx, cat_prog_kernel<T, N, true>, kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, *P);
     } else {
-        kc_launch(ctx, cat_prog_kernel<T, 1>, kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, *P);
+        kc_launch(ctx, cat_prog_kernel<T, 1, false>, kc_blocks(total, EW_BLOCK), EW_BLOCK, 0, *P);
     }
 }
 
@@ -1037,10 +1119,17 @@ extern "C" kiln_status kiln_cuda_cat_fused(const kiln_cuda_ctx *ctx, const kiln_
     }
     if (prog) {
         const int vec = cat_units(&P, es, 16);
+        int lite = vec && ew_lite_steps(P.steps, P.n_steps);
+        for (int q = 0; lite && q < P.n_operands; q++) {
+            lite = P.op_dtype[q] == y->dtype;
+            const int runs =
+                P.op_kind[q] == CAT_OP_FULL || (P.op_kind[q] == CAT_OP_CHAN && P.inner == 1);
+            P.op_vec[q] = runs && (uintptr_t)P.op_p[q] % 16 == 0;
+        }
         switch (y->dtype) {
-        case KILN_DTYPE_F16: cat_prog_launch<__half>(ctx, &P, vec); break;
-        case KILN_DTYPE_BF16: cat_prog_launch<__nv_bfloat16>(ctx, &P, vec); break;
-        default: cat_prog_launch<float>(ctx, &P, vec); break;
+        case KILN_DTYPE_F16: cat_prog_launch<__half>(ctx, &P, lite); break;
+        case KILN_DTYPE_BF16: cat_prog_launch<__nv_bfloat16>(ctx, &P, lite); break;
+        default: cat_prog_launch<float>(ctx, &P, lite); break;
         }
         *fused = 1;
         return kiln_cuda_check_launch(ctx, "cat_prog_kernel");

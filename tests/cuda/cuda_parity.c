@@ -1171,6 +1171,42 @@ static void cases_shape(void) {
         tail_operand(case_tail(&c, KILN_OP_ADD), S(FLOATS[d], "1x16x1x1"), 1);
         case_tail(&c, KILN_OP_RELU);
         run_case(&c);
+        // programs of lite ops only (op_eltwise.cu's ew_lite_op kernels), and one that is not:
+        // a concatenation along the last dim with a per-channel scale and shift read as 16-byte
+        // vectors (DenseNet's in NHWC), the shift on the left, then a ReLU6, and with a tanh
+        // (the element form); the same affine over the last dim of one tensor (an NHWC batch
+        // norm: the broadcast vector kernel) with a maximum; a residual add with a minimum and a
+        // ReLU (the dense vector kernel)
+        case_init(&c, KILN_OP_CAT);
+        case_in(&c, S(FLOATS[d], "6x8"));
+        case_in(&c, S(FLOATS[d], "6x16"));
+        case_in(&c, S(FLOATS[d], "6x8"));
+        attrs_int(&c.attrs, KILN_A_CAT_DIM, 1);
+        tail_operand(case_tail(&c, KILN_OP_MUL), S(FLOATS[d], "1x32"), 1);
+        tail_operand(case_tail(&c, KILN_OP_SUB), S(FLOATS[d], "1x32"), 0);
+        tail_case *r6 = case_tail(&c, KILN_OP_CLAMP);
+        attrs_float(&r6->attrs, KILN_A_CLAMP_MIN, 0.0);
+        attrs_float(&r6->attrs, KILN_A_CLAMP_MAX, 0.5);
+        run_case(&c);
+        case_init(&c, KILN_OP_CAT); // 16-byte rows, not lite (tanh): the element form
+        case_in(&c, S(FLOATS[d], "6x8"));
+        case_in(&c, S(FLOATS[d], "6x16"));
+        attrs_int(&c.attrs, KILN_A_CAT_DIM, 1);
+        tail_operand(case_tail(&c, KILN_OP_MUL), S(FLOATS[d], "1x24"), 1);
+        case_tail(&c, KILN_OP_TANH);
+        run_case(&c);
+        case_init(&c, KILN_OP_MUL);
+        case_in(&c, S(FLOATS[d], "2x5x7x16"));
+        case_in(&c, S(FLOATS[d], "1x1x1x16"));
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(FLOATS[d], "1x1x1x16"), 1);
+        tail_operand(case_tail(&c, KILN_OP_MAXIMUM), S(FLOATS[d], "2x5x7x16"), 0);
+        run_case(&c);
+        case_init(&c, KILN_OP_ADD);
+        case_in(&c, S(FLOATS[d], "3x40"));
+        case_in(&c, S(FLOATS[d], "3x40"));
+        tail_operand(case_tail(&c, KILN_OP_MINIMUM), S(FLOATS[d], "3x40"), 1);
+        case_tail(&c, KILN_OP_RELU);
+        run_case(&c);
     }
     static const uint32_t narrow[] = {I64, BOOL, I32};
     for (int d = 0; d < 3; d++) {
