@@ -371,7 +371,8 @@ def kiln_rebuild(cfg, entry: dict, bench_dir: Path, model16_cpu, workdir: Path) 
 
     t0 = time.perf_counter()
     doc = R.load_recording(bench_dir / entry["files"]["graph"])
-    results = R.replay(doc, R.named_tensors(model16_cpu), verify=True)
+    rename = M.canonical_names(cfg.family)
+    results = R.replay(doc, R.named_tensors(model16_cpu, rename), verify=True)
     weights = {k: d for _, ws in results for k, d in ws}
     skel = (bench_dir / entry["files"]["ptd_skeleton"]).read_bytes()
     ptd = R.fill_skeleton(skel, entry["ptd"]["nbytes"], entry["ptd"]["layout"], weights)
@@ -593,7 +594,7 @@ def family_state(family: str, dry: bool) -> dict:
     dev = torch.device("cpu" if dry else "cuda")
     m32 = M.build_model(family)
     m16_cpu = copy.deepcopy(m32).half()
-    st = {"m32": m32, "m16_cpu": m16_cpu, "cksum16": M.state_checksum(m16_cpu)}
+    st = {"m32": m32, "m16_cpu": m16_cpu, "cksum16": M.state_checksum(m16_cpu, family)}
     st["m64"] = copy.deepcopy(m32).double().to(dev).eval()
     if dry:
         st["m_pt"] = m32

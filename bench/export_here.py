@@ -145,7 +145,7 @@ def export_config(cfg, model16, out: Path, tmp: Path) -> dict:
             if blob.find(eng) < 0:
                 raise RuntimeError(f"{cfg.name}: engine {i} is not inside {pte.name}")
 
-    consts = R.resolve_constants(rec.built, rec.blobs, model16)
+    consts = R.resolve_constants(rec.built, rec.blobs, model16, M.canonical_names(cfg.family))
     layout = R.ptd_layout(ptd)
     all_weights = {k: d for ws in rec.weights for k, d in ws}
     if set(layout) != set(all_weights):
@@ -159,7 +159,7 @@ def export_config(cfg, model16, out: Path, tmp: Path) -> dict:
         "model": cfg.name,
         "family": cfg.family,
         "batch": cfg.batch,
-        "state_checksum_fp16": M.state_checksum(model16),
+        "state_checksum_fp16": M.state_checksum(model16, cfg.family),
         "input_checksum_fp16": M.tensors_checksum(x16),
     }
     graph_nbytes = R.save_recording(mdir / f"{cfg.name}.graph.json.gz", meta, rec.built, consts)
@@ -204,9 +204,9 @@ def verify_replay(entry: dict, out: Path, model16) -> float:
     t0 = time.time()
     doc = R.load_recording(out / entry["files"]["graph"])
     fresh = M.build_model(entry["family"]).half()
-    if M.state_checksum(fresh) != entry["state_checksum_fp16"]:
+    if M.state_checksum(fresh, entry["family"]) != entry["state_checksum_fp16"]:
         raise RuntimeError(f"{entry['model']}: regenerated weights differ")
-    results = R.replay(doc, R.named_tensors(fresh), verify=True)
+    results = R.replay(doc, R.named_tensors(fresh, M.canonical_names(entry["family"])), verify=True)
     weights = {k: d for _, ws in results for k, d in ws}
     skel = (out / entry["files"]["ptd_skeleton"]).read_bytes()
     ptd = R.fill_skeleton(skel, entry["ptd"]["nbytes"], entry["ptd"]["layout"], weights)
@@ -222,7 +222,8 @@ def cpu_check(entry: dict, out: Path) -> float:
     cfg = M.CONFIG_BY_NAME[entry["model"]]
     m32 = M.build_model(cfg.family)
     doc = R.load_recording(out / entry["files"]["graph"])
-    ((engine, weights),) = R.replay(doc, R.named_tensors(M.build_model(cfg.family).half()))
+    m16 = M.build_model(cfg.family).half()
+    ((engine, weights),) = R.replay(doc, R.named_tensors(m16, M.canonical_names(cfg.family)))
     x16 = half_inputs(cfg)
     with torch.no_grad():
         ref = m32(*[t.float() if t.is_floating_point() else t for t in x16]).double()

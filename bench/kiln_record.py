@@ -225,20 +225,25 @@ class Recorder:
         return False
 
 
-def named_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    out = dict(model.named_parameters())
-    out.update(dict(model.named_buffers()))
+def named_tensors(model: torch.nn.Module, rename=None) -> dict[str, torch.Tensor]:
+    """The model's parameters and buffers by qualified name, mapped through ``rename`` (the
+    family's canonical names across library versions, models.canonical_names) when given."""
+    rename = rename or (lambda n: n)
+    out = {rename(n): t for n, t in model.named_parameters()}
+    out.update({rename(n): t for n, t in model.named_buffers()})
     return out
 
 
-def resolve_constants(graphs: list[dict], blobs: dict[str, bytes], model: torch.nn.Module) -> dict:
+def resolve_constants(
+    graphs: list[dict], blobs: dict[str, bytes], model: torch.nn.Module, rename=None
+) -> dict:
     """Maps every recorded constant to a model tensor (by content) or to inline bytes.
 
     Returns {"refs": {sha: {"param": name} | {"inline": base64}}, "inline_nbytes": n}; raises
     if a large constant matches no model tensor (it could not be regenerated on the device).
     """
     table: dict[str, str] = {}
-    for name, t in sorted(named_tensors(model).items()):
+    for name, t in sorted(named_tensors(model, rename).items()):
         table.setdefault(sha256(tensor_bytes(t)), name)
     refs, inline = {}, 0
     for g in graphs:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -168,11 +169,43 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
     return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
-def state_checksum(model: nn.Module) -> str:
-    """sha256 (first 16 hex digits) over every parameter and buffer: name, dtype, shape, bytes."""
+# Parameter names that a model library renamed between versions, per family: old pattern ->
+# today's name. The device route regenerates weights by name on a machine whose library version
+# may differ from the export's; both sides key the weights, the checksum and the recording by the
+# name after these renames, so either version rebuilds the same engine.
+RENAMES = {
+    # transformers < 5.2x: Dinov2Attention held a Dinov2SelfAttention (query/key/value) and a
+    # Dinov2SelfOutput (dense); today it holds q_proj/k_proj/v_proj/o_proj itself
+    "zoo_dinov2_small": (
+        (r"(\.layer\.\d+\.attention)\.attention\.query\.", r"\1.q_proj."),
+        (r"(\.layer\.\d+\.attention)\.attention\.key\.", r"\1.k_proj."),
+        (r"(\.layer\.\d+\.attention)\.attention\.value\.", r"\1.v_proj."),
+        (r"(\.layer\.\d+\.attention)\.output\.dense\.", r"\1.o_proj."),
+    ),
+}
+
+
+def canonical_names(family: str | None):
+    """The family's name mapping (a function of one qualified tensor name), or None."""
+    rules = [(re.compile(a), b) for a, b in RENAMES.get(family or "", ())]
+    if not rules:
+        return None
+
+    def canon(name: str) -> str:
+        for rx, repl in rules:
+            name = rx.sub(repl, name)
+        return name
+
+    return canon
+
+
+def state_checksum(model: nn.Module, family: str | None = None) -> str:
+    """sha256 (first 16 hex digits) over every parameter and buffer: name (after the family's
+    :data:`RENAMES`), dtype, shape, bytes."""
     h = hashlib.sha256()
-    tensors = dict(model.named_parameters())
-    tensors.update(dict(model.named_buffers()))
+    canon = canonical_names(family) or (lambda n: n)
+    tensors = {canon(n): t for n, t in model.named_parameters()}
+    tensors.update({canon(n): t for n, t in model.named_buffers()})
     for name in sorted(tensors):
         t = tensors[name]
         h.update(f"{name}|{str(t.dtype).replace('torch.', '')}|{list(t.shape)}|".encode())
@@ -712,7 +745,9 @@ def _zoo_range(mod: nn.Module, pname: str, t: torch.Tensor) -> tuple[float, floa
 
 def zoo_init_(model: nn.Module, tag: str) -> nn.Module:
     """deterministic_init_ for library code: every floating-point parameter, and the batch-norm
-    running statistics, from :func:`uniform` keyed by ``tag`` and the tensor's name."""
+    running statistics, from :func:`uniform` keyed by ``tag`` and the tensor's name (after the
+    family ``tag``'s :data:`RENAMES`)."""
+    canon = canonical_names(tag) or (lambda n: n)
     with torch.no_grad():
         for mname, mod in model.named_modules():
             tensors = list(mod.named_parameters(recurse=False))
@@ -721,7 +756,7 @@ def zoo_init_(model: nn.Module, tag: str) -> nn.Module:
             for pname, t in tensors:
                 if not t.dtype.is_floating_point:
                     continue
-                full = f"{tag}/{mname}.{pname}" if mname else f"{tag}/{pname}"
+                full = f"{tag}/{canon(f'{mname}.{pname}')}" if mname else f"{tag}/{pname}"
                 lo, hi = _zoo_range(mod, pname, t)
                 t.copy_(uniform(full, tuple(t.shape), lo, hi).to(t.dtype))
     return model

@@ -205,7 +205,7 @@ def rebuild(cfg_name: str, bench_dir: Path, manifest: dict, path: Path, ref_path
     entry = manifest["models"][cfg_name]
     m16 = copy.deepcopy(M.build_model(cfg.family)).half()
     doc = R.load_recording(bench_dir / entry["files"]["graph"])
-    results = R.replay(doc, R.named_tensors(m16), verify=True)
+    results = R.replay(doc, R.named_tensors(m16, M.canonical_names(cfg.family)), verify=True)
     with open(path, "wb") as f:
         pickle.dump(results, f)
     import torch

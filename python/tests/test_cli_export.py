@@ -3,6 +3,7 @@ terminal, nothing otherwise), the export report, strict=, and bench/report.py's 
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import io
 import sys
@@ -424,3 +425,57 @@ def test_bench_names_a_model_library_version_mismatch():
     why = M.library_mismatch(other, here)
     assert f"transformers 0.0.1 at export, {here['transformers']} here" in why
     assert "timm" not in why and "export with the same versions" in why
+
+
+def test_bench_weights_survive_a_parameter_rename():
+    """transformers renamed DINOv2's attention projections (attention.attention.query ->
+    attention.q_proj); the device route keys weights, checksum and recording by the renamed
+    name, so a model built with either version gets the same weights and rebuilds the engine."""
+    import torch.nn as nn
+
+    anc = _anchors_module()
+    M = anc.M
+    spec = importlib.util.spec_from_file_location(
+        "kiln_bench_record", ROOT / "bench" / "kiln_record.py"
+    )
+    R = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(R)
+
+    def tree(old: bool) -> nn.Module:
+        att = nn.Module()
+        if old:
+            att.attention = nn.Module()
+            for n in ("query", "key", "value"):
+                setattr(att.attention, n, nn.Linear(8, 8))
+            att.output = nn.Module()
+            att.output.dense = nn.Linear(8, 8)
+        else:
+            for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                setattr(att, n, nn.Linear(8, 8))
+        layer = nn.Module()
+        layer.attention, layer.norm1 = att, nn.LayerNorm(8)
+        enc = nn.Module()
+        enc.layer = nn.ModuleList([layer, copy.deepcopy(layer)])
+        root = nn.Module()
+        root.encoder = enc
+        return root
+
+    fam = "zoo_dinov2_small"
+    old, new = M.zoo_init_(tree(True), fam), M.zoo_init_(tree(False), fam)
+    canon = M.canonical_names(fam)
+    assert (
+        canon("encoder.layer.1.attention.attention.key.bias")
+        == "encoder.layer.1.attention.k_proj.bias"
+    )
+    assert (
+        canon("encoder.layer.1.attention.output.dense.weight")
+        == "encoder.layer.1.attention.o_proj.weight"
+    )
+    t_old, t_new = R.named_tensors(old, canon), R.named_tensors(new, canon)
+    assert sorted(t_old) == sorted(t_new) and len(t_new) == 2 * (4 * 2 + 2)
+    for k in t_new:
+        assert torch.equal(t_old[k], t_new[k]), k
+    assert M.state_checksum(old, fam) == M.state_checksum(new, fam)
+    # without the family's renames the two trees differ (the check can fail)
+    assert M.state_checksum(old) != M.state_checksum(new)
+    assert M.canonical_names("zoo_bert") is None
