@@ -270,6 +270,64 @@ static void test_ew_heads(void) {
     kiln_graph_free(g);
 }
 
+// An activation behind reshapes and permutes of a head's output moves onto the head as a tail
+// (pass_views.c rewrite 5; SegFormer's depthwise conv -> flatten -> transpose -> GELU); not past
+// a view that has another reader.
+static void test_act_through_views(void) {
+    float *w = rnd(8 * 9), *b = rnd(8), *wl = rnd(N * K);
+    kiln_graph *g;
+    int32_t x, cw, cb, y, v, z;
+    bt_shape shapes[1] = {{4, {2, 8, 5, 6}}};
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, 8, 5, 6), TU_DIMS(2, 8, 5, 6));
+    cw = tu_const(g, "w", KILN_DTYPE_F32, 4, TU_DIMS(8, 1, 3, 3), w);
+    cb = tu_const(g, "b", KILN_DTYPE_F32, 1, TU_DIMS(8), b);
+    y = tu_node(g, KILN_OP_CONV2D, TU_IDS(x, cw, cb),
+                TU_ATTRS(TU_INTS("padding", 1, 1), TU_INTS("groups", 8)));
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", -1, 8, 30)));
+    y = tu_node(g, KILN_OP_PERMUTE, TU_IDS(y), TU_ATTRS(TU_INTS("dims", 0, 2, 1)));
+    y = tu_node(g, KILN_OP_GELU, TU_IDS(y), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    expect(g, "conv2d,gelu|reshape|permute", 1, shapes, "conv, views, gelu");
+    kiln_graph_free(g);
+
+    // no head at the chain's start: the activation moves, nothing to fuse into
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, 8, 5, 6), TU_DIMS(2, 8, 5, 6));
+    y = tu_node(g, KILN_OP_PERMUTE, TU_IDS(x), TU_ATTRS(TU_INTS("dims", 0, 2, 3, 1)));
+    y = tu_node(g, KILN_OP_SILU, TU_IDS(y), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    expect(g, "silu|permute", 1, shapes, "input, view, silu");
+    kiln_graph_free(g);
+
+    // the view read twice: both readers see the head's own output
+    shapes[0] = (bt_shape){2, {3, K}};
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 2, TU_DIMS(1, K), TU_DIMS(B_MAX, K));
+    cw = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(N, K), wl);
+    y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, cw), TU_NO_ATTRS);
+    v = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", -1, 2, 3)));
+    z = tu_node(g, KILN_OP_RELU, TU_IDS(v), TU_NO_ATTRS);
+    tu_output(g, z, "z");
+    tu_output(g, v, "v");
+    expect(g, "linear|reshape|relu", 1, shapes, "linear, view read twice");
+    kiln_graph_free(g);
+
+    // a linear, a reshape, then silu: the silu becomes the linear's tail
+    CHECK_OK(kiln_graph_new(&g));
+    x = tu_input(g, "x", KILN_DTYPE_F32, 2, TU_DIMS(1, K), TU_DIMS(B_MAX, K));
+    cw = tu_const(g, "w", KILN_DTYPE_F32, 2, TU_DIMS(N, K), wl);
+    y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, cw), TU_NO_ATTRS);
+    y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", -1, 2, 3)));
+    y = tu_node(g, KILN_OP_SILU, TU_IDS(y), TU_NO_ATTRS);
+    tu_output(g, y, "y");
+    expect(g, "linear,silu|reshape", 1, shapes, "linear, view, silu");
+    kiln_graph_free(g);
+    free(w);
+    free(b);
+    free(wl);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
@@ -279,5 +337,6 @@ int main(void) {
     test_rules();
     test_order();
     test_ew_heads();
+    test_act_through_views();
     return check_summary();
 }

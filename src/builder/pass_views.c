@@ -20,9 +20,10 @@
 //     tail. At most one leading dim of x may be dynamic (the result's ranges must then be the
 //     reshape's).
 //  5. an activation (relu, gelu, silu, sigmoid, tanh, hard-swish, hard-sigmoid, clamp) of a
-//     reshape that only it reads is the reshape of the activation of the reshape's input: the
-//     activation then fuses as a tail of the layer before the reshape (squeeze-excite's
-//     linear, reshape to [N, C, 1, 1], sigmoid).
+//     reshape or permute that only it reads is the view of the activation of the view's input:
+//     the activation then fuses as a tail of the layer before the views (squeeze-excite's
+//     linear, reshape to [N, C, 1, 1], sigmoid; SegFormer's Mix-FFN: depthwise conv, flatten,
+//     transpose, GELU).
 //  6. an expand read only by broadcasting binary elementwise ops, each of which gives the same
 //     output from the expand's input (its other operand has the expanded dims), is removed:
 //     those ops read the input and broadcast it themselves (MobileViTv2's linear attention
@@ -620,11 +621,11 @@ static int movable_unary(uint32_t op) {
     }
 }
 
-// Rewrite 5: node k, an activation of a reshape (node ri) that only it reads, as the reshape of
-// the activation of the reshape's input, in place: node ri becomes the activation (its output
-// value takes the input's shape) and node k the reshape, each taking the other's attributes
-// (the attribute slots follow the op's schema), so the node order stays topological. *done
-// when rewritten.
+// Rewrite 5: node k, an activation of a reshape or permute (node ri) that only it reads, as the
+// view of the activation of the view's input, in place: node ri becomes the activation (its
+// output value takes the input's shape) and node k the view, each taking the other's op and
+// attributes (the attribute slots follow the op's schema), so the node order stays topological.
+// *done when rewritten.
 static void unary_before_reshape(kiln_bgraph *b, uint32_t k, int *done) {
     *done = 0;
     kiln_bnode *n = &b->nodes[k];
@@ -634,11 +635,12 @@ static void unary_before_reshape(kiln_bgraph *b, uint32_t k, int *done) {
     if (rv < 0 || b->values[rv].kind != KILN_IR_NODE || b->uses[rv] != 1 || b->is_output[rv])
         return;
     kiln_bnode *r = &b->nodes[b->values[rv].index];
-    if (!plain_reshape(b, r)) return;
+    const int permute = r->op == KILN_OP_PERMUTE && !r->dead && r->head < 0 && r->n_tail == 0;
+    if (!plain_reshape(b, r) && !permute) return;
     const int32_t x = kiln_bgraph_input(b, r, 0);
     if (b->values[x].desc.dtype != b->values[n->output].desc.dtype) return;
-    const uint32_t act = n->op, act_attrs = n->attr_begin;
-    n->op = KILN_OP_RESHAPE;
+    const uint32_t act = n->op, act_attrs = n->attr_begin, view = r->op;
+    n->op = view;
     n->attr_begin = r->attr_begin;
     r->op = act;
     r->attr_begin = act_attrs;
@@ -1504,11 +1506,11 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         n_moved += done;
         b->stats.n_views += (uint32_t)done;
     }
-    // 5: activations after a reshape move in front of it
+    // 5: activations after a reshape or permute move in front of it
     KILN_TRY(kiln_bgraph_count_uses(b));
     const size_t n5 = b->n_nodes;
     for (size_t k = 0; k < n5; k++) {
-        // through a chain of reshapes: the activation moved to the reshape's node, try again there
+        // through a chain of views: the activation moved to the view's node, try again there
         uint32_t at = (uint32_t)k;
         for (int done = 1; done;) {
             const int32_t in =
