@@ -1003,8 +1003,11 @@ static void cases_reduce(void) {
               {"3x129x771", NULL, 0},
               {"40x3x997", d02, 2},
               // the column form: a channels-last map over its pixels (ConvNeXt-V2's response
-              // norm; 72 channels: a partial block of 32), a matrix over its rows
+              // norm; 72 channels: a partial block of 32; in 16 bits the pool kernels, one
+              // image's stage-1 map in a cluster), a matrix over its rows (33 columns: the
+              // column kernel in every dtype)
               {"2x56x40x72", d12, 2},
+              {"1x56x56x384", d12, 2},
               {"700x33", d0, 1}};
     static const uint32_t ops[] = {KILN_OP_MEAN, KILN_OP_SUM, KILN_OP_VECTOR_NORM};
     for (int op = 0; op < 3; op++) {
