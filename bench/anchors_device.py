@@ -706,6 +706,13 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     configs = M.select(args.models)
+    missing = [c.name for c in configs if manifest and c.name not in manifest.get("models", {})]
+    if missing and "kiln" in args.systems.split(","):
+        log(
+            f"anchors_device: WARNING: {', '.join(missing)} not exported in {bench_dir} "
+            f"(it holds {', '.join(sorted(manifest.get('models', {}))) or 'none'}): Kiln fails "
+            "them; export them with bench/export_here.py --models, or leave MODELS unset"
+        )
     order = WORK_ORDER + list(M.ZOO_FAMILIES)
     configs.sort(key=lambda c: (order.index(c.family), -c.batch))
     args._rest_est = {}

@@ -15,8 +15,8 @@
 #   3. bench/report.py: results.json and the table (each system's ms, Kiln / best PyTorch, floor).
 # Files back in $OUT: run.log, anchors.json, runner.log, results.json.
 #
-# Environment: BENCH_DIR (.dev/bench), OUT, WORK (/tmp/kiln_bench), MODELS (all, or e.g.
-# "bert,mlp_b1"), BUDGET_S (450: the whole script; torch.compile runs that would overrun it are
+# Environment: BENCH_DIR (.dev/bench), OUT, WORK (/tmp/kiln_bench), MODELS (the configs the
+# manifest holds, i.e. those exported; or e.g. "bert,mlp_b1", "all": the eight benchmark models), BUDGET_S (450: the whole script; torch.compile runs that would overrun it are
 # skipped), ITERS (200) and WARMUP (20) for kiln_runner, ANCHOR_ARGS (extra anchors_device.py
 # arguments, e.g. "--no-compile" or "--compile-models resnet50"), HOST_IO (1: also run the host I/O
 # program), TOLERANCE (5e-2: kiln_runner's check, relative to the output's largest |reference|),
@@ -28,7 +28,7 @@ cd "$root" || exit 1
 BENCH_DIR=${BENCH_DIR:-.dev/bench}
 OUT=${OUT:-$BENCH_DIR/out}
 WORK=${WORK:-/tmp/kiln_bench}
-MODELS=${MODELS:-all}
+MODELS=${MODELS:-}
 BUDGET_S=${BUDGET_S:-450}
 ITERS=${ITERS:-200}
 WARMUP=${WARMUP:-20}
@@ -44,11 +44,15 @@ export PYTHONUNBUFFERED=1
 
 main() {
   local t0=$SECONDS
-  echo "=== bench/run_device.sh: $(date -u +%FT%TZ), models=$MODELS, budget ${BUDGET_S}s"
   [[ -f $BENCH_DIR/manifest.json ]] || {
     echo "run_device: $BENCH_DIR/manifest.json is missing: run bench/export_here.py here first and carry $BENCH_DIR" >&2
     return 1
   }
+  if [[ -z $MODELS ]]; then # every config exported into BENCH_DIR
+    MODELS=$(python3 -c 'import json, sys; print(",".join(sorted(json.load(open(sys.argv[1]))["models"])))' \
+      "$BENCH_DIR/manifest.json") || return 1
+  fi
+  echo "=== bench/run_device.sh: $(date -u +%FT%TZ), models=$MODELS, budget ${BUDGET_S}s"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,power.draw,temperature.gpu \
     --format=csv 2>&1 | head -3
 
