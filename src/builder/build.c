@@ -85,6 +85,7 @@ static const build_pass passes[] = {
     {"llm", kiln_pass_llm, 1}, // before fuse (which would take the muls and adds as tails)
     {"act", kiln_pass_act, 1},
     {"views", kiln_pass_views, 1},
+    {"bn_fold", kiln_pass_bn_fold, 1}, // scales the views moved onto a linear (layer scale)
     {"cse", kiln_pass_cse, 1},
     {"dce", kiln_pass_dce, 1}, // last pass before nodes are inserted (see pass_dce.c)
     {"fuse", kiln_pass_fuse, 1},

@@ -3,7 +3,7 @@
 // graph into a kiln_bgraph, runs the passes in order, lays out the plan and serializes it:
 //
 //   verify -> [optimize: dce -> fold -> bn_fold -> matmul_to_linear -> patchify -> views
-//              -> attention -> llm -> act -> views -> cse -> dce -> fuse]
+//              -> attention -> llm -> act -> views -> bn_fold -> cse -> dce -> fuse]
 //          -> precision -> [optimize: fuse_ew] -> lower_io -> check
 //          -> emit (tensors, layers, memory plan, weights)
 //

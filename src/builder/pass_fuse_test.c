@@ -328,6 +328,45 @@ static void test_act_through_views(void) {
     free(wl);
 }
 
+// A channels-last block's layer scale and residual add after its permute back (ConvNeXt:
+// permute -> linear -> permute(0, 3, 1, 2) -> * gamma -> + x) move before the permute: the
+// scale folds into the linear's weight (bn_fold's second run) and the add becomes its tail,
+// over the inverse permute of x (which common-subexpression elimination merges with the
+// block's own permute of x); without a head before the permute nothing moves.
+static void test_residual_through_permute(void) {
+    float *w = rnd(8 * 8), *g = rnd(8);
+    kiln_graph *gr;
+    int32_t x, cw, cg, t, y;
+    bt_shape shapes[1] = {{4, {2, 8, 5, 6}}};
+    for (int scale = 0; scale < 2; scale++) {
+        CHECK_OK(kiln_graph_new(&gr));
+        x = tu_input(gr, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, 8, 5, 6), TU_DIMS(2, 8, 5, 6));
+        cw = tu_const(gr, "w", KILN_DTYPE_F32, 2, TU_DIMS(8, 8), w);
+        cg = tu_const(gr, "gamma", KILN_DTYPE_F32, 3, TU_DIMS(8, 1, 1), g);
+        t = tu_node(gr, KILN_OP_PERMUTE, TU_IDS(x), TU_ATTRS(TU_INTS("dims", 0, 2, 3, 1)));
+        y = tu_node(gr, KILN_OP_LINEAR, TU_IDS(t, cw), TU_NO_ATTRS);
+        y = tu_node(gr, KILN_OP_PERMUTE, TU_IDS(y), TU_ATTRS(TU_INTS("dims", 0, 3, 1, 2)));
+        if (scale) y = tu_node(gr, KILN_OP_MUL, TU_IDS(cg, y), TU_NO_ATTRS);
+        y = tu_node(gr, KILN_OP_ADD, TU_IDS(y, x), TU_NO_ATTRS);
+        tu_output(gr, y, "y");
+        expect(gr, "permute|linear,add|permute", 1, shapes,
+               scale ? "layer scale and residual through a permute" : "residual through a permute");
+        kiln_graph_free(gr);
+    }
+    // the permute reads an input, not a head's output: the add stays after it
+    CHECK_OK(kiln_graph_new(&gr));
+    x = tu_input(gr, "x", KILN_DTYPE_F32, 4, TU_DIMS(1, 8, 5, 6), TU_DIMS(2, 8, 5, 6));
+    t = tu_input(gr, "t", KILN_DTYPE_F32, 4, TU_DIMS(1, 5, 6, 8), TU_DIMS(2, 5, 6, 8));
+    y = tu_node(gr, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 3, 1, 2)));
+    y = tu_node(gr, KILN_OP_ADD, TU_IDS(y, x), TU_NO_ATTRS);
+    tu_output(gr, y, "y");
+    bt_shape two[2] = {{4, {2, 8, 5, 6}}, {4, {2, 5, 6, 8}}};
+    expect(gr, "permute|add", 2, two, "add after an input's permute");
+    kiln_graph_free(gr);
+    free(w);
+    free(g);
+}
+
 int main(void) {
     kiln_log_set(tu_log_quiet, NULL, KILN_LOG_ERROR);
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
@@ -338,5 +377,6 @@ int main(void) {
     test_order();
     test_ew_heads();
     test_act_through_views();
+    test_residual_through_permute();
     return check_summary();
 }

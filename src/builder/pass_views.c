@@ -84,6 +84,15 @@
 //     sdpa reads, is one row gather as in 13 (the table computed by running the chain over
 //     every element; MaxViT's move from window tokens through a channels-first map to grid
 //     tokens: three transposes become one gather).
+// 16. in the second run, before 7, an add, sub, mul or div of a permute of a linear's, matmul's
+//     or convolution's output (directly or through the tails its fusion takes; the permute
+//     read only there) and a constant (its dims above 1 in order after the inverse permute) or
+//     a tensor of the permute's shape (written before the head) runs before the permute, over
+//     the head's output and the inverse permute of that operand: ConvNeXt's layer scale and
+//     residual add after the permute back to channels-first become the linear's tails (the
+//     scale then folds into its weight, bn_fold's second run), x's inverse permute is the view
+//     the CUDA layout already stores, and the permute back meets the next block's permute, which
+//     7 merges.
 //  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
 //     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
 //     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
@@ -1002,6 +1011,104 @@ static kiln_status op_before_permute(kiln_bgraph *b, uint32_t k, int *done) {
     return KILN_OK;
 }
 
+// The linear, matmul or convolution node writing value v, directly or through elementwise tail
+// ops (each its input's only reader) that its fusion would take; -1 when there is none.
+static int32_t head_of(const kiln_bgraph *b, int32_t v) {
+    for (int depth = 0; depth < KILN_MAX_TAIL + 1; depth++) {
+        if (v < 0 || b->values[v].kind != KILN_IR_NODE) return -1;
+        const uint32_t k = b->values[v].index;
+        const kiln_bnode *n = &b->nodes[k];
+        const kiln_op_def *d = kiln_op_def_get(n->op);
+        if (n->dead || d == NULL || n->head >= 0 || n->n_tail > 0) return -1;
+        if (d->flags & KILN_OPF_FUSE_HEAD) return (int32_t)k;
+        if (!(d->flags & KILN_OPF_TAIL)) return -1;
+        int32_t next = -1;
+        for (uint32_t i = 0; i < n->n_inputs; i++) {
+            const int32_t in = kiln_bgraph_input(b, n, i);
+            if (in >= 0 && kiln_bgraph_only_reader(b, in) == (int32_t)k &&
+                kiln_desc_equal(&b->values[in].desc, &b->values[n->output].desc)) {
+                next = in;
+            }
+        }
+        v = next;
+    }
+    return -1;
+}
+
+// Rewrite 16 for node k (the second run): add, sub, mul or div of a permute of a head's output
+// (the permute read only here) and a constant (its dims above 1 in the same order after the
+// inverse permute: the same bytes) or a tensor of the permute's shape, as the permute of the op
+// over the head's output and the inverse permute of the other operand. The op then fuses as the
+// head's tail: a channels-last block's residual add after its permute back (ConvNeXt's
+// `linear -> permute(0, 3, 1, 2) -> + x`, the layer scale before it) becomes the linear's
+// epilogue, and the inverse permute of x is a view wherever x is stored channels-last (the CUDA
+// layout). *done (2: nodes appended) when rewritten.
+static kiln_status binary_before_head_permute(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    const kiln_bnode *n = &b->nodes[k];
+    if (n->dead || n->head >= 0 || n->n_tail > 0 || n->n_inputs != 2 ||
+        (n->op != KILN_OP_ADD && n->op != KILN_OP_SUB && n->op != KILN_OP_MUL &&
+         n->op != KILN_OP_DIV) ||
+        !kiln_dtype_is_float((kiln_dtype)b->values[n->output].desc.dtype))
+        return KILN_OK;
+    int32_t ins[2] = {kiln_bgraph_input(b, n, 0), kiln_bgraph_input(b, n, 1)};
+    uint32_t slot = 2;
+    for (uint32_t i = 0; i < 2 && slot == 2; i++) {
+        const int32_t v = ins[i];
+        if (v < 0 || b->values[v].kind != KILN_IR_NODE || b->uses[v] != 1 || b->is_output[v])
+            continue;
+        const kiln_bnode *pn = &b->nodes[b->values[v].index];
+        if (pn->dead || pn->op != KILN_OP_PERMUTE || pn->head >= 0 || pn->n_tail > 0) continue;
+        if (kiln_desc_equal(&b->values[v].desc, &b->values[n->output].desc)) slot = i;
+    }
+    if (slot == 2 || ins[0] == ins[1]) return KILN_OK;
+    const uint32_t pk = b->values[ins[slot]].index;
+    const int32_t x = kiln_bgraph_input(b, &b->nodes[pk], 0), other = ins[1 - slot];
+    const int32_t head = head_of(b, x);
+    if (head < 0) return KILN_OK;
+    kiln_attrs pa = kiln_bgraph_attrs(b, &b->nodes[pk]);
+    uint32_t r = 0;
+    const int64_t *d = kiln_attrs_ints(&pa, KILN_A_PERMUTE_DIMS, &r);
+    if (d == NULL || r != b->values[ins[slot]].desc.shape.rank || r < 2 || r > KILN_MAX_RANK)
+        return KILN_OK;
+    int64_t perm[KILN_MAX_RANK], inv[KILN_MAX_RANK];
+    for (uint32_t i = 0; i < r; i++) perm[i] = d[i] < 0 ? d[i] + r : d[i];
+    for (uint32_t i = 0; i < r; i++) inv[perm[i]] = i;
+    if (perm[r - 1] == (int64_t)r - 1) return KILN_OK; // rewrite 12's (constants only)
+    int32_t o2 = -1;
+    const int64_t seq_k = n->seq;
+    const uint32_t op = n->op;
+    kiln_attr_ref ref = {KILN_ATTR_INTS, r, 0};
+    kiln_attrs ia = {&ref, 1, inv, NULL}, fa = {&ref, 1, perm, NULL};
+    if (kiln_bgraph_is_const(b, other)) {
+        if (b->values[other].data == NULL) return KILN_OK;
+        KILN_TRY(inverse_permuted_const(b, other, perm, r, &o2));
+        if (o2 < 0) return KILN_OK;
+    } else if (kiln_desc_equal(&b->values[other].desc, &b->values[ins[slot]].desc)) {
+        // the fused group runs at its head: the permuted operand must be written before it, so
+        // it is emitted right after the operand's producer (an input's: before every node)
+        const int64_t seq_o = b->values[other].kind == KILN_IR_NODE
+                                  ? b->nodes[b->values[other].index].seq
+                                  : KILN_SEQ_NODE - 1;
+        if (b->values[other].kind != KILN_IR_NODE && b->values[other].kind != KILN_IR_INPUT)
+            return KILN_OK;
+        if (seq_o >= b->nodes[head].seq) return KILN_OK;
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_PERMUTE, &other, 1, &ia, seq_o, &o2));
+    } else {
+        return KILN_OK;
+    }
+    int32_t ops[2], y, z;
+    ops[slot] = x;
+    ops[1 - slot] = o2;
+    KILN_TRY(kiln_bgraph_add_node(b, op, ops, 2, NULL, seq_k, &y));
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_PERMUTE, &y, 1, &fa, seq_k, &z));
+    KILN_TRY(kiln_bgraph_replace_node(b, k, z, "binary op before a permute"));
+    b->nodes[pk].dead = 1; // the old permute: no longer read
+    b->values[b->nodes[pk].output].kind = KILN_BV_DEAD;
+    *done = 2;
+    return KILN_OK;
+}
+
 // --- 14. slices of the last dim in front of a permute that keeps it
 
 // Whether value v is read only as the q, k or v of sdpa nodes (at least one; not an output).
@@ -1534,6 +1641,20 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
         KILN_TRY(make_reshape(b, (uint32_t)k, kiln_bgraph_input(b, in, 0), codes, nc));
         b->stats.n_views++;
     }
+    // 16: binary ops before the permute of a head's output (the second run; before 7, which
+    // then merges the permute with the views that follow it)
+    int moved16 = 0;
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t k = 0, n16 = b->n_nodes; b->n_views_runs > 0 && k < n16; k++) {
+        int done = 0;
+        KILN_TRY(binary_before_head_permute(b, (uint32_t)k, &done));
+        if (done) {
+            moved16 = 1;
+            b->stats.n_views++;
+            KILN_TRY(kiln_bgraph_count_uses(b));
+        }
+    }
+    if (moved16) KILN_TRY(kiln_bgraph_sort_nodes(b));
     // 7: permute/reshape chains that keep the element order
     KILN_TRY(kiln_bgraph_count_uses(b));
     const size_t n7 = b->n_nodes;
