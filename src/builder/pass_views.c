@@ -1061,7 +1061,7 @@ static kiln_status binary_before_head_permute(kiln_bgraph *b, uint32_t k, int *d
         if (pn->dead || pn->op != KILN_OP_PERMUTE || pn->head >= 0 || pn->n_tail > 0) continue;
         if (kiln_desc_equal(&b->values[v].desc, &b->values[n->output].desc)) slot = i;
     }
-    if (slot == 2 || ins[0] == ins[1]) return KILN_OK;
+    if (slot == 2) return KILN_OK; // (add(v, v) reads v twice: no slot)
     const uint32_t pk = b->values[ins[slot]].index;
     const int32_t x = kiln_bgraph_input(b, &b->nodes[pk], 0), other = ins[1 - slot];
     const int32_t head = head_of(b, x);
@@ -1087,11 +1087,10 @@ static kiln_status binary_before_head_permute(kiln_bgraph *b, uint32_t k, int *d
     } else if (kiln_desc_equal(&b->values[other].desc, &b->values[ins[slot]].desc)) {
         // the fused group runs at its head: the permuted operand must be written before it, so
         // it is emitted right after the operand's producer (an input's: before every node)
-        const int64_t seq_o = b->values[other].kind == KILN_IR_NODE
-                                  ? b->nodes[b->values[other].index].seq
-                                  : KILN_SEQ_NODE - 1;
-        if (b->values[other].kind != KILN_IR_NODE && b->values[other].kind != KILN_IR_INPUT)
-            return KILN_OK;
+        const uint32_t kind = b->values[other].kind;
+        if (kind != KILN_IR_NODE && kind != KILN_IR_INPUT) return KILN_OK;
+        const int64_t seq_o =
+            kind == KILN_IR_NODE ? b->nodes[b->values[other].index].seq : KILN_SEQ_NODE - 1;
         if (seq_o >= b->nodes[head].seq) return KILN_OK;
         KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_PERMUTE, &other, 1, &ia, seq_o, &o2));
     } else {
