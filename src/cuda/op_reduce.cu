@@ -353,10 +353,17 @@ static cudaError_t reduce_hw_cluster(const kiln_cuda_ctx *ctx, unsigned s, unsig
     return cudaLaunchKernelEx(&cfg, reduce_hw_cluster_kernel<T>, x, hw, c, y, ydt, mode, tiles);
 }
 
-// The pool kernels above over a dense [n, hw, c] 16-bit input (c % 8 == 0, 16-byte aligned),
-// each output (image, channel) the sum, mean or norm of its hw pixels; y is [n, c].
-static kiln_status reduce_pool(const kiln_cuda_ctx *ctx, const void *xp, uint32_t xdt, int64_t n,
-                               int64_t hw, int64_t c, void *yp, uint32_t ydt, int mode) {
+// The NHWC global pool above, when it takes the layer (*done).
+static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x,
+                                  const kiln_tensor *y, const int *reduced, int mode, int *done) {
+    *done = 0;
+    if (!ctx->nhwc || x->rank != 4 || reduced[0] || reduced[1] || !reduced[2] || !reduced[3] ||
+        (x->dtype != KILN_DTYPE_F16 && x->dtype != KILN_DTYPE_BF16) ||
+        !kiln_cuda_is_float(y->dtype) || x->dims[1] % 8 != 0 || kiln_cuda_align_of(x->data) < 16) {
+        return KILN_OK;
+    }
+    const int64_t n = x->dims[0], c = x->dims[1], hw = x->dims[2] * x->dims[3];
+    *done = 1;
     if (n * c == 0) return KILN_OK;
     const int64_t cv = c / 8;
     unsigned bx = cv < 32 ? (unsigned)cv : 32, by = RED_HW_BLOCK / 2 / bx;
@@ -371,13 +378,13 @@ static kiln_status reduce_pool(const kiln_cuda_ctx *ctx, const void *xp, uint32_
         const dim3 block(bx, by);
         const size_t smem = (size_t)bx * by * 8 * sizeof(float);
         cudaError_t err =
-            xdt == KILN_DTYPE_F16
+            x->dtype == KILN_DTYPE_F16
                 ? reduce_hw_cluster<__half>(ctx, (unsigned)s, (unsigned)(n * tiles), block, smem,
-                                            (const __half *)xp, (int)hw, (int)c, yp, ydt, mode,
-                                            (int)tiles)
+                                            (const __half *)x->data, (int)hw, (int)c, y->data,
+                                            y->dtype, mode, (int)tiles)
                 : reduce_hw_cluster<__nv_bfloat16>(ctx, (unsigned)s, (unsigned)(n * tiles), block,
-                                                   smem, (const __nv_bfloat16 *)xp, (int)hw, (int)c,
-                                                   yp, ydt, mode, (int)tiles);
+                                                   smem, (const __nv_bfloat16 *)x->data, (int)hw,
+                                                   (int)c, y->data, y->dtype, mode, (int)tiles);
         if (err != cudaSuccess) {
             return kiln_cuda_error(ctx, "cudaLaunchKernelEx (reduce_hw_cluster_kernel)", err);
         }
@@ -386,40 +393,26 @@ static kiln_status reduce_pool(const kiln_cuda_ctx *ctx, const void *xp, uint32_
     if (hw <= RED_TILE_MAX_HW && n * tiles < INT32_MAX && hw * c < INT32_MAX) {
         const dim3 block(bx, by);
         const size_t smem = (size_t)bx * by * 8 * sizeof(float);
-        if (xdt == KILN_DTYPE_F16) {
+        if (x->dtype == KILN_DTYPE_F16) {
             reduce_hw_tile_kernel<__half><<<(unsigned)(n * tiles), block, smem, ctx->stream>>>(
-                (const __half *)xp, (int)hw, (int)c, yp, ydt, mode, (int)tiles);
+                (const __half *)x->data, (int)hw, (int)c, y->data, y->dtype, mode, (int)tiles);
         } else {
             reduce_hw_tile_kernel<__nv_bfloat16>
                 <<<(unsigned)(n * tiles), block, smem, ctx->stream>>>(
-                    (const __nv_bfloat16 *)xp, (int)hw, (int)c, yp, ydt, mode, (int)tiles);
+                    (const __nv_bfloat16 *)x->data, (int)hw, (int)c, y->data, y->dtype, mode,
+                    (int)tiles);
         }
         return kiln_cuda_check_launch(ctx, "reduce_hw_tile_kernel");
     }
     const unsigned blocks = (unsigned)(n * cv);
-    if (xdt == KILN_DTYPE_F16) {
-        reduce_hw_nhwc_kernel<__half>
-            <<<blocks, RED_HW_BLOCK, 0, ctx->stream>>>((const __half *)xp, hw, c, yp, ydt, mode);
+    if (x->dtype == KILN_DTYPE_F16) {
+        reduce_hw_nhwc_kernel<__half><<<blocks, RED_HW_BLOCK, 0, ctx->stream>>>(
+            (const __half *)x->data, hw, c, y->data, y->dtype, mode);
     } else {
         reduce_hw_nhwc_kernel<__nv_bfloat16><<<blocks, RED_HW_BLOCK, 0, ctx->stream>>>(
-            (const __nv_bfloat16 *)xp, hw, c, yp, ydt, mode);
+            (const __nv_bfloat16 *)x->data, hw, c, y->data, y->dtype, mode);
     }
     return kiln_cuda_check_launch(ctx, "reduce_hw_nhwc_kernel");
-}
-
-// The NHWC global pool (a 4-d map the layout pass stored NHWC, reduced over H and W), when the
-// pool kernels take the layer (*done).
-static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x,
-                                  const kiln_tensor *y, const int *reduced, int mode, int *done) {
-    *done = 0;
-    if (!ctx->nhwc || x->rank != 4 || reduced[0] || reduced[1] || !reduced[2] || !reduced[3] ||
-        (x->dtype != KILN_DTYPE_F16 && x->dtype != KILN_DTYPE_BF16) ||
-        !kiln_cuda_is_float(y->dtype) || x->dims[1] % 8 != 0 || kiln_cuda_align_of(x->data) < 16) {
-        return KILN_OK;
-    }
-    *done = 1;
-    return reduce_pool(ctx, x->data, x->dtype, x->dims[0], x->dims[2] * x->dims[3], x->dims[1],
-                       y->data, y->dtype, mode);
 }
 
 // --- launchers
@@ -434,13 +427,6 @@ static kiln_status reduce_cols(const kiln_cuda_ctx *ctx, const red_params *P, in
     if (P->kept_strides[P->n_kept - 1] != 1 || P->red_strides[0] != c_n || r_n < 32 ||
         (P->n_kept == 2 && P->kept_strides[0] != r_n * c_n) || o_n > 65535)
         return KILN_OK;
-    if ((P->x_dtype == KILN_DTYPE_F16 || P->x_dtype == KILN_DTYPE_BF16) &&
-        kiln_cuda_is_float(P->y_dtype) && c_n % 8 == 0 && kiln_cuda_align_of(P->x) >= 16) {
-        // 16-bit channels-last columns: the pool kernels (one launch, 16-byte loads, the
-        // partial sums of a tile's pixel rows combined in a cluster) instead of the slices
-        *done = 1;
-        return reduce_pool(ctx, P->x, P->x_dtype, o_n, r_n, c_n, P->y, P->y_dtype, P->mode);
-    }
     const int64_t cblocks = (c_n + 31) / 32,
                   want = 2 * (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132);
     int64_t n = want / (cblocks * o_n); // slices of R, each at least 4 rows per thread

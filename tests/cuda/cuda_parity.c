@@ -1003,9 +1003,8 @@ static void cases_reduce(void) {
               {"3x129x771", NULL, 0},
               {"40x3x997", d02, 2},
               // the column form: a channels-last map over its pixels (ConvNeXt-V2's response
-              // norm; 72 channels: a partial block of 32; in 16 bits the pool kernels, one
-              // image's stage-1 map in a cluster), a matrix over its rows (33 columns: the
-              // column kernel in every dtype)
+              // norm; 72 channels: a partial block of 32; 384 channels over 56 x 56: one
+              // image's stage-1 map), a matrix over its rows
               {"2x56x40x72", d12, 2},
               {"1x56x56x384", d12, 2},
               {"700x33", d0, 1}};
@@ -2765,7 +2764,8 @@ static int model_convnext(model *m, kiln_precision precision) {
 // `transpose(1, 2).view(N, C, H, W)`, a depthwise 3x3, a GroupNorm(1, 32),
 // `flatten(2).transpose(1, 2)`, GELU, a linear. The builder writes the views as the
 // layout-permute pair (docs/builder.md), so with NHWC both are layout permutes, the depthwise
-// conv runs Kiln's NHWC kernel and the one-group norm runs over the NHWC map.
+// conv runs Kiln's NHWC kernel and the one-group norm runs over the NHWC map, and so does the
+// GELU (the builder moves it before the permute: it follows the norm's layout).
 #define MIXFFN_MODEL_PERMUTES 2
 static int model_mixffn(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
