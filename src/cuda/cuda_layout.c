@@ -41,9 +41,11 @@ static int permute_is(const kiln_plan *p, const kiln_plan_layer *l, int a, int b
     return 1;
 }
 
+// Unary activations (elementwise over the stored bytes: layout-blind).
 static int follow_unary(uint32_t op) {
     return op == KILN_OP_RELU || op == KILN_OP_CLAMP || op == KILN_OP_SILU ||
-           op == KILN_OP_HARDSWISH || op == KILN_OP_SIGMOID || op == KILN_OP_TANH;
+           op == KILN_OP_HARDSWISH || op == KILN_OP_SIGMOID || op == KILN_OP_TANH ||
+           op == KILN_OP_GELU || op == KILN_OP_HARDSIGMOID;
 }
 
 static int follow_binary(uint32_t op) {

@@ -9,7 +9,7 @@
 //   * conv2d with groups 1 (or, when a conv writes its input, depthwise of at most
 //     KILN_CUDA_DW_NHWC_MAX_TAPS taps, or grouped with C/g and K/g multiples of 8), a static C
 //     and K a multiple of 8 (its fused tail elementwise with
-//     operands of the output's shape or of one element: layout-blind); relu-like unary heads,
+//     operands of the output's shape or of one element: layout-blind); unary activation heads,
 //     same-shape binary heads, max_pool2d, avg_pool2d, the two upsamples (the same tail rule),
 //     cat of such tensors (4-D, C % 8 == 0); after an elementwise head or a cat, a tail operand
 //     may also be one value per channel ([1 or N, C, 1, 1]: the same bytes in either layout);

@@ -467,8 +467,9 @@ static void mbconv_layout(void) {
 // copy around it, its weight and bias read as they are); with two groups it reads and writes
 // NCHW: a copy of its input, and the next conv reads a copy of its output. The engine's input and
 // output are NCHW either way (the first conv reads an NHWC copy of x, the last one an NCHW copy
-// of its input).
-static void group_norm_layout(int64_t groups) {
+// of its input). A GELU between the norm and the next conv (SegFormer's Mix-FFN after the
+// builder moves it before the permute to tokens) follows the norm's layout like any unary op.
+static void group_norm_layout(int64_t groups, int gelu) {
     kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_layout l;
@@ -481,15 +482,22 @@ static void group_norm_layout(int64_t groups) {
     int32_t ins[3] = {conv(g, x, 16, 16, 1, -1, 0), constant(g, 1, wd), constant(g, 1, wd)};
     kiln_attr a[2] = {{"groups", &groups, NULL, 1}, {"eps", NULL, &eps, 1}};
     CHECK(kiln_graph_add_node(g, KILN_OP_GROUP_NORM, ins, 3, a, 2, &n, 1) == KILN_OK);
+    if (gelu) CHECK(kiln_graph_add_node(g, KILN_OP_GELU, &n, 1, NULL, 0, &n, 1) == KILN_OK);
     CHECK(kiln_graph_mark_output(g, conv(g, n, 16, 16, 1, -1, 0), "y") == KILN_OK);
     if (!load(g, KILN_PRECISION_FP16, &p)) return;
     CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
     const uint32_t gn = find_head(&p, KILN_OP_GROUP_NORM, 0);
+    const uint32_t ge = gelu ? find_head(&p, KILN_OP_GELU, 0) : 0;
     const int one = groups == 1;
-    CHECK(gn != UINT32_MAX);
+    CHECK(gn != UINT32_MAX && ge != UINT32_MAX);
     if (gn != UINT32_MAX) {
         CHECK_MSG(l.head_nhwc[gn] == one && l.nhwc[blk_t(&p, gn)] == one,
                   "groups %lld: group norm NHWC %d", (long long)groups, l.head_nhwc[gn]);
+    }
+    if (gelu && ge != UINT32_MAX) {
+        CHECK_MSG(l.head_nhwc[ge] == one && l.nhwc[blk_t(&p, ge)] == one,
+                  "groups %lld: the GELU after the norm NHWC %d", (long long)groups,
+                  l.head_nhwc[ge]);
     }
     CHECK_MSG(l.n_copies == (one ? 2u : 4u), "groups %lld: %u layout copies", (long long)groups,
               l.n_copies);
@@ -675,8 +683,10 @@ int main(void) {
     gemv_l2(KILN_PRECISION_BF16, 256, 256);
     gemv_l2(KILN_PRECISION_FP16, 257, 256);
     gemv_l2(KILN_PRECISION_FP32, 64, 256);
-    group_norm_layout(1);
-    group_norm_layout(2);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        group_norm_layout(1, gelu);
+        group_norm_layout(2, gelu);
+    }
     dw_taps_layout(3);
     dw_taps_layout(5);
     dw_taps_layout(7);
