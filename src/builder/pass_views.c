@@ -93,13 +93,6 @@
 //     scale then folds into its weight, bn_fold's second run), x's inverse permute is the view
 //     the CUDA layout already stores, and the permute back meets the next block's permute, which
 //     7 merges.
-// 17. in the second run, after 16, mul(x, div(a, b)) (either operand order) whose quotient only
-//     the mul reads, x of the mul's output shape and the quotient of fewer elements, is
-//     mul(div(x, b), a): the division of the large tensor heads the fused group and the
-//     multiply joins it as a tail, instead of a kernel of its own over the small quotient
-//     (ConvNeXt-V2's global response norm, x * (gx / (mean(gx) + eps)), gx one value per
-//     channel). The division comes first, as in the model: x * a could overflow a 16-bit type
-//     where x * (a / b) does not.
 //  8. a constant operand of a binary elementwise op (add, sub, mul, div) of a lower rank than the
 //     op's 4-d output gets the output's rank (leading dims of 1: the same bytes, the same
 //     broadcast), so that backends see ConvNeXt's per-channel layer scale [C, 1, 1] as the
@@ -1115,56 +1108,6 @@ static kiln_status binary_before_head_permute(kiln_bgraph *b, uint32_t k, int *d
     return KILN_OK;
 }
 
-// --- 17. a small quotient's multiply of a large tensor, as the large tensor's division
-
-static int64_t numel_max(const kiln_shape *s) {
-    int64_t n = 1;
-    for (uint32_t i = 0; i < s->rank; i++) n *= s->max[i];
-    return n;
-}
-
-// Rewrite 17 for node k (see the list above); *done when rewritten (nodes appended).
-static kiln_status scale_by_quotient(kiln_bgraph *b, uint32_t k, int *done) {
-    *done = 0;
-    const kiln_bnode *n = &b->nodes[k];
-    if (n->dead || n->head >= 0 || n->n_tail > 0 || n->op != KILN_OP_MUL || n->n_inputs != 2)
-        return KILN_OK;
-    const kiln_value_desc *od = &b->values[n->output].desc;
-    if (!kiln_dtype_is_float((kiln_dtype)od->dtype)) return KILN_OK;
-    const int32_t ins[2] = {kiln_bgraph_input(b, n, 0), kiln_bgraph_input(b, n, 1)};
-    for (uint32_t slot = 0; slot < 2; slot++) {
-        const int32_t q = ins[slot], x = ins[1 - slot];
-        if (q < 0 || x < 0 || q == x || b->values[q].kind != KILN_IR_NODE || b->uses[q] != 1 ||
-            b->is_output[q] || kiln_bgraph_is_const(b, x) ||
-            !kiln_desc_equal(&b->values[x].desc, od))
-            continue;
-        const uint32_t dk = b->values[q].index;
-        const kiln_bnode *dn = &b->nodes[dk];
-        if (dn->dead || dn->op != KILN_OP_DIV || dn->head >= 0 || dn->n_tail > 0 ||
-            dn->n_inputs != 2 || numel_max(&b->values[q].desc.shape) >= numel_max(&od->shape))
-            continue;
-        const int32_t a = kiln_bgraph_input(b, dn, 0), c = kiln_bgraph_input(b, dn, 1);
-        if (a < 0 || c < 0 || b->values[a].desc.dtype != od->dtype ||
-            b->values[c].desc.dtype != od->dtype || b->values[q].desc.dtype != od->dtype)
-            continue;
-        const kiln_value_desc want = *od; // (adding nodes may move b's arrays: copies first)
-        const int64_t seq = n->seq;
-        int32_t xc[2] = {x, c}, t, y;
-        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_DIV, xc, 2, NULL, seq, &t));
-        int32_t ta[2] = {t, a};
-        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_MUL, ta, 2, NULL, seq, &y));
-        if (!kiln_desc_equal(&b->values[y].desc, &want)) {
-            return kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
-        }
-        KILN_TRY(kiln_bgraph_replace_node(b, k, y, "a quotient's multiply as a division"));
-        b->nodes[dk].dead = 1; // the old division: no longer read
-        b->values[q].kind = KILN_BV_DEAD;
-        *done = 1;
-        return KILN_OK;
-    }
-    return KILN_OK;
-}
-
 // --- 14. slices of the last dim in front of a permute that keeps it
 
 // Whether value v is read only as the q, k or v of sdpa nodes (at least one; not an output).
@@ -1704,16 +1647,6 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
     for (size_t k = 0, n16 = b->n_nodes; b->n_views_runs > 0 && k < n16; k++) {
         int done = 0;
         KILN_TRY(binary_before_head_permute(b, (uint32_t)k, &done));
-        if (done) {
-            moved16 = 1;
-            b->stats.n_views++;
-            KILN_TRY(kiln_bgraph_count_uses(b));
-        }
-    }
-    // 17: a small quotient's multiply of a large tensor (the second run)
-    for (size_t k = 0, n17 = b->n_nodes; b->n_views_runs > 0 && k < n17; k++) {
-        int done = 0;
-        KILN_TRY(scale_by_quotient(b, (uint32_t)k, &done));
         if (done) {
             moved16 = 1;
             b->stats.n_views++;
