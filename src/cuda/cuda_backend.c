@@ -939,6 +939,12 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                      : "a view: the sdpa reading it reads its input through strides");
         return;
     }
+    if (e->layout.rs_xpose[li]) {
+        snprintf(out->kernel, sizeof out->kernel, "copy_strided");
+        snprintf(out->detail, sizeof out->detail,
+                 "a reshape of an NHWC map: its NCHW bytes transposed into the output");
+        return;
+    }
     if (e->layout.ident[li]) {
         snprintf(out->kernel, sizeof out->kernel, "memcpy");
         snprintf(out->detail, sizeof out->detail,

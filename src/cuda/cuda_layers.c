@@ -60,6 +60,33 @@ static int same_dims_or_one(const kiln_tensor *t, const kiln_tensor *out) {
            (t->rank == out->rank && memcmp(t->dims, out->dims, t->rank * sizeof(int64_t)) == 0);
 }
 
+// Writes the 4-D tensor src (a view: logical N, C, H, W) in the other layout at dst, dense: NCHW
+// when src is stored NHWC (`back`), else NHWC with a channel stride cs (>= C: padded copies).
+static kiln_status transpose_layout(const kiln_cuda_ctx *ctx, void *dst, const kiln_tensor *src,
+                                    int back, int64_t cs) {
+    const int64_t *d = src->dims;
+    // iterate in the destination's order (dense destination strides)
+    int64_t to_nhwc_dims[4] = {d[0], d[2], d[3], d[1]};
+    int64_t to_nhwc_dst[4] = {d[2] * d[3] * cs, d[3] * cs, cs, 1};
+    int64_t to_nhwc_src[4] = {d[1] * d[2] * d[3], d[3], 1, d[2] * d[3]};
+    int64_t to_nchw_dst[4] = {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
+    int64_t to_nchw_src[4] = {d[2] * d[3] * d[1], 1, d[3] * d[1], d[1]};
+    return kiln_cuda_copy_strided(ctx, dst, src->data, kiln_cuda_dtype_size(src->dtype), 4,
+                                  back ? d : to_nhwc_dims, back ? to_nchw_dst : to_nhwc_dst,
+                                  back ? to_nchw_src : to_nhwc_src);
+}
+
+// A reshape of an NHWC tensor (rs_xpose, cuda_layout.h): its output is the input's NCHW bytes.
+static kiln_status reshape_transpose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    if (x == NULL || x->rank != 4 || kiln_tensor_numel(y) != kiln_tensor_numel(x) ||
+        x->dtype != y->dtype) {
+        return kiln_cuda_fail(KILN_ERR_INTERNAL, "%s: a reshape of an NHWC map without its shape",
+                              ctx->where ? ctx->where : "?");
+    }
+    return kiln_tensor_numel(y) > 0 ? transpose_layout(ctx, y->data, x, 1, x->dims[1]) : KILN_OK;
+}
+
 // Points a read at ids slot `slot` of tensor src (a view) at the tensor's copy in the other
 // layout in *view; with `run`, the first such read in layer order makes the copy (a transpose:
 // NCHW -> NHWC when the tensor is stored NCHW, NHWC -> NCHW otherwise).
@@ -70,19 +97,8 @@ static kiln_status read_copy(const cuda_context *c, const kiln_cuda_ctx *ctx, ui
     *view = *src;
     view->data = (uint8_t *)c->extras + e->extras.copy_off[id];
     if (run && L->xpose[slot] && kiln_tensor_numel(src) > 0) {
-        const int64_t *d = src->dims;                 // logical N, C, H, W
-        int64_t cs = L->padc[id] ? pad8(d[1]) : d[1]; // NHWC channel stride (padded copies)
-        // iterate in the destination's order (dense destination strides)
-        int64_t to_nhwc_dims[4] = {d[0], d[2], d[3], d[1]};
-        int64_t to_nhwc_dst[4] = {d[2] * d[3] * cs, d[3] * cs, cs, 1};
-        int64_t to_nhwc_src[4] = {d[1] * d[2] * d[3], d[3], 1, d[2] * d[3]};
-        int64_t to_nchw_dst[4] = {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
-        int64_t to_nchw_src[4] = {d[2] * d[3] * d[1], 1, d[3] * d[1], d[1]};
-        int back = L->nhwc[id]; // stored NHWC: the copy is NCHW
-        KILN_CUDA_TRY(
-            kiln_cuda_copy_strided(ctx, view->data, src->data, kiln_cuda_dtype_size(src->dtype), 4,
-                                   back ? d : to_nhwc_dims, back ? to_nchw_dst : to_nhwc_dst,
-                                   back ? to_nchw_src : to_nhwc_src));
+        KILN_CUDA_TRY(transpose_layout(ctx, view->data, src, L->nhwc[id],
+                                       L->padc[id] ? pad8(src->dims[1]) : src->dims[1]));
     }
     return KILN_OK;
 }
@@ -363,8 +379,11 @@ kiln_status kiln_cuda_layers_run(cuda_context *c, cudaStream_t stream) {
                                                   (unsigned)e->policy.profile_delay_us));
         }
         KILN_CUDA_TRY(kiln_cuda_layer_bind(c, li, &b, 1));
-        if (e->layout.ident[li]) { // a layout permute not aliased: the same bytes, copied
-            KILN_CUDA_TRY(ident_copy(&b.ctx, &b.args));
+        if (e->layout.ident[li] || e->layout.rs_xpose[li]) {
+            // a layout permute not aliased: the same bytes, copied; a reshape of an NHWC map:
+            // the map's NCHW bytes
+            KILN_CUDA_TRY(e->layout.ident[li] ? ident_copy(&b.ctx, &b.args)
+                                              : reshape_transpose(&b.ctx, &b.args));
             if (profiling) {
                 KILN_CUDA_TRY(kiln_cuda_profile_end(&c->prof, li, stream, now_us() - t0));
             }

@@ -238,6 +238,7 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->padc, nt);
     kiln_cuda_free(l->stem, nl);
     kiln_cuda_free(l->ident, nl);
+    kiln_cuda_free(l->rs_xpose, nl);
     kiln_cuda_free(l->head_nhwc, nl);
     kiln_cuda_free(l->xpose, ni);
     kiln_cuda_free(l->alt, ni);
@@ -282,6 +283,29 @@ static void krsc_readers(const kiln_plan *p, const uint8_t *kind, kiln_cuda_layo
     for (uint32_t i = 0; i < p->n_tensors; i++) l->krsc_only[i] = l->krsc_only[i] == 1;
 }
 
+// rs_xpose (cuda_layout.h): a RESHAPE head (no tail) whose input, a 4-D NHWC activation, it reads
+// through the NCHW copy that no other slot reads transposes the NHWC bytes into its own output
+// (the copy's bytes, in the reshape's dims): the copy is not made.
+static void reshapes_transpose(const kiln_plan *p, kiln_cuda_layout *l) {
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        const kiln_plan_layer *hl = &p->layers[li];
+        const int32_t x = in_id(p, hl, 0);
+        if (hl->op != KILN_OP_RESHAPE || hl->n_tail != 0 || hl->n_outputs != 1 || x < 0 ||
+            !l->alt[hl->input_begin] || !l->nhwc[x] || p->tensors[x].shape.rank != 4 || l->padc[x])
+            continue;
+        int32_t y = p->ids[hl->output_begin];
+        if (y < 0 || l->nhwc[y] || p->tensors[y].dtype != p->tensors[x].dtype) continue;
+        uint32_t readers = 0; // slots that read x's copy
+        for (uint32_t i = 0; i < p->n_ids; i++) readers += p->ids[i] == x && l->alt[i];
+        if (readers != 1) continue;
+        l->alt[hl->input_begin] = l->xpose[hl->input_begin] = 0;
+        l->copy[x] = 0;
+        l->n_copies--;
+        l->rs_xpose[li] = 1;
+        l->n_rs_xpose++;
+    }
+}
+
 // Head li (a K_CONV head, x with C % 8 != 0) fits the stem kernel (cuda_layout.h).
 static int stem_conv(const kiln_plan *p, uint32_t li) {
     const kiln_plan_layer *l = &p->layers[li];
@@ -307,13 +331,14 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     l.padc = kiln_cuda_calloc(nt);
     l.stem = kiln_cuda_calloc(nl);
     l.ident = kiln_cuda_calloc(nl);
+    l.rs_xpose = kiln_cuda_calloc(nl);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
     if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.krsc_only == NULL ||
-        l.padc == NULL || l.stem == NULL || l.ident == NULL || l.head_nhwc == NULL ||
-        l.xpose == NULL || l.alt == NULL || kind == NULL) {
+        l.padc == NULL || l.stem == NULL || l.ident == NULL || l.rs_xpose == NULL ||
+        l.head_nhwc == NULL || l.xpose == NULL || l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
@@ -321,6 +346,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         kiln_cuda_free(l.padc, nt);
         kiln_cuda_free(l.stem, nl);
         kiln_cuda_free(l.ident, nl);
+        kiln_cuda_free(l.rs_xpose, nl);
         kiln_cuda_free(l.head_nhwc, nl);
         kiln_cuda_free(l.xpose, ni);
         kiln_cuda_free(l.alt, ni);
@@ -424,6 +450,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
             }
         }
     }
+    if (enable) reshapes_transpose(p, &l);
     for (uint32_t i = 0; i < p->n_tensors; i++) l.n_nhwc += l.nhwc[i];
     krsc_readers(p, kind, &l);
     kiln_cuda_free(kind, nl);

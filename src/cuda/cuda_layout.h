@@ -32,19 +32,23 @@
 // Every other layout mismatch is a boundary read through a copy of the tensor in the other
 // layout (an NHWC copy of an NCHW tensor, an NCHW copy of an NHWC one), made by one transpose at
 // the first such read in layer order and shared by later ones (the copy lives in the context,
-// outside the arena): a conv computing NHWC whose input is NCHW (the stem's pool, a cast engine
-// input), a conv group's residual operand in the other layout, any NCHW-only consumer (mean,
-// cast, reshape, linear, batch_norm, ...) of an NHWC tensor. adaptive_avg_pool2d reads either
-// layout and writes NCHW. NHWC convs use their weights in KRSC (OHWI) order, a second copy made
-// at upload. A conv whose C is not a multiple of 8 (a 3-channel stem) reads an NHWC copy whose
-// channels are padded with zeros to the next multiple of 8, and a KRSC weight padded the same
-// way (zero filters for the pad), so that cuDNN runs it on tensor cores: such a tensor is never
-// NHWC itself, so the copy is always the padded one. With KILN_CUDA_LAYOUT_STEM, such a conv
-// whose depth C * kh * kw is at most KILN_CUDA_STEM_MAX_K (ResNet's 3-channel 7x7 stem) runs on
-// Kiln's stem kernel instead (conv_stem.cu): it reads its NCHW input as it is (no copy, no KRSC
-// weight) and writes NHWC. The options cuda.nhwc = false turns the pass off (everything NCHW)
-// and cuda.stem_kernel = false only the stem kernel (the padded copy and cuDNN instead). The
-// copies and KRSC weights are placed by cuda_memory.c.
+// outside the arena). A RESHAPE (no tail) that is the only reader of an NHWC tensor's NCHW copy
+// makes no copy: its output is the NCHW bytes of its input in other dims, so it writes them
+// itself by the same transpose (rs_xpose: the reshapes of a conv's map in a patchify or an
+// unfold, as in ConvNeXt's downsampling, MobileViT, MaxViT, SegFormer and wav2vec2, which then
+// copied the copy). Other mismatches: a conv computing NHWC whose input is NCHW (the
+// stem's pool, a cast engine input), a conv group's residual operand in the other layout, any
+// NCHW-only consumer (mean, cast, reshape, linear, batch_norm, ...) of an NHWC tensor.
+// adaptive_avg_pool2d reads either layout and writes NCHW. NHWC convs use their weights in KRSC
+// (OHWI) order, a second copy made at upload. A conv whose C is not a multiple of 8 (a 3-channel
+// stem) reads an NHWC copy whose channels are padded with zeros to the next multiple of 8, and a
+// KRSC weight padded the same way (zero filters for the pad), so that cuDNN runs it on tensor
+// cores: such a tensor is never NHWC itself, so the copy is always the padded one. With
+// KILN_CUDA_LAYOUT_STEM, such a conv whose depth C * kh * kw is at most KILN_CUDA_STEM_MAX_K
+// (ResNet's 3-channel 7x7 stem) runs on Kiln's stem kernel instead (conv_stem.cu): it reads its
+// NCHW input as it is (no copy, no KRSC weight) and writes NHWC. The options cuda.nhwc = false
+// turns the pass off (everything NCHW) and cuda.stem_kernel = false only the stem kernel (the
+// padded copy and cuDNN instead). The copies and KRSC weights are placed by cuda_memory.c.
 #ifndef KILN_CUDA_CUDA_LAYOUT_H
 #define KILN_CUDA_CUDA_LAYOUT_H
 
@@ -79,7 +83,10 @@ typedef struct kiln_cuda_layout {
                         // copy, pads C up to a multiple of 8 with zeros (a conv with C % 8 != 0)
     uint8_t *stem;      // n_layers: conv2d head on the stem kernel (NCHW input, NHWC output)
     uint8_t *ident;     // n_layers: a layout permute whose output has its input's bytes (below)
+    uint8_t *rs_xpose;  // n_layers: a reshape of an NHWC tensor that writes its output by
+                        // transposing the NHWC bytes itself (no copy: below)
     uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem, n_ident;
+    uint32_t n_rs_xpose;
 } kiln_cuda_layout;
 
 // kiln_cuda_layout_plan's flags: NHWC activations where they pay; the stem kernel for convs with

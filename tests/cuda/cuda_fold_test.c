@@ -1292,6 +1292,7 @@ static int plan_counts(const char *path, int list_layers) {
                             xin += l.xpose[L->input_begin + k];
                     }
                     if (xin) printf(" [%u layout cop%s in]", xin, xin == 1 ? "y" : "ies");
+                    if (l.rs_xpose[li]) printf(" [transposes its NHWC input]");
                     printf("\n");
                 }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "

@@ -505,6 +505,47 @@ static void group_norm_layout(int64_t groups, int gelu) {
     kiln_plan_release(&p);
 }
 
+// A reshape of an NHWC conv's map (MobileViT's unfold, a flatten to tokens), the map's only
+// reader: it transposes the NHWC bytes into its own output (rs_xpose), no layout copy is made.
+// With a second NCHW-only reader of the map (another reshape) they share one copy instead.
+static void reshape_transpose_layout(int shared) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 6, 6}, sd[3] = {1, 16, 36}, td[4] = {1, 16, 3, 12};
+    int32_t x = -1, y = -1, z = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t h = conv(g, conv(g, x, 16, 16, 3, -1, 1), 16, 16, 1, -1, 0);
+    kiln_attr ra = {"shape", sd, NULL, 3}, rb = {"shape", td, NULL, 4};
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &h, 1, &ra, 1, &y, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (shared) {
+        CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &h, 1, &rb, 1, &z, 1) == KILN_OK);
+        CHECK(kiln_graph_mark_output(g, z, "z") == KILN_OK);
+    }
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    uint32_t n_rs = 0, n_xposed = 0;
+    for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
+        if (p.layers[li].op != KILN_OP_RESHAPE) continue;
+        n_rs++;
+        n_xposed += l.rs_xpose[li];
+        const int32_t in = p.ids[p.layers[li].input_begin];
+        CHECK_MSG(l.nhwc[in], "a reshape reads an NCHW map");
+        CHECK_MSG(l.rs_xpose[li] != l.alt[p.layers[li].input_begin],
+                  "a reshape both transposes and reads a copy (or neither)");
+    }
+    CHECK_MSG(n_rs == (shared ? 2u : 1u) && n_xposed == (shared ? 0u : 1u) &&
+                  l.n_rs_xpose == n_xposed,
+              "%u of %u reshapes transpose their NHWC input", n_xposed, n_rs);
+    // the engine input's NHWC copy for the first conv, and the map's NCHW copy when shared
+    CHECK_MSG(l.n_copies == (shared ? 2u : 1u), "shared %d: %u layout copies", shared, l.n_copies);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 // A DenseNet block (fp16): x (16 channels, written by a conv) and two layers, each
 // concatenating the features so far, batch norm (constant statistics: the builder's multiply and
 // add, fused with the ReLU into the concatenation's group), a 3x3 conv adding 8 channels; then
@@ -683,6 +724,8 @@ int main(void) {
     gemv_l2(KILN_PRECISION_BF16, 256, 256);
     gemv_l2(KILN_PRECISION_FP16, 257, 256);
     gemv_l2(KILN_PRECISION_FP32, 64, 256);
+    reshape_transpose_layout(0);
+    reshape_transpose_layout(1);
     for (int gelu = 0; gelu < 2; gelu++) {
         group_norm_layout(1, gelu);
         group_norm_layout(2, gelu);

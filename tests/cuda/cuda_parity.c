@@ -2921,6 +2921,39 @@ static int model_fpn(model *m) {
     return model_finish(&b, m, KILN_PRECISION_FP16);
 }
 
+// MobileViT's unfold and fold around an NHWC conv's map (static shapes): conv [2, 16, 8, 8] ->
+// reshape [2, 16, 4, 2, 4, 2] -> permute (0, 1, 3, 5, 2, 4) -> reshape [2, 16, 4, 16] (2x2
+// patches), scaled, then folded back (the inverse permute, reshape to the map) into a 1x1 conv
+// whose map is flattened to the output [2, 16, 64]. With NHWC each reshape of a conv's map is the
+// map's only reader: it transposes the NHWC bytes into its output itself (cuda_layout.h:
+// rs_xpose), no layout copy.
+#define UNFOLD_MODEL_RS_XPOSE 2
+static int model_unfold(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t dims[4] = {2, 8, 8, 8}, six[6] = {2, 16, 4, 2, 4, 2}, pat[4] = {2, 16, 4, 16};
+    int64_t six2[6] = {2, 16, 2, 2, 4, 4}, map[4] = {2, 16, 8, 8}, flat[3] = {2, 16, 64};
+    int64_t pu[6] = {0, 1, 3, 5, 2, 4}, pf[6] = {0, 1, 4, 2, 5, 3};
+    kiln_attr r6 = A_INTS("shape", six, 6), rp = A_INTS("shape", pat, 4),
+              r62 = A_INTS("shape", six2, 6), rm = A_INTS("shape", map, 4),
+              rf = A_INTS("shape", flat, 3), au = A_INTS("dims", pu, 6), af = A_INTS("dims", pf, 6);
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
+    int32_t t = res_conv(&b, x, 8, 16, 3, 1, -1, 1);
+    t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &r6, 1);
+    t = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &au, 1);
+    t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &rp, 1);
+    t = gb2(&b, KILN_OP_MUL, t, gb_const(&b, F32, "2x16x4x16", 0.5, 1.5));
+    t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &r62, 1);
+    t = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &af, 1);
+    t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &rm, 1);
+    t = res_conv(&b, t, 16, 16, 1, 1, -1, 0);
+    t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &rf, 1);
+    gb_check(&b, kiln_graph_mark_output(b.g, t, "y"), "output");
+    m->name = "unfold nhwc fp16";
+    m->tol = 3e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
 // Built like the real engines (kiln_cuda_bench's conv2_x graph, ResNet-50 from ExecuTorch): the
 // fp16 conversion's cast on the engine input (NCHW) is read by the first conv and by the first
 // residual add (both through one NHWC copy), the last block feeds the output cast (NCHW-only:
@@ -3419,6 +3452,7 @@ typedef struct e2e_stats {
     int n_pw;      // convs on the pointwise kernel
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_layout_perm; // permutes run as layout permutes (an alias or a copy of the same bytes)
+    int n_rs_xpose;    // reshapes that transpose their NHWC input themselves (cuda_layout.h)
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
     long long l2_kept;
@@ -3435,6 +3469,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         st->n_rope_folded += (info.flags & KILN_LAYER_INFO_FOLDED) != 0 &&
                              strstr(info.detail, "q rotary's launch") != NULL;
         st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
+        st->n_rs_xpose +=
+            info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
         if (info.op == KILN_OP_CONV2D) {
             st->n_conv++;
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
@@ -4929,6 +4965,8 @@ static void run_e2e(void) {
     if (model_resnet_boundary(&models[n])) n++;
     if (model_densenet(&models[n])) n++;
     if (model_fpn(&models[n])) n++;
+    const int unfold_model = n;
+    if (model_unfold(&models[n])) n++;
     int first_convnext = n;
     if (model_convnext(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_convnext(&models[n], KILN_PRECISION_BF16)) n++;
@@ -4968,7 +5006,7 @@ static void run_e2e(void) {
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 25 : 39), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 26 : 40), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5024,6 +5062,13 @@ static void run_e2e(void) {
                               "%s: %d NHWC convs", models[i].name, st.n_conv_nhwc);
                     CHECK_MSG(st.n_stem == want, "%s: %d convs on the stem kernel, want %d",
                               models[i].name, st.n_stem, want);
+                }
+                if (i == unfold_model && picked) { // see model_unfold
+                    const int want = st.n_conv_nhwc > 0 ? UNFOLD_MODEL_RS_XPOSE : 0;
+                    CHECK_MSG(st.n_rs_xpose == want,
+                              "%s: %d reshapes transposed their NHWC input, "
+                              "want %d",
+                              models[i].name, st.n_rs_xpose, want);
                 }
                 if (i >= first_convnext && i < end_convnext && picked) {
                     // with NHWC every permute is a layout permute and both depthwise convs run
