@@ -132,6 +132,7 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
     const kiln_plan_layer *l = &p->layers[li];
     uint32_t nv = 0;
     ctx->nhwc = L->head_nhwc[li];
+    ctx->out_nchw = L->out_nchw[li];
     for (uint32_t j = 0; j < l->n_inputs && j < KILN_MAX_INPUTS; j++) {
         uint32_t slot = l->input_begin + j;
         if (!L->alt[slot] || args->in[j] == NULL) continue;
@@ -328,6 +329,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     ctx->w_krsc = NULL;
     ctx->x_cpad = 0;
     ctx->stem = 0;
+    ctx->out_nchw = 0;
     ctx->l2_keep = e->l2_keep[li];
     ctx->sdpa_store = e->plan->layers[li].op == KILN_OP_SDPA ? c->sdpa_store : NULL;
     ctx->choice = NULL;

@@ -239,6 +239,7 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->stem, nl);
     kiln_cuda_free(l->ident, nl);
     kiln_cuda_free(l->rs_xpose, nl);
+    kiln_cuda_free(l->out_nchw, nl);
     kiln_cuda_free(l->head_nhwc, nl);
     kiln_cuda_free(l->xpose, ni);
     kiln_cuda_free(l->alt, ni);
@@ -306,6 +307,39 @@ static void reshapes_transpose(const kiln_plan *p, kiln_cuda_layout *l) {
     }
 }
 
+// out_nchw (cuda_layout.h): a one-group norm run NHWC whose output, an activation, every reader
+// reads through its NCHW copy writes the output NCHW itself: the output is stored NCHW, its
+// readers read it as it is, and the copy is not made.
+static void norms_out_nchw(const kiln_plan *p, kiln_cuda_layout *l) {
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        const kiln_plan_layer *hl = &p->layers[li];
+        if (!one_group_norm(p, hl) || hl->n_tail != 0 || hl->n_outputs != 1 || !l->head_nhwc[li])
+            continue;
+        const int32_t o = p->ids[hl->output_begin];
+        if (o < 0 || !l->nhwc[o] || !l->copy[o] || p->tensors[o].kind != KILN_TENSOR_ACTIVATION)
+            continue;
+        uint32_t reads = 0, via_copy = 0;
+        for (uint32_t k = 0; k < p->n_layers; k++) {
+            const kiln_plan_layer *g = &p->layers[k];
+            for (uint32_t j = 0; j < g->n_inputs; j++) {
+                const uint32_t slot = g->input_begin + j;
+                if (p->ids[slot] != o) continue;
+                reads++;
+                via_copy += l->alt[slot];
+            }
+        }
+        if (reads == 0 || via_copy != reads) continue;
+        for (uint32_t i = 0; i < p->n_ids; i++) {
+            if (p->ids[i] == o) l->alt[i] = l->xpose[i] = 0;
+        }
+        l->nhwc[o] = 0;
+        l->copy[o] = 0;
+        l->n_copies--;
+        l->out_nchw[li] = 1;
+        l->n_out_nchw++;
+    }
+}
+
 // Head li (a K_CONV head, x with C % 8 != 0) fits the stem kernel (cuda_layout.h).
 static int stem_conv(const kiln_plan *p, uint32_t li) {
     const kiln_plan_layer *l = &p->layers[li];
@@ -332,13 +366,15 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     l.stem = kiln_cuda_calloc(nl);
     l.ident = kiln_cuda_calloc(nl);
     l.rs_xpose = kiln_cuda_calloc(nl);
+    l.out_nchw = kiln_cuda_calloc(nl);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
     if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.krsc_only == NULL ||
         l.padc == NULL || l.stem == NULL || l.ident == NULL || l.rs_xpose == NULL ||
-        l.head_nhwc == NULL || l.xpose == NULL || l.alt == NULL || kind == NULL) {
+        l.out_nchw == NULL || l.head_nhwc == NULL || l.xpose == NULL || l.alt == NULL ||
+        kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
@@ -347,6 +383,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         kiln_cuda_free(l.stem, nl);
         kiln_cuda_free(l.ident, nl);
         kiln_cuda_free(l.rs_xpose, nl);
+        kiln_cuda_free(l.out_nchw, nl);
         kiln_cuda_free(l.head_nhwc, nl);
         kiln_cuda_free(l.xpose, ni);
         kiln_cuda_free(l.alt, ni);
@@ -450,7 +487,10 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
             }
         }
     }
-    if (enable) reshapes_transpose(p, &l);
+    if (enable) {
+        norms_out_nchw(p, &l);
+        reshapes_transpose(p, &l);
+    }
     for (uint32_t i = 0; i < p->n_tensors; i++) l.n_nhwc += l.nhwc[i];
     krsc_readers(p, kind, &l);
     kiln_cuda_free(kind, nl);

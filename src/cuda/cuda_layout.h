@@ -36,7 +36,10 @@
 // makes no copy: its output is the NCHW bytes of its input in other dims, so it writes them
 // itself by the same transpose (rs_xpose: the reshapes of a conv's map in a patchify or an
 // unfold, as in ConvNeXt's downsampling, MobileViT, MaxViT, SegFormer and wav2vec2, which then
-// copied the copy). Other mismatches: a conv computing NHWC whose input is NCHW (the
+// copied the copy). Likewise a one-group norm over an NHWC map whose every reader reads its
+// output through the NCHW copy writes that output NCHW itself (out_nchw; MobileViT's norm before
+// a qkv projection of 1 + 2C channels, which stays NCHW): its output is then stored NCHW and the
+// copy is not made. Other mismatches: a conv computing NHWC whose input is NCHW (the
 // stem's pool, a cast engine input), a conv group's residual operand in the other layout, any
 // NCHW-only consumer (mean, cast, reshape, linear, batch_norm, ...) of an NHWC tensor.
 // adaptive_avg_pool2d reads either layout and writes NCHW. NHWC convs use their weights in KRSC
@@ -85,8 +88,10 @@ typedef struct kiln_cuda_layout {
     uint8_t *ident;     // n_layers: a layout permute whose output has its input's bytes (below)
     uint8_t *rs_xpose;  // n_layers: a reshape of an NHWC tensor that writes its output by
                         // transposing the NHWC bytes itself (no copy: below)
+    uint8_t *out_nchw;  // n_layers: a one-group norm that reads its input NHWC and writes its
+                        // output NCHW (below)
     uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem, n_ident;
-    uint32_t n_rs_xpose;
+    uint32_t n_rs_xpose, n_out_nchw;
 } kiln_cuda_layout;
 
 // kiln_cuda_layout_plan's flags: NHWC activations where they pay; the stem kernel for convs with

@@ -545,14 +545,16 @@ extern "C" kiln_status kiln_cuda_softmax(const kiln_cuda_ctx *ctx, const kiln_ke
 // the workspace; a second kernel combines a group's partials (Chan's formula, in a fixed order:
 // deterministic) and normalizes its slice. Memory: two reads and one write, as the one-block
 // form, but over every SM. A one-group norm may run over an NHWC map (ctx->nhwc, cuda_layout.h):
-// the sample's statistics are the same, and the affine's channel is the element's index modulo C.
+// the sample's statistics are the same, and the affine's channel is the element's index modulo C;
+// with ctx->out_nchw it writes the output NCHW (element i of the sample, pixel i / C of channel
+// i % C, goes to (i % C) * H W + i / C: strided stores, for the small maps the layout pass picks).
 
 #define GN_BLOCK 256
 
 template <typename T>
 static __global__ void group_norm_kernel(const T *x, T *y, int64_t c, int64_t groups, int64_t inner,
                                          const void *w, const void *b, uint32_t pdt, float eps,
-                                         int nhwc) {
+                                         int nhwc, int out_nchw) {
     __shared__ float red[32];
     int64_t ng = blockIdx.x, g = ng % groups, cg = c / groups, len = cg * inner;
     const T *xg = x + ng * len; // groups of one sample are contiguous: [N, G, C/G, inner]
@@ -569,7 +571,8 @@ static __global__ void group_norm_kernel(const T *x, T *y, int64_t c, int64_t gr
     for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
         int64_t ch = nhwc ? i % c : g * cg + i / inner;
         float sc = w ? kc_ld_f(w, pdt, ch) : 1.0f, sh = b ? kc_ld_f(b, pdt, ch) : 0.0f;
-        yg[i] = kc_from_f<T>((kc_to_f(xg[i]) - mean) * rstd * sc + sh);
+        yg[out_nchw ? ch * inner + i / c : i] =
+            kc_from_f<T>((kc_to_f(xg[i]) - mean) * rstd * sc + sh);
     }
 }
 
@@ -612,7 +615,8 @@ static __global__ void gn_partial_kernel(const T *x, int64_t len, int64_t chunk,
 template <typename T>
 static __global__ void gn_apply_kernel(const T *x, T *y, int64_t c, int64_t groups, int64_t inner,
                                        int64_t chunk, const float2 *part, const void *w,
-                                       const void *b, uint32_t pdt, float eps, int nhwc) {
+                                       const void *b, uint32_t pdt, float eps, int nhwc,
+                                       int out_nchw) {
     __shared__ float stat[2];
     int64_t ng = blockIdx.y, g = ng % groups, cg = c / groups, len = cg * inner;
     int64_t lo = blockIdx.x * chunk, hi = lo + chunk < len ? lo + chunk : len;
@@ -642,7 +646,8 @@ static __global__ void gn_apply_kernel(const T *x, T *y, int64_t c, int64_t grou
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         int64_t ch = nhwc ? i % c : g * cg + i / inner;
         float sc = w ? kc_ld_f(w, pdt, ch) : 1.0f, sh = b ? kc_ld_f(b, pdt, ch) : 0.0f;
-        yg[i] = kc_from_f<T>((kc_to_f(xg[i]) - mean) * rstd * sc + sh);
+        yg[out_nchw ? ch * inner + i / c : i] =
+            kc_from_f<T>((kc_to_f(xg[i]) - mean) * rstd * sc + sh);
     }
 }
 
@@ -659,6 +664,7 @@ static kiln_status group_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
     uint32_t pdt = w ? w->dtype : (b ? b->dtype : x->dtype);
     int64_t ng = n * groups, len = c / groups * inner;
     const int nhwc = ctx->nhwc && groups == 1 && x->rank == 4;
+    const int out_nchw = nhwc && ctx->out_nchw;
     int64_t splits = gn_splits(ctx, ng, len);
     if (splits > 1) {
         kiln_cuda_ws_note(ctx, (size_t)ng * (size_t)splits * sizeof(float2)); // gn_splits' bound
@@ -671,12 +677,12 @@ static kiln_status group_norm_launch(const kiln_cuda_ctx *ctx, const kiln_kernel
         KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "gn_partial_kernel"));
         gn_apply_kernel<T><<<grid, GN_BLOCK, 0, ctx->stream>>>(
             (const T *)x->data, (T *)y->data, c, groups, inner, chunk, part, w ? w->data : NULL,
-            b ? b->data : NULL, pdt, eps, nhwc);
+            b ? b->data : NULL, pdt, eps, nhwc, out_nchw);
         return kiln_cuda_check_launch(ctx, "gn_apply_kernel");
     }
     group_norm_kernel<T><<<(unsigned)(n * groups), GN_BLOCK, 0, ctx->stream>>>(
         (const T *)x->data, (T *)y->data, c, groups, inner, w ? w->data : NULL, b ? b->data : NULL,
-        pdt, eps, nhwc);
+        pdt, eps, nhwc, out_nchw);
     return kiln_cuda_check_launch(ctx, "group_norm_kernel");
 }
 

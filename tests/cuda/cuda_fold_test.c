@@ -1293,6 +1293,7 @@ static int plan_counts(const char *path, int list_layers) {
                     }
                     if (xin) printf(" [%u layout cop%s in]", xin, xin == 1 ? "y" : "ies");
                     if (l.rs_xpose[li]) printf(" [transposes its NHWC input]");
+                    if (l.out_nchw[li]) printf(" [writes NCHW]");
                     printf("\n");
                 }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "

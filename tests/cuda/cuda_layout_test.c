@@ -546,6 +546,48 @@ static void reshape_transpose_layout(int shared) {
     kiln_plan_release(&p);
 }
 
+// A one-group norm over an NHWC conv's map whose only reader needs NCHW (a 1x1 conv of 12
+// outputs, not a multiple of 8: MobileViT's qkv projection of 1 + 2C): the norm writes its output
+// NCHW (out_nchw) and no copy of it is made. With a second reader that keeps NHWC (a ReLU, then
+// an NHWC conv) it stays NHWC and the 12-output conv reads the copy.
+static void norm_out_nchw_layout(int nhwc_reader) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 6, 6}, wd[1] = {16}, one = 1;
+    double eps = 1e-5;
+    int32_t x = -1, n = -1, r = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t ins[3] = {conv(g, x, 16, 16, 3, -1, 1), constant(g, 1, wd), constant(g, 1, wd)};
+    kiln_attr a[2] = {{"groups", &one, NULL, 1}, {"eps", NULL, &eps, 1}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_GROUP_NORM, ins, 3, a, 2, &n, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, conv(g, n, 16, 12, 1, -1, 0), "y") == KILN_OK);
+    if (nhwc_reader) {
+        CHECK(kiln_graph_add_node(g, KILN_OP_RELU, &n, 1, NULL, 0, &r, 1) == KILN_OK);
+        CHECK(kiln_graph_mark_output(g, conv(g, r, 16, 16, 1, -1, 0), "z") == KILN_OK);
+    }
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t gn = find_head(&p, KILN_OP_GROUP_NORM, 0);
+    CHECK(gn != UINT32_MAX);
+    if (gn != UINT32_MAX) {
+        const int32_t o = blk_t(&p, gn), in = p.ids[p.layers[gn].input_begin];
+        CHECK_MSG(l.head_nhwc[gn] && l.nhwc[in], "the norm does not read its NHWC input");
+        CHECK_MSG(l.out_nchw[gn] == !nhwc_reader && l.nhwc[o] == nhwc_reader,
+                  "reader %d: out_nchw %d, output NHWC %d", nhwc_reader, l.out_nchw[gn], l.nhwc[o]);
+        CHECK_MSG(l.copy[o] == nhwc_reader, "reader %d: the norm's output copy %d", nhwc_reader,
+                  l.copy[o]);
+        for (uint32_t i = 0; i < p.n_ids && !nhwc_reader; i++) {
+            CHECK_MSG(p.ids[i] != o || !l.alt[i], "a read of the norm's output through a copy");
+        }
+    }
+    CHECK_MSG(l.n_out_nchw == (nhwc_reader ? 0u : 1u), "%u norms write NCHW", l.n_out_nchw);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 // A DenseNet block (fp16): x (16 channels, written by a conv) and two layers, each
 // concatenating the features so far, batch norm (constant statistics: the builder's multiply and
 // add, fused with the ReLU into the concatenation's group), a 3x3 conv adding 8 channels; then
@@ -724,6 +766,8 @@ int main(void) {
     gemv_l2(KILN_PRECISION_BF16, 256, 256);
     gemv_l2(KILN_PRECISION_FP16, 257, 256);
     gemv_l2(KILN_PRECISION_FP32, 64, 256);
+    norm_out_nchw_layout(0);
+    norm_out_nchw_layout(1);
     reshape_transpose_layout(0);
     reshape_transpose_layout(1);
     for (int gelu = 0; gelu < 2; gelu++) {

@@ -2921,34 +2921,51 @@ static int model_fpn(model *m) {
     return model_finish(&b, m, KILN_PRECISION_FP16);
 }
 
-// MobileViT's unfold and fold around an NHWC conv's map (static shapes): conv [2, 16, 8, 8] ->
-// reshape [2, 16, 4, 2, 4, 2] -> permute (0, 1, 3, 5, 2, 4) -> reshape [2, 16, 4, 16] (2x2
-// patches), scaled, then folded back (the inverse permute, reshape to the map) into a 1x1 conv
-// whose map is flattened to the output [2, 16, 64]. With NHWC each reshape of a conv's map is the
-// map's only reader: it transposes the NHWC bytes into its output itself (cuda_layout.h:
-// rs_xpose), no layout copy.
-#define UNFOLD_MODEL_RS_XPOSE 2
+// MobileViT's unfold and fold around NHWC convs (static shapes): conv [2, 16, 32, 32], a
+// GroupNorm(1, 16), reshape [2, 16, 16, 2, 16, 2] -> permute (0, 1, 3, 5, 2, 4) -> reshape
+// [2, 16, 4, 256] (2x2 patches), scaled, folded back (the inverse permute, reshape to the map)
+// into a 1x1 conv; its map pooled 4x4 -> GroupNorm(1, 16) -> a 1x1 conv of 12 outputs (NCHW: not
+// a multiple of 8) is y, and the map flattened to [2, 16, 1024] is z. With NHWC (cuda_layout.h)
+// both norms read their NHWC maps and write NCHW for their only readers (out_nchw: the first on
+// the split kernels, 16384 values a sample; the second on one block a sample), and the flatten
+// transposes the NHWC map itself (rs_xpose): no layout copy of any of the three.
+#define UNFOLD_MODEL_OUT_NCHW 2
+#define UNFOLD_MODEL_RS_XPOSE 1
+static int32_t one_group_norm(gbuild *b, int32_t x, int64_t c) {
+    int64_t one = 1;
+    double eps = 1e-5;
+    char cd[16];
+    snprintf(cd, sizeof cd, "%lld", (long long)c);
+    int32_t gn[3] = {x, gb_const(b, F32, cd, 0.5, 1.5), gb_const(b, F32, cd, -0.5, 0.5)};
+    kiln_attr ga[2] = {A_INTS("groups", &one, 1), A_FLOATS("eps", &eps, 1)};
+    return gb_node(b, KILN_OP_GROUP_NORM, gn, 3, ga, 2);
+}
+
 static int model_unfold(model *m) {
     gbuild b = {NULL, 1};
-    int64_t dims[4] = {2, 8, 8, 8}, six[6] = {2, 16, 4, 2, 4, 2}, pat[4] = {2, 16, 4, 16};
-    int64_t six2[6] = {2, 16, 2, 2, 4, 4}, map[4] = {2, 16, 8, 8}, flat[3] = {2, 16, 64};
-    int64_t pu[6] = {0, 1, 3, 5, 2, 4}, pf[6] = {0, 1, 4, 2, 5, 3};
+    int64_t dims[4] = {2, 8, 32, 32}, six[6] = {2, 16, 16, 2, 16, 2}, pat[4] = {2, 16, 4, 256};
+    int64_t six2[6] = {2, 16, 2, 2, 16, 16}, map[4] = {2, 16, 32, 32}, flat[3] = {2, 16, 1024};
+    int64_t pu[6] = {0, 1, 3, 5, 2, 4}, pf[6] = {0, 1, 4, 2, 5, 3}, k4[2] = {4, 4};
     kiln_attr r6 = A_INTS("shape", six, 6), rp = A_INTS("shape", pat, 4),
               r62 = A_INTS("shape", six2, 6), rm = A_INTS("shape", map, 4),
               rf = A_INTS("shape", flat, 3), au = A_INTS("dims", pu, 6), af = A_INTS("dims", pf, 6);
+    kiln_attr pa[2] = {A_INTS("kernel", k4, 2), A_INTS("stride", k4, 2)};
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
-    int32_t t = res_conv(&b, x, 8, 16, 3, 1, -1, 1);
+    int32_t t = one_group_norm(&b, res_conv(&b, x, 8, 16, 3, 1, -1, 1), 16);
     t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &r6, 1);
     t = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &au, 1);
     t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &rp, 1);
-    t = gb2(&b, KILN_OP_MUL, t, gb_const(&b, F32, "2x16x4x16", 0.5, 1.5));
+    t = gb2(&b, KILN_OP_MUL, t, gb_const(&b, F32, "2x16x4x256", 0.5, 1.5));
     t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &r62, 1);
     t = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &af, 1);
     t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &rm, 1);
     t = res_conv(&b, t, 16, 16, 1, 1, -1, 0);
-    t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &rf, 1);
-    gb_check(&b, kiln_graph_mark_output(b.g, t, "y"), "output");
+    int32_t z = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &rf, 1);
+    int32_t y = gb_node(&b, KILN_OP_AVG_POOL2D, &t, 1, pa, 2);
+    y = res_conv(&b, one_group_norm(&b, y, 16), 16, 12, 1, 1, -1, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
     m->name = "unfold nhwc fp16";
     m->tol = 3e-2;
     return model_finish(&b, m, KILN_PRECISION_FP16);
@@ -3453,6 +3470,7 @@ typedef struct e2e_stats {
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_layout_perm; // permutes run as layout permutes (an alias or a copy of the same bytes)
     int n_rs_xpose;    // reshapes that transpose their NHWC input themselves (cuda_layout.h)
+    int n_out_nchw;    // one-group norms that read NHWC and write NCHW (cuda_layout.h)
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
     long long l2_kept;
@@ -3471,6 +3489,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
         st->n_rs_xpose +=
             info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
+        st->n_out_nchw +=
+            info.op == KILN_OP_GROUP_NORM && strstr(info.detail, "writes its output NCHW") != NULL;
         if (info.op == KILN_OP_CONV2D) {
             st->n_conv++;
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
@@ -5064,7 +5084,9 @@ static void run_e2e(void) {
                               models[i].name, st.n_stem, want);
                 }
                 if (i == unfold_model && picked) { // see model_unfold
-                    const int want = st.n_conv_nhwc > 0 ? UNFOLD_MODEL_RS_XPOSE : 0;
+                    const int on = st.n_conv_nhwc > 0, want = on ? UNFOLD_MODEL_RS_XPOSE : 0;
+                    CHECK_MSG(st.n_out_nchw == (on ? UNFOLD_MODEL_OUT_NCHW : 0),
+                              "%s: %d norms wrote NCHW", models[i].name, st.n_out_nchw);
                     CHECK_MSG(st.n_rs_xpose == want,
                               "%s: %d reshapes transposed their NHWC input, "
                               "want %d",
