@@ -81,7 +81,9 @@ static kiln_status reshape_transpose(const kiln_cuda_ctx *ctx, const kiln_kernel
     const kiln_tensor *x = args->in[0], *y = args->out;
     if (x == NULL || x->rank != 4 || kiln_tensor_numel(y) != kiln_tensor_numel(x) ||
         x->dtype != y->dtype) {
-        return kiln_cuda_fail(KILN_ERR_INTERNAL, "%s: a reshape of an NHWC map without its shape",
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "%s: a reshape of an NHWC map whose input is not a 4-D map of its "
+                              "size and dtype; set the option cuda.nhwc to false",
                               ctx->where ? ctx->where : "?");
     }
     return kiln_tensor_numel(y) > 0 ? transpose_layout(ctx, y->data, x, 1, x->dims[1]) : KILN_OK;

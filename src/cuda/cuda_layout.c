@@ -284,6 +284,22 @@ static void krsc_readers(const kiln_plan *p, const uint8_t *kind, kiln_cuda_layo
     for (uint32_t i = 0; i < p->n_tensors; i++) l->krsc_only[i] = l->krsc_only[i] == 1;
 }
 
+// The input slots (of heads and tails) that read tensor t; *via_copy: those through its copy.
+static uint32_t reads_of(const kiln_plan *p, const kiln_cuda_layout *l, int32_t t,
+                         uint32_t *via_copy) {
+    uint32_t n = 0;
+    *via_copy = 0;
+    for (uint32_t k = 0; k < p->n_layers; k++) {
+        const kiln_plan_layer *g = &p->layers[k];
+        for (uint32_t j = 0; j < g->n_inputs; j++) {
+            if (p->ids[g->input_begin + j] != t) continue;
+            n++;
+            *via_copy += l->alt[g->input_begin + j];
+        }
+    }
+    return n;
+}
+
 // rs_xpose (cuda_layout.h): a RESHAPE head (no tail) whose input, a 4-D NHWC activation, it reads
 // through the NCHW copy that no other slot reads transposes the NHWC bytes into its own output
 // (the copy's bytes, in the reshape's dims): the copy is not made.
@@ -296,9 +312,9 @@ static void reshapes_transpose(const kiln_plan *p, kiln_cuda_layout *l) {
             continue;
         int32_t y = p->ids[hl->output_begin];
         if (y < 0 || l->nhwc[y] || p->tensors[y].dtype != p->tensors[x].dtype) continue;
-        uint32_t readers = 0; // slots that read x's copy
-        for (uint32_t i = 0; i < p->n_ids; i++) readers += p->ids[i] == x && l->alt[i];
-        if (readers != 1) continue;
+        uint32_t via_copy = 0;
+        (void)reads_of(p, l, x, &via_copy);
+        if (via_copy != 1) continue; // another reader shares the copy
         l->alt[hl->input_begin] = l->xpose[hl->input_begin] = 0;
         l->copy[x] = 0;
         l->n_copies--;
@@ -318,16 +334,8 @@ static void norms_out_nchw(const kiln_plan *p, kiln_cuda_layout *l) {
         const int32_t o = p->ids[hl->output_begin];
         if (o < 0 || !l->nhwc[o] || !l->copy[o] || p->tensors[o].kind != KILN_TENSOR_ACTIVATION)
             continue;
-        uint32_t reads = 0, via_copy = 0;
-        for (uint32_t k = 0; k < p->n_layers; k++) {
-            const kiln_plan_layer *g = &p->layers[k];
-            for (uint32_t j = 0; j < g->n_inputs; j++) {
-                const uint32_t slot = g->input_begin + j;
-                if (p->ids[slot] != o) continue;
-                reads++;
-                via_copy += l->alt[slot];
-            }
-        }
+        uint32_t via_copy = 0;
+        const uint32_t reads = reads_of(p, l, o, &via_copy);
         if (reads == 0 || via_copy != reads) continue;
         for (uint32_t i = 0; i < p->n_ids; i++) {
             if (p->ids[i] == o) l->alt[i] = l->xpose[i] = 0;

@@ -547,7 +547,8 @@ extern "C" kiln_status kiln_cuda_softmax(const kiln_cuda_ctx *ctx, const kiln_ke
 // form, but over every SM. A one-group norm may run over an NHWC map (ctx->nhwc, cuda_layout.h):
 // the sample's statistics are the same, and the affine's channel is the element's index modulo C;
 // with ctx->out_nchw it writes the output NCHW (element i of the sample, pixel i / C of channel
-// i % C, goes to (i % C) * H W + i / C: strided stores, for the small maps the layout pass picks).
+// i % C, goes to (i % C) * H W + i / C: strided stores, in place of the layout copy's strided
+// transpose of the whole map).
 
 #define GN_BLOCK 256
 
