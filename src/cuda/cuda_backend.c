@@ -936,6 +936,8 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                             ? "run by the q rotary's launch, its rows written straight into the "
                               "key cache"
                             : "run by the q rotary's launch (the cache rows written there)")
+                 : (e->fold.virt[li] & KILN_CUDA_FOLD_RATIO)
+                     ? "run by the mean's launch: x / (mean(x) + eps) in one kernel"
                      : "a view: the sdpa reading it reads its input through strides");
         return;
     }
@@ -985,6 +987,14 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                      "; also runs layers %d (k rotary), %d (key cache write)%s", e->fold.rope_k[li],
                      e->fold.rope_kc[li],
                      e->fold.rope_vc[li] >= 0 ? " and the value cache write" : "");
+        }
+    }
+    if (e->fold.ratio_div[li] >= 0) {
+        size_t n = strlen(out->detail);
+        if (n < sizeof out->detail) {
+            snprintf(out->detail + n, sizeof out->detail - n,
+                     "%salso runs layers %d (add eps) and %d (x / it): a mean ratio",
+                     n > 0 ? "; " : "", e->fold.ratio_add[li], e->fold.ratio_div[li]);
         }
     }
     if (e->layout.head_nhwc[li]) out->flags |= KILN_LAYER_INFO_NHWC;

@@ -795,6 +795,81 @@ static void rope_groups(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) 
     }
 }
 
+// --- mean ratios (cuda_fold.h)
+
+// The next layer after li that runs a kernel (heads only), or n_layers.
+static uint32_t next_running(const fold_state *s, uint32_t li) {
+    const kiln_plan *p = s->p;
+    uint32_t k = li + 1 + p->layers[li].n_tail;
+    while (k < p->n_layers && s->f->virt[k] != 0) k += 1 + p->layers[k].n_tail;
+    return k;
+}
+
+// A plain head of op `op` (no tail, not folded) with n inputs and one output.
+static int plain_layer(const fold_state *s, uint32_t li, uint32_t op, uint32_t n) {
+    const kiln_plan_layer *l = &s->p->layers[li];
+    return li < s->p->n_layers && l->op == op && !(l->flags & KILN_LAYER_TAIL) && l->n_tail == 0 &&
+           l->n_inputs == n && l->n_outputs == 1 && s->f->virt[li] == 0;
+}
+
+// An activation read by exactly one layer, `reader`.
+static int sole_read_by(const fold_state *s, int32_t t, uint32_t reader) {
+    return t >= 0 && s->p->tensors[t].kind == KILN_TENSOR_ACTIVATION &&
+           s->rbeg[t + 1] - s->rbeg[t] == 1 && s->rl[s->rbeg[t]] == reader;
+}
+
+static void mean_ratios(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t m = 0; m < p->n_layers; m++) {
+        if (!plain_layer(s, m, KILN_OP_MEAN, 1)) continue;
+        const kiln_plan_layer *M = &p->layers[m];
+        const int32_t x = in0(p, m), mo = out0(p, m);
+        if (x < 0 || mo < 0 || (alt != NULL && alt[M->input_begin])) continue;
+        const kiln_plan_tensor *xt = &p->tensors[x];
+        const uint32_t r = xt->shape.rank;
+        if (xt->kind != KILN_TENSOR_ACTIVATION || !static_shape(xt) || r == 0 ||
+            (nhwc != NULL && nhwc[x]) || xt->shape.max[r - 1] > KILN_CUDA_RATIO_MAX ||
+            xt->shape.max[r - 1] < 1 || (xt->dtype != KILN_DTYPE_F32 && !half_dtype(xt->dtype)))
+            continue;
+        kiln_attrs ma = kiln_plan_layer_attrs(p, M);
+        uint32_t nd = 0;
+        const int64_t *dims = kiln_attrs_ints(&ma, KILN_A_REDUCE_DIMS, &nd);
+        const int64_t last = nd == 1 ? (dims[0] < 0 ? dims[0] + (int64_t)r : dims[0]) : -1;
+        if (last != (int64_t)r - 1 && !(nd == 0 && r == 1)) continue;
+        // A: the add of a one-element weight, running next and the mean's only reader
+        const uint32_t a = next_running(s, m);
+        if (!sole_read_by(s, mo, a) || !plain_layer(s, a, KILN_OP_ADD, 2)) continue;
+        const kiln_plan_layer *A = &p->layers[a];
+        const int32_t a0 = p->ids[A->input_begin], a1 = p->ids[A->input_begin + 1];
+        const int32_t eps = a0 == mo ? a1 : a0, ao = out0(p, a);
+        if ((a0 == mo) == (a1 == mo) || eps < 0 || ao < 0) continue;
+        const kiln_plan_tensor *et = &p->tensors[eps];
+        if (et->kind != KILN_TENSOR_WEIGHT || et->dtype != p->tensors[mo].dtype ||
+            et->nbytes != elem_size(et->dtype) || p->tensors[ao].dtype != p->tensors[mo].dtype)
+            continue;
+        // D: x divided by it, running next and the add's only reader
+        const uint32_t d = next_running(s, a);
+        if (!sole_read_by(s, ao, d) || !plain_layer(s, d, KILN_OP_DIV, 2)) continue;
+        const kiln_plan_layer *Dl = &p->layers[d];
+        const int32_t y = out0(p, d);
+        if (p->ids[Dl->input_begin] != x || p->ids[Dl->input_begin + 1] != ao || y < 0 ||
+            (alt != NULL && (alt[Dl->input_begin] || alt[Dl->input_begin + 1])))
+            continue;
+        const kiln_plan_tensor *yt = &p->tensors[y];
+        if ((yt->kind != KILN_TENSOR_ACTIVATION && yt->kind != KILN_TENSOR_OUTPUT) ||
+            yt->dtype != xt->dtype || yt->shape.rank != r || !static_shape(yt) ||
+            memcmp(yt->shape.max, xt->shape.max, r * sizeof *yt->shape.max) != 0 ||
+            (nhwc != NULL && nhwc[y]) || overlap(s, y, mem_of(s, x)))
+            continue;
+        if (f->reloc[y] && f->live_first[y] > m) f->live_first[y] = m; // written from m
+        f->virt[a] = f->virt[d] = KILN_CUDA_FOLD_RATIO;
+        f->ratio_add[m] = (int32_t)a;
+        f->ratio_div[m] = (int32_t)d;
+        f->n_ratio++;
+    }
+}
+
 // The relocated bases' live ranges (producer .. last read through the views).
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
@@ -831,6 +906,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.rope_k = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_k);
     f.rope_kc = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_kc);
     f.rope_vc = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_vc);
+    f.ratio_add = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_add);
+    f.ratio_div = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_div);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
@@ -840,14 +917,15 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
         f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
         f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
-        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        f.ratio_add == NULL || f.ratio_div == NULL || s.rbeg == NULL || s.rl == NULL ||
+        s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
     }
     for (size_t i = 0; i < nl; i++) {
         f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
-        f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = -1;
+        f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = f.ratio_add[i] = f.ratio_div[i] = -1;
     }
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
@@ -906,7 +984,10 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         gemv_pairs(&s, alt);
         gemv_siblings(&s, alt);
     }
-    if (enable) rope_groups(&s, nhwc, alt);
+    if (enable) {
+        rope_groups(&s, nhwc, alt);
+        mean_ratios(&s, nhwc, alt);
+    }
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
         if (f.virt[li] & VIRT) f.n_virtual++;
@@ -949,5 +1030,7 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->rope_k, (nl + 1) * sizeof *f->rope_k);
     kiln_cuda_free(f->rope_kc, (nl + 1) * sizeof *f->rope_kc);
     kiln_cuda_free(f->rope_vc, (nl + 1) * sizeof *f->rope_vc);
+    kiln_cuda_free(f->ratio_add, (nl + 1) * sizeof *f->ratio_add);
+    kiln_cuda_free(f->ratio_div, (nl + 1) * sizeof *f->ratio_div);
     memset(f, 0, sizeof *f);
 }

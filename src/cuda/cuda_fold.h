@@ -73,6 +73,16 @@
 // inputs (K's x, the index, cos, sin, VC's rows) are written before Q and not written again up
 // to the last member, and no layer between Q and the last member reads or writes either cache
 // (the rows land earlier than planned). Q names them in rope_k[], rope_kc[], rope_vc[].
+// Mean ratios (with cuda.attention_fold): x / (mean(x over its last dim) + eps), a global
+// response norm's ratio (ConvNeXt-V2), runs as one launch at the MEAN layer M: M (no tail) reduces
+// only the last dim of a float activation X of static shape, at most KILN_CUDA_RATIO_MAX long;
+// its output is an activation read only by the ADD A (no tail) that runs next, adding a
+// one-element weight of its dtype; A's output is an activation read only by the DIV D (no tail)
+// that runs next, dividing X by it into a tensor of X's shape and dtype (only layers that run
+// no kernel between them). X and D's output are dense (not NHWC, not read through a layout
+// copy) and D's output does not overlap X's memory. M's launch takes a block per row: the mean,
+// then the sum with eps and the quotients, each rounded to its layer's dtype as the three layers
+// would; A and D run no kernel. M names them in ratio_add[] and ratio_div[].
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -97,6 +107,8 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_ALIAS 4u   // a reshape or slice whose output is in its input's memory
 #define KILN_CUDA_FOLD_GEMV 8u    // a norm, up projection or sibling run inside a GEMV (gemv_*[])
 #define KILN_CUDA_FOLD_ROPE 16u   // a rotary or cache write run by a rope group's launch (rope_*[])
+#define KILN_CUDA_FOLD_RATIO 32u  // the add or div of a mean ratio, run by the mean's launch
+#define KILN_CUDA_RATIO_MAX 65536 // the longest row a mean ratio's launch takes
 #define KILN_CUDA_GEMV_MAX_SIB 4  // linears one GEMV launch runs as siblings
 #define KILN_CUDA_GEMV_FOLD_M 1   // the rows of a linear with GEMV folds
 
@@ -120,11 +132,14 @@ typedef struct kiln_cuda_fold {
     int32_t *rope_k;      // n_layers: at a rope group's q rotary: the k rotary K, or -1
     int32_t *rope_kc;     // ... the key cache write KC
     int32_t *rope_vc;     // ... the value cache write VC, or -1
+    int32_t *ratio_add;   // n_layers: at a mean ratio's MEAN: the ADD of eps, or -1
+    int32_t *ratio_div;   // ... the DIV, or -1
     uint32_t n_alias;     // reshapes and slices aliased
     uint32_t n_gemv_norm; // norms run inside GEMVs
     uint32_t n_gemv_pair; // gated pairs run as one GEMV
     uint32_t n_gemv_sib;  // linears run by a sibling's launch
     uint32_t n_rope;      // rope groups
+    uint32_t n_ratio;     // mean ratios
     uint32_t n_reloc;     // relocated bases
     uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs

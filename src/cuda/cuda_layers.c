@@ -322,6 +322,23 @@ static void rope_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ct
     }
 }
 
+// A mean ratio's MEAN (cuda_fold.h): the add's eps and the div's output into ctx.
+static void ratio_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    ctx->ratio_y = NULL;
+    ctx->ratio_eps = NULL;
+    if (e->fold.ratio_div[li] < 0) return;
+    const kiln_plan_layer *al = &p->layers[e->fold.ratio_add[li]];
+    const kiln_plan_layer *dl = &p->layers[e->fold.ratio_div[li]];
+    const int32_t mo = p->ids[p->layers[li].output_begin];
+    const int32_t a0 = p->ids[al->input_begin], a1 = p->ids[al->input_begin + 1];
+    ctx->ratio_eps = &c->views[a0 == mo ? a1 : a0];
+    ctx->ratio_y = &c->views[p->ids[dl->output_begin]];
+    ctx->ratio_mean_dtype = p->tensors[mo].dtype;
+    ctx->ratio_add_dtype = p->tensors[p->ids[al->output_begin]].dtype;
+}
+
 kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound *b, int run) {
     const cuda_engine *e = c->engine;
     kiln_cuda_ctx *ctx = &b->ctx;
@@ -340,6 +357,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     sdpa_fold_views(c, li, ctx, b->sdpa_io);
     gemv_fold_args(c, li, ctx);
     rope_fold_args(c, li, ctx);
+    ratio_fold_args(c, li, ctx);
     return KILN_OK;
 }
 

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/cuda_fold.h"
 
 #define RED_BLOCK 256
 #define RED_ROW_BLOCK 128
@@ -415,6 +416,72 @@ static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x
     return kiln_cuda_check_launch(ctx, "reduce_hw_nhwc_kernel");
 }
 
+// --- mean ratios (cuda_fold.h): y = x / (mean(x over its last dim) + eps), a block per row of
+// c values. The row's sum in float64 (the reduction kernels' accumulator), the mean rounded to
+// the MEAN layer's dtype, the sum with eps to the ADD's, each quotient to y's: the three layers'
+// values. Launched with PDL like the elementwise kernels it replaces.
+
+__device__ __forceinline__ float kc_round_to(uint32_t dtype, float v) {
+    switch (dtype) {
+    case KILN_DTYPE_F16: return __half2float(__float2half_rn(v));
+    case KILN_DTYPE_BF16: return __bfloat162float(__float2bfloat16_rn(v));
+    default: return v;
+    }
+}
+
+#define RED_RATIO_BLOCK 256
+static __global__ void __launch_bounds__(RED_RATIO_BLOCK)
+    reduce_ratio_kernel(const void *x, uint32_t xdt, void *y, uint32_t ydt, const void *eps,
+                        uint32_t edt, uint32_t mdt, uint32_t adt, int64_t c) {
+    __shared__ double part[RED_RATIO_BLOCK / 32];
+    __shared__ float den;
+    kc_pdl_enter();
+    const int64_t base = (int64_t)blockIdx.x * c;
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < c; i += RED_RATIO_BLOCK)
+        s += (double)kc_ld_f(x, xdt, base + i);
+    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int w = 0; w < RED_RATIO_BLOCK / 32; w++) t += part[w];
+        const float mean = kc_round_to(mdt, (float)(t / (double)c));
+        den = kc_round_to(adt, mean + kc_ld_f(eps, edt, 0));
+    }
+    __syncthreads();
+    const float d = den;
+    for (int64_t i = threadIdx.x; i < c; i += RED_RATIO_BLOCK) {
+        kc_st_f(y, ydt, base + i, kc_ld_f(x, xdt, base + i) / d);
+    }
+}
+
+static kiln_status reduce_ratio(const kiln_cuda_ctx *ctx, const kiln_tensor *x) {
+    const kiln_tensor *y = ctx->ratio_y, *e = ctx->ratio_eps;
+    const int64_t n = kc_numel(x), c = x->rank > 0 ? x->dims[x->rank - 1] : 1;
+    if (kc_numel(y) != n || y->dtype != x->dtype || e == NULL || kc_numel(e) != 1 || c < 1 ||
+        c > KILN_CUDA_RATIO_MAX) {
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "cuda mean ratio: operands do not match the fold at %s (set "
+                              "cuda.attention_fold to false to run the layers apart)",
+                              ctx->where ? ctx->where : "?");
+    }
+    const int64_t rows = n / c;
+    if (rows == 0) return KILN_OK;
+    if (rows > 0x7fffffff) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda mean ratio: %lld rows at %s",
+                              (long long)rows, ctx->where ? ctx->where : "?");
+    }
+    cudaError_t err =
+        kc_launch(ctx, reduce_ratio_kernel, dim3((unsigned)rows), dim3(RED_RATIO_BLOCK), 0,
+                  (const void *)x->data, x->dtype, (void *)y->data, y->dtype, (const void *)e->data,
+                  e->dtype, ctx->ratio_mean_dtype, ctx->ratio_add_dtype, c);
+    if (err != cudaSuccess) {
+        return kiln_cuda_error(ctx, "cudaLaunchKernelEx (reduce_ratio_kernel)", err);
+    }
+    return kiln_cuda_check_launch(ctx, "reduce_ratio_kernel");
+}
+
 // --- launchers
 
 // The column form (reduce_cols_kernel) when P is a dense [O, R, C] reduced over R: *done.
@@ -501,6 +568,7 @@ extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_ker
                                                        : RED_SUM;
     red_params P;
     memset(&P, 0, sizeof P);
+    if (ctx->ratio_y != NULL && mode == RED_MEAN && x != NULL) return reduce_ratio(ctx, x);
     if (x == NULL || kiln_cuda_dtype_size(x->dtype) == 0 || kiln_cuda_dtype_size(y->dtype) == 0 ||
         (mode != RED_SUM && (!kiln_cuda_is_float(y->dtype) || !kiln_cuda_is_float(x->dtype)))) {
         return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda %s: dtype %s at %s",

@@ -1244,6 +1244,63 @@ static void layout_permutes_case(int64_t c) {
 }
 
 // What the CUDA backend would launch for the engine in file `path` (see the top of the file).
+// A global response norm (ConvNeXt-V2): g = ||h|| over H, W; r = g / (mean(g over C) + eps);
+// y = h * r. The mean, the add of eps and the div run as one mean ratio (cuda_fold.h), unless:
+// variant 1 the mean is also an engine output, 2 the div is eps-sum / g, 3 the mean is over H, W
+// (not the last dim), 4 eps is a vector of C values, 5 the folds are off.
+static void ratio_case(int variant) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t dims[4] = {2, 3, 3, 40}, hw[2] = {1, 2}, last = -1, keep = 1, cd[1] = {40};
+    int32_t x = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, dims, dims, &x) == KILN_OK);
+    int32_t h = node(g, KILN_OP_RELU, &x, 1, NULL, 0);
+    kiln_attr na[2] = {{"dims", hw, NULL, 2}, {"keepdim", &keep, NULL, 1}};
+    int32_t gx = node(g, KILN_OP_VECTOR_NORM, &h, 1, na, 2);
+    kiln_attr ma[2] = {{"dims", variant == 3 ? hw : &last, NULL, variant == 3 ? 2u : 1u},
+                       {"keepdim", &keep, NULL, 1}};
+    int32_t m = node(g, KILN_OP_MEAN, variant == 3 ? &h : &gx, 1, ma, 2);
+    if (variant == 3) m = node(g, KILN_OP_MEAN, &m, 1, ma, 2); // [2, 1, 1, 40] -> [2, 1, 1, 1]
+    int32_t ai[2] = {m, variant == 4 ? constant(g, 1, cd) : constant(g, 0, NULL)};
+    int32_t a = node(g, KILN_OP_ADD, ai, 2, NULL, 0);
+    int32_t di[2] = {variant == 2 ? a : gx, variant == 2 ? gx : a};
+    int32_t r = node(g, KILN_OP_DIV, di, 2, NULL, 0);
+    int32_t yi[2] = {h, r};
+    int32_t y = node(g, KILN_OP_MUL, yi, 2, NULL, 0);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (variant == 1) CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, variant != 5, 0, &f) == KILN_OK);
+    const int folds = variant == 0;
+    CHECK_EQ_INT(f.n_ratio, folds ? 1 : 0);
+    const uint32_t mean = find_head(&p, KILN_OP_MEAN, 0);
+    CHECK(mean != UINT32_MAX);
+    uint32_t n_folded = 0;
+    for (uint32_t li = 0; li < p.n_layers; li++) {
+        n_folded += f.virt[li] == KILN_CUDA_FOLD_RATIO;
+        if (li != mean || !folds) CHECK(f.ratio_add[li] < 0 && f.ratio_div[li] < 0);
+    }
+    CHECK_EQ_INT(n_folded, folds ? 2 : 0);
+    if (folds) { // the add and the div, in that order, next after the mean
+        const int32_t ad = f.ratio_add[mean], dv = f.ratio_div[mean];
+        CHECK(ad > (int32_t)mean && dv > ad);
+        CHECK(p.layers[ad].op == KILN_OP_ADD && p.layers[dv].op == KILN_OP_DIV);
+        CHECK(f.virt[ad] == KILN_CUDA_FOLD_RATIO && f.virt[dv] == KILN_CUDA_FOLD_RATIO);
+        for (int32_t li = (int32_t)mean + 1; li < dv; li++) CHECK(f.virt[li] != 0);
+        // the div's output is written at the mean: apart from x (the norm) it divides
+        const int32_t gxt = p.ids[p.layers[mean].input_begin],
+                      yt = p.ids[p.layers[dv].output_begin];
+        CHECK(p.ids[p.layers[dv].input_begin] == gxt);
+        CHECK(!overlap_tensors(&p, yt, gxt));
+    }
+    printf("ratio %d: %u mean ratios\n", variant, f.n_ratio);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 static int plan_counts(const char *path, int list_layers) {
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) {
@@ -1294,6 +1351,7 @@ static int plan_counts(const char *path, int list_layers) {
                     if (xin) printf(" [%u layout cop%s in]", xin, xin == 1 ? "y" : "ies");
                     if (l.rs_xpose[li]) printf(" [transposes its NHWC input]");
                     if (l.out_nchw[li]) printf(" [writes NCHW]");
+                    if (f.ratio_div[li] >= 0) printf(" [a mean ratio: runs the add and div]");
                     printf("\n");
                 }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "
@@ -1318,6 +1376,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     check_rng_seed();
+    for (int v = 0; v <= 5; v++) ratio_case(v);
     rope_case(0);
     rope_case(1);
     rope_case(2);

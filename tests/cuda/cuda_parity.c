@@ -2971,6 +2971,38 @@ static int model_unfold(model *m) {
     return model_finish(&b, m, KILN_PRECISION_FP16);
 }
 
+// A global response norm (ConvNeXt-V2's GRN, static shapes as the zoo exports it): tokens [2, 6,
+// 6, 32] -> linear + GELU to h of 520 channels (more than a block's threads, not a multiple of
+// 8); g = vector_norm(h over H, W, keepdim); r = g / (mean(g over C, keepdim) + eps), eps a 0-d
+// constant large enough to matter; h * r * gamma + beta + h -> linear to 16. r is an engine
+// output too. With the folds on, the mean, the add and the div run as one mean ratio
+// (cuda_fold.h): RATIO_MODEL_FOLDS.
+#define RATIO_MODEL_FOLDS 1
+static int model_grn(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t dims[4] = {2, 6, 6, 32}, hw[2] = {1, 2}, last = -1, keep = 1;
+    kiln_attr na[2] = {A_INTS("dims", hw, 2), A_INTS("keepdim", &keep, 1)};
+    kiln_attr ma[2] = {A_INTS("dims", &last, 1), A_INTS("keepdim", &keep, 1)};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
+    int32_t l1[3] = {x, gb_const(&b, F32, "520x32", -0.2, 0.2), gb_const(&b, F32, "520", -1, 1)};
+    int32_t h = gb1(&b, KILN_OP_GELU, gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0));
+    int32_t g = gb_node(&b, KILN_OP_VECTOR_NORM, &h, 1, na, 2);
+    int32_t mean = gb_node(&b, KILN_OP_MEAN, &g, 1, ma, 2);
+    int32_t r =
+        gb2(&b, KILN_OP_DIV, g, gb2(&b, KILN_OP_ADD, mean, gb_const(&b, F32, "", 0.5, 1.0)));
+    int32_t t =
+        gb2(&b, KILN_OP_MUL, gb2(&b, KILN_OP_MUL, h, r), gb_const(&b, F32, "1x1x1x520", 0.5, 1.5));
+    t = gb2(&b, KILN_OP_ADD, gb2(&b, KILN_OP_ADD, t, gb_const(&b, F32, "1x1x1x520", -0.5, 0.5)), h);
+    int32_t l2[3] = {t, gb_const(&b, F32, "16x520", -0.2, 0.2), gb_const(&b, F32, "16", -1, 1)};
+    int32_t y = gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, r, "ratio"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "grn bf16" : "grn fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
+    return model_finish(&b, m, precision);
+}
+
 // Built like the real engines (kiln_cuda_bench's conv2_x graph, ResNet-50 from ExecuTorch): the
 // fp16 conversion's cast on the engine input (NCHW) is read by the first conv and by the first
 // residual add (both through one NHWC copy), the last block feeds the output cast (NCHW-only:
@@ -3473,6 +3505,7 @@ typedef struct e2e_stats {
     int n_out_nchw;    // one-group norms that read NHWC and write NCHW (cuda_layout.h)
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
+    int n_ratio;       // means that run a mean ratio (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
 
@@ -3486,6 +3519,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             (info.flags & KILN_LAYER_INFO_FOLDED) != 0 && strstr(info.detail, "GEMV") != NULL;
         st->n_rope_folded += (info.flags & KILN_LAYER_INFO_FOLDED) != 0 &&
                              strstr(info.detail, "q rotary's launch") != NULL;
+        st->n_ratio += info.op == KILN_OP_MEAN && strstr(info.detail, "a mean ratio") != NULL;
         st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
         st->n_rs_xpose +=
             info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
@@ -4965,7 +4999,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[40];
+    model models[48];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5020,13 +5054,17 @@ static void run_e2e(void) {
     if (!opt_quick && model_neox(&models[n], KILN_PRECISION_BF16)) n++;
     if (model_gqa(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_gqa(&models[n], KILN_PRECISION_BF16)) n++;
+    int grn_model = n;
+    if (model_grn(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_grn(&models[n], KILN_PRECISION_BF16)) n++;
+    int end_grn = n;
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 26 : 40), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 27 : 42), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5136,6 +5174,11 @@ static void run_e2e(void) {
                     const int want = !load_no_fold && policy.attention_fold ? ROPE_FOLDED : 0;
                     CHECK_MSG(st.n_rope_folded == want, "%s: %d layers in a rope group, want %d",
                               models[i].name, st.n_rope_folded, want);
+                }
+                if (i >= grn_model && i < end_grn && picked) { // the mean ratio, unless off
+                    const int want = !load_no_fold && policy.attention_fold ? RATIO_MODEL_FOLDS : 0;
+                    CHECK_MSG(st.n_ratio == want, "%s: %d mean ratios, want %d", models[i].name,
+                              st.n_ratio, want);
                 }
                 if (i >= first_decoder && i < first_rope && picked) { // the GEMV folds, unless off
                     const int want =
