@@ -937,7 +937,7 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                               "key cache"
                             : "run by the q rotary's launch (the cache rows written there)")
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_RATIO)
-                     ? "run by a mean ratio's launch: x / (mean(x) + eps) in one kernel"
+                     ? "run by the mean's launch: x / (mean(x) + eps) in one kernel"
                      : "a view: the sdpa reading it reads its input through strides");
         return;
     }
@@ -992,17 +992,9 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
     if (e->fold.ratio_div[li] >= 0) {
         size_t n = strlen(out->detail);
         if (n < sizeof out->detail) {
-            const int32_t ml = e->fold.ratio_mean[li];
-            if (ml != (int32_t)li) {
-                snprintf(out->detail + n, sizeof out->detail - n,
-                         "%salso runs layers %d (mean), %d (add eps) and %d (x / it): a mean ratio "
-                         "of its output",
-                         n > 0 ? "; " : "", ml, e->fold.ratio_add[li], e->fold.ratio_div[li]);
-            } else {
-                snprintf(out->detail + n, sizeof out->detail - n,
-                         "%salso runs layers %d (add eps) and %d (x / it): a mean ratio",
-                         n > 0 ? "; " : "", e->fold.ratio_add[li], e->fold.ratio_div[li]);
-            }
+            snprintf(out->detail + n, sizeof out->detail - n,
+                     "%salso runs layers %d (add eps) and %d (x / it): a mean ratio",
+                     n > 0 ? "; " : "", e->fold.ratio_add[li], e->fold.ratio_div[li]);
         }
     }
     if (e->layout.head_nhwc[li]) out->flags |= KILN_LAYER_INFO_NHWC;

@@ -79,14 +79,12 @@ typedef struct kiln_cuda_ctx {
     const kiln_tensor *rope_kx, *rope_idx, *rope_vsrc;
     kiln_tensor *rope_kcache, *rope_vcache;
     int rope_kwrap, rope_vwrap;
-    // The layer that runs a mean ratio (cuda_fold.h), else ratio_y NULL: the DIV's output, the
-    // ADD's one-element eps, the dtypes of the mean's and the add's outputs (each value rounded
-    // to its layer's dtype), and whether this layer is the reduction before the MEAN (its own
-    // output is the ratio's x) rather than the MEAN itself.
+    // The MEAN of a mean ratio (cuda_fold.h), else ratio_y NULL: the DIV's output, the ADD's
+    // one-element eps, and the dtypes of the mean's and the add's outputs (each value rounded
+    // to its layer's dtype).
     kiln_tensor *ratio_y;
     const kiln_tensor *ratio_eps;
     uint32_t ratio_mean_dtype, ratio_add_dtype;
-    int ratio_pre;
     // Planning with tuning: a choice read from the tuning cache to apply instead of timing
     // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
     const struct kiln_cuda_choice *choice;

@@ -862,28 +862,10 @@ static void mean_ratios(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) 
             memcmp(yt->shape.max, xt->shape.max, r * sizeof *yt->shape.max) != 0 ||
             (nhwc != NULL && nhwc[y]) || overlap(s, y, mem_of(s, x)))
             continue;
-        // the reduction L that computes x, running just before the mean, runs the launch when x
-        // has no other reader (the mean ratio then sums L's partials itself where L splits its
-        // rows: one kernel fewer); its own input must outlive the early write of y
-        uint32_t at = m;
-        const int32_t l = f->producer[x];
-        if (l >= 0 && (uint32_t)l < m && s->rbeg[x + 1] - s->rbeg[x] == 2 &&
-            (p->layers[l].op == KILN_OP_VECTOR_NORM || p->layers[l].op == KILN_OP_SUM ||
-             p->layers[l].op == KILN_OP_MEAN) &&
-            plain_layer(s, (uint32_t)l, p->layers[l].op, 1) && next_running(s, (uint32_t)l) == m &&
-            in0(p, (uint32_t)l) >= 0 && !overlap(s, y, mem_of(s, in0(p, (uint32_t)l)))) {
-            int readers_ok = 1;
-            for (uint32_t q = s->rbeg[x]; q < s->rbeg[x + 1]; q++) {
-                readers_ok &= (s->rl[q] == m || s->rl[q] == d) && s->rj[q] == 0;
-            }
-            if (readers_ok) at = (uint32_t)l;
-        }
-        if (f->reloc[y] && f->live_first[y] > at) f->live_first[y] = at; // written from `at`
+        if (f->reloc[y] && f->live_first[y] > m) f->live_first[y] = m; // written from m
         f->virt[a] = f->virt[d] = KILN_CUDA_FOLD_RATIO;
-        if (at != m) f->virt[m] = KILN_CUDA_FOLD_RATIO;
-        f->ratio_mean[at] = (int32_t)m;
-        f->ratio_add[at] = (int32_t)a;
-        f->ratio_div[at] = (int32_t)d;
+        f->ratio_add[m] = (int32_t)a;
+        f->ratio_div[m] = (int32_t)d;
         f->n_ratio++;
     }
 }
@@ -924,7 +906,6 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.rope_k = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_k);
     f.rope_kc = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_kc);
     f.rope_vc = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_vc);
-    f.ratio_mean = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_mean);
     f.ratio_add = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_add);
     f.ratio_div = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_div);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
@@ -936,16 +917,15 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
         f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
         f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
-        f.ratio_mean == NULL || f.ratio_add == NULL || f.ratio_div == NULL || s.rbeg == NULL ||
-        s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        f.ratio_add == NULL || f.ratio_div == NULL || s.rbeg == NULL || s.rl == NULL ||
+        s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
     }
     for (size_t i = 0; i < nl; i++) {
         f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
-        f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = f.ratio_mean[i] = f.ratio_add[i] =
-            f.ratio_div[i] = -1;
+        f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = f.ratio_add[i] = f.ratio_div[i] = -1;
     }
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
@@ -1050,7 +1030,6 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->rope_k, (nl + 1) * sizeof *f->rope_k);
     kiln_cuda_free(f->rope_kc, (nl + 1) * sizeof *f->rope_kc);
     kiln_cuda_free(f->rope_vc, (nl + 1) * sizeof *f->rope_vc);
-    kiln_cuda_free(f->ratio_mean, (nl + 1) * sizeof *f->ratio_mean);
     kiln_cuda_free(f->ratio_add, (nl + 1) * sizeof *f->ratio_add);
     kiln_cuda_free(f->ratio_div, (nl + 1) * sizeof *f->ratio_div);
     memset(f, 0, sizeof *f);

@@ -82,12 +82,7 @@
 // no kernel between them). X and D's output are dense (not NHWC, not read through a layout
 // copy) and D's output does not overlap X's memory. M's launch takes a block per row: the mean,
 // then the sum with eps and the quotients, each rounded to its layer's dtype as the three layers
-// would; A and D run no kernel. When X is the output of a reduction L (VECTOR_NORM, SUM or MEAN,
-// no tail) that runs just before M, read only by M and D, and L's input is not in memory D's
-// output takes, L's launch runs the ratio too (M runs no kernel either): where L sums its
-// columns in slices, the ratio's kernel adds the slices itself (X is never written), else it
-// reads X after L. The launching layer names M, A and D in ratio_mean[], ratio_add[] and
-// ratio_div[].
+// would; A and D run no kernel. M names them in ratio_add[] and ratio_div[].
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -112,7 +107,7 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_ALIAS 4u   // a reshape or slice whose output is in its input's memory
 #define KILN_CUDA_FOLD_GEMV 8u    // a norm, up projection or sibling run inside a GEMV (gemv_*[])
 #define KILN_CUDA_FOLD_ROPE 16u   // a rotary or cache write run by a rope group's launch (rope_*[])
-#define KILN_CUDA_FOLD_RATIO 32u  // a mean ratio's layer run by another's launch (ratio_*[])
+#define KILN_CUDA_FOLD_RATIO 32u  // the add or div of a mean ratio, run by the mean's launch
 #define KILN_CUDA_RATIO_MAX 65536 // the longest row a mean ratio's launch takes
 #define KILN_CUDA_GEMV_MAX_SIB 4  // linears one GEMV launch runs as siblings
 #define KILN_CUDA_GEMV_FOLD_M 1   // the rows of a linear with GEMV folds
@@ -137,8 +132,7 @@ typedef struct kiln_cuda_fold {
     int32_t *rope_k;      // n_layers: at a rope group's q rotary: the k rotary K, or -1
     int32_t *rope_kc;     // ... the key cache write KC
     int32_t *rope_vc;     // ... the value cache write VC, or -1
-    int32_t *ratio_mean;  // n_layers: at the layer that runs a mean ratio: its MEAN, or -1
-    int32_t *ratio_add;   // ... the ADD of eps
+    int32_t *ratio_add;   // n_layers: at a mean ratio's MEAN: the ADD of eps, or -1
     int32_t *ratio_div;   // ... the DIV, or -1
     uint32_t n_alias;     // reshapes and slices aliased
     uint32_t n_gemv_norm; // norms run inside GEMVs

@@ -322,19 +322,16 @@ static void rope_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ct
     }
 }
 
-// The layer that runs a mean ratio (cuda_fold.h): the add's eps and the div's output into ctx.
+// A mean ratio's MEAN (cuda_fold.h): the add's eps and the div's output into ctx.
 static void ratio_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx) {
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
     ctx->ratio_y = NULL;
     ctx->ratio_eps = NULL;
-    ctx->ratio_pre = 0;
     if (e->fold.ratio_div[li] < 0) return;
-    const int32_t ml = e->fold.ratio_mean[li];
     const kiln_plan_layer *al = &p->layers[e->fold.ratio_add[li]];
     const kiln_plan_layer *dl = &p->layers[e->fold.ratio_div[li]];
-    const int32_t mo = p->ids[p->layers[ml].output_begin];
-    ctx->ratio_pre = ml != (int32_t)li;
+    const int32_t mo = p->ids[p->layers[li].output_begin];
     const int32_t a0 = p->ids[al->input_begin], a1 = p->ids[al->input_begin + 1];
     ctx->ratio_eps = &c->views[a0 == mo ? a1 : a0];
     ctx->ratio_y = &c->views[p->ids[dl->output_begin]];

@@ -22,8 +22,6 @@
 #include <math.h>
 #include <string.h>
 
-#include <type_traits>
-
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_fold.h"
 
@@ -458,43 +456,6 @@ static __global__ void __launch_bounds__(RED_RATIO_BLOCK)
     }
 }
 
-// The same ratio when x itself is the column reduction's output still in slices (the partial
-// sums of reduce_cols_kernel, part[z][o * c + j]): each x value is its slices' sum in slice
-// order, finished (root or mean) and rounded to x's dtype as reduce_cols_done_kernel stores it;
-// a first pass sums the row's x values, a second recomputes them for the quotients. Row o of x
-// is output row o of the reduction (c == its kept inner dim).
-static __global__ void __launch_bounds__(RED_RATIO_BLOCK)
-    reduce_ratio_parts_kernel(const double *part, int n_slices, int64_t n_out, int64_t c, int mode,
-                              int64_t n_red, uint32_t xdt, void *y, uint32_t ydt, const void *eps,
-                              uint32_t edt, uint32_t mdt, uint32_t adt) {
-    __shared__ double sums[RED_RATIO_BLOCK / 32];
-    __shared__ float den;
-    kc_pdl_enter();
-    const int64_t base = (int64_t)blockIdx.x * c;
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < c; i += RED_RATIO_BLOCK) {
-        double t = 0.0;
-        for (int z = 0; z < n_slices; z++) t += part[z * n_out + base + i];
-        s += (double)kc_round_to(xdt, (float)red_finish(mode, t, n_red));
-    }
-    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
-    if ((threadIdx.x & 31) == 0) sums[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int w = 0; w < RED_RATIO_BLOCK / 32; w++) t += sums[w];
-        const float mean = kc_round_to(mdt, (float)(t / (double)c));
-        den = kc_round_to(adt, mean + kc_ld_f(eps, edt, 0));
-    }
-    __syncthreads();
-    const float d = den;
-    for (int64_t i = threadIdx.x; i < c; i += RED_RATIO_BLOCK) {
-        double t = 0.0;
-        for (int z = 0; z < n_slices; z++) t += part[z * n_out + base + i];
-        kc_st_f(y, ydt, base + i, kc_round_to(xdt, (float)red_finish(mode, t, n_red)) / d);
-    }
-}
-
 static kiln_status reduce_ratio(const kiln_cuda_ctx *ctx, const kiln_tensor *x) {
     const kiln_tensor *y = ctx->ratio_y, *e = ctx->ratio_eps;
     const int64_t n = kc_numel(x), c = x->rank > 0 ? x->dims[x->rank - 1] : 1;
@@ -524,11 +485,8 @@ static kiln_status reduce_ratio(const kiln_cuda_ctx *ctx, const kiln_tensor *x) 
 // --- launchers
 
 // The column form (reduce_cols_kernel) when P is a dense [O, R, C] reduced over R: *done.
-// With a mean ratio run by this reduction (ctx->ratio_pre) over rows of the kept inner dim, the
-// ratio's kernel adds the slices in place of reduce_cols_done_kernel (*fused).
 template <typename Acc>
-static kiln_status reduce_cols(const kiln_cuda_ctx *ctx, const red_params *P, int *done,
-                               int *fused) {
+static kiln_status reduce_cols(const kiln_cuda_ctx *ctx, const red_params *P, int *done) {
     *done = 0;
     if (P->n_red != 1 || P->n_kept < 1 || P->n_kept > 2) return KILN_OK;
     const int64_t c_n = P->kept_dims[P->n_kept - 1], r_n = P->red_dims[0];
@@ -553,37 +511,20 @@ static kiln_status reduce_cols(const kiln_cuda_ctx *ctx, const red_params *P, in
     reduce_cols_kernel<Acc><<<dim3((unsigned)cblocks, (unsigned)o_n, (unsigned)slices),
                               dim3(32, RED_COL_ROWS), 0, ctx->stream>>>(*P, c_n, r_n, slice, part);
     KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "reduce_cols_kernel"));
-    *done = 1;
-    if constexpr (std::is_same<Acc, double>::value) {
-        const kiln_tensor *ry = ctx->ratio_y, *e = ctx->ratio_eps;
-        if (slices > 1 && ry != NULL && ctx->ratio_pre && ry->rank > 0 &&
-            ry->dims[ry->rank - 1] == c_n && kc_numel(ry) == P->n_out) {
-            cudaError_t err = kc_launch(ctx, reduce_ratio_parts_kernel, dim3((unsigned)o_n),
-                                        dim3(RED_RATIO_BLOCK), 0, (const double *)part, slices,
-                                        P->n_out, c_n, P->mode, P->n_red_elems, P->y_dtype,
-                                        (void *)ry->data, ry->dtype, (const void *)e->data,
-                                        e->dtype, ctx->ratio_mean_dtype, ctx->ratio_add_dtype);
-            if (err != cudaSuccess) {
-                return kiln_cuda_error(ctx, "cudaLaunchKernelEx (reduce_ratio_parts_kernel)", err);
-            }
-            *fused = 1;
-            return kiln_cuda_check_launch(ctx, "reduce_ratio_parts_kernel");
-        }
-    }
     if (slices > 1) {
         reduce_cols_done_kernel<Acc>
             <<<kc_blocks(P->n_out, RED_BLOCK), RED_BLOCK, 0, ctx->stream>>>(*P, slices, part);
         KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "reduce_cols_done_kernel"));
     }
+    *done = 1;
     return KILN_OK;
 }
 
 template <typename Acc>
-static kiln_status reduce_launch(const kiln_cuda_ctx *ctx, const red_params *P, int by_block,
-                                 int *fused) {
+static kiln_status reduce_launch(const kiln_cuda_ctx *ctx, const red_params *P, int by_block) {
     if (!by_block) {
         int done = 0;
-        KILN_CUDA_TRY(reduce_cols<Acc>(ctx, P, &done, fused));
+        KILN_CUDA_TRY(reduce_cols<Acc>(ctx, P, &done));
         if (done) return KILN_OK;
     }
     if (by_block && ctx->sm_count > 0 && 2 * P->n_out <= ctx->sm_count &&
@@ -616,8 +557,7 @@ static kiln_status reduce_launch(const kiln_cuda_ctx *ctx, const red_params *P, 
     return kiln_cuda_check_launch(ctx, "reduce_thread_kernel");
 }
 
-// The reduction; *fused when a mean ratio run by it (ctx->ratio_pre) was run too.
-static kiln_status reduce_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int *fused) {
+extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0], *y = args->out;
     int reduced[KC_MAX_RANK] = {0};
     int64_t xs[KC_MAX_RANK];
@@ -628,6 +568,7 @@ static kiln_status reduce_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
                                                        : RED_SUM;
     red_params P;
     memset(&P, 0, sizeof P);
+    if (ctx->ratio_y != NULL && mode == RED_MEAN && x != NULL) return reduce_ratio(ctx, x);
     if (x == NULL || kiln_cuda_dtype_size(x->dtype) == 0 || kiln_cuda_dtype_size(y->dtype) == 0 ||
         (mode != RED_SUM && (!kiln_cuda_is_float(y->dtype) || !kiln_cuda_is_float(x->dtype)))) {
         return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda %s: dtype %s at %s",
@@ -707,27 +648,8 @@ static kiln_status reduce_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
     P.y_dtype = y->dtype;
     P.mode = mode;
     int by_block = (inner_reduced || P.n_kept == 0) && P.n_red_elems >= RED_ROW_MIN;
-    if (kiln_cuda_is_float(y->dtype)) return reduce_launch<double>(ctx, &P, by_block, fused);
-    return reduce_launch<int64_t>(ctx, &P, by_block, fused);
-}
-
-extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
-    // a mean ratio (cuda_fold.h) at its MEAN: the ratio's kernel alone, over the mean's input
-    if (ctx->ratio_y != NULL && !ctx->ratio_pre) {
-        if (args->op != KILN_OP_MEAN || args->in[0] == NULL) {
-            return kiln_cuda_fail(KILN_ERR_INTERNAL,
-                                  "cuda mean ratio: run at a %s at %s (set cuda.attention_fold "
-                                  "to false to run the layers apart)",
-                                  kiln_cuda_op_name(args->op), ctx->where ? ctx->where : "?");
-        }
-        return reduce_ratio(ctx, args->in[0]);
-    }
-    int fused = 0;
-    KILN_CUDA_TRY(reduce_run(ctx, args, &fused));
-    // at the reduction before it: the ratio over this layer's output, unless its slices were
-    // summed by the ratio's kernel
-    if (ctx->ratio_y != NULL && !fused) return reduce_ratio(ctx, args->out);
-    return KILN_OK;
+    if (kiln_cuda_is_float(y->dtype)) return reduce_launch<double>(ctx, &P, by_block);
+    return reduce_launch<int64_t>(ctx, &P, by_block);
 }
 
 // --- cumsum: one thread per (outer, inner) line walks it in order, accumulating in double for
