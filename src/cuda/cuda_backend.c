@@ -956,11 +956,12 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
     kiln_cuda_plan_describe(kiln_cuda_op_planned(op) ? (L->last_now ? &L->now : &L->tuned) : NULL,
                             op, out);
     describe_state_write(e->plan, li, out);
-    if (e->layout.out_nchw[li]) {
+    if (e->layout.out_nchw[li] || e->layout.out_nhwc[li]) {
         size_t n = strlen(out->detail);
         if (n < sizeof out->detail) {
-            snprintf(out->detail + n, sizeof out->detail - n,
-                     "%sreads NHWC, writes its output NCHW", n > 0 ? "; " : "");
+            snprintf(out->detail + n, sizeof out->detail - n, "%s%s", n > 0 ? "; " : "",
+                     e->layout.out_nchw[li] ? "reads NHWC, writes its output NCHW"
+                                            : "reads NCHW, writes its output NHWC");
         }
     }
     if (e->fold.gemv_norm[li] >= 0 || e->fold.gemv_pair[li] >= 0 || e->fold.gemv_next[li] >= 0) {

@@ -240,6 +240,7 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->ident, nl);
     kiln_cuda_free(l->rs_xpose, nl);
     kiln_cuda_free(l->out_nchw, nl);
+    kiln_cuda_free(l->out_nhwc, nl);
     kiln_cuda_free(l->head_nhwc, nl);
     kiln_cuda_free(l->xpose, ni);
     kiln_cuda_free(l->alt, ni);
@@ -348,6 +349,40 @@ static void norms_out_nchw(const kiln_plan *p, kiln_cuda_layout *l) {
     }
 }
 
+// out_nhwc (cuda_layout.h): an elementwise group run NCHW (a unary or binary head and its tail)
+// whose output, a 4-D float16/bfloat16 activation with a static C % 8 == 0, every reader reads
+// through its NHWC copy writes the output NHWC itself: its output is then stored NHWC, its
+// readers read it as it is, and the copy is not made.
+static void elementwise_out_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        const kiln_plan_layer *hl = &p->layers[li];
+        if (!(follow_unary(hl->op) || follow_binary(hl->op) || hl->op == KILN_OP_DIV) ||
+            l->head_nhwc[li] || l->ident[li] || group_touches_state(p, li))
+            continue;
+        const int32_t o = kiln_plan_group_output(p, li);
+        if (o < 0 || l->nhwc[o] || !l->copy[o] || l->padc[o] || !half_4d(&p->tensors[o]) ||
+            p->tensors[o].kind != KILN_TENSOR_ACTIVATION ||
+            p->tensors[o].shape.min[1] != p->tensors[o].shape.max[1] ||
+            p->tensors[o].shape.max[1] % 8 != 0)
+            continue;
+        uint32_t via_copy = 0, own = 0; // own: the group's tails reading their running value
+        const uint32_t reads = reads_of(p, l, o, &via_copy);
+        for (uint32_t t = 1; t <= hl->n_tail; t++) {
+            const kiln_plan_layer *tl = &p->layers[li + t];
+            for (uint32_t j = 0; j < tl->n_inputs; j++) own += p->ids[tl->input_begin + j] == o;
+        }
+        if (reads == own || via_copy != reads - own) continue;
+        for (uint32_t i = 0; i < p->n_ids; i++) {
+            if (p->ids[i] == o) l->alt[i] = l->xpose[i] = 0;
+        }
+        l->nhwc[o] = 1;
+        l->copy[o] = 0;
+        l->n_copies--;
+        l->out_nhwc[li] = 1;
+        l->n_out_nhwc++;
+    }
+}
+
 // Head li (a K_CONV head, x with C % 8 != 0) fits the stem kernel (cuda_layout.h).
 static int stem_conv(const kiln_plan *p, uint32_t li) {
     const kiln_plan_layer *l = &p->layers[li];
@@ -375,14 +410,15 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     l.ident = kiln_cuda_calloc(nl);
     l.rs_xpose = kiln_cuda_calloc(nl);
     l.out_nchw = kiln_cuda_calloc(nl);
+    l.out_nhwc = kiln_cuda_calloc(nl);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
     if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.krsc_only == NULL ||
         l.padc == NULL || l.stem == NULL || l.ident == NULL || l.rs_xpose == NULL ||
-        l.out_nchw == NULL || l.head_nhwc == NULL || l.xpose == NULL || l.alt == NULL ||
-        kind == NULL) {
+        l.out_nchw == NULL || l.out_nhwc == NULL || l.head_nhwc == NULL || l.xpose == NULL ||
+        l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
@@ -392,6 +428,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         kiln_cuda_free(l.ident, nl);
         kiln_cuda_free(l.rs_xpose, nl);
         kiln_cuda_free(l.out_nchw, nl);
+        kiln_cuda_free(l.out_nhwc, nl);
         kiln_cuda_free(l.head_nhwc, nl);
         kiln_cuda_free(l.xpose, ni);
         kiln_cuda_free(l.alt, ni);
@@ -498,6 +535,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     if (enable) {
         norms_out_nchw(p, &l);
         reshapes_transpose(p, &l);
+        elementwise_out_nhwc(p, &l);
     }
     for (uint32_t i = 0; i < p->n_tensors; i++) l.n_nhwc += l.nhwc[i];
     krsc_readers(p, kind, &l);

@@ -39,7 +39,11 @@
 // copied the copy). Likewise a one-group norm over an NHWC map whose every reader reads its
 // output through the NCHW copy writes that output NCHW itself (out_nchw; MobileViT's norm before
 // a qkv projection of 1 + 2C channels, which stays NCHW): its output is then stored NCHW and the
-// copy is not made. Other mismatches: a conv computing NHWC whose input is NCHW (the
+// copy is not made. And an elementwise group run NCHW (a unary or binary head with its tail:
+// MobileViT's relu(v) * context, whose context operand broadcasts over the pixels) whose every
+// reader reads its output through the NHWC copy writes that output NHWC itself (out_nhwc; the
+// output has C % 8 == 0 like every NHWC tensor). Other mismatches: a conv computing NHWC whose
+// input is NCHW (the
 // stem's pool, a cast engine input), a conv group's residual operand in the other layout, any
 // NCHW-only consumer (mean, cast, reshape, linear, batch_norm, ...) of an NHWC tensor.
 // adaptive_avg_pool2d reads either layout and writes NCHW. NHWC convs use their weights in KRSC
@@ -90,8 +94,9 @@ typedef struct kiln_cuda_layout {
                         // transposing the NHWC bytes itself (no copy: below)
     uint8_t *out_nchw;  // n_layers: a one-group norm that reads its input NHWC and writes its
                         // output NCHW (below)
+    uint8_t *out_nhwc;  // n_layers: an elementwise group run NCHW that writes its output NHWC
     uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem, n_ident;
-    uint32_t n_rs_xpose, n_out_nchw;
+    uint32_t n_rs_xpose, n_out_nchw, n_out_nhwc;
 } kiln_cuda_layout;
 
 // kiln_cuda_layout_plan's flags: NHWC activations where they pay; the stem kernel for convs with

@@ -467,10 +467,13 @@ static __global__ void ew_where_kernel(const __grid_constant__ ew_params P) {
 // --- host set-up
 
 // Fills dims, out strides and operand strides (operands broadcast to out), then drops size-1
-// dims and merges neighbours that are contiguous for out and every operand.
-static void ew_setup(ew_params *P, const kiln_tensor *out, const kiln_tensor *const *ins, int n) {
+// dims and merges neighbours that are contiguous for out and every operand. out_nhwc: a 4-D
+// output stored NHWC (its dims logical NCHW, cuda_layout.h), walked in its stored order so that
+// the stores are dense.
+static void ew_setup(ew_params *P, const kiln_tensor *out, const kiln_tensor *const *ins, int n,
+                     int out_nhwc) {
     int r = (int)out->rank;
-    int64_t st[EW_MAX_OPERANDS + 1][KC_MAX_RANK];
+    int64_t st[EW_MAX_OPERANDS + 1][KC_MAX_RANK], od[KC_MAX_RANK];
     int n_ops = n + 1; // row 0: out
     P->numel = kc_numel(out);
     P->out = out->data;
@@ -482,23 +485,35 @@ static void ew_setup(ew_params *P, const kiln_tensor *out, const kiln_tensor *co
         P->operands[k].dtype = ins[k]->dtype;
         kc_bcast_strides(ins[k], (uint32_t)r, st[k + 1]);
     }
+    for (int d = 0; d < r; d++) od[d] = out->dims[d];
+    if (out_nhwc && r == 4) { // every row in the order N, H, W, C; out's strides NHWC
+        const int order[4] = {0, 2, 3, 1};
+        const int64_t c = out->dims[1], w = out->dims[3], h = out->dims[2];
+        const int64_t nhwc[4] = {h * w * c, 1, w * c, c}; // out's strides by logical dim
+        for (int o = 0; o < n_ops; o++) {
+            int64_t t[4];
+            for (int d = 0; d < 4; d++) t[d] = o == 0 ? nhwc[order[d]] : st[o][order[d]];
+            for (int d = 0; d < 4; d++) st[o][d] = t[d];
+        }
+        for (int d = 0; d < 4; d++) od[d] = out->dims[order[d]];
+    }
     int nr = 0;
     int64_t dims[KC_MAX_RANK];
     int64_t ms[EW_MAX_OPERANDS + 1][KC_MAX_RANK];
     for (int d = 0; d < r; d++) {
-        if (out->dims[d] == 1) continue;
+        if (od[d] == 1) continue;
         if (nr > 0) {
             int merge = 1;
             for (int o = 0; o < n_ops; o++) {
-                if (ms[o][nr - 1] != st[o][d] * out->dims[d]) merge = 0;
+                if (ms[o][nr - 1] != st[o][d] * od[d]) merge = 0;
             }
             if (merge) {
-                dims[nr - 1] *= out->dims[d];
+                dims[nr - 1] *= od[d];
                 for (int o = 0; o < n_ops; o++) ms[o][nr - 1] = st[o][d];
                 continue;
             }
         }
-        dims[nr] = out->dims[d];
+        dims[nr] = od[d];
         for (int o = 0; o < n_ops; o++) ms[o][nr] = st[o][d];
         nr++;
     }
@@ -773,7 +788,8 @@ static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attr
     }
     if (kc_numel(out) == 0) return KILN_OK;
     const int n_tail = tail != NULL ? (int)tail->n_tail : 0;
-    if ((op == KILN_OP_COPY || op == KILN_OP_CAST) && ins[0]->dtype == out->dtype && n_tail == 0) {
+    if ((op == KILN_OP_COPY || op == KILN_OP_CAST) && ins[0]->dtype == out->dtype && n_tail == 0 &&
+        !ctx->out_nhwc) {
         int64_t ds[KC_MAX_RANK], ss[KC_MAX_RANK];
         kc_strides(out, ds);
         kc_bcast_strides(ins[0], out->rank, ss);
@@ -786,7 +802,7 @@ static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attr
     memset(P, 0, sizeof *P);
     int kind;
     if (op == KILN_OP_WHERE) {
-        ew_setup(P, out, ins, n);
+        ew_setup(P, out, ins, n, ctx->out_nhwc);
         kind = 2;
     } else {
         const kiln_tensor *all[EW_MAX_OPERANDS];
@@ -797,7 +813,7 @@ static kiln_status ew_run(const kiln_cuda_ctx *ctx, uint32_t op, const kiln_attr
         P->steps[0].lhs = 1;
         const int n_all = n_tail > 0 ? ew_add_tail(P, tail, all, n) : n;
         const int n_steps = P->n_steps;
-        ew_setup(P, out, all, n_all); // (keeps the steps)
+        ew_setup(P, out, all, n_all, ctx->out_nhwc); // (keeps the steps)
         P->n_steps = n_steps;
         if (op == KILN_OP_CAST && out->dtype == KILN_DTYPE_BOOL &&
             kiln_cuda_is_float(ins[0]->dtype)) {
@@ -884,7 +900,7 @@ extern "C" kiln_status kiln_cuda_tail(const kiln_cuda_ctx *ctx, const kiln_kerne
             ins[n++] = tl->operand;
         }
     }
-    ew_setup(P, out, ins, n);
+    ew_setup(P, out, ins, n, 0);
     P->n_steps = steps;
     return ew_launch(ctx, P, 0);
 }

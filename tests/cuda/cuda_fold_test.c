@@ -1351,6 +1351,7 @@ static int plan_counts(const char *path, int list_layers) {
                     if (xin) printf(" [%u layout cop%s in]", xin, xin == 1 ? "y" : "ies");
                     if (l.rs_xpose[li]) printf(" [transposes its NHWC input]");
                     if (l.out_nchw[li]) printf(" [writes NCHW]");
+                    if (l.out_nhwc[li]) printf(" [writes NHWC]");
                     if (f.ratio_div[li] >= 0) printf(" [a mean ratio: runs the add and div]");
                     printf("\n");
                 }

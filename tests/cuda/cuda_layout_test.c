@@ -468,7 +468,8 @@ static void mbconv_layout(void) {
 // NCHW: a copy of its input, and the next conv reads a copy of its output. The engine's input and
 // output are NCHW either way (the first conv reads an NHWC copy of x, the last one an NCHW copy
 // of its input). A GELU between the norm and the next conv (SegFormer's Mix-FFN after the
-// builder moves it before the permute to tokens) follows the norm's layout like any unary op.
+// builder moves it before the permute to tokens) follows the norm's layout like any unary op;
+// after the NCHW norm it writes its output NHWC for the conv (out_nhwc: one copy fewer).
 static void group_norm_layout(int64_t groups, int gelu) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -494,13 +495,14 @@ static void group_norm_layout(int64_t groups, int gelu) {
         CHECK_MSG(l.head_nhwc[gn] == one && l.nhwc[blk_t(&p, gn)] == one,
                   "groups %lld: group norm NHWC %d", (long long)groups, l.head_nhwc[gn]);
     }
-    if (gelu && ge != UINT32_MAX) {
-        CHECK_MSG(l.head_nhwc[ge] == one && l.nhwc[blk_t(&p, ge)] == one,
-                  "groups %lld: the GELU after the norm NHWC %d", (long long)groups,
-                  l.head_nhwc[ge]);
+    if (gelu && ge != UINT32_MAX) { // (after the NCHW norm it writes NHWC for the conv itself)
+        CHECK_MSG(l.head_nhwc[ge] == one && l.nhwc[blk_t(&p, ge)] &&
+                      l.out_nhwc[ge] == (one ? 0 : 1),
+                  "groups %lld: the GELU after the norm NHWC %d, writing NHWC %d",
+                  (long long)groups, l.head_nhwc[ge], l.out_nhwc[ge]);
     }
-    CHECK_MSG(l.n_copies == (one ? 2u : 4u), "groups %lld: %u layout copies", (long long)groups,
-              l.n_copies);
+    const uint32_t want = one ? 2u : gelu ? 3u : 4u;
+    CHECK_MSG(l.n_copies == want, "groups %lld: %u layout copies", (long long)groups, l.n_copies);
     kiln_cuda_layout_free(&p, &l);
     kiln_plan_release(&p);
 }
@@ -584,6 +586,53 @@ static void norm_out_nchw_layout(int nhwc_reader) {
         }
     }
     CHECK_MSG(l.n_out_nchw == (nhwc_reader ? 0u : 1u), "%u norms write NCHW", l.n_out_nchw);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
+// MobileViT's linear attention output: t = an NHWC conv's map [1, 16, 4, 32]; ctx = sum(t over
+// W, keepdim) [1, 16, 4, 1] (NCHW); y = relu(t) * ctx: its operand broadcasts over W (not one
+// value per channel), so the group runs NCHW, and its only reader is a 1x1 conv that computes
+// NHWC: the group writes its output NHWC (out_nhwc) and no copy of it is made. With a second
+// reader that needs NCHW (a mean over C) it stays NCHW and the conv reads its NHWC copy.
+static void ew_out_nhwc_layout(int nchw_reader) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 4, 32}, w_dim = -1, c_dim = 1, keep = 1;
+    int32_t x = -1, ctx = -1, r = -1, y = -1, m = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t t = conv(g, x, 16, 16, 3, -1, 0);
+    kiln_attr sa[2] = {{"dims", &w_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_SUM, &t, 1, sa, 2, &ctx, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_RELU, &t, 1, NULL, 0, &r, 1) == KILN_OK);
+    int32_t mi[2] = {r, ctx};
+    CHECK(kiln_graph_add_node(g, KILN_OP_MUL, mi, 2, NULL, 0, &y, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, conv(g, y, 16, 16, 1, -1, 0), "z") == KILN_OK);
+    if (nchw_reader) {
+        kiln_attr ma[2] = {{"dims", &c_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
+        CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, ma, 2, &m, 1) == KILN_OK);
+        CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
+    }
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t head = find_head(&p, KILN_OP_RELU, 0);
+    CHECK(head != UINT32_MAX);
+    if (head != UINT32_MAX) {
+        const int32_t o = kiln_plan_group_output(&p, head);
+        CHECK_MSG(p.layers[head].n_tail == 1 && !l.head_nhwc[head], "the group does not run NCHW");
+        CHECK_MSG(l.out_nhwc[head] == !nchw_reader && l.nhwc[o] == !nchw_reader,
+                  "reader %d: out_nhwc %d, output NHWC %d", nchw_reader, l.out_nhwc[head],
+                  l.nhwc[o]);
+        CHECK_MSG(l.copy[o] == nchw_reader, "reader %d: the group output's copy %d", nchw_reader,
+                  l.copy[o]);
+        for (uint32_t i = 0; i < p.n_ids && !nchw_reader; i++) {
+            CHECK_MSG(p.ids[i] != o || !l.alt[i], "a read of the group's output through a copy");
+        }
+    }
+    CHECK_MSG(l.n_out_nhwc == (nchw_reader ? 0u : 1u), "%u groups write NHWC", l.n_out_nhwc);
     kiln_cuda_layout_free(&p, &l);
     kiln_plan_release(&p);
 }
@@ -768,6 +817,8 @@ int main(void) {
     gemv_l2(KILN_PRECISION_FP32, 64, 256);
     norm_out_nchw_layout(0);
     norm_out_nchw_layout(1);
+    ew_out_nhwc_layout(0);
+    ew_out_nhwc_layout(1);
     reshape_transpose_layout(0);
     reshape_transpose_layout(1);
     for (int gelu = 0; gelu < 2; gelu++) {

@@ -3003,6 +3003,35 @@ static int model_grn(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// MobileViT's linear attention output and MaxViT's batch norm after a pool, each read only by an
+// NHWC conv: t = conv [2, 16, 4, 32] (NHWC); ctx = sum(t over W, keepdim) (NCHW); y = relu(t) *
+// ctx (the operand broadcasts over W: the group runs NCHW); a 1x1 conv of y; and q = avg_pool 2x2
+// of t (NHWC like t) scaled and shifted by [1, 16, 2, 1] values (not one per channel: the group
+// runs NCHW, reading the pool's NCHW copy) into a 3x3 conv. With NHWC both elementwise groups
+// write their outputs NHWC for their convs (out_nhwc: EW_NHWC_MODEL_OUT), no copy of either.
+#define EW_NHWC_MODEL_OUT 2
+static int model_ew_out_nhwc(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t dims[4] = {2, 8, 4, 32}, w_dim = -1, keep = 1, k2[2] = {2, 2}, z2[2] = {0, 0};
+    kiln_attr sa[2] = {A_INTS("dims", &w_dim, 1), A_INTS("keepdim", &keep, 1)};
+    kiln_attr pa[3] = {A_INTS("kernel", k2, 2), A_INTS("stride", k2, 2), A_INTS("padding", z2, 2)};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
+    int32_t t = res_conv(&b, x, 8, 16, 3, 1, -1, 0);
+    int32_t ctx = gb_node(&b, KILN_OP_SUM, &t, 1, sa, 2);
+    int32_t y = gb2(&b, KILN_OP_MUL, gb1(&b, KILN_OP_RELU, t), ctx);
+    y = res_conv(&b, y, 16, 16, 1, 1, -1, 0);
+    int32_t q = gb_node(&b, KILN_OP_AVG_POOL2D, &t, 1, pa, 3);
+    q = gb2(&b, KILN_OP_ADD, gb2(&b, KILN_OP_MUL, q, gb_const(&b, F32, "1x16x2x1", 0.5, 1.5)),
+            gb_const(&b, F32, "1x16x2x1", -0.5, 0.5));
+    q = res_conv(&b, q, 16, 8, 3, 1, -1, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, q, "q"), "output");
+    m->name = "ew out nhwc fp16";
+    m->tol = 3e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
 // Built like the real engines (kiln_cuda_bench's conv2_x graph, ResNet-50 from ExecuTorch): the
 // fp16 conversion's cast on the engine input (NCHW) is read by the first conv and by the first
 // residual add (both through one NHWC copy), the last block feeds the output cast (NCHW-only:
@@ -3503,6 +3532,7 @@ typedef struct e2e_stats {
     int n_layout_perm; // permutes run as layout permutes (an alias or a copy of the same bytes)
     int n_rs_xpose;    // reshapes that transpose their NHWC input themselves (cuda_layout.h)
     int n_out_nchw;    // one-group norms that read NHWC and write NCHW (cuda_layout.h)
+    int n_out_nhwc;    // elementwise groups run NCHW that write NHWC (cuda_layout.h)
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
     int n_ratio;       // means that run a mean ratio (cuda_fold.h)
@@ -3525,6 +3555,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
         st->n_out_nchw +=
             info.op == KILN_OP_GROUP_NORM && strstr(info.detail, "writes its output NCHW") != NULL;
+        st->n_out_nhwc += strstr(info.detail, "writes its output NHWC") != NULL;
         if (info.op == KILN_OP_CONV2D) {
             st->n_conv++;
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
@@ -5021,6 +5052,8 @@ static void run_e2e(void) {
     if (model_fpn(&models[n])) n++;
     const int unfold_model = n;
     if (model_unfold(&models[n])) n++;
+    const int ew_nhwc_model = n;
+    if (model_ew_out_nhwc(&models[n])) n++;
     int first_convnext = n;
     if (model_convnext(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_convnext(&models[n], KILN_PRECISION_BF16)) n++;
@@ -5064,7 +5097,7 @@ static void run_e2e(void) {
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 27 : 42), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 28 : 43), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5129,6 +5162,11 @@ static void run_e2e(void) {
                               "%s: %d reshapes transposed their NHWC input, "
                               "want %d",
                               models[i].name, st.n_rs_xpose, want);
+                }
+                if (i == ew_nhwc_model && picked) { // see model_ew_out_nhwc
+                    const int want = st.n_conv_nhwc > 0 ? EW_NHWC_MODEL_OUT : 0;
+                    CHECK_MSG(st.n_out_nhwc == want, "%s: %d groups wrote NHWC, want %d",
+                              models[i].name, st.n_out_nhwc, want);
                 }
                 if (i >= first_convnext && i < end_convnext && picked) {
                     // with NHWC every permute is a layout permute and both depthwise convs run
