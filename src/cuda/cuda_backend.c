@@ -936,6 +936,8 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                             ? "run by the q rotary's launch, its rows written straight into the "
                               "key cache"
                             : "run by the q rotary's launch (the cache rows written there)")
+                 : (e->fold.virt[li] & KILN_CUDA_FOLD_WSUM)
+                     ? "run by a softmax-weighted sum's launch: sum(x * softmax(s)) in one kernel"
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_RATIO)
                      ? "run by the mean's launch: x / (mean(x) + eps) in one kernel"
                      : "a view: the sdpa reading it reads its input through strides");
@@ -988,6 +990,14 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                      "; also runs layers %d (k rotary), %d (key cache write)%s", e->fold.rope_k[li],
                      e->fold.rope_kc[li],
                      e->fold.rope_vc[li] >= 0 ? " and the value cache write" : "");
+        }
+    }
+    if (e->fold.wsum_sm[li] >= 0) {
+        size_t n = strlen(out->detail);
+        if (n < sizeof out->detail) {
+            snprintf(out->detail + n, sizeof out->detail - n,
+                     "%salso runs layers %d (softmax) and %d (x * it): a softmax-weighted sum",
+                     n > 0 ? "; " : "", e->fold.wsum_sm[li], e->fold.wsum_mul[li]);
         }
     }
     if (e->fold.ratio_div[li] >= 0) {

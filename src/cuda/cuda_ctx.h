@@ -86,6 +86,10 @@ typedef struct kiln_cuda_ctx {
     kiln_tensor *ratio_y;
     const kiln_tensor *ratio_eps;
     uint32_t ratio_mean_dtype, ratio_add_dtype;
+    // The SUM of a softmax-weighted sum (cuda_fold.h), else wsum_s NULL: the softmax's input,
+    // the mul's other operand x, and the dtypes of the softmax's and the mul's outputs.
+    const kiln_tensor *wsum_s, *wsum_x;
+    uint32_t wsum_sm_dtype, wsum_mul_dtype;
     // Planning with tuning: a choice read from the tuning cache to apply instead of timing
     // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
     const struct kiln_cuda_choice *choice;

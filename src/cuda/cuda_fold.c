@@ -870,6 +870,82 @@ static void mean_ratios(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) 
     }
 }
 
+// --- softmax-weighted sums (cuda_fold.h)
+
+// A dense float activation (or engine input) of static shape, not NHWC.
+static int wsum_dense(const fold_state *s, int32_t t, const uint8_t *nhwc) {
+    const kiln_plan_tensor *x = &s->p->tensors[t];
+    return (x->kind == KILN_TENSOR_ACTIVATION || x->kind == KILN_TENSOR_INPUT) && static_shape(x) &&
+           (nhwc == NULL || !nhwc[t]) && x->shape.rank >= 1 &&
+           (x->dtype == KILN_DTYPE_F32 || half_dtype(x->dtype));
+}
+
+// The reduce or softmax dim of layer li is its input's last dim.
+static int last_dim_only(const kiln_plan *p, uint32_t li, uint32_t rank) {
+    kiln_attrs a = kiln_plan_layer_attrs(p, &p->layers[li]);
+    if (p->layers[li].op == KILN_OP_SOFTMAX) {
+        const int64_t d = kiln_attrs_int(&a, KILN_A_SOFTMAX_DIM, 0);
+        return (d < 0 ? d + (int64_t)rank : d) == (int64_t)rank - 1;
+    }
+    uint32_t nd = 0;
+    const int64_t *dims = kiln_attrs_ints(&a, KILN_A_REDUCE_DIMS, &nd);
+    return nd == 1 && (dims[0] < 0 ? dims[0] + (int64_t)rank : dims[0]) == (int64_t)rank - 1;
+}
+
+static void softmax_sums(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t u = 0; u < p->n_layers; u++) {
+        if (!plain_layer(s, u, KILN_OP_SUM, 1)) continue;
+        const int32_t mo = in0(p, u), r = out0(p, u);
+        if (mo < 0 || r < 0 || (alt != NULL && alt[p->layers[u].input_begin])) continue;
+        const int32_t mu = f->producer[mo];
+        if (mu < 0 || (uint32_t)mu >= u || !plain_layer(s, (uint32_t)mu, KILN_OP_MUL, 2) ||
+            next_running(s, (uint32_t)mu) != u || !sole_read_by(s, mo, u))
+            continue;
+        const kiln_plan_tensor *mt = &p->tensors[mo], *rt = &p->tensors[r];
+        const uint32_t rank = mt->shape.rank;
+        if (!wsum_dense(s, mo, nhwc) || !last_dim_only(p, u, rank)) continue;
+        if ((rt->kind != KILN_TENSOR_ACTIVATION && rt->kind != KILN_TENSOR_OUTPUT) ||
+            !static_shape(rt) || (nhwc != NULL && nhwc[r]) ||
+            (rt->dtype != KILN_DTYPE_F32 && !half_dtype(rt->dtype)))
+            continue;
+        // the mul's operands: the softmax's output (running just before it, read only by it)
+        // and x of the product's shape
+        const kiln_plan_layer *Mu = &p->layers[mu];
+        int32_t sm = -1, x = -1;
+        for (uint32_t j = 0; j < 2; j++) {
+            const int32_t t = p->ids[Mu->input_begin + j], pr = t >= 0 ? f->producer[t] : -1;
+            if (pr >= 0 && plain_layer(s, (uint32_t)pr, KILN_OP_SOFTMAX, 1) && sm < 0 &&
+                sole_read_by(s, t, (uint32_t)mu)) {
+                sm = pr;
+            } else {
+                x = t;
+            }
+        }
+        if (sm < 0 || x < 0 || next_running(s, (uint32_t)sm) != (uint32_t)mu) continue;
+        if (alt != NULL &&
+            (alt[Mu->input_begin] || alt[Mu->input_begin + 1] || alt[p->layers[sm].input_begin]))
+            continue;
+        const int32_t sx = in0(p, (uint32_t)sm), so = out0(p, (uint32_t)sm);
+        if (sx < 0 || !wsum_dense(s, sx, nhwc) || !wsum_dense(s, x, nhwc) ||
+            !last_dim_only(p, (uint32_t)sm, p->tensors[sx].shape.rank))
+            continue;
+        const kiln_plan_tensor *xt = &p->tensors[x], *st = &p->tensors[so];
+        int ok = xt->shape.rank == rank && st->shape.rank == rank &&
+                 memcmp(xt->shape.max, mt->shape.max, rank * sizeof *xt->shape.max) == 0 &&
+                 st->shape.max[rank - 1] == mt->shape.max[rank - 1];
+        for (uint32_t d = 0; d + 1 < rank && ok; d++) {
+            ok = st->shape.max[d] == 1 || st->shape.max[d] == mt->shape.max[d];
+        }
+        if (!ok || overlap(s, r, mem_of(s, sx)) || overlap(s, r, mem_of(s, x))) continue;
+        f->virt[sm] = f->virt[mu] = KILN_CUDA_FOLD_WSUM;
+        f->wsum_sm[u] = sm;
+        f->wsum_mul[u] = mu;
+        f->n_wsum++;
+    }
+}
+
 // The relocated bases' live ranges (producer .. last read through the views).
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
@@ -907,6 +983,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.rope_kc = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_kc);
     f.rope_vc = kiln_cuda_calloc((nl + 1) * sizeof *f.rope_vc);
     f.ratio_add = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_add);
+    f.wsum_sm = kiln_cuda_calloc((nl + 1) * sizeof *f.wsum_sm);
+    f.wsum_mul = kiln_cuda_calloc((nl + 1) * sizeof *f.wsum_mul);
     f.ratio_div = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_div);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
@@ -917,8 +995,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
         f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
         f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
-        f.ratio_add == NULL || f.ratio_div == NULL || s.rbeg == NULL || s.rl == NULL ||
-        s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        f.ratio_add == NULL || f.ratio_div == NULL || f.wsum_sm == NULL || f.wsum_mul == NULL ||
+        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -926,6 +1004,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     for (size_t i = 0; i < nl; i++) {
         f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
         f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = f.ratio_add[i] = f.ratio_div[i] = -1;
+        f.wsum_sm[i] = f.wsum_mul[i] = -1;
     }
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
@@ -987,6 +1066,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     if (enable) {
         rope_groups(&s, nhwc, alt);
         mean_ratios(&s, nhwc, alt);
+        softmax_sums(&s, nhwc, alt);
     }
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
@@ -1032,5 +1112,7 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->rope_vc, (nl + 1) * sizeof *f->rope_vc);
     kiln_cuda_free(f->ratio_add, (nl + 1) * sizeof *f->ratio_add);
     kiln_cuda_free(f->ratio_div, (nl + 1) * sizeof *f->ratio_div);
+    kiln_cuda_free(f->wsum_sm, (nl + 1) * sizeof *f->wsum_sm);
+    kiln_cuda_free(f->wsum_mul, (nl + 1) * sizeof *f->wsum_mul);
     memset(f, 0, sizeof *f);
 }

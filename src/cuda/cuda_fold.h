@@ -83,6 +83,17 @@
 // copy) and D's output does not overlap X's memory. M's launch takes a block per row: the mean,
 // then the sum with eps and the quotients, each rounded to its layer's dtype as the three layers
 // would; A and D run no kernel. M names them in ratio_add[] and ratio_div[].
+// Softmax-weighted sums (with cuda.attention_fold): sum(x * softmax(s over its last dim) over the
+// last dim), one query's attention over a row of scores (MobileViT's separable attention: its
+// context vector), runs as one launch at the SUM U: the SOFTMAX (no tail) over the last dim of a
+// float tensor s of static shape, its output an activation read only by the MUL (no tail) that
+// runs next, multiplying it by a dense x of the product's shape (the softmax's output
+// broadcasting to it over leading dims), whose output is an activation read only by U, running
+// next, a SUM over the last dim only (only layers that run no kernel between them). s, x and
+// U's output are dense (not NHWC, not read through a layout copy), and U's output overlaps
+// neither s's nor x's memory. A warp per output row: the softmax of the row's scores, each
+// product and the sum rounded as the three layers would; the softmax and the mul run no kernel.
+// U names them in wsum_sm[] and wsum_mul[].
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -109,6 +120,7 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_ROPE 16u   // a rotary or cache write run by a rope group's launch (rope_*[])
 #define KILN_CUDA_FOLD_RATIO 32u  // the add or div of a mean ratio, run by the mean's launch
 #define KILN_CUDA_RATIO_MAX 65536 // the longest row a mean ratio's launch takes
+#define KILN_CUDA_FOLD_WSUM 64u   // the softmax or mul of a softmax-weighted sum, run by the sum
 #define KILN_CUDA_GEMV_MAX_SIB 4  // linears one GEMV launch runs as siblings
 #define KILN_CUDA_GEMV_FOLD_M 1   // the rows of a linear with GEMV folds
 
@@ -134,12 +146,15 @@ typedef struct kiln_cuda_fold {
     int32_t *rope_vc;     // ... the value cache write VC, or -1
     int32_t *ratio_add;   // n_layers: at a mean ratio's MEAN: the ADD of eps, or -1
     int32_t *ratio_div;   // ... the DIV, or -1
+    int32_t *wsum_sm;     // n_layers: at a softmax-weighted sum's SUM: the SOFTMAX, or -1
+    int32_t *wsum_mul;    // ... the MUL, or -1
     uint32_t n_alias;     // reshapes and slices aliased
     uint32_t n_gemv_norm; // norms run inside GEMVs
     uint32_t n_gemv_pair; // gated pairs run as one GEMV
     uint32_t n_gemv_sib;  // linears run by a sibling's launch
     uint32_t n_rope;      // rope groups
     uint32_t n_ratio;     // mean ratios
+    uint32_t n_wsum;      // softmax-weighted sums
     uint32_t n_reloc;     // relocated bases
     uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs

@@ -340,6 +340,21 @@ static void ratio_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *c
     ctx->ratio_add_dtype = p->tensors[p->ids[al->output_begin]].dtype;
 }
 
+// A softmax-weighted sum's SUM (cuda_fold.h): the softmax's input and the mul's x into ctx.
+static void wsum_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    ctx->wsum_s = ctx->wsum_x = NULL;
+    if (e->fold.wsum_sm[li] < 0) return;
+    const kiln_plan_layer *sl = &p->layers[e->fold.wsum_sm[li]];
+    const kiln_plan_layer *ml = &p->layers[e->fold.wsum_mul[li]];
+    const int32_t so = p->ids[sl->output_begin], m0 = p->ids[ml->input_begin];
+    ctx->wsum_s = &c->views[p->ids[sl->input_begin]];
+    ctx->wsum_x = &c->views[m0 == so ? p->ids[ml->input_begin + 1] : m0];
+    ctx->wsum_sm_dtype = p->tensors[so].dtype;
+    ctx->wsum_mul_dtype = p->tensors[p->ids[ml->output_begin]].dtype;
+}
+
 kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound *b, int run) {
     const cuda_engine *e = c->engine;
     kiln_cuda_ctx *ctx = &b->ctx;
@@ -360,6 +375,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     gemv_fold_args(c, li, ctx);
     rope_fold_args(c, li, ctx);
     ratio_fold_args(c, li, ctx);
+    wsum_fold_args(c, li, ctx);
     return KILN_OK;
 }
 

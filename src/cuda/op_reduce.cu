@@ -482,6 +482,92 @@ static kiln_status reduce_ratio(const kiln_cuda_ctx *ctx, const kiln_tensor *x) 
     return kiln_cuda_check_launch(ctx, "reduce_ratio_kernel");
 }
 
+// --- softmax-weighted sums (cuda_fold.h): r[row] = sum_n x[row, n] * softmax(s[srow, :])[n], a
+// warp per output row (srow: the row's scores, s broadcast over x's leading dims). The softmax
+// as its kernel computes it (float32 max and sum of exp over the lanes, each value rounded to
+// its dtype), each product rounded to the mul's dtype, summed in float64 like the sum's kernels.
+
+#define WSUM_WARPS 4
+typedef struct wsum_params {
+    int rank; // x's dims but the last (at least 1)
+    int64_t dims[KC_MAX_RANK], s_strides[KC_MAX_RANK];
+    int64_t rows, n;
+    const void *s, *x;
+    void *r;
+    uint32_t sdt, xdt, rdt, smdt, mdt;
+} wsum_params;
+
+static __global__ void __launch_bounds__(32 * WSUM_WARPS)
+    wsum_kernel(const __grid_constant__ wsum_params P) {
+    kc_pdl_enter();
+    const int64_t row = (int64_t)blockIdx.x * WSUM_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= P.rows) return;
+    int64_t rest = row, soff = 0;
+    for (int d = P.rank - 1; d >= 0; d--) {
+        soff += (rest % P.dims[d]) * P.s_strides[d];
+        rest /= P.dims[d];
+    }
+    float m = -INFINITY;
+    for (int64_t j = lane; j < P.n; j += 32) m = fmaxf(m, kc_ld_f(P.s, P.sdt, soff + j));
+    m = kc_warp_max(m);
+    float e = 0.0f;
+    for (int64_t j = lane; j < P.n; j += 32) e += expf(kc_ld_f(P.s, P.sdt, soff + j) - m);
+    e = kc_warp_sum(e);
+    double acc = 0.0;
+    for (int64_t j = lane; j < P.n; j += 32) {
+        const float w = kc_round_to(P.smdt, expf(kc_ld_f(P.s, P.sdt, soff + j) - m) / e);
+        acc += (double)kc_round_to(P.mdt, kc_ld_f(P.x, P.xdt, row * P.n + j) * w);
+    }
+    for (int k = 16; k > 0; k >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, k);
+    if (lane == 0) kc_st_f(P.r, P.rdt, row, (float)acc);
+}
+
+static kiln_status reduce_wsum(const kiln_cuda_ctx *ctx, const kiln_tensor *y) {
+    const kiln_tensor *s = ctx->wsum_s, *x = ctx->wsum_x;
+    wsum_params P;
+    memset(&P, 0, sizeof P);
+    const uint32_t r = x->rank;
+    int ok = r >= 1 && s->rank == r && s->dims[r - 1] == x->dims[r - 1] &&
+             kc_numel(y) * x->dims[r - 1] == kc_numel(x);
+    int64_t ss[KC_MAX_RANK];
+    kc_strides(s, ss);
+    P.rank = r > 1 ? (int)r - 1 : 1;
+    P.dims[0] = 1;
+    P.s_strides[0] = 0;
+    for (uint32_t d = 0; d + 1 < r && ok; d++) {
+        ok = s->dims[d] == 1 || s->dims[d] == x->dims[d];
+        P.dims[d] = x->dims[d];
+        P.s_strides[d] = s->dims[d] == 1 ? 0 : ss[d];
+    }
+    if (!ok) {
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "cuda softmax-weighted sum: operands do not match the fold at %s "
+                              "(set cuda.attention_fold to false to run the layers apart)",
+                              ctx->where ? ctx->where : "?");
+    }
+    P.n = x->dims[r - 1];
+    P.rows = kc_numel(y);
+    if (P.rows == 0) return KILN_OK;
+    P.s = s->data;
+    P.x = x->data;
+    P.r = y->data;
+    P.sdt = s->dtype;
+    P.xdt = x->dtype;
+    P.rdt = y->dtype;
+    P.smdt = ctx->wsum_sm_dtype;
+    P.mdt = ctx->wsum_mul_dtype;
+    const int64_t blocks = (P.rows + WSUM_WARPS - 1) / WSUM_WARPS;
+    if (blocks > 0x7fffffff) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda softmax-weighted sum: %lld rows at %s",
+                              (long long)P.rows, ctx->where ? ctx->where : "?");
+    }
+    cudaError_t err =
+        kc_launch(ctx, wsum_kernel, dim3((unsigned)blocks), dim3(32 * WSUM_WARPS), 0, P);
+    if (err != cudaSuccess) return kiln_cuda_error(ctx, "cudaLaunchKernelEx (wsum_kernel)", err);
+    return kiln_cuda_check_launch(ctx, "wsum_kernel");
+}
+
 // --- launchers
 
 // The column form (reduce_cols_kernel) when P is a dense [O, R, C] reduced over R: *done.
@@ -559,6 +645,9 @@ static kiln_status reduce_launch(const kiln_cuda_ctx *ctx, const red_params *P, 
 
 extern "C" kiln_status kiln_cuda_reduce(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0], *y = args->out;
+    if (ctx->wsum_s != NULL && ctx->wsum_x != NULL && args->op == KILN_OP_SUM) {
+        return reduce_wsum(ctx, y);
+    }
     int reduced[KC_MAX_RANK] = {0};
     int64_t xs[KC_MAX_RANK];
     uint32_t n_dims = 0;

@@ -1301,6 +1301,57 @@ static void ratio_case(int variant) {
     kiln_plan_release(&p);
 }
 
+// MobileViT's separable attention: x = relu(input) [1, 9, 4, 24]; q = x[:, :1] and k = x[:, 1:]
+// (aliases of x); ctx = sum(k * softmax(q, -1), -1, keepdim). The softmax, the mul and the sum
+// run as one softmax-weighted sum (cuda_fold.h), unless: variant 1 the softmax's output is also
+// an engine output, 2 the sum is over dim 2, 3 k broadcasts over the patches (its mean over
+// them, [1, 8, 4, 1]), 4 the folds are off.
+static void wsum_case(int variant) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t xd[4] = {1, 9, 4, 24}, last = -1, two = 2, keep = 1;
+    int32_t x = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    x = node(g, KILN_OP_RELU, &x, 1, NULL, 0);
+    int32_t q = slice(g, x, 1, 0, 1), k = slice(g, x, 1, 1, 9);
+    kiln_attr ra[2] = {{"dims", &last, NULL, 1}, {"keepdim", &keep, NULL, 1}};
+    if (variant == 3) k = node(g, KILN_OP_MEAN, &k, 1, ra, 2);
+    kiln_attr sa = {"dim", &last, NULL, 1};
+    int32_t sm = node(g, KILN_OP_SOFTMAX, &q, 1, &sa, 1);
+    int32_t mi[2] = {k, sm};
+    int32_t prod = node(g, KILN_OP_MUL, mi, 2, NULL, 0);
+    kiln_attr ua[2] = {{"dims", variant == 2 ? &two : &last, NULL, 1}, {"keepdim", &keep, NULL, 1}};
+    int32_t ctx = node(g, KILN_OP_SUM, &prod, 1, ua, 2);
+    CHECK(kiln_graph_mark_output(g, ctx, "ctx") == KILN_OK);
+    if (variant == 1) CHECK(kiln_graph_mark_output(g, sm, "sm") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, variant != 4, 0, &f) == KILN_OK);
+    const int folds = variant == 0;
+    CHECK_EQ_INT(f.n_wsum, folds ? 1 : 0);
+    const uint32_t su = find_head(&p, KILN_OP_SUM, 0), so = find_head(&p, KILN_OP_SOFTMAX, 0);
+    const uint32_t mu = find_head(&p, KILN_OP_MUL, 0);
+    CHECK(su != UINT32_MAX && so != UINT32_MAX && mu != UINT32_MAX);
+    if (folds && su != UINT32_MAX && so != UINT32_MAX && mu != UINT32_MAX) {
+        CHECK_EQ_INT(f.wsum_sm[su], (int32_t)so);
+        CHECK_EQ_INT(f.wsum_mul[su], (int32_t)mu);
+        CHECK(f.virt[so] == KILN_CUDA_FOLD_WSUM && f.virt[mu] == KILN_CUDA_FOLD_WSUM);
+        CHECK_EQ_INT(f.virt[su], 0);
+        // the sum's output apart from the memory of the scores and k (x's), which it reads
+        const int32_t out = p.ids[p.layers[su].output_begin];
+        const int32_t xm = p.ids[p.layers[find_head(&p, KILN_OP_RELU, 0)].output_begin];
+        CHECK(!overlap_tensors(&p, out, xm));
+    }
+    for (uint32_t li = 0; li < p.n_layers && !folds; li++) {
+        CHECK(f.wsum_sm[li] < 0 && f.wsum_mul[li] < 0 && f.virt[li] != KILN_CUDA_FOLD_WSUM);
+    }
+    printf("wsum %d: %u softmax-weighted sums\n", variant, f.n_wsum);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 static int plan_counts(const char *path, int list_layers) {
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) {
@@ -1353,6 +1404,9 @@ static int plan_counts(const char *path, int list_layers) {
                     if (l.out_nchw[li]) printf(" [writes NCHW]");
                     if (l.out_nhwc[li]) printf(" [writes NHWC]");
                     if (f.ratio_div[li] >= 0) printf(" [a mean ratio: runs the add and div]");
+                    if (f.wsum_sm[li] >= 0) {
+                        printf(" [a softmax-weighted sum: runs the softmax and mul]");
+                    }
                     printf("\n");
                 }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "
@@ -1378,6 +1432,7 @@ int main(int argc, char **argv) {
     }
     check_rng_seed();
     for (int v = 0; v <= 5; v++) ratio_case(v);
+    for (int v = 0; v <= 4; v++) wsum_case(v);
     rope_case(0);
     rope_case(1);
     rope_case(2);

@@ -2971,6 +2971,42 @@ static int model_unfold(model *m) {
     return model_finish(&b, m, KILN_PRECISION_FP16);
 }
 
+// MobileViT's separable self-attention (static shapes, batch 1 as the zoo exports it: the
+// splits are aliases): x [1, 16, 4, 40] -> a 1x1 conv to 1 + 2C = 33 channels (NCHW: not a
+// multiple of 8), split into the scores q [1, 1, 4, 40], k and v [1, 16, 4, 40]; ctx =
+// sum(k * softmax(q over the patches), keepdim) [1, 16, 4, 1] (q broadcast over C); relu(v) *
+// ctx -> a 1x1 conv. With the folds on, the softmax, the mul and the sum run as one
+// softmax-weighted sum (cuda_fold.h): WSUM_MODEL_FOLDS; ctx is an engine output too.
+#define WSUM_MODEL_FOLDS 1
+static int model_wsum(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t dims[4] = {1, 16, 4, 40}, last = -1, keep = 1, one = 1, c = 16;
+    int64_t q0 = 0, q1 = 1, k1 = 1 + c, v1 = 1 + 2 * c;
+    kiln_attr sa = A_INTS("dim", &last, 1);
+    kiln_attr ra[2] = {A_INTS("dims", &last, 1), A_INTS("keepdim", &keep, 1)};
+    kiln_attr qa[4] = {A_INTS("dim", &one, 1), A_INTS("start", &q0, 1), A_INTS("end", &q1, 1),
+                       A_INTS("step", &one, 1)};
+    kiln_attr ka[4] = {A_INTS("dim", &one, 1), A_INTS("start", &q1, 1), A_INTS("end", &k1, 1),
+                       A_INTS("step", &one, 1)};
+    kiln_attr va[4] = {A_INTS("dim", &one, 1), A_INTS("start", &k1, 1), A_INTS("end", &v1, 1),
+                       A_INTS("step", &one, 1)};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
+    int32_t qkv = res_conv(&b, x, 16, 1 + 2 * c, 1, 1, -1, 0);
+    int32_t q = gb_node(&b, KILN_OP_SLICE, &qkv, 1, qa, 4);
+    int32_t k = gb_node(&b, KILN_OP_SLICE, &qkv, 1, ka, 4);
+    int32_t v = gb_node(&b, KILN_OP_SLICE, &qkv, 1, va, 4);
+    int32_t sm = gb_node(&b, KILN_OP_SOFTMAX, &q, 1, &sa, 1);
+    int32_t ctx = gb_node(&b, KILN_OP_SUM, (int32_t[]){gb2(&b, KILN_OP_MUL, k, sm)}, 1, ra, 2);
+    int32_t y = gb2(&b, KILN_OP_MUL, gb1(&b, KILN_OP_RELU, v), ctx);
+    y = res_conv(&b, y, 16, 16, 1, 1, -1, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, ctx, "ctx"), "output");
+    m->name = "separable attention fp16";
+    m->tol = 3e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
 // A global response norm (ConvNeXt-V2's GRN, static shapes as the zoo exports it): tokens [2, 6,
 // 6, 32] -> linear + GELU to h of 520 channels (more than a block's threads, not a multiple of
 // 8); g = vector_norm(h over H, W, keepdim); r = g / (mean(g over C, keepdim) + eps), eps a 0-d
@@ -3536,6 +3572,7 @@ typedef struct e2e_stats {
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
     int n_ratio;       // means that run a mean ratio (cuda_fold.h)
+    int n_wsum;        // sums that run a softmax-weighted sum (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
 
@@ -3550,6 +3587,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         st->n_rope_folded += (info.flags & KILN_LAYER_INFO_FOLDED) != 0 &&
                              strstr(info.detail, "q rotary's launch") != NULL;
         st->n_ratio += info.op == KILN_OP_MEAN && strstr(info.detail, "a mean ratio") != NULL;
+        st->n_wsum +=
+            info.op == KILN_OP_SUM && strstr(info.detail, "a softmax-weighted sum") != NULL;
         st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
         st->n_rs_xpose +=
             info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
@@ -5091,13 +5130,15 @@ static void run_e2e(void) {
     if (model_grn(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_grn(&models[n], KILN_PRECISION_BF16)) n++;
     int end_grn = n;
+    const int wsum_model = n;
+    if (model_wsum(&models[n])) n++;
     int first_decoder = n;
     if (model_decoder(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (model_decoder(&models[n], KILN_PRECISION_FP16, 1)) n++;
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 28 : 43), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 29 : 44), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5212,6 +5253,11 @@ static void run_e2e(void) {
                     const int want = !load_no_fold && policy.attention_fold ? ROPE_FOLDED : 0;
                     CHECK_MSG(st.n_rope_folded == want, "%s: %d layers in a rope group, want %d",
                               models[i].name, st.n_rope_folded, want);
+                }
+                if (i == wsum_model && picked) { // the softmax-weighted sum, unless off
+                    const int want = !load_no_fold && policy.attention_fold ? WSUM_MODEL_FOLDS : 0;
+                    CHECK_MSG(st.n_wsum == want, "%s: %d softmax-weighted sums, want %d",
+                              models[i].name, st.n_wsum, want);
                 }
                 if (i >= grn_model && i < end_grn && picked) { // the mean ratio, unless off
                     const int want = !load_no_fold && policy.attention_fold ? RATIO_MODEL_FOLDS : 0;
