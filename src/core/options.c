@@ -114,7 +114,7 @@ static const option_def defs[] = {
     CUDA_BOOL("attention_fold", "true", attention_fold,
               "the head split/merge permutes around sdpa run no kernel (sdpa reads strided "
               "views), reshapes between dense activations are aliases (no kernel), and rope "
-              "groups and mean ratios run as one launch each"),
+              "groups, mean ratios and softmax-weighted sums run as one launch each"),
     CUDA_BOOL("tc_attention", "true", tc_attention,
               "fp16/bf16 sdpa may run on Kiln's tensor-core kernels; false: the fp32-FMA kernels"),
     OPT_ENUM("cuda.sdpa_rows", "auto", CUDA(sdpa_rows), rows_names, rows_values,
