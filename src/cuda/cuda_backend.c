@@ -22,6 +22,7 @@
 // pointers are new stages its I/O and replays that graph (a library's host work per layer, such
 // as cuDNN's ~0.1 ms per convolution, is paid only where a graph is recorded). A CUDA error marks
 // the context failed: later executes return KILN_ERR_DEVICE at once.
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -905,6 +906,22 @@ static void describe_state_write(const kiln_plan *p, uint32_t li, kiln_layer_inf
     }
 }
 
+// Appends a clause to out->detail ("; " after what is there), truncated to fit.
+static void detail_add(kiln_layer_info *out, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void detail_add(kiln_layer_info *out, const char *fmt, ...) {
+    size_t n = strlen(out->detail);
+    if (n > 0 && n + 2 < sizeof out->detail) {
+        memcpy(out->detail + n, "; ", 3);
+        n += 2;
+    }
+    if (n + 1 >= sizeof out->detail) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out->detail + n, sizeof out->detail - n, fmt, ap);
+    va_end(ap);
+}
+
 // 1 when layer li runs in a sibling's GEMV launch (cuda_fold.h).
 static int gemv_sibling(const cuda_engine *e, uint32_t li) {
     for (uint32_t k = 0; k < e->plan->n_layers; k++) {
@@ -959,12 +976,9 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                             op, out);
     describe_state_write(e->plan, li, out);
     if (e->layout.out_nchw[li] || e->layout.out_nhwc[li]) {
-        size_t n = strlen(out->detail);
-        if (n < sizeof out->detail) {
-            snprintf(out->detail + n, sizeof out->detail - n, "%s%s", n > 0 ? "; " : "",
-                     e->layout.out_nchw[li] ? "reads NHWC, writes its output NCHW"
-                                            : "reads NCHW, writes its output NHWC");
-        }
+        detail_add(out, "%s",
+                   e->layout.out_nchw[li] ? "reads NHWC, writes its output NCHW"
+                                          : "reads NCHW, writes its output NHWC");
     }
     if (e->fold.gemv_norm[li] >= 0 || e->fold.gemv_pair[li] >= 0 || e->fold.gemv_next[li] >= 0) {
         size_t n = strlen(out->detail);
@@ -993,20 +1007,12 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
         }
     }
     if (e->fold.wsum_sm[li] >= 0) {
-        size_t n = strlen(out->detail);
-        if (n < sizeof out->detail) {
-            snprintf(out->detail + n, sizeof out->detail - n,
-                     "%salso runs layers %d (softmax) and %d (x * it): a softmax-weighted sum",
-                     n > 0 ? "; " : "", e->fold.wsum_sm[li], e->fold.wsum_mul[li]);
-        }
+        detail_add(out, "also runs layers %d (softmax) and %d (x * it): a softmax-weighted sum",
+                   e->fold.wsum_sm[li], e->fold.wsum_mul[li]);
     }
     if (e->fold.ratio_div[li] >= 0) {
-        size_t n = strlen(out->detail);
-        if (n < sizeof out->detail) {
-            snprintf(out->detail + n, sizeof out->detail - n,
-                     "%salso runs layers %d (add eps) and %d (x / it): a mean ratio",
-                     n > 0 ? "; " : "", e->fold.ratio_add[li], e->fold.ratio_div[li]);
-        }
+        detail_add(out, "also runs layers %d (add eps) and %d (x / it): a mean ratio",
+                   e->fold.ratio_add[li], e->fold.ratio_div[li]);
     }
     if (e->layout.head_nhwc[li]) out->flags |= KILN_LAYER_INFO_NHWC;
     out->l2_keep_nbytes = e->l2_keep[li];

@@ -324,6 +324,17 @@ static void reshapes_transpose(const kiln_plan *p, kiln_cuda_layout *l) {
     }
 }
 
+// Tensor o, every read of which read its copy, is stored in the other layout instead (nhwc: the
+// new layout): its readers read it as it is and the copy is not made.
+static void store_as_read(const kiln_plan *p, kiln_cuda_layout *l, int32_t o, uint8_t nhwc) {
+    for (uint32_t i = 0; i < p->n_ids; i++) {
+        if (p->ids[i] == o) l->alt[i] = l->xpose[i] = 0;
+    }
+    l->nhwc[o] = nhwc;
+    l->copy[o] = 0;
+    l->n_copies--;
+}
+
 // out_nchw (cuda_layout.h): a one-group norm run NHWC whose output, an activation, every reader
 // reads through its NCHW copy writes the output NCHW itself: the output is stored NCHW, its
 // readers read it as it is, and the copy is not made.
@@ -338,12 +349,7 @@ static void norms_out_nchw(const kiln_plan *p, kiln_cuda_layout *l) {
         uint32_t via_copy = 0;
         const uint32_t reads = reads_of(p, l, o, &via_copy);
         if (reads == 0 || via_copy != reads) continue;
-        for (uint32_t i = 0; i < p->n_ids; i++) {
-            if (p->ids[i] == o) l->alt[i] = l->xpose[i] = 0;
-        }
-        l->nhwc[o] = 0;
-        l->copy[o] = 0;
-        l->n_copies--;
+        store_as_read(p, l, o, 0);
         l->out_nchw[li] = 1;
         l->n_out_nchw++;
     }
@@ -372,12 +378,7 @@ static void elementwise_out_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
             for (uint32_t j = 0; j < tl->n_inputs; j++) own += p->ids[tl->input_begin + j] == o;
         }
         if (reads == own || via_copy != reads - own) continue;
-        for (uint32_t i = 0; i < p->n_ids; i++) {
-            if (p->ids[i] == o) l->alt[i] = l->xpose[i] = 0;
-        }
-        l->nhwc[o] = 1;
-        l->copy[o] = 0;
-        l->n_copies--;
+        store_as_read(p, l, o, 1);
         l->out_nhwc[li] = 1;
         l->n_out_nhwc++;
     }
