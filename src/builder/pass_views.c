@@ -84,6 +84,14 @@
 //     sdpa reads, is one row gather as in 13 (the table computed by running the chain over
 //     every element; MaxViT's move from window tokens through a channels-first map to grid
 //     tokens: three transposes become one gather).
+// 17. in the second run, after 15, a chain of reshapes and permutes (static shapes, each link
+//     read only by the next) with at least two permutes that copy, ending where the values are
+//     not viewed again and not read by sdpa, whose result up to its last permute is a
+//     transpose of its input (that view's dims above 1, by stride, tile the input densely) is
+//     reshape(input, those dims in stride order), one permute, reshape: one copy instead of
+//     several (SegFormer's spatial
+//     reduction over tokens, transposed to a map, split into patches and transposed again;
+//     ConvNeXt's downsampling patchify after the permute to channels-first).
 // 16. in the second run, before 7, an add, sub, mul or div of a permute of a linear's, matmul's
 //     or convolution's output (directly or through the tails its fusion takes; the permute
 //     read only there) and a constant (its dims above 1 in order after the inverse permute) or
@@ -1585,6 +1593,87 @@ static kiln_status move_gather(kiln_bgraph *b, uint32_t k, int *done) {
     return st;
 }
 
+// Rewrite 17 for node k, the last link of a chain: *done = 2 when the chain became reshape,
+// permute, reshape.
+static kiln_status one_transpose(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    int cp = 0, copies = 0;
+    const kiln_bnode *n = &b->nodes[k];
+    if (!move_link(b, n, &cp)) return KILN_OK;
+    const int32_t out = n->output;
+    if (!b->is_output[out] && b->uses[out] == 1 && b->user[out] >= 0) {
+        int cq = 0;
+        if (move_link(b, &b->nodes[b->user[out]], &cq)) return KILN_OK; // not the chain's end
+    }
+    if (read_by(b, out, KILN_OP_SDPA)) return KILN_OK;
+    uint32_t chain[VIEW_CHAIN_MAX];
+    int len = 0;
+    int32_t x = -1;
+    for (uint32_t at = k; len < VIEW_CHAIN_MAX;) {
+        chain[len++] = at;
+        copies += cp;
+        x = kiln_bgraph_input(b, &b->nodes[at], 0);
+        if (b->values[x].kind != KILN_IR_NODE || b->uses[x] != 1 || b->is_output[x]) break;
+        const uint32_t prev = b->values[x].index;
+        if (!move_link(b, &b->nodes[prev], &cp)) break;
+        at = prev;
+    }
+    // the view up to the last permute (the reshapes after it reshape its result, which the
+    // new permute writes densely)
+    int last = 0;
+    while (last < len && b->nodes[chain[last]].op != KILN_OP_PERMUTE) last++;
+    int64_t sz[KILN_MAX_RANK], st[KILN_MAX_RANK];
+    int r = 0;
+    if (copies < 2 || last >= len || !chain_view(b, chain + last, len - 1 - last, sz, st, &r))
+        return KILN_OK;
+    // the dims above 1 by stride, largest first, must tile x densely
+    int order[KILN_MAX_RANK], m = 0;
+    for (int i = 0; i < r; i++) {
+        if (sz[i] == 1) continue;
+        int j = m++;
+        for (; j > 0 && st[order[j - 1]] < st[i]; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+    int64_t dense = 1, factors[KILN_MAX_RANK], perm[KILN_MAX_RANK];
+    for (int j = m - 1; j >= 0; j--) {
+        if (st[order[j]] != dense) return KILN_OK;
+        dense *= sz[order[j]];
+        factors[j] = sz[order[j]];
+    }
+    int identity = 1;
+    for (int i = 0, t = 0; i < r; i++) { // output dim i above 1 is factor j
+        if (sz[i] == 1) continue;
+        for (int j = 0; j < m; j++) {
+            if (order[j] == i) perm[t] = j;
+        }
+        identity &= perm[t] == t;
+        t++;
+    }
+    if (m < 2 || identity) return KILN_OK; // (rewrite 7's case)
+    const kiln_shape *ys = &b->values[out].desc.shape;
+    int64_t codes[KILN_MAX_RANK];
+    for (uint32_t i = 0; i < ys->rank; i++) codes[i] = ys->max[i];
+    // the new nodes take the place of the chain's first link (its readers may share k's place)
+    const int64_t seq = b->nodes[chain[len - 1]].seq;
+    kiln_attr_ref fref = {KILN_ATTR_INTS, (uint32_t)m, 0}, pref = {KILN_ATTR_INTS, (uint32_t)m, 0};
+    kiln_attr_ref rref = {KILN_ATTR_INTS, ys->rank, 0};
+    kiln_attrs fa = {&fref, 1, factors, NULL}, pa = {&pref, 1, perm, NULL};
+    kiln_attrs ra = {&rref, 1, codes, NULL};
+    int32_t split, moved, y;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &x, 1, &fa, seq, &split));
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_PERMUTE, &split, 1, &pa, seq, &moved));
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_RESHAPE, &moved, 1, &ra, seq, &y));
+    if (!kiln_desc_equal(&b->values[y].desc, &b->values[out].desc)) {
+        b->nodes[b->values[y].index].dead = 1;
+        b->nodes[b->values[moved].index].dead = 1;
+        b->nodes[b->values[split].index].dead = 1;
+        return kiln_fail(KILN_ERR_INTERNAL, "view simplification changed node %u", k);
+    }
+    KILN_TRY(kiln_bgraph_replace_node(b, k, y, "one transpose"));
+    *done = 2;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_views(kiln_bgraph *b) {
     int64_t codes[KILN_MAX_RANK];
     // 1: permutes of size-1 dims, squeezes and unsqueezes become reshapes
@@ -1745,6 +1834,17 @@ kiln_status kiln_pass_views(kiln_bgraph *b) {
     for (size_t k = 0, n15 = b->n_nodes; b->n_views_runs > 0 && k < n15; k++) {
         int done = 0;
         KILN_TRY(move_gather(b, (uint32_t)k, &done));
+        if (done) {
+            appended = 1;
+            b->stats.n_views++;
+            KILN_TRY(kiln_bgraph_count_uses(b));
+        }
+    }
+    // 17: chains of several transposes as one (the second run, after 15)
+    KILN_TRY(kiln_bgraph_count_uses(b));
+    for (size_t k = 0, n17 = b->n_nodes; b->n_views_runs > 0 && k < n17; k++) {
+        int done = 0;
+        KILN_TRY(one_transpose(b, (uint32_t)k, &done));
         if (done) {
             appended = 1;
             b->stats.n_views++;

@@ -117,7 +117,8 @@ static void test_order_keeping_chain(int variant, const char *want, const char *
 // [B, H, L, E], then unsqueeze, two permutes, a clone and a reshape to [B H, ..], as torch's export
 // writes them): variant 0, v's views keep the element order: from the split on, one reshape
 // (rewrite 7 from the nearer start); 1, k's views transpose L and E: a reshape to [B H, L, E]
-// and a swap (rewrite 9); 2, as 1 with the clone read twice: left alone.
+// and a swap (rewrite 9); 2, as 1 with the clone read twice: not 9 (the copy ends the chain),
+// but its two transposes are one (rewrite 17).
 static void test_einsum_views(int variant, const char *want, const char *what) {
     enum { B = 2, L = 3, H = 2, E = 4 };
     kiln_graph *g;
@@ -460,6 +461,42 @@ static void test_row_gather(int variant, const char *want, const char *what) {
     kiln_graph_free(g);
 }
 
+// Rewrite 17: SegFormer's spatial reduction over tokens, x [1, 64, C] (an 8 x 8 map) -> exp ->
+// permute (0, 2, 1) -> reshape [1, C, 4, 2, 4, 2] -> permute (0, 2, 4, 1, 3, 5) -> reshape
+// [1, 16, 4 C] (2 x 2 patches) -> neg: two transposes, one permute of x split as [1, 4, 2, 4,
+// 2, C]. variant 1: the patches read by an sdpa as q, k and v (stays); 2: the patches viewed
+// again ([1, 4, 4, 4 C], a permute swapping the patch rows and columns, [1, 16, 4 C]): the
+// chain, taken from its end, is not one transpose (its middle reshape merges dims the second
+// permute left apart), and stays.
+static void test_one_transpose(int variant, const char *want, const char *what) {
+    enum { C = 8 };
+    kiln_graph *g;
+    kiln_plan p;
+    kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0),
+                       o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+    bt_shape sh[1] = {{3, {1, 64, C}}};
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(1, 64, C), TU_DIMS(1, 64, C));
+    int32_t t = tu_node(g, KILN_OP_EXP, TU_IDS(x), TU_NO_ATTRS);
+    t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1)));
+    t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, C, 4, 2, 4, 2)));
+    t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 4, 1, 3, 5)));
+    t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, 16, 4 * C)));
+    if (variant == 1) t = tu_node(g, KILN_OP_SDPA, TU_IDS(t, t, t), TU_NO_ATTRS);
+    if (variant == 2) {
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, 4, 4, 4 * C)));
+        t = tu_node(g, KILN_OP_PERMUTE, TU_IDS(t), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+        t = tu_node(g, KILN_OP_RESHAPE, TU_IDS(t), TU_ATTRS(TU_INTS("shape", 1, 16, 4 * C)));
+    }
+    tu_output(g, tu_node(g, KILN_OP_NEG, TU_IDS(t), TU_NO_ATTRS), "y");
+    if (bt_plan(g, &o1, &p)) {
+        BT_EXPECT_LAYERS(&p, want);
+        kiln_plan_release(&p);
+    }
+    bt_compare(g, &o0, &o1, 1, sh, 0, 1e-6, 1e-6, what);
+    kiln_graph_free(g);
+}
+
 // Rewrite 15: MaxViT's move from window tokens to grid tokens, x [1, 4, 9, C] (2 x 2 windows of
 // 3 x 3) -> exp -> reshape [1, 2, 2, 3, 3, C] -> permute (0, 5, 1, 3, 2, 4) (a channels-first
 // map) -> reshape [1, C, 3, 2, 3, 2] -> permute (0, 2, 4, 3, 5, 1) -> reshape [1, 9, 4, C] ->
@@ -467,7 +504,8 @@ static void test_row_gather(int variant, const char *want, const char *what) {
 // result read by an sdpa as q, k and v (a head split backends may read as a view: stays); 2:
 // the last two permutes only, from x viewed as the channels-first map [1, C, 3, 2, 3, 2] (a
 // row of the result gathers C strided elements: stays); 3: two permutes that move elements
-// within rows ([2, 4, C] -> (0, 2, 1) -> (1, 0, 2) -> reshape [2, 4, C]): stays.
+// within rows ([2, 4, C] -> (0, 2, 1) -> (1, 0, 2) -> reshape [2, 4, C]): not a gather, one
+// transpose (rewrite 17).
 static void test_move_gather(int variant, const char *want, const char *what) {
     enum { C = 8 };
     kiln_graph *g;
@@ -743,8 +781,8 @@ int main(void) {
     test_order_keeping_chain(2, "exp|reshape|permute|reshape|permute|neg", "the map read twice");
     test_einsum_views(0, "exp|reshape|permute|reshape|neg", "einsum's v views: one reshape");
     test_einsum_views(1, "exp|reshape|permute|reshape|permute|neg", "einsum's k views: a swap");
-    test_einsum_views(2, "exp|reshape|permute|reshape|permute|copy|reshape|neg",
-                      "einsum's k views, the clone read twice");
+    test_einsum_views(2, "exp|reshape|permute|reshape|copy|reshape|neg",
+                      "einsum's k views, the clone read twice: one transpose");
     test_token_map(0, "exp|reshape|permute|conv2d|permute|reshape|neg", "tokens to a map and back");
     test_token_map(1, "reshape|permute|conv2d|permute|reshape|neg", "tokens from the input");
     test_space_to_depth(0, "exp|reshape|permute|reshape|neg", "patch merging: one transpose");
@@ -804,7 +842,11 @@ int main(void) {
                      "read by sdpa: stays");
     test_move_gather(2, "exp|reshape|permute|reshape|permute|neg",
                      "from a channels-first map: stays");
-    test_move_gather(3, "exp|permute|permute|reshape|neg", "permutes within rows: stay");
+    test_move_gather(3, "exp|reshape|permute|reshape|neg", "permutes within rows: one transpose");
+    test_one_transpose(0, "exp|reshape|permute|reshape|neg", "spatial reduction: one transpose");
+    test_one_transpose(1, "exp|permute|reshape|permute|reshape|sdpa|neg", "read by sdpa: stays");
+    test_one_transpose(2, "exp|permute|reshape|permute|reshape|permute|reshape|neg",
+                       "viewed again: not one transpose, stays");
     test_row_gather(0, "exp|reshape|index|reshape|neg",
                     "roll and window partition: one row gather");
     test_row_gather(1, "exp|reshape|index|reshape|neg",
