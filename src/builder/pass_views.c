@@ -1521,35 +1521,43 @@ static int move_link(const kiln_bgraph *b, const kiln_bnode *n, int *copies) {
     return 1;
 }
 
-// Rewrite 15 for node k, the last link of a chain: *done = 2 when it became the row gather.
-static kiln_status move_gather(kiln_bgraph *b, uint32_t k, int *done) {
-    *done = 0;
+// The chain of links (move_link) that node k ends, nearest first, into chain[0 .. *len) (at most
+// max) and its input into *x; returns the links among them that copy, or -1 when k is not a
+// chain's end: not a link, its output read by one more link alone, or read by an sdpa (which
+// backends may read through the permutes as views).
+static int move_chain(const kiln_bgraph *b, uint32_t k, uint32_t *chain, uint32_t max,
+                      uint32_t *len, int32_t *x) {
     int cp = 0, copies = 0;
     const kiln_bnode *n = &b->nodes[k];
-    if (!move_link(b, n, &cp)) return KILN_OK;
+    if (!move_link(b, n, &cp)) return -1;
     const int32_t out = n->output;
-    const kiln_shape ys = b->values[out].desc.shape;
-    if (ys.rank < 2) return KILN_OK;
-    const int64_t c = ys.max[ys.rank - 1];
-    // the chain's end: its output is not read by one more link alone, nor by an sdpa (which
-    // backends may read through the permutes as views)
     if (!b->is_output[out] && b->uses[out] == 1 && b->user[out] >= 0) {
         int cq = 0;
-        if (move_link(b, &b->nodes[b->user[out]], &cq)) return KILN_OK;
+        if (move_link(b, &b->nodes[b->user[out]], &cq)) return -1;
     }
-    if (c < 8 || read_by(b, out, KILN_OP_SDPA)) return KILN_OK;
-    uint32_t chain[GATHER_CHAIN_MAX], len = 0;
-    int32_t x = -1;
-    for (uint32_t at = k; len < GATHER_CHAIN_MAX;) {
-        chain[len++] = at;
+    if (read_by(b, out, KILN_OP_SDPA)) return -1;
+    *len = 0;
+    for (uint32_t at = k; *len < max;) {
+        chain[(*len)++] = at;
         copies += cp;
-        x = kiln_bgraph_input(b, &b->nodes[at], 0);
-        if (b->values[x].kind != KILN_IR_NODE || b->uses[x] != 1 || b->is_output[x]) break;
-        const uint32_t prev = b->values[x].index;
+        *x = kiln_bgraph_input(b, &b->nodes[at], 0);
+        if (b->values[*x].kind != KILN_IR_NODE || b->uses[*x] != 1 || b->is_output[*x]) break;
+        const uint32_t prev = b->values[*x].index;
         if (!move_link(b, &b->nodes[prev], &cp)) break;
         at = prev;
     }
-    if (copies < 2) return KILN_OK;
+    return copies;
+}
+
+// Rewrite 15 for node k, the last link of a chain: *done = 2 when it became the row gather.
+static kiln_status move_gather(kiln_bgraph *b, uint32_t k, int *done) {
+    *done = 0;
+    const kiln_shape ys = b->values[b->nodes[k].output].desc.shape;
+    if (ys.rank < 2 || ys.max[ys.rank - 1] < 8) return KILN_OK;
+    const int64_t c = ys.max[ys.rank - 1];
+    uint32_t chain[GATHER_CHAIN_MAX], len = 0;
+    int32_t x = -1;
+    if (move_chain(b, k, chain, GATHER_CHAIN_MAX, &len, &x) < 2) return KILN_OK;
     const kiln_shape xs = b->values[x].desc.shape;
     int64_t numel = 1, sh[KILN_MAX_RANK];
     uint32_t r = xs.rank;
@@ -1597,27 +1605,11 @@ static kiln_status move_gather(kiln_bgraph *b, uint32_t k, int *done) {
 // permute, reshape.
 static kiln_status one_transpose(kiln_bgraph *b, uint32_t k, int *done) {
     *done = 0;
-    int cp = 0, copies = 0;
-    const kiln_bnode *n = &b->nodes[k];
-    if (!move_link(b, n, &cp)) return KILN_OK;
-    const int32_t out = n->output;
-    if (!b->is_output[out] && b->uses[out] == 1 && b->user[out] >= 0) {
-        int cq = 0;
-        if (move_link(b, &b->nodes[b->user[out]], &cq)) return KILN_OK; // not the chain's end
-    }
-    if (read_by(b, out, KILN_OP_SDPA)) return KILN_OK;
-    uint32_t chain[VIEW_CHAIN_MAX];
-    int len = 0;
+    const int32_t out = b->nodes[k].output;
+    uint32_t chain[VIEW_CHAIN_MAX], ulen = 0;
     int32_t x = -1;
-    for (uint32_t at = k; len < VIEW_CHAIN_MAX;) {
-        chain[len++] = at;
-        copies += cp;
-        x = kiln_bgraph_input(b, &b->nodes[at], 0);
-        if (b->values[x].kind != KILN_IR_NODE || b->uses[x] != 1 || b->is_output[x]) break;
-        const uint32_t prev = b->values[x].index;
-        if (!move_link(b, &b->nodes[prev], &cp)) break;
-        at = prev;
-    }
+    const int copies = move_chain(b, k, chain, VIEW_CHAIN_MAX, &ulen, &x);
+    const int len = (int)ulen;
     // the view up to the last permute (the reshapes after it reshape its result, which the
     // new permute writes densely)
     int last = 0;
