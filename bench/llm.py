@@ -21,7 +21,7 @@ delegate does for the methods of one program). Measured, side by side in one pro
 - Kiln: prefill of 512 tokens; decode ms/token at context 128, 1024 and 4096 (the time of one
   execute of ``decode``: bind nothing new but the token and position, run, logits back);
 - PyTorch, the same wrapper and weights on the GPU: eager decode captured in a CUDA graph, and
-  ``torch.compile(mode="reduce-overhead")``; prefill eager;
+  ``torch.compile(mode="reduce-overhead")``; prefill eager, in a CUDA graph and compiled;
 - the bandwidth floor: weight bytes + the KV cache bytes read at that context over 4.26 TB/s.
 
 Correctness on the device: Kiln's prefill logits and 16 teacher-forced decode steps against the
@@ -259,7 +259,7 @@ def cmd_run(a):
     dec = C.Engine(by_name["decode"][0], dict(by_name["decode"][1]), device=a.kiln_device)
     dec.share_states(pre)
     res["t_load_s"] = time.perf_counter() - t0
-    dec_bytes = by_name["decode"] if a.profile else None
+    profile_engines = dict(by_name) if a.profile else None
     del built, by_name
     res["kiln_weight_bytes"] = [pre.weight_nbytes, dec.weight_nbytes]
     stream = torch.cuda.current_stream().cuda_stream if dev.type == "cuda" else None
@@ -340,8 +340,9 @@ def cmd_run(a):
     save()
     pre.close()
     dec.close()
-    if dec_bytes is not None:
-        _profile(res, C, dec_bytes, a, V, stream)
+    if profile_engines is not None:
+        _profile(res, C, profile_engines, a, V, P, stream)
+        del profile_engines
         save()
     if a.no_torch:
         _table(res)
@@ -383,7 +384,34 @@ def cmd_run(a):
             flush=True,
         )
         save()
+        try:  # the prefill captured in a CUDA graph (the same cache rows written each replay)
+            if dev.type != "cuda":
+                raise RuntimeError("no GPU")
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    ref(ids_p, pos_p)
+            torch.cuda.current_stream().wait_stream(s)
+            gp = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gp):
+                ref(ids_p, pos_p)
+            res["torch_prefill_graph_ms"] = _median_ms(gp.replay, 10)
+            del gp
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            res["torch_prefill_graph_error"] = f"{type(e).__name__}: {e}"[:400]
+        save()
         if a.compile:
+            try:  # the prefill shape compiled alone (static shapes), then the decode
+                t0 = time.perf_counter()
+                comp_p = torch.compile(ref, mode="reduce-overhead", dynamic=False)
+                res["torch_prefill_compile_ms"] = _median_ms(lambda: comp_p(ids_p, pos_p), 10, 4)
+                res["torch_prefill_compile_s"] = time.perf_counter() - t0
+                del comp_p
+                torch._dynamo.reset()
+            except Exception as e:  # noqa: BLE001
+                res["torch_prefill_compile_error"] = f"{type(e).__name__}: {e}"[:400]
+            save()
             try:
                 t0 = time.perf_counter()
                 comp = torch.compile(ref, mode="reduce-overhead", fullgraph=False)
@@ -494,42 +522,57 @@ def _trace(step_fn, pos_buf, tok_buf, context: int, n: int, out: Path) -> dict:
     return summary
 
 
-def _profile(res, C, dec_bytes, a, V, stream):
-    """Per-layer device times of the decode engine (option profile), grouped by op and kernel."""
+def _profile(res, C, engines, a, V, P, stream):
+    """Per-layer device times of the prefill and decode engines (option profile), grouped by op
+    and kernel: the prefill over P tokens from position 0, then the decode over the same cache
+    at position 1024 on the GPU (P elsewhere: host positions are checked against the rows
+    written)."""
     dev = torch.device(a.device)
-    eng = C.Engine(dec_bytes[0], dict(dec_bytes[1]), device=a.kiln_device, profile=True)
-    tok = torch.zeros(1, 1, dtype=torch.int64, device=dev)
-    pos = torch.full((1,), 1024, dtype=torch.int64, device=dev)
-    out = torch.empty(1, 1, V, dtype=torch.bfloat16, device=dev)
-    eng.bind(
-        [(tok.data_ptr(), [1, 1]), (pos.data_ptr(), [1])],
-        [(out.data_ptr(), out.numel() * 2)],
-        stream,
-    )
-    for _ in range(20):
-        eng.execute()
-    layers = [x for x in eng.layers() if x["device_us"] is not None and x["device_us"] >= 0]
-    eng.close()
-    groups: dict = {}
-    for x in layers:
-        k = (x["op"], x["kernel"])
-        g = groups.setdefault(k, [0, 0.0])
-        g[0] += 1
-        g[1] += x["device_us"]
-    total = sum(g[1] for g in groups.values())
-    res["profile_total_us"] = total
-    res["profile_groups"] = sorted(
-        ([op, kern, n, us] for (op, kern), (n, us) in groups.items()), key=lambda r: -r[3]
-    )
-    res["profile_top"] = sorted(layers, key=lambda x: -x["device_us"])[:25]
-    print(f"\nllm: decode profile at position 1024: {total:.0f} us of device time per step")
-    for op, kern, n, us in res["profile_groups"][:20]:
-        print(f"  {op:14s} {kern:22s} x{n:4d} {us:9.1f} us")
-    for x in res["profile_top"][:12]:
-        print(
-            f"  layer {x['layer']:4d} {x['op']:12s} {x['device_us']:8.1f} us  {x['kernel']}: "
-            f"{x['detail'][:110]}"
+    at = 1024 if dev.type == "cuda" else P
+    first = None
+    for name in ("prefill", "decode"):
+        blob, weights = engines[name]
+        n = P if name == "prefill" else 1
+        eng = C.Engine(blob, dict(weights), device=a.kiln_device, profile=True)
+        if first is None:
+            first = eng
+        else:
+            eng.share_states(first)
+        tok = tokens(n, V, 5).to(dev)
+        pos = torch.arange(n, device=dev) if n > 1 else torch.full((1,), at, device=dev)
+        out = torch.empty(1, n, V, dtype=torch.bfloat16, device=dev)
+        eng.bind(
+            [(tok.data_ptr(), [1, n]), (pos.data_ptr(), [n])],
+            [(out.data_ptr(), out.numel() * 2)],
+            stream,
         )
+        for _ in range(20 if n == 1 else 5):
+            eng.execute()
+        layers = [x for x in eng.layers() if x["device_us"] is not None and x["device_us"] >= 0]
+        if eng is not first:
+            eng.close()
+        groups: dict = {}
+        for x in layers:
+            g = groups.setdefault((x["op"], x["kernel"]), [0, 0.0])
+            g[0] += 1
+            g[1] += x["device_us"]
+        total = sum(g[1] for g in groups.values())
+        key = "profile" if name == "decode" else f"profile_{name}"
+        res[f"{key}_total_us"] = total
+        res[f"{key}_groups"] = sorted(
+            ([op, kern, k, us] for (op, kern), (k, us) in groups.items()), key=lambda r: -r[3]
+        )
+        res[f"{key}_top"] = sorted(layers, key=lambda x: -x["device_us"])[:25]
+        where = f"at position {at}" if n == 1 else f"of {n} tokens"
+        print(f"\nllm: {name} profile {where}: {total:.0f} us of device time per call")
+        for op, kern, k, us in res[f"{key}_groups"][:20]:
+            print(f"  {op:14s} {kern:22s} x{k:4d} {us:9.1f} us")
+        for x in res[f"{key}_top"][:12]:
+            print(
+                f"  layer {x['layer']:4d} {x['op']:12s} {x['device_us']:8.1f} us  {x['kernel']}: "
+                f"{x['detail'][:110]}"
+            )
+    first.close()
 
 
 def _table(res):
@@ -554,9 +597,17 @@ def _table(res):
             f"| {f / k:.0%} |"
         )
     if "kiln_prefill_ms" in res:
+        k = res["kiln_prefill_ms"]
+        torch_ms = {
+            cfg: res[f"torch_prefill_{cfg}_ms"]
+            for cfg in ("eager", "graph", "compile")
+            if f"torch_prefill_{cfg}_ms" in res
+        }
+        best = min(torch_ms.values(), default=None)
         print(
-            f"\nprefill {res['meta']['prefill']}: Kiln {res['kiln_prefill_ms']:.2f} ms, torch "
-            f"eager {res.get('torch_prefill_eager_ms', float('nan')):.2f} ms"
+            f"\nprefill {res['meta']['prefill']}: Kiln {k:.2f} ms, torch "
+            + ", ".join(f"{cfg} {ms:.2f}" for cfg, ms in torch_ms.items())
+            + ("" if best is None else f" ms; Kiln / best torch {k / best:.2f}")
         )
 
 
@@ -577,7 +628,7 @@ def main(argv=None):
     r.add_argument("--kiln-device", default="cuda:0")
     r.add_argument("--steps", type=int, default=100)
     r.add_argument("--compile", action="store_true", help="also torch.compile(reduce-overhead)")
-    r.add_argument("--profile", action="store_true", help="per-layer times of the decode engine")
+    r.add_argument("--profile", action="store_true", help="per-layer times of both engines")
     r.add_argument(
         "--trace", action="store_true", help="the decode step's kernels as the GPU ran them"
     )
