@@ -969,7 +969,10 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
     if (e->layout.ident[li]) {
         snprintf(out->kernel, sizeof out->kernel, "memcpy");
         snprintf(out->detail, sizeof out->detail,
-                 "a layout permute: its output is its input's bytes (one of them NHWC), copied");
+                 op == KILN_OP_RESHAPE
+                     ? "a reshape of a permute's channels-last bytes, the NHWC map's: copied"
+                     : "a layout permute: its output is its input's bytes (one of them NHWC), "
+                       "copied");
         return;
     }
     kiln_cuda_plan_describe(kiln_cuda_op_planned(op) ? (L->last_now ? &L->now : &L->tuned) : NULL,
@@ -977,8 +980,11 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
     describe_state_write(e->plan, li, out);
     if (e->layout.out_nchw[li] || e->layout.out_nhwc[li]) {
         detail_add(out, "%s",
-                   e->layout.out_nchw[li] ? "reads NHWC, writes its output NCHW"
-                                          : "reads NCHW, writes its output NHWC");
+                   e->layout.out_nchw[li]  ? "reads NHWC, writes its output NCHW"
+                   : e->layout.in_nhwc[li] ? "reads and writes channels-last (NHWC maps' bytes)"
+                                           : "reads NCHW, writes its output NHWC");
+    } else if (e->layout.in_nhwc[li]) {
+        detail_add(out, "reads its input channels-last (an NHWC map's bytes)");
     }
     if (e->fold.gemv_norm[li] >= 0 || e->fold.gemv_pair[li] >= 0 || e->fold.gemv_next[li] >= 0) {
         size_t n = strlen(out->detail);

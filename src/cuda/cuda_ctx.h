@@ -54,7 +54,8 @@ typedef struct kiln_cuda_ctx {
     int64_t x_cpad;     // conv2d with nhwc: x's NHWC channel stride when padded (0: dense)
     int stem;           // conv2d with nhwc: Kiln's stem kernel (x read NCHW, the OIHW weight)
     int out_nchw;       // group_norm with nhwc: the output is stored NCHW (cuda_layout.h)
-    int out_nhwc;       // an elementwise group run NCHW: its 4-D output is stored NHWC (ditto)
+    int out_nhwc;       // an elementwise group or permute: its 4-D output is stored NHWC (ditto)
+    int in_nhwc;        // a permute: its input is stored channels-last (ditto)
     int64_t l2_keep;    // small-M linear: bytes of its weight the L2 plan keeps (-1: no hints)
     // sdpa with folded views (cuda_fold.h): q, k, v, out through these (NULL: the dense tensor)
     const kiln_cuda_strided *sdpa_io[4];

@@ -433,8 +433,10 @@ static void aliases(fold_state *s, const uint8_t *nhwc, const uint8_t *alt, cons
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
         const int32_t x = in0(p, li), y = out0(p, li);
-        // a layout permute (cuda_layout.h): its output is its input's bytes, one of them NHWC
-        const int same_bytes = ident != NULL && ident[li] && l->op == KILN_OP_PERMUTE;
+        // a layout permute, or a reshape of a permute's channels-last output (cuda_layout.h):
+        // its output is its input's bytes, stored NHWC or channels-last
+        const int same_bytes =
+            ident != NULL && ident[li] && (l->op == KILN_OP_PERMUTE || l->op == KILN_OP_RESHAPE);
         if ((l->op != KILN_OP_RESHAPE && l->op != KILN_OP_SLICE && !same_bytes) ||
             (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 || l->n_outputs != 1 ||
             f->virt[li] != 0 || x < 0 || y < 0)

@@ -136,6 +136,7 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
     ctx->nhwc = L->head_nhwc[li];
     ctx->out_nchw = L->out_nchw[li];
     ctx->out_nhwc = L->out_nhwc[li];
+    ctx->in_nhwc = L->in_nhwc[li];
     for (uint32_t j = 0; j < l->n_inputs && j < KILN_MAX_INPUTS; j++) {
         uint32_t slot = l->input_begin + j;
         if (!L->alt[slot] || args->in[j] == NULL) continue;
@@ -366,6 +367,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     ctx->stem = 0;
     ctx->out_nchw = 0;
     ctx->out_nhwc = 0;
+    ctx->in_nhwc = 0;
     ctx->l2_keep = e->l2_keep[li];
     ctx->sdpa_store = e->plan->layers[li].op == KILN_OP_SDPA ? c->sdpa_store : NULL;
     ctx->choice = NULL;

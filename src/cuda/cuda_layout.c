@@ -241,6 +241,7 @@ void kiln_cuda_layout_free(const kiln_plan *p, kiln_cuda_layout *l) {
     kiln_cuda_free(l->rs_xpose, nl);
     kiln_cuda_free(l->out_nchw, nl);
     kiln_cuda_free(l->out_nhwc, nl);
+    kiln_cuda_free(l->in_nhwc, nl);
     kiln_cuda_free(l->head_nhwc, nl);
     kiln_cuda_free(l->xpose, ni);
     kiln_cuda_free(l->alt, ni);
@@ -301,9 +302,32 @@ static uint32_t reads_of(const kiln_plan *p, const kiln_cuda_layout *l, int32_t 
     return n;
 }
 
+// The one permute (a head with no tail, not a layout permute) that reads tensor t, which no
+// other layer reads; UINT32_MAX when there is none.
+static uint32_t only_permute_reader(const kiln_plan *p, const kiln_cuda_layout *l, int32_t t) {
+    uint32_t rl = UINT32_MAX, n = 0;
+    for (uint32_t k = 0; k < p->n_layers; k++) {
+        const kiln_plan_layer *g = &p->layers[k];
+        for (uint32_t j = 0; j < g->n_inputs; j++) {
+            if (p->ids[g->input_begin + j] != t) continue;
+            n++;
+            rl = k;
+        }
+    }
+    if (n != 1) return UINT32_MAX;
+    const kiln_plan_layer *g = &p->layers[rl];
+    return g->op == KILN_OP_PERMUTE && !(g->flags & KILN_LAYER_TAIL) && g->n_tail == 0 &&
+                   g->n_outputs == 1 && !l->ident[rl]
+               ? rl
+               : UINT32_MAX;
+}
+
 // rs_xpose (cuda_layout.h): a RESHAPE head (no tail) whose input, a 4-D NHWC activation, it reads
 // through the NCHW copy that no other slot reads transposes the NHWC bytes into its own output
-// (the copy's bytes, in the reshape's dims): the copy is not made.
+// (the copy's bytes, in the reshape's dims): the copy is not made. When the reshape keeps the
+// map's first two dims and only a permute reads its output, the reshape is a layer of the same
+// bytes instead (its output the map's NHWC bytes, channels-last) and the permute reads them so
+// (in_nhwc): one kernel fewer.
 static void reshapes_transpose(const kiln_plan *p, kiln_cuda_layout *l) {
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         const kiln_plan_layer *hl = &p->layers[li];
@@ -319,6 +343,19 @@ static void reshapes_transpose(const kiln_plan *p, kiln_cuda_layout *l) {
         l->alt[hl->input_begin] = l->xpose[hl->input_begin] = 0;
         l->copy[x] = 0;
         l->n_copies--;
+        const kiln_plan_tensor *xt = &p->tensors[x], *yt = &p->tensors[y];
+        const uint32_t pl = only_permute_reader(p, l, y);
+        if (pl != UINT32_MAX && yt->kind == KILN_TENSOR_ACTIVATION && yt->shape.rank >= 3 &&
+            xt->shape.min[1] == xt->shape.max[1] && yt->shape.min[1] == xt->shape.max[1] &&
+            yt->shape.max[1] == xt->shape.max[1] && yt->shape.min[0] == xt->shape.min[0] &&
+            yt->shape.max[0] == xt->shape.max[0]) {
+            l->nhwc[y] = 1; // channels-last bytes at any rank, never copied
+            l->ident[li] = 1;
+            l->n_ident++;
+            l->in_nhwc[pl] = 1;
+            l->n_in_nhwc++;
+            continue;
+        }
         l->rs_xpose[li] = 1;
         l->n_rs_xpose++;
     }
@@ -356,13 +393,14 @@ static void norms_out_nchw(const kiln_plan *p, kiln_cuda_layout *l) {
 }
 
 // out_nhwc (cuda_layout.h): an elementwise group run NCHW (a unary or binary head and its tail)
-// whose output, a 4-D float16/bfloat16 activation with a static C % 8 == 0, every reader reads
-// through its NHWC copy writes the output NHWC itself: its output is then stored NHWC, its
-// readers read it as it is, and the copy is not made.
-static void elementwise_out_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
+// or a permute whose output, a 4-D float16/bfloat16 activation with a static C % 8 == 0, every
+// reader reads through its NHWC copy writes the output NHWC itself: its output is then stored
+// NHWC, its readers read it as it is, and the copy is not made.
+static void out_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         const kiln_plan_layer *hl = &p->layers[li];
-        if (!(follow_unary(hl->op) || follow_binary(hl->op) || hl->op == KILN_OP_DIV) ||
+        const int permute = hl->op == KILN_OP_PERMUTE && hl->n_tail == 0 && hl->n_outputs == 1;
+        if (!(follow_unary(hl->op) || follow_binary(hl->op) || hl->op == KILN_OP_DIV || permute) ||
             l->head_nhwc[li] || l->ident[li] || group_touches_state(p, li))
             continue;
         const int32_t o = kiln_plan_group_output(p, li);
@@ -379,6 +417,57 @@ static void elementwise_out_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
         }
         if (reads == own || via_copy != reads - own) continue;
         store_as_read(p, l, o, 1);
+        l->out_nhwc[li] = 1;
+        l->n_out_nhwc++;
+    }
+}
+
+// out_nhwc through a reshape (cuda_layout.h): a permute whose output is read only by a reshape
+// to a 4-D [N, C, H, W] that keeps the permute output's first two dims, where every reader of
+// the reshape's output reads it through the NHWC copy (MobileViT's fold of patches back into a
+// map: [B, C, nh, ph, nw, pw] viewed as [B, C, H, W]). The permute writes its output
+// channels-last (dim 1 innermost, the others in order), which are the reshape's NHWC bytes: the
+// reshape is a layer of the same bytes (ident) and the copy is not made.
+static void permute_reshape_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
+    for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
+        const kiln_plan_layer *hl = &p->layers[li];
+        if (hl->op != KILN_OP_PERMUTE || hl->n_tail != 0 || hl->n_outputs != 1 || l->ident[li] ||
+            l->out_nhwc[li] || group_touches_state(p, li))
+            continue;
+        const int32_t o = p->ids[hl->output_begin];
+        if (o < 0 || l->nhwc[o] || l->copy[o] || p->tensors[o].kind != KILN_TENSOR_ACTIVATION ||
+            p->tensors[o].shape.rank < 3)
+            continue;
+        uint32_t rl = UINT32_MAX, n = 0; // o's one reader
+        for (uint32_t k = 0; k < p->n_layers; k++) {
+            const kiln_plan_layer *g = &p->layers[k];
+            for (uint32_t j = 0; j < g->n_inputs; j++) {
+                if (p->ids[g->input_begin + j] != o) continue;
+                n++;
+                rl = k;
+            }
+        }
+        if (n != 1) continue;
+        const kiln_plan_layer *r = &p->layers[rl];
+        if (r->op != KILN_OP_RESHAPE || (r->flags & KILN_LAYER_TAIL) || r->n_tail != 0 ||
+            r->n_outputs != 1)
+            continue;
+        const int32_t o2 = p->ids[r->output_begin];
+        if (o2 < 0) continue;
+        const kiln_plan_tensor *pt = &p->tensors[o], *t2 = &p->tensors[o2];
+        if (l->nhwc[o2] || !l->copy[o2] || l->padc[o2] || !half_4d(t2) ||
+            t2->kind != KILN_TENSOR_ACTIVATION || t2->dtype != pt->dtype ||
+            t2->shape.min[1] != t2->shape.max[1] || t2->shape.max[1] % 8 != 0 ||
+            pt->shape.min[1] != t2->shape.max[1] || pt->shape.max[1] != t2->shape.max[1] ||
+            pt->shape.min[0] != t2->shape.min[0] || pt->shape.max[0] != t2->shape.max[0])
+            continue;
+        uint32_t via_copy = 0;
+        const uint32_t reads = reads_of(p, l, o2, &via_copy);
+        if (reads == 0 || via_copy != reads) continue;
+        store_as_read(p, l, o2, 1);
+        l->nhwc[o] = 1; // channels-last bytes at any rank, never copied
+        l->ident[rl] = 1;
+        l->n_ident++;
         l->out_nhwc[li] = 1;
         l->n_out_nhwc++;
     }
@@ -412,14 +501,15 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     l.rs_xpose = kiln_cuda_calloc(nl);
     l.out_nchw = kiln_cuda_calloc(nl);
     l.out_nhwc = kiln_cuda_calloc(nl);
+    l.in_nhwc = kiln_cuda_calloc(nl);
     l.head_nhwc = kiln_cuda_calloc(nl);
     l.xpose = kiln_cuda_calloc(ni);
     l.alt = kiln_cuda_calloc(ni);
     kind = kiln_cuda_calloc(nl);
     if (l.nhwc == NULL || l.copy == NULL || l.krsc == NULL || l.krsc_only == NULL ||
         l.padc == NULL || l.stem == NULL || l.ident == NULL || l.rs_xpose == NULL ||
-        l.out_nchw == NULL || l.out_nhwc == NULL || l.head_nhwc == NULL || l.xpose == NULL ||
-        l.alt == NULL || kind == NULL) {
+        l.out_nchw == NULL || l.out_nhwc == NULL || l.in_nhwc == NULL || l.head_nhwc == NULL ||
+        l.xpose == NULL || l.alt == NULL || kind == NULL) {
         kiln_cuda_free(l.nhwc, nt);
         kiln_cuda_free(l.copy, nt);
         kiln_cuda_free(l.krsc, nt);
@@ -430,6 +520,7 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
         kiln_cuda_free(l.rs_xpose, nl);
         kiln_cuda_free(l.out_nchw, nl);
         kiln_cuda_free(l.out_nhwc, nl);
+        kiln_cuda_free(l.in_nhwc, nl);
         kiln_cuda_free(l.head_nhwc, nl);
         kiln_cuda_free(l.xpose, ni);
         kiln_cuda_free(l.alt, ni);
@@ -536,7 +627,8 @@ kiln_status kiln_cuda_layout_plan(const kiln_plan *p, int flags, kiln_cuda_layou
     if (enable) {
         norms_out_nchw(p, &l);
         reshapes_transpose(p, &l);
-        elementwise_out_nhwc(p, &l);
+        out_nhwc(p, &l);
+        permute_reshape_nhwc(p, &l);
     }
     for (uint32_t i = 0; i < p->n_tensors; i++) l.n_nhwc += l.nhwc[i];
     krsc_readers(p, kind, &l);

@@ -40,22 +40,30 @@
 // output through the NCHW copy writes that output NCHW itself (out_nchw; MobileViT's norm before
 // a qkv projection of 1 + 2C channels, which stays NCHW): its output is then stored NCHW and the
 // copy is not made. And an elementwise group run NCHW (a unary or binary head with its tail:
-// MobileViT's relu(v) * context, whose context operand broadcasts over the pixels) whose every
-// reader reads its output through the NHWC copy writes that output NHWC itself (out_nhwc; the
-// output has C % 8 == 0 like every NHWC tensor). Other mismatches: a conv computing NHWC whose
-// input is NCHW (the
-// stem's pool, a cast engine input), a conv group's residual operand in the other layout, any
-// NCHW-only consumer (mean, cast, reshape, linear, batch_norm, ...) of an NHWC tensor.
-// adaptive_avg_pool2d reads either layout and writes NCHW. NHWC convs use their weights in KRSC
-// (OHWI) order, a second copy made at upload. A conv whose C is not a multiple of 8 (a 3-channel
-// stem) reads an NHWC copy whose channels are padded with zeros to the next multiple of 8, and a
-// KRSC weight padded the same way (zero filters for the pad), so that cuDNN runs it on tensor
-// cores: such a tensor is never NHWC itself, so the copy is always the padded one. With
-// KILN_CUDA_LAYOUT_STEM, such a conv whose depth C * kh * kw is at most KILN_CUDA_STEM_MAX_K
-// (ResNet's 3-channel 7x7 stem) runs on Kiln's stem kernel instead (conv_stem.cu): it reads its
-// NCHW input as it is (no copy, no KRSC weight) and writes NHWC. The options cuda.nhwc = false
-// turns the pass off (everything NCHW) and cuda.stem_kernel = false only the stem kernel (the
-// padded copy and cuDNN instead). The copies and KRSC weights are placed by cuda_memory.c.
+// MobileViT's relu(v) * context, whose context operand broadcasts over the pixels) or a permute
+// whose every reader reads its output through the NHWC copy writes that output NHWC itself
+// (out_nhwc; the output has C % 8 == 0 like every NHWC tensor). A permute read only by a reshape
+// to [N, C, H, W] that keeps its first two dims (MobileViT's fold of patches back into a map
+// before a conv) writes its output channels-last at any rank (dim 1 innermost) when the
+// reshape's readers read NHWC: those are the reshape's NHWC bytes, so the reshape is a layer of
+// the same bytes (ident, aliased by the fold pass where it can be). The other way round, a
+// reshape of an NHWC map that keeps its first two dims, read only by a permute (MobileViT's
+// unfold of a map into patches), is a view of the map's NHWC bytes channels-last: the reshape is
+// such a layer of the same bytes and the permute reads its input channels-last (in_nhwc), where
+// the reshape would otherwise transpose the map for it (rs_xpose). Other mismatches: a conv
+// computing NHWC whose input is NCHW (the stem's pool, a cast engine input), a conv group's
+// residual operand in the other layout, any NCHW-only consumer (mean, cast, reshape, linear,
+// batch_norm, ...) of an NHWC tensor. adaptive_avg_pool2d reads either layout and writes NCHW. NHWC
+// convs use their weights in KRSC (OHWI) order, a second copy made at upload. A conv whose C is not
+// a multiple of 8 (a 3-channel stem) reads an NHWC copy whose channels are padded with zeros to the
+// next multiple of 8, and a KRSC weight padded the same way (zero filters for the pad), so that
+// cuDNN runs it on tensor cores: such a tensor is never NHWC itself, so the copy is always the
+// padded one. With KILN_CUDA_LAYOUT_STEM, such a conv whose depth C * kh * kw is at most
+// KILN_CUDA_STEM_MAX_K (ResNet's 3-channel 7x7 stem) runs on Kiln's stem kernel instead
+// (conv_stem.cu): it reads its NCHW input as it is (no copy, no KRSC weight) and writes NHWC. The
+// options cuda.nhwc = false turns the pass off (everything NCHW) and cuda.stem_kernel = false only
+// the stem kernel (the padded copy and cuDNN instead). The copies and KRSC weights are placed by
+// cuda_memory.c.
 #ifndef KILN_CUDA_CUDA_LAYOUT_H
 #define KILN_CUDA_CUDA_LAYOUT_H
 
@@ -89,14 +97,15 @@ typedef struct kiln_cuda_layout {
     uint8_t *padc;      // n_tensors: the NHWC copy of this NCHW tensor, or this weight's KRSC
                         // copy, pads C up to a multiple of 8 with zeros (a conv with C % 8 != 0)
     uint8_t *stem;      // n_layers: conv2d head on the stem kernel (NCHW input, NHWC output)
-    uint8_t *ident;     // n_layers: a layout permute whose output has its input's bytes (below)
+    uint8_t *ident;     // n_layers: a layout permute (or a reshape, above) of its input's bytes
     uint8_t *rs_xpose;  // n_layers: a reshape of an NHWC tensor that writes its output by
                         // transposing the NHWC bytes itself (no copy: below)
     uint8_t *out_nchw;  // n_layers: a one-group norm that reads its input NHWC and writes its
                         // output NCHW (below)
-    uint8_t *out_nhwc;  // n_layers: an elementwise group run NCHW that writes its output NHWC
+    uint8_t *out_nhwc;  // n_layers: an elementwise group or permute that writes its output NHWC
+    uint8_t *in_nhwc;   // n_layers: a permute that reads its input channels-last (below)
     uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem, n_ident;
-    uint32_t n_rs_xpose, n_out_nchw, n_out_nhwc;
+    uint32_t n_rs_xpose, n_out_nchw, n_out_nhwc, n_in_nhwc;
 } kiln_cuda_layout;
 
 // kiln_cuda_layout_plan's flags: NHWC activations where they pay; the stem kernel for convs with

@@ -637,6 +637,147 @@ static void ew_out_nhwc_layout(int nchw_reader) {
     kiln_plan_release(&p);
 }
 
+// MobileViT's fold of patches back into a map: t = an NHWC conv's map [1, 16, 4, 32] with H and
+// W swapped by a permute (not a layout permute), read by a 1x1 conv that computes NHWC: the
+// permute writes its output NHWC (out_nhwc) and no copy of it is made. With a second reader
+// that needs NCHW (a mean over C) it stays NCHW and the conv reads its NHWC copy.
+static void permute_out_nhwc_layout(int nchw_reader) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 4, 32}, swap[4] = {0, 1, 3, 2}, c_dim = 1, keep = 1;
+    int32_t x = -1, y = -1, m = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t t = conv(g, x, 16, 16, 3, -1, 0);
+    kiln_attr pa[1] = {{"dims", swap, NULL, 4}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, &t, 1, pa, 1, &y, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, conv(g, y, 16, 16, 1, -1, 0), "z") == KILN_OK);
+    if (nchw_reader) {
+        kiln_attr ma[2] = {{"dims", &c_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
+        CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, ma, 2, &m, 1) == KILN_OK);
+        CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
+    }
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t pl = find_head(&p, KILN_OP_PERMUTE, 0);
+    CHECK(pl != UINT32_MAX);
+    if (pl != UINT32_MAX) {
+        const int32_t o = kiln_plan_group_output(&p, pl);
+        CHECK_MSG(!l.ident[pl], "the permute is not a layout permute");
+        CHECK_MSG(l.out_nhwc[pl] == !nchw_reader && l.nhwc[o] == !nchw_reader,
+                  "reader %d: out_nhwc %d, output NHWC %d", nchw_reader, l.out_nhwc[pl], l.nhwc[o]);
+        CHECK_MSG(l.copy[o] == nchw_reader, "reader %d: the permute output's copy %d", nchw_reader,
+                  l.copy[o]);
+    }
+    CHECK_MSG(l.n_out_nhwc == (nchw_reader ? 0u : 1u), "%u layers write NHWC", l.n_out_nhwc);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
+// MobileViT's fold proper: t = an NHWC conv's map [1, 16, 4, 32] as patches [1, 16, 2, 2, 8, 4],
+// permuted (0, 1, 4, 2, 5, 3) and viewed as [1, 16, 16, 8] for a 1x1 conv that computes NHWC:
+// the permute writes channels-last, the reshape is a layer of the same bytes (ident) and its
+// output is stored NHWC with no copy. With a second reader of the map that needs NCHW (a mean
+// over C) nothing changes.
+static void fold_out_nhwc_layout(int nchw_reader) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 4, 32}, patches[6] = {1, 16, 2, 2, 8, 4}, fold[6] = {0, 1, 4, 2, 5, 3},
+            map[4] = {1, 16, 16, 8}, c_dim = 1, keep = 1;
+    int32_t x = -1, u = -1, v = -1, y = -1, m = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t t = conv(g, x, 16, 16, 3, -1, 0);
+    kiln_attr ra[1] = {{"shape", patches, NULL, 6}}, pa[1] = {{"dims", fold, NULL, 6}},
+              ma[1] = {{"shape", map, NULL, 4}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &t, 1, ra, 1, &u, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, &u, 1, pa, 1, &v, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &v, 1, ma, 1, &y, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, conv(g, y, 16, 16, 1, -1, 0), "z") == KILN_OK);
+    if (nchw_reader) {
+        kiln_attr mm[2] = {{"dims", &c_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
+        CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, mm, 2, &m, 1) == KILN_OK);
+        CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
+    }
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t pl = find_head(&p, KILN_OP_PERMUTE, 0);
+    CHECK(pl != UINT32_MAX);
+    if (pl != UINT32_MAX) {
+        const int32_t o = kiln_plan_group_output(&p, pl);
+        uint32_t rl = UINT32_MAX;
+        for (uint32_t k = pl + 1; k < p.n_layers && rl == UINT32_MAX; k++) {
+            if (p.layers[k].op == KILN_OP_RESHAPE && p.ids[p.layers[k].input_begin] == o) rl = k;
+        }
+        CHECK(rl != UINT32_MAX);
+        if (rl != UINT32_MAX) {
+            const int32_t o2 = p.ids[p.layers[rl].output_begin];
+            CHECK_MSG(l.out_nhwc[pl] == !nchw_reader && l.ident[rl] == !nchw_reader,
+                      "reader %d: permute out_nhwc %d, reshape ident %d", nchw_reader,
+                      l.out_nhwc[pl], l.ident[rl]);
+            CHECK_MSG(l.nhwc[o2] == !nchw_reader && l.copy[o2] == nchw_reader,
+                      "reader %d: the map NHWC %d, copied %d", nchw_reader, l.nhwc[o2], l.copy[o2]);
+        }
+    }
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
+// MobileViT's unfold: t = an NHWC conv's map [1, 16, 4, 32] as [1, 16, 2, 2, 8, 4], permuted
+// (0, 1, 3, 5, 2, 4) into patches and viewed as [1, 16, 4, 32] for a mean over the patches: the
+// reshape is a layer of the map's NHWC bytes (ident, no copy of the map, no transpose) and the
+// permute reads them channels-last (in_nhwc). With a second reader of the reshape's output it
+// transposes the map instead (rs_xpose).
+static void unfold_in_nhwc_layout(int second_reader) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 4, 32}, six[6] = {1, 16, 2, 2, 8, 4}, unf[6] = {0, 1, 3, 5, 2, 4},
+            pat[4] = {1, 16, 4, 32}, p_dim = 2, keep = 1;
+    int32_t x = -1, u = -1, v = -1, y = -1, m = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t t = conv(g, x, 16, 16, 3, -1, 0);
+    kiln_attr ra[1] = {{"shape", six, NULL, 6}}, pa[1] = {{"dims", unf, NULL, 6}},
+              ma[1] = {{"shape", pat, NULL, 4}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &t, 1, ra, 1, &u, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, &u, 1, pa, 1, &v, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &v, 1, ma, 1, &y, 1) == KILN_OK);
+    kiln_attr mm[2] = {{"dims", &p_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, mm, 2, &m, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
+    if (second_reader) CHECK(kiln_graph_mark_output(g, u, "u") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t pl = find_head(&p, KILN_OP_PERMUTE, 0);
+    CHECK(pl != UINT32_MAX);
+    if (pl != UINT32_MAX) {
+        const int32_t u2 = p.ids[p.layers[pl].input_begin];
+        uint32_t rs = UINT32_MAX;
+        for (uint32_t k = 0; k < pl && rs == UINT32_MAX; k++) {
+            if (p.layers[k].op == KILN_OP_RESHAPE && p.ids[p.layers[k].output_begin] == u2) rs = k;
+        }
+        CHECK(rs != UINT32_MAX);
+        if (rs != UINT32_MAX) {
+            CHECK_MSG(l.in_nhwc[pl] == !second_reader && l.ident[rs] == !second_reader &&
+                          l.rs_xpose[rs] == second_reader,
+                      "second reader %d: permute in_nhwc %d, reshape ident %d, rs_xpose %d",
+                      second_reader, l.in_nhwc[pl], l.ident[rs], l.rs_xpose[rs]);
+            CHECK_MSG(l.nhwc[u2] == !second_reader, "the reshape's output NHWC %d", l.nhwc[u2]);
+            const int32_t map = p.ids[p.layers[rs].input_begin];
+            CHECK_MSG(l.nhwc[map] && !l.copy[map], "the map: NHWC %d, copied %d", l.nhwc[map],
+                      l.copy[map]);
+        }
+    }
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 // A DenseNet block (fp16): x (16 channels, written by a conv) and two layers, each
 // concatenating the features so far, batch norm (constant statistics: the builder's multiply and
 // add, fused with the ReLU into the concatenation's group), a 3x3 conv adding 8 channels; then
@@ -819,6 +960,12 @@ int main(void) {
     norm_out_nchw_layout(1);
     ew_out_nhwc_layout(0);
     ew_out_nhwc_layout(1);
+    permute_out_nhwc_layout(0);
+    permute_out_nhwc_layout(1);
+    fold_out_nhwc_layout(0);
+    fold_out_nhwc_layout(1);
+    unfold_in_nhwc_layout(0);
+    unfold_in_nhwc_layout(1);
     reshape_transpose_layout(0);
     reshape_transpose_layout(1);
     for (int gelu = 0; gelu < 2; gelu++) {

@@ -181,6 +181,8 @@ typedef struct spec {
                     // taken from the end instead (v - perm) with probability 1/2 when lo < 0
     int64_t prefix; // > 0: true (bool) or random (float) where the last index < prefix, else
                     // false or -inf (a decode step's mask over a static KV cache)
+    int64_t diag;   // > 0: likewise where the last index s and the one before it l have
+                    // s < l + diag (a prompt at position diag - 1 over a static KV cache)
     int absent;
 } spec;
 
@@ -261,9 +263,11 @@ static void buf_fill(tbuf *b, const spec *s) {
         return;
     }
     const int64_t last = b->host.rank > 0 ? b->host.dims[b->host.rank - 1] : 1;
+    const int64_t rows = b->host.rank > 1 ? b->host.dims[b->host.rank - 2] : 1;
     for (int64_t i = 0; i < n; i++) {
-        if (s->prefix > 0) {
-            const int live = last > 0 && i % last < s->prefix;
+        if (s->prefix > 0 || s->diag > 0) {
+            const int live = last > 0 && (s->prefix > 0 ? i % last < s->prefix
+                                                        : i % last < i / last % rows + s->diag);
             if (s->dtype == BOOL) {
                 ((uint8_t *)b->host.data)[i] = (uint8_t)live;
             } else {
@@ -2925,12 +2929,15 @@ static int model_fpn(model *m) {
 // GroupNorm(1, 16), reshape [2, 16, 16, 2, 16, 2] -> permute (0, 1, 3, 5, 2, 4) -> reshape
 // [2, 16, 4, 256] (2x2 patches), scaled, folded back (the inverse permute, reshape to the map)
 // into a 1x1 conv; its map pooled 4x4 -> GroupNorm(1, 16) -> a 1x1 conv of 12 outputs (NCHW: not
-// a multiple of 8) is y, and the map flattened to [2, 16, 1024] is z. With NHWC (cuda_layout.h)
-// both norms read their NHWC maps and write NCHW for their only readers (out_nchw: the first on
-// the split kernels, 16384 values a sample; the second on one block a sample), and the flatten
-// transposes the NHWC map itself (rs_xpose): no layout copy of any of the three.
+// a multiple of 8) is y, and the map flattened to [2, 16, 1024] is z; the first conv's map
+// unfolded into patches with no norm between, scaled, is w. With NHWC (cuda_layout.h) both
+// norms read their NHWC maps and write NCHW for their only readers (out_nchw: the first on the
+// split kernels, 16384 values a sample; the second on one block a sample), the flatten
+// transposes the NHWC map itself (rs_xpose), the fold's permute writes the next conv's NHWC
+// bytes (out_nhwc) and w's permute reads the conv's NHWC bytes (in_nhwc): no layout copy.
 #define UNFOLD_MODEL_OUT_NCHW 2
 #define UNFOLD_MODEL_RS_XPOSE 1
+#define UNFOLD_MODEL_IN_NHWC 1
 static int32_t one_group_norm(gbuild *b, int32_t x, int64_t c) {
     int64_t one = 1;
     double eps = 1e-5;
@@ -2952,7 +2959,12 @@ static int model_unfold(model *m) {
     kiln_attr pa[2] = {A_INTS("kernel", k4, 2), A_INTS("stride", k4, 2)};
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
-    int32_t t = one_group_norm(&b, res_conv(&b, x, 8, 16, 3, 1, -1, 1), 16);
+    int32_t t0 = res_conv(&b, x, 8, 16, 3, 1, -1, 1);
+    int32_t w = gb_node(&b, KILN_OP_RESHAPE, &t0, 1, &r6, 1);
+    w = gb_node(&b, KILN_OP_PERMUTE, &w, 1, &au, 1);
+    w = gb_node(&b, KILN_OP_RESHAPE, &w, 1, &rp, 1);
+    w = gb2(&b, KILN_OP_MUL, w, gb_const(&b, F32, "2x16x4x256", 0.5, 1.5));
+    int32_t t = one_group_norm(&b, t0, 16);
     t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &r6, 1);
     t = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &au, 1);
     t = gb_node(&b, KILN_OP_RESHAPE, &t, 1, &rp, 1);
@@ -2966,6 +2978,7 @@ static int model_unfold(model *m) {
     y = res_conv(&b, one_group_norm(&b, y, 16), 16, 12, 1, 1, -1, 0);
     gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, w, "w"), "output");
     m->name = "unfold nhwc fp16";
     m->tol = 3e-2;
     return model_finish(&b, m, KILN_PRECISION_FP16);
@@ -3043,9 +3056,12 @@ static int model_grn(model *m, kiln_precision precision) {
 // NHWC conv: t = conv [2, 16, 4, 32] (NHWC); ctx = sum(t over W, keepdim) (NCHW); y = relu(t) *
 // ctx (the operand broadcasts over W: the group runs NCHW); a 1x1 conv of y; and q = avg_pool 2x2
 // of t (NHWC like t) scaled and shifted by [1, 16, 2, 1] values (not one per channel: the group
-// runs NCHW, reading the pool's NCHW copy) into a 3x3 conv. With NHWC both elementwise groups
-// write their outputs NHWC for their convs (out_nhwc: EW_NHWC_MODEL_OUT), no copy of either.
-#define EW_NHWC_MODEL_OUT 2
+// runs NCHW, reading the pool's NCHW copy) into a 3x3 conv; t with H and W swapped by a permute
+// into a 1x1 conv; and t's patches folded back into a map as MobileViT does ([2, 16, 2, 2, 8, 4]
+// permuted to [2, 16, 8, 2, 4, 2] and viewed as [2, 16, 16, 8]) into a 1x1 conv. With NHWC both
+// elementwise groups and both permutes write their outputs NHWC (the 6-D one channels-last, its
+// reshape then the same bytes) for their convs (out_nhwc: EW_NHWC_MODEL_OUT), no copy of any.
+#define EW_NHWC_MODEL_OUT 4
 static int model_ew_out_nhwc(model *m) {
     gbuild b = {NULL, 1};
     int64_t dims[4] = {2, 8, 4, 32}, w_dim = -1, keep = 1, k2[2] = {2, 2}, z2[2] = {0, 0};
@@ -3061,8 +3077,19 @@ static int model_ew_out_nhwc(model *m) {
     q = gb2(&b, KILN_OP_ADD, gb2(&b, KILN_OP_MUL, q, gb_const(&b, F32, "1x16x2x1", 0.5, 1.5)),
             gb_const(&b, F32, "1x16x2x1", -0.5, 0.5));
     q = res_conv(&b, q, 16, 8, 3, 1, -1, 0);
+    int64_t swap[4] = {0, 1, 3, 2};
+    kiln_attr sw[1] = {A_INTS("dims", swap, 4)};
+    int32_t f = res_conv(&b, gb_node(&b, KILN_OP_PERMUTE, &t, 1, sw, 1), 16, 8, 1, 1, -1, 0);
+    int64_t patches[6] = {2, 16, 2, 2, 8, 4}, fold[6] = {0, 1, 4, 2, 5, 3}, map[4] = {2, 16, 16, 8};
+    kiln_attr ra[1] = {A_INTS("shape", patches, 6)}, fa[1] = {A_INTS("dims", fold, 6)},
+              ma[1] = {A_INTS("shape", map, 4)};
+    int32_t u = gb_node(&b, KILN_OP_RESHAPE, &t, 1, ra, 1);
+    u = gb_node(&b, KILN_OP_PERMUTE, &u, 1, fa, 1);
+    u = res_conv(&b, gb_node(&b, KILN_OP_RESHAPE, &u, 1, ma, 1), 16, 8, 1, 1, -1, 0);
     gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
     gb_check(&b, kiln_graph_mark_output(b.g, q, "q"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, f, "f"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, u, "u"), "output");
     m->name = "ew out nhwc fp16";
     m->tol = 3e-2;
     return model_finish(&b, m, KILN_PRECISION_FP16);
@@ -3568,7 +3595,8 @@ typedef struct e2e_stats {
     int n_layout_perm; // permutes run as layout permutes (an alias or a copy of the same bytes)
     int n_rs_xpose;    // reshapes that transpose their NHWC input themselves (cuda_layout.h)
     int n_out_nchw;    // one-group norms that read NHWC and write NCHW (cuda_layout.h)
-    int n_out_nhwc;    // elementwise groups run NCHW that write NHWC (cuda_layout.h)
+    int n_out_nhwc;    // elementwise groups and permutes that write NHWC (cuda_layout.h)
+    int n_in_nhwc;     // permutes that read an NHWC map's bytes channels-last (cuda_layout.h)
     int n_gemv_folded; // layers run inside a GEMV (cuda_fold.h)
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
     int n_ratio;       // means that run a mean ratio (cuda_fold.h)
@@ -3595,6 +3623,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         st->n_out_nchw +=
             info.op == KILN_OP_GROUP_NORM && strstr(info.detail, "writes its output NCHW") != NULL;
         st->n_out_nhwc += strstr(info.detail, "writes its output NHWC") != NULL;
+        st->n_in_nhwc += strstr(info.detail, "reads its input channels-last") != NULL;
         if (info.op == KILN_OP_CONV2D) {
             st->n_conv++;
             st->n_conv_nhwc += (info.flags & KILN_LAYER_INFO_NHWC) != 0;
@@ -5199,6 +5228,8 @@ static void run_e2e(void) {
                     const int on = st.n_conv_nhwc > 0, want = on ? UNFOLD_MODEL_RS_XPOSE : 0;
                     CHECK_MSG(st.n_out_nchw == (on ? UNFOLD_MODEL_OUT_NCHW : 0),
                               "%s: %d norms wrote NCHW", models[i].name, st.n_out_nchw);
+                    CHECK_MSG(st.n_in_nhwc == (on ? UNFOLD_MODEL_IN_NHWC : 0),
+                              "%s: %d permutes read NHWC bytes", models[i].name, st.n_in_nhwc);
                     CHECK_MSG(st.n_rs_xpose == want,
                               "%s: %d reshapes transposed their NHWC input, "
                               "want %d",
