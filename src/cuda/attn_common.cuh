@@ -34,10 +34,8 @@ typedef struct sdpa_params {
     // The split-key kernel's key chunks (flash-decoding): chunk > 0 makes CTA z of the grid take
     // keys [z chunk, (z + 1) chunk) and write its rows' partial results (unnormalized output,
     // row maximum and sum, D + 2 floats a row) to part, which kiln_cuda_sdpa_tc_run then merges.
-    // skip_masked: a tile whose keys every row of the block masks is neither loaded nor computed.
     float *part;
     int64_t chunk;
-    int skip_masked;
 } sdpa_params;
 
 __device__ __forceinline__ int64_t sdpa_boff(const sdpa_params &P, int64_t b, const int64_t *str) {
@@ -116,7 +114,8 @@ int kiln_cuda_sdpa_tc_rows(const kiln_cuda_ctx *ctx, const sdpa_params *P);
 // The key chunks (flash-decoding) the split-key kernel at `split` warps runs P in (1: none): a
 // grid that leaves most resident CTAs idle over 512 or more keys (an LLM decode step) cuts the
 // keys into chunks over CTAs and merges their partial rows in a second kernel, through the
-// context's workspace; tiles every row masks are skipped there.
+// context's workspace. (Both tensor-core kernels pass over key tiles that the mask excludes for
+// every row of a block: attn_tc.cu.)
 int kiln_cuda_sdpa_tc_chunks(const kiln_cuda_ctx *ctx, const sdpa_params *P, int split);
 // Enqueues the split-key kernel with `split` warps, or (split 0) the pipelined one with `rows`.
 kiln_status kiln_cuda_sdpa_tc_run(const kiln_cuda_ctx *ctx, const sdpa_params *P, uint32_t dtype,

@@ -116,9 +116,14 @@ __device__ __forceinline__ void sdpa_load_q(const sdpa_params &P, const uint16_t
 template <typename T, int D, int BK, int LD>
 __device__ __forceinline__ void
 sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, const uint16_t *vs,
-             int64_t s0, int64_t ra, int64_t rb, int lane, int64_t mo, float sl2, float (*o)[4],
-             float &ma, float &mb, float &la, float &lb) {
+             int64_t s0, int64_t ra, int64_t rb, int lane, int64_t mo, bool mask_full, float sl2,
+             float (*o)[4], float &ma, float &mb, float &la, float &lb) {
     const int t4 = lane & 3;
+    // No score of the tile needs a check: every key inside S, the mask absent or attending
+    // everywhere with nothing to add (mask_full: the caller scanned it), and with causality
+    // every key at or before the warp's first row.
+    const bool plain = s0 + BK <= P.s && (P.mask == NULL || mask_full) &&
+                       (!P.causal || s0 + BK - 1 <= ra - (lane >> 2));
     float sc[BK / 8][4];
     constexpr int KC = D / 16; // k-chunks of the head: odd for heads of 80
 #pragma unroll
@@ -139,8 +144,7 @@ sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, 
         }
     }
     float mxa, mxb;
-    sdpa_tc_mask_max<BK / 8>(P, sc, s0, ra, rb, t4, mo, sl2, 1.4426950408889634f,
-                             !P.causal && P.mask == NULL && s0 + BK <= P.s, mxa, mxb);
+    sdpa_tc_mask_max<BK / 8>(P, sc, s0, ra, rb, t4, mo, sl2, 1.4426950408889634f, plain, mxa, mxb);
     const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
     // every key so far masked: subtract 0 (ex2(-inf) = 0 keeps p and the sums zero)
     const float ua = mna == -INFINITY ? 0.0f : mna, ub = mnb == -INFINITY ? 0.0f : mnb;
@@ -182,6 +186,75 @@ sdpa_tc_tile(const sdpa_params &P, const uint32_t (*qf)[4], const uint16_t *ks, 
             kc_mma<T>::mma(o[dn + 1], pa, vb[2], vb[3]);
         }
     }
+}
+
+// --- which key tiles the mask lets through
+// A tile of BK keys from s0 for query rows [r0, r1) is skipped when every (row, key) is masked
+// (a bool false or a float -inf) or past S: neither loaded nor computed, with the same result
+// (its probabilities are all zero). It runs the plain score step when every entry attends with
+// nothing to add (bool true, float 0) and every key is inside S. Masks built from positions
+// (a static KV cache read up to the current position, causal masks given as tensors, padding)
+// leave most tiles of one of the two kinds. SDPA_TILE_LIVE / SDPA_TILE_MIXED: bits of a scan.
+#define SDPA_TILE_LIVE 1
+#define SDPA_TILE_MIXED 2
+
+// One thread's share of the scan, entries i0, i0 + step, ... of the tile in row-major order
+// (consecutive threads read consecutive keys); a mask broadcast over rows is read once. A bool
+// mask whose rows of the tile are 16-byte aligned is read 16 keys a load (the prefill's
+// [L, S] mask over a static cache: two loads a thread for a 64 x 64 tile); otherwise one key a
+// load, four loads in flight.
+template <int BK>
+__device__ __forceinline__ int sdpa_tile_scan(const sdpa_params &P, int64_t mo, int64_t s0,
+                                              int64_t r0, int64_t r1, int i0, int step) {
+    const int64_t rows = P.m_sl == 0 ? 1 : r1 - r0;
+    int bits = 0;
+    if (P.mask_dt == KILN_DTYPE_BOOL && P.m_ss == 1 && s0 + BK <= P.s && P.m_sl % 16 == 0 &&
+        (((uintptr_t)P.mask + (uintptr_t)(mo + s0)) & 15u) == 0) {
+        const uint8_t *m = (const uint8_t *)P.mask + mo + r0 * P.m_sl + s0;
+        constexpr int VR = BK / 16; // loads per row
+        for (int64_t i = i0; i < rows * VR; i += step) {
+            const uint4 x = *(const uint4 *)(m + (i / VR) * P.m_sl + (i % VR) * 16);
+            const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) { // a zero byte: (w - 0x01..) & ~w & 0x80..
+                bits |= (w[j] != 0u ? SDPA_TILE_LIVE : 0) |
+                        (((w[j] - 0x01010101u) & ~w[j] & 0x80808080u) != 0u ? SDPA_TILE_MIXED : 0);
+            }
+        }
+        return bits;
+    }
+    if (s0 + BK > P.s) bits = SDPA_TILE_MIXED;
+#pragma unroll 4
+    for (int64_t i = i0; i < rows * BK; i += step) {
+        const int64_t s = s0 + i % BK;
+        if (s >= P.s) continue;
+        const int64_t mi = mo + (r0 + i / BK) * P.m_sl + s * P.m_ss;
+        if (P.mask_dt == KILN_DTYPE_BOOL) {
+            bits |= ((const uint8_t *)P.mask)[mi] != 0 ? SDPA_TILE_LIVE : SDPA_TILE_MIXED;
+        } else {
+            const float x = kc_ld_f(P.mask, P.mask_dt, mi);
+            bits |= (x != -INFINITY ? SDPA_TILE_LIVE : 0) | (x != 0.0f ? SDPA_TILE_MIXED : 0);
+        }
+    }
+    return bits;
+}
+
+// The scan by one warp of rows [r0, r1) (every lane gets the same bits).
+template <int BK>
+__device__ __forceinline__ int sdpa_tile_bits_warp(const sdpa_params &P, int64_t mo, int64_t s0,
+                                                   int64_t r0, int64_t r1, int lane) {
+    const int bits = sdpa_tile_scan<BK>(P, mo, s0, r0, r1, lane, 32);
+    return (__any_sync(0xffffffffu, bits & SDPA_TILE_LIVE) ? SDPA_TILE_LIVE : 0) |
+           (__any_sync(0xffffffffu, bits & SDPA_TILE_MIXED) ? SDPA_TILE_MIXED : 0);
+}
+
+// The scan by the whole CTA (rows [r0, r1)); every thread must call it (two barriers).
+template <int BK>
+__device__ __forceinline__ int sdpa_tile_bits_cta(const sdpa_params &P, int64_t mo, int64_t s0,
+                                                  int64_t r0, int64_t r1) {
+    const int bits = sdpa_tile_scan<BK>(P, mo, s0, r0, r1, threadIdx.x, blockDim.x);
+    return (__syncthreads_or(bits & SDPA_TILE_LIVE) ? SDPA_TILE_LIVE : 0) |
+           (__syncthreads_or(bits & SDPA_TILE_MIXED) ? SDPA_TILE_MIXED : 0);
 }
 
 // --- tensor-core kernel, pipelined (FlashAttention-2 style)
@@ -233,18 +306,40 @@ static __global__ void __launch_bounds__(NW * 32)
         int64_t s_end = P.s;
         if (P.causal && blk0 + BQ < s_end) s_end = blk0 + BQ;
         const int64_t n_tiles = (s_end + SDPA_TC_BK - 1) / SDPA_TC_BK;
-        if (n_tiles > 0) sdpa_tc_stage<D, LD>(P, k + bo.k, v + bo.v, 0, sm, sm + SM::TILE);
+        // With a mask over several tiles the CTA scans each tile before staging it (while the
+        // tile before is in flight): tiles it masks everywhere are passed over. Not for heads of
+        // 32, whose registers the scan's state pushes past 128 (they spill): their attentions
+        // (Swin's, MaxViT's windows; SegFormer's, unmasked) span one tile anyway.
+        const bool scan = D != 32 && P.mask != NULL && n_tiles > 1;
+        const int64_t r_end = blk0 + BQ < P.l ? blk0 + BQ : P.l;
+        int64_t t = 0;
+        int bits = SDPA_TILE_LIVE | SDPA_TILE_MIXED;
+        if (scan) {
+            while (t < n_tiles &&
+                   !((bits = sdpa_tile_bits_cta<SDPA_TC_BK>(P, bo.m, t * SDPA_TC_BK, blk0, r_end)) &
+                     SDPA_TILE_LIVE))
+                t++;
+        }
+        if (t < n_tiles)
+            sdpa_tc_stage<D, LD>(P, k + bo.k, v + bo.v, t * SDPA_TC_BK, sm, sm + SM::TILE);
         uint32_t qf[D / 16][4];
         sdpa_load_q<D>(P, q + bo.q, ra, rb, t4, qf);
         float o[D / 8][4];
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
         float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-        for (int64_t t = 0; t < n_tiles; t++) {
-            if (t + 1 < n_tiles) {
-                uint16_t *nx = sm + ((t + 1) & 1) * 2 * SM::TILE;
-                sdpa_tc_stage<D, LD>(P, k + bo.k, v + bo.v, (t + 1) * SDPA_TC_BK, nx,
-                                     nx + SM::TILE);
+        for (int stage = 0; t < n_tiles; stage ^= 1) {
+            int64_t nt = t + 1; // the next tile that is not passed over
+            int nbits = SDPA_TILE_LIVE | SDPA_TILE_MIXED;
+            if (scan) {
+                while (nt < n_tiles && !((nbits = sdpa_tile_bits_cta<SDPA_TC_BK>(
+                                              P, bo.m, nt * SDPA_TC_BK, blk0, r_end)) &
+                                         SDPA_TILE_LIVE))
+                    nt++;
+            }
+            if (nt < n_tiles) {
+                uint16_t *nx = sm + (stage ^ 1) * 2 * SM::TILE;
+                sdpa_tc_stage<D, LD>(P, k + bo.k, v + bo.v, nt * SDPA_TC_BK, nx, nx + SM::TILE);
                 asm volatile("cp.async.wait_group 1;\n" ::: "memory");
             } else {
                 asm volatile("cp.async.wait_group 0;\n" ::: "memory");
@@ -252,11 +347,14 @@ static __global__ void __launch_bounds__(NW * 32)
             __syncthreads(); // tile t is in shared memory for every warp
             const int64_t s0 = t * SDPA_TC_BK;
             if (!(P.causal && s0 > r0 + 15)) { // else every key of the tile is masked here
-                const uint16_t *cur = sm + (t & 1) * 2 * SM::TILE;
+                const uint16_t *cur = sm + stage * 2 * SM::TILE;
                 sdpa_tc_tile<T, D, SDPA_TC_BK, LD>(P, qf, cur, cur + SM::TILE, s0, ra, rb, lane,
-                                                   bo.m, sl2, o, ma, mb, la, lb);
+                                                   bo.m, !(bits & SDPA_TILE_MIXED), sl2, o, ma, mb,
+                                                   la, lb);
             }
-            __syncthreads(); // tile t's stage is consumed before tile t + 2 is staged into it
+            __syncthreads(); // this stage is consumed before the tile after next is staged into it
+            t = nt;
+            bits = nbits;
         }
         la += __shfl_xor_sync(0xffffffffu, la, 1);
         la += __shfl_xor_sync(0xffffffffu, la, 2);
@@ -276,30 +374,6 @@ static __global__ void __launch_bounds__(NW * 32)
             }
         }
     }
-}
-
-// True when every key of the tile [s0, s0 + BK) is masked (or past S) for every query row of
-// the 16-row block at r0 (the whole warp agrees): one key per lane, its mask read for each row
-// (once when the mask broadcasts over rows). Causal limits are applied by the caller's s_end.
-template <int BK>
-__device__ __forceinline__ bool sdpa_tile_masked(const sdpa_params &P, int64_t mo, int64_t s0,
-                                                 int64_t r0, int lane) {
-    bool live = false;
-    if (P.mask == NULL) {
-        live = s0 < P.s;
-    } else {
-        const int64_t r_end = P.m_sl == 0 ? r0 + 1 : (r0 + 16 < P.l ? r0 + 16 : P.l);
-        for (int j = lane; j < BK; j += 32) {
-            const int64_t s = s0 + j;
-            if (s >= P.s) break;
-            for (int64_t r = r0; r < r_end && !live; r++) {
-                const int64_t mi = mo + r * P.m_sl + s * P.m_ss;
-                live = P.mask_dt == KILN_DTYPE_BOOL ? ((const uint8_t *)P.mask)[mi] != 0
-                                                    : kc_ld_f(P.mask, P.mask_dt, mi) != -INFINITY;
-            }
-        }
-    }
-    return !__any_sync(0xffffffffu, live);
 }
 
 template <int D, int NS, int BK> struct sdpa_sp_smem {
@@ -356,7 +430,12 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
                        vs_a = (unsigned)__cvta_generic_to_shared(vs + j0 * LD + c);
         const int64_t kstep = (int64_t)RSTEP * P.k_rs, vstep = (int64_t)RSTEP * P.v_rs;
         for (int64_t s0 = s_beg + (int64_t)warp * BK; s0 < s_end; s0 += NS * BK) {
-            if (P.skip_masked && sdpa_tile_masked<BK>(P, mo, s0, r0, lane)) continue;
+            const int bits =
+                P.mask != NULL
+                    ? sdpa_tile_bits_warp<BK>(P, mo, s0, r0, r0 + 16 < P.l ? r0 + 16 : P.l, lane)
+                    : SDPA_TILE_LIVE | SDPA_TILE_MIXED;
+            if (!(bits & SDPA_TILE_LIVE)) continue; // masked everywhere: not loaded
+
             // this warp's K/V tile: cp.async 16-byte copies straight into shared memory (rows
             // past S are zero-filled)
             const uint16_t *kp = k + ko + (s0 + j0) * P.k_rs + c,
@@ -372,7 +451,8 @@ static __global__ void __launch_bounds__(NS * 32, (sdpa_sp_min_blocks<D, NS, BK>
             }
             asm volatile("cp.async.wait_all;\n" ::: "memory");
             __syncwarp();
-            sdpa_tc_tile<T, D, BK, LD>(P, qf, ks, vs, s0, ra, rb, lane, mo, sl2, o, ma, mb, la, lb);
+            sdpa_tc_tile<T, D, BK, LD>(P, qf, ks, vs, s0, ra, rb, lane, mo,
+                                       !(bits & SDPA_TILE_MIXED), sl2, o, ma, mb, la, lb);
             __syncwarp(); // the tile is consumed before the next one is stored
         }
         la += __shfl_xor_sync(0xffffffffu, la, 1);
@@ -575,7 +655,6 @@ static kiln_status sdpa_tc_split_launch(const kiln_cuda_ctx *ctx, const sdpa_par
         sdpa_params C = *P;
         C.chunk = chunk;
         C.part = (float *)ctx->workspace;
-        C.skip_masked = 1;
         const int n = (int)((P->s + chunk - 1) / chunk);
         kiln_cuda_ws_note(ctx,
                           (size_t)n * (size_t)P->batch * (size_t)P->l * (D + 2) * sizeof(float));

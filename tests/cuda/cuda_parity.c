@@ -1833,6 +1833,37 @@ static void cases_sdpa_tc(void) {
         attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
         c.label = "tc split chunks: causal L 20, S 900";
         run_case(&c);
+        // the pipelined kernel (grids of 64-row CTAs over a wave) passing over the key tiles a
+        // mask excludes for a whole CTA: a prompt at position 200 over a static cache of 700
+        // (tiles past the prompt skipped, tiles under the diagonal wholly live), as bool and as
+        // float; BERT b8 with every sequence padded from key 64 (the second tile skipped)
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x8x4x260x64"));
+        case_in(&c, S(dt, "1x8x1x700x64"));
+        case_in(&c, S(dt, "1x8x1x700x64"));
+        spec pm = S(BOOL, "1x1x1x260x700");
+        pm.diag = 201;
+        case_in(&c, pm);
+        c.label = "tc: prompt at 200 over a cache of 700, bool mask";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x8x4x260x64"));
+        case_in(&c, S(dt, "1x8x1x700x64"));
+        case_in(&c, S(dt, "1x8x1x700x64"));
+        spec pf = SR(dt, "260x700", -2.0, 0.0);
+        pf.diag = 201;
+        case_in(&c, pf);
+        c.label = "tc: prompt at 200 over a cache of 700, float mask";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "8x12x128x64"));
+        case_in(&c, S(dt, "8x12x128x64"));
+        case_in(&c, S(dt, "8x12x128x64"));
+        spec pad = S(BOOL, "8x1x1x128");
+        pad.prefix = 64;
+        case_in(&c, pad);
+        c.label = "tc: BERT b8, keys padded from 64";
+        run_case(&c);
         // a grid of 64-row CTAs large enough for the shared-tile kernel
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "24x12x130x64"));
