@@ -206,6 +206,20 @@ def _median_ms(fn, reps: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def _capture(fn):
+    """fn captured in a CUDA graph after three warm-up calls on a side stream."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
 def _err(got: torch.Tensor, want: torch.Tensor) -> float:
     g, w = got.float(), want.float()
     return (g - w).abs().max().item() / max(1.0, w.abs().max().item())
@@ -362,15 +376,7 @@ def cmd_run(a):
         try:
             if dev.type != "cuda":
                 raise RuntimeError("no GPU")
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    ref(tok_s, pos_s)
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                ref(tok_s, pos_s)
+            g = _capture(lambda: ref(tok_s, pos_s))
             res["torch_decode_graph_ms"] = {
                 c: _decode_ms(g.replay, pos_s, tok_s, c, a.steps)
                 for c in CONTEXTS
@@ -387,15 +393,7 @@ def cmd_run(a):
         try:  # the prefill captured in a CUDA graph (the same cache rows written each replay)
             if dev.type != "cuda":
                 raise RuntimeError("no GPU")
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    ref(ids_p, pos_p)
-            torch.cuda.current_stream().wait_stream(s)
-            gp = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(gp):
-                ref(ids_p, pos_p)
+            gp = _capture(lambda: ref(ids_p, pos_p))
             res["torch_prefill_graph_ms"] = _median_ms(gp.replay, 10)
             del gp
         except Exception as e:  # noqa: BLE001 - reported, not fatal

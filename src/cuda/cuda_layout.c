@@ -302,9 +302,8 @@ static uint32_t reads_of(const kiln_plan *p, const kiln_cuda_layout *l, int32_t 
     return n;
 }
 
-// The one permute (a head with no tail, not a layout permute) that reads tensor t, which no
-// other layer reads; UINT32_MAX when there is none.
-static uint32_t only_permute_reader(const kiln_plan *p, const kiln_cuda_layout *l, int32_t t) {
+// The layer that reads tensor t when it is read once; UINT32_MAX otherwise.
+static uint32_t only_reader(const kiln_plan *p, int32_t t) {
     uint32_t rl = UINT32_MAX, n = 0;
     for (uint32_t k = 0; k < p->n_layers; k++) {
         const kiln_plan_layer *g = &p->layers[k];
@@ -314,7 +313,14 @@ static uint32_t only_permute_reader(const kiln_plan *p, const kiln_cuda_layout *
             rl = k;
         }
     }
-    if (n != 1) return UINT32_MAX;
+    return n == 1 ? rl : UINT32_MAX;
+}
+
+// The one permute (a head with no tail, not a layout permute) that reads tensor t, which no
+// other layer reads; UINT32_MAX when there is none.
+static uint32_t only_permute_reader(const kiln_plan *p, const kiln_cuda_layout *l, int32_t t) {
+    const uint32_t rl = only_reader(p, t);
+    if (rl == UINT32_MAX) return UINT32_MAX;
     const kiln_plan_layer *g = &p->layers[rl];
     return g->op == KILN_OP_PERMUTE && !(g->flags & KILN_LAYER_TAIL) && g->n_tail == 0 &&
                    g->n_outputs == 1 && !l->ident[rl]
@@ -438,16 +444,8 @@ static void permute_reshape_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
         if (o < 0 || l->nhwc[o] || l->copy[o] || p->tensors[o].kind != KILN_TENSOR_ACTIVATION ||
             p->tensors[o].shape.rank < 3)
             continue;
-        uint32_t rl = UINT32_MAX, n = 0; // o's one reader
-        for (uint32_t k = 0; k < p->n_layers; k++) {
-            const kiln_plan_layer *g = &p->layers[k];
-            for (uint32_t j = 0; j < g->n_inputs; j++) {
-                if (p->ids[g->input_begin + j] != o) continue;
-                n++;
-                rl = k;
-            }
-        }
-        if (n != 1) continue;
+        const uint32_t rl = only_reader(p, o);
+        if (rl == UINT32_MAX) continue;
         const kiln_plan_layer *r = &p->layers[rl];
         if (r->op != KILN_OP_RESHAPE || (r->flags & KILN_LAYER_TAIL) || r->n_tail != 0 ||
             r->n_outputs != 1)
