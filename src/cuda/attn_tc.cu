@@ -212,6 +212,7 @@ __device__ __forceinline__ int sdpa_tile_scan(const sdpa_params &P, int64_t mo, 
         (((uintptr_t)P.mask + (uintptr_t)(mo + s0)) & 15u) == 0) {
         const uint8_t *m = (const uint8_t *)P.mask + mo + r0 * P.m_sl + s0;
         constexpr int VR = BK / 16; // loads per row
+#pragma unroll 8
         for (int64_t i = i0; i < rows * VR; i += step) {
             const uint4 x = *(const uint4 *)(m + (i / VR) * P.m_sl + (i % VR) * 16);
             const uint32_t w[4] = {x.x, x.y, x.z, x.w};
@@ -263,7 +264,8 @@ __device__ __forceinline__ int sdpa_tile_bits_cta(const sdpa_params &P, int64_t 
 // is in flight while tile t is computed (sdpa_tc_tile). Rows padded by 8 elements (ldmatrix
 // without bank conflicts). Shared memory: 2 stages x (K + V) tiles, dynamic (D 128: 68 KB).
 
-#define SDPA_TC_BK 64 // keys per tile
+#define SDPA_TC_BK 64        // keys per tile
+#define SDPA_SCAN_TILES 1024 // key tiles whose mask bits a CTA keeps (64K keys)
 
 template <int D> struct sdpa_tc_smem {
     static constexpr int LD = D + 8;
@@ -293,7 +295,8 @@ static __global__ void __launch_bounds__(NW * 32)
     using SM = sdpa_tc_smem<D>;
     constexpr int LD = SM::LD, BQ = 16 * NW;
     extern __shared__ __align__(16) uint8_t sdpa_tc_dyn[];
-    uint16_t *const sm = (uint16_t *)sdpa_tc_dyn; // stage st: K at sm + 2 st TILE, V after it
+    uint16_t *const sm = (uint16_t *)sdpa_tc_dyn;  // stage st: K at sm + 2 st TILE, V after it
+    __shared__ uint8_t tile_bits[SDPA_SCAN_TILES]; // the mask's scan, tile by tile (below)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const uint16_t *q = (const uint16_t *)P.q, *k = (const uint16_t *)P.k,
                    *v = (const uint16_t *)P.v;
@@ -306,15 +309,32 @@ static __global__ void __launch_bounds__(NW * 32)
         int64_t s_end = P.s;
         if (P.causal && blk0 + BQ < s_end) s_end = blk0 + BQ;
         const int64_t n_tiles = (s_end + SDPA_TC_BK - 1) / SDPA_TC_BK;
-        // With a mask over several tiles the CTA scans each tile before staging it (while the
-        // tile before is in flight): tiles it masks everywhere are passed over. Not for heads of
-        // 32, whose registers the scan's state pushes past 128 (they spill): their attentions
-        // (Swin's, MaxViT's windows; SegFormer's, unmasked) span one tile anyway.
-        const bool scan = D != 32 && P.mask != NULL && n_tiles > 1;
+        // With a mask over four tiles or more the CTA scans the mask for its rows first: tiles
+        // it masks everywhere are passed over. Up to SDPA_SCAN_TILES tiles the warps scan them
+        // all at once into shared memory (one tile a warp at a time, eight loads a lane in
+        // flight); beyond, the CTA scans each tile before staging it. Over fewer tiles (a
+        // 128-token causal mask: two) the scan's round trip before the first load costs about
+        // what passing over one tile saves. Not for heads of 32, whose registers the scan's
+        // state pushes past 128 (they spill): their attentions (Swin's, MaxViT's windows;
+        // SegFormer's, unmasked) span one tile anyway.
+        const bool scan = D != 32 && P.mask != NULL && n_tiles >= 4;
+        const bool prescan = scan && n_tiles <= SDPA_SCAN_TILES;
         const int64_t r_end = blk0 + BQ < P.l ? blk0 + BQ : P.l;
+        if (prescan) {
+            __syncthreads(); // the previous batch's reads of tile_bits are done
+            for (int64_t u = warp; u < n_tiles; u += NW) {
+                const int tb =
+                    sdpa_tile_bits_warp<SDPA_TC_BK>(P, bo.m, u * SDPA_TC_BK, blk0, r_end, lane);
+                if (lane == 0) tile_bits[u] = (uint8_t)tb;
+            }
+            __syncthreads();
+        }
         int64_t t = 0;
         int bits = SDPA_TILE_LIVE | SDPA_TILE_MIXED;
-        if (scan) {
+        if (prescan) {
+            while (t < n_tiles && !(tile_bits[t] & SDPA_TILE_LIVE)) t++;
+            if (t < n_tiles) bits = tile_bits[t];
+        } else if (scan) {
             while (t < n_tiles &&
                    !((bits = sdpa_tile_bits_cta<SDPA_TC_BK>(P, bo.m, t * SDPA_TC_BK, blk0, r_end)) &
                      SDPA_TILE_LIVE))
@@ -331,7 +351,10 @@ static __global__ void __launch_bounds__(NW * 32)
         for (int stage = 0; t < n_tiles; stage ^= 1) {
             int64_t nt = t + 1; // the next tile that is not passed over
             int nbits = SDPA_TILE_LIVE | SDPA_TILE_MIXED;
-            if (scan) {
+            if (prescan) {
+                while (nt < n_tiles && !(tile_bits[nt] & SDPA_TILE_LIVE)) nt++;
+                if (nt < n_tiles) nbits = tile_bits[nt];
+            } else if (scan) {
                 while (nt < n_tiles && !((nbits = sdpa_tile_bits_cta<SDPA_TC_BK>(
                                               P, bo.m, nt * SDPA_TC_BK, blk0, r_end)) &
                                          SDPA_TILE_LIVE))

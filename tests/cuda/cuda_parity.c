@@ -1836,7 +1836,8 @@ static void cases_sdpa_tc(void) {
         // the pipelined kernel (grids of 64-row CTAs over a wave) passing over the key tiles a
         // mask excludes for a whole CTA: a prompt at position 200 over a static cache of 700
         // (tiles past the prompt skipped, tiles under the diagonal wholly live), as bool and as
-        // float; BERT b8 with every sequence padded from key 64 (the second tile skipped)
+        // float; BERT b8 at 256 tokens with every sequence padded from key 100 (the last two
+        // tiles skipped, the second mixed)
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "1x8x4x260x64"));
         case_in(&c, S(dt, "1x8x1x700x64"));
@@ -1856,13 +1857,13 @@ static void cases_sdpa_tc(void) {
         c.label = "tc: prompt at 200 over a cache of 700, float mask";
         run_case(&c);
         case_init(&c, KILN_OP_SDPA);
-        case_in(&c, S(dt, "8x12x128x64"));
-        case_in(&c, S(dt, "8x12x128x64"));
-        case_in(&c, S(dt, "8x12x128x64"));
-        spec pad = S(BOOL, "8x1x1x128");
-        pad.prefix = 64;
+        case_in(&c, S(dt, "8x12x256x64"));
+        case_in(&c, S(dt, "8x12x256x64"));
+        case_in(&c, S(dt, "8x12x256x64"));
+        spec pad = S(BOOL, "8x1x1x256");
+        pad.prefix = 100;
         case_in(&c, pad);
-        c.label = "tc: BERT b8, keys padded from 64";
+        c.label = "tc: BERT b8 at 256, keys padded from 100";
         run_case(&c);
         // a grid of 64-row CTAs large enough for the shared-tile kernel
         case_init(&c, KILN_OP_SDPA);
