@@ -65,14 +65,16 @@ set_property(TARGET kiln_cuda_sm90a PROPERTY COMPILE_OPTIONS ${KILN_CUDA_FLAGS}
   --generate-code=arch=compute_90a,code=sm_90a --generate-code=arch=compute_90,code=compute_90)
 target_compile_definitions(kiln_cuda_sm90a PRIVATE KILN_BUILDING_CUDA_PLUGIN)
 
-# The simple-op families' device code (pooling included: CNNs only; the index family) and the
+# The simple-op families' device code (pooling included: CNNs only; the index, resize, logic,
+# embedding, data-movement and norm families) and the
 # attention kernels' variants (tensor-core, and the fp32-FMA flash kernel that fp16/bf16 engines
 # rarely load) are compressed for size (zstd): the driver inflates a module when its first kernel
 # loads, a few ms for these, where compressing the whole plugin cost 30-90 ms at the first engine
 # load (docs/packaging.md); they keep the runtime wheel under 3 MB.
 set_source_files_properties(src/cuda/op_eltwise.cu src/cuda/op_conv.cu src/cuda/conv_pw.cu src/cuda/op_reduce.cu
                             src/cuda/op_pool.cu src/cuda/op_index.cu src/cuda/attn_tc.cu
-                            src/cuda/attn_flash.cu
+                            src/cuda/attn_flash.cu src/cuda/op_resize.cu src/cuda/op_logic.cu
+                            src/cuda/op_embed.cu src/cuda/op_shape.cu src/cuda/op_norm.cu
                             PROPERTIES COMPILE_OPTIONS --compress-mode=size)
 add_library(kiln_cuda SHARED ${KILN_CUDA_SOURCES} $<TARGET_OBJECTS:kiln_cuda_sm90a>)
 if(KILN_SANITIZE)
