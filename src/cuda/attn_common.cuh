@@ -36,6 +36,11 @@ typedef struct sdpa_params {
     // row maximum and sum, D + 2 floats a row) to part, which kiln_cuda_sdpa_tc_run then merges.
     float *part;
     int64_t chunk;
+    // The pipelined kernel's mask summary (sdpa_tile_summary_kernel, attn_tc.cu): the
+    // SDPA_TILE_* bits of each block of the CTA's rows and each key tile, tiles_n tiles a block;
+    // NULL: a CTA scans the mask itself.
+    const uint8_t *tiles;
+    int64_t tiles_n;
 } sdpa_params;
 
 __device__ __forceinline__ int64_t sdpa_boff(const sdpa_params &P, int64_t b, const int64_t *str) {

@@ -317,15 +317,22 @@ static __global__ void __launch_bounds__(NW * 32)
         // what passing over one tile saves. Not for heads of 32, whose registers the scan's
         // state pushes past 128 (they spill): their attentions (Swin's, MaxViT's windows;
         // SegFormer's, unmasked) span one tile anyway.
-        const bool scan = D != 32 && P.mask != NULL && n_tiles >= 4;
+        // With a summary of the mask (P.tiles: the layer scanned it once for every CTA) the
+        // CTA copies its row block's bits instead.
+        const bool scan = D != 32 && P.mask != NULL && (n_tiles >= 4 || P.tiles != NULL);
         const bool prescan = scan && n_tiles <= SDPA_SCAN_TILES;
         const int64_t r_end = blk0 + BQ < P.l ? blk0 + BQ : P.l;
         if (prescan) {
             __syncthreads(); // the previous batch's reads of tile_bits are done
-            for (int64_t u = warp; u < n_tiles; u += NW) {
-                const int tb =
-                    sdpa_tile_bits_warp<SDPA_TC_BK>(P, bo.m, u * SDPA_TC_BK, blk0, r_end, lane);
-                if (lane == 0) tile_bits[u] = (uint8_t)tb;
+            if (P.tiles != NULL) {
+                const uint8_t *src = P.tiles + (int64_t)blockIdx.x * P.tiles_n;
+                for (int64_t u = threadIdx.x; u < n_tiles; u += blockDim.x) tile_bits[u] = src[u];
+            } else {
+                for (int64_t u = warp; u < n_tiles; u += NW) {
+                    const int tb =
+                        sdpa_tile_bits_warp<SDPA_TC_BK>(P, bo.m, u * SDPA_TC_BK, blk0, r_end, lane);
+                    if (lane == 0) tile_bits[u] = (uint8_t)tb;
+                }
             }
             __syncthreads();
         }
@@ -397,6 +404,47 @@ static __global__ void __launch_bounds__(NW * 32)
             }
         }
     }
+}
+
+// The mask's summary for the pipelined kernel: warp i of the grid scans key tile i % tiles_n for
+// the rows of CTA i / tiles_n (bq rows a CTA) into bits[i]. A mask shared by every batch (the
+// [L, S] mask of a prompt over a static KV cache, a causal mask given as a tensor) is scanned
+// once a layer instead of once for each head's CTAs: Llama-1B's prefill of 512 tokens over a
+// cache of 4224 keys, 66 tiles of 4 KB for each of 8 row blocks, scanned 32 times over.
+#define SDPA_SUMMARY_WARPS 8
+static __global__ void __launch_bounds__(SDPA_SUMMARY_WARPS * 32)
+    sdpa_tile_summary_kernel(const __grid_constant__ sdpa_params P, uint8_t *bits, int64_t bq,
+                             int64_t items) {
+    const int lane = threadIdx.x & 31;
+    const int64_t i = (int64_t)blockIdx.x * SDPA_SUMMARY_WARPS + (threadIdx.x >> 5);
+    if (i >= items) return; // whole warps: the scan's votes stay converged
+    const int64_t r0 = i / P.tiles_n * bq, r1 = r0 + bq < P.l ? r0 + bq : P.l;
+    const int tb = sdpa_tile_bits_warp<SDPA_TC_BK>(P, 0, i % P.tiles_n * SDPA_TC_BK, r0, r1, lane);
+    if (lane == 0) bits[i] = (uint8_t)tb;
+}
+
+// Summarizes P's mask for `blocks` CTAs of bq rows into the workspace and points P->tiles at it,
+// when the mask is the same for every batch and spans SDPA_SUMMARY_MIN_TILES to SDPA_SCAN_TILES
+// key tiles (below, each CTA's own scan is a round or two of loads; a mask that differs by
+// batch, BERT's padding, is scanned by the CTAs of each batch). Otherwise P is left as it was.
+#define SDPA_SUMMARY_MIN_TILES 8
+static kiln_status sdpa_summarize(const kiln_cuda_ctx *ctx, sdpa_params *P, int64_t bq,
+                                  unsigned blocks) {
+    if (P->mask == NULL || P->e == 32 || ctx->workspace == NULL) return KILN_OK;
+    for (int d = 0; d < P->nb; d++) {
+        if (P->bdims[d] > 1 && P->m_bstr[d] != 0) return KILN_OK;
+    }
+    const int64_t tiles = (P->s + SDPA_TC_BK - 1) / SDPA_TC_BK, items = tiles * blocks;
+    if (tiles < SDPA_SUMMARY_MIN_TILES || tiles > SDPA_SCAN_TILES ||
+        items > (int64_t)ctx->workspace_nbytes)
+        return KILN_OK;
+    kiln_cuda_ws_note(ctx, (size_t)items);
+    P->tiles = (const uint8_t *)ctx->workspace;
+    P->tiles_n = tiles;
+    sdpa_tile_summary_kernel<<<(unsigned)((items + SDPA_SUMMARY_WARPS - 1) / SDPA_SUMMARY_WARPS),
+                               SDPA_SUMMARY_WARPS * 32, 0, ctx->stream>>>(
+        *P, (uint8_t *)ctx->workspace, bq, items);
+    return kiln_cuda_check_launch(ctx, "sdpa_tile_summary_kernel");
 }
 
 template <int D, int NS, int BK> struct sdpa_sp_smem {
@@ -644,7 +692,9 @@ template <typename T, int D, int NW>
 static kiln_status sdpa_tc_launch_nw(const kiln_cuda_ctx *ctx, const sdpa_params *P) {
     int64_t by = P->batch < 65535 ? P->batch : 65535;
     dim3 grid((unsigned)((P->l + 16 * NW - 1) / (16 * NW)), (unsigned)by);
-    sdpa_tc_kernel<T, D, NW><<<grid, NW * 32, sdpa_tc_smem<D>::BYTES, ctx->stream>>>(*P);
+    sdpa_params C = *P;
+    KILN_CUDA_TRY(sdpa_summarize(ctx, &C, 16 * NW, grid.x));
+    sdpa_tc_kernel<T, D, NW><<<grid, NW * 32, sdpa_tc_smem<D>::BYTES, ctx->stream>>>(C);
     return kiln_cuda_check_launch(ctx, "sdpa_tc_kernel");
 }
 

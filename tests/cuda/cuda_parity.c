@@ -1865,6 +1865,25 @@ static void cases_sdpa_tc(void) {
         case_in(&c, pad);
         c.label = "tc: BERT b8 at 256, keys padded from 100";
         run_case(&c);
+        // masks over eight key tiles or more: one shared by every batch is summarized once for
+        // the layer (above; here a random one, every tile mixed), one that differs by batch
+        // (padding over 600 keys) is scanned by each CTA
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x8x4x260x64"));
+        case_in(&c, S(dt, "1x8x1x700x64"));
+        case_in(&c, S(dt, "1x8x1x700x64"));
+        case_in(&c, S(BOOL, "260x700"));
+        c.label = "tc: prompt over a cache of 700, random bool mask";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "8x8x130x64"));
+        case_in(&c, S(dt, "8x8x600x64"));
+        case_in(&c, S(dt, "8x8x600x64"));
+        spec pd = S(BOOL, "8x1x1x600");
+        pd.prefix = 300;
+        case_in(&c, pd);
+        c.label = "tc: 8 x 8 heads, L 130 over 600 keys padded from 300";
+        run_case(&c);
         // a grid of 64-row CTAs large enough for the shared-tile kernel
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "24x12x130x64"));
