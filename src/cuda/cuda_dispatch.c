@@ -301,8 +301,8 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
         if (args->n_in < 3 || !all_float(args) || args->in[0]->dtype != args->out->dtype ||
             !kiln_cuda_rotary_supports(args)) {
             return why_not(why, why_nbytes, args,
-                           "needs float x[..., even D] of the output's dtype and float cos, sin "
-                           "that broadcast to x");
+                           "needs float x[..., even D] of the output's dtype (under 2^31 "
+                           "elements) and float cos, sin that broadcast to x");
         }
         return 1;
     case KILN_OP_BATCH_NORM:

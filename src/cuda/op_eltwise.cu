@@ -1195,7 +1195,9 @@ extern "C" kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us) {
 // own dtype (x's, or float32 position tables); float32 math, one rounding to y's dtype. One
 // thread per (row, i < R/2) pair: it writes y[i] and y[i + R/2]. R is D, or the tables' last
 // dim when they cover only the first R of x's D (kiln_rotary_dims): then one more thread per
-// passed element copies it.
+// passed element copies it. Index math is 32-bit (a 64-bit division costs ~100 instructions, a
+// few of them per pair made Llama-1B's prefill rope group of a million pairs division-bound):
+// x holds fewer than 2^31 elements, and so does a rope group's work.
 
 typedef struct rot_params {
     int nlead;                 // leading dims of x kept (size-1 dims dropped)
@@ -1210,15 +1212,16 @@ typedef struct rot_params {
 template <typename T, typename TC, typename TS>
 __device__ __forceinline__ void rotary_pair(const T *__restrict__ x, const TC *__restrict__ cs,
                                             const TS *__restrict__ sn, T *__restrict__ yr,
-                                            const rot_params &P, int64_t row, int64_t i) {
-    int64_t co = 0, so = 0, rem = row;
+                                            const rot_params &P, uint32_t row, uint32_t i) {
+    int64_t co = 0, so = 0;
+    uint32_t rem = row;
     for (int k = P.nlead - 1; k >= 0; k--) {
-        const int64_t q = rem / P.lead[k], j = rem - q * P.lead[k];
+        const uint32_t n = (uint32_t)P.lead[k], q = rem / n, j = rem - q * n;
         rem = q;
-        co += j * P.cstr[k];
-        so += j * P.sstr[k];
+        co += (int64_t)j * P.cstr[k];
+        so += (int64_t)j * P.sstr[k];
     }
-    const T *xr = x + row * P.d;
+    const T *xr = x + (int64_t)row * P.d;
     const float x1 = kc_to_f(xr[i]), x2 = kc_to_f(xr[i + P.h]);
     const float c1 = kc_to_f(cs[co + i * P.c_last]), c2 = kc_to_f(cs[co + (i + P.h) * P.c_last]);
     const float s1 = kc_to_f(sn[so + i * P.s_last]), s2 = kc_to_f(sn[so + (i + P.h) * P.s_last]);
@@ -1231,14 +1234,15 @@ static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restri
                                      const TS *__restrict__ sn, T *__restrict__ y,
                                      const __grid_constant__ rot_params P) {
     kc_pdl_enter();
-    const int64_t w = P.d - P.h, n = P.rows * w; // per row: h pairs, then d - 2h passed
+    const uint32_t w = (uint32_t)(P.d - P.h), h = (uint32_t)P.h; // per row: h pairs, d - 2h passed
+    const int64_t n = P.rows * w;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = idx / w, i = idx - row * w;
-        if (i < P.h) {
-            rotary_pair(x, cs, sn, y + row * P.d, P, row, i);
+        const uint32_t row = (uint32_t)idx / w, i = (uint32_t)idx - row * w;
+        if (i < h) {
+            rotary_pair(x, cs, sn, y + (int64_t)row * P.d, P, row, i);
         } else {
-            y[row * P.d + P.h + i] = x[row * P.d + P.h + i];
+            y[(int64_t)row * P.d + h + i] = x[(int64_t)row * P.d + h + i];
         }
     }
 }
@@ -1256,11 +1260,12 @@ typedef struct rope_cache_params {
     int kwrap, vwrap;
 } rope_cache_params;
 
-__device__ __forceinline__ int64_t rope_cache_row(const rope_cache_params &C, int64_t r, int wrap) {
-    const int64_t o = r / C.n, j = r - o * C.n;
+__device__ __forceinline__ int64_t rope_cache_row(const rope_cache_params &C, uint32_t r,
+                                                  int wrap) {
+    const uint32_t n = (uint32_t)C.n, o = r / n, j = r - o * n;
     int64_t v = kc_ld_i(C.idx, C.idx_dtype, j);
     if (v < 0 && wrap) v += C.size;
-    return v < 0 || v >= C.size ? -1 : o * C.size + v;
+    return v < 0 || v >= C.size ? -1 : (int64_t)o * C.size + v;
 }
 
 template <typename T, typename TC, typename TS>
@@ -1275,15 +1280,18 @@ rope_cache_kernel(const T *__restrict__ xq, T *__restrict__ yq,
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
         if (idx < nq) {
-            const int64_t row = idx / Pq.h;
-            rotary_pair(xq, cs, sn, yq + row * Pq.d, Pq, row, idx - row * Pq.h);
+            const uint32_t e = (uint32_t)idx, row = e / (uint32_t)Pq.h;
+            rotary_pair(xq, cs, sn, yq + (int64_t)row * Pq.d, Pq, row, e - row * (uint32_t)Pq.h);
         } else if (idx < nq + nk) {
-            const int64_t e = idx - nq, row = e / Pk.h, dst = rope_cache_row(C, row, C.kwrap);
-            if (dst >= 0) rotary_pair(xk, cs, sn, kc + dst * Pk.d, Pk, row, e - row * Pk.h);
+            const uint32_t e = (uint32_t)(idx - nq), row = e / (uint32_t)Pk.h;
+            const int64_t dst = rope_cache_row(C, row, C.kwrap);
+            if (dst >= 0) {
+                rotary_pair(xk, cs, sn, kc + dst * Pk.d, Pk, row, e - row * (uint32_t)Pk.h);
+            }
         } else {
-            const int64_t e = idx - nq - nk, row = e / C.dv;
+            const uint32_t e = (uint32_t)(idx - nq - nk), row = e / (uint32_t)C.dv;
             const int64_t dst = rope_cache_row(C, row, C.vwrap);
-            if (dst >= 0) vc[dst * C.dv + (e - row * C.dv)] = vs[e];
+            if (dst >= 0) vc[dst * C.dv + (e - row * (uint32_t)C.dv)] = vs[e];
         }
     }
 }
@@ -1308,7 +1316,9 @@ extern "C" int kiln_cuda_rotary_supports(const kiln_kernel_args *args) {
         return 0;
     const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2];
     kiln_tensor xr;
-    if (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0 || !rotated_view(x, c, s, &xr)) return 0;
+    if (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0 || !rotated_view(x, c, s, &xr) ||
+        kc_numel(x) > INT32_MAX)
+        return 0;
     for (int i = 1; i < 3; i++) {
         uint32_t dt = args->in[i]->dtype;
         if (dt != x->dtype && dt != KILN_DTYPE_F32) return 0;
@@ -1386,6 +1396,12 @@ static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
     if (C.n == 0) Pk.rows = C.v_rows = 0; // nothing to write
     const int64_t n = Pq.rows * Pq.h + Pk.rows * Pk.h + C.v_rows * C.dv;
     if (n == 0) return KILN_OK;
+    if (n > INT32_MAX) { // the kernel's index math is 32-bit
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda rotary: a rope group of %lld elements (over 2^31) at %s; set "
+                              "the option cuda.attention_fold to false",
+                              (long long)n, ctx->where ? ctx->where : "?");
+    }
     kc_launch(ctx, rope_cache_kernel<T, TC, TS>, kc_blocks(n, EW_BLOCK), EW_BLOCK, 0,
               (const T *)x->data, (T *)y->data, Pq, (const T *)xk->data, (T *)kc->data, Pk,
               (const TC *)c->data, (const TS *)s->data, vs != NULL ? (const T *)vs->data : NULL,
