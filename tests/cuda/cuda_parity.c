@@ -1866,8 +1866,27 @@ static void cases_sdpa_tc(void) {
         c.label = "tc: BERT b8 at 256, keys padded from 100";
         run_case(&c);
         // masks over eight key tiles or more: one shared by every batch is summarized once for
-        // the layer (above; here a random one, every tile mixed), one that differs by batch
-        // (padding over 600 keys) is scanned by each CTA
+        // the layer (above, on the split-key kernel: keys over twice the rows; here a random
+        // one, every tile mixed; then the pipelined kernel at 400 rows over 700 keys, and heads
+        // of 128), one that differs by batch (padding over 600 keys) is scanned by each CTA
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x8x4x400x64"));
+        case_in(&c, S(dt, "1x8x1x700x64"));
+        case_in(&c, S(dt, "1x8x1x700x64"));
+        spec pp = S(BOOL, "400x700");
+        pp.diag = 301;
+        case_in(&c, pp);
+        c.label = "tc: prompt of 400 at 300 over a cache of 700, bool mask";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA);
+        case_in(&c, S(dt, "1x8x4x300x128"));
+        case_in(&c, S(dt, "1x8x1x700x128"));
+        case_in(&c, S(dt, "1x8x1x700x128"));
+        spec ph = S(BOOL, "300x700");
+        ph.diag = 201;
+        case_in(&c, ph);
+        c.label = "tc E 128: prompt at 200 over a cache of 700, bool mask";
+        run_case(&c);
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "1x8x4x260x64"));
         case_in(&c, S(dt, "1x8x1x700x64"));
