@@ -217,7 +217,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "the arena, %u reshapes and slices aliased (no kernel); GEMV folds: %u RMSNorms inside "
         "GEMVs, %u "
         "gated pairs as one GEMV, %u linears run by a sibling's launch; %u rope groups (rotary "
-        "and KV cache writes in one launch); small-M weights kept in L2: %llu bytes",
+        "and KV cache writes in one launch, %u permutes read through); small-M weights kept in "
+        "L2: %llu bytes",
         device, prop.name, p->n_layers, e->weights_nbytes, (unsigned long long)e->shared_nbytes,
         (unsigned long long)e->shared_found_nbytes, (unsigned long long)p->arena_nbytes,
         e->share_arena ? " (shared: use_shared_activation_scratch)" : "",
@@ -226,7 +227,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem,
         e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
         e->fold.n_sdpa_out, e->fold.n_reloc, e->fold.n_alias, e->fold.n_gemv_norm,
-        e->fold.n_gemv_pair, e->fold.n_gemv_sib, e->fold.n_rope, (unsigned long long)e->l2_kept);
+        e->fold.n_gemv_pair, e->fold.n_gemv_sib, e->fold.n_rope, e->fold.n_rope_in,
+        (unsigned long long)e->l2_kept);
     *out_state = e;
     return KILN_OK;
 
@@ -952,6 +954,8 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                      ? (op == KILN_OP_ROTARY
                             ? "run by the q rotary's launch, its rows written straight into the "
                               "key cache"
+                        : op == KILN_OP_PERMUTE
+                            ? "a view: the rope group reading it reads its input through strides"
                             : "run by the q rotary's launch (the cache rows written there)")
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_WSUM)
                      ? "run by a softmax-weighted sum's launch: sum(x * softmax(s)) in one kernel"

@@ -215,6 +215,7 @@ typedef struct cuda_bound {
     kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL];    // reads of tensors' layout copies
     kiln_tensor nhwc[KILN_MAX_INPUTS + KILN_MAX_TAIL + 1]; // NHWC-ordered views (per-channel op)
     kiln_cuda_strided sdpa_io[4];                          // sdpa's folded views
+    kiln_cuda_strided rope_views[3];                       // a rope group's folded inputs
     char where[96];                                        // "layer 12 (linear)"
 } cuda_bound;
 

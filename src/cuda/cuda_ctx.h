@@ -81,6 +81,9 @@ typedef struct kiln_cuda_ctx {
     const kiln_tensor *rope_kx, *rope_idx, *rope_vsrc;
     kiln_tensor *rope_kcache, *rope_vcache;
     int rope_kwrap, rope_vwrap;
+    // ... and q's x, k's x and the value rows where the group reads them through a folded
+    // permute (NULL: as stored; the views' dims are the tensors', the innermost stride 1).
+    const kiln_cuda_strided *rope_in[3];
     // The MEAN of a mean ratio (cuda_fold.h), else ratio_y NULL: the DIV's output, the ADD's
     // one-element eps, and the dtypes of the mean's and the add's outputs (each value rounded
     // to its layer's dtype).

@@ -735,6 +735,58 @@ static int rope_ready(const fold_state *s, uint32_t q, uint32_t last, int32_t t)
     return pr < (int32_t)q && !written_in(s, q, last, t);
 }
 
+// The last layer reading b's memory: b's readers and those of every alias in it.
+static uint32_t mem_last_read(const fold_state *s, int32_t b) {
+    uint32_t end = last_read(s, b);
+    for (uint32_t t = 0; t < s->p->n_tensors; t++) {
+        if (s->f->alias[t] != b) continue;
+        const uint32_t e = last_read(s, (int32_t)t);
+        if (e > end) end = e;
+    }
+    return end;
+}
+
+// A rope group input t (read at the group's launch q) produced by a PERMUTE (no tail) that keeps
+// the last dim innermost, whose output only the group reads: the permute runs no kernel and the
+// group reads the permute's input through the permuted strides (a prompt's projections, [B, L,
+// H, E] read as [B, H, L, E]). The input's memory must hold until q: a base the planner reuses
+// before then moves out of the arena, live to q. Not for a base a GEMV sibling launch writes
+// (written earlier than planned: its live range is the siblings').
+static void rope_fold_input(fold_state *s, int32_t t, uint32_t q, const uint8_t *nhwc,
+                            const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    uint32_t perm[KILN_MAX_RANK];
+    const int32_t pl = t >= 0 ? f->producer[t] : -1;
+    if (pl < 0 || (uint32_t)pl >= q || f->virt[pl] != 0) return;
+    const kiln_plan_layer *l = &p->layers[pl];
+    const int32_t x = in0(p, (uint32_t)pl);
+    if (l->op != KILN_OP_PERMUTE || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
+        l->n_outputs != 1 || x < 0 || s->rbeg[t + 1] - s->rbeg[t] != 1)
+        return;
+    const kiln_plan_tensor *xt = &p->tensors[x];
+    const uint32_t r = xt->shape.rank;
+    if (xt->kind != KILN_TENSOR_ACTIVATION || xt->dtype != p->tensors[t].dtype ||
+        !static_shape(xt) || (nhwc != NULL && nhwc[x]) || (alt != NULL && alt[l->input_begin]) ||
+        r < 1 || !perm_of(p, (uint32_t)pl, r, perm) || perm[r - 1] != r - 1)
+        return;
+    const int32_t b = mem_of(s, x), bp = f->producer[b];
+    if (p->tensors[b].kind != KILN_TENSOR_ACTIVATION || bp < 0 ||
+        (f->virt[bp] & KILN_CUDA_FOLD_GEMV) || f->gemv_next[bp] >= 0)
+        return;
+    if (f->reloc[b]) {
+        if (q > f->live_last[b]) f->live_last[b] = q;
+    } else if (written_in(s, (uint32_t)pl, q, x)) {
+        const uint32_t end = mem_last_read(s, b);
+        f->reloc[b] = 1;
+        f->live_first[b] = (uint32_t)bp;
+        f->live_last[b] = end > q ? end : q;
+        f->n_reloc++;
+    }
+    f->virt[pl] = KILN_CUDA_FOLD_ROPE;
+    f->n_rope_in++;
+}
+
 static void rope_groups(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
     const kiln_plan *p = s->p;
     kiln_cuda_fold *f = s->f;
@@ -794,7 +846,22 @@ static void rope_groups(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) 
         f->virt[kl] = f->virt[kc] = KILN_CUDA_FOLD_ROPE;
         if (vc >= 0) f->virt[vc] = KILN_CUDA_FOLD_ROPE;
         f->n_rope++;
+        rope_fold_input(s, in0(p, (uint32_t)q), (uint32_t)q, nhwc, alt);
+        rope_fold_input(s, in0(p, (uint32_t)kl), (uint32_t)q, nhwc, alt);
+        rope_fold_input(s, vsrc, (uint32_t)q, nhwc, alt);
     }
+}
+
+void kiln_cuda_fold_rope_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln_tensor *views,
+                              int32_t t, kiln_cuda_strided *out) {
+    const int32_t pl = t >= 0 ? f->producer[t] : -1;
+    memset(out, 0, sizeof *out);
+    if (pl < 0 || !(f->virt[pl] & KILN_CUDA_FOLD_ROPE) || p->layers[pl].op != KILN_OP_PERMUTE)
+        return;
+    const int32_t x = in0(p, (uint32_t)pl);
+    kiln_cuda_strided in;
+    dense(&views[x], views[x].data, &in);
+    apply(p, (uint32_t)pl, &in, views[t].rank, views[t].dims, elem_size(views[t].dtype), out);
 }
 
 // --- mean ratios (cuda_fold.h)

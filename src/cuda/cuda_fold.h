@@ -73,6 +73,11 @@
 // inputs (K's x, the index, cos, sin, VC's rows) are written before Q and not written again up
 // to the last member, and no layer between Q and the last member reads or writes either cache
 // (the rows land earlier than planned). Q names them in rope_k[], rope_kc[], rope_vc[].
+// A member's input (Q's x, K's x, VC's rows) that a PERMUTE (no tail) keeping the last dim
+// innermost produces, read by nothing else, over an activation of static shape: the permute
+// runs no kernel either (KILN_CUDA_FOLD_ROPE) and the group reads the permute's input through
+// the permuted strides (a prompt's projections [B, L, H, E] as [B, H, L, E]); that input's
+// memory moves out of the arena, live to Q, where the planner reuses it before Q.
 // Mean ratios (with cuda.attention_fold): x / (mean(x over its last dim) + eps), a global
 // response norm's ratio (ConvNeXt-V2), runs as one launch at the MEAN layer M: M (no tail) reduces
 // only the last dim of a float activation X of static shape, at most KILN_CUDA_RATIO_MAX long;
@@ -153,6 +158,7 @@ typedef struct kiln_cuda_fold {
     uint32_t n_gemv_pair; // gated pairs run as one GEMV
     uint32_t n_gemv_sib;  // linears run by a sibling's launch
     uint32_t n_rope;      // rope groups
+    uint32_t n_rope_in;   // permutes a rope group reads through (no kernel)
     uint32_t n_ratio;     // mean ratios
     uint32_t n_wsum;      // softmax-weighted sums
     uint32_t n_reloc;     // relocated bases
@@ -173,6 +179,12 @@ void kiln_cuda_fold_free(const struct kiln_plan *p, kiln_cuda_fold *f);
 // its base.
 void kiln_cuda_fold_view(const struct kiln_plan *p, const kiln_cuda_fold *f,
                          const kiln_tensor *views, int32_t id, kiln_cuda_strided *out);
+
+// The view through which a rope group reads its input t when a permute producing t is folded
+// into the group (KILN_CUDA_FOLD_ROPE on a PERMUTE: t is the permute's input under permuted
+// strides, the innermost 1); rank 0 when t is read as stored.
+void kiln_cuda_fold_rope_view(const struct kiln_plan *p, const kiln_cuda_fold *f,
+                              const kiln_tensor *views, int32_t t, kiln_cuda_strided *out);
 
 // The view through which sdpa layer li writes its output o (logical [.., L, Ev]) into the
 // output of the permute f->sdpa_out[li].

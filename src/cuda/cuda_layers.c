@@ -300,14 +300,24 @@ static void gemv_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ct
     }
 }
 
-// A rope group's q rotary (cuda_fold.h): the members' tensors into ctx.
-static void rope_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx) {
+// A rope group's q rotary (cuda_fold.h): the members' tensors into ctx, and the views of the
+// inputs it reads through folded permutes (views[3] is the storage).
+static void rope_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx,
+                           kiln_cuda_strided *views) {
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
     ctx->rope_kx = ctx->rope_idx = ctx->rope_vsrc = NULL;
     ctx->rope_kcache = ctx->rope_vcache = NULL;
     ctx->rope_kwrap = ctx->rope_vwrap = 0;
+    memset(ctx->rope_in, 0, sizeof ctx->rope_in);
     if (e->fold.rope_k[li] < 0) return;
+    int32_t in[3] = {p->ids[p->layers[li].input_begin], -1, -1}; // q's x, k's x, value rows
+    in[1] = p->ids[p->layers[e->fold.rope_k[li]].input_begin];
+    if (e->fold.rope_vc[li] >= 0) in[2] = p->ids[p->layers[e->fold.rope_vc[li]].input_begin + 2];
+    for (uint32_t j = 0; j < 3; j++) {
+        kiln_cuda_fold_rope_view(p, &e->fold, c->views, in[j], &views[j]);
+        if (views[j].rank > 0) ctx->rope_in[j] = &views[j];
+    }
     const kiln_plan_layer *kl = &p->layers[e->fold.rope_k[li]];
     const kiln_plan_layer *kc = &p->layers[e->fold.rope_kc[li]];
     kiln_attrs a = kiln_plan_layer_attrs(p, kc);
@@ -375,7 +385,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, b->nhwc, run));
     sdpa_fold_views(c, li, ctx, b->sdpa_io);
     gemv_fold_args(c, li, ctx);
-    rope_fold_args(c, li, ctx);
+    rope_fold_args(c, li, ctx, b->rope_views);
     ratio_fold_args(c, li, ctx);
     wsum_fold_args(c, li, ctx);
     return KILN_OK;

@@ -1204,6 +1204,8 @@ typedef struct rot_params {
     int64_t lead[KC_MAX_RANK]; // their sizes, outermost first
     int64_t cstr[KC_MAX_RANK]; // cos element strides over them
     int64_t sstr[KC_MAX_RANK]; // sin element strides over them
+    int64_t xstr[KC_MAX_RANK]; // x's element strides over them (a rope group may read x
+                               // through a folded permute's view: cuda_fold.h)
     int64_t c_last, s_last;    // strides along the last dim (1, or 0 when broadcast)
     int64_t rows, h, d;        // rows of x, R / 2 and D (a row's length)
 } rot_params;
@@ -1213,15 +1215,16 @@ template <typename T, typename TC, typename TS>
 __device__ __forceinline__ void rotary_pair(const T *__restrict__ x, const TC *__restrict__ cs,
                                             const TS *__restrict__ sn, T *__restrict__ yr,
                                             const rot_params &P, uint32_t row, uint32_t i) {
-    int64_t co = 0, so = 0;
+    int64_t co = 0, so = 0, xo = 0;
     uint32_t rem = row;
     for (int k = P.nlead - 1; k >= 0; k--) {
         const uint32_t n = (uint32_t)P.lead[k], q = rem / n, j = rem - q * n;
         rem = q;
         co += (int64_t)j * P.cstr[k];
         so += (int64_t)j * P.sstr[k];
+        xo += (int64_t)j * P.xstr[k];
     }
-    const T *xr = x + (int64_t)row * P.d;
+    const T *xr = x + xo;
     const float x1 = kc_to_f(xr[i]), x2 = kc_to_f(xr[i + P.h]);
     const float c1 = kc_to_f(cs[co + i * P.c_last]), c2 = kc_to_f(cs[co + (i + P.h) * P.c_last]);
     const float s1 = kc_to_f(sn[so + i * P.s_last]), s2 = kc_to_f(sn[so + (i + P.h) * P.s_last]);
@@ -1255,6 +1258,8 @@ static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restri
 typedef struct rope_cache_params {
     int64_t n, size;    // index entries; cache rows per outer step
     int64_t v_rows, dv; // value rows and their length (0 rows: no value write)
+    int v_nlead;        // the value rows' dims (all but the last, size-1 ones dropped) ...
+    int64_t v_lead[KC_MAX_RANK], v_str[KC_MAX_RANK]; // ... and their element strides
     const void *idx;
     uint32_t idx_dtype;
     int kwrap, vwrap;
@@ -1291,7 +1296,15 @@ rope_cache_kernel(const T *__restrict__ xq, T *__restrict__ yq,
         } else {
             const uint32_t e = (uint32_t)(idx - nq - nk), row = e / (uint32_t)C.dv;
             const int64_t dst = rope_cache_row(C, row, C.vwrap);
-            if (dst >= 0) vc[dst * C.dv + (e - row * (uint32_t)C.dv)] = vs[e];
+            int64_t vo = 0;
+            uint32_t rem = row;
+            for (int k = C.v_nlead - 1; k >= 0; k--) {
+                const uint32_t n = (uint32_t)C.v_lead[k], q = rem / n;
+                vo += (int64_t)(rem - q * n) * C.v_str[k];
+                rem = q;
+            }
+            const uint32_t col = e - row * (uint32_t)C.dv;
+            if (dst >= 0) vc[dst * C.dv + col] = vs[vo + col];
         }
     }
 }
@@ -1326,15 +1339,21 @@ extern "C" int kiln_cuda_rotary_supports(const kiln_kernel_args *args) {
     return kiln_broadcast_strides(c, &xr, str) && kiln_broadcast_strides(s, &xr, str);
 }
 
-// The rotary's parameters for x (cos c and sin s broadcast to it).
-static void rot_params_of(const kiln_tensor *x, const kiln_tensor *c, const kiln_tensor *s,
-                          rot_params *P) {
-    int64_t cstr[KC_MAX_RANK], sstr[KC_MAX_RANK];
+// The rotary's parameters for x (cos c and sin s broadcast to it), x read through view xv
+// (NULL: stored densely).
+static void rot_params_of(const kiln_tensor *x, const kiln_cuda_strided *xv, const kiln_tensor *c,
+                          const kiln_tensor *s, rot_params *P) {
+    int64_t cstr[KC_MAX_RANK], sstr[KC_MAX_RANK], xstr[KC_MAX_RANK];
     memset(P, 0, sizeof *P);
     kiln_tensor xr = *x;
     rotated_view(x, c, s, &xr); // checked by kiln_cuda_rotary_supports
     kiln_broadcast_strides(c, &xr, cstr);
     kiln_broadcast_strides(s, &xr, sstr);
+    if (xv != NULL) {
+        memcpy(xstr, xv->str, sizeof(int64_t) * x->rank);
+    } else {
+        kc_strides(x, xstr);
+    }
     const uint32_t last = x->rank - 1;
     P->h = xr.dims[last] / 2;
     P->d = x->dims[last];
@@ -1346,6 +1365,7 @@ static void rot_params_of(const kiln_tensor *x, const kiln_tensor *c, const kiln
         P->lead[P->nlead] = x->dims[k];
         P->cstr[P->nlead] = cstr[k];
         P->sstr[P->nlead] = sstr[k];
+        P->xstr[P->nlead] = xstr[k];
         P->nlead++;
     }
 }
@@ -1372,9 +1392,22 @@ static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
                               "the option cuda.attention_fold to false",
                               ctx->where ? ctx->where : "?");
     }
+    // q's x, k's x, the value rows: through a folded permute's view, or as stored
+    const kiln_cuda_strided *const *in = ctx->rope_in;
+    for (int j = 0; j < 3; j++) {
+        const kiln_tensor *t = j == 0 ? x : j == 1 ? xk : vs;
+        if (in[j] != NULL &&
+            (t == NULL || in[j]->rank != t->rank || in[j]->str[t->rank - 1] != 1)) {
+            return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                                  "cuda rotary: a rope group's folded view of input %d disagrees "
+                                  "with the tensor at %s; set the option cuda.attention_fold to "
+                                  "false",
+                                  j, ctx->where ? ctx->where : "?");
+        }
+    }
     rot_params Pq, Pk;
-    rot_params_of(x, c, s, &Pq);
-    rot_params_of(xk, c, s, &Pk);
+    rot_params_of(x, in[0], c, s, &Pq);
+    rot_params_of(xk, in[1], c, s, &Pk);
     if (Pq.d != 2 * Pq.h || Pk.d != 2 * Pk.h) { // cuda_fold.c groups full rotations only
         return kiln_cuda_fail(KILN_ERR_INTERNAL,
                               "cuda rotary: a rope group over a partial rotation at %s; set the "
@@ -1390,8 +1423,20 @@ static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
     C.kwrap = ctx->rope_kwrap;
     C.vwrap = ctx->rope_vwrap;
     if (vs != NULL) {
+        int64_t vstr[KC_MAX_RANK];
+        if (in[2] != NULL) {
+            memcpy(vstr, in[2]->str, sizeof(int64_t) * r);
+        } else {
+            kc_strides(vs, vstr);
+        }
         C.dv = vs->dims[r - 1];
         C.v_rows = C.dv > 0 ? kc_numel(vs) / C.dv : 0;
+        for (uint32_t k = 0; k + 1 < r; k++) {
+            if (vs->dims[k] == 1) continue;
+            C.v_lead[C.v_nlead] = vs->dims[k];
+            C.v_str[C.v_nlead] = vstr[k];
+            C.v_nlead++;
+        }
     }
     if (C.n == 0) Pk.rows = C.v_rows = 0; // nothing to write
     const int64_t n = Pq.rows * Pq.h + Pk.rows * Pk.h + C.v_rows * C.dv;
@@ -1402,9 +1447,12 @@ static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
                               "the option cuda.attention_fold to false",
                               (long long)n, ctx->where ? ctx->where : "?");
     }
+    const void *xq_d = in[0] != NULL ? in[0]->data : x->data;
+    const void *xk_d = in[1] != NULL ? in[1]->data : xk->data;
+    const void *vs_d = vs == NULL ? NULL : in[2] != NULL ? in[2]->data : vs->data;
     kc_launch(ctx, rope_cache_kernel<T, TC, TS>, kc_blocks(n, EW_BLOCK), EW_BLOCK, 0,
-              (const T *)x->data, (T *)y->data, Pq, (const T *)xk->data, (T *)kc->data, Pk,
-              (const TC *)c->data, (const TS *)s->data, vs != NULL ? (const T *)vs->data : NULL,
+              (const T *)xq_d, (T *)y->data, Pq, (const T *)xk_d, (T *)kc->data, Pk,
+              (const TC *)c->data, (const TS *)s->data, (const T *)vs_d,
               vc != NULL ? (T *)vc->data : NULL, C);
     return kiln_cuda_check_launch(ctx, "rope_cache_kernel");
 }
@@ -1414,7 +1462,7 @@ static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
     const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2], *y = args->out;
     if (ctx->rope_kx != NULL) return rope_group_run<T, TC, TS>(ctx, args);
     rot_params P;
-    rot_params_of(x, c, s, &P);
+    rot_params_of(x, NULL, c, s, &P);
     if (P.rows == 0 || P.h == 0) return KILN_OK;
     kc_launch(ctx, rotary_kernel<T, TC, TS>, kc_blocks(P.rows * P.h, EW_BLOCK), EW_BLOCK, 0,
               (const T *)x->data, (const TC *)c->data, (const TS *)s->data, (T *)y->data, P);

@@ -1423,6 +1423,92 @@ static int plan_counts(const char *path, int list_layers) {
     return rc;
 }
 
+// A rope group over a prompt of L positions whose q, k and v come from [1, L, H, E] projections
+// through permute (0, 2, 1, 3) (transformers' transpose(1, 2) after the head split), ReLU
+// standing in for the projections (activations). variant 0: the three permutes run no kernel
+// (the group reads their inputs through permuted strides); 1: the q permute's output is also an
+// engine output: that permute runs, the other two fold; 2: the k permute moves the last dim:
+// it runs.
+static void rope_perm_case(int variant) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    enum { L = 3 };
+    int64_t xd[4] = {1, L, H, E}, td[4] = {1, 1, L, E}, cd[4] = {1, H, S + L, E}, pd[1] = {L};
+    int64_t two = 2, one = 1, hs[4] = {0, 2, 1, 3}, moved[4] = {0, 2, 3, 1};
+    int32_t kc = -1, vc = -1, x[3] = {-1, -1, -1}, cs = -1, sn = -1, pos = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_state(g, "kc", KILN_DTYPE_F32, 4, cd, NULL, 0, &kc) == KILN_OK);
+    CHECK(kiln_graph_add_state(g, "vc", KILN_DTYPE_F32, 4, cd, NULL, 0, &vc) == KILN_OK);
+    static const char *const names[3] = {"xq", "xk", "xv"};
+    int32_t hp[3]; // the heads-first views
+    for (int j = 0; j < 3; j++) {
+        CHECK(kiln_graph_add_input(g, names[j], KILN_DTYPE_F32, 4, xd, xd, &x[j]) == KILN_OK);
+        int32_t a = node(g, KILN_OP_RELU, &x[j], 1, NULL, 0);
+        if (variant == 2 && j == 1) { // [1, L, H, E] -> [1, H, E, L] -> reshaped back
+            int64_t back[4] = {1, H, L, E};
+            kiln_attr pa = {"dims", moved, NULL, 4}, ra = {"shape", back, NULL, 4};
+            a = node(g, KILN_OP_PERMUTE, &a, 1, &pa, 1);
+            hp[j] = node(g, KILN_OP_RESHAPE, &a, 1, &ra, 1);
+        } else {
+            kiln_attr pa = {"dims", hs, NULL, 4};
+            hp[j] = node(g, KILN_OP_PERMUTE, &a, 1, &pa, 1);
+        }
+    }
+    CHECK(kiln_graph_add_input(g, "cos", KILN_DTYPE_F32, 4, td, td, &cs) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "sin", KILN_DTYPE_F32, 4, td, td, &sn) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "pos", KILN_DTYPE_I64, 1, pd, pd, &pos) == KILN_OK);
+    int32_t rq[3] = {hp[0], cs, sn}, rk[3] = {hp[1], cs, sn};
+    int32_t q = node(g, KILN_OP_ROTARY, rq, 3, NULL, 0);
+    int32_t k = node(g, KILN_OP_ROTARY, rk, 3, NULL, 0);
+    kiln_attr ic[2] = {{"dim", &two, NULL, 1}, {"wrap", &one, NULL, 1}};
+    int32_t wk[3] = {kc, pos, k}, wv[3] = {vc, pos, hp[2]};
+    int32_t kc2 = node(g, KILN_OP_INDEX_COPY, wk, 3, ic, 2);
+    int32_t vc2 = node(g, KILN_OP_INDEX_COPY, wv, 3, ic, 2);
+    CHECK(kiln_graph_update_state(g, kc, kc2) == KILN_OK);
+    CHECK(kiln_graph_update_state(g, vc, vc2) == KILN_OK);
+    int32_t three[3] = {q, kc2, vc2};
+    CHECK(kiln_graph_mark_output(g, node(g, KILN_OP_SDPA, three, 3, NULL, 0), "y") == KILN_OK);
+    if (variant == 1) CHECK(kiln_graph_mark_output(g, hp[0], "q_heads") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    const uint32_t r1 = find_head(&p, KILN_OP_ROTARY, 0);
+    CHECK_MSG(r1 != UINT32_MAX && f.n_rope == 1 && f.rope_k[r1] >= 0, "variant %d: %u groups",
+              variant, f.n_rope);
+    uint32_t folded = 0, run = 0;
+    for (uint32_t li = 0; li < p.n_layers; li++) {
+        if (p.layers[li].op != KILN_OP_PERMUTE) continue;
+        if (f.virt[li] & KILN_CUDA_FOLD_ROPE) {
+            folded++;
+            // the view: the permute's input [1, L, H, E] read as [1, H, L, E]
+            const int32_t t = out0(&p, li);
+            kiln_tensor views[64];
+            memset(views, 0, sizeof views);
+            CHECK(p.n_tensors <= 64);
+            for (uint32_t i = 0; i < p.n_tensors && i < 64; i++) {
+                views[i].dtype = p.tensors[i].dtype;
+                views[i].rank = p.tensors[i].shape.rank;
+                memcpy(views[i].dims, p.tensors[i].shape.max, sizeof views[i].dims);
+                views[i].data = (void *)(uintptr_t)(4096 * (i + 1));
+            }
+            kiln_cuda_strided v;
+            kiln_cuda_fold_rope_view(&p, &f, views, t, &v);
+            CHECK(v.rank == 4 && v.data == views[in0(&p, li)].data && v.dims[1] == H &&
+                  v.dims[2] == L && v.str[1] == E && v.str[2] == H * E && v.str[3] == 1);
+        } else {
+            run++;
+        }
+    }
+    CHECK_MSG(f.n_rope_in == folded, "variant %d: n_rope_in %u, %u folded", variant, f.n_rope_in,
+              folded);
+    if (variant == 0) CHECK_MSG(folded == 3 && run == 0, "%u folded, %u run", folded, run);
+    if (variant == 1 || variant == 2)
+        CHECK_MSG(folded == 2 && run == 1, "variant %d: %u folded, %u run", variant, folded, run);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) {
         int rc = 0;
@@ -1438,6 +1524,7 @@ int main(int argc, char **argv) {
     rope_case(2);
     rope_case(3);
     rope_case(4);
+    for (int v = 0; v <= 2; v++) rope_perm_case(v);
     gemv_unweighted_and_apart();
     gemv_siblings_relocated();
     gemv_case(1, 0);

@@ -1637,6 +1637,18 @@ static void cases_sdpa(void) {
     }
 }
 
+// An sdpa case of q over k = v of the dims given, with a mask.
+static void sdpa_masked(uint32_t dt, const char *q, const char *kv, spec mask, const char *label) {
+    op_case c;
+    case_init(&c, KILN_OP_SDPA);
+    case_in(&c, S(dt, q));
+    case_in(&c, S(dt, kv));
+    case_in(&c, S(dt, kv));
+    case_in(&c, mask);
+    c.label = label;
+    run_case(&c);
+}
+
 // Shapes for the tensor-core kernel (float16/bfloat16, E = Ev in {32, 64, 80, 128}): rows and keys
 // off the 64-row/64-key tiles, causal with L < S and L > S, every mask broadcast, fully masked
 // rows.
@@ -1838,71 +1850,32 @@ static void cases_sdpa_tc(void) {
         // (tiles past the prompt skipped, tiles under the diagonal wholly live), as bool and as
         // float; BERT b8 at 256 tokens with every sequence padded from key 100 (the last two
         // tiles skipped, the second mixed)
-        case_init(&c, KILN_OP_SDPA);
-        case_in(&c, S(dt, "1x8x4x260x64"));
-        case_in(&c, S(dt, "1x8x1x700x64"));
-        case_in(&c, S(dt, "1x8x1x700x64"));
-        spec pm = S(BOOL, "1x1x1x260x700");
-        pm.diag = 201;
-        case_in(&c, pm);
-        c.label = "tc: prompt at 200 over a cache of 700, bool mask";
-        run_case(&c);
-        case_init(&c, KILN_OP_SDPA);
-        case_in(&c, S(dt, "1x8x4x260x64"));
-        case_in(&c, S(dt, "1x8x1x700x64"));
-        case_in(&c, S(dt, "1x8x1x700x64"));
-        spec pf = SR(dt, "260x700", -2.0, 0.0);
-        pf.diag = 201;
-        case_in(&c, pf);
-        c.label = "tc: prompt at 200 over a cache of 700, float mask";
-        run_case(&c);
-        case_init(&c, KILN_OP_SDPA);
-        case_in(&c, S(dt, "8x12x256x64"));
-        case_in(&c, S(dt, "8x12x256x64"));
-        case_in(&c, S(dt, "8x12x256x64"));
+        spec pm = S(BOOL, "1x1x1x260x700"), pf = SR(dt, "260x700", -2.0, 0.0);
+        pm.diag = pf.diag = 201;
+        sdpa_masked(dt, "1x8x4x260x64", "1x8x1x700x64", pm,
+                    "tc: prompt at 200 over a cache of 700, bool mask");
+        sdpa_masked(dt, "1x8x4x260x64", "1x8x1x700x64", pf,
+                    "tc: prompt at 200 over a cache of 700, float mask");
         spec pad = S(BOOL, "8x1x1x256");
         pad.prefix = 100;
-        case_in(&c, pad);
-        c.label = "tc: BERT b8 at 256, keys padded from 100";
-        run_case(&c);
+        sdpa_masked(dt, "8x12x256x64", "8x12x256x64", pad,
+                    "tc: BERT b8 at 256, keys padded from 100");
         // masks over eight key tiles or more: one shared by every batch is summarized once for
-        // the layer (above, on the split-key kernel: keys over twice the rows; here a random
-        // one, every tile mixed; then the pipelined kernel at 400 rows over 700 keys, and heads
-        // of 128), one that differs by batch (padding over 600 keys) is scanned by each CTA
-        case_init(&c, KILN_OP_SDPA);
-        case_in(&c, S(dt, "1x8x4x400x64"));
-        case_in(&c, S(dt, "1x8x1x700x64"));
-        case_in(&c, S(dt, "1x8x1x700x64"));
-        spec pp = S(BOOL, "400x700");
+        // the layer (the prompts above; here the pipelined kernel at 400 rows, heads of 128, and a
+        // random mask, every tile mixed), one that differs by batch (padding over 600 keys) is
+        // scanned by each CTA
+        spec pp = S(BOOL, "400x700"), ph = S(BOOL, "300x700"), pd = S(BOOL, "8x1x1x600");
         pp.diag = 301;
-        case_in(&c, pp);
-        c.label = "tc: prompt of 400 at 300 over a cache of 700, bool mask";
-        run_case(&c);
-        case_init(&c, KILN_OP_SDPA);
-        case_in(&c, S(dt, "1x8x4x300x128"));
-        case_in(&c, S(dt, "1x8x1x700x128"));
-        case_in(&c, S(dt, "1x8x1x700x128"));
-        spec ph = S(BOOL, "300x700");
         ph.diag = 201;
-        case_in(&c, ph);
-        c.label = "tc E 128: prompt at 200 over a cache of 700, bool mask";
-        run_case(&c);
-        case_init(&c, KILN_OP_SDPA);
-        case_in(&c, S(dt, "1x8x4x260x64"));
-        case_in(&c, S(dt, "1x8x1x700x64"));
-        case_in(&c, S(dt, "1x8x1x700x64"));
-        case_in(&c, S(BOOL, "260x700"));
-        c.label = "tc: prompt over a cache of 700, random bool mask";
-        run_case(&c);
-        case_init(&c, KILN_OP_SDPA);
-        case_in(&c, S(dt, "8x8x130x64"));
-        case_in(&c, S(dt, "8x8x600x64"));
-        case_in(&c, S(dt, "8x8x600x64"));
-        spec pd = S(BOOL, "8x1x1x600");
         pd.prefix = 300;
-        case_in(&c, pd);
-        c.label = "tc: 8 x 8 heads, L 130 over 600 keys padded from 300";
-        run_case(&c);
+        sdpa_masked(dt, "1x8x4x400x64", "1x8x1x700x64", pp,
+                    "tc: prompt of 400 at 300 over a cache of 700, bool mask");
+        sdpa_masked(dt, "1x8x4x300x128", "1x8x1x700x128", ph,
+                    "tc E 128: prompt at 200 over a cache of 700, bool mask");
+        sdpa_masked(dt, "1x8x4x260x64", "1x8x1x700x64", S(BOOL, "260x700"),
+                    "tc: prompt over a cache of 700, random bool mask");
+        sdpa_masked(dt, "8x8x130x64", "8x8x600x64", pd,
+                    "tc: 8 x 8 heads, L 130 over 600 keys padded from 300");
         // a grid of 64-row CTAs large enough for the shared-tile kernel
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "24x12x130x64"));
@@ -3522,6 +3495,77 @@ static int model_decoder(model *m, kiln_precision precision, int gelu) {
     return model_finish(&b, m, precision);
 }
 
+// The rope models' key and value caches: [1, 2, 24, 32] states of dtype dt.
+static void rope_caches(gbuild *b, uint32_t dt, int32_t *kc, int32_t *vc) {
+    int64_t cd[4] = {1, 2, 24, 32};
+    gb_check(b, kiln_graph_add_state(b->g, "k_cache", (kiln_dtype)dt, 4, cd, NULL, 0, kc),
+             "state k_cache");
+    gb_check(b, kiln_graph_add_state(b->g, "v_cache", (kiln_dtype)dt, 4, cd, NULL, 0, vc),
+             "state v_cache");
+}
+
+// The rope models' step: x[0] and x[1] (q, k) rotated by cos and sin, k and x[2] (v) written
+// into the caches at the positions pos (dim 2), and q and the rows just written (read back at
+// pos) marked as the outputs.
+static void rope_step(gbuild *b, const int32_t *x, int32_t cs, int32_t sn, int32_t pos, int32_t kc,
+                      int32_t vc) {
+    int64_t two = 2, one = 1;
+    int32_t rq[3] = {x[0], cs, sn}, rk[3] = {x[1], cs, sn};
+    int32_t q = gb_node(b, KILN_OP_ROTARY, rq, 3, NULL, 0);
+    int32_t k = gb_node(b, KILN_OP_ROTARY, rk, 3, NULL, 0);
+    kiln_attr ic[2] = {A_INTS("dim", &two, 1), A_INTS("wrap", &one, 1)};
+    int32_t wk[3] = {kc, pos, k}, wv[3] = {vc, pos, x[2]};
+    int32_t kc2 = gb_node(b, KILN_OP_INDEX_COPY, wk, 3, ic, 2);
+    int32_t vc2 = gb_node(b, KILN_OP_INDEX_COPY, wv, 3, ic, 2);
+    gb_check(b, kiln_graph_update_state(b->g, kc, kc2), "update k_cache");
+    gb_check(b, kiln_graph_update_state(b->g, vc, vc2), "update v_cache");
+    kiln_attr ia = A_INTS("dim", &two, 1);
+    int32_t gk[2] = {kc2, pos}, gv[2] = {vc2, pos};
+    gb_check(b, kiln_graph_mark_output(b->g, q, "q"), "output");
+    gb_check(b, kiln_graph_mark_output(b->g, gb_node(b, KILN_OP_INDEX, gk, 2, &ia, 1), "k_rows"),
+             "output");
+    gb_check(b, kiln_graph_mark_output(b->g, gb_node(b, KILN_OP_INDEX, gv, 2, &ia, 1), "v_rows"),
+             "output");
+}
+
+// A prompt's attention prologue, as transformers writes it: q, k and v of 4 positions as
+// [1, L, H, E] projections (cast from the inputs), transpose(1, 2) to heads first, q and k rotated,
+// k and v written into the caches at positions p .. p + 3 (arange plus an input p in [0, 20),
+// distinct rows of the 24-row caches). With the folds on, the rope group also reads the three
+// permutes' inputs through strides: ROPE_PERM_FOLDED layers run no kernel.
+#define ROPE_PERM_FOLDED 6
+static int model_rope_prompt(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    const uint32_t dt = precision == KILN_PRECISION_BF16 ? BF16 : F16;
+    int64_t xd[4] = {1, 4, 2, 32}, td[4] = {1, 1, 4, 32}, pd[1] = {1};
+    int64_t one = 1, hs[4] = {0, 2, 1, 3}, i64 = I64;
+    double zero = 0.0, step = 1.0;
+    int32_t kc = -1, vc = -1;
+    kiln_graph_new(&b.g);
+    rope_caches(&b, dt, &kc, &vc);
+    static const char *const names[3] = {"xq", "xk", "xv"};
+    const int64_t dt64 = dt;
+    kiln_attr ca = A_INTS("dtype", &dt64, 1), pa = A_INTS("dims", hs, 4);
+    int32_t heads[3], first = -1;
+    for (int j = 0; j < 3; j++) {
+        int32_t x = gb_input(&b, names[j], F32, 4, xd, xd);
+        x = gb_node(&b, KILN_OP_CAST, &x, 1, &ca, 1);
+        if (j == 0) first = x;
+        heads[j] = gb_node(&b, KILN_OP_PERMUTE, &x, 1, &pa, 1);
+    }
+    int32_t cs = gb_input(&b, "cos", F32, 4, td, td), sn = gb_input(&b, "sin", F32, 4, td, td);
+    int32_t p0 = gb_input(&b, "pos", I64, 1, pd, pd);
+    kiln_attr aa[4] = {A_INTS("dim", &one, 1), A_FLOATS("start", &zero, 1),
+                       A_FLOATS("step", &step, 1), A_INTS("dtype", &i64, 1)};
+    int32_t pos = gb_node(&b, KILN_OP_ARANGE, &first, 1, aa, 4);
+    int32_t pp[2] = {pos, p0};
+    pos = gb_node(&b, KILN_OP_ADD, pp, 2, NULL, 0);
+    rope_step(&b, heads, cs, sn, pos, kc, vc);
+    m->name = precision == KILN_PRECISION_BF16 ? "rope prompt bf16" : "rope prompt fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 2e-2 : 4e-3;
+    return model_finish(&b, m, precision);
+}
+
 // A decoder's attention prologue (cuda_fold.h, rope groups): q and k rotated, k and v written
 // into fp16/bf16 KV caches (states) at a position input; the outputs are q and the cache rows at
 // that position read back (index), so they depend on this execute's inputs only (the e2e
@@ -3532,13 +3576,10 @@ static int model_rope(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
     const uint32_t dt = precision == KILN_PRECISION_BF16 ? BF16 : F16;
     int64_t qd[4] = {1, 4, 1, 32}, kd[4] = {1, 2, 1, 32}, td[4] = {1, 1, 1, 32};
-    int64_t cd[4] = {1, 2, 24, 32}, pd[1] = {1}, two = 2, one = 1;
+    int64_t pd[1] = {1};
     int32_t kc = -1, vc = -1;
     kiln_graph_new(&b.g);
-    gb_check(&b, kiln_graph_add_state(b.g, "k_cache", (kiln_dtype)dt, 4, cd, NULL, 0, &kc),
-             "state k_cache");
-    gb_check(&b, kiln_graph_add_state(b.g, "v_cache", (kiln_dtype)dt, 4, cd, NULL, 0, &vc),
-             "state v_cache");
+    rope_caches(&b, dt, &kc, &vc);
     int32_t xq = gb_input(&b, "xq", F32, 4, qd, qd), xk = gb_input(&b, "xk", F32, 4, kd, kd);
     int32_t xv = gb_input(&b, "xv", F32, 4, kd, kd), cs = gb_input(&b, "cos", F32, 4, td, td);
     int32_t sn = gb_input(&b, "sin", F32, 4, td, td), pos = gb_input(&b, "pos", I64, 1, pd, pd);
@@ -3547,22 +3588,8 @@ static int model_rope(model *m, kiln_precision precision) {
     xq = gb_node(&b, KILN_OP_CAST, &xq, 1, &ca, 1);
     xk = gb_node(&b, KILN_OP_CAST, &xk, 1, &ca, 1);
     xv = gb_node(&b, KILN_OP_CAST, &xv, 1, &ca, 1);
-    int32_t rq[3] = {xq, cs, sn}, rk[3] = {xk, cs, sn};
-    int32_t q = gb_node(&b, KILN_OP_ROTARY, rq, 3, NULL, 0);
-    int32_t k = gb_node(&b, KILN_OP_ROTARY, rk, 3, NULL, 0);
-    kiln_attr ic[2] = {A_INTS("dim", &two, 1), A_INTS("wrap", &one, 1)};
-    int32_t wk[3] = {kc, pos, k}, wv[3] = {vc, pos, xv};
-    int32_t kc2 = gb_node(&b, KILN_OP_INDEX_COPY, wk, 3, ic, 2);
-    int32_t vc2 = gb_node(&b, KILN_OP_INDEX_COPY, wv, 3, ic, 2);
-    gb_check(&b, kiln_graph_update_state(b.g, kc, kc2), "update k_cache");
-    gb_check(&b, kiln_graph_update_state(b.g, vc, vc2), "update v_cache");
-    kiln_attr ia = A_INTS("dim", &two, 1);
-    int32_t gk[2] = {kc2, pos}, gv[2] = {vc2, pos};
-    gb_check(&b, kiln_graph_mark_output(b.g, q, "q"), "output");
-    gb_check(&b, kiln_graph_mark_output(b.g, gb_node(&b, KILN_OP_INDEX, gk, 2, &ia, 1), "k_rows"),
-             "output");
-    gb_check(&b, kiln_graph_mark_output(b.g, gb_node(&b, KILN_OP_INDEX, gv, 2, &ia, 1), "v_rows"),
-             "output");
+    const int32_t qkv[3] = {xq, xk, xv};
+    rope_step(&b, qkv, cs, sn, pos, kc, vc);
     m->name = precision == KILN_PRECISION_BF16 ? "rope cache bf16" : "rope cache fp16";
     m->tol = precision == KILN_PRECISION_BF16 ? 2e-2 : 4e-3;
     return model_finish(&b, m, precision);
@@ -3683,7 +3710,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         st->n_gemv_folded +=
             (info.flags & KILN_LAYER_INFO_FOLDED) != 0 && strstr(info.detail, "GEMV") != NULL;
         st->n_rope_folded += (info.flags & KILN_LAYER_INFO_FOLDED) != 0 &&
-                             strstr(info.detail, "q rotary's launch") != NULL;
+                             (strstr(info.detail, "q rotary's launch") != NULL ||
+                              strstr(info.detail, "the rope group reading it") != NULL);
         st->n_ratio += info.op == KILN_OP_MEAN && strstr(info.detail, "a mean ratio") != NULL;
         st->n_wsum +=
             info.op == KILN_OP_SUM && strstr(info.detail, "a softmax-weighted sum") != NULL;
@@ -5237,7 +5265,10 @@ static void run_e2e(void) {
     int first_rope = n;
     if (model_rope(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 29 : 44), "only %d of the e2e models were built", n);
+    const int first_rope_prompt = n;
+    if (model_rope_prompt(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_rope_prompt(&models[n], KILN_PRECISION_BF16)) n++;
+    CHECK_MSG(n == (opt_quick ? 30 : 46), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5351,7 +5382,9 @@ static void run_e2e(void) {
                 }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
                 if (i >= first_rope && picked) { // the rope group, unless the folds are off
-                    const int want = !load_no_fold && policy.attention_fold ? ROPE_FOLDED : 0;
+                    const int want = !load_no_fold && policy.attention_fold
+                                         ? (i >= first_rope_prompt ? ROPE_PERM_FOLDED : ROPE_FOLDED)
+                                         : 0;
                     CHECK_MSG(st.n_rope_folded == want, "%s: %d layers in a rope group, want %d",
                               models[i].name, st.n_rope_folded, want);
                 }
