@@ -590,6 +590,36 @@ static void norm_out_nchw_layout(int nhwc_reader) {
     kiln_plan_release(&p);
 }
 
+// A 3x3 conv of 16 channels over an input x [1, 16, 4, 32] (a map the layout stores NHWC).
+static int32_t conv_map(kiln_graph *g) {
+    int64_t xd[4] = {1, 16, 4, 32};
+    int32_t x = -1;
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    return conv(g, x, 16, 16, 3, -1, 0);
+}
+
+// The readers of y in the layers that write NHWC: a 1x1 conv that computes NHWC, and with
+// nchw_reader a mean over C that needs NCHW.
+static void nhwc_out_readers(kiln_graph *g, int32_t y, int nchw_reader) {
+    int64_t c_dim = 1, keep = 1;
+    int32_t m = -1;
+    CHECK(kiln_graph_mark_output(g, conv(g, y, 16, 16, 1, -1, 0), "z") == KILN_OK);
+    if (nchw_reader) {
+        kiln_attr ma[2] = {{"dims", &c_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
+        CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, ma, 2, &m, 1) == KILN_OK);
+        CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
+    }
+}
+
+// Layer li writing o: NHWC itself, with no copy, when only the conv reads o; else NCHW and o
+// copied to NHWC for the conv.
+static void check_out_nhwc(const kiln_cuda_layout *l, uint32_t li, int32_t o, int nchw_reader) {
+    CHECK_MSG(l->out_nhwc[li] == !nchw_reader && l->nhwc[o] == !nchw_reader,
+              "reader %d: out_nhwc %d, output NHWC %d", nchw_reader, l->out_nhwc[li], l->nhwc[o]);
+    CHECK_MSG(l->copy[o] == nchw_reader, "reader %d: the output's copy %d", nchw_reader,
+              l->copy[o]);
+}
+
 // MobileViT's linear attention output: t = an NHWC conv's map [1, 16, 4, 32]; ctx = sum(t over
 // W, keepdim) [1, 16, 4, 1] (NCHW); y = relu(t) * ctx: its operand broadcasts over W (not one
 // value per channel), so the group runs NCHW, and its only reader is a 1x1 conv that computes
@@ -599,23 +629,17 @@ static void ew_out_nhwc_layout(int nchw_reader) {
     kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_layout l;
-    int64_t xd[4] = {1, 16, 4, 32}, w_dim = -1, c_dim = 1, keep = 1;
-    int32_t x = -1, ctx = -1, r = -1, y = -1, m = -1;
+    int64_t w_dim = -1, keep = 1;
+    int32_t ctx = -1, r = -1, y = -1;
     memset(&p, 0, sizeof p);
     CHECK(kiln_graph_new(&g) == KILN_OK);
-    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
-    int32_t t = conv(g, x, 16, 16, 3, -1, 0);
+    int32_t t = conv_map(g);
     kiln_attr sa[2] = {{"dims", &w_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
     CHECK(kiln_graph_add_node(g, KILN_OP_SUM, &t, 1, sa, 2, &ctx, 1) == KILN_OK);
     CHECK(kiln_graph_add_node(g, KILN_OP_RELU, &t, 1, NULL, 0, &r, 1) == KILN_OK);
     int32_t mi[2] = {r, ctx};
     CHECK(kiln_graph_add_node(g, KILN_OP_MUL, mi, 2, NULL, 0, &y, 1) == KILN_OK);
-    CHECK(kiln_graph_mark_output(g, conv(g, y, 16, 16, 1, -1, 0), "z") == KILN_OK);
-    if (nchw_reader) {
-        kiln_attr ma[2] = {{"dims", &c_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
-        CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, ma, 2, &m, 1) == KILN_OK);
-        CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
-    }
+    nhwc_out_readers(g, y, nchw_reader);
     if (!load(g, KILN_PRECISION_FP16, &p)) return;
     CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
     const uint32_t head = find_head(&p, KILN_OP_RELU, 0);
@@ -623,11 +647,7 @@ static void ew_out_nhwc_layout(int nchw_reader) {
     if (head != UINT32_MAX) {
         const int32_t o = kiln_plan_group_output(&p, head);
         CHECK_MSG(p.layers[head].n_tail == 1 && !l.head_nhwc[head], "the group does not run NCHW");
-        CHECK_MSG(l.out_nhwc[head] == !nchw_reader && l.nhwc[o] == !nchw_reader,
-                  "reader %d: out_nhwc %d, output NHWC %d", nchw_reader, l.out_nhwc[head],
-                  l.nhwc[o]);
-        CHECK_MSG(l.copy[o] == nchw_reader, "reader %d: the group output's copy %d", nchw_reader,
-                  l.copy[o]);
+        check_out_nhwc(&l, head, o, nchw_reader);
         for (uint32_t i = 0; i < p.n_ids && !nchw_reader; i++) {
             CHECK_MSG(p.ids[i] != o || !l.alt[i], "a read of the group's output through a copy");
         }
@@ -645,20 +665,14 @@ static void permute_out_nhwc_layout(int nchw_reader) {
     kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_layout l;
-    int64_t xd[4] = {1, 16, 4, 32}, swap[4] = {0, 1, 3, 2}, c_dim = 1, keep = 1;
-    int32_t x = -1, y = -1, m = -1;
+    int64_t swap[4] = {0, 1, 3, 2};
+    int32_t y = -1;
     memset(&p, 0, sizeof p);
     CHECK(kiln_graph_new(&g) == KILN_OK);
-    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
-    int32_t t = conv(g, x, 16, 16, 3, -1, 0);
+    int32_t t = conv_map(g);
     kiln_attr pa[1] = {{"dims", swap, NULL, 4}};
     CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, &t, 1, pa, 1, &y, 1) == KILN_OK);
-    CHECK(kiln_graph_mark_output(g, conv(g, y, 16, 16, 1, -1, 0), "z") == KILN_OK);
-    if (nchw_reader) {
-        kiln_attr ma[2] = {{"dims", &c_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
-        CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, ma, 2, &m, 1) == KILN_OK);
-        CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
-    }
+    nhwc_out_readers(g, y, nchw_reader);
     if (!load(g, KILN_PRECISION_FP16, &p)) return;
     CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
     const uint32_t pl = find_head(&p, KILN_OP_PERMUTE, 0);
@@ -666,14 +680,26 @@ static void permute_out_nhwc_layout(int nchw_reader) {
     if (pl != UINT32_MAX) {
         const int32_t o = kiln_plan_group_output(&p, pl);
         CHECK_MSG(!l.ident[pl], "the permute is not a layout permute");
-        CHECK_MSG(l.out_nhwc[pl] == !nchw_reader && l.nhwc[o] == !nchw_reader,
-                  "reader %d: out_nhwc %d, output NHWC %d", nchw_reader, l.out_nhwc[pl], l.nhwc[o]);
-        CHECK_MSG(l.copy[o] == nchw_reader, "reader %d: the permute output's copy %d", nchw_reader,
-                  l.copy[o]);
+        check_out_nhwc(&l, pl, o, nchw_reader);
     }
     CHECK_MSG(l.n_out_nhwc == (nchw_reader ? 0u : 1u), "%u layers write NHWC", l.n_out_nhwc);
     kiln_cuda_layout_free(&p, &l);
     kiln_plan_release(&p);
+}
+
+// A 3x3 conv's map of an input x [1, 16, 4, 32] reshaped to `six` (6 dims), permuted by `perm`
+// and reshaped to `four` (4 dims): MobileViT's fold and unfold. Returns the last reshape's
+// output; *u: the first's.
+static int32_t conv_map_rearranged(kiln_graph *g, const int64_t *six, const int64_t *perm,
+                                   const int64_t *four, int32_t *u) {
+    int32_t v = -1, y = -1;
+    int32_t t = conv_map(g);
+    kiln_attr ra[1] = {{"shape", six, NULL, 6}}, pa[1] = {{"dims", perm, NULL, 6}},
+              ma[1] = {{"shape", four, NULL, 4}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &t, 1, ra, 1, u, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, u, 1, pa, 1, &v, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &v, 1, ma, 1, &y, 1) == KILN_OK);
+    return y;
 }
 
 // MobileViT's fold proper: t = an NHWC conv's map [1, 16, 4, 32] as patches [1, 16, 2, 2, 8, 4],
@@ -685,24 +711,13 @@ static void fold_out_nhwc_layout(int nchw_reader) {
     kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_layout l;
-    int64_t xd[4] = {1, 16, 4, 32}, patches[6] = {1, 16, 2, 2, 8, 4}, fold[6] = {0, 1, 4, 2, 5, 3},
-            map[4] = {1, 16, 16, 8}, c_dim = 1, keep = 1;
-    int32_t x = -1, u = -1, v = -1, y = -1, m = -1;
+    const int64_t patches[6] = {1, 16, 2, 2, 8, 4}, fold[6] = {0, 1, 4, 2, 5, 3},
+                  map[4] = {1, 16, 16, 8};
+    int32_t u = -1;
     memset(&p, 0, sizeof p);
     CHECK(kiln_graph_new(&g) == KILN_OK);
-    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
-    int32_t t = conv(g, x, 16, 16, 3, -1, 0);
-    kiln_attr ra[1] = {{"shape", patches, NULL, 6}}, pa[1] = {{"dims", fold, NULL, 6}},
-              ma[1] = {{"shape", map, NULL, 4}};
-    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &t, 1, ra, 1, &u, 1) == KILN_OK);
-    CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, &u, 1, pa, 1, &v, 1) == KILN_OK);
-    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &v, 1, ma, 1, &y, 1) == KILN_OK);
-    CHECK(kiln_graph_mark_output(g, conv(g, y, 16, 16, 1, -1, 0), "z") == KILN_OK);
-    if (nchw_reader) {
-        kiln_attr mm[2] = {{"dims", &c_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
-        CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, mm, 2, &m, 1) == KILN_OK);
-        CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
-    }
+    const int32_t y = conv_map_rearranged(g, patches, fold, map, &u);
+    nhwc_out_readers(g, y, nchw_reader);
     if (!load(g, KILN_PRECISION_FP16, &p)) return;
     CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
     const uint32_t pl = find_head(&p, KILN_OP_PERMUTE, 0);
@@ -736,18 +751,13 @@ static void unfold_in_nhwc_layout(int second_reader) {
     kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_layout l;
-    int64_t xd[4] = {1, 16, 4, 32}, six[6] = {1, 16, 2, 2, 8, 4}, unf[6] = {0, 1, 3, 5, 2, 4},
-            pat[4] = {1, 16, 4, 32}, p_dim = 2, keep = 1;
-    int32_t x = -1, u = -1, v = -1, y = -1, m = -1;
+    const int64_t six[6] = {1, 16, 2, 2, 8, 4}, unf[6] = {0, 1, 3, 5, 2, 4},
+                  pat[4] = {1, 16, 4, 32};
+    int64_t p_dim = 2, keep = 1;
+    int32_t u = -1, m = -1;
     memset(&p, 0, sizeof p);
     CHECK(kiln_graph_new(&g) == KILN_OK);
-    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
-    int32_t t = conv(g, x, 16, 16, 3, -1, 0);
-    kiln_attr ra[1] = {{"shape", six, NULL, 6}}, pa[1] = {{"dims", unf, NULL, 6}},
-              ma[1] = {{"shape", pat, NULL, 4}};
-    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &t, 1, ra, 1, &u, 1) == KILN_OK);
-    CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, &u, 1, pa, 1, &v, 1) == KILN_OK);
-    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &v, 1, ma, 1, &y, 1) == KILN_OK);
+    const int32_t y = conv_map_rearranged(g, six, unf, pat, &u);
     kiln_attr mm[2] = {{"dims", &p_dim, NULL, 1}, {"keepdim", &keep, NULL, 1}};
     CHECK(kiln_graph_add_node(g, KILN_OP_MEAN, &y, 1, mm, 2, &m, 1) == KILN_OK);
     CHECK(kiln_graph_mark_output(g, m, "m") == KILN_OK);
