@@ -3,7 +3,8 @@ weights regenerated, as bench/startup_device.py does), each plugin in fresh proc
 plugins' order reversed every other round; steady state is the median of graph replays with
 device I/O bound once. Round 0 also records every layer's decision (kiln_context_layer_info),
 so that two plugins that decide differently show it; --profile adds one run per plugin with the
-option profile (each layer timed alone).
+option profile (each layer timed alone); --trace records round 0's graph replays with CUPTI
+(torch.profiler): each kernel's time as it ran inside the replay, per name and in order.
 
     python3 bench/ab_plugins.py --bench-dir .dev/zooA --models zoo_resnet50_b1,... \\
         --variants "old=/tmp/old.so,new=$PWD/.dev/zooA/lib/libkiln_cuda.so" --rounds 3 --out $OUT
@@ -161,7 +162,32 @@ def child(args) -> dict:
     }
     if args.profile or args.layers:
         out["layers"] = e.layers()
+    if args.trace:
+        out["trace"] = trace(e, y)
     return out
+
+
+def trace(e, y) -> dict:
+    """The kernels of 20 graph replays as the GPU ran them (CUPTI through torch.profiler, a fill
+    kernel before each execute marks the steps; bench/llm.py's summarize_trace): per step, the
+    span, the idle time, and each kernel name's count and time; the first step's kernels in
+    order."""
+    import torch
+    from llm import summarize_trace
+    from torch.profiler import ProfilerActivity, profile
+
+    mark = torch.empty(1, dtype=torch.float32, device="cuda")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(20):
+            mark.fill_(float(i))
+            e.execute()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.loads(Path(f.name).read_text())["traceEvents"]
+    summary, first = summarize_trace(events)
+    summary["first"] = first
+    return summary
 
 
 def run_child(argv: list[str], env: dict, timeout: float) -> dict:
@@ -186,6 +212,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--layers", action="store_true")
+    ap.add_argument("--trace", action="store_true", help="kernel times of graph replays (CUPTI)")
     ap.add_argument("--model")
     ap.add_argument("--engines")
     ap.add_argument("--ref")
@@ -231,6 +258,7 @@ def main() -> int:
             row = {}
             for name, plugin, opts in round_order(variants, r):
                 extra = ["--layers"] if r == 0 else []
+                extra += ["--trace"] if args.trace and r == 0 else []
                 got = run_child(argv_of(m, opts, *extra), dict(env, KILN_CUDA_PLUGIN=plugin), 240)
                 row[name] = got
                 shown = {k: v for k, v in got.items() if k != "layers"}
