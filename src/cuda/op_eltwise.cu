@@ -1464,7 +1464,8 @@ static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
     rot_params P;
     rot_params_of(x, NULL, c, s, &P);
     if (P.rows == 0 || P.h == 0) return KILN_OK;
-    kc_launch(ctx, rotary_kernel<T, TC, TS>, kc_blocks(P.rows * P.h, EW_BLOCK), EW_BLOCK, 0,
+    // a thread per pair and per passed element (a partial rotation passes d - 2h of each row)
+    kc_launch(ctx, rotary_kernel<T, TC, TS>, kc_blocks(P.rows * (P.d - P.h), EW_BLOCK), EW_BLOCK, 0,
               (const T *)x->data, (const TC *)c->data, (const TS *)s->data, (T *)y->data, P);
     return kiln_cuda_check_launch(ctx, "rotary_kernel");
 }
