@@ -885,6 +885,28 @@ static void cases_norm(void) {
                 run_case(&c);
             }
         }
+        // few long rows take a block per row (norm_rows_kernel: StableLM's 128 x 2560, a row of
+        // 8 x 1000 + 8 vectors, 2 x 16384 at 1024 threads); 4096 rows or more a warp per row
+        // again (4 and 8 vectors a lane)
+        {
+            static const char *rows[] = {"128x2560", "3x8008", "2x16384", "4096x768", "4100x2048"};
+            static const char *cols[] = {"2560", "8008", "16384", "768", "2048"};
+            for (int s = 0; s < (opt_quick ? 2 : 5); s++) {
+                for (int op = 0; op < 2; op++) {
+                    case_init(&c, op ? KILN_OP_RMS_NORM : KILN_OP_LAYER_NORM);
+                    case_in(&c, SR(dt, rows[s], -3.0, 4.0));
+                    case_in(&c, s == 1 ? ABSENT() : SR(dt, cols[s], 0.5, 1.5));
+                    if (op) {
+                        attrs_float(&c.attrs, KILN_A_RMS_EPS, 1e-6);
+                    } else {
+                        case_in(&c, s == 2 ? ABSENT() : S(dt, cols[s]));
+                        attrs_int(&c.attrs, KILN_A_LN_NDIM, 1);
+                        attrs_float(&c.attrs, KILN_A_LN_EPS, 1e-5);
+                    }
+                    run_case(&c);
+                }
+            }
+        }
         case_init(&c, KILN_OP_LAYER_NORM);
         case_in(&c, SR(dt, "2x3001", -2.0, 2.0));
         case_in(&c, S(dt, "3001"));
@@ -1729,6 +1751,13 @@ static void cases_sdpa_tc(void) {
         case_in(&c, S(dt, "1x32x128x80"));
         attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
         c.label = "tc E 80: causal prefill 128";
+        run_case(&c);
+        case_init(&c, KILN_OP_SDPA); // a grid of a full wave (64 batches x 5 row blocks)
+        case_in(&c, S(dt, "2x32x300x80"));
+        case_in(&c, S(dt, "2x32x300x80"));
+        case_in(&c, S(dt, "2x32x300x80"));
+        attrs_int(&c.attrs, KILN_A_SDPA_CAUSAL, 1);
+        c.label = "tc E 80: causal prefill 300";
         run_case(&c);
         case_init(&c, KILN_OP_SDPA);
         case_in(&c, S(dt, "2x3x100x80"));
