@@ -199,6 +199,47 @@ def test_kernels_table() -> None:
     )
 
 
+def test_kernel_report() -> None:
+    import kernel_report as R
+
+    names = {
+        "nvjet_sm90_hsh_64x64_64x13_4x2_h_bz_TNT": "gemm",
+        "void sk_reduce_kernel<__half, 4>(float4 const*)": "gemm",
+        "void implicit_convolve_sgemm<__half, __half, 128>": "conv",
+        "void sdpa_tc_kernel<__half, 80, 4>(sdpa_params)": "attention",
+        "void norm_rows_kernel<__half, false>(__half const*)": "norm",
+        "void reduce_cols_kernel<double>(red_params)": "reduce",
+        "void ew_vec_kernel<__half, false>(ew_params, long)": "elementwise",
+        "void copy_strided_kernel<unsigned short, int>(unsigned short*)": "layout",
+        "memcpy32_post": "other",
+    }
+    got = {n: R.family(n) for n in names}
+    check(got == names, f"kernel_report families: {got}")
+    entry = {
+        "trace": {
+            "kernels_per_step": 5.0,
+            "span_us": 30.0,
+            "idle_us": 2.0,
+            "per_name": [
+                {"name": "nvjet_a", "per_step": 2.0, "us_per_step": 20.0},
+                {"name": "void sdpa_tc_kernel<>", "per_step": 1.0, "us_per_step": 5.0},
+                {"name": "void ew_vec_kernel<>", "per_step": 2.0, "us_per_step": 3.0},
+            ],
+        },
+        "layers": [{"kernel": k} for k in ("cublaslt", "none", "fused", "sdpa_tc", "kiln")],
+    }
+    r = R.model_report(entry, {"flops": 5e9, "weight_bytes": 4e7}, 4.0)
+    check(
+        r["layers_run"] == 3
+        and abs(r["kernels_per_layer"] - 5 / 3) < 1e-12
+        and abs(r["math_tflops"] - 200.0) < 1e-9  # 5 GFLOP over 25 us
+        and abs(r["weight_tbs"] - 2.0) < 1e-12  # 40 MB over 20 us
+        and abs(r["weight_of_peak"] - 0.5) < 1e-12
+        and r["families"]["elementwise"] == {"kernels": 2.0, "us": 3.0},
+        f"kernel_report sums a model: {r}",
+    )
+
+
 def main() -> int:
     torch.set_num_threads(2)
     print(f"selftest: torch {torch.__version__}, numpy {np.__version__}")
@@ -206,6 +247,7 @@ def main() -> int:
     test_uniform()
     test_report_parser()
     test_kernels_table()
+    test_kernel_report()
     test_models()
     print(
         f"selftest: {len(failures)} failure(s)" + (": " + "; ".join(failures) if failures else "")
