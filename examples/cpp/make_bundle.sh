@@ -29,11 +29,12 @@ if [ "$cuda" = auto ]; then
 fi
 
 echo "make_bundle: building Kiln (KILN_CUDA=$cuda) in $build/kiln" >&2
+mkdir -p "$build" # (its configure log goes inside it, not beside it in the checkout)
 "$cmake" -S "$root" -B "$build/kiln" -G Ninja -DCMAKE_MAKE_PROGRAM="$ninja" \
     -DCMAKE_BUILD_TYPE=Release -DKILN_EXECUTORCH=ON -DKILN_CUDA="$cuda" -DKILN_BUILD_TESTS=OFF \
     -DKILN_WERROR=OFF \
-    -DCMAKE_PREFIX_PATH="$purelib" >"$build.kiln-configure.log" 2>&1 ||
-    { cat "$build.kiln-configure.log" >&2; exit 1; }
+    -DCMAKE_PREFIX_PATH="$purelib" >"$build/kiln-configure.log" 2>&1 ||
+    { cat "$build/kiln-configure.log" >&2; exit 1; }
 "$cmake" --build "$build/kiln" -j "$jobs"
 rm -rf "$build/prefix"
 "$cmake" --install "$build/kiln" --prefix "$build/prefix" >/dev/null
