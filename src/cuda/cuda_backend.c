@@ -91,6 +91,12 @@ static void cuda_engine_free(void *state) {
     kiln_cuda_free(e, sizeof *e);
 }
 
+// The runtime's verdict on the weights (backend.h): the shared copies this engine made are
+// found by other engines from now on.
+static void cuda_weights_checked(void *state) {
+    if (state != NULL) kiln_cuda_weights_checked(state);
+}
+
 // Checks every layer at its largest shapes (data pointers are NULL: nothing runs).
 static kiln_status check_layers(const kiln_plan *p) {
     size_t nbytes = (size_t)p->n_tensors * sizeof(kiln_tensor);
@@ -1153,4 +1159,5 @@ const kiln_backend_ops kiln_cuda_backend_ops = {
     .memory_free = cuda_memory_free,
     .memory_copy = cuda_memory_copy,
     .memory_is_host = cuda_memory_is_host,
+    .weights_checked = cuda_weights_checked,
 };

@@ -175,8 +175,11 @@ void kiln_cuda_device_leave(int device, int prev);
 
 // Uploads every weight (and the KRSC copies the layout wants) into one device block, except the
 // large external weights other engines of the process share (cuda_memory.c); verified: libkiln
-// checked the external weights against their keys' digests (the option verify_weights).
+// checks the external weights against their keys' digests (the option verify_weights), and the
+// copies this engine adds to the shared ones are found by other engines only once it has
+// (kiln_cuda_weights_checked).
 kiln_status kiln_cuda_weights_upload(cuda_engine *e, const void *const *weight_data, int verified);
+void kiln_cuda_weights_checked(cuda_engine *e);
 void kiln_cuda_weights_free(cuda_engine *e);
 // Places the states in the states block (e->state_offsets) and uploads their initial values
 // (weight_data[i] of a STATE tensor; NULL: zeros) into e->state_init.

@@ -260,6 +260,10 @@ typedef struct cuda_shared_weight {
     void *data; // device, inside block
     cuda_shared_block *block;
     uint32_t refs;
+    // The engine that made the copy while the runtime still checks its bytes (the runtime
+    // hashes them beside the upload: backend.h, weights_checked); no other engine finds it
+    // until kiln_cuda_weights_checked. NULL: checked.
+    const cuda_engine *pending;
 } cuda_shared_weight;
 
 static pthread_mutex_t shared_mtx = PTHREAD_MUTEX_INITIALIZER;
@@ -284,9 +288,13 @@ static int shareable(const cuda_engine *e, uint32_t i, int verified) {
     return 1;
 }
 
-static cuda_shared_weight *shared_find(int device, const char *key, uint64_t nbytes) {
+// The copy of (device, key, nbytes) engine e may use: a checked one, or one e made.
+static cuda_shared_weight *shared_find(const cuda_engine *e, const char *key, uint64_t nbytes) {
     for (cuda_shared_weight *w = shared_list; w != NULL; w = w->next) {
-        if (w->device == device && w->nbytes == nbytes && strcmp(w->key, key) == 0) return w;
+        if (w->device == e->device && w->nbytes == nbytes && strcmp(w->key, key) == 0 &&
+            (w->pending == NULL || w->pending == e)) {
+            return w;
+        }
     }
     return NULL;
 }
@@ -321,7 +329,7 @@ static kiln_status shared_take(cuda_engine *e, const void *const *weight_data, i
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         if (!shareable(e, i, verified) || weight_data[i] == NULL) continue;
         const kiln_plan_tensor *t = &p->tensors[i];
-        if (shared_find(e->device, kiln_plan_string(p, t->key), t->nbytes) != NULL) continue;
+        if (shared_find(e, kiln_plan_string(p, t->key), t->nbytes) != NULL) continue;
         if (!kiln_align_up_u64(total, KILN_CUDA_BLOCK_ALIGN, &total) ||
             !kiln_add_u64(total, t->nbytes, &total)) {
             return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "the engine's weights are too large");
@@ -343,7 +351,7 @@ static kiln_status shared_take(cuda_engine *e, const void *const *weight_data, i
         if (!shareable(e, i, verified) || weight_data[i] == NULL) continue;
         const kiln_plan_tensor *t = &p->tensors[i];
         const char *key = kiln_plan_string(p, t->key);
-        cuda_shared_weight *w = shared_find(e->device, key, t->nbytes);
+        cuda_shared_weight *w = shared_find(e, key, t->nbytes);
         if (w == NULL) { // new: placed in this load's block (sized above, so it fits)
             w = kiln_cuda_calloc(sizeof *w);
             if (w == NULL) {
@@ -358,6 +366,7 @@ static kiln_status shared_take(cuda_engine *e, const void *const *weight_data, i
             w->nbytes = t->nbytes;
             w->data = (uint8_t *)block->data + off;
             w->block = block;
+            w->pending = e; // until the runtime's verdict on the bytes
             block->refs++;
             off += t->nbytes;
             memcpy(w->key, key, strlen(key) + 1);
@@ -373,6 +382,14 @@ static kiln_status shared_take(cuda_engine *e, const void *const *weight_data, i
         e->shared_nbytes += w->nbytes;
     }
     return KILN_OK;
+}
+
+void kiln_cuda_weights_checked(cuda_engine *e) {
+    pthread_mutex_lock(&shared_mtx);
+    for (uint32_t k = 0; k < e->n_shared; k++) {
+        if (e->shared[k]->pending == e) e->shared[k]->pending = NULL;
+    }
+    pthread_mutex_unlock(&shared_mtx);
 }
 
 // Drops the engine's references (its device is current); the last one frees the copy.

@@ -72,6 +72,12 @@ typedef struct kiln_backend_ops {
     // read by the host (host memory, or managed), for the runtime's checks of cache positions
     // (state_rows.h). Thread-safe; never fails.
     int (*memory_is_host)(void *engine_state, const void *ptr);
+    // Optional (NULL: the runtime checks the weights before engine_init). With the option
+    // verify_weights, the runtime hashes the weights while engine_init uploads them, then calls
+    // this once they matched their keys; when they do not, it calls engine_free instead. Until
+    // then the backend must not let another engine use this engine's copies of the weights (a
+    // copy shared by key would hand damaged bytes to a load whose own bytes are sound).
+    void (*weights_checked)(void *engine_state);
 } kiln_backend_ops;
 
 // The CPU backend (always present).

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KILN_CUDA_PLUGIN_ABI 6u
+#define KILN_CUDA_PLUGIN_ABI 7u
 #define KILN_CUDA_PLUGIN_ENTRY "kiln_cuda_plugin_v2"
 #define KILN_CUDA_PLUGIN_TEST_ENTRY "kiln_cuda_plugin_test_hooks_v2" // the test hooks (below)
 #define KILN_CUDA_PLUGIN_FILE "libkiln_cuda.so"

@@ -183,14 +183,15 @@ static void *hash_worker(void *arg) {
     return NULL;
 }
 
-// Hashes the items on up to 16 threads when there is enough to hash (the caller's thread works
-// too, and does everything if no thread can be started). A tree weight's leaves are separate
-// items, so one large tensor (an embedding table) spreads over the threads.
-static void hash_all(hash_item *items, size_t n, uint64_t total) {
+// Hashes the items on up to 16 threads when there is enough to hash (the calling thread works
+// too, and does everything if no thread can be started), leaving `reserve` of the machine's
+// cores to other work of the load. A tree weight's leaves are separate items, so one large
+// tensor (an embedding table) spreads over the threads.
+static void hash_all(hash_item *items, size_t n, uint64_t total, long reserve) {
     verify_job job = {items, n, 0};
     pthread_t threads[15];
     int n_threads = 0;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN) - reserve;
     if (total >= (UINT64_C(16) << 20) && cpus > 1 && n > 1) {
         long want = cpus - 1 < 15 ? cpus - 1 : 15;
         for (; n_threads < want && (size_t)n_threads + 1 < n; n_threads++) {
@@ -233,19 +234,55 @@ static int has_data_key(const kiln_plan_tensor *t) {
     return (t->kind == KILN_TENSOR_WEIGHT || t->kind == KILN_TENSOR_STATE) && t->key != KILN_NO_KEY;
 }
 
-// Checks every external weight whose key names a digest, each distinct buffer once (tensors
-// sharing a key usually get the same bytes back). When several are damaged, the message names
-// the one of the lowest tensor index, whatever the order of the work.
-static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) {
-    uint32_t n = 0;
+// The check of one load's external weights: its tables, and the thread hashing them when the
+// check runs beside the backend's upload.
+typedef struct weight_check {
+    const kiln_plan *plan;
+    ext_weight *w;
+    size_t w_nbytes;
+    uint32_t n;
+    hash_item *items;
+    size_t items_nbytes, n_items;
+    uint8_t *leaf;
+    size_t leaf_nbytes;
+    uint64_t total;   // distinct bytes to hash
+    pthread_t thread; // valid when `threaded`
+    int threaded;
+} weight_check;
+
+// The machine's cores left to the backend's upload while a check runs beside it (its threads).
+#define UPLOAD_CORES 4
+
+static void *check_thread(void *arg) {
+    weight_check *c = arg;
+    hash_all(c->items, c->n_items, c->total, UPLOAD_CORES);
+    return NULL;
+}
+
+static void check_release(weight_check *c) {
+    kiln_free(c->items, c->items_nbytes);
+    kiln_free(c->leaf, c->leaf_nbytes);
+    kiln_free(c->w, c->w_nbytes);
+    memset(c, 0, sizeof *c);
+}
+
+// Starts the check of every external weight whose key names a digest, each distinct buffer once
+// (tensors sharing a key usually get the same bytes back): hashed on this thread before it
+// returns, or with `background` on a thread of its own, so that the caller can upload the
+// weights meanwhile. check_finish gives the verdict (and must be called once check_start
+// succeeded).
+static kiln_status check_start(const kiln_plan *p, const void **weight_data, int background,
+                               weight_check *c) {
+    memset(c, 0, sizeof *c);
+    c->plan = p;
     for (uint32_t i = 0; i < p->n_tensors; i++) {
-        n += has_data_key(&p->tensors[i]);
+        c->n += has_data_key(&p->tensors[i]);
     }
-    if (n == 0) return KILN_OK;
-    size_t nbytes = (size_t)n * sizeof(ext_weight);
-    ext_weight *w = kiln_calloc(nbytes, KILN_ALIGN);
+    if (c->n == 0) return KILN_OK;
+    c->w_nbytes = (size_t)c->n * sizeof(ext_weight);
+    ext_weight *w = c->w = kiln_calloc(c->w_nbytes, KILN_ALIGN);
     KILN_CHECK(w != NULL, KILN_ERR_NO_MEMORY,
-               "out of memory allocating the weight check table (%u weights)", n);
+               "out of memory allocating the weight check table (%u weights)", c->n);
     uint32_t k = 0;
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         const kiln_plan_tensor *t = &p->tensors[i];
@@ -256,11 +293,10 @@ static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) 
         k++;
     }
     // Sorted by buffer: a buffer given for several tensors is hashed once.
-    qsort(w, n, sizeof *w, cmp_ext);
-    uint64_t total = 0;
-    size_t n_items = 0, n_leaves = 0;
+    qsort(w, c->n, sizeof *w, cmp_ext);
+    size_t n_leaves = 0;
     uint32_t last = UINT32_MAX; // the last entry hashed
-    for (uint32_t j = 0; j < n; j++) {
+    for (uint32_t j = 0; j < c->n; j++) {
         w[j].kind = key_digest(kiln_plan_string(p, p->tensors[w[j].tensor].key), w[j].want);
         w[j].tree = w[j].kind == 2;
         if (w[j].kind == 0) continue;
@@ -270,38 +306,49 @@ static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) 
             continue;
         }
         last = j;
-        total += w[j].nbytes; // weight bytes: the loader bounded their sum
+        c->total += w[j].nbytes; // weight bytes: the loader bounded their sum
         size_t leaves = w[j].tree ? kiln_sha256_tree_leaves(w[j].nbytes) : 1;
-        n_items += leaves;
+        c->n_items += leaves;
         if (w[j].tree) n_leaves += leaves;
     }
-    size_t items_nbytes = n_items * sizeof(hash_item) + 1;
-    size_t leaf_nbytes = n_leaves * KILN_SHA256_NBYTES + 1;
-    hash_item *items = kiln_calloc(items_nbytes, KILN_ALIGN);
-    uint8_t *leaf = kiln_calloc(leaf_nbytes, KILN_ALIGN);
-    if (items == NULL || leaf == NULL) {
-        kiln_free(items, items_nbytes);
-        kiln_free(leaf, leaf_nbytes);
-        kiln_free(w, nbytes);
+    c->items_nbytes = c->n_items * sizeof(hash_item) + 1;
+    c->leaf_nbytes = n_leaves * KILN_SHA256_NBYTES + 1;
+    c->items = kiln_calloc(c->items_nbytes, KILN_ALIGN);
+    c->leaf = kiln_calloc(c->leaf_nbytes, KILN_ALIGN);
+    if (c->items == NULL || c->leaf == NULL) {
+        size_t n_items = c->n_items;
+        check_release(c);
         return kiln_fail(KILN_ERR_NO_MEMORY,
                          "out of memory allocating the weight check table (%zu pieces)", n_items);
     }
     size_t it = 0, lf = 0;
-    for (uint32_t j = 0; j < n; j++) {
+    for (uint32_t j = 0; j < c->n; j++) {
         if (w[j].kind == 0 || w[j].dup != 0) continue;
         if (!w[j].tree) {
-            items[it++] = (hash_item){&w[j], 0};
+            c->items[it++] = (hash_item){&w[j], 0};
             continue;
         }
         size_t leaves = kiln_sha256_tree_leaves(w[j].nbytes);
-        w[j].leaf = leaf + lf * KILN_SHA256_NBYTES;
+        w[j].leaf = c->leaf + lf * KILN_SHA256_NBYTES;
         lf += leaves;
-        for (size_t l = 0; l < leaves; l++) items[it++] = (hash_item){&w[j], l};
+        for (size_t l = 0; l < leaves; l++) c->items[it++] = (hash_item){&w[j], l};
     }
-    qsort(items, n_items, sizeof *items, cmp_item);
-    hash_all(items, n_items, total);
+    qsort(c->items, c->n_items, sizeof *c->items, cmp_item);
+    // (a thread that cannot be started: the hashing is done here instead)
+    c->threaded =
+        background && c->n_items > 0 && pthread_create(&c->thread, NULL, check_thread, c) == 0;
+    if (!c->threaded) hash_all(c->items, c->n_items, c->total, 0);
+    return KILN_OK;
+}
+
+// Waits for the hashing and compares. When several weights are damaged, the message names the
+// one of the lowest tensor index, whatever the order of the work. Releases the tables.
+static kiln_status check_finish(weight_check *c) {
+    if (c->threaded) pthread_join(c->thread, NULL);
+    c->threaded = 0;
     const ext_weight *bad = NULL;
-    for (uint32_t j = 0; j < n; j++) {
+    ext_weight *w = c->w;
+    for (uint32_t j = 0; j < c->n; j++) {
         if (w[j].kind == 0) continue;
         if (w[j].dup != 0) {
             memcpy(w[j].got, w[w[j].dup - 1].got, sizeof w[j].got); // (an earlier entry: done)
@@ -312,10 +359,8 @@ static kiln_status verify_weights(const kiln_plan *p, const void **weight_data) 
         w[j].mismatch = memcmp(w[j].want, w[j].got, sizeof w[j].want) != 0;
         if (w[j].mismatch && (bad == NULL || w[j].tensor < bad->tensor)) bad = &w[j];
     }
-    kiln_status st = bad != NULL ? mismatch_error(p, bad) : KILN_OK;
-    kiln_free(items, items_nbytes);
-    kiln_free(leaf, leaf_nbytes);
-    kiln_free(w, nbytes);
+    kiln_status st = bad != NULL ? mismatch_error(c->plan, bad) : KILN_OK;
+    check_release(c);
     return st;
 }
 
@@ -382,6 +427,8 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
     kiln_options opts;
     const kiln_backend_ops *backend = NULL;
     char device[32];
+    weight_check check = {0};
+    int checking = 0; // the check's thread is hashing: check_finish is still due
     kiln_status st;
 
     st = check_load_options(options);
@@ -412,13 +459,35 @@ kiln_status kiln_engine_from_plan(kiln_plan *plan, const kiln_load_options *opti
     }
     if (backend->warm_up != NULL) backend->warm_up(&e->plan, &e->options);
     st = resolve_weights(&e->plan, options, weight_data, &e->weight_nbytes);
-    if (st == KILN_OK && e->options.verify_weights) st = verify_weights(&e->plan, weight_data);
     if (st != KILN_OK) goto fail;
+    // The weights' check runs beside the backend's upload where the backend can hold back what
+    // it shares with other engines until the verdict (weights_checked); otherwise before it.
+    if (e->options.verify_weights) {
+        st = check_start(&e->plan, weight_data, backend->weights_checked != NULL, &check);
+        if (st != KILN_OK) goto fail;
+        checking = check.threaded;
+        if (!checking) st = check_finish(&check); // (hashed already, on this thread)
+        if (st != KILN_OK) goto fail;
+    }
     st = kiln_row_writes_find(&e->plan, &e->row_writes, &e->n_row_writes);
     if (st == KILN_OK) st = kiln_index_inputs_find(&e->plan, &e->index_inputs, &e->n_index_inputs);
+    if (st == KILN_OK) {
+        st = backend->engine_init(&e->plan, weight_data, &e->options, &e->backend_state);
+    }
+    if (checking) {
+        // A damaged weight is the cause to report, whatever the upload said.
+        checking = 0;
+        kiln_status verdict = check_finish(&check);
+        if (verdict != KILN_OK) {
+            if (st == KILN_OK) backend->engine_free(e->backend_state);
+            e->backend_state = NULL;
+            st = verdict;
+        }
+    }
     if (st != KILN_OK) goto fail;
-    st = backend->engine_init(&e->plan, weight_data, &e->options, &e->backend_state);
-    if (st != KILN_OK) goto fail;
+    if (e->options.verify_weights && backend->weights_checked != NULL) {
+        backend->weights_checked(e->backend_state);
+    }
     kiln_free(weight_data, weight_data_nbytes);
 
     // The backend holds its own copy of the weights now.

@@ -4537,6 +4537,7 @@ static void e2e_shared_scratch(void) {
 #define SW_ROWS 4
 typedef struct sw_table {
     const kiln_built *built[2];
+    const void *bad; // non-NULL: the bytes given for the first weight of built[0] (damaged)
 } sw_table;
 
 static kiln_status sw_resolve(void *user, const char *key, const void **data, size_t *nbytes) {
@@ -4545,8 +4546,10 @@ static kiln_status sw_resolve(void *user, const char *key, const void **data, si
         for (uint32_t i = 0; i < kiln_built_n_weights(t->built[b]); i++) {
             const char *k = NULL;
             if (kiln_built_weight(t->built[b], i, &k, data, nbytes) == KILN_OK &&
-                strcmp(k, key) == 0)
+                strcmp(k, key) == 0) {
+                if (t->bad != NULL && b == 0 && i == 0) *data = t->bad;
                 return KILN_OK;
+            }
         }
     }
     return KILN_ERR_MISSING_DATA;
@@ -4628,7 +4631,9 @@ static double sw_max_err(const float *a, const float *b, double *scale) {
 
 // Two engines over the same checked external weights hold one device copy (the second load
 // takes less device memory than the weights), an unchecked load holds its own, and an engine
-// still computes right after the one that uploaded the shared copy is freed.
+// still computes right after the one that uploaded the shared copy is freed. First a load given
+// a damaged copy of one weight fails naming it: the weights are hashed while they upload, and
+// the copies that load made must not be found by the loads after it.
 static void e2e_shared_weights(void) {
     const char *name = "e2e weights shared between engines";
     const size_t wn = (size_t)SW_N * SW_K;
@@ -4636,11 +4641,12 @@ static void e2e_shared_weights(void) {
     float *w1 = malloc(wn * sizeof(float)), *w2 = malloc(wn * sizeof(float));
     float *x = malloc(SW_ROWS * SW_K * sizeof(float)),
           *y = malloc(4 * SW_ROWS * SW_K * sizeof(float));
-    sw_table t = {{NULL, NULL}};
-    kiln_engine *ga = NULL, *gb = NULL, *gc = NULL, *ca = NULL, *cb = NULL;
+    sw_table t = {{NULL, NULL}, NULL};
+    kiln_engine *ga = NULL, *gb = NULL, *gc = NULL, *ca = NULL, *cb = NULL, *gbad = NULL;
+    float *bad = malloc(wn * sizeof(float));
     char msg[300];
     if (opt_filter != NULL && strstr(name, opt_filter) == NULL) goto done;
-    if (w1 == NULL || w2 == NULL || x == NULL || y == NULL) goto done;
+    if (w1 == NULL || w2 == NULL || x == NULL || y == NULL || bad == NULL) goto done;
     for (size_t i = 0; i < wn; i++) w1[i] = check_rng_uniform(-0.05f, 0.05f);
     for (size_t i = 0; i < wn; i++) w2[i] = check_rng_uniform(-0.05f, 0.05f);
     for (int i = 0; i < SW_ROWS * SW_K; i++) x[i] = check_rng_uniform(-1.0f, 1.0f);
@@ -4652,6 +4658,25 @@ static void e2e_shared_weights(void) {
     }
     if (opt_dry) goto done;
     float *ya = y, *yb = y + SW_ROWS * SW_K, *ra = yb + SW_ROWS * SW_K, *rb = ra + SW_ROWS * SW_K;
+    {
+        const void *w0 = NULL;
+        const char *k0 = NULL;
+        size_t n0 = 0;
+        int got =
+            kiln_built_weight(t.built[0], 0, &k0, &w0, &n0) == KILN_OK && n0 == wn * sizeof(float);
+        if (got) {
+            memcpy(bad, w0, n0);
+            ((unsigned char *)bad)[n0 / 2 + 3] ^= 0x10; // one bit, mid-tensor
+            t.bad = bad;
+        }
+        kiln_status st = got ? sw_load(t.built[0], &t, "cuda:0", 1, &gbad) : KILN_ERR_INTERNAL;
+        t.bad = NULL;
+        snprintf(msg, sizeof msg, "status %s: %.200s", kiln_status_str(st), kiln_last_error());
+        report(got && st == KILN_ERR_CORRUPT && gbad == NULL &&
+                   strstr(kiln_last_error(), k0) != NULL &&
+                   strstr(kiln_last_error(), "does not match the SHA-256") != NULL,
+               name, "a damaged weight refused", msg);
+    }
     int ok = sw_load(t.built[0], &t, "cpu", 1, &ca) == KILN_OK &&
              sw_load(t.built[1], &t, "cpu", 1, &cb) == KILN_OK && sw_run(ca, x, ra) &&
              sw_run(cb, x, rb) && sw_load(t.built[0], &t, "cuda:0", 1, &ga) == KILN_OK;
@@ -4688,10 +4713,12 @@ done:
     kiln_engine_free(gc);
     kiln_engine_free(ca);
     kiln_engine_free(cb);
+    kiln_engine_free(gbad);
     kiln_built_free((kiln_built *)t.built[0]);
     kiln_built_free((kiln_built *)t.built[1]);
     free(w1);
     free(w2);
+    free(bad);
     free(x);
     free(y);
 }
