@@ -233,7 +233,9 @@ def main() -> int:
     res: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "models": {}}
     res["variants"] = [{"name": n, "plugin": p, "options": o} for n, p, o in variants]
     numel = {}
-    for m in args.models.split(","):
+
+    def rebuild(m: str) -> None:
+        """The model's engines rebuilt from its recording (numel[m] set), or a message."""
         argv = [str(HERE / "startup_device.py"), "--child", "rebuild", "--model", m]
         argv += ["--engines", str(work / f"{m}.pkl"), "--bench-dir", args.bench_dir]
         argv += ["--ref", str(work / f"{m}.ref.pt")]
@@ -242,7 +244,7 @@ def main() -> int:
             numel[m] = json.loads(p.stdout.strip().splitlines()[-1])["numel"]
         except (ValueError, IndexError, KeyError):
             print(f"{m}: rebuild failed: {(p.stdout + p.stderr)[-800:]}", flush=True)
-            continue
+            return
         res["models"][m] = {"rounds": []}
 
     def argv_of(m: str, opts, *extra: str) -> list[str]:
@@ -253,8 +255,14 @@ def main() -> int:
             a += ["--opt", f"{k}={v}"]
         return a
 
+    # Each model rebuilt just before its first round: a run cut short (a device call's time
+    # limit) keeps in ab.json every model it reached.
     for r in range(args.rounds):
-        for m in numel:
+        for m in args.models.split(","):
+            if r == 0:
+                rebuild(m)
+            if m not in numel:
+                continue
             row = {}
             for name, plugin, opts in round_order(variants, r):
                 extra = ["--layers"] if r == 0 else []
