@@ -219,7 +219,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "extras %llu bytes, %u states of %llu bytes per context (%llu bytes of initial values "
         "kept), CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the "
         "stem kernel), %u tensors, %u boundary transposes; attention folds: %u layers run no "
-        "kernel, %u sdpa operands and %u outputs through strided views, %u tensors moved out of "
+        "kernel, %u sdpa operands, %u outputs and %u matmul operands through strided views, %u "
+        "tensors moved out of "
         "the arena, %u reshapes and slices aliased (no kernel); GEMV folds: %u RMSNorms inside "
         "GEMVs, %u "
         "gated pairs as one GEMV, %u linears run by a sibling's launch; %u rope groups (rotary "
@@ -232,7 +233,7 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         (unsigned long long)e->states_init_nbytes, e->use_graphs ? "on" : "off",
         e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem,
         e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
-        e->fold.n_sdpa_out, e->fold.n_reloc, e->fold.n_alias, e->fold.n_gemv_norm,
+        e->fold.n_sdpa_out, e->fold.n_mm_in, e->fold.n_reloc, e->fold.n_alias, e->fold.n_gemv_norm,
         e->fold.n_gemv_pair, e->fold.n_gemv_sib, e->fold.n_rope, e->fold.n_rope_in,
         (unsigned long long)e->l2_kept);
     *out_state = e;
@@ -967,7 +968,8 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                      ? "run by a softmax-weighted sum's launch: sum(x * softmax(s)) in one kernel"
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_RATIO)
                      ? "run by the mean's launch: x / (mean(x) + eps) in one kernel"
-                     : "a view: the sdpa reading it reads its input through strides");
+                     : "a view: the sdpa or matmul reading it reads its input through "
+                       "strides");
         return;
     }
     if (e->layout.rs_xpose[li]) {
@@ -995,6 +997,18 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                                            : "reads NCHW, writes its output NHWC");
     } else if (e->layout.in_nhwc[li]) {
         detail_add(out, "reads its input channels-last (an NHWC map's bytes)");
+    }
+    if (op == KILN_OP_MATMUL && e->fold.sdpa_in[li] != 0) {
+        detail_add(out, "reads %s through strided views (no copies)",
+                   e->fold.sdpa_in[li] == 3   ? "a and b"
+                   : e->fold.sdpa_in[li] == 1 ? "a"
+                                              : "b");
+    }
+    if (op == KILN_OP_MATMUL && e->fold.sdpa_out[li] >= 0) {
+        detail_add(out,
+                   "writes the output of layer %d through strides (its permute runs no "
+                   "kernel)",
+                   e->fold.sdpa_dst[li] >= 0 ? e->fold.producer[e->fold.sdpa_dst[li]] : -1);
     }
     if (e->fold.gemv_norm[li] >= 0 || e->fold.gemv_pair[li] >= 0 || e->fold.gemv_next[li] >= 0) {
         size_t n = strlen(out->detail);

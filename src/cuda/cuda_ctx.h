@@ -57,7 +57,8 @@ typedef struct kiln_cuda_ctx {
     int out_nhwc;       // an elementwise group or permute: its 4-D output is stored NHWC (ditto)
     int in_nhwc;        // a permute: its input is stored channels-last (ditto)
     int64_t l2_keep;    // small-M linear: bytes of its weight the L2 plan keeps (-1: no hints)
-    // sdpa with folded views (cuda_fold.h): q, k, v, out through these (NULL: the dense tensor)
+    // sdpa with folded views (cuda_fold.h): q, k, v, out through these (NULL: the dense tensor);
+    // a matmul's a and b likewise (0 and 1)
     const kiln_cuda_strided *sdpa_io[4];
     kiln_cuda_sdpa_store *sdpa_store; // sdpa: the context's cuDNN plans (NULL: cuDNN not used)
     // A GEMV linear with GEMV folds (cuda_fold.h), else NULL: the input of the RMSNorm it applies

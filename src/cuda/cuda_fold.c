@@ -8,6 +8,7 @@
 #include "cuda/cuda_layout.h"
 #include "cuda/cuda_util.h"
 #include "runtime/plan.h"
+#include "runtime/plan_group.h"
 
 #define VIRT KILN_CUDA_FOLD_VIRTUAL
 #define WRIT KILN_CUDA_FOLD_WRITTEN
@@ -168,6 +169,111 @@ void kiln_cuda_fold_out_view(const kiln_plan *p, const kiln_cuda_fold *f, const 
     for (uint32_t j = 0; j < o->rank; j++) out->str[perm[j]] = wd.str[j]; // w dim j = o dim perm[j]
 }
 
+// --- matmuls over strided operands
+
+int kiln_cuda_mm_matrix_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+    if (rows <= 1 || cols <= 1) return rs >= 1 && cs >= 1; // a vector: either order
+    return (cs == 1 && rs >= cols) || (rs == 1 && cs >= rows);
+}
+
+int kiln_cuda_mm_geom_of(const kiln_cuda_strided *a, const kiln_cuda_strided *b,
+                         const kiln_cuda_strided *y, kiln_cuda_mm_geom *g) {
+    const int ar = (int)a->rank, br = (int)b->rank;
+    memset(g, 0, sizeof *g);
+    if (ar < 1 || br < 1 || ar > KILN_MAX_RANK || br > KILN_MAX_RANK) return 0;
+    g->k = a->dims[ar - 1];
+    g->m = ar >= 2 ? a->dims[ar - 2] : 1;
+    g->n = br >= 2 ? b->dims[br - 1] : 1;
+    if ((br >= 2 ? b->dims[br - 2] : b->dims[0]) != g->k) return 0;
+    g->a_cs = a->str[ar - 1];
+    g->a_rs = ar >= 2 ? a->str[ar - 2] : g->k * g->a_cs; // one row: as if dense
+    g->b_rs = br >= 2 ? b->str[br - 2] : b->str[0];
+    g->b_cs = br >= 2 ? b->str[br - 1] : 1; // one column
+    const int nab = ar >= 2 ? ar - 2 : 0, nbb = br >= 2 ? br - 2 : 0;
+    const int nb = nab > nbb ? nab : nbb;
+    int64_t a_next = -1, b_next = -1; // the stride the next (outer) batch dim must have
+    g->batch = 1;
+    for (int d = nb; d-- > 0;) { // innermost batch dim first
+        const int ia = d - (nb - nab), ib = d - (nb - nbb);
+        const int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        const int64_t bd = da == 0 || db == 0 ? 0 : da > db ? da : db;
+        if ((da != 1 && da != bd) || (db != 1 && db != bd)) return 0;
+        if (bd == 1) continue;
+        const int64_t sa = da == 1 ? 0 : a->str[ia], sb = db == 1 ? 0 : b->str[ib];
+        if (a_next < 0) {
+            g->a_bs = sa;
+            g->b_bs = sb;
+        } else if (sa != a_next || sb != b_next) {
+            return 0;
+        }
+        a_next = sa * bd;
+        b_next = sb * bd;
+        g->batch *= bd;
+    }
+    g->y_rs = g->n;
+    g->y_bs = g->m * g->n;
+    if (y == NULL) return 1;
+    // y [.., m, n] through strides: rank nb + 2, n innermost, its batch dims one stride
+    const int yr = (int)y->rank;
+    if (ar < 2 || br < 2 || yr != nb + 2 || y->dims[yr - 2] != g->m || y->dims[yr - 1] != g->n ||
+        (g->n > 1 && y->str[yr - 1] != 1)) {
+        return 0;
+    }
+    g->y_rs = y->str[yr - 2];
+    int64_t y_next = -1;
+    for (int d = nb; d-- > 0;) {
+        if (y->dims[d] == 1) continue;
+        if (y_next < 0) {
+            g->y_bs = y->str[d];
+        } else if (y->str[d] != y_next) {
+            return 0;
+        }
+        y_next = y->str[d] * y->dims[d];
+    }
+    return 1;
+}
+
+// 1 when matmul layer li can read its operands' views (plan-time shapes; each operand's fold
+// view or the dense tensor), and with with_out write its output's (when redirected): cuBLASLt
+// matrices, one batch stride each, a broadcast b only with a's batch folding into its rows,
+// 16-byte aligned.
+static int mm_views_ok(const kiln_plan *p, const kiln_cuda_fold *f, const kiln_tensor *shapes,
+                       uint32_t li, int with_out) {
+    const kiln_plan_layer *l = &p->layers[li];
+    kiln_cuda_strided v[2];
+    kiln_cuda_mm_geom g;
+    if (l->n_inputs < 2) return 0;
+    for (uint32_t j = 0; j < 2; j++) {
+        const int32_t t = p->ids[l->input_begin + j];
+        if (t < 0) return 0;
+        kiln_cuda_fold_view(p, f, shapes, t, &v[j]);
+        if (v[j].rank != p->tensors[t].shape.rank || (uintptr_t)v[j].data % 16 != 0) return 0;
+    }
+    kiln_cuda_strided yv;
+    with_out = with_out && f->sdpa_out[li] >= 0;
+    if (with_out) kiln_cuda_fold_out_view(p, f, shapes, li, &yv);
+    if (!kiln_cuda_mm_geom_of(&v[0], &v[1], with_out ? &yv : NULL, &g) ||
+        !kiln_cuda_mm_matrix_ok(g.m, g.k, g.a_rs, g.a_cs) ||
+        !kiln_cuda_mm_matrix_ok(g.k, g.n, g.b_rs, g.b_cs) || g.y_rs < g.n) {
+        return 0;
+    }
+    if (with_out && (uintptr_t)yv.data % 16 != 0) return 0;
+    if (g.batch > 1 && g.a_bs == 0) return 0;
+    if (g.batch > 1 && g.b_bs == 0) {
+        return (g.a_cs == 1 || g.k == 1) && g.a_bs == g.m * g.a_rs && g.y_bs == g.m * g.y_rs;
+    }
+    return 1;
+}
+
+// 1 when matmul head li's tail ops (if any) are unary (no operand): they may run over the bytes
+// of a redirected output in any order.
+static int unary_tails(const kiln_plan *p, uint32_t li) {
+    for (uint32_t t = 1; t <= p->layers[li].n_tail && li + t < p->n_layers; t++) {
+        if (p->layers[li + t].n_inputs != 1) return 0;
+    }
+    return 1;
+}
+
 // --- the pass
 
 typedef struct fold_state {
@@ -257,6 +363,7 @@ static int readers_ok(const fold_state *s, int32_t t) {
         const kiln_plan_layer *l = &p->layers[li];
         if (s->f->virt[li] & VIRT) continue;
         if (l->op == KILN_OP_SDPA && !(l->flags & KILN_LAYER_TAIL) && s->rj[r] < 3) continue;
+        if (l->op == KILN_OP_MATMUL && !(l->flags & KILN_LAYER_TAIL) && s->rj[r] < 2) continue;
         return 0;
     }
     return 1;
@@ -296,16 +403,24 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
     for (uint32_t li = p->n_layers; li-- > 0;) {
         if (s->cand[li] && readers_ok(s, out0(p, li))) f->virt[li] = VIRT;
     }
-    // writes: sdpa -> (only reader) permute keeping the innermost dim
+    // writes: sdpa, or a matmul (unary tails only), -> (only reader) permute keeping the
+    // innermost dim
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
-        int32_t o = out0(p, li);
+        const int mm = l->op == KILN_OP_MATMUL;
+        int32_t o = mm ? kiln_plan_group_output(p, li) : out0(p, li);
         uint32_t perm[KILN_MAX_RANK];
-        if (l->op != KILN_OP_SDPA || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 || o < 0)
-            continue;
-        if (p->tensors[o].kind != KILN_TENSOR_ACTIVATION || s->rbeg[o + 1] - s->rbeg[o] != 1)
-            continue;
-        uint32_t pl = s->rl[s->rbeg[o]], rank = p->tensors[o].shape.rank;
+        if ((l->op != KILN_OP_SDPA && !mm) || (l->flags & KILN_LAYER_TAIL) || o < 0) continue;
+        if (mm ? !unary_tails(p, li) || p->tensors[o].shape.rank < 2 : l->n_tail != 0) continue;
+        if (p->tensors[o].kind != KILN_TENSOR_ACTIVATION) continue;
+        // its one reader outside the group (tails read and write the running value in place)
+        uint32_t n_readers = 0, pl = 0, rank = p->tensors[o].shape.rank;
+        for (uint32_t r = s->rbeg[o]; r < s->rbeg[o + 1]; r++) {
+            if (s->rl[r] > li && s->rl[r] <= li + l->n_tail) continue;
+            pl = s->rl[r];
+            n_readers++;
+        }
+        if (n_readers != 1) continue;
         const kiln_plan_layer *pp = &p->layers[pl];
         int32_t w = out0(p, pl);
         if (pp->op != KILN_OP_PERMUTE || (pp->flags & KILN_LAYER_TAIL) || pp->n_tail != 0 ||
@@ -337,15 +452,20 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         changed = 0;
         for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
             const kiln_plan_layer *l = &p->layers[li];
-            if (l->op != KILN_OP_SDPA || (f->virt[li] & VIRT)) continue;
-            for (uint32_t j = 0; j < 3 && j < l->n_inputs; j++) {
+            const int mm = l->op == KILN_OP_MATMUL;
+            if ((l->op != KILN_OP_SDPA && !mm) || (f->virt[li] & VIRT)) continue;
+            for (uint32_t j = 0; j < (mm ? 2u : 3u) && j < l->n_inputs; j++) {
                 int32_t t = p->ids[l->input_begin + j];
                 if (t < 0 || !is_virtual_read(f, f->producer[t])) continue;
                 int32_t x = base_of(s, t);
                 kiln_cuda_strided v;
                 kiln_cuda_fold_view(p, f, s->shapes, t, &v);
-                // sdpa needs E innermost; a slice's offset keeps its vector loads aligned
-                if (v.rank < 2 || v.str[v.rank - 1] != 1 || (uintptr_t)v.data % 16 != 0) {
+                // sdpa needs E innermost; a slice's offset keeps its vector loads aligned; a
+                // matmul needs matrices cuBLASLt reads (mm_views_ok)
+                const int fits =
+                    mm ? mm_views_ok(p, f, s->shapes, li, 0)
+                       : v.rank >= 2 && v.str[v.rank - 1] == 1 && (uintptr_t)v.data % 16 == 0;
+                if (!fits) {
                     unfold_chain(s, t);
                     changed = 1;
                 } else if (!base_safe(s, x, chain_first(s, t), li)) {
@@ -364,8 +484,10 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
             uint32_t pl = (uint32_t)f->sdpa_out[li];
             int32_t w = f->sdpa_dst[li];
             uint32_t last = (uint32_t)f->producer[w]; // the permute, or the reshape after it
-            int ok = 1;
-            for (uint32_t k = li + 1; k < last && ok; k++) ok = (f->virt[k] & VIRT) != 0;
+            int ok = !mm || mm_views_ok(p, f, s->shapes, li, 1);
+            for (uint32_t k = li + 1 + l->n_tail; k < last && ok; k++) {
+                ok = (f->virt[k] & VIRT) != 0;
+            }
             for (uint32_t j = 0; j < l->n_inputs && ok; j++) {
                 int32_t t = p->ids[l->input_begin + j];
                 ok = t < 0 || !overlap(s, base_of(s, t), w);
@@ -1141,12 +1263,17 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         const kiln_plan_layer *l = &p->layers[li];
         if (f.virt[li] & VIRT) f.n_virtual++;
         if (f.sdpa_out[li] >= 0) f.n_sdpa_out++;
-        if (l->op != KILN_OP_SDPA || (l->flags & KILN_LAYER_TAIL)) continue;
-        for (uint32_t j = 0; j < 3 && j < l->n_inputs; j++) {
+        const int mm = l->op == KILN_OP_MATMUL;
+        if ((l->op != KILN_OP_SDPA && !mm) || (l->flags & KILN_LAYER_TAIL)) continue;
+        for (uint32_t j = 0; j < (mm ? 2u : 3u) && j < l->n_inputs; j++) {
             int32_t t = p->ids[l->input_begin + j];
             if (t >= 0 && is_virtual_read(&f, f.producer[t])) {
                 f.sdpa_in[li] |= (uint8_t)(1u << j);
-                f.n_sdpa_in++;
+                if (mm) {
+                    f.n_mm_in++;
+                } else {
+                    f.n_sdpa_in++;
+                }
             }
         }
     }

@@ -1,25 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA backend's view folding into attention (host C only; cuda_fold.c): the head
-// split/merge around sdpa runs no kernel. Decided once per engine by a pass over the plan.
+// split/merge around sdpa and batched matmuls runs no kernel. Decided once per engine by a pass
+// over the plan.
 //
 // Reads: a PERMUTE, SELECT, SLICE or RESHAPE layer (no fused tail, its input stored as the plan
-// says)
-// is *virtual* (no kernel; its output is never written) when its output is an activation, not
-// an engine output, and every reader of that output is a virtual layer or the q, k or v input of
-// an sdpa. A RESHAPE of another view's output is virtual only at static shapes, and only where
-// strides express it (each run of dims it merges or splits contiguous in the view: torch's
-// view rule; checked with the plan's shapes, else the chain runs). A SLICE is virtual at static
-// shapes only, and its chain runs where the view's offset is not a multiple of 16 bytes (the
-// sdpa's vector loads). The sdpa reads each such
+// says) is *virtual* (no kernel; its output is never written) when its output is an activation,
+// not an engine output, and every reader of that output is a virtual layer, the q, k or v input
+// of an sdpa, or either operand of a MATMUL (an eager attention's q k^T and weights v: the
+// operands split from one projection and permuted to heads). A RESHAPE of another view's output
+// is virtual only at static shapes, and only where strides express it (each run of dims it
+// merges or splits contiguous in the view: torch's view rule; checked with the plan's shapes,
+// else the chain runs). A SLICE is virtual at static shapes only, and its chain runs where the
+// view's offset is not a multiple of 16 bytes (the sdpa's vector loads). The sdpa reads each such
 // operand through a strided view of the nearest materialized tensor (the *base*): [B, S, H, E]
 // memory as [B, H, S, E], the packed QKV projection [B, S, 3, H, E] through permute (2, 0, 3,
 // 1, 4) and select, or torch's nn.MultiheadAttention chain over a sequence-first [S, 1, 3D]
 // projection (unflatten, unsqueeze, transpose, squeeze, select, view, transpose, view), with the
-// innermost stride 1.
+// innermost stride 1. A matmul reads its operand through the view when one of the view's two
+// innermost dims has stride 1 and the other a stride at least the first's size (a matrix
+// cuBLASLt reads, transposed or not), and its batch dims collapse into one stride
+// (kiln_cuda_mm_geom_of); else the chain runs.
 // Writes: an sdpa (no fused tail) whose output is an activation read only by a PERMUTE that keeps
 // the innermost dim (e.g. (0, 2, 1, 3)) writes the permute's output directly ([B, L, H, E]); the
 // permute is then virtual too, and so is a RESHAPE that is the permute output's only reader (the
 // sdpa writes the reshape's output: the merge [B, L, H, E] -> [B, L, H * E] is the same bytes).
+// So does a MATMUL (operands of rank >= 2) whose fused tail ops, if any, are unary (they then
+// run over the written bytes), where the written view's batch dims collapse into one stride.
 // Lifetimes: the memory plan ends a tensor's life at its last reader in the plan, so a folded
 // base must not be overwritten before the sdpa reads it: every fold is checked against the
 // arena ranges of the tensors written by the layers that really run in between (and the
@@ -108,6 +114,10 @@
 #include "kiln/kiln.h"
 #include "runtime/kernel.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct kiln_plan;
 
 // A strided view of device memory (element strides; the innermost is 1 where sdpa reads it).
@@ -131,7 +141,8 @@ typedef struct kiln_cuda_strided {
 
 typedef struct kiln_cuda_fold {
     uint8_t *virt;        // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
-    uint8_t *sdpa_in;     // n_layers: bit j (0..2): the sdpa's q/k/v is read through a view
+    uint8_t *sdpa_in;     // n_layers: bit j (0..2): the sdpa's q/k/v (a matmul's a/b) is read
+                          // through a view
     int32_t *sdpa_out;    // n_layers: the layer index of the permute the sdpa writes for, or -1
     int32_t *sdpa_dst;    // n_layers: the tensor it writes: the permute's output, or the output of
                           // the RESHAPE that is its only reader (dense: the same bytes), or -1
@@ -164,7 +175,29 @@ typedef struct kiln_cuda_fold {
     uint32_t n_reloc;     // relocated bases
     uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs
+    uint32_t n_mm_in;               // folded matmul operands
 } kiln_cuda_fold;
+
+// A matmul y[b] = a[b] @ b[b] (torch.matmul's batch broadcasting) over strided operands, its
+// batch dims collapsed into one: a(i, k) at a + bt * a_bs + i * a_rs + k * a_cs, b(k, j) alike,
+// y dense. A broadcast operand has batch stride 0.
+typedef struct kiln_cuda_mm_geom {
+    int64_t m, n, k, batch;
+    int64_t a_rs, a_cs, a_bs;
+    int64_t b_rs, b_cs, b_bs;
+    int64_t y_rs, y_bs; // y(i, j) at bt * y_bs + i * y_rs + j
+} kiln_cuda_mm_geom;
+
+// Fills *g from the operands' views (dims [.., m, k] and [.., k, n]; rank 1 as torch.matmul
+// reads it) and the output's (y: NULL when dense; else [.., m, n] with n innermost, both
+// operands of rank >= 2) when every batch dim of size > 1 collapses into one stride for each;
+// 0 otherwise (then only Kiln's tiled kernel, which takes any strides, runs it).
+int kiln_cuda_mm_geom_of(const kiln_cuda_strided *a, const kiln_cuda_strided *b,
+                         const kiln_cuda_strided *y, kiln_cuda_mm_geom *g);
+// 1 when the matrix x(i, j) at i * rs + j * cs (rows x cols) is one cuBLASLt reads: cs == 1 with
+// rs >= cols (row-major), or rs == 1 with cs >= rows (column-major); a dim of size 1 takes
+// either stride.
+int kiln_cuda_mm_matrix_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs);
 
 // Decides the folds of p (none when enable is 0). nhwc (n_tensors, may be NULL) and alt (n_ids,
 // may be NULL) are the layout pass's tensors stored NHWC and slots reading a copy: nothing
@@ -190,5 +223,9 @@ void kiln_cuda_fold_rope_view(const struct kiln_plan *p, const kiln_cuda_fold *f
 // output of the permute f->sdpa_out[li].
 void kiln_cuda_fold_out_view(const struct kiln_plan *p, const kiln_cuda_fold *f,
                              const kiln_tensor *views, uint32_t li, kiln_cuda_strided *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif // KILN_CUDA_CUDA_FOLD_H

@@ -231,8 +231,8 @@ static kiln_status layer_layout(const cuda_context *c, uint32_t li, kiln_cuda_ct
     return KILN_OK;
 }
 
-// An sdpa layer whose operands the attention fold turned into strided views: points
-// ctx->sdpa_io at them (views[4] is the storage).
+// An sdpa or matmul layer whose operands the attention fold turned into strided views: points
+// ctx->sdpa_io at them (views[4] is the storage; a matmul's a and b are 0 and 1).
 static void sdpa_fold_views(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx,
                             kiln_cuda_strided *views) {
     const cuda_engine *e = c->engine;

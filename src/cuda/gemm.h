@@ -48,6 +48,7 @@ void kiln_cuda_small_m_epilogue(const kiln_kernel_args *args, int *epi, const vo
 typedef struct kiln_cuda_lt_problem {
     uint32_t dtype;
     int trans_a; // A stored k x m (ld lda), used transposed; else m x k
+    int trans_b; // B stored n x k (ld ldb), used transposed; else k x n
     int64_t m, n, k, lda, ldb, ldd;
     int64_t batch, stride_a, stride_b, stride_d;
     const void *a, *b, *bias;
@@ -63,9 +64,14 @@ typedef struct kiln_cuda_lt_problem {
 // A linear as a cuBLASLt problem (D^T[n x m] = W^T-stored-k-x-n transposed * X^T).
 void kiln_cuda_lt_linear_problem(const kiln_cuda_linear_geom *g, const kiln_kernel_args *args,
                                  kiln_cuda_lt_problem *p);
-// A matmul as a cuBLASLt problem; 0 when cuBLASLt cannot take it (mixed dtypes, K = 0, general
-// batch broadcasting).
-int kiln_cuda_lt_matmul_problem(const kiln_kernel_args *args, kiln_cuda_lt_problem *p);
+// A matmul's operand j (0: a, 1: b) as the kernels read it: the strided view the attention fold
+// bound (ctx->sdpa_io[j], cuda_fold.h), else the dense tensor.
+void kiln_cuda_mm_operand(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int j,
+                          kiln_cuda_strided *out);
+// A matmul as a cuBLASLt problem over its operands (kiln_cuda_mm_operand); 0 when cuBLASLt cannot
+// take it (mixed dtypes, K = 0, general batch broadcasting, strides no matrix layout expresses).
+int kiln_cuda_lt_matmul_problem(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                kiln_cuda_lt_problem *p);
 // Sets up descriptors for p and asks the heuristic for up to n_ask algorithms (best first into
 // cands with the workspace each needs in cand_ws, *n_cands of them); the plan runs the first.
 // 0 (logged at DEBUG) when there is none.

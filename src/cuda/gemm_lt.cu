@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda/cuda_common.cuh"
 #include "cuda/gemm.h"
 
 // --- the fused epilogue
@@ -82,43 +83,72 @@ extern "C" void kiln_cuda_lt_linear_problem(const kiln_cuda_linear_geom *g,
     p->c = p->relu || p->gelu ? NULL : kiln_cuda_tail_residual_first(args);
 }
 
-extern "C" int kiln_cuda_lt_matmul_problem(const kiln_kernel_args *args, kiln_cuda_lt_problem *p) {
+extern "C" void kiln_cuda_mm_operand(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args, int j,
+                                     kiln_cuda_strided *out) {
+    const kiln_tensor *t = args->in[j];
+    const kiln_cuda_strided *v = ctx->sdpa_io[j];
+    if (v != NULL && v->rank == t->rank) {
+        *out = *v;
+        return;
+    }
+    memset(out, 0, sizeof *out);
+    out->data = t->data;
+    out->rank = t->rank;
+    memcpy(out->dims, t->dims, sizeof(int64_t) * t->rank);
+    kc_strides(t, out->str);
+}
+
+extern "C" int kiln_cuda_lt_matmul_problem(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                                           kiln_cuda_lt_problem *p) {
     const kiln_tensor *a = args->in[0], *b = args->in[1];
     const kiln_tensor *y = args->out;
-    int ar = (int)a->rank, br = (int)b->rank;
-    int64_t k = a->dims[ar - 1], m = ar >= 2 ? a->dims[ar - 2] : 1,
-            n = br >= 2 ? b->dims[br - 1] : 1;
-    int nab = ar >= 2 ? ar - 2 : 0, nbb = br >= 2 ? br - 2 : 0, nb = nab > nbb ? nab : nbb;
-    int64_t batch = 1, a_batch = 1, b_batch = 1;
-    for (int d = 0; d < nb; d++) {
-        int ia = d - (nb - nab), ib = d - (nb - nbb);
-        int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
-        batch *= da > db ? da : db;
-        a_batch *= da;
-        b_batch *= db;
-    }
-    const int fold = b_batch == 1;                         // one b: a's batch folds into m
-    const int full = a_batch == batch && b_batch == batch; // no broadcasting
-    if (a->dtype != b->dtype || a->dtype != y->dtype || k <= 0 || !(fold || full)) return 0;
-    // D^T[n x m] = B^T (b row-major k x n = column-major n x k, ld n) * A^T (k x m, ld k)
+    kiln_cuda_strided va, vb;
+    kiln_cuda_mm_geom g;
+    if (a->dtype != b->dtype || a->dtype != y->dtype) return 0;
+    kiln_cuda_mm_operand(ctx, args, 0, &va);
+    kiln_cuda_mm_operand(ctx, args, 1, &vb);
+    const kiln_cuda_strided *vy = ctx->sdpa_io[3]; // the output written through a view
+    if (!kiln_cuda_mm_geom_of(&va, &vb, vy, &g) || g.k <= 0 || g.y_rs < g.n) return 0;
+    // D^T[n x m] = B^T * A^T, column-major: cuBLASLt's A is b (n x k), its B is a^T (k x m)
     memset(p, 0, sizeof *p);
     p->dtype = y->dtype;
-    p->trans_a = 0;
-    p->m = n;
-    p->n = fold ? m * batch : m;
-    p->k = k;
-    p->lda = br >= 2 ? n : 1;
-    p->ldb = k;
-    p->ldd = n;
-    p->batch = fold ? 1 : batch;
-    p->stride_a = k * n;
-    p->stride_b = m * k;
-    p->stride_d = m * n;
-    p->a = b->data;
-    p->b = a->data;
-    p->d = y->data;
+    if ((g.n == 1 || g.b_cs == 1) && (g.k == 1 || g.b_rs >= g.n)) { // b row-major
+        p->lda = g.k == 1 ? g.n : g.b_rs;
+    } else if ((g.k == 1 || g.b_rs == 1) && (g.n == 1 || g.b_cs >= g.k)) { // b column-major
+        p->trans_a = 1;
+        p->lda = g.n == 1 ? g.k : g.b_cs;
+    } else {
+        return 0;
+    }
+    if ((g.k == 1 || g.a_cs == 1) && (g.m == 1 || g.a_rs >= g.k)) { // a row-major
+        p->ldb = g.m == 1 ? g.k : g.a_rs;
+    } else if ((g.m == 1 || g.a_rs == 1) && (g.k == 1 || g.a_cs >= g.m)) { // a column-major
+        p->trans_b = 1;
+        p->ldb = g.k == 1 ? g.m : g.a_cs;
+    } else {
+        return 0;
+    }
+    p->m = g.n;
+    p->n = g.m;
+    p->k = g.k;
+    p->ldd = g.y_rs;
+    p->batch = 1;
+    if (g.batch > 1 && g.b_bs == 0) { // one b: a's batch folds into its rows
+        if (p->trans_b || g.a_bs != g.m * p->ldb || g.y_bs != g.m * g.y_rs) return 0;
+        p->n = g.m * g.batch;
+    } else if (g.batch > 1) {
+        if (g.a_bs == 0) return 0; // one a, many b: not one strided batch
+        p->batch = g.batch;
+        p->stride_a = g.b_bs;
+        p->stride_b = g.a_bs;
+        p->stride_d = g.y_bs;
+    }
+    p->a = vb.data;
+    p->b = va.data;
+    p->d = vy != NULL ? vy->data : y->data;
     p->relu = kiln_cuda_tail_relu_first(args);
-    p->c = p->relu ? NULL : kiln_cuda_tail_residual_first(args);
+    // a residual has the dense output's layout (a redirected output has unary tails only)
+    p->c = p->relu || vy != NULL ? NULL : kiln_cuda_tail_residual_first(args);
     return 1;
 }
 
@@ -139,7 +169,8 @@ extern "C" int kiln_cuda_lt_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_lt_p
                                   int n_ask, cublasLtMatmulAlgo_t *cands, size_t *cand_ws,
                                   int *n_cands, kiln_cuda_lt_plan *plan) {
     cudaDataType_t t = lt_type(p->dtype);
-    cublasOperation_t ta = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasOperation_t ta = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = p->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = lt_epilogue(p);
     cublasLtMatmulPreferenceOpaque_t pref;
     cublasLtMatmulHeuristicResult_t results[KILN_CUDA_LT_CANDIDATES];
@@ -178,7 +209,9 @@ extern "C" int kiln_cuda_lt_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_lt_p
                 : cublasLtMatrixLayoutInit(&plan->a, t, (uint64_t)p->m, (uint64_t)p->k, p->lda);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatrixLayoutInit(&plan->b, t, (uint64_t)p->k, (uint64_t)p->n, p->ldb);
+        s = p->trans_b
+                ? cublasLtMatrixLayoutInit(&plan->b, t, (uint64_t)p->n, (uint64_t)p->k, p->ldb)
+                : cublasLtMatrixLayoutInit(&plan->b, t, (uint64_t)p->k, (uint64_t)p->n, p->ldb);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatrixLayoutInit(&plan->c, p->d_dtype != 0 ? lt_type(p->d_dtype) : t,

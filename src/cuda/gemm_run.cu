@@ -84,12 +84,24 @@ static kiln_status linear_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
     return kiln_cuda_tail(ctx, args, 0);
 }
 
-static kiln_status matmul_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+static kiln_status matmul_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *in_args,
                               kiln_cuda_layer_plan *plan) {
+    // an output the attention fold redirected (cuda_fold.h): the matmul writes the permute's
+    // output through strides; its tail ops, unary there, run over those bytes
+    kiln_kernel_args redirected;
+    kiln_tensor dst;
+    const kiln_kernel_args *args = in_args;
+    if (ctx->sdpa_io[3] != NULL) {
+        dst = *in_args->out;
+        dst.data = ctx->sdpa_io[3]->data;
+        redirected = *in_args;
+        redirected.out = &dst;
+        args = &redirected;
+    }
     if (plan->kernel == KILN_CUDA_K_EMPTY) return kiln_cuda_tail(ctx, args, 0);
     if (plan->kernel == KILN_CUDA_K_CUBLASLT) {
         kiln_cuda_lt_problem p;
-        if (kiln_cuda_lt_matmul_problem(args, &p)) {
+        if (kiln_cuda_lt_matmul_problem(ctx, args, &p)) {
             cublasStatus_t s = kiln_cuda_lt_exec(ctx, &p, &plan->gemm.lt, NULL);
             if (s == CUBLAS_STATUS_SUCCESS) {
                 KILN_CUDA_TRY(kiln_cuda_check_launch(ctx, "cublasLtMatmul"));

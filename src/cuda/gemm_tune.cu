@@ -224,7 +224,7 @@ extern "C" void kiln_cuda_matmul_tune(const kiln_cuda_ctx *ctx, const kiln_kerne
                                       const cublasLtMatmulAlgo_t *cands, const size_t *cand_ws,
                                       int n_cands, kiln_cuda_layer_plan *plan) {
     kiln_cuda_lt_problem p;
-    if (plan->kernel != KILN_CUDA_K_CUBLASLT || !kiln_cuda_lt_matmul_problem(args, &p)) return;
+    if (plan->kernel != KILN_CUDA_K_CUBLASLT || !kiln_cuda_lt_matmul_problem(ctx, args, &p)) return;
     tune_lt(ctx, &p, cands, cand_ws, n_cands, plan);
     plan->gemm.us = plan->gemm.lt.us;
     kiln_cuda_consume();

@@ -93,13 +93,15 @@ extern "C" void kiln_cuda_linear_key(const kiln_cuda_ctx *ctx, const kiln_kernel
 extern "C" void kiln_cuda_matmul_key(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                                      int64_t *key) {
     const kiln_tensor *a = args->in[0], *b = args->in[1];
-    (void)ctx;
+    kiln_cuda_strided v[2];
     memset(key, 0, KILN_CUDA_PLAN_KEY * sizeof *key);
     key[0] = KILN_OP_MATMUL;
     if (a == NULL || b == NULL) {
         key[0] = -1;
         return;
     }
+    kiln_cuda_mm_operand(ctx, args, 0, &v[0]);
+    kiln_cuda_mm_operand(ctx, args, 1, &v[1]);
     key[1] = (int64_t)a->rank | ((int64_t)b->rank << 8) | ((int64_t)args->out->rank << 16);
     for (uint32_t d = 0; d < KILN_MAX_RANK; d++) {
         key[2 + d] = d < a->rank ? a->dims[d] : 0;
@@ -107,9 +109,21 @@ extern "C" void kiln_cuda_matmul_key(const kiln_cuda_ctx *ctx, const kiln_kernel
     }
     key[2 + 2 * KILN_MAX_RANK] = dtypes_of(args);
     key[3 + 2 * KILN_MAX_RANK] = epilogue_code(args);
-    key[4 + 2 * KILN_MAX_RANK] = kiln_cuda_align_of(a->data);
-    key[5 + 2 * KILN_MAX_RANK] = kiln_cuda_align_of(b->data);
-    key[6 + 2 * KILN_MAX_RANK] = kiln_cuda_align_of(args->out->data);
+    key[4 + 2 * KILN_MAX_RANK] = kiln_cuda_align_of(v[0].data);
+    key[5 + 2 * KILN_MAX_RANK] = kiln_cuda_align_of(v[1].data);
+    const kiln_cuda_strided *vy = ctx->sdpa_io[3];
+    key[6 + 2 * KILN_MAX_RANK] = kiln_cuda_align_of(vy != NULL ? vy->data : args->out->data);
+    // operands read and outputs written through the attention fold's views: their strides
+    // (dense: 0)
+    for (int j = 0; j < 2; j++) {
+        if (ctx->sdpa_io[j] == NULL) continue;
+        for (uint32_t d = 0; d < v[j].rank; d++) {
+            key[7 + (2 + j) * KILN_MAX_RANK + d] = v[j].str[d];
+        }
+    }
+    for (uint32_t d = 0; vy != NULL && d < vy->rank && d < KILN_MAX_RANK; d++) {
+        key[7 + 4 * KILN_MAX_RANK + d] = vy->str[d];
+    }
 }
 
 extern "C" kiln_status kiln_cuda_linear_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
@@ -208,7 +222,7 @@ extern "C" kiln_status kiln_cuda_matmul_plan(const kiln_cuda_ctx *ctx, const kil
     plan->kernel = KILN_CUDA_K_TILED;
     plan->fused = 0;
     kiln_cuda_lt_problem p;
-    if (ctx->lt != NULL && kiln_cuda_lt_matmul_problem(args, &p) &&
+    if (ctx->lt != NULL && kiln_cuda_lt_matmul_problem(ctx, args, &p) &&
         kiln_cuda_lt_setup(ctx, &p, tune ? KILN_CUDA_LT_CANDIDATES : 1, cands, cand_ws, &n_cands,
                            &plan->gemm.lt)) {
         plan->kernel = KILN_CUDA_K_CUBLASLT;

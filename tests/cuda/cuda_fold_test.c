@@ -497,6 +497,140 @@ static void chunked(void) {
     kiln_plan_release(&p);
 }
 
+// An eager attention over batched matmuls (timm's LeViT, transformers' DeBERTa): x [bt, S, D] ->
+// linear to H heads of (q E, k E, v E) -> reshape [bt, S, H, 3E] -> slices of the last dim -> q
+// permute (0, 2, 1, 3), k permute (0, 2, 3, 1), v permute (0, 2, 1, 3) -> q @ k^T -> softmax ->
+// @ v -> permute back -> reshape -> linear. At bt = 1 the slices and head permutes run no kernel
+// and the matmuls read the projection through strides (q row-major, k^T column-major, one batch
+// stride over the heads); at bt = 2 batch and heads do not collapse into one stride: they run.
+static void eager_mm_case(int64_t bt) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    int64_t dims[3] = {bt, S, D}, split[4] = {bt, S, H, 3 * E}, merge[3] = {bt, S, D};
+    int64_t p0213[4] = {0, 2, 1, 3}, p0231[4] = {0, 2, 3, 1}, last = -1;
+    int32_t x = -1, part[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    int32_t proj = reshape(g, linear(g, x, D, 3 * D), split, 4);
+    for (int64_t j = 0; j < 3; j++) {
+        int64_t start = j * E, end = start + E;
+        kiln_attr sa[3] = {
+            {"dim", &last, NULL, 1}, {"start", &start, NULL, 1}, {"end", &end, NULL, 1}};
+        part[j] = permute(g, node(g, KILN_OP_SLICE, &proj, 1, sa, 3), j == 1 ? p0231 : p0213, 4);
+    }
+    int32_t att = node(g, KILN_OP_MATMUL, part, 2, NULL, 0);
+    kiln_attr sm = {"dim", &last, NULL, 1};
+    int32_t mm2[2] = {node(g, KILN_OP_SOFTMAX, &att, 1, &sm, 1), part[2]};
+    att = node(g, KILN_OP_MATMUL, mm2, 2, NULL, 0);
+    att = linear(g, reshape(g, permute(g, att, p0213, 4), merge, 3), D, D);
+    CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    const uint32_t l0 = find_head(&p, KILN_OP_LINEAR, 0), m1 = find_head(&p, KILN_OP_MATMUL, 0);
+    const uint32_t m2 = m1 == UINT32_MAX ? m1 : find_head(&p, KILN_OP_MATMUL, m1 + 1);
+    CHECK(l0 < m1 && m1 < m2 && m2 != UINT32_MAX);
+    if (!(l0 < m1 && m1 < m2 && m2 != UINT32_MAX)) {
+        kiln_cuda_fold_free(&p, &f);
+        kiln_plan_release(&p);
+        return;
+    }
+    fprintf(stderr, "eager matmuls b%lld: %u virtual (slices %u), matmul operands %u + %u\n",
+            (long long)bt, f.n_virtual, count_virtual(&p, &f, KILN_OP_SLICE), f.sdpa_in[m1],
+            f.sdpa_in[m2]);
+    if (bt > 1) {
+        CHECK_EQ_INT(f.n_mm_in, 0);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SLICE), 0);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), 0);
+    } else {
+        const int32_t y = kiln_plan_group_output(&p, l0);
+        const int32_t bases[2] = {y, y};
+        CHECK_EQ_INT(f.n_mm_in, 3);
+        CHECK_EQ_INT(f.sdpa_in[m1], 3);
+        CHECK_EQ_INT(f.sdpa_in[m2], 2);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SLICE), 3);
+        bind_views(&p, views);
+        kiln_cuda_strided q, k, v;
+        kiln_cuda_mm_geom g1, g2;
+        kiln_cuda_fold_view(&p, &f, views, p.ids[p.layers[m1].input_begin], &q);
+        kiln_cuda_fold_view(&p, &f, views, p.ids[p.layers[m1].input_begin + 1], &k);
+        kiln_cuda_fold_view(&p, &f, views, p.ids[p.layers[m2].input_begin + 1], &v);
+        CHECK(kiln_cuda_mm_geom_of(&q, &k, NULL, &g1));
+        // q(h, s, e) at s * H * 3E + h * 3E + e; k^T(h, e, s) at E + the same
+        CHECK(g1.m == S && g1.k == E && g1.n == S && g1.batch == H);
+        CHECK(g1.a_rs == H * 3 * E && g1.a_cs == 1 && g1.a_bs == 3 * E);
+        CHECK(g1.b_rs == 1 && g1.b_cs == H * 3 * E && g1.b_bs == 3 * E);
+        CHECK((const uint16_t *)q.data - mem[y] == 0 && (const uint16_t *)k.data - mem[y] == E);
+        CHECK(kiln_cuda_mm_matrix_ok(g1.m, g1.k, g1.a_rs, g1.a_cs) &&
+              kiln_cuda_mm_matrix_ok(g1.k, g1.n, g1.b_rs, g1.b_cs));
+        kiln_tensor *sv = &views[p.ids[p.layers[m2].input_begin]];
+        kiln_cuda_strided s2;
+        kiln_cuda_fold_view(&p, &f, views, p.ids[p.layers[m2].input_begin], &s2);
+        CHECK(s2.data == sv->data); // the softmax's output: dense
+        CHECK(kiln_cuda_mm_geom_of(&s2, &v, NULL, &g2));
+        CHECK(g2.m == S && g2.k == S && g2.n == E && g2.batch == H && g2.a_rs == S &&
+              g2.a_cs == 1 && g2.a_bs == S * S);
+        CHECK(g2.b_rs == H * 3 * E && g2.b_cs == 1 && g2.b_bs == 3 * E);
+        CHECK((const uint16_t *)v.data - mem[y] == 2 * E);
+        // the second matmul writes [bt, S, H, E] (the permute's, then the reshape's output)
+        CHECK(f.sdpa_out[m2] >= 0 && f.sdpa_dst[m2] >= 0 && f.sdpa_out[m1] < 0);
+        if (f.sdpa_out[m2] >= 0 && f.sdpa_dst[m2] >= 0) {
+            kiln_cuda_strided yv;
+            kiln_cuda_fold_out_view(&p, &f, views, m2, &yv);
+            CHECK(kiln_cuda_mm_geom_of(&s2, &v, &yv, &g2));
+            CHECK(g2.y_rs == H * E && g2.y_bs == E && yv.data == views[f.sdpa_dst[m2]].data);
+            CHECK(p.layers[f.sdpa_dst[m2] >= 0 ? f.producer[f.sdpa_dst[m2]] : 0].op ==
+                  KILN_OP_RESHAPE);
+        }
+        check_lifetimes(&p, &f, m1, bases, 2);
+        check_lifetimes(&p, &f, m2, bases, 2);
+        unbind(&p, views);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
+// kiln_cuda_mm_geom_of and kiln_cuda_mm_matrix_ok on hand-made views: dense with a broadcast b,
+// transposed operands, rank-1 operands, batch dims that do not collapse, mismatched batches.
+static void mm_geom_case(void) {
+    kiln_cuda_strided a = {NULL, 4, {2, 3, 5, 7}, {105, 35, 7, 1}};
+    kiln_cuda_strided b = {NULL, 2, {7, 4}, {4, 1}};
+    kiln_cuda_mm_geom g;
+    CHECK(kiln_cuda_mm_geom_of(&a, &b, NULL, &g));
+    CHECK(g.m == 5 && g.k == 7 && g.n == 4 && g.batch == 6 && g.a_bs == 35 && g.b_bs == 0);
+    CHECK(g.a_rs == 7 && g.a_cs == 1 && g.b_rs == 4 && g.b_cs == 1);
+    kiln_cuda_strided bt = {NULL, 4, {2, 3, 7, 4}, {84, 28, 1, 7}}; // b stored [.., n, k]
+    CHECK(kiln_cuda_mm_geom_of(&a, &bt, NULL, &g));
+    CHECK(g.batch == 6 && g.b_bs == 28 && g.b_rs == 1 && g.b_cs == 7);
+    CHECK(kiln_cuda_mm_matrix_ok(g.k, g.n, g.b_rs, g.b_cs));
+    CHECK(!kiln_cuda_mm_matrix_ok(7, 4, 1, 6)); // column-major with ld 6 < 7 rows
+    CHECK(!kiln_cuda_mm_matrix_ok(7, 4, 8, 2)); // neither stride 1
+    CHECK(kiln_cuda_mm_matrix_ok(1, 4, 99, 3)); // a row: any strides
+    kiln_cuda_strided v = {NULL, 1, {7}, {1}}, u = {NULL, 1, {7}, {1}};
+    CHECK(kiln_cuda_mm_geom_of(&v, &u, NULL, &g));
+    CHECK(g.m == 1 && g.n == 1 && g.k == 7 && g.batch == 1 && g.a_rs == 7 && g.b_rs == 1);
+    kiln_cuda_strided nc = {NULL, 4, {2, 3, 5, 7}, {500, 35, 7, 1}}; // 500 != 3 * 35
+    CHECK(!kiln_cuda_mm_geom_of(&nc, &bt, NULL, &g));
+    kiln_cuda_strided wrong = {NULL, 4, {2, 4, 7, 4}, {112, 28, 4, 1}}; // 4 heads against 3
+    CHECK(!kiln_cuda_mm_geom_of(&a, &wrong, NULL, &g));
+    kiln_cuda_strided badk = {NULL, 2, {6, 4}, {4, 1}};
+    CHECK(!kiln_cuda_mm_geom_of(&a, &badk, NULL, &g));
+    // y [2, 3, 5, 4] written as [2, 5, 3, 4] (permute (0, 2, 1, 3) of the output)
+    kiln_cuda_strided y = {NULL, 4, {2, 3, 5, 4}, {60, 4, 12, 1}};
+    CHECK(!kiln_cuda_mm_geom_of(&a, &bt, &y, &g)); // batch (2, 3) of y: 60 != 3 * 4
+    kiln_cuda_strided b4 = {NULL, 4, {2, 3, 7, 4}, {84, 28, 4, 1}};
+    CHECK(kiln_cuda_mm_geom_of(&a, &b4, NULL, &g) && g.b_bs == 28);
+    kiln_cuda_strided y1 = {NULL, 4, {1, 3, 5, 4}, {60, 4, 12, 1}}, a1 = a, b1 = b4;
+    a1.dims[0] = 1;
+    b1.dims[0] = 1;
+    CHECK(kiln_cuda_mm_geom_of(&a1, &b1, &y1, &g));
+    CHECK(g.batch == 3 && g.y_rs == 12 && g.y_bs == 4 && g.a_bs == 35 && g.b_bs == 28);
+    kiln_cuda_strided ycol = {NULL, 4, {1, 3, 5, 4}, {60, 20, 1, 5}}; // n not innermost
+    CHECK(!kiln_cuda_mm_geom_of(&a1, &b1, &ycol, &g));
+}
+
 // Separate projections (exported BERT): q, k, v = linear -> reshape [B, S, H, E] -> permute
 // (0, 2, 1, 3); sdpa -> permute (0, 2, 1, 3) -> reshape -> linear. Without k_out the builder
 // merges the projections into the packed form; with k_out, k's permuted tensor is also an engine
@@ -1407,6 +1541,11 @@ static int plan_counts(const char *path, int list_layers) {
                     if (f.wsum_sm[li] >= 0) {
                         printf(" [a softmax-weighted sum: runs the softmax and mul]");
                     }
+                    if (p.layers[li].op == KILN_OP_MATMUL && f.sdpa_in[li]) {
+                        printf(" [reads %s through views]", f.sdpa_in[li] == 3   ? "a and b"
+                                                            : f.sdpa_in[li] == 1 ? "a"
+                                                                                 : "b");
+                    }
                     printf("\n");
                 }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "
@@ -1542,6 +1681,9 @@ int main(int argc, char **argv) {
     neox_packed(1);
     neox_packed(2);
     chunked();
+    eager_mm_case(1);
+    eager_mm_case(2);
+    mm_geom_case();
     separate(0);
     separate(1);
     transposed_k();

@@ -3481,6 +3481,89 @@ static int model_chunked(model *m, kiln_precision precision) {
                          nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
 }
 
+// An eager attention as timm's LeViT and transformers' DeBERTa write it (batched matmuls, not
+// sdpa): x [B, 49, 64] -> one linear to 4 heads of (q 16, k 16, v 32) -> reshape [B, 49, 4, 64]
+// -> slices of the last dim -> q permute (0, 2, 1, 3), k permute (0, 2, 3, 1) (k^T), v permute
+// (0, 2, 1, 3) -> q @ k^T * scale + bias [4, 49, 49] -> softmax -> @ v, hard-swish -> permute
+// (0, 2, 1, 3) -> reshape [B, 49, 128] -> linear + x. At B = 1 with cuda.attention_fold both
+// matmuls read their operands through strided views of the projection (EAGER_MODEL_MM_VIEWS;
+// the slices and head permutes run no kernel) and the second writes the merged heads through
+// strides, its hard-swish over those bytes (EAGER_MODEL_MM_OUT); at B = 2 the batch and head
+// dims do not collapse into one stride, and the slices and permutes run.
+#define EAGER_MODEL_MM_VIEWS 2
+#define EAGER_MODEL_MM_OUT 1
+static int model_eager_attn(model *m, kiln_precision precision, int64_t bt) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {bt, 49, 64}, heads[4] = {bt, 49, 4, 64}, merge[3] = {bt, 49, 128};
+    int64_t p0213[4] = {0, 2, 1, 3}, p0231[4] = {0, 2, 3, 1}, last = -1, one = 1;
+    int64_t cut[4] = {0, 16, 32, 64};
+    int32_t part[3];
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
+    int32_t l1[3] = {x, gb_const(&b, F32, "256x64", -0.2, 0.2),
+                     gb_const(&b, F32, "256", -0.1, 0.1)};
+    int32_t qkv = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    kiln_attr ra = A_INTS("shape", heads, 4);
+    qkv = gb_node(&b, KILN_OP_RESHAPE, &qkv, 1, &ra, 1);
+    for (int j = 0; j < 3; j++) {
+        kiln_attr sa[4] = {A_INTS("dim", &last, 1), A_INTS("start", &cut[j], 1),
+                           A_INTS("end", &cut[j + 1], 1), A_INTS("step", &one, 1)};
+        int32_t v = gb_node(&b, KILN_OP_SLICE, &qkv, 1, sa, 4);
+        kiln_attr pa = A_INTS("dims", j == 1 ? p0231 : p0213, 4);
+        part[j] = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
+    }
+    int32_t s = gb_node(&b, KILN_OP_MATMUL, part, 2, NULL, 0);
+    s = gb2(&b, KILN_OP_MUL, s, gb_const(&b, F32, "1", 0.2, 0.3));
+    s = gb2(&b, KILN_OP_ADD, s, gb_const(&b, F32, "4x49x49", -1.0, 1.0));
+    kiln_attr sm = A_INTS("dim", &last, 1);
+    s = gb_node(&b, KILN_OP_SOFTMAX, &s, 1, &sm, 1);
+    int32_t mm2[2] = {s, part[2]};
+    int32_t o = gb1(&b, KILN_OP_HARDSWISH, gb_node(&b, KILN_OP_MATMUL, mm2, 2, NULL, 0));
+    kiln_attr pa = A_INTS("dims", p0213, 4), ma = A_INTS("shape", merge, 3);
+    o = gb_node(&b, KILN_OP_PERMUTE, &o, 1, &pa, 1);
+    o = gb_node(&b, KILN_OP_RESHAPE, &o, 1, &ma, 1);
+    int32_t l2[3] = {o, gb_const(&b, F32, "64x128", -0.15, 0.15),
+                     gb_const(&b, F32, "64", -0.1, 0.1)};
+    int32_t y = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0), x);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    static char nm[4][48];
+    char *buf = nm[(precision == KILN_PRECISION_BF16) * 2 + (bt > 1)];
+    snprintf(buf, sizeof nm[0], "eager attention b%lld %s", (long long)bt,
+             precision == KILN_PRECISION_BF16 ? "bf16" : "fp16");
+    m->name = buf;
+    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
+    return model_finish(&b, m, precision);
+}
+
+// Matmuls over operands stored transposed: x [1, 32, 48] -> linear to 96 -> reshape [1, 32, 2,
+// 48] -> a = permute (0, 2, 3, 1) [1, 2, 48, 32] (its rows innermost in memory) and b = permute
+// (0, 2, 1, 3) [1, 2, 32, 48]; y = a @ b [1, 2, 48, 48] reads a column-major, z = b @ a [1, 2,
+// 32, 32] reads its second operand column-major; y and z are the outputs. With
+// cuda.attention_fold both matmuls read both operands through views (TRANSPOSED_MODEL_MM_VIEWS).
+#define TRANSPOSED_MODEL_MM_VIEWS 2
+static int model_mm_transposed(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {1, 32, 48}, heads[4] = {1, 32, 2, 48};
+    int64_t p0213[4] = {0, 2, 1, 3}, p0231[4] = {0, 2, 3, 1};
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
+    int32_t l1[3] = {x, gb_const(&b, F32, "96x48", -0.2, 0.2), gb_const(&b, F32, "96", -0.1, 0.1)};
+    int32_t h = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    kiln_attr ra = A_INTS("shape", heads, 4);
+    h = gb_node(&b, KILN_OP_RESHAPE, &h, 1, &ra, 1);
+    kiln_attr pa = A_INTS("dims", p0231, 4), pb = A_INTS("dims", p0213, 4);
+    int32_t ab[2] = {gb_node(&b, KILN_OP_PERMUTE, &h, 1, &pa, 1),
+                     gb_node(&b, KILN_OP_PERMUTE, &h, 1, &pb, 1)};
+    int32_t ba[2] = {ab[1], ab[0]};
+    int32_t y = gb_node(&b, KILN_OP_MATMUL, ab, 2, NULL, 0);
+    int32_t z = gb_node(&b, KILN_OP_MATMUL, ba, 2, NULL, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
+    m->name = "matmuls of transposed views fp16";
+    m->tol = 2e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
 // A pre-norm decoder block at one row (a decode step; the GEMV folds, cuda_fold.h): RMSNorm -> q,
 // k, v projections (k and v narrower; the three concatenated), the output projection plus the
 // residual, RMSNorm -> a gated MLP (HF's order: gate, activation, up, mul; SiLU without biases,
@@ -3727,6 +3810,8 @@ typedef struct e2e_stats {
     int n_rope_folded; // layers run by a rope group's launch (cuda_fold.h)
     int n_ratio;       // means that run a mean ratio (cuda_fold.h)
     int n_wsum;        // sums that run a softmax-weighted sum (cuda_fold.h)
+    int n_mm_views;    // matmuls reading an operand through the fold's views (cuda_fold.h)
+    int n_mm_out;      // matmuls writing a permute's output through strides (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
 
@@ -3744,6 +3829,10 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         st->n_ratio += info.op == KILN_OP_MEAN && strstr(info.detail, "a mean ratio") != NULL;
         st->n_wsum +=
             info.op == KILN_OP_SUM && strstr(info.detail, "a softmax-weighted sum") != NULL;
+        st->n_mm_views +=
+            info.op == KILN_OP_MATMUL && strstr(info.detail, "through strided views") != NULL;
+        st->n_mm_out +=
+            info.op == KILN_OP_MATMUL && strstr(info.detail, "writes the output of") != NULL;
         st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
         st->n_rs_xpose +=
             info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
@@ -5252,7 +5341,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[48];
+    model models[52];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5324,7 +5413,14 @@ static void run_e2e(void) {
     const int first_rope_prompt = n;
     if (model_rope_prompt(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope_prompt(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 30 : 46), "only %d of the e2e models were built", n);
+    const int end_rope = n, first_mm = n;
+    if (model_eager_attn(&models[n], KILN_PRECISION_FP16, 1)) n++;
+    if (!opt_quick && model_eager_attn(&models[n], KILN_PRECISION_BF16, 1)) n++;
+    const int end_mm_b1 = n;
+    if (model_eager_attn(&models[n], KILN_PRECISION_FP16, 2)) n++;
+    const int mm_transposed = n;
+    if (model_mm_transposed(&models[n])) n++;
+    CHECK_MSG(n == (opt_quick ? 33 : 50), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5437,7 +5533,20 @@ static void run_e2e(void) {
                               PW_MODEL_CONVS);
                 }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
-                if (i >= first_rope && picked) { // the rope group, unless the folds are off
+                if (i >= first_mm && picked) { // matmuls reading views, unless the folds are off
+                    const int on = !load_no_fold && policy.attention_fold;
+                    const int want = !on                 ? 0
+                                     : i < end_mm_b1     ? EAGER_MODEL_MM_VIEWS
+                                     : i < mm_transposed ? 0
+                                                         : TRANSPOSED_MODEL_MM_VIEWS;
+                    CHECK_MSG(st.n_mm_views == want, "%s: %d matmuls read views, want %d",
+                              models[i].name, st.n_mm_views, want);
+                    const int want_out = on && i < end_mm_b1 ? EAGER_MODEL_MM_OUT : 0;
+                    CHECK_MSG(st.n_mm_out == want_out,
+                              "%s: %d matmuls wrote through views, want %d", models[i].name,
+                              st.n_mm_out, want_out);
+                }
+                if (i >= first_rope && i < end_rope && picked) { // the rope group, unless off
                     const int want = !load_no_fold && policy.attention_fold
                                          ? (i >= first_rope_prompt ? ROPE_PERM_FOLDED : ROPE_FOLDED)
                                          : 0;
