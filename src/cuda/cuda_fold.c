@@ -154,19 +154,39 @@ void kiln_cuda_fold_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln
     apply(p, (uint32_t)pl, &in, v->rank, v->dims, elem_size(v->dtype), out);
 }
 
-void kiln_cuda_fold_out_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln_tensor *views,
-                             uint32_t li, kiln_cuda_strided *out) {
-    uint32_t pl = (uint32_t)f->sdpa_out[li], perm[KILN_MAX_RANK];
-    const kiln_tensor *o = &views[out0(p, li)];
+// The view through which the input o of permute pl is written into dst (the permute's output,
+// or the dense reshape of it: the same bytes).
+static void permuted_out_view(const kiln_plan *p, const kiln_tensor *views, uint32_t pl,
+                              const kiln_tensor *o, void *dst, kiln_cuda_strided *out) {
+    uint32_t perm[KILN_MAX_RANK];
     const kiln_tensor *w = &views[out0(p, pl)];
     kiln_cuda_strided wd;
     dense(w, w->data, &wd);
     memset(out, 0, sizeof *out);
-    out->data = views[f->sdpa_dst[li]].data; // w, or the dense reshape of w (same bytes)
+    out->data = dst;
     out->rank = o->rank;
     memcpy(out->dims, o->dims, sizeof out->dims);
     if (!perm_of(p, pl, o->rank, perm)) return;
     for (uint32_t j = 0; j < o->rank; j++) out->str[perm[j]] = wd.str[j]; // w dim j = o dim perm[j]
+}
+
+void kiln_cuda_fold_out_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln_tensor *views,
+                             uint32_t li, kiln_cuda_strided *out) {
+    const uint32_t pl = (uint32_t)f->sdpa_out[li];
+    const kiln_tensor *o = &views[out0(p, li)];
+    void *dst = views[f->sdpa_dst[li]].data;
+    if (f->mm_pre[li] < 0) {
+        permuted_out_view(p, views, pl, o, dst, out);
+        return;
+    }
+    // the permute reads a reshape of the output: its view, reshaped back to the output's dims
+    kiln_cuda_strided r;
+    permuted_out_view(p, views, pl, &views[out0(p, (uint32_t)f->mm_pre[li])], dst, &r);
+    memset(out, 0, sizeof *out);
+    out->data = dst;
+    out->rank = o->rank;
+    memcpy(out->dims, o->dims, sizeof out->dims);
+    if (!reshape_strides(&r, o->rank, o->dims, out->str)) out->rank = 0;
 }
 
 // --- matmuls over strided operands
@@ -423,6 +443,22 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         if (n_readers != 1) continue;
         const kiln_plan_layer *pp = &p->layers[pl];
         int32_t w = out0(p, pl);
+        // a matmul over heads flattened into its batch ([B * H, L, E]: DeBERTa's bmm) may reach
+        // the permute through the reshape that splits them again (static shapes, strides
+        // express it: checked with the view)
+        int32_t pre = -1;
+        if (mm && pp->op == KILN_OP_RESHAPE && !(pp->flags & KILN_LAYER_TAIL) && pp->n_tail == 0 &&
+            !(f->virt[pl] & VIRT) && pp->n_outputs == 1 && w >= 0 && pl > li &&
+            p->tensors[w].kind == KILN_TENSOR_ACTIVATION &&
+            p->tensors[w].dtype == p->tensors[o].dtype && static_shape(&p->tensors[o]) &&
+            static_shape(&p->tensors[w]) && s->rbeg[w + 1] - s->rbeg[w] == 1 &&
+            !(nhwc != NULL && (nhwc[o] || nhwc[w])) && !(alt != NULL && alt[pp->input_begin])) {
+            pre = (int32_t)pl;
+            pl = s->rl[s->rbeg[w]];
+            rank = p->tensors[w].shape.rank;
+            pp = &p->layers[pl];
+            w = out0(p, pl);
+        }
         if (pp->op != KILN_OP_PERMUTE || (pp->flags & KILN_LAYER_TAIL) || pp->n_tail != 0 ||
             (f->virt[pl] & VIRT) || pp->n_outputs != 1 || w < 0 || pl <= li)
             continue;
@@ -432,6 +468,10 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         f->sdpa_out[li] = (int32_t)pl;
         f->sdpa_dst[li] = w;
         f->virt[pl] = VIRT | WRIT;
+        if (pre >= 0) {
+            f->mm_pre[li] = pre;
+            f->virt[pre] = VIRT | WRIT;
+        }
         // ... and when w is read only by a RESHAPE (dense: the same bytes), the reshape's output
         if (p->tensors[w].kind != KILN_TENSOR_ACTIVATION || s->rbeg[w + 1] - s->rbeg[w] != 1)
             continue;
@@ -497,6 +537,8 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
                 f->sdpa_dst[li] = -1;
                 f->virt[pl] = 0;
                 f->virt[last] = 0;
+                if (f->mm_pre[li] >= 0) f->virt[f->mm_pre[li]] = 0;
+                f->mm_pre[li] = -1;
                 changed = 1;
             }
         }
@@ -1177,6 +1219,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.wsum_sm = kiln_cuda_calloc((nl + 1) * sizeof *f.wsum_sm);
     f.wsum_mul = kiln_cuda_calloc((nl + 1) * sizeof *f.wsum_mul);
     f.ratio_div = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_div);
+    f.mm_pre = kiln_cuda_calloc((nl + 1) * sizeof *f.mm_pre);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
@@ -1187,7 +1230,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
         f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
         f.ratio_add == NULL || f.ratio_div == NULL || f.wsum_sm == NULL || f.wsum_mul == NULL ||
-        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        f.mm_pre == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL ||
+        s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -1195,7 +1239,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     for (size_t i = 0; i < nl; i++) {
         f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
         f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = f.ratio_add[i] = f.ratio_div[i] = -1;
-        f.wsum_sm[i] = f.wsum_mul[i] = -1;
+        f.wsum_sm[i] = f.wsum_mul[i] = f.mm_pre[i] = -1;
     }
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
@@ -1310,5 +1354,6 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->ratio_div, (nl + 1) * sizeof *f->ratio_div);
     kiln_cuda_free(f->wsum_sm, (nl + 1) * sizeof *f->wsum_sm);
     kiln_cuda_free(f->wsum_mul, (nl + 1) * sizeof *f->wsum_mul);
+    kiln_cuda_free(f->mm_pre, (nl + 1) * sizeof *f->mm_pre);
     memset(f, 0, sizeof *f);
 }

@@ -25,7 +25,10 @@
 // permute is then virtual too, and so is a RESHAPE that is the permute output's only reader (the
 // sdpa writes the reshape's output: the merge [B, L, H, E] -> [B, L, H * E] is the same bytes).
 // So does a MATMUL (operands of rank >= 2) whose fused tail ops, if any, are unary (they then
-// run over the written bytes), where the written view's batch dims collapse into one stride.
+// run over the written bytes), where the written view's batch dims collapse into one stride;
+// its output may reach the permute through a RESHAPE at static shapes that strides express (the
+// heads a bmm flattened into its batch split again, [B * H, L, E] -> [B, H, L, E]: DeBERTa's),
+// which then runs no kernel either (mm_pre[]).
 // Lifetimes: the memory plan ends a tensor's life at its last reader in the plan, so a folded
 // base must not be overwritten before the sdpa reads it: every fold is checked against the
 // arena ranges of the tensors written by the layers that really run in between (and the
@@ -164,6 +167,8 @@ typedef struct kiln_cuda_fold {
     int32_t *ratio_div;   // ... the DIV, or -1
     int32_t *wsum_sm;     // n_layers: at a softmax-weighted sum's SUM: the SOFTMAX, or -1
     int32_t *wsum_mul;    // ... the MUL, or -1
+    int32_t *mm_pre;      // n_layers: at a matmul writing through a permute: the RESHAPE of its
+                          // output the permute reads (run by neither), or -1
     uint32_t n_alias;     // reshapes and slices aliased
     uint32_t n_gemv_norm; // norms run inside GEMVs
     uint32_t n_gemv_pair; // gated pairs run as one GEMV

@@ -503,13 +503,17 @@ static void chunked(void) {
 // @ v -> permute back -> reshape -> linear. At bt = 1 the slices and head permutes run no kernel
 // and the matmuls read the projection through strides (q row-major, k^T column-major, one batch
 // stride over the heads); at bt = 2 batch and heads do not collapse into one stride: they run.
-static void eager_mm_case(int64_t bt) {
+// flat (bt = 1): DeBERTa's bmm form, q, k, v reshaped to [H, S, E] after the head permute, k^T
+// a permute (0, 2, 1) of that, the output reshaped to [1, H, S, E] before the merge permute: the
+// same views, and the second matmul writes through that reshape (mm_pre).
+static void eager_mm_case(int64_t bt, int flat) {
     kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_fold f;
     kiln_tensor views[64];
     int64_t dims[3] = {bt, S, D}, split[4] = {bt, S, H, 3 * E}, merge[3] = {bt, S, D};
     int64_t p0213[4] = {0, 2, 1, 3}, p0231[4] = {0, 2, 3, 1}, last = -1;
+    int64_t hse[3] = {H, S, E}, t021[3] = {0, 2, 1}, unflat[4] = {1, H, S, E};
     int32_t x = -1, part[3];
     memset(&p, 0, sizeof p);
     CHECK(kiln_graph_new(&g) == KILN_OK);
@@ -519,12 +523,21 @@ static void eager_mm_case(int64_t bt) {
         int64_t start = j * E, end = start + E;
         kiln_attr sa[3] = {
             {"dim", &last, NULL, 1}, {"start", &start, NULL, 1}, {"end", &end, NULL, 1}};
-        part[j] = permute(g, node(g, KILN_OP_SLICE, &proj, 1, sa, 3), j == 1 ? p0231 : p0213, 4);
+        part[j] =
+            permute(g, node(g, KILN_OP_SLICE, &proj, 1, sa, 3), j == 1 && !flat ? p0231 : p0213, 4);
+        if (flat) part[j] = reshape(g, part[j], hse, 3);
+        if (flat && j == 1) part[j] = permute(g, part[j], t021, 3);
     }
     int32_t att = node(g, KILN_OP_MATMUL, part, 2, NULL, 0);
+    if (flat) { // a bias over the scores (else the builder takes the flat form as sdpa)
+        int64_t bd[3] = {H, S, S};
+        int32_t ab[2] = {att, constant(g, 3, bd)};
+        att = node(g, KILN_OP_ADD, ab, 2, NULL, 0);
+    }
     kiln_attr sm = {"dim", &last, NULL, 1};
     int32_t mm2[2] = {node(g, KILN_OP_SOFTMAX, &att, 1, &sm, 1), part[2]};
     att = node(g, KILN_OP_MATMUL, mm2, 2, NULL, 0);
+    if (flat) att = reshape(g, att, unflat, 4);
     att = linear(g, reshape(g, permute(g, att, p0213, 4), merge, 3), D, D);
     CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
     if (!load(g, &p)) return;
@@ -537,9 +550,9 @@ static void eager_mm_case(int64_t bt) {
         kiln_plan_release(&p);
         return;
     }
-    fprintf(stderr, "eager matmuls b%lld: %u virtual (slices %u), matmul operands %u + %u\n",
-            (long long)bt, f.n_virtual, count_virtual(&p, &f, KILN_OP_SLICE), f.sdpa_in[m1],
-            f.sdpa_in[m2]);
+    fprintf(stderr, "eager matmuls b%lld%s: %u virtual (slices %u), matmul operands %u + %u\n",
+            (long long)bt, flat ? " flat" : "", f.n_virtual, count_virtual(&p, &f, KILN_OP_SLICE),
+            f.sdpa_in[m1], f.sdpa_in[m2]);
     if (bt > 1) {
         CHECK_EQ_INT(f.n_mm_in, 0);
         CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SLICE), 0);
@@ -576,6 +589,8 @@ static void eager_mm_case(int64_t bt) {
         CHECK((const uint16_t *)v.data - mem[y] == 2 * E);
         // the second matmul writes [bt, S, H, E] (the permute's, then the reshape's output)
         CHECK(f.sdpa_out[m2] >= 0 && f.sdpa_dst[m2] >= 0 && f.sdpa_out[m1] < 0);
+        CHECK(flat ? f.mm_pre[m2] > (int32_t)m2 && p.layers[f.mm_pre[m2]].op == KILN_OP_RESHAPE
+                   : f.mm_pre[m2] < 0);
         if (f.sdpa_out[m2] >= 0 && f.sdpa_dst[m2] >= 0) {
             kiln_cuda_strided yv;
             kiln_cuda_fold_out_view(&p, &f, views, m2, &yv);
@@ -1681,8 +1696,9 @@ int main(int argc, char **argv) {
     neox_packed(1);
     neox_packed(2);
     chunked();
-    eager_mm_case(1);
-    eager_mm_case(2);
+    eager_mm_case(1, 0);
+    eager_mm_case(2, 0);
+    eager_mm_case(1, 1);
     mm_geom_case();
     separate(0);
     separate(1);

@@ -3489,11 +3489,16 @@ static int model_chunked(model *m, kiln_precision precision) {
 // matmuls read their operands through strided views of the projection (EAGER_MODEL_MM_VIEWS;
 // the slices and head permutes run no kernel) and the second writes the merged heads through
 // strides, its hard-swish over those bytes (EAGER_MODEL_MM_OUT); at B = 2 the batch and head
-// dims do not collapse into one stride, and the slices and permutes run.
+// dims do not collapse into one stride, and the slices and permutes run. flat: DeBERTa's form
+// at B = 1, the heads flattened into the batch of 3-D matmuls (q, v reshaped to [4, 49, E], k^T
+// as permute (0, 2, 1) of k reshaped so), the output reshaped to [1, 4, 49, 32] before the head
+// merge: the same folds, the merge written through the reshape.
 #define EAGER_MODEL_MM_VIEWS 2
 #define EAGER_MODEL_MM_OUT 1
-static int model_eager_attn(model *m, kiln_precision precision, int64_t bt) {
+static int model_eager_attn(model *m, kiln_precision precision, int64_t bt, int flat) {
     gbuild b = {NULL, 1};
+    int64_t flat_qk[3] = {4, 49, 16}, flat_v[3] = {4, 49, 32}, t021[3] = {0, 2, 1};
+    int64_t unflat[4] = {1, 4, 49, 32};
     int64_t dims[3] = {bt, 49, 64}, heads[4] = {bt, 49, 4, 64}, merge[3] = {bt, 49, 128};
     int64_t p0213[4] = {0, 2, 1, 3}, p0231[4] = {0, 2, 3, 1}, last = -1, one = 1;
     int64_t cut[4] = {0, 16, 32, 64};
@@ -3509,8 +3514,16 @@ static int model_eager_attn(model *m, kiln_precision precision, int64_t bt) {
         kiln_attr sa[4] = {A_INTS("dim", &last, 1), A_INTS("start", &cut[j], 1),
                            A_INTS("end", &cut[j + 1], 1), A_INTS("step", &one, 1)};
         int32_t v = gb_node(&b, KILN_OP_SLICE, &qkv, 1, sa, 4);
-        kiln_attr pa = A_INTS("dims", j == 1 ? p0231 : p0213, 4);
+        kiln_attr pa = A_INTS("dims", j == 1 && !flat ? p0231 : p0213, 4);
         part[j] = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
+        if (flat) {
+            kiln_attr fa = A_INTS("shape", j == 2 ? flat_v : flat_qk, 3);
+            part[j] = gb_node(&b, KILN_OP_RESHAPE, &part[j], 1, &fa, 1);
+        }
+        if (flat && j == 1) {
+            kiln_attr ta = A_INTS("dims", t021, 3);
+            part[j] = gb_node(&b, KILN_OP_PERMUTE, &part[j], 1, &ta, 1);
+        }
     }
     int32_t s = gb_node(&b, KILN_OP_MATMUL, part, 2, NULL, 0);
     s = gb2(&b, KILN_OP_MUL, s, gb_const(&b, F32, "1", 0.2, 0.3));
@@ -3520,16 +3533,20 @@ static int model_eager_attn(model *m, kiln_precision precision, int64_t bt) {
     int32_t mm2[2] = {s, part[2]};
     int32_t o = gb1(&b, KILN_OP_HARDSWISH, gb_node(&b, KILN_OP_MATMUL, mm2, 2, NULL, 0));
     kiln_attr pa = A_INTS("dims", p0213, 4), ma = A_INTS("shape", merge, 3);
+    if (flat) {
+        kiln_attr ua = A_INTS("shape", unflat, 4);
+        o = gb_node(&b, KILN_OP_RESHAPE, &o, 1, &ua, 1);
+    }
     o = gb_node(&b, KILN_OP_PERMUTE, &o, 1, &pa, 1);
     o = gb_node(&b, KILN_OP_RESHAPE, &o, 1, &ma, 1);
     int32_t l2[3] = {o, gb_const(&b, F32, "64x128", -0.15, 0.15),
                      gb_const(&b, F32, "64", -0.1, 0.1)};
     int32_t y = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, l2, 3, NULL, 0), x);
     gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
-    static char nm[4][48];
-    char *buf = nm[(precision == KILN_PRECISION_BF16) * 2 + (bt > 1)];
-    snprintf(buf, sizeof nm[0], "eager attention b%lld %s", (long long)bt,
-             precision == KILN_PRECISION_BF16 ? "bf16" : "fp16");
+    static char nm[8][48];
+    char *buf = nm[(precision == KILN_PRECISION_BF16) * 4 + (bt > 1) * 2 + flat];
+    snprintf(buf, sizeof nm[0], "eager attention b%lld%s %s", (long long)bt,
+             flat ? " flat heads" : "", precision == KILN_PRECISION_BF16 ? "bf16" : "fp16");
     m->name = buf;
     m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
     return model_finish(&b, m, precision);
@@ -5341,7 +5358,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[52];
+    model models[54];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5414,13 +5431,14 @@ static void run_e2e(void) {
     if (model_rope_prompt(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope_prompt(&models[n], KILN_PRECISION_BF16)) n++;
     const int end_rope = n, first_mm = n;
-    if (model_eager_attn(&models[n], KILN_PRECISION_FP16, 1)) n++;
-    if (!opt_quick && model_eager_attn(&models[n], KILN_PRECISION_BF16, 1)) n++;
+    if (model_eager_attn(&models[n], KILN_PRECISION_FP16, 1, 0)) n++;
+    if (!opt_quick && model_eager_attn(&models[n], KILN_PRECISION_BF16, 1, 0)) n++;
+    if (model_eager_attn(&models[n], KILN_PRECISION_FP16, 1, 1)) n++;
     const int end_mm_b1 = n;
-    if (model_eager_attn(&models[n], KILN_PRECISION_FP16, 2)) n++;
+    if (model_eager_attn(&models[n], KILN_PRECISION_FP16, 2, 0)) n++;
     const int mm_transposed = n;
     if (model_mm_transposed(&models[n])) n++;
-    CHECK_MSG(n == (opt_quick ? 33 : 50), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 34 : 51), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
