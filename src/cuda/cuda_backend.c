@@ -968,6 +968,9 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                      ? "run by a softmax-weighted sum's launch: sum(x * softmax(s)) in one kernel"
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_RATIO)
                      ? "run by the mean's launch: x / (mean(x) + eps) in one kernel"
+                 : (e->fold.virt[li] & KILN_CUDA_FOLD_CLAMP)
+                     ? "run by an overflow clamp's launch (at its abs): clamp(x, -c, c), c "
+                       "chosen by whether any |x| is inf, in one kernel"
                      : "a view: the sdpa or matmul reading it reads its input through "
                        "strides");
         return;
@@ -997,6 +1000,13 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                                            : "reads NCHW, writes its output NHWC");
     } else if (e->layout.in_nhwc[li]) {
         detail_add(out, "reads its input channels-last (an NHWC map's bytes)");
+    }
+    if (e->fold.clamp_mn[li] >= 0) {
+        detail_add(out,
+                   "an overflow clamp: runs the 11 layers to %d in one kernel (c = %g when "
+                   "some |x| is inf, else %g)",
+                   e->fold.clamp_mn[li], (double)e->fold.clamp_ab[2 * li],
+                   (double)e->fold.clamp_ab[2 * li + 1]);
     }
     if (op == KILN_OP_MATMUL && e->fold.sdpa_in[li] != 0) {
         detail_add(out, "reads %s through strided views (no copies)",

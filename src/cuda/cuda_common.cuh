@@ -79,6 +79,15 @@ __device__ __forceinline__ void kc_st_f(void *p, uint32_t dtype, int64_t i, floa
     }
 }
 
+// v rounded to dtype's precision (a layer's output of that dtype), as a float.
+__device__ __forceinline__ float kc_round_to(uint32_t dtype, float v) {
+    switch (dtype) {
+    case KILN_DTYPE_F16: return __half2float(__float2half_rn(v));
+    case KILN_DTYPE_BF16: return __bfloat162float(__float2bfloat16_rn(v));
+    default: return v;
+    }
+}
+
 __device__ __forceinline__ int64_t kc_ld_i(const void *p, uint32_t dtype, int64_t i) {
     switch (dtype) {
     case KILN_DTYPE_I32: return ((const int32_t *)p)[i];

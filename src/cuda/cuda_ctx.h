@@ -95,6 +95,10 @@ typedef struct kiln_cuda_ctx {
     // the mul's other operand x, and the dtypes of the softmax's and the mul's outputs.
     const kiln_tensor *wsum_s, *wsum_x;
     uint32_t wsum_sm_dtype, wsum_mul_dtype;
+    // The ABS of an overflow clamp (cuda_fold.h), else clamp_y NULL: the MINIMUM's output, and
+    // the WHERE's constants a (some |x| is inf) and b (none).
+    kiln_tensor *clamp_y;
+    float clamp_a, clamp_b;
     // Planning with tuning: a choice read from the tuning cache to apply instead of timing
     // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
     const struct kiln_cuda_choice *choice;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // View folding into attention (cuda_fold.h): which permute/select/reshape layers around sdpa
 // run no kernel, decided once per engine; the strided views sdpa reads and writes through.
+#include <math.h>
 #include <string.h>
 
 #include "core/view.h"
@@ -1179,6 +1180,181 @@ static void softmax_sums(fold_state *s, const uint8_t *nhwc, const uint8_t *alt)
     }
 }
 
+// --- overflow clamps (cuda_fold.h)
+
+static float half_bits_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    uint32_t bits;
+    if (e == 0x1f) {
+        bits = sign | 0x7f800000u | (m << 13); // inf, NaN
+    } else if (e != 0) {
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    } else if (m == 0) {
+        bits = sign;
+    } else { // subnormal: normalize
+        uint32_t ee = 113, mm = m;
+        while (!(mm & 0x400)) {
+            mm <<= 1;
+            ee--;
+        }
+        bits = sign | (ee << 23) | ((mm & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// The value of a one-element inline float weight t, as a float (exact for its dtype); 0 when t
+// is not one.
+static int scalar_const(const kiln_plan *p, int32_t t, float *v) {
+    if (t < 0 || (uint32_t)t >= p->n_tensors) return 0;
+    const kiln_plan_tensor *w = &p->tensors[t];
+    if (w->kind != KILN_TENSOR_WEIGHT || w->key != KILN_NO_KEY || p->weights == NULL ||
+        w->nbytes != elem_size(w->dtype) || w->offset > p->weights_nbytes ||
+        p->weights_nbytes - w->offset < w->nbytes) {
+        return 0;
+    }
+    const uint8_t *d = p->weights + w->offset;
+    uint16_t h;
+    uint32_t bits;
+    switch (w->dtype) {
+    case KILN_DTYPE_F32: memcpy(v, d, sizeof *v); return 1;
+    case KILN_DTYPE_F16:
+        memcpy(&h, d, sizeof h);
+        *v = half_bits_to_float(h);
+        return 1;
+    case KILN_DTYPE_BF16:
+        memcpy(&h, d, sizeof h);
+        bits = (uint32_t)h << 16;
+        memcpy(v, &bits, sizeof bits);
+        return 1;
+    default: return 0;
+    }
+}
+
+static int float_dtype(uint32_t dt) { return dt == KILN_DTYPE_F32 || half_dtype(dt); }
+
+// The input of binary layer li other than t (-1 when t is not exactly one of them).
+static int32_t other_input(const kiln_plan *p, uint32_t li, int32_t t) {
+    const kiln_plan_layer *l = &p->layers[li];
+    const int32_t a = p->ids[l->input_begin], b = p->ids[l->input_begin + 1];
+    if ((a == t) == (b == t)) return -1;
+    return a == t ? b : a;
+}
+
+static int64_t numel_max(const kiln_plan_tensor *t) {
+    int64_t n = 1;
+    for (uint32_t d = 0; d < t->shape.rank; d++) n *= t->shape.max[d];
+    return n;
+}
+
+// 1 when activations a and b are exactly the same arena bytes (the launch then runs in place:
+// each element is read and written by one thread, after every element was read once).
+static int same_memory(const fold_state *s, int32_t a, int32_t b) {
+    const kiln_plan_tensor *x = &s->p->tensors[mem_of(s, a)], *y = &s->p->tensors[mem_of(s, b)];
+    return x->kind == KILN_TENSOR_ACTIVATION && y->kind == KILN_TENSOR_ACTIVATION &&
+           !s->f->reloc[mem_of(s, a)] && !s->f->reloc[mem_of(s, b)] &&
+           s->f->alias_off[a] == s->f->alias_off[b] && x->offset == y->offset &&
+           x->nbytes == y->nbytes;
+}
+
+static void inf_clamps(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t a = 0; a < p->n_layers; a++) {
+        if (!plain_layer(s, a, KILN_OP_ABS, 1)) continue;
+        const int32_t x = in0(p, a), ao = out0(p, a);
+        if (x < 0 || ao < 0 || (alt != NULL && alt[p->layers[a].input_begin])) continue;
+        const kiln_plan_tensor *xt = &p->tensors[x];
+        if ((xt->kind != KILN_TENSOR_ACTIVATION && xt->kind != KILN_TENSOR_INPUT) ||
+            !static_shape(xt) || !float_dtype(xt->dtype) || (nhwc != NULL && nhwc[x]) ||
+            numel_max(xt) < 1 || numel_max(xt) > KILN_CUDA_CLAMP_MAX)
+            continue;
+        float k = 0.0f, z = 1.0f, va = 0.0f, vb = 0.0f;
+        // |x| == +inf, counted as floats over every element, > 0
+        const uint32_t e = next_running(s, a);
+        if (!sole_read_by(s, ao, e) || !plain_layer(s, e, KILN_OP_EQ, 2) ||
+            !scalar_const(p, other_input(p, e, ao), &k) || !(k > 0.0f && isinf(k)))
+            continue;
+        const uint32_t c1 = next_running(s, e);
+        if (!sole_read_by(s, out0(p, e), c1) || !plain_layer(s, c1, KILN_OP_CAST, 1) ||
+            !float_dtype(p->tensors[out0(p, c1)].dtype))
+            continue;
+        const uint32_t su = next_running(s, c1);
+        if (!sole_read_by(s, out0(p, c1), su) || !plain_layer(s, su, KILN_OP_SUM, 1) ||
+            numel_max(&p->tensors[out0(p, su)]) != 1)
+            continue;
+        const uint32_t c2 = next_running(s, su);
+        if (!sole_read_by(s, out0(p, su), c2) || !plain_layer(s, c2, KILN_OP_CAST, 1) ||
+            !float_dtype(p->tensors[out0(p, c2)].dtype))
+            continue;
+        const uint32_t g = next_running(s, c2);
+        const int32_t c2o = out0(p, c2);
+        if (!sole_read_by(s, c2o, g) || !plain_layer(s, g, KILN_OP_GT, 2) ||
+            p->ids[p->layers[g].input_begin] != c2o ||
+            !scalar_const(p, p->ids[p->layers[g].input_begin + 1], &z) || z != 0.0f)
+            continue;
+        const uint32_t w = next_running(s, g);
+        const int32_t go = out0(p, g), wo = w < p->n_layers ? out0(p, w) : -1;
+        if (!sole_read_by(s, go, w) || !plain_layer(s, w, KILN_OP_WHERE, 3) ||
+            p->ids[p->layers[w].input_begin] != go ||
+            !scalar_const(p, p->ids[p->layers[w].input_begin + 1], &va) ||
+            !scalar_const(p, p->ids[p->layers[w].input_begin + 2], &vb) || !isfinite(va) ||
+            !isfinite(vb) || wo < 0 || !float_dtype(p->tensors[wo].dtype) ||
+            p->tensors[wo].kind != KILN_TENSOR_ACTIVATION || s->rbeg[wo + 1] - s->rbeg[wo] != 2)
+            continue;
+        // the next five running layers: NEG N -> CAST C3 (-c) and CAST C4 (c), the MAXIMUM of x
+        // and -c, then the MINIMUM of that and c, in an order their reads allow
+        uint32_t L[5], k5 = w, n = UINT32_MAX, c3 = UINT32_MAX, c4 = UINT32_MAX;
+        uint32_t mx = UINT32_MAX, mn = UINT32_MAX;
+        int ok = 1;
+        for (int i = 0; i < 5 && ok; i++) {
+            L[i] = k5 = next_running(s, k5);
+            ok = k5 < p->n_layers;
+        }
+        for (int i = 0; i < 5 && ok; i++) {
+            const uint32_t li = L[i];
+            if (plain_layer(s, li, KILN_OP_NEG, 1) && in0(p, li) == wo && n == UINT32_MAX) {
+                n = li;
+            } else if (plain_layer(s, li, KILN_OP_CAST, 1) && in0(p, li) == wo &&
+                       c4 == UINT32_MAX) {
+                c4 = li;
+            } else if (plain_layer(s, li, KILN_OP_CAST, 1) && n != UINT32_MAX &&
+                       in0(p, li) == out0(p, n) && c3 == UINT32_MAX) {
+                c3 = li;
+            } else if (plain_layer(s, li, KILN_OP_MAXIMUM, 2) && c3 != UINT32_MAX &&
+                       other_input(p, li, out0(p, c3)) == x && mx == UINT32_MAX) {
+                mx = li;
+            } else if (plain_layer(s, li, KILN_OP_MINIMUM, 2) && i == 4 && mx != UINT32_MAX &&
+                       c4 != UINT32_MAX && other_input(p, li, out0(p, mx)) == out0(p, c4)) {
+                mn = li;
+            } else {
+                ok = 0;
+            }
+        }
+        if (!ok || mn == UINT32_MAX || !sole_read_by(s, out0(p, n), c3) ||
+            !sole_read_by(s, out0(p, c3), mx) || !sole_read_by(s, out0(p, c4), mn) ||
+            !sole_read_by(s, out0(p, mx), mn) || p->tensors[out0(p, c3)].dtype != xt->dtype ||
+            p->tensors[out0(p, c4)].dtype != xt->dtype ||
+            p->tensors[out0(p, mx)].dtype != xt->dtype)
+            continue;
+        const int32_t y = out0(p, mn);
+        const kiln_plan_tensor *yt = &p->tensors[y];
+        if (y < 0 || (yt->kind != KILN_TENSOR_ACTIVATION && yt->kind != KILN_TENSOR_OUTPUT) ||
+            yt->dtype != xt->dtype || yt->shape.rank != xt->shape.rank || !static_shape(yt) ||
+            memcmp(yt->shape.max, xt->shape.max, xt->shape.rank * sizeof *yt->shape.max) != 0 ||
+            (nhwc != NULL && nhwc[y]) || (overlap(s, y, mem_of(s, x)) && !same_memory(s, y, x)))
+            continue;
+        const uint32_t members[11] = {e, c1, su, c2, g, w, n, c3, mx, c4, mn};
+        for (int i = 0; i < 11; i++) f->virt[members[i]] = KILN_CUDA_FOLD_CLAMP;
+        if (f->reloc[y] && f->live_first[y] > a) f->live_first[y] = a; // written from a
+        f->clamp_mn[a] = (int32_t)mn;
+        f->clamp_ab[2 * a] = va;
+        f->clamp_ab[2 * a + 1] = vb;
+        f->n_clamp++;
+    }
+}
+
 // The relocated bases' live ranges (producer .. last read through the views).
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
@@ -1220,6 +1396,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.wsum_mul = kiln_cuda_calloc((nl + 1) * sizeof *f.wsum_mul);
     f.ratio_div = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_div);
     f.mm_pre = kiln_cuda_calloc((nl + 1) * sizeof *f.mm_pre);
+    f.clamp_mn = kiln_cuda_calloc((nl + 1) * sizeof *f.clamp_mn);
+    f.clamp_ab = kiln_cuda_calloc((2 * nl + 2) * sizeof *f.clamp_ab);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
@@ -1230,8 +1408,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
         f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
         f.ratio_add == NULL || f.ratio_div == NULL || f.wsum_sm == NULL || f.wsum_mul == NULL ||
-        f.mm_pre == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL ||
-        s.shapes == NULL) {
+        f.mm_pre == NULL || f.clamp_mn == NULL || f.clamp_ab == NULL || s.rbeg == NULL ||
+        s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -1239,7 +1417,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     for (size_t i = 0; i < nl; i++) {
         f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
         f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = f.ratio_add[i] = f.ratio_div[i] = -1;
-        f.wsum_sm[i] = f.wsum_mul[i] = f.mm_pre[i] = -1;
+        f.wsum_sm[i] = f.wsum_mul[i] = f.mm_pre[i] = f.clamp_mn[i] = -1;
     }
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
@@ -1302,6 +1480,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         rope_groups(&s, nhwc, alt);
         mean_ratios(&s, nhwc, alt);
         softmax_sums(&s, nhwc, alt);
+        inf_clamps(&s, nhwc, alt);
     }
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
@@ -1355,5 +1534,7 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->wsum_sm, (nl + 1) * sizeof *f->wsum_sm);
     kiln_cuda_free(f->wsum_mul, (nl + 1) * sizeof *f->wsum_mul);
     kiln_cuda_free(f->mm_pre, (nl + 1) * sizeof *f->mm_pre);
+    kiln_cuda_free(f->clamp_mn, (nl + 1) * sizeof *f->clamp_mn);
+    kiln_cuda_free(f->clamp_ab, (2 * nl + 2) * sizeof *f->clamp_ab);
     memset(f, 0, sizeof *f);
 }

@@ -108,6 +108,17 @@
 // neither s's nor x's memory. A warp per output row: the softmax of the row's scores, each
 // product and the sum rounded as the three layers would; the softmax and the mul run no kernel.
 // U names them in wsum_sm[] and wsum_mul[].
+// Overflow clamps (with cuda.attention_fold): transformers' float16 guard in T5-family blocks,
+// clamp(x, -c, c) with c = where(isinf(x).any(), finfo.max - 1000, finfo.max), exported as
+// ABS, EQ (+inf), CAST, SUM (all elements), CAST, GT (0), WHERE (two scalar constants a, b),
+// NEG, CAST, MAXIMUM, CAST, MINIMUM, runs as one launch at the ABS A: x a float activation (or
+// input) of static shape, at most KILN_CUDA_CLAMP_MAX elements, dense (not NHWC), each link read
+// only by the next (the WHERE's output by the NEG and one CAST), the twelve running one after
+// another, the MINIMUM's output of x's shape and dtype, dense, apart from x's memory or exactly
+// in it (then in place). The launch (one block) finds whether any |x| is +inf, takes c = a or b as
+// the WHERE would, rounds -c and c to x's dtype as the casts do, and writes min(max(x, -c), c) (NaN
+// kept); the other eleven run no kernel. A names the MINIMUM in clamp_mn[] and a, b in clamp_ab[2
+// A], [2 A + 1].
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -139,8 +150,10 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_RATIO 32u  // the add or div of a mean ratio, run by the mean's launch
 #define KILN_CUDA_RATIO_MAX 65536 // the longest row a mean ratio's launch takes
 #define KILN_CUDA_FOLD_WSUM 64u   // the softmax or mul of a softmax-weighted sum, run by the sum
-#define KILN_CUDA_GEMV_MAX_SIB 4  // linears one GEMV launch runs as siblings
-#define KILN_CUDA_GEMV_FOLD_M 1   // the rows of a linear with GEMV folds
+#define KILN_CUDA_FOLD_CLAMP 128u // a member of an overflow clamp, run by its ABS's launch
+#define KILN_CUDA_CLAMP_MAX (1 << 20) // the most elements an overflow clamp's launch takes
+#define KILN_CUDA_GEMV_MAX_SIB 4      // linears one GEMV launch runs as siblings
+#define KILN_CUDA_GEMV_FOLD_M 1       // the rows of a linear with GEMV folds
 
 typedef struct kiln_cuda_fold {
     uint8_t *virt;        // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
@@ -167,6 +180,8 @@ typedef struct kiln_cuda_fold {
     int32_t *ratio_div;   // ... the DIV, or -1
     int32_t *wsum_sm;     // n_layers: at a softmax-weighted sum's SUM: the SOFTMAX, or -1
     int32_t *wsum_mul;    // ... the MUL, or -1
+    int32_t *clamp_mn;    // n_layers: at an overflow clamp's ABS: its MINIMUM, or -1
+    float *clamp_ab;      // 2 n_layers: ... the WHERE's a (some |x| is inf) and b (none)
     int32_t *mm_pre;      // n_layers: at a matmul writing through a permute: the RESHAPE of its
                           // output the permute reads (run by neither), or -1
     uint32_t n_alias;     // reshapes and slices aliased
@@ -177,6 +192,7 @@ typedef struct kiln_cuda_fold {
     uint32_t n_rope_in;   // permutes a rope group reads through (no kernel)
     uint32_t n_ratio;     // mean ratios
     uint32_t n_wsum;      // softmax-weighted sums
+    uint32_t n_clamp;     // overflow clamps
     uint32_t n_reloc;     // relocated bases
     uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs

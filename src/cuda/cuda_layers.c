@@ -366,6 +366,17 @@ static void wsum_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ct
     ctx->wsum_mul_dtype = p->tensors[p->ids[ml->output_begin]].dtype;
 }
 
+// An overflow clamp's ABS (cuda_fold.h): the MINIMUM's output and the WHERE's constants into ctx.
+static void clamp_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *ctx) {
+    const cuda_engine *e = c->engine;
+    const kiln_plan *p = e->plan;
+    ctx->clamp_y = NULL;
+    if (e->fold.clamp_mn[li] < 0) return;
+    ctx->clamp_y = &c->views[p->ids[p->layers[e->fold.clamp_mn[li]].output_begin]];
+    ctx->clamp_a = e->fold.clamp_ab[2 * li];
+    ctx->clamp_b = e->fold.clamp_ab[2 * li + 1];
+}
+
 kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound *b, int run) {
     const cuda_engine *e = c->engine;
     kiln_cuda_ctx *ctx = &b->ctx;
@@ -388,6 +399,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     rope_fold_args(c, li, ctx, b->rope_views);
     ratio_fold_args(c, li, ctx);
     wsum_fold_args(c, li, ctx);
+    clamp_fold_args(c, li, ctx);
     return KILN_OK;
 }
 

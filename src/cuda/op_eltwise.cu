@@ -834,7 +834,57 @@ extern "C" int kiln_cuda_eltwise_supports(uint32_t op, const kiln_tensor *const 
     return ew_supports(op, ins, n, out);
 }
 
+// --- overflow clamps (cuda_fold.h): y = min(max(x, -c), c), c = a when some |x| is +inf, else b;
+// -c and c rounded to x's dtype as the casts do, NaN kept (torch.maximum/minimum propagate it).
+// One block: every element is read to find an inf before any is written.
+
+#define CLAMP_BLOCK 1024
+
+static __global__ void __launch_bounds__(CLAMP_BLOCK)
+    inf_clamp_kernel(const void *x, void *y, uint32_t dt, int64_t n, float a, float b) {
+    kc_pdl_enter();
+    int found = 0;
+    if (dt == KILN_DTYPE_F16 && n % 8 == 0 && ((uintptr_t)x & 15) == 0) {
+        const uint4 *xv = (const uint4 *)x;
+        for (int64_t i = threadIdx.x; i < n / 8; i += CLAMP_BLOCK) {
+            const uint4 u = xv[i];
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+            for (int j = 0; j < 4; j++) { // +-inf: exponent all ones, mantissa 0
+                found |= (w[j] & 0x7fffu) == 0x7c00u || (w[j] & 0x7fff0000u) == 0x7c000000u;
+            }
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += CLAMP_BLOCK) found |= isinf(kc_ld_f(x, dt, i));
+    }
+    const float c = __syncthreads_or(found) ? a : b;
+    const float hi = kc_round_to(dt, c), lo = kc_round_to(dt, -c);
+    for (int64_t i = threadIdx.x; i < n; i += CLAMP_BLOCK) {
+        const float v = kc_ld_f(x, dt, i);
+        kc_st_f(y, dt, i, v != v ? v : fminf(fmaxf(v, lo), hi));
+    }
+}
+
+static kiln_status inf_clamp(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = ctx->clamp_y;
+    const int64_t n = kc_numel(x);
+    if (x == NULL || y == NULL || kc_numel(y) != n || y->dtype != x->dtype ||
+        n > KILN_CUDA_CLAMP_MAX) {
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "cuda overflow clamp: operands do not match the fold at %s (set "
+                              "cuda.attention_fold to false to run the layers apart)",
+                              ctx->where ? ctx->where : "?");
+    }
+    if (n == 0) return KILN_OK;
+    cudaError_t err =
+        kc_launch(ctx, inf_clamp_kernel, dim3(1), dim3(CLAMP_BLOCK), 0, (const void *)x->data,
+                  (void *)y->data, x->dtype, n, ctx->clamp_a, ctx->clamp_b);
+    if (err != cudaSuccess)
+        return kiln_cuda_error(ctx, "cudaLaunchKernelEx (inf_clamp_kernel)", err);
+    return kiln_cuda_check_launch(ctx, "inf_clamp_kernel");
+}
+
 extern "C" kiln_status kiln_cuda_unary(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    if (ctx->clamp_y != NULL && args->op == KILN_OP_ABS) return inf_clamp(ctx, args);
     return ew_run(ctx, args->op, &args->attrs, args->in, 1, args->out, args);
 }
 

@@ -421,14 +421,6 @@ static kiln_status reduce_hw_nhwc(const kiln_cuda_ctx *ctx, const kiln_tensor *x
 // the MEAN layer's dtype, the sum with eps to the ADD's, each quotient to y's: the three layers'
 // values. Launched with PDL like the elementwise kernels it replaces.
 
-__device__ __forceinline__ float kc_round_to(uint32_t dtype, float v) {
-    switch (dtype) {
-    case KILN_DTYPE_F16: return __half2float(__float2half_rn(v));
-    case KILN_DTYPE_BF16: return __bfloat162float(__float2bfloat16_rn(v));
-    default: return v;
-    }
-}
-
 #define RED_RATIO_BLOCK 256
 static __global__ void __launch_bounds__(RED_RATIO_BLOCK)
     reduce_ratio_kernel(const void *x, uint32_t xdt, void *y, uint32_t ydt, const void *eps,

@@ -11,6 +11,7 @@
 // NHWC); `cuda_fold_test --layers ENGINE...` first lists each head layer (its op, fused tail,
 // whether it runs a kernel, whether it runs NHWC, and how many of its inputs it reads through a
 // layout copy made for it).
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 #include "check.h"
 #include "core/alloc.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "cuda/cuda_fold.h"
 #include "cuda/cuda_layout.h"
@@ -602,6 +604,86 @@ static void eager_mm_case(int64_t bt, int flat) {
         check_lifetimes(&p, &f, m1, bases, 2);
         check_lifetimes(&p, &f, m2, bases, 2);
         unbind(&p, views);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
+static int32_t scalar(kiln_graph *g, uint32_t dtype, float v) {
+    uint8_t data[8];
+    int64_t one = 1;
+    int32_t out = -1;
+    kiln_store_f32(data, dtype, 0, v);
+    CHECK(kiln_graph_add_constant(g, NULL, (kiln_dtype)dtype, 1, &one, data,
+                                  dtype == KILN_DTYPE_F32 ? 4 : 2, &out) == KILN_OK);
+    return out;
+}
+
+static int32_t bin(kiln_graph *g, uint32_t op, int32_t a, int32_t b) {
+    int32_t ins[2] = {a, b};
+    return node(g, op, ins, 2, NULL, 0);
+}
+
+// T5's float16 overflow guard (cuda_fold.h "Overflow clamps"): float16 activations, float32
+// scalars, built as exported (no precision change), x read again after the clamp (as T5's
+// residual is: the clamp's output then never shares x's bytes). variant 0: the twelve layers
+// fold into the abs (its launch names the minimum, the where's constants kept); 1: the eq
+// compares with 1, not inf: nothing folds; 2: the where's output is also an engine output:
+// nothing folds.
+static void clamp_case(int variant) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    int64_t dims[3] = {1, S, D}, f32 = KILN_DTYPE_F32, f16 = KILN_DTYPE_F16, keep = 0;
+    int32_t x = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F16, 3, dims, dims, &x) == KILN_OK);
+    kiln_attr to32 = {"dtype", &f32, NULL, 1}, to16 = {"dtype", &f16, NULL, 1};
+    kiln_attr sa[2] = {{"dims", NULL, NULL, 0}, {"keepdim", &keep, NULL, 1}};
+    int32_t h = node(g, KILN_OP_RELU, &x, 1, NULL, 0);
+    int32_t e = bin(g, KILN_OP_EQ, node(g, KILN_OP_ABS, &h, 1, NULL, 0),
+                    scalar(g, KILN_DTYPE_F16, variant == 1 ? 1.0f : INFINITY));
+    int32_t cnt = node(g, KILN_OP_CAST, &e, 1, &to32, 1);
+    cnt = node(g, KILN_OP_SUM, &cnt, 1, sa, 2);
+    cnt = node(g, KILN_OP_CAST, &cnt, 1, &to16, 1);
+    int32_t any = bin(g, KILN_OP_GT, cnt, scalar(g, KILN_DTYPE_F16, 0.0f));
+    int32_t w3[3] = {any, scalar(g, KILN_DTYPE_F32, 64504.0f), scalar(g, KILN_DTYPE_F32, 65504.0f)};
+    int32_t c = node(g, KILN_OP_WHERE, w3, 3, NULL, 0);
+    int32_t lo = node(g, KILN_OP_NEG, &c, 1, NULL, 0);
+    lo = node(g, KILN_OP_CAST, &lo, 1, &to16, 1);
+    int32_t y = bin(g, KILN_OP_MAXIMUM, h, lo);
+    int32_t hi = node(g, KILN_OP_CAST, &c, 1, &to16, 1);
+    y = bin(g, KILN_OP_ADD,
+            node(g, KILN_OP_RELU, (int32_t[]){bin(g, KILN_OP_MINIMUM, y, hi)}, 1, NULL, 0), h);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (variant == 2) CHECK(kiln_graph_mark_output(g, c, "c") == KILN_OK);
+    kiln_build_options o;
+    kiln_built *b = NULL;
+    const void *bytes;
+    size_t n;
+    kiln_build_options_init(&o);
+    int ok = kiln_build(g, &o, &b) == KILN_OK && kiln_built_engine(b, &bytes, &n) == KILN_OK &&
+             kiln_load_plan(bytes, n, &p) == KILN_OK;
+    kiln_built_free(b);
+    kiln_graph_free(g);
+    CHECK_MSG(ok, "clamp %d: build/load failed: %s", variant, kiln_last_error());
+    if (!ok) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    const uint32_t a = find_head(&p, KILN_OP_ABS, 0), mn = find_head(&p, KILN_OP_MINIMUM, 0);
+    fprintf(stderr, "clamp %d: %u overflow clamps, %u layers run no kernel\n", variant, f.n_clamp,
+            f.n_virtual);
+    CHECK(a != UINT32_MAX && mn != UINT32_MAX);
+    if (variant == 0 && a != UINT32_MAX && mn != UINT32_MAX) {
+        CHECK_EQ_INT(f.n_clamp, 1);
+        CHECK_EQ_INT(f.clamp_mn[a], (int)mn);
+        CHECK(f.clamp_ab[2 * a] == 64504.0f && f.clamp_ab[2 * a + 1] == 65504.0f);
+        int members = 0;
+        for (uint32_t li = a + 1; li <= mn; li++) members += f.virt[li] == KILN_CUDA_FOLD_CLAMP;
+        CHECK_EQ_INT(members, 11);
+        CHECK(f.virt[a] == 0);
+    } else {
+        CHECK_EQ_INT(f.n_clamp, 0);
     }
     kiln_cuda_fold_free(&p, &f);
     kiln_plan_release(&p);
@@ -1700,6 +1782,7 @@ int main(int argc, char **argv) {
     eager_mm_case(2, 0);
     eager_mm_case(1, 1);
     mm_geom_case();
+    for (int v = 0; v <= 2; v++) clamp_case(v);
     separate(0);
     separate(1);
     transposed_k();

@@ -3829,6 +3829,7 @@ typedef struct e2e_stats {
     int n_wsum;        // sums that run a softmax-weighted sum (cuda_fold.h)
     int n_mm_views;    // matmuls reading an operand through the fold's views (cuda_fold.h)
     int n_mm_out;      // matmuls writing a permute's output through strides (cuda_fold.h)
+    int n_clamp;       // abs layers that run an overflow clamp (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
 
@@ -3850,6 +3851,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             info.op == KILN_OP_MATMUL && strstr(info.detail, "through strided views") != NULL;
         st->n_mm_out +=
             info.op == KILN_OP_MATMUL && strstr(info.detail, "writes the output of") != NULL;
+        st->n_clamp += info.op == KILN_OP_ABS && strstr(info.detail, "an overflow clamp") != NULL;
         st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
         st->n_rs_xpose +=
             info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
@@ -4863,6 +4865,46 @@ static int32_t gb_scalar(gbuild *b, uint32_t dtype, float v) {
     return out;
 }
 
+// transformers' float16 overflow guard in T5-family blocks, as T5 exports it (float16
+// activations, float32 scalars): h = linear(x) [* 1e5: |h| past 65504 is inf in float16]; c =
+// where(sum(cast(abs(h) == inf, float32)) cast to float16 > 0, 65504 - 1000, 65504); y =
+// minimum(maximum(h, cast(-c)), cast(c)) -> linear, plus a linear of sigmoid(h) (h read after
+// the clamp, as T5's residual is). With cuda.attention_fold the twelve layers
+// from abs to minimum run as one launch (CLAMP_MODEL_FOLDS), with the infs (overflow) or
+// without (then the clamp changes nothing).
+#define CLAMP_MODEL_FOLDS 1
+static int model_inf_clamp(model *m, int overflow) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {1, 48, 64}, f32 = KILN_DTYPE_F32, f16 = KILN_DTYPE_F16, keep = 0;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F16, 3, dims, dims);
+    int32_t l1[3] = {x, gb_const(&b, F16, "96x64", -0.3, 0.3), gb_const(&b, F16, "96", -0.1, 0.1)};
+    int32_t h = gb_node(&b, KILN_OP_LINEAR, l1, 3, NULL, 0);
+    if (overflow) h = gb2(&b, KILN_OP_MUL, h, gb_scalar(&b, F16, 1e5f));
+    kiln_attr to32 = A_INTS("dtype", &f32, 1), to16 = A_INTS("dtype", &f16, 1);
+    kiln_attr sa[2] = {A_INTS("dims", NULL, 0), A_INTS("keepdim", &keep, 1)};
+    int32_t e = gb2(&b, KILN_OP_EQ, gb1(&b, KILN_OP_ABS, h), gb_scalar(&b, F16, INFINITY));
+    int32_t cnt = gb_node(&b, KILN_OP_CAST, &e, 1, &to32, 1);
+    cnt = gb_node(&b, KILN_OP_SUM, &cnt, 1, sa, 2);
+    cnt = gb_node(&b, KILN_OP_CAST, &cnt, 1, &to16, 1);
+    int32_t any = gb2(&b, KILN_OP_GT, cnt, gb_scalar(&b, F16, 0.0f));
+    int32_t w3[3] = {any, gb_scalar(&b, F32, 65504.0f - 1000.0f), gb_scalar(&b, F32, 65504.0f)};
+    int32_t c = gb_node(&b, KILN_OP_WHERE, w3, 3, NULL, 0);
+    int32_t lo = gb1(&b, KILN_OP_NEG, c);
+    lo = gb_node(&b, KILN_OP_CAST, &lo, 1, &to16, 1);
+    int32_t y = gb2(&b, KILN_OP_MAXIMUM, h, lo);
+    int32_t hi = gb_node(&b, KILN_OP_CAST, &c, 1, &to16, 1);
+    y = gb2(&b, KILN_OP_MINIMUM, y, hi);
+    int32_t l2[2] = {y, gb_const(&b, F16, "32x96", -0.1, 0.1)};
+    int32_t l3[2] = {gb1(&b, KILN_OP_SIGMOID, h), gb_const(&b, F16, "32x96", -0.1, 0.1)};
+    y = gb2(&b, KILN_OP_ADD, gb_node(&b, KILN_OP_LINEAR, l2, 2, NULL, 0),
+            gb_node(&b, KILN_OP_LINEAR, l3, 2, NULL, 0));
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = overflow ? "overflow clamp fp16 (infs)" : "overflow clamp fp16";
+    m->tol = 2e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP32);
+}
+
 static int model_states(model *m) {
     gbuild b = {NULL, 1};
     int64_t cdims[4] = {ST_B, ST_H, ST_S, ST_D}, adims[3] = {ST_B, ST_H, ST_D};
@@ -5358,7 +5400,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[54];
+    model models[56];
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5438,7 +5480,10 @@ static void run_e2e(void) {
     if (model_eager_attn(&models[n], KILN_PRECISION_FP16, 2, 0)) n++;
     const int mm_transposed = n;
     if (model_mm_transposed(&models[n])) n++;
-    CHECK_MSG(n == (opt_quick ? 34 : 51), "only %d of the e2e models were built", n);
+    const int end_mm = n, first_clamp = n;
+    if (model_inf_clamp(&models[n], 0)) n++;
+    if (model_inf_clamp(&models[n], 1)) n++;
+    CHECK_MSG(n == (opt_quick ? 36 : 53), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5551,7 +5596,12 @@ static void run_e2e(void) {
                               PW_MODEL_CONVS);
                 }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
-                if (i >= first_mm && picked) { // matmuls reading views, unless the folds are off
+                if (i >= first_clamp && picked) { // the overflow clamp, unless the folds are off
+                    const int want = !load_no_fold && policy.attention_fold ? CLAMP_MODEL_FOLDS : 0;
+                    CHECK_MSG(st.n_clamp == want, "%s: %d overflow clamps, want %d", models[i].name,
+                              st.n_clamp, want);
+                }
+                if (i >= first_mm && i < end_mm && picked) { // matmuls reading views, unless off
                     const int on = !load_no_fold && policy.attention_fold;
                     const int want = !on                 ? 0
                                      : i < end_mm_b1     ? EAGER_MODEL_MM_VIEWS
