@@ -58,8 +58,10 @@ typedef struct kiln_cuda_ctx {
     int in_nhwc;        // a permute: its input is stored channels-last (ditto)
     int64_t l2_keep;    // small-M linear: bytes of its weight the L2 plan keeps (-1: no hints)
     // sdpa with folded views (cuda_fold.h): q, k, v, out through these (NULL: the dense tensor);
-    // a matmul's a and b likewise (0 and 1)
+    // a matmul's a and b likewise (0 and 1), and its product scaled by mm_alpha (the constant
+    // scales folded on its operands' views; 1 otherwise)
     const kiln_cuda_strided *sdpa_io[4];
+    float mm_alpha;
     kiln_cuda_sdpa_store *sdpa_store; // sdpa: the context's cuDNN plans (NULL: cuDNN not used)
     // A GEMV linear with GEMV folds (cuda_fold.h), else NULL: the input of the RMSNorm it applies
     // (read instead of its x), the norm's weight (NULL: none) and eps; the up projection's weight

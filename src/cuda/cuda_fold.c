@@ -138,6 +138,28 @@ static void apply(const kiln_plan *p, uint32_t li, const kiln_cuda_strided *in, 
     }
 }
 
+static int scalar_const(const kiln_plan *p, int32_t t, float *v);
+
+// The factor a DIV or MUL layer li scales its first input by when its second is a one-element
+// inline constant of the output's dtype and shape takes nothing from it (x / c, x * c); 0 when
+// it is not such a layer.
+static float scale_of(const kiln_plan *p, uint32_t li) {
+    const kiln_plan_layer *l = &p->layers[li];
+    float c = 0.0f;
+    if ((l->op != KILN_OP_DIV && l->op != KILN_OP_MUL) || (l->flags & KILN_LAYER_TAIL) ||
+        l->n_tail != 0 || l->n_inputs != 2 || l->n_outputs != 1)
+        return 0.0f;
+    const int32_t x = p->ids[l->input_begin], y = p->ids[l->output_begin];
+    if (x < 0 || y < 0 || p->tensors[x].dtype != p->tensors[y].dtype ||
+        p->tensors[x].shape.rank != p->tensors[y].shape.rank ||
+        memcmp(p->tensors[x].shape.max, p->tensors[y].shape.max,
+               p->tensors[x].shape.rank * sizeof(int64_t)) != 0 ||
+        !scalar_const(p, p->ids[l->input_begin + 1], &c) || !isfinite(c) || c == 0.0f)
+        return 0.0f;
+    const float f = l->op == KILN_OP_DIV ? 1.0f / c : c;
+    return isfinite(f) && f != 0.0f ? f : 0.0f;
+}
+
 static int is_virtual_read(const kiln_cuda_fold *f, int32_t pl) {
     return pl >= 0 && (f->virt[pl] & VIRT) && !(f->virt[pl] & WRIT);
 }
@@ -398,6 +420,19 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         const kiln_plan_layer *l = &p->layers[li];
         int32_t x = in0(p, li), y = out0(p, li);
         uint32_t perm[KILN_MAX_RANK];
+        // a matmul operand scaled by a constant (DeBERTa's k^T / sqrt(d)): the matmul scales its
+        // product instead (its alpha), reading the scaled tensor's input through the views
+        if (scale_of(p, li) != 0.0f && p->tensors[y].kind == KILN_TENSOR_ACTIVATION &&
+            s->rbeg[y + 1] > s->rbeg[y] && !(nhwc != NULL && (nhwc[x] || nhwc[y])) &&
+            !(alt != NULL && alt[l->input_begin])) {
+            int ok = 1;
+            for (uint32_t r = s->rbeg[y]; r < s->rbeg[y + 1] && ok; r++) {
+                const kiln_plan_layer *rl = &p->layers[s->rl[r]];
+                ok = rl->op == KILN_OP_MATMUL && !(rl->flags & KILN_LAYER_TAIL) && s->rj[r] < 2;
+            }
+            s->cand[li] = (uint8_t)ok;
+            continue;
+        }
         if (!view_op(l->op) || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
             l->n_outputs != 1 || x < 0 || y < 0)
             continue;
@@ -531,7 +566,16 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
             }
             for (uint32_t j = 0; j < l->n_inputs && ok; j++) {
                 int32_t t = p->ids[l->input_begin + j];
-                ok = t < 0 || !overlap(s, base_of(s, t), w);
+                if (t < 0 || !overlap(s, base_of(s, t), w)) continue;
+                const int32_t x = base_of(s, t);
+                if (mm && p->tensors[x].kind == KILN_TENSOR_ACTIVATION && !f->reloc[x]) {
+                    // the planner gave w the bytes of an operand the matmul still reads: the
+                    // operand moves out of the arena (live from its producer to its last read)
+                    f->reloc[x] = 1;
+                    changed = 1;
+                } else {
+                    ok = 0;
+                }
             }
             if (!ok) {
                 f->sdpa_out[li] = -1;
@@ -1397,6 +1441,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.ratio_div = kiln_cuda_calloc((nl + 1) * sizeof *f.ratio_div);
     f.mm_pre = kiln_cuda_calloc((nl + 1) * sizeof *f.mm_pre);
     f.clamp_mn = kiln_cuda_calloc((nl + 1) * sizeof *f.clamp_mn);
+    f.mm_alpha = kiln_cuda_calloc((nl + 1) * sizeof *f.mm_alpha);
     f.clamp_ab = kiln_cuda_calloc((2 * nl + 2) * sizeof *f.clamp_ab);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
@@ -1408,8 +1453,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
         f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
         f.ratio_add == NULL || f.ratio_div == NULL || f.wsum_sm == NULL || f.wsum_mul == NULL ||
-        f.mm_pre == NULL || f.clamp_mn == NULL || f.clamp_ab == NULL || s.rbeg == NULL ||
-        s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        f.mm_pre == NULL || f.clamp_mn == NULL || f.clamp_ab == NULL || f.mm_alpha == NULL ||
+        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -1418,6 +1463,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
         f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = f.ratio_add[i] = f.ratio_div[i] = -1;
         f.wsum_sm[i] = f.wsum_mul[i] = f.mm_pre[i] = f.clamp_mn[i] = -1;
+        f.mm_alpha[i] = 1.0f;
     }
     for (size_t i = 0; i < nt; i++) {
         f.producer[i] = f.alias[i] = -1;
@@ -1490,6 +1536,11 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         if ((l->op != KILN_OP_SDPA && !mm) || (l->flags & KILN_LAYER_TAIL)) continue;
         for (uint32_t j = 0; j < (mm ? 2u : 3u) && j < l->n_inputs; j++) {
             int32_t t = p->ids[l->input_begin + j];
+            // the constant scales folded on the way to the base: the matmul's alpha
+            for (int32_t u = t, pl; mm && u >= 0 && is_virtual_read(&f, pl = f.producer[u]);
+                 u = in0(p, (uint32_t)pl)) {
+                if (!view_op(p->layers[pl].op)) f.mm_alpha[li] *= scale_of(p, (uint32_t)pl);
+            }
             if (t >= 0 && is_virtual_read(&f, f.producer[t])) {
                 f.sdpa_in[li] |= (uint8_t)(1u << j);
                 if (mm) {
@@ -1535,6 +1586,7 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->wsum_mul, (nl + 1) * sizeof *f->wsum_mul);
     kiln_cuda_free(f->mm_pre, (nl + 1) * sizeof *f->mm_pre);
     kiln_cuda_free(f->clamp_mn, (nl + 1) * sizeof *f->clamp_mn);
+    kiln_cuda_free(f->mm_alpha, (nl + 1) * sizeof *f->mm_alpha);
     kiln_cuda_free(f->clamp_ab, (2 * nl + 2) * sizeof *f->clamp_ab);
     memset(f, 0, sizeof *f);
 }

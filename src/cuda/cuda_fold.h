@@ -19,7 +19,10 @@
 // innermost stride 1. A matmul reads its operand through the view when one of the view's two
 // innermost dims has stride 1 and the other a stride at least the first's size (a matrix
 // cuBLASLt reads, transposed or not), and its batch dims collapse into one stride
-// (kiln_cuda_mm_geom_of); else the chain runs.
+// (kiln_cuda_mm_geom_of); else the chain runs. A DIV or MUL of a tensor by a one-element inline
+// constant whose readers are all matmul operands (DeBERTa's k^T / sqrt(d)) is virtual like a
+// view (the same strides): the matmul scales its product by the constant instead (mm_alpha[],
+// cuBLASLt's alpha), a float32 scale of the sum rather than a rounding of each operand.
 // Writes: an sdpa (no fused tail) whose output is an activation read only by a PERMUTE that keeps
 // the innermost dim (e.g. (0, 2, 1, 3)) writes the permute's output directly ([B, L, H, E]); the
 // permute is then virtual too, and so is a RESHAPE that is the permute output's only reader (the
@@ -28,7 +31,8 @@
 // run over the written bytes), where the written view's batch dims collapse into one stride;
 // its output may reach the permute through a RESHAPE at static shapes that strides express (the
 // heads a bmm flattened into its batch split again, [B * H, L, E] -> [B, H, L, E]: DeBERTa's),
-// which then runs no kernel either (mm_pre[]).
+// which then runs no kernel either (mm_pre[]). A matmul operand whose bytes the planner gave to
+// the written output moves out of the arena instead (as a folded base does).
 // Lifetimes: the memory plan ends a tensor's life at its last reader in the plan, so a folded
 // base must not be overwritten before the sdpa reads it: every fold is checked against the
 // arena ranges of the tensors written by the layers that really run in between (and the
@@ -182,6 +186,8 @@ typedef struct kiln_cuda_fold {
     int32_t *wsum_mul;    // ... the MUL, or -1
     int32_t *clamp_mn;    // n_layers: at an overflow clamp's ABS: its MINIMUM, or -1
     float *clamp_ab;      // 2 n_layers: ... the WHERE's a (some |x| is inf) and b (none)
+    float *mm_alpha;      // n_layers: a matmul's product scale (the constant scales folded on
+                          // its operands' views), else 1
     int32_t *mm_pre;      // n_layers: at a matmul writing through a permute: the RESHAPE of its
                           // output the permute reads (run by neither), or -1
     uint32_t n_alias;     // reshapes and slices aliased

@@ -238,6 +238,7 @@ static void sdpa_fold_views(const cuda_context *c, uint32_t li, kiln_cuda_ctx *c
     const cuda_engine *e = c->engine;
     const kiln_plan *p = e->plan;
     memset(ctx->sdpa_io, 0, sizeof ctx->sdpa_io);
+    ctx->mm_alpha = e->fold.mm_alpha[li];
     if (e->fold.sdpa_in[li] == 0 && e->fold.sdpa_out[li] < 0) return;
     for (uint32_t j = 0; j < 3; j++) {
         if (!(e->fold.sdpa_in[li] & (1u << j))) continue;

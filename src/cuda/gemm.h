@@ -54,6 +54,7 @@ typedef struct kiln_cuda_lt_problem {
     const void *a, *b, *bias;
     const void *c; // beta = 1, C = c (a residual of D's shape and layout) when not NULL
     void *d;
+    float alpha;      // D = alpha op(A) op(B) (+ C); 0 means 1
     int relu;         // fuse ReLU (after the bias) into the epilogue
     int gelu;         // fuse GELU, tanh form
     uint32_t d_dtype; // D's (and C's) dtype when it is not A's and B's (0: the same)

@@ -146,6 +146,7 @@ extern "C" int kiln_cuda_lt_matmul_problem(const kiln_cuda_ctx *ctx, const kiln_
     p->a = vb.data;
     p->b = va.data;
     p->d = vy != NULL ? vy->data : y->data;
+    p->alpha = ctx->mm_alpha;
     p->relu = kiln_cuda_tail_relu_first(args);
     // a residual has the dense output's layout (a redirected output has unary tails only)
     p->c = p->relu || vy != NULL ? NULL : kiln_cuda_tail_residual_first(args);
@@ -273,7 +274,7 @@ extern "C" int kiln_cuda_lt_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_lt_p
 extern "C" cublasStatus_t kiln_cuda_lt_exec(const kiln_cuda_ctx *ctx, const kiln_cuda_lt_problem *p,
                                             kiln_cuda_lt_plan *plan,
                                             const cublasLtMatmulAlgo_t *algo) {
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, zero = 0.0f, alpha = p->alpha != 0.0f ? p->alpha : 1.0f;
     if (p->bias != plan->bias) { // the same problem with another bias buffer: re-point it
         cublasStatus_t s = cublasLtMatmulDescSetAttribute(
             &plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias);
@@ -281,7 +282,7 @@ extern "C" cublasStatus_t kiln_cuda_lt_exec(const kiln_cuda_ctx *ctx, const kiln
         plan->bias = p->bias;
     }
     if (algo == NULL) kiln_cuda_ws_note(ctx, plan->ws_nbytes);
-    return cublasLtMatmul(ctx->lt, &plan->desc, &one, p->a, &plan->a, p->b, &plan->b,
+    return cublasLtMatmul(ctx->lt, &plan->desc, &alpha, p->a, &plan->a, p->b, &plan->b,
                           p->c != NULL ? &one : &zero, p->c != NULL ? p->c : p->d, &plan->c, p->d,
                           &plan->c, algo != NULL ? algo : &plan->algo, ctx->workspace,
                           ctx->workspace_nbytes, ctx->stream);

@@ -16,6 +16,7 @@ typedef struct gemm_view {
     int nb;                               // batch rank
     int64_t bdims[KC_MAX_RANK], a_bstr[KC_MAX_RANK], b_bstr[KC_MAX_RANK], c_bstr[KC_MAX_RANK];
     int64_t m, n;
+    float alpha; // C = alpha A B (+ bias): 0 means 1
 } gemm_view;
 
 template <bool BKF> struct gemm_loader {
@@ -36,6 +37,7 @@ template <bool BKF> struct gemm_loader {
         return kc_ld_f(v.b, v.b_dt, off(bt, v.b_bstr) + k * v.b_rs + j * v.b_cs);
     }
     __device__ __forceinline__ void store(int64_t bt, int64_t i, int64_t j, float acc) const {
+        if (v.alpha != 0.0f) acc *= v.alpha;
         if (v.bias != NULL) acc += kc_ld_f(v.bias, v.bias_dt, j);
         kc_st_f(v.c, v.c_dt, off(bt, v.c_bstr) + i * v.c_rs + j, acc);
     }
@@ -115,6 +117,7 @@ extern "C" kiln_status kiln_cuda_tiled_matmul(const kiln_cuda_ctx *ctx,
     v.c = y->data;
     v.c_dt = y->dtype;
     v.c_rs = v.n;
+    v.alpha = ctx->mm_alpha;
     for (int d = v.nb; d-- > 0;) { // dense y [.., m, n]
         v.c_bstr[d] = d == v.nb - 1 ? v.m * v.n : v.c_bstr[d + 1] * v.bdims[d + 1];
     }

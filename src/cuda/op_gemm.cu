@@ -124,6 +124,11 @@ extern "C" void kiln_cuda_matmul_key(const kiln_cuda_ctx *ctx, const kiln_kernel
     for (uint32_t d = 0; vy != NULL && d < vy->rank && d < KILN_MAX_RANK; d++) {
         key[7 + 4 * KILN_MAX_RANK + d] = vy->str[d];
     }
+    if (ctx->mm_alpha != 1.0f && ctx->mm_alpha != 0.0f) { // a folded scale: its bits
+        uint32_t bits;
+        memcpy(&bits, &ctx->mm_alpha, sizeof bits);
+        key[7 + 5 * KILN_MAX_RANK] = (int64_t)bits + 1;
+    }
 }
 
 extern "C" kiln_status kiln_cuda_linear_plan(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,

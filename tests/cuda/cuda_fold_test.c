@@ -499,6 +499,21 @@ static void chunked(void) {
     kiln_plan_release(&p);
 }
 
+static int32_t scalar(kiln_graph *g, uint32_t dtype, float v) {
+    uint8_t data[8];
+    int64_t one = 1;
+    int32_t out = -1;
+    kiln_store_f32(data, dtype, 0, v);
+    CHECK(kiln_graph_add_constant(g, NULL, (kiln_dtype)dtype, 1, &one, data,
+                                  dtype == KILN_DTYPE_F32 ? 4 : 2, &out) == KILN_OK);
+    return out;
+}
+
+static int32_t bin(kiln_graph *g, uint32_t op, int32_t a, int32_t b) {
+    int32_t ins[2] = {a, b};
+    return node(g, op, ins, 2, NULL, 0);
+}
+
 // An eager attention over batched matmuls (timm's LeViT, transformers' DeBERTa): x [bt, S, D] ->
 // linear to H heads of (q E, k E, v E) -> reshape [bt, S, H, 3E] -> slices of the last dim -> q
 // permute (0, 2, 1, 3), k permute (0, 2, 3, 1), v permute (0, 2, 1, 3) -> q @ k^T -> softmax ->
@@ -506,8 +521,9 @@ static void chunked(void) {
 // and the matmuls read the projection through strides (q row-major, k^T column-major, one batch
 // stride over the heads); at bt = 2 batch and heads do not collapse into one stride: they run.
 // flat (bt = 1): DeBERTa's bmm form, q, k, v reshaped to [H, S, E] after the head permute, k^T
-// a permute (0, 2, 1) of that, the output reshaped to [1, H, S, E] before the merge permute: the
-// same views, and the second matmul writes through that reshape (mm_pre).
+// a permute (0, 2, 1) of that divided by a constant, the output reshaped to [1, H, S, E] before
+// the merge permute: the same views, the division as the first matmul's alpha, and the second
+// matmul writes through that reshape (mm_pre).
 static void eager_mm_case(int64_t bt, int flat) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -528,7 +544,10 @@ static void eager_mm_case(int64_t bt, int flat) {
         part[j] =
             permute(g, node(g, KILN_OP_SLICE, &proj, 1, sa, 3), j == 1 && !flat ? p0231 : p0213, 4);
         if (flat) part[j] = reshape(g, part[j], hse, 3);
-        if (flat && j == 1) part[j] = permute(g, part[j], t021, 3);
+        if (flat && j == 1) { // k^T / 4, as DeBERTa scales it
+            part[j] =
+                bin(g, KILN_OP_DIV, permute(g, part[j], t021, 3), scalar(g, KILN_DTYPE_F32, 4.0f));
+        }
     }
     int32_t att = node(g, KILN_OP_MATMUL, part, 2, NULL, 0);
     if (flat) { // a bias over the scores (else the builder takes the flat form as sdpa)
@@ -593,6 +612,9 @@ static void eager_mm_case(int64_t bt, int flat) {
         CHECK(f.sdpa_out[m2] >= 0 && f.sdpa_dst[m2] >= 0 && f.sdpa_out[m1] < 0);
         CHECK(flat ? f.mm_pre[m2] > (int32_t)m2 && p.layers[f.mm_pre[m2]].op == KILN_OP_RESHAPE
                    : f.mm_pre[m2] < 0);
+        // flat: the division by 4 runs no kernel, the first matmul's product is scaled instead
+        CHECK(f.mm_alpha[m1] == (flat ? 0.25f : 1.0f) && f.mm_alpha[m2] == 1.0f);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_DIV), flat ? 1 : 0);
         if (f.sdpa_out[m2] >= 0 && f.sdpa_dst[m2] >= 0) {
             kiln_cuda_strided yv;
             kiln_cuda_fold_out_view(&p, &f, views, m2, &yv);
@@ -607,21 +629,6 @@ static void eager_mm_case(int64_t bt, int flat) {
     }
     kiln_cuda_fold_free(&p, &f);
     kiln_plan_release(&p);
-}
-
-static int32_t scalar(kiln_graph *g, uint32_t dtype, float v) {
-    uint8_t data[8];
-    int64_t one = 1;
-    int32_t out = -1;
-    kiln_store_f32(data, dtype, 0, v);
-    CHECK(kiln_graph_add_constant(g, NULL, (kiln_dtype)dtype, 1, &one, data,
-                                  dtype == KILN_DTYPE_F32 ? 4 : 2, &out) == KILN_OK);
-    return out;
-}
-
-static int32_t bin(kiln_graph *g, uint32_t op, int32_t a, int32_t b) {
-    int32_t ins[2] = {a, b};
-    return node(g, op, ins, 2, NULL, 0);
 }
 
 // T5's float16 overflow guard (cuda_fold.h "Overflow clamps"): float16 activations, float32

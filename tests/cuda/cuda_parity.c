@@ -3491,8 +3491,10 @@ static int model_chunked(model *m, kiln_precision precision) {
 // strides, its hard-swish over those bytes (EAGER_MODEL_MM_OUT); at B = 2 the batch and head
 // dims do not collapse into one stride, and the slices and permutes run. flat: DeBERTa's form
 // at B = 1, the heads flattened into the batch of 3-D matmuls (q, v reshaped to [4, 49, E], k^T
-// as permute (0, 2, 1) of k reshaped so), the output reshaped to [1, 4, 49, 32] before the head
-// merge: the same folds, the merge written through the reshape.
+// as permute (0, 2, 1) of k reshaped so, divided by 4), the output reshaped to [1, 4, 49, 32]
+// before the head merge: the same folds, the division as the matmul's alpha, the merge written
+// through the reshape.
+static int32_t gb_scalar(gbuild *b, uint32_t dtype, float v);
 #define EAGER_MODEL_MM_VIEWS 2
 #define EAGER_MODEL_MM_OUT 1
 static int model_eager_attn(model *m, kiln_precision precision, int64_t bt, int flat) {
@@ -3520,9 +3522,10 @@ static int model_eager_attn(model *m, kiln_precision precision, int64_t bt, int 
             kiln_attr fa = A_INTS("shape", j == 2 ? flat_v : flat_qk, 3);
             part[j] = gb_node(&b, KILN_OP_RESHAPE, &part[j], 1, &fa, 1);
         }
-        if (flat && j == 1) {
+        if (flat && j == 1) { // k^T / 4, as DeBERTa scales it (the matmul's alpha)
             kiln_attr ta = A_INTS("dims", t021, 3);
             part[j] = gb_node(&b, KILN_OP_PERMUTE, &part[j], 1, &ta, 1);
+            part[j] = gb2(&b, KILN_OP_DIV, part[j], gb_scalar(&b, F32, 4.0f));
         }
     }
     int32_t s = gb_node(&b, KILN_OP_MATMUL, part, 2, NULL, 0);
