@@ -385,6 +385,68 @@ def _matches_float32_eager(tmp_path, name, prog):
     assert err <= TOL["fp16"] * max(1.0, want.abs().max().item()), err
 
 
+FOLD_TOOL = os.path.join(os.path.dirname(__file__), "..", "..", "build", "cuda_fold_test")
+
+
+def _cuda_plan(tmp_path, name, prog):
+    """Each Kiln engine of prog planned as the CUDA backend plans it at load (its layout and
+    folds), on the CPU: (op, runs a kernel, the line) per head layer, from the CPU build's
+    cuda_fold_test --layers (`make build`; `make test` builds it first)."""
+    import subprocess
+
+    from kiln._pte import read_program
+
+    assert os.path.exists(FOLD_TOOL), f"{FOLD_TOOL} is missing: run `make build` first"
+    buf = io.BytesIO()
+    prog.write_to_file(buf)
+    paths = []
+    for m in read_program(buf.getvalue()).methods:
+        for i, dl in enumerate(m.delegates):
+            if dl.backend == "KilnBackend" and dl.data is not None:
+                paths.append(tmp_path / f"{name}_{m.name}_{i}.kiln")
+                paths[-1].write_bytes(dl.data)
+    out = subprocess.run(
+        [FOLD_TOOL, "--layers", *map(str, paths)], capture_output=True, text=True, check=True
+    ).stdout
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 2 and f[0].isdigit():
+            rows.append((f[1], "(no kernel)" not in line, line))
+    return rows
+
+
+def test_zoo_cuda_folds_eager_attention_and_overflow_clamp(tmp_path):
+    """The CUDA backend's folds on real library code, planned on the CPU: timm's LeViT (eager
+    attention as batched matmuls: q, k, v sliced from one projection and permuted to heads) reads
+    them through strides, no permute runs; transformers' DeBERTa-v2 (bmm over heads
+    flattened into the batch, k^T divided by sqrt(d)) runs neither the head permutes around its
+    matmuls nor the division; T5 built in float16 runs each overflow guard (abs ... minimum) as
+    one launch at its abs."""
+    _, _, prog, part = export_zoo("levit_128s", 1, "fp16")
+    check_whole(prog, part)
+    rows = _cuda_plan(tmp_path, "levit", prog)
+    mms = [r for r in rows if r[0] == "matmul"]
+    assert mms and all("through views" in r[2] for r in mms), rows
+    # (the attention subsampling's strided slices of the token grid, read by linears, run)
+    assert not [r for r in rows if r[0] == "permute" and r[1]], rows
+
+    _, _, prog, part = export_zoo("deberta_v2", 1, "fp16")
+    check_whole(prog, part)
+    rows = _cuda_plan(tmp_path, "deberta", prog)
+    assert [r for r in rows if r[0] == "matmul" and "through views" in r[2]], rows
+    divs = [r for r in rows if r[0] == "div"]
+    assert divs and [r for r in divs if not r[1]], rows  # k^T's scale: the matmul's alpha
+
+    rows = _cuda_plan(tmp_path, "t5", _export_built_in_float16("t5_encoder"))
+    guards = [r for r in rows if r[0] in ("eq", "gt", "neg", "maximum", "minimum")]
+    assert _count(rows, "abs") >= 2 and guards and not [r for r in guards if r[1]], rows
+
+
+def _count(rows, op):
+    return sum(1 for r in rows if r[0] == op)
+
+
 def test_zoo_t5_built_in_float16_is_taken_whole(tmp_path):
     """transformers' T5 run in float16 guards each layer's output against overflow (isinf, any,
     a where of two scalars, clamp with tensor bounds): the model built in float16 is one delegate
