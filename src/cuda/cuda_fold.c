@@ -276,6 +276,43 @@ int kiln_cuda_mm_geom_of(const kiln_cuda_strided *a, const kiln_cuda_strided *b,
     return 1;
 }
 
+int kiln_cuda_mm_gemm_of(const kiln_cuda_mm_geom *g, kiln_cuda_mm_gemm *c) {
+    memset(c, 0, sizeof *c);
+    if (g->k <= 0 || g->y_rs < g->n) return 0;
+    if ((g->n == 1 || g->b_cs == 1) && (g->k == 1 || g->b_rs >= g->n)) { // b row-major
+        c->lda = g->k == 1 ? g->n : g->b_rs;
+    } else if ((g->k == 1 || g->b_rs == 1) && (g->n == 1 || g->b_cs >= g->k)) { // column-major
+        c->trans_a = 1;
+        c->lda = g->n == 1 ? g->k : g->b_cs;
+    } else {
+        return 0;
+    }
+    if ((g->k == 1 || g->a_cs == 1) && (g->m == 1 || g->a_rs >= g->k)) { // a row-major
+        c->ldb = g->m == 1 ? g->k : g->a_rs;
+    } else if ((g->m == 1 || g->a_rs == 1) && (g->k == 1 || g->a_cs >= g->m)) { // column-major
+        c->trans_b = 1;
+        c->ldb = g->k == 1 ? g->m : g->a_cs;
+    } else {
+        return 0;
+    }
+    c->m = g->n;
+    c->n = g->m;
+    c->k = g->k;
+    c->ldd = g->y_rs;
+    c->batch = 1;
+    if (g->batch > 1 && g->b_bs == 0) { // one b: a's batch folds into its rows
+        if (c->trans_b || g->a_bs != g->m * c->ldb || g->y_bs != g->m * g->y_rs) return 0;
+        c->n = g->m * g->batch;
+    } else if (g->batch > 1) {
+        if (g->a_bs == 0) return 0; // one a, many b: not one strided batch
+        c->batch = g->batch;
+        c->stride_a = g->b_bs;
+        c->stride_b = g->a_bs;
+        c->stride_d = g->y_bs;
+    }
+    return 1;
+}
+
 // 1 when matmul layer li can read its operands' views (plan-time shapes; each operand's fold
 // view or the dense tensor), and with with_out write its output's (when redirected): cuBLASLt
 // matrices, one batch stride each, a broadcast b only with a's batch folding into its rows,

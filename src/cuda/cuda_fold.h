@@ -221,6 +221,19 @@ typedef struct kiln_cuda_mm_geom {
 // 0 otherwise (then only Kiln's tiled kernel, which takes any strides, runs it).
 int kiln_cuda_mm_geom_of(const kiln_cuda_strided *a, const kiln_cuda_strided *b,
                          const kiln_cuda_strided *y, kiln_cuda_mm_geom *g);
+// A matmul as one column-major GEMM, the form cuBLASLt takes (gemm_lt.cu): D^T [n x m] = B^T
+// A^T, its A the matmul's b (stored n x k with ld lda, or k x n used transposed: trans_a), its B
+// the matmul's a transposed (k x m with ld ldb, or m x k used transposed: trans_b), D the output
+// (ld ldd); batch matrices stride_a, stride_b, stride_d apart (batch 1: a's batch folded into
+// the rows when b has none). m, n, k here are the GEMM's (the matmul's n, m, k).
+typedef struct kiln_cuda_mm_gemm {
+    int trans_a, trans_b;
+    int64_t m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d;
+} kiln_cuda_mm_gemm;
+
+// Fills *c from *g; 0 when no such GEMM reads the strides (then Kiln's tiled kernel runs it).
+int kiln_cuda_mm_gemm_of(const kiln_cuda_mm_geom *g, kiln_cuda_mm_gemm *c);
+
 // 1 when the matrix x(i, j) at i * rs + j * cs (rows x cols) is one cuBLASLt reads: cs == 1 with
 // rs >= cols (row-major), or rs == 1 with cs >= rows (column-major); a dim of size 1 takes
 // either stride.

@@ -109,40 +109,22 @@ extern "C" int kiln_cuda_lt_matmul_problem(const kiln_cuda_ctx *ctx, const kiln_
     kiln_cuda_mm_operand(ctx, args, 1, &vb);
     const kiln_cuda_strided *vy = ctx->sdpa_io[3]; // the output written through a view
     if (!kiln_cuda_mm_geom_of(&va, &vb, vy, &g) || g.k <= 0 || g.y_rs < g.n) return 0;
-    // D^T[n x m] = B^T * A^T, column-major: cuBLASLt's A is b (n x k), its B is a^T (k x m)
+    kiln_cuda_mm_gemm c;
+    if (!kiln_cuda_mm_gemm_of(&g, &c)) return 0;
     memset(p, 0, sizeof *p);
     p->dtype = y->dtype;
-    if ((g.n == 1 || g.b_cs == 1) && (g.k == 1 || g.b_rs >= g.n)) { // b row-major
-        p->lda = g.k == 1 ? g.n : g.b_rs;
-    } else if ((g.k == 1 || g.b_rs == 1) && (g.n == 1 || g.b_cs >= g.k)) { // b column-major
-        p->trans_a = 1;
-        p->lda = g.n == 1 ? g.k : g.b_cs;
-    } else {
-        return 0;
-    }
-    if ((g.k == 1 || g.a_cs == 1) && (g.m == 1 || g.a_rs >= g.k)) { // a row-major
-        p->ldb = g.m == 1 ? g.k : g.a_rs;
-    } else if ((g.m == 1 || g.a_rs == 1) && (g.k == 1 || g.a_cs >= g.m)) { // a column-major
-        p->trans_b = 1;
-        p->ldb = g.k == 1 ? g.m : g.a_cs;
-    } else {
-        return 0;
-    }
-    p->m = g.n;
-    p->n = g.m;
-    p->k = g.k;
-    p->ldd = g.y_rs;
-    p->batch = 1;
-    if (g.batch > 1 && g.b_bs == 0) { // one b: a's batch folds into its rows
-        if (p->trans_b || g.a_bs != g.m * p->ldb || g.y_bs != g.m * g.y_rs) return 0;
-        p->n = g.m * g.batch;
-    } else if (g.batch > 1) {
-        if (g.a_bs == 0) return 0; // one a, many b: not one strided batch
-        p->batch = g.batch;
-        p->stride_a = g.b_bs;
-        p->stride_b = g.a_bs;
-        p->stride_d = g.y_bs;
-    }
+    p->trans_a = c.trans_a;
+    p->trans_b = c.trans_b;
+    p->m = c.m;
+    p->n = c.n;
+    p->k = c.k;
+    p->lda = c.lda;
+    p->ldb = c.ldb;
+    p->ldd = c.ldd;
+    p->batch = c.batch;
+    p->stride_a = c.stride_a;
+    p->stride_b = c.stride_b;
+    p->stride_d = c.stride_d;
     p->a = vb.data;
     p->b = va.data;
     p->d = vy != NULL ? vy->data : y->data;

@@ -696,6 +696,95 @@ static void clamp_case(int variant) {
     kiln_plan_release(&p);
 }
 
+// The column-major GEMM kiln_cuda_mm_gemm_of describes (cuBLASLt's semantics: A is b's
+// memory, B is a's), run on the host into y's memory.
+static void gemm_emulate(const kiln_cuda_mm_gemm *c, const float *ga, const float *gb, float *gd,
+                         float alpha) {
+    for (int64_t bt = 0; bt < c->batch; bt++)
+        for (int64_t i = 0; i < c->m; i++)
+            for (int64_t j = 0; j < c->n; j++) {
+                double acc = 0.0;
+                for (int64_t k = 0; k < c->k; k++) {
+                    const float a = c->trans_a ? ga[bt * c->stride_a + k + i * c->lda]
+                                               : ga[bt * c->stride_a + i + k * c->lda];
+                    const float b = c->trans_b ? gb[bt * c->stride_b + j + k * c->ldb]
+                                               : gb[bt * c->stride_b + k + j * c->ldb];
+                    acc += (double)a * b;
+                }
+                gd[bt * c->stride_d + i + j * c->ldd] = (float)(alpha * acc);
+            }
+}
+
+// One 4-D matmul [B0, H, M, K] @ [B0, H, K, N] through views of buf (element offsets a0, b0
+// and strides), written dense or through y's strides: the GEMM against the matmul computed
+// through the views. want_gemm: 1 when cuBLASLt's form must exist.
+static void mm_gemm_check(const char *name, const float *buf, int64_t a0, const int64_t *ad,
+                          const int64_t *as, int64_t b0, const int64_t *bd, const int64_t *bs,
+                          const int64_t *ys, float alpha) {
+    kiln_cuda_strided va = {(void *)(buf + a0), 4, {0}, {0}},
+                      vb = {(void *)(buf + b0), 4, {0}, {0}};
+    memcpy(va.dims, ad, 4 * sizeof *ad);
+    memcpy(va.str, as, 4 * sizeof *as);
+    memcpy(vb.dims, bd, 4 * sizeof *bd);
+    memcpy(vb.str, bs, 4 * sizeof *bs);
+    const int64_t n0 = ad[0], nh = ad[1], nm = ad[2], nk = ad[3], nn = bd[3];
+    const int64_t ny = n0 * nh * nm * nn;
+    int64_t yd[4] = {n0, nh, nm, nn}, dense_s[4] = {nh * nm * nn, nm * nn, nn, 1};
+    kiln_cuda_strided vy = {NULL, 4, {0}, {0}};
+    memcpy(vy.dims, yd, sizeof yd);
+    memcpy(vy.str, ys != NULL ? ys : dense_s, sizeof dense_s);
+    float *y = kiln_calloc((size_t)ny * sizeof(float), sizeof(float));
+    kiln_cuda_mm_geom g;
+    kiln_cuda_mm_gemm c;
+    CHECK_MSG(kiln_cuda_mm_geom_of(&va, &vb, ys != NULL ? &vy : NULL, &g) &&
+                  kiln_cuda_mm_gemm_of(&g, &c),
+              "%s: no GEMM form", name);
+    if (y != NULL && kiln_cuda_mm_gemm_of(&g, &c)) {
+        gemm_emulate(&c, (const float *)vb.data, (const float *)va.data, y, alpha);
+        double worst = 0.0;
+        for (int64_t bb = 0; bb < n0; bb++)
+            for (int64_t h = 0; h < nh; h++)
+                for (int64_t i = 0; i < nm; i++)
+                    for (int64_t j = 0; j < nn; j++) {
+                        double want = 0.0;
+                        for (int64_t k = 0; k < nk; k++) {
+                            want += (double)((const float *)va.data)[bb * as[0] + h * as[1] +
+                                                                     i * as[2] + k * as[3]] *
+                                    ((const float *)
+                                         vb.data)[bb * bs[0] + h * bs[1] + k * bs[2] + j * bs[3]];
+                        }
+                        const float got = y[bb * vy.str[0] + h * vy.str[1] + i * vy.str[2] + j];
+                        worst = fmax(worst, fabs(got - alpha * want));
+                    }
+        fprintf(stderr, "mm gemm %s: trans %d/%d, batch %lld: worst %.3g\n", name, c.trans_a,
+                c.trans_b, (long long)c.batch, worst);
+        CHECK_MSG(worst < 1e-4, "%s: the GEMM differs from the matmul by %g", name, worst);
+    }
+    kiln_free(y, (size_t)ny * sizeof(float));
+}
+
+// LeViT's eager attention over one packed projection [1, N, H, 64] (q 16, k 16, v 32 per
+// head), a transposed a, and dense operands with a batch.
+static void mm_gemm_case(void) {
+    enum { NT = 49, NH = 4, C3 = 64, NBUF = NT * NH * C3 + 4096 };
+    static float buf[NBUF];
+    for (int i = 0; i < NBUF; i++) buf[i] = (float)check_rng_uniform(-0.5, 0.5);
+    const int64_t P = NH * C3;
+    mm_gemm_check("q @ k^T", buf, 0, (int64_t[]){1, NH, NT, 16}, (int64_t[]){0, C3, P, 1}, 16,
+                  (int64_t[]){1, NH, 16, NT}, (int64_t[]){0, C3, 1, P}, NULL, 1.0f);
+    mm_gemm_check("q @ k^T * 0.25", buf, 0, (int64_t[]){1, NH, NT, 16}, (int64_t[]){0, C3, P, 1},
+                  16, (int64_t[]){1, NH, 16, NT}, (int64_t[]){0, C3, 1, P}, NULL, 0.25f);
+    // scores (dense, after the projection in buf) @ v, the heads merged into [1, N, H, 32]
+    const int64_t sc = NT * NH * C3;
+    mm_gemm_check("s @ v, merged", buf, sc - NH * NT * NT + 4096, (int64_t[]){1, NH, NT, NT},
+                  (int64_t[]){0, NT * NT, NT, 1}, 32, (int64_t[]){1, NH, NT, 32},
+                  (int64_t[]){0, C3, P, 1}, (int64_t[]){0, 32, NH * 32, 1}, 1.0f);
+    mm_gemm_check("a column-major", buf, 0, (int64_t[]){1, NH, 48, NT}, (int64_t[]){0, C3, 1, P}, 0,
+                  (int64_t[]){1, NH, NT, 48}, (int64_t[]){0, C3, P, 1}, NULL, 1.0f);
+    mm_gemm_check("dense, batch 2 x 3", buf, 0, (int64_t[]){2, 3, 5, 7}, (int64_t[]){105, 35, 7, 1},
+                  300, (int64_t[]){2, 3, 7, 4}, (int64_t[]){84, 28, 4, 1}, NULL, 1.0f);
+}
+
 // kiln_cuda_mm_geom_of and kiln_cuda_mm_matrix_ok on hand-made views: dense with a broadcast b,
 // transposed operands, rank-1 operands, batch dims that do not collapse, mismatched batches.
 static void mm_geom_case(void) {
@@ -1789,6 +1878,7 @@ int main(int argc, char **argv) {
     eager_mm_case(2, 0);
     eager_mm_case(1, 1);
     mm_geom_case();
+    mm_gemm_case();
     for (int v = 0; v <= 2; v++) clamp_case(v);
     separate(0);
     separate(1);
