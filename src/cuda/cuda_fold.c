@@ -214,9 +214,27 @@ void kiln_cuda_fold_out_view(const kiln_plan *p, const kiln_cuda_fold *f, const 
 
 // --- matmuls over strided operands
 
+// The matrix x(i, j) at i * rs + j * cs (rows x cols) as cuBLASLt stores one, column-major:
+// transposed (*trans = 1: rows x cols with ld cs) or not (cols x rows with ld rs, its transpose);
+// 0 when neither reads it. A dim of size 1 takes any stride.
+static int matrix_ld(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int *trans, int64_t *ld) {
+    if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) { // row-major
+        *trans = 0;
+        *ld = rows == 1 ? cols : rs;
+        return 1;
+    }
+    if ((rows == 1 || rs == 1) && (cols == 1 || cs >= rows)) { // column-major
+        *trans = 1;
+        *ld = cols == 1 ? rows : cs;
+        return 1;
+    }
+    return 0;
+}
+
 int kiln_cuda_mm_matrix_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-    if (rows <= 1 || cols <= 1) return rs >= 1 && cs >= 1; // a vector: either order
-    return (cs == 1 && rs >= cols) || (rs == 1 && cs >= rows);
+    int trans;
+    int64_t ld;
+    return matrix_ld(rows, cols, rs, cs, &trans, &ld);
 }
 
 int kiln_cuda_mm_geom_of(const kiln_cuda_strided *a, const kiln_cuda_strided *b,
@@ -279,20 +297,9 @@ int kiln_cuda_mm_geom_of(const kiln_cuda_strided *a, const kiln_cuda_strided *b,
 int kiln_cuda_mm_gemm_of(const kiln_cuda_mm_geom *g, kiln_cuda_mm_gemm *c) {
     memset(c, 0, sizeof *c);
     if (g->k <= 0 || g->y_rs < g->n) return 0;
-    if ((g->n == 1 || g->b_cs == 1) && (g->k == 1 || g->b_rs >= g->n)) { // b row-major
-        c->lda = g->k == 1 ? g->n : g->b_rs;
-    } else if ((g->k == 1 || g->b_rs == 1) && (g->n == 1 || g->b_cs >= g->k)) { // column-major
-        c->trans_a = 1;
-        c->lda = g->n == 1 ? g->k : g->b_cs;
-    } else {
-        return 0;
-    }
-    if ((g->k == 1 || g->a_cs == 1) && (g->m == 1 || g->a_rs >= g->k)) { // a row-major
-        c->ldb = g->m == 1 ? g->k : g->a_rs;
-    } else if ((g->m == 1 || g->a_rs == 1) && (g->k == 1 || g->a_cs >= g->m)) { // column-major
-        c->trans_b = 1;
-        c->ldb = g->k == 1 ? g->m : g->a_cs;
-    } else {
+    // cuBLASLt's A is b (k x n), its B is a (m x k); each transposed where stored column-major
+    if (!matrix_ld(g->k, g->n, g->b_rs, g->b_cs, &c->trans_a, &c->lda) ||
+        !matrix_ld(g->m, g->k, g->a_rs, g->a_cs, &c->trans_b, &c->ldb)) {
         return 0;
     }
     c->m = g->n;

@@ -235,8 +235,8 @@ typedef struct kiln_cuda_mm_gemm {
 int kiln_cuda_mm_gemm_of(const kiln_cuda_mm_geom *g, kiln_cuda_mm_gemm *c);
 
 // 1 when the matrix x(i, j) at i * rs + j * cs (rows x cols) is one cuBLASLt reads: cs == 1 with
-// rs >= cols (row-major), or rs == 1 with cs >= rows (column-major); a dim of size 1 takes
-// either stride.
+// rs >= cols (row-major), or rs == 1 with cs >= rows (column-major); a dim of size 1 takes any
+// stride.
 int kiln_cuda_mm_matrix_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs);
 
 // Decides the folds of p (none when enable is 0). nhwc (n_tensors, may be NULL) and alt (n_ids,
