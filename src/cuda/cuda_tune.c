@@ -47,7 +47,7 @@ typedef struct stored_engine_choice {
 } stored_engine_choice;
 
 static void put_bytes(unsigned char *buf, size_t cap, size_t *n, const void *p, size_t len) {
-    if (*n + len <= cap) memcpy(buf + *n, p, len);
+    if (*n <= cap && len <= cap - *n) memcpy(buf + *n, p, len); // (no wrap-around)
     *n += len;
 }
 

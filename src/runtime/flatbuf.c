@@ -143,7 +143,7 @@ static kiln_status check_field(walk *w, const kiln_fb_field *f, const tbl *t, ui
         } else {
             st = vector(w, to, 4, &n);
             for (uint64_t i = 0; i < n && st == KILN_OK; i++) {
-                uint64_t e;
+                uint64_t e = 0;
                 size_t was_i = push(w, "%s[%" PRIu64 "]", "", i);
                 st = follow(w, to + 4 + 4 * i, &e);
                 if (st == KILN_OK) st = check_table(w, f->ref, e);
@@ -176,7 +176,7 @@ kiln_status kiln_fb_check(const kiln_fb_schema *schema, const uint8_t *buf, uint
     snprintf(w.path, sizeof w.path, "%s", schema->tables[schema->root].name);
     w.path_n = strlen(w.path);
     if (nbytes < 8) return bad(&w, 0, "is too short for a flatbuffer");
-    uint64_t root;
+    uint64_t root = 0;
     KILN_TRY(follow(&w, 0, &root));
     return check_table(&w, schema->root, root);
 }

@@ -158,7 +158,7 @@ static kiln_status check_layout(const fb *f, uint64_t i, uint64_t lay_at) {
     table lt;
     snprintf(what, sizeof what, "named_data[%" PRIu64 "].tensor_layout", i);
     KILN_TRY(get_table(f, lay_at, what, &lt));
-    uint64_t sizes_at, order_at, n_sizes, n_order;
+    uint64_t sizes_at, order_at, n_sizes = 0, n_order = 0;
     snprintf(what, sizeof what, "named_data[%" PRIu64 "].tensor_layout.sizes", i);
     KILN_TRY(required_ref(f, &lt, 1, what, &sizes_at));
     KILN_TRY(vector(f, sizes_at, 4, what, &n_sizes));
@@ -190,12 +190,12 @@ static kiln_status check_entries(const fb *f, uint64_t seg_vec, uint64_t n_seg, 
                                  uint64_t n_nd, key_ref *keys);
 
 static kiln_status check_flatbuffer(const fb *f) {
-    uint64_t root;
+    uint64_t root = 0;
     table ft;
     KILN_TRY(follow(f, 0, "the root offset", &root));
     KILN_TRY(get_table(f, root, "the FlatTensor", &ft));
 
-    uint64_t ver_at, seg_vec, nd_vec, n_seg, n_nd;
+    uint64_t ver_at, seg_vec, nd_vec, n_seg = 0, n_nd = 0;
     KILN_TRY(field_at(f, &ft, 0, 4, "FlatTensor.version", &ver_at));
     uint64_t version = scalar(f, ver_at, 4);
     KILN_CHECK(version == 0, C_,
@@ -221,7 +221,7 @@ static kiln_status check_entries(const fb *f, uint64_t seg_vec, uint64_t n_seg, 
                                  uint64_t n_nd, key_ref *keys) {
     char what[64];
     for (uint64_t i = 0; i < n_seg; i++) {
-        uint64_t at, off_at, size_at;
+        uint64_t at = 0, off_at, size_at;
         table st;
         snprintf(what, sizeof what, "segments[%" PRIu64 "]", i);
         KILN_TRY(follow(f, seg_vec + 4 + 4 * i, what, &at));
@@ -236,7 +236,7 @@ static kiln_status check_entries(const fb *f, uint64_t seg_vec, uint64_t n_seg, 
                    i, off, size, f->seg_size);
     }
     for (uint64_t i = 0; i < n_nd; i++) {
-        uint64_t at, key_at, idx_at, lay_at, n_key;
+        uint64_t at = 0, key_at, idx_at, lay_at, n_key = 0;
         table nt;
         snprintf(what, sizeof what, "named_data[%" PRIu64 "]", i);
         KILN_TRY(follow(f, nd_vec + 4 + 4 * i, what, &at));
@@ -265,7 +265,7 @@ static kiln_status check_entries(const fb *f, uint64_t seg_vec, uint64_t n_seg, 
         snprintf(what, sizeof what, "named_data[%" PRIu64 "].tensor_layout", i);
         KILN_TRY(field_at(f, &nt, 2, 4, what, &lay_at));
         if (lay_at != 0) {
-            uint64_t lay;
+            uint64_t lay = 0;
             KILN_TRY(follow(f, lay_at, what, &lay));
             KILN_TRY(check_layout(f, i, lay));
         }

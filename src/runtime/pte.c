@@ -468,7 +468,7 @@ kiln_status kiln_pte_check(const void *data, size_t nbytes) {
     KILN_CHECK(data != NULL || nbytes == 0, KILN_ERR_INVALID_ARG,
                "kiln_pte_check: data is NULL but nbytes = %zu", nbytes);
     if (data == NULL) data = "";
-    uint64_t size;
+    uint64_t size = 0;
     KILN_TRY(program_size(data, nbytes, nbytes, &size));
     return check_all(data, size);
 }
