@@ -271,25 +271,32 @@ BUILDER_PATTERNS = {
         lambda ls: _ops(ls, "select") == 3 * _ops(ls, "sdpa") > 0,
         "q/k/v merged with a zero bias for k",
     ),
-    # rotary over the first 20 of each head's 80 dims: one rotary layer per operand, no slice
-    # or cat around it; both run before the head split (their tables are constants at static
-    # shapes), which then feeds sdpa as a view
+    # rotary over the first 20 of each head's 80 dims: one rotary layer per operand, no cat
+    # around it (the only slices are the heads of the merged projection); both run before the
+    # head split (their tables are constants at static shapes), which then feeds sdpa as a view;
+    # q, k and v one linear (the rotaries between head split and permute keep 2. from it: the
+    # head projections merge, five linears a layer)
     "stablelm": (
         lambda ls: (
             _ops(ls, "rotary") == 2 * _ops(ls, "sdpa") > 0
-            and _ops(ls, "slice") == _ops(ls, "cat") == 0
+            and _ops(ls, "slice") == 3 * _ops(ls, "sdpa")
+            and _ops(ls, "cat") == 0
+            and _ops(ls, "linear") == 5 * _ops(ls, "sdpa")
             and _first(ls, "rotary") < _first(ls, "permute")
         ),
-        "partial rotary as one rotary layer, before the head split",
+        "partial rotary as one rotary layer, before the head split; q, k, v one linear",
     ),
     # apply_rotary_pos_emb after the head split, grouped-query attention: the rotaries of q and
-    # k run on [B, L, H, E] before their permutes (the key's then a view of sdpa's operand)
+    # k run on [B, L, H, E] before their permutes (the key's then a view of sdpa's operand); q,
+    # k and v of grouped-query widths one linear, its heads sliced (five linears a layer)
     "llama": (
         lambda ls: (
             _ops(ls, "rotary") == 2 * _ops(ls, "sdpa") > 0
+            and _ops(ls, "slice") == 3 * _ops(ls, "sdpa")
+            and _ops(ls, "linear") == 5 * _ops(ls, "sdpa")
             and _first(ls, "rotary") < _first(ls, "permute")
         ),
-        "rotary before the head split",
+        "rotary before the head split; q, k, v one linear",
     ),
     # baddbmm over heads flattened into the batch, the alibi added there, the scores viewed as
     # [B, H, L, S] for the causal mask and back: one sdpa per layer
@@ -441,6 +448,20 @@ def test_zoo_cuda_folds_eager_attention_and_overflow_clamp(tmp_path):
     rows = _cuda_plan(tmp_path, "t5", _export_built_in_float16("t5_encoder"))
     guards = [r for r in rows if r[0] in ("eq", "gt", "neg", "maximum", "minimum")]
     assert _count(rows, "abs") >= 2 and guards and not [r for r in guards if r[1]], rows
+
+
+@pytest.mark.parametrize("name", ["llama", "stablelm"])
+def test_zoo_cuda_reads_merged_head_projections(tmp_path, name):
+    """transformers' Llama (grouped-query widths) and StableLM (a partial rotary): q, k and v are
+    one linear whose heads are sliced (docs/builder.md, head projections); planned as the CUDA
+    backend plans it, on the CPU, no slice runs a kernel: the rotaries read q's and k's heads
+    through views of the projection, the sdpa v's."""
+    _, _, prog, part = export_zoo(name, 1, "fp16")
+    check_whole(prog, part)
+    rows = _cuda_plan(tmp_path, name, prog)
+    slices, rots = [r for r in rows if r[0] == "slice"], [r for r in rows if r[0] == "rotary"]
+    assert slices and not [r for r in slices if r[1]], rows
+    assert len(rots) == 2 and all("reads x through views" in r[2] for r in rots), rows
 
 
 def _count(rows, op):

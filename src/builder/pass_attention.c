@@ -45,6 +45,16 @@
 //    -1e4 elsewhere, as transformers builds it from finfo.min), with q of L rows and k of S,
 //    becomes the same sdpa with is_causal = 1 and no mask: the kernels skip the masked blocks
 //    and read no mask. An sdpa that the grouped-query rows form gave a repeated mask keeps it.
+// 6. Head projections: linears of the same x, each a constant weight [N_j, K] (one dtype and K)
+//    with an optional constant bias, whose output [a0, a1, N_j] is read only by a reshape to
+//    [a0, a1, H_j, E] (one E for all; static shapes), N_j = H_j * E: the projections of q, k
+//    and v where they differ in width (grouped-query attention: Llama, Qwen2, Mistral, Gemma) or
+//    where a rotary or a bmm comes between the head split and sdpa (StableLM, DeBERTa), which 2.
+//    does not take. They become one linear over the stacked rows (biases stacked, zeros for a
+//    projection without one), reshape(y, [a0, a1, sum H_j, E]), and per projection
+//    slice(., 2, h_j, h_j + H_j): one GEMM of the summed width instead of several narrow ones
+//    (a prompt's k and v projections of 512 columns fill few SMs), and slices the CUDA backend
+//    reads as strided views (cuda_fold.h). Runs after 2. and 4., so the packed forms stay theirs.
 // Eager attention (matmul, softmax, matmul in model code) becomes sdpa in the pass before this
 // one (pass_eager_attention.c), so that these rewrites see the sdpa it makes.
 // New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
@@ -182,18 +192,28 @@ static int match_chain(const kiln_bgraph *b, int32_t v, qkv_chain *c, int64_t sh
     return 1;
 }
 
-// Rows of the constants a, b, c stacked into one new constant.
-static kiln_status stack3(kiln_bgraph *b, const int32_t v[3], int32_t *out) {
-    uint32_t dtype = b->values[v[0]].desc.dtype;
-    kiln_shape s = b->values[v[0]].desc.shape;
-    uint64_t each = b->values[v[0]].nbytes, total = 3 * each;
-    uint8_t *dst;
+// The rows (dim 0) of the n constants v[] of one dtype, one after another, as one new constant.
+static kiln_status stack_rows(kiln_bgraph *b, const int32_t *v, int n, int32_t *out) {
+    const uint32_t dtype = b->values[v[0]].desc.dtype;
+    kiln_shape s = b->values[v[0]].desc.shape; // a copy: adding may move the values
+    uint64_t total = 0, at = 0;
+    int64_t rows = 0;
     void *p;
+    for (int j = 0; j < n; j++) {
+        total += b->values[v[j]].nbytes;
+        rows += b->values[v[j]].desc.shape.max[0];
+    }
     KILN_TRY(kiln_bgraph_blob(b, (size_t)total, &p));
-    dst = p;
-    for (int j = 0; j < 3; j++) memcpy(dst + (size_t)j * each, b->values[v[j]].data, each);
-    s.min[0] = s.max[0] = 3 * s.max[0];
-    return kiln_bgraph_add_const(b, dtype, &s, dst, total, out);
+    for (int j = 0; j < n; j++) {
+        memcpy((uint8_t *)p + at, b->values[v[j]].data, b->values[v[j]].nbytes);
+        at += b->values[v[j]].nbytes;
+    }
+    s.min[0] = s.max[0] = rows;
+    return kiln_bgraph_add_const(b, dtype, &s, p, total, out);
+}
+
+static kiln_status stack3(kiln_bgraph *b, const int32_t v[3], int32_t *out) {
+    return stack_rows(b, v, 3, out);
 }
 
 // A new constant of v's dtype and shape, all zeros.
@@ -590,6 +610,135 @@ static kiln_status causal(kiln_bgraph *b, uint32_t node, int *done) {
     return KILN_OK;
 }
 
+// --- 6. head projections
+
+#define HEADS_MAX 8 // linears one merge takes
+
+typedef struct head_proj {
+    int32_t lin, resh; // node indices
+    int32_t w, bias;   // values
+    int64_t heads;     // H_j
+} head_proj;
+
+// Linear node li as a head projection: a linear (no tail) of a constant weight [N, K] and an
+// optional constant bias [N], its output [a0, a1, N] static and read only by a reshape to
+// [a0, a1, H, E] (static) with N = H * E. 0 when it is not one; else *e = E.
+static int head_projection(const kiln_bgraph *b, uint32_t li, head_proj *h, int64_t *e) {
+    const kiln_bnode *n = &b->nodes[li];
+    if (n->dead || n->op != KILN_OP_LINEAR || n->n_tail > 0 || n->head >= 0) return 0;
+    h->lin = (int32_t)li;
+    h->w = kiln_bgraph_input(b, n, 1);
+    h->bias = kiln_bgraph_input(b, n, 2);
+    if (!kiln_bgraph_is_const(b, h->w) || (h->bias >= 0 && !kiln_bgraph_is_const(b, h->bias)))
+        return 0;
+    const kiln_shape *ws = &b->values[h->w].desc.shape, *ys = &b->values[n->output].desc.shape;
+    if (ws->rank != 2 || ws->min[0] != ws->max[0] || ws->min[1] != ws->max[1] || ys->rank != 3)
+        return 0;
+    if (h->bias >= 0) {
+        const kiln_shape *bs = &b->values[h->bias].desc.shape;
+        if (bs->rank != 1 || bs->min[0] != ws->max[0] || bs->max[0] != ws->max[0]) return 0;
+    }
+    for (uint32_t i = 0; i < 3; i++) {
+        if (ys->min[i] != ys->max[i]) return 0; // static shapes (cuda_fold.h: slices as views)
+    }
+    h->resh = kiln_bgraph_only_reader(b, n->output);
+    if (h->resh < 0) return 0;
+    const kiln_bnode *r = &b->nodes[h->resh];
+    if (r->op != KILN_OP_RESHAPE || kiln_bgraph_input(b, r, 1) >= 0) return 0; // no `like`
+    const kiln_shape *rs = &b->values[r->output].desc.shape;
+    if (rs->rank != 4) return 0;
+    for (uint32_t i = 0; i < 4; i++) {
+        if (rs->min[i] != rs->max[i]) return 0;
+    }
+    if (rs->max[0] != ys->max[0] || rs->max[1] != ys->max[1] || rs->max[3] <= 0 ||
+        rs->max[2] * rs->max[3] != ws->max[0])
+        return 0;
+    h->heads = rs->max[2];
+    *e = rs->max[3];
+    return 1;
+}
+
+// A constant of `rows` zeros of dtype, rank 1.
+static kiln_status zeros_rows(kiln_bgraph *b, uint32_t dtype, int64_t rows, int32_t *out) {
+    kiln_shape s;
+    void *p;
+    const uint64_t n = (uint64_t)rows * kiln_dtype_size((kiln_dtype)dtype);
+    memset(&s, 0, sizeof s);
+    s.rank = 1;
+    s.min[0] = s.max[0] = rows;
+    KILN_TRY(kiln_bgraph_blob(b, (size_t)n, &p));
+    memset(p, 0, (size_t)n);
+    return kiln_bgraph_add_const(b, dtype, &s, p, n, out);
+}
+
+// Rewrite 6 for the head projections of the same x as linear node li (li the first of them).
+static kiln_status head_projections(kiln_bgraph *b, uint32_t li, int *done) {
+    head_proj h[HEADS_MAX];
+    int64_t e = 0, ej = 0, heads = 0, seq;
+    int n = 0, any_bias = 0;
+    *done = 0;
+    if (!head_projection(b, li, &h[0], &e)) return KILN_OK;
+    const int32_t x = kiln_bgraph_input(b, &b->nodes[li], 0);
+    const kiln_value_desc *w0 = &b->values[h[0].w].desc;
+    n = 1;
+    for (size_t k = li + 1; k < b->n_nodes && n < HEADS_MAX; k++) {
+        if (b->nodes[k].op != KILN_OP_LINEAR || kiln_bgraph_input(b, &b->nodes[k], 0) != x)
+            continue;
+        if (!head_projection(b, (uint32_t)k, &h[n], &ej) || ej != e) continue;
+        const kiln_value_desc *wd = &b->values[h[n].w].desc;
+        if (wd->dtype != w0->dtype || wd->shape.max[1] != w0->shape.max[1]) continue;
+        n++;
+    }
+    if (n < 2) return KILN_OK;
+    uint32_t bias_dt = 0;
+    for (int j = 0; j < n; j++) {
+        if (h[j].bias < 0) continue;
+        if (any_bias && b->values[h[j].bias].desc.dtype != bias_dt) return KILN_OK;
+        bias_dt = b->values[h[j].bias].desc.dtype;
+        any_bias = 1;
+    }
+    seq = b->nodes[h[0].lin].seq;
+    int32_t w[HEADS_MAX], bias[HEADS_MAX], wc, bc = -1, ins[3], y, r;
+    for (int j = 0; j < n; j++) {
+        w[j] = h[j].w;
+        bias[j] = h[j].bias;
+        if (b->nodes[h[j].lin].seq < seq) seq = b->nodes[h[j].lin].seq;
+        heads += h[j].heads;
+    }
+    KILN_TRY(stack_rows(b, w, n, &wc));
+    if (any_bias) {
+        for (int j = 0; j < n; j++) {
+            if (bias[j] < 0) KILN_TRY(zeros_rows(b, bias_dt, h[j].heads * e, &bias[j]));
+        }
+        KILN_TRY(stack_rows(b, bias, n, &bc));
+    }
+    ins[0] = x;
+    ins[1] = wc;
+    ins[2] = bc;
+    KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_LINEAR, ins, bc >= 0 ? 3 : 2, NULL, seq, &y));
+    {
+        const kiln_shape *ys = &b->values[y].desc.shape;
+        int64_t rs[4] = {ys->max[0], ys->max[1], heads, e};
+        KILN_TRY(add_view(b, KILN_OP_RESHAPE, y, rs, 4, seq, &r));
+    }
+    int64_t at = 0;
+    for (int j = 0; j < n; j++) {
+        int64_t ints[4] = {2, at, at + h[j].heads, 1};
+        kiln_attr_ref refs[4] = {{KILN_ATTR_INTS, 1, 0},
+                                 {KILN_ATTR_INTS, 1, 1},
+                                 {KILN_ATTR_INTS, 1, 2},
+                                 {KILN_ATTR_INTS, 1, 3}};
+        kiln_attrs a = {refs, 4, ints, NULL};
+        int32_t sl;
+        KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SLICE, &r, 1, &a, seq, &sl));
+        KILN_TRY(kiln_bgraph_replace_node(b, (uint32_t)h[j].resh, sl, "head projections merge"));
+        b->nodes[h[j].lin].dead = 1; // its reshape was its one reader
+        at += h[j].heads;
+    }
+    *done = n;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_attention(kiln_bgraph *b) {
     size_t n = b->n_nodes;
     KILN_TRY(kiln_bgraph_count_uses(b));
@@ -622,6 +771,14 @@ kiln_status kiln_pass_attention(kiln_bgraph *b) {
     n = b->n_nodes;
     for (size_t i = 0; i < n; i++) {
         int done = 0;
+        if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_LINEAR) continue;
+        KILN_TRY(head_projections(b, (uint32_t)i, &done));
+        b->stats.n_heads_merged += (uint32_t)done;
+        if (done) KILN_TRY(kiln_bgraph_count_uses(b));
+    }
+    n = b->n_nodes;
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
         if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_SDPA) continue;
         KILN_TRY(gqa(b, (uint32_t)i, &done));
         b->stats.n_gqa += (uint32_t)done;
@@ -636,7 +793,9 @@ kiln_status kiln_pass_attention(kiln_bgraph *b) {
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }
     // the new nodes were appended after the sdpa that reads them: restore index = topological order
-    if (b->stats.n_select + b->stats.n_qkv_merged + b->stats.n_gqa + b->stats.n_causal > 0) {
+    if (b->stats.n_select + b->stats.n_qkv_merged + b->stats.n_heads_merged + b->stats.n_gqa +
+            b->stats.n_causal >
+        0) {
         KILN_TRY(kiln_bgraph_sort_nodes(b));
     }
     return KILN_OK;

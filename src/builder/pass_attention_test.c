@@ -80,6 +80,85 @@ static void test_bert(int variant, uint32_t want_linear, uint32_t want_select, c
     for (int i = 0; i < 6; i++) free(blobs[i]);
 }
 
+// Head projections (rewrite 6): q over 4 heads, k and v over 2 heads of E (grouped-query
+// widths), each linear -> reshape [2, 5, H_j, E]; q and k through a rotary of constant tables
+// before their permute, k and v repeated for the groups, causal sdpa. variant 0: biases on q, k,
+// v; 1: a bias on k only (rows of zeros for the others); 2: no biases, and a fourth projection
+// of the same x whose head split is also an output (not merged); 3: v's head size differs (v
+// stays apart: q and k merge); 4: dynamic batch (nothing merged: the slices need static shapes).
+static void test_head_projections(int variant, uint32_t want_linear, uint32_t want_slice,
+                                  const char *what) {
+    enum { HQ = 4, HK = 2, S5 = 5 };
+    const int64_t ev = variant == 3 ? 2 * E : E, bmax = 2, bmin = variant == 4 ? 1 : 2;
+    float *blobs[8] = {0};
+    kiln_graph *g;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(bmin, S5, D), TU_DIMS(bmax, S5, D));
+    blobs[6] = tu_rand(S5 * E, -1.0f, 1.0f);
+    blobs[7] = tu_rand(S5 * E, -1.0f, 1.0f);
+    int32_t cs = tu_const(g, "cos", KILN_DTYPE_F32, 3, TU_DIMS(S5, 1, E), blobs[6]);
+    int32_t sn = tu_const(g, "sin", KILN_DTYPE_F32, 3, TU_DIMS(S5, 1, E), blobs[7]);
+    int32_t part[3];
+    for (int j = 0; j < 3; j++) {
+        static const char *wn[3] = {"wq", "wk", "wv"}, *bn[3] = {"bq", "bk", "bv"};
+        const int64_t heads = j == 0 ? HQ : HK, e = j == 2 ? ev : E, n = heads * e;
+        blobs[2 * j] = rnd(n * D);
+        blobs[2 * j + 1] = rnd(n);
+        int32_t w = tu_const(g, wn[j], KILN_DTYPE_F32, 2, TU_DIMS(n, D), blobs[2 * j]);
+        int32_t y;
+        if (variant == 0 || (variant == 1 && j == 1)) {
+            int32_t bb = tu_const(g, bn[j], KILN_DTYPE_F32, 1, TU_DIMS(n), blobs[2 * j + 1]);
+            y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, w, bb), TU_NO_ATTRS);
+        } else {
+            y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, w), TU_NO_ATTRS);
+        }
+        y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", -2, S5, heads, e)));
+        if (j < 2) y = tu_node(g, KILN_OP_ROTARY, TU_IDS(y, cs, sn), TU_NO_ATTRS);
+        y = tu_node(g, KILN_OP_PERMUTE, TU_IDS(y), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+        if (j > 0) {
+            int32_t u = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(y), TU_ATTRS(TU_INTS("dim", 2)));
+            u = tu_node(g, KILN_OP_EXPAND, TU_IDS(u),
+                        TU_ATTRS(TU_INTS("shape", -2, HK, HQ / HK, S5, e)));
+            y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(u), TU_ATTRS(TU_INTS("shape", -2, HQ, S5, e)));
+        }
+        part[j] = y;
+    }
+    int32_t o = -1;
+    {
+        int32_t ins[3] = {part[0], part[1], part[2]};
+        kiln_attr at[1] = {TU_INTS("is_causal", 1)};
+        CHECK_OK(kiln_graph_add_node(g, KILN_OP_SDPA, ins, 3, at, 1, &o, 1));
+    }
+    tu_output(g, o, "o");
+    float *w4 = NULL;
+    if (variant == 2) { // a fourth projection of x, its head split read by an output
+        w4 = rnd(HK * E * D);
+        int32_t w = tu_const(g, "w4", KILN_DTYPE_F32, 2, TU_DIMS(HK * E, D), w4);
+        int32_t y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, w), TU_NO_ATTRS);
+        int32_t r =
+            tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", -2, S5, HK, E)));
+        tu_output(g, y, "proj4");
+        tu_output(g, r, "heads4");
+    }
+    kiln_plan p;
+    if (bt_plan(g, &o1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_LINEAR) == want_linear, "%s: %u linear layers, want %u",
+                  what, bt_count(&p, KILN_OP_LINEAR), want_linear);
+        CHECK_MSG(bt_count(&p, KILN_OP_SLICE) == want_slice, "%s: %u slice layers, want %u", what,
+                  bt_count(&p, KILN_OP_SLICE), want_slice);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[1] = {{3, {2, S5, D}}};
+    bt_compare(g, &o0, &o1, 1, sh, 0, 1e-5, 1e-5, what);
+    if (variant == 4) {
+        bt_shape s1[1] = {{3, {1, S5, D}}};
+        bt_compare(g, &o0, &o1, 1, s1, 0, 1e-5, 1e-5, what);
+    }
+    kiln_graph_free(g);
+    for (int i = 0; i < 8; i++) free(blobs[i]);
+    free(w4);
+}
+
 // The packed projection exported through unbind(0): slice + squeeze per operand.
 static void test_packed_unbind(void) {
     float *w = rnd(3 * D * D), *b = rnd(3 * D);
@@ -689,11 +768,16 @@ int main(void) {
     o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
     o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
     test_bert(0, 1, 3, "BERT q/k/v merged");
-    test_bert(1, 3, 0, "k projection read twice");
-    test_bert(2, 3, 0, "v from another input");
+    test_bert(1, 2, 0, "k projection read twice: q and v merged as head projections");
+    test_bert(2, 2, 0, "v from another input: q and k merged as head projections");
     test_bert(3, 1, 3, "no biases, dynamic shapes");
     test_bert(4, 1, 3, "no bias on k: a row of zeros");
     test_bert(5, 1, 3, "a bias on q only");
+    test_head_projections(0, 1, 3, "head projections: q, k, v of grouped-query widths, biases");
+    test_head_projections(1, 1, 3, "head projections: a bias on k only");
+    test_head_projections(2, 2, 3, "head projections: no biases, a fourth read elsewhere");
+    test_head_projections(3, 2, 2, "head projections: v of another head size stays apart");
+    test_head_projections(4, 3, 0, "head projections: dynamic batch, none merged");
     test_packed_unbind();
     test_not_select();
     // decode-length q: the rows form (the mask's rows repeated: one expand)

@@ -219,7 +219,8 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         "extras %llu bytes, %u states of %llu bytes per context (%llu bytes of initial values "
         "kept), CUDA graphs %s; NHWC: %u of %u conv2d (%u channel-padded, %u on the "
         "stem kernel), %u tensors, %u boundary transposes; attention folds: %u layers run no "
-        "kernel, %u sdpa operands, %u outputs and %u matmul operands through strided views, %u "
+        "kernel, %u sdpa operands, %u outputs, %u matmul operands and %u rotary inputs through "
+        "strided views, %u "
         "tensors moved out of "
         "the arena, %u reshapes and slices aliased (no kernel); GEMV folds: %u RMSNorms inside "
         "GEMVs, %u "
@@ -233,9 +234,9 @@ static kiln_status cuda_engine_init(const kiln_plan *p, const void *const *weigh
         (unsigned long long)e->states_init_nbytes, e->use_graphs ? "on" : "off",
         e->layout.n_conv_nhwc, e->layout.n_conv, e->layout.n_conv_padded, e->layout.n_conv_stem,
         e->layout.n_nhwc, e->layout.n_copies, e->fold.n_virtual, e->fold.n_sdpa_in,
-        e->fold.n_sdpa_out, e->fold.n_mm_in, e->fold.n_reloc, e->fold.n_alias, e->fold.n_gemv_norm,
-        e->fold.n_gemv_pair, e->fold.n_gemv_sib, e->fold.n_rope, e->fold.n_rope_in,
-        (unsigned long long)e->l2_kept);
+        e->fold.n_sdpa_out, e->fold.n_mm_in, e->fold.n_rot_in, e->fold.n_reloc, e->fold.n_alias,
+        e->fold.n_gemv_norm, e->fold.n_gemv_pair, e->fold.n_gemv_sib, e->fold.n_rope,
+        e->fold.n_rope_in, (unsigned long long)e->l2_kept);
     *out_state = e;
     return KILN_OK;
 
@@ -961,7 +962,7 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                      ? (op == KILN_OP_ROTARY
                             ? "run by the q rotary's launch, its rows written straight into the "
                               "key cache"
-                        : op == KILN_OP_PERMUTE
+                        : op == KILN_OP_PERMUTE || op == KILN_OP_SLICE
                             ? "a view: the rope group reading it reads its input through strides"
                             : "run by the q rotary's launch (the cache rows written there)")
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_WSUM)
@@ -971,8 +972,8 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_CLAMP)
                      ? "run by an overflow clamp's launch (at its abs): clamp(x, -c, c), c "
                        "chosen by whether any |x| is inf, in one kernel"
-                     : "a view: the sdpa or matmul reading it reads its input through "
-                       "strides");
+                     : "a view: the sdpa, matmul or rotary reading it reads its input "
+                       "through strides");
         return;
     }
     if (e->layout.rs_xpose[li]) {
@@ -1013,6 +1014,9 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                    e->fold.sdpa_in[li] == 3   ? "a and b"
                    : e->fold.sdpa_in[li] == 1 ? "a"
                                               : "b");
+    }
+    if (op == KILN_OP_ROTARY && e->fold.sdpa_in[li] != 0) {
+        detail_add(out, "reads x through a strided view (no copy)");
     }
     if (op == KILN_OP_MATMUL && e->fold.sdpa_out[li] >= 0) {
         detail_add(out,

@@ -370,6 +370,7 @@ typedef struct fold_state {
     uint32_t *rl;        // reader layer
     uint32_t *rj;        // reader's input position
     uint8_t *cand;       // n_layers: may be virtual
+    uint8_t *cache_tab;  // n_tensors: cos/sin tables of a rotary that writes a KV cache
     kiln_tensor *shapes; // n_tensors: the largest shapes, no data (views at plan time)
 } fold_state;
 
@@ -442,6 +443,36 @@ static void unfold_chain(fold_state *s, int32_t t) {
     }
 }
 
+// A ROTARY layer li that reads its x through a view: no tail, and not a rotary of a decoder's
+// KV cache (tables shared with a rotary whose output an INDEX_COPY writes into a state): those
+// are rope groups' members, which read their inputs as rope_groups() decides.
+static int rotary_reader(const fold_state *s, uint32_t li) {
+    const kiln_plan *p = s->p;
+    const kiln_plan_layer *l = &p->layers[li];
+    if (l->op != KILN_OP_ROTARY || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
+        l->n_inputs != 3)
+        return 0;
+    const int32_t c = p->ids[l->input_begin + 1], sn = p->ids[l->input_begin + 2];
+    return c >= 0 && sn >= 0 && !s->cache_tab[c] && !s->cache_tab[sn];
+}
+
+// Marks the tables of the rotaries whose output an in-place INDEX_COPY writes into a state.
+static void cache_tables(fold_state *s) {
+    const kiln_plan *p = s->p;
+    for (uint32_t li = 0; li < p->n_layers; li++) {
+        const kiln_plan_layer *l = &p->layers[li];
+        if (l->op != KILN_OP_INDEX_COPY || l->n_inputs < 3) continue;
+        const int32_t c = p->ids[l->input_begin], src = p->ids[l->input_begin + 2];
+        if (c < 0 || src < 0 || p->tensors[c].kind != KILN_TENSOR_STATE) continue;
+        const int32_t r = s->f->producer[src];
+        if (r < 0 || p->layers[r].op != KILN_OP_ROTARY || p->layers[r].n_inputs != 3) continue;
+        for (uint32_t j = 1; j < 3; j++) {
+            const int32_t t = p->ids[p->layers[r].input_begin + j];
+            if (t >= 0) s->cache_tab[t] = 1;
+        }
+    }
+}
+
 static int readers_ok(const fold_state *s, int32_t t) {
     const kiln_plan *p = s->p;
     if (s->rbeg[t] == s->rbeg[t + 1]) return 0; // nobody reads it: nothing to gain
@@ -451,6 +482,7 @@ static int readers_ok(const fold_state *s, int32_t t) {
         if (s->f->virt[li] & VIRT) continue;
         if (l->op == KILN_OP_SDPA && !(l->flags & KILN_LAYER_TAIL) && s->rj[r] < 3) continue;
         if (l->op == KILN_OP_MATMUL && !(l->flags & KILN_LAYER_TAIL) && s->rj[r] < 2) continue;
+        if (s->rj[r] == 0 && rotary_reader(s, li)) continue;
         return 0;
     }
     return 1;
@@ -459,6 +491,7 @@ static int readers_ok(const fold_state *s, int32_t t) {
 static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
     const kiln_plan *p = s->p;
     kiln_cuda_fold *f = s->f;
+    cache_tables(s);
     // candidates
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
@@ -572,19 +605,21 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         changed = 0;
         for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
             const kiln_plan_layer *l = &p->layers[li];
-            const int mm = l->op == KILN_OP_MATMUL;
-            if ((l->op != KILN_OP_SDPA && !mm) || (f->virt[li] & VIRT)) continue;
-            for (uint32_t j = 0; j < (mm ? 2u : 3u) && j < l->n_inputs; j++) {
+            const int mm = l->op == KILN_OP_MATMUL, rot = rotary_reader(s, li);
+            if ((l->op != KILN_OP_SDPA && !mm && !rot) || (f->virt[li] & VIRT)) continue;
+            for (uint32_t j = 0; j < (mm ? 2u : rot ? 1u : 3u) && j < l->n_inputs; j++) {
                 int32_t t = p->ids[l->input_begin + j];
                 if (t < 0 || !is_virtual_read(f, f->producer[t])) continue;
                 int32_t x = base_of(s, t);
                 kiln_cuda_strided v;
                 kiln_cuda_fold_view(p, f, s->shapes, t, &v);
                 // sdpa needs E innermost; a slice's offset keeps its vector loads aligned; a
-                // matmul needs matrices cuBLASLt reads (mm_views_ok)
+                // matmul needs matrices cuBLASLt reads (mm_views_ok); a rotary reads rows with
+                // their last dim innermost (element loads)
                 const int fits =
-                    mm ? mm_views_ok(p, f, s->shapes, li, 0)
-                       : v.rank >= 2 && v.str[v.rank - 1] == 1 && (uintptr_t)v.data % 16 == 0;
+                    mm    ? mm_views_ok(p, f, s->shapes, li, 0)
+                    : rot ? v.rank >= 1 && v.str[v.rank - 1] == 1
+                          : v.rank >= 2 && v.str[v.rank - 1] == 1 && (uintptr_t)v.data % 16 == 0;
                 if (!fits) {
                     unfold_chain(s, t);
                     changed = 1;
@@ -999,12 +1034,36 @@ static uint32_t mem_last_read(const fold_state *s, int32_t b) {
     return end;
 }
 
+// A SLICE layer (no tail, step 1, running a kernel) producing t, read only by the permute that
+// a rope group folds, over an activation of t's dtype at static shapes (not NHWC, not read
+// through a layout copy): the group reads the slice's input through the slice's view too (the
+// heads of a merged q/k/v projection, builder.md); else -1.
+static int32_t rope_slice(const fold_state *s, int32_t t, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    const int32_t sl = t >= 0 ? s->f->producer[t] : -1;
+    if (sl < 0 || s->f->virt[sl] != 0 || s->rbeg[t + 1] - s->rbeg[t] != 1) return -1;
+    const kiln_plan_layer *l = &p->layers[sl];
+    const int32_t x = in0(p, (uint32_t)sl);
+    if (l->op != KILN_OP_SLICE || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
+        l->n_outputs != 1 || x < 0)
+        return -1;
+    kiln_attrs a = kiln_plan_layer_attrs(p, l);
+    const kiln_plan_tensor *xt = &p->tensors[x];
+    if (kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0) != 1 || xt->kind != KILN_TENSOR_ACTIVATION ||
+        xt->dtype != p->tensors[t].dtype || !static_shape(xt) || !static_shape(&p->tensors[t]) ||
+        xt->shape.rank != p->tensors[t].shape.rank || (nhwc != NULL && (nhwc[x] || nhwc[t])) ||
+        (alt != NULL && alt[l->input_begin]))
+        return -1;
+    return sl;
+}
+
 // A rope group input t (read at the group's launch q) produced by a PERMUTE (no tail) that keeps
 // the last dim innermost, whose output only the group reads: the permute runs no kernel and the
 // group reads the permute's input through the permuted strides (a prompt's projections, [B, L,
 // H, E] read as [B, H, L, E]). The input's memory must hold until q: a base the planner reuses
 // before then moves out of the arena, live to q. Not for a base a GEMV sibling launch writes
-// (written earlier than planned: its live range is the siblings').
+// (written earlier than planned: its live range is the siblings'). A SLICE before the permute
+// (rope_slice) folds with it.
 static void rope_fold_input(fold_state *s, int32_t t, uint32_t q, const uint8_t *nhwc,
                             const uint8_t *alt) {
     const kiln_plan *p = s->p;
@@ -1013,7 +1072,7 @@ static void rope_fold_input(fold_state *s, int32_t t, uint32_t q, const uint8_t 
     const int32_t pl = t >= 0 ? f->producer[t] : -1;
     if (pl < 0 || (uint32_t)pl >= q || f->virt[pl] != 0) return;
     const kiln_plan_layer *l = &p->layers[pl];
-    const int32_t x = in0(p, (uint32_t)pl);
+    int32_t x = in0(p, (uint32_t)pl);
     if (l->op != KILN_OP_PERMUTE || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
         l->n_outputs != 1 || x < 0 || s->rbeg[t + 1] - s->rbeg[t] != 1)
         return;
@@ -1023,13 +1082,20 @@ static void rope_fold_input(fold_state *s, int32_t t, uint32_t q, const uint8_t 
         !static_shape(xt) || (nhwc != NULL && nhwc[x]) || (alt != NULL && alt[l->input_begin]) ||
         r < 1 || !perm_of(p, (uint32_t)pl, r, perm) || perm[r - 1] != r - 1)
         return;
+    // a slice before the permute folds with it: the group reads the slice's input
+    const int32_t sl = rope_slice(s, x, nhwc, alt);
+    uint32_t from = (uint32_t)pl;
+    if (sl >= 0) {
+        x = in0(p, (uint32_t)sl);
+        from = (uint32_t)sl;
+    }
     const int32_t b = mem_of(s, x), bp = f->producer[b];
     if (p->tensors[b].kind != KILN_TENSOR_ACTIVATION || bp < 0 ||
         (f->virt[bp] & KILN_CUDA_FOLD_GEMV) || f->gemv_next[bp] >= 0)
         return;
     if (f->reloc[b]) {
         if (q > f->live_last[b]) f->live_last[b] = q;
-    } else if (written_in(s, (uint32_t)pl, q, x)) {
+    } else if (written_in(s, from, q, x)) {
         const uint32_t end = mem_last_read(s, b);
         f->reloc[b] = 1;
         f->live_first[b] = (uint32_t)bp;
@@ -1037,6 +1103,7 @@ static void rope_fold_input(fold_state *s, int32_t t, uint32_t q, const uint8_t 
         f->n_reloc++;
     }
     f->virt[pl] = KILN_CUDA_FOLD_ROPE;
+    if (sl >= 0) f->virt[sl] = KILN_CUDA_FOLD_ROPE;
     f->n_rope_in++;
 }
 
@@ -1111,9 +1178,16 @@ void kiln_cuda_fold_rope_view(const kiln_plan *p, const kiln_cuda_fold *f, const
     memset(out, 0, sizeof *out);
     if (pl < 0 || !(f->virt[pl] & KILN_CUDA_FOLD_ROPE) || p->layers[pl].op != KILN_OP_PERMUTE)
         return;
-    const int32_t x = in0(p, (uint32_t)pl);
+    const int32_t x = in0(p, (uint32_t)pl), sl = f->producer[x];
     kiln_cuda_strided in;
-    dense(&views[x], views[x].data, &in);
+    if (sl >= 0 && (f->virt[sl] & KILN_CUDA_FOLD_ROPE) && p->layers[sl].op == KILN_OP_SLICE) {
+        const int32_t xx = in0(p, (uint32_t)sl); // the slice's input, then the slice's view
+        kiln_cuda_strided base;
+        dense(&views[xx], views[xx].data, &base);
+        apply(p, (uint32_t)sl, &base, views[x].rank, views[x].dims, elem_size(views[x].dtype), &in);
+    } else {
+        dense(&views[x], views[x].data, &in);
+    }
     apply(p, (uint32_t)pl, &in, views[t].rank, views[t].dims, elem_size(views[t].dtype), out);
 }
 
@@ -1491,6 +1565,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
     s.rj = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rj);
     s.cand = kiln_cuda_calloc(nl + 1);
+    s.cache_tab = kiln_cuda_calloc(nt + 1);
     s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
         f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
@@ -1498,7 +1573,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
         f.ratio_add == NULL || f.ratio_div == NULL || f.wsum_sm == NULL || f.wsum_mul == NULL ||
         f.mm_pre == NULL || f.clamp_mn == NULL || f.clamp_ab == NULL || f.mm_alpha == NULL ||
-        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.shapes == NULL) {
+        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.cache_tab == NULL ||
+        s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -1576,9 +1652,9 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         const kiln_plan_layer *l = &p->layers[li];
         if (f.virt[li] & VIRT) f.n_virtual++;
         if (f.sdpa_out[li] >= 0) f.n_sdpa_out++;
-        const int mm = l->op == KILN_OP_MATMUL;
-        if ((l->op != KILN_OP_SDPA && !mm) || (l->flags & KILN_LAYER_TAIL)) continue;
-        for (uint32_t j = 0; j < (mm ? 2u : 3u) && j < l->n_inputs; j++) {
+        const int mm = l->op == KILN_OP_MATMUL, rot = enable && rotary_reader(&s, li);
+        if ((l->op != KILN_OP_SDPA && !mm && !rot) || (l->flags & KILN_LAYER_TAIL)) continue;
+        for (uint32_t j = 0; j < (mm ? 2u : rot ? 1u : 3u) && j < l->n_inputs; j++) {
             int32_t t = p->ids[l->input_begin + j];
             // the constant scales folded on the way to the base: the matmul's alpha
             for (int32_t u = t, pl; mm && u >= 0 && is_virtual_read(&f, pl = f.producer[u]);
@@ -1589,6 +1665,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
                 f.sdpa_in[li] |= (uint8_t)(1u << j);
                 if (mm) {
                     f.n_mm_in++;
+                } else if (rot) {
+                    f.n_rot_in++;
                 } else {
                     f.n_sdpa_in++;
                 }
@@ -1601,6 +1679,7 @@ done:
     kiln_cuda_free(s.rl, ((size_t)p->n_ids + 1) * sizeof *s.rl);
     kiln_cuda_free(s.rj, ((size_t)p->n_ids + 1) * sizeof *s.rj);
     kiln_cuda_free(s.cand, nl + 1);
+    kiln_cuda_free(s.cache_tab, nt + 1);
     kiln_cuda_free(s.shapes, (nt + 1) * sizeof *s.shapes);
     return st;
 }

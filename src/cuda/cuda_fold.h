@@ -6,8 +6,12 @@
 // Reads: a PERMUTE, SELECT, SLICE or RESHAPE layer (no fused tail, its input stored as the plan
 // says) is *virtual* (no kernel; its output is never written) when its output is an activation,
 // not an engine output, and every reader of that output is a virtual layer, the q, k or v input
-// of an sdpa, or either operand of a MATMUL (an eager attention's q k^T and weights v: the
-// operands split from one projection and permuted to heads). A RESHAPE of another view's output
+// of an sdpa, either operand of a MATMUL (an eager attention's q k^T and weights v: the
+// operands split from one projection and permuted to heads), or the x of a ROTARY (no tail)
+// that is not a KV cache's (its tables shared with a rotary whose output an INDEX_COPY writes
+// into a state: rope groups read those): the heads of a merged q/k/v projection sliced for
+// their rotaries (docs/builder.md, head projections), read row by row with the last dim
+// innermost. A RESHAPE of another view's output
 // is virtual only at static shapes, and only where strides express it (each run of dims it
 // merges or splits contiguous in the view: torch's view rule; checked with the plan's shapes,
 // else the chain runs). A SLICE is virtual at static shapes only, and its chain runs where the
@@ -161,8 +165,8 @@ typedef struct kiln_cuda_strided {
 
 typedef struct kiln_cuda_fold {
     uint8_t *virt;        // n_layers: 0, KILN_CUDA_FOLD_VIRTUAL or _VIRTUAL | _WRITTEN
-    uint8_t *sdpa_in;     // n_layers: bit j (0..2): the sdpa's q/k/v (a matmul's a/b) is read
-                          // through a view
+    uint8_t *sdpa_in;     // n_layers: bit j (0..2): the sdpa's q/k/v (a matmul's a/b, a
+                          // rotary's x) is read through a view
     int32_t *sdpa_out;    // n_layers: the layer index of the permute the sdpa writes for, or -1
     int32_t *sdpa_dst;    // n_layers: the tensor it writes: the permute's output, or the output of
                           // the RESHAPE that is its only reader (dense: the same bytes), or -1
@@ -203,6 +207,7 @@ typedef struct kiln_cuda_fold {
     uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs
     uint32_t n_mm_in;               // folded matmul operands
+    uint32_t n_rot_in;              // rotaries reading their x through a view
 } kiln_cuda_fold;
 
 // A matmul y[b] = a[b] @ b[b] (torch.matmul's batch broadcasting) over strided operands, its

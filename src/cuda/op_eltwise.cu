@@ -1294,8 +1294,15 @@ static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restri
         const uint32_t row = (uint32_t)idx / w, i = (uint32_t)idx - row * w;
         if (i < h) {
             rotary_pair(x, cs, sn, y + (int64_t)row * P.d, P, row, i);
-        } else {
-            y[(int64_t)row * P.d + h + i] = x[(int64_t)row * P.d + h + i];
+        } else { // a passed element: x's row through its strides (a view, or dense)
+            int64_t xo = 0;
+            uint32_t rem = row;
+            for (int k = P.nlead - 1; k >= 0; k--) {
+                const uint32_t n = (uint32_t)P.lead[k], q = rem / n;
+                xo += (int64_t)(rem - q * n) * P.xstr[k];
+                rem = q;
+            }
+            y[(int64_t)row * P.d + h + i] = x[xo + h + i];
         }
     }
 }
@@ -1511,12 +1518,21 @@ template <typename T, typename TC, typename TS>
 static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0], *c = args->in[1], *s = args->in[2], *y = args->out;
     if (ctx->rope_kx != NULL) return rope_group_run<T, TC, TS>(ctx, args);
+    // x read through the attention fold's view (a head slice of a merged projection), or dense
+    const kiln_cuda_strided *xv = ctx->sdpa_io[0];
+    if (xv != NULL && (xv->rank != x->rank || x->rank == 0 || xv->str[x->rank - 1] != 1)) {
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "cuda rotary: the folded view of x disagrees with the tensor at %s; "
+                              "set the option cuda.attention_fold to false",
+                              ctx->where ? ctx->where : "?");
+    }
     rot_params P;
-    rot_params_of(x, NULL, c, s, &P);
+    rot_params_of(x, xv, c, s, &P);
     if (P.rows == 0 || P.h == 0) return KILN_OK;
     // a thread per pair and per passed element (a partial rotation passes d - 2h of each row)
     kc_launch(ctx, rotary_kernel<T, TC, TS>, kc_blocks(P.rows * (P.d - P.h), EW_BLOCK), EW_BLOCK, 0,
-              (const T *)x->data, (const TC *)c->data, (const TS *)s->data, (T *)y->data, P);
+              (const T *)(xv != NULL ? xv->data : x->data), (const TC *)c->data,
+              (const TS *)s->data, (T *)y->data, P);
     return kiln_cuda_check_launch(ctx, "rotary_kernel");
 }
 

@@ -827,7 +827,9 @@ static void mm_geom_case(void) {
 // Separate projections (exported BERT): q, k, v = linear -> reshape [B, S, H, E] -> permute
 // (0, 2, 1, 3); sdpa -> permute (0, 2, 1, 3) -> reshape -> linear. Without k_out the builder
 // merges the projections into the packed form; with k_out, k's permuted tensor is also an engine
-// output: nothing is merged, and that permute runs (its output is materialized).
+// output: the head projections merge instead (pass_attention.c 6.: one linear, slices of its
+// heads), q and v are read through the slices' views, and k's slice and permute run (the permute's
+// output is materialized).
 static void separate(int k_out) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -870,22 +872,29 @@ static void separate(int k_out) {
         kiln_plan_release(&p);
         return;
     }
-    CHECK(sdpa != UINT32_MAX && l2 != UINT32_MAX);
-    if (sdpa != UINT32_MAX && l2 != UINT32_MAX) {
-        int32_t bases[3] = {kiln_plan_group_output(&p, l0), kiln_plan_group_output(&p, l1),
-                            kiln_plan_group_output(&p, l2)};
-        int64_t col0[3] = {0, 0, 0};
+    CHECK(sdpa != UINT32_MAX && l0 < sdpa && l1 > sdpa && l2 == UINT32_MAX);
+    if (sdpa != UINT32_MAX && l0 < sdpa) {
+        // the views' base: the heads reshape of the merged projection (it runs for k's slice;
+        // the memory is the projection's, aliased on the device: the same offsets)
+        int32_t x3 = kiln_plan_group_output(&p, l0);
+        for (uint32_t li = l0 + 1; li < sdpa; li++) {
+            if (p.layers[li].op == KILN_OP_RESHAPE && p.ids[p.layers[li].input_begin] == x3) {
+                x3 = p.ids[p.layers[li].output_begin];
+                break;
+            }
+        }
+        int32_t bases[3] = {x3, x3, x3};
+        int64_t col0[3] = {0, D, 2 * D};
         fprintf(stderr,
-                "separate%s: %u virtual, sdpa operands %u (mask %u), outputs %u, moved out of the "
-                "arena %u\n",
-                k_out ? " (k an output)" : "", f.n_virtual, f.n_sdpa_in, f.sdpa_in[sdpa],
-                f.n_sdpa_out, f.n_reloc);
-        CHECK_EQ_INT(f.sdpa_in[sdpa], k_out ? 5 : 7);
-        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), k_out ? 3 : 4);
-        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_RESHAPE), k_out ? 3 : 4);
+                "separate (k an output): %u virtual, sdpa operands %u (mask %u), outputs %u, moved "
+                "out of the arena %u\n",
+                f.n_virtual, f.n_sdpa_in, f.sdpa_in[sdpa], f.n_sdpa_out, f.n_reloc);
+        CHECK_EQ_INT(f.sdpa_in[sdpa], 5);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SLICE), 2);
+        CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), 3);
         CHECK(f.sdpa_out[sdpa] > (int32_t)sdpa);
         bind_views(&p, views);
-        check_views(&p, &f, views, sdpa, bases, col0, D);
+        check_views(&p, &f, views, sdpa, bases, col0, 3 * D);
         check_lifetimes(&p, &f, sdpa, bases, 3);
         unbind(&p, views);
     }
@@ -896,11 +905,12 @@ static void separate(int k_out) {
 // Grouped-query attention as a decoder's prefill exports it: q = permute(reshape(linear(x, D)),
 // [B, S, GH, E]) with GH = 4 query heads, k and v over G = 2 kv heads ([B, S, G * E] projections,
 // head split, permute) each repeated R = 2 times (transformers' repeat_kv: unsqueeze, expand,
-// reshape), is_causal, the head merge (permute, reshape) into a linear. The builder's broadcast
-// form (pass_attention.c) leaves a rank-5 sdpa over q [B, G, R, S, E] and k, v [B, G, 1, S, E]
-// whose result is permuted to [B, S, G, R, E]: every link is a view here (no permute, reshape
-// or expand runs), q reads head g R + r of x's projection, k and v head g of theirs, and the
-// sdpa writes [B, S, GH, E] directly.
+// reshape), is_causal, the head merge (permute, reshape) into a linear. The builder merges the
+// three projections (pass_attention.c 6.: one linear of GH + 2 G heads, a slice each) and its
+// broadcast form leaves a rank-5 sdpa over q [B, G, R, S, E] and k, v [B, G, 1, S, E] whose
+// result is permuted to [B, S, G, R, E]: every link is a view here (no slice, permute, reshape
+// or expand runs), q reads head g R + r of the merged projection, k head GH + g and v head
+// GH + G + g, and the sdpa writes [B, S, GH, E] directly.
 static void gqa_case(void) {
     enum { G = 2, R = 2, GH = G * R, DQ = GH * E, DK = G * E };
     kiln_graph *g = NULL;
@@ -930,9 +940,12 @@ static void gqa_case(void) {
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), run = 0;
     for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
         uint32_t op = p.layers[li].op;
-        if (op == KILN_OP_PERMUTE || op == KILN_OP_RESHAPE || op == KILN_OP_EXPAND ||
-            op == KILN_OP_UNSQUEEZE || op == KILN_OP_COPY)
+        if (op == KILN_OP_PERMUTE || op == KILN_OP_EXPAND || op == KILN_OP_UNSQUEEZE ||
+            op == KILN_OP_COPY || op == KILN_OP_SLICE)
             run += !(f.virt[li] & KILN_CUDA_FOLD_VIRTUAL);
+        if (op == KILN_OP_RESHAPE)
+            run += !(f.virt[li] & KILN_CUDA_FOLD_VIRTUAL) &&
+                   f.alias[p.ids[p.layers[li].output_begin]] < 0;
     }
     fprintf(stderr, "gqa: %u virtual, sdpa operands %u, outputs %u, view layers run %u\n",
             f.n_virtual, f.n_sdpa_in, f.n_sdpa_out, run);
@@ -946,12 +959,11 @@ static void gqa_case(void) {
     if (sdpa != UINT32_MAX) {
         const kiln_plan_layer *l = &p.layers[sdpa];
         int32_t ins[3], w = f.sdpa_dst[sdpa], lin[3];
-        uint32_t at = 0;
+        const uint32_t l0 = find_head(&p, KILN_OP_LINEAR, 0);
+        CHECK(l0 < sdpa && find_head(&p, KILN_OP_LINEAR, l0 + 1) > sdpa); // one projection
         for (int j = 0; j < 3; j++) {
             ins[j] = p.ids[l->input_begin + j];
-            at = find_head(&p, KILN_OP_LINEAR, at);
-            lin[j] = at == UINT32_MAX ? -1 : kiln_plan_group_output(&p, at);
-            at = at == UINT32_MAX ? at : at + 1;
+            lin[j] = l0 == UINT32_MAX ? -1 : kiln_plan_group_output(&p, l0);
         }
         CHECK_EQ_INT(p.tensors[p.ids[l->output_begin]].shape.rank, 5);
         CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
@@ -971,9 +983,11 @@ static void gqa_case(void) {
                     for (int64_t r = 0; r < R; r++)
                         for (int64_t s = 0; s < S; s++)
                             for (int64_t e = 0; e < E; e++) {
-                                int64_t hq = ((b * S + s) * GH + gi * R + r) * E + e;
-                                int64_t hk = ((b * S + s) * G + gi) * E + e;
-                                int64_t want[4] = {hq, hk, hk, hq};
+                                const int64_t row = (b * S + s) * (DQ + 2 * DK);
+                                int64_t hq = row + (gi * R + r) * E + e;
+                                int64_t hk = row + DQ + gi * E + e;
+                                int64_t ho = ((b * S + s) * GH + gi * R + r) * E + e;
+                                int64_t want[4] = {hq, hk, hk + DK, ho};
                                 for (int j = 0; j < 4; j++) {
                                     const kiln_cuda_strided *u = &v[j];
                                     int64_t rr = j == 1 || j == 2 ? 0 : r;
@@ -986,6 +1000,91 @@ static void gqa_case(void) {
             CHECK_MSG(bad == 0, "gqa: %d view elements at the wrong offset", bad);
             unbind(&p, views);
         }
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_plan_release(&p);
+}
+
+// Grouped-query attention with rotary embeddings (transformers' Llama after the builder's view
+// rules): q over GH = 4 heads, k and v over G = 2, each linear -> head split [B, S, H_j, E]; q
+// and k through a rotary of constant tables [S, 1, E] -> permute (0, 2, 1, 3); k, v repeated;
+// causal sdpa. The builder merges the projections (one linear of GH + 2 G heads, a slice each:
+// pass_attention.c 6.); the fold reads each rotary's x through its slice's view (row (b, s) of
+// the merged projection, heads from the slice's start), v's slice is a view of the sdpa, and
+// no slice runs.
+static void rope_heads_case(void) {
+    enum { G = 2, R = 2, GH = G * R, DQ = GH * E, DK = G * E, W = DQ + 2 * DK };
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_fold f;
+    kiln_tensor views[64];
+    int64_t dims[3] = {B, S, DQ}, qsplit[4] = {B, S, GH, E}, ksplit[4] = {B, S, G, E};
+    int64_t swap[4] = {0, 2, 1, 3}, merge[3] = {B, S, DQ}, two = 2, td[3] = {S, 1, E};
+    int64_t ex[5] = {B, G, R, S, E}, rep[4] = {B, GH, S, E}, one = 1;
+    int32_t x = -1, qkv[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    const int32_t cs = constant(g, 3, td), sn = constant(g, 3, td);
+    for (int j = 0; j < 3; j++) {
+        int32_t c = reshape(g, linear(g, x, DQ, j == 0 ? DQ : DK), j == 0 ? qsplit : ksplit, 4);
+        if (j < 2) {
+            int32_t ri[3] = {c, cs, sn};
+            c = node(g, KILN_OP_ROTARY, ri, 3, NULL, 0);
+        }
+        c = permute(g, c, swap, 4);
+        if (j > 0) {
+            kiln_attr ua = {"dim", &two, NULL, 1}, ea = {"shape", ex, NULL, 5};
+            int32_t u = node(g, KILN_OP_UNSQUEEZE, &c, 1, &ua, 1);
+            c = reshape(g, node(g, KILN_OP_EXPAND, &u, 1, &ea, 1), rep, 4);
+        }
+        qkv[j] = c;
+    }
+    kiln_attr ca = {"is_causal", &one, NULL, 1};
+    int32_t att = node(g, KILN_OP_SDPA, qkv, 3, &ca, 1);
+    att = linear(g, reshape(g, permute(g, att, swap, 4), merge, 3), DQ, DQ);
+    CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    const uint32_t l0 = find_head(&p, KILN_OP_LINEAR, 0), sdpa = find_head(&p, KILN_OP_SDPA, 0);
+    CHECK(l0 < sdpa && sdpa != UINT32_MAX && find_head(&p, KILN_OP_LINEAR, l0 + 1) > sdpa);
+    uint32_t slices = 0, slices_run = 0, rot = 0;
+    for (uint32_t li = 0; li < p.n_layers; li++) {
+        if (p.layers[li].op == KILN_OP_SLICE) {
+            slices++;
+            slices_run += !(f.virt[li] & KILN_CUDA_FOLD_VIRTUAL);
+        }
+    }
+    fprintf(stderr, "rope heads: %u virtual, %u slices (%u run), rotary inputs through views %u\n",
+            f.n_virtual, slices, slices_run, f.n_rot_in);
+    CHECK(slices == 3 && slices_run == 0);
+    CHECK_EQ_INT(f.n_rot_in, 2);
+    CHECK_EQ_INT(f.sdpa_in[sdpa], 7);
+    if (l0 != UINT32_MAX) {
+        const int32_t y = kiln_plan_group_output(&p, l0);
+        int bad = 0;
+        bind_views(&p, views);
+        for (uint32_t li = 0; li < p.n_layers; li++) {
+            if (p.layers[li].op != KILN_OP_ROTARY) continue;
+            const int32_t t = p.ids[p.layers[li].input_begin];
+            const int64_t heads = p.tensors[t].shape.max[2], at0 = rot == 0 ? 0 : DQ;
+            kiln_cuda_strided v;
+            CHECK(f.sdpa_in[li] == 1);
+            kiln_cuda_fold_view(&p, &f, views, t, &v);
+            CHECK(v.rank == 4 && v.str[3] == 1 && v.dims[2] == (rot == 0 ? GH : G));
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t si = 0; si < S; si++)
+                    for (int64_t h = 0; h < heads; h++)
+                        for (int64_t e = 0; e < E; e++) {
+                            int64_t o = b * v.str[0] + si * v.str[1] + h * v.str[2] + e;
+                            int64_t want = (b * S + si) * W + at0 + h * E + e;
+                            bad += ((const uint16_t *)v.data - mem[y]) + o != want;
+                        }
+            rot++;
+        }
+        CHECK_MSG(rot == 2 && bad == 0, "rope heads: %u rotaries, %d view elements wrong", rot,
+                  bad);
+        unbind(&p, views);
     }
     kiln_cuda_fold_free(&p, &f);
     kiln_plan_release(&p);
@@ -1739,6 +1838,9 @@ static int plan_counts(const char *path, int list_layers) {
                                                             : f.sdpa_in[li] == 1 ? "a"
                                                                                  : "b");
                     }
+                    if (p.layers[li].op == KILN_OP_ROTARY && f.sdpa_in[li]) {
+                        printf(" [reads x through views]");
+                    }
                     printf("\n");
                 }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "
@@ -1760,7 +1862,8 @@ static int plan_counts(const char *path, int list_layers) {
 // standing in for the projections (activations). variant 0: the three permutes run no kernel
 // (the group reads their inputs through permuted strides); 1: the q permute's output is also an
 // engine output: that permute runs, the other two fold; 2: the k permute moves the last dim:
-// it runs.
+// it runs; 3: q, k and v are slices of the heads of one [1, L, 3 H, E] projection (the
+// builder's head projections): the slices run no kernel either, the group reads the projection.
 static void rope_perm_case(int variant) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -1775,9 +1878,25 @@ static void rope_perm_case(int variant) {
     CHECK(kiln_graph_add_state(g, "vc", KILN_DTYPE_F32, 4, cd, NULL, 0, &vc) == KILN_OK);
     static const char *const names[3] = {"xq", "xk", "xv"};
     int32_t hp[3]; // the heads-first views
+    int32_t packed = -1;
+    if (variant == 3) {
+        int64_t pd3[4] = {1, L, 3 * H, E};
+        CHECK(kiln_graph_add_input(g, "xqkv", KILN_DTYPE_F32, 4, pd3, pd3, &x[0]) == KILN_OK);
+        packed = node(g, KILN_OP_RELU, &x[0], 1, NULL, 0);
+    }
     for (int j = 0; j < 3; j++) {
-        CHECK(kiln_graph_add_input(g, names[j], KILN_DTYPE_F32, 4, xd, xd, &x[j]) == KILN_OK);
-        int32_t a = node(g, KILN_OP_RELU, &x[j], 1, NULL, 0);
+        int32_t a;
+        if (variant == 3) {
+            int64_t dim = 2, start = j * H, end = start + H, step = 1;
+            kiln_attr sa[4] = {{"dim", &dim, NULL, 1},
+                               {"start", &start, NULL, 1},
+                               {"end", &end, NULL, 1},
+                               {"step", &step, NULL, 1}};
+            a = node(g, KILN_OP_SLICE, &packed, 1, sa, 4);
+        } else {
+            CHECK(kiln_graph_add_input(g, names[j], KILN_DTYPE_F32, 4, xd, xd, &x[j]) == KILN_OK);
+            a = node(g, KILN_OP_RELU, &x[j], 1, NULL, 0);
+        }
         if (variant == 2 && j == 1) { // [1, L, H, E] -> [1, H, E, L] -> reshaped back
             int64_t back[4] = {1, H, L, E};
             kiln_attr pa = {"dims", moved, NULL, 4}, ra = {"shape", back, NULL, 4};
@@ -1826,15 +1945,37 @@ static void rope_perm_case(int variant) {
             }
             kiln_cuda_strided v;
             kiln_cuda_fold_rope_view(&p, &f, views, t, &v);
-            CHECK(v.rank == 4 && v.data == views[in0(&p, li)].data && v.dims[1] == H &&
-                  v.dims[2] == L && v.str[1] == E && v.str[2] == H * E && v.str[3] == 1);
+            if (variant == 3) { // head j * H of the projection [1, L, 3 H, E]
+                const int32_t sl = f.producer[in0(&p, li)];
+                CHECK(sl >= 0 && p.layers[sl].op == KILN_OP_SLICE &&
+                      (f.virt[sl] & KILN_CUDA_FOLD_ROPE));
+                if (sl >= 0) {
+                    kiln_attrs a = kiln_plan_layer_attrs(&p, &p.layers[sl]);
+                    const int64_t start = kiln_attrs_int(&a, KILN_A_SLICE_START, 0);
+                    const uintptr_t base = (uintptr_t)views[in0(&p, (uint32_t)sl)].data;
+                    const uintptr_t es = p.tensors[t].dtype == KILN_DTYPE_F32 ? 4 : 2;
+                    CHECK(v.rank == 4 && (uintptr_t)v.data == base + (uintptr_t)(start * E) * es &&
+                          v.dims[1] == H && v.dims[2] == L && v.str[1] == E &&
+                          v.str[2] == 3 * H * E && v.str[3] == 1);
+                }
+            } else {
+                CHECK(v.rank == 4 && v.data == views[in0(&p, li)].data && v.dims[1] == H &&
+                      v.dims[2] == L && v.str[1] == E && v.str[2] == H * E && v.str[3] == 1);
+            }
         } else {
             run++;
         }
     }
     CHECK_MSG(f.n_rope_in == folded, "variant %d: n_rope_in %u, %u folded", variant, f.n_rope_in,
               folded);
-    if (variant == 0) CHECK_MSG(folded == 3 && run == 0, "%u folded, %u run", folded, run);
+    if (variant == 0 || variant == 3)
+        CHECK_MSG(folded == 3 && run == 0, "%u folded, %u run", folded, run);
+    if (variant == 3) {
+        uint32_t slices = 0;
+        for (uint32_t li = 0; li < p.n_layers; li++)
+            slices += p.layers[li].op == KILN_OP_SLICE && (f.virt[li] & KILN_CUDA_FOLD_ROPE);
+        CHECK_MSG(slices == 3, "variant 3: %u slices read by the group", slices);
+    }
     if (variant == 1 || variant == 2)
         CHECK_MSG(folded == 2 && run == 1, "variant %d: %u folded, %u run", variant, folded, run);
     kiln_cuda_fold_free(&p, &f);
@@ -1856,7 +1997,7 @@ int main(int argc, char **argv) {
     rope_case(2);
     rope_case(3);
     rope_case(4);
-    for (int v = 0; v <= 2; v++) rope_perm_case(v);
+    for (int v = 0; v <= 3; v++) rope_perm_case(v);
     gemv_unweighted_and_apart();
     gemv_siblings_relocated();
     gemv_case(1, 0);
@@ -1885,5 +2026,6 @@ int main(int argc, char **argv) {
     transposed_k();
     state_k();
     gqa_case();
+    rope_heads_case();
     return check_summary();
 }

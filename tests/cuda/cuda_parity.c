@@ -3449,6 +3449,56 @@ static int model_gqa(model *m, kiln_precision precision) {
                          nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
 }
 
+// A decoder's grouped-query prefill with rotary embeddings, as transformers' Llama writes it
+// after the builder's view rules: x [2, 40, 128] -> q projection to 4 heads of 32, k and v to
+// 2 heads of 32 (head split), q and k through a rotary with constant tables [40, 1, R] (R = 32,
+// or 16 of the 32: a partial rotation, StableLM's) -> permute (0, 2, 1, 3) -> k, v repeated
+// twice -> causal sdpa -> permute back -> reshape -> out linear + x -> layer norm. The builder
+// merges the three projections into one linear and slices its heads (pass_attention.c, head
+// projections); with cuda.attention_fold the rotaries read their heads through the slices'
+// views and v's slice is a view of the sdpa: no slice runs.
+#define ROPE_HEADS_MODEL_VIEWS 2 // rotaries reading their x through a view
+static int model_rope_heads(model *m, kiln_precision precision, int partial) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {2, 40, 128}, qs[4] = {2, 40, 4, 32}, ks[4] = {2, 40, 2, 32};
+    int64_t t0213[4] = {0, 2, 1, 3}, ex[5] = {2, 2, 2, 40, 32}, rep[4] = {2, 4, 40, 32};
+    int64_t two = 2, causal = 1;
+    int32_t parts[3];
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
+    const char *tab = partial ? "40x1x16" : "40x1x32";
+    const int32_t cs = gb_const(&b, F32, tab, -1.0, 1.0), sn = gb_const(&b, F32, tab, -1.0, 1.0);
+    kiln_attr pa = A_INTS("dims", t0213, 4);
+    for (int j = 0; j < 3; j++) {
+        int32_t l[3] = {x, gb_const(&b, F32, j == 0 ? "128x128" : "64x128", -0.15, 0.15),
+                        gb_const(&b, F32, j == 0 ? "128" : "64", -0.1, 0.1)};
+        kiln_attr ra = A_INTS("shape", j == 0 ? qs : ks, 4);
+        int32_t v = gb_node(&b, KILN_OP_LINEAR, l, 3, NULL, 0);
+        v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ra, 1);
+        if (j < 2) {
+            int32_t ri[3] = {v, cs, sn};
+            v = gb_node(&b, KILN_OP_ROTARY, ri, 3, NULL, 0);
+        }
+        v = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
+        if (j > 0) {
+            kiln_attr ua = A_INTS("dim", &two, 1), ea = A_INTS("shape", ex, 5);
+            kiln_attr rr = A_INTS("shape", rep, 4);
+            v = gb_node(&b, KILN_OP_UNSQUEEZE, &v, 1, &ua, 1);
+            v = gb_node(&b, KILN_OP_EXPAND, &v, 1, &ea, 1);
+            v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &rr, 1);
+        }
+        parts[j] = v;
+    }
+    kiln_attr ca = A_INTS("is_causal", &causal, 1), xa = A_INTS("shape", dims, 3);
+    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, &ca, 1);
+    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
+    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
+    static char nm[4][48];
+    return attention_out(&b, att, x, 128, NULL, 0, m, precision,
+                         partial ? "merged heads, partial rotary" : "merged heads, rotary",
+                         nm[2 * partial + (precision == KILN_PRECISION_BF16)], sizeof nm[0]);
+}
+
 // MaxViT's windowed attention: x [1, 4, 49, 64] (4 windows of 7x7) -> qkv linear -> q, k, v as
 // slices of the last dim (torch.chunk) -> reshape [1, 4, 49, 2, 32] -> permute (0, 1, 3, 2, 4) ->
 // sdpa -> permute back -> reshape -> out linear + x -> layer norm. With cuda.attention_fold the
@@ -3833,6 +3883,7 @@ typedef struct e2e_stats {
     int n_mm_views;    // matmuls reading an operand through the fold's views (cuda_fold.h)
     int n_mm_out;      // matmuls writing a permute's output through strides (cuda_fold.h)
     int n_clamp;       // abs layers that run an overflow clamp (cuda_fold.h)
+    int n_rot_views;   // rotaries reading x through the fold's views (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
 
@@ -3855,6 +3906,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         st->n_mm_out +=
             info.op == KILN_OP_MATMUL && strstr(info.detail, "writes the output of") != NULL;
         st->n_clamp += info.op == KILN_OP_ABS && strstr(info.detail, "an overflow clamp") != NULL;
+        st->n_rot_views += info.op == KILN_OP_ROTARY &&
+                           strstr(info.detail, "reads x through a strided view") != NULL;
         st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
         st->n_rs_xpose +=
             info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
@@ -5403,7 +5456,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[56];
+    model models[64]; // room for the 57 built below
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5460,6 +5513,12 @@ static void run_e2e(void) {
     if (!opt_quick && model_neox(&models[n], KILN_PRECISION_BF16)) n++;
     if (model_gqa(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_gqa(&models[n], KILN_PRECISION_BF16)) n++;
+    const int first_rope_heads = n;
+    if (model_rope_heads(&models[n], KILN_PRECISION_FP16, 0)) n++;
+    if (model_rope_heads(&models[n], KILN_PRECISION_FP16, 1)) n++;
+    if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 0)) n++;
+    if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 1)) n++;
+    const int end_rope_heads = n;
     int grn_model = n;
     if (model_grn(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_grn(&models[n], KILN_PRECISION_BF16)) n++;
@@ -5486,7 +5545,7 @@ static void run_e2e(void) {
     const int end_mm = n, first_clamp = n;
     if (model_inf_clamp(&models[n], 0)) n++;
     if (model_inf_clamp(&models[n], 1)) n++;
-    CHECK_MSG(n == (opt_quick ? 36 : 53), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 38 : 57), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5623,6 +5682,12 @@ static void run_e2e(void) {
                                          : 0;
                     CHECK_MSG(st.n_rope_folded == want, "%s: %d layers in a rope group, want %d",
                               models[i].name, st.n_rope_folded, want);
+                }
+                if (i >= first_rope_heads && i < end_rope_heads && picked) { // unless off
+                    const int want =
+                        !load_no_fold && policy.attention_fold ? ROPE_HEADS_MODEL_VIEWS : 0;
+                    CHECK_MSG(st.n_rot_views == want, "%s: %d rotaries read views, want %d",
+                              models[i].name, st.n_rot_views, want);
                 }
                 if (i == wsum_model && picked) { // the softmax-weighted sum, unless off
                     const int want = !load_no_fold && policy.attention_fold ? WSUM_MODEL_FOLDS : 0;
