@@ -199,3 +199,50 @@ def test_channels_last_values_do_not_cross_into_kiln(monkeypatch):
                     if isinstance(v, torch.Tensor) and n.op == "placeholder":
                         is_const = n.name not in ep.graph_signature.user_inputs
                         assert is_const or v.is_contiguous(), n.name
+
+
+def _live_lowered_modules(exclude=()) -> int:
+    import gc
+
+    from executorch.exir.lowered_backend_module import LoweredBackendModule
+
+    gc.collect()
+    return sum(
+        1 for o in gc.get_objects() if isinstance(o, LoweredBackendModule) and o not in exclude
+    )
+
+
+class _TwoLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 256), nn.Linear(256, 64)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_lowered_programs_are_not_kept_alive_by_the_process():
+    """Torch's fake-tensor dispatch cache and ExecuTorch's graph check memoize the lowered
+    delegate modules (and with them every engine's weight bytes) for the life of the process;
+    the partitioner and kiln.executorch.export release them, so exporting one model after
+    another does not accumulate memory (a test suite or a notebook exporting many models)."""
+    import gc
+    import weakref
+
+    import kiln.executorch
+    from executorch.exir.lowered_backend_module import LoweredBackendModule
+
+    x = (torch.randn(4, 64),)
+    gc.collect()
+    # delegates other tests' fixtures hold on purpose are not this test's
+    held = weakref.WeakSet(o for o in gc.get_objects() if isinstance(o, LoweredBackendModule))
+    for _ in range(3):  # the raw flow: each lowering releases what the previous one left
+        prog = _lower(_TwoLinears().eval(), x).to_executorch()
+        del prog
+    # at most the last lowering's delegate is still cached (released by the next partition;
+    # the first of these released what earlier lowerings in the process left)
+    assert _live_lowered_modules(held) <= 1
+    for _ in range(3):  # kiln.executorch.export releases its own before it returns
+        prog = kiln.executorch.export(_TwoLinears().eval(), x)
+        del prog
+    assert _live_lowered_modules(held) == 0

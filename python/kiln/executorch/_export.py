@@ -18,7 +18,7 @@ from . import _report
 from ._links import link_delegates
 from ._meta import check_not_meta
 from ._options import read_tuning_records, validate_external_data, validate_precision
-from .partitioner import KilnPartitioner
+from .partitioner import KilnPartitioner, release_graph_cache
 
 log = logging.getLogger("kiln.executorch")
 
@@ -290,6 +290,8 @@ def _export(
                 write_only_buffers=_write_only_buffers(programs),
             )
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
+        finally:
+            release_graph_cache()  # this lowering's nodes, kept by ExecuTorch's check
     methods, derived = _report.describe_methods(edge)
     rep.report.methods = methods
     # The partitioner's own record of what it left and why, when it keeps one; otherwise the
@@ -301,6 +303,7 @@ def _export(
     backend_config = _share_executorch_buffers(edge, backend_config, kiln)
     with rep.phase("to_executorch"):
         prog = edge.to_executorch(backend_config)
+        release_graph_cache()  # what the emitter's passes cached of the lowered modules
         # Tensors one Kiln delegate passes straight to another stay on its device at run time.
         links = link_delegates(prog, backend_config)
     rep.report.links = {m: sum(len(r.inputs) for r in recs.values()) for m, recs in links.items()}
