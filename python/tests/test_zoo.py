@@ -450,12 +450,12 @@ def test_zoo_cuda_folds_eager_attention_and_overflow_clamp(tmp_path):
     assert _count(rows, "abs") >= 2 and guards and not [r for r in guards if r[1]], rows
 
 
-@pytest.mark.parametrize("name", ["llama", "stablelm"])
+@pytest.mark.parametrize("name", ["llama", "stablelm", "gemma"])
 def test_zoo_cuda_reads_merged_head_projections(tmp_path, name):
-    """transformers' Llama (grouped-query widths) and StableLM (a partial rotary): q, k and v are
-    one linear whose heads are sliced (docs/builder.md, head projections); planned as the CUDA
-    backend plans it, on the CPU, no slice runs a kernel: the rotaries read q's and k's heads
-    through views of the projection, the sdpa v's."""
+    """transformers' Llama (grouped-query widths), StableLM (a partial rotary) and Gemma (one kv
+    head): q, k and v are one linear whose heads are sliced (docs/builder.md, head projections);
+    planned as the CUDA backend plans it, on the CPU, no slice runs a kernel: the rotaries read
+    q's and k's heads through views of the projection, the sdpa v's."""
     _, _, prog, part = export_zoo(name, 1, "fp16")
     check_whole(prog, part)
     rows = _cuda_plan(tmp_path, name, prog)

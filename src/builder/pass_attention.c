@@ -47,14 +47,17 @@
 //    and read no mask. An sdpa that the grouped-query rows form gave a repeated mask keeps it.
 // 6. Head projections: linears of the same x, each a constant weight [N_j, K] (one dtype and K)
 //    with an optional constant bias, whose output [a0, a1, N_j] is read only by a reshape to
-//    [a0, a1, H_j, E] (one E for all; static shapes), N_j = H_j * E: the projections of q, k
-//    and v where they differ in width (grouped-query attention: Llama, Qwen2, Mistral, Gemma) or
-//    where a rotary or a bmm comes between the head split and sdpa (StableLM, DeBERTa), which 2.
-//    does not take. They become one linear over the stacked rows (biases stacked, zeros for a
-//    projection without one), reshape(y, [a0, a1, sum H_j, E]), and per projection
-//    slice(., 2, h_j, h_j + H_j): one GEMM of the summed width instead of several narrow ones
-//    (a prompt's k and v projections of 512 columns fill few SMs), and slices the CUDA backend
-//    reads as strided views (cuda_fold.h). Runs after 2. and 4., so the packed forms stay theirs.
+//    [a0, a1, H_j, E] (one E for all; static shapes), N_j = H_j * E, or beside such a split to
+//    any shape ending in E (a single kv head's split already transposed or viewed for
+//    grouped-query attention: Gemma's; then that reshape follows the slice): the projections
+//    of q, k and v where they differ in width (grouped-query attention: Llama, Qwen2, Mistral,
+//    Gemma) or where a rotary or a bmm comes between the head split and sdpa (StableLM,
+//    DeBERTa), which 2. does not take. They become one linear over the stacked rows (biases
+//    stacked, zeros for a projection without one), reshape(y, [a0, a1, sum H_j, E]), and per
+//    projection slice(., 2, h_j, h_j + H_j): one GEMM of the summed width instead of several
+//    narrow ones (a prompt's k and v projections of 512 columns fill few SMs), and slices the
+//    CUDA backend reads as strided views (cuda_fold.h). Runs after 2. and 4. (and a dead-code
+//    sweep of the chains they replaced), so the packed forms stay theirs.
 // Eager attention (matmul, softmax, matmul in model code) becomes sdpa in the pass before this
 // one (pass_eager_attention.c), so that these rewrites see the sdpa it makes.
 // New nodes take the emission key (seq) of the node they replace (the squeeze; the last of the
@@ -618,11 +621,14 @@ typedef struct head_proj {
     int32_t lin, resh; // node indices
     int32_t w, bias;   // values
     int64_t heads;     // H_j
+    int split;         // 1: the reshape is the head split [a0, a1, H_j, E] itself
 } head_proj;
 
 // Linear node li as a head projection: a linear (no tail) of a constant weight [N, K] and an
-// optional constant bias [N], its output [a0, a1, N] static and read only by a reshape to
-// [a0, a1, H, E] (static) with N = H * E. 0 when it is not one; else *e = E.
+// optional constant bias [N], its output [a0, a1, N] static and read only by a reshape (static)
+// to [a0, a1, H, E] with N = H * E (split), or to any shape whose last dim E divides N (a single
+// kv head's split already transposed, [a0, 1, a1, E], or viewed for grouped-query attention:
+// Gemma's; taken only beside a split of the same E). 0 when it is not one; else *e = E.
 static int head_projection(const kiln_bgraph *b, uint32_t li, head_proj *h, int64_t *e) {
     const kiln_bnode *n = &b->nodes[li];
     if (n->dead || n->op != KILN_OP_LINEAR || n->n_tail > 0 || n->head >= 0) return 0;
@@ -646,15 +652,24 @@ static int head_projection(const kiln_bgraph *b, uint32_t li, head_proj *h, int6
     const kiln_bnode *r = &b->nodes[h->resh];
     if (r->op != KILN_OP_RESHAPE || kiln_bgraph_input(b, r, 1) >= 0) return 0; // no `like`
     const kiln_shape *rs = &b->values[r->output].desc.shape;
-    if (rs->rank != 4) return 0;
-    for (uint32_t i = 0; i < 4; i++) {
+    if (rs->rank < 2) return 0;
+    for (uint32_t i = 0; i < rs->rank; i++) {
         if (rs->min[i] != rs->max[i]) return 0;
     }
-    if (rs->max[0] != ys->max[0] || rs->max[1] != ys->max[1] || rs->max[3] <= 0 ||
-        rs->max[2] * rs->max[3] != ws->max[0])
-        return 0;
-    h->heads = rs->max[2];
-    *e = rs->max[3];
+    *e = rs->max[rs->rank - 1];
+    if (*e <= 0 || ws->max[0] % *e != 0) return 0;
+    h->heads = ws->max[0] / *e;
+    h->split = rs->rank == 4 && rs->max[0] == ys->max[0] && rs->max[1] == ys->max[1] &&
+               rs->max[2] == h->heads;
+    if (!h->split) { // its shape codes read the merged slice [a0, a1, H, E] the same way
+        kiln_attrs ra = kiln_bgraph_attrs(b, r);
+        uint32_t nr = 0;
+        const int64_t *codes = kiln_attrs_ints(&ra, KILN_A_RESHAPE_SHAPE, &nr);
+        if (nr == 0 || nr > KILN_MAX_RANK) return 0;
+        for (uint32_t i = 0; i < nr; i++) {
+            if (codes[i] < -3) return 0; // a copy of the input's dim 2 or later
+        }
+    }
     return 1;
 }
 
@@ -689,7 +704,9 @@ static kiln_status head_projections(kiln_bgraph *b, uint32_t li, int *done) {
         if (wd->dtype != w0->dtype || wd->shape.max[1] != w0->shape.max[1]) continue;
         n++;
     }
-    if (n < 2) return KILN_OK;
+    int n_split = 0;
+    for (int j = 0; j < n; j++) n_split += h[j].split && h[j].heads > 1;
+    if (n < 2 || n_split == 0) return KILN_OK; // one real head split at least
     uint32_t bias_dt = 0;
     for (int j = 0; j < n; j++) {
         if (h[j].bias < 0) continue;
@@ -731,6 +748,14 @@ static kiln_status head_projections(kiln_bgraph *b, uint32_t li, int *done) {
         kiln_attrs a = {refs, 4, ints, NULL};
         int32_t sl;
         KILN_TRY(kiln_bgraph_add_node(b, KILN_OP_SLICE, &r, 1, &a, seq, &sl));
+        if (!h[j].split) { // then the member's own reshape of its heads (the same elements)
+            kiln_attrs ra = kiln_bgraph_attrs(b, &b->nodes[h[j].resh]);
+            uint32_t nr = 0;
+            const int64_t *shape = kiln_attrs_ints(&ra, KILN_A_RESHAPE_SHAPE, &nr);
+            int64_t codes[KILN_MAX_RANK]; // checked by head_projection: 1..KILN_MAX_RANK
+            memcpy(codes, shape, nr * sizeof *codes); // a copy: adding nodes may move the pool
+            KILN_TRY(add_view(b, KILN_OP_RESHAPE, sl, codes, nr, seq, &sl));
+        }
         KILN_TRY(kiln_bgraph_replace_node(b, (uint32_t)h[j].resh, sl, "head projections merge"));
         b->nodes[h[j].lin].dead = 1; // its reshape was its one reader
         at += h[j].heads;
@@ -768,6 +793,9 @@ kiln_status kiln_pass_attention(kiln_bgraph *b) {
             if (done) KILN_TRY(kiln_bgraph_count_uses(b));
         }
     }
+    // the chains 2. and 4. left without readers die first: they must not join a merge
+    KILN_TRY(kiln_pass_dce(b));
+    KILN_TRY(kiln_bgraph_count_uses(b));
     n = b->n_nodes;
     for (size_t i = 0; i < n; i++) {
         int done = 0;

@@ -159,6 +159,47 @@ static void test_head_projections(int variant, uint32_t want_linear, uint32_t wa
     free(w4);
 }
 
+// Head projections with a single kv head (Gemma's multi-query attention): k and v are linears of
+// E columns reshaped straight to [B, 1, L, E] (the views pass merges the head split of one
+// head with its transpose), q a head split of 4 heads then permuted; sdpa broadcasts k and v
+// over the heads. variant 0: the three merge (k's and v's reshapes follow their slices);
+// 1: q a single head too: no member is a head split, nothing merges.
+static void test_single_kv_head(int variant, uint32_t want_linear, const char *what) {
+    enum { S5 = 5 };
+    const int64_t hq = variant == 1 ? 1 : 4;
+    float *blobs[3] = {0};
+    kiln_graph *g;
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 3, TU_DIMS(2, S5, D), TU_DIMS(2, S5, D));
+    int32_t part[3];
+    for (int j = 0; j < 3; j++) {
+        static const char *wn[3] = {"wq", "wk", "wv"};
+        const int64_t n = j == 0 ? hq * E : E;
+        blobs[j] = rnd(n * D);
+        int32_t w = tu_const(g, wn[j], KILN_DTYPE_F32, 2, TU_DIMS(n, D), blobs[j]);
+        int32_t y = tu_node(g, KILN_OP_LINEAR, TU_IDS(x, w), TU_NO_ATTRS);
+        if (j == 0 && variant == 0) {
+            y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", -2, S5, hq, E)));
+            y = tu_node(g, KILN_OP_PERMUTE, TU_IDS(y), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+        } else {
+            y = tu_node(g, KILN_OP_RESHAPE, TU_IDS(y), TU_ATTRS(TU_INTS("shape", -2, 1, S5, E)));
+        }
+        part[j] = y;
+    }
+    int32_t o = tu_node(g, KILN_OP_SDPA, TU_IDS(part[0], part[1], part[2]), TU_NO_ATTRS);
+    tu_output(g, o, "o");
+    kiln_plan p;
+    if (bt_plan(g, &o1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_LINEAR) == want_linear, "%s: %u linear layers, want %u",
+                  what, bt_count(&p, KILN_OP_LINEAR), want_linear);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[1] = {{3, {2, S5, D}}};
+    bt_compare(g, &o0, &o1, 1, sh, 0, 1e-5, 1e-5, what);
+    kiln_graph_free(g);
+    for (int i = 0; i < 3; i++) free(blobs[i]);
+}
+
 // The packed projection exported through unbind(0): slice + squeeze per operand.
 static void test_packed_unbind(void) {
     float *w = rnd(3 * D * D), *b = rnd(3 * D);
@@ -778,6 +819,8 @@ int main(void) {
     test_head_projections(2, 2, 3, "head projections: no biases, a fourth read elsewhere");
     test_head_projections(3, 2, 2, "head projections: v of another head size stays apart");
     test_head_projections(4, 3, 0, "head projections: dynamic batch, none merged");
+    test_single_kv_head(0, 1, "head projections: a single kv head's transposed split joins");
+    test_single_kv_head(1, 3, "head projections: no head split among them, none merged");
     test_packed_unbind();
     test_not_select();
     // decode-length q: the rows form (the mask's rows repeated: one expand)
