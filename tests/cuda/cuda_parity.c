@@ -3499,6 +3499,47 @@ static int model_rope_heads(model *m, kiln_precision precision, int partial) {
                          nm[2 * partial + (precision == KILN_PRECISION_BF16)], sizeof nm[0]);
 }
 
+// Multi-query attention with rotary embeddings, as transformers' Gemma exports it: x [2, 40,
+// 128] -> q projection to 4 heads of 32 (head split, rotary of tables [40, 1, 32], permute),
+// k and v projections of one head reshaped straight to [2, 1, 40, 32] (the split and transpose
+// of a single head are one view), k rotated by tables [40, 32] -> causal sdpa broadcasting k and
+// v over q's heads -> permute back -> reshape -> out linear + x -> layer norm. The builder
+// merges the three projections (k's and v's reshapes then read their slices); with
+// cuda.attention_fold both rotaries read their heads through views and no slice runs.
+static int model_rope_one_kv(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t dims[3] = {2, 40, 128}, qs[4] = {2, 40, 4, 32}, ks[4] = {2, 1, 40, 32};
+    int64_t t0213[4] = {0, 2, 1, 3}, causal = 1;
+    int32_t parts[3];
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
+    const int32_t qc = gb_const(&b, F32, "40x1x32", -1.0, 1.0);
+    const int32_t qsn = gb_const(&b, F32, "40x1x32", -1.0, 1.0);
+    const int32_t kc = gb_const(&b, F32, "40x32", -1.0, 1.0);
+    const int32_t ksn = gb_const(&b, F32, "40x32", -1.0, 1.0);
+    kiln_attr pa = A_INTS("dims", t0213, 4);
+    for (int j = 0; j < 3; j++) {
+        int32_t l[3] = {x, gb_const(&b, F32, j == 0 ? "128x128" : "32x128", -0.15, 0.15),
+                        gb_const(&b, F32, j == 0 ? "128" : "32", -0.1, 0.1)};
+        kiln_attr ra = A_INTS("shape", j == 0 ? qs : ks, 4);
+        int32_t v = gb_node(&b, KILN_OP_LINEAR, l, 3, NULL, 0);
+        v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ra, 1);
+        if (j < 2) {
+            int32_t ri[3] = {v, j == 0 ? qc : kc, j == 0 ? qsn : ksn};
+            v = gb_node(&b, KILN_OP_ROTARY, ri, 3, NULL, 0);
+        }
+        if (j == 0) v = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
+        parts[j] = v;
+    }
+    kiln_attr ca = A_INTS("is_causal", &causal, 1), xa = A_INTS("shape", dims, 3);
+    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, &ca, 1);
+    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
+    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
+    static char nm[2][48];
+    return attention_out(&b, att, x, 128, NULL, 0, m, precision, "merged heads, one kv head",
+                         nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
+}
+
 // MaxViT's windowed attention: x [1, 4, 49, 64] (4 windows of 7x7) -> qkv linear -> q, k, v as
 // slices of the last dim (torch.chunk) -> reshape [1, 4, 49, 2, 32] -> permute (0, 1, 3, 2, 4) ->
 // sdpa -> permute back -> reshape -> out linear + x -> layer norm. With cuda.attention_fold the
@@ -5456,7 +5497,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[64]; // room for the 57 built below
+    model models[64]; // room for the 59 built below
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5518,6 +5559,8 @@ static void run_e2e(void) {
     if (model_rope_heads(&models[n], KILN_PRECISION_FP16, 1)) n++;
     if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 0)) n++;
     if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 1)) n++;
+    if (model_rope_one_kv(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_rope_one_kv(&models[n], KILN_PRECISION_BF16)) n++;
     const int end_rope_heads = n;
     int grn_model = n;
     if (model_grn(&models[n], KILN_PRECISION_FP16)) n++;
@@ -5545,7 +5588,7 @@ static void run_e2e(void) {
     const int end_mm = n, first_clamp = n;
     if (model_inf_clamp(&models[n], 0)) n++;
     if (model_inf_clamp(&models[n], 1)) n++;
-    CHECK_MSG(n == (opt_quick ? 38 : 57), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 39 : 59), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
