@@ -1260,6 +1260,19 @@ typedef struct rot_params {
     int64_t rows, h, d;        // rows of x, R / 2 and D (a row's length)
 } rot_params;
 
+// The element offset of row `row` (over the nlead dims lead[], outermost first) through the
+// element strides str[].
+__device__ __forceinline__ int64_t rot_row_offset(const int64_t *lead, const int64_t *str,
+                                                  int nlead, uint32_t row) {
+    int64_t o = 0;
+    for (int k = nlead - 1; k >= 0; k--) {
+        const uint32_t n = (uint32_t)lead[k], q = row / n;
+        o += (int64_t)(row - q * n) * str[k];
+        row = q;
+    }
+    return o;
+}
+
 // Pair i of row `row` of x rotated into yr (the row's output).
 template <typename T, typename TC, typename TS>
 __device__ __forceinline__ void rotary_pair(const T *__restrict__ x, const TC *__restrict__ cs,
@@ -1295,14 +1308,7 @@ static __global__ void rotary_kernel(const T *__restrict__ x, const TC *__restri
         if (i < h) {
             rotary_pair(x, cs, sn, y + (int64_t)row * P.d, P, row, i);
         } else { // a passed element: x's row through its strides (a view, or dense)
-            int64_t xo = 0;
-            uint32_t rem = row;
-            for (int k = P.nlead - 1; k >= 0; k--) {
-                const uint32_t n = (uint32_t)P.lead[k], q = rem / n;
-                xo += (int64_t)(rem - q * n) * P.xstr[k];
-                rem = q;
-            }
-            y[(int64_t)row * P.d + h + i] = x[xo + h + i];
+            y[(int64_t)row * P.d + h + i] = x[rot_row_offset(P.lead, P.xstr, P.nlead, row) + h + i];
         }
     }
 }
@@ -1353,13 +1359,7 @@ rope_cache_kernel(const T *__restrict__ xq, T *__restrict__ yq,
         } else {
             const uint32_t e = (uint32_t)(idx - nq - nk), row = e / (uint32_t)C.dv;
             const int64_t dst = rope_cache_row(C, row, C.vwrap);
-            int64_t vo = 0;
-            uint32_t rem = row;
-            for (int k = C.v_nlead - 1; k >= 0; k--) {
-                const uint32_t n = (uint32_t)C.v_lead[k], q = rem / n;
-                vo += (int64_t)(rem - q * n) * C.v_str[k];
-                rem = q;
-            }
+            const int64_t vo = rot_row_offset(C.v_lead, C.v_str, C.v_nlead, row);
             const uint32_t col = e - row * (uint32_t)C.dv;
             if (dst >= 0) vc[dst * C.dv + col] = vs[vo + col];
         }
