@@ -3410,64 +3410,30 @@ static int model_neox(model *m, kiln_precision precision) {
 }
 
 // A decoder's grouped-query attention at prefill, as transformers writes it: x [2, 40, 128] ->
-// q projection to 4 heads of 32, k and v projections to 2 heads of 32 (head split, permute (0, 2,
-// 1, 3), each repeated twice: unsqueeze, expand, reshape) -> causal sdpa -> permute back ->
-// reshape -> out linear + x -> layer norm. The builder reads k and v broadcast over their
-// groups (q [2, 2, 2, 40, 32], k, v [2, 2, 1, 40, 32], pass_attention.c); with
-// cuda.attention_fold every link is a view and the sdpa writes the merge's output.
-static int model_gqa(model *m, kiln_precision precision) {
+// q projection to 4 heads of 32, k and v projections to 2 heads of 32 (head split; with rot,
+// q and k then through a rotary of constant tables [40, 1, R], R = 32 or 16 of the 32: a
+// partial rotation, StableLM's; the builder's view rules move Llama's rotary there) -> permute
+// (0, 2, 1, 3) -> k, v repeated twice (unsqueeze, expand, reshape) -> causal sdpa -> permute
+// back -> reshape -> out linear + x -> layer norm. The builder merges the three projections
+// into one linear and slices its heads (pass_attention.c, head projections) and reads k and v
+// broadcast over their groups (q [2, 2, 2, 40, 32], k, v [2, 2, 1, 40, 32]); with
+// cuda.attention_fold every link is a view, the rotaries read their heads through the slices'
+// views, no slice runs and the sdpa writes the merge's output.
+#define ROPE_HEADS_MODEL_VIEWS 2 // rotaries reading their x through a view (rot != 0)
+// rot: 0 no rotary (model_gqa), 1 a full rotation, 2 a partial one (16 of 32)
+static int gqa_graph(model *m, kiln_precision precision, int rot) {
     gbuild b = {NULL, 1};
     int64_t dims[3] = {2, 40, 128}, qs[4] = {2, 40, 4, 32}, ks[4] = {2, 40, 2, 32};
     int64_t t0213[4] = {0, 2, 1, 3}, ex[5] = {2, 2, 2, 40, 32}, rep[4] = {2, 4, 40, 32};
     int64_t two = 2, causal = 1;
-    int32_t parts[3];
+    int32_t parts[3], cs = -1, sn = -1;
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
-    kiln_attr pa = A_INTS("dims", t0213, 4);
-    for (int j = 0; j < 3; j++) {
-        int32_t l[3] = {x, gb_const(&b, F32, j == 0 ? "128x128" : "64x128", -0.15, 0.15),
-                        gb_const(&b, F32, j == 0 ? "128" : "64", -0.1, 0.1)};
-        kiln_attr ra = A_INTS("shape", j == 0 ? qs : ks, 4);
-        int32_t v = gb_node(&b, KILN_OP_LINEAR, l, 3, NULL, 0);
-        v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ra, 1);
-        v = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
-        if (j > 0) {
-            kiln_attr ua = A_INTS("dim", &two, 1), ea = A_INTS("shape", ex, 5);
-            kiln_attr rr = A_INTS("shape", rep, 4);
-            v = gb_node(&b, KILN_OP_UNSQUEEZE, &v, 1, &ua, 1);
-            v = gb_node(&b, KILN_OP_EXPAND, &v, 1, &ea, 1);
-            v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &rr, 1);
-        }
-        parts[j] = v;
+    if (rot) {
+        const char *tab = rot == 2 ? "40x1x16" : "40x1x32";
+        cs = gb_const(&b, F32, tab, -1.0, 1.0);
+        sn = gb_const(&b, F32, tab, -1.0, 1.0);
     }
-    kiln_attr ca = A_INTS("is_causal", &causal, 1), xa = A_INTS("shape", dims, 3);
-    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, &ca, 1);
-    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
-    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
-    static char nm[2][48];
-    return attention_out(&b, att, x, 128, NULL, 0, m, precision, "grouped-query prefill",
-                         nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
-}
-
-// A decoder's grouped-query prefill with rotary embeddings, as transformers' Llama writes it
-// after the builder's view rules: x [2, 40, 128] -> q projection to 4 heads of 32, k and v to
-// 2 heads of 32 (head split), q and k through a rotary with constant tables [40, 1, R] (R = 32,
-// or 16 of the 32: a partial rotation, StableLM's) -> permute (0, 2, 1, 3) -> k, v repeated
-// twice -> causal sdpa -> permute back -> reshape -> out linear + x -> layer norm. The builder
-// merges the three projections into one linear and slices its heads (pass_attention.c, head
-// projections); with cuda.attention_fold the rotaries read their heads through the slices'
-// views and v's slice is a view of the sdpa: no slice runs.
-#define ROPE_HEADS_MODEL_VIEWS 2 // rotaries reading their x through a view
-static int model_rope_heads(model *m, kiln_precision precision, int partial) {
-    gbuild b = {NULL, 1};
-    int64_t dims[3] = {2, 40, 128}, qs[4] = {2, 40, 4, 32}, ks[4] = {2, 40, 2, 32};
-    int64_t t0213[4] = {0, 2, 1, 3}, ex[5] = {2, 2, 2, 40, 32}, rep[4] = {2, 4, 40, 32};
-    int64_t two = 2, causal = 1;
-    int32_t parts[3];
-    kiln_graph_new(&b.g);
-    int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
-    const char *tab = partial ? "40x1x16" : "40x1x32";
-    const int32_t cs = gb_const(&b, F32, tab, -1.0, 1.0), sn = gb_const(&b, F32, tab, -1.0, 1.0);
     kiln_attr pa = A_INTS("dims", t0213, 4);
     for (int j = 0; j < 3; j++) {
         int32_t l[3] = {x, gb_const(&b, F32, j == 0 ? "128x128" : "64x128", -0.15, 0.15),
@@ -3475,7 +3441,7 @@ static int model_rope_heads(model *m, kiln_precision precision, int partial) {
         kiln_attr ra = A_INTS("shape", j == 0 ? qs : ks, 4);
         int32_t v = gb_node(&b, KILN_OP_LINEAR, l, 3, NULL, 0);
         v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ra, 1);
-        if (j < 2) {
+        if (rot && j < 2) {
             int32_t ri[3] = {v, cs, sn};
             v = gb_node(&b, KILN_OP_ROTARY, ri, 3, NULL, 0);
         }
@@ -3493,10 +3459,17 @@ static int model_rope_heads(model *m, kiln_precision precision, int partial) {
     int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, &ca, 1);
     att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
     att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
-    static char nm[4][48];
-    return attention_out(&b, att, x, 128, NULL, 0, m, precision,
-                         partial ? "merged heads, partial rotary" : "merged heads, rotary",
-                         nm[2 * partial + (precision == KILN_PRECISION_BF16)], sizeof nm[0]);
+    static const char *const names[3] = {"grouped-query prefill", "merged heads, rotary",
+                                         "merged heads, partial rotary"};
+    static char nm[3][2][48];
+    return attention_out(&b, att, x, 128, NULL, 0, m, precision, names[rot],
+                         nm[rot][precision == KILN_PRECISION_BF16], sizeof nm[0][0]);
+}
+
+static int model_gqa(model *m, kiln_precision precision) { return gqa_graph(m, precision, 0); }
+
+static int model_rope_heads(model *m, kiln_precision precision, int partial) {
+    return gqa_graph(m, precision, partial ? 2 : 1);
 }
 
 // Multi-query attention with rotary embeddings, as transformers' Gemma exports it: x [2, 40,
