@@ -13,7 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import assert_close, delegation_summary
-from kiln.executorch import save
+from executorch.exir import to_edge_transform_and_lower
+from kiln.executorch import KilnPartitioner, save
 
 VOCAB, WIDTH = 50, 16
 
@@ -253,3 +254,70 @@ def test_executorch_ops_between_kiln_partitions(tmp_path):
     s = delegation_summary(prog)
     assert s["kiln"] == 3, s
     assert any("atan" in op for op in s["ops"]) and any("flip" in op for op in s["ops"]), s
+
+
+# --- constants no node reads
+
+
+class LazyCacheStep(nn.Module):
+    """A decoder step whose key cache starts as an empty tensor, as transformers' DynamicCache
+    creates it, concatenated with the new keys (edge passes drop the empty operand and leave its
+    constant unread), beside a registered table the forward never reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.k = nn.Linear(WIDTH, WIDTH)
+        self.register_buffer("unused_table", torch.randn(50_000))
+
+    def forward(self, x):
+        past = torch.tensor([], dtype=x.dtype)
+        keys = torch.cat([past, self.k(x)], dim=-2)
+        return torch.softmax(x @ keys.transpose(-1, -2), dim=-1) @ keys
+
+
+def test_constants_no_node_reads_leave_the_program(tmp_path):
+    """Before, the empty constant stayed outside the engine as the program's only constant,
+    and ExecuTorch's runtime refused the program ("InvalidProgram"); the unread table was
+    stored in it."""
+    model = LazyCacheStep().eval()
+    x = torch.randn(2, 5, WIDTH)
+    runs = [(torch.randn(2, 5, WIDTH),)]
+    prog = _load_and_compare(tmp_path, model, (x,), runs)  # kiln.executorch.save
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+    assert (tmp_path / "model.pte").stat().st_size < 50_000 * 4, "the unread table is stored"
+    # the partitioner alone (to_edge_transform_and_lower, then to_executorch)
+    ep = torch.export.export(model, (x,))
+    direct = to_edge_transform_and_lower(ep, partitioner=[KilnPartitioner()]).to_executorch()
+    path = tmp_path / "direct.pte"
+    path.write_bytes(direct.buffer)
+    out = kiln.load(path).forward(*runs[0])
+    with torch.no_grad():
+        assert_close(out, model(*runs[0]))
+
+
+def test_transformers_decoder_with_its_default_cache(tmp_path):
+    """transformers' CodeGen (codegen-350M-mono widths: GPT-J's attention, interleaved rotary on
+    32 of 64 head dims, parallel residual) called as a user calls it, with its default cache:
+    it builds a DynamicCache whose lazily created empty tensors are concatenated with the keys."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.CodeGenConfig(
+        vocab_size=VOCAB * 20, n_embd=1024, n_head=16, rotary_dim=32, n_layer=1, n_positions=2048
+    )
+    cfg._attn_implementation = "eager"  # CodeGen has no sdpa form in transformers
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = transformers.CodeGenModel(cfg)
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).last_hidden_state
+
+    model = Hidden().eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 48))
+    runs = [(torch.randint(0, cfg.vocab_size, (1, 48)),)]
+    prog = _load_and_compare(tmp_path, model, (ids,), runs)
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s

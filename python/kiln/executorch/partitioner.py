@@ -15,7 +15,7 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from executorch.exir.backend.utils import tag_constant_data
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.export import ExportedProgram
-from torch.export.graph_signature import OutputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -91,6 +91,27 @@ def constant_tensors(ep: ExportedProgram) -> dict[Node, torch.Tensor | None]:
                 out[n] = t.detach()
                 break
     return out
+
+
+def tag_dead_constants(ep: ExportedProgram, tag: str) -> None:
+    """Gives a Kiln partition the constant inputs no node reads (parameters, lifted constants,
+    buffers the program does not update), so that lowering moves them out of the program left
+    to ExecuTorch. Edge passes leave such inputs behind (a cache's lazily created empty tensor
+    concatenated with the first keys: the concatenation drops it); once Kiln takes every weight
+    they can be the only constants left, and ExecuTorch writes a program its runtime refuses to
+    load (one whose constants are all empty). A partitioner may not change the graph: tagging is
+    what it can do."""
+    sig = ep.graph_signature
+    updated = {s.target for s in sig.output_specs if s.kind == OutputKind.BUFFER_MUTATION}
+    constant = {
+        s.arg.name
+        for s in sig.input_specs
+        if s.kind in (InputKind.PARAMETER, InputKind.CONSTANT_TENSOR, InputKind.BUFFER)
+        and s.target not in updated
+    }
+    for n in ep.graph.nodes:
+        if n.op == "placeholder" and n.name in constant and not n.users:
+            n.meta.setdefault("delegation_tag", tag)
 
 
 def analyze(
@@ -566,6 +587,8 @@ class KilnPartitioner(Partitioner):
                     stacklevel=2,
                 )
         tag_constant_data(exported_program)
+        if tags:
+            tag_dead_constants(exported_program, next(iter(tags)))
         self.buffers_left += tag_owned_buffers(exported_program, tags)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
 
