@@ -321,3 +321,41 @@ def test_transformers_decoder_with_its_default_cache(tmp_path):
     prog = _load_and_compare(tmp_path, model, (ids,), runs)
     s = delegation_summary(prog)
     assert s["kiln"] == 1 and not s["ops"], s
+
+
+def test_transformers_encoder_decoder(tmp_path):
+    """transformers' T5Model (t5-small widths: d 512, 8 heads of 64, FFN 2048) with its six
+    decoder layers: the cross-attention k and v of every layer project the encoder's output, 12
+    linears of one x that the builder merges into one GEMM (it failed to build with more than 8)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(
+        vocab_size=VOCAB * 20,
+        d_model=512,
+        d_ff=2048,
+        num_heads=8,
+        d_kv=64,
+        num_layers=1,
+        num_decoder_layers=6,
+    )
+    cfg._attn_implementation = "sdpa"
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = transformers.T5Model(cfg)
+
+        def forward(self, ids, decoder_ids):
+            return self.model(input_ids=ids, decoder_input_ids=decoder_ids).last_hidden_state
+
+    model = Hidden().eval()
+
+    def ids():
+        return (
+            torch.randint(0, cfg.vocab_size, (1, 40)),
+            torch.randint(0, cfg.vocab_size, (1, 12)),
+        )
+
+    prog = _load_and_compare(tmp_path, model, ids(), [ids()])
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s

@@ -615,7 +615,7 @@ static kiln_status causal(kiln_bgraph *b, uint32_t node, int *done) {
 
 // --- 6. head projections
 
-#define HEADS_MAX 8 // linears one merge takes
+#define HEADS_MAX 64 // linears one merge takes (an encoder-decoder's cross-attention k and v)
 
 typedef struct head_proj {
     int32_t lin, resh; // node indices
@@ -686,8 +686,10 @@ static kiln_status zeros_rows(kiln_bgraph *b, uint32_t dtype, int64_t rows, int3
     return kiln_bgraph_add_const(b, dtype, &s, p, n, out);
 }
 
-// Rewrite 6 for the head projections of the same x as linear node li (li the first of them).
-static kiln_status head_projections(kiln_bgraph *b, uint32_t li, int *done) {
+// Rewrite 6 for the head projections of the same x as linear node li (li the first of them),
+// among the nodes before `end`: a linear this rewrite made is not merged again (its slices,
+// appended with the seq of its first member, would then read a slice appended after them).
+static kiln_status head_projections(kiln_bgraph *b, uint32_t li, size_t end, int *done) {
     head_proj h[HEADS_MAX];
     int64_t e = 0, ej = 0, heads = 0, seq;
     int n = 0, any_bias = 0;
@@ -696,7 +698,7 @@ static kiln_status head_projections(kiln_bgraph *b, uint32_t li, int *done) {
     const int32_t x = kiln_bgraph_input(b, &b->nodes[li], 0);
     const kiln_value_desc *w0 = &b->values[h[0].w].desc;
     n = 1;
-    for (size_t k = li + 1; k < b->n_nodes && n < HEADS_MAX; k++) {
+    for (size_t k = li + 1; k < end && n < HEADS_MAX; k++) {
         if (b->nodes[k].op != KILN_OP_LINEAR || kiln_bgraph_input(b, &b->nodes[k], 0) != x)
             continue;
         if (!head_projection(b, (uint32_t)k, &h[n], &ej) || ej != e) continue;
@@ -800,7 +802,7 @@ kiln_status kiln_pass_attention(kiln_bgraph *b) {
     for (size_t i = 0; i < n; i++) {
         int done = 0;
         if (b->nodes[i].dead || b->nodes[i].op != KILN_OP_LINEAR) continue;
-        KILN_TRY(head_projections(b, (uint32_t)i, &done));
+        KILN_TRY(head_projections(b, (uint32_t)i, n, &done));
         b->stats.n_heads_merged += (uint32_t)done;
         if (done) KILN_TRY(kiln_bgraph_count_uses(b));
     }

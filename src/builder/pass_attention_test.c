@@ -159,6 +159,48 @@ static void test_head_projections(int variant, uint32_t want_linear, uint32_t wa
     free(w4);
 }
 
+// Head projections across layers: an encoder-decoder's cross-attention, n_layers decoder layers
+// whose k and v all project the encoder's output x (2 * n_layers linears of one x), q its own
+// layer's state. Merges take at most 64 linears: 40 layers make a merge of 64 and one of 16,
+// whose linears are not merged a third time with the first merge's (its slices would read a
+// slice emitted after them).
+static void test_cross_attention_layers(int n_layers, uint32_t want_linear, const char *what) {
+    enum { SD = 3, SE = 5, B2 = 2 };
+    float **blobs = calloc((size_t)(3 * n_layers), sizeof *blobs);
+    kiln_graph *g;
+    CHECK(blobs != NULL);
+    CHECK_OK(kiln_graph_new(&g));
+    int32_t x = tu_input(g, "enc", KILN_DTYPE_F32, 3, TU_DIMS(B2, SE, D), TU_DIMS(B2, SE, D));
+    int32_t d = tu_input(g, "dec", KILN_DTYPE_F32, 3, TU_DIMS(B2, SD, D), TU_DIMS(B2, SD, D));
+    const int64_t sq[4] = {B2, SD, H, E}, skv[4] = {B2, SE, H, E};
+    for (int l = 0; l < n_layers; l++) {
+        int32_t w[3], part[3], lin;
+        for (int j = 0; j < 3; j++) {
+            char name[16];
+            snprintf(name, sizeof name, "w%d_%d", l, j);
+            blobs[3 * l + j] = rnd(D * D);
+            w[j] = tu_const(g, name, KILN_DTYPE_F32, 2, TU_DIMS(D, D), blobs[3 * l + j]);
+            part[j] = head_split(g, j == 0 ? d : x, w[j], -1, j == 0 ? sq : skv, &lin);
+        }
+        int32_t o = tu_node(g, KILN_OP_SDPA, TU_IDS(part[0], part[1], part[2]), TU_NO_ATTRS);
+        o = tu_node(g, KILN_OP_PERMUTE, TU_IDS(o), TU_ATTRS(TU_INTS("dims", 0, 2, 1, 3)));
+        o = tu_node(g, KILN_OP_RESHAPE, TU_IDS(o), TU_ATTRS(TU_INTS("shape", B2, SD, D)));
+        d = tu_node(g, KILN_OP_ADD, TU_IDS(d, o), TU_NO_ATTRS);
+    }
+    tu_output(g, d, "y");
+    kiln_plan p;
+    if (bt_plan(g, &o1, &p)) {
+        CHECK_MSG(bt_count(&p, KILN_OP_LINEAR) == want_linear, "%s: %u linear layers, want %u",
+                  what, bt_count(&p, KILN_OP_LINEAR), want_linear);
+        kiln_plan_release(&p);
+    }
+    bt_shape sh[2] = {{3, {B2, SE, D}}, {3, {B2, SD, D}}};
+    bt_compare(g, &o0, &o1, 2, sh, 0, 1e-4, 1e-4, what);
+    kiln_graph_free(g);
+    for (int i = 0; i < 3 * n_layers; i++) free(blobs[i]);
+    free(blobs);
+}
+
 // Head projections with a single kv head (Gemma's multi-query attention): k and v are linears of
 // E columns reshaped straight to [B, 1, L, E] (the views pass merges the head split of one
 // head with its transpose), q a head split of 4 heads then permuted; sdpa broadcasts k and v
@@ -819,6 +861,8 @@ int main(void) {
     test_head_projections(2, 2, 3, "head projections: no biases, a fourth read elsewhere");
     test_head_projections(3, 2, 2, "head projections: v of another head size stays apart");
     test_head_projections(4, 3, 0, "head projections: dynamic batch, none merged");
+    test_cross_attention_layers(5, 5 + 1, "head projections: 5 layers' cross-attention k, v");
+    test_cross_attention_layers(40, 40 + 2, "head projections: 40 layers' cross-attention k, v");
     test_single_kv_head(0, 1, "head projections: a single kv head's transposed split joins");
     test_single_kv_head(1, 3, "head projections: no head split among them, none merged");
     test_packed_unbind();

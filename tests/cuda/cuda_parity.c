@@ -3513,6 +3513,44 @@ static int model_rope_one_kv(model *m, kiln_precision precision) {
                          nm[precision == KILN_PRECISION_BF16], sizeof nm[0]);
 }
 
+// An encoder-decoder's cross-attention over three decoder layers, as transformers' T5 and BART
+// write it: the decoder state d [2, 12, 128] and the encoder's output e [2, 20, 128]; per layer
+// q = linear(d) and k, v = linear(e), each split into 4 heads of 32 and permuted (0, 2, 1, 3)
+// -> sdpa -> permute back -> reshape -> + d. The builder merges the six k and v projections of
+// e into one linear over the stacked rows and slices each layer's heads (pass_attention.c, head
+// projections); with cuda.attention_fold the sdpas read their k and v through the slices' views.
+static int model_cross_layers(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t dd[3] = {2, 12, 128}, ed[3] = {2, 20, 128}, qs[4] = {2, 12, 4, 32};
+    int64_t ks[4] = {2, 20, 4, 32}, t0213[4] = {0, 2, 1, 3};
+    kiln_graph_new(&b.g);
+    int32_t d = gb_input(&b, "d", F32, 3, dd, dd);
+    int32_t e = gb_input(&b, "e", F32, 3, ed, ed);
+    kiln_attr pa = A_INTS("dims", t0213, 4), xa = A_INTS("shape", dd, 3);
+    for (int l = 0; l < 3; l++) {
+        int32_t parts[3];
+        for (int j = 0; j < 3; j++) {
+            int32_t li[3] = {j == 0 ? d : e, gb_const(&b, F32, "128x128", -0.15, 0.15),
+                             gb_const(&b, F32, "128", -0.1, 0.1)};
+            kiln_attr ra = A_INTS("shape", j == 0 ? qs : ks, 4);
+            int32_t v = gb_node(&b, KILN_OP_LINEAR, li, 3, NULL, 0);
+            v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ra, 1);
+            parts[j] = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
+        }
+        int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, NULL, 0);
+        att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
+        att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
+        d = gb2(&b, KILN_OP_ADD, att, d);
+    }
+    gb_check(&b, kiln_graph_mark_output(b.g, d, "y"), "output");
+    static char nm[2][48];
+    snprintf(nm[precision == KILN_PRECISION_BF16], sizeof nm[0], "cross-attention layers %s",
+             precision == KILN_PRECISION_BF16 ? "bf16" : "fp16");
+    m->name = nm[precision == KILN_PRECISION_BF16];
+    m->tol = precision == KILN_PRECISION_BF16 ? 8e-2 : 2e-2;
+    return model_finish(&b, m, precision);
+}
+
 // MaxViT's windowed attention: x [1, 4, 49, 64] (4 windows of 7x7) -> qkv linear -> q, k, v as
 // slices of the last dim (torch.chunk) -> reshape [1, 4, 49, 2, 32] -> permute (0, 1, 3, 2, 4) ->
 // sdpa -> permute back -> reshape -> out linear + x -> layer norm. With cuda.attention_fold the
@@ -5470,7 +5508,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[64]; // room for the 59 built below
+    model models[64]; // room for the 60 built below
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5534,6 +5572,7 @@ static void run_e2e(void) {
     if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 1)) n++;
     if (model_rope_one_kv(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope_one_kv(&models[n], KILN_PRECISION_BF16)) n++;
+    if (model_cross_layers(&models[n], KILN_PRECISION_FP16)) n++;
     const int end_rope_heads = n;
     int grn_model = n;
     if (model_grn(&models[n], KILN_PRECISION_FP16)) n++;
@@ -5561,7 +5600,7 @@ static void run_e2e(void) {
     const int end_mm = n, first_clamp = n;
     if (model_inf_clamp(&models[n], 0)) n++;
     if (model_inf_clamp(&models[n], 1)) n++;
-    CHECK_MSG(n == (opt_quick ? 39 : 59), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 40 : 60), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
