@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import assert_close, delegation_summary
 from executorch.exir import to_edge_transform_and_lower
-from kiln.executorch import KilnPartitioner, save
+from kiln.executorch import KilnExportError, KilnPartitioner, save
 
 VOCAB, WIDTH = 50, 16
 
@@ -359,3 +359,43 @@ def test_transformers_encoder_decoder(tmp_path):
     prog = _load_and_compare(tmp_path, model, ids(), [ids()])
     s = delegation_summary(prog)
     assert s["kiln"] == 1 and not s["ops"], s
+
+
+# --- a branch on tensor values
+
+
+class OverflowCheck(nn.Module):
+    """The float16 overflow check of transformers' BART encoder layer: a Python branch on a
+    value computed from the activations, which torch.export cannot trace."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        h = self.lin(x)
+        if h.dtype == torch.float16 and not torch.isfinite(h).all():
+            h = torch.clamp(h, -1000.0, 1000.0)
+        return torch.relu(h)
+
+
+def test_value_dependent_branch_names_the_line_and_the_remedy(tmp_path):
+    import inspect
+
+    lines, first = inspect.getsourcelines(OverflowCheck.forward)
+    branch = first + next(i for i, s in enumerate(lines) if "isfinite" in s)
+    model = OverflowCheck().eval()
+    x = torch.randn(3, WIDTH)
+    with pytest.raises(KilnExportError) as e:
+        save(model.half(), tmp_path / "half.pte", (x.half(),), precision="fp16")
+    msg = str(e.value)
+    assert f"test_heldout_kinds.py:{branch}" in msg, msg
+    assert "float16" in msg and "precision='fp16'" in msg, msg
+    # the remedy the message gives: the float32 model, exported at fp16
+    model = model.float()
+    prog = save(model, tmp_path / "model.pte", (x,), precision="fp16")
+    fresh = torch.randn(3, WIDTH)
+    out = kiln.load(tmp_path / "model.pte").forward(fresh)
+    with torch.no_grad():
+        assert_close(out, model(fresh), precision="fp16")
+    assert delegation_summary(prog)["kiln"] == 1

@@ -6,7 +6,7 @@ name when lowering. It does not register the runtime delegate (``kiln_executorch
 ``kiln.load`` imports it for you).
 """
 
-from ._export import EXPORT_OPTIONS, KilnStrictError, export, save
+from ._export import EXPORT_OPTIONS, KilnExportError, KilnStrictError, export, save
 from ._links import link_delegates
 from ._options import PRECISIONS
 from ._report import ExportReport
@@ -19,6 +19,7 @@ __all__ = [
     "ExportReport",
     "PRECISIONS",
     "KilnBackend",
+    "KilnExportError",
     "KilnPartitioner",
     "KilnPreprocessError",
     "KilnStrictError",

@@ -4,7 +4,9 @@ supported parts run in Kiln."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import traceback
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,6 +15,7 @@ import torch
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from . import _report
 from ._links import link_delegates
@@ -32,6 +35,15 @@ EXPORT_OPTIONS = (
     "strict",
     "quiet",
 )
+
+
+_REDUCED = (torch.float16, torch.bfloat16)
+_THIS_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class KilnExportError(RuntimeError):
+    """The model cannot be exported as written (torch.export refused it); the message names the
+    model's source line and what to change."""
 
 
 class KilnStrictError(RuntimeError):
@@ -73,7 +85,46 @@ def _export_module(
             stacklevel=4,
         )
     args = _as_args(example_inputs, what)
-    return torch.export.export(module, args, dynamic_shapes=dynamic_shapes, strict=strict)
+    try:
+        return torch.export.export(module, args, dynamic_shapes=dynamic_shapes, strict=strict)
+    except GuardOnDataDependentSymNode as e:
+        raise KilnExportError(_data_dependent_message(e, module, what)) from e
+
+
+def _user_frame(tb) -> str | None:
+    """file:line of the last frame of a traceback outside torch (the model's code)."""
+    torch_dir = os.path.dirname(torch.__file__)
+    found = None
+    for f in traceback.extract_tb(tb):
+        if not f.filename.startswith(torch_dir) and not f.filename.startswith(_THIS_PACKAGE):
+            found = f"{f.filename}:{f.lineno}"
+    return found
+
+
+def _data_dependent_message(e: Exception, module: torch.nn.Module, what: str) -> str:
+    where = _user_frame(e.__traceback__)
+    reduced = sorted(
+        {str(p.dtype).replace("torch.", "") for p in module.parameters() if p.dtype in _REDUCED}
+    )
+    msg = (
+        f"{what}: torch.export cannot trace the model: "
+        + (f"at {where} it " if where else "it ")
+        + "branches in Python on a value computed from tensors ("
+        + str(e).splitlines()[0].strip()
+        + "). Every ExecuTorch export starts with torch.export, which needs control flow that "
+        "does not depend on tensor values."
+    )
+    if reduced:
+        msg += (
+            f" The model's weights are {' and '.join(reduced)}: model code often checks "
+            "reduced-precision activations for overflow that way (transformers' BART and the "
+            "models built on its layers). Export the float32 model with precision='fp16' or "
+            "'bf16' instead of converting it first: Kiln converts the weights itself, and the "
+            "check does not run. Otherwise rewrite the branch with torch.where or torch.cond."
+        )
+    else:
+        msg += " Rewrite the branch with torch.where or torch.cond."
+    return msg
 
 
 def _programs(
