@@ -5572,8 +5572,8 @@ static void run_e2e(void) {
     if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 1)) n++;
     if (model_rope_one_kv(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope_one_kv(&models[n], KILN_PRECISION_BF16)) n++;
-    if (model_cross_layers(&models[n], KILN_PRECISION_FP16)) n++;
     const int end_rope_heads = n;
+    if (model_cross_layers(&models[n], KILN_PRECISION_FP16)) n++;
     int grn_model = n;
     if (model_grn(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_grn(&models[n], KILN_PRECISION_BF16)) n++;
