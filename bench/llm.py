@@ -310,7 +310,7 @@ def cmd_run(a):
     pre.reset_states()
     pre.execute()
     res["prefill_err"] = _err(logits_p[0, -1], want_p[0, -1])
-    agree, errs = 0, []
+    agree, errs, margins = 0, [], []
     nxt = int(want_p[0, -1].argmax())
     for i in range(16):
         tok.fill_(nxt)
@@ -319,13 +319,26 @@ def cmd_run(a):
             want = ref(tok, pos)
         dec.execute()
         errs.append(_err(logits_d[0, -1], want[0, -1]))
-        agree += int(logits_d[0, -1].argmax()) == int(want[0, -1].argmax())
+        same = int(logits_d[0, -1].argmax()) == int(want[0, -1].argmax())
+        agree += same
+        if not same:  # the reference's own top-2 margin there, on the error's scale
+            w = want[0, -1].float()
+            top = w.topk(2).values
+            margins.append((top[0] - top[1]).item() / max(1.0, w.abs().max().item()))
         nxt = int(want[0, -1].argmax())
     res["decode_err_max"] = max(errs)
     res["decode_argmax_agree"] = f"{agree}/16"
+    res["decode_argmax_margins"] = margins
     print(
         f"llm: prefill err {res['prefill_err']:.3g}, decode err max {max(errs):.3g}, "
-        f"argmax agree {agree}/16",
+        f"argmax agree {agree}/16"
+        + (
+            " (where they differ, the reference's top-2 margin is "
+            + ", ".join(f"{m:.3g}" for m in margins)
+            + " of its largest logit)"
+            if margins
+            else ""
+        ),
         flush=True,
     )
     save()
