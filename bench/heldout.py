@@ -76,7 +76,8 @@ class _Named(nn.Module):
         self.m = m
         self.names = names
 
-    def forward(self, *xs):
+    def forward(self, x0, x1=None):  # named parameters: torch.export's dynamic_shapes match them
+        xs = (x0,) if x1 is None else (x0, x1)
         return (self.m(**dict(zip(self.names, xs, strict=True))).last_hidden_state,)
 
 
@@ -403,7 +404,40 @@ MODELS = {
 }
 
 
-def run_one(name: str, precision: str, workdir: str) -> dict:
+def _is_mask(t: torch.Tensor) -> bool:
+    return not t.is_floating_point() and bool(((t == 0) | (t == 1)).all())
+
+
+def _like(t: torch.Tensor, batch: int, seq: int | None, gen: torch.Generator) -> torch.Tensor:
+    """A fresh random tensor of t's kind: batch rows; token ids and masks (integer, rank 2) of
+    `seq` columns when seq is given."""
+    shape = [batch, *t.shape[1:]]
+    if seq is not None and not t.is_floating_point() and t.dim() == 2:
+        shape[1] = seq
+    if t.is_floating_point():
+        return torch.randn(shape, generator=gen, dtype=t.dtype)
+    if _is_mask(t):
+        m = torch.ones(shape, dtype=t.dtype)
+        m[0, -max(1, shape[1] // 4) :] = 0  # the first row pads its last quarter
+        return m
+    return torch.randint(0, VOCAB, shape, generator=gen, dtype=t.dtype)
+
+
+def _dynamic(inputs) -> tuple:
+    """dynamic_shapes for the inputs: a batch of 1..8 for every input, and a length of 2..512 for
+    token ids and masks (one length per distinct example length: ids and mask share theirs)."""
+    batch = torch.export.Dim("batch", min=1, max=8)
+    seqs: dict[int, object] = {}
+    out = []
+    for t in inputs:
+        d = {0: batch}
+        if not t.is_floating_point() and t.dim() == 2:
+            d[1] = seqs.setdefault(t.shape[1], torch.export.Dim(f"len{len(seqs)}", min=2, max=512))
+        out.append(d)
+    return tuple(out)
+
+
+def run_one(name: str, precision: str, workdir: str, dynamic: bool = False) -> dict:
     import kiln
     from kiln.executorch import save
 
@@ -417,23 +451,33 @@ def run_one(name: str, precision: str, workdir: str) -> dict:
     module, inputs = MODELS[name][1]()
     module = module.eval()
     zoo._randomize_bn_stats_(module, torch.Generator().manual_seed(2))
-    with torch.no_grad():  # the reference: the float32 model (a float16 CPU run can overflow)
-        want = module(*inputs)
+    gen = torch.Generator().manual_seed(1)
+    runs = [inputs]
+    options = {}
+    if dynamic:  # exported at batch 2, run there and at batch 1 with 37 tokens
+        inputs = tuple(_like(t, 2, None, gen) for t in inputs)
+        runs = [inputs, tuple(_like(t, 1, 37, gen) for t in inputs)]
+        options["dynamic_shapes"] = _dynamic(inputs)
     path = os.path.join(workdir, f"{name}.pte")
-    prog = save(module, path, inputs, precision=precision, quiet=True)
+    prog = save(module, path, inputs, precision=precision, quiet=True, **options)
     s = delegation_summary(prog)
-    got = kiln.load(path).forward(*inputs)
-    os.remove(path)
+    program = kiln.load(path)
     err = scale = 0.0
-    for g, w in zip(got, want, strict=True):
-        w, g = w.float(), g.float()
-        e = float((g - w).norm() / w.norm().clamp_min(1e-30))
-        err = e if e != e or err != err else max(err, e)  # a NaN is kept, not skipped by max
-        scale = max(scale, float(w.abs().max()))
+    for run in runs:
+        with torch.no_grad():  # the reference: the float32 model (a float16 CPU run can overflow)
+            want = module(*run)
+        got = program.forward(*run)
+        for g, w in zip(got, want, strict=True):
+            w, g = w.float(), g.float()
+            e = float((g - w).norm() / w.norm().clamp_min(1e-30))
+            err = e if e != e or err != err else max(err, e)  # a NaN is kept, not skipped by max
+            scale = max(scale, float(w.abs().max()))
+    os.remove(path)
     return {
         "model": name,
         "library": MODELS[name][0],
         "precision": precision,
+        "dynamic": dynamic,
         "kiln": s["kiln"],
         "other": s["other"],
         "outside": sorted({str(o).split("::")[-1] for o in s["ops"]}),
@@ -447,6 +491,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="", help="comma-separated names (default: all)")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "bf16"))
+    ap.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="dynamic batch (1..8) and token lengths (2..512): exported at batch 2, run there "
+        "and at batch 1 with 37 tokens",
+    )
     ap.add_argument("--timeout", type=int, default=400, help="seconds per model")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # the child process's model
@@ -454,7 +504,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.one:
         try:
-            rec = run_one(a.one, a.precision, a.workdir)
+            rec = run_one(a.one, a.precision, a.workdir, a.dynamic)
         except Exception as e:  # reported as the row's failure
             rec = {
                 "model": a.one,
@@ -482,7 +532,7 @@ def main() -> int:
             a.precision,
             "--workdir",
             a.workdir,
-        ]
+        ] + (["--dynamic"] if a.dynamic else [])
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout).stdout
             line = [x for x in out.splitlines() if x.startswith("HELDOUT ")]

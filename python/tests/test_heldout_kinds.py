@@ -399,3 +399,30 @@ def test_value_dependent_branch_names_the_line_and_the_remedy(tmp_path):
     with torch.no_grad():
         assert_close(out, model(fresh), precision="fp16")
     assert delegation_summary(prog)["kiln"] == 1
+
+
+# --- a constant broadcast to sizes of two tensors
+
+
+class TwoLengthBias(nn.Module):
+    """T5's zero position bias of a layer without relative attention: zeros of [1, 1, query
+    length, key length], two dynamic sizes read from two inputs."""
+
+    def forward(self, q, k):
+        bias = torch.zeros((1, 1, q.shape[1], k.shape[1]), dtype=q.dtype)
+        scores = q.unsqueeze(1) @ k.unsqueeze(1).transpose(-1, -2) + bias
+        return torch.softmax(scores, dim=-1) @ k.unsqueeze(1)
+
+
+def test_full_of_sizes_from_two_tensors_dynamic(tmp_path):
+    model = TwoLengthBias().eval()
+    batch = torch.export.Dim("batch", min=1, max=4)
+    lq = torch.export.Dim("lq", min=2, max=64)
+    lk = torch.export.Dim("lk", min=2, max=64)
+    example = (torch.randn(2, 5, WIDTH), torch.randn(2, 7, WIDTH))
+    runs = [(torch.randn(3, 9, WIDTH), torch.randn(3, 4, WIDTH)), example]
+    prog = _load_and_compare(
+        tmp_path, model, example, runs, dynamic_shapes=({0: batch, 1: lq}, {0: batch, 1: lk})
+    )
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s

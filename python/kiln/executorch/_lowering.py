@@ -1228,7 +1228,8 @@ def _broadcast_to(L: Lowerer, v: int, vm: torch.Tensor, target: list, likes: dic
     """Value v (metadata vm) broadcast to the sizes ``target`` (ints or SymInts), as PyTorch
     broadcasts: missing leading dimensions are added, size-1 dimensions are expanded. A
     symbolic target size that v does not already have is read from a ``likes`` entry
-    {dim: (tensor node, its dim)}; all of them must name one tensor."""
+    {dim: (tensor node, its dim)}; sizes read from several tensors (a query length and a key
+    length: T5's zero position bias of a layer without one) take one expand per tensor."""
     shape = list(vm.shape)
     r = len(target)
     while len(shape) > r:
@@ -1241,11 +1242,11 @@ def _broadcast_to(L: Lowerer, v: int, vm: torch.Tensor, target: list, likes: dic
         v = L.op("reshape", [v], {"shape": [1] * (r - len(shape)) + _keep(len(shape))})
         shape = [1] * (r - len(shape)) + shape
     codes: list[int] = []
-    like = None
+    by_like: dict[Node, list[tuple[int, int]]] = {}  # like tensor -> [(dim, its dim)]
     changed = False
     for j, (have, want) in enumerate(zip(shape, target, strict=True)):
+        codes.append(-1)
         if _dims_equal(have, want):
-            codes.append(-1)
             continue
         eh = sym_expr(have)
         if not (eh.is_number and int(eh) == 1):
@@ -1255,22 +1256,26 @@ def _broadcast_to(L: Lowerer, v: int, vm: torch.Tensor, target: list, likes: dic
         changed = True
         ew = sym_expr(want)
         if ew.is_number:
-            codes.append(int(ew))
+            codes[j] = int(ew)
             continue
         src = likes.get(j)
-        if src is None or (like is not None and src[0] is not like):
+        if src is None:
             raise Unsupported(
                 f"{what} of shape {list(vm.shape)} is broadcast along a symbolic dimension "
-                f"of {list(target)}"
+                f"of {list(target)} that no tensor's size gives"
             )
-        like = src[0]
-        codes.append(-(src[1] + 2))
+        by_like.setdefault(src[0], []).append((j, src[1]))
     if not changed:
         return v
-    if like is None:
+    if not by_like:
         return L.op("expand", [v], {"shape": codes})
-    # With a like input, -1 still keeps v's own size.
-    return L.op("expand", [v, L.value(like)], {"shape": codes})
+    # With a like input, -1 keeps v's own size: the dims of the other likes stay 1 until theirs.
+    for like, dims in by_like.items():
+        for j, d in dims:
+            codes[j] = -(d + 2)
+        v = L.op("expand", [v, L.value(like)], {"shape": codes})
+        codes = [-1] * r
+    return v
 
 
 def _keep(n: int) -> list[int]:
