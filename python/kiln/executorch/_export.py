@@ -15,6 +15,7 @@ import torch
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from . import _report
@@ -321,6 +322,7 @@ def _export(
         write_only_buffers=_write_only_buffers(programs),
     )
     _warn_read_only_buffers(programs)
+    declared = _dynamic_input_dims(programs)
     with rep.phase("partition + lower"):
         try:
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
@@ -343,6 +345,7 @@ def _export(
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
         finally:
             release_graph_cache()  # this lowering's nodes, kept by ExecuTorch's check
+    _warn_specialized_dims(edge, declared)
     methods, derived = _report.describe_methods(edge)
     rep.report.methods = methods
     # The partitioner's own record of what it left and why, when it keeps one; otherwise the
@@ -377,6 +380,57 @@ _STRICT_RETRY = (
     "wrappers do. Exporting it again with torch.export.export(..., strict=True) under "
     "torch.no_grad(); to skip this retry, export so yourself and pass the ExportedProgram"
 )
+
+
+def _user_inputs(ep: ExportedProgram) -> list:
+    """The placeholders of an exported program's user inputs, in order."""
+    kinds = {s.arg.name: s.kind for s in ep.graph_signature.input_specs}
+    return [
+        n
+        for n in ep.graph.nodes
+        if n.op == "placeholder" and kinds.get(n.name) == InputKind.USER_INPUT
+    ]
+
+
+def _dynamic_input_dims(programs: dict[str, ExportedProgram]) -> dict[str, list[tuple]]:
+    """Per method, (input index, input name, dim, range) of every user input dimension that
+    torch.export left symbolic, recorded before lowering (which may specialize them)."""
+    out = {}
+    for name, ep in programs.items():
+        dims = []
+        for i, n in enumerate(_user_inputs(ep)):
+            v = n.meta.get("val")
+            for d, size in enumerate(getattr(v, "shape", ())):
+                if isinstance(size, torch.SymInt):
+                    vr = ep.range_constraints.get(size.node.expr)
+                    rng = f"{vr.lower}..{vr.upper}" if vr is not None else "dynamic"
+                    dims.append((i, n.name, d, rng))
+        out[name] = dims
+    return out
+
+
+def _warn_specialized_dims(edge, declared: dict[str, list[tuple]]) -> None:
+    """Warns where a dimension torch.export left dynamic came out of ExecuTorch's lowering as a
+    fixed size: the program then accepts only that size (and says so when called with another),
+    while the export seemed to succeed."""
+    for name, dims in declared.items():
+        if not dims:
+            continue
+        inputs = _user_inputs(edge.exported_program(name))
+        for i, input_name, d, rng in dims:
+            v = inputs[i].meta.get("val") if i < len(inputs) else None
+            size = v.shape[d] if v is not None and d < len(v.shape) else None
+            if isinstance(size, torch.SymInt):  # a symbol the lowering replaced by a number
+                size = size.node.maybe_as_int()
+            if isinstance(size, int):
+                warnings.warn(
+                    f"method {name!r}: input {i} ('{input_name}') dimension {d} was exported "
+                    f"as dynamic ({rng}) but ExecuTorch's to_edge fixed it at {size}: the "
+                    f"program accepts only that size. ExecuTorch's edge verifier does this to "
+                    f"the batch of a tensor split or chunked along another dimension "
+                    f"(torchvision's ShuffleNetV2); export one program per size you need",
+                    stacklevel=3,
+                )
 
 
 def _modules(model) -> list[torch.nn.Module]:
