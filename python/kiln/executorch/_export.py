@@ -9,10 +9,11 @@ import sys
 import traceback
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
@@ -22,7 +23,7 @@ from . import _report
 from ._links import link_delegates
 from ._meta import check_not_meta
 from ._options import read_tuning_records, validate_external_data, validate_precision
-from .partitioner import KilnPartitioner, release_graph_cache
+from .partitioner import BACKEND_ID, KilnPartitioner, release_graph_cache
 
 log = logging.getLogger("kiln.executorch")
 
@@ -323,6 +324,7 @@ def _export(
     )
     _warn_read_only_buffers(programs)
     declared = _dynamic_input_dims(programs)
+    strict_trace = False
     with rep.phase("partition + lower"):
         try:
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
@@ -343,9 +345,36 @@ def _export(
                 write_only_buffers=_write_only_buffers(programs),
             )
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
+            strict_trace = True
         finally:
             release_graph_cache()  # this lowering's nodes, kept by ExecuTorch's check
-    _warn_specialized_dims(edge, declared)
+    fixed = _specialized_dims(edge, declared)
+    if fixed and not extra and _all_modules(model):
+        # ExecuTorch's edge verifier fixed a dynamic size (its argument check takes len() of the
+        # first tensor a Tensor[] op returns: a split's batch). Lowered again without the check,
+        # kept only when Kiln then takes every op: the check guards what ExecuTorch would run.
+        _restore_buffers(saved)
+        with rep.phase("torch.export"), torch.no_grad() if strict_trace else nullcontext():
+            again = _programs(model, example_inputs, dynamic_shapes, strict=strict_trace)
+        kiln2 = KilnPartitioner(
+            precision=precision,
+            external_data=external_data,
+            tuning_records=tuning_records,
+            write_only_buffers=_write_only_buffers(again),
+        )
+        with rep.phase("partition + lower"):
+            try:
+                edge2 = to_edge_transform_and_lower(
+                    again,
+                    partitioner=[kiln2],
+                    compile_config=EdgeCompileConfig(_check_ir_validity=False),
+                )
+            finally:
+                release_graph_cache()
+        if not _specialized_dims(edge2, declared) and _whole_in_kiln(edge2, kiln2):
+            edge, kiln, fixed = edge2, kiln2, []
+        del again, edge2
+    _warn_specialized_dims(fixed)
     methods, derived = _report.describe_methods(edge)
     rep.report.methods = methods
     # The partitioner's own record of what it left and why, when it keeps one; otherwise the
@@ -409,10 +438,10 @@ def _dynamic_input_dims(programs: dict[str, ExportedProgram]) -> dict[str, list[
     return out
 
 
-def _warn_specialized_dims(edge, declared: dict[str, list[tuple]]) -> None:
-    """Warns where a dimension torch.export left dynamic came out of ExecuTorch's lowering as a
-    fixed size: the program then accepts only that size (and says so when called with another),
-    while the export seemed to succeed."""
+def _specialized_dims(edge, declared: dict[str, list[tuple]]) -> list[tuple]:
+    """(method, input index, input name, dim, range, size) of each dimension torch.export left
+    dynamic that came out of ExecuTorch's lowering as a fixed size."""
+    out = []
     for name, dims in declared.items():
         if not dims:
             continue
@@ -423,14 +452,41 @@ def _warn_specialized_dims(edge, declared: dict[str, list[tuple]]) -> None:
             if isinstance(size, torch.SymInt):  # a symbol the lowering replaced by a number
                 size = size.node.maybe_as_int()
             if isinstance(size, int):
-                warnings.warn(
-                    f"method {name!r}: input {i} ('{input_name}') dimension {d} was exported "
-                    f"as dynamic ({rng}) but ExecuTorch's to_edge fixed it at {size}: the "
-                    f"program accepts only that size. ExecuTorch's edge verifier does this to "
-                    f"the batch of a tensor split or chunked along another dimension "
-                    f"(torchvision's ShuffleNetV2); export one program per size you need",
-                    stacklevel=3,
-                )
+                out.append((name, i, input_name, d, rng, size))
+    return out
+
+
+def _warn_specialized_dims(fixed: list[tuple]) -> None:
+    """The program accepts only the fixed sizes (and says so when called with another), while
+    the export seemed to succeed: said at export time."""
+    for name, i, input_name, d, rng, size in fixed:
+        warnings.warn(
+            f"method {name!r}: input {i} ('{input_name}') dimension {d} was exported as dynamic "
+            f"({rng}) but ExecuTorch's to_edge fixed it at {size}: the program accepts only "
+            "that size. ExecuTorch's edge verifier does this to the batch of a tensor split or "
+            "chunked along another dimension; Kiln lowers such a model again without that check "
+            "when it then takes the whole model, which it could not here (an op left to "
+            "ExecuTorch, another partitioner, or an ExportedProgram given); export one program "
+            "per size you need",
+            stacklevel=4,
+        )
+
+
+def _all_modules(model) -> bool:
+    """Whether kiln exports every method of ``model`` (none given as an ExportedProgram)."""
+    if isinstance(model, torch.nn.Module):
+        return True
+    return isinstance(model, Mapping) and all(
+        not isinstance(v, ExportedProgram) for v in model.values()
+    )
+
+
+def _whole_in_kiln(edge, kiln) -> bool:
+    methods, _ = _report.describe_methods(edge)
+    return not kiln.rejected and all(
+        m["n_outside"] == 0 and all(d["backend"] == BACKEND_ID for d in m["delegates"])
+        for m in methods.values()
+    )
 
 
 def _modules(model) -> list[torch.nn.Module]:
