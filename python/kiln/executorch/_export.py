@@ -316,12 +316,16 @@ def _export(
     saved = _buffer_values(model)
     with rep.phase("torch.export"):
         programs = _programs(model, example_inputs, dynamic_shapes)
-    kiln = KilnPartitioner(
-        precision=precision,
-        external_data=external_data,
-        tuning_records=tuning_records,
-        write_only_buffers=_write_only_buffers(programs),
-    )
+
+    def partitioner(programs):
+        return KilnPartitioner(
+            precision=precision,
+            external_data=external_data,
+            tuning_records=tuning_records,
+            write_only_buffers=_write_only_buffers(programs),
+        )
+
+    kiln = partitioner(programs)
     _warn_read_only_buffers(programs)
     declared = _dynamic_input_dims(programs)
     strict_trace = False
@@ -338,12 +342,7 @@ def _export(
             # with autograd on lifts tensors that require grad, which ExecuTorch cannot copy.
             with rep.phase("torch.export"), torch.no_grad():
                 programs = _programs(model, example_inputs, dynamic_shapes, strict=True)
-            kiln = KilnPartitioner(
-                precision=precision,
-                external_data=external_data,
-                tuning_records=tuning_records,
-                write_only_buffers=_write_only_buffers(programs),
-            )
+            kiln = partitioner(programs)
             edge = to_edge_transform_and_lower(programs, partitioner=[kiln, *extra])
             strict_trace = True
         finally:
@@ -356,12 +355,7 @@ def _export(
         _restore_buffers(saved)
         with rep.phase("torch.export"), torch.no_grad() if strict_trace else nullcontext():
             again = _programs(model, example_inputs, dynamic_shapes, strict=strict_trace)
-        kiln2 = KilnPartitioner(
-            precision=precision,
-            external_data=external_data,
-            tuning_records=tuning_records,
-            write_only_buffers=_write_only_buffers(again),
-        )
+        kiln2 = partitioner(again)
         with rep.phase("partition + lower"):
             try:
                 edge2 = to_edge_transform_and_lower(
