@@ -902,6 +902,48 @@ static void separate(int k_out) {
     kiln_plan_release(&p);
 }
 
+// The grouped-query prefill both cases below plan: q over GH = 2 * 2 heads of E, k and v over
+// 2, each linear of x [B, S, 4 E] -> head split [B, S, H_j, E] (with rot, q and k then through
+// a rotary of constant tables [S, 1, E]) -> permute (0, 2, 1, 3); k and v repeated twice
+// (unsqueeze, expand, reshape); causal sdpa; the head merge into a linear. 0 when it did not
+// load.
+static int plan_gqa(int rot, kiln_plan *p, kiln_cuda_fold *f) {
+    enum { G = 2, R = 2, GH = G * R, DQ = GH * E, DK = G * E };
+    kiln_graph *g = NULL;
+    int64_t dims[3] = {B, S, DQ}, qsplit[4] = {B, S, GH, E}, ksplit[4] = {B, S, G, E};
+    int64_t swap[4] = {0, 2, 1, 3}, merge[3] = {B, S, DQ}, two = 2, td[3] = {S, 1, E};
+    int64_t ex[5] = {B, G, R, S, E}, rep[4] = {B, GH, S, E}, one = 1;
+    int32_t x = -1, qkv[3], cs = -1, sn = -1;
+    memset(p, 0, sizeof *p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
+    if (rot) {
+        cs = constant(g, 3, td);
+        sn = constant(g, 3, td);
+    }
+    for (int j = 0; j < 3; j++) {
+        int32_t c = reshape(g, linear(g, x, DQ, j == 0 ? DQ : DK), j == 0 ? qsplit : ksplit, 4);
+        if (rot && j < 2) {
+            int32_t ri[3] = {c, cs, sn};
+            c = node(g, KILN_OP_ROTARY, ri, 3, NULL, 0);
+        }
+        c = permute(g, c, swap, 4);
+        if (j > 0) {
+            kiln_attr ua = {"dim", &two, NULL, 1}, ea = {"shape", ex, NULL, 5};
+            int32_t u = node(g, KILN_OP_UNSQUEEZE, &c, 1, &ua, 1);
+            c = reshape(g, node(g, KILN_OP_EXPAND, &u, 1, &ea, 1), rep, 4);
+        }
+        qkv[j] = c;
+    }
+    kiln_attr ca = {"is_causal", &one, NULL, 1};
+    int32_t att = node(g, KILN_OP_SDPA, qkv, 3, &ca, 1);
+    att = linear(g, reshape(g, permute(g, att, swap, 4), merge, 3), DQ, DQ);
+    CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
+    if (!load(g, p)) return 0;
+    CHECK(kiln_cuda_fold_plan(p, NULL, NULL, NULL, 1, 0, f) == KILN_OK);
+    return 1;
+}
+
 // Grouped-query attention as a decoder's prefill exports it: q = permute(reshape(linear(x, D)),
 // [B, S, GH, E]) with GH = 4 query heads, k and v over G = 2 kv heads ([B, S, G * E] projections,
 // head split, permute) each repeated R = 2 times (transformers' repeat_kv: unsqueeze, expand,
@@ -913,30 +955,10 @@ static void separate(int k_out) {
 // GH + G + g, and the sdpa writes [B, S, GH, E] directly.
 static void gqa_case(void) {
     enum { G = 2, R = 2, GH = G * R, DQ = GH * E, DK = G * E };
-    kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_fold f;
     kiln_tensor views[64];
-    int64_t dims[3] = {B, S, DQ}, qsplit[4] = {B, S, GH, E}, ksplit[4] = {B, S, G, E};
-    int64_t swap[4] = {0, 2, 1, 3}, merge[3] = {B, S, DQ}, two = 2;
-    int64_t ex[5] = {B, G, R, S, E}, rep[4] = {B, GH, S, E}, one = 1;
-    int32_t x = -1, qkv[3];
-    memset(&p, 0, sizeof p);
-    CHECK(kiln_graph_new(&g) == KILN_OK);
-    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
-    qkv[0] = permute(g, reshape(g, linear(g, x, DQ, DQ), qsplit, 4), swap, 4);
-    for (int j = 1; j < 3; j++) {
-        int32_t c = permute(g, reshape(g, linear(g, x, DQ, DK), ksplit, 4), swap, 4);
-        kiln_attr ua = {"dim", &two, NULL, 1}, ea = {"shape", ex, NULL, 5};
-        int32_t u = node(g, KILN_OP_UNSQUEEZE, &c, 1, &ua, 1);
-        qkv[j] = reshape(g, node(g, KILN_OP_EXPAND, &u, 1, &ea, 1), rep, 4);
-    }
-    kiln_attr ca = {"is_causal", &one, NULL, 1};
-    int32_t att = node(g, KILN_OP_SDPA, qkv, 3, &ca, 1);
-    att = linear(g, reshape(g, permute(g, att, swap, 4), merge, 3), DQ, DQ);
-    CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
-    if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    if (!plan_gqa(0, &p, &f)) return;
     uint32_t sdpa = find_head(&p, KILN_OP_SDPA, 0), run = 0;
     for (uint32_t li = 0; li < p.n_layers; li += 1 + p.layers[li].n_tail) {
         uint32_t op = p.layers[li].op;
@@ -1014,38 +1036,10 @@ static void gqa_case(void) {
 // no slice runs.
 static void rope_heads_case(void) {
     enum { G = 2, R = 2, GH = G * R, DQ = GH * E, DK = G * E, W = DQ + 2 * DK };
-    kiln_graph *g = NULL;
     kiln_plan p;
     kiln_cuda_fold f;
     kiln_tensor views[64];
-    int64_t dims[3] = {B, S, DQ}, qsplit[4] = {B, S, GH, E}, ksplit[4] = {B, S, G, E};
-    int64_t swap[4] = {0, 2, 1, 3}, merge[3] = {B, S, DQ}, two = 2, td[3] = {S, 1, E};
-    int64_t ex[5] = {B, G, R, S, E}, rep[4] = {B, GH, S, E}, one = 1;
-    int32_t x = -1, qkv[3];
-    memset(&p, 0, sizeof p);
-    CHECK(kiln_graph_new(&g) == KILN_OK);
-    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 3, dims, dims, &x) == KILN_OK);
-    const int32_t cs = constant(g, 3, td), sn = constant(g, 3, td);
-    for (int j = 0; j < 3; j++) {
-        int32_t c = reshape(g, linear(g, x, DQ, j == 0 ? DQ : DK), j == 0 ? qsplit : ksplit, 4);
-        if (j < 2) {
-            int32_t ri[3] = {c, cs, sn};
-            c = node(g, KILN_OP_ROTARY, ri, 3, NULL, 0);
-        }
-        c = permute(g, c, swap, 4);
-        if (j > 0) {
-            kiln_attr ua = {"dim", &two, NULL, 1}, ea = {"shape", ex, NULL, 5};
-            int32_t u = node(g, KILN_OP_UNSQUEEZE, &c, 1, &ua, 1);
-            c = reshape(g, node(g, KILN_OP_EXPAND, &u, 1, &ea, 1), rep, 4);
-        }
-        qkv[j] = c;
-    }
-    kiln_attr ca = {"is_causal", &one, NULL, 1};
-    int32_t att = node(g, KILN_OP_SDPA, qkv, 3, &ca, 1);
-    att = linear(g, reshape(g, permute(g, att, swap, 4), merge, 3), DQ, DQ);
-    CHECK(kiln_graph_mark_output(g, att, "y") == KILN_OK);
-    if (!load(g, &p)) return;
-    CHECK(kiln_cuda_fold_plan(&p, NULL, NULL, NULL, 1, 0, &f) == KILN_OK);
+    if (!plan_gqa(1, &p, &f)) return;
     const uint32_t l0 = find_head(&p, KILN_OP_LINEAR, 0), sdpa = find_head(&p, KILN_OP_SDPA, 0);
     CHECK(l0 < sdpa && sdpa != UINT32_MAX && find_head(&p, KILN_OP_LINEAR, l0 + 1) > sdpa);
     uint32_t slices = 0, slices_run = 0, rot = 0;
