@@ -138,7 +138,7 @@ def child(args) -> dict:
         engines = pickle.load(f)
     if len(engines) != 1:
         raise RuntimeError(f"{args.model}: {len(engines)} engines (this script runs one)")
-    cfg = {c.name: c for c in M.CONFIGS + M.ZOO_CONFIGS}[args.model]
+    cfg = M.CONFIG_BY_NAME[args.model]
     x = [(t.half() if t.is_floating_point() else t).cuda().contiguous() for t in M.make_inputs(cfg)]
     eng_bytes, weights = engines[0]
     e = C.Engine(

@@ -596,7 +596,7 @@ class Config:
 
     @property
     def fam(self) -> Family:
-        return FAMILIES[self.family] if self.family in FAMILIES else ZOO_FAMILIES[self.family]
+        return family_by_name(self.family)
 
 
 CONFIGS = [
@@ -613,7 +613,8 @@ CONFIGS = [
 
 def select(names: str | None) -> list[Config]:
     """Configs by comma-separated names or family names (None or "all": the eight benchmark
-    configs; "zoo": the real-model zoo's configs, ZOO_CONFIGS)."""
+    configs; "zoo": the real-model zoo's configs, ZOO_CONFIGS; "heldout": the models outside the
+    zoo, HELDOUT_CONFIGS)."""
     if not names or names == "all":
         return list(CONFIGS)
     out = []
@@ -621,14 +622,17 @@ def select(names: str | None) -> list[Config]:
         n = n.strip()
         if n == "zoo":
             out += ZOO_CONFIGS
+        elif n == "heldout":
+            out += HELDOUT_CONFIGS
         elif n in CONFIG_BY_NAME:
             out.append(CONFIG_BY_NAME[n])
-        elif n in FAMILIES or n in ZOO_FAMILIES:
-            out += [c for c in CONFIGS + ZOO_CONFIGS if c.family == n]
+        elif n in FAMILIES or n in ZOO_FAMILIES or n in HELDOUT_FAMILIES:
+            out += [c for c in ALL_CONFIGS if c.family == n]
         else:
             raise SystemExit(
                 f"unknown model {n!r}; known: {', '.join(CONFIG_BY_NAME)} "
-                f"(or a family: {', '.join(list(FAMILIES) + list(ZOO_FAMILIES))}, or zoo)"
+                f"(or a family: {', '.join(list(FAMILIES) + list(ZOO_FAMILIES))}, "
+                "or zoo, or heldout)"
             )
     return out
 
@@ -636,8 +640,8 @@ def select(names: str | None) -> list[Config]:
 def build_model(family: str) -> nn.Module:
     """The family's model in fp32, eval mode, with the deterministic weights."""
     torch.manual_seed(0)  # construction order is fixed; the values are overwritten below
-    if family in ZOO_FAMILIES:
-        m = ZOO_FAMILIES[family].build()
+    if family not in FAMILIES:  # library code: the zoo's and the held-out models
+        m = family_by_name(family).build()
         zoo_init_(m, family)
         return m.eval()
     m = FAMILIES[family].build()
@@ -769,8 +773,17 @@ def _counted_flops(cfg: Config, model: nn.Module) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     m32 = model if next(model.parameters()).dtype == torch.float32 else copy.deepcopy(model).float()
-    with torch.no_grad(), FlopCounterMode(display=False) as fc:
-        m32(*make_inputs(cfg))
+    # FlopCounterMode's module tracker hooks the gradients of tensors that require them, and fails
+    # where one has none under no_grad (timm's CaiT): no parameter requires a gradient here
+    flags = [(p, p.requires_grad) for p in m32.parameters()]
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            m32(*make_inputs(cfg))
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
     return int(fc.get_total_flops())
 
 
@@ -899,4 +912,82 @@ ZOO_CONFIGS = [
     Config("zoo_mistral4_b1", "zoo_mistral4", 1),
     Config("zoo_gemma_l3_b1", "zoo_gemma_l3", 1),
 ]
-CONFIG_BY_NAME = {c.name: c for c in CONFIGS + ZOO_CONFIGS}
+
+
+# --- models outside the zoo (bench/heldout.py) as benchmark configs
+#
+# heldout.py's models, which Kiln's coverage was not fitted to, at the sizes of
+# heldout.use_gpu_sizes (six layers where the model does not name its own, 128 tokens), batch 1,
+# returning their first output, with weights from zoo_init_ as the zoo's. They measure whether
+# Kiln's speed holds on code it was not tuned on. Names: "ho_<heldout name>".
+
+HELDOUT_BENCH = [
+    "shufflenet_v2",
+    "efficientnet_v2_s",
+    "resnext50_32x4d",
+    "mobilenetv4_small",
+    "repvit_m1",
+    "convformer_s18",
+    "eva02_tiny",
+    "swin_v2_t",
+    "pvt_v2_b0",
+    "cait_xxs24",
+    "coatnet_0",
+    "phi3",
+    "qwen3",
+    "gemma2",
+    "gptj",
+    "gpt_bigcode",
+    "modernbert",
+    "xlm_roberta",
+    "t5",
+    "smollm_135m",
+    "hubert",
+]
+CNN_HELDOUT = {"shufflenet_v2", "efficientnet_v2_s", "resnext50_32x4d", "mobilenetv4_small",
+                "repvit_m1", "convformer_s18"}  # fmt: skip
+
+
+def _heldout_make(name: str):
+    import heldout
+
+    heldout.use_gpu_sizes()
+    torch.manual_seed(0)
+    return heldout.MODELS[name][1]()
+
+
+def _heldout_specs(name: str):
+    specs: list = []
+
+    def input_specs(b):
+        if not specs:
+            import heldout
+
+            for t in _heldout_make(name)[1]:
+                kind = "float" if t.is_floating_point() else "mask" if heldout._is_mask(t) else None
+                specs.append((tuple(t.shape[1:]), kind or f"ids:{heldout.VOCAB}"))
+        return [((b, *shape), kind) for shape, kind in specs]
+
+    return input_specs
+
+
+HELDOUT_FAMILIES = {
+    f"ho_{n}": Family(
+        f"ho_{n}",
+        (lambda n=n: ZooModel(_heldout_make(n)[0])),
+        _heldout_specs(n),
+        None,
+        lambda m, b: _fp16_param_bytes(m),
+        tol=5e-2,
+        cnn=n in CNN_HELDOUT,
+    )
+    for n in HELDOUT_BENCH
+}
+HELDOUT_CONFIGS = [Config(f"ho_{n}_b1", f"ho_{n}", 1) for n in HELDOUT_BENCH]
+ALL_CONFIGS = CONFIGS + ZOO_CONFIGS + HELDOUT_CONFIGS
+CONFIG_BY_NAME = {c.name: c for c in ALL_CONFIGS}
+
+
+def family_by_name(name: str) -> Family:
+    """A family by name: the benchmark models', the zoo's or the held-out models'."""
+    return FAMILIES.get(name) or ZOO_FAMILIES.get(name) or HELDOUT_FAMILIES[name]

@@ -92,7 +92,7 @@ def merge(anchors: dict, runner: dict, workdir: Path) -> dict:
     import models as M  # torch: only for merging a run, not for plotting a table
 
     models = {}
-    for cfg in M.CONFIGS + M.ZOO_CONFIGS:
+    for cfg in M.ALL_CONFIGS:
         a = anchors.get("models", {}).get(cfg.name)
         runs = {v: r for (c, v), r in runner.items() if c == cfg.name}
         if a is None and not runs:

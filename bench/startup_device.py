@@ -91,7 +91,7 @@ def child_kiln(args) -> dict:
     lib.kiln_log_set(log_fn, None, 1 if args.log else 2)  # INFO, or WARN
     with open(args.engines, "rb") as f:
         engines = pickle.load(f)
-    cfg = {c.name: c for c in M.CONFIGS + M.ZOO_CONFIGS}[args.model]
+    cfg = M.CONFIG_BY_NAME[args.model]
     x = [(t.half() if t.is_floating_point() else t).cuda().contiguous() for t in M.make_inputs(cfg)]
     _sync(torch)
     mem0 = _mem_used(torch)
@@ -152,7 +152,7 @@ def child_torch(args) -> dict:
     torch.cuda.init()
     torch.empty(1, device="cuda")
     _sync(torch)
-    cfg = {c.name: c for c in M.CONFIGS + M.ZOO_CONFIGS}[args.model]
+    cfg = M.CONFIG_BY_NAME[args.model]
     m = M.build_model(cfg.family).half().eval()
     x = [(t.half() if t.is_floating_point() else t).cuda() for t in M.make_inputs(cfg)]
     out = {}
@@ -201,7 +201,7 @@ def rebuild(cfg_name: str, bench_dir: Path, manifest: dict, path: Path, ref_path
     import kiln_record as R
     import models as M
 
-    cfg = {c.name: c for c in M.CONFIGS + M.ZOO_CONFIGS}[cfg_name]
+    cfg = M.CONFIG_BY_NAME[cfg_name]
     entry = manifest["models"][cfg_name]
     m16 = copy.deepcopy(M.build_model(cfg.family)).half()
     doc = R.load_recording(bench_dir / entry["files"]["graph"])

@@ -479,3 +479,31 @@ def test_bench_weights_survive_a_parameter_rename():
     # without the family's renames the two trees differ (the check can fail)
     assert M.state_checksum(old) != M.state_checksum(new)
     assert M.canonical_names("zoo_bert") is None
+
+
+def test_bench_heldout_configs_build_the_heldout_models():
+    """bench/models.py's held-out configs are bench/heldout.py's models at the GPU sizes: the
+    inputs they generate have the kinds and shapes of heldout's own example, the weights are
+    the same on every build, and the model runs on them."""
+    anc = _anchors_module()
+    M = anc.M
+    import heldout
+
+    configs = M.select("heldout")
+    assert [c.name for c in configs] == [f"ho_{n}_b1" for n in M.HELDOUT_BENCH]
+    assert all(n in heldout.MODELS for n in M.HELDOUT_BENCH)
+    cfg = M.CONFIG_BY_NAME["ho_xlm_roberta_b1"]
+    _, example = M._heldout_make("xlm_roberta")
+    assert heldout.SEQ == 128 and heldout.LAYERS == 6
+    xs = M.make_inputs(cfg)
+    assert [tuple(t.shape) for t in xs] == [tuple(t.shape) for t in example] == [(1, 128)] * 2
+    assert xs[0].dtype == torch.int64 and 0 <= int(xs[0].min()) and int(xs[0].max()) < 1024
+    assert set(xs[1].unique().tolist()) == {0, 1}  # the mask, its last quarter padded
+    m1, m2 = M.build_model(cfg.family), M.build_model(cfg.family)
+    assert len(m1.m.m.encoder.layer) == 6
+    assert M.state_checksum(m1, cfg.family) == M.state_checksum(m2, cfg.family)
+    with torch.no_grad():
+        y = m1(*xs)
+    assert y.shape == (1, 128, 768) and torch.isfinite(y).all() and float(y.std()) > 0.1
+    # the CNN flag picks channels-last PyTorch anchors
+    assert M.family_by_name("ho_resnext50_32x4d").cnn and not M.family_by_name("ho_t5").cnn
