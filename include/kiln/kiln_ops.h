@@ -37,7 +37,7 @@ extern "C" {
     X(COS, 25, "cos")                                                                              \
     X(SIN, 26, "sin")                                                                              \
     X(ABS, 28, "abs")                                                                              \
-    X(ROTARY, 27, "rotary") /* x[..,D], cos, sin: x*cos + rotate_half(x)*sin */                    \
+    X(ROTARY, 27, "rotary") /* x[..,D], cos, sin: x*cos + rotate(x)*sin (halves/pairs) */          \
     X(ADD, 30, "add")       /* broadcasting binary ops                      */                     \
     X(SUB, 31, "sub")                                                                              \
     X(MUL, 32, "mul")                                                                              \

@@ -23,6 +23,12 @@
 //    form (GPT-NeoX's, StableLM's and Phi's rotary_pct), cat(rotary(slice(x, -1, 0, R), cos,
 //    sin), slice(x, -1, R, D), -1) with tables over R dims, is rotary(x, cos, sin): the op
 //    rotates the first R dims when its tables cover R (kiln_rotary_dims) and copies the rest.
+//    The interleaved form (GPT-J's, CodeGen's, Cohere's, RoFormer's and EVA-02's
+//    rotate_every_two, `stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)`), exported as
+//    reshape(cat(unsqueeze(neg(slice(x, -1, 1, D, 2))), unsqueeze(slice(x, -1, 0, D, 2)), -1))
+//    with each unsqueeze a reshape appending a dim of 1 (the neg before or after it), is
+//    rotary(x, cos, sin) with the attribute interleaved = 1: the pairs (2i, 2i + 1). Its partial
+//    form too.
 // 3. L2 normalization: F.normalize(x, dim=-1) and x / x.norm(dim=-1, keepdim=True), exported as
 //        div(x, [expand](clamp(pow(sum(pow(x, 2), dims [-1], keepdim), 0.5) | sqrt(...), min eps)))
 //    (the clamp optional, min eps >= 0 and no max; for a 16-bit x the norm may be computed in
@@ -242,14 +248,15 @@ static void slice_range(int64_t start, int64_t end, int64_t n, int64_t *lo, int6
     *hi = end > n ? n : end;
 }
 
-// Whether node sl slices x over its last dim (static size n) to exactly [lo, hi).
-static int is_half(const kiln_bgraph *b, int32_t sl, int32_t x, int64_t n, int64_t lo, int64_t hi) {
+// Whether node sl slices x over its last dim (static size n) to exactly [lo, hi) with `step`.
+static int is_strided(const kiln_bgraph *b, int32_t sl, int32_t x, int64_t n, int64_t lo,
+                      int64_t hi, int64_t step) {
     const kiln_bnode *s = &b->nodes[sl];
     kiln_attrs a = kiln_bgraph_attrs(b, s);
     int64_t l, h;
     if (kiln_bgraph_input(b, s, 0) != x) return 0;
     if (!is_last_dim(kiln_attrs_int(&a, KILN_A_SLICE_DIM, 0), b->values[x].desc.shape.rank) ||
-        kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0) != 1) {
+        kiln_attrs_int(&a, KILN_A_SLICE_STEP, 0) != step) {
         return 0;
     }
     slice_range(kiln_attrs_int(&a, KILN_A_SLICE_START, 0), kiln_attrs_int(&a, KILN_A_SLICE_END, 0),
@@ -257,15 +264,83 @@ static int is_half(const kiln_bgraph *b, int32_t sl, int32_t x, int64_t n, int64
     return l == lo && h == hi;
 }
 
-// Whether add(a1, a2) is the rotary pattern with a1 = mul(x, cos) and a2 = mul(cat, sin) (each
-// mul in either order); writes x, cos and sin.
+static int is_half(const kiln_bgraph *b, int32_t sl, int32_t x, int64_t n, int64_t lo, int64_t hi) {
+    return is_strided(b, sl, x, n, lo, hi, 1);
+}
+
+// The live reshape or unsqueeze producing v (read once, not an output) that appends a dim of 1
+// to its input's shape, or -1.
+static int32_t unsqueeze_last(const kiln_bgraph *b, int32_t v) {
+    int32_t u = sole_producer(b, v, KILN_OP_RESHAPE);
+    if (u < 0) u = sole_producer(b, v, KILN_OP_UNSQUEEZE);
+    if (u < 0) return -1;
+    const kiln_shape *in = &b->values[kiln_bgraph_input(b, &b->nodes[u], 0)].desc.shape;
+    const kiln_shape *out = &b->values[v].desc.shape;
+    if (out->rank != in->rank + 1 || out->min[in->rank] != 1 || out->max[in->rank] != 1) return -1;
+    for (uint32_t i = 0; i < in->rank; i++) {
+        if (out->min[i] != in->min[i] || out->max[i] != in->max[i]) return -1;
+    }
+    return u;
+}
+
+// The x whose interleaved rotation rot is (rotate_every_two: rot = reshape(cat(unsqueeze(neg(
+// slice(x, -1, 1, D, 2))), unsqueeze(slice(x, -1, 0, D, 2)), -1)) to x's shape, the neg before or
+// after its unsqueeze), or -1.
+static int32_t pairs_source(const kiln_bgraph *b, int32_t rot) {
+    const int32_t fl = sole_producer(b, rot, KILN_OP_RESHAPE);
+    if (fl < 0) return -1;
+    const int32_t cat = sole_producer(b, kiln_bgraph_input(b, &b->nodes[fl], 0), KILN_OP_CAT);
+    if (cat < 0 || b->nodes[cat].n_inputs != 2) return -1;
+    const int32_t v0 = kiln_bgraph_input(b, &b->nodes[cat], 0);
+    int32_t s2 = -1, u0 = unsqueeze_last(b, v0), neg = -1;
+    if (u0 >= 0) { // unsqueeze(neg(slice))
+        neg = sole_producer(b, kiln_bgraph_input(b, &b->nodes[u0], 0), KILN_OP_NEG);
+        if (neg >= 0) s2 = sole_producer(b, kiln_bgraph_input(b, &b->nodes[neg], 0), KILN_OP_SLICE);
+    } else if ((neg = sole_producer(b, v0, KILN_OP_NEG)) >= 0) { // neg(unsqueeze(slice))
+        u0 = unsqueeze_last(b, kiln_bgraph_input(b, &b->nodes[neg], 0));
+        if (u0 >= 0) s2 = sole_producer(b, kiln_bgraph_input(b, &b->nodes[u0], 0), KILN_OP_SLICE);
+    }
+    const int32_t u1 = unsqueeze_last(b, kiln_bgraph_input(b, &b->nodes[cat], 1));
+    const int32_t s1 =
+        u1 >= 0 ? sole_producer(b, kiln_bgraph_input(b, &b->nodes[u1], 0), KILN_OP_SLICE) : -1;
+    if (s1 < 0 || s2 < 0) return -1;
+    const int32_t x = kiln_bgraph_input(b, &b->nodes[s1], 0);
+    const kiln_shape *xs = &b->values[x].desc.shape;
+    const uint32_t r = xs->rank;
+    if (r == 0 || xs->min[r - 1] != xs->max[r - 1] || xs->max[r - 1] % 2 != 0 ||
+        xs->max[r - 1] == 0 || !kiln_shape_same(&b->values[rot].desc.shape, xs))
+        return -1;
+    const int64_t d = xs->max[r - 1];
+    kiln_attrs ca = kiln_bgraph_attrs(b, &b->nodes[cat]);
+    if (!is_last_dim(kiln_attrs_int(&ca, KILN_A_CAT_DIM, 0), r + 1) ||
+        !is_strided(b, s1, x, d, 0, d, 2) || !is_strided(b, s2, x, d, 1, d, 2))
+        return -1;
+    return x;
+}
+
+// Whether add(a1, a2) is the rotary pattern with a1 = mul(x, cos) and a2 = mul(rot, sin) (each
+// mul in either order), rot rotate_half(x) or (*inter = 1) rotate_every_two(x); writes x, cos and
+// sin.
 static int rotary_match(const kiln_bgraph *b, int32_t a1, int32_t a2, int32_t *ox, int32_t *ocos,
-                        int32_t *osin) {
+                        int32_t *osin, int *inter) {
     int32_t m2 = sole_producer(b, a2, KILN_OP_MUL), m1 = sole_producer(b, a1, KILN_OP_MUL);
     if (m1 < 0 || m2 < 0) return 0;
     for (int order = 0; order < 2; order++) {
         int32_t cv = kiln_bgraph_input(b, &b->nodes[m2], (uint32_t)order);
         int32_t sin = kiln_bgraph_input(b, &b->nodes[m2], (uint32_t)(1 - order));
+        const int32_t px = pairs_source(b, cv);
+        if (px >= 0) {
+            const int32_t cos = other_input(b, (uint32_t)m1, px);
+            if (cos < 0 || sin < 0 || sin == cv ||
+                !kiln_shape_same(&b->values[a1].desc.shape, &b->values[px].desc.shape) ||
+                !kiln_shape_same(&b->values[a2].desc.shape, &b->values[px].desc.shape))
+                continue;
+            *ox = px;
+            *ocos = cos;
+            *osin = sin;
+            *inter = 1;
+            return 1;
+        }
         int32_t cat = sole_producer(b, cv, KILN_OP_CAT);
         if (cat < 0 || b->nodes[cat].n_inputs != 2) continue;
         int32_t neg = sole_producer(b, kiln_bgraph_input(b, &b->nodes[cat], 0), KILN_OP_NEG);
@@ -296,6 +371,7 @@ static int rotary_match(const kiln_bgraph *b, int32_t a1, int32_t a2, int32_t *o
         *ox = x;
         *ocos = cos;
         *osin = sin;
+        *inter = 0;
         return 1;
     }
     return 0;
@@ -339,7 +415,8 @@ static kiln_status partial_rotary(kiln_bgraph *b, uint32_t cat, int *done) {
             return KILN_OK;
     }
     int32_t ins[3] = {x, cos, sin};
-    return fuse_into(b, cat, KILN_OP_ROTARY, ins, 3, NULL, "partial rotary fusion", done);
+    kiln_attrs ra = kiln_bgraph_attrs(b, &b->nodes[rot]); // halves or pairs, as the rotary's
+    return fuse_into(b, cat, KILN_OP_ROTARY, ins, 3, &ra, "partial rotary fusion", done);
 }
 
 static kiln_status rotary(kiln_bgraph *b, uint32_t add, int *done) {
@@ -348,8 +425,13 @@ static kiln_status rotary(kiln_bgraph *b, uint32_t add, int *done) {
         int32_t a1 = kiln_bgraph_input(b, &b->nodes[add], (uint32_t)order);
         int32_t a2 = kiln_bgraph_input(b, &b->nodes[add], (uint32_t)(1 - order));
         int32_t ins[3];
-        if (a1 == a2 || !rotary_match(b, a1, a2, &ins[0], &ins[1], &ins[2])) continue;
-        return fuse_into(b, add, KILN_OP_ROTARY, ins, 3, NULL, "rotary fusion", done);
+        int inter = 0;
+        if (a1 == a2 || !rotary_match(b, a1, a2, &ins[0], &ins[1], &ins[2], &inter)) continue;
+        const int64_t iv = inter;
+        kiln_attr_ref ref = {KILN_ATTR_INTS, 1, 0};
+        kiln_attrs a = {&ref, 1, &iv, NULL};
+        return fuse_into(b, add, KILN_OP_ROTARY, ins, 3, &a,
+                         inter ? "interleaved rotary fusion" : "rotary fusion", done);
     }
     return KILN_OK;
 }

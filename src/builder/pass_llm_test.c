@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// LLM patterns (pass_llm.c): LlamaRMSNorm, F.normalize and transformers' rotate-half rotary chains
-// built op by op as an exported decoder spells them become one rms_norm / rotary layer (operands in
-// either order, with and without the casts, without a weight, Gemma's folded 1 + w, 16-bit models),
-// the chains that differ (mean over another dim, pow 4, an intermediate read twice, slices that are
-// not the halves, the cat in the other order) stay as they are, and every engine computes what
-// the unoptimized one does (the unfused ops on the CPU backend, random inputs). Under bf16 the
-// rotary reads float32 position-math cos/sin tables as they are.
+// LLM patterns (pass_llm.c): LlamaRMSNorm, F.normalize and transformers' rotate-half and
+// rotate-every-two (interleaved) rotary chains built op by op as an exported decoder spells them
+// become one rms_norm / rotary layer (operands in either order, with and without the casts, without
+// a weight, Gemma's folded 1 + w, 16-bit models), the chains that differ (mean over another dim,
+// pow 4, an intermediate read twice, slices that are not the halves, the cat in the other order)
+// stay as they are, and every engine computes what the unoptimized one does (the unfused ops on the
+// CPU backend, random inputs). Under bf16 the rotary reads float32 position-math cos/sin tables as
+// they are.
 #include "builder/builder_test_util.h"
 
 #define D 20 // not a multiple of 8
@@ -355,14 +356,56 @@ enum {
     T_CAT_ORDER = 1 << 4,  // negative: cat(x1, -x2)
     T_READ_TWICE = 1 << 5, // negative: the neg is also an output
     T_POSITIONS = 1 << 6,  // cos/sin computed from int64 positions (position math)
-    T_NEG_IDX = 1 << 7     // slices with negative / clamped bounds: [-D/2, INT64_MAX), [0, D/2)
+    T_NEG_IDX = 1 << 7,    // slices with negative / clamped bounds: [-D/2, INT64_MAX), [0, D/2)
+    T_PAIRS = 1 << 8,      // rotate_every_two: stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)
+    T_NEG_AFTER = 1 << 9,  // pairs: the neg after its unsqueeze
+    T_UNSQ = 1 << 10,      // pairs: unsqueeze ops instead of reshapes
+    T_PAIRS_STEP1 = 1 << 11, // negative (pairs): slices of step 1
+    T_PAIRS_DIM = 1 << 12    // negative (pairs): the dim of 1 in front, [.., 1, D/2]
 };
+
+// x [2, RH, RL, n] viewed as [2, RH, RL, n, 1] (or [2, RH, RL, 1, n] with T_PAIRS_DIM)
+static int32_t unsq(kiln_graph *g, int f, int32_t x, int64_t n) {
+    if (f & T_UNSQ) return tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(x), TU_ATTRS(TU_INTS("dim", -1)));
+    if (f & T_PAIRS_DIM)
+        return tu_node(g, KILN_OP_RESHAPE, TU_IDS(x), TU_ATTRS(TU_INTS("shape", 2, RH, RL, 1, n)));
+    return tu_node(g, KILN_OP_RESHAPE, TU_IDS(x), TU_ATTRS(TU_INTS("shape", 2, RH, RL, n, 1)));
+}
+
+// rotate_every_two(x) for x [2, RH, RL, n]: y[2i] = -x[2i + 1], y[2i + 1] = x[2i]
+static int32_t rotate_pairs(kiln_graph *g, int f, int32_t x, int64_t n, int32_t *negv) {
+    const int64_t step = (f & T_PAIRS_STEP1) ? 1 : 2, h = n / 2;
+    int32_t x1 =
+        tu_node(g, KILN_OP_SLICE, TU_IDS(x),
+                TU_ATTRS(TU_INTS("dim", -1), TU_INTS("start", 0),
+                         TU_INTS("end", step == 2 ? INT64_MAX : h), TU_INTS("step", step)));
+    int32_t x2 = tu_node(g, KILN_OP_SLICE, TU_IDS(x),
+                         TU_ATTRS(TU_INTS("dim", 3), TU_INTS("start", step == 2 ? 1 : h),
+                                  TU_INTS("end", n), TU_INTS("step", step)));
+    int32_t u0;
+    if (f & T_NEG_AFTER) {
+        u0 = tu_node(g, KILN_OP_NEG, TU_IDS(unsq(g, f, x2, h)), TU_NO_ATTRS);
+    } else {
+        u0 = unsq(g, f, tu_node(g, KILN_OP_NEG, TU_IDS(x2), TU_NO_ATTRS), h);
+    }
+    *negv = u0;
+    int32_t cat = tu_node(g, KILN_OP_CAT, TU_IDS(u0, unsq(g, f, x1, h)),
+                          TU_ATTRS(TU_INTS("dim", (f & T_PAIRS_DIM) ? 3 : -1)));
+    return tu_node(g, KILN_OP_RESHAPE, TU_IDS(cat), TU_ATTRS(TU_INTS("shape", 2, RH, RL, n)));
+}
 
 // q * cos + rotate_half(q) * sin for q [2, RH, RL, RD] and cos/sin [2, 1, RL, RD]
 static int32_t rope(kiln_graph *g, int f, int32_t x, int32_t cos, int32_t sin, int32_t *negv) {
     int64_t h = RD / 2, cut = (f & T_NOT_HALF) ? 2 : h;
     int32_t c = (f & T_SWAP_COS) ? tu_node(g, KILN_OP_MUL, TU_IDS(cos, x), TU_NO_ATTRS)
                                  : tu_node(g, KILN_OP_MUL, TU_IDS(x, cos), TU_NO_ATTRS);
+    if (f & T_PAIRS) {
+        int32_t rp = rotate_pairs(g, f, x, RD, negv);
+        int32_t s = (f & T_SWAP_SIN) ? tu_node(g, KILN_OP_MUL, TU_IDS(sin, rp), TU_NO_ATTRS)
+                                     : tu_node(g, KILN_OP_MUL, TU_IDS(rp, sin), TU_NO_ATTRS);
+        return (f & T_SWAP_ADD) ? tu_node(g, KILN_OP_ADD, TU_IDS(s, c), TU_NO_ATTRS)
+                                : tu_node(g, KILN_OP_ADD, TU_IDS(c, s), TU_NO_ATTRS);
+    }
     int32_t x2 =
         (f & T_NEG_IDX)
             ? tu_node(g, KILN_OP_SLICE, TU_IDS(x),
@@ -424,6 +467,17 @@ static void test_rope(int f, uint32_t want, const char *what) {
         if (want == 2) {
             CHECK_MSG(bt_count(&p, KILN_OP_SLICE) + bt_count(&p, KILN_OP_NEG) == 0,
                       "%s: slices or negs left", what);
+            // the position tables' own cat and unsqueeze stay (constants once folded)
+            CHECK_MSG((f & T_POSITIONS) ||
+                          bt_count(&p, KILN_OP_CAT) + bt_count(&p, KILN_OP_RESHAPE) == 0,
+                      "%s: cats or reshapes left", what);
+        }
+        for (uint32_t i = 0; i < p.n_layers; i++) { // halves, or pairs for rotate_every_two
+            if (p.layers[i].op != KILN_OP_ROTARY) continue;
+            kiln_attrs a = kiln_plan_layer_attrs(&p, &p.layers[i]);
+            CHECK_MSG(kiln_attrs_int(&a, KILN_A_ROTARY_INTERLEAVED, 0) == ((f & T_PAIRS) != 0),
+                      "%s: rotary interleaved %lld", what,
+                      (long long)kiln_attrs_int(&a, KILN_A_ROTARY_INTERLEAVED, 0));
         }
         kiln_plan_release(&p);
     }
@@ -458,7 +512,7 @@ static void test_rope(int f, uint32_t want, const char *what) {
 // over q, no slice or cat left; 1: cat(rest, rotated) (another order) stays; 2: the tables
 // broadcast over the last dim (not R) stay.
 #define PD 16
-static void test_rope_partial(int variant, const char *what) {
+static void test_rope_partial(int variant, int f, const char *what) {
     kiln_graph *g;
     kiln_plan p;
     int32_t negv;
@@ -474,7 +528,7 @@ static void test_rope_partial(int variant, const char *what) {
     int32_t rest =
         tu_node(g, KILN_OP_SLICE, TU_IDS(q),
                 TU_ATTRS(TU_INTS("dim", 3), TU_INTS("start", RD), TU_INTS("end", INT64_MAX)));
-    int32_t r = rope(g, 0, rot, cos, sin, &negv);
+    int32_t r = rope(g, f, rot, cos, sin, &negv);
     int32_t y = variant == 1
                     ? tu_node(g, KILN_OP_CAT, TU_IDS(rest, r), TU_ATTRS(TU_INTS("dim", -1)))
                     : tu_node(g, KILN_OP_CAT, TU_IDS(r, rest), TU_ATTRS(TU_INTS("dim", -1)));
@@ -546,8 +600,17 @@ int main(void) {
     test_rope(T_NOT_HALF, 0, "rope slices not halves");
     test_rope(T_CAT_ORDER, 0, "rope cat order");
     test_rope(T_READ_TWICE, 1, "rope neg read twice");
-    test_rope_partial(0, "partial rope");
-    test_rope_partial(1, "partial rope, cat in the other order");
-    test_rope_partial(2, "partial rope, tables broadcast over the last dim");
+    test_rope(T_PAIRS, 2, "rope pairs");
+    test_rope(T_PAIRS | T_NEG_AFTER | T_SWAP_ADD | T_SWAP_SIN, 2, "rope pairs, neg after");
+    test_rope(T_PAIRS | T_UNSQ | T_SWAP_COS, 2, "rope pairs, unsqueeze ops");
+    test_rope(T_PAIRS | T_POSITIONS, 2, "rope pairs from positions");
+    test_rope(T_PAIRS | T_PAIRS_STEP1, 0, "rope pairs of step 1");
+    test_rope(T_PAIRS | T_PAIRS_DIM, 0, "rope pairs stacked in front");
+    test_rope(T_PAIRS | T_READ_TWICE, 1, "rope pairs, neg read twice");
+    test_rope_partial(0, 0, "partial rope");
+    test_rope_partial(1, 0, "partial rope, cat in the other order");
+    test_rope_partial(2, 0, "partial rope, tables broadcast over the last dim");
+    test_rope_partial(0, T_PAIRS, "partial rope pairs");
+    test_rope_partial(1, T_PAIRS, "partial rope pairs, cat in the other order");
     return check_summary();
 }

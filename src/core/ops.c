@@ -144,13 +144,16 @@ static const kiln_op_def ops[] = {
     UNARY(FLOOR, "floor", F_ | I_, 0),
     UNARY(ROUND, "round", F_ | I_, 0),
     UNARY(TRUNC, "trunc", F_ | I_, 0),
-    // rotary: x, cos, sin (cos and sin each of x's dtype or float32, broadcasting to x)
+    // rotary: x, cos, sin (cos and sin each of x's dtype or float32, broadcasting to x); the
+    // pairs rotated: halves (0) or neighbours (1)
     {.id = KILN_OP_ROTARY,
      .name = "rotary",
      .min_inputs = 3,
      .max_inputs = 3,
      .n_outputs = 1,
-     .dtype_mask = F_},
+     .dtype_mask = F_,
+     .n_attrs = 1,
+     .attrs = {A_INTS_D("interleaved", 1, 1, 0)}},
 
     BINARY(ADD, "add", F_ | I_, KILN_OPF_TAIL | KILN_OPF_EW_HEAD),
     BINARY(SUB, "sub", F_ | I_, KILN_OPF_TAIL | KILN_OPF_EW_HEAD),

@@ -94,6 +94,10 @@ static inline int64_t kiln_rotary_dims(int64_t table_last, int64_t d) {
 #define KILN_A_BN_EPS 0
 // gelu
 #define KILN_A_GELU_APPROXIMATE 0 // 0 = erf, 1 = tanh
+
+// rotary: x, cos, sin. interleaved 0: the pairs (i, i + R/2) (transformers' rotate_half); 1: the
+// pairs (2i, 2i + 1) (rotate_every_two: GPT-J, CodeGen, Cohere, RoFormer, EVA-02)
+#define KILN_A_ROTARY_INTERLEAVED 0
 // cast
 #define KILN_A_CAST_DTYPE 0
 // clamp (NaN = no bound)

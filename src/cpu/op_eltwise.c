@@ -433,7 +433,9 @@ kiln_status kiln_cpu_tail_apply(const kiln_kernel_args *args) {
 // --- rotary: y[.., i] = x[i] cos[i] + (i < D/2 ? -x[i + D/2] : x[i - D/2]) sin[i] over the last
 // dim (transformers' q * cos + rotate_half(q) * sin), cos and sin broadcast to x (x's dtype or
 // float32), float32 math, one rounding to y's dtype. Tables over R < D dims rotate x's first R
-// that way (R in place of D) and copy the rest (kiln_rotary_dims).
+// that way (R in place of D) and copy the rest (kiln_rotary_dims). Interleaved (attribute 1),
+// the pair of element 2i is 2i + 1 (rotate_every_two: y[2i] = x[2i] cos[2i] - x[2i+1] sin[2i],
+// y[2i+1] = x[2i+1] cos[2i+1] + x[2i] sin[2i+1]).
 
 size_t kiln_cpu_rotary_scratch(const kiln_kernel_args *args) {
     const kiln_tensor *x = args->in[0];
@@ -450,6 +452,7 @@ kiln_status kiln_cpu_rotary(const kiln_kernel_args *args) {
                "cpu rotary: needs x[..., D] with D even, cos/sin of rank "
                "at most x's");
     const int64_t d = x->dims[x->rank - 1], numel = kiln_tensor_numel(x);
+    const int inter = kiln_attrs_int(&args->attrs, KILN_A_ROTARY_INTERLEAVED, 0) != 0;
     const int64_t rd = kiln_rotary_dims(cs->rank ? cs->dims[cs->rank - 1] : 1, d), h = rd / 2;
     int64_t cstr[KILN_MAX_RANK], sstr[KILN_MAX_RANK];
     kiln_tensor xr_shape = *x; // the rotated part, which the tables broadcast to
@@ -481,8 +484,9 @@ kiln_status kiln_cpu_rotary(const kiln_kernel_args *args) {
         kiln_cpu_load_f32(cs->data, cs->dtype, co, cstr[x->rank - 1], rd, cr);
         kiln_cpu_load_f32(sn->data, sn->dtype, so, sstr[x->rank - 1], rd, sr);
         for (int64_t i = 0; i < h; i++) {
-            yr[i] = xr[i] * cr[i] - xr[i + h] * sr[i];
-            yr[i + h] = xr[i + h] * cr[i + h] + xr[i] * sr[i + h];
+            const int64_t p = inter ? 2 * i : i, q = inter ? 2 * i + 1 : i + h;
+            yr[p] = xr[p] * cr[p] - xr[q] * sr[p];
+            yr[q] = xr[q] * cr[q] + xr[p] * sr[q];
         }
         for (int64_t i = rd; i < d; i++) yr[i] = xr[i];
         kiln_cpu_store_f32(y->data, y->dtype, r * d, d, yr);

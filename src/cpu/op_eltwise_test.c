@@ -414,41 +414,48 @@ static void test_trig(void) {
 
 // rotary: x [2, 3, 4, 6] with cos/sin [2, 1, 4, 6] (broadcast over the heads), [6], or [4, 1]
 // (broadcast along the last dim too), each of x's dtype or float32, against a double loop of
-// q * cos + rotate_half(q) * sin with rotate_half(q) = cat(-q[.., 3:], q[.., :3]).
+// q * cos + rotate_half(q) * sin with rotate_half(q) = cat(-q[.., 3:], q[.., :3]); interleaved,
+// rotate_every_two(q): (-q[1], q[0], -q[3], q[2], ...).
 static void test_rotary(void) {
     static const int64_t xd[4] = {2, 3, 4, 6};
     static const struct {
         uint32_t rank;
         int64_t d[4];
     } cshapes[] = {{4, {2, 1, 4, 6}}, {1, {6}}, {2, {4, 1}}};
-    for (int di = 0; di < 3; di++) {
-        for (size_t c = 0; c < sizeof cshapes / sizeof cshapes[0]; c++) {
-            for (int f32 = 0; f32 < 2; f32++) {
-                uint32_t dt = tt_float_dtype(di), cdt = f32 ? KILN_DTYPE_F32 : dt;
-                kiln_tensor *x = tt_new(dt, 4, xd), *y = tt_new(dt, 4, xd);
-                kiln_tensor *co = tt_new(cdt, cshapes[c].rank, cshapes[c].d);
-                kiln_tensor *si = tt_new(cdt, cshapes[c].rank, cshapes[c].d);
-                tt_rand(x, -2, 2);
-                tt_rand(co, -1, 1);
-                tt_rand(si, -1, 1);
-                kiln_tensor *ins[3] = {x, co, si};
-                CHECK_OK(trun(KILN_OP_ROTARY, NULL, ins, 3, y));
-                double ref[144];
-                for (int64_t i = 0; i < 144; i++) {
-                    int64_t l = (i / 6) % 4, b = i / 72, k = i % 6, ci;
-                    switch (c) {
-                    case 0: ci = (b * 4 + l) * 6 + k; break;
-                    case 1: ci = k; break;
-                    default: ci = l; break;
+    for (int pairs = 0; pairs < 2; pairs++)
+        for (int di = 0; di < 3; di++) {
+            for (size_t c = 0; c < sizeof cshapes / sizeof cshapes[0]; c++) {
+                for (int f32 = 0; f32 < 2; f32++) {
+                    uint32_t dt = tt_float_dtype(di), cdt = f32 ? KILN_DTYPE_F32 : dt;
+                    kiln_tensor *x = tt_new(dt, 4, xd), *y = tt_new(dt, 4, xd);
+                    kiln_tensor *co = tt_new(cdt, cshapes[c].rank, cshapes[c].d);
+                    kiln_tensor *si = tt_new(cdt, cshapes[c].rank, cshapes[c].d);
+                    tt_rand(x, -2, 2);
+                    tt_rand(co, -1, 1);
+                    tt_rand(si, -1, 1);
+                    kiln_tensor *ins[3] = {x, co, si};
+                    tattrs ra;
+                    tattrs_init(&ra, KILN_OP_ROTARY);
+                    tattrs_int(&ra, KILN_A_ROTARY_INTERLEAVED, pairs);
+                    CHECK_OK(trun(KILN_OP_ROTARY, &ra, ins, 3, y));
+                    double ref[144];
+                    for (int64_t i = 0; i < 144; i++) {
+                        int64_t l = (i / 6) % 4, b = i / 72, k = i % 6, ci;
+                        switch (c) {
+                        case 0: ci = (b * 4 + l) * 6 + k; break;
+                        case 1: ci = k; break;
+                        default: ci = l; break;
+                        }
+                        double rot = pairs   ? (k % 2 == 0 ? -tt_get(x, i + 1) : tt_get(x, i - 1))
+                                     : k < 3 ? -tt_get(x, i + 3)
+                                             : tt_get(x, i - 3);
+                        ref[i] = tt_get(x, i) * tt_get(co, ci) + rot * tt_get(si, ci);
                     }
-                    double rot = k < 3 ? -tt_get(x, i + 3) : tt_get(x, i - 3);
-                    ref[i] = tt_get(x, i) * tt_get(co, ci) + rot * tt_get(si, ci);
+                    tt_close(y, ref, 1e-6, tt_rtol(dt) + 1e-6, "rotary");
+                    tt_free(x), tt_free(y), tt_free(co), tt_free(si);
                 }
-                tt_close(y, ref, 1e-6, tt_rtol(dt) + 1e-6, "rotary");
-                tt_free(x), tt_free(y), tt_free(co), tt_free(si);
             }
         }
-    }
     // cos that does not broadcast to x fails
     kiln_tensor *x = tt_new2(KILN_DTYPE_F32, 2, 4), *y = tt_new2(KILN_DTYPE_F32, 2, 4);
     kiln_tensor *bad = tt_new2(KILN_DTYPE_F32, 3, 4);

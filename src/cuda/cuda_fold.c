@@ -987,13 +987,16 @@ static int rope_cache_write(const fold_state *s, uint32_t li, const uint8_t *nhw
 }
 
 // A rotary head (no tail) over a dense activation of static shape, writing a dense activation or
-// engine output, that rotates all of x's last dim (the group's kernel passes nothing through).
+// engine output, that rotates all of x's last dim (the group's kernel passes nothing through) by
+// halves (an interleaved rotary runs alone).
 static int rope_rotary(const fold_state *s, uint32_t li, const uint8_t *nhwc, const uint8_t *alt) {
     const kiln_plan *p = s->p;
     const kiln_plan_layer *l = &p->layers[li];
     if (l->op != KILN_OP_ROTARY || (l->flags & KILN_LAYER_TAIL) || l->n_tail != 0 ||
         l->n_inputs != 3 || l->n_outputs != 1 || s->f->virt[li] != 0)
         return 0;
+    kiln_attrs ra = kiln_plan_layer_attrs(p, l);
+    if (kiln_attrs_int(&ra, KILN_A_ROTARY_INTERLEAVED, 0) != 0) return 0;
     for (uint32_t j = 0; j < 3; j++) {
         if (p->ids[l->input_begin + j] < 0 || (alt != NULL && alt[l->input_begin + j])) return 0;
     }

@@ -1247,7 +1247,8 @@ extern "C" kiln_status kiln_cuda_delay(cudaStream_t stream, unsigned us) {
 // dim when they cover only the first R of x's D (kiln_rotary_dims): then one more thread per
 // passed element copies it. Index math is 32-bit (a 64-bit division costs ~100 instructions, a
 // few of them per pair made Llama-1B's prefill rope group of a million pairs division-bound):
-// x holds fewer than 2^31 elements, and so does a rope group's work.
+// x holds fewer than 2^31 elements, and so does a rope group's work. Interleaved (the op's
+// attribute), pair i is (2i, 2i + 1) instead (rotate_every_two); the formula is the same.
 
 typedef struct rot_params {
     int nlead;                 // leading dims of x kept (size-1 dims dropped)
@@ -1258,6 +1259,7 @@ typedef struct rot_params {
                                // through a folded permute's view: cuda_fold.h)
     int64_t c_last, s_last;    // strides along the last dim (1, or 0 when broadcast)
     int64_t rows, h, d;        // rows of x, R / 2 and D (a row's length)
+    int pairs;                 // interleaved: pair i is (2i, 2i + 1), else (i, i + R/2)
 } rot_params;
 
 // The element offset of row `row` (over the nlead dims lead[], outermost first) through the
@@ -1288,11 +1290,12 @@ __device__ __forceinline__ void rotary_pair(const T *__restrict__ x, const TC *_
         xo += (int64_t)j * P.xstr[k];
     }
     const T *xr = x + xo;
-    const float x1 = kc_to_f(xr[i]), x2 = kc_to_f(xr[i + P.h]);
-    const float c1 = kc_to_f(cs[co + i * P.c_last]), c2 = kc_to_f(cs[co + (i + P.h) * P.c_last]);
-    const float s1 = kc_to_f(sn[so + i * P.s_last]), s2 = kc_to_f(sn[so + (i + P.h) * P.s_last]);
-    yr[i] = kc_from_f<T>(x1 * c1 - x2 * s1);
-    yr[i + P.h] = kc_from_f<T>(x2 * c2 + x1 * s2);
+    const uint32_t a = P.pairs ? 2 * i : i, b = P.pairs ? 2 * i + 1 : i + (uint32_t)P.h;
+    const float x1 = kc_to_f(xr[a]), x2 = kc_to_f(xr[b]);
+    const float c1 = kc_to_f(cs[co + a * P.c_last]), c2 = kc_to_f(cs[co + b * P.c_last]);
+    const float s1 = kc_to_f(sn[so + a * P.s_last]), s2 = kc_to_f(sn[so + b * P.s_last]);
+    yr[a] = kc_from_f<T>(x1 * c1 - x2 * s1);
+    yr[b] = kc_from_f<T>(x2 * c2 + x1 * s2);
 }
 
 template <typename T, typename TC, typename TS>
@@ -1397,9 +1400,9 @@ extern "C" int kiln_cuda_rotary_supports(const kiln_kernel_args *args) {
 }
 
 // The rotary's parameters for x (cos c and sin s broadcast to it), x read through view xv
-// (NULL: stored densely).
+// (NULL: stored densely); pairs: the op's interleaved attribute.
 static void rot_params_of(const kiln_tensor *x, const kiln_cuda_strided *xv, const kiln_tensor *c,
-                          const kiln_tensor *s, rot_params *P) {
+                          const kiln_tensor *s, int pairs, rot_params *P) {
     int64_t cstr[KC_MAX_RANK], sstr[KC_MAX_RANK], xstr[KC_MAX_RANK];
     memset(P, 0, sizeof *P);
     kiln_tensor xr = *x;
@@ -1412,6 +1415,7 @@ static void rot_params_of(const kiln_tensor *x, const kiln_cuda_strided *xv, con
         kc_strides(x, xstr);
     }
     const uint32_t last = x->rank - 1;
+    P->pairs = pairs;
     P->h = xr.dims[last] / 2;
     P->d = x->dims[last];
     P->rows = kc_numel(x) / (x->dims[last] > 0 ? x->dims[last] : 1);
@@ -1463,8 +1467,14 @@ static kiln_status rope_group_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
         }
     }
     rot_params Pq, Pk;
-    rot_params_of(x, in[0], c, s, &Pq);
-    rot_params_of(xk, in[1], c, s, &Pk);
+    if (kiln_attrs_int(&args->attrs, KILN_A_ROTARY_INTERLEAVED, 0) != 0) { // cuda_fold.c: halves
+        return kiln_cuda_fail(KILN_ERR_INTERNAL,
+                              "cuda rotary: a rope group over an interleaved rotation at %s; set "
+                              "the option cuda.attention_fold to false",
+                              ctx->where ? ctx->where : "?");
+    }
+    rot_params_of(x, in[0], c, s, 0, &Pq);
+    rot_params_of(xk, in[1], c, s, 0, &Pk);
     if (Pq.d != 2 * Pq.h || Pk.d != 2 * Pk.h) { // cuda_fold.c groups full rotations only
         return kiln_cuda_fail(KILN_ERR_INTERNAL,
                               "cuda rotary: a rope group over a partial rotation at %s; set the "
@@ -1527,7 +1537,7 @@ static kiln_status rotary_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *
                               ctx->where ? ctx->where : "?");
     }
     rot_params P;
-    rot_params_of(x, xv, c, s, &P);
+    rot_params_of(x, xv, c, s, kiln_attrs_int(&args->attrs, KILN_A_ROTARY_INTERLEAVED, 0) != 0, &P);
     if (P.rows == 0 || P.h == 0) return KILN_OK;
     // a thread per pair and per passed element (a partial rotation passes d - 2h of each row)
     kc_launch(ctx, rotary_kernel<T, TC, TS>, kc_blocks(P.rows * (P.d - P.h), EW_BLOCK), EW_BLOCK, 0,

@@ -721,9 +721,13 @@ static kiln_status infer_rotary(const ictx *c, const kiln_attrs *a,
                                 kiln_value_desc *out) {
     const kiln_shape *x = &in[0]->shape;
     uint32_t d;
-    (void)a;
     (void)n;
     KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    const int64_t inter = kiln_attrs_int(a, KILN_A_ROTARY_INTERLEAVED, 0);
+    if (inter != 0 && inter != 1) {
+        return SHAPE_FAIL(c, "rotary's interleaved is %lld; it must be 0 (halves) or 1 (pairs)",
+                          (long long)inter);
+    }
     d = x->rank - 1;
     if (!is_static(x, d) || x->min[d] % 2 != 0) {
         return SHAPE_FAIL(c, "%s has shape %s; rotary needs a static, even last dimension",

@@ -526,6 +526,11 @@ static void test_rotary(void) {
                "f32[12]");
     EXPECT_ERR(A(KILN_OP_ROTARY), KILN_ERR_SHAPE, "broadcast", "f32[2,10]", "f32[2,2..4]",
                "f32[4]");
+    // interleaved: the pairs (2i, 2i + 1); the attribute is 0 or 1
+    EXPECT(SETI(A(KILN_OP_ROTARY), KILN_A_ROTARY_INTERLEAVED, 1), "f32[2,4,3,10]", "f32[2,4,3,10]",
+           "f32[2,1,3,4]", "f32[2,1,3,4]");
+    EXPECT_ERR(SETI(A(KILN_OP_ROTARY), KILN_A_ROTARY_INTERLEAVED, 2), KILN_ERR_SHAPE,
+               "interleaved is 2", "f32[2,8]", "f32[2,8]", "f32[2,8]");
 }
 
 static tat *pool(uint32_t op, int64_t k, int64_t s, int64_t p, int ceil) {

@@ -932,20 +932,24 @@ static void cases_norm(void) {
         // rotary: cos/sin broadcast over the heads ([B, 1, L, D]), a plain [L, D], a [D] table,
         // a [L, 1] table broadcast along D, D = 64 and D = 6 (not a multiple of 8), odd rows;
         // partial rotations (tables over the first R of D: StableLM's 20 of 80, 4 of 10, 2 of
-        // 6); the tables in x's dtype and in float32 (position math under fp16/bf16), mixed
+        // 6); the tables in x's dtype and in float32 (position math under fp16/bf16), mixed;
+        // each by halves and interleaved (the pairs 2i, 2i + 1)
         {
             static const char *xs[] = {"2x4x3x64", "1x32x1x64", "3x5x6",    "2x7x6",
                                        "3x1x5x10", "1x4x7x80",  "2x3x5x10", "3x6"};
             static const char *ts[] = {"2x1x3x64", "1x1x1x64", "5x6", "6",
                                        "5x1",      "1x1x7x20", "5x4", "2"};
-            for (int s = 0; s < 8; s++) {
-                for (int t = 0; t < 3; t++) {
-                    uint32_t ct = t == 0 ? dt : F32, st = t == 2 ? dt : ct;
-                    case_init(&c, KILN_OP_ROTARY);
-                    case_in(&c, SR(dt, xs[s], -2.0, 2.0));
-                    case_in(&c, SR(ct, ts[s], -1.0, 1.0));
-                    case_in(&c, SR(st, ts[s], -1.0, 1.0));
-                    run_case(&c);
+            for (int pairs = 0; pairs < 2; pairs++) {
+                for (int s = 0; s < 8; s++) {
+                    for (int t = 0; t < 3; t++) {
+                        uint32_t ct = t == 0 ? dt : F32, st = t == 2 ? dt : ct;
+                        case_init(&c, KILN_OP_ROTARY);
+                        case_in(&c, SR(dt, xs[s], -2.0, 2.0));
+                        case_in(&c, SR(ct, ts[s], -1.0, 1.0));
+                        case_in(&c, SR(st, ts[s], -1.0, 1.0));
+                        attrs_int(&c.attrs, KILN_A_ROTARY_INTERLEAVED, pairs);
+                        run_case(&c);
+                    }
                 }
             }
         }
@@ -3420,7 +3424,8 @@ static int model_neox(model *m, kiln_precision precision) {
 // cuda.attention_fold every link is a view, the rotaries read their heads through the slices'
 // views, no slice runs and the sdpa writes the merge's output.
 #define ROPE_HEADS_MODEL_VIEWS 2 // rotaries reading their x through a view (rot != 0)
-// rot: 0 no rotary (model_gqa), 1 a full rotation, 2 a partial one (16 of 32)
+// rot: 0 no rotary (model_gqa), 1 a full rotation, 2 a partial one (16 of 32); 3 and 4 the same
+// interleaved (the pairs 2i, 2i + 1: GPT-J's rotate_every_two)
 static int gqa_graph(model *m, kiln_precision precision, int rot) {
     gbuild b = {NULL, 1};
     int64_t dims[3] = {2, 40, 128}, qs[4] = {2, 40, 4, 32}, ks[4] = {2, 40, 2, 32};
@@ -3430,7 +3435,7 @@ static int gqa_graph(model *m, kiln_precision precision, int rot) {
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 3, dims, dims);
     if (rot) {
-        const char *tab = rot == 2 ? "40x1x16" : "40x1x32";
+        const char *tab = rot == 2 || rot == 4 ? "40x1x16" : "40x1x32";
         cs = gb_const(&b, F32, tab, -1.0, 1.0);
         sn = gb_const(&b, F32, tab, -1.0, 1.0);
     }
@@ -3443,7 +3448,9 @@ static int gqa_graph(model *m, kiln_precision precision, int rot) {
         v = gb_node(&b, KILN_OP_RESHAPE, &v, 1, &ra, 1);
         if (rot && j < 2) {
             int32_t ri[3] = {v, cs, sn};
-            v = gb_node(&b, KILN_OP_ROTARY, ri, 3, NULL, 0);
+            int64_t inter = rot >= 3;
+            kiln_attr ia = A_INTS("interleaved", &inter, 1);
+            v = gb_node(&b, KILN_OP_ROTARY, ri, 3, &ia, 1);
         }
         v = gb_node(&b, KILN_OP_PERMUTE, &v, 1, &pa, 1);
         if (j > 0) {
@@ -3459,17 +3466,19 @@ static int gqa_graph(model *m, kiln_precision precision, int rot) {
     int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 3, &ca, 1);
     att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &pa, 1);
     att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &xa, 1);
-    static const char *const names[3] = {"grouped-query prefill", "merged heads, rotary",
-                                         "merged heads, partial rotary"};
-    static char nm[3][2][48];
+    static const char *const names[5] = {
+        "grouped-query prefill", "merged heads, rotary", "merged heads, partial rotary",
+        "merged heads, interleaved rotary", "merged heads, partial interleaved rotary"};
+    static char nm[5][2][48];
     return attention_out(&b, att, x, 128, NULL, 0, m, precision, names[rot],
                          nm[rot][precision == KILN_PRECISION_BF16], sizeof nm[0][0]);
 }
 
 static int model_gqa(model *m, kiln_precision precision) { return gqa_graph(m, precision, 0); }
 
-static int model_rope_heads(model *m, kiln_precision precision, int partial) {
-    return gqa_graph(m, precision, partial ? 2 : 1);
+// rot: as gqa_graph's, 1 to 4
+static int model_rope_heads(model *m, kiln_precision precision, int rot) {
+    return gqa_graph(m, precision, rot);
 }
 
 // Multi-query attention with rotary embeddings, as transformers' Gemma exports it: x [2, 40,
@@ -5508,7 +5517,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[64]; // room for the 60 built below
+    model models[72]; // room for the 63 built below
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5566,10 +5575,13 @@ static void run_e2e(void) {
     if (model_gqa(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_gqa(&models[n], KILN_PRECISION_BF16)) n++;
     const int first_rope_heads = n;
-    if (model_rope_heads(&models[n], KILN_PRECISION_FP16, 0)) n++;
     if (model_rope_heads(&models[n], KILN_PRECISION_FP16, 1)) n++;
-    if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 0)) n++;
+    if (model_rope_heads(&models[n], KILN_PRECISION_FP16, 2)) n++;
+    if (model_rope_heads(&models[n], KILN_PRECISION_FP16, 3)) n++;
+    if (model_rope_heads(&models[n], KILN_PRECISION_FP16, 4)) n++;
     if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 1)) n++;
+    if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 2)) n++;
+    if (!opt_quick && model_rope_heads(&models[n], KILN_PRECISION_BF16, 3)) n++;
     if (model_rope_one_kv(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_rope_one_kv(&models[n], KILN_PRECISION_BF16)) n++;
     const int end_rope_heads = n;
@@ -5600,7 +5612,7 @@ static void run_e2e(void) {
     const int end_mm = n, first_clamp = n;
     if (model_inf_clamp(&models[n], 0)) n++;
     if (model_inf_clamp(&models[n], 1)) n++;
-    CHECK_MSG(n == (opt_quick ? 40 : 60), "only %d of the e2e models were built", n);
+    CHECK_MSG(n == (opt_quick ? 42 : 63), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
