@@ -455,3 +455,64 @@ def test_dynamic_batch_of_a_chunked_model(tmp_path, recwarn):
     assert_close(program.forward(fresh), model(fresh))
     with pytest.raises(ValueError, match="dimension 0 is 3"):
         program.forward(torch.randn(3, 4, 3, 3))
+
+
+def _engine_layers(path):
+    """The engines' layers as `kiln inspect --json` lists them."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from kiln._cli import main as kiln_main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert kiln_main(["inspect", "--json", str(path)]) == 0
+    return [la for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
+
+
+@pytest.mark.parametrize("family", ["gptj", "roformer"])
+def test_transformers_interleaved_rotary_is_one_layer(tmp_path, family):
+    """transformers' GPT-J (rotate_every_two over the first 32 of each head's 64 dims, the rest
+    passed) and RoFormer (sinusoidal positions, every dim rotated in pairs): each q and k rotation
+    is one rotary layer with interleaved = 1, none of the chain's slices, negs or stacks left,
+    and the outputs match eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    layers = 2
+    if family == "gptj":
+        cfg = transformers.GPTJConfig(
+            vocab_size=VOCAB * 20, n_embd=256, n_head=4, rotary_dim=32, n_layer=layers
+        )
+        model = transformers.GPTJModel(cfg)
+    else:
+        cfg = transformers.RoFormerConfig(
+            vocab_size=VOCAB * 20,
+            hidden_size=256,
+            num_attention_heads=4,
+            intermediate_size=512,
+            num_hidden_layers=layers,
+        )
+        model = transformers.RoFormerModel(cfg)
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).last_hidden_state
+
+    module = Hidden().eval()
+    ids = torch.randint(0, VOCAB * 20, (1, 40))
+    runs = [(torch.randint(0, VOCAB * 20, (1, 40)),)]
+    prog = _load_and_compare(tmp_path, module, (ids,), runs)
+    assert delegation_summary(prog)["kiln"] == 1
+    ls = _engine_layers(tmp_path / "model.pte")
+    rot = [la for la in ls if la["op"] == "rotary"]
+    assert len(rot) == 2 * layers, [la["op"] for la in ls]
+    assert all(la["attrs"]["interleaved"] == [1] for la in rot), rot[0]
+    ops = [la["op"] for la in ls]
+    assert "neg" not in ops and "cat" not in ops, ops
+    # the slices left are the merged projection's q, k and v: none of step 2
+    assert all(la["attrs"].get("step", [1]) == [1] for la in ls if la["op"] == "slice")
