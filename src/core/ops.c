@@ -159,7 +159,7 @@ static const kiln_op_def ops[] = {
     BINARY(SUB, "sub", F_ | I_, KILN_OPF_TAIL | KILN_OPF_EW_HEAD),
     BINARY(MUL, "mul", F_ | I_, KILN_OPF_TAIL | KILN_OPF_EW_HEAD),
     BINARY(DIV, "div", F_, KILN_OPF_TAIL | KILN_OPF_EW_HEAD),
-    BINARY(POW, "pow", F_, 0),
+    BINARY(POW, "pow", F_, KILN_OPF_TAIL | KILN_OPF_EW_HEAD),
     BINARY(REMAINDER, "remainder", F_ | I_, 0),
     BINARY(FMOD, "fmod", F_ | I_, 0),
     BINARY(FLOOR_DIVIDE, "floor_divide", F_ | I_, 0),

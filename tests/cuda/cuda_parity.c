@@ -1190,6 +1190,13 @@ static void cases_shape(void) {
         tail_operand(case_tail(&c, KILN_OP_SUB), S(FLOATS[d], "2x5x4"), 0);
         case_tail(&c, KILN_OP_SIGMOID);
         run_case(&c);
+        // a pow head with a per-channel scale and shift (squared ReLU's tail)
+        case_init(&c, KILN_OP_POW);
+        case_in(&c, SR(FLOATS[d], "2x16x5x5", 0.0, 2.0));
+        case_in(&c, SR(FLOATS[d], "1", 2.0, 2.0));
+        tail_operand(case_tail(&c, KILN_OP_MUL), S(FLOATS[d], "1x16x1x1"), 1);
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(FLOATS[d], "1x16x1x1"), 0);
+        run_case(&c);
         // an elementwise head with its tail in one program: relu, a per-row scale, a residual
         case_init(&c, KILN_OP_RELU);
         case_in(&c, S(FLOATS[d], "4x8x6"));
@@ -1530,6 +1537,17 @@ static void cases_conv(void) {
         case_in(&c, SR(dt, "70x64x1x1", -0.3, 0.3));
         case_in(&c, S(dt, "70"));
         case_tail(&c, KILN_OP_RELU);
+        run_case(&c);
+        // StarReLU (MetaFormer's ConvFormer, CAFormer): s * relu(x)^2 + b as the conv's tail,
+        // the square a pow of a scalar 2
+        case_init(&c, KILN_OP_CONV2D);
+        case_in(&c, S(dt, "1x64x5x5"));
+        case_in(&c, SR(dt, "72x64x1x1", -0.3, 0.3));
+        case_in(&c, S(dt, "72"));
+        case_tail(&c, KILN_OP_RELU);
+        tail_operand(case_tail(&c, KILN_OP_POW), SR(dt, "1", 2.0, 2.0), 1);
+        tail_operand(case_tail(&c, KILN_OP_MUL), SR(dt, "1", 0.5, 1.5), 1);
+        tail_operand(case_tail(&c, KILN_OP_ADD), S(dt, "1"), 0);
         run_case(&c);
         // a ResNet bottleneck tail: conv + bias + residual + relu (cuDNN: one fused call)
         case_init(&c, KILN_OP_CONV2D);
