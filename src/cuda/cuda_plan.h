@@ -82,7 +82,8 @@ typedef struct kiln_cuda_conv_rec {
     kiln_cuda_kernel fallback; // what runs if cuDNN declines at run (DIRECT or CONV_GEMM)
     int dw_rows;         // CONV_DW: output pixels of a row per thread at the planned shapes, 0: one
                          // pixel (each run re-decides)
-    float dnn_us, pw_us; // a 1x1 conv timed on cuDNN and on the pointwise kernel (< 0: not timed)
+    float dnn_us, pw_us; // a 1x1 conv timed on cuDNN and on Kiln's kernel: the pointwise one
+                         // (NHWC) or the implicit GEMM (NCHW) (< 0: not timed)
 } kiln_cuda_conv_rec;
 
 typedef struct kiln_cuda_sdpa_rec {

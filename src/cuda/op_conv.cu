@@ -594,6 +594,14 @@ static int pw_wanted(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g) {
     return ctx->policy->conv_pw >= 0 && kiln_cuda_pw_fits(g);
 }
 
+// Whether Kiln's own implicit GEMM is timed against cuDNN: a 16-bit 1x1 conv of groups 1 over an
+// NCHW tensor (channels that are no multiple of 8, which no NHWC kernel takes: ShuffleNetV2's 58
+// and 116, ReXNet's). cuDNN runs those on a channel-padded copy with FMA implicit GEMMs.
+static int own_wanted(const kiln_cuda_conv_geom *g) {
+    return !g->nhwc && !g->transposed && g->groups == 1 && g->kh == 1 && g->kw == 1 &&
+           (g->x_dt == KILN_DTYPE_F16 || g->x_dt == KILN_DTYPE_BF16) && g->og >= DIRECT_MAX_OG;
+}
+
 // The tail ops cuDNN's fused call can take (dnn_conv.c): [an add of y's shape] then [ReLU].
 static uint32_t dnn_fuses(const kiln_kernel_args *args) {
     uint32_t next = 0;
@@ -642,6 +650,32 @@ static void pw_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                   ctx->where ? ctx->where : "?", (double)plan->conv.dnn_us, (double)pw_us);
 }
 
+// An NCHW 1x1 conv that cuDNN takes (own_wanted), at context creation: cuDNN's algorithm and
+// Kiln's implicit GEMM each timed as the engine runs them, the faster kept (pw_us holds the own
+// kernel's time).
+static void own_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                     kiln_cuda_layer_plan *plan) {
+    kiln_cuda_layer_plan cand = *plan; // shares cuDNN's descriptors: never released
+    timed_conv t = {ctx, args, &cand};
+    const float dnn_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
+    const int dnn_ran = cand.kernel == KILN_CUDA_K_CUDNN;
+    plan->conv.fused = cand.conv.fused;
+    plan->conv.fused_identity = cand.conv.fused_identity;
+    cand = *plan;
+    cand.kernel = plan->conv.fallback;
+    const float own_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
+    kiln_cuda_consume();
+    plan->timed = 1;
+    plan->conv.dnn_us = dnn_ran ? dnn_us : -1.0f;
+    plan->conv.pw_us = own_us;
+    if (own_us >= 0.0f && (plan->conv.dnn_us < 0.0f || own_us < plan->conv.dnn_us)) {
+        plan->kernel = plan->conv.fallback;
+        plan->fused = 0;
+    }
+    kiln_cuda_log(KILN_LOG_DEBUG, "1x1 NCHW conv at %s: cuDNN %.2f us, Kiln's GEMM %.2f us",
+                  ctx->where ? ctx->where : "?", (double)plan->conv.dnn_us, (double)own_us);
+}
+
 // The kernel choice, with cuDNN's algorithm from the heuristic or from ctx->choice (the tuning
 // cache's record or an identical layer's: plan->cached when it applied).
 static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
@@ -679,6 +713,11 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
             return;
         }
     }
+    if (own_wanted(&g) && ctx->choice != NULL && ctx->choice->kernel == (int32_t)plan->kernel) {
+        plan->conv.dnn_us = ctx->choice->dnn_us; // recorded: Kiln's GEMM was the faster
+        plan->conv.pw_us = ctx->choice->own_us;
+        return;
+    }
     if (ctx->dnn != NULL && (!ctx->nhwc || ctx->w_krsc != NULL) && g.x_dt == g.y_dt &&
         g.w_dt == g.y_dt && (g.bias == NULL || g.bias_dt == g.y_dt)) {
         kiln_cuda_conv_geom d = dnn_geom(ctx, &g);
@@ -710,6 +749,8 @@ extern "C" kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kil
             plan->conv.pw_us = ctx->choice->own_us;
         }
     }
+    if (plan->kernel == KILN_CUDA_K_CUDNN && own_wanted(&g) && ctx->choice == NULL && tune)
+        own_tune(ctx, args, plan);
     // A record matches when it names the kernel chosen (and, for cuDNN, its algorithm applied).
     plan->cached = ctx->choice != NULL && ctx->choice->kernel == (int32_t)plan->kernel &&
                    (plan->kernel != KILN_CUDA_K_CUDNN || applied);
@@ -759,7 +800,7 @@ extern "C" void kiln_cuda_conv_describe(const kiln_cuda_layer_plan *plan, char *
         kiln_cuda_dnn_conv_describe(&plan->conv, buf, n);
         const size_t used = strlen(buf);
         if (plan->conv.pw_us >= 0.0f && used < n)
-            snprintf(buf + used, n - used, " (%.2f us; the pointwise kernel %.2f us)",
+            snprintf(buf + used, n - used, " (%.2f us; Kiln's kernel %.2f us)",
                      (double)plan->conv.dnn_us, (double)plan->conv.pw_us);
         break;
     }
@@ -779,7 +820,13 @@ extern "C" void kiln_cuda_conv_describe(const kiln_cuda_layer_plan *plan, char *
     case KILN_CUDA_K_CONV_DIRECT:
         snprintf(buf, n, "one thread per output (few channels per group)");
         break;
-    case KILN_CUDA_K_CONV_GEMM: snprintf(buf, n, "implicit GEMM on the tiled kernel"); break;
+    case KILN_CUDA_K_CONV_GEMM:
+        if (plan->conv.pw_us >= 0.0f)
+            snprintf(buf, n, "implicit GEMM on the tiled kernel (%.2f us; cuDNN %.2f us)",
+                     (double)plan->conv.pw_us, (double)plan->conv.dnn_us);
+        else
+            snprintf(buf, n, "implicit GEMM on the tiled kernel");
+        break;
     case KILN_CUDA_K_CONV_DW:
         if (plan->conv.dw_rows > 0)
             snprintf(buf, n,
