@@ -100,7 +100,7 @@ __device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
     case KILN_OP_SUB: return a - b;
     case KILN_OP_MUL: return a * b;
     case KILN_OP_DIV: return a / b;
-    case KILN_OP_POW: return powf(a, b);
+    case KILN_OP_POW: return b == 2.0f ? a * a : powf(a, b); // squares (StarReLU) one multiply
     case KILN_OP_REMAINDER: return kiln_remainder_f(a, b);
     case KILN_OP_FMOD: return kiln_fmod_f(a, b);
     case KILN_OP_FLOOR_DIVIDE: return kiln_floor_divide_f(a, b);

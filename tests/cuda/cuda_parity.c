@@ -5654,6 +5654,7 @@ static void run_e2e(void) {
     const int end_mm = n, first_clamp = n;
     if (model_inf_clamp(&models[n], 0)) n++;
     if (model_inf_clamp(&models[n], 1)) n++;
+    const int end_clamp = n;
     if (model_odd_pointwise(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_odd_pointwise(&models[n], KILN_PRECISION_BF16)) n++;
     CHECK_MSG(n == (opt_quick ? 43 : 65), "only %d of the e2e models were built", n);
@@ -5769,7 +5770,8 @@ static void run_e2e(void) {
                               PW_MODEL_CONVS);
                 }
                 if (i >= first_gemv && i < end_gemv && picked) check_l2_plan(models[i].name, &st);
-                if (i >= first_clamp && picked) { // the overflow clamp, unless the folds are off
+                // the overflow clamp, unless the folds are off
+                if (i >= first_clamp && i < end_clamp && picked) {
                     const int want = !load_no_fold && policy.attention_fold ? CLAMP_MODEL_FOLDS : 0;
                     CHECK_MSG(st.n_clamp == want, "%s: %d overflow clamps, want %d", models[i].name,
                               st.n_clamp, want);
