@@ -146,6 +146,7 @@ const char *kiln_cuda_kernel_name(kiln_cuda_kernel k) {
     case KILN_CUDA_K_SDPA_SIMPLE: return "sdpa_simple";
     case KILN_CUDA_K_CONV_DW: return "conv_dw";
     case KILN_CUDA_K_CONV_PW: return "conv_pw";
+    case KILN_CUDA_K_CONV_LT: return "conv_lt";
     default: return "unplanned";
     }
 }
@@ -174,7 +175,9 @@ void kiln_cuda_plan_describe(const kiln_cuda_layer_plan *plan, uint32_t op, kiln
         break;
     case KILN_OP_CONV2D:
         kiln_cuda_conv_describe(plan, out->detail, sizeof out->detail);
-        out->workspace_nbytes = plan->kernel == KILN_CUDA_K_CUDNN ? plan->conv.ws_nbytes : 0;
+        out->workspace_nbytes = plan->kernel == KILN_CUDA_K_CUDNN     ? plan->conv.ws_nbytes
+                                : plan->kernel == KILN_CUDA_K_CONV_LT ? plan->gemm.lt.ws_nbytes
+                                                                      : 0;
         break;
     default: kiln_cuda_sdpa_describe(plan, out->detail, sizeof out->detail); break;
     }

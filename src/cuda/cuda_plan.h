@@ -36,6 +36,7 @@ typedef enum kiln_cuda_kernel {
     KILN_CUDA_K_SDPA_SIMPLE,   // sdpa: one block per query row (larger heads)
     KILN_CUDA_K_CONV_DW,       // depthwise conv2d in NHWC: 8 channels per thread (op_conv.cu)
     KILN_CUDA_K_CONV_PW,       // 1x1 conv2d in NHWC: a tensor-core GEMM over pixels (conv_pw.cu)
+    KILN_CUDA_K_CONV_LT,       // 1x1 conv2d in NCHW: a cuBLASLt GEMM per image (op_conv.cu)
 } kiln_cuda_kernel;
 
 // The name kiln_layer_info reports ("cublaslt", "wgmma", ...).
@@ -57,7 +58,7 @@ typedef struct kiln_cuda_lt_plan {
 } kiln_cuda_lt_plan;
 
 typedef struct kiln_cuda_gemm_rec {
-    kiln_cuda_lt_plan lt; // CUBLASLT; SPLITK: the batched GEMM over the K slices
+    kiln_cuda_lt_plan lt; // CUBLASLT, CONV_LT; SPLITK: the batched GEMM over the K slices
     int splitk;           // SPLITK: slices (2, 4, 8)
     kiln_cuda_wg_cfg wg;  // WGMMA: the configuration
     int epi;              // GEMV, WGMMA, SPLITK: the op fused after the bias (KILN_CUDA_WG_EPI_*)

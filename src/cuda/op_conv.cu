@@ -19,6 +19,8 @@
 
 #include "cuda/conv.h"
 #include "cuda/conv_act.cuh"
+#include "cuda/cuda_ops.h"
+#include "cuda/gemm.h"
 #include "cuda/tiled_gemm.cuh"
 
 #define DIRECT_MAX_OG 8
@@ -602,6 +604,58 @@ static int own_wanted(const kiln_cuda_conv_geom *g) {
            (g->x_dt == KILN_DTYPE_F16 || g->x_dt == KILN_DTYPE_BF16) && g->og >= DIRECT_MAX_OG;
 }
 
+// Such a conv (stride 1, no padding, one dtype) as a cuBLASLt GEMM per image: column-major
+// D (H*W x O, the image's NCHW output planes) = X (H*W x C, its input planes) * W^T (C x O, the
+// OIHW weight as stored), the images a strided batch sharing the weight (stride 0). The bias,
+// per output channel (a column of D, which cuBLASLt's bias epilogue does not take), and the
+// tail run after in one elementwise pass. 0 when the layer is not of that form.
+static int conv_lt_problem(const kiln_cuda_conv_geom *g, kiln_cuda_lt_problem *p) {
+    if (!own_wanted(g) || g->sh != 1 || g->sw != 1 || g->ph != 0 || g->pw != 0 || g->wcs != 0 ||
+        g->w_dt != g->x_dt || g->y_dt != g->x_dt || (g->bias != NULL && g->bias_dt != g->y_dt) ||
+        g->oh != g->h || g->ow != g->w_in || g->n < 1 || g->n > INT32_MAX)
+        return 0;
+    const int64_t hw = g->oh * g->ow;
+    memset(p, 0, sizeof *p);
+    p->dtype = g->y_dt;
+    p->m = hw;
+    p->n = g->o;
+    p->k = g->c;
+    p->lda = hw;
+    p->ldb = g->c;
+    p->ldd = hw;
+    p->batch = g->n;
+    p->stride_a = g->c * hw;
+    p->stride_b = 0;
+    p->stride_d = g->o * hw;
+    p->a = g->x;
+    p->b = g->w;
+    p->d = g->y;
+    return hw > 0 && g->c > 0;
+}
+
+// The GEMM, then bias + tail in one elementwise pass (in place on y); *done = 0 when cuBLASLt
+// refused before any work was enqueued.
+static kiln_status conv_lt_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                               const kiln_cuda_conv_geom *g, kiln_cuda_layer_plan *plan,
+                               int *done) {
+    kiln_cuda_lt_problem p;
+    *done = 0;
+    if (!conv_lt_problem(g, &p)) return KILN_OK;
+    if (kiln_cuda_lt_exec(ctx, &p, &plan->gemm.lt, NULL) != CUBLAS_STATUS_SUCCESS) return KILN_OK;
+    *done = 1;
+    if (g->bias == NULL) return kiln_cuda_tail(ctx, args, 0);
+    kiln_tensor bias4 = *args->in[2]; // [O] viewed as [1, O, 1, 1]
+    bias4.rank = 4;
+    bias4.dims[0] = 1, bias4.dims[1] = g->o, bias4.dims[2] = 1, bias4.dims[3] = 1;
+    kiln_kernel_args ba = *args;
+    ba.op = KILN_OP_ADD;
+    memset(&ba.attrs, 0, sizeof ba.attrs);
+    ba.in[0] = args->out;
+    ba.in[1] = &bias4;
+    ba.n_in = 2;
+    return kiln_cuda_binary(ctx, &ba);
+}
+
 // The tail ops cuDNN's fused call can take (dnn_conv.c): [an add of y's shape] then [ReLU].
 static uint32_t dnn_fuses(const kiln_kernel_args *args) {
     uint32_t next = 0;
@@ -664,16 +718,37 @@ static void own_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     cand = *plan;
     cand.kernel = plan->conv.fallback;
     const float own_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
+    // cuBLASLt's GEMM (the heuristic's first algorithm), when it takes the problem
+    float lt_us = -1.0f;
+    kiln_cuda_lt_problem lp;
+    kiln_cuda_conv_geom g;
+    cublasLtMatmulAlgo_t algo;
+    size_t algo_ws = 0;
+    int n_algo = 0;
+    if (kiln_cuda_conv_geom_of(ctx, args, 0, &g) == KILN_OK && conv_lt_problem(&g, &lp) &&
+        kiln_cuda_lt_setup(ctx, &lp, 1, &algo, &algo_ws, &n_algo, &plan->gemm.lt) && n_algo > 0) {
+        cand = *plan;
+        cand.kernel = KILN_CUDA_K_CONV_LT;
+        lt_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
+        if (cand.kernel != KILN_CUDA_K_CONV_LT) lt_us = -1.0f; // refused at run
+    }
     kiln_cuda_consume();
     plan->timed = 1;
     plan->conv.dnn_us = dnn_ran ? dnn_us : -1.0f;
-    plan->conv.pw_us = own_us;
-    if (own_us >= 0.0f && (plan->conv.dnn_us < 0.0f || own_us < plan->conv.dnn_us)) {
-        plan->kernel = plan->conv.fallback;
+    float best = plan->conv.dnn_us, kiln_us = own_us;
+    kiln_cuda_kernel kiln_k = plan->conv.fallback;
+    if (lt_us >= 0.0f && (kiln_us < 0.0f || lt_us < kiln_us)) {
+        kiln_us = lt_us;
+        kiln_k = KILN_CUDA_K_CONV_LT;
+    }
+    plan->conv.pw_us = kiln_us;
+    if (kiln_us >= 0.0f && (best < 0.0f || kiln_us < best)) {
+        plan->kernel = kiln_k;
         plan->fused = 0;
     }
-    kiln_cuda_log(KILN_LOG_DEBUG, "1x1 NCHW conv at %s: cuDNN %.2f us, Kiln's GEMM %.2f us",
-                  ctx->where ? ctx->where : "?", (double)plan->conv.dnn_us, (double)own_us);
+    kiln_cuda_log(
+        KILN_LOG_DEBUG, "1x1 NCHW conv at %s: cuDNN %.2f us, Kiln's GEMM %.2f us, cuBLASLt %.2f us",
+        ctx->where ? ctx->where : "?", (double)plan->conv.dnn_us, (double)own_us, (double)lt_us);
 }
 
 // The kernel choice, with cuDNN's algorithm from the heuristic or from ctx->choice (the tuning
@@ -713,10 +788,21 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
             return;
         }
     }
-    if (own_wanted(&g) && ctx->choice != NULL && ctx->choice->kernel == (int32_t)plan->kernel) {
-        plan->conv.dnn_us = ctx->choice->dnn_us; // recorded: Kiln's GEMM was the faster
-        plan->conv.pw_us = ctx->choice->own_us;
-        return;
+    if (own_wanted(&g) && ctx->choice != NULL &&
+        (ctx->choice->kernel == (int32_t)plan->kernel ||
+         ctx->choice->kernel == (int32_t)KILN_CUDA_K_CONV_LT)) {
+        kiln_cuda_lt_problem lp; // recorded: Kiln's GEMM or cuBLASLt's was the faster
+        cublasLtMatmulAlgo_t algo;
+        size_t algo_ws = 0;
+        int n_algo = 0;
+        if (ctx->choice->kernel == (int32_t)KILN_CUDA_K_CONV_LT && conv_lt_problem(&g, &lp) &&
+            kiln_cuda_lt_setup(ctx, &lp, 1, &algo, &algo_ws, &n_algo, &plan->gemm.lt) && n_algo > 0)
+            plan->kernel = KILN_CUDA_K_CONV_LT;
+        if (plan->kernel == KILN_CUDA_K_CONV_LT || ctx->choice->kernel == (int32_t)plan->kernel) {
+            plan->conv.dnn_us = ctx->choice->dnn_us;
+            plan->conv.pw_us = ctx->choice->own_us;
+            return;
+        }
     }
     if (ctx->dnn != NULL && (!ctx->nhwc || ctx->w_krsc != NULL) && g.x_dt == g.y_dt &&
         g.w_dt == g.y_dt && (g.bias == NULL || g.bias_dt == g.y_dt)) {
@@ -784,6 +870,14 @@ extern "C" kiln_status kiln_cuda_conv2d_run(const kiln_cuda_ctx *ctx, const kiln
         plan->fell_back = 1;
         break;
     }
+    case KILN_CUDA_K_CONV_LT: {
+        int done = 0;
+        KILN_CUDA_TRY(conv_lt_run(ctx, args, &g, plan, &done));
+        if (done) return KILN_OK;
+        plan->kernel = plan->conv.fallback; // cuBLASLt refused these shapes
+        plan->fell_back = 1;
+        break;
+    }
     default: break;
     }
     KILN_CUDA_TRY(conv_own(ctx, &g));
@@ -819,6 +913,12 @@ extern "C" void kiln_cuda_conv_describe(const kiln_cuda_layer_plan *plan, char *
         break;
     case KILN_CUDA_K_CONV_DIRECT:
         snprintf(buf, n, "one thread per output (few channels per group)");
+        break;
+    case KILN_CUDA_K_CONV_LT:
+        snprintf(buf, n,
+                 "cuBLASLt GEMM over the NCHW planes, bias and tail after (%.2f us; cuDNN %.2f "
+                 "us)",
+                 (double)plan->conv.pw_us, (double)plan->conv.dnn_us);
         break;
     case KILN_CUDA_K_CONV_GEMM:
         if (plan->conv.pw_us >= 0.0f)

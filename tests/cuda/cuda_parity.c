@@ -626,6 +626,7 @@ static void run_case(const op_case *c) {
         snprintf(msg + used, sizeof msg - used, "; %s", info.kernel);
         const int on = strcmp(info.kernel, "tiled") == 0         ? 't'
                        : strcmp(info.kernel, "cublaslt") == 0    ? 'l'
+                       : strcmp(info.kernel, "conv_lt") == 0     ? 'l'
                        : strcmp(info.kernel, "cudnn") == 0       ? 'd'
                        : strcmp(info.kernel, "wgmma") == 0       ? 'w'
                        : strcmp(info.kernel, "splitk") == 0      ? 's'
