@@ -93,7 +93,8 @@ extern "C" {
     X(CEIL, 113, "ceil")                                                                           \
     X(FLOOR, 114, "floor")                                                                         \
     X(ROUND, 115, "round") /* half to even */                                                      \
-    X(TRUNC, 116, "trunc")
+    X(TRUNC, 116, "trunc")                                                                         \
+    X(LOG1P, 117, "log1p") /* log(1 + x), exact near 0 (softplus as exported: Mamba) */
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,

@@ -516,3 +516,31 @@ def test_transformers_interleaved_rotary_is_one_layer(tmp_path, family):
     assert "neg" not in ops and "cat" not in ops, ops
     # the slices left are the merged projection's q, k and v: none of step 2
     assert all(la["attrs"].get("step", [1]) == [1] for la in ls if la["op"] == "slice")
+
+
+def test_transformers_mamba_is_one_delegate(tmp_path):
+    """transformers' Mamba (selective state space: a causal depthwise conv1d, softplus exported as
+    log1p(exp(x)), the scan unrolled over the tokens) as one Kiln delegate, nothing left to
+    ExecuTorch (log1p was), and the outputs match eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.MambaConfig(
+        vocab_size=VOCAB * 20, hidden_size=64, state_size=8, num_hidden_layers=2
+    )
+    model = transformers.MambaModel(cfg)
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).last_hidden_state
+
+    module = Hidden().eval()
+    ids = torch.randint(0, VOCAB * 20, (1, 16))
+    runs = [(torch.randint(0, VOCAB * 20, (1, 16)),)]
+    prog = _load_and_compare(tmp_path, module, (ids,), runs)
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+    assert "log1p" in [la["op"] for la in _engine_layers(tmp_path / "model.pte")]

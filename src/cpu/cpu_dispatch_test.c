@@ -188,8 +188,9 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         break;
     }
     for (uint32_t i = 0; i < l->n_in; i++) {
-        int positive = op == KILN_OP_LOG || op == KILN_OP_SQRT || op == KILN_OP_RSQRT ||
-                       op == KILN_OP_POW || op == KILN_OP_DIV || op == KILN_OP_BATCH_NORM;
+        int positive = op == KILN_OP_LOG || op == KILN_OP_LOG1P || op == KILN_OP_SQRT ||
+                       op == KILN_OP_RSQRT || op == KILN_OP_POW || op == KILN_OP_DIV ||
+                       op == KILN_OP_BATCH_NORM;
         tt_rand(l->in[i], positive ? 1 : -2, 2);
     }
     if (op == KILN_OP_EMBEDDING || op == KILN_OP_INDEX || op == KILN_OP_GATHER ||

@@ -23,6 +23,7 @@ static double ref_unary(uint32_t op, double x, int approx) {
     case KILN_OP_RSQRT: return 1 / sqrt(x);
     case KILN_OP_EXP: return exp(x);
     case KILN_OP_LOG: return log(x);
+    case KILN_OP_LOG1P: return log1p(x);
     default: return x;
     }
 }
@@ -189,7 +190,7 @@ static void test_unary_random(void) {
     static const uint32_t ops[] = {
         KILN_OP_RELU,      KILN_OP_GELU,        KILN_OP_SILU, KILN_OP_SIGMOID, KILN_OP_TANH,
         KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,  KILN_OP_SQRT,    KILN_OP_RSQRT,
-        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY};
+        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_LOG1P};
     static const shape shapes[] = {{1, {0}}, {1, {1}},        {0, {0}},
                                    {1, {7}}, {3, {3, 5, 17}}, {2, {2, 300}}};
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
@@ -199,8 +200,8 @@ static void test_unary_random(void) {
                     uint32_t dt = tt_float_dtype(di);
                     kiln_tensor *x = tt_new(dt, shapes[s].rank, shapes[s].d);
                     kiln_tensor *y = tt_new(dt, shapes[s].rank, shapes[s].d);
-                    int positive =
-                        ops[o] == KILN_OP_SQRT || ops[o] == KILN_OP_RSQRT || ops[o] == KILN_OP_LOG;
+                    int positive = ops[o] == KILN_OP_SQRT || ops[o] == KILN_OP_RSQRT ||
+                                   ops[o] == KILN_OP_LOG || ops[o] == KILN_OP_LOG1P;
                     tt_rand(x, positive ? 0.05 : -5, 5);
                     tattrs a;
                     tattrs_init(&a, ops[o]);

@@ -66,6 +66,7 @@ __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     case KILN_OP_RSQRT: return 1.0f / sqrtf(x);
     case KILN_OP_EXP: return expf(x);
     case KILN_OP_LOG: return logf(x);
+    case KILN_OP_LOG1P: return log1pf(x);
     case KILN_OP_COS: return cosf(x);
     case KILN_OP_SIN: return sinf(x);
     case KILN_OP_ABS: return fabsf(x);
@@ -586,6 +587,7 @@ static int ew_n_inputs(uint32_t op) {
     case KILN_OP_RSQRT:
     case KILN_OP_EXP:
     case KILN_OP_LOG:
+    case KILN_OP_LOG1P:
     case KILN_OP_COS:
     case KILN_OP_SIN:
     case KILN_OP_ABS:

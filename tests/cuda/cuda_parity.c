@@ -699,7 +699,7 @@ static void cases_unary(void) {
     static const uint32_t ops[] = {
         KILN_OP_RELU,      KILN_OP_GELU,        KILN_OP_SILU, KILN_OP_SIGMOID, KILN_OP_TANH,
         KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,  KILN_OP_SQRT,    KILN_OP_RSQRT,
-        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_CLAMP};
+        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_CLAMP,   KILN_OP_LOG1P};
     // "6x40": a whole number of 16-byte vectors in every float dtype (the vectorized kernel)
     static const char *shapes[] = {"1", "6x40", "7x13", "3x1x5x33", ""};
     uint32_t n_shapes = opt_quick ? 2 : 5;
@@ -707,8 +707,8 @@ static void cases_unary(void) {
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         for (uint32_t d = 0; d < N_FLOATS; d++) {
             for (uint32_t s = 0; s < n_shapes; s++) {
-                int positive =
-                    ops[o] == KILN_OP_SQRT || ops[o] == KILN_OP_RSQRT || ops[o] == KILN_OP_LOG;
+                int positive = ops[o] == KILN_OP_SQRT || ops[o] == KILN_OP_RSQRT ||
+                               ops[o] == KILN_OP_LOG || ops[o] == KILN_OP_LOG1P;
                 case_init(&c, ops[o]);
                 case_in(&c, positive ? SR(FLOATS[d], shapes[s], 0.05, 4.0)
                                      : SR(FLOATS[d], shapes[s], -4.0, 4.0));

@@ -578,6 +578,7 @@ for _aten, _kop in [
     ("rsqrt", "rsqrt"),
     ("exp", "exp"),
     ("log", "log"),
+    ("log1p", "log1p"),
     ("cos", "cos"),
     ("sin", "sin"),
     ("abs", "abs"),
