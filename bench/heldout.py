@@ -303,6 +303,42 @@ MODELS = {
             )
         ),
     ),
+    "mixtral": (  # mixture of experts: 4 experts, 2 per token (the default grouped_mm experts)
+        "transformers",
+        lambda: _text(
+            _hf(
+                "MixtralConfig",
+                "MixtralModel",
+                hidden_size=512,
+                intermediate_size=1024,
+                num_attention_heads=8,
+                num_key_value_heads=4,
+                num_local_experts=4,
+                num_experts_per_tok=2,
+            )
+        ),
+    ),
+    "qwen2_moe": (  # experts and a shared expert
+        "transformers",
+        lambda: _text(
+            _hf(
+                "Qwen2MoeConfig",
+                "Qwen2MoeModel",
+                hidden_size=512,
+                intermediate_size=1024,
+                moe_intermediate_size=256,
+                shared_expert_intermediate_size=512,
+                num_attention_heads=8,
+                num_key_value_heads=4,
+                num_experts=8,
+                num_experts_per_tok=2,
+            )
+        ),
+    ),
+    "mamba": (  # selective state space (conv1d, softplus, the scan unrolled)
+        "transformers",
+        lambda: _text(_hf("MambaConfig", "MambaModel", hidden_size=256, state_size=16)),
+    ),
     # transformers: encoders, encoder-decoders, vision, audio
     "mobilebert": ("transformers", lambda: _text(_hf("MobileBertConfig", "MobileBertModel"), True)),
     "xlm_roberta": (

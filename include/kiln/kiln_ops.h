@@ -94,7 +94,8 @@ extern "C" {
     X(FLOOR, 114, "floor")                                                                         \
     X(ROUND, 115, "round") /* half to even */                                                      \
     X(TRUNC, 116, "trunc")                                                                         \
-    X(LOG1P, 117, "log1p") /* log(1 + x), exact near 0 (softplus as exported: Mamba) */
+    X(LOG1P, 117, "log1p") /* log(1 + x), exact near 0 (softplus as exported: Mamba) */            \
+    X(TOPK, 118, "topk")   /* int64 indices of the k best along dim, best first  */
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,

@@ -544,3 +544,53 @@ def test_transformers_mamba_is_one_delegate(tmp_path):
     s = delegation_summary(prog)
     assert s["kiln"] == 1 and not s["ops"], s
     assert "log1p" in [la["op"] for la in _engine_layers(tmp_path / "model.pte")]
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_transformers_mixture_of_experts(tmp_path, family):
+    """transformers' mixture-of-experts decoders (Mixtral: 4 experts, 2 per token; Qwen2-MoE with
+    its shared expert) as a user builds them: their experts default to grouped_mm (torch.histc,
+    which ExecuTorch's verifier refuses), so export switches them to batched_mm for the trace,
+    says so, and leaves the model as it was; the router's topk runs in Kiln (one delegate) and
+    the outputs match eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    common = dict(
+        vocab_size=VOCAB * 20,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        num_experts_per_tok=2,
+    )
+    if family == "mixtral":
+        model = transformers.MixtralModel(transformers.MixtralConfig(num_local_experts=4, **common))
+    else:
+        model = transformers.Qwen2MoeModel(
+            transformers.Qwen2MoeConfig(
+                num_experts=4,
+                moe_intermediate_size=32,
+                shared_expert_intermediate_size=64,
+                **common,
+            )
+        )
+    assert model.config._experts_implementation == "grouped_mm"
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).last_hidden_state
+
+    module = Hidden().eval()
+    ids = torch.randint(0, VOCAB * 20, (1, 12))
+    runs = [(torch.randint(0, VOCAB * 20, (1, 12)),)]
+    with pytest.warns(UserWarning, match="batched_mm"):
+        prog = _load_and_compare(tmp_path, module, (ids,), runs)
+    assert model.config._experts_implementation == "grouped_mm"  # given back
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+    assert "topk" in [la["op"] for la in _engine_layers(tmp_path / "model.pte")]

@@ -140,6 +140,12 @@ static inline int64_t kiln_rotary_dims(int64_t table_last, int64_t d) {
 // argmax: x -> int64 (the first maximum along dim; NaN counts as the maximum, as in PyTorch)
 #define KILN_A_ARGMAX_DIM 0
 #define KILN_A_ARGMAX_KEEPDIM 1
+// topk: x (float or integer) -> int64 indices of the k largest (largest 1) or smallest (0) values
+// along dim, the best first, equal values in index order, NaN counting as larger than any number
+// (as in PyTorch); the values are gather(x, dim, indices)
+#define KILN_A_TOPK_DIM 0
+#define KILN_A_TOPK_K 1
+#define KILN_A_TOPK_LARGEST 2
 // reshape: x, like?   expand: x, like?
 // shape entries: >= 0 literal; -1 infer (reshape) or keep (expand); <= -2 copy dim (-v - 2) of
 // `like` when given, else of x.

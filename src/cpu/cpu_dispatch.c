@@ -80,6 +80,7 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_UPSAMPLE_BILINEAR2D] = E_(upsample),
     [KILN_OP_CUMSUM] = E_(cumsum),
     [KILN_OP_ARGMAX] = E_(argmax),
+    [KILN_OP_TOPK] = E_(topk),
     [KILN_OP_PAD] = E_(pad),
     [KILN_OP_ARANGE] = E_(arange),
     [KILN_OP_INDEX] = E_(index),
@@ -198,6 +199,10 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
     case KILN_OP_ARGMAX:
         if (y->dtype != KILN_DTYPE_I64 || x->dtype == KILN_DTYPE_BOOL)
             return "argmax takes a float or integer x and gives int64";
+        break;
+    case KILN_OP_TOPK:
+        if (y->dtype != KILN_DTYPE_I64 || x->dtype == KILN_DTYPE_BOOL)
+            return "topk takes a float or integer x and gives int64";
         break;
     case KILN_OP_PAD:
         if (x->dtype != y->dtype) return "input and output dtypes differ";

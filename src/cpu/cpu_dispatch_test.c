@@ -152,6 +152,11 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new1(KILN_DTYPE_I64, 2);
         tattrs_int(&l->a, KILN_A_ARGMAX_DIM, 1);
         break;
+    case KILN_OP_TOPK:
+        l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new2(KILN_DTYPE_I64, 2, 2);
+        tattrs_int(&l->a, KILN_A_TOPK_DIM, 1);
+        tattrs_int(&l->a, KILN_A_TOPK_K, 2);
+        break;
     case KILN_OP_PAD: {
         int64_t pads[2] = {1, -1};
         l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new2(dt, 2, 3);

@@ -196,6 +196,7 @@ KILN_CPU_DECLARE(bitwise); // bitwise_and, _or, _xor, _not (op_logic.c)
 KILN_CPU_DECLARE(group_norm);
 KILN_CPU_DECLARE(cumsum);
 KILN_CPU_DECLARE(argmax);
+KILN_CPU_DECLARE(topk);
 KILN_CPU_DECLARE(pad);
 KILN_CPU_DECLARE(arange);
 KILN_CPU_DECLARE(index);

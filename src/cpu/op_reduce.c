@@ -175,6 +175,70 @@ kiln_status kiln_cpu_cumsum(const kiln_kernel_args *args) {
 // --- argmax: the index of the first maximum along one dim (int64), NaN counting as larger than
 // any number (PyTorch's rule: the first NaN wins). Integers compare exactly, in int64.
 
+// --- topk: k passes over each line, pass j taking the best element that ranks after pass j - 1's
+// pick in the total order (value, then index): no marks, the order of equal values by index.
+// NaN ranks above every number (largest) or below (smallest), as PyTorch sorts it.
+
+// 1 when (v, i) ranks before (m, b); integers compare as int64 (iv, im), floats as float.
+static int topk_before(float v, int64_t iv, int64_t i, float m, int64_t im, int64_t b, int largest,
+                       int is_int) {
+    if (is_int) {
+        if (iv != im) return largest ? iv > im : iv < im;
+        return i < b;
+    }
+    const int vn = isnan(v), mn = isnan(m);
+    if (vn != mn) return largest ? vn : mn;
+    if (!vn && v != m) return largest ? v > m : v < m;
+    return i < b;
+}
+
+size_t kiln_cpu_topk_scratch(const kiln_kernel_args *args) {
+    (void)args;
+    return 0;
+}
+
+kiln_status kiln_cpu_topk(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0];
+    kiln_tensor *y = args->out;
+    const int64_t dim_attr = kiln_attrs_int(&args->attrs, KILN_A_TOPK_DIM, 0);
+    const int64_t k = kiln_attrs_int(&args->attrs, KILN_A_TOPK_K, 0);
+    const int largest = kiln_attrs_int(&args->attrs, KILN_A_TOPK_LARGEST, 0) != 0;
+    const int dim = kiln_cpu_norm_dim(dim_attr, x->rank);
+    KILN_CHECK(
+        dim >= 0 && y->dtype == KILN_DTYPE_I64 && k >= 0 && k <= x->dims[dim], KILN_ERR_INVALID_ARG,
+        "cpu topk: dim %lld of rank %u, k %lld of a dimension of %lld, or a non-int64 "
+        "output",
+        (long long)dim_attr, x->rank, (long long)k, (long long)(dim >= 0 ? x->dims[dim] : -1));
+    int64_t outer = 1, len = x->dims[dim], inner = 1;
+    for (int d = 0; d < dim; d++) outer *= x->dims[d];
+    for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];
+    const int is_int = kiln_cpu_is_int(x->dtype);
+    int64_t *out = (int64_t *)y->data;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            const int64_t base = o * len * inner + i;
+            float pv = 0.0f;
+            int64_t piv = 0, pb = -1; // the previous pick (none yet)
+            for (int64_t j = 0; j < k; j++) {
+                float m = 0.0f;
+                int64_t im = 0, b = -1;
+                for (int64_t l = 0; l < len; l++) {
+                    const int64_t off = base + l * inner;
+                    const float v = is_int ? 0.0f : kiln_load_f32(x->data, x->dtype, off);
+                    const int64_t iv = is_int ? kiln_load_i64(x->data, x->dtype, off) : 0;
+                    if (pb >= 0 && !topk_before(pv, piv, pb, v, iv, l, largest, is_int))
+                        continue; // taken by an earlier pass
+                    if (b < 0 || topk_before(v, iv, l, m, im, b, largest, is_int))
+                        m = v, im = iv, b = l;
+                }
+                out[(o * k + j) * inner + i] = b;
+                pv = m, piv = im, pb = b;
+            }
+        }
+    }
+    return KILN_OK;
+}
+
 size_t kiln_cpu_argmax_scratch(const kiln_kernel_args *args) {
     (void)args;
     return 0;

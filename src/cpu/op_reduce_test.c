@@ -3,6 +3,8 @@
 // loop that recomputes each output element from its own index, over dim subsets (empty = all,
 // negative, innermost, outermost, non-adjacent), keepdim on and off, size-0 and size-1 dims, float
 // and integer dtypes.
+#include <stdlib.h>
+
 #include "cpu/cpu_internal.h"
 #include "cpu/cpu_test_util.h"
 
@@ -216,8 +218,94 @@ static void test_argmax(void) {
     tt_free(x), tt_free(y);
 }
 
+// topk against a reference that sorts each line's (value, index) pairs with qsort (descending
+// or ascending value, then index): k of 0, 1, 3 and the whole line over every dim of [3, 9, 2],
+// float and integer dtypes (integers: many ties, ordered by index); then NaN by hand.
+static int g_largest;
+static int topk_ref_cmp(const void *pa, const void *pb) {
+    const double *a = (const double *)pa, *b = (const double *)pb; // {value, index}
+    if (a[0] != b[0]) return (g_largest ? a[0] > b[0] : a[0] < b[0]) ? -1 : 1;
+    return a[1] < b[1] ? -1 : a[1] > b[1];
+}
+
+static void test_topk(void) {
+    static const uint32_t dts[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16, KILN_DTYPE_I32,
+                                   KILN_DTYPE_I64};
+    const int64_t dims[3] = {3, 9, 2}, st[3] = {18, 2, 1};
+    for (int largest = 0; largest < 2; largest++) {
+        for (int dim = 0; dim < 3; dim++) {
+            const int64_t ks[4] = {0, 1, dims[dim] < 3 ? dims[dim] : 3, dims[dim]};
+            for (int ki = 0; ki < 4; ki++) {
+                for (int d = 0; d < 5; d++) {
+                    const int64_t k = ks[ki];
+                    int64_t odims[3] = {3, 9, 2};
+                    odims[dim] = k;
+                    kiln_tensor *x = tt_new(dts[d], 3, dims), *y = tt_new(KILN_DTYPE_I64, 3, odims);
+                    tt_rand(x, -4, 4);
+                    tattrs a;
+                    tattrs_init(&a, KILN_OP_TOPK);
+                    tattrs_int(&a, KILN_A_TOPK_DIM, dim == 2 ? -1 : dim);
+                    tattrs_int(&a, KILN_A_TOPK_K, k);
+                    tattrs_int(&a, KILN_A_TOPK_LARGEST, largest);
+                    kiln_tensor *ins[1] = {x};
+                    CHECK_OK(trun(KILN_OP_TOPK, &a, ins, 1, y));
+                    int64_t bad = 0, ost[3] = {odims[1] * odims[2], odims[2], 1};
+                    for (int64_t e = 0; e < 54; e++) {
+                        int64_t c[3] = {e / 18, (e / 2) % 9, e % 2};
+                        if (c[dim] != 0) continue;
+                        double pairs[9][2];
+                        for (int64_t l = 0; l < dims[dim]; l++) {
+                            int64_t cc[3] = {c[0], c[1], c[2]};
+                            cc[dim] = l;
+                            pairs[l][0] = tt_get(x, cc[0] * st[0] + cc[1] * st[1] + cc[2] * st[2]);
+                            pairs[l][1] = (double)l;
+                        }
+                        g_largest = largest;
+                        qsort(pairs, (size_t)dims[dim], sizeof pairs[0], topk_ref_cmp);
+                        for (int64_t j = 0; j < k; j++) {
+                            int64_t oc[3] = {c[0], c[1], c[2]};
+                            oc[dim] = j;
+                            const int64_t got =
+                                ((int64_t *)y->data)[oc[0] * ost[0] + oc[1] * ost[1] + oc[2]];
+                            bad += got != (int64_t)pairs[j][1];
+                        }
+                    }
+                    CHECK_MSG(bad == 0, "topk largest %d dim %d k %lld dtype %u: %lld wrong",
+                              largest, dim, (long long)k, dts[d], (long long)bad);
+                    tt_free(x), tt_free(y);
+                }
+            }
+        }
+    }
+    // NaN ranks above every number when largest, below when not; ties by index
+    kiln_tensor *x = tt_new1(KILN_DTYPE_F32, 6), *y = tt_new1(KILN_DTYPE_I64, 4);
+    float *xv = (float *)x->data;
+    xv[0] = 1.0f, xv[1] = NAN, xv[2] = 3.0f, xv[3] = 3.0f, xv[4] = NAN, xv[5] = -2.0f;
+    tattrs a;
+    tattrs_init(&a, KILN_OP_TOPK);
+    tattrs_int(&a, KILN_A_TOPK_DIM, 0);
+    tattrs_int(&a, KILN_A_TOPK_K, 4);
+    kiln_tensor *ins[1] = {x};
+    CHECK_OK(trun(KILN_OP_TOPK, &a, ins, 1, y));
+    const int64_t *yv = (const int64_t *)y->data;
+    CHECK_MSG(yv[0] == 1 && yv[1] == 4 && yv[2] == 2 && yv[3] == 3,
+              "topk NaN largest: %lld %lld "
+              "%lld %lld",
+              (long long)yv[0], (long long)yv[1], (long long)yv[2], (long long)yv[3]);
+    tattrs_int(&a, KILN_A_TOPK_LARGEST, 0);
+    CHECK_OK(trun(KILN_OP_TOPK, &a, ins, 1, y));
+    CHECK_MSG(yv[0] == 5 && yv[1] == 0 && yv[2] == 2 && yv[3] == 3,
+              "topk NaN smallest: %lld "
+              "%lld %lld %lld",
+              (long long)yv[0], (long long)yv[1], (long long)yv[2], (long long)yv[3]);
+    tattrs_int(&a, KILN_A_TOPK_K, 7); // k above the dimension: refused
+    CHECK(trun(KILN_OP_TOPK, &a, ins, 1, y) != KILN_OK);
+    tt_free(x), tt_free(y);
+}
+
 int main(void) {
     check_rng_seed();
+    test_topk();
     test_cumsum();
     test_argmax();
     test_hand();

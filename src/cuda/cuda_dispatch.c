@@ -58,6 +58,7 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_GROUP_NORM: return kiln_cuda_group_norm(ctx, args);
     case KILN_OP_CUMSUM: return kiln_cuda_cumsum(ctx, args);
     case KILN_OP_ARGMAX: return kiln_cuda_argmax(ctx, args);
+    case KILN_OP_TOPK: return kiln_cuda_topk(ctx, args);
     case KILN_OP_PAD: return kiln_cuda_pad(ctx, args);
     case KILN_OP_ARANGE: return kiln_cuda_arange(ctx, args);
     default:
@@ -284,6 +285,12 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
         if (args->out->dtype != KILN_DTYPE_I64 || args->in[0]->dtype == KILN_DTYPE_BOOL ||
             kiln_cuda_dtype_size(args->in[0]->dtype) == 0) {
             return why_not(why, why_nbytes, args, "argmax takes float or integer x, gives int64");
+        }
+        return 1;
+    case KILN_OP_TOPK:
+        if (args->out->dtype != KILN_DTYPE_I64 || args->in[0]->dtype == KILN_DTYPE_BOOL ||
+            kiln_cuda_dtype_size(args->in[0]->dtype) == 0) {
+            return why_not(why, why_nbytes, args, "topk takes float or integer x, gives int64");
         }
         return 1;
     case KILN_OP_CUMSUM:

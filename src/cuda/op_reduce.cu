@@ -890,3 +890,69 @@ extern "C" kiln_status kiln_cuda_argmax(const kiln_cuda_ctx *ctx, const kiln_ker
     }
     return kiln_cuda_check_launch(ctx, "argmax_line_kernel");
 }
+
+// --- topk: int64 indices of the k best along one dim (op_reduce.c's rule: k passes, pass j
+// taking the best element that ranks after pass j - 1's pick in the order (value, then index);
+// NaN above every number when largest, below when not). One thread per (outer, inner) line: the
+// MoE routers it serves pick 1-8 of 4-256 experts per token.
+
+template <typename V>
+__device__ __forceinline__ bool topk_before(V v, int64_t i, V m, int64_t b, int largest) {
+    if constexpr (sizeof(V) == 4) {
+        const bool vn = v != v, mn = m != m;
+        if (vn != mn) return largest ? vn : mn;
+        if (vn) return i < b;
+    }
+    if (v != m) return largest ? v > m : v < m;
+    return i < b;
+}
+
+template <typename V>
+static __global__ void topk_line_kernel(const void *x, uint32_t xdt, int64_t *y, int64_t outer,
+                                        int64_t len, int64_t inner, int64_t k, int largest) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t % inner, base = o * len * inner + i;
+        V pv = 0;
+        int64_t pb = -1;
+        for (int64_t j = 0; j < k; j++) {
+            V m = 0;
+            int64_t b = -1;
+            for (int64_t l = 0; l < len; l++) {
+                const V v = argmax_load<V>(x, xdt, base + l * inner);
+                if (pb >= 0 && !topk_before(pv, pb, v, l, largest)) continue;
+                if (b < 0 || topk_before(v, l, m, b, largest)) m = v, b = l;
+            }
+            y[(o * k + j) * inner + i] = b;
+            pv = m, pb = b;
+        }
+    }
+}
+
+extern "C" kiln_status kiln_cuda_topk(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *y = args->out;
+    const int dim = kc_norm_dim(kiln_attrs_int(&args->attrs, KILN_A_TOPK_DIM, 0), x->rank);
+    const int64_t k = kiln_attrs_int(&args->attrs, KILN_A_TOPK_K, 0);
+    const int largest = kiln_attrs_int(&args->attrs, KILN_A_TOPK_LARGEST, 0) != 0;
+    if (dim < 0 || y->dtype != KILN_DTYPE_I64 || x->dtype == KILN_DTYPE_BOOL || k < 0 ||
+        k > x->dims[dim]) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda topk: dim out of range, k above the dimension, a bool x or a "
+                              "non-int64 output at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    int64_t outer = 1, len = x->dims[dim], inner = 1;
+    for (int d = 0; d < dim; d++) outer *= x->dims[d];
+    for (uint32_t d = (uint32_t)dim + 1; d < x->rank; d++) inner *= x->dims[d];
+    if (outer * inner == 0 || k == 0) return KILN_OK;
+    if (kiln_cuda_is_float(x->dtype)) {
+        topk_line_kernel<float>
+            <<<kc_blocks(outer * inner, CUMSUM_BLOCK), CUMSUM_BLOCK, 0, ctx->stream>>>(
+                x->data, x->dtype, (int64_t *)y->data, outer, len, inner, k, largest);
+    } else {
+        topk_line_kernel<int64_t>
+            <<<kc_blocks(outer * inner, CUMSUM_BLOCK), CUMSUM_BLOCK, 0, ctx->stream>>>(
+                x->data, x->dtype, (int64_t *)y->data, outer, len, inner, k, largest);
+    }
+    return kiln_cuda_check_launch(ctx, "topk_line_kernel");
+}

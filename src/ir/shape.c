@@ -1406,6 +1406,27 @@ static kiln_status infer_argmax(const ictx *c, const kiln_attrs *a,
     return KILN_OK;
 }
 
+static kiln_status infer_topk(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
+                              uint32_t n, kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape;
+    uint32_t d = 0;
+    const int64_t k = kiln_attrs_int(a, KILN_A_TOPK_K, 0);
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 1, KILN_MAX_RANK));
+    KILN_TRY(want_bool_attr(c, a, KILN_A_TOPK_LARGEST));
+    KILN_TRY(want_axis(c, KILN_A_TOPK_DIM, 0, kiln_attrs_int(a, KILN_A_TOPK_DIM, 0), x->rank, &d));
+    if (k < 0 || x->min[d] < k) {
+        return SHAPE_FAIL(c,
+                          "topk of k = %lld over dimension %u of x %s; k must be at least 0 and at "
+                          "most the dimension's smallest size",
+                          (long long)k, d, SS(x));
+    }
+    out->shape = *x;
+    out->shape.min[d] = out->shape.max[d] = k;
+    out->dtype = KILN_DTYPE_I64;
+    return KILN_OK;
+}
+
 static kiln_status infer_pad(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
                              uint32_t n, kiln_value_desc *out) {
     const kiln_shape *x = &in[0]->shape;
@@ -1630,6 +1651,7 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_UPSAMPLE_BILINEAR2D: return infer_upsample;
     case KILN_OP_CUMSUM: return infer_cumsum;
     case KILN_OP_ARGMAX: return infer_argmax;
+    case KILN_OP_TOPK: return infer_topk;
     case KILN_OP_PAD: return infer_pad;
     case KILN_OP_ARANGE: return infer_arange;
     case KILN_OP_INDEX: return infer_index;

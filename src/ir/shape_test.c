@@ -401,6 +401,15 @@ static void test_cumsum_pad(void) {
     EXPECT(SETI(A(KILN_OP_CUMSUM), 0, 0), "f32[3,2]", "f32[3,2]");
     EXPECT_ERR(SETI(A(KILN_OP_CUMSUM), 0, 2), KILN_ERR_SHAPE, "out of range", "f32[3,2]");
     EXPECT_ERR(SETI(A(KILN_OP_CUMSUM), 0, 0), KILN_ERR_UNSUPPORTED, "bool", "bool[3]");
+    // topk: x -> int64 indices, k along dim (at most the dim's smallest size)
+    EXPECT(SETI(SETI(A(KILN_OP_TOPK), KILN_A_TOPK_DIM, -1), KILN_A_TOPK_K, 2), "i64[1..8,2]",
+           "f32[1..8,6]");
+    EXPECT(SETI(SETI(A(KILN_OP_TOPK), KILN_A_TOPK_DIM, 0), KILN_A_TOPK_K, 3), "i64[3,4]",
+           "bf16[5,4]");
+    EXPECT_ERR(SETI(SETI(A(KILN_OP_TOPK), KILN_A_TOPK_DIM, -1), KILN_A_TOPK_K, 3), KILN_ERR_SHAPE,
+               "at most", "f32[4,2..6]");
+    EXPECT_ERR(SETI(SETI(A(KILN_OP_TOPK), KILN_A_TOPK_DIM, 2), KILN_A_TOPK_K, 1), KILN_ERR_SHAPE,
+               "out of range", "f32[4,6]");
     EXPECT(SETI(A(KILN_OP_PAD), 0, 1, 2), "f32[2,3,8]", "f32[2,3,5]");
     EXPECT(SETI(A(KILN_OP_PAD), 0, 0, 0, 1, 2, -1, 0), "bool[1,6,5]", "bool[2,3,5]");
     EXPECT(SETI(A(KILN_OP_PAD), 0, 0, 1), "i64[1..5,2..9]", "i64[1..5,1..8]");

@@ -2409,6 +2409,27 @@ static void cases_zoo_families(void) {
         attrs_int(&c.attrs, KILN_A_ARGMAX_KEEPDIM, 1);
         c.label = "argmax: strided dim, keepdim";
         run_case(&c);
+        // topk: a MoE router's 2 of 8 experts per token (largest), 3 smallest along a strided
+        // dim, integers with ties (ordered by index), the whole line
+        case_init(&c, KILN_OP_TOPK);
+        case_in(&c, d < 3 ? S(nums[d], "37x8") : SR(nums[d], "37x8", 0, 5));
+        attrs_int(&c.attrs, KILN_A_TOPK_DIM, -1);
+        attrs_int(&c.attrs, KILN_A_TOPK_K, 2);
+        c.label = "topk: 2 of 8 per row";
+        run_case(&c);
+        case_init(&c, KILN_OP_TOPK);
+        case_in(&c, d < 3 ? S(nums[d], "3x9x7") : SR(nums[d], "3x9x7", -3, 3));
+        attrs_int(&c.attrs, KILN_A_TOPK_DIM, 1);
+        attrs_int(&c.attrs, KILN_A_TOPK_K, 3);
+        attrs_int(&c.attrs, KILN_A_TOPK_LARGEST, 0);
+        c.label = "topk: 3 smallest along a strided dim";
+        run_case(&c);
+        case_init(&c, KILN_OP_TOPK);
+        case_in(&c, d < 3 ? S(nums[d], "4x61") : SR(nums[d], "4x61", -3, 3));
+        attrs_int(&c.attrs, KILN_A_TOPK_DIM, 1);
+        attrs_int(&c.attrs, KILN_A_TOPK_K, 61);
+        c.label = "topk: the whole line sorted";
+        run_case(&c);
     }
     for (int d = 0; d < 5; d++) { // arange over a length read from a like input
         case_init(&c, KILN_OP_ARANGE);

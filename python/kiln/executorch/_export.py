@@ -84,7 +84,7 @@ def _export_module(
             f"{what}: the model is in training mode (dropout and batch norm behave differently "
             "than at inference, and Kiln cannot take training-mode batch norm); call "
             "model.eval() before exporting",
-            stacklevel=4,
+            stacklevel=6,  # the user's call of export or save
         )
     args = _as_args(example_inputs, what)
     try:
@@ -314,6 +314,38 @@ def _export(
     # torch.export's non-strict trace runs the module's in-place updates of tensors it does not
     # see as module state on the real tensors; kept to undo that before a strict retry.
     saved = _buffer_values(model)
+    switched = _export_experts_as_batched(model)
+    try:
+        return _export_traced(
+            model,
+            example_inputs,
+            dynamic_shapes,
+            precision,
+            external_data,
+            tuning_records,
+            extra,
+            backend_config,
+            strict,
+            saved,
+            rep,
+        )
+    finally:
+        _restore_experts(switched)
+
+
+def _export_traced(
+    model,
+    example_inputs,
+    dynamic_shapes,
+    precision,
+    external_data,
+    tuning_records,
+    extra,
+    backend_config,
+    strict,
+    saved,
+    rep,
+):
     with rep.phase("torch.export"):
         programs = _programs(model, example_inputs, dynamic_shapes)
 
@@ -462,7 +494,7 @@ def _warn_specialized_dims(fixed: list[tuple]) -> None:
             "when it then takes the whole model, which it could not here (an op left to "
             "ExecuTorch, another partitioner, or an ExportedProgram given); export one program "
             "per size you need",
-            stacklevel=4,
+            stacklevel=5,  # the user's call of export or save
         )
 
 
@@ -633,6 +665,55 @@ def _share_executorch_buffers(edge, backend_config, kiln):
             what,
         )
     return backend_config
+
+
+# transformers' mixture-of-experts layers run by default on "grouped_mm" (torch.histc to count
+# the tokens per expert, then torch._grouped_mm or a custom op over them): ExecuTorch's edge
+# verifier refuses histc and has no kernel for the rest. "batched_mm" gathers each token's
+# experts' weights and runs batched matmuls: core ATen ops that Kiln takes (topk, index, bmm).
+_EXPERTS_EXPORTABLE = "batched_mm"
+
+
+def _grouped_experts(model) -> list:
+    """The transformers models among the modules kiln exports whose experts run on grouped_mm."""
+    out = []
+    for mod in _modules(model):
+        has_experts = any(
+            hasattr(m, "num_experts") and hasattr(m, "has_gate") for m in mod.modules()
+        )
+        if not has_experts:
+            continue
+        for m in mod.modules():
+            cfg = getattr(m, "config", None)
+            if (
+                hasattr(m, "set_experts_implementation")
+                and getattr(cfg, "_experts_implementation", None) == "grouped_mm"
+            ):
+                out.append(m)
+    return out
+
+
+def _export_experts_as_batched(model) -> list:
+    """Switches grouped_mm experts to batched_mm for the export, with a warning saying why;
+    returns what to switch back (the user's model is left as it was)."""
+    switched = _grouped_experts(model)
+    if switched:
+        warnings.warn(
+            "the model's mixture-of-experts layers run on transformers' experts_implementation="
+            "'grouped_mm' (torch.histc and grouped matmuls, which ExecuTorch cannot run); they are "
+            f"exported with experts_implementation='{_EXPERTS_EXPORTABLE}' (the same values; the "
+            "model itself is left as it was). To choose yourself, call "
+            "model.set_experts_implementation(...) before exporting",
+            stacklevel=4,
+        )
+        for m in switched:
+            m.set_experts_implementation(_EXPERTS_EXPORTABLE)
+    return switched
+
+
+def _restore_experts(switched) -> None:
+    for m in switched:
+        m.set_experts_implementation("grouped_mm")
 
 
 def _buffer_values(model) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -1207,6 +1207,21 @@ def _index_select(L, node, a):
     return L.op("index", [L.value(x), v], {"dim": dim, "wrap": 0})
 
 
+@_handles("aten.topk.default", kiln=("topk", "gather"))
+def _topk(L, node, a):
+    """torch.topk(x, k, dim, largest, sorted): Kiln's topk gives the indices (best first, equal
+    values in index order: an order sorted=False allows too), the values are gathered with
+    them."""
+    x = a["self"]
+    if L.dtype(x) == torch.bool:
+        raise Unsupported("topk of a bool tensor")
+    dim = _static_int(a.get("dim", -1), "dim")
+    k = _static_int(a["k"], "k")
+    largest = bool(a.get("largest", True))
+    idx = L.op("topk", [L.value(x)], {"dim": dim, "k": k, "largest": int(largest)})
+    return [L.op("gather", [L.value(x), idx], {"dim": dim}), idx]
+
+
 @_handles("aten.gather.default", kiln="gather")
 def _gather(L, node, a):
     if a.get("sparse_grad"):
