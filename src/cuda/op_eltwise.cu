@@ -44,6 +44,9 @@ typedef struct ew_params {
 
 // --- math (the CPU reference's formulas)
 
+// Rare ops called, not inlined into every interpreter's unrolled switch (device code size).
+static __device__ __noinline__ float ew_log1p(float x) { return log1pf(x); }
+
 __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     switch (s.op) {
     case KILN_OP_RELU: return x < 0.0f ? 0.0f : x;
@@ -66,7 +69,7 @@ __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     case KILN_OP_RSQRT: return 1.0f / sqrtf(x);
     case KILN_OP_EXP: return expf(x);
     case KILN_OP_LOG: return logf(x);
-    case KILN_OP_LOG1P: return log1pf(x);
+    case KILN_OP_LOG1P: return ew_log1p(x);
     case KILN_OP_COS: return cosf(x);
     case KILN_OP_SIN: return sinf(x);
     case KILN_OP_ABS: return fabsf(x);
