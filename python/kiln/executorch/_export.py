@@ -3,6 +3,7 @@ supported parts run in Kiln."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -287,6 +288,22 @@ def _print_report(rep: _report.ExportProgress, quiet: bool) -> None:
         print(rep.report, file=rep.stream)
 
 
+def _with_exportable_experts(fn):
+    """Runs an export with transformers' grouped_mm experts switched to batched_mm (see
+    _export_experts_as_batched), switched back whatever happens."""
+
+    @functools.wraps(fn)
+    def wrapped(rep, model, *args, **kwargs):
+        switched = _export_experts_as_batched(model)
+        try:
+            return fn(rep, model, *args, **kwargs)
+        finally:
+            _restore_experts(switched)
+
+    return wrapped
+
+
+@_with_exportable_experts
 def _export(
     rep,
     model,
@@ -314,38 +331,6 @@ def _export(
     # torch.export's non-strict trace runs the module's in-place updates of tensors it does not
     # see as module state on the real tensors; kept to undo that before a strict retry.
     saved = _buffer_values(model)
-    switched = _export_experts_as_batched(model)
-    try:
-        return _export_traced(
-            model,
-            example_inputs,
-            dynamic_shapes,
-            precision,
-            external_data,
-            tuning_records,
-            extra,
-            backend_config,
-            strict,
-            saved,
-            rep,
-        )
-    finally:
-        _restore_experts(switched)
-
-
-def _export_traced(
-    model,
-    example_inputs,
-    dynamic_shapes,
-    precision,
-    external_data,
-    tuning_records,
-    extra,
-    backend_config,
-    strict,
-    saved,
-    rep,
-):
     with rep.phase("torch.export"):
         programs = _programs(model, example_inputs, dynamic_shapes)
 
