@@ -633,6 +633,18 @@ static int conv_lt_problem(const kiln_cuda_conv_geom *g, kiln_cuda_lt_problem *p
     return hw > 0 && g->c > 0;
 }
 
+// Sets up the layer's cuBLASLt GEMM (the heuristic's first algorithm) in plan->gemm.lt: 1 when
+// cuBLASLt takes it.
+static int conv_lt_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g,
+                         kiln_cuda_layer_plan *plan) {
+    kiln_cuda_lt_problem lp;
+    cublasLtMatmulAlgo_t algo;
+    size_t algo_ws = 0;
+    int n_algo = 0;
+    return conv_lt_problem(g, &lp) &&
+           kiln_cuda_lt_setup(ctx, &lp, 1, &algo, &algo_ws, &n_algo, &plan->gemm.lt) && n_algo > 0;
+}
+
 // The GEMM, then bias + tail in one elementwise pass (in place on y); *done = 0 when cuBLASLt
 // refused before any work was enqueued.
 static kiln_status conv_lt_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
@@ -704,9 +716,9 @@ static void pw_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                   ctx->where ? ctx->where : "?", (double)plan->conv.dnn_us, (double)pw_us);
 }
 
-// An NCHW 1x1 conv that cuDNN takes (own_wanted), at context creation: cuDNN's algorithm and
-// Kiln's implicit GEMM each timed as the engine runs them, the faster kept (pw_us holds the own
-// kernel's time).
+// An NCHW 1x1 conv that cuDNN takes (own_wanted), at context creation: cuDNN's algorithm, Kiln's
+// implicit GEMM and cuBLASLt's GEMM each timed as the engine runs them, the fastest kept (pw_us
+// holds the faster of Kiln's two).
 static void own_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                      kiln_cuda_layer_plan *plan) {
     kiln_cuda_layer_plan cand = *plan; // shares cuDNN's descriptors: never released
@@ -720,13 +732,8 @@ static void own_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     const float own_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
     // cuBLASLt's GEMM (the heuristic's first algorithm), when it takes the problem
     float lt_us = -1.0f;
-    kiln_cuda_lt_problem lp;
     kiln_cuda_conv_geom g;
-    cublasLtMatmulAlgo_t algo;
-    size_t algo_ws = 0;
-    int n_algo = 0;
-    if (kiln_cuda_conv_geom_of(ctx, args, 0, &g) == KILN_OK && conv_lt_problem(&g, &lp) &&
-        kiln_cuda_lt_setup(ctx, &lp, 1, &algo, &algo_ws, &n_algo, &plan->gemm.lt) && n_algo > 0) {
+    if (kiln_cuda_conv_geom_of(ctx, args, 0, &g) == KILN_OK && conv_lt_setup(ctx, &g, plan)) {
         cand = *plan;
         cand.kernel = KILN_CUDA_K_CONV_LT;
         lt_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
@@ -791,12 +798,8 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
     if (own_wanted(&g) && ctx->choice != NULL &&
         (ctx->choice->kernel == (int32_t)plan->kernel ||
          ctx->choice->kernel == (int32_t)KILN_CUDA_K_CONV_LT)) {
-        kiln_cuda_lt_problem lp; // recorded: Kiln's GEMM or cuBLASLt's was the faster
-        cublasLtMatmulAlgo_t algo;
-        size_t algo_ws = 0;
-        int n_algo = 0;
-        if (ctx->choice->kernel == (int32_t)KILN_CUDA_K_CONV_LT && conv_lt_problem(&g, &lp) &&
-            kiln_cuda_lt_setup(ctx, &lp, 1, &algo, &algo_ws, &n_algo, &plan->gemm.lt) && n_algo > 0)
+        // recorded: Kiln's GEMM or cuBLASLt's was the faster
+        if (ctx->choice->kernel == (int32_t)KILN_CUDA_K_CONV_LT && conv_lt_setup(ctx, &g, plan))
             plan->kernel = KILN_CUDA_K_CONV_LT;
         if (plan->kernel == KILN_CUDA_K_CONV_LT || ctx->choice->kernel == (int32_t)plan->kernel) {
             plan->conv.dnn_us = ctx->choice->dnn_us;
