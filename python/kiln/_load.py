@@ -150,11 +150,29 @@ class Program:
                 "KILN_SKIP_DELEGATE_REGISTRATION is not set"
             )
         if code == 0x14:
+            missing = self._missing_operators(name)
+            which = f" ({', '.join(missing)})" if missing else ""
             return (
                 f"{base}: an operator outside the Kiln delegate has no kernel in this ExecuTorch "
-                "runtime"
+                f"runtime{which}. Kiln did not take it at export (the export report says why); "
+                "change the model code that makes it, or use a runtime built with that kernel"
             )
         return f"{base}: see the ExecuTorch/Kiln log lines above for the cause"
+
+    def _missing_operators(self, method: str) -> list[str]:
+        """The operators the method calls that this runtime has no kernel for ([] when it cannot
+        tell)."""
+        try:
+            from executorch.extension.pybindings import portable_lib
+
+            from ._pte import read_program
+
+            kernels = set(portable_lib._get_operator_names())
+            prog = read_program(Path(self.path).read_bytes(), str(self.path))
+            ops = next((m.operators for m in prog.methods if m.name == method), [])
+            return sorted({o for o in ops if o not in kernels})
+        except Exception:  # noqa: BLE001 - the message stays useful without the names
+            return []
 
     def run(self, method: str, inputs: Sequence) -> list:
         """Runs a method on a sequence of inputs (tensors); returns its outputs as tensors."""

@@ -246,3 +246,31 @@ def test_lowered_programs_are_not_kept_alive_by_the_process():
         prog = kiln.executorch.export(_TwoLinears().eval(), x)
         del prog
     assert _live_lowered_modules(held) == 0
+
+
+class _SortsThenScales(nn.Module):
+    """torch.sort's values (no Kiln translation) between two ops Kiln takes."""
+
+    def forward(self, x):
+        v, _ = torch.sort(x * 2.0, dim=-1)
+        return torch.relu(v) + 1.0
+
+
+def test_an_op_no_runtime_runs_is_named_at_export_and_at_load(tmp_path):
+    """A node Kiln leaves to ExecuTorch that the installed ExecuTorch runtime has no kernel for:
+    the export warns naming the operator and the model's line (the program would not load), and
+    kiln.load's error names the operator too, not just OperatorMissing."""
+    import kiln
+    from kiln.executorch import save
+    from kiln.executorch.partitioner import executorch_kernels
+
+    kernels = executorch_kernels()
+    if kernels is None or "aten::sort.values" in kernels:
+        pytest.skip("this ExecuTorch runtime runs aten::sort.values: nothing to refuse")
+    path = tmp_path / "sort.pte"
+    with pytest.warns(UserWarning, match=r"aten::sort\.values.*OperatorMissing") as rec:
+        save(_SortsThenScales().eval(), path, (torch.randn(3, 7),), quiet=True)
+    msg = str(next(w.message for w in rec if "OperatorMissing" in str(w.message)))
+    assert "test_partition.py" in msg  # the model's line that made it
+    with pytest.raises(kiln.KilnLoadError, match=r"OperatorMissing.*aten::sort\.values"):
+        kiln.load(path)

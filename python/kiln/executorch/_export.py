@@ -24,7 +24,7 @@ from . import _report
 from ._links import link_delegates
 from ._meta import check_not_meta
 from ._options import read_tuning_records, validate_external_data, validate_precision
-from .partitioner import BACKEND_ID, KilnPartitioner, release_graph_cache
+from .partitioner import BACKEND_ID, KilnPartitioner, executorch_kernels, release_graph_cache
 
 log = logging.getLogger("kiln.executorch")
 
@@ -401,11 +401,55 @@ def _export(
         # Tensors one Kiln delegate passes straight to another stay on its device at run time.
         links = link_delegates(prog, backend_config)
     rep.report.links = {m: sum(len(r.inputs) for r in recs.values()) for m, recs in links.items()}
+    _warn_missing_kernels(prog, rep.report.rejected)
     try:
         prog.kiln_report = rep.report
     except AttributeError:  # a manager class that refuses new attributes
         pass
     return prog
+
+
+def _missing_kernels(prog) -> dict[str, list[str]]:
+    """Per method, the operators the program calls outside its delegates that the ExecuTorch
+    runtime installed here has no kernel for ({} when it cannot tell)."""
+    kernels = executorch_kernels()
+    if kernels is None:
+        return {}
+    out = {}
+    try:
+        plans = prog.executorch_program.execution_plan
+    except AttributeError:
+        return {}
+    for plan in plans:
+        names = {f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators}
+        missing = sorted(n for n in names if n not in kernels)
+        if missing:
+            out[plan.name] = missing
+    return out
+
+
+def _warn_missing_kernels(prog, rejected) -> None:
+    """A program that would export fine but not load (OperatorMissing) is said at export time,
+    with the ops and the lines of the model that made them."""
+    for method, missing in _missing_kernels(prog).items():
+        short = {m.split("::")[-1].split(".")[0] for m in missing}
+        lines = sorted(
+            {
+                r["source"]
+                for r in rejected or []
+                if r.get("source") and any(s in r["op"] for s in short)
+            }
+        )
+        warnings.warn(
+            f"method {method!r} calls {', '.join(missing)} outside Kiln's delegates, and the "
+            "ExecuTorch runtime installed here has no kernel for "
+            + ("it" if len(missing) == 1 else "them")
+            + ": kiln.load will refuse the program (OperatorMissing). "
+            + (f"The model makes them at {', '.join(lines)}. " if lines else "")
+            + "Change that code (Kiln's export report says why it did not take them), or run the "
+            "program with an ExecuTorch runtime built with those kernels",
+            stacklevel=5,  # the user's call of export or save
+        )
 
 
 # What AOT autograd raises when ExecuTorch decomposes a non-strict export of a module that

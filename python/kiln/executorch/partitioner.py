@@ -431,7 +431,7 @@ def rejections(
 
 
 @functools.cache
-def _executorch_kernels() -> frozenset[str] | None:
+def executorch_kernels() -> frozenset[str] | None:
     """The operator kernels of the installed ExecuTorch runtime, or None if it cannot tell."""
     try:
         from executorch.extension.pybindings import portable_lib
@@ -446,7 +446,7 @@ _BAG_KERNEL = "aten::_embedding_bag.out"
 
 
 def _executorch_runs_bags() -> bool:
-    kernels = _executorch_kernels()
+    kernels = executorch_kernels()
     return kernels is not None and _BAG_KERNEL in kernels
 
 
