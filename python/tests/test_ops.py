@@ -230,6 +230,23 @@ CASES = {
         Fn(lambda m, x: torch.argmax(x, keepdim=True) + torch.argmax(x)),
         [r(3, 7)],
     ),
+    # a mixture-of-experts router's top 2 of 8 (values and indices); the 3 smallest along a
+    # strided dim; sort with ties descending (in index order, as PyTorch's); argsort (plain
+    # tuples: ExecuTorch cannot serialize torch.return_types outputs). Among equal values
+    # PyTorch's topk may return other indices than Kiln's index order: no ties there.
+    "topk_router": (
+        Fn(lambda m, x: tuple(torch.topk(m.gate(x).softmax(-1), 2, dim=-1)), gate=nn.Linear(16, 8)),
+        [r(2, 5, 16)],
+    ),
+    "topk_smallest_strided": (
+        Fn(lambda m, x: tuple(torch.topk(x, 3, dim=1, largest=False))),
+        [r(3, 9, 5)],
+    ),
+    "sort_ties_descending": (
+        Fn(lambda m, x: tuple(torch.sort(x.float(), dim=-1, descending=True))),
+        [ints(5, 4, 11)],
+    ),
+    "argsort": (Fn(lambda m, x: torch.argsort(x, dim=0) * 2), [r(7, 6)]),
     "cumsum_int_promotes": (
         Fn(lambda m, x: torch.cumsum(x, dim=-1)),
         [ints(50, 2, 11, dtype=torch.int32)],

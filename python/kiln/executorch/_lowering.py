@@ -1222,6 +1222,34 @@ def _topk(L, node, a):
     return [L.op("gather", [L.value(x), idx], {"dim": dim}), idx]
 
 
+# A sort runs as a topk of the whole line: k passes over it, fine for the short lines models sort
+# (ViT-MAE's patch order: 196), not for long ones, which stay with ExecuTorch.
+SORT_MAX_LEN = 4096
+
+
+@_handles("aten.sort.default", "aten.sort.stable", kiln=("topk", "gather"))
+def _sort(L, node, a):
+    """torch.sort(x, dim, descending[, stable]) (torch.argsort exports as it): the indices of a
+    topk of the whole dimension (equal values in index order: a stable sort; NaN last ascending,
+    first descending, as PyTorch), the values gathered with them."""
+    x = a["self"]
+    if L.dtype(x) == torch.bool:
+        raise Unsupported("sort of a bool tensor")
+    rank = L.rank(x)
+    if rank == 0:
+        raise Unsupported("sort of a 0-d tensor")
+    dim = _static_int(a.get("dim", -1), "dim")
+    e = sym_expr(_meta(x).shape[dim])
+    if not e.is_number:
+        raise Unsupported("sort along a symbolic dimension")
+    n = int(e)
+    if n > SORT_MAX_LEN:
+        raise Unsupported(f"sort of {n} elements a line (Kiln sorts at most {SORT_MAX_LEN})")
+    descending = bool(a.get("descending", False))
+    idx = L.op("topk", [L.value(x)], {"dim": dim, "k": n, "largest": int(descending)})
+    return [L.op("gather", [L.value(x), idx], {"dim": dim}), idx]
+
+
 @_handles("aten.gather.default", kiln="gather")
 def _gather(L, node, a):
     if a.get("sparse_grad"):
