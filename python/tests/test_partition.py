@@ -249,7 +249,8 @@ def test_lowered_programs_are_not_kept_alive_by_the_process():
 
 
 class _SortsThenScales(nn.Module):
-    """torch.sort's values (no Kiln translation) between two ops Kiln takes."""
+    """torch.sort's values between two ops Kiln takes, over lines longer than Kiln sorts
+    (_lowering.SORT_MAX_LEN): left to ExecuTorch."""
 
     def forward(self, x):
         v, _ = torch.sort(x * 2.0, dim=-1)
@@ -269,7 +270,7 @@ def test_an_op_no_runtime_runs_is_named_at_export_and_at_load(tmp_path):
         pytest.skip("this ExecuTorch runtime runs aten::sort.values: nothing to refuse")
     path = tmp_path / "sort.pte"
     with pytest.warns(UserWarning, match=r"aten::sort\.values.*OperatorMissing") as rec:
-        save(_SortsThenScales().eval(), path, (torch.randn(3, 7),), quiet=True)
+        save(_SortsThenScales().eval(), path, (torch.randn(2, low.SORT_MAX_LEN + 1),), quiet=True)
     msg = str(next(w.message for w in rec if "OperatorMissing" in str(w.message)))
     assert "test_partition.py" in msg  # the model's line that made it
     with pytest.raises(kiln.KilnLoadError, match=r"OperatorMissing.*aten::sort\.values"):
