@@ -375,6 +375,11 @@ CASES = {
         Fn(lambda m, x, y: torch.cat([x.expand(3, 4, 5), y], dim=1)),
         [r(1, 4, 5), r(3, 2, 5)],
     ),
+    # more tensors than one Kiln cat takes (Mamba's unrolled scan): chunks, then their cat
+    "cat_of_130": (
+        Fn(lambda m, x: torch.cat([x[:, i : i + 1] * (i + 1) for i in range(130)], dim=1)),
+        [r(2, 130, 3)],
+    ),
     "slice_select": (
         Fn(lambda m, x: (x[:, 1:5:2] * 2, x[1] + 1, x[..., -2] - 1, x[:, -3:] * x[:, :3])),
         [r(3, 7, 4)],

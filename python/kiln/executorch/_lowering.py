@@ -25,7 +25,7 @@ import sympy
 import torch
 from torch.fx import Node
 
-from .. import _graph, _lib
+from .. import _graph, _lib, _ops
 
 log = logging.getLogger("kiln.executorch")
 
@@ -1790,7 +1790,18 @@ def _cat(L, node, a):
     ts = list(a["tensors"])
     if not ts:
         raise Unsupported("cat of no tensors")
-    return L.op("cat", [L.value(t) for t in ts], {"dim": _static_int(a["dim"], "dim")})
+    dim = _static_int(a["dim"], "dim")
+    vals = [L.value(t) for t in ts]
+    # more tensors than a Kiln cat takes (Mamba's scan unrolled over 128 steps): cats of chunks,
+    # then a cat of those (the same values in the same order)
+    most = _ops.get("cat").max_inputs
+    while len(vals) > most:
+        vals = [
+            L.op("cat", vals[i : i + most], {"dim": dim}) if len(vals[i : i + most]) > 1
+            else vals[i]
+            for i in range(0, len(vals), most)
+        ]  # fmt: skip
+    return L.op("cat", vals, {"dim": dim})
 
 
 @_handles("aten.slice_copy.Tensor", "aten.slice.Tensor", kiln=("slice", "arange", "index"))
