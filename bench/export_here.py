@@ -94,6 +94,7 @@ def export_config(cfg, model16, out: Path, tmp: Path) -> dict:
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from kiln.executorch import KilnPartitioner
+    from kiln.executorch._export import _export_experts_as_batched, _restore_experts
 
     x16 = tuple(half_inputs(cfg))
     t0 = time.time()
@@ -101,7 +102,14 @@ def export_config(cfg, model16, out: Path, tmp: Path) -> dict:
         # An unused, unbounded symbol in the edge program's range constraints makes Kiln warn
         # about a dynamic dimension; every shape here is static.
         warnings.filterwarnings("ignore", message=".*dynamic dimension.*no upper bound.*")
-        ep = torch.export.export(model16, x16)
+        # transformers' mixture-of-experts layers exported as kiln.executorch.save exports them
+        # (batched_mm: grouped_mm's histc has no ExecuTorch form); PyTorch's anchors keep theirs
+        warnings.filterwarnings("ignore", message=".*experts_implementation.*")
+        switched = _export_experts_as_batched(model16)
+        try:
+            ep = torch.export.export(model16, x16)
+        finally:
+            _restore_experts(switched)
         edge = to_edge_transform_and_lower(
             ep, partitioner=[KilnPartitioner(precision="fp16", external_data=cfg.name)]
         )
@@ -270,10 +278,10 @@ def export_in_children(args, families: list[str], argv: list[str]) -> int:
         if skip:
             skip = False
             continue
-        if a in ("--models", "--runner-dir"):
+        if a in ("--models", "--runner-dir", "--carry-libs"):
             skip = True
             continue
-        if a.startswith(("--models=", "--runner-dir=")):
+        if a.startswith(("--models=", "--runner-dir=", "--carry-libs=")):
             continue
         base.append(a)
     failed = []
@@ -292,6 +300,30 @@ def export_in_children(args, families: list[str], argv: list[str]) -> int:
     return 0
 
 
+def download_libs(names: str, dst: Path) -> list[str]:
+    """Wheels (no dependencies) of the model libraries NAMES at this machine's versions, into
+    dst: bench/run_device.sh installs them on the device ahead of its own, so that the weights are
+    regenerated from the same parameter names (another timm named EVA-02's rotary buffer
+    otherwise)."""
+    versions = M.library_versions()
+    wanted = []
+    for n in (x.strip() for x in names.split(",") if x.strip()):
+        if n not in versions:
+            raise SystemExit(f"--carry-libs: {n!r} is not one of {', '.join(versions)}")
+        if versions[n] == "none":
+            raise SystemExit(f"--carry-libs: {n} is not installed here")
+        wanted.append(f"{n}=={versions[n].split('+')[0]}")
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.mkdir(parents=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
+         "-d", str(dst), *wanted],
+        check=True,
+    )  # fmt: skip
+    return sorted(p.name for p in dst.glob("*.whl"))
+
+
 def finish(args, out: Path, manifest: dict, manifest_path: Path) -> None:
     """Copies the libraries and the runner into out (what the device call carries)."""
     if args.kiln_dir:
@@ -305,6 +337,8 @@ def finish(args, out: Path, manifest: dict, manifest_path: Path) -> None:
             shutil.rmtree(dst)
         shutil.copytree(src, dst, symlinks=False)
         manifest["runner"] = sorted(p.name for p in dst.iterdir())
+    if getattr(args, "carry_libs", ""):
+        manifest["pylibs"] = download_libs(args.carry_libs, out / "pylibs")
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"export_here: {out} holds {total / 2**20:.1f} MiB (carry limit 64 MiB with the tree)")
@@ -318,6 +352,12 @@ def main(argv=None) -> int:
         "--kiln-dir", help="folder of the libkiln.so (+ libkiln_cuda.so) to use and carry"
     )
     ap.add_argument("--runner-dir", help="kiln_runner bundle folder to carry")
+    ap.add_argument(
+        "--carry-libs",
+        default="",
+        help="model libraries (e.g. timm,transformers) whose wheels at this machine's versions "
+        "to carry and install on the device (no other files, no dependencies)",
+    )
     ap.add_argument("--cpu-check", default="", help="configs to run on Kiln's CPU backend here")
     ap.add_argument("--no-verify", action="store_true", help="skip the replay check")
     ap.add_argument("--io-dir", help="also write kiln_runner inputs/expected files here")

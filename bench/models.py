@@ -943,6 +943,9 @@ HELDOUT_BENCH = [
     "t5",
     "smollm_135m",
     "hubert",
+    "mixtral",
+    "qwen2_moe",
+    "mamba",
 ]
 CNN_HELDOUT = {"shufflenet_v2", "efficientnet_v2_s", "resnext50_32x4d", "mobilenetv4_small",
                 "repvit_m1", "convformer_s18"}  # fmt: skip

@@ -13,7 +13,8 @@
 #   2. kiln_runner (ExecuTorch + KilnBackend) per model: the --device-io program, then the host
 #      I/O program;
 #   3. bench/report.py: results.json and the table (each system's ms, Kiln / best PyTorch, floor).
-# Files back in $OUT: run.log, anchors.json, runner.log, results.json.
+# Files back in $OUT: run.log, anchors.json, runner.log, results.json (and pylibs.log: the
+# model libraries' wheels carried with --carry-libs, installed ahead of the device's own).
 #
 # Environment: BENCH_DIR (.dev/bench), OUT, WORK (/tmp/kiln_bench), MODELS (the configs the
 # manifest holds, i.e. those exported; or e.g. "bert,mlp_b1", "all": the eight benchmark models), BUDGET_S (450: the whole script; torch.compile runs that would overrun it are
@@ -78,6 +79,24 @@ EOF
   else
     echo "run_device: WARNING: no $lib/libkiln.so: Kiln is not run (anchors only)" >&2
     ANCHOR_ARGS="$ANCHOR_ARGS --systems eager,graph,compile --no-runner-io"
+  fi
+
+  # The model libraries' wheels carried from the export (export_here.py --carry-libs), ahead of
+  # the device's own: the same parameter names, so the weights regenerate as exported. Left out,
+  # with a warning, when they do not install or import here.
+  if compgen -G "$BENCH_DIR/pylibs/*.whl" >/dev/null; then
+    local pyl="$WORK/pylibs"
+    rm -rf "$pyl"
+    if python3 -m pip install -q --no-deps --no-index --target "$pyl" "$BENCH_DIR"/pylibs/*.whl \
+      >"$OUT/pylibs.log" 2>&1 &&
+      PYTHONPATH="$pyl${PYTHONPATH:+:$PYTHONPATH}" python3 -c \
+        'import importlib, sys; [importlib.import_module(n) for n in ("timm", "transformers")]' \
+        >>"$OUT/pylibs.log" 2>&1; then
+      export PYTHONPATH="$pyl${PYTHONPATH:+:$PYTHONPATH}"
+      echo "run_device: the export's model libraries: $(cd "$BENCH_DIR/pylibs" && echo *.whl)"
+    else
+      echo "run_device: WARNING: the carried model libraries did not install or import (pylibs.log): the device's own are used" >&2
+    fi
   fi
 
   # 1. anchors + Kiln's C API
