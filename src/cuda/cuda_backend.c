@@ -972,6 +972,9 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
                  : (e->fold.virt[li] & KILN_CUDA_FOLD_CLAMP)
                      ? "run by an overflow clamp's launch (at its abs): clamp(x, -c, c), c "
                        "chosen by whether any |x| is inf, in one kernel"
+                 : e->fold.base_nhwc[e->plan->ids[e->plan->layers[li].input_begin]]
+                     ? "a view of an NHWC map's channels-last bytes: the sdpa or matmul reading "
+                       "it reads them through strides"
                      : "a view: the sdpa, matmul or rotary reading it reads its input "
                        "through strides");
         return;

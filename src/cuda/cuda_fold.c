@@ -164,6 +164,16 @@ static int is_virtual_read(const kiln_cuda_fold *f, int32_t pl) {
     return pl >= 0 && (f->virt[pl] & VIRT) && !(f->virt[pl] & WRIT);
 }
 
+// The view of a 4-D [N, C, H, W] tensor stored NHWC: its logical dims over channels-last bytes.
+static void nhwc_strided(const kiln_tensor *v, kiln_cuda_strided *out) {
+    dense(v, v->data, out);
+    if (v->rank != 4) return;
+    out->str[1] = 1;
+    out->str[3] = v->dims[1];
+    out->str[2] = v->dims[3] * v->dims[1];
+    out->str[0] = v->dims[2] * out->str[2];
+}
+
 void kiln_cuda_fold_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln_tensor *views,
                          int32_t id, kiln_cuda_strided *out) {
     int32_t pl = f->producer[id];
@@ -173,7 +183,12 @@ void kiln_cuda_fold_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln
         dense(v, v->data, out);
         return;
     }
-    kiln_cuda_fold_view(p, f, views, in0(p, (uint32_t)pl), &in);
+    const int32_t x = in0(p, (uint32_t)pl);
+    if (f->base_nhwc != NULL && f->base_nhwc[x] && !is_virtual_read(f, f->producer[x])) {
+        nhwc_strided(&views[x], &in); // an NHWC base under a virtual reshape
+    } else {
+        kiln_cuda_fold_view(p, f, views, x, &in);
+    }
     apply(p, (uint32_t)pl, &in, v->rank, v->dims, elem_size(v->dtype), out);
 }
 
@@ -516,8 +531,17 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         if (p->tensors[y].kind != KILN_TENSOR_ACTIVATION ||
             p->tensors[x].dtype != p->tensors[y].dtype)
             continue;
-        if ((nhwc != NULL && (nhwc[x] || nhwc[y])) || (alt != NULL && alt[l->input_begin]))
-            continue;
+        if ((nhwc != NULL && nhwc[y]) || (alt != NULL && alt[l->input_begin])) continue;
+        // an NHWC input only for a RESHAPE that reads it as it is (cuda_layout.h's rs_xpose: a
+        // conv's map split into heads, CoAtNet's and other conv-form attentions): a view of the
+        // map's channels-last bytes (base_nhwc)
+        if (nhwc != NULL && nhwc[x]) {
+            if (l->op != KILN_OP_RESHAPE || p->tensors[x].shape.rank != 4 ||
+                !static_shape(&p->tensors[x]) || !static_shape(&p->tensors[y]) ||
+                f->producer[x] < 0 || view_op(p->layers[f->producer[x]].op))
+                continue;
+            f->base_nhwc[x] = 1;
+        }
         if (l->op == KILN_OP_PERMUTE && !perm_of(p, li, p->tensors[x].shape.rank, perm)) continue;
         // a reshape of another view's output: at static shapes only (the pass checks below,
         // with the plan's shapes, that strides express it; they are then the execute's)
@@ -1545,6 +1569,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.sdpa_out = kiln_cuda_calloc((nl + 1) * sizeof *f.sdpa_out);
     f.sdpa_dst = kiln_cuda_calloc((nl + 1) * sizeof *f.sdpa_dst);
     f.producer = kiln_cuda_calloc((nt + 1) * sizeof *f.producer);
+    f.base_nhwc = kiln_cuda_calloc(nt + 1);
     f.reloc = kiln_cuda_calloc(nt + 1);
     f.live_first = kiln_cuda_calloc((nt + 1) * sizeof *f.live_first);
     f.live_last = kiln_cuda_calloc((nt + 1) * sizeof *f.live_last);
@@ -1571,13 +1596,13 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     s.cache_tab = kiln_cuda_calloc(nt + 1);
     s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
-        f.producer == NULL || f.reloc == NULL || f.live_first == NULL || f.live_last == NULL ||
-        f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL || f.gemv_pair == NULL ||
-        f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL || f.rope_vc == NULL ||
-        f.ratio_add == NULL || f.ratio_div == NULL || f.wsum_sm == NULL || f.wsum_mul == NULL ||
-        f.mm_pre == NULL || f.clamp_mn == NULL || f.clamp_ab == NULL || f.mm_alpha == NULL ||
-        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.cache_tab == NULL ||
-        s.shapes == NULL) {
+        f.producer == NULL || f.base_nhwc == NULL || f.reloc == NULL || f.live_first == NULL ||
+        f.live_last == NULL || f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL ||
+        f.gemv_pair == NULL || f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL ||
+        f.rope_vc == NULL || f.ratio_add == NULL || f.ratio_div == NULL || f.wsum_sm == NULL ||
+        f.wsum_mul == NULL || f.mm_pre == NULL || f.clamp_mn == NULL || f.clamp_ab == NULL ||
+        f.mm_alpha == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL ||
+        s.cache_tab == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -1695,6 +1720,7 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->sdpa_out, (nl + 1) * sizeof *f->sdpa_out);
     kiln_cuda_free(f->sdpa_dst, (nl + 1) * sizeof *f->sdpa_dst);
     kiln_cuda_free(f->producer, (nt + 1) * sizeof *f->producer);
+    kiln_cuda_free(f->base_nhwc, nt + 1);
     kiln_cuda_free(f->reloc, nt + 1);
     kiln_cuda_free(f->live_first, (nt + 1) * sizeof *f->live_first);
     kiln_cuda_free(f->live_last, (nt + 1) * sizeof *f->live_last);

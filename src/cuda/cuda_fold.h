@@ -15,7 +15,12 @@
 // is virtual only at static shapes, and only where strides express it (each run of dims it
 // merges or splits contiguous in the view: torch's view rule; checked with the plan's shapes,
 // else the chain runs). A SLICE is virtual at static shapes only, and its chain runs where the
-// view's offset is not a multiple of 16 bytes (the sdpa's vector loads). The sdpa reads each such
+// view's offset is not a multiple of 16 bytes (the sdpa's vector loads). A RESHAPE of a 4-D map
+// stored NHWC (cuda_layout.h) that reads it as it is (the layout pass's rs_xpose: no copy) may
+// start a chain too, at static shapes: its view is of the map's channels-last bytes (base_nhwc),
+// so a conv-form attention (CoAtNet's: a 1x1 conv's channels split into heads, the pixels
+// merged, q/k/v sliced and transposed) reads q, k and v straight from the NHWC conv output, E
+// innermost. The sdpa reads each such
 // operand through a strided view of the nearest materialized tensor (the *base*): [B, S, H, E]
 // memory as [B, H, S, E], the packed QKV projection [B, S, 3, H, E] through permute (2, 0, 3,
 // 1, 4) and select, or torch's nn.MultiheadAttention chain over a sequence-first [S, 1, 3D]
@@ -171,6 +176,8 @@ typedef struct kiln_cuda_fold {
     int32_t *sdpa_dst;    // n_layers: the tensor it writes: the permute's output, or the output of
                           // the RESHAPE that is its only reader (dense: the same bytes), or -1
     int32_t *producer;    // n_tensors: the layer writing the tensor (-1: input, weight, none)
+    uint8_t *base_nhwc;   // n_tensors: 1 for a 4-D tensor stored NHWC (cuda_layout.h) that a
+                          // virtual RESHAPE reads: its view has NHWC strides
     uint8_t *reloc;       // n_tensors: 1 for a folded base whose arena slot is reused before
                           // the sdpa reads it (placed outside the arena: cuda_memory.c)
     uint32_t *live_first; // n_tensors: a relocated base's live range over the layers

@@ -1663,6 +1663,70 @@ static void layout_permutes_case(int64_t c) {
     kiln_plan_release(&p);
 }
 
+// Conv-form attention (CoAtNet's Attention2d), fp16: x [1, 32, 4, 4] -> an NHWC 1x1 conv to
+// 3 x 2 heads x 32 channels, reshape [1, 2, 96, 16] (the heads split from the channels, the
+// pixels merged), q/k/v sliced along dim 2 and transposed to [1, 2, 16, 32] -> sdpa. The
+// reshape reads the conv's NHWC bytes as they are (cuda_layout.h's rs_xpose), so the reshape,
+// slices and transposes run no kernel: the sdpa reads each operand through a view of the
+// channels-last map, element [0, h, s, e] of part j at pixel s, channel 96 h + 32 j + e.
+// Variant 1: the folds off (everything runs).
+static void conv_attention_case(int variant) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    kiln_cuda_fold f;
+    int64_t xd[4] = {1, 32, 4, 4}, heads[4] = {1, 2, 96, 16}, tr[4] = {0, 1, 3, 2}, two = 2;
+    int32_t x = -1, parts[3];
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t qkv = reshape(g, conv2d(g, x, 32, 192, 1, 1), heads, 4);
+    for (int64_t i = 0; i < 3; i++) {
+        int64_t start = 32 * i, end = 32 * i + 32;
+        kiln_attr a[3] = {
+            {"dim", &two, NULL, 1}, {"start", &start, NULL, 1}, {"end", &end, NULL, 1}};
+        parts[i] = permute(g, node(g, KILN_OP_SLICE, &qkv, 1, a, 3), tr, 4);
+    }
+    int32_t y = node(g, KILN_OP_SDPA, parts, 3, NULL, 0);
+    CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC, &l) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, l.nhwc, l.alt, l.ident, variant != 1, 0, &f) == KILN_OK);
+    const uint32_t conv = find_head(&p, KILN_OP_CONV2D, 0), sdpa = find_head(&p, KILN_OP_SDPA, 0);
+    const uint32_t rs = find_head(&p, KILN_OP_RESHAPE, 0);
+    const int32_t map = kiln_plan_group_output(&p, conv);
+    CHECK(conv != UINT32_MAX && sdpa != UINT32_MAX && rs != UINT32_MAX);
+    CHECK_MSG(l.nhwc[map] && l.rs_xpose[rs], "the conv's map NHWC %d, the reshape transposing %d",
+              l.nhwc[map], l.rs_xpose[rs]);
+    const int on = variant != 1;
+    CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_RESHAPE), on ? 1 : 0);
+    CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SLICE), on ? 3 : 0);
+    CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), on ? 3 : 0);
+    CHECK_EQ_INT(f.sdpa_in[sdpa], on ? 7 : 0);
+    CHECK_EQ_INT(f.base_nhwc[map], on); // the view chain's NHWC base
+    if (on) {
+        kiln_tensor views[64];
+        memset(views, 0, sizeof views);
+        bind_views(&p, views);
+        int bad = 0;
+        for (uint32_t j = 0; j < 3; j++) {
+            kiln_cuda_strided v;
+            kiln_cuda_fold_view(&p, &f, views, p.ids[p.layers[sdpa].input_begin + j], &v);
+            CHECK_EQ_INT(v.rank, 4);
+            for (int64_t h = 0; h < 2; h++)
+                for (int64_t sq = 0; sq < 16; sq++)
+                    for (int64_t e = 0; e < 32; e++)
+                        bad += at(&v, map, 0, h, sq, e) != sq * 192 + 96 * h + 32 * (int64_t)j + e;
+        }
+        CHECK_MSG(bad == 0, "%d view elements off the channels-last map", bad);
+        unbind(&p, views);
+    }
+    printf("conv attention%s: %u layers run no kernel\n", on ? "" : " (folds off)", f.n_virtual);
+    kiln_cuda_fold_free(&p, &f);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 // What the CUDA backend would launch for the engine in file `path` (see the top of the file).
 // A global response norm (ConvNeXt-V2): g = ||h|| over H, W; r = g / (mean(g over C) + eps);
 // y = h * r. The mean, the add of eps and the div run as one mean ratio (cuda_fold.h), unless:
@@ -2002,6 +2066,8 @@ int main(int argc, char **argv) {
     slice_aliases_case();
     layout_permutes_case(16);
     layout_permutes_case(12);
+    conv_attention_case(0);
+    conv_attention_case(1);
     packed();
     mha_seq_first(1);
     mha_seq_first(2);

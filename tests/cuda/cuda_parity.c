@@ -3985,6 +3985,7 @@ typedef struct e2e_stats {
     int n_mm_out;      // matmuls writing a permute's output through strides (cuda_fold.h)
     int n_clamp;       // abs layers that run an overflow clamp (cuda_fold.h)
     int n_rot_views;   // rotaries reading x through the fold's views (cuda_fold.h)
+    int n_nhwc_views;  // reshapes viewing an NHWC map's bytes for an sdpa (cuda_fold.h)
     long long l2_kept;
 } e2e_stats;
 
@@ -4009,6 +4010,8 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
         st->n_clamp += info.op == KILN_OP_ABS && strstr(info.detail, "an overflow clamp") != NULL;
         st->n_rot_views += info.op == KILN_OP_ROTARY &&
                            strstr(info.detail, "reads x through a strided view") != NULL;
+        st->n_nhwc_views += info.op == KILN_OP_RESHAPE &&
+                            strstr(info.detail, "NHWC map's channels-last bytes") != NULL;
         st->n_layout_perm += info.op == KILN_OP_PERMUTE && strstr(info.detail, "layout permute");
         st->n_rs_xpose +=
             info.op == KILN_OP_RESHAPE && strstr(info.detail, "a reshape of an NHWC map") != NULL;
@@ -5046,6 +5049,42 @@ static int model_odd_pointwise(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// Conv-form attention (timm's Attention2d: CoAtNet's transformer stages): x [2, 64, 8, 8] -> a
+// 1x1 conv to 3 x 2 heads x 32 channels (NHWC), reshape [2, 2, 96, 64], q/k/v sliced along the
+// channels and transposed to [2, 2, 64, 32], sdpa with a float bias [1, 2, 64, 64] (relative
+// positions), transposed back, reshape [2, 64, 8, 8] -> a 1x1 conv + x. With NHWC and the folds
+// the reshape, slices and transposes run no kernel: the sdpa reads the conv's channels-last
+// bytes through strides (CONV_ATTN_VIEWS reshapes so).
+#define CONV_ATTN_VIEWS 1
+static int model_conv_attention(model *m) {
+    gbuild b = {NULL, 1};
+    int64_t dims[4] = {2, 64, 8, 8}, heads[4] = {2, 2, 96, 64}, tr[4] = {0, 1, 3, 2};
+    int64_t back[4] = {2, 64, 8, 8}, two = 2;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, dims, dims);
+    int32_t qkv = res_conv(&b, x, 64, 192, 1, 1, -1, 0);
+    kiln_attr ra = A_INTS("shape", heads, 4), ta = A_INTS("dims", tr, 4);
+    qkv = gb_node(&b, KILN_OP_RESHAPE, &qkv, 1, &ra, 1);
+    int32_t parts[4];
+    for (int64_t i = 0; i < 3; i++) {
+        int64_t start = 32 * i, end = 32 * i + 32, one = 1;
+        kiln_attr sa[4] = {A_INTS("dim", &two, 1), A_INTS("start", &start, 1),
+                           A_INTS("end", &end, 1), A_INTS("step", &one, 1)};
+        int32_t t = gb_node(&b, KILN_OP_SLICE, &qkv, 1, sa, 4);
+        parts[i] = gb_node(&b, KILN_OP_PERMUTE, &t, 1, &ta, 1);
+    }
+    parts[3] = gb_const(&b, F32, "1x2x64x64", -1.0, 1.0);
+    int32_t att = gb_node(&b, KILN_OP_SDPA, parts, 4, NULL, 0);
+    att = gb_node(&b, KILN_OP_PERMUTE, &att, 1, &ta, 1);
+    kiln_attr ba = A_INTS("shape", back, 4);
+    att = gb_node(&b, KILN_OP_RESHAPE, &att, 1, &ba, 1);
+    int32_t y = res_conv(&b, att, 64, 64, 1, 1, x, 0);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    m->name = "conv attention fp16";
+    m->tol = 2e-2;
+    return model_finish(&b, m, KILN_PRECISION_FP16);
+}
+
 // transformers' float16 overflow guard in T5-family blocks, as T5 exports it (float16
 // activations, float32 scalars): h = linear(x) [* 1e5: |h| past 65504 is inf in float16]; c =
 // where(sum(cast(abs(h) == inf, float32)) cast to float16 > 0, 65504 - 1000, 65504); y =
@@ -5679,7 +5718,9 @@ static void run_e2e(void) {
     const int end_clamp = n;
     if (model_odd_pointwise(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_odd_pointwise(&models[n], KILN_PRECISION_BF16)) n++;
-    CHECK_MSG(n == (opt_quick ? 43 : 65), "only %d of the e2e models were built", n);
+    const int conv_attn_model = n;
+    if (model_conv_attention(&models[n])) n++;
+    CHECK_MSG(n == (opt_quick ? 44 : 66), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5751,6 +5792,14 @@ static void run_e2e(void) {
                     const int want = st.n_conv_nhwc > 0 ? EW_NHWC_MODEL_OUT : 0;
                     CHECK_MSG(st.n_out_nhwc == want, "%s: %d groups wrote NHWC, want %d",
                               models[i].name, st.n_out_nhwc, want);
+                }
+                if (i == conv_attn_model && picked) { // see model_conv_attention
+                    const int want = st.n_conv_nhwc > 0 && !load_no_fold && policy.attention_fold
+                                         ? CONV_ATTN_VIEWS
+                                         : 0;
+                    CHECK_MSG(st.n_nhwc_views == want,
+                              "%s: %d reshapes viewed an NHWC map for the sdpa, want %d",
+                              models[i].name, st.n_nhwc_views, want);
                 }
                 if (i >= first_convnext && i < end_convnext && picked) {
                     // with NHWC every permute is a layout permute and both depthwise convs run
