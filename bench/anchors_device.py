@@ -315,7 +315,9 @@ def make_compile_system(model, x: list, cnn: bool, name: str = "compile") -> Sys
     return s
 
 
-def make_kiln_system(engine_bytes, weights, x_list, out_shape, dev: torch.device) -> System:
+def make_kiln_system(
+    engine_bytes, weights, x_list, out_shape, dev: torch.device, out_dtype=torch.float16
+) -> System:
     import kiln_capi as C
 
     t0 = time.perf_counter()
@@ -326,7 +328,7 @@ def make_kiln_system(engine_bytes, weights, x_list, out_shape, dev: torch.device
         engine_bytes, dict(weights), device="cuda:0" if cuda else "cpu", use_cuda_graphs=cuda
     )
     ins = [t.contiguous() for t in x_list]
-    y = torch.full(out_shape, float("nan"), dtype=torch.float16, device=dev)  # poisoned
+    y = torch.full(out_shape, float("nan"), dtype=out_dtype, device=dev)  # poisoned
     eng.bind(
         [(t.data_ptr(), list(t.shape)) for t in ins],
         [(y.data_ptr(), y.numel() * y.element_size())],
@@ -384,11 +386,11 @@ def kiln_rebuild(cfg, entry: dict, bench_dir: Path, model16_cpu, workdir: Path) 
     return results, time.perf_counter() - t0
 
 
-def write_runner_io(cfg, x16_cpu, ref, workdir: Path) -> None:
+def write_runner_io(cfg, x16_cpu, ref, workdir: Path, out_dtype=torch.float16) -> None:
     import kiln_tensors
 
     kiln_tensors.write(workdir / f"{cfg.name}.inputs.bin", [t.cpu() for t in x16_cpu])
-    kiln_tensors.write(workdir / f"{cfg.name}.expected.bin", [ref.to("cpu", torch.float16)])
+    kiln_tensors.write(workdir / f"{cfg.name}.expected.bin", [ref.to("cpu", out_dtype)])
     torch.save(ref.cpu(), workdir / f"{cfg.name}.ref.pt")
 
 
@@ -431,6 +433,14 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
     if fam.cnn and not dry:
         x_pt[0] = x_pt[0].contiguous(memory_format=torch.channels_last)
     model = fam_state["m_pt"]
+    # the output's dtype as the fp16 model gives it (float16, or float32 where the model casts
+    # up: Mamba's residual stream): the exported program's
+    out_dtype = torch.float16
+    if not dry:
+        with torch.no_grad():
+            y0 = model(*x_pt)
+        if isinstance(y0, torch.Tensor) and y0.is_floating_point():
+            out_dtype = y0.dtype
 
     def add(name, factory):
         if name not in want:
@@ -474,7 +484,7 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
                         cfg, entry, Path(args.bench_dir), fam_state["m16_cpu"], workdir
                     )
                     res["kiln_rebuild_s"] = round(rb, 2)
-                    write_runner_io(cfg, x16, ref, workdir)
+                    write_runner_io(cfg, x16, ref, workdir, out_dtype)
                     if "kiln" in want:
                         if not entry.get("capi_ok"):
                             s = System("kiln", None)
@@ -485,7 +495,12 @@ def run_config(cfg, fam_state: dict, args, manifest: dict, workdir: Path, t_star
                             add(
                                 "kiln",
                                 lambda: make_kiln_system(
-                                    eng, w, [t.to(dev) for t in x16], tuple(ref.shape), dev
+                                    eng,
+                                    w,
+                                    [t.to(dev) for t in x16],
+                                    tuple(ref.shape),
+                                    dev,
+                                    out_dtype,
                                 ),
                             )
                 except Exception as e:  # noqa: BLE001
@@ -598,6 +613,11 @@ def family_state(family: str, dry: bool) -> dict:
     m16_cpu = copy.deepcopy(m32).half()
     st = {"m32": m32, "m16_cpu": m16_cpu, "cksum16": M.state_checksum(m16_cpu, family)}
     st["m64"] = copy.deepcopy(m32).double().to(dev).eval()
+    # transformers' grouped_mm experts take no float64: the reference runs batched_mm (the same
+    # values) while the PyTorch systems keep the library's default
+    for mod in st["m64"].modules():
+        if getattr(getattr(mod, "config", None), "_experts_implementation", None) == "grouped_mm":
+            mod.set_experts_implementation("batched_mm")
     if dry:
         st["m_pt"] = m32
     else:
