@@ -95,7 +95,8 @@ extern "C" {
     X(ROUND, 115, "round") /* half to even */                                                      \
     X(TRUNC, 116, "trunc")                                                                         \
     X(LOG1P, 117, "log1p") /* log(1 + x), exact near 0 (softplus as exported: Mamba) */            \
-    X(TOPK, 118, "topk")   /* int64 indices of the k best along dim, best first  */
+    X(TOPK, 118, "topk")   /* int64 indices of the k best along dim, best first  */                \
+    X(GATHER_MATMUL, 119, "gather_matmul") /* y[b] = w[idx[b]] @ x[b]: experts' weights */
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,

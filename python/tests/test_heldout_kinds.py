@@ -551,8 +551,9 @@ def test_transformers_mixture_of_experts(tmp_path, family):
     """transformers' mixture-of-experts decoders (Mixtral: 4 experts, 2 per token; Qwen2-MoE with
     its shared expert) as a user builds them: their experts default to grouped_mm (torch.histc,
     which ExecuTorch's verifier refuses), so export switches them to batched_mm for the trace,
-    says so, and leaves the model as it was; the router's topk runs in Kiln (one delegate) and
-    the outputs match eager."""
+    says so, and leaves the model as it was; the router's topk runs in Kiln (one delegate), each
+    expert projection is one gather_matmul reading the experts' weights in place (no index
+    gathering a [tokens x 2, M, K] copy of them), and the outputs match eager."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     common = dict(
@@ -593,4 +594,8 @@ def test_transformers_mixture_of_experts(tmp_path, family):
     assert model.config._experts_implementation == "grouped_mm"  # given back
     s = delegation_summary(prog)
     assert s["kiln"] == 1 and not s["ops"], s
-    assert "topk" in [la["op"] for la in _engine_layers(tmp_path / "model.pte")]
+    ops = [la["op"] for la in _engine_layers(tmp_path / "model.pte")]
+    assert "topk" in ops, ops
+    # gate_up and down of each layer's experts
+    assert ops.count("gather_matmul") == 2 * common["num_hidden_layers"], ops
+    assert "index" not in ops, ops

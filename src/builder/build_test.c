@@ -608,6 +608,45 @@ static void test_transposed_weight(void) {
     kiln_graph_free(g);
 }
 
+// A mixture of experts as transformers' batched_mm experts export it: each token's expert (a
+// router's top 1) picks a matrix of W [E, M, K] by index(W, idx), then a batched matmul with
+// the token's vector: one gather_matmul reading W in place (no index, no matmul left), the
+// values those of index + matmul. With the index also an output, nothing fuses.
+static void test_gather_matmul(void) {
+    enum { E = 4, M = 24, K = 16 };
+    for (int shared = 0; shared < 2; shared++) {
+        kiln_graph *g = NULL;
+        CHECK_OK(kiln_graph_new(&g));
+        const int64_t xmin[2] = {1, K}, xmax[2] = {6, K}, rmin[2] = {1, E}, rmax[2] = {6, E};
+        const int64_t wd[3] = {E, M, K};
+        int32_t x = tu_input(g, "x", KILN_DTYPE_F32, 2, xmin, xmax);
+        int32_t r = tu_input(g, "router", KILN_DTYPE_F32, 2, rmin, rmax);
+        float *wdata = tu_rand((int64_t)E * M * K, -0.5f, 0.5f);
+        int32_t w = tu_const(g, "w", KILN_DTYPE_F32, 3, wd, wdata);
+        free(wdata);
+        int32_t top = tu_node(g, KILN_OP_TOPK, TU_IDS(r),
+                              TU_ATTRS(TU_INTS("dim", 1), TU_INTS("k", 1), TU_INTS("largest", 1)));
+        int32_t idx = tu_node(g, KILN_OP_RESHAPE, TU_IDS(top), TU_ATTRS(TU_INTS("shape", -1)));
+        int32_t a = tu_node(g, KILN_OP_INDEX, TU_IDS(w, idx),
+                            TU_ATTRS(TU_INTS("dim", 0), TU_INTS("wrap", 1)));
+        int32_t xv = tu_node(g, KILN_OP_RESHAPE, TU_IDS(x), TU_ATTRS(TU_INTS("shape", -2, K, 1)));
+        tu_output(g, tu_node(g, KILN_OP_MATMUL, TU_IDS(a, xv), TU_NO_ATTRS), "y");
+        if (shared) tu_output(g, a, "gathered");
+        kiln_build_options o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+        kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
+        kiln_plan p;
+        if (bt_plan(g, &o1, &p)) {
+            CHECK_EQ_INT(bt_count(&p, KILN_OP_GATHER_MATMUL), shared ? 0 : 1);
+            CHECK_EQ_INT(bt_count(&p, KILN_OP_INDEX), shared ? 1 : 0);
+            CHECK_EQ_INT(bt_count(&p, KILN_OP_MATMUL), shared ? 1 : 0);
+            kiln_plan_release(&p);
+        }
+        bt_shape s[2] = {{2, {5, K}}, {2, {5, E}}};
+        bt_compare(g, &o0, &o1, 2, s, 0, 1e-4, 1e-4, "gathered matrices @ x");
+        kiln_graph_free(g);
+    }
+}
+
 static void test_random_graphs(void) {
     kiln_build_options o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
     kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
@@ -636,5 +675,6 @@ int main(void) {
     test_alloc_failures();
     test_random_graphs();
     test_transposed_weight();
+    test_gather_matmul();
     return check_summary();
 }

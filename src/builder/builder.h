@@ -78,23 +78,24 @@ typedef struct kiln_bblob {
 
 // What the passes did (for logs and tests).
 typedef struct kiln_build_stats {
-    uint32_t n_dead;         // nodes removed by dead-code elimination
-    uint32_t n_folded;       // nodes evaluated at build time
-    uint32_t n_bn_folded;    // batch norms folded into a conv2d/linear
-    uint32_t n_bn_split;     // other batch norms turned into a per-channel multiply and add
-    uint32_t n_ew_heads;     // elementwise ops and concatenations that carry a fused tail
-    uint32_t n_linear;       // matmuls with a constant weight turned into linear
-    uint32_t n_bias_fused;   // adds that became a head's bias
-    uint32_t n_tail_fused;   // elementwise ops fused as tails
-    uint32_t n_casts;        // casts inserted by precision conversion
-    uint32_t n_copies;       // copies inserted by I/O lowering
-    uint32_t n_select;       // slice + squeeze pairs turned into select
-    uint32_t n_qkv_merged;   // sdpa whose q, k, v projections became one linear
-    uint32_t n_heads_merged; // head projections of one x merged into one linear (and slices)
-    uint32_t n_patchify;     // stride = kernel convolutions turned into a linear
-    uint32_t n_pool_first;   // average pools moved before the pointwise conv they read
-    uint32_t n_in_place;     // state updates written in place (index_copy into the state)
-    uint32_t n_gqa;          // sdpa reading a repeated kv cache that now reads the cache itself
+    uint32_t n_dead;          // nodes removed by dead-code elimination
+    uint32_t n_folded;        // nodes evaluated at build time
+    uint32_t n_bn_folded;     // batch norms folded into a conv2d/linear
+    uint32_t n_bn_split;      // other batch norms turned into a per-channel multiply and add
+    uint32_t n_ew_heads;      // elementwise ops and concatenations that carry a fused tail
+    uint32_t n_linear;        // matmuls with a constant weight turned into linear
+    uint32_t n_gather_matmul; // matmuls of gathered matrices turned into gather_matmul
+    uint32_t n_bias_fused;    // adds that became a head's bias
+    uint32_t n_tail_fused;    // elementwise ops fused as tails
+    uint32_t n_casts;         // casts inserted by precision conversion
+    uint32_t n_copies;        // copies inserted by I/O lowering
+    uint32_t n_select;        // slice + squeeze pairs turned into select
+    uint32_t n_qkv_merged;    // sdpa whose q, k, v projections became one linear
+    uint32_t n_heads_merged;  // head projections of one x merged into one linear (and slices)
+    uint32_t n_patchify;      // stride = kernel convolutions turned into a linear
+    uint32_t n_pool_first;    // average pools moved before the pointwise conv they read
+    uint32_t n_in_place;      // state updates written in place (index_copy into the state)
+    uint32_t n_gqa;           // sdpa reading a repeated kv cache that now reads the cache itself
     uint32_t n_rms_norm; // RMSNorm chains (pow, mean, add, rsqrt, mul, ...) turned into rms_norm
     uint32_t n_l2_normalize; // x / max(|x|, eps) over the last dim turned into rms_norm
     uint32_t n_vector_norm;  // sqrt(sum(x^2)) turned into vector_norm

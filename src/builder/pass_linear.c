@@ -9,6 +9,11 @@
 // Falcon's linears do; a weight too large for the fold pass, which leaves large permutes alone)
 // is linear(x, W) over W as it is: no copy at build time and no transpose at run time (the dead
 // permute is removed by the last dce pass).
+// matmul(index(W, idx), x) with W [E, M, K], one 1-D index over dim 0 and x [B, K, N] is
+// gather_matmul(W, idx, x): each batch's matrix read from W in place (a mixture of experts as
+// transformers' batched_mm experts export it: each token's experts' weights gathered into a
+// [B, M, K] copy, 2 MiB a token for a 2048 x 512 expert, then a batched matmul), when the index's
+// only reader is that matmul (the dead index is removed by the next dce pass).
 #include <string.h>
 
 #include "builder/builder.h"
@@ -65,6 +70,52 @@ static int32_t transposed_const(const kiln_bgraph *b, int32_t v) {
     return n == 2 && dims[0] == 1 && dims[1] == 0 ? w : -1;
 }
 
+// idx when value v is index(W, idx) along dim 0 of a rank-3 W by one 1-D index (a live plain
+// node read only by one node, not an output), with *w = W; else -1.
+static int32_t gathered_matrices(const kiln_bgraph *b, int32_t v, int32_t *w) {
+    if (v < 0 || b->values[v].kind != KILN_IR_NODE || (size_t)v >= b->n_use_info ||
+        b->is_output[v] || b->uses[v] != 1)
+        return -1;
+    const kiln_bnode *p = &b->nodes[b->values[v].index];
+    if (p->dead || p->op != KILN_OP_INDEX || p->n_tail > 0 || p->head >= 0 || p->n_inputs != 2)
+        return -1;
+    const kiln_attrs a = kiln_bgraph_attrs(b, p);
+    const int32_t x = kiln_bgraph_input(b, p, 0), idx = kiln_bgraph_input(b, p, 1);
+    if (x < 0 || idx < 0 || kiln_attrs_int(&a, KILN_A_INDEX_DIM, 0) != 0 ||
+        b->values[x].desc.shape.rank != 3 || b->values[idx].desc.shape.rank != 1)
+        return -1;
+    *w = x;
+    return idx;
+}
+
+// matmul node i of a gathered W [B, M, K] and x [B, K, N] as gather_matmul (the file's top);
+// 0 when it is not one.
+static kiln_status gather_matmul(kiln_bgraph *b, size_t i, int *done) {
+    kiln_bnode *nd = &b->nodes[i];
+    int32_t w = -1, ins[3];
+    kiln_value_desc d;
+    *done = 0;
+    const int32_t a = kiln_bgraph_input(b, nd, 0), x = kiln_bgraph_input(b, nd, 1);
+    const int32_t idx = gathered_matrices(b, a, &w);
+    if (idx < 0 || x < 0 || b->values[x].desc.shape.rank != 3 ||
+        b->values[x].desc.dtype != b->values[w].desc.dtype)
+        return KILN_OK;
+    ins[0] = w, ins[1] = idx, ins[2] = x;
+    nd->op = KILN_OP_GATHER_MATMUL; // neither op has attributes
+    KILN_TRY(kiln_bgraph_set_inputs(b, (uint32_t)i, ins, 3));
+    if (kiln_bgraph_infer(b, (uint32_t)i, &d) != KILN_OK ||
+        !kiln_desc_equal(&d, &b->values[b->nodes[i].output].desc)) {
+        // not the same product (a broadcast batch, say): the matmul stays as it was
+        const int32_t back[2] = {a, x};
+        b->nodes[i].op = KILN_OP_MATMUL;
+        return kiln_bgraph_set_inputs(b, (uint32_t)i, back, 2);
+    }
+    b->uses[a]--;
+    b->stats.n_gather_matmul++;
+    *done = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b) {
     int32_t *tw;
     size_t n_vals;
@@ -79,6 +130,10 @@ kiln_status kiln_pass_matmul_to_linear(kiln_bgraph *b) {
         int32_t x, w, ins[2];
         kiln_value_desc d;
         if (nd->dead || nd->op != KILN_OP_MATMUL) continue;
+        int gathered = 0;
+        st = gather_matmul(b, i, &gathered);
+        if (st != KILN_OK || gathered) continue;
+        nd = &b->nodes[i];
         x = kiln_bgraph_input(b, nd, 0);
         w = kiln_bgraph_input(b, nd, 1);
         const int32_t wt = transposed_const(b, w);

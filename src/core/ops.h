@@ -146,6 +146,10 @@ static inline int64_t kiln_rotary_dims(int64_t table_last, int64_t d) {
 #define KILN_A_TOPK_DIM 0
 #define KILN_A_TOPK_K 1
 #define KILN_A_TOPK_LARGEST 2
+// gather_matmul: w [E, M, K], idx [B] (int32/int64 in [-E, E): negative from the end, as torch's
+// indexing), x [B, K, N] -> y [B, M, N],
+// y[b] = w[idx[b]] @ x[b] (a mixture of experts' per-token matrices, read in place instead of
+// gathered into a [B, M, K] copy: the builder's fusion of index(w, idx) into a batched matmul)
 // reshape: x, like?   expand: x, like?
 // shape entries: >= 0 literal; -1 infer (reshape) or keep (expand); <= -2 copy dim (-v - 2) of
 // `like` when given, else of x.

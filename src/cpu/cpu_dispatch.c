@@ -16,6 +16,7 @@ typedef struct cpu_op_entry {
 static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_LINEAR] = E_(linear),
     [KILN_OP_MATMUL] = E_(matmul),
+    [KILN_OP_GATHER_MATMUL] = E_(gather_matmul),
     [KILN_OP_CONV2D] = E_(conv2d),
     [KILN_OP_CONV_TRANSPOSE2D] = E_(conv_transpose2d),
     [KILN_OP_BATCH_NORM] = E_(batch_norm),
@@ -138,6 +139,13 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
     case KILN_OP_MATMUL:
         if (!is_float(x) || !is_float(args->in[1]) || x->rank < 1 || args->in[1]->rank < 1)
             return "matmul needs float operands of rank >= 1";
+        break;
+    case KILN_OP_GATHER_MATMUL:
+        if (!is_float(x) || x->rank != 3 || args->in[2]->dtype != x->dtype ||
+            args->in[2]->rank != 3 || y->dtype != x->dtype ||
+            (args->in[1]->dtype != KILN_DTYPE_I32 && args->in[1]->dtype != KILN_DTYPE_I64))
+            return "gather_matmul needs float w [E, M, K] and x [B, K, N] of one dtype and an "
+                   "int32/int64 idx [B]";
         break;
     case KILN_OP_CONV2D:
     case KILN_OP_CONV_TRANSPOSE2D:

@@ -31,6 +31,10 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         l->in[0] = tt_new3(dt, 2, 3, 4), l->in[1] = tt_new2(dt, 4, 5);
         l->n_in = 2, l->out = tt_new3(dt, 2, 3, 5);
         break;
+    case KILN_OP_GATHER_MATMUL:
+        l->in[0] = tt_new3(dt, 3, 2, 4), l->in[1] = tt_new1(KILN_DTYPE_I64, 5);
+        l->in[2] = tt_new3(dt, 5, 4, 2), l->n_in = 3, l->out = tt_new3(dt, 5, 2, 2);
+        break;
     case KILN_OP_CONV2D:
         l->in[0] = tt_new4(dt, 1, 2, 5, 5), l->in[1] = tt_new4(dt, 3, 2, 3, 3);
         l->in[2] = tt_new1(dt, 3), l->n_in = 3, l->out = tt_new4(dt, 1, 3, 3, 3);
@@ -202,6 +206,7 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         op == KILN_OP_INDEX_COPY) {
         tt_rand(l->in[1], 0, 1);
     }
+    if (op == KILN_OP_GATHER_MATMUL) tt_rand(l->in[1], 0, 2); // indices of w's 3 matrices
     return 1;
 }
 

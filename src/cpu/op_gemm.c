@@ -332,3 +332,47 @@ kiln_status kiln_cpu_matmul(const kiln_kernel_args *args) {
     }
     return KILN_OK;
 }
+
+// --- gather_matmul: y[b] = w[idx[b]] @ x[b] (ops.h), one GEMM per b over the chosen matrix in
+// place
+
+size_t kiln_cpu_gather_matmul_scratch(const kiln_kernel_args *args) {
+    const kiln_tensor *w = args->in[0], *x = args->in[2];
+    return KILN_CPU_SCRATCH_SLACK +
+           kiln_cpu_gemm_scratch_nbytes(w->dims[1], x->rank == 3 ? x->dims[2] : 1, w->dims[2]);
+}
+
+kiln_status kiln_cpu_gather_matmul(const kiln_kernel_args *args) {
+    const kiln_tensor *w = args->in[0], *idx = args->in[1], *x = args->in[2];
+    kiln_tensor *y = args->out;
+    KILN_CHECK(
+        w->rank == 3 && idx->rank == 1 && x->rank == 3 && y->rank == 3, KILN_ERR_INVALID_ARG,
+        "cpu gather_matmul: w [E, M, K], idx [B] and x [B, K, N] expected (ranks %u, %u, %u)",
+        w->rank, idx->rank, x->rank);
+    const int64_t e = w->dims[0], m = w->dims[1], k = w->dims[2], b = x->dims[0], n = x->dims[2];
+    KILN_CHECK(idx->dims[0] == b && x->dims[1] == k && y->dims[0] == b && y->dims[1] == m &&
+                   y->dims[2] == n,
+               KILN_ERR_INVALID_ARG, "cpu gather_matmul: operand shapes disagree");
+    kiln_cpu_scratch s;
+    kiln_cpu_scratch_init(&s, args);
+    for (int64_t bi = 0; bi < b; bi++) {
+        const int64_t ix = idx->dtype == KILN_DTYPE_I32 ? ((const int32_t *)idx->data)[bi]
+                                                        : ((const int64_t *)idx->data)[bi];
+        const int64_t ei = ix < 0 ? ix + e : ix; // torch's indexing: negative from the end
+        KILN_CHECK(ei >= 0 && ei < e, KILN_ERR_INVALID_ARG,
+                   "gather_matmul: index %lld at position %lld is out of range for %lld matrices",
+                   (long long)ix, (long long)bi, (long long)e);
+        kiln_cpu_matrix am = {w->data, w->dtype, ei * m * k, k, 1};
+        kiln_cpu_matrix bm = {x->data, x->dtype, bi * k * n, n, 1};
+        kiln_cpu_store st = {y->data, y->dtype, bi * m * n, n, 1.0f, NULL, NULL};
+        kiln_cpu_gemm g = {m,   n,
+                           k,   kiln_cpu_pack_a_matrix,
+                           &am, kiln_cpu_pack_b_matrix,
+                           &bm, kiln_cpu_epilogue_store,
+                           &st};
+        size_t mark = s.used;
+        KILN_TRY(kiln_cpu_gemm_run(&g, &s));
+        s.used = mark;
+    }
+    return KILN_OK;
+}

@@ -176,6 +176,51 @@ static void test_matmul_random(void) {
     }
 }
 
+// gather_matmul: y[b] = w[idx[b]] @ x[b] against a double loop, int32 and int64 indices (every
+// matrix, repeats, negative ones), sizes past the block sizes; an index out of range fails
+// execute, by name
+static void test_gather_matmul(void) {
+    static const int64_t cases[][5] = {{3, 4, 5, 6, 1}, {4, 33, 70, 9, 3}, {2, 130, 300, 5, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t e = cases[c][0], m = cases[c][1], k = cases[c][2], b = cases[c][3];
+        const int64_t n = cases[c][4];
+        for (int di = 0; di < 3; di++) {
+            const uint32_t dt = tt_float_dtype(di);
+            const uint32_t it = di == 1 ? KILN_DTYPE_I32 : KILN_DTYPE_I64;
+            kiln_tensor *w = tt_new3(dt, e, m, k), *idx = tt_new1(it, b);
+            kiln_tensor *x = tt_new3(dt, b, k, n), *y = tt_new3(dt, b, m, n);
+            tt_rand(w, -1, 1);
+            tt_rand(x, -1, 1);
+            for (int64_t i = 0; i < b; i++) // some negative: from the end, as torch indexes
+                tt_set(idx, i, (double)((i * 7 + 3) % e - (i % 3 == 0 ? e : 0)));
+            kiln_tensor *ins[3] = {w, idx, x};
+            CHECK_OK(trun(KILN_OP_GATHER_MATMUL, NULL, ins, 3, y));
+            double *ref = (double *)calloc((size_t)(b * m * n), sizeof(double));
+            for (int64_t bi = 0; bi < b; bi++) {
+                const int64_t ix = (int64_t)tt_get(idx, bi), ei = ix < 0 ? ix + e : ix;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        double acc = 0.0;
+                        for (int64_t p = 0; p < k; p++)
+                            acc +=
+                                tt_get(w, (ei * m + i) * k + p) * tt_get(x, (bi * k + p) * n + j);
+                        ref[(bi * m + i) * n + j] = acc;
+                    }
+            }
+            char what[64];
+            snprintf(what, sizeof what, "gather_matmul case %zu", c);
+            tt_close(y, ref, 2e-6 * (double)(k + 1), tt_rtol(dt) + 1e-5, what);
+            free(ref);
+            if (di == 0 && c == 0) { // an expert index past E
+                tt_set(idx, 2, (double)e);
+                CHECK_STATUS(trun(KILN_OP_GATHER_MATMUL, NULL, ins, 3, y), KILN_ERR_INVALID_ARG);
+                CHECK(strstr(kiln_last_error(), "out of range") != NULL);
+            }
+            tt_free(w), tt_free(idx), tt_free(x), tt_free(y);
+        }
+    }
+}
+
 // --- fused tails
 
 static double tail_ref(uint32_t op, double y, double operand, int lhs) {
@@ -297,6 +342,7 @@ int main(void) {
     test_hand();
     test_linear_random();
     test_matmul_random();
+    test_gather_matmul();
     test_tails();
     test_scratch_short();
     return check_summary();

@@ -53,6 +53,7 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_INDEX: return kiln_cuda_index(ctx, args);
     case KILN_OP_GATHER: return kiln_cuda_gather(ctx, args);
     case KILN_OP_INDEX_COPY: return kiln_cuda_index_copy(ctx, args);
+    case KILN_OP_GATHER_MATMUL: return kiln_cuda_gather_matmul(ctx, args);
     case KILN_OP_UPSAMPLE_NEAREST2D:
     case KILN_OP_UPSAMPLE_BILINEAR2D: return kiln_cuda_upsample(ctx, args);
     case KILN_OP_GROUP_NORM: return kiln_cuda_group_norm(ctx, args);
@@ -245,6 +246,16 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
         return 1;
     }
     switch (op) {
+    case KILN_OP_GATHER_MATMUL:
+        if (args->n_in != 3 || args->in[1] == NULL || args->in[2] == NULL ||
+            args->in[0]->dtype != args->out->dtype || args->in[2]->dtype != args->out->dtype ||
+            kiln_cuda_dtype_size(args->out->dtype) == 0 ||
+            (args->in[1]->dtype != KILN_DTYPE_I32 && args->in[1]->dtype != KILN_DTYPE_I64)) {
+            return why_not(why, why_nbytes, args,
+                           "gather_matmul takes w and x of the output's dtype and an int32/int64 "
+                           "index");
+        }
+        return 1;
     case KILN_OP_INDEX:
     case KILN_OP_GATHER:
         if (args->n_in < 2 || args->in[0]->dtype != args->out->dtype ||

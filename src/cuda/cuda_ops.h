@@ -43,6 +43,7 @@ KILN_CUDA_LAUNCHER(embedding);           // op_embed.cu
 KILN_CUDA_LAUNCHER(logic);               // op_logic.cu: eq .. ge, bitwise_and/or/xor/not
 KILN_CUDA_LAUNCHER(index);               // op_index.cu
 KILN_CUDA_LAUNCHER(gather);              // op_index.cu
+KILN_CUDA_LAUNCHER(gather_matmul);       // op_index.cu: y[b] = w[idx[b]] @ x[b]
 KILN_CUDA_LAUNCHER(index_copy);          // op_index.cu: in place when out->data == in[0]->data
 KILN_CUDA_LAUNCHER(upsample);            // op_resize.cu: upsample_nearest2d, _bilinear2d
 KILN_CUDA_LAUNCHER(group_norm);          // op_norm.cu

@@ -276,6 +276,88 @@ static kiln_status index_copy_run(const kiln_cuda_ctx *ctx, const kiln_kernel_ar
     return kiln_cuda_check_launch(ctx, "index_copy_kernel");
 }
 
+// --- gather_matmul (ops.h): y[b] = w[idx[b]] @ x[b], the chosen matrix read in place. A warp
+// per (batch, row of W): float32 sums, 8 elements a 16-byte load where the rows allow it (16-bit
+// operands, K % 8 == 0, aligned, N == 1: a mixture of experts' token vectors); an index out of
+// range writes zeros (the CPU reference rejects it).
+
+#define GMM_WARPS 8 // warps per block
+#define GMM_ROWS 4  // rows of W per warp
+
+typedef struct gmm_params {
+    const void *w, *idx, *x;
+    void *y;
+    int64_t e, m, k, b, n;
+    uint32_t dt, idx_dt;
+    int vec;
+} gmm_params;
+
+static __device__ __noinline__ float gmm_dot8(uint4 a, uint4 b, uint32_t dt) {
+    const uint16_t *p = (const uint16_t *)&a, *q = (const uint16_t *)&b;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        s += dt == KILN_DTYPE_F16
+                 ? __half2float(__ushort_as_half(p[i])) * __half2float(__ushort_as_half(q[i]))
+                 : __bfloat162float(__ushort_as_bfloat16(p[i])) *
+                       __bfloat162float(__ushort_as_bfloat16(q[i]));
+    }
+    return s;
+}
+
+static __global__ void __launch_bounds__(GMM_WARPS * 32) gather_mm_kernel(const gmm_params P) {
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int64_t m0 = ((int64_t)blockIdx.x * GMM_WARPS + warp) * GMM_ROWS;
+    for (int64_t b = blockIdx.y; b < P.b; b += gridDim.y) {
+        int64_t e = kc_ld_i(P.idx, P.idx_dt, b);
+        if (e < 0) e += P.e; // torch's indexing: negative from the end
+        const bool ok = e >= 0 && e < P.e;
+        for (int r = 0; r < GMM_ROWS; r++) {
+            const int64_t m = m0 + r;
+            if (m >= P.m) break;
+            const int64_t wrow = (e * P.m + m) * P.k, xb = b * P.k * P.n;
+            for (int64_t n = 0; n < P.n; n++) {
+                float acc = 0.0f;
+                if (ok && P.vec) {
+                    const uint4 *wv = (const uint4 *)((const uint16_t *)P.w + wrow);
+                    const uint4 *xv = (const uint4 *)((const uint16_t *)P.x + xb);
+                    for (int64_t j = lane; j < P.k / 8; j += 32)
+                        acc += gmm_dot8(__ldg(wv + j), __ldg(xv + j), P.dt);
+                } else if (ok) {
+                    for (int64_t j = lane; j < P.k; j += 32)
+                        acc += kc_ld_f(P.w, P.dt, wrow + j) * kc_ld_f(P.x, P.dt, xb + j * P.n + n);
+                }
+                acc = kc_warp_sum(acc);
+                if (lane == 0) kc_st_f(P.y, P.dt, (b * P.m + m) * P.n + n, acc);
+            }
+        }
+    }
+}
+
+static kiln_status gather_matmul_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    const kiln_tensor *w = args->in[0], *ix = args->in[1], *x = args->in[2], *y = args->out;
+    if (w->rank != 3 || ix->rank != 1 || x->rank != 3 || y->rank != 3 ||
+        !is_index_dtype(ix->dtype) || x->dtype != w->dtype || y->dtype != w->dtype ||
+        ix->dims[0] != x->dims[0] || x->dims[1] != w->dims[2] || y->dims[0] != x->dims[0] ||
+        y->dims[1] != w->dims[1] || y->dims[2] != x->dims[2]) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda gather_matmul: bad operands at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    gmm_params P;
+    memset(&P, 0, sizeof P);
+    P.w = w->data, P.idx = ix->data, P.x = x->data, P.y = y->data;
+    P.e = w->dims[0], P.m = w->dims[1], P.k = w->dims[2], P.b = x->dims[0], P.n = x->dims[2];
+    P.dt = w->dtype, P.idx_dt = ix->dtype;
+    P.vec = (P.dt == KILN_DTYPE_F16 || P.dt == KILN_DTYPE_BF16) && P.n == 1 && P.k % 8 == 0 &&
+            kiln_cuda_align_of(w->data) >= 16 && kiln_cuda_align_of(x->data) >= 16;
+    if (P.b * P.m * P.n == 0) return KILN_OK;
+    const int64_t per_block = (int64_t)GMM_WARPS * GMM_ROWS;
+    const dim3 grid((unsigned)((P.m + per_block - 1) / per_block),
+                    (unsigned)(P.b < 65535 ? P.b : 65535));
+    gather_mm_kernel<<<grid, GMM_WARPS * 32, 0, ctx->stream>>>(P);
+    return kiln_cuda_check_launch(ctx, "gather_mm_kernel");
+}
+
 // --- entry points
 
 extern "C" kiln_status kiln_cuda_index(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
@@ -284,6 +366,11 @@ extern "C" kiln_status kiln_cuda_index(const kiln_cuda_ctx *ctx, const kiln_kern
 
 extern "C" kiln_status kiln_cuda_gather(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
     return gather_run(ctx, args);
+}
+
+extern "C" kiln_status kiln_cuda_gather_matmul(const kiln_cuda_ctx *ctx,
+                                               const kiln_kernel_args *args) {
+    return gather_matmul_run(ctx, args);
 }
 
 extern "C" kiln_status kiln_cuda_index_copy(const kiln_cuda_ctx *ctx,

@@ -111,6 +111,7 @@ static const char *input_role(uint32_t op, uint32_t i) {
     case KILN_OP_ARANGE: return "like";
     case KILN_OP_GATHER: return i == 0 ? "x" : (i == 1 ? "index" : "?");
     case KILN_OP_INDEX_COPY: return i == 0 ? "x" : (i == 1 ? "index" : (i == 2 ? "src" : "?"));
+    case KILN_OP_GATHER_MATMUL: return i == 0 ? "w" : (i == 1 ? "index" : (i == 2 ? "x" : "?"));
     case KILN_OP_BATCH_NORM: return i < 5 ? bn[i] : "?";
     case KILN_OP_MATMUL:
     case KILN_OP_ADD:
@@ -1427,6 +1428,27 @@ static kiln_status infer_topk(const ictx *c, const kiln_attrs *a, const kiln_val
     return KILN_OK;
 }
 
+static kiln_status infer_gather_matmul(const ictx *c, const kiln_attrs *a,
+                                       const kiln_value_desc *const *in, uint32_t n,
+                                       kiln_value_desc *out) {
+    int64_t b0, b1, k0, k1;
+    (void)a;
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 3, 3));
+    KILN_TRY(want_dtype_mask(c, in[1], 1,
+                             KILN_DTYPE_BIT(KILN_DTYPE_I32) | KILN_DTYPE_BIT(KILN_DTYPE_I64)));
+    KILN_TRY(want_rank(c, in[1], 1, 1, 1));
+    KILN_TRY(want_rank(c, in[2], 2, 3, 3));
+    KILN_TRY(want_same_dtype(c, in, 2, 0));
+    KILN_TRY(want_agree(c, "gather_matmul batch", in, 1, 0, 2, 0, &b0, &b1));
+    KILN_TRY(want_agree(c, "gather_matmul inner", in, 0, 2, 2, 1, &k0, &k1));
+    out->shape = in[2]->shape;
+    set_dim(&out->shape, 0, b0, b1);
+    set_dim(&out->shape, 1, in[0]->shape.min[1], in[0]->shape.max[1]);
+    out->dtype = in[0]->dtype;
+    return KILN_OK;
+}
+
 static kiln_status infer_pad(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
                              uint32_t n, kiln_value_desc *out) {
     const kiln_shape *x = &in[0]->shape;
@@ -1652,6 +1674,7 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_CUMSUM: return infer_cumsum;
     case KILN_OP_ARGMAX: return infer_argmax;
     case KILN_OP_TOPK: return infer_topk;
+    case KILN_OP_GATHER_MATMUL: return infer_gather_matmul;
     case KILN_OP_PAD: return infer_pad;
     case KILN_OP_ARANGE: return infer_arange;
     case KILN_OP_INDEX: return infer_index;
@@ -1685,9 +1708,10 @@ static uint32_t data_inputs_mask(uint32_t op, uint32_t n) {
     case KILN_OP_EXPAND:
     case KILN_OP_EMBEDDING:
     case KILN_OP_INDEX:
-    case KILN_OP_GATHER: return 1u;     // like: any dtype; indices: checked by the op
-    case KILN_OP_INDEX_COPY: return 5u; // x and src: any dtype; the index: checked by the op
-    case KILN_OP_SDPA: return 7u;       // mask: bool or the query dtype
+    case KILN_OP_GATHER: return 1u;        // like: any dtype; indices: checked by the op
+    case KILN_OP_INDEX_COPY: return 5u;    // x and src: any dtype; the index: checked by the op
+    case KILN_OP_GATHER_MATMUL: return 5u; // w and x; the index: checked by the op
+    case KILN_OP_SDPA: return 7u;          // mask: bool or the query dtype
     default: return n >= 32 ? UINT32_MAX : (1u << n) - 1;
     }
 }

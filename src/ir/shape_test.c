@@ -410,6 +410,16 @@ static void test_cumsum_pad(void) {
                "at most", "f32[4,2..6]");
     EXPECT_ERR(SETI(SETI(A(KILN_OP_TOPK), KILN_A_TOPK_DIM, 2), KILN_A_TOPK_K, 1), KILN_ERR_SHAPE,
                "out of range", "f32[4,6]");
+    // gather_matmul: w [E, M, K], idx [B], x [B, K, N] -> [B, M, N]
+    EXPECT(A(KILN_OP_GATHER_MATMUL), "f16[1..256,64,1]", "f16[4,64,32]", "i64[1..256]",
+           "f16[1..256,32,1]");
+    EXPECT(A(KILN_OP_GATHER_MATMUL), "f32[6,5,3]", "f32[2,5,7]", "i32[6]", "f32[6,7,3]");
+    EXPECT_ERR(A(KILN_OP_GATHER_MATMUL), KILN_ERR_SHAPE, "inner", "f32[2,5,7]", "i64[6]",
+               "f32[6,8,3]");
+    EXPECT_ERR(A(KILN_OP_GATHER_MATMUL), KILN_ERR_SHAPE, "batch", "f32[2,5,7]", "i64[5]",
+               "f32[6,7,3]");
+    EXPECT_ERR(A(KILN_OP_GATHER_MATMUL), KILN_ERR_UNSUPPORTED, "int32, int64", "f32[2,5,7]",
+               "f32[6]", "f32[6,7,3]");
     EXPECT(SETI(A(KILN_OP_PAD), 0, 1, 2), "f32[2,3,8]", "f32[2,3,5]");
     EXPECT(SETI(A(KILN_OP_PAD), 0, 0, 0, 1, 2, -1, 0), "bool[1,6,5]", "bool[2,3,5]");
     EXPECT(SETI(A(KILN_OP_PAD), 0, 0, 1), "i64[1..5,2..9]", "i64[1..5,1..8]");

@@ -2135,6 +2135,21 @@ static void cases_index_copy(void) {
         attrs_int(&c.attrs, KILN_A_INDEX_COPY_WRAP, 1);
         run_case(&c);
     }
+    for (size_t d = 0; d < 3; d++) { // gather_matmul: y[b] = w[idx[b]] @ x[b]
+        // a mixture of experts: 20 token slots over 4 experts (some counted from the end),
+        // vectors of K = 64 (the 16-bit vector form)
+        case_init(&c, KILN_OP_GATHER_MATMUL);
+        case_in(&c, S(dts[d], "4x72x64"));
+        case_in(&c, SR(I64, "20", -4, 3));
+        case_in(&c, S(dts[d], "20x64x1"));
+        run_case(&c);
+        // odd K, three columns, int32 indices (the element form)
+        case_init(&c, KILN_OP_GATHER_MATMUL);
+        case_in(&c, S(dts[d], "3x17x13"));
+        case_in(&c, SR(I32, "6", 0, 2));
+        case_in(&c, S(dts[d], "6x13x3"));
+        run_case(&c);
+    }
     case_init(&c, KILN_OP_INDEX_COPY); // odd rows (3 x 2 bytes: 2-byte units)
     case_in(&c, S(F16, "5x7x3"));
     case_in(&c, PERM(I64, "4", 7, 0));
