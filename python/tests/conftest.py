@@ -87,6 +87,21 @@ def delegation_summary(prog, method: str = "forward") -> dict:
     return out
 
 
+def engine_layers(path) -> list[dict]:
+    """The layers of every Kiln engine in the program at path, as `kiln inspect --json` lists
+    them (op, fused ops, inputs' dims, attrs)."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from kiln._cli import main as kiln_main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert kiln_main(["inspect", "--json", str(path)]) == 0
+    return [la for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
+
+
 def run_python(
     code: str, env: dict | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import assert_close, delegation_summary
+from conftest import assert_close, delegation_summary, engine_layers
 from executorch.exir import to_edge_transform_and_lower
 from kiln.executorch import KilnExportError, KilnPartitioner, save
 
@@ -34,6 +34,17 @@ def _load_and_compare(tmp_path, model, example, runs, scale=1.0, **options):
 
 
 # --- EmbeddingBag
+
+
+class LastHidden(nn.Module):
+    """A transformers base model called on token ids, returning its last hidden state."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids).last_hidden_state
 
 
 class BagClassifier(nn.Module):
@@ -307,15 +318,7 @@ def test_transformers_decoder_with_its_default_cache(tmp_path):
     )
     cfg._attn_implementation = "eager"  # CodeGen has no sdpa form in transformers
 
-    class Hidden(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = transformers.CodeGenModel(cfg)
-
-        def forward(self, ids):
-            return self.model(input_ids=ids).last_hidden_state
-
-    model = Hidden().eval()
+    model = LastHidden(transformers.CodeGenModel(cfg)).eval()
     ids = torch.randint(0, cfg.vocab_size, (1, 48))
     runs = [(torch.randint(0, cfg.vocab_size, (1, 48)),)]
     prog = _load_and_compare(tmp_path, model, (ids,), runs)
@@ -457,20 +460,6 @@ def test_dynamic_batch_of_a_chunked_model(tmp_path, recwarn):
         program.forward(torch.randn(3, 4, 3, 3))
 
 
-def _engine_layers(path):
-    """The engines' layers as `kiln inspect --json` lists them."""
-    import io
-    import json
-    from contextlib import redirect_stdout
-
-    from kiln._cli import main as kiln_main
-
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert kiln_main(["inspect", "--json", str(path)]) == 0
-    return [la for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
-
-
 @pytest.mark.parametrize("family", ["gptj", "roformer"])
 def test_transformers_interleaved_rotary_is_one_layer(tmp_path, family):
     """transformers' GPT-J (rotate_every_two over the first 32 of each head's 64 dims, the rest
@@ -495,20 +484,12 @@ def test_transformers_interleaved_rotary_is_one_layer(tmp_path, family):
         )
         model = transformers.RoFormerModel(cfg)
 
-    class Hidden(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids):
-            return self.model(input_ids=ids).last_hidden_state
-
-    module = Hidden().eval()
+    module = LastHidden(model).eval()
     ids = torch.randint(0, VOCAB * 20, (1, 40))
     runs = [(torch.randint(0, VOCAB * 20, (1, 40)),)]
     prog = _load_and_compare(tmp_path, module, (ids,), runs)
     assert delegation_summary(prog)["kiln"] == 1
-    ls = _engine_layers(tmp_path / "model.pte")
+    ls = engine_layers(tmp_path / "model.pte")
     rot = [la for la in ls if la["op"] == "rotary"]
     assert len(rot) == 2 * layers, [la["op"] for la in ls]
     assert all(la["attrs"]["interleaved"] == [1] for la in rot), rot[0]
@@ -529,21 +510,13 @@ def test_transformers_mamba_is_one_delegate(tmp_path):
     )
     model = transformers.MambaModel(cfg)
 
-    class Hidden(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids):
-            return self.model(input_ids=ids).last_hidden_state
-
-    module = Hidden().eval()
+    module = LastHidden(model).eval()
     ids = torch.randint(0, VOCAB * 20, (1, 16))
     runs = [(torch.randint(0, VOCAB * 20, (1, 16)),)]
     prog = _load_and_compare(tmp_path, module, (ids,), runs)
     s = delegation_summary(prog)
     assert s["kiln"] == 1 and not s["ops"], s
-    assert "log1p" in [la["op"] for la in _engine_layers(tmp_path / "model.pte")]
+    assert "log1p" in [la["op"] for la in engine_layers(tmp_path / "model.pte")]
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
@@ -578,15 +551,7 @@ def test_transformers_mixture_of_experts(tmp_path, family):
         )
     assert model.config._experts_implementation == "grouped_mm"
 
-    class Hidden(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids):
-            return self.model(input_ids=ids).last_hidden_state
-
-    module = Hidden().eval()
+    module = LastHidden(model).eval()
     ids = torch.randint(0, VOCAB * 20, (1, 12))
     runs = [(torch.randint(0, VOCAB * 20, (1, 12)),)]
     with pytest.warns(UserWarning, match="batched_mm"):
@@ -594,7 +559,7 @@ def test_transformers_mixture_of_experts(tmp_path, family):
     assert model.config._experts_implementation == "grouped_mm"  # given back
     s = delegation_summary(prog)
     assert s["kiln"] == 1 and not s["ops"], s
-    ops = [la["op"] for la in _engine_layers(tmp_path / "model.pte")]
+    ops = [la["op"] for la in engine_layers(tmp_path / "model.pte")]
     assert "topk" in ops, ops
     # gate_up and down of each layer's experts
     assert ops.count("gather_matmul") == 2 * common["num_hidden_layers"], ops

@@ -15,17 +15,14 @@ weights rounded to 11 or 8 significant bits, layer after layer).
 from __future__ import annotations
 
 import io
-import json
 import os
 import sys
-from contextlib import redirect_stdout
 
 import kiln
 import pytest
 import torch
-from conftest import delegation_summary
+from conftest import delegation_summary, engine_layers
 from executorch.exir import to_edge_transform_and_lower
-from kiln._cli import main as kiln_main
 from kiln.executorch import KilnPartitioner
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
@@ -180,15 +177,11 @@ def _layer_ops(tmp_path, name, prog):
 
 
 def _engine_layers(tmp_path, name, prog):
-    """The engines' layers as `kiln inspect --json` lists them (op, fused ops, inputs' dims,
-    attrs), read back from the written program."""
+    """The engines' layers of prog (written to tmp_path first)."""
     path = tmp_path / f"{name}.pte"
     with open(path, "wb") as f:
         prog.write_to_file(f)
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert kiln_main(["inspect", "--json", str(path)]) == 0
-    return [la for e in json.loads(out.getvalue())["engines"] for la in e["layers"]]
+    return engine_layers(path)
 
 
 @pytest.mark.parametrize("name", ["mpnet", "beit_base"])
