@@ -192,14 +192,36 @@ void kiln_cuda_fold_view(const kiln_plan *p, const kiln_cuda_fold *f, const kiln
     apply(p, (uint32_t)pl, &in, v->rank, v->dims, elem_size(v->dtype), out);
 }
 
+// The view of tensor v stored channels-last with k channel dims (cuda_layout.h: dims 1..k
+// innermost, then the others in order, then dim 0).
+static void channels_last_view(const kiln_tensor *v, uint32_t k, kiln_cuda_strided *out) {
+    dense(v, v->data, out);
+    if (k < 1 || k + 1 >= v->rank) return;
+    int64_t step = 1;
+    for (uint32_t d = k; d >= 1; d--) {
+        out->str[d] = step;
+        step *= v->dims[d];
+    }
+    for (uint32_t d = v->rank - 1; d > k; d--) {
+        out->str[d] = step;
+        step *= v->dims[d];
+    }
+    out->str[0] = step;
+}
+
 // The view through which the input o of permute pl is written into dst (the permute's output,
-// or the dense reshape of it: the same bytes).
+// or the dense reshape of it: the same bytes; a permute output stored channels-last with k
+// channel dims, k > 0, through those strides).
 static void permuted_out_view(const kiln_plan *p, const kiln_tensor *views, uint32_t pl,
-                              const kiln_tensor *o, void *dst, kiln_cuda_strided *out) {
+                              const kiln_tensor *o, void *dst, uint32_t k, kiln_cuda_strided *out) {
     uint32_t perm[KILN_MAX_RANK];
     const kiln_tensor *w = &views[out0(p, pl)];
     kiln_cuda_strided wd;
-    dense(w, w->data, &wd);
+    if (k > 0) {
+        channels_last_view(w, k, &wd);
+    } else {
+        dense(w, w->data, &wd);
+    }
     memset(out, 0, sizeof *out);
     out->data = dst;
     out->rank = o->rank;
@@ -214,12 +236,12 @@ void kiln_cuda_fold_out_view(const kiln_plan *p, const kiln_cuda_fold *f, const 
     const kiln_tensor *o = &views[out0(p, li)];
     void *dst = views[f->sdpa_dst[li]].data;
     if (f->mm_pre[li] < 0) {
-        permuted_out_view(p, views, pl, o, dst, out);
+        permuted_out_view(p, views, pl, o, dst, f->cl_dims[out0(p, pl)], out);
         return;
     }
     // the permute reads a reshape of the output: its view, reshaped back to the output's dims
     kiln_cuda_strided r;
-    permuted_out_view(p, views, pl, &views[out0(p, (uint32_t)f->mm_pre[li])], dst, &r);
+    permuted_out_view(p, views, pl, &views[out0(p, (uint32_t)f->mm_pre[li])], dst, 0, &r);
     memset(out, 0, sizeof *out);
     out->data = dst;
     out->rank = o->rank;
@@ -599,9 +621,25 @@ static void decide(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
         if (pp->op != KILN_OP_PERMUTE || (pp->flags & KILN_LAYER_TAIL) || pp->n_tail != 0 ||
             (f->virt[pl] & VIRT) || pp->n_outputs != 1 || w < 0 || pl <= li)
             continue;
-        if ((nhwc != NULL && nhwc[w]) || (alt != NULL && alt[pp->input_begin])) continue;
+        if (alt != NULL && alt[pp->input_begin]) continue;
         if (p->tensors[w].kind == KILN_TENSOR_STATE) continue; // a state is written by its layer
-        if (!perm_of(p, pl, rank, perm) || perm[rank - 1] != rank - 1) continue;
+        if (!perm_of(p, pl, rank, perm)) continue;
+        // w stored channels-last (the layout's permute into a conv's map, k channel dims: an
+        // sdpa over [B, heads, pixels, E] into [B, heads, E, pixels] viewed as [B, C, H, W]):
+        // written through those strides where E stays innermost; else w dense, the permute
+        // keeping the innermost dim
+        const uint32_t k = nhwc != NULL ? nhwc[w] : 0;
+        if (k > 0) {
+            kiln_cuda_strided wv, ov;
+            if (mm || pre >= 0 || p->tensors[w].shape.rank < 3 || !static_shape(&p->tensors[w]))
+                continue;
+            channels_last_view(&s->shapes[w], k, &wv);
+            for (uint32_t j = 0; j < rank; j++) ov.str[perm[j]] = wv.str[j];
+            if (ov.str[rank - 1] != 1) continue;
+        } else if (perm[rank - 1] != rank - 1) {
+            continue;
+        }
+        f->cl_dims[w] = (uint8_t)k;
         f->sdpa_out[li] = (int32_t)pl;
         f->sdpa_dst[li] = w;
         f->virt[pl] = VIRT | WRIT;
@@ -1570,6 +1608,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.sdpa_dst = kiln_cuda_calloc((nl + 1) * sizeof *f.sdpa_dst);
     f.producer = kiln_cuda_calloc((nt + 1) * sizeof *f.producer);
     f.base_nhwc = kiln_cuda_calloc(nt + 1);
+    f.cl_dims = kiln_cuda_calloc(nt + 1);
     f.reloc = kiln_cuda_calloc(nt + 1);
     f.live_first = kiln_cuda_calloc((nt + 1) * sizeof *f.live_first);
     f.live_last = kiln_cuda_calloc((nt + 1) * sizeof *f.live_last);
@@ -1596,13 +1635,13 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     s.cache_tab = kiln_cuda_calloc(nt + 1);
     s.shapes = kiln_cuda_calloc((nt + 1) * sizeof *s.shapes);
     if (f.virt == NULL || f.sdpa_in == NULL || f.sdpa_out == NULL || f.sdpa_dst == NULL ||
-        f.producer == NULL || f.base_nhwc == NULL || f.reloc == NULL || f.live_first == NULL ||
-        f.live_last == NULL || f.alias == NULL || f.alias_off == NULL || f.gemv_norm == NULL ||
-        f.gemv_pair == NULL || f.gemv_next == NULL || f.rope_k == NULL || f.rope_kc == NULL ||
-        f.rope_vc == NULL || f.ratio_add == NULL || f.ratio_div == NULL || f.wsum_sm == NULL ||
-        f.wsum_mul == NULL || f.mm_pre == NULL || f.clamp_mn == NULL || f.clamp_ab == NULL ||
-        f.mm_alpha == NULL || s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL ||
-        s.cache_tab == NULL || s.shapes == NULL) {
+        f.producer == NULL || f.base_nhwc == NULL || f.cl_dims == NULL || f.reloc == NULL ||
+        f.live_first == NULL || f.live_last == NULL || f.alias == NULL || f.alias_off == NULL ||
+        f.gemv_norm == NULL || f.gemv_pair == NULL || f.gemv_next == NULL || f.rope_k == NULL ||
+        f.rope_kc == NULL || f.rope_vc == NULL || f.ratio_add == NULL || f.ratio_div == NULL ||
+        f.wsum_sm == NULL || f.wsum_mul == NULL || f.mm_pre == NULL || f.clamp_mn == NULL ||
+        f.clamp_ab == NULL || f.mm_alpha == NULL || s.rbeg == NULL || s.rl == NULL ||
+        s.rj == NULL || s.cand == NULL || s.cache_tab == NULL || s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -1721,6 +1760,7 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->sdpa_dst, (nl + 1) * sizeof *f->sdpa_dst);
     kiln_cuda_free(f->producer, (nt + 1) * sizeof *f->producer);
     kiln_cuda_free(f->base_nhwc, nt + 1);
+    kiln_cuda_free(f->cl_dims, nt + 1);
     kiln_cuda_free(f->reloc, nt + 1);
     kiln_cuda_free(f->live_first, (nt + 1) * sizeof *f->live_first);
     kiln_cuda_free(f->live_last, (nt + 1) * sizeof *f->live_last);

@@ -178,6 +178,8 @@ typedef struct kiln_cuda_fold {
     int32_t *producer;    // n_tensors: the layer writing the tensor (-1: input, weight, none)
     uint8_t *base_nhwc;   // n_tensors: 1 for a 4-D tensor stored NHWC (cuda_layout.h) that a
                           // virtual RESHAPE reads: its view has NHWC strides
+    uint8_t *cl_dims;     // n_tensors: k for a permute output an sdpa writes that the layout
+                          // stores channels-last (dims 1..k innermost: cuda_layout.h), else 0
     uint8_t *reloc;       // n_tensors: 1 for a folded base whose arena slot is reused before
                           // the sdpa reads it (placed outside the arena: cuda_memory.c)
     uint32_t *live_first; // n_tensors: a relocated base's live range over the layers

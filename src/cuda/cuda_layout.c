@@ -429,11 +429,13 @@ static void out_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
 }
 
 // out_nhwc through a reshape (cuda_layout.h): a permute whose output is read only by a reshape
-// to a 4-D [N, C, H, W] that keeps the permute output's first two dims, where every reader of
-// the reshape's output reads it through the NHWC copy (MobileViT's fold of patches back into a
-// map: [B, C, nh, ph, nw, pw] viewed as [B, C, H, W]). The permute writes its output
-// channels-last (dim 1 innermost, the others in order), which are the reshape's NHWC bytes: the
-// reshape is a layer of the same bytes (ident) and the copy is not made.
+// to a 4-D [N, C, H, W] that keeps the permute output's dim 0 and whose C is the product of its
+// static dims 1..k, where every reader of the reshape's output reads it through the NHWC copy
+// (MobileViT's fold of patches back into a map: [B, C, nh, ph, nw, pw] viewed as [B, C, H, W],
+// k = 1; a conv-form attention's heads merged back, [B, heads, E, H * W] as [B, heads * E, H,
+// W], k = 2). The permute writes its output channels-last (dims 1..k innermost, the others in
+// order), which are the reshape's NHWC bytes: the reshape is a layer of the same bytes (ident)
+// and the copy is not made.
 static void permute_reshape_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
     for (uint32_t li = 0; li < p->n_layers; li += 1 + p->layers[li].n_tail) {
         const kiln_plan_layer *hl = &p->layers[li];
@@ -456,17 +458,24 @@ static void permute_reshape_nhwc(const kiln_plan *p, kiln_cuda_layout *l) {
         if (l->nhwc[o2] || !l->copy[o2] || l->padc[o2] || !half_4d(t2) ||
             t2->kind != KILN_TENSOR_ACTIVATION || t2->dtype != pt->dtype ||
             t2->shape.min[1] != t2->shape.max[1] || t2->shape.max[1] % 8 != 0 ||
-            pt->shape.min[1] != t2->shape.max[1] || pt->shape.max[1] != t2->shape.max[1] ||
             pt->shape.min[0] != t2->shape.min[0] || pt->shape.max[0] != t2->shape.max[0])
             continue;
+        // the permute output's channel dims: 1..k, static, their product the reshape's C
+        uint32_t k = 0;
+        int64_t prod = 1;
+        while (k + 1 < pt->shape.rank && prod < t2->shape.max[1] &&
+               pt->shape.min[k + 1] == pt->shape.max[k + 1] && pt->shape.max[k + 1] > 0) {
+            prod *= pt->shape.max[++k];
+        }
+        if (k == 0 || k + 1 >= pt->shape.rank || prod != t2->shape.max[1]) continue;
         uint32_t via_copy = 0;
         const uint32_t reads = reads_of(p, l, o2, &via_copy);
         if (reads == 0 || via_copy != reads) continue;
         store_as_read(p, l, o2, 1);
-        l->nhwc[o] = 1; // channels-last bytes at any rank, never copied
+        l->nhwc[o] = (uint8_t)k; // channels-last bytes at any rank, never copied
         l->ident[rl] = 1;
         l->n_ident++;
-        l->out_nhwc[li] = 1;
+        l->out_nhwc[li] = (uint8_t)k;
         l->n_out_nhwc++;
     }
 }

@@ -43,7 +43,9 @@
 // MobileViT's relu(v) * context, whose context operand broadcasts over the pixels) or a permute
 // whose every reader reads its output through the NHWC copy writes that output NHWC itself
 // (out_nhwc; the output has C % 8 == 0 like every NHWC tensor). A permute read only by a reshape
-// to [N, C, H, W] that keeps its first two dims (MobileViT's fold of patches back into a map
+// to [N, C, H, W] whose C is the product of the permute output's dims 1..k (k = 1: MobileViT's
+// fold of patches back into a map; k = 2: a conv-form attention's heads [N, heads, E, pixels]
+// merged back into channels) (MobileViT's fold of patches back into a map
 // before a conv) writes its output channels-last at any rank (dim 1 innermost) when the
 // reshape's readers read NHWC: those are the reshape's NHWC bytes, so the reshape is a layer of
 // the same bytes (ident, aliased by the fold pass where it can be). The other way round, a
@@ -85,7 +87,9 @@ extern "C" {
 #define KILN_CUDA_DW_NHWC_MAX_TAPS 49
 
 typedef struct kiln_cuda_layout {
-    uint8_t *nhwc;      // n_tensors: 1 = stored NHWC (logical dims stay NCHW)
+    uint8_t *nhwc;      // n_tensors: >= 1 = stored NHWC (logical dims stay NCHW); a permute's
+                        // output stored channels-last at any rank: its channel dims' count k
+                        // (dims 1..k innermost, then the others in order, then dim 0)
     uint8_t *head_nhwc; // n_layers: head layer runs with ctx->nhwc
     uint8_t *alt;       // n_ids: this input slot (of a head or a tail) reads the tensor's copy
     uint8_t *xpose;     // n_ids: ... and makes it first (transposes the tensor into the copy)
@@ -103,6 +107,7 @@ typedef struct kiln_cuda_layout {
     uint8_t *out_nchw;  // n_layers: a one-group norm that reads its input NHWC and writes its
                         // output NCHW (below)
     uint8_t *out_nhwc;  // n_layers: an elementwise group or permute that writes its output NHWC
+                        // (a permute: channels-last with its output's k channel dims)
     uint8_t *in_nhwc;   // n_layers: a permute that reads its input channels-last (below)
     uint32_t n_conv, n_conv_nhwc, n_nhwc, n_copies, n_conv_padded, n_conv_stem, n_ident;
     uint32_t n_rs_xpose, n_out_nchw, n_out_nhwc, n_in_nhwc;

@@ -159,12 +159,16 @@ extern "C" kiln_status kiln_cuda_reshape(const kiln_cuda_ctx *ctx, const kiln_ke
                                   &one, &one);
 }
 
-// The strides of t stored channels-last: dim 1 innermost, then the dims after it in order, then
-// dim 0 (NHWC for a 4-D [N, C, H, W]).
-static void channels_last_strides(const kiln_tensor *t, int64_t *st) {
-    int64_t step = t->dims[1];
-    st[1] = 1;
-    for (uint32_t d = t->rank - 1; d >= 2; d--) {
+// The strides of t stored channels-last with k channel dims (cuda_layout.h): dims 1..k innermost
+// (in order), then the dims after them in order, then dim 0 (NHWC for a 4-D [N, C, H, W], k 1).
+static void channels_last_strides(const kiln_tensor *t, int64_t *st, int k) {
+    int64_t step = 1;
+    if (k < 1 || k + 1 >= (int)t->rank) k = 1;
+    for (int d = k; d >= 1; d--) {
+        st[d] = step;
+        step *= t->dims[d];
+    }
+    for (int d = (int)t->rank - 1; d > k; d--) {
         st[d] = step;
         step *= t->dims[d];
     }
@@ -183,8 +187,8 @@ extern "C" kiln_status kiln_cuda_permute(const kiln_cuda_ctx *ctx, const kiln_ke
     }
     kc_strides(x, xs);
     kc_strides(y, ys);
-    if (ctx->in_nhwc && x->rank >= 3) channels_last_strides(x, xs);  // (cuda_layout.h)
-    if (ctx->out_nhwc && y->rank >= 3) channels_last_strides(y, ys); // NHWC at rank 4
+    if (ctx->in_nhwc && x->rank >= 3) channels_last_strides(x, xs, 1); // (cuda_layout.h)
+    if (ctx->out_nhwc && y->rank >= 3) channels_last_strides(y, ys, ctx->out_nhwc); // NHWC at 4
     for (uint32_t d = 0; d < n; d++) {
         int p = kc_norm_dim(perm[d], x->rank);
         if (p < 0) {

@@ -1668,8 +1668,11 @@ static void layout_permutes_case(int64_t c) {
 // pixels merged), q/k/v sliced along dim 2 and transposed to [1, 2, 16, 32] -> sdpa. The
 // reshape reads the conv's NHWC bytes as they are (cuda_layout.h's rs_xpose), so the reshape,
 // slices and transposes run no kernel: the sdpa reads each operand through a view of the
-// channels-last map, element [0, h, s, e] of part j at pixel s, channel 96 h + 32 j + e.
-// Variant 1: the folds off (everything runs).
+// channels-last map, element [0, h, s, e] of part j at pixel s, channel 96 h + 32 j + e. Its
+// output, transposed back to [1, 2, 32, 16] and viewed as [1, 64, 4, 4] for a 1x1 conv, is the
+// conv's NHWC input: the layout has the permute write channels-last with two channel dims and the
+// reshape share its bytes, and the sdpa writes them itself (element [0, h, s, e] at pixel s,
+// channel 32 h + e): no transpose runs. Variant 1: the folds off (everything runs).
 static void conv_attention_case(int variant) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -1687,7 +1690,9 @@ static void conv_attention_case(int variant) {
             {"dim", &two, NULL, 1}, {"start", &start, NULL, 1}, {"end", &end, NULL, 1}};
         parts[i] = permute(g, node(g, KILN_OP_SLICE, &qkv, 1, a, 3), tr, 4);
     }
-    int32_t y = node(g, KILN_OP_SDPA, parts, 3, NULL, 0);
+    int64_t back[4] = {1, 64, 4, 4};
+    int32_t att = permute(g, node(g, KILN_OP_SDPA, parts, 3, NULL, 0), tr, 4);
+    int32_t y = conv2d(g, reshape(g, att, back, 4), 64, 32, 1, 1);
     CHECK(kiln_graph_mark_output(g, y, "y") == KILN_OK);
     if (!load(g, &p)) return;
     CHECK(kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC, &l) == KILN_OK);
@@ -1701,8 +1706,18 @@ static void conv_attention_case(int variant) {
     const int on = variant != 1;
     CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_RESHAPE), on ? 1 : 0);
     CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_SLICE), on ? 3 : 0);
-    CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), on ? 3 : 0);
+    CHECK_EQ_INT(count_virtual(&p, &f, KILN_OP_PERMUTE), on ? 4 : 0);
     CHECK_EQ_INT(f.sdpa_in[sdpa], on ? 7 : 0);
+    const uint32_t back_perm = find_head(&p, KILN_OP_PERMUTE, sdpa + 1);
+    CHECK(back_perm != UINT32_MAX);
+    const int32_t pout = kiln_plan_group_output(&p, back_perm);
+    const int32_t rs_out =
+        p.ids[p.layers[find_head(&p, KILN_OP_RESHAPE, back_perm + 1)].output_begin];
+    CHECK_MSG(l.out_nhwc[back_perm] == 2 && l.nhwc[pout] == 2 && l.nhwc[rs_out] && !l.copy[rs_out],
+              "the permute back writes channels-last k %d (its output %d), the conv's input NHWC "
+              "%d, copied %d",
+              l.out_nhwc[back_perm], l.nhwc[pout], l.nhwc[rs_out], l.copy[rs_out]);
+    CHECK_EQ_INT(f.sdpa_out[sdpa], on ? (int32_t)back_perm : -1);
     CHECK_EQ_INT(f.base_nhwc[map], on); // the view chain's NHWC base
     if (on) {
         kiln_tensor views[64];
@@ -1719,6 +1734,14 @@ static void conv_attention_case(int variant) {
                         bad += at(&v, map, 0, h, sq, e) != sq * 192 + 96 * h + 32 * (int64_t)j + e;
         }
         CHECK_MSG(bad == 0, "%d view elements off the channels-last map", bad);
+        kiln_cuda_strided ov;
+        kiln_cuda_fold_out_view(&p, &f, views, sdpa, &ov);
+        CHECK_EQ_INT(ov.rank, 4);
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t sq = 0; sq < 16; sq++)
+                for (int64_t e = 0; e < 32; e++)
+                    bad += at(&ov, pout, 0, h, sq, e) != sq * 64 + 32 * h + e;
+        CHECK_MSG(bad == 0, "%d output view elements off the channels-last map", bad);
         unbind(&p, views);
     }
     printf("conv attention%s: %u layers run no kernel\n", on ? "" : " (folds off)", f.n_virtual);

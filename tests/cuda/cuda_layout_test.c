@@ -742,6 +742,48 @@ static void fold_out_nhwc_layout(int nchw_reader) {
     kiln_plan_release(&p);
 }
 
+// ShuffleNet's channel shuffle: t = an NHWC conv's map [1, 16, 4, 32] as [1, 2, 8, 4, 32] (groups
+// of channels), permuted (0, 2, 1, 3, 4) and viewed as [1, 16, 4, 32] for a 1x1 conv: the
+// reshape's C is the product of the permute output's dims 1 and 2, so the permute writes
+// channels-last with two channel dims (out_nhwc 2), the reshape is a layer of the same bytes
+// and no copy of the map is made.
+static void shuffle_out_nhwc_layout(void) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    const int64_t groups[5] = {1, 2, 8, 4, 32}, shuffle[5] = {0, 2, 1, 3, 4};
+    const int64_t map[4] = {1, 16, 4, 32};
+    int32_t u = -1, v = -1, y = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    int32_t t = conv_map(g);
+    kiln_attr ra[1] = {{"shape", groups, NULL, 5}}, pa[1] = {{"dims", shuffle, NULL, 5}},
+              ma[1] = {{"shape", map, NULL, 4}};
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &t, 1, ra, 1, &u, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_PERMUTE, &u, 1, pa, 1, &v, 1) == KILN_OK);
+    CHECK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &v, 1, ma, 1, &y, 1) == KILN_OK);
+    nhwc_out_readers(g, y, 0);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t pl = find_head(&p, KILN_OP_PERMUTE, 0);
+    CHECK(pl != UINT32_MAX);
+    if (pl != UINT32_MAX) {
+        const int32_t o = kiln_plan_group_output(&p, pl);
+        const uint32_t rl = find_head(&p, KILN_OP_RESHAPE, pl + 1);
+        CHECK(rl != UINT32_MAX);
+        if (rl != UINT32_MAX) {
+            const int32_t o2 = p.ids[p.layers[rl].output_begin];
+            CHECK_EQ_INT(l.out_nhwc[pl], 2);
+            CHECK_EQ_INT(l.nhwc[o], 2);
+            CHECK_MSG(l.ident[rl] && l.nhwc[o2] && !l.copy[o2],
+                      "reshape ident %d, the map NHWC %d, copied %d", l.ident[rl], l.nhwc[o2],
+                      l.copy[o2]);
+        }
+    }
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 // MobileViT's unfold: t = an NHWC conv's map [1, 16, 4, 32] as [1, 16, 2, 2, 8, 4], permuted
 // (0, 1, 3, 5, 2, 4) into patches and viewed as [1, 16, 4, 32] for a mean over the patches: the
 // reshape is a layer of the map's NHWC bytes (ident, no copy of the map, no transpose) and the
@@ -974,6 +1016,7 @@ int main(void) {
     permute_out_nhwc_layout(1);
     fold_out_nhwc_layout(0);
     fold_out_nhwc_layout(1);
+    shuffle_out_nhwc_layout();
     unfold_in_nhwc_layout(0);
     unfold_in_nhwc_layout(1);
     reshape_transpose_layout(0);
