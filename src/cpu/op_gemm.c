@@ -227,6 +227,23 @@ kiln_status kiln_cpu_linear(const kiln_kernel_args *args) {
     return kiln_cpu_gemm_run(&g, &s);
 }
 
+// One GEMM of row-major matrices: y at yoff (m x n) = a at aoff (m x k, rows a_rs apart) @ b at
+// boff (k x n, rows b_rs apart); the scratch it takes is given back after.
+static kiln_status gemm_rows(kiln_cpu_scratch *s, const kiln_tensor *a, int64_t aoff, int64_t a_rs,
+                             const kiln_tensor *b, int64_t boff, int64_t b_rs, kiln_tensor *y,
+                             int64_t yoff, int64_t m, int64_t n, int64_t k) {
+    kiln_cpu_matrix am = {a->data, a->dtype, aoff, a_rs, 1};
+    kiln_cpu_matrix bm = {b->data, b->dtype, boff, b_rs, 1};
+    kiln_cpu_store st = {y->data, y->dtype, yoff, n, 1.0f, NULL, NULL};
+    kiln_cpu_gemm g = {
+        m,  n, k, kiln_cpu_pack_a_matrix, &am, kiln_cpu_pack_b_matrix, &bm, kiln_cpu_epilogue_store,
+        &st};
+    size_t mark = s->used;
+    kiln_status st_run = kiln_cpu_gemm_run(&g, s);
+    s->used = mark;
+    return st_run;
+}
+
 // --- matmul: torch.matmul, with 1-D operands and batch broadcasting
 
 typedef struct mm_shape {
@@ -314,17 +331,8 @@ kiln_status kiln_cpu_matmul(const kiln_kernel_args *args) {
             aoff += idx[d] * sh.astr[d];
             boff += idx[d] * sh.bstr[d];
         }
-        kiln_cpu_matrix am = {a->data, a->dtype, aoff, sh.a_rs, 1};
-        kiln_cpu_matrix bm = {b->data, b->dtype, boff, sh.b_rs, 1};
-        kiln_cpu_store st = {y->data, y->dtype, bi * sh.m * sh.n, sh.n, 1.0f, NULL, NULL};
-        kiln_cpu_gemm g = {sh.m, sh.n,
-                           sh.k, kiln_cpu_pack_a_matrix,
-                           &am,  kiln_cpu_pack_b_matrix,
-                           &bm,  kiln_cpu_epilogue_store,
-                           &st};
-        size_t mark = s.used;
-        KILN_TRY(kiln_cpu_gemm_run(&g, &s));
-        s.used = mark;
+        KILN_TRY(gemm_rows(&s, a, aoff, sh.a_rs, b, boff, sh.b_rs, y, bi * sh.m * sh.n, sh.m, sh.n,
+                           sh.k));
         for (int d = sh.nb - 1; d >= 0; d--) {
             if (++idx[d] < sh.bdims[d]) break;
             idx[d] = 0;
@@ -362,17 +370,7 @@ kiln_status kiln_cpu_gather_matmul(const kiln_kernel_args *args) {
         KILN_CHECK(ei >= 0 && ei < e, KILN_ERR_INVALID_ARG,
                    "gather_matmul: index %lld at position %lld is out of range for %lld matrices",
                    (long long)ix, (long long)bi, (long long)e);
-        kiln_cpu_matrix am = {w->data, w->dtype, ei * m * k, k, 1};
-        kiln_cpu_matrix bm = {x->data, x->dtype, bi * k * n, n, 1};
-        kiln_cpu_store st = {y->data, y->dtype, bi * m * n, n, 1.0f, NULL, NULL};
-        kiln_cpu_gemm g = {m,   n,
-                           k,   kiln_cpu_pack_a_matrix,
-                           &am, kiln_cpu_pack_b_matrix,
-                           &bm, kiln_cpu_epilogue_store,
-                           &st};
-        size_t mark = s.used;
-        KILN_TRY(kiln_cpu_gemm_run(&g, &s));
-        s.used = mark;
+        KILN_TRY(gemm_rows(&s, w, ei * m * k, k, x, bi * k * n, n, y, bi * m * n, m, n, k));
     }
     return KILN_OK;
 }
