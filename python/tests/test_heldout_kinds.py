@@ -502,7 +502,8 @@ def test_transformers_interleaved_rotary_is_one_layer(tmp_path, family):
 def test_transformers_mamba_is_one_delegate(tmp_path):
     """transformers' Mamba (selective state space: a causal depthwise conv1d, softplus exported as
     log1p(exp(x)), the scan unrolled over the tokens) as one Kiln delegate, nothing left to
-    ExecuTorch (log1p was), and the outputs match eager."""
+    ExecuTorch (log1p was), each layer's unrolled scan one selective_scan layer (the per-token
+    selects, multiply-adds and matmuls gone), and the outputs match eager."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.MambaConfig(
@@ -516,7 +517,10 @@ def test_transformers_mamba_is_one_delegate(tmp_path):
     prog = _load_and_compare(tmp_path, module, (ids,), runs)
     s = delegation_summary(prog)
     assert s["kiln"] == 1 and not s["ops"], s
-    assert "log1p" in [la["op"] for la in engine_layers(tmp_path / "model.pte")]
+    ops = [la["op"] for la in engine_layers(tmp_path / "model.pte")]
+    assert "log1p" in ops, ops
+    assert ops.count("selective_scan") == cfg.num_hidden_layers, ops
+    assert "select" not in ops and len(ops) < 40 * cfg.num_hidden_layers, ops
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])

@@ -82,7 +82,8 @@ static const build_pass passes[] = {
     {"views", kiln_pass_views, 1}, // linears over 3-d inputs, for the attention patterns
     {"eager_attention", kiln_pass_eager_attention, 1},
     {"attention", kiln_pass_attention, 1},
-    {"llm", kiln_pass_llm, 1}, // before fuse (which would take the muls and adds as tails)
+    {"llm", kiln_pass_llm, 1},   // before fuse (which would take the muls and adds as tails)
+    {"scan", kiln_pass_scan, 1}, // before fuse, for the same reason
     {"act", kiln_pass_act, 1},
     {"views", kiln_pass_views, 1},
     {"bn_fold", kiln_pass_bn_fold, 1}, // scales the views moved onto a linear (layer scale)
@@ -112,7 +113,8 @@ static void log_stats(const kiln_plan *p, const kiln_build_stats *s) {
         KILN_LOG_INFO,
         "kiln_build: %u layers, %u tensors, arena %" PRIu64 " bytes, inline weights %" PRIu64
         " bytes; removed %u dead, folded %u, batch norms folded %u, batch norms split %u, "
-        "matmul->linear %u, gather_matmul %u, bias fused %u, tails fused %u, elementwise heads %u, "
+        "matmul->linear %u, gather_matmul %u, selective scans %u, bias fused %u, tails fused %u, "
+        "elementwise heads %u, "
         "casts %u, copies "
         "%u, selects %u, qkv merged %u, head projections merged %u, "
         "patchify convs %u, pools first %u, rms norms %u, l2 normalizations %u, vector norms %u, "
@@ -121,7 +123,7 @@ static void log_stats(const kiln_plan *p, const kiln_build_stats *s) {
         "masks %u, eager "
         "attention %u, views %u, common subexpressions %u",
         p->n_layers, p->n_tensors, p->arena_nbytes, p->weights_nbytes, s->n_dead, s->n_folded,
-        s->n_bn_folded, s->n_bn_split, s->n_linear, s->n_gather_matmul, s->n_bias_fused,
+        s->n_bn_folded, s->n_bn_split, s->n_linear, s->n_gather_matmul, s->n_scan, s->n_bias_fused,
         s->n_tail_fused, s->n_ew_heads, s->n_casts, s->n_copies, s->n_select, s->n_qkv_merged,
         s->n_heads_merged, s->n_patchify, s->n_pool_first, s->n_rms_norm, s->n_l2_normalize,
         s->n_vector_norm, s->n_rotary, s->n_act, s->n_causal, s->n_eager_attention, s->n_views,

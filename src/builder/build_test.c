@@ -325,14 +325,30 @@ static int record_progress(void *ud, const kiln_build_progress *p) {
 }
 
 // The passes an optimizing build reports (build.c's list).
-#define N_OPT_PASSES 20
+#define N_OPT_PASSES 21
 
 static void check_progress(const progress_log *log, int optimize, uint32_t n_head_layers) {
-    static const char *const all[] = {"verify",           "dce",      "fold",     "bn_fold",
-                                      "matmul_to_linear", "patchify", "views",    "eager_attention",
-                                      "attention",        "llm",      "act",      "views",
-                                      "bn_fold",          "cse",      "dce",      "fuse",
-                                      "precision",        "fuse_ew",  "lower_io", "check"};
+    static const char *const all[] = {"verify",
+                                      "dce",
+                                      "fold",
+                                      "bn_fold",
+                                      "matmul_to_linear",
+                                      "patchify",
+                                      "views",
+                                      "eager_attention",
+                                      "attention",
+                                      "llm",
+                                      "scan",
+                                      "act",
+                                      "views",
+                                      "bn_fold",
+                                      "cse",
+                                      "dce",
+                                      "fuse",
+                                      "precision",
+                                      "fuse_ew",
+                                      "lower_io",
+                                      "check"};
     static const char *const plain[] = {"verify", "precision", "lower_io", "check"};
     const char *const *names = optimize ? all : plain;
     uint32_t n_pass = optimize ? N_OPT_PASSES : 4;

@@ -85,6 +85,7 @@ typedef struct kiln_build_stats {
     uint32_t n_ew_heads;      // elementwise ops and concatenations that carry a fused tail
     uint32_t n_linear;        // matmuls with a constant weight turned into linear
     uint32_t n_gather_matmul; // matmuls of gathered matrices turned into gather_matmul
+    uint32_t n_scan;          // unrolled selective scans turned into selective_scan
     uint32_t n_bias_fused;    // adds that became a head's bias
     uint32_t n_tail_fused;    // elementwise ops fused as tails
     uint32_t n_casts;         // casts inserted by precision conversion
@@ -234,6 +235,7 @@ kiln_status kiln_pass_patchify(kiln_bgraph *b);         // pass_patchify.c
 kiln_status kiln_pass_eager_attention(kiln_bgraph *b);  // pass_eager_attention.c
 kiln_status kiln_pass_attention(kiln_bgraph *b);        // pass_attention.c
 kiln_status kiln_pass_llm(kiln_bgraph *b);              // pass_llm.c: rms_norm, rotary
+kiln_status kiln_pass_scan(kiln_bgraph *b);             // pass_scan.c: unrolled selective scans
 kiln_status kiln_pass_act(kiln_bgraph *b);              // pass_act.c: activation formulas
 kiln_status kiln_pass_views(kiln_bgraph *b);            // pass_views.c
 kiln_status kiln_pass_cse(kiln_bgraph *b);              // pass_cse.c

@@ -150,6 +150,10 @@ static inline int64_t kiln_rotary_dims(int64_t table_last, int64_t d) {
 // indexing), x [B, K, N] -> y [B, M, N],
 // y[b] = w[idx[b]] @ x[b] (a mixture of experts' per-token matrices, read in place instead of
 // gathered into a [B, M, K] copy: the builder's fusion of index(w, idx) into a batched matmul)
+// selective_scan: a, u [B, D, L, N], c [B, L, N], h0 [B, D, N] (one float dtype) -> y [B, D, L]:
+// h_t = a[:, :, t] * h_{t-1} + u[:, :, t] (h_{-1} = h0), y[:, :, t] = sum over n of h_t * c[:, t]
+// (a state space model's selective scan, Mamba's, as a loop over the tokens writes it), the
+// state kept in float32 and each y rounded once
 // reshape: x, like?   expand: x, like?
 // shape entries: >= 0 literal; -1 infer (reshape) or keep (expand); <= -2 copy dim (-v - 2) of
 // `like` when given, else of x.

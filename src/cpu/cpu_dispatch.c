@@ -17,6 +17,7 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_LINEAR] = E_(linear),
     [KILN_OP_MATMUL] = E_(matmul),
     [KILN_OP_GATHER_MATMUL] = E_(gather_matmul),
+    [KILN_OP_SELECTIVE_SCAN] = E_(selective_scan),
     [KILN_OP_CONV2D] = E_(conv2d),
     [KILN_OP_CONV_TRANSPOSE2D] = E_(conv_transpose2d),
     [KILN_OP_BATCH_NORM] = E_(batch_norm),
@@ -139,6 +140,12 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
     case KILN_OP_MATMUL:
         if (!is_float(x) || !is_float(args->in[1]) || x->rank < 1 || args->in[1]->rank < 1)
             return "matmul needs float operands of rank >= 1";
+        break;
+    case KILN_OP_SELECTIVE_SCAN:
+        for (uint32_t i = 0; i < 4; i++) {
+            if (args->in[i] == NULL || args->in[i]->dtype != y->dtype || !is_float(args->in[i]))
+                return "selective_scan needs a, u, c and h0 of the output's float dtype";
+        }
         break;
     case KILN_OP_GATHER_MATMUL:
         if (!is_float(x) || x->rank != 3 || args->in[2]->dtype != x->dtype ||

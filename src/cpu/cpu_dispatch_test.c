@@ -31,6 +31,11 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         l->in[0] = tt_new3(dt, 2, 3, 4), l->in[1] = tt_new2(dt, 4, 5);
         l->n_in = 2, l->out = tt_new3(dt, 2, 3, 5);
         break;
+    case KILN_OP_SELECTIVE_SCAN:
+        l->in[0] = tt_new4(dt, 2, 3, 5, 4), l->in[1] = tt_new4(dt, 2, 3, 5, 4);
+        l->in[2] = tt_new3(dt, 2, 5, 4), l->in[3] = tt_new3(dt, 2, 3, 4), l->n_in = 4;
+        l->out = tt_new3(dt, 2, 3, 5);
+        break;
     case KILN_OP_GATHER_MATMUL:
         l->in[0] = tt_new3(dt, 3, 2, 4), l->in[1] = tt_new1(KILN_DTYPE_I64, 5);
         l->in[2] = tt_new3(dt, 5, 4, 2), l->n_in = 3, l->out = tt_new3(dt, 5, 2, 2);

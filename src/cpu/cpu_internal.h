@@ -171,6 +171,7 @@ kiln_status kiln_cpu_gemm_run(const kiln_cpu_gemm *g, kiln_cpu_scratch *s);
 KILN_CPU_DECLARE(linear);
 KILN_CPU_DECLARE(matmul);
 KILN_CPU_DECLARE(gather_matmul);
+KILN_CPU_DECLARE(selective_scan); // op_reduce.c
 KILN_CPU_DECLARE(conv2d);
 KILN_CPU_DECLARE(conv_transpose2d);
 KILN_CPU_DECLARE(batch_norm);

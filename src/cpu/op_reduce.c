@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "cpu/cpu_internal.h"
 
 #define CHUNK 256
@@ -276,6 +277,53 @@ kiln_status kiln_cpu_argmax(const kiln_kernel_args *args) {
                 }
             }
             out[o * inner + i] = best;
+        }
+    }
+    return KILN_OK;
+}
+
+// --- selective_scan (ops.h): the state in float32, y rounded once per element
+
+size_t kiln_cpu_selective_scan_scratch(const kiln_kernel_args *args) {
+    (void)args;
+    return 0;
+}
+
+kiln_status kiln_cpu_selective_scan(const kiln_kernel_args *args) {
+    const kiln_tensor *a = args->in[0], *u = args->in[1], *c = args->in[2], *h0 = args->in[3];
+    kiln_tensor *y = args->out;
+    KILN_CHECK(a->rank == 4 && u->rank == 4 && c->rank == 3 && h0->rank == 3 && y->rank == 3,
+               KILN_ERR_INVALID_ARG,
+               "cpu selective_scan: a, u [B, D, L, N], c [B, L, N], h0 [B, D, N] expected");
+    const int64_t nb = a->dims[0], nd = a->dims[1], nl = a->dims[2], nn = a->dims[3];
+    for (uint32_t i = 0; i < 4; i++) {
+        KILN_CHECK(u->dims[i] == a->dims[i], KILN_ERR_INVALID_ARG,
+                   "cpu selective_scan: u's shape differs from a's");
+    }
+    KILN_CHECK(c->dims[0] == nb && c->dims[1] == nl && c->dims[2] == nn && h0->dims[0] == nb &&
+                   h0->dims[1] == nd && h0->dims[2] == nn && y->dims[0] == nb && y->dims[1] == nd &&
+                   y->dims[2] == nl,
+               KILN_ERR_INVALID_ARG, "cpu selective_scan: operand shapes disagree");
+    // the state per (b, d) as N floats; N is small (Mamba's 16): a stack buffer of 64, else heap
+    for (int64_t b = 0; b < nb; b++) {
+        for (int64_t d = 0; d < nd; d++) {
+            float stack_h[64];
+            float *h = nn <= 64 ? stack_h : (float *)kiln_malloc((size_t)nn * sizeof(float), 16);
+            KILN_CHECK(h != NULL, KILN_ERR_NO_MEMORY, "cpu selective_scan: out of memory");
+            for (int64_t n = 0; n < nn; n++)
+                h[n] = kiln_load_f32(h0->data, h0->dtype, (b * nd + d) * nn + n);
+            const int64_t ad = (b * nd + d) * nl * nn;
+            for (int64_t t = 0; t < nl; t++) {
+                float acc = 0.0f;
+                for (int64_t n = 0; n < nn; n++) {
+                    const int64_t i = ad + t * nn + n;
+                    h[n] = kiln_load_f32(a->data, a->dtype, i) * h[n] +
+                           kiln_load_f32(u->data, u->dtype, i);
+                    acc += h[n] * kiln_load_f32(c->data, c->dtype, (b * nl + t) * nn + n);
+                }
+                kiln_store_f32(y->data, y->dtype, (b * nd + d) * nl + t, acc);
+            }
+            if (h != stack_h) kiln_free(h, (size_t)nn * sizeof(float));
         }
     }
     return KILN_OK;

@@ -303,8 +303,63 @@ static void test_topk(void) {
     tt_free(x), tt_free(y);
 }
 
+// selective_scan: h_t = a_t h_{t-1} + u_t from h0, y_t = h_t . c_t, against a double-precision
+// loop (every float dtype; N past the stack buffer too), and a hand case.
+static void test_selective_scan(void) {
+    static const int64_t shapes[][4] = {{1, 3, 5, 4}, {2, 7, 9, 16}, {1, 2, 3, 70}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t nb = shapes[s][0], nd = shapes[s][1], nl = shapes[s][2], nn = shapes[s][3];
+        for (int di = 0; di < 3; di++) {
+            const uint32_t dt = tt_float_dtype(di);
+            kiln_tensor *a = tt_new4(dt, nb, nd, nl, nn), *u = tt_new4(dt, nb, nd, nl, nn);
+            kiln_tensor *c = tt_new3(dt, nb, nl, nn), *h0 = tt_new3(dt, nb, nd, nn);
+            kiln_tensor *y = tt_new3(dt, nb, nd, nl);
+            tt_rand(a, 0.2, 1.0); // a decay, as exp(dt * A) is
+            tt_rand(u, -1, 1);
+            tt_rand(c, -1, 1);
+            tt_rand(h0, -1, 1);
+            kiln_tensor *ins[4] = {a, u, c, h0};
+            CHECK_OK(trun(KILN_OP_SELECTIVE_SCAN, NULL, ins, 4, y));
+            double *ref = (double *)calloc((size_t)(nb * nd * nl), sizeof(double));
+            double *h = (double *)calloc((size_t)nn, sizeof(double));
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t d = 0; d < nd; d++) {
+                    for (int64_t n = 0; n < nn; n++) h[n] = tt_get(h0, (b * nd + d) * nn + n);
+                    for (int64_t t = 0; t < nl; t++) {
+                        double acc = 0.0;
+                        for (int64_t n = 0; n < nn; n++) {
+                            const int64_t i = ((b * nd + d) * nl + t) * nn + n;
+                            h[n] = tt_get(a, i) * h[n] + tt_get(u, i);
+                            acc += h[n] * tt_get(c, (b * nl + t) * nn + n);
+                        }
+                        ref[(b * nd + d) * nl + t] = acc;
+                    }
+                }
+            char what[64];
+            snprintf(what, sizeof what, "selective_scan case %zu", s);
+            tt_close(y, ref, 1e-5 * (double)(nn * nl + 1), tt_rtol(dt) + 1e-5, what);
+            free(ref), free(h);
+            tt_free(a), tt_free(u), tt_free(c), tt_free(h0), tt_free(y);
+        }
+    }
+    // by hand: N 1, a 0.5, u 1, c 2, h0 0: h = 1, 1.5, 1.75; y = 2, 3, 3.5
+    kiln_tensor *a = tt_new4(KILN_DTYPE_F32, 1, 1, 3, 1), *u = tt_new4(KILN_DTYPE_F32, 1, 1, 3, 1);
+    kiln_tensor *c = tt_new3(KILN_DTYPE_F32, 1, 3, 1), *h0 = tt_new3(KILN_DTYPE_F32, 1, 1, 1);
+    kiln_tensor *y = tt_new3(KILN_DTYPE_F32, 1, 1, 3);
+    tt_set_all(a, (const double[]){0.5, 0.5, 0.5});
+    tt_set_all(u, (const double[]){1, 1, 1});
+    tt_set_all(c, (const double[]){2, 2, 2});
+    tt_set_all(h0, (const double[]){0});
+    kiln_tensor *ins[4] = {a, u, c, h0};
+    CHECK_OK(trun(KILN_OP_SELECTIVE_SCAN, NULL, ins, 4, y));
+    const double want[3] = {2, 3, 3.5};
+    tt_close(y, want, 0, 0, "selective_scan by hand");
+    tt_free(a), tt_free(u), tt_free(c), tt_free(h0), tt_free(y);
+}
+
 int main(void) {
     check_rng_seed();
+    test_selective_scan();
     test_topk();
     test_cumsum();
     test_argmax();

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/cuda_plan.h"
 
@@ -54,6 +55,7 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_GATHER: return kiln_cuda_gather(ctx, args);
     case KILN_OP_INDEX_COPY: return kiln_cuda_index_copy(ctx, args);
     case KILN_OP_GATHER_MATMUL: return kiln_cuda_gather_matmul(ctx, args);
+    case KILN_OP_SELECTIVE_SCAN: return kiln_cuda_selective_scan(ctx, args);
     case KILN_OP_UPSAMPLE_NEAREST2D:
     case KILN_OP_UPSAMPLE_BILINEAR2D: return kiln_cuda_upsample(ctx, args);
     case KILN_OP_GROUP_NORM: return kiln_cuda_group_norm(ctx, args);
@@ -246,6 +248,18 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
         return 1;
     }
     switch (op) {
+    case KILN_OP_SELECTIVE_SCAN:
+        for (uint32_t i = 0; i < 4; i++) {
+            if (i >= args->n_in || args->in[i] == NULL || args->in[i]->dtype != args->out->dtype ||
+                !kiln_dtype_is_float((kiln_dtype)args->out->dtype)) {
+                return why_not(why, why_nbytes, args,
+                               "selective_scan takes a, u, c and h0 of the output's float dtype");
+            }
+        }
+        if (args->in[0]->rank != 4 || args->in[0]->dims[3] > 128) {
+            return why_not(why, why_nbytes, args, "selective_scan holds at most 128 state values");
+        }
+        return 1;
     case KILN_OP_GATHER_MATMUL:
         if (args->n_in != 3 || args->in[1] == NULL || args->in[2] == NULL ||
             args->in[0]->dtype != args->out->dtype || args->in[2]->dtype != args->out->dtype ||

@@ -49,6 +49,7 @@ KILN_CUDA_LAUNCHER(upsample);            // op_resize.cu: upsample_nearest2d, _b
 KILN_CUDA_LAUNCHER(group_norm);          // op_norm.cu
 KILN_CUDA_LAUNCHER(argmax);              // op_reduce.cu
 KILN_CUDA_LAUNCHER(topk);                // op_reduce.cu
+KILN_CUDA_LAUNCHER(selective_scan);      // op_reduce.cu
 KILN_CUDA_LAUNCHER(cumsum);              // op_reduce.cu
 KILN_CUDA_LAUNCHER(pad);                 // op_shape.cu
 KILN_CUDA_LAUNCHER(arange);              // op_shape.cu

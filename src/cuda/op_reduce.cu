@@ -956,3 +956,81 @@ extern "C" kiln_status kiln_cuda_topk(const kiln_cuda_ctx *ctx, const kiln_kerne
     }
     return kiln_cuda_check_launch(ctx, "topk_line_kernel");
 }
+
+// --- selective_scan (ops.h): a warp per (b, d) row walks the L steps in order, each lane holding
+// up to SCAN_PER_LANE of the N state values in float32; y_t is the warp's sum. The next step's
+// a, u and c are loaded before this step's sum, so the loads overlap the shuffles.
+
+#define SCAN_WARPS 4
+#define SCAN_PER_LANE 4 // N up to 128
+
+typedef struct scan_params {
+    const void *a, *u, *c, *h0;
+    void *y;
+    int64_t b, d, l, n;
+    uint32_t dt;
+} scan_params;
+
+static __global__ void __launch_bounds__(SCAN_WARPS * 32)
+    selective_scan_kernel(const scan_params P) {
+    const int lane = (int)threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * SCAN_WARPS + ((int)threadIdx.x >> 5);
+    if (row >= P.b * P.d) return;
+    const int64_t bi = row / P.d, arow = row * P.l * P.n, crow = bi * P.l * P.n;
+    float h[SCAN_PER_LANE], a[SCAN_PER_LANE], u[SCAN_PER_LANE], c[SCAN_PER_LANE];
+#pragma unroll
+    for (int v = 0; v < SCAN_PER_LANE; v++) {
+        const int64_t n = lane + 32 * v;
+        h[v] = n < P.n ? kc_ld_f(P.h0, P.dt, row * P.n + n) : 0.0f;
+        a[v] = n < P.n && P.l > 0 ? kc_ld_f(P.a, P.dt, arow + n) : 0.0f;
+        u[v] = n < P.n && P.l > 0 ? kc_ld_f(P.u, P.dt, arow + n) : 0.0f;
+        c[v] = n < P.n && P.l > 0 ? kc_ld_f(P.c, P.dt, crow + n) : 0.0f;
+    }
+    for (int64_t t = 0; t < P.l; t++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int v = 0; v < SCAN_PER_LANE; v++) {
+            h[v] = fmaf(a[v], h[v], u[v]);
+            acc = fmaf(h[v], c[v], acc);
+        }
+        if (t + 1 < P.l) { // the next step's operands, in flight during the sum
+#pragma unroll
+            for (int v = 0; v < SCAN_PER_LANE; v++) {
+                const int64_t n = lane + 32 * v;
+                if (n < P.n) {
+                    a[v] = kc_ld_f(P.a, P.dt, arow + (t + 1) * P.n + n);
+                    u[v] = kc_ld_f(P.u, P.dt, arow + (t + 1) * P.n + n);
+                    c[v] = kc_ld_f(P.c, P.dt, crow + (t + 1) * P.n + n);
+                }
+            }
+        }
+        acc = kc_warp_sum(acc);
+        if (lane == 0) kc_st_f(P.y, P.dt, row * P.l + t, acc);
+    }
+}
+
+extern "C" kiln_status kiln_cuda_selective_scan(const kiln_cuda_ctx *ctx,
+                                                const kiln_kernel_args *args) {
+    const kiln_tensor *a = args->in[0], *u = args->in[1], *c = args->in[2], *h0 = args->in[3];
+    const kiln_tensor *y = args->out;
+    int ok = a->rank == 4 && u->rank == 4 && c->rank == 3 && h0->rank == 3 && y->rank == 3 &&
+             a->dims[3] <= 32 * SCAN_PER_LANE;
+    for (uint32_t i = 0; ok && i < 4; i++) ok = u->dims[i] == a->dims[i];
+    ok = ok && c->dims[0] == a->dims[0] && c->dims[1] == a->dims[2] && c->dims[2] == a->dims[3] &&
+         h0->dims[0] == a->dims[0] && h0->dims[1] == a->dims[1] && h0->dims[2] == a->dims[3] &&
+         y->dims[0] == a->dims[0] && y->dims[1] == a->dims[1] && y->dims[2] == a->dims[2];
+    if (!ok) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda selective_scan: bad operands at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    scan_params P;
+    memset(&P, 0, sizeof P);
+    P.a = a->data, P.u = u->data, P.c = c->data, P.h0 = h0->data, P.y = y->data;
+    P.b = a->dims[0], P.d = a->dims[1], P.l = a->dims[2], P.n = a->dims[3];
+    P.dt = y->dtype;
+    if (P.b * P.d * P.l == 0) return KILN_OK;
+    const int64_t rows = P.b * P.d;
+    selective_scan_kernel<<<(unsigned)((rows + SCAN_WARPS - 1) / SCAN_WARPS), SCAN_WARPS * 32, 0,
+                            ctx->stream>>>(P);
+    return kiln_cuda_check_launch(ctx, "selective_scan_kernel");
+}

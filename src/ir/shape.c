@@ -112,6 +112,7 @@ static const char *input_role(uint32_t op, uint32_t i) {
     case KILN_OP_GATHER: return i == 0 ? "x" : (i == 1 ? "index" : "?");
     case KILN_OP_INDEX_COPY: return i == 0 ? "x" : (i == 1 ? "index" : (i == 2 ? "src" : "?"));
     case KILN_OP_GATHER_MATMUL: return i == 0 ? "w" : (i == 1 ? "index" : (i == 2 ? "x" : "?"));
+    case KILN_OP_SELECTIVE_SCAN: return i < 4 ? (const char *[]){"a", "u", "c", "h0"}[i] : "?";
     case KILN_OP_BATCH_NORM: return i < 5 ? bn[i] : "?";
     case KILN_OP_MATMUL:
     case KILN_OP_ADD:
@@ -1449,6 +1450,32 @@ static kiln_status infer_gather_matmul(const ictx *c, const kiln_attrs *a,
     return KILN_OK;
 }
 
+static kiln_status infer_selective_scan(const ictx *c, const kiln_attrs *a,
+                                        const kiln_value_desc *const *in, uint32_t n,
+                                        kiln_value_desc *out) {
+    int64_t lo, hi;
+    (void)a;
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 4, 4));
+    KILN_TRY(want_rank(c, in[1], 1, 4, 4));
+    KILN_TRY(want_rank(c, in[2], 2, 3, 3));
+    KILN_TRY(want_rank(c, in[3], 3, 3, 3));
+    for (uint32_t i = 1; i < 4; i++) KILN_TRY(want_same_dtype(c, in, i, 0));
+    for (uint32_t d = 0; d < 4; d++)
+        KILN_TRY(want_agree(c, "selective_scan", in, 0, d, 1, d, &lo, &hi));
+    KILN_TRY(want_agree(c, "selective_scan batch", in, 0, 0, 2, 0, &lo, &hi));
+    KILN_TRY(want_agree(c, "selective_scan length", in, 0, 2, 2, 1, &lo, &hi));
+    KILN_TRY(want_agree(c, "selective_scan state", in, 0, 3, 2, 2, &lo, &hi));
+    KILN_TRY(want_agree(c, "selective_scan initial batch", in, 0, 0, 3, 0, &lo, &hi));
+    KILN_TRY(want_agree(c, "selective_scan initial channels", in, 0, 1, 3, 1, &lo, &hi));
+    KILN_TRY(want_agree(c, "selective_scan initial state", in, 0, 3, 3, 2, &lo, &hi));
+    out->shape = in[0]->shape;
+    out->shape.rank = 3;
+    out->shape.min[3] = out->shape.max[3] = 0;
+    out->dtype = in[0]->dtype;
+    return KILN_OK;
+}
+
 static kiln_status infer_pad(const ictx *c, const kiln_attrs *a, const kiln_value_desc *const *in,
                              uint32_t n, kiln_value_desc *out) {
     const kiln_shape *x = &in[0]->shape;
@@ -1675,6 +1702,7 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_ARGMAX: return infer_argmax;
     case KILN_OP_TOPK: return infer_topk;
     case KILN_OP_GATHER_MATMUL: return infer_gather_matmul;
+    case KILN_OP_SELECTIVE_SCAN: return infer_selective_scan;
     case KILN_OP_PAD: return infer_pad;
     case KILN_OP_ARANGE: return infer_arange;
     case KILN_OP_INDEX: return infer_index;

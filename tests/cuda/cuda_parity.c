@@ -2135,6 +2135,20 @@ static void cases_index_copy(void) {
         attrs_int(&c.attrs, KILN_A_INDEX_COPY_WRAP, 1);
         run_case(&c);
     }
+    for (size_t d = 0; d < 3; d++) { // selective_scan: Mamba's 16 states; 70 (3 per lane)
+        case_init(&c, KILN_OP_SELECTIVE_SCAN);
+        case_in(&c, SR(dts[d], "2x24x37x16", 0.3, 1.0)); // a decay, as exp(dt * A) is
+        case_in(&c, S(dts[d], "2x24x37x16"));
+        case_in(&c, S(dts[d], "2x37x16"));
+        case_in(&c, S(dts[d], "2x24x16"));
+        run_case(&c);
+        case_init(&c, KILN_OP_SELECTIVE_SCAN);
+        case_in(&c, SR(dts[d], "1x5x9x70", 0.3, 1.0));
+        case_in(&c, S(dts[d], "1x5x9x70"));
+        case_in(&c, S(dts[d], "1x9x70"));
+        case_in(&c, S(dts[d], "1x5x70"));
+        run_case(&c);
+    }
     for (size_t d = 0; d < 3; d++) { // gather_matmul: y[b] = w[idx[b]] @ x[b]
         // a mixture of experts: 20 token slots over 4 experts (some counted from the end),
         // vectors of K = 64 (the 16-bit vector form)
