@@ -663,6 +663,59 @@ static void test_gather_matmul(void) {
     }
 }
 
+// A selective scan unrolled over L = 6 tokens as transformers' Mamba writes it: h_t =
+// select(A, 2, t) * h_{t-1} + select(U, 2, t) from h0, y_t = select(matmul(h_t,
+// unsqueeze(select(C, 1, t), -1)), 2, 0), y = cat of unsqueeze(y_t, -1): one selective_scan
+// (no select, mul or matmul left), the values those of the unrolled graph. With h_2 also an
+// output (a state read elsewhere) nothing fuses.
+static void test_selective_scan(void) {
+    enum { SB = 2, SD = 3, SL = 6, SN = 4 };
+    for (int shared = 0; shared < 2; shared++) {
+        kiln_graph *g = NULL;
+        CHECK_OK(kiln_graph_new(&g));
+        const int64_t ad[4] = {SB, SD, SL, SN}, cd[3] = {SB, SL, SN}, hd[3] = {SB, SD, SN};
+        int32_t a = tu_input(g, "a", KILN_DTYPE_F32, 4, ad, ad);
+        int32_t u = tu_input(g, "u", KILN_DTYPE_F32, 4, ad, ad);
+        int32_t c = tu_input(g, "c", KILN_DTYPE_F32, 3, cd, cd);
+        int32_t h = tu_input(g, "h0", KILN_DTYPE_F32, 3, hd, hd);
+        int32_t ys[SL];
+        for (int64_t t = 0; t < SL; t++) {
+            int32_t at = tu_node(g, KILN_OP_SELECT, TU_IDS(a),
+                                 TU_ATTRS(TU_INTS("dim", 2), TU_INTS("index", t)));
+            int32_t ut = tu_node(g, KILN_OP_SELECT, TU_IDS(u),
+                                 TU_ATTRS(TU_INTS("dim", 2), TU_INTS("index", t)));
+            h = tu_node(g, KILN_OP_ADD,
+                        TU_IDS(tu_node(g, KILN_OP_MUL, TU_IDS(at, h), TU_NO_ATTRS), ut),
+                        TU_NO_ATTRS);
+            if (shared && t == 2) tu_output(g, h, "h2");
+            int32_t ct = tu_node(g, KILN_OP_SELECT, TU_IDS(c),
+                                 TU_ATTRS(TU_INTS("dim", 1), TU_INTS("index", t)));
+            ct = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(ct), TU_ATTRS(TU_INTS("dim", -1)));
+            int32_t m = tu_node(g, KILN_OP_MATMUL, TU_IDS(h, ct), TU_NO_ATTRS);
+            int32_t yt = tu_node(g, KILN_OP_SELECT, TU_IDS(m),
+                                 TU_ATTRS(TU_INTS("dim", 2), TU_INTS("index", 0)));
+            ys[t] = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(yt), TU_ATTRS(TU_INTS("dim", -1)));
+        }
+        tu_output(g,
+                  tu_node(g, KILN_OP_CAT, TU_IDS(ys[0], ys[1], ys[2], ys[3], ys[4], ys[5]),
+                          TU_ATTRS(TU_INTS("dim", -1))),
+                  "y");
+        kiln_build_options o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
+        kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
+        kiln_plan p;
+        if (bt_plan(g, &o1, &p)) {
+            CHECK_EQ_INT(bt_count(&p, KILN_OP_SELECTIVE_SCAN), shared ? 0 : 1);
+            CHECK_EQ_INT(bt_count(&p, KILN_OP_MATMUL), shared ? SL : 0);
+            CHECK_EQ_INT(bt_count(&p, KILN_OP_SELECT), shared ? 3 * SL + SL : 0);
+            kiln_plan_release(&p);
+        }
+        bt_shape s[4] = {
+            {4, {SB, SD, SL, SN}}, {4, {SB, SD, SL, SN}}, {3, {SB, SL, SN}}, {3, {SB, SD, SN}}};
+        bt_compare(g, &o0, &o1, 4, s, 0, 1e-4, 1e-4, "unrolled selective scan");
+        kiln_graph_free(g);
+    }
+}
+
 static void test_random_graphs(void) {
     kiln_build_options o0 = bt_opts(0, KILN_PRECISION_FP32, 0);
     kiln_build_options o1 = bt_opts(1, KILN_PRECISION_FP32, 0);
@@ -692,5 +745,6 @@ int main(void) {
     test_random_graphs();
     test_transposed_weight();
     test_gather_matmul();
+    test_selective_scan();
     return check_summary();
 }
