@@ -971,39 +971,45 @@ typedef struct scan_params {
     uint32_t dt;
 } scan_params;
 
+// Step t's a, u and c of this lane's state values (0 past N), in a call: one copy of the
+// dtype-dispatching loads (the plugin's size).
+struct scan_vals {
+    float a[SCAN_PER_LANE], u[SCAN_PER_LANE], c[SCAN_PER_LANE];
+};
+static __device__ __noinline__ scan_vals scan_load(const scan_params &P, int64_t arow, int64_t crow,
+                                                   int64_t t, int lane) {
+    scan_vals s;
+    for (int v = 0; v < SCAN_PER_LANE; v++) {
+        const int64_t n = lane + 32 * v;
+        const bool in = n < P.n;
+        s.a[v] = in ? kc_ld_f(P.a, P.dt, arow + t * P.n + n) : 0.0f;
+        s.u[v] = in ? kc_ld_f(P.u, P.dt, arow + t * P.n + n) : 0.0f;
+        s.c[v] = in ? kc_ld_f(P.c, P.dt, crow + t * P.n + n) : 0.0f;
+    }
+    return s;
+}
+
 static __global__ void __launch_bounds__(SCAN_WARPS * 32)
     selective_scan_kernel(const scan_params P) {
     const int lane = (int)threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * SCAN_WARPS + ((int)threadIdx.x >> 5);
     if (row >= P.b * P.d) return;
     const int64_t bi = row / P.d, arow = row * P.l * P.n, crow = bi * P.l * P.n;
-    float h[SCAN_PER_LANE], a[SCAN_PER_LANE], u[SCAN_PER_LANE], c[SCAN_PER_LANE];
-#pragma unroll
+    float h[SCAN_PER_LANE];
     for (int v = 0; v < SCAN_PER_LANE; v++) {
         const int64_t n = lane + 32 * v;
         h[v] = n < P.n ? kc_ld_f(P.h0, P.dt, row * P.n + n) : 0.0f;
-        a[v] = n < P.n && P.l > 0 ? kc_ld_f(P.a, P.dt, arow + n) : 0.0f;
-        u[v] = n < P.n && P.l > 0 ? kc_ld_f(P.u, P.dt, arow + n) : 0.0f;
-        c[v] = n < P.n && P.l > 0 ? kc_ld_f(P.c, P.dt, crow + n) : 0.0f;
     }
+    scan_vals cur = scan_load(P, arow, crow, 0, lane);
     for (int64_t t = 0; t < P.l; t++) {
         float acc = 0.0f;
 #pragma unroll
         for (int v = 0; v < SCAN_PER_LANE; v++) {
-            h[v] = fmaf(a[v], h[v], u[v]);
-            acc = fmaf(h[v], c[v], acc);
+            h[v] = fmaf(cur.a[v], h[v], cur.u[v]);
+            acc = fmaf(h[v], cur.c[v], acc);
         }
-        if (t + 1 < P.l) { // the next step's operands, in flight during the sum
-#pragma unroll
-            for (int v = 0; v < SCAN_PER_LANE; v++) {
-                const int64_t n = lane + 32 * v;
-                if (n < P.n) {
-                    a[v] = kc_ld_f(P.a, P.dt, arow + (t + 1) * P.n + n);
-                    u[v] = kc_ld_f(P.u, P.dt, arow + (t + 1) * P.n + n);
-                    c[v] = kc_ld_f(P.c, P.dt, crow + (t + 1) * P.n + n);
-                }
-            }
-        }
+        // the next step's operands, in flight during the sum
+        if (t + 1 < P.l) cur = scan_load(P, arow, crow, t + 1, lane);
         acc = kc_warp_sum(acc);
         if (lane == 0) kc_st_f(P.y, P.dt, row * P.l + t, acc);
     }
