@@ -667,13 +667,15 @@ static void test_gather_matmul(void) {
 // select(A, 2, t) * h_{t-1} + select(U, 2, t) from h0, y_t = select(matmul(h_t,
 // unsqueeze(select(C, 1, t), -1)), 2, 0), y = cat of unsqueeze(y_t, -1): one selective_scan
 // (no select, mul or matmul left), the values those of the unrolled graph. With h_2 also an
-// output (a state read elsewhere) nothing fuses.
+// output (a state read elsewhere), or h0 of batch 1 broadcast over the batch, nothing fuses.
 static void test_selective_scan(void) {
     enum { SB = 2, SD = 3, SL = 6, SN = 4 };
-    for (int shared = 0; shared < 2; shared++) {
+    for (int variant = 0; variant < 3; variant++) {
+        const int shared = variant > 0; // 1: h_2 an output; 2: h0 broadcast over the batch
         kiln_graph *g = NULL;
         CHECK_OK(kiln_graph_new(&g));
-        const int64_t ad[4] = {SB, SD, SL, SN}, cd[3] = {SB, SL, SN}, hd[3] = {SB, SD, SN};
+        const int64_t ad[4] = {SB, SD, SL, SN}, cd[3] = {SB, SL, SN};
+        const int64_t hd[3] = {variant == 2 ? 1 : SB, SD, SN};
         int32_t a = tu_input(g, "a", KILN_DTYPE_F32, 4, ad, ad);
         int32_t u = tu_input(g, "u", KILN_DTYPE_F32, 4, ad, ad);
         int32_t c = tu_input(g, "c", KILN_DTYPE_F32, 3, cd, cd);
@@ -687,7 +689,7 @@ static void test_selective_scan(void) {
             h = tu_node(g, KILN_OP_ADD,
                         TU_IDS(tu_node(g, KILN_OP_MUL, TU_IDS(at, h), TU_NO_ATTRS), ut),
                         TU_NO_ATTRS);
-            if (shared && t == 2) tu_output(g, h, "h2");
+            if (variant == 1 && t == 2) tu_output(g, h, "h2");
             int32_t ct = tu_node(g, KILN_OP_SELECT, TU_IDS(c),
                                  TU_ATTRS(TU_INTS("dim", 1), TU_INTS("index", t)));
             ct = tu_node(g, KILN_OP_UNSQUEEZE, TU_IDS(ct), TU_ATTRS(TU_INTS("dim", -1)));
@@ -710,7 +712,7 @@ static void test_selective_scan(void) {
             kiln_plan_release(&p);
         }
         bt_shape s[4] = {
-            {4, {SB, SD, SL, SN}}, {4, {SB, SD, SL, SN}}, {3, {SB, SL, SN}}, {3, {SB, SD, SN}}};
+            {4, {SB, SD, SL, SN}}, {4, {SB, SD, SL, SN}}, {3, {SB, SL, SN}}, {3, {hd[0], SD, SN}}};
         bt_compare(g, &o0, &o1, 4, s, 0, 1e-4, 1e-4, "unrolled selective scan");
         kiln_graph_free(g);
     }

@@ -51,6 +51,17 @@ static int32_t select_of(const kiln_bgraph *b, int32_t v, int64_t *dim, int64_t 
     return src;
 }
 
+// Dims [lo, hi) of value v equal dims [from, ...) of value w (ranges alike).
+static int same_dims(const kiln_bgraph *b, int32_t v, uint32_t lo, uint32_t hi, int32_t w,
+                     uint32_t from) {
+    const kiln_shape *s = &b->values[v].desc.shape, *t = &b->values[w].desc.shape;
+    for (uint32_t d = lo; d < hi; d++) {
+        const uint32_t e = from + d - lo;
+        if (s->min[d] != t->min[e] || s->max[d] != t->max[e]) return 0;
+    }
+    return 1;
+}
+
 // The value v is a dense view of (reshape or unsqueeze, read once), or v itself.
 static int32_t through_view(const kiln_bgraph *b, int32_t v) {
     const kiln_bnode *n = producer(b, v);
@@ -192,6 +203,11 @@ static kiln_status scan_at(kiln_bgraph *b, uint32_t ci, int *done) {
     if (!ok) return KILN_OK;
     const kiln_shape *as = &b->values[m.a].desc.shape;
     if (as->max[2] != len || as->min[2] != len) return KILN_OK;
+    // the op's shapes exactly (no broadcast state or table: those chains stay as they are)
+    if (!same_dims(b, m.u, 0, 4, m.a, 0) || !same_dims(b, m.c, 0, 1, m.a, 0) ||
+        !same_dims(b, m.c, 1, 3, m.a, 2) || !same_dims(b, m.h0, 0, 2, m.a, 0) ||
+        !same_dims(b, m.h0, 2, 3, m.a, 3))
+        return KILN_OK;
     const uint32_t dt = b->values[m.a].desc.dtype;
     const int64_t seq = cat->seq;
     int32_t ins[4] = {m.a, -1, -1, -1}, v;
