@@ -304,12 +304,12 @@ kiln_status kiln_cpu_selective_scan(const kiln_kernel_args *args) {
                    h0->dims[1] == nd && h0->dims[2] == nn && y->dims[0] == nb && y->dims[1] == nd &&
                    y->dims[2] == nl,
                KILN_ERR_INVALID_ARG, "cpu selective_scan: operand shapes disagree");
-    // the state per (b, d) as N floats; N is small (Mamba's 16): a stack buffer of 64, else heap
+    // the state of one (b, d) row as N floats: a stack buffer for Mamba's 16, else one heap block
+    float stack_h[64];
+    float *h = nn <= 64 ? stack_h : (float *)kiln_malloc((size_t)nn * sizeof(float), 16);
+    KILN_CHECK(h != NULL, KILN_ERR_NO_MEMORY, "cpu selective_scan: out of memory");
     for (int64_t b = 0; b < nb; b++) {
         for (int64_t d = 0; d < nd; d++) {
-            float stack_h[64];
-            float *h = nn <= 64 ? stack_h : (float *)kiln_malloc((size_t)nn * sizeof(float), 16);
-            KILN_CHECK(h != NULL, KILN_ERR_NO_MEMORY, "cpu selective_scan: out of memory");
             for (int64_t n = 0; n < nn; n++)
                 h[n] = kiln_load_f32(h0->data, h0->dtype, (b * nd + d) * nn + n);
             const int64_t ad = (b * nd + d) * nl * nn;
@@ -323,8 +323,8 @@ kiln_status kiln_cpu_selective_scan(const kiln_kernel_args *args) {
                 }
                 kiln_store_f32(y->data, y->dtype, (b * nd + d) * nl + t, acc);
             }
-            if (h != stack_h) kiln_free(h, (size_t)nn * sizeof(float));
         }
     }
+    if (h != stack_h) kiln_free(h, (size_t)nn * sizeof(float));
     return KILN_OK;
 }
