@@ -368,8 +368,10 @@ kiln_status kiln_cpu_gather_matmul(const kiln_kernel_args *args) {
                                                         : ((const int64_t *)idx->data)[bi];
         const int64_t ei = ix < 0 ? ix + e : ix; // torch's indexing: negative from the end
         KILN_CHECK(ei >= 0 && ei < e, KILN_ERR_INVALID_ARG,
-                   "gather_matmul: index %lld at position %lld is out of range for %lld matrices",
-                   (long long)ix, (long long)bi, (long long)e);
+                   "gather_matmul: index %lld at position %lld is out of range for %lld matrices "
+                   "(each must be in [-%lld, %lld): the index input, e.g. a router's experts, "
+                   "names a matrix that w does not have)",
+                   (long long)ix, (long long)bi, (long long)e, (long long)e, (long long)e);
         KILN_TRY(gemm_rows(&s, w, ei * m * k, k, x, bi * k * n, n, y, bi * m * n, m, n, k));
     }
     return KILN_OK;
