@@ -46,6 +46,12 @@ typedef struct ew_params {
 
 // Rare ops called, not inlined into every interpreter's unrolled switch (device code size).
 static __device__ __noinline__ float ew_log1p(float x) { return log1pf(x); }
+static __device__ __noinline__ float ew_powf(float a, float b) { return powf(a, b); }
+
+// a^b; a square (StarReLU's relu(x)^2, a variance's (x - mean)^2) is one multiply, inline.
+__device__ __forceinline__ float ew_pow(float a, float b) {
+    return b == 2.0f ? a * a : ew_powf(a, b);
+}
 
 __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     switch (s.op) {
@@ -104,7 +110,7 @@ __device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
     case KILN_OP_SUB: return a - b;
     case KILN_OP_MUL: return a * b;
     case KILN_OP_DIV: return a / b;
-    case KILN_OP_POW: return b == 2.0f ? a * a : powf(a, b); // squares (StarReLU) one multiply
+    case KILN_OP_POW: return ew_pow(a, b);
     case KILN_OP_REMAINDER: return kiln_remainder_f(a, b);
     case KILN_OP_FMOD: return kiln_fmod_f(a, b);
     case KILN_OP_FLOOR_DIVIDE: return kiln_floor_divide_f(a, b);
@@ -114,15 +120,18 @@ __device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
     }
 }
 
-// The ops of a "lite" program: add, sub, mul, maximum, minimum, relu, clamp and copy, the steps
-// of an inference batch norm (a per-channel multiply and add) with its ReLU or ReLU6, and of
-// residual adds. Kernels instantiated for lite programs compile only these; the interpreter's
-// switch over every op (powf, sinf, the remainders, ...), unrolled for each of a thread's 8 or 4
-// values, made each program kernel's code large enough that DenseNet's concatenations with their
-// batch norm and ReLU took 11 us each whatever their size, and its standalone batch norms 6 us.
+// The ops of a "lite" program: add, sub, mul, maximum, minimum, pow, relu, clamp and copy, the
+// steps of an inference batch norm (a per-channel multiply and add) with its ReLU or ReLU6, of
+// residual adds and of StarReLU (s * relu(x)^2 + b). Kernels instantiated for lite programs
+// compile only these (pow's general case a call: ew_pow); the interpreter's switch over every
+// op (sinf, the remainders, ...), unrolled for each of a thread's 8 or 4 values, made each program
+// kernel's code large enough that DenseNet's concatenations with their batch norm and ReLU took
+// 11 us each whatever their size, its standalone batch norms 6 us, and ConvFormer's StarReLU
+// tails 8-16 us over 0.1-0.8 M values.
 static int ew_lite_op(uint32_t op) {
     return op == KILN_OP_ADD || op == KILN_OP_SUB || op == KILN_OP_MUL || op == KILN_OP_MAXIMUM ||
-           op == KILN_OP_MINIMUM || op == KILN_OP_RELU || op == KILN_OP_CLAMP || op == KILN_OP_COPY;
+           op == KILN_OP_MINIMUM || op == KILN_OP_POW || op == KILN_OP_RELU ||
+           op == KILN_OP_CLAMP || op == KILN_OP_COPY;
 }
 
 __device__ __forceinline__ float ew_lite_unary(const ew_step &s, float x) {
@@ -141,6 +150,7 @@ __device__ __forceinline__ float ew_lite_binary(uint32_t op, float a, float b) {
     case KILN_OP_MUL: return a * b;
     case KILN_OP_MAXIMUM: return kiln_maximum_f(a, b);
     case KILN_OP_MINIMUM: return kiln_minimum_f(a, b);
+    case KILN_OP_POW: return ew_pow(a, b);
     default: return a;
     }
 }
