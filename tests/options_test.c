@@ -120,6 +120,13 @@ static void test_cuda_policy(void) {
     CHECK_STATUS(kiln_set_option_string("cuda.conv_pw", "always"), KILN_ERR_INVALID_ARG);
     CHECK(strstr(kiln_last_error(), "auto, off, on") != NULL);
     CHECK_OK(kiln_set_option_string("cuda.conv_pw", "auto"));
+    // 1x1 convs as a cuBLASLt GEMM over the pixels: the same three values.
+    CHECK_EQ_INT(o.cuda.conv_lt, 0);
+    CHECK_OK(kiln_set_option_string("cuda.conv_lt", "on"));
+    CHECK_OK(kiln_options_resolve(NULL, 0, &o));
+    CHECK_EQ_INT(o.cuda.conv_lt, 1);
+    CHECK_STATUS(kiln_set_option_string("cuda.conv_lt", "yes"), KILN_ERR_INVALID_ARG);
+    CHECK_OK(kiln_set_option_string("cuda.conv_lt", "auto"));
     // Per load: the settings land in the policy.
     s[0] = (kiln_option_setting){.name = "cuda.tune", .type = KILN_OPTION_BOOL, .int_value = 0};
     s[1] = (kiln_option_setting){

@@ -146,10 +146,10 @@ static const option_def defs[] = {
         "producing engine's memory on its device (no copy through host memory; the export "
         "records these edges); false: every delegate output goes through its ExecuTorch buffer"),
     OPT_ENUM("cuda.dw_rows", "auto", CUDA(dw_rows), auto_off_on_names, auto_off_on_values,
-             "NHWC depthwise 3x3 and 5x5 convs (stride 1 or 2) and 7x7 (stride 1): each thread "
-             "computes several output pixels of a row (4; a 7x7 2) from one load of their input "
-             "columns: auto (a 7x7 always, a 3x3 or 5x5 when the layer fills the GPU with such "
-             "threads), off (one pixel per thread) or on (every such layer)"),
+             "NHWC depthwise 3x3 and 5x5 convs (stride 1 or 2): each thread computes 4 output "
+             "pixels of a row from one load of their input columns: auto (when the layer fills "
+             "the GPU with such threads), off (one pixel per thread) or on (every such layer); "
+             "a 7x7 of stride 1 runs in tiles through shared memory either way"),
     OPT("check_cache_rows", V_BOOL, "true", "both", 0, AT(check_cache_rows),
         "a KV cache written at positions the caller passes (in host memory) refuses a call that "
         "would leave a row below its highest position unwritten (a decode before its prefill, a "
@@ -161,6 +161,11 @@ static const option_def defs[] = {
              "an activation (SiLU, hard-swish, GELU, ReLU, clamp, sigmoid) fused: auto (timed "
              "against cuDNN at context creation; untimed, where it fuses more of the tail), off "
              "(cuDNN) or on (every such layer)"),
+    OPT_ENUM("cuda.conv_lt", "auto", CUDA(conv_lt), auto_off_on_names, auto_off_on_values,
+             "NHWC 1x1 convs of stride 1 (as cuda.conv_pw takes them) as one cuBLASLt GEMM over "
+             "the pixels, the bias and a first ReLU, tanh GELU or residual add in its epilogue: "
+             "auto (timed against cuDNN and the pointwise kernel at context creation), off "
+             "(never) or on (every such layer; cuda.conv_pw on takes precedence)"),
 };
 #define N_DEFS (sizeof defs / sizeof defs[0])
 

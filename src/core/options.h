@@ -39,6 +39,7 @@ typedef struct kiln_cuda_policy {
     int profile_delay_us; // with the option profile: the delay kernel ahead of each layer (us)
     int dw_rows;          // depthwise convs, pixels per thread: 0 by size, -1 one, 1 a row of 4
     int conv_pw;          // 1x1 NHWC convs on the pointwise kernel: 0 timed, -1 never, 1 always
+    int conv_lt;          // 1x1 NHWC convs as a cuBLASLt GEMM: 0 timed, -1 never, 1 always
 } kiln_cuda_policy;
 
 typedef struct kiln_options {

@@ -36,7 +36,8 @@ typedef enum kiln_cuda_kernel {
     KILN_CUDA_K_SDPA_SIMPLE,   // sdpa: one block per query row (larger heads)
     KILN_CUDA_K_CONV_DW,       // depthwise conv2d in NHWC: 8 channels per thread (op_conv.cu)
     KILN_CUDA_K_CONV_PW,       // 1x1 conv2d in NHWC: a tensor-core GEMM over pixels (conv_pw.cu)
-    KILN_CUDA_K_CONV_LT,       // 1x1 conv2d in NCHW: a cuBLASLt GEMM per image (op_conv.cu)
+    KILN_CUDA_K_CONV_LT,       // 1x1 conv2d on cuBLASLt: NCHW a GEMM per image, NHWC one over
+                               // the pixels (op_conv.cu)
 } kiln_cuda_kernel;
 
 // The name kiln_layer_info reports ("cublaslt", "wgmma", ...).
@@ -83,6 +84,8 @@ typedef struct kiln_cuda_conv_rec {
     kiln_cuda_kernel fallback; // what runs if cuDNN declines at run (DIRECT or CONV_GEMM)
     int dw_rows;         // CONV_DW: output pixels of a row per thread at the planned shapes, 0: one
                          // pixel (each run re-decides)
+    int dw_tile;         // CONV_DW: output rows per block of the 7x7 tile kernel (0: not taken)
+    int lt_nhwc;         // CONV_LT: the NHWC form (a GEMM over the pixels, the tail fused)
     float dnn_us, pw_us; // a 1x1 conv timed on cuDNN and on Kiln's kernel: the pointwise one
                          // (NHWC) or the implicit GEMM (NCHW) (< 0: not timed)
 } kiln_cuda_conv_rec;

@@ -348,11 +348,114 @@ static __global__ void __launch_bounds__(DW_BLOCK)
     }
 }
 
-#define DW_ROW_PX 4  // output pixels per thread of the row kernel
-#define DW_ROW_PX7 2 // the same for 7x7 stride 1 (4 measured slower: fewer threads at batch 1)
+// A 7x7 of stride 1 through shared memory: a block takes 8 channels (one 16-byte vector a pixel)
+// of TH output rows of one image, loads the rows' input tile (TH + 6 rows x OW + 6 columns, zeros
+// outside the input) and the 49 taps of those channels with every load in flight at once, then
+// each thread computes P consecutive output pixels of a row from the tile. The row kernel's
+// threads walk the seven input rows one load round trip after another, after staging the block's
+// taps of all its channels: at batch 1 on ConvFormer's and ConvNeXt's maps (56x56 down to 7x7)
+// that chain, not the bytes, set the time (15-17 us a layer whatever its size).
+#define DW_TILE_K 7
+#define DW_TILE_P 2         // output pixels of a row per thread
+#define DW_TILE_THREADS 256 // most threads a block runs (TH is chosen to fit)
+#define DW_TILE_SMEM 40960  // bytes of input tile a block may stage
+template <typename T>
+static __global__ void __launch_bounds__(DW_TILE_THREADS)
+    conv_dw_tile_kernel(const kiln_cuda_conv_geom g, int th, int act, float lo, float hi) {
+    constexpr int K = DW_TILE_K, P = DW_TILE_P, NC = P - 1 + K;
+    extern __shared__ uint4 dw_smem[];
+    const int c = (int)g.c, ih = (int)g.h, iw = (int)g.w_in, oh = (int)g.oh, ow = (int)g.ow;
+    const int tw = ow + K - 1, tiles = (oh + th - 1) / th;
+    const int c0 = (int)blockIdx.x * DW_VEC, n = (int)blockIdx.y / tiles;
+    const int oy0 = ((int)blockIdx.y - n * tiles) * th, rows = min(th, oh - oy0) + K - 1;
+    const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
+    uint4 *tile = dw_smem, *taps = dw_smem + rows * tw;
+    // the taps: element i of the block's [8 channels][49] slice of the OIHW weight (contiguous)
+    // to [tap][channel]
+    const uint16_t *w = (const uint16_t *)g.w + (int64_t)c0 * K * K;
+    for (int i = tid; i < DW_VEC * K * K; i += nt) {
+        ((uint16_t *)taps)[(i % (K * K)) * DW_VEC + i / (K * K)] = __ldg(w + i);
+    }
+    const T *xn = (const T *)g.x + (int64_t)n * ih * iw * c + c0;
+    constexpr int U = 8; // loads in flight per thread before their stores
+    for (int j0 = tid; j0 < rows * tw; j0 += U * nt) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u * nt, r = j / tw, iy = oy0 - (int)g.ph + r;
+            const int ix = j - r * tw - (int)g.pw;
+            v[u] = j < rows * tw && iy >= 0 && iy < ih && ix >= 0 && ix < iw
+                       ? __ldg((const uint4 *)(xn + ((int64_t)iy * iw + ix) * c))
+                       : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (j0 + u * nt < rows * tw) tile[j0 + u * nt] = v[u];
+        }
+    }
+    float b0[DW_VEC];
+    dw_bias<T>(g, c0, b0);
+    __syncthreads();
+    const int strips = (ow + P - 1) / P;
+    for (int q = tid; q < (rows - K + 1) * strips; q += nt) {
+        const int r = q / strips, ox0 = (q - r * strips) * P;
+        float acc[P][DW_VEC];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+#pragma unroll
+            for (int k = 0; k < DW_VEC; k++) acc[p][k] = b0[k];
+        }
+#pragma unroll
+        for (int a = 0; a < K; a++) {
+            const uint4 *row = tile + (r + a) * tw + ox0;
+            float xf[NC][DW_VEC];
+#pragma unroll
+            for (int j = 0; j < NC; j++) {
+                // the last strip of an odd row reads one column past the tile's width: its
+                // pixel is not stored
+                const uint4 u = ox0 + j < tw ? row[j] : make_uint4(0u, 0u, 0u, 0u);
+                const T *h = (const T *)&u;
+#pragma unroll
+                for (int k = 0; k < DW_VEC; k++) xf[j][k] = kc_to_f(h[k]);
+            }
+#pragma unroll
+            for (int b = 0; b < K; b++) {
+                const uint4 wu = taps[a * K + b];
+                const T *wv = (const T *)&wu;
+#pragma unroll
+                for (int k = 0; k < DW_VEC; k++) {
+                    const float wf = kc_to_f(wv[k]);
+#pragma unroll
+                    for (int p = 0; p < P; p++) acc[p][k] = fmaf(xf[p + b][k], wf, acc[p][k]);
+                }
+            }
+        }
+        dw_store<T, P>(g, n, oy0 + r, ox0, c0, acc, act, lo, hi);
+    }
+}
 
-// Output pixels per thread of the row kernel for g's kernel size.
-static int dw_row_px(const kiln_cuda_conv_geom *g) { return g->kh == 7 ? DW_ROW_PX7 : DW_ROW_PX; }
+// Output rows per block of the tile kernel (0: the layer does not take it): about 128 threads of
+// P pixels, fewer rows while the launch would leave SMs without two blocks, within the tile's
+// shared memory.
+static int dw_tile_rows(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g) {
+    if (g->kh != DW_TILE_K || g->kw != DW_TILE_K || g->sh != 1 || g->sw != 1 || g->dh != 1 ||
+        g->dw != 1)
+        return 0;
+    const int64_t strips = (g->ow + DW_TILE_P - 1) / DW_TILE_P, tw = g->ow + DW_TILE_K - 1;
+    if (strips > DW_TILE_THREADS || DW_TILE_K * tw * 16 > DW_TILE_SMEM) return 0;
+    int64_t th = 128 / strips;
+    if (th < 1) th = 1;
+    if (th > g->oh) th = g->oh;
+    while (th > 1 && (th + DW_TILE_K - 1) * tw * 16 > DW_TILE_SMEM) th--;
+    while (th > 1 && ctx->sm_count > 0 &&
+           g->c / DW_VEC * g->n * ((g->oh + th - 1) / th) < 2 * (int64_t)ctx->sm_count)
+        th = (th + 1) / 2;
+    const int64_t tiles = (g->oh + th - 1) / th;
+    if (g->n * tiles > 65535) return 0;        // grid y
+    return (int)((g->oh + tiles - 1) / tiles); // tiles of even height
+}
+
+#define DW_ROW_PX 4 // output pixels per thread of the row kernel
 
 // Whether the row kernel takes the layer: its unrolled shapes and (cuda.dw_rows auto) enough
 // 4-pixel threads to keep the SMs busy. A 5x5 saves 45-60% of the loads and conversions and pays
@@ -362,13 +465,10 @@ static int dw_row_px(const kiln_cuda_conv_geom *g) { return g->kh == 7 ? DW_ROW_
 // its 5x5 layer of 38 thousand and two 3x3 layers under a full wave 9-21% slower; at batch 1
 // every layer was slower (none is taken).
 static int dw_rows_pays(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g) {
-    if (g->kh != g->kw || (g->kh != 3 && g->kh != 5 && g->kh != 7) || (g->sh != 1 && g->sh != 2) ||
-        g->sw != g->sh || g->dh != 1 || g->dw != 1 || ctx->policy->dw_rows < 0 ||
-        (g->kh == 7 && g->sh != 1))
+    if (g->kh != g->kw || (g->kh != 3 && g->kh != 5) || (g->sh != 1 && g->sh != 2) ||
+        g->sw != g->sh || g->dh != 1 || g->dw != 1 || ctx->policy->dw_rows < 0)
         return 0;
-    // a 7x7 (ConvNeXt's) at 2 pixels a thread was faster at every ConvNeXt-T layer at batch 1,
-    // 56x56 to 7x7 maps, than one pixel a thread (docs/benchmarks.md)
-    if (ctx->policy->dw_rows > 0 || g->kh == 7) return 1;
+    if (ctx->policy->dw_rows > 0) return 1;
     if (ctx->sm_count <= 0) return 0;
     const int64_t threads = g->n * g->oh * ((g->ow + DW_ROW_PX - 1) / DW_ROW_PX) * (g->c / DW_VEC);
     return threads >= (int64_t)ctx->sm_count * (g->kh == 5 ? 14 : 64) * 32;
@@ -402,9 +502,7 @@ static void dw_launch(int k, int rows, dim3 grid, dim3 block, size_t smem, cudaS
                       const kiln_cuda_conv_geom *g, int act, float lo, float hi) {
     if (rows) {
         const int s = g->sh;
-        if (k == 7)
-            conv_dw_rows_kernel<T, 7, 1, DW_ROW_PX7><<<grid, block, smem, st>>>(*g, act, lo, hi);
-        else if (k == 3 && s == 1)
+        if (k == 3 && s == 1)
             conv_dw_rows_kernel<T, 3, 1, DW_ROW_PX><<<grid, block, smem, st>>>(*g, act, lo, hi);
         else if (k == 3)
             conv_dw_rows_kernel<T, 3, 2, DW_ROW_PX><<<grid, block, smem, st>>>(*g, act, lo, hi);
@@ -427,10 +525,26 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     int act = args->n_tail > 0 && args->tail[0].operand == NULL
                   ? kc_conv_act_of(&args->tail[0], &lo, &hi)
                   : KC_ACT_NONE;
+    *fused = act != KC_ACT_NONE;
+    const int th = dw_tile_rows(ctx, g);
+    if (th > 0) {
+        const int64_t strips = (g->ow + DW_TILE_P - 1) / DW_TILE_P, tw = g->ow + DW_TILE_K - 1;
+        int64_t nt = (th * strips + 31) / 32 * 32;
+        if (nt > DW_TILE_THREADS) nt = DW_TILE_THREADS;
+        const dim3 grid((unsigned)(g->c / DW_VEC), (unsigned)(g->n * ((g->oh + th - 1) / th)));
+        const size_t smem = (size_t)((th + DW_TILE_K - 1) * tw + DW_TILE_K * DW_TILE_K) * 16;
+        if (g->x_dt == KILN_DTYPE_F16)
+            conv_dw_tile_kernel<__half>
+                <<<grid, (unsigned)nt, smem, ctx->stream>>>(*g, th, act, lo, hi);
+        else
+            conv_dw_tile_kernel<__nv_bfloat16>
+                <<<grid, (unsigned)nt, smem, ctx->stream>>>(*g, th, act, lo, hi);
+        return kiln_cuda_check_launch(ctx, "conv_dw_tile_kernel");
+    }
     unsigned bx, by;
     dw_block(g->c, &bx, &by);
     const int rows = dw_rows_pays(ctx, g);
-    const int px = rows ? dw_row_px(g) : DW_PX;
+    const int px = rows ? DW_ROW_PX : DW_PX;
     const int64_t strips = g->n * g->oh * ((g->ow + px - 1) / px);
     const unsigned gx = (unsigned)((g->c / DW_VEC + bx - 1) / bx);
     // about eight blocks per SM of a large GPU: each block stages its taps once and walks
@@ -446,9 +560,9 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
     if (gy > cap) gy = cap;
     const dim3 grid(gx, (unsigned)(gy > 0 ? gy : 1)), block(bx, by);
     const size_t smem = (size_t)g->kh * g->kw * bx * DW_VEC * kiln_cuda_dtype_size(g->x_dt);
-    // (a 7x7 of stride 1 runs in rows; other 7x7s take the generic form, taps not unrolled)
-    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5 || (g->kh == 7 && rows)) ? g->kh : 0;
-    *fused = act != KC_ACT_NONE;
+    // (a 7x7 of stride 1 runs in tiles above; other 7x7s take the generic form, taps not
+    // unrolled)
+    const int k = g->kh == g->kw && (g->kh == 3 || g->kh == 5) ? g->kh : 0;
     if (g->x_dt == KILN_DTYPE_F16) {
         dw_launch<__half>(k, rows, grid, block, smem, ctx->stream, g, act, lo, hi);
     } else {
@@ -609,7 +723,44 @@ static int own_wanted(const kiln_cuda_conv_geom *g) {
 // OIHW weight as stored), the images a strided batch sharing the weight (stride 0). The bias,
 // per output channel (a column of D, which cuBLASLt's bias epilogue does not take), and the
 // tail run after in one elementwise pass. 0 when the layer is not of that form.
-static int conv_lt_problem(const kiln_cuda_conv_geom *g, kiln_cuda_lt_problem *p) {
+static int conv_lt_problem(const kiln_cuda_conv_geom *g, const kiln_kernel_args *args,
+                           kiln_cuda_lt_problem *p);
+
+// An NHWC 1x1 conv of stride 1 (the pointwise kernel's layers that read every pixel) as a linear
+// over the pixels: column-major D (O x P, the NHWC output) = W (its KRSC rows, stored C x O,
+// transposed) * X (C x P, the pixels' channel vectors), the bias per output channel and a first
+// tail ReLU, tanh GELU or residual add in cuBLASLt's epilogue (MetaFormer's and ConvNeXt-style
+// MLPs written as linears over channels-last maps, an inverted residual's projection with its
+// skip). 0 when the layer is not of that form.
+static int conv_lt_nhwc_problem(const kiln_cuda_conv_geom *g, const kiln_kernel_args *args,
+                                kiln_cuda_lt_problem *p) {
+    const int64_t pixels = g->n * g->oh * g->ow;
+    if (args == NULL || !kiln_cuda_pw_fits(g) || g->sh != 1 || g->sw != 1 || g->oh != g->h ||
+        g->ow != g->w_in || pixels < 1 || pixels > INT32_MAX)
+        return 0;
+    memset(p, 0, sizeof *p);
+    p->dtype = g->y_dt;
+    p->trans_a = 1;
+    p->m = g->o;
+    p->n = pixels;
+    p->k = g->c;
+    p->lda = g->wcs;
+    p->ldb = g->xcs;
+    p->ldd = g->o;
+    p->batch = 1;
+    p->a = g->w;
+    p->b = g->x;
+    p->bias = g->bias;
+    p->d = g->y;
+    p->relu = kiln_cuda_tail_relu_first(args);
+    p->gelu = kiln_cuda_tail_gelu_tanh_first(args);
+    p->c = p->relu || p->gelu ? NULL : kiln_cuda_tail_residual_first(args);
+    return 1;
+}
+
+static int conv_lt_problem(const kiln_cuda_conv_geom *g, const kiln_kernel_args *args,
+                           kiln_cuda_lt_problem *p) {
+    if (g->nhwc) return conv_lt_nhwc_problem(g, args, p);
     if (!own_wanted(g) || g->sh != 1 || g->sw != 1 || g->ph != 0 || g->pw != 0 || g->wcs != 0 ||
         g->w_dt != g->x_dt || g->y_dt != g->x_dt || (g->bias != NULL && g->bias_dt != g->y_dt) ||
         g->oh != g->h || g->ow != g->w_in || g->n < 1 || g->n > INT32_MAX)
@@ -635,14 +786,21 @@ static int conv_lt_problem(const kiln_cuda_conv_geom *g, kiln_cuda_lt_problem *p
 
 // Sets up the layer's cuBLASLt GEMM (the heuristic's first algorithm) in plan->gemm.lt: 1 when
 // cuBLASLt takes it.
-static int conv_lt_setup(const kiln_cuda_ctx *ctx, const kiln_cuda_conv_geom *g,
-                         kiln_cuda_layer_plan *plan) {
+static int conv_lt_setup(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                         const kiln_cuda_conv_geom *g, kiln_cuda_layer_plan *plan) {
     kiln_cuda_lt_problem lp;
     cublasLtMatmulAlgo_t algo;
     size_t algo_ws = 0;
     int n_algo = 0;
-    return conv_lt_problem(g, &lp) &&
+    plan->conv.lt_nhwc = g->nhwc;
+    return conv_lt_problem(g, args, &lp) &&
            kiln_cuda_lt_setup(ctx, &lp, 1, &algo, &algo_ws, &n_algo, &plan->gemm.lt) && n_algo > 0;
+}
+
+// The tail ops the NHWC form's epilogue applies (0 or 1; the NCHW form applies none).
+static uint32_t conv_lt_fuses(const kiln_cuda_conv_geom *g, const kiln_kernel_args *args) {
+    kiln_cuda_lt_problem p;
+    return g->nhwc && conv_lt_nhwc_problem(g, args, &p) && (p.relu || p.gelu || p.c != NULL);
 }
 
 // The GEMM, then bias + tail in one elementwise pass (in place on y); *done = 0 when cuBLASLt
@@ -652,9 +810,10 @@ static kiln_status conv_lt_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args 
                                int *done) {
     kiln_cuda_lt_problem p;
     *done = 0;
-    if (!conv_lt_problem(g, &p)) return KILN_OK;
+    if (!conv_lt_problem(g, args, &p)) return KILN_OK;
     if (kiln_cuda_lt_exec(ctx, &p, &plan->gemm.lt, NULL) != CUBLAS_STATUS_SUCCESS) return KILN_OK;
     *done = 1;
+    if (g->nhwc) return kiln_cuda_tail(ctx, args, p.relu || p.gelu || p.c != NULL);
     if (g->bias == NULL) return kiln_cuda_tail(ctx, args, 0);
     kiln_tensor bias4 = *args->in[2]; // [O] viewed as [1, O, 1, 1]
     bias4.rank = 4;
@@ -704,16 +863,34 @@ static void pw_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     cand = *plan;
     cand.kernel = KILN_CUDA_K_CONV_PW;
     const float pw_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
+    // cuBLASLt's GEMM over the pixels (the heuristic's first algorithm), when it takes the layer
+    float lt_us = -1.0f;
+    kiln_cuda_conv_geom g;
+    if (ctx->policy->conv_lt >= 0 && kiln_cuda_conv_geom_of(ctx, args, 0, &g) == KILN_OK &&
+        conv_lt_setup(ctx, args, &g, plan)) {
+        cand = *plan;
+        cand.kernel = KILN_CUDA_K_CONV_LT;
+        lt_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
+        if (cand.kernel != KILN_CUDA_K_CONV_LT) lt_us = -1.0f; // refused at run
+    }
     kiln_cuda_consume();
     plan->timed = 1;
     plan->conv.dnn_us = dnn_ran ? dnn_us : -1.0f;
-    plan->conv.pw_us = pw_us;
-    if (pw_us >= 0.0f && (plan->conv.dnn_us < 0.0f || pw_us < plan->conv.dnn_us)) {
-        plan->kernel = KILN_CUDA_K_CONV_PW;
-        plan->fused = kiln_cuda_pw_fuses(args);
+    float kiln_us = pw_us;
+    kiln_cuda_kernel kiln_k = KILN_CUDA_K_CONV_PW;
+    if (lt_us >= 0.0f && (kiln_us < 0.0f || lt_us < kiln_us)) {
+        kiln_us = lt_us;
+        kiln_k = KILN_CUDA_K_CONV_LT;
     }
-    kiln_cuda_log(KILN_LOG_DEBUG, "1x1 conv at %s: cuDNN %.2f us, pointwise kernel %.2f us",
-                  ctx->where ? ctx->where : "?", (double)plan->conv.dnn_us, (double)pw_us);
+    plan->conv.pw_us = kiln_us;
+    if (kiln_us >= 0.0f && (plan->conv.dnn_us < 0.0f || kiln_us < plan->conv.dnn_us)) {
+        plan->kernel = kiln_k;
+        plan->fused =
+            kiln_k == KILN_CUDA_K_CONV_PW ? kiln_cuda_pw_fuses(args) : conv_lt_fuses(&g, args);
+    }
+    kiln_cuda_log(
+        KILN_LOG_DEBUG, "1x1 conv at %s: cuDNN %.2f us, pointwise kernel %.2f us, cuBLASLt %.2f us",
+        ctx->where ? ctx->where : "?", (double)plan->conv.dnn_us, (double)pw_us, (double)lt_us);
 }
 
 // An NCHW 1x1 conv that cuDNN takes (own_wanted), at context creation: cuDNN's algorithm, Kiln's
@@ -733,7 +910,8 @@ static void own_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     // cuBLASLt's GEMM (the heuristic's first algorithm), when it takes the problem
     float lt_us = -1.0f;
     kiln_cuda_conv_geom g;
-    if (kiln_cuda_conv_geom_of(ctx, args, 0, &g) == KILN_OK && conv_lt_setup(ctx, &g, plan)) {
+    if (ctx->policy->conv_lt >= 0 && kiln_cuda_conv_geom_of(ctx, args, 0, &g) == KILN_OK &&
+        conv_lt_setup(ctx, args, &g, plan)) {
         cand = *plan;
         cand.kernel = KILN_CUDA_K_CONV_LT;
         lt_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
@@ -777,13 +955,24 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
     if (dw_fits(&g)) {
         float lo, hi;
         plan->kernel = KILN_CUDA_K_CONV_DW;
-        plan->conv.dw_rows = dw_rows_pays(ctx, &g) ? dw_row_px(&g) : 0;
+        plan->conv.dw_rows = dw_rows_pays(ctx, &g) ? DW_ROW_PX : 0;
+        plan->conv.dw_tile = dw_tile_rows(ctx, &g);
         plan->fused = args->n_tail > 0 && args->tail[0].operand == NULL &&
                       kc_conv_act_of(&args->tail[0], &lo, &hi) != KC_ACT_NONE;
         return;
     }
     if (pw_wanted(ctx, &g)) {
         const kiln_cuda_choice *ch = ctx->choice;
+        if (ctx->policy->conv_pw <= 0 && ctx->policy->conv_lt >= 0 &&
+            (ctx->policy->conv_lt > 0 ||
+             (ch != NULL && ch->kernel == (int32_t)KILN_CUDA_K_CONV_LT)) &&
+            conv_lt_setup(ctx, args, &g, plan)) {
+            plan->kernel = KILN_CUDA_K_CONV_LT; // forced, or recorded as the fastest
+            plan->fused = conv_lt_fuses(&g, args);
+            plan->conv.dnn_us = ch->dnn_us;
+            plan->conv.pw_us = ch->own_us;
+            return;
+        }
         if (ctx->policy->conv_pw > 0 || ctx->dnn == NULL ||
             (ch != NULL && ch->kernel == (int32_t)KILN_CUDA_K_CONV_PW)) {
             plan->kernel = KILN_CUDA_K_CONV_PW; // forced, the only fast kernel, or recorded
@@ -799,7 +988,8 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
         (ctx->choice->kernel == (int32_t)plan->kernel ||
          ctx->choice->kernel == (int32_t)KILN_CUDA_K_CONV_LT)) {
         // recorded: Kiln's GEMM or cuBLASLt's was the faster
-        if (ctx->choice->kernel == (int32_t)KILN_CUDA_K_CONV_LT && conv_lt_setup(ctx, &g, plan))
+        if (ctx->choice->kernel == (int32_t)KILN_CUDA_K_CONV_LT &&
+            conv_lt_setup(ctx, args, &g, plan))
             plan->kernel = KILN_CUDA_K_CONV_LT;
         if (plan->kernel == KILN_CUDA_K_CONV_LT || ctx->choice->kernel == (int32_t)plan->kernel) {
             plan->conv.dnn_us = ctx->choice->dnn_us;
@@ -823,7 +1013,8 @@ extern "C" kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kil
     KILN_CUDA_TRY(kiln_cuda_conv_geom_of(ctx, args, 0, &g));
     plan->conv.dnn_us = plan->conv.pw_us = -1.0f;
     conv2d_choose(ctx, args, g, plan, &applied);
-    if (plan->kernel != KILN_CUDA_K_CONV_PW && pw_wanted(ctx, &g)) {
+    if (plan->kernel != KILN_CUDA_K_CONV_PW && plan->kernel != KILN_CUDA_K_CONV_LT &&
+        pw_wanted(ctx, &g)) {
         if (plan->kernel == plan->conv.fallback) { // cuDNN refused: Kiln's generic kernels
             plan->kernel = KILN_CUDA_K_CONV_PW;
             plan->fused = kiln_cuda_pw_fuses(args);
@@ -918,10 +1109,16 @@ extern "C" void kiln_cuda_conv_describe(const kiln_cuda_layer_plan *plan, char *
         snprintf(buf, n, "one thread per output (few channels per group)");
         break;
     case KILN_CUDA_K_CONV_LT:
-        snprintf(buf, n,
-                 "cuBLASLt GEMM over the NCHW planes, bias and tail after (%.2f us; cuDNN %.2f "
-                 "us)",
-                 (double)plan->conv.pw_us, (double)plan->conv.dnn_us);
+        if (plan->conv.lt_nhwc)
+            snprintf(buf, n,
+                     "cuBLASLt GEMM over the NHWC pixels, bias and %u tail op fused (%.2f us; "
+                     "cuDNN %.2f us)",
+                     plan->fused, (double)plan->conv.pw_us, (double)plan->conv.dnn_us);
+        else
+            snprintf(buf, n,
+                     "cuBLASLt GEMM over the NCHW planes, bias and tail after (%.2f us; cuDNN "
+                     "%.2f us)",
+                     (double)plan->conv.pw_us, (double)plan->conv.dnn_us);
         break;
     case KILN_CUDA_K_CONV_GEMM:
         if (plan->conv.pw_us >= 0.0f)
@@ -931,7 +1128,12 @@ extern "C" void kiln_cuda_conv_describe(const kiln_cuda_layer_plan *plan, char *
             snprintf(buf, n, "implicit GEMM on the tiled kernel");
         break;
     case KILN_CUDA_K_CONV_DW:
-        if (plan->conv.dw_rows > 0)
+        if (plan->conv.dw_tile > 0)
+            snprintf(buf, n,
+                     "depthwise 7x7, NHWC, tiles of %d output rows x 8 channels through shared "
+                     "memory, bias and activation fused",
+                     plan->conv.dw_tile);
+        else if (plan->conv.dw_rows > 0)
             snprintf(buf, n,
                      "depthwise, NHWC, 8 channels x %d output pixels of a row per thread, bias "
                      "and activation fused",

@@ -2823,11 +2823,12 @@ static int32_t dw_conv(gbuild *b, int32_t x, int64_t c, int64_t k, int64_t st, i
 // depthwise conv's and the wide block's maps (dn, wn). Every depthwise conv runs Kiln's NHWC
 // depthwise kernel (DW_MODEL_CONVS of them) with the activation fused: the 5x5/2 of the first
 // block reads the squeeze-excite mul's output, NHWC like the conv before it (cuda_layout.c). An
-// odd width leaves a ragged last strip for the kernel's rows of pixels (the "[dw rows]" pass).
+// odd width leaves a ragged last strip for the kernel's rows of pixels (the "[dw rows]" pass)
+// and for the 7x7/1's tile kernel (whose 7 x 37 input columns take two rounds of loads).
 #define DW_MODEL_CONVS 8
 static int model_mbconv(model *m, kiln_precision precision) {
     gbuild b = {NULL, 1};
-    int64_t mins[4] = {1, 16, 13, 13}, maxs[4] = {3, 16, 13, 13}, hw[2] = {2, 3}, keep = 1;
+    int64_t mins[4] = {1, 16, 31, 31}, maxs[4] = {3, 16, 31, 31}, hw[2] = {2, 3}, keep = 1;
     double lo = 0.0, hi = 6.0;
     kiln_graph_new(&b.g);
     int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
@@ -3957,9 +3958,10 @@ typedef struct io {
 static int load_no_fold; // the "[no fold]" pass: cuda.attention_fold and cuda.gemv_fold false
 static int load_dw_rows; // the "[dw rows]" pass: cuda.dw_rows on
 static int load_pw;      // the "[pw]" pass: cuda.conv_pw on
+static int load_lt;      // the "[lt]" pass: cuda.conv_lt on
 
 static kiln_status load(const model *m, const char *device, int graphs, kiln_engine **out) {
-    kiln_option_setting s[6];
+    kiln_option_setting s[7];
     kiln_load_options o;
     kiln_load_options_init(&o);
     memset(s, 0, sizeof s);
@@ -3981,6 +3983,9 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
     s[5].name = "cuda.conv_pw";
     s[5].type = KILN_OPTION_STRING;
     s[5].string_value = "on";
+    s[6].name = "cuda.conv_lt";
+    s[6].type = KILN_OPTION_STRING;
+    s[6].string_value = "on";
     o.settings = s;
     o.n_settings = 2;
     if (load_no_fold) {
@@ -3991,6 +3996,9 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
     } else if (load_pw) {
         s[2] = s[5];
         o.n_settings = 3;
+    } else if (load_lt) {
+        s[2] = s[6];
+        o.n_settings = 3;
     }
     return kiln_engine_load(m->bytes, m->nbytes, &o, out);
 }
@@ -3999,6 +4007,8 @@ static kiln_status load(const model *m, const char *device, int graphs, kiln_eng
 typedef struct e2e_stats {
     int valid;
     int n_dw_rows; // of n_dw: planned with rows of output pixels (cuda.dw_rows)
+    int n_dw_tile; // of n_dw: planned as the 7x7 tile kernel
+    int n_lt;      // convs as a cuBLASLt GEMM over NHWC pixels
     int n_pw;      // convs on the pointwise kernel
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_layout_perm; // permutes run as layout permutes (an alias or a copy of the same bytes)
@@ -4054,8 +4064,12 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
             st->n_stem += strcmp(info.kernel, "stem") == 0;
             st->n_dw += strcmp(info.kernel, "conv_dw") == 0;
             st->n_pw += strcmp(info.kernel, "conv_pw") == 0;
+            st->n_lt +=
+                strcmp(info.kernel, "conv_lt") == 0 && strstr(info.detail, "NHWC pixels") != NULL;
             st->n_dw_rows += strcmp(info.kernel, "conv_dw") == 0 &&
                              strstr(info.detail, "output pixels of a row") != NULL;
+            st->n_dw_tile +=
+                strcmp(info.kernel, "conv_dw") == 0 && strstr(info.detail, "tiles of") != NULL;
         }
         st->n_sdpa_dnn += info.op == KILN_OP_SDPA && strcmp(info.kernel, "cudnn") == 0;
         // tuned at context creation: cuDNN's fastest configuration was timed against Kiln's
@@ -5753,7 +5767,7 @@ static void run_e2e(void) {
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
-        const int n_pass = 1 + (i >= first_fold || is_dw) + is_cnn;
+        const int n_pass = 1 + (i >= first_fold || is_dw) + 2 * is_cnn;
         for (int pass = 0; pass < n_pass; pass++) {
             char nm[128];
             const char *keep = models[i].name;
@@ -5761,6 +5775,10 @@ static void run_e2e(void) {
                 snprintf(nm, sizeof nm, "%s [pw]", keep);
                 models[i].name = nm;
                 load_pw = 1;
+            } else if (is_cnn && pass == n_pass - 2) { // every 1x1/1 it takes on cuBLASLt
+                snprintf(nm, sizeof nm, "%s [lt]", keep);
+                models[i].name = nm;
+                load_lt = 1;
             } else if (pass == 1 &&
                        is_dw) { // the depthwise convs' rows of pixels forced (cuda.dw_rows)
                 snprintf(nm, sizeof nm, "%s [dw rows]", keep);
@@ -5846,12 +5864,15 @@ static void run_e2e(void) {
                     int want = st.n_conv_nhwc > 0 ? DW_MODEL_CONVS : 0;
                     CHECK_MSG(st.n_dw == want, "%s: %d convs on the depthwise kernel, want %d",
                               models[i].name, st.n_dw, want);
-                    // forced, the rows take every one but the dilated 3x3 and the 7x7/2; auto,
-                    // only the 7x7/1 (the model's 3x3 and 5x5 shapes are too small for them)
-                    want = want == 0 ? 0 : load_dw_rows ? DW_MODEL_CONVS - 2 : 1;
+                    // the 7x7/1 runs the tile kernel; forced, the rows take every 3x3 and 5x5
+                    // but the dilated 3x3; auto, none (the model's shapes are too small for them)
+                    const int tiles = want == 0 ? 0 : 1;
+                    want = want == 0 ? 0 : load_dw_rows ? DW_MODEL_CONVS - 3 : 0;
                     CHECK_MSG(st.n_dw_rows == want,
                               "%s: %d depthwise convs in rows of pixels, want %d", models[i].name,
                               st.n_dw_rows, want);
+                    CHECK_MSG(st.n_dw_tile == tiles, "%s: %d depthwise convs in tiles, want %d",
+                              models[i].name, st.n_dw_tile, tiles);
                 }
                 if (is_cnn && picked) {
                     // with cuda.conv_pw on, the NHWC 1x1 convs run the pointwise kernel (all five
@@ -5864,6 +5885,12 @@ static void run_e2e(void) {
                     CHECK_MSG(i < first_pw || want < 0 || st.n_pw == want,
                               "%s: %d convs on the pointwise kernel, want %d", models[i].name,
                               st.n_pw, want);
+                    // with cuda.conv_lt on, the pointwise model's four 1x1 convs of stride 1 run
+                    // as cuBLASLt GEMMs over the pixels (the residual one with its add in C)
+                    const int want_lt = load_lt && st.n_conv_nhwc > 0 ? PW_MODEL_CONVS - 1 : -1;
+                    CHECK_MSG(i < first_pw || want_lt < 0 || st.n_lt == want_lt,
+                              "%s: %d convs as a GEMM over the pixels, want %d", models[i].name,
+                              st.n_lt, want_lt);
                     CHECK_MSG(i < first_pw || st.n_conv_nhwc == 0 ||
                                   st.n_conv_nhwc == PW_MODEL_CONVS,
                               "%s: %d of %d convs in NHWC", models[i].name, st.n_conv_nhwc,
@@ -5923,6 +5950,7 @@ static void run_e2e(void) {
                 load_no_fold = 0;
                 load_dw_rows = 0;
                 load_pw = 0;
+                load_lt = 0;
                 models[i].name = keep;
             }
         }
