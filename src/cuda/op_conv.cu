@@ -969,8 +969,10 @@ static void conv2d_choose(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args
             conv_lt_setup(ctx, args, &g, plan)) {
             plan->kernel = KILN_CUDA_K_CONV_LT; // forced, or recorded as the fastest
             plan->fused = conv_lt_fuses(&g, args);
-            plan->conv.dnn_us = ch->dnn_us;
-            plan->conv.pw_us = ch->own_us;
+            if (ch != NULL) {
+                plan->conv.dnn_us = ch->dnn_us;
+                plan->conv.pw_us = ch->own_us;
+            }
             return;
         }
         if (ctx->policy->conv_pw > 0 || ctx->dnn == NULL ||
