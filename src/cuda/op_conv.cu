@@ -177,6 +177,16 @@ __device__ __forceinline__ void dw_bias(const kiln_cuda_conv_geom &g, int c0, fl
     for (int k = 0; k < DW_VEC; k++) b0[k] = bias != NULL ? kc_to_f(bias[c0 + k]) : 0.0f;
 }
 
+// P pixels' accumulators for 8 channels, each starting at the bias.
+template <int P>
+__device__ __forceinline__ void dw_acc_init(float (&acc)[P][DW_VEC], const float *b0) {
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+#pragma unroll
+        for (int k = 0; k < DW_VEC; k++) acc[p][k] = b0[k];
+    }
+}
+
 // One pixel's 8 channels through the activation: a call, not inlined, so that the kernels share
 // one copy of the seven activations' code (inlined into every kernel, over up to 32 values each,
 // they were a quarter of op_conv.cu's compressed device code and took the runtime wheel over its
@@ -248,11 +258,7 @@ static __global__ void __launch_bounds__(DW_BLOCK)
         const int ox0 = (q % strips) * DW_PX, t = q / strips, oy = t % oh, n = t / oh;
         const T *xn = x + ((int64_t)n * ih * iw) * c + c0;
         float acc[DW_PX][DW_VEC];
-#pragma unroll
-        for (int p = 0; p < DW_PX; p++) {
-#pragma unroll
-            for (int k = 0; k < DW_VEC; k++) acc[p][k] = b0[k];
-        }
+        dw_acc_init<DW_PX>(acc, b0);
 #pragma unroll
         for (int a = 0; a < kh; a++) {
             const int iy = oy * g.sh - g.ph + a * g.dh;
@@ -310,11 +316,7 @@ static __global__ void __launch_bounds__(DW_BLOCK)
         const int ix0 = ox0 * S - g.pw;
         const T *xn = x + ((int64_t)n * ih * iw) * c + c0;
         float acc[P][DW_VEC];
-#pragma unroll
-        for (int p = 0; p < P; p++) {
-#pragma unroll
-            for (int k = 0; k < DW_VEC; k++) acc[p][k] = b0[k];
-        }
+        dw_acc_init<P>(acc, b0);
 #pragma unroll
         for (int a = 0; a < K; a++) {
             const int iy = oy * S - g.ph + a;
@@ -400,11 +402,7 @@ static __global__ void __launch_bounds__(DW_TILE_THREADS)
     for (int q = tid; q < (rows - K + 1) * strips; q += nt) {
         const int r = q / strips, ox0 = (q - r * strips) * P;
         float acc[P][DW_VEC];
-#pragma unroll
-        for (int p = 0; p < P; p++) {
-#pragma unroll
-            for (int k = 0; k < DW_VEC; k++) acc[p][k] = b0[k];
-        }
+        dw_acc_init<P>(acc, b0);
 #pragma unroll
         for (int a = 0; a < K; a++) {
             const uint4 *row = tile + (r + a) * tw + ox0;
@@ -849,6 +847,19 @@ static int conv_enqueue(void *arg) {
     return kiln_cuda_conv2d_run(t->ctx, t->args, t->plan) == KILN_OK;
 }
 
+// The layer run as cuBLASLt's GEMM (conv_lt_setup: the heuristic's first algorithm), timed as
+// the engine runs it; -1 when cuBLASLt does not take the layer or refuses it at run. *g: the
+// layer's geometry.
+static float lt_time(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
+                     kiln_cuda_layer_plan *plan, timed_conv *t, kiln_cuda_conv_geom *g) {
+    if (kiln_cuda_conv_geom_of(ctx, args, 0, g) != KILN_OK || !conv_lt_setup(ctx, args, g, plan))
+        return -1.0f;
+    *t->plan = *plan;
+    t->plan->kernel = KILN_CUDA_K_CONV_LT;
+    const float us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, t);
+    return t->plan->kernel == KILN_CUDA_K_CONV_LT ? us : -1.0f; // (refused at run: fell back)
+}
+
 // A 1x1 conv that cuDNN takes, at context creation: cuDNN's algorithm and the pointwise kernel
 // each timed as the engine runs them (inside a CUDA graph, with the tail ops each leaves to the
 // tail kernel), the faster kept.
@@ -863,16 +874,9 @@ static void pw_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     cand = *plan;
     cand.kernel = KILN_CUDA_K_CONV_PW;
     const float pw_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
-    // cuBLASLt's GEMM over the pixels (the heuristic's first algorithm), when it takes the layer
-    float lt_us = -1.0f;
+    // cuBLASLt's GEMM over the pixels, when it takes the layer
     kiln_cuda_conv_geom g;
-    if (ctx->policy->conv_lt >= 0 && kiln_cuda_conv_geom_of(ctx, args, 0, &g) == KILN_OK &&
-        conv_lt_setup(ctx, args, &g, plan)) {
-        cand = *plan;
-        cand.kernel = KILN_CUDA_K_CONV_LT;
-        lt_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
-        if (cand.kernel != KILN_CUDA_K_CONV_LT) lt_us = -1.0f; // refused at run
-    }
+    const float lt_us = ctx->policy->conv_lt >= 0 ? lt_time(ctx, args, plan, &t, &g) : -1.0f;
     kiln_cuda_consume();
     plan->timed = 1;
     plan->conv.dnn_us = dnn_ran ? dnn_us : -1.0f;
@@ -907,16 +911,9 @@ static void own_tune(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
     cand = *plan;
     cand.kernel = plan->conv.fallback;
     const float own_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
-    // cuBLASLt's GEMM (the heuristic's first algorithm), when it takes the problem
-    float lt_us = -1.0f;
+    // cuBLASLt's GEMM per image, when it takes the problem
     kiln_cuda_conv_geom g;
-    if (ctx->policy->conv_lt >= 0 && kiln_cuda_conv_geom_of(ctx, args, 0, &g) == KILN_OK &&
-        conv_lt_setup(ctx, args, &g, plan)) {
-        cand = *plan;
-        cand.kernel = KILN_CUDA_K_CONV_LT;
-        lt_us = kiln_cuda_time_in_graph(ctx->stream, conv_enqueue, &t);
-        if (cand.kernel != KILN_CUDA_K_CONV_LT) lt_us = -1.0f; // refused at run
-    }
+    const float lt_us = lt_time(ctx, args, plan, &t, &g);
     kiln_cuda_consume();
     plan->timed = 1;
     plan->conv.dnn_us = dnn_ran ? dnn_us : -1.0f;
