@@ -120,18 +120,22 @@ __device__ __forceinline__ float ew_binary(uint32_t op, float a, float b) {
     }
 }
 
-// The ops of a "lite" program: add, sub, mul, maximum, minimum, pow, relu, clamp and copy, the
-// steps of an inference batch norm (a per-channel multiply and add) with its ReLU or ReLU6, of
-// residual adds and of StarReLU (s * relu(x)^2 + b). Kernels instantiated for lite programs
-// compile only these (pow's general case a call: ew_pow); the interpreter's switch over every
-// op (sinf, the remainders, ...), unrolled for each of a thread's 8 or 4 values, made each program
-// kernel's code large enough that DenseNet's concatenations with their batch norm and ReLU took
-// 11 us each whatever their size, its standalone batch norms 6 us, and ConvFormer's StarReLU
-// tails 8-16 us over 0.1-0.8 M values.
+// The ops of a "lite" program: add, sub, mul, maximum, minimum, relu, clamp and copy, the steps
+// of an inference batch norm (a per-channel multiply and add) with its ReLU or ReLU6, and of
+// residual adds. Kernels instantiated for lite programs compile only these; the interpreter's
+// switch over every op (powf, sinf, the remainders, ...), unrolled for each of a thread's 8 or 4
+// values, made each program kernel's code large enough that DenseNet's concatenations with their
+// batch norm and ReLU took 11 us each whatever their size, its standalone batch norms 6 us, and
+// ConvFormer's StarReLU tails (s * relu(x)^2 + b) 8-16 us over 0.1-0.8 M values. A lite program
+// with pow steps (StarReLU, squared ReLU) has kernels of its own (EW_LITE_POW: the pow a square
+// inline or one out-of-line powf): in the lite kernels themselves the call cost every batch norm
+// and residual add about 1% (EfficientNet-B0 at batch 32: 2%).
+#define EW_FULL 0     // every op (the interpreter's switch)
+#define EW_LITE 1     // the lite ops
+#define EW_LITE_POW 2 // the lite ops and pow
 static int ew_lite_op(uint32_t op) {
     return op == KILN_OP_ADD || op == KILN_OP_SUB || op == KILN_OP_MUL || op == KILN_OP_MAXIMUM ||
-           op == KILN_OP_MINIMUM || op == KILN_OP_POW || op == KILN_OP_RELU ||
-           op == KILN_OP_CLAMP || op == KILN_OP_COPY;
+           op == KILN_OP_MINIMUM || op == KILN_OP_RELU || op == KILN_OP_CLAMP || op == KILN_OP_COPY;
 }
 
 __device__ __forceinline__ float ew_lite_unary(const ew_step &s, float x) {
@@ -150,20 +154,20 @@ __device__ __forceinline__ float ew_lite_binary(uint32_t op, float a, float b) {
     case KILN_OP_MUL: return a * b;
     case KILN_OP_MAXIMUM: return kiln_maximum_f(a, b);
     case KILN_OP_MINIMUM: return kiln_minimum_f(a, b);
-    case KILN_OP_POW: return ew_pow(a, b);
     default: return a;
     }
 }
 
-// One step's math for the float16/bfloat16/float32 vector kernels: the lite ops alone when LITE.
-template <typename T, bool LITE>
+// One step's math for the float16/bfloat16/float32 vector kernels: every op (EW_FULL), the lite
+// ops alone (EW_LITE), or those and pow (EW_LITE_POW).
+template <typename T, int LITE>
 __device__ __forceinline__ float ew_step_unary(const ew_step &s, float x) {
-    return LITE ? ew_lite_unary(s, x) : ew_unary_out<T>(s, x);
+    return LITE != EW_FULL ? ew_lite_unary(s, x) : ew_unary_out<T>(s, x);
 }
 
-template <bool LITE>
-__device__ __forceinline__ float ew_step_binary(uint32_t op, float a, float b) {
-    return LITE ? ew_lite_binary(op, a, b) : ew_binary(op, a, b);
+template <int LITE> __device__ __forceinline__ float ew_step_binary(uint32_t op, float a, float b) {
+    if (LITE == EW_LITE_POW && op == KILN_OP_POW) return ew_pow(a, b);
+    return LITE != EW_FULL ? ew_lite_binary(op, a, b) : ew_binary(op, a, b);
 }
 
 __device__ __forceinline__ int64_t ew_unary_i(const ew_step &s, int64_t x) {
@@ -272,7 +276,7 @@ template <typename Math> static __global__ void ew_kernel(const __grid_constant_
 // load and store (8 float16/bfloat16 or 4 float32 values per thread and step), no per-element
 // index or dtype dispatch. The fused GELU tail of BERT b8's FFN ([8 x 128, 3072] float16) ran
 // at a fraction of copy bandwidth through ew_kernel<ew_float_math>.
-template <typename T, bool LITE>
+template <typename T, int LITE>
 static __global__ void ew_vec_kernel(const __grid_constant__ ew_params P, int64_t nvec) {
     kc_pdl_enter();
     constexpr int N = 16 / (int)sizeof(T);
@@ -330,7 +334,7 @@ __device__ __forceinline__ void ew_bvec_load(const ew_operand &o, I i0, I i1, I 
 // (stride 0). Squeeze-excite's [N, 1, 1, C] scale against its NHWC [N, H, W, C] input, a bias
 // row against [M, N] and a per-row factor are this form; through ew_kernel the scale multiply of
 // EfficientNet b32 ran at about 14x its memory time. I: the index type (int: ew_bvec_ok).
-template <typename T, typename I, bool LITE>
+template <typename T, typename I, int LITE>
 static __global__ void ew_bvec_kernel(const __grid_constant__ ew_params P, I nvec) {
     kc_pdl_enter();
     constexpr int N = 16 / (int)sizeof(T);
@@ -709,22 +713,44 @@ static int ew_lite_steps(const ew_step *steps, int n) {
     return 1;
 }
 
+// The kernels a program takes: EW_LITE, EW_LITE_POW (lite but for pow steps) or EW_FULL.
+static int ew_kind(const ew_step *steps, int n) {
+    int pow = 0;
+    for (int k = 0; k < n; k++) {
+        if (steps[k].op == KILN_OP_POW)
+            pow = 1;
+        else if (!ew_lite_op(steps[k].op))
+            return EW_FULL;
+    }
+    return pow ? EW_LITE_POW : EW_LITE;
+}
+
 template <typename T>
 static void ew_bvec_launch(const kiln_cuda_ctx *ctx, const ew_params *Q, int64_t nvec,
                            unsigned blocks) {
-    if (ew_lite_steps(Q->steps, Q->n_steps))
-        kc_launch(ctx, ew_bvec_kernel<T, int, true>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
-    else
-        kc_launch(ctx, ew_bvec_kernel<T, int, false>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
+    switch (ew_kind(Q->steps, Q->n_steps)) {
+    case EW_LITE:
+        kc_launch(ctx, ew_bvec_kernel<T, int, EW_LITE>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
+        break;
+    case EW_LITE_POW:
+        kc_launch(ctx, ew_bvec_kernel<T, int, EW_LITE_POW>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
+        break;
+    default:
+        kc_launch(ctx, ew_bvec_kernel<T, int, EW_FULL>, blocks, EW_BLOCK, 0, *Q, (int)nvec);
+        break;
+    }
 }
 
 template <typename T>
 static void ew_vec_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int64_t nvec,
                           unsigned blocks) {
-    if (ew_lite_steps(P->steps, P->n_steps))
-        kc_launch(ctx, ew_vec_kernel<T, true>, blocks, EW_BLOCK, 0, *P, nvec);
-    else
-        kc_launch(ctx, ew_vec_kernel<T, false>, blocks, EW_BLOCK, 0, *P, nvec);
+    switch (ew_kind(P->steps, P->n_steps)) {
+    case EW_LITE: kc_launch(ctx, ew_vec_kernel<T, EW_LITE>, blocks, EW_BLOCK, 0, *P, nvec); break;
+    case EW_LITE_POW:
+        kc_launch(ctx, ew_vec_kernel<T, EW_LITE_POW>, blocks, EW_BLOCK, 0, *P, nvec);
+        break;
+    default: kc_launch(ctx, ew_vec_kernel<T, EW_FULL>, blocks, EW_BLOCK, 0, *P, nvec); break;
+    }
 }
 
 static kiln_status ew_launch(const kiln_cuda_ctx *ctx, const ew_params *P, int kind) {
