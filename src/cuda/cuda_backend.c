@@ -1061,6 +1061,14 @@ static void cuda_describe_layer(const void *context_state, uint32_t li, kiln_lay
         detail_add(out, "also runs layers %d (add eps) and %d (x / it): a mean ratio",
                    e->fold.ratio_add[li], e->fold.ratio_div[li]);
     }
+    if (e->fold.pre_dst[li] >= 0) {
+        detail_add(out, "its tail ops run as layer %d reads it (a conv prologue)",
+                   e->fold.pre_dst[li]);
+    }
+    if (e->fold.pre_src[li] >= 0) {
+        detail_add(out, "applies layer %d's tail ops to its input (a conv prologue)",
+                   e->fold.pre_src[li]);
+    }
     if (e->layout.head_nhwc[li]) out->flags |= KILN_LAYER_INFO_NHWC;
     out->l2_keep_nbytes = e->l2_keep[li];
     if (c->prof.runs > 0) {

@@ -215,6 +215,7 @@ typedef struct cuda_bound {
     kiln_cuda_ctx ctx;
     kiln_kernel_args args;
     kiln_tail_op tails[KILN_MAX_TAIL];
+    kiln_tail_op pre[KILN_MAX_TAIL];                       // a conv prologue's ops (cuda_fold.h)
     kiln_tensor views[KILN_MAX_INPUTS + KILN_MAX_TAIL];    // reads of tensors' layout copies
     kiln_tensor nhwc[KILN_MAX_INPUTS + KILN_MAX_TAIL + 1]; // NHWC-ordered views (per-channel op)
     kiln_cuda_strided sdpa_io[4];                          // sdpa's folded views

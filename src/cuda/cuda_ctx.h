@@ -101,6 +101,10 @@ typedef struct kiln_cuda_ctx {
     // the WHERE's constants a (some |x| is inf) and b (none).
     kiln_tensor *clamp_y;
     float clamp_a, clamp_b;
+    // A depthwise conv with a prologue (cuda_fold.h, conv prologues), else n_pre 0: the tail ops
+    // of the conv that wrote its input, applied to each input value before the conv reads it.
+    const kiln_tail_op *pre;
+    uint32_t n_pre;
     // Planning with tuning: a choice read from the tuning cache to apply instead of timing
     // (struct kiln_cuda_choice, cuda_plan.h; NULL: time the candidates).
     const struct kiln_cuda_choice *choice;

@@ -1583,6 +1583,84 @@ static void inf_clamps(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
 }
 
 // The relocated bases' live ranges (producer .. last read through the views).
+// A tail op a conv prologue takes (cuda_fold.h): relu, clamp, add, sub, mul, maximum or minimum
+// of the running value and a one-element float weight, or the running value squared (pow by an
+// inline 2).
+static int pre_op(const kiln_plan *p, uint32_t li, int32_t running) {
+    const kiln_plan_layer *l = &p->layers[li];
+    float e = 0.0f;
+    if (l->n_outputs != 1) return 0;
+    if (l->n_inputs == 1) return l->op == KILN_OP_RELU || l->op == KILN_OP_CLAMP;
+    if (l->n_inputs != 2 ||
+        (l->op != KILN_OP_ADD && l->op != KILN_OP_SUB && l->op != KILN_OP_MUL &&
+         l->op != KILN_OP_MAXIMUM && l->op != KILN_OP_MINIMUM && l->op != KILN_OP_POW))
+        return 0;
+    const int32_t k = other_input(p, li, running);
+    if (l->op == KILN_OP_POW) {
+        return k >= 0 && p->ids[l->input_begin] == running && scalar_const(p, k, &e) && e == 2.0f;
+    }
+    return k >= 0 && p->tensors[k].kind == KILN_TENSOR_WEIGHT && numel_max(&p->tensors[k]) == 1 &&
+           float_dtype(p->tensors[k].dtype);
+}
+
+// A depthwise 7x7 conv of stride 1 and dilation 1 over 16-bit x of its weight's dtype, channels a
+// multiple of 8 (no channel padding: the NHWC bytes are the tensor's).
+static int pre_dw_conv(const kiln_plan *p, uint32_t li, int32_t x) {
+    const kiln_plan_layer *l = &p->layers[li];
+    if (l->op != KILN_OP_CONV2D || (l->flags & KILN_LAYER_TAIL) || l->n_inputs < 2 ||
+        p->ids[l->input_begin] != x)
+        return 0;
+    const int32_t w = p->ids[l->input_begin + 1];
+    const kiln_plan_tensor *xt = &p->tensors[x], *wt = &p->tensors[w];
+    if (w < 0 || xt->shape.rank != 4 || wt->shape.rank != 4 || !half_dtype(xt->dtype) ||
+        wt->dtype != xt->dtype)
+        return 0;
+    kiln_attrs a = kiln_plan_layer_attrs(p, l);
+    const int64_t c = xt->shape.max[1];
+    return c % 8 == 0 && kiln_attrs_int(&a, KILN_A_CONV_GROUPS, 0) == c && wt->shape.max[0] == c &&
+           wt->shape.max[1] == 1 && wt->shape.max[2] == 7 && wt->shape.max[3] == 7 &&
+           kiln_attrs_int(&a, KILN_A_CONV_STRIDE, 0) == 1 &&
+           kiln_attrs_int(&a, KILN_A_CONV_STRIDE, 1) == 1 &&
+           kiln_attrs_int(&a, KILN_A_CONV_DILATION, 0) == 1 &&
+           kiln_attrs_int(&a, KILN_A_CONV_DILATION, 1) == 1;
+}
+
+static void conv_prologues(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
+    const kiln_plan *p = s->p;
+    kiln_cuda_fold *f = s->f;
+    for (uint32_t pl = 0; pl < p->n_layers; pl += 1 + p->layers[pl].n_tail) {
+        const kiln_plan_layer *P = &p->layers[pl];
+        if (P->op != KILN_OP_CONV2D || (P->flags & KILN_LAYER_TAIL) || P->n_tail == 0 ||
+            P->n_tail > KILN_CUDA_PRE_MAX || P->n_outputs != 1 || f->virt[pl] != 0 ||
+            pl + P->n_tail >= p->n_layers)
+            continue;
+        int32_t running = out0(p, pl);
+        int ok = running >= 0;
+        for (uint32_t t = 1; ok && t <= P->n_tail; t++) {
+            ok = pre_op(p, pl + t, running);
+            running = out0(p, pl + t);
+        }
+        // the group's tails write in place: y's readers past them must be D alone, as its x
+        const int32_t y = running;
+        if (!ok || y < 0 || nhwc == NULL || !nhwc[y] ||
+            p->tensors[y].kind != KILN_TENSOR_ACTIVATION ||
+            p->tensors[y].dtype != p->tensors[out0(p, pl)].dtype)
+            continue;
+        int64_t d = -1;
+        for (uint32_t r = s->rbeg[y]; ok && r < s->rbeg[y + 1]; r++) {
+            if (s->rl[r] > pl && s->rl[r] <= pl + P->n_tail) continue;
+            ok = d < 0 && s->rj[r] == 0;
+            d = s->rl[r];
+        }
+        if (!ok || d < 0 || f->virt[d] != 0 || !pre_dw_conv(p, (uint32_t)d, y) ||
+            (alt != NULL && alt[p->layers[d].input_begin]))
+            continue;
+        f->pre_src[d] = (int32_t)pl;
+        f->pre_dst[pl] = (int32_t)d;
+        f->n_pre++;
+    }
+}
+
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
     kiln_cuda_fold *f = s->f;
@@ -1627,6 +1705,8 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
     f.mm_pre = kiln_cuda_calloc((nl + 1) * sizeof *f.mm_pre);
     f.clamp_mn = kiln_cuda_calloc((nl + 1) * sizeof *f.clamp_mn);
     f.mm_alpha = kiln_cuda_calloc((nl + 1) * sizeof *f.mm_alpha);
+    f.pre_src = kiln_cuda_calloc((nl + 1) * sizeof *f.pre_src);
+    f.pre_dst = kiln_cuda_calloc((nl + 1) * sizeof *f.pre_dst);
     f.clamp_ab = kiln_cuda_calloc((2 * nl + 2) * sizeof *f.clamp_ab);
     s.rbeg = kiln_cuda_calloc((nt + 2) * sizeof *s.rbeg);
     s.rl = kiln_cuda_calloc(((size_t)p->n_ids + 1) * sizeof *s.rl);
@@ -1640,8 +1720,9 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.gemv_norm == NULL || f.gemv_pair == NULL || f.gemv_next == NULL || f.rope_k == NULL ||
         f.rope_kc == NULL || f.rope_vc == NULL || f.ratio_add == NULL || f.ratio_div == NULL ||
         f.wsum_sm == NULL || f.wsum_mul == NULL || f.mm_pre == NULL || f.clamp_mn == NULL ||
-        f.clamp_ab == NULL || f.mm_alpha == NULL || s.rbeg == NULL || s.rl == NULL ||
-        s.rj == NULL || s.cand == NULL || s.cache_tab == NULL || s.shapes == NULL) {
+        f.clamp_ab == NULL || f.mm_alpha == NULL || f.pre_src == NULL || f.pre_dst == NULL ||
+        s.rbeg == NULL || s.rl == NULL || s.rj == NULL || s.cand == NULL || s.cache_tab == NULL ||
+        s.shapes == NULL) {
         st = kiln_cuda_fail(KILN_ERR_NO_MEMORY, "out of memory (CUDA attention fold tables)");
         kiln_cuda_fold_free(p, &f);
         goto done;
@@ -1650,6 +1731,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         f.sdpa_out[i] = f.sdpa_dst[i] = f.gemv_norm[i] = f.gemv_pair[i] = f.gemv_next[i] = -1;
         f.rope_k[i] = f.rope_kc[i] = f.rope_vc[i] = f.ratio_add[i] = f.ratio_div[i] = -1;
         f.wsum_sm[i] = f.wsum_mul[i] = f.mm_pre[i] = f.clamp_mn[i] = -1;
+        f.pre_src[i] = f.pre_dst[i] = -1;
         f.mm_alpha[i] = 1.0f;
     }
     for (size_t i = 0; i < nt; i++) {
@@ -1714,6 +1796,7 @@ kiln_status kiln_cuda_fold_plan(const kiln_plan *p, const uint8_t *nhwc, const u
         mean_ratios(&s, nhwc, alt);
         softmax_sums(&s, nhwc, alt);
         inf_clamps(&s, nhwc, alt);
+        conv_prologues(&s, nhwc, alt);
     }
     for (uint32_t li = 0; li < p->n_layers; li++) {
         const kiln_plan_layer *l = &p->layers[li];
@@ -1779,6 +1862,8 @@ void kiln_cuda_fold_free(const kiln_plan *p, kiln_cuda_fold *f) {
     kiln_cuda_free(f->mm_pre, (nl + 1) * sizeof *f->mm_pre);
     kiln_cuda_free(f->clamp_mn, (nl + 1) * sizeof *f->clamp_mn);
     kiln_cuda_free(f->mm_alpha, (nl + 1) * sizeof *f->mm_alpha);
+    kiln_cuda_free(f->pre_src, (nl + 1) * sizeof *f->pre_src);
+    kiln_cuda_free(f->pre_dst, (nl + 1) * sizeof *f->pre_dst);
     kiln_cuda_free(f->clamp_ab, (2 * nl + 2) * sizeof *f->clamp_ab);
     memset(f, 0, sizeof *f);
 }

@@ -132,6 +132,19 @@
 // the WHERE would, rounds -c and c to x's dtype as the casts do, and writes min(max(x, -c), c) (NaN
 // kept); the other eleven run no kernel. A names the MINIMUM in clamp_mn[] and a, b in clamp_ab[2
 // A], [2 A + 1].
+// Conv prologues (with cuda.attention_fold): a CONV2D P whose tail (1 to KILN_CUDA_PRE_MAX ops)
+// is relu, clamp, a square (pow by an inline 2, the running value the base), or add, sub, mul,
+// maximum or minimum of the running value and a one-element float weight, and whose output is an
+// activation stored NHWC read only as the x of a CONV2D D, depthwise (groups = C = O, C a
+// multiple of 8) 7x7 of stride 1 and dilation 1 over 16-bit values of its weight's dtype, not
+// through a layout copy: P runs without its tail (its output holds the conv with its bias) and
+// D applies the tail to each input value before it convolves, each value rounded to the dtype
+// as P's tail pass would have stored it; the zero padding stays zero. MetaFormer's separable
+// conv (ConvFormer's StarReLU, s * relu(x)^2 + b, after a 1x1 conv whose cuBLASLt epilogue
+// cannot take it) otherwise ran that tail as a pass over the block's widest activation. D's
+// tile kernel applies it to the staged input; where D runs another kernel (its shapes or
+// pointers at run time), the tail runs first as one pass over D's input, in place. D names P in
+// pre_src[], P names D in pre_dst[].
 #ifndef KILN_CUDA_CUDA_FOLD_H
 #define KILN_CUDA_CUDA_FOLD_H
 
@@ -166,6 +179,7 @@ typedef struct kiln_cuda_strided {
 #define KILN_CUDA_FOLD_CLAMP 128u // a member of an overflow clamp, run by its ABS's launch
 #define KILN_CUDA_CLAMP_MAX (1 << 20) // the most elements an overflow clamp's launch takes
 #define KILN_CUDA_GEMV_MAX_SIB 4      // linears one GEMV launch runs as siblings
+#define KILN_CUDA_PRE_MAX 4           // the most tail ops a conv prologue takes
 #define KILN_CUDA_GEMV_FOLD_M 1       // the rows of a linear with GEMV folds
 
 typedef struct kiln_cuda_fold {
@@ -199,6 +213,9 @@ typedef struct kiln_cuda_fold {
     int32_t *wsum_mul;    // ... the MUL, or -1
     int32_t *clamp_mn;    // n_layers: at an overflow clamp's ABS: its MINIMUM, or -1
     float *clamp_ab;      // 2 n_layers: ... the WHERE's a (some |x| is inf) and b (none)
+    int32_t *pre_src;     // n_layers: at a depthwise conv D with a prologue: the conv P whose
+                          // tail D applies to its input, or -1
+    int32_t *pre_dst;     // n_layers: at such a P: D, or -1
     float *mm_alpha;      // n_layers: a matmul's product scale (the constant scales folded on
                           // its operands' views), else 1
     int32_t *mm_pre;      // n_layers: at a matmul writing through a permute: the RESHAPE of its
@@ -212,6 +229,7 @@ typedef struct kiln_cuda_fold {
     uint32_t n_ratio;     // mean ratios
     uint32_t n_wsum;      // softmax-weighted sums
     uint32_t n_clamp;     // overflow clamps
+    uint32_t n_pre;       // conv prologues
     uint32_t n_reloc;     // relocated bases
     uint32_t n_virtual;   // layers that run no kernel
     uint32_t n_sdpa_in, n_sdpa_out; // folded sdpa operands / outputs

@@ -378,6 +378,21 @@ static void clamp_fold_args(const cuda_context *c, uint32_t li, kiln_cuda_ctx *c
     ctx->clamp_b = e->fold.clamp_ab[2 * li + 1];
 }
 
+// Conv prologues (cuda_fold.h): the conv P whose tail a depthwise conv D applies runs without it;
+// D gets P's tail ops (their one-element operands are weights: no layout copies).
+static void pre_fold_args(const cuda_context *c, uint32_t li, cuda_bound *b) {
+    const cuda_engine *e = c->engine;
+    b->ctx.pre = NULL;
+    b->ctx.n_pre = 0;
+    if (e->fold.pre_dst[li] >= 0) b->args.n_tail = 0;
+    const int32_t pl = e->fold.pre_src[li];
+    if (pl < 0) return;
+    kiln_kernel_args pa;
+    kiln_plan_group_args(e->plan, (uint32_t)pl, c->views, b->pre, &pa);
+    b->ctx.pre = b->pre;
+    b->ctx.n_pre = pa.n_tail;
+}
+
 kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound *b, int run) {
     const cuda_engine *e = c->engine;
     kiln_cuda_ctx *ctx = &b->ctx;
@@ -394,6 +409,7 @@ kiln_status kiln_cuda_layer_bind(const cuda_context *c, uint32_t li, cuda_bound 
     ctx->sdpa_store = e->plan->layers[li].op == KILN_OP_SDPA ? c->sdpa_store : NULL;
     ctx->choice = NULL;
     kiln_plan_group_args(e->plan, li, c->views, b->tails, &b->args);
+    pre_fold_args(c, li, b);
     KILN_CUDA_TRY(layer_layout(c, li, ctx, &b->args, b->tails, b->views, b->nhwc, run));
     sdpa_fold_views(c, li, ctx, b->sdpa_io);
     gemv_fold_args(c, li, ctx);

@@ -361,9 +361,101 @@ static __global__ void __launch_bounds__(DW_BLOCK)
 #define DW_TILE_P 2         // output pixels of a row per thread
 #define DW_TILE_THREADS 256 // most threads a block runs (TH is chosen to fit)
 #define DW_TILE_SMEM 40960  // bytes of input tile a block may stage
+
+// A conv prologue (cuda_fold.h) as the tile kernel applies it: the ops, whether the running value
+// is the left operand, each binary op's one-element operand, a clamp's bounds.
+typedef struct dw_pre {
+    int n; // 0: none
+    uint32_t op[KILN_CUDA_PRE_MAX];
+    int lhs[KILN_CUDA_PRE_MAX];
+    const void *k[KILN_CUDA_PRE_MAX]; // NULL for relu and clamp
+    uint32_t k_dt[KILN_CUDA_PRE_MAX];
+    float lo[KILN_CUDA_PRE_MAX], hi[KILN_CUDA_PRE_MAX];
+} dw_pre;
+
+// The prologue of ctx (its producer's tail ops) in that form; 0 when the kernel cannot take one
+// of them (the caller then runs them as a pass over the input first).
+static int dw_pre_of(const kiln_cuda_ctx *ctx, dw_pre *pre) {
+    memset(pre, 0, sizeof *pre);
+    if (ctx->n_pre > KILN_CUDA_PRE_MAX) return 0;
+    for (uint32_t s = 0; s < ctx->n_pre; s++) {
+        const kiln_tail_op *t = &ctx->pre[s];
+        pre->op[s] = t->op;
+        pre->lhs[s] = t->running_is_lhs != 0;
+        if (t->operand == NULL) {
+            if (t->op != KILN_OP_RELU && t->op != KILN_OP_CLAMP) return 0;
+            (void)kc_conv_act_of(t, &pre->lo[s], &pre->hi[s]);
+            continue;
+        }
+        // (a pow is the running value squared: the fold took no other)
+        if (kc_numel(t->operand) != 1 || !kiln_cuda_is_float(t->operand->dtype) ||
+            (t->op != KILN_OP_ADD && t->op != KILN_OP_SUB && t->op != KILN_OP_MUL &&
+             t->op != KILN_OP_MAXIMUM && t->op != KILN_OP_MINIMUM &&
+             (t->op != KILN_OP_POW || !t->running_is_lhs)))
+            return 0;
+        pre->k[s] = t->operand->data;
+        pre->k_dt[s] = t->operand->dtype;
+    }
+    pre->n = (int)ctx->n_pre;
+    return 1;
+}
+
+__device__ __forceinline__ float dw_pre_scalar(const void *p, uint32_t dt) {
+    if (dt == KILN_DTYPE_F16) return __half2float(*(const __half *)p);
+    if (dt == KILN_DTYPE_BF16) return __bfloat162float(*(const __nv_bfloat16 *)p);
+    return *(const float *)p;
+}
+
+// The prologue's step s as the block stages it in shared memory: the op (bit 31: the running value
+// is the right operand), its operand's value, a clamp's bounds.
+typedef struct dw_pre_step {
+    uint32_t op;
+    float k, lo, hi;
+} dw_pre_step;
+#define DW_PRE_RHS 0x80000000u
+
+// The n steps over one 16-byte vector of input values, the result rounded to T (the value the
+// producer's tail pass would have stored), as op_eltwise.cu's lite kernels compute them (a pow
+// is a square: the fold takes no other exponent). One copy of each op's code: the steps come
+// from shared memory, the values stay in registers.
+template <typename T>
+__device__ __forceinline__ uint4 dw_pre_apply(const dw_pre_step *st, int n, uint4 u) {
+    T *h = (T *)&u;
+    float v[DW_VEC];
+#pragma unroll
+    for (int e = 0; e < DW_VEC; e++) v[e] = kc_to_f(h[e]);
+    for (int s = 0; s < n; s++) {
+        const dw_pre_step q = st[s];
+        const int rhs = (q.op & DW_PRE_RHS) != 0;
+        switch (q.op & ~DW_PRE_RHS) {
+#define DW_PRE_CASE(OP, EXPR)                                                                      \
+    case OP:                                                                                       \
+        _Pragma("unroll") for (int e = 0; e < DW_VEC; e++) {                                       \
+            const float x = v[e];                                                                  \
+            v[e] = (EXPR);                                                                         \
+        }                                                                                          \
+        break;
+            DW_PRE_CASE(KILN_OP_RELU, x < 0.0f ? 0.0f : x)
+            DW_PRE_CASE(KILN_OP_CLAMP, x < q.lo ? q.lo : x > q.hi ? q.hi : x)
+            DW_PRE_CASE(KILN_OP_POW, x * x)
+            DW_PRE_CASE(KILN_OP_ADD, x + q.k)
+            DW_PRE_CASE(KILN_OP_SUB, rhs ? q.k - x : x - q.k)
+            DW_PRE_CASE(KILN_OP_MUL, x * q.k)
+            DW_PRE_CASE(KILN_OP_MAXIMUM, x != x || q.k != q.k ? NAN : fmaxf(x, q.k))
+            DW_PRE_CASE(KILN_OP_MINIMUM, x != x || q.k != q.k ? NAN : fminf(x, q.k))
+#undef DW_PRE_CASE
+        default: break;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < DW_VEC; e++) h[e] = kc_from_f<T>(v[e]);
+    return u;
+}
+
 template <typename T>
 static __global__ void __launch_bounds__(DW_TILE_THREADS)
-    conv_dw_tile_kernel(const kiln_cuda_conv_geom g, int th, int act, float lo, float hi) {
+    conv_dw_tile_kernel(const kiln_cuda_conv_geom g, int th, int act, float lo, float hi,
+                        const dw_pre pre) {
     constexpr int K = DW_TILE_K, P = DW_TILE_P, NC = P - 1 + K;
     extern __shared__ uint4 dw_smem[];
     const int c = (int)g.c, ih = (int)g.h, iw = (int)g.w_in, oh = (int)g.oh, ow = (int)g.ow;
@@ -395,9 +487,28 @@ static __global__ void __launch_bounds__(DW_TILE_THREADS)
             if (j0 + u * nt < rows * tw) tile[j0 + u * nt] = v[u];
         }
     }
+    __shared__ dw_pre_step pre_st[KILN_CUDA_PRE_MAX];
+#pragma unroll
+    for (int s = 0; s < KILN_CUDA_PRE_MAX; s++) { // static indices: the parameters stay in place
+        if (tid == s && s < pre.n) {
+            pre_st[s].op = pre.op[s] | (pre.lhs[s] ? 0u : DW_PRE_RHS);
+            pre_st[s].k = pre.k[s] != NULL ? dw_pre_scalar(pre.k[s], pre.k_dt[s]) : 0.0f;
+            pre_st[s].lo = pre.lo[s];
+            pre_st[s].hi = pre.hi[s];
+        }
+    }
     float b0[DW_VEC];
     dw_bias<T>(g, c0, b0);
     __syncthreads();
+    if (pre.n > 0) { // the producer's tail over the staged values; the zero padding stays zero
+#pragma unroll 1
+        for (int j = tid; j < rows * tw; j += nt) {
+            const int r = j / tw, iy = oy0 - (int)g.ph + r, ix = j - r * tw - (int)g.pw;
+            if (iy >= 0 && iy < ih && ix >= 0 && ix < iw)
+                tile[j] = dw_pre_apply<T>(pre_st, pre.n, tile[j]);
+        }
+        __syncthreads();
+    }
     const int strips = (ow + P - 1) / P;
     for (int q = tid; q < (rows - K + 1) * strips; q += nt) {
         const int r = q / strips, ox0 = (q - r * strips) * P;
@@ -518,7 +629,7 @@ static void dw_launch(int k, int rows, dim3 grid, dim3 block, size_t smem, cudaS
 }
 
 static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
-                           const kiln_cuda_conv_geom *g, uint32_t *fused) {
+                           const kiln_cuda_conv_geom *g, const dw_pre &pre, uint32_t *fused) {
     float lo = 0.0f, hi = 0.0f;
     int act = args->n_tail > 0 && args->tail[0].operand == NULL
                   ? kc_conv_act_of(&args->tail[0], &lo, &hi)
@@ -533,10 +644,10 @@ static kiln_status conv_dw(const kiln_cuda_ctx *ctx, const kiln_kernel_args *arg
         const size_t smem = (size_t)((th + DW_TILE_K - 1) * tw + DW_TILE_K * DW_TILE_K) * 16;
         if (g->x_dt == KILN_DTYPE_F16)
             conv_dw_tile_kernel<__half>
-                <<<grid, (unsigned)nt, smem, ctx->stream>>>(*g, th, act, lo, hi);
+                <<<grid, (unsigned)nt, smem, ctx->stream>>>(*g, th, act, lo, hi, pre);
         else
             conv_dw_tile_kernel<__nv_bfloat16>
-                <<<grid, (unsigned)nt, smem, ctx->stream>>>(*g, th, act, lo, hi);
+                <<<grid, (unsigned)nt, smem, ctx->stream>>>(*g, th, act, lo, hi, pre);
         return kiln_cuda_check_launch(ctx, "conv_dw_tile_kernel");
     }
     unsigned bx, by;
@@ -1036,11 +1147,30 @@ extern "C" kiln_status kiln_cuda_conv2d_plan(const kiln_cuda_ctx *ctx, const kil
     return KILN_OK;
 }
 
+// A conv prologue (cuda_fold.h) the tile kernel does not take: the ops as one elementwise pass
+// over the input, in place (the conv is its only reader).
+static kiln_status conv_pre_pass(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {
+    kiln_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = args->op;
+    a.out = (kiln_tensor *)args->in[0];
+    a.tail = ctx->pre;
+    a.n_tail = ctx->n_pre;
+    return kiln_cuda_tail(ctx, &a, 0);
+}
+
 extern "C" kiln_status kiln_cuda_conv2d_run(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args,
                                             kiln_cuda_layer_plan *plan) {
     kiln_cuda_conv_geom g;
     uint32_t skip = 0;
+    dw_pre pre;
     KILN_CUDA_TRY(kiln_cuda_conv_geom_of(ctx, args, 0, &g));
+    pre.n = 0;
+    if (ctx->n_pre > 0 && !(plan->kernel == KILN_CUDA_K_CONV_DW && dw_fits(&g) &&
+                            dw_tile_rows(ctx, &g) > 0 && dw_pre_of(ctx, &pre))) {
+        pre.n = 0;
+        KILN_CUDA_TRY(conv_pre_pass(ctx, args));
+    }
     switch (plan->kernel) {
     case KILN_CUDA_K_EMPTY: return KILN_OK;
     case KILN_CUDA_K_STEM:
@@ -1048,7 +1178,7 @@ extern "C" kiln_status kiln_cuda_conv2d_run(const kiln_cuda_ctx *ctx, const kiln
         return kiln_cuda_tail(ctx, args, skip);
     case KILN_CUDA_K_CONV_DW:
         if (!dw_fits(&g)) break; // the shapes or pointers changed: Kiln's generic kernels
-        KILN_CUDA_TRY(conv_dw(ctx, args, &g, &skip));
+        KILN_CUDA_TRY(conv_dw(ctx, args, &g, pre, &skip));
         return kiln_cuda_tail(ctx, args, skip);
     case KILN_CUDA_K_CONV_PW:
         if (!kiln_cuda_pw_fits(&g)) break; // as above

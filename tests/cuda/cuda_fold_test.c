@@ -1663,6 +1663,63 @@ static void layout_permutes_case(int64_t c) {
     kiln_plan_release(&p);
 }
 
+// Conv prologues (cuda_fold.h): an NHWC 1x1 conv (32 channels) whose tail is StarReLU (relu, pow
+// 2, mul and add by one-element weights), read only by a depthwise 7x7 of stride 1: the 7x7
+// applies the tail (variant 0). Nothing folds when the tail's output is also an engine output
+// (1), the mul's operand is an engine input, not a weight (2), the depthwise conv is a 5x5 (3),
+// the tail has five ops (4: a clamp after the add), the folds are off (5), or the pow's exponent
+// is 3 (6: only squares fold).
+static void prologue_case(int variant) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    kiln_cuda_fold f;
+    int64_t xd[4] = {1, 16, 12, 12}, one[1] = {1};
+    double lo = -1.0, hi = 4.0;
+    int32_t x = -1, sc = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    if (variant == 2)
+        CHECK(kiln_graph_add_input(g, "s", KILN_DTYPE_F32, 1, one, one, &sc) == KILN_OK);
+    int32_t h = conv2d(g, x, 16, 32, 1, 1);
+    h = bin(g, KILN_OP_POW, node(g, KILN_OP_RELU, &h, 1, NULL, 0),
+            scalar(g, KILN_DTYPE_F32, variant == 6 ? 3.0f : 2.0f));
+    h = bin(g, KILN_OP_MUL, h, variant == 2 ? sc : constant(g, 1, one));
+    h = bin(g, KILN_OP_ADD, h, constant(g, 1, one));
+    if (variant == 4) {
+        kiln_attr cl[2] = {{"min", NULL, &lo, 1}, {"max", NULL, &hi, 1}};
+        h = node(g, KILN_OP_CLAMP, &h, 1, cl, 2);
+    }
+    const int32_t d = conv2d(g, h, 32, 32, variant == 3 ? 5 : 7, 32);
+    CHECK(kiln_graph_mark_output(g, d, "y") == KILN_OK);
+    if (variant == 1) CHECK(kiln_graph_mark_output(g, h, "h") == KILN_OK);
+    if (!load(g, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, KILN_CUDA_LAYOUT_NHWC, &l) == KILN_OK);
+    CHECK(kiln_cuda_fold_plan(&p, l.nhwc, l.alt, l.ident, variant != 5, 0, &f) == KILN_OK);
+    const uint32_t pc = find_head(&p, KILN_OP_CONV2D, 0);
+    const uint32_t dc = pc == UINT32_MAX ? UINT32_MAX : find_head(&p, KILN_OP_CONV2D, pc + 1);
+    CHECK(pc != UINT32_MAX && dc != UINT32_MAX);
+    if (pc == UINT32_MAX || dc == UINT32_MAX) return;
+    CHECK_EQ_INT(p.layers[pc].n_tail, variant == 4 ? 5 : 4);
+    CHECK_MSG(l.head_nhwc[pc] && l.head_nhwc[dc], "conv prologue %d: NHWC %d %d", variant,
+              l.head_nhwc[pc], l.head_nhwc[dc]);
+    printf("conv prologue %d: %u prologues\n", variant, f.n_pre);
+    if (variant == 0) {
+        CHECK_EQ_INT(f.n_pre, 1);
+        CHECK_EQ_INT(f.pre_src[dc], (int)pc);
+        CHECK_EQ_INT(f.pre_dst[pc], (int)dc);
+        CHECK(f.virt[pc] == 0 && f.virt[dc] == 0);
+    } else {
+        CHECK_EQ_INT(f.n_pre, 0);
+        CHECK_EQ_INT(f.pre_src[dc], -1);
+        CHECK_EQ_INT(f.pre_dst[pc], -1);
+    }
+    kiln_cuda_fold_free(&p, &f);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 // Conv-form attention (CoAtNet's Attention2d), fp16: x [1, 32, 4, 4] -> an NHWC 1x1 conv to
 // 3 x 2 heads x 32 channels, reshape [1, 2, 96, 16] (the heads split from the channels, the
 // pixels merged), q/k/v sliced along dim 2 and transposed to [1, 2, 16, 32] -> sdpa. The
@@ -1922,11 +1979,13 @@ static int plan_counts(const char *path, int list_layers) {
                     if (p.layers[li].op == KILN_OP_ROTARY && f.sdpa_in[li]) {
                         printf(" [reads x through views]");
                     }
+                    if (f.pre_dst[li] >= 0) printf(" [tail run by layer %d]", f.pre_dst[li]);
+                    if (f.pre_src[li] >= 0) printf(" [applies layer %d's tail]", f.pre_src[li]);
                     printf("\n");
                 }
             printf("%s: %u layers run (+%u layout copies) of %u; permutes %u (run %u); grouped "
-                   "convs %u (NHWC %u)\n",
-                   path, run, l.n_copies, heads, perm, perm_run, grouped, grouped_nhwc);
+                   "convs %u (NHWC %u); conv prologues %u\n",
+                   path, run, l.n_copies, heads, perm, perm_run, grouped, grouped_nhwc, f.n_pre);
             kiln_cuda_fold_free(&p, &f);
             rc = 0;
         }
@@ -2090,6 +2149,7 @@ int main(int argc, char **argv) {
     layout_permutes_case(16);
     layout_permutes_case(12);
     conv_attention_case(0);
+    for (int v = 0; v <= 6; v++) prologue_case(v);
     conv_attention_case(1);
     packed();
     mha_seq_first(1);

@@ -2874,6 +2874,51 @@ static int model_mbconv(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+static int32_t gb_scalar(gbuild *b, uint32_t dtype, float v);
+
+// StarReLU (MetaFormer's s * relu(x)^2 + b, s and b one-element weights) over x.
+static int32_t star_relu(gbuild *b, int32_t x) {
+    int32_t ins[2] = {gb1(b, KILN_OP_RELU, x), gb_scalar(b, F32, 2.0f)};
+    ins[0] = gb_node(b, KILN_OP_POW, ins, 2, NULL, 0);
+    ins[1] = gb_const(b, F32, "1", 0.5, 1.5);
+    ins[0] = gb_node(b, KILN_OP_MUL, ins, 2, NULL, 0);
+    ins[1] = gb_const(b, F32, "1", -0.3, 0.3);
+    return gb_node(b, KILN_OP_ADD, ins, 2, NULL, 0);
+}
+
+// MetaFormer's separable conv (ConvFormer's token mixer), NHWC, a dynamic batch: a 1x1 conv with
+// StarReLU as its tail, read only by a depthwise 7x7, then a 1x1 conv with the residual (y). Each
+// 7x7 applies its producer's tail as it reads (a conv prologue, cuda_fold.h): y's and z's (a clamp,
+// a square and a subtraction from a weight, the running value on the right) in the tile kernel as
+// it stages the input; w's, over a map 372 wide (past the tile kernel's widest), as one pass
+// before the depthwise kernel. Folds off, or NCHW, each tail runs after its conv as before.
+#define SEPCONV_MODEL_PROLOGUES 3
+static int model_sepconv(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[4] = {1, 16, 29, 29}, maxs[4] = {2, 16, 29, 29};
+    int64_t wmins[4] = {1, 8, 3, 372}, wmaxs[4] = {2, 8, 3, 372};
+    double lo = 0.0, hi = 2.5;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 4, mins, maxs);
+    int32_t h = dw_conv(&b, star_relu(&b, res_conv(&b, x, 16, 32, 1, 1, -1, 0)), 32, 7, 1, 1);
+    int32_t y = res_conv(&b, h, 32, 16, 1, 1, x, 0);
+    kiln_attr cl[2] = {A_FLOATS("min", &lo, 1), A_FLOATS("max", &hi, 1)};
+    int32_t c = res_conv(&b, x, 16, 16, 1, 1, -1, 0);
+    c = gb_node(&b, KILN_OP_CLAMP, &c, 1, cl, 2);
+    int32_t pw[2] = {c, gb_scalar(&b, F32, 2.0f)};
+    c = gb_node(&b, KILN_OP_POW, pw, 2, NULL, 0);
+    int32_t sb[2] = {gb_const(&b, F32, "1", 0.5, 1.0), c};
+    int32_t z = dw_conv(&b, gb_node(&b, KILN_OP_SUB, sb, 2, NULL, 0), 16, 7, 1, 1);
+    int32_t xw = gb_input(&b, "xw", F32, 4, wmins, wmaxs);
+    int32_t w = dw_conv(&b, star_relu(&b, res_conv(&b, xw, 8, 8, 1, 1, -1, 0)), 8, 7, 1, 1);
+    gb_check(&b, kiln_graph_mark_output(b.g, y, "y"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, z, "z"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, w, "w"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "sepconv nhwc bf16" : "sepconv nhwc fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
+    return model_finish(&b, m, precision);
+}
+
 // Channels-last model code (ConvNeXt's blocks), 32 channels, a dynamic batch: a 1x1 conv, permute
 // (0, 2, 3, 1), layer_norm, linear + GELU, linear, permute (0, 3, 1, 2), a depthwise 5x5, the
 // residual add, a depthwise 3x3 of the add's output, and permute (0, 2, 3, 1) into a linear (the
@@ -3675,7 +3720,6 @@ static int model_chunked(model *m, kiln_precision precision) {
 // as permute (0, 2, 1) of k reshaped so, divided by 4), the output reshaped to [1, 4, 49, 32]
 // before the head merge: the same folds, the division as the matmul's alpha, the merge written
 // through the reshape.
-static int32_t gb_scalar(gbuild *b, uint32_t dtype, float v);
 #define EAGER_MODEL_MM_VIEWS 2
 #define EAGER_MODEL_MM_OUT 1
 static int model_eager_attn(model *m, kiln_precision precision, int64_t bt, int flat) {
@@ -4009,6 +4053,7 @@ typedef struct e2e_stats {
     int n_dw_rows; // of n_dw: planned with rows of output pixels (cuda.dw_rows)
     int n_dw_tile; // of n_dw: planned as the 7x7 tile kernel
     int n_lt;      // convs as a cuBLASLt GEMM over NHWC pixels
+    int n_pre;     // depthwise convs applying their producer's tail (a conv prologue)
     int n_pw;      // convs on the pointwise kernel
     int n_conv, n_conv_nhwc, n_stem, n_dw, n_sdpa_dnn, n_sdpa_dnn_timed, n_wg, n_sk, n_fell_back;
     int n_layout_perm; // permutes run as layout permutes (an alias or a copy of the same bytes)
@@ -4070,6 +4115,7 @@ static void stats_of(kiln_engine *e, kiln_context *c, e2e_stats *st) {
                              strstr(info.detail, "output pixels of a row") != NULL;
             st->n_dw_tile +=
                 strcmp(info.kernel, "conv_dw") == 0 && strstr(info.detail, "tiles of") != NULL;
+            st->n_pre += strstr(info.detail, "tail ops to its input (a conv prologue)") != NULL;
         }
         st->n_sdpa_dnn += info.op == KILN_OP_SDPA && strcmp(info.kernel, "cudnn") == 0;
         // tuned at context creation: cuDNN's fastest configuration was timed against Kiln's
@@ -5763,7 +5809,11 @@ static void run_e2e(void) {
     if (!opt_quick && model_odd_pointwise(&models[n], KILN_PRECISION_BF16)) n++;
     const int conv_attn_model = n;
     if (model_conv_attention(&models[n])) n++;
-    CHECK_MSG(n == (opt_quick ? 44 : 66), "only %d of the e2e models were built", n);
+    const int first_sep = n;
+    if (model_sepconv(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_sepconv(&models[n], KILN_PRECISION_BF16)) n++;
+    const int end_sep = n;
+    CHECK_MSG(n == (opt_quick ? 45 : 68), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
@@ -5847,6 +5897,15 @@ static void run_e2e(void) {
                     CHECK_MSG(st.n_nhwc_views == want,
                               "%s: %d reshapes viewed an NHWC map for the sdpa, want %d",
                               models[i].name, st.n_nhwc_views, want);
+                }
+                if (i >= first_sep && i < end_sep && picked) { // see model_sepconv
+                    const int want = st.n_conv_nhwc > 0 && !load_no_fold && policy.attention_fold
+                                         ? SEPCONV_MODEL_PROLOGUES
+                                         : 0;
+                    CHECK_MSG(st.n_pre == want, "%s: %d conv prologues, want %d", models[i].name,
+                              st.n_pre, want);
+                    CHECK_MSG(st.n_dw_tile == (st.n_conv_nhwc > 0 ? 2 : 0),
+                              "%s: %d depthwise convs in tiles", models[i].name, st.n_dw_tile);
                 }
                 if (i >= first_convnext && i < end_convnext && picked) {
                     // with NHWC every permute is a layout permute and both depthwise convs run
