@@ -101,6 +101,10 @@ EOF
 
   # 1. anchors + Kiln's C API
   local budget=$((BUDGET_S - RUNNER_RESERVE_S - (SECONDS - t0)))
+  if ((budget < 30)); then # BUDGET_S under RUNNER_RESERVE_S would leave the anchors nothing
+    echo "run_device: WARNING: ${budget}s left for the anchors (BUDGET_S ${BUDGET_S}, RUNNER_RESERVE_S ${RUNNER_RESERVE_S}): given 30s; raise BUDGET_S or lower RUNNER_RESERVE_S" >&2
+    budget=30
+  fi
   echo "=== anchors (budget ${budget}s)"
   # shellcheck disable=SC2086
   timeout --kill-after=15 $((budget + 60)) python3 bench/anchors_device.py --out "$OUT" \
