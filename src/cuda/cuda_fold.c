@@ -1582,7 +1582,6 @@ static void inf_clamps(fold_state *s, const uint8_t *nhwc, const uint8_t *alt) {
     }
 }
 
-// The relocated bases' live ranges (producer .. last read through the views).
 // A tail op a conv prologue takes (cuda_fold.h): relu, clamp, add, sub, mul, maximum or minimum
 // of the running value and a one-element float weight, or the running value squared (pow by an
 // inline 2).
@@ -1661,6 +1660,7 @@ static void conv_prologues(fold_state *s, const uint8_t *nhwc, const uint8_t *al
     }
 }
 
+// The relocated bases' live ranges (producer .. last read through the views).
 static void live_ranges(fold_state *s) {
     const kiln_plan *p = s->p;
     kiln_cuda_fold *f = s->f;
