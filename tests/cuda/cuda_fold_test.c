@@ -1668,7 +1668,8 @@ static void layout_permutes_case(int64_t c) {
 // applies the tail (variant 0). Nothing folds when the tail's output is also an engine output
 // (1), the mul's operand is an engine input, not a weight (2), the depthwise conv is a 5x5 (3),
 // the tail has five ops (4: a clamp after the add), the folds are off (5), or the pow's exponent
-// is 3 (6: only squares fold).
+// is 3 (6: only squares fold). Variant 7 folds a clamp, a square and a subtraction from a weight
+// (the running value on the right).
 static void prologue_case(int variant) {
     kiln_graph *g = NULL;
     kiln_plan p;
@@ -1682,15 +1683,19 @@ static void prologue_case(int variant) {
     CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
     if (variant == 2)
         CHECK(kiln_graph_add_input(g, "s", KILN_DTYPE_F32, 1, one, one, &sc) == KILN_OK);
+    kiln_attr cl[2] = {{"min", NULL, &lo, 1}, {"max", NULL, &hi, 1}};
     int32_t h = conv2d(g, x, 16, 32, 1, 1);
-    h = bin(g, KILN_OP_POW, node(g, KILN_OP_RELU, &h, 1, NULL, 0),
-            scalar(g, KILN_DTYPE_F32, variant == 6 ? 3.0f : 2.0f));
-    h = bin(g, KILN_OP_MUL, h, variant == 2 ? sc : constant(g, 1, one));
-    h = bin(g, KILN_OP_ADD, h, constant(g, 1, one));
-    if (variant == 4) {
-        kiln_attr cl[2] = {{"min", NULL, &lo, 1}, {"max", NULL, &hi, 1}};
-        h = node(g, KILN_OP_CLAMP, &h, 1, cl, 2);
+    if (variant == 7) {
+        h = bin(g, KILN_OP_POW, node(g, KILN_OP_CLAMP, &h, 1, cl, 2),
+                scalar(g, KILN_DTYPE_F32, 2.0f));
+        h = bin(g, KILN_OP_SUB, constant(g, 1, one), h);
+    } else {
+        h = bin(g, KILN_OP_POW, node(g, KILN_OP_RELU, &h, 1, NULL, 0),
+                scalar(g, KILN_DTYPE_F32, variant == 6 ? 3.0f : 2.0f));
+        h = bin(g, KILN_OP_MUL, h, variant == 2 ? sc : constant(g, 1, one));
+        h = bin(g, KILN_OP_ADD, h, constant(g, 1, one));
     }
+    if (variant == 4) h = node(g, KILN_OP_CLAMP, &h, 1, cl, 2);
     const int32_t d = conv2d(g, h, 32, 32, variant == 3 ? 5 : 7, 32);
     CHECK(kiln_graph_mark_output(g, d, "y") == KILN_OK);
     if (variant == 1) CHECK(kiln_graph_mark_output(g, h, "h") == KILN_OK);
@@ -1701,11 +1706,11 @@ static void prologue_case(int variant) {
     const uint32_t dc = pc == UINT32_MAX ? UINT32_MAX : find_head(&p, KILN_OP_CONV2D, pc + 1);
     CHECK(pc != UINT32_MAX && dc != UINT32_MAX);
     if (pc == UINT32_MAX || dc == UINT32_MAX) return;
-    CHECK_EQ_INT(p.layers[pc].n_tail, variant == 4 ? 5 : 4);
+    CHECK_EQ_INT(p.layers[pc].n_tail, variant == 4 ? 5 : variant == 7 ? 3 : 4);
     CHECK_MSG(l.head_nhwc[pc] && l.head_nhwc[dc], "conv prologue %d: NHWC %d %d", variant,
               l.head_nhwc[pc], l.head_nhwc[dc]);
     printf("conv prologue %d: %u prologues\n", variant, f.n_pre);
-    if (variant == 0) {
+    if (variant == 0 || variant == 7) {
         CHECK_EQ_INT(f.n_pre, 1);
         CHECK_EQ_INT(f.pre_src[dc], (int)pc);
         CHECK_EQ_INT(f.pre_dst[pc], (int)dc);
@@ -2149,7 +2154,7 @@ int main(int argc, char **argv) {
     layout_permutes_case(16);
     layout_permutes_case(12);
     conv_attention_case(0);
-    for (int v = 0; v <= 6; v++) prologue_case(v);
+    for (int v = 0; v <= 7; v++) prologue_case(v);
     conv_attention_case(1);
     packed();
     mha_seq_first(1);
