@@ -1168,8 +1168,7 @@ extern "C" kiln_status kiln_cuda_conv2d_run(const kiln_cuda_ctx *ctx, const kiln
     pre.n = 0;
     if (ctx->n_pre > 0 && !(plan->kernel == KILN_CUDA_K_CONV_DW && dw_fits(&g) &&
                             dw_tile_rows(ctx, &g) > 0 && dw_pre_of(ctx, &pre))) {
-        pre.n = 0;
-        KILN_CUDA_TRY(conv_pre_pass(ctx, args));
+        KILN_CUDA_TRY(conv_pre_pass(ctx, args)); // (dw_pre_of left pre.n 0 on refusal)
     }
     switch (plan->kernel) {
     case KILN_CUDA_K_EMPTY: return KILN_OK;
