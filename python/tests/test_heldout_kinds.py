@@ -128,6 +128,37 @@ def test_embedding_bag_runtime_offsets_is_refused(tmp_path):
         save(Ragged().eval(), tmp_path / "ragged.pte", example)
 
 
+# --- 3-D convolutions (video models)
+
+
+def test_video_resnet_with_a_dynamic_batch_is_one_delegate(tmp_path):
+    """torchvision's R3D-18 (Conv3d, BatchNorm3d, AdaptiveAvgPool3d): its 3-D convolutions run
+    as 2-D ones over the output frames, in one Kiln delegate, at batch 2 and 1."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.video.r3d_18(weights=None, num_classes=10).eval()
+    for mod in model.modules():
+        if isinstance(mod, nn.BatchNorm3d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    clip = lambda b: torch.randn(b, 3, 4, 32, 32)  # noqa: E731
+    batch = torch.export.Dim("batch", min=1, max=4)
+    prog = _load_and_compare(
+        tmp_path, model, (clip(2),), [(clip(2),), (clip(1),)], dynamic_shapes=({0: batch},)
+    )
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+
+
+def test_a_3d_convolution_kiln_cannot_take_fails_the_export(tmp_path):
+    """ExecuTorch's convolution kernel runs 1-D and 2-D ones only: a transposed 3-D one, which
+    Kiln does not take, must fail the export with the reason, not the program's first run."""
+    model = nn.Sequential(nn.Conv3d(3, 4, 3, padding=1), nn.ConvTranspose3d(4, 2, 2, stride=2))
+    with pytest.raises(NotImplementedError, match="3-D convolution .*3-D transposed"):
+        save(model.eval(), tmp_path / "t3d.pte", (torch.randn(1, 3, 4, 8, 8),))
+
+
 # --- depthwise + transposed-convolution CNN
 
 

@@ -181,6 +181,133 @@ CASES = {
             lambda: torch.randn(4, 3),
         ],
     ),
+    # activations lowered onto other Kiln ops: every slope form of leaky_relu (NaN and both
+    # zeros included), ELU and SELU (exp - 1 for expm1), CELU's expm1 stays out
+    "leaky_relu_slopes": (
+        Fn(
+            lambda m, x: torch.stack(
+                [
+                    F.leaky_relu(x),
+                    F.leaky_relu(x, 0.2),
+                    F.leaky_relu(x, 0.0),
+                    F.leaky_relu(x, 1.0),
+                    F.leaky_relu(x, 3.0),
+                    F.leaky_relu(x, -0.5),
+                    m.act(x),
+                ]
+            ),
+            act=nn.LeakyReLU(0.1),
+        ),
+        [
+            lambda: torch.where(
+                torch.rand(5, 7) < 0.1,
+                torch.tensor([float("nan"), -0.0, 0.0, float("-inf"), float("inf")])[
+                    torch.randint(0, 5, (5, 7))
+                ],
+                torch.randn(5, 7) * 3,
+            )
+        ],
+    ),
+    "elu_selu": (
+        Fn(
+            lambda m, x: torch.stack(
+                [F.elu(x), F.elu(x, alpha=0.3), F.selu(x), m.elu(x), F.elu(x * 40)]
+            ),
+            elu=nn.ELU(alpha=2.0),
+        ),
+        [r(4, 9)],
+    ),
+    "reciprocal_log2_log10_isnan": (
+        Fn(
+            lambda m, x, y: torch.stack(
+                [
+                    torch.reciprocal(x),
+                    torch.log2(x),
+                    torch.log10(x),
+                    torch.isnan(y).float(),
+                    torch.nan_to_num(y, nan=0.5),
+                ]
+            )
+        ),
+        [pos(3, 6), lambda: torch.where(torch.rand(3, 6) < 0.3, float("nan"), torch.randn(3, 6))],
+    ),
+    # variance, extremes (values and the first index, NaN counted as the maximum)
+    "var_std": (
+        Fn(
+            lambda m, x: torch.cat(
+                [
+                    x.var(dim=-1, keepdim=True),
+                    x.std(dim=(1, 2), keepdim=True).expand(-1, 3, 1) * 1.0,
+                    torch.var(x, dim=1, correction=0).unsqueeze(-1)[:, :3],
+                    x.var(dim=-1, unbiased=False, keepdim=True),
+                    torch.var(x, correction=2).view(1, 1, 1).expand(2, 3, 1),
+                ],
+                dim=-1,
+            )
+        ),
+        [lambda: torch.randn(2, 3, 5) * 4 + 1],
+    ),
+    "amax_amin_max_min": (
+        Fn(
+            lambda m, x: torch.cat(
+                [
+                    x.amax(dim=-1, keepdim=True),
+                    x.amin(dim=(0, 2)).view(1, 4, 1).expand(3, 4, 1),
+                    x.max(dim=1, keepdim=True).values[..., :1].expand(3, 4, 1),
+                    x.min(dim=-1).values.unsqueeze(-1),
+                    torch.logsumexp(x, dim=-1, keepdim=True),
+                    (x - x.amax(-1, keepdim=True)).exp()[..., :2],
+                    x.max().view(1, 1, 1).expand(3, 4, 1),
+                    x.min().view(1, 1, 1).expand(3, 4, 1),
+                ],
+                dim=-1,
+            )
+        ),
+        [lambda: torch.where(torch.rand(3, 4, 6) < 0.05, float("nan"), torch.randn(3, 4, 6))],
+    ),
+    "max_min_dim_indices": (
+        Fn(
+            lambda m, x, k: torch.stack(
+                [
+                    x.max(dim=-1).indices,
+                    x.min(dim=0).indices.expand(2, 5)[0],
+                    k.max(dim=-1).values,
+                    k.min(dim=-1).values,
+                    k.amin(dim=-1),
+                    k.max(dim=-1).indices,
+                ]
+            )
+        ),
+        [
+            lambda: torch.randint(-3, 4, (5, 5)).float(),
+            lambda: torch.randint(-(2**62), 2**62, (5, 5)) * (torch.rand(5, 5) < 0.7),
+        ],
+    ),
+    # InstanceNorm (batch norm over a [1, N * C, ...] view: group_norm, one channel a group)
+    "instance_norm": (
+        Fn(
+            lambda m, x: m.a(x) + F.instance_norm(x * 2.0, eps=1e-3),
+            a=nn.InstanceNorm2d(4, affine=True),
+        ),
+        [lambda: torch.randn(1, 4, 6, 7) * 3 + 2],
+    ),
+    # 3-D convolutions as 2-D ones over the output frames (video models)
+    "conv3d": (
+        Fn(lambda m, x: m.c(x), c=nn.Conv3d(3, 8, (3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3))),
+        [r(2, 3, 5, 16, 16)],
+    ),
+    "conv3d_stride_groups_dilation": (
+        Fn(
+            lambda m, x: m.b(m.a(x)),
+            a=nn.Conv3d(4, 8, 3, stride=2, padding=1, groups=2, bias=False),
+            b=nn.Conv3d(8, 6, (2, 1, 3), padding=(2, 0, 1), dilation=(2, 1, 1), groups=2),
+        ),
+        [r(1, 4, 7, 9, 10)],
+    ),
+    "conv3d_pointwise": (
+        Fn(lambda m, x: m.c(x), c=nn.Conv3d(6, 5, 1, stride=(2, 1, 1))),
+        [r(1, 6, 4, 5, 5)],
+    ),
     "remainder_int32_ring": (
         Fn(lambda m, p: ((p + 1) % 6) * 2 + torch.fmod(p, 4) - p // 4),
         [lambda: torch.randint(-20, 20, (5,), dtype=torch.int32)],

@@ -84,6 +84,14 @@ def test_save_unknown_option_lists_valid(tmp_path):
     assert not (tmp_path / "m.pte").exists()
 
 
+def test_save_with_the_inputs_in_the_path_says_the_order(tmp_path):
+    m, x = _mlp()
+    with pytest.raises(TypeError, match=r"got tuple \(the example inputs come third"):
+        save(m, x, tmp_path / "m.pte")
+    with pytest.raises(TypeError, match=r"got int$"):
+        save(m, 3, x)
+
+
 def test_export_unknown_keyword_is_a_type_error():
     m, x = _mlp()
     with pytest.raises(TypeError):

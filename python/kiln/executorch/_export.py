@@ -807,7 +807,12 @@ def save(model, path, example_inputs: Sequence | None = None, **options):
             f"{', '.join(EXPORT_OPTIONS)}"
         )
     if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
+        hint = (
+            " (the example inputs come third: save(model, path, example_inputs))"
+            if isinstance(path, (tuple, list, torch.Tensor))
+            else ""
+        )
+        raise TypeError(f"path must be a str or Path, got {type(path).__name__}{hint}")
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory: pass the .pte file path to write")

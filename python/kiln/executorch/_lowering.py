@@ -639,6 +639,76 @@ def _relu6(L, node, a):
     return L.op("clamp", [L.value(a["self"])], {"min": 0.0, "max": 6.0})
 
 
+def _static_float(v, what: str) -> float:
+    if isinstance(v, (Node, torch.SymInt, torch.SymFloat)):
+        raise Unsupported(f"{what} is symbolic")
+    return float(v)
+
+
+@_handles("aten.leaky_relu.default", kiln=("maximum", "minimum", "mul", "where", "gt", "cast"))
+def _leaky_relu(L, node, a):
+    """leaky_relu(x, slope) is x where x > 0, else x * slope. With 0 < slope <= 1 that is
+    max(x, x * slope), with slope > 1 min(x, x * slope): the same values, signed zeros, NaN and
+    infinities included (x * slope, rounded, cannot pass x); a slope of 0 (inf * 0 is NaN) or
+    below takes where(x > 0, x, x * slope)."""
+    out = _out_dtype(node)
+    slope = _static_float(a["negative_slope"], "leaky_relu's negative_slope")
+    x = L.operand(a["self"], out)
+    sx = L.op("mul", [x, L.scalar(slope, out)])
+    if 0.0 < slope <= 1.0:
+        return L.op("maximum", [x, sx])
+    if slope > 1.0:
+        return L.op("minimum", [x, sx])
+    return L.op("where", [L.op("gt", [x, L.scalar(0.0, out)]), x, sx])
+
+
+@_handles("aten.elu.default", kiln=("exp", "sub", "mul", "where", "gt", "cast"))
+def _elu(L, node, a):
+    """elu(x, alpha, scale, input_scale) (ELU; SELU is one with its constants) as
+    where(x > 0, x * scale, (exp(x * input_scale) - 1) * alpha * scale). exp(v) - 1 stands for
+    PyTorch's expm1: within one float32 rounding of 1 (about 6e-8) of it, absolutely."""
+    out = _out_dtype(node)
+    if not out.is_floating_point:
+        raise Unsupported(f"elu of {out}")
+    alpha = _static_float(a["alpha"], "elu's alpha")
+    scale = _static_float(a["scale"], "elu's scale")
+    in_scale = _static_float(a["input_scale"], "elu's input_scale")
+    x = L.operand(a["self"], out)
+    pos = x if scale == 1.0 else L.op("mul", [x, L.scalar(scale, out)])
+    e = x if in_scale == 1.0 else L.op("mul", [x, L.scalar(in_scale, out)])
+    neg = L.op("sub", [L.op("exp", [e]), L.scalar(1.0, out)])
+    neg = L.op("mul", [neg, L.scalar(alpha * scale, out)])
+    return L.op("where", [L.op("gt", [x, L.scalar(0.0, out)]), pos, neg])
+
+
+@_handles("aten.reciprocal.default", kiln=("div", "cast"))
+def _reciprocal(L, node, a):
+    """1 / x (the same IEEE division PyTorch does)."""
+    out = _out_dtype(node)
+    return L.op("div", [L.scalar(1.0, out), L.operand(a["self"], out)])
+
+
+def _log_base(base: float):
+    def fn(L, node, a):
+        out = _out_dtype(node)
+        v = L.op("log", [L.operand(a["self"], out)])
+        return L.op("mul", [v, L.scalar(1.0 / math.log(base), out)])
+
+    return fn
+
+
+# log2 and log10 as log(x) / log(base): within a float32 rounding or two of PyTorch's
+_handles("aten.log2.default", kiln=("log", "mul", "cast"))(_log_base(2.0))
+_handles("aten.log10.default", kiln=("log", "mul", "cast"))(_log_base(10.0))
+
+
+@_handles("aten.isnan.default", kiln="ne")
+def _isnan(L, node, a):
+    """isnan(x) as x != x (true for NaN only; integer and bool tensors never are)."""
+    x = L.value(a["self"])
+    return L.op("ne", [x, x])
+
+
 def _binary(kop: str, has_alpha: bool = False):
     def fn(L: Lowerer, node: Node, a: dict):
         out = _out_dtype(node)
@@ -908,12 +978,81 @@ def _conv1d(L, node, a):
     return L.op("squeeze", [L.op("conv2d", ins, attrs)], {"dims": [2]})
 
 
-@_handles("aten.convolution.default", kiln=("conv2d", "conv_transpose2d", "unsqueeze", "squeeze"))
+def _conv3d(L, node, a):
+    """A 3-D convolution as a 2-D one over (batch x output frame): the kt temporal taps of each
+    output frame (strided slices of the time-padded input) are stacked after the channels, so
+    [N, C, T, H, W] becomes [N * To, C * kt, H, W] (channel c, tap i at c * kt + i: each group's
+    channels stay contiguous) and the weight [O, C/g, kt, kh, kw] is read as [O, C/g * kt, kh,
+    kw]; the output [N * To, O, Ho, Wo] is put back as [N, O, To, Ho, Wo]."""
+    if a["transposed"]:
+        raise Unsupported("3-D transposed convolution")
+    if any(_ints(a["output_padding"], None, "output_padding")):
+        raise Unsupported("output_padding on a forward convolution")
+    x, w = a["input"], a["weight"]
+    st, pd, dl = (_ints(a[k], 3, k) for k in ("stride", "padding", "dilation"))
+    t_in = _static_count(x, [2], "a 3-D convolution")
+    c = _static_count(x, [1], "a 3-D convolution")
+    ws = [_static_count(w, [i], "a 3-D convolution's weight") for i in range(5)]
+    kt = ws[2]
+    t_out = (t_in + 2 * pd[0] - dl[0] * (kt - 1) - 1) // st[0] + 1
+    if t_out <= 0:
+        raise Unsupported("3-D convolution with no output frame")
+    if kt > 64:
+        raise Unsupported("3-D convolution of more than 64 temporal taps")
+    v = L.value(x)
+    if pd[0]:
+        v = L.op("pad", [v], {"pads": [0, 0, 0, 0, pd[0], pd[0]], "value": 0.0})
+    taps = []
+    for i in range(kt):
+        start = i * dl[0]
+        sl = L.op(
+            "slice",
+            [v],
+            {"dim": 2, "start": start, "end": start + (t_out - 1) * st[0] + 1, "step": st[0]},
+        )
+        taps.append(L.op("unsqueeze", [sl], {"dim": 2}))
+    u = taps[0] if kt == 1 else L.op("cat", taps, {"dim": 2})  # [N, C, kt, To, H, W]
+    u = L.op("permute", [u], {"dims": [0, 3, 1, 2, 4, 5]})  # [N, To, C, kt, H, W]
+    u = L.op("reshape", [u], {"shape": [-1, c * kt, -6, -7]})
+    w2 = L.op("reshape", [L.value(w)], {"shape": [ws[0], ws[1] * kt, ws[3], ws[4]]})
+    ins = [u, w2]
+    if a["bias"] is not None:
+        ins.append(L.value(a["bias"]))
+    y = L.op(
+        "conv2d",
+        ins,
+        {
+            "stride": st[1:],
+            "padding": pd[1:],
+            "dilation": dl[1:],
+            "groups": _static_int(a["groups"], "groups"),
+        },
+    )
+    y = L.op("reshape", [y], {"shape": [-1, t_out, ws[0], -4, -5]})  # [N, To, O, Ho, Wo]
+    return L.op("permute", [y], {"dims": [0, 2, 1, 3, 4]})
+
+
+@_handles(
+    "aten.convolution.default",
+    kiln=(
+        "conv2d",
+        "conv_transpose2d",
+        "unsqueeze",
+        "squeeze",
+        "pad",
+        "slice",
+        "cat",
+        "permute",
+        "reshape",
+    ),
+)
 def _convolution(L, node, a):
     if L.rank(a["input"]) == 3 and L.rank(a["weight"]) == 3:
         return _conv1d(L, node, a)
+    if L.rank(a["input"]) == 5 and L.rank(a["weight"]) == 5:
+        return _conv3d(L, node, a)
     if L.rank(a["input"]) != 4 or L.rank(a["weight"]) != 4:
-        raise Unsupported("only 1-D and 2-D convolutions (3-D or 4-D input and weight)")
+        raise Unsupported("only 1-D, 2-D and 3-D convolutions (3-D, 4-D or 5-D input and weight)")
     ins = [L.value(a["input"]), L.value(a["weight"])]
     if a["bias"] is not None:
         ins.append(L.value(a["bias"]))
@@ -968,6 +1107,32 @@ def _bn(L, a):
 @_handles("aten._native_batch_norm_legit_no_training.default", kiln="batch_norm")
 def _bn_no_training(L, node, a):
     return [_bn(L, a), None, None]
+
+
+@_handles("aten._native_batch_norm_legit.no_stats", kiln="group_norm")
+def _bn_input_stats(L, node, a):
+    """Batch norm over the input's own statistics, as InstanceNorm runs it (F.instance_norm
+    views [N, C, ...] as [1, N * C, ...]): with a batch of 1 each channel is normalized over its
+    own positions, which is group_norm with one channel per group."""
+    x = a["input"]
+    t = _meta(x)
+    if t.dim() < 3:
+        raise Unsupported("batch norm over the input's statistics on fewer than 3 dims")
+    n, c = sym_expr(t.shape[0]), sym_expr(t.shape[1])
+    if n is None or not n.is_number or int(n) != 1:
+        raise Unsupported(
+            "batch norm over the batch's own statistics (training mode) with a batch other "
+            "than 1; call model.eval() before exporting (instance norm is taken)"
+        )
+    if c is None or not c.is_number:
+        raise Unsupported("instance norm over a symbolic number of channels")
+    ins = [
+        L.value(x),
+        None if a["weight"] is None else L.value(a["weight"]),
+        None if a["bias"] is None else L.value(a["bias"]),
+    ]
+    out = L.op("group_norm", ins, {"groups": int(c), "eps": float(a["eps"])})
+    return [out, None, None]
 
 
 @_handles("aten.native_batch_norm.default", kiln="batch_norm")
@@ -1518,6 +1683,125 @@ _handles("aten.mean.dim", kiln=("mean", "cast", "copy"))(_reduce_fn("mean", True
 _handles("aten.mean.default", kiln=("mean", "cast", "copy"))(_reduce_fn("mean", False))
 _handles("aten.sum.dim_IntList", kiln=("sum", "cast", "copy"))(_reduce_fn("sum", True))
 _handles("aten.sum.default", kiln=("sum", "cast", "copy"))(_reduce_fn("sum", False))
+
+
+def _reduce_dims(L: Lowerer, x, dims) -> list[int]:
+    """The dims a reduction names, normalized and sorted; none named (None, []) is every dim."""
+    r = L.rank(x)
+    if dims is None:
+        dims = []
+    elif isinstance(dims, int):
+        dims = [dims]
+    ds = _ints(dims, None, "dim")
+    if not ds:
+        return list(range(r))
+    if r == 0:
+        return []
+    return sorted({d % r for d in ds})
+
+
+def _static_count(x, dims: list[int], what: str) -> int:
+    n = 1
+    for d in dims:
+        e = sym_expr(_meta(x).shape[d])
+        if e is None or not e.is_number:
+            raise Unsupported(f"{what} over a symbolic dimension")
+        n *= int(e)
+    return n
+
+
+@_handles("aten.var.correction", kiln=("mean", "sub", "mul", "sum", "div", "copy", "cast"))
+def _var(L, node, a):
+    """var(x, dims, correction) (std is its square root) as sum((x - mean)^2) /
+    max(0, n - correction), the mean kept over the dims: n must be static."""
+    x = a["self"]
+    out = _out_dtype(node)
+    if not out.is_floating_point:
+        raise Unsupported(f"variance of {out}")
+    dims = _reduce_dims(L, x, a.get("dim"))
+    keep = bool(a.get("keepdim", False))
+    corr = a.get("correction")
+    corr = 1.0 if corr is None else _static_float(corr, "correction")
+    n = _static_count(x, dims, "variance")
+    v = L.operand(x, out)
+    if not dims:  # a 0-d tensor: its own mean, no spread
+        m = L.op("copy", [v])
+    else:
+        m = L.op("mean", [v], {"dims": dims, "keepdim": 1})
+    d = L.op("sub", [v, m])
+    sq = L.op("mul", [d, d])
+    s = sq if not dims else L.op("sum", [sq], {"dims": dims, "keepdim": int(keep)})
+    return L.op("div", [s, L.scalar(max(0.0, n - corr), out)])
+
+
+def _extreme_key(L: Lowerer, v: int, dt: torch.dtype, lowest: bool) -> int:
+    """A value whose first maximum is the first maximum (lowest: minimum) of v: v itself, -v for
+    floats (a NaN stays NaN, which argmax counts as the maximum), ~v for integers (no overflow)."""
+    if dt == torch.bool:
+        raise Unsupported("max/min of a bool tensor")
+    if not lowest:
+        return v
+    return L.op("neg", [v]) if dt.is_floating_point else L.op("bitwise_not", [v])
+
+
+def _extreme_dim(L: Lowerer, v: int, dt: torch.dtype, d: int, lowest: bool) -> tuple[int, int]:
+    """(values, indices) of the first maximum (minimum) along d, both with d kept: argmax and a
+    gather by its index, so a NaN, first among equals, is the answer as in PyTorch."""
+    idx = L.op("argmax", [_extreme_key(L, v, dt, lowest)], {"dim": d, "keepdim": 1})
+    return L.op("gather", [v, idx], {"dim": d}), idx
+
+
+def _amax_fn(lowest: bool):
+    def fn(L, node, a):
+        x = a["self"]
+        dt = L.dtype(x)
+        dims = _reduce_dims(L, x, a.get("dim"))
+        keep = bool(a.get("keepdim", False))
+        v = L.value(x)
+        if not dims:
+            return L.op("copy", [v])
+        for d in dims:
+            v, _ = _extreme_dim(L, v, dt, d, lowest)
+        return v if keep else L.op("squeeze", [v], {"dims": dims})
+
+    return fn
+
+
+_EXTREME_OPS = ("argmax", "gather", "neg", "bitwise_not", "squeeze", "copy", "reshape")
+_handles("aten.amax.default", kiln=_EXTREME_OPS)(_amax_fn(False))
+_handles("aten.amin.default", kiln=_EXTREME_OPS)(_amax_fn(True))
+
+
+def _max_dim_fn(lowest: bool):
+    def fn(L, node, a):
+        x = a["self"]
+        r = L.rank(x)
+        d = _static_int(a["dim"], "dim") % max(r, 1)
+        if r == 0:
+            raise Unsupported("max/min along a dim of a 0-d tensor")
+        vals, idx = _extreme_dim(L, L.value(x), L.dtype(x), d, lowest)
+        if not a.get("keepdim", False):
+            vals = L.op("squeeze", [vals], {"dims": [d]})
+            idx = L.op("squeeze", [idx], {"dims": [d]})
+        return [vals, idx]
+
+    return fn
+
+
+def _max_all_fn(lowest: bool):
+    def fn(L, node, a):
+        x = a["self"]
+        v = L.op("reshape", [L.value(x)], {"shape": [-1]})
+        vals, _ = _extreme_dim(L, v, L.dtype(x), 0, lowest)
+        return L.op("reshape", [vals], {"shape": []})
+
+    return fn
+
+
+_handles("aten.max.dim", kiln=_EXTREME_OPS)(_max_dim_fn(False))
+_handles("aten.min.dim", kiln=_EXTREME_OPS)(_max_dim_fn(True))
+_handles("aten.max.default", kiln=_EXTREME_OPS)(_max_all_fn(False))
+_handles("aten.min.default", kiln=_EXTREME_OPS)(_max_all_fn(True))
 
 
 # shape ops

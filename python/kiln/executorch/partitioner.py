@@ -500,6 +500,35 @@ def _refuse_unrunnable_bags(ep: ExportedProgram, claimed: set[Node]) -> None:
     )
 
 
+def _refuse_unrunnable_convolutions(
+    ep: ExportedProgram, claimed: set[Node], reasons: dict[Node, low.Check]
+) -> None:
+    """Raises for a convolution Kiln does not take whose input ExecuTorch's kernel refuses (it
+    runs 1-D and 2-D ones only: a 3-D one would export and fail at its first execute)."""
+    for n in ep.graph.nodes:
+        if (
+            n.op != "call_function"
+            or n in claimed
+            or low.target_name(n) != "aten.convolution.default"
+        ):
+            continue
+        v = n.args[0].meta.get("val") if isinstance(n.args[0], Node) else None
+        if not isinstance(v, torch.Tensor) or v.dim() in (3, 4):
+            continue
+        c = reasons.get(n)
+        why = (
+            c.reason if c is not None and not c.ok else "it could not be placed in a Kiln partition"
+        )
+        src = source_of(n)
+        raise NotImplementedError(
+            f"the {v.dim() - 2}-D convolution '{n.name}'"
+            + (f" ({src})" if src else "")
+            + f" cannot run: Kiln does not take it ({why}) and ExecuTorch's convolution kernel "
+            "takes 1-D and 2-D convolutions only. Kiln takes 3-D forward convolutions (any "
+            "stride, padding, dilation and groups) of static channels and frames."
+        )
+
+
 class KilnPartitioner(Partitioner):
     """Claims the nodes of an edge program that Kiln supports for the ``KilnBackend`` delegate.
 
@@ -576,6 +605,7 @@ class KilnPartitioner(Partitioner):
             dropped,
         )
         _refuse_unrunnable_bags(exported_program, claimed)
+        _refuse_unrunnable_convolutions(exported_program, claimed, reasons)
         kept_whole = set(low.PRESERVED_OPS)
         for n in exported_program.graph.nodes:
             if n.op == "call_function" and n not in claimed and low.target_name(n) in kept_whole:
