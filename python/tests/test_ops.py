@@ -283,6 +283,23 @@ CASES = {
             lambda: torch.randint(-(2**62), 2**62, (5, 5)) * (torch.rand(5, 5) < 0.7),
         ],
     ),
+    # F.fold (col2im: VOLO's outlook attention) as a transposed convolution with one-hot taps,
+    # strided, dilated and padded, with output rows and columns no window reaches
+    "fold": (
+        Fn(
+            lambda m, a, b, c: torch.cat(
+                [
+                    F.fold(a, (8, 9), 3, padding=1).flatten(1),
+                    F.fold(b, (11, 10), (2, 3), dilation=(2, 1), padding=(1, 0), stride=2).flatten(
+                        1
+                    ),
+                    F.fold(F.unfold(c, 3, padding=1), (8, 9), 3, padding=1).flatten(1),
+                ],
+                dim=1,
+            )
+        ),
+        [r(2, 4 * 9, 72), r(2, 3 * 6, 24), r(2, 4, 8, 9)],
+    ),
     # InstanceNorm (batch norm over a [1, N * C, ...] view: group_norm, one channel a group)
     "instance_norm": (
         Fn(

@@ -1070,6 +1070,55 @@ def _convolution(L, node, a):
     return L.op("conv2d", ins, attrs)
 
 
+@_handles("aten.col2im.default", kiln=("conv_transpose2d", "reshape", "pad"))
+def _col2im(L, node, a):
+    """F.fold (col2im: every column's kh x kw values added back at their window's positions)
+    as a transposed convolution of groups C whose [C * kh * kw, 1, kh, kw] weight is one-hot
+    (channel (c, i, j) to tap (i, j) of channel c), the blocks laid out [N, C * kh * kw, Lh, Lw];
+    rows or columns of the output that no window reaches are padded with zeros."""
+    x = a["self"]
+    t = _meta(x)
+    if t.dim() != 3:
+        raise Unsupported("col2im of an unbatched input")
+    h, w = _ints(a["output_size"], 2, "output_size")
+    kh, kw = _ints(a["kernel_size"], 2, "kernel_size")
+    dh, dw = _ints(a["dilation"], 2, "dilation")
+    ph, pw = _ints(a["padding"], 2, "padding")
+    sh, sw = _ints(a["stride"], 2, "stride")
+    ckk = _static_count(x, [1], "col2im")
+    if ckk % (kh * kw):
+        raise Unsupported("col2im channels are no multiple of the kernel's taps")
+    c = ckk // (kh * kw)
+    lh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    lw = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if lh <= 0 or lw <= 0 or _static_count(x, [2], "col2im") != lh * lw:
+        raise Unsupported("col2im blocks do not match the output size")
+    dt = L.dtype(x)
+    if not dt.is_floating_point:
+        raise Unsupported(f"col2im of {dt}")
+    one_hot = torch.zeros(ckk, 1, kh, kw, dtype=dt)
+    for k in range(ckk):
+        one_hot[k, 0, (k % (kh * kw)) // kw, k % kw] = 1
+    v = L.op("reshape", [L.value(x)], {"shape": [-2, ckk, lh, lw]})
+    y = L.op(
+        "conv_transpose2d",
+        [v, L.const_tensor(one_hot, f"{node.name}_taps")],
+        {
+            "stride": [sh, sw],
+            "padding": [ph, pw],
+            "dilation": [dh, dw],
+            "groups": c,
+            "output_padding": [0, 0],
+        },
+    )
+    # the transposed convolution covers (L - 1) * s - 2 p + d (k - 1) + 1 rows and columns
+    ch = (lh - 1) * sh - 2 * ph + dh * (kh - 1) + 1
+    cw = (lw - 1) * sw - 2 * pw + dw * (kw - 1) + 1
+    if ch != h or cw != w:
+        y = L.op("pad", [y], {"pads": [0, w - cw, 0, h - ch], "value": 0.0})
+    return y
+
+
 @_handles("aten.conv2d.default", kiln="conv2d")
 def _conv2d(L, node, a):
     if isinstance(a["padding"], str):
@@ -2792,6 +2841,8 @@ def _sdpa(L, node, a):
 # them. Ops whose default decomposition is a single core op Kiln takes (layer_norm ->
 # native_layer_norm, softmax -> _softmax, relu6 -> hardtanh, ...) need no entry.
 PRESERVED_OPS = (
+    # (core ATen, but torch.export's decomposition turns it into an index_put with accumulate)
+    "aten.col2im.default",
     "aten.linear.default",
     "aten.scaled_dot_product_attention.default",
     "aten.hardswish.default",
