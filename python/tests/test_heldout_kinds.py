@@ -128,6 +128,47 @@ def test_embedding_bag_runtime_offsets_is_refused(tmp_path):
         save(Ragged().eval(), tmp_path / "ragged.pte", example)
 
 
+# --- a batch norm over a transposed sequence
+
+
+def test_patchtst_batch_norm_over_transposed_rows(tmp_path):
+    """transformers' PatchTST normalizes [B * C, L, D] rows with BatchNorm1d between two
+    transposes: the norm is split into a multiply and an add sharing one emission key, and the
+    multiply moves in front of the transpose; the build failed ("value ... is read before any
+    layer writes it") until the node order kept every node after what it reads."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.PatchTSTConfig(
+        num_input_channels=3,
+        context_length=64,
+        patch_length=8,
+        patch_stride=8,
+        num_hidden_layers=2,
+        d_model=32,
+        num_attention_heads=4,
+        ffn_dim=64,
+    )
+    model = transformers.PatchTSTModel(cfg).eval()
+    for mod in model.modules():
+        if isinstance(mod, nn.BatchNorm1d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+
+    class Hidden(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(past_values=x).last_hidden_state
+
+    series = lambda: torch.randn(1, 64, 3)  # noqa: E731
+    prog = _load_and_compare(tmp_path, Hidden(model).eval(), (series(),), [(series(),)])
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+
+
 # --- 3-D convolutions (video models)
 
 

@@ -300,6 +300,22 @@ CASES = {
         ),
         [r(2, 4 * 9, 72), r(2, 3 * 6, 24), r(2, 4, 8, 9)],
     ),
+    # Tensor.unfold (sliding windows: PatchTST's patches, audio frames), windows that do and do
+    # not overlap, with a remainder, along a middle and the last dim
+    "unfold_windows": (
+        Fn(
+            lambda m, x, y: torch.cat(
+                [
+                    x.unfold(1, 4, 4).flatten(1),
+                    x.unfold(1, 5, 2).flatten(1),
+                    x.unfold(-1, 3, 3).flatten(1),
+                    y.unfold(0, 3, 1).flatten().unsqueeze(0).expand(2, -1),
+                ],
+                dim=1,
+            )
+        ),
+        [r(2, 11, 7), r(6)],
+    ),
     # InstanceNorm (batch norm over a [1, N * C, ...] view: group_norm, one channel a group)
     "instance_norm": (
         Fn(

@@ -325,6 +325,100 @@ static int cmp_seq_key(const void *a, const void *b) {
     return x->node < y->node ? -1 : (x->node > y->node);
 }
 
+// Pops the least (seq, node) key of a binary min-heap of *n keys.
+static seq_key heap_pop(seq_key *h, size_t *n) {
+    const seq_key top = h[0];
+    const seq_key last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cmp_seq_key(&h[c + 1], &h[c]) < 0) c++;
+        if (cmp_seq_key(&h[c], &last) >= 0) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+static void heap_push(seq_key *h, size_t *n, seq_key k) {
+    size_t i = (*n)++;
+    while (i > 0 && cmp_seq_key(&k, &h[(i - 1) / 2]) < 0) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = k;
+}
+
+// The producing node of value v when it is a live node other than `self`, else -1.
+static int64_t live_producer(const kiln_bgraph *b, int32_t v, size_t self) {
+    if (v < 0 || (size_t)v >= b->n_values || b->values[v].kind != KILN_IR_NODE) return -1;
+    const uint32_t p = b->values[v].index;
+    if (p >= b->n_nodes || p == self || b->nodes[p].dead) return -1;
+    return p;
+}
+
+// The order: repeatedly the least (seq, index) among the nodes whose live producers are placed
+// (Kahn's algorithm with a heap), so that nodes sharing a seq (a node split in two by one pass,
+// then rewritten by another) still come after what they read.
+static kiln_status topo_order(const kiln_bgraph *b, seq_key *order) {
+    const size_t n = b->n_nodes;
+    uint32_t *indeg = kiln_calloc(n * sizeof(uint32_t), KILN_ALIGN);
+    uint32_t *first = kiln_calloc((n + 1) * sizeof(uint32_t), KILN_ALIGN);
+    uint32_t *edges = NULL, *fill = NULL;
+    seq_key *heap = kiln_malloc(n * sizeof *heap, KILN_ALIGN);
+    size_t n_edges = 0, n_heap = 0, placed = 0;
+    kiln_status st = KILN_OK;
+    if (indeg == NULL || first == NULL || heap == NULL) goto oom;
+    for (size_t i = 0; i < n; i++) {
+        const kiln_bnode *nd = &b->nodes[i];
+        if (nd->dead) continue;
+        for (uint32_t j = 0; j < nd->n_inputs; j++) {
+            const int64_t p = live_producer(b, b->ids[nd->input_begin + j], i);
+            if (p < 0) continue;
+            first[p + 1]++;
+            indeg[i]++;
+            n_edges++;
+        }
+    }
+    for (size_t i = 0; i < n; i++) first[i + 1] += first[i];
+    edges = kiln_malloc((n_edges + 1) * sizeof *edges, KILN_ALIGN);
+    fill = kiln_malloc(n * sizeof *fill, KILN_ALIGN);
+    if (edges == NULL || fill == NULL) goto oom;
+    memcpy(fill, first, n * sizeof *fill);
+    for (size_t i = 0; i < n; i++) {
+        const kiln_bnode *nd = &b->nodes[i];
+        if (nd->dead) continue;
+        for (uint32_t j = 0; j < nd->n_inputs; j++) {
+            const int64_t p = live_producer(b, b->ids[nd->input_begin + j], i);
+            if (p >= 0) edges[fill[p]++] = (uint32_t)i;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (indeg[i] == 0) heap_push(heap, &n_heap, (seq_key){b->nodes[i].seq, (uint32_t)i});
+    }
+    while (n_heap > 0) {
+        const seq_key k = heap_pop(heap, &n_heap);
+        order[placed++] = k;
+        for (uint32_t e = first[k.node]; e < first[k.node + 1]; e++) {
+            const uint32_t c = edges[e];
+            if (--indeg[c] == 0) heap_push(heap, &n_heap, (seq_key){b->nodes[c].seq, c});
+        }
+    }
+    if (placed != n) st = kiln_fail(KILN_ERR_INTERNAL, "the graph's %zu nodes hold a cycle", n);
+    goto done;
+oom:
+    st = kiln_fail(KILN_ERR_NO_MEMORY, "out of memory ordering %zu nodes", n);
+done:
+    kiln_free(indeg, n * sizeof *indeg);
+    kiln_free(first, (n + 1) * sizeof *first);
+    kiln_free(edges, (n_edges + 1) * sizeof *edges);
+    kiln_free(fill, n * sizeof *fill);
+    kiln_free(heap, n * sizeof *heap);
+    return st;
+}
+
 kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b) {
     size_t n = b->n_nodes;
     seq_key *keys;
@@ -334,17 +428,15 @@ kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b) {
     keys = kiln_malloc(n * sizeof *keys, KILN_ALIGN);
     new_index = kiln_malloc(n * sizeof *new_index, KILN_ALIGN);
     sorted = kiln_malloc(n * sizeof *sorted, KILN_ALIGN);
-    if (keys == NULL || new_index == NULL || sorted == NULL) {
+    kiln_status st = keys == NULL || new_index == NULL || sorted == NULL
+                         ? kiln_fail(KILN_ERR_NO_MEMORY, "out of memory ordering %zu nodes", n)
+                         : topo_order(b, keys);
+    if (st != KILN_OK) {
         kiln_free(keys, n * sizeof *keys);
         kiln_free(new_index, n * sizeof *new_index);
         kiln_free(sorted, n * sizeof *sorted);
-        return kiln_fail(KILN_ERR_NO_MEMORY, "out of memory ordering %zu nodes", n);
+        return st;
     }
-    for (size_t i = 0; i < n; i++) {
-        keys[i].seq = b->nodes[i].seq;
-        keys[i].node = (uint32_t)i;
-    }
-    qsort(keys, n, sizeof *keys, cmp_seq_key);
     for (size_t i = 0; i < n; i++) {
         sorted[i] = b->nodes[keys[i].node];
         new_index[keys[i].node] = (uint32_t)i;

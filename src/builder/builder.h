@@ -176,9 +176,10 @@ kiln_status kiln_bgraph_infer(const kiln_bgraph *b, uint32_t node, kiln_value_de
 // dies.
 kiln_status kiln_bgraph_replace_node(kiln_bgraph *b, uint32_t old_node, int32_t new_value,
                                      const char *what);
-// Reorders the nodes by (seq, index), the emission order: after a rewrite that appended nodes
-// read by earlier ones, index order is a topological order again (what the later passes
-// assume). Node indices change; value ids do not.
+// Reorders the nodes by (seq, index), the emission order, within a topological order: after a
+// rewrite that appended nodes read by earlier ones, index order is a topological order again
+// (what the later passes assume), also where nodes share a seq (a node split in two, one half
+// rewritten later). Node indices change; value ids do not.
 kiln_status kiln_bgraph_sort_nodes(kiln_bgraph *b);
 // The only reader of v (read once, not an output) when it is a live plain node (no fused tail,
 // not a tail), else -1; uses as of the last kiln_bgraph_count_uses.

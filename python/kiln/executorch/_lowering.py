@@ -2093,6 +2093,42 @@ def _repeat(L, node, a):
     return L.op("reshape", [v], {"shape": merged})
 
 
+@_handles(
+    "aten.unfold_copy.default",
+    "aten.unfold.default",
+    kiln=("slice", "reshape", "index", "permute"),
+)
+def _unfold(L, node, a):
+    """Tensor.unfold(dim, size, step): n = (L - size) // step + 1 windows along dim, each a new
+    last dim of `size` (PatchTST's patches, audio frames). Windows that do not overlap
+    (step == size) are a slice and a reshape; others an index by the constant [n, size] table
+    of positions i * step + j. Then the window axis moves to the end."""
+    x = a["self"]
+    r = L.rank(x)
+    d = _static_int(a["dimension"], "dimension") % max(r, 1)
+    size, step = _static_int(a["size"], "size"), _static_int(a["step"], "step")
+    length = _static_count(x, [d], "unfold") if r > 0 else 1
+    if size < 1 or step < 1 or size > length:
+        raise Unsupported(f"unfold of size {size} and step {step} over {length}")
+    n = (length - size) // step + 1
+    v = L.value(x)
+    if r == 0:
+        raise Unsupported("unfold of a 0-d tensor")
+    if step == size:
+        if n * size != length:
+            v = L.op("slice", [v], {"dim": d, "start": 0, "end": n * size, "step": 1})
+        shape = [-(i + 2) for i in range(d)] + [n, size] + [-(i + 2) for i in range(d + 1, r)]
+        v = L.op("reshape", [v], {"shape": shape})
+    else:
+        pos = torch.arange(n, dtype=torch.int64)[:, None] * step + torch.arange(size)[None, :]
+        v = L.op("index", [v, L.const_tensor(pos, f"{node.name}_windows")], {"dim": d, "wrap": 0})
+    # [.., n, size, rest..] -> [.., n, rest.., size]
+    if d + 2 <= r:
+        dims = list(range(d + 1)) + list(range(d + 2, r + 1)) + [d + 1]
+        v = L.op("permute", [v], {"dims": dims})
+    return v
+
+
 @_handles("aten.permute_copy.default", "aten.permute.default", kiln="permute")
 def _permute(L, node, a):
     return L.op("permute", [L.value(a["self"])], {"dims": _ints(a["dims"], None, "dims")})
