@@ -283,8 +283,9 @@ CASES = {
             lambda: torch.randint(-(2**62), 2**62, (5, 5)) * (torch.rand(5, 5) < 0.7),
         ],
     ),
-    # F.fold (col2im: VOLO's outlook attention) as a transposed convolution with one-hot taps,
-    # strided, dilated and padded, with output rows and columns no window reaches
+    # F.fold (col2im: VOLO's outlook attention) as a transposed convolution with one-hot taps:
+    # strided, dilated and padded, VOLO's 3x3 of stride 2 and padding 1 (the last row and column
+    # reached by the padding at the end), an output larger than the windows cover
     "fold": (
         Fn(
             lambda m, a, b, c: torch.cat(
@@ -294,6 +295,10 @@ CASES = {
                         1
                     ),
                     F.fold(F.unfold(c, 3, padding=1), (8, 9), 3, padding=1).flatten(1),
+                    F.fold(
+                        F.unfold(c, 3, padding=1, stride=2), (8, 9), 3, padding=1, stride=2
+                    ).flatten(1),
+                    F.fold(F.unfold(c, 2, stride=3), (8, 9), 2, stride=3).flatten(1),
                 ],
                 dim=1,
             )

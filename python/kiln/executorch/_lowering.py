@@ -1070,12 +1070,13 @@ def _convolution(L, node, a):
     return L.op("conv2d", ins, attrs)
 
 
-@_handles("aten.col2im.default", kiln=("conv_transpose2d", "reshape", "pad"))
+@_handles("aten.col2im.default", kiln=("conv_transpose2d", "reshape"))
 def _col2im(L, node, a):
     """F.fold (col2im: every column's kh x kw values added back at their window's positions)
     as a transposed convolution of groups C whose [C * kh * kw, 1, kh, kw] weight is one-hot
-    (channel (c, i, j) to tap (i, j) of channel c), the blocks laid out [N, C * kh * kw, Lh, Lw];
-    rows or columns of the output that no window reaches are padded with zeros."""
+    (channel (c, i, j) to tap (i, j) of channel c), the blocks laid out [N, C * kh * kw, Lh, Lw].
+    The transposed convolution crops the padding at both ends, fold only at the start: its
+    output_padding (at most stride - 1) gives back the last rows and columns."""
     x = a["self"]
     t = _meta(x)
     if t.dim() != 3:
@@ -1100,7 +1101,12 @@ def _col2im(L, node, a):
     for k in range(ckk):
         one_hot[k, 0, (k % (kh * kw)) // kw, k % kw] = 1
     v = L.op("reshape", [L.value(x)], {"shape": [-2, ckk, lh, lw]})
-    y = L.op(
+    # without output_padding it gives (L - 1) * s - 2 p + d (k - 1) + 1 rows and columns
+    oph = h - ((lh - 1) * sh - 2 * ph + dh * (kh - 1) + 1)
+    opw = w - ((lw - 1) * sw - 2 * pw + dw * (kw - 1) + 1)
+    if not (0 <= oph < max(sh, dh) and 0 <= opw < max(sw, dw)):
+        raise Unsupported(f"col2im to {h}x{w} from {lh}x{lw} blocks")
+    return L.op(
         "conv_transpose2d",
         [v, L.const_tensor(one_hot, f"{node.name}_taps")],
         {
@@ -1108,15 +1114,9 @@ def _col2im(L, node, a):
             "padding": [ph, pw],
             "dilation": [dh, dw],
             "groups": c,
-            "output_padding": [0, 0],
+            "output_padding": [oph, opw],
         },
     )
-    # the transposed convolution covers (L - 1) * s - 2 p + d (k - 1) + 1 rows and columns
-    ch = (lh - 1) * sh - 2 * ph + dh * (kh - 1) + 1
-    cw = (lw - 1) * sw - 2 * pw + dw * (kw - 1) + 1
-    if ch != h or cw != w:
-        y = L.op("pad", [y], {"pads": [0, w - cw, 0, h - ch], "value": 0.0})
-    return y
 
 
 @_handles("aten.conv2d.default", kiln="conv2d")
