@@ -97,7 +97,8 @@ extern "C" {
     X(LOG1P, 117, "log1p") /* log(1 + x), exact near 0 (softplus as exported: Mamba) */            \
     X(TOPK, 118, "topk")   /* int64 indices of the k best along dim, best first  */                \
     X(GATHER_MATMUL, 119, "gather_matmul")   /* y[b] = w[idx[b]] @ x[b]: experts' weights */       \
-    X(SELECTIVE_SCAN, 120, "selective_scan") /* h = a_t h + u_t, y_t = h . c_t: Mamba's scan */
+    X(SELECTIVE_SCAN, 120, "selective_scan") /* h = a_t h + u_t, y_t = h . c_t: Mamba's scan */    \
+    X(ERF, 121, "erf") /* the error function (GELU written as x/2 (1 + erf(x/sqrt 2)): ESM) */
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,

@@ -595,6 +595,32 @@ def test_transformers_mamba_is_one_delegate(tmp_path):
     assert "select" not in ops and len(ops) < 40 * cfg.num_hidden_layers, ops
 
 
+def test_esm_gelu_written_with_erf(tmp_path):
+    """transformers' ESM writes GELU as x * 0.5 * (1 + erf(x / sqrt(2))): erf is a Kiln op, and
+    the builder recognizes the formula as gelu (one op fused after its linear, no erf left)."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.EsmConfig(
+        vocab_size=33,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        position_embedding_type="rotary",
+        pad_token_id=1,
+        mask_token_id=32,
+    )
+    cfg._attn_implementation = "sdpa"
+    module = LastHidden(transformers.EsmModel(cfg, add_pooling_layer=False)).eval()
+    ids = lambda: torch.randint(4, 30, (1, 24))  # noqa: E731
+    prog = _load_and_compare(tmp_path, module, (ids(),), [(ids(),)])
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s
+    ops = [la["op"] for la in engine_layers(tmp_path / "model.pte")]
+    assert "erf" not in ops and "gelu" in str(engine_layers(tmp_path / "model.pte")), ops
+
+
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
 def test_transformers_mixture_of_experts(tmp_path, family):
     """transformers' mixture-of-experts decoders (Mixtral: 4 experts, 2 per token; Qwen2-MoE with

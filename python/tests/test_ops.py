@@ -217,7 +217,7 @@ CASES = {
         ),
         [r(4, 9)],
     ),
-    "reciprocal_log2_log10_isnan": (
+    "reciprocal_log2_log10_isnan_erf": (
         Fn(
             lambda m, x, y: torch.stack(
                 [
@@ -226,6 +226,7 @@ CASES = {
                     torch.log10(x),
                     torch.isnan(y).float(),
                     torch.nan_to_num(y, nan=0.5),
+                    torch.erf(x * 3.0 - 4.0),
                 ]
             )
         ),

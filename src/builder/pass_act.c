@@ -62,6 +62,7 @@ static int arith_op(uint32_t op) {
     case KILN_OP_EXP:
     case KILN_OP_LOG:
     case KILN_OP_LOG1P:
+    case KILN_OP_ERF:
     case KILN_OP_CLAMP:
     case KILN_OP_COS:
     case KILN_OP_SIN:
@@ -184,6 +185,7 @@ static double eval_node(const kiln_bgraph *b, const kiln_bnode *n, const double 
     case KILN_OP_EXP: return exp(a);
     case KILN_OP_LOG: return log(a);
     case KILN_OP_LOG1P: return log1p(a);
+    case KILN_OP_ERF: return erf(a);
     case KILN_OP_CLAMP: {
         double lo = kiln_attrs_float(&at, KILN_A_CLAMP_MIN, 0);
         double hi = kiln_attrs_float(&at, KILN_A_CLAMP_MAX, 0);

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Activation formulas (pass_act.c): GELU's tanh form as GPT-2 and FastGELU spell it, swish and
-// hard-swish written out become one gelu / silu / hardswish op, fused after the linear that
-// feeds them; formulas that compute something else (quick GELU, a different constant) or whose
-// intermediates are read elsewhere stay as they are. Every engine computes what the unoptimized
-// one does (the ops one by one on the CPU backend, random inputs), and the fused op is checked
-// against a direct double computation too.
+// Activation formulas (pass_act.c): GELU's tanh form as GPT-2 and FastGELU spell it, its erf
+// form as ESM does, swish and hard-swish written out become one gelu / silu / hardswish op,
+// fused after the linear that feeds them; formulas that compute something else (quick GELU, a
+// different constant) or whose intermediates are read elsewhere stay as they are. Every engine
+// computes what the unoptimized one does (the ops one by one on the CPU backend, random inputs),
+// and the fused op is checked against a direct double computation too.
 #include <math.h>
 
 #include "builder/builder_test_util.h"
@@ -22,6 +22,8 @@ enum {
     F_QUICK_GELU, // x * sigmoid(1.702 * x): no Kiln op, stays
     F_WRONG_C,    // NewGELU with 0.05 in place of 0.044715: stays
     F_LEAK,       // NewGELU whose tanh is also an output: stays
+    F_ERF_GELU,   // x * 0.5 * (1 + erf(x / sqrt(2))) (ESM, older BERT code)
+    F_ERF,        // erf(x) alone: no activation, stays
 };
 
 static int32_t cst(kiln_graph *g, kiln_dtype dt, float v) {
@@ -72,6 +74,14 @@ static kiln_graph *graph(int f, kiln_dtype dt, const float *w, const float *bias
         y = op2(g, KILN_OP_DIV, op2(g, KILN_OP_MUL, h, c), cst(g, dt, 6.0f));
         break;
     }
+    case F_ERF_GELU: {
+        int32_t e = tu_node(g, KILN_OP_ERF, TU_IDS(op2(g, KILN_OP_DIV, h, cst(g, dt, 1.41421356f))),
+                            TU_NO_ATTRS);
+        y = op2(g, KILN_OP_MUL, op2(g, KILN_OP_MUL, h, cst(g, dt, 0.5f)),
+                op2(g, KILN_OP_ADD, cst(g, dt, 1.0f), e));
+        break;
+    }
+    case F_ERF: y = tu_node(g, KILN_OP_ERF, TU_IDS(h), TU_NO_ATTRS); break;
     default: { // F_QUICK_GELU
         int32_t s = op2(g, KILN_OP_MUL, h, cst(g, dt, 1.702f));
         y = op2(g, KILN_OP_MUL, h, tu_node(g, KILN_OP_SIGMOID, TU_IDS(s), TU_NO_ATTRS));
@@ -153,6 +163,9 @@ int main(void) {
     test_formula(F_NEW_GELU, KILN_DTYPE_F16, "linear,gelu", 1, "NewGELU float16");
     test_formula(F_NEW_GELU, KILN_DTYPE_BF16, "linear,gelu", 1, "NewGELU bfloat16");
     test_formula(F_FAST_GELU, KILN_DTYPE_F32, "linear,gelu", 1, "FastGELU");
+    test_formula(F_ERF_GELU, KILN_DTYPE_F32, "linear,gelu", 1, "GELU written with erf");
+    test_formula(F_ERF_GELU, KILN_DTYPE_BF16, "linear,gelu", 1, "GELU written with erf, bfloat16");
+    test_formula(F_ERF, KILN_DTYPE_F32, "linear|erf", 0, "erf");
     test_formula(F_SWISH, KILN_DTYPE_F32, "linear,silu", 1, "swish");
     test_formula(F_HARDSWISH, KILN_DTYPE_F32, "linear,hardswish", 1, "hard-swish");
     test_formula(F_QUICK_GELU, KILN_DTYPE_F32, "linear|mul,sigmoid,mul", 0, "quick GELU");

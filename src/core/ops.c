@@ -131,6 +131,7 @@ static const kiln_op_def ops[] = {
     UNARY(EXP, "exp", F_, 0),
     UNARY(LOG, "log", F_, 0),
     UNARY(LOG1P, "log1p", F_, 0),
+    UNARY(ERF, "erf", F_, 0),
     UNARY(COPY, "copy", ALL_, KILN_OPF_VIEW),
     {.id = KILN_OP_CAST,
      .name = "cast",

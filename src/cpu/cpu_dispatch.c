@@ -34,6 +34,7 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_EXP] = E_(unary),
     [KILN_OP_LOG] = E_(unary),
     [KILN_OP_LOG1P] = E_(unary),
+    [KILN_OP_ERF] = E_(unary),
     [KILN_OP_COPY] = E_(unary),
     [KILN_OP_CAST] = E_(unary),
     [KILN_OP_CLAMP] = E_(unary),

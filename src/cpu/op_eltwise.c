@@ -88,6 +88,9 @@ static void unary_f32(const ew_ctx *c, const float *x, float *y, int64_t n) {
     case KILN_OP_LOG1P:
         for (int64_t i = 0; i < n; i++) y[i] = log1pf(x[i]);
         break;
+    case KILN_OP_ERF:
+        for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
+        break;
     case KILN_OP_COS:
         for (int64_t i = 0; i < n; i++) y[i] = cosf(x[i]);
         break;

@@ -24,6 +24,7 @@ static double ref_unary(uint32_t op, double x, int approx) {
     case KILN_OP_EXP: return exp(x);
     case KILN_OP_LOG: return log(x);
     case KILN_OP_LOG1P: return log1p(x);
+    case KILN_OP_ERF: return erf(x);
     default: return x;
     }
 }
@@ -190,7 +191,7 @@ static void test_unary_random(void) {
     static const uint32_t ops[] = {
         KILN_OP_RELU,      KILN_OP_GELU,        KILN_OP_SILU, KILN_OP_SIGMOID, KILN_OP_TANH,
         KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,  KILN_OP_SQRT,    KILN_OP_RSQRT,
-        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_LOG1P};
+        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_LOG1P,   KILN_OP_ERF};
     static const shape shapes[] = {{1, {0}}, {1, {1}},        {0, {0}},
                                    {1, {7}}, {3, {3, 5, 17}}, {2, {2, 300}}};
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {

@@ -46,6 +46,7 @@ typedef struct ew_params {
 
 // Rare ops called, not inlined into every interpreter's unrolled switch (device code size).
 static __device__ __noinline__ float ew_log1p(float x) { return log1pf(x); }
+static __device__ __noinline__ float ew_erf(float x) { return erff(x); }
 static __device__ __noinline__ float ew_powf(float a, float b) { return powf(a, b); }
 
 // a^b; a square (StarReLU's relu(x)^2, a variance's (x - mean)^2) is one multiply, inline.
@@ -76,6 +77,7 @@ __device__ __forceinline__ float ew_unary(const ew_step &s, float x) {
     case KILN_OP_EXP: return expf(x);
     case KILN_OP_LOG: return logf(x);
     case KILN_OP_LOG1P: return ew_log1p(x);
+    case KILN_OP_ERF: return ew_erf(x);
     case KILN_OP_COS: return cosf(x);
     case KILN_OP_SIN: return sinf(x);
     case KILN_OP_ABS: return fabsf(x);
@@ -605,6 +607,7 @@ static int ew_n_inputs(uint32_t op) {
     case KILN_OP_EXP:
     case KILN_OP_LOG:
     case KILN_OP_LOG1P:
+    case KILN_OP_ERF:
     case KILN_OP_COS:
     case KILN_OP_SIN:
     case KILN_OP_ABS:

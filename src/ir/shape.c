@@ -1658,6 +1658,7 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_EXP:
     case KILN_OP_LOG:
     case KILN_OP_LOG1P:
+    case KILN_OP_ERF:
     case KILN_OP_COPY:
     case KILN_OP_CLAMP:
     case KILN_OP_COS:

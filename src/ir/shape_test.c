@@ -282,9 +282,10 @@ static void test_batch_norm(void) {
 
 static void test_unary(void) {
     static const uint32_t fops[] = {
-        KILN_OP_RELU,      KILN_OP_GELU,        KILN_OP_SILU, KILN_OP_SIGMOID, KILN_OP_TANH,
-        KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,  KILN_OP_SQRT,    KILN_OP_RSQRT,
-        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_CLAMP,   KILN_OP_LOG1P};
+        KILN_OP_RELU, KILN_OP_GELU,      KILN_OP_SILU,        KILN_OP_SIGMOID,
+        KILN_OP_TANH, KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,
+        KILN_OP_SQRT, KILN_OP_RSQRT,     KILN_OP_EXP,         KILN_OP_LOG,
+        KILN_OP_COPY, KILN_OP_CLAMP,     KILN_OP_LOG1P,       KILN_OP_ERF};
     for (size_t i = 0; i < sizeof fops / sizeof fops[0]; i++) {
         EXPECT(A(fops[i]), "f32[2,1..3]", "f32[2,1..3]");
         EXPECT(A(fops[i]), "bf16[]", "bf16[]");

@@ -697,9 +697,10 @@ static const uint32_t FLOATS[] = {F32, F16, BF16};
 
 static void cases_unary(void) {
     static const uint32_t ops[] = {
-        KILN_OP_RELU,      KILN_OP_GELU,        KILN_OP_SILU, KILN_OP_SIGMOID, KILN_OP_TANH,
-        KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,  KILN_OP_SQRT,    KILN_OP_RSQRT,
-        KILN_OP_EXP,       KILN_OP_LOG,         KILN_OP_COPY, KILN_OP_CLAMP,   KILN_OP_LOG1P};
+        KILN_OP_RELU, KILN_OP_GELU,      KILN_OP_SILU,        KILN_OP_SIGMOID,
+        KILN_OP_TANH, KILN_OP_HARDSWISH, KILN_OP_HARDSIGMOID, KILN_OP_NEG,
+        KILN_OP_SQRT, KILN_OP_RSQRT,     KILN_OP_EXP,         KILN_OP_LOG,
+        KILN_OP_COPY, KILN_OP_CLAMP,     KILN_OP_LOG1P,       KILN_OP_ERF};
     // "6x40": a whole number of 16-byte vectors in every float dtype (the vectorized kernel)
     static const char *shapes[] = {"1", "6x40", "7x13", "3x1x5x33", ""};
     uint32_t n_shapes = opt_quick ? 2 : 5;

@@ -579,6 +579,7 @@ for _aten, _kop in [
     ("exp", "exp"),
     ("log", "log"),
     ("log1p", "log1p"),
+    ("erf", "erf"),
     ("cos", "cos"),
     ("sin", "sin"),
     ("abs", "abs"),
