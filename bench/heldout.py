@@ -450,6 +450,306 @@ MODELS = {
     ),
 }
 
+# The second list: 73 more, each a pattern the first did not hold (3-D
+# convolutions, LeakyReLU, fold, local and halo attention, sliding-window patches, ...).
+
+
+def _tv_seg(name):
+    import torchvision.models.segmentation as seg
+
+    return _image(getattr(seg, name)(weights=None, weights_backbone=None, aux_loss=False))
+
+
+def _tv_video(name):
+    import torchvision.models.video as video
+
+    return _Tuple(getattr(video, name)(weights=None)), (torch.randn(1, 3, 8, 112, 112),)
+
+
+class _Flow(nn.Module):
+    """RAFT's last flow estimate for a pair of frames."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, a, b):
+        return (self.m(a, b)[-1],)
+
+
+def _raft():
+    import torchvision.models.optical_flow as flow
+
+    frames = (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128))
+    return _Flow(flow.raft_small(weights=None)), frames
+
+
+def _hf_named(cfg, model, name, x, **kw):
+    return _Named(_hf(cfg, model, **kw), name), (x,)
+
+
+def _transformers_model(cfg_name, model_name, **kw):
+    import transformers
+
+    cfg = getattr(transformers, cfg_name)(**kw)
+    cfg._attn_implementation = "sdpa"
+    return getattr(transformers, model_name)(cfg)
+
+
+MODELS.update(
+    {
+        "vgg11_bn": ("torchvision", lambda: _tv("vgg11_bn")),
+        "alexnet": ("torchvision", lambda: _tv("alexnet")),
+        "wide_resnet50_2": ("torchvision", lambda: _tv("wide_resnet50_2")),
+        "regnet_x_400mf": ("torchvision", lambda: _tv("regnet_x_400mf")),
+        "fcn_resnet50": ("torchvision", lambda: _tv_seg("fcn_resnet50")),
+        "r3d_18": ("torchvision", lambda: _tv_video("r3d_18")),
+        "raft_small": ("torchvision", _raft),
+        **{
+            n: ("timm", lambda t=t, kw=kw: _timm(t, **kw))
+            for n, t, kw in [
+                ("resnetv2_50x1_bit", "resnetv2_50x1_bit", {}),
+                ("cspdarknet53", "cspdarknet53", {}),
+                ("dla34", "dla34", {}),
+                ("hrnet_w18_small", "hrnet_w18_small", {}),
+                ("tresnet_m", "tresnet_m", {}),
+                ("volo_d1", "volo_d1_224", {}),
+                ("gmlp_s16", "gmlp_s16_224", {}),
+                ("resmlp_12", "resmlp_12_224", {}),
+                ("convit_tiny", "convit_tiny", {}),
+                ("crossvit_tiny", "crossvit_tiny_240", {}),
+                ("pit_ti", "pit_ti_224", {}),
+                ("mvitv2_tiny", "mvitv2_tiny", {}),
+                ("efficientvit_b0", "efficientvit_b0", {}),
+                ("efficientvit_m0", "efficientvit_m0", {}),
+                ("tiny_vit_5m", "tiny_vit_5m_224", {}),
+                ("nextvit_small", "nextvit_small", {}),
+                ("twins_svt_small", "twins_svt_small", {}),
+                ("visformer_tiny", "visformer_tiny", {}),
+                ("gcvit_xxtiny", "gcvit_xxtiny", {}),
+                ("davit_tiny", "davit_tiny", {}),
+                ("focalnet_tiny_srf", "focalnet_tiny_srf", {}),
+                ("hiera_tiny", "hiera_tiny_224", {}),
+                ("mambaout_femto", "mambaout_femto", {}),
+                ("starnet_s1", "starnet_s1", {}),
+                ("convmixer_768_32", "convmixer_768_32", {}),
+                ("botnet26t", "botnet26t_256", {"img_size": 224}),
+                ("lambda_resnet26t", "lambda_resnet26t", {}),
+                ("resnest14d", "resnest14d", {}),
+                ("skresnet18", "skresnet18", {}),
+                ("ecaresnet26t", "ecaresnet26t", {}),
+                ("mixnet_s", "mixnet_s", {}),
+                ("dpn68", "dpn68", {}),
+                ("xception41", "xception41", {}),
+                ("repvgg_a0", "repvgg_a0", {}),
+                ("mobileone_s0", "mobileone_s0", {}),
+                ("ese_vovnet19b_dw", "ese_vovnet19b_dw", {}),
+                ("coat_lite_tiny", "coat_lite_tiny", {}),
+                ("deit3_small", "deit3_small_patch16_224", {}),
+                ("efficientformer_l1", "efficientformer_l1", {}),
+                ("vit_siglip", "vit_base_patch16_siglip_224", {}),
+                ("rdnet_tiny", "rdnet_tiny", {}),
+            ]
+        },
+        "halonet26t": (  # (its halo windows need 256 x 256)
+            "timm",
+            lambda: _image(
+                __import__("timm").create_model("halonet26t", pretrained=False, num_classes=0),
+                256,
+            ),
+        ),
+        "gpt_neo": (  # global and local attention
+            "transformers",
+            lambda: _text(
+                _hf(
+                    "GPTNeoConfig",
+                    "GPTNeoModel",
+                    hidden_size=768,
+                    num_heads=12,
+                    num_layers=2,
+                    attention_types=[[["global", "local"], 1]],
+                    window_size=32,
+                )
+            ),
+        ),
+        "phi": (
+            "transformers",
+            lambda: _text(
+                _hf(
+                    "PhiConfig",
+                    "PhiModel",
+                    hidden_size=1024,
+                    intermediate_size=4096,
+                    num_attention_heads=16,
+                )
+            ),
+        ),
+        "granite": (
+            "transformers",
+            lambda: _text(
+                _hf(
+                    "GraniteConfig",
+                    "GraniteModel",
+                    hidden_size=1024,
+                    intermediate_size=2816,
+                    num_attention_heads=16,
+                    num_key_value_heads=4,
+                )
+            ),
+        ),
+        "olmoe": (
+            "transformers",
+            lambda: _text(
+                _hf(
+                    "OlmoeConfig",
+                    "OlmoeModel",
+                    hidden_size=512,
+                    intermediate_size=1024,
+                    num_attention_heads=8,
+                    num_experts=8,
+                    num_experts_per_tok=2,
+                )
+            ),
+        ),
+        "mpt": (
+            "transformers",
+            lambda: _text(_hf("MptConfig", "MptModel", d_model=768, n_heads=12)),
+        ),
+        "xglm": (
+            "transformers",
+            lambda: _text(
+                _hf("XGLMConfig", "XGLMModel", d_model=768, attention_heads=12, ffn_dim=3072)
+            ),
+        ),
+        "funnel": (  # pooling between blocks
+            "transformers",
+            lambda: _text(
+                _transformers_model(
+                    "FunnelConfig", "FunnelBaseModel", block_sizes=[1, 1, 1], vocab_size=VOCAB
+                ),
+                True,
+            ),
+        ),
+        "squeezebert": (
+            "transformers",
+            lambda: _text(_hf("SqueezeBertConfig", "SqueezeBertModel"), True),
+        ),
+        "convbert": ("transformers", lambda: _text(_hf("ConvBertConfig", "ConvBertModel"), True)),
+        "esm": (  # GELU written with erf, rotary
+            "transformers",
+            lambda: _text(
+                _hf(
+                    "EsmConfig",
+                    "EsmModel",
+                    vocab_size=VOCAB,
+                    hidden_size=480,
+                    num_attention_heads=20,
+                    intermediate_size=1920,
+                    position_embedding_type="rotary",
+                    pad_token_id=1,
+                    mask_token_id=32,
+                ),
+                True,
+            ),
+        ),
+        "big_bird": (
+            "transformers",
+            lambda: _text(
+                _hf("BigBirdConfig", "BigBirdModel", attention_type="original_full"), True
+            ),
+        ),
+        "nystromformer": (
+            "transformers",
+            lambda: _text(_hf("NystromformerConfig", "NystromformerModel"), True),
+        ),
+        "hf_mobilevit": (
+            "transformers",
+            lambda: _image(_hf("MobileViTConfig", "MobileViTModel"), 256),
+        ),
+        "cvt": ("transformers", lambda: _image(_hf("CvtConfig", "CvtModel"))),
+        "swiftformer": (
+            "transformers",
+            lambda: _image(_hf("SwiftFormerConfig", "SwiftFormerModel")),
+        ),
+        "dpt": (  # depth estimation: a ViT and its reassembling head
+            "transformers",
+            lambda: (
+                _Tuple(
+                    _hf(
+                        "DPTConfig",
+                        "DPTForDepthEstimation",
+                        hidden_size=384,
+                        num_attention_heads=6,
+                        intermediate_size=1536,
+                        num_hidden_layers=4,
+                        backbone_out_indices=[0, 1, 2, 3],
+                    )
+                ),
+                (torch.randn(1, 3, 224, 224),),
+            ),
+        ),
+        "glpn": ("transformers", lambda: _image(_hf("GLPNConfig", "GLPNForDepthEstimation"))),
+        "vivit": (  # tubelet embedding: a 3-D convolution
+            "transformers",
+            lambda: _hf_named(
+                "VivitConfig",
+                "VivitModel",
+                "pixel_values",
+                torch.randn(1, 8, 3, 112, 112),
+                num_frames=8,
+                image_size=112,
+            ),
+        ),
+        "videomae": (
+            "transformers",
+            lambda: _hf_named(
+                "VideoMAEConfig",
+                "VideoMAEModel",
+                "pixel_values",
+                torch.randn(1, 8, 3, 112, 112),
+                num_frames=8,
+                image_size=112,
+            ),
+        ),
+        "wav2vec2_conformer": (
+            "transformers",
+            lambda: _hf_named(
+                "Wav2Vec2ConformerConfig",
+                "Wav2Vec2ConformerModel",
+                "input_values",
+                torch.randn(1, 16000),
+                position_embeddings_type="rotary",
+                vocab_size=32,
+            ),
+        ),
+        "wavlm": (
+            "transformers",
+            lambda: _hf_named("WavLMConfig", "WavLMModel", "input_values", torch.randn(1, 16000)),
+        ),
+        "ast": (  # audio spectrogram transformer
+            "transformers",
+            lambda: _hf_named("ASTConfig", "ASTModel", "input_values", torch.randn(1, 1024, 128)),
+        ),
+        "sew": (
+            "transformers",
+            lambda: _hf_named("SEWConfig", "SEWModel", "input_values", torch.randn(1, 16000)),
+        ),
+        "patchtst": (  # time series: unfold into patches, batch norm over transposed rows
+            "transformers",
+            lambda: _hf_named(
+                "PatchTSTConfig",
+                "PatchTSTModel",
+                "past_values",
+                torch.randn(1, 512, 7),
+                num_input_channels=7,
+                context_length=512,
+                patch_length=16,
+                patch_stride=16,
+            ),
+        ),
+    }
+)
+
 
 def _is_mask(t: torch.Tensor) -> bool:
     return not t.is_floating_point() and bool(((t == 0) | (t == 1)).all())

@@ -724,12 +724,12 @@ def _fan_in_range(t: torch.Tensor, fan_in: int, gain: float) -> tuple[float, flo
 
 def _zoo_range(mod: nn.Module, pname: str, t: torch.Tensor) -> tuple[float, float]:
     kind = type(mod).__name__
-    if isinstance(mod, (nn.Linear, nn.Conv1d, nn.Conv2d)) or kind == "Conv1D":
+    if isinstance(mod, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) or kind == "Conv1D":
         # transformers' Conv1D (GPT-2) stores its weight as [in, out]
         w = mod.weight
         fan_in = w.shape[0] if kind == "Conv1D" else w[0].numel()
         if pname == "weight":
-            conv = isinstance(mod, (nn.Conv1d, nn.Conv2d))
+            conv = isinstance(mod, (nn.Conv1d, nn.Conv2d, nn.Conv3d))
             return _fan_in_range(t, fan_in, math.sqrt(2.0) if conv else 1.0)
         return -1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in)
     if isinstance(mod, nn.modules.batchnorm._BatchNorm):
@@ -946,9 +946,19 @@ HELDOUT_BENCH = [
     "mixtral",
     "qwen2_moe",
     "mamba",
+    # from the second list: a pattern each (3-D convolutions, LeakyReLU, fold, GELU written
+    # with erf, patches by unfold and batch norm over transposed rows)
+    "r3d_18",
+    "tresnet_m",
+    "volo_d1",
+    "esm",
+    "patchtst",
 ]
+# PatchTST in float16 is 6.4% off float32 in PyTorch itself (L2; its scaler divides by each
+# series' spread): Kiln's 5.2% is checked against a wider bound
+HELDOUT_TOL = {"patchtst": 1e-1}
 CNN_HELDOUT = {"shufflenet_v2", "efficientnet_v2_s", "resnext50_32x4d", "mobilenetv4_small",
-                "repvit_m1", "convformer_s18"}  # fmt: skip
+                "repvit_m1", "convformer_s18", "tresnet_m"}  # fmt: skip
 
 
 def _heldout_make(name: str):
@@ -981,7 +991,7 @@ HELDOUT_FAMILIES = {
         _heldout_specs(n),
         None,
         lambda m, b: _fp16_param_bytes(m),
-        tol=5e-2,
+        tol=HELDOUT_TOL.get(n, 5e-2),
         cnn=n in CNN_HELDOUT,
     )
     for n in HELDOUT_BENCH
