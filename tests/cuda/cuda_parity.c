@@ -2920,6 +2920,66 @@ static int model_sepconv(model *m, kiln_precision precision) {
     return model_finish(&b, m, precision);
 }
 
+// The export's forms of ops without a Kiln kernel of their own (python/kiln/executorch/
+// _lowering.py), a dynamic batch: a 3-D convolution [N, 8, 5, 12, 12] (3x3x3, groups 2, the
+// frames padded by 1) as a 2-D one over (batch x frame) with the temporal taps stacked after the
+// channels (pad, three slices, a rank-6 cat and permute, reshapes), LeakyReLU as max(x, 0.1 x),
+// amax as argmax + gather, and a variance as mean, sub, mul, sum and div.
+static int model_lowered_forms(model *m, kiln_precision precision) {
+    gbuild b = {NULL, 1};
+    int64_t mins[5] = {1, 8, 5, 12, 12}, maxs[5] = {2, 8, 5, 12, 12};
+    int64_t pads[6] = {0, 0, 0, 0, 1, 1}, two = 2, one = 1, zero = 0;
+    int64_t to_frames[6] = {0, 3, 1, 2, 4, 5}, back[5] = {0, 2, 1, 3, 4};
+    int64_t shape_in[4] = {-1, 24, -6, -7}, shape_out[5] = {-1, 5, 16, -4, -5};
+    int64_t s2[2] = {1, 1}, p2[2] = {1, 1}, groups = 2, dims1 = 1;
+    kiln_graph_new(&b.g);
+    int32_t x = gb_input(&b, "x", F32, 5, mins, maxs);
+    kiln_attr pa = A_INTS("pads", pads, 6);
+    int32_t xp = gb_node(&b, KILN_OP_PAD, &x, 1, &pa, 1);
+    int32_t taps[3];
+    for (int64_t i = 0; i < 3; i++) {
+        int64_t start = i, end = i + 5;
+        kiln_attr sa[3] = {A_INTS("dim", &two, 1), A_INTS("start", &start, 1),
+                           A_INTS("end", &end, 1)};
+        int32_t sl = gb_node(&b, KILN_OP_SLICE, &xp, 1, sa, 3);
+        kiln_attr ua = A_INTS("dim", &two, 1);
+        taps[i] = gb_node(&b, KILN_OP_UNSQUEEZE, &sl, 1, &ua, 1);
+    }
+    kiln_attr ca = A_INTS("dim", &two, 1);
+    int32_t u = gb_node(&b, KILN_OP_CAT, taps, 3, &ca, 1);
+    kiln_attr fa = A_INTS("dims", to_frames, 6);
+    u = gb_node(&b, KILN_OP_PERMUTE, &u, 1, &fa, 1);
+    kiln_attr ra = A_INTS("shape", shape_in, 4);
+    u = gb_node(&b, KILN_OP_RESHAPE, &u, 1, &ra, 1);
+    int32_t cv[3] = {u, gb_const(&b, F32, "16x12x3x3", -0.3, 0.3),
+                     gb_const(&b, F32, "16", -0.1, 0.1)};
+    kiln_attr cva[3] = {A_INTS("stride", s2, 2), A_INTS("padding", p2, 2),
+                        A_INTS("groups", &groups, 1)};
+    int32_t y = gb_node(&b, KILN_OP_CONV2D, cv, 3, cva, 3);
+    kiln_attr ra2 = A_INTS("shape", shape_out, 5);
+    y = gb_node(&b, KILN_OP_RESHAPE, &y, 1, &ra2, 1);
+    kiln_attr ba = A_INTS("dims", back, 5);
+    y = gb_node(&b, KILN_OP_PERMUTE, &y, 1, &ba, 1);
+    int32_t v = gb2(&b, KILN_OP_MAXIMUM, y, gb2(&b, KILN_OP_MUL, y, gb_scalar(&b, F32, 0.1f)));
+    kiln_attr aa[2] = {A_INTS("dim", &two, 1), A_INTS("keepdim", &one, 1)};
+    int32_t idx = gb_node(&b, KILN_OP_ARGMAX, &v, 1, aa, 2);
+    int32_t gi[2] = {v, idx};
+    int32_t mx = gb_node(&b, KILN_OP_GATHER, gi, 2, &ca, 1);
+    kiln_attr ma[2] = {A_INTS("dims", &dims1, 1), A_INTS("keepdim", &one, 1)};
+    int32_t mean = gb_node(&b, KILN_OP_MEAN, &v, 1, ma, 2);
+    int32_t d = gb2(&b, KILN_OP_SUB, v, mean);
+    kiln_attr sa2[2] = {A_INTS("dims", &dims1, 1), A_INTS("keepdim", &zero, 1)};
+    int32_t dd = gb2(&b, KILN_OP_MUL, d, d);
+    int32_t var =
+        gb2(&b, KILN_OP_DIV, gb_node(&b, KILN_OP_SUM, &dd, 1, sa2, 2), gb_scalar(&b, F32, 15.0f));
+    gb_check(&b, kiln_graph_mark_output(b.g, v, "v"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, mx, "amax"), "output");
+    gb_check(&b, kiln_graph_mark_output(b.g, var, "var"), "output");
+    m->name = precision == KILN_PRECISION_BF16 ? "lowered forms bf16" : "lowered forms fp16";
+    m->tol = precision == KILN_PRECISION_BF16 ? 6e-2 : 3e-2;
+    return model_finish(&b, m, precision);
+}
+
 // Channels-last model code (ConvNeXt's blocks), 32 channels, a dynamic batch: a 1x1 conv, permute
 // (0, 2, 3, 1), layer_norm, linear + GELU, linear, permute (0, 3, 1, 2), a depthwise 5x5, the
 // residual add, a depthwise 3x3 of the add's output, and permute (0, 2, 3, 1) into a linear (the
@@ -5710,7 +5770,7 @@ static void check_l2_plan(const char *name, const e2e_stats *st) {
 }
 
 static void run_e2e(void) {
-    model models[72]; // room for the 65 built below
+    model models[72]; // room for the 70 built below
     int n = 0;
     memset(models, 0, sizeof models);
     if (model_mlp(&models[n], KILN_PRECISION_FP32)) n++;
@@ -5814,7 +5874,9 @@ static void run_e2e(void) {
     if (model_sepconv(&models[n], KILN_PRECISION_FP16)) n++;
     if (!opt_quick && model_sepconv(&models[n], KILN_PRECISION_BF16)) n++;
     const int end_sep = n;
-    CHECK_MSG(n == (opt_quick ? 45 : 68), "only %d of the e2e models were built", n);
+    if (model_lowered_forms(&models[n], KILN_PRECISION_FP16)) n++;
+    if (!opt_quick && model_lowered_forms(&models[n], KILN_PRECISION_BF16)) n++;
+    CHECK_MSG(n == (opt_quick ? 46 : 70), "only %d of the e2e models were built", n);
     for (int i = 0; i < n; i++) {
         const int is_dw = i >= first_dw && i < end_dw;
         const int is_cnn = i >= first_cnn && i < end_cnn;
