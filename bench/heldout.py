@@ -493,7 +493,11 @@ def _transformers_model(cfg_name, model_name, **kw):
 
     cfg = getattr(transformers, cfg_name)(**kw)
     cfg._attn_implementation = "sdpa"
-    return getattr(transformers, model_name)(cfg)
+    try:
+        return getattr(transformers, model_name)(cfg)
+    except ValueError:  # the model has no sdpa form in transformers
+        cfg._attn_implementation = "eager"
+        return getattr(transformers, model_name)(cfg)
 
 
 MODELS.update(
