@@ -693,28 +693,23 @@ MODELS.update(
             ),
         ),
         "glpn": ("transformers", lambda: _image(_hf("GLPNConfig", "GLPNForDepthEstimation"))),
-        "vivit": (  # tubelet embedding: a 3-D convolution
-            "transformers",
-            lambda: _hf_named(
-                "VivitConfig",
-                "VivitModel",
-                "pixel_values",
-                torch.randn(1, 8, 3, 112, 112),
-                num_frames=8,
-                image_size=112,
-            ),
-        ),
-        "videomae": (
-            "transformers",
-            lambda: _hf_named(
-                "VideoMAEConfig",
-                "VideoMAEModel",
-                "pixel_values",
-                torch.randn(1, 8, 3, 112, 112),
-                num_frames=8,
-                image_size=112,
-            ),
-        ),
+        **{
+            n: (  # tubelet embeddings: 3-D convolutions
+                "transformers",
+                lambda c=c, m=m: _hf_named(
+                    c,
+                    m,
+                    "pixel_values",
+                    torch.randn(1, 8, 3, 112, 112),
+                    num_frames=8,
+                    image_size=112,
+                ),
+            )
+            for n, c, m in [
+                ("vivit", "VivitConfig", "VivitModel"),
+                ("videomae", "VideoMAEConfig", "VideoMAEModel"),
+            ]
+        },
         "wav2vec2_conformer": (
             "transformers",
             lambda: _hf_named(
