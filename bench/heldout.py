@@ -450,7 +450,7 @@ MODELS = {
     ),
 }
 
-# The second list: 73 more, each a pattern the first did not hold (3-D
+# The second list: 78 more, each a pattern the first did not hold (3-D
 # convolutions, LeakyReLU, fold, local and halo attention, sliding-window patches, ...).
 
 
@@ -460,10 +460,10 @@ def _tv_seg(name):
     return _image(getattr(seg, name)(weights=None, weights_backbone=None, aux_loss=False))
 
 
-def _tv_video(name):
+def _tv_video(name, shape=(1, 3, 8, 112, 112)):
     import torchvision.models.video as video
 
-    return _Tuple(getattr(video, name)(weights=None)), (torch.randn(1, 3, 8, 112, 112),)
+    return _Tuple(getattr(video, name)(weights=None)), (torch.randn(*shape),)
 
 
 class _Flow(nn.Module):
@@ -507,7 +507,16 @@ MODELS.update(
         "wide_resnet50_2": ("torchvision", lambda: _tv("wide_resnet50_2")),
         "regnet_x_400mf": ("torchvision", lambda: _tv("regnet_x_400mf")),
         "fcn_resnet50": ("torchvision", lambda: _tv_seg("fcn_resnet50")),
-        "r3d_18": ("torchvision", lambda: _tv_video("r3d_18")),
+        **{
+            n: ("torchvision", lambda n=n: _tv_video(n))
+            for n in ("r3d_18", "r2plus1d_18", "mc3_18")
+        },
+        "s3d": (  # 3-D max and average pooling
+            "torchvision",
+            lambda: _tv_video("s3d", (1, 3, 16, 224, 224)),
+        ),
+        "mvit_v2_s": ("torchvision", lambda: _tv_video("mvit_v2_s", (1, 3, 16, 224, 224))),
+        "swin3d_t": ("torchvision", lambda: _tv_video("swin3d_t")),
         "raft_small": ("torchvision", _raft),
         **{
             n: ("timm", lambda t=t, kw=kw: _timm(t, **kw))

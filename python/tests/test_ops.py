@@ -322,6 +322,43 @@ CASES = {
         ),
         [r(2, 11, 7), r(6)],
     ),
+    # 3-D max pooling (MViT's skip pooling) as a 2-D pool per frame and the maximum of the
+    # temporal taps: padded, strided, dilated, ceil_mode, a NaN propagating
+    "max_pool3d": (
+        Fn(
+            lambda m, x: torch.cat(
+                [
+                    F.max_pool3d(x, (3, 3, 3), (1, 2, 2), (1, 1, 1)).flatten(1),
+                    F.max_pool3d(x, 2).flatten(1),
+                    F.max_pool3d(x, (2, 3, 1), (2, 1, 1), (1, 1, 0), ceil_mode=True).flatten(1),
+                    F.max_pool3d(x, (2, 2, 2), 1, 0, dilation=(2, 1, 2)).flatten(1),
+                    F.max_pool3d(x, (1, 3, 3), 1, (0, 1, 1)).flatten(1),
+                ],
+                dim=1,
+            )
+        ),
+        [
+            lambda: torch.where(
+                torch.rand(2, 3, 5, 6, 7) < 0.02, float("nan"), torch.randn(2, 3, 5, 6, 7)
+            )
+        ],
+    ),
+    "avg_pool3d": (
+        Fn(
+            lambda m, x: torch.cat(
+                [
+                    F.avg_pool3d(x, (2, 3, 3), 1).flatten(1),
+                    F.avg_pool3d(x, 3, 2, 1).flatten(1),
+                    F.avg_pool3d(x, 3, 2, 1, count_include_pad=False).flatten(1),
+                    F.avg_pool3d(x, (3, 2, 2), (1, 2, 2), (1, 0, 1), ceil_mode=True).flatten(1),
+                    m.lrn(x[:, :, 0]).flatten(1),
+                ],
+                dim=1,
+            ),
+            lrn=nn.LocalResponseNorm(3),
+        ),
+        [r(2, 4, 5, 6, 7)],
+    ),
     # InstanceNorm (batch norm over a [1, N * C, ...] view: group_norm, one channel a group)
     "instance_norm": (
         Fn(

@@ -1289,6 +1289,148 @@ def _max_pool(L, a):
     )
 
 
+def _pool_len(n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
+    """PyTorch's pooled length: a last window of ceil_mode must start inside the input or its
+    left padding."""
+    span = n + 2 * p - d * (k - 1) - 1
+    out = (span + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+@_handles(
+    "aten.max_pool3d_with_indices.default",
+    kiln=("max_pool2d", "reshape", "pad", "slice", "maximum", "copy"),
+)
+def _max_pool3d(L, node, a):
+    """A 3-D max pool (MViT's skip pooling) as a 2-D one over each frame's (H, W) ([N, C * T, H,
+    W]) and then the maximum of the kt temporal taps (strided slices of the frames padded with
+    -inf): the same window maximum, NaN propagating. The indices output is not computed."""
+    x = a["self"]
+    if L.rank(x) != 5:
+        raise Unsupported("max_pool3d on a 4-D (unbatched) input")
+    (kt, kh, kw) = _ints(a["kernel_size"], 3, "kernel_size")
+    stride = a["stride"]
+    st, sh, sw = (
+        (kt, kh, kw)
+        if stride is None or (isinstance(stride, (list, tuple)) and not stride)
+        else _ints(stride, 3, "stride")
+    )
+    pt, ph, pw = _ints(a["padding"], 3, "padding")
+    dt, dh, dw = _ints(a["dilation"], 3, "dilation")
+    ceil = bool(a["ceil_mode"])
+    c = _static_count(x, [1], "max_pool3d")
+    t = _static_count(x, [2], "max_pool3d")
+    t_out = _pool_len(t, kt, st, pt, dt, ceil)
+    if t_out <= 0:
+        raise Unsupported("max_pool3d with no output frame")
+    v = L.op("reshape", [L.value(x)], {"shape": [-2, c * t, -5, -6]})
+    v = L.op(
+        "max_pool2d",
+        [v],
+        {
+            "kernel": [kh, kw],
+            "stride": [sh, sw],
+            "padding": [ph, pw],
+            "dilation": [dh, dw],
+            "ceil_mode": int(ceil),
+        },
+    )
+    v = L.op("reshape", [v], {"shape": [-2, c, t, -4, -5]})
+    # frames padded with -inf: pt before, and after as far as the last window reaches
+    after = max(pt, (t_out - 1) * st + dt * (kt - 1) + 1 - (t + pt))
+    if pt or after:
+        v = L.op("pad", [v], {"pads": [0, 0, 0, 0, pt, after], "value": float("-inf")})
+    out = None
+    for i in range(kt):
+        start = i * dt
+        tap = v
+        if not (start == 0 and st == 1 and t_out == t + pt + after):
+            tap = L.op(
+                "slice",
+                [v],
+                {"dim": 2, "start": start, "end": start + (t_out - 1) * st + 1, "step": st},
+            )
+        out = tap if out is None else L.op("maximum", [out, tap])
+    if out is v:
+        out = L.op("copy", [v])
+    return [out, None]
+
+
+@_handles(
+    "aten.avg_pool3d.default",
+    kiln=("avg_pool2d", "reshape", "pad", "slice", "add", "mul", "copy"),
+)
+def _avg_pool3d(L, node, a):
+    """A 3-D average pool (S3D) as a 2-D one over each frame's (H, W) and then the mean of the
+    kt temporal taps: the window's divisor is the product of its frames' and its (H, W) part's
+    counts, padding counted or not (count_include_pad), so the two averages compose exactly.
+    ceil_mode windows past the input (other divisors) and divisor_override are not taken."""
+    x = a["self"]
+    if L.rank(x) != 5:
+        raise Unsupported("avg_pool3d on a 4-D (unbatched) input")
+    if a["divisor_override"] is not None:
+        raise Unsupported("avg_pool3d with divisor_override")
+    kt, kh, kw = _ints(a["kernel_size"], 3, "kernel_size")
+    stride = a["stride"]
+    st, sh, sw = (
+        (kt, kh, kw)
+        if stride is None or (isinstance(stride, (list, tuple)) and not stride)
+        else _ints(stride, 3, "stride")
+    )
+    pt, ph, pw = _ints(a["padding"], 3, "padding")
+    c = _static_count(x, [1], "avg_pool3d")
+    t = _static_count(x, [2], "avg_pool3d")
+    h = _static_count(x, [3], "avg_pool3d")
+    w = _static_count(x, [4], "avg_pool3d")
+    floor = [
+        _pool_len(n, k, s_, p, 1, False)
+        for n, k, s_, p in ((t, kt, st, pt), (h, kh, sh, ph), (w, kw, sw, pw))
+    ]
+    if a["ceil_mode"] and floor != [
+        _pool_len(n, k, s_, p, 1, True)
+        for n, k, s_, p in ((t, kt, st, pt), (h, kh, sh, ph), (w, kw, sw, pw))
+    ]:
+        raise Unsupported("avg_pool3d whose ceil_mode windows reach past the input")
+    t_out = floor[0]
+    if t_out <= 0:
+        raise Unsupported("avg_pool3d with no output frame")
+    include = bool(a["count_include_pad"])
+    v = L.op("reshape", [L.value(x)], {"shape": [-2, c * t, -5, -6]})
+    v = L.op(
+        "avg_pool2d",
+        [v],
+        {
+            "kernel": [kh, kw],
+            "stride": [sh, sw],
+            "padding": [ph, pw],
+            "ceil_mode": 0,
+            "count_include_pad": int(include),
+            "divisor_override": 0,
+        },
+    )
+    v = L.op("reshape", [v], {"shape": [-2, c, t, -4, -5]})
+    if pt:
+        v = L.op("pad", [v], {"pads": [0, 0, 0, 0, pt, pt], "value": 0.0})
+    total = None
+    for i in range(kt):
+        tap = v
+        if not (i == 0 and st == 1 and t_out == t + 2 * pt):
+            tap = L.op(
+                "slice", [v], {"dim": 2, "start": i, "end": i + (t_out - 1) * st + 1, "step": st}
+            )
+        total = tap if total is None else L.op("add", [total, tap])
+    # each output frame's count of frames: kt, or those inside the input without padding counted
+    counts = [
+        kt if include else sum(1 for i in range(kt) if 0 <= j * st + i - pt < t)
+        for j in range(t_out)
+    ]
+    dt = L.dtype(x)
+    inv = torch.tensor([1.0 / n for n in counts], dtype=dt).reshape(1, 1, t_out, 1, 1)
+    return L.op("mul", [total, L.const_tensor(inv, f"{node.name}_frames")])
+
+
 @_handles("aten.max_pool2d_with_indices.default", kiln="max_pool2d")
 def _max_pool_wi(L, node, a):
     return [_max_pool(L, a), None]
