@@ -59,10 +59,17 @@ def _hf(cfg_name, model_name, layers=None, **kw):
         cfg.vocab_size = min(cfg.vocab_size, VOCAB)
     if getattr(cfg, "pad_token_id", None) is not None and cfg.pad_token_id >= cfg.vocab_size:
         cfg.pad_token_id = 0
+    return _sdpa_model(model_name, cfg)
+
+
+def _sdpa_model(model_name, cfg):
+    """transformers' model_name on cfg with sdpa attention, or eager where it has no sdpa form."""
+    import transformers
+
     cfg._attn_implementation = "sdpa"
     try:
         return getattr(transformers, model_name)(cfg)
-    except ValueError:  # the model has no sdpa form in transformers
+    except ValueError:
         cfg._attn_implementation = "eager"
         return getattr(transformers, model_name)(cfg)
 
@@ -489,15 +496,10 @@ def _hf_named(cfg, model, name, x, **kw):
 
 
 def _transformers_model(cfg_name, model_name, **kw):
+    """A transformers model with the config's own layer count and vocabulary (not _hf's)."""
     import transformers
 
-    cfg = getattr(transformers, cfg_name)(**kw)
-    cfg._attn_implementation = "sdpa"
-    try:
-        return getattr(transformers, model_name)(cfg)
-    except ValueError:  # the model has no sdpa form in transformers
-        cfg._attn_implementation = "eager"
-        return getattr(transformers, model_name)(cfg)
+    return _sdpa_model(model_name, getattr(transformers, cfg_name)(**kw))
 
 
 MODELS.update(

@@ -1299,6 +1299,29 @@ def _pool_len(n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
     return out
 
 
+def _pool3d_args(L: Lowerer, a: dict, what: str):
+    """A 3-D pool's kernel, stride (the kernel when none), padding, and its input's static
+    channels and frames."""
+    x = a["self"]
+    if L.rank(x) != 5:
+        raise Unsupported(f"{what} on a 4-D (unbatched) input")
+    kernel = _ints(a["kernel_size"], 3, "kernel_size")
+    stride = a["stride"]
+    if stride is None or (isinstance(stride, (list, tuple)) and not stride):
+        stride = kernel
+    else:
+        stride = _ints(stride, 3, "stride")
+    c, t = _static_count(x, [1], what), _static_count(x, [2], what)
+    return kernel, stride, _ints(a["padding"], 3, "padding"), c, t
+
+
+def _pool_frames(L: Lowerer, x, c: int, t: int, op: str, attrs: dict) -> int:
+    """The 2-D pool `op` over each frame's (H, W) of x [N, C, T, H, W]: [N, C, T, Ho, Wo]."""
+    v = L.op("reshape", [L.value(x)], {"shape": [-2, c * t, -5, -6]})
+    v = L.op(op, [v], attrs)
+    return L.op("reshape", [v], {"shape": [-2, c, t, -4, -5]})
+
+
 @_handles(
     "aten.max_pool3d_with_indices.default",
     kiln=("max_pool2d", "reshape", "pad", "slice", "maximum", "copy"),
@@ -1308,36 +1331,15 @@ def _max_pool3d(L, node, a):
     W]) and then the maximum of the kt temporal taps (strided slices of the frames padded with
     -inf): the same window maximum, NaN propagating. The indices output is not computed."""
     x = a["self"]
-    if L.rank(x) != 5:
-        raise Unsupported("max_pool3d on a 4-D (unbatched) input")
-    (kt, kh, kw) = _ints(a["kernel_size"], 3, "kernel_size")
-    stride = a["stride"]
-    st, sh, sw = (
-        (kt, kh, kw)
-        if stride is None or (isinstance(stride, (list, tuple)) and not stride)
-        else _ints(stride, 3, "stride")
-    )
-    pt, ph, pw = _ints(a["padding"], 3, "padding")
+    (kt, kh, kw), (st, sh, sw), (pt, ph, pw), c, t = _pool3d_args(L, a, "max_pool3d")
     dt, dh, dw = _ints(a["dilation"], 3, "dilation")
     ceil = bool(a["ceil_mode"])
-    c = _static_count(x, [1], "max_pool3d")
-    t = _static_count(x, [2], "max_pool3d")
     t_out = _pool_len(t, kt, st, pt, dt, ceil)
     if t_out <= 0:
         raise Unsupported("max_pool3d with no output frame")
-    v = L.op("reshape", [L.value(x)], {"shape": [-2, c * t, -5, -6]})
-    v = L.op(
-        "max_pool2d",
-        [v],
-        {
-            "kernel": [kh, kw],
-            "stride": [sh, sw],
-            "padding": [ph, pw],
-            "dilation": [dh, dw],
-            "ceil_mode": int(ceil),
-        },
-    )
-    v = L.op("reshape", [v], {"shape": [-2, c, t, -4, -5]})
+    pool = {"kernel": [kh, kw], "stride": [sh, sw], "padding": [ph, pw]}
+    pool.update({"dilation": [dh, dw], "ceil_mode": int(ceil)})
+    v = _pool_frames(L, x, c, t, "max_pool2d", pool)
     # frames padded with -inf: pt before, and after as far as the last window reaches
     after = max(pt, (t_out - 1) * st + dt * (kt - 1) + 1 - (t + pt))
     if pt or after:
@@ -1368,20 +1370,9 @@ def _avg_pool3d(L, node, a):
     counts, padding counted or not (count_include_pad), so the two averages compose exactly.
     ceil_mode windows past the input (other divisors) and divisor_override are not taken."""
     x = a["self"]
-    if L.rank(x) != 5:
-        raise Unsupported("avg_pool3d on a 4-D (unbatched) input")
     if a["divisor_override"] is not None:
         raise Unsupported("avg_pool3d with divisor_override")
-    kt, kh, kw = _ints(a["kernel_size"], 3, "kernel_size")
-    stride = a["stride"]
-    st, sh, sw = (
-        (kt, kh, kw)
-        if stride is None or (isinstance(stride, (list, tuple)) and not stride)
-        else _ints(stride, 3, "stride")
-    )
-    pt, ph, pw = _ints(a["padding"], 3, "padding")
-    c = _static_count(x, [1], "avg_pool3d")
-    t = _static_count(x, [2], "avg_pool3d")
+    (kt, kh, kw), (st, sh, sw), (pt, ph, pw), c, t = _pool3d_args(L, a, "avg_pool3d")
     h = _static_count(x, [3], "avg_pool3d")
     w = _static_count(x, [4], "avg_pool3d")
     floor = [
@@ -1397,20 +1388,9 @@ def _avg_pool3d(L, node, a):
     if t_out <= 0:
         raise Unsupported("avg_pool3d with no output frame")
     include = bool(a["count_include_pad"])
-    v = L.op("reshape", [L.value(x)], {"shape": [-2, c * t, -5, -6]})
-    v = L.op(
-        "avg_pool2d",
-        [v],
-        {
-            "kernel": [kh, kw],
-            "stride": [sh, sw],
-            "padding": [ph, pw],
-            "ceil_mode": 0,
-            "count_include_pad": int(include),
-            "divisor_override": 0,
-        },
-    )
-    v = L.op("reshape", [v], {"shape": [-2, c, t, -4, -5]})
+    pool = {"kernel": [kh, kw], "stride": [sh, sw], "padding": [ph, pw], "ceil_mode": 0}
+    pool.update({"count_include_pad": int(include), "divisor_override": 0})
+    v = _pool_frames(L, x, c, t, "avg_pool2d", pool)
     if pt:
         v = L.op("pad", [v], {"pads": [0, 0, 0, 0, pt, pt], "value": 0.0})
     total = None
