@@ -491,6 +491,14 @@ def _raft():
     return _Flow(flow.raft_small(weights=None)), frames
 
 
+def _detr(cfg_name, model_name, **kw):
+    """A transformers detector's decoder states (deformable attention: grid_sample)."""
+    import transformers
+
+    m = getattr(transformers, model_name)(getattr(transformers, cfg_name)(**kw))
+    return _Named(m, "pixel_values"), (torch.randn(1, 3, 320, 320),)
+
+
 def _hf_named(cfg, model, name, x, **kw):
     return _Named(_hf(cfg, model, **kw), name), (x,)
 
@@ -520,6 +528,17 @@ MODELS.update(
         "mvit_v2_s": ("torchvision", lambda: _tv_video("mvit_v2_s", (1, 3, 16, 224, 224))),
         "swin3d_t": ("torchvision", lambda: _tv_video("swin3d_t")),
         "raft_small": ("torchvision", _raft),
+        "rt_detr": ("transformers", lambda: _detr("RTDetrConfig", "RTDetrModel")),
+        "deformable_detr": (
+            "transformers",
+            lambda: _detr(
+                "DeformableDetrConfig",
+                "DeformableDetrModel",
+                use_timm_backbone=True,
+                use_pretrained_backbone=False,
+                backbone="resnet50",
+            ),
+        ),
         **{
             n: ("timm", lambda t=t, kw=kw: _timm(t, **kw))
             for n, t, kw in [

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import assert_close, delegation_summary
-from kiln.executorch import export
+from kiln.executorch import KilnStrictError, export
 
 
 class Fn(nn.Module):
@@ -321,6 +321,23 @@ CASES = {
             )
         ),
         [r(2, 11, 7), r(6)],
+    ),
+    # F.grid_sample (RAFT's correlation lookup, deformable attention) as gathers: bilinear and
+    # nearest, zeros and border padding, with and without align_corners, the grid reaching past
+    # the map on every side, an output of another size than the input
+    "grid_sample": (
+        Fn(
+            lambda m, x, g: torch.cat(
+                [
+                    F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=align).flatten(1)
+                    for mode in ("bilinear", "nearest")
+                    for pad in ("zeros", "border")
+                    for align in (False, True)
+                ],
+                dim=1,
+            )
+        ),
+        [r(2, 3, 5, 7), lambda: torch.rand(2, 4, 6, 2) * 2.6 - 1.3],
     ),
     # 3-D max pooling (MViT's skip pooling) as a 2-D pool per frame and the maximum of the
     # temporal taps: padded, strided, dilated, ceil_mode, a NaN propagating
@@ -780,6 +797,20 @@ def test_sdpa_enable_gqa_reads_the_kv_heads(tmp_path, causal):
     with torch.no_grad():
         expected = model(*fresh)
     assert_close(run_program(prog, "forward", fresh), (expected,))
+
+
+@pytest.mark.parametrize(
+    "mode, padding, why",
+    [("bicubic", "zeros", "bicubic mode"), ("bilinear", "reflection", "reflection padding")],
+)
+def test_grid_sample_modes_kiln_lacks_are_named(mode, padding, why):
+    """A grid_sample mode Kiln has no form for stays with ExecuTorch, named with the reason."""
+    model = Fn(lambda m, x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding) * 2)
+    x, g = torch.randn(1, 2, 5, 6), torch.rand(1, 3, 4, 2) * 2 - 1
+    with pytest.raises(KilnStrictError) as ei:
+        export(model.eval(), (x, g), strict=True, quiet=True)
+    (r,) = ei.value.rejected
+    assert "grid_sampler" in r["op"] and why in r["reason"], r
 
 
 def test_pure_data_movement_stays_in_executorch():
