@@ -24,7 +24,7 @@ from kiln_test_models import (  # noqa: E402
     EncoderBlock,
     ResNet18,
     RingCounter,
-    WithFlipLinked,
+    WithAtanLinked,
 )
 
 
@@ -47,11 +47,11 @@ def models():
         {"external_data": "enc"},
     )
     torch.manual_seed(3)
-    # Two Kiln delegates around a flip, one passing tensors straight to the other (linked:
+    # Two Kiln delegates around an atan, one passing tensors straight to the other (linked:
     # docs/runtime.md, "Between delegates").
     yield (
         "linked",
-        WithFlipLinked().eval(),
+        WithAtanLinked().eval(),
         (torch.randn(4, 16),),
         {"dynamic_shapes": ({0: batch},)},
     )

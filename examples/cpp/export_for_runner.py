@@ -10,7 +10,7 @@ in Kiln's tensor file format (kiln_tensors.py).
 (MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)), so the runner can bind
 caller buffers in place (kiln_runner --device-io binds CUDA memory). --no-kiln exports without
 the Kiln partitioner (everything on ExecuTorch's CPU kernels), for comparison. --model linked
-is an MLP split by an op Kiln lacks (flip) into two Kiln delegates, one of which passes a tensor
+is an MLP split by an op Kiln lacks (atan) into two Kiln delegates, one of which passes a tensor
 straight to the other: run it with kiln_runner --expect-linked to check that this tensor stays
 in the engines' memory (docs/runtime.md, "Between delegates").
 
@@ -54,9 +54,9 @@ def _demo_model(name: str, batch: int):
 
 
 class _Linked(torch.nn.Module):
-    """Two Kiln delegates around torch.flip (not a Kiln op): h goes from the first straight to
-    the second (linked: it stays in the engine's memory), a goes to the flip and to the second
-    (linked, and copied to host memory for the flip), the flip's result through ExecuTorch."""
+    """Two Kiln delegates around torch.atan (not a Kiln op): h goes from the first straight to
+    the second (linked: it stays in the engine's memory), a goes to the atan and to the second
+    (linked, and copied to host memory for the atan), the atan's result through ExecuTorch."""
 
     def __init__(self):
         super().__init__()
@@ -67,7 +67,7 @@ class _Linked(torch.nn.Module):
     def forward(self, x):
         h = torch.tanh(self.fc1(x))
         a = self.fc2(h)
-        f = torch.flip(a, dims=[1])
+        f = torch.atan(a)
         return self.fc3(torch.nn.functional.silu(f) + h + a)
 
 

@@ -117,10 +117,10 @@ class MHABlock(nn.Module):
         return x + F.gelu(self.fc(a))
 
 
-class WithFlipLinked(nn.Module):
-    """Two Kiln delegates around an op Kiln lacks (flip): the first delegate's output ``h`` goes
-    straight to the second (only Kiln reads it), ``a`` goes to the flip and to the second
-    delegate (a reader outside Kiln too), and the flip's result reaches the second delegate
+class WithAtanLinked(nn.Module):
+    """Two Kiln delegates around an op Kiln lacks (atan): the first delegate's output ``h`` goes
+    straight to the second (only Kiln reads it), ``a`` goes to the atan and to the second
+    delegate (a reader outside Kiln too), and the atan's result reaches the second delegate
     through ExecuTorch (never linked: docs/runtime.md, "Between delegates")."""
 
     def __init__(self, width: int = 32):
@@ -132,12 +132,12 @@ class WithFlipLinked(nn.Module):
     def forward(self, x):
         h = torch.tanh(self.fc1(x))
         a = self.fc2(h)
-        f = torch.flip(a, dims=[1])
+        f = torch.atan(a)
         return self.fc3(F.silu(f) + h + a)
 
 
-class WithFlip(nn.Module):
-    """Kiln ops, an op Kiln lacks (flip), then Kiln ops again: partial delegation."""
+class WithAtan(nn.Module):
+    """Kiln ops, an op Kiln lacks (atan), then Kiln ops again: partial delegation."""
 
     def __init__(self):
         super().__init__()
@@ -146,14 +146,14 @@ class WithFlip(nn.Module):
 
     def forward(self, x):
         y = torch.tanh(self.fc1(x))
-        y = torch.flip(y, dims=[1])
+        y = torch.atan(y)
         return self.fc2(F.silu(y))
 
 
 class RingCounter(nn.Module):
     """Rows written into a ring buffer at a counter the module keeps: each call writes its rows
     into `cache` (which Kiln's engine owns) at `n`, `n + 1`, ... modulo 8 and advances `n`. The
-    counter is read through a flip (the identity on its one element), an op Kiln leaves to
+    counter is read through a product over its one element (the identity), an op Kiln leaves to
     ExecuTorch, so ExecuTorch owns `n`.
     Exported as two methods (a few rows, one row), both update both buffers."""
 
@@ -165,7 +165,7 @@ class RingCounter(nn.Module):
 
     def forward(self, x):
         h = self.lin(x)
-        i = torch.flip(self.n, [0]) + torch.arange(x.shape[0])
+        i = torch.prod(self.n, 0, keepdim=True) + torch.arange(x.shape[0])
         pos = i % 8
         self.cache.index_copy_(0, pos, h)
         self.n.add_(x.shape[0])

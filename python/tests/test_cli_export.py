@@ -24,7 +24,7 @@ class Partial(torch.nn.Module):
         self.b = torch.nn.Linear(16, 4)
 
     def forward(self, x):
-        y = torch.flip(torch.relu(self.a(x)), [1])  # flip: left to ExecuTorch
+        y = torch.atan(torch.relu(self.a(x)))  # atan: left to ExecuTorch
         return self.b(y)
 
 
@@ -92,7 +92,7 @@ def test_bar_and_report_on_a_terminal_only(tmp_path, monkeypatch, capsys):
     prog = save(model, tmp_path / "a.pte", (x,), external_data="aw")
     shown = term.getvalue()
     assert "Kiln engine 0" in shown and "Kiln export report" in shown
-    assert "flip" in shown and "wrote " in shown
+    assert "atan" in shown and "wrote " in shown
     # quiet: nothing, even on a terminal
     term2 = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", term2)
@@ -106,7 +106,7 @@ def test_bar_and_report_on_a_terminal_only(tmp_path, monkeypatch, capsys):
     assert isinstance(rep, ExportReport)
     (m,) = rep.methods.values()
     assert [d["backend"] for d in m["delegates"]] == ["KilnBackend", "KilnBackend"]
-    assert m["outside"] == {"aten.flip.default": 1}
+    assert m["outside"] == {"aten.atan.default": 1}
     e0, e1 = rep.engines
     assert e0.n_layers == 1 and e0.engine_nbytes > 0  # linear + relu: one kernel group
     # weights of 64 bytes or more go to aw.ptd (the 16-byte bias of b stays inline)
@@ -115,7 +115,7 @@ def test_bar_and_report_on_a_terminal_only(tmp_path, monkeypatch, capsys):
     assert set(rep.phases) == {"torch.export", "partition + lower", "to_executorch", "write"}
     assert rep.files[str(tmp_path / "a.pte")] == (tmp_path / "a.pte").stat().st_size
     d = rep.to_dict()
-    assert d["rejected"][0]["op"] == "aten.flip.default"
+    assert d["rejected"][0]["op"] == "aten.atan.default"
 
 
 def test_strict_lists_what_was_left_out(tmp_path):
@@ -124,10 +124,10 @@ def test_strict_lists_what_was_left_out(tmp_path):
         save(model, tmp_path / "s.pte", (torch.randn(3, 8),), strict=True, quiet=True)
     msg = str(ei.value)
     assert "strict=True: KilnPartitioner left 1 node(s) to ExecuTorch" in msg
-    assert "aten.flip.default" in msg
+    assert "aten.atan.default" in msg
     assert f"{Path(__file__).name}:" in msg  # the model's file:line
     (r,) = ei.value.rejected
-    assert r["source"].endswith(f"{Path(__file__).name}:{_line_of('torch.flip')}")
+    assert r["source"].endswith(f"{Path(__file__).name}:{_line_of('torch.atan')}")
     assert not (tmp_path / "s.pte").exists()  # nothing written
     # a model Kiln takes whole passes strict
     full = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
@@ -176,11 +176,11 @@ def test_kiln_export_reports_and_refuses_a_missing_module(tmp_path, capsys):
         "    def __init__(self):\n"
         "        super().__init__(); self.l = torch.nn.Linear(4, 4)\n"
         "    def forward(self, x):\n"
-        "        return torch.flip(self.l(x), [1])\n"
+        "        return torch.atan(self.l(x))\n"
     )
     assert main([f"{src}:Net", str(tmp_path / "b.pte"), "--input", "2x4"]) == 0
     out = capsys.readouterr().out
-    assert "Kiln export report" in out and "aten.flip.default" in out
+    assert "Kiln export report" in out and "aten.atan.default" in out
     assert main([f"{src}:Net", str(tmp_path / "c.pte"), "--input", "2x4", "--strict"]) == 1
     assert f"{src}:6" in capsys.readouterr().err
     assert main([f"{src}:Net", str(tmp_path / "d.pte"), "--input", "2x4", "--quiet"]) == 0

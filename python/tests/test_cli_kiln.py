@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Net(torch.nn.Module):
-    """Linear + ReLU (one Kiln engine), flip (left to ExecuTorch), Linear (a second engine)."""
+    """Linear + ReLU (one Kiln engine), atan (left to ExecuTorch), Linear (a second engine)."""
 
     def __init__(self):
         super().__init__()
@@ -33,7 +33,7 @@ class Net(torch.nn.Module):
 
     def forward(self, x):
         y = torch.relu(self.a(x))
-        y = torch.flip(y, [1])
+        y = torch.atan(y)
         return self.b(y)
 
 
@@ -83,11 +83,11 @@ def test_inspect_matches_executorch_and_the_model(programs):
     assert [d["backend"] for d in m["delegates"]] == [d.id for d in plan.delegates]
     assert [d["backend"] for d in m["delegates"]] == ["KilnBackend", "KilnBackend"]
     ops = [f"{o.name}.{o.overload}" for o in plan.operators]
-    assert [o["op"] for o in m["outside"]] == ops == ["aten::flip.out"]
-    assert "no translation for aten::flip" in m["outside"][0]["why"]
+    assert [o["op"] for o in m["outside"]] == ops == ["aten::atan.out"]
+    assert "no translation for aten::atan" in m["outside"][0]["why"]
     assert m["calls"] == [
         "delegate 0 (KilnBackend)",
-        "aten::flip.out",
+        "aten::atan.out",
         "delegate 1 (KilnBackend)",
     ]
     assert m["inputs"][0]["sizes"] == [4, 16] and m["inputs"][0]["dtype"] == "float32"
@@ -118,7 +118,7 @@ def test_inspect_engine_bytes_and_text(programs, tmp_path):
     assert [la["op"] for la in doc["layers"]] == ["linear", "relu"]
     rc, out, _ = kiln("inspect", programs["pte"], "--layers")
     assert rc == 0
-    assert "left to ExecuTorch" in out and "aten::flip.out x1" in out
+    assert "left to ExecuTorch" in out and "aten::atan.out x1" in out
     assert "linear + relu" in out and "expects netw.ptd" in out
 
 

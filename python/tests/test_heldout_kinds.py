@@ -315,7 +315,7 @@ def test_gpt_decoder_dynamic_sequence(tmp_path):
 # --- ops Kiln leaves to ExecuTorch between Kiln partitions
 
 
-class AtanFlip(nn.Module):
+class AtanProd(nn.Module):
     def __init__(self):
         super().__init__()
         self.a = nn.Linear(12, 12)
@@ -326,17 +326,17 @@ class AtanFlip(nn.Module):
         y = F.silu(self.a(x))
         y = torch.atan(y * 8.0 / 3.0)  # ExecuTorch kernel
         y = torch.tanh(self.b(y)) * 0.5 + y
-        y = torch.flip(y, dims=[0, 1])  # ExecuTorch kernel
+        y = torch.prod(y, dim=0, keepdim=True)  # ExecuTorch kernel
         return self.c(F.layer_norm(y, (12,))) + math.pi
 
 
 def test_executorch_ops_between_kiln_partitions(tmp_path):
-    model = AtanFlip().eval()
+    model = AtanProd().eval()
     runs = [(torch.randn(5, 12),) for _ in range(2)]
     prog = _load_and_compare(tmp_path, model, runs[0], runs)
     s = delegation_summary(prog)
     assert s["kiln"] == 3, s
-    assert any("atan" in op for op in s["ops"]) and any("flip" in op for op in s["ops"]), s
+    assert any("atan" in op for op in s["ops"]) and any("prod" in op for op in s["ops"]), s
 
 
 # --- constants no node reads
@@ -666,3 +666,28 @@ def test_transformers_mixture_of_experts(tmp_path, family):
     # gate_up and down of each layer's experts
     assert ops.count("gather_matmul") == 2 * common["num_hidden_layers"], ops
     assert "index" not in ops, ops
+
+
+# --- bidirectional recurrent layers (the reversed direction is a flip of the sequence)
+
+
+class BiRNN(nn.Module):
+    def __init__(self, kind: str):
+        super().__init__()
+        self.rnn = getattr(nn, kind)(12, 16, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_bidirectional_rnn_is_one_delegate(tmp_path, kind):
+    """nn.LSTM / nn.GRU with bidirectional=True export unrolled over the steps, the backward
+    direction reading the sequence through torch.flip: one Kiln delegate, eager's values."""
+    torch.manual_seed(7)
+    model = BiRNN(kind).eval()
+    runs = [(torch.randn(2, 6, 12),) for _ in range(2)]
+    prog = _load_and_compare(tmp_path, model, runs[0], runs)
+    s = delegation_summary(prog)
+    assert s["kiln"] == 1 and not s["ops"], s

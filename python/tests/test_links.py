@@ -14,7 +14,7 @@ import torch
 from conftest import assert_close, delegation_summary
 from kiln.executorch import _links as links
 from kiln.executorch import export
-from kiln_test_models import WithFlipLinked
+from kiln_test_models import WithAtanLinked
 
 rt = pytest.importorskip("kiln_executorch_runtime")
 
@@ -23,7 +23,7 @@ BATCH = torch.export.Dim("batch", min=1, max=8)
 
 
 def _export(tmp_path, name="m.pte"):
-    model = WithFlipLinked().eval()
+    model = WithAtanLinked().eval()
     prog = export(model, (torch.randn(4, 16),), dynamic_shapes=({0: BATCH},), quiet=True)
     path = tmp_path / name
     path.write_bytes(prog.buffer)
@@ -45,11 +45,11 @@ def _inputs_of(prog, delegate: int):
 def test_records_name_the_direct_edges_only(tmp_path):
     _model, prog, _path = _export(tmp_path)
     s = delegation_summary(prog)
-    assert s["kiln"] == 2 and any("flip" in op for op in s["ops"])
+    assert s["kiln"] == 2 and any("atan" in op for op in s["ops"])
     recs = links.program_links(prog)["forward"]
     producer, consumer = recs[0], recs[1]
     assert producer.group == consumer.group and (producer.delegate, consumer.delegate) == (0, 1)
-    # h: read by the second delegate only; a: by the flip too (its host buffer is needed).
+    # h: read by the second delegate only; a: by the atan too (its host buffer is needed).
     assert producer.outputs == [(0, 1, False), (1, 1, True)] and producer.inputs == []
     names = _inputs_of(prog, 1)
     linked = {i for i, _p, _o in consumer.inputs}
@@ -58,9 +58,9 @@ def test_records_name_the_direct_edges_only(tmp_path):
         (names.index("getitem"), 0, 0),
         (names.index("getitem_1"), 0, 1),
     ]
-    # The input that comes from the flip is not linked.
-    flip_input = [i for i, n in enumerate(names) if "flip" in n]
-    assert flip_input and not (set(flip_input) & linked)
+    # The input that comes from the atan is not linked.
+    atan_input = [i for i, n in enumerate(names) if "atan" in n]
+    assert atan_input and not (set(atan_input) & linked)
     assert prog.kiln_report.links == {"forward": 2}
     assert "2 tensor(s) passed between Kiln delegates" in str(prog.kiln_report)
 
@@ -74,10 +74,10 @@ def test_linked_program_matches_eager_on_fresh_inputs(tmp_path, stats):
         assert_close(program.forward(x), [model(x)])
     s = stats()
     n = len(runs)
-    # Both direct edges read the producer's memory every run; the flip's edge is not linked.
+    # Both direct edges read the producer's memory every run; the atan's edge is not linked.
     assert s["inputs_linked"] == 2 * n and s["inputs_host"] == 0
     # h stays in the engine's memory from the second run on (its reader took the link in the
-    # first); a, which the flip reads, is copied to its host buffer every run.
+    # first); a, which the atan reads, is copied to its host buffer every run.
     assert s["outputs_kept"] == n - 1
     assert s["outputs_copied"] == n + 1
     assert s["outputs_materialized"] == 0
@@ -103,7 +103,7 @@ def test_saved_with_external_weights_and_two_methods(tmp_path, stats):
     .ptd still matches it, and each method links only its own delegates."""
     from kiln.executorch import save
 
-    model = WithFlipLinked().eval()
+    model = WithAtanLinked().eval()
     path = tmp_path / "two.pte"
     prog = save(
         {"forward": (model, (torch.randn(4, 16),)), "other": (model, (torch.randn(2, 16),))},

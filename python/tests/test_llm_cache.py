@@ -449,7 +449,7 @@ class AddRows(nn.Module):
         self.lin = nn.Linear(4, 4)
 
     def forward(self, x, pos):
-        old = torch.flip(self.cache, [0]) if self.read_outside else None  # flip: not Kiln
+        old = torch.atan(self.cache) if self.read_outside else None  # atan: not Kiln
         if self.read_outside:
             self.cache.index_copy_(0, pos, self.lin(x))
         else:

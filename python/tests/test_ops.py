@@ -339,6 +339,50 @@ CASES = {
         ),
         [r(2, 3, 5, 7), lambda: torch.rand(2, 4, 6, 2) * 2.6 - 1.3],
     ),
+    # torch.flip (a bidirectional RNN's reversed sequence) over one dim, two and a negative one
+    "flip": (
+        Fn(
+            lambda m, x, i: (
+                torch.flip(x, [1]) * 2,
+                torch.flip(x, [0, -1]) + 1,
+                torch.flip(i, [1]) + 3,
+            )
+        ),
+        [r(3, 5, 4), ints(100, 2, 7)],
+    ),
+    # F.pad's reflect and replicate modes over 1, 2 and 3 dims (a conv's padding_mode), uneven
+    "edge_pads": (
+        Fn(
+            lambda m, a, b, c: (
+                F.pad(a, (2, 3), mode="reflect") * 2,
+                F.pad(b, (1, 0, 2, 3), mode="reflect") + 1,
+                F.pad(b, (3, 1, 0, 2), mode="replicate") - 1,
+                F.pad(a, (0, 4), mode="replicate"),
+                F.pad(c, (1, 1, 2, 0, 1, 2), mode="reflect"),
+                F.pad(c, (1, 2, 0, 1, 2, 2), mode="replicate"),
+                m.conv(b),
+            ),
+            conv=nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"),
+        ),
+        [r(2, 3, 6), r(1, 3, 5, 6), r(1, 2, 3, 4, 5)],
+    ),
+    "argmin_logit": (
+        Fn(
+            lambda m, x, k, p: (
+                torch.argmin(x, dim=1),
+                torch.argmin(x, dim=-1, keepdim=True),
+                torch.argmin(x),
+                torch.argmin(k, dim=0),
+                torch.logit(p),
+                torch.logit(p * 1.2 - 0.1, eps=1e-3),
+            )
+        ),
+        [
+            lambda: torch.randint(-3, 4, (4, 6)).float(),
+            lambda: torch.randint(-(2**62), 2**62, (5, 3)),
+            lambda: torch.rand(3, 4) * 0.98 + 0.01,
+        ],
+    ),
     # 3-D max pooling (MViT's skip pooling) as a 2-D pool per frame and the maximum of the
     # temporal taps: padded, strided, dilated, ceil_mode, a NaN propagating
     "max_pool3d": (

@@ -560,30 +560,30 @@ def test_zoo_channels_last_input_is_refused_with_the_remedy():
 # --- what the partitioner leaves out, and why (KilnPartitioner.rejected)
 
 
-class _FlipInMiddle(torch.nn.Module):
+class _AtanInMiddle(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Linear(8, 8)
         self.b = torch.nn.Linear(8, 4)
 
     def forward(self, x):
-        y = torch.flip(self.a(x), dims=[1])  # the op Kiln lacks, on this line
+        y = torch.atan(self.a(x))  # the op Kiln lacks, on this line
         return (self.b(torch.sin(y.double()).float()),)
 
 
 def test_rejected_names_op_reason_and_source_line():
     import inspect
 
-    m = _FlipInMiddle().eval()
+    m = _AtanInMiddle().eval()
     ep = torch.export.export(m, (torch.randn(2, 8),))
     part = KilnPartitioner()
     to_edge_transform_and_lower(ep, partitioner=[part])
     by_op = {r["op"]: r for r in part.rejected}
-    assert "aten.flip.default" in by_op, part.rejected
-    flip = by_op["aten.flip.default"]
-    assert "no Kiln translation" in flip["reason"]
-    line = inspect.getsourcelines(_FlipInMiddle.forward)[1] + 1
-    assert flip["source"] == f"{__file__}:{line}", flip
+    assert "aten.atan.default" in by_op, part.rejected
+    atan = by_op["aten.atan.default"]
+    assert "no Kiln translation" in atan["reason"]
+    line = inspect.getsourcelines(_AtanInMiddle.forward)[1] + 1
+    assert atan["source"] == f"{__file__}:{line}", atan
     # float64 stays outside with that reason, never computed in another dtype
     f64 = [r for r in part.rejected if "float64" in r["reason"]]
     assert f64, part.rejected

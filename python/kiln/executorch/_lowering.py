@@ -1509,6 +1509,66 @@ def _constant_pad(L, node, a):
     return L.op("pad", [L.value(a["self"])], {"pads": pads, "value": float(v)})
 
 
+@_handles("aten.flip.default", kiln=("arange", "index"))
+def _flip(L, node, a):
+    """torch.flip(x, dims): per dim, an index by the positions -1, -2, ..., -n (a Kiln arange of
+    the dim's run-time length, negative indices counting from the end): a bidirectional RNN's
+    reversed sequence, with static or dynamic lengths."""
+    x = a["self"]
+    r = L.rank(x)
+    v = L.value(x)
+    for d in sorted({_static_int(d, "dim") % max(r, 1) for d in a["dims"]}):
+        if r == 0:
+            break
+        pos = L.op(
+            "arange",
+            [v],
+            {"dim": d, "start": -1.0, "step": -1.0, "dtype": _graph.TORCH_TO_KILN[torch.int64]},
+        )
+        v = L.op("index", [v, pos], {"dim": d, "wrap": 1})
+    return v if r and a["dims"] else L.op("copy", [v])
+
+
+def _pad_positions(n: int, lo: int, hi: int, mode: str) -> list[int]:
+    """The source position of each of lo + n + hi output positions along a padded dim."""
+    if mode == "reflect":
+        if lo >= n or hi >= n:
+            raise Unsupported(f"reflection padding of {lo}, {hi} over a dim of {n} (each < {n})")
+        return list(range(lo, 0, -1)) + list(range(n)) + list(range(n - 2, n - 2 - hi, -1))
+    return [0] * lo + list(range(n)) + [n - 1] * hi
+
+
+def _edge_pad(mode: str):
+    def fn(L, node, a):
+        """reflection_pad{1,2,3}d / replication_pad{1,2,3}d (F.pad's reflect and replicate
+        modes, a conv's padding_mode): each padded dim an index by the constant table of its
+        source positions."""
+        x = a["self"]
+        pads = _ints(a["padding"], None, "padding")
+        if any(p < 0 for p in pads):
+            raise Unsupported(f"{mode} padding by a negative amount ({pads})")
+        r = L.rank(x)
+        v = L.value(x)
+        for i in range(len(pads) // 2):
+            lo, hi = pads[2 * i], pads[2 * i + 1]
+            if lo == hi == 0:
+                continue
+            d = r - 1 - i
+            n = _static_count(x, [d], f"{mode} padding")
+            pos = torch.tensor(_pad_positions(n, lo, hi, mode), dtype=torch.int64)
+            v = L.op(
+                "index", [v, L.const_tensor(pos, f"{node.name}_pad{d}")], {"dim": d, "wrap": 0}
+            )
+        return v if v != L.value(x) else L.op("copy", [v])
+
+    return fn
+
+
+for _k in (1, 2, 3):
+    _handles(f"aten.reflection_pad{_k}d.default", kiln=("index", "copy"))(_edge_pad("reflect"))
+    _handles(f"aten.replication_pad{_k}d.default", kiln=("index", "copy"))(_edge_pad("replicate"))
+
+
 @_handles("aten.index.Tensor", kiln="index")
 def _index(L, node, a):
     idx = list(a["indices"])
@@ -1944,6 +2004,35 @@ def _argmax(L, node, a):
         v = L.op("argmax", [v], {"dim": 0, "keepdim": 0})
         return L.op("reshape", [v], {"shape": [1] * r}) if keep and r > 0 else v
     return L.op("argmax", [L.value(x)], {"dim": _static_int(dim, "dim"), "keepdim": int(keep)})
+
+
+@_handles("aten.argmin.default", kiln=("argmax", "neg", "bitwise_not", "reshape"))
+def _argmin(L, node, a):
+    """torch.argmin as the argmax of -x (floats: a NaN stays NaN, the first NaN is the answer as
+    in PyTorch) or ~x (integers, without overflow)."""
+    x = a["self"]
+    dt = L.dtype(x)
+    key = _extreme_key(L, L.value(x), dt, True)
+    dim, keep = a.get("dim"), bool(a.get("keepdim", False))
+    if dim is None:
+        r = L.rank(x)
+        v = L.op("argmax", [L.op("reshape", [key], {"shape": [-1]})], {"dim": 0, "keepdim": 0})
+        return L.op("reshape", [v], {"shape": [1] * r}) if keep and r > 0 else v
+    return L.op("argmax", [key], {"dim": _static_int(dim, "dim"), "keepdim": int(keep)})
+
+
+@_handles("aten.logit.default", kiln=("clamp", "sub", "div", "log", "cast"))
+def _logit(L, node, a):
+    """logit(x, eps) = log(z / (1 - z)), z = x clamped to [eps, 1 - eps] when eps is given."""
+    out = _out_dtype(node)
+    if not out.is_floating_point:
+        raise Unsupported(f"logit of {out}")
+    z = L.operand(a["self"], out)
+    eps = a.get("eps")
+    if eps is not None:
+        e = _static_float(eps, "logit's eps")
+        z = L.op("clamp", [z], {"min": [e], "max": [1.0 - e]})
+    return L.op("log", [L.op("div", [z, L.op("sub", [L.scalar(1.0, out), z])])])
 
 
 def _reduce_fn(kop: str, has_dims: bool):
