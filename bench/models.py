@@ -953,6 +953,9 @@ HELDOUT_BENCH = [
     "volo_d1",
     "esm",
     "patchtst",
+    # grid_sample in deformable attention (RAFT cannot run in float16 as written: its coordinate
+    # grids are float32)
+    "deformable_detr",
 ]
 # PatchTST in float16 is 6.4% off float32 in PyTorch itself (L2; its scaler divides by each
 # series' spread): Kiln's 5.2% is checked against a wider bound
