@@ -149,6 +149,13 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--strict", action="store_true", help="fail if Kiln leaves any node to ExecuTorch"
     )
+    ap.add_argument(
+        "--executorch-op",
+        action="append",
+        default=None,
+        metavar="OP",
+        help="leave OP (e.g. aten.softmax.default, or aten.softmax) to ExecuTorch; repeatable",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress bar and no report")
     args = ap.parse_args(argv)
     try:
@@ -182,6 +189,7 @@ def main(argv=None) -> int:
             tuning_records=args.tuning_records,
             strict=args.strict,
             quiet=args.quiet,
+            executorch_ops=args.executorch_op,
         )
     except KilnStrictError as e:
         print(f"kiln-export: error: {e}", file=sys.stderr)

@@ -146,6 +146,67 @@ def _line_of(text: str) -> int:
     raise AssertionError(text)
 
 
+class SoftmaxBetween(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 16)
+        self.b = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.b(torch.softmax(self.a(x), dim=-1) * 3.0)
+
+
+@pytest.mark.parametrize("name", ["aten._softmax.default", "aten._softmax"])
+def test_executorch_ops_leaves_the_named_op_to_executorch(tmp_path, name, capsys):
+    """An op Kiln takes, named in executorch_ops: a Kiln delegate on each side of it, the node
+    in the report with that reason, the program's values those of eager PyTorch."""
+    import kiln_executorch_runtime  # noqa: F401 - registers KilnBackend
+    from conftest import assert_close
+    from executorch.runtime import Runtime
+
+    model = SoftmaxBetween().eval()
+    x = torch.randn(3, 8)
+    whole = export(model, (x,), quiet=True)
+    assert whole.kiln_report.rejected == []
+    prog = export(model, (x,), quiet=True, executorch_ops=[name])
+    (m,) = prog.kiln_report.methods.values()
+    assert [d["backend"] for d in m["delegates"]] == ["KilnBackend", "KilnBackend"]
+    assert m["outside"] == {"aten._softmax.default": 1}
+    (r,) = prog.kiln_report.rejected
+    assert "executorch_ops" in r["reason"]
+    assert r["source"].endswith(f"{Path(__file__).name}:{_line_of('torch.softmax(self.a(x)')}")
+    fresh = torch.randn(3, 8)
+    method = Runtime.get().load_program(prog.buffer).load_method("forward")
+    assert_close(method.execute([fresh]), [model(fresh)])
+    # save() takes it too, and kiln-export's --executorch-op
+    save(model, tmp_path / "s.pte", (x,), quiet=True, executorch_ops=[name])
+    from kiln.cli import main
+
+    src = tmp_path / "m.py"
+    src.write_text(
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.l = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        return self.l(torch.softmax(self.l(x), -1))\n"
+    )
+    out = tmp_path / "c.pte"
+    assert main([f"{src}:Net", str(out), "--input", "2x4", "--executorch-op", name]) == 0
+    assert "2 Kiln delegate call(s)" in capsys.readouterr().out
+
+
+def test_executorch_ops_names_are_checked():
+    model = SoftmaxBetween().eval()
+    x = torch.randn(3, 8)
+    with pytest.raises(ValueError, match="'aten.sofmax' is no ATen op"):
+        export(model, (x,), quiet=True, executorch_ops=["aten.sofmax"])
+    with pytest.raises(ValueError, match="is no ATen op"):
+        export(model, (x,), quiet=True, executorch_ops=["softmax"])
+    with pytest.raises(TypeError, match="executorch_ops must be a list of op names"):
+        export(model, (x,), quiet=True, executorch_ops="aten._softmax.default")
+
+
 def test_partitioner_record_is_used_when_present(tmp_path, monkeypatch):
     """KilnPartitioner.rejected, when the partitioner keeps it, is the report's list."""
     from kiln.executorch import partitioner as part

@@ -23,7 +23,12 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from . import _report
 from ._links import link_delegates
 from ._meta import check_not_meta
-from ._options import read_tuning_records, validate_external_data, validate_precision
+from ._options import (
+    read_tuning_records,
+    validate_executorch_ops,
+    validate_external_data,
+    validate_precision,
+)
 from .partitioner import BACKEND_ID, KilnPartitioner, executorch_kernels, release_graph_cache
 
 log = logging.getLogger("kiln.executorch")
@@ -37,6 +42,7 @@ EXPORT_OPTIONS = (
     "backend_config",
     "strict",
     "quiet",
+    "executorch_ops",
 )
 
 
@@ -209,6 +215,7 @@ def export(
     backend_config=None,
     strict: bool = False,
     quiet: bool = False,
+    executorch_ops: Sequence[str] | None = None,
 ):
     """Exports a model to an ExecuTorch program whose supported parts run in Kiln.
 
@@ -243,6 +250,11 @@ def export(
         strict: True raises :class:`KilnStrictError`, listing each node KilnPartitioner left to
             ExecuTorch (op, reason, the model's file:line), instead of exporting a program that
             runs part of the model outside Kiln.
+        executorch_ops: ATen op names Kiln leaves to ExecuTorch even where it could take them
+            (to compare an op's values, or to keep it with another partitioner), each an
+            overload as the export report names it ("aten.softmax.default") or a packet
+            ("aten.softmax"); an unknown name raises ValueError. The program then holds a Kiln
+            delegate on each side of such a node.
         quiet: True draws no progress bar and prints no report. Otherwise, when stderr is a
             terminal, a progress bar (tqdm, if installed) shows the phase, the engine being
             lowered and built and the builder's pass and layer, and the export report is
@@ -265,6 +277,7 @@ def export(
             backend_config,
             strict,
             tuning_records,
+            executorch_ops,
         )
     _print_report(rep, quiet)
     return prog
@@ -315,8 +328,10 @@ def _export(
     backend_config,
     strict,
     tuning_records=None,
+    executorch_ops=None,
 ):
     precision = validate_precision(precision)
+    executorch_ops = validate_executorch_ops(executorch_ops)
     external_data = validate_external_data(external_data)
     read_tuning_records(tuning_records)  # refused before any tracing when it does not check
     extra = _check_partitioners(partitioners)
@@ -340,6 +355,7 @@ def _export(
             external_data=external_data,
             tuning_records=tuning_records,
             write_only_buffers=_write_only_buffers(programs),
+            executorch_ops=executorch_ops,
         )
 
     kiln = partitioner(programs)
@@ -829,6 +845,7 @@ def save(model, path, example_inputs: Sequence | None = None, **options):
             options.get("backend_config"),
             options.get("strict", False),
             options.get("tuning_records"),
+            options.get("executorch_ops"),
         )
         with rep.phase("write"):
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,33 @@ def validate_precision(precision) -> str:
     return precision
 
 
+def validate_executorch_ops(ops) -> frozenset[str]:
+    """The ``executorch_ops`` option: ATen op names, each an overload ("aten.softmax.default")
+    or a packet ("aten.softmax": every overload), that Kiln leaves to ExecuTorch. Each name
+    must be an op torch knows."""
+    import torch
+
+    if ops is None:
+        return frozenset()
+    if isinstance(ops, str) or not all(isinstance(o, str) for o in ops):
+        raise TypeError(
+            "executorch_ops must be a list of op names such as ['aten.softmax.default'], got "
+            f"{ops!r}"
+        )
+    for name in ops:
+        parts = name.split(".")
+        op = None
+        if len(parts) in (2, 3) and all(parts):
+            packet = getattr(getattr(torch.ops, parts[0], None), parts[1], None)
+            op = packet if len(parts) == 2 else getattr(packet, parts[2], None)
+        if op is None:
+            raise ValueError(
+                f"executorch_ops: {name!r} is no ATen op: give an op as the export report "
+                "names it, e.g. 'aten.softmax.default', or its packet 'aten.softmax'"
+            )
+    return frozenset(ops)
+
+
 def validate_external_data(name) -> str | None:
     """None, or a .ptd file stem: a non-empty str without path separators or NUL, not "." or
     ".."; the file written is ``<name>.ptd`` beside the .pte."""

@@ -24,6 +24,7 @@ from . import _lowering as low
 from ._options import (
     compile_specs_for,
     read_tuning_records,
+    validate_executorch_ops,
     validate_external_data,
     validate_precision,
 )
@@ -114,10 +115,23 @@ def tag_dead_constants(ep: ExportedProgram, tag: str) -> None:
             n.meta.setdefault("delegation_tag", tag)
 
 
+_EXCLUDED = "named in the executorch_ops option: left to ExecuTorch as asked"
+
+
+def excluded_op(n: Node, executorch_ops: frozenset[str]) -> bool:
+    """Whether node n's op is one the user named in ``executorch_ops`` (its overload, or its
+    packet: "aten.softmax.default" or "aten.softmax")."""
+    if not executorch_ops:
+        return False
+    name = low.target_name(n)
+    return name in executorch_ops or name.rsplit(".", 1)[0] in executorch_ops
+
+
 def analyze(
     gm: torch.fx.GraphModule,
     ranges: low.Ranges,
     constants: dict[Node, torch.Tensor | None] | None = None,
+    executorch_ops: frozenset[str] = frozenset(),
 ) -> tuple[set[Node], dict[Node, low.Check]]:
     """The set of call_function nodes Kiln can take, and the per-node check results.
 
@@ -135,7 +149,10 @@ def analyze(
     for n in nodes:
         if n.target is operator.getitem or low.is_sym_node(n):
             continue
-        c = low.check_node(n, ranges, constants, foldable)
+        if excluded_op(n, executorch_ops):
+            c = low.Check(False, _EXCLUDED)
+        else:
+            c = low.check_node(n, ranges, constants, foldable)
         checks[n] = c
         if c.ok:
             supported.add(n)
@@ -307,13 +324,18 @@ def _has_compute(partition_nodes: set[Node], checks: dict[Node, low.Check]) -> b
     return False
 
 
-def propose(ep: ExportedProgram, dropped: dict[Node, str] | None = None) -> list[set[Node]]:
+def propose(
+    ep: ExportedProgram,
+    dropped: dict[Node, str] | None = None,
+    executorch_ops: frozenset[str] = frozenset(),
+) -> list[set[Node]]:
     """Convex partitions of the nodes Kiln takes (each a set of fx nodes). ``dropped``, when
-    given, receives the nodes Kiln could compute but left out of every partition, with why."""
+    given, receives the nodes Kiln could compute but left out of every partition, with why;
+    ``executorch_ops``: op names Kiln leaves out (the export option)."""
     gm = ep.graph_module
     ranges = _ranges(ep)
     constants = constant_tensors(ep)
-    supported, checks = analyze(gm, ranges, constants)
+    supported, checks = analyze(gm, ranges, constants, executorch_ops)
     _refuse_strided_boundaries(ep, supported)
     virtual = _virtual(checks)
     folded = {n for n, c in checks.items() if c.folded}
@@ -543,6 +565,10 @@ class KilnPartitioner(Partitioner):
         write_only_buffers: names of buffers the program updates and none of its methods reads
             (``kiln.executorch.export`` finds them over every method): their updates are
             dropped with their states (transformers' StaticCache keeps such counters).
+        executorch_ops: ATen op names Kiln leaves to ExecuTorch even where it could take them,
+            each an overload ("aten.softmax.default") or a packet ("aten.softmax"); their nodes
+            are listed in :attr:`rejected` with that reason. An op Kiln would keep whole
+            (linear, sdpa, ...) is then not kept: it decomposes, and Kiln may take its parts.
     """
 
     def __init__(
@@ -551,6 +577,7 @@ class KilnPartitioner(Partitioner):
         external_data: str | None = None,
         tuning_records=None,
         write_only_buffers=(),
+        executorch_ops=None,
     ):
         super().__init__()
         # Every node of the partitioned programs left to ExecuTorch: dicts {"op": edge op
@@ -565,6 +592,7 @@ class KilnPartitioner(Partitioner):
         # a tuning cache file (`kiln tune`): its records go into the program (named data)
         self.tuning_key = read_tuning_records(tuning_records)
         self.write_only_buffers = tuple(sorted(str(n) for n in write_only_buffers))
+        self.executorch_ops = validate_executorch_ops(executorch_ops)
         self.delegation_spec = DelegationSpec(
             BACKEND_ID,
             compile_specs_for(
@@ -580,7 +608,7 @@ class KilnPartitioner(Partitioner):
         # the nodes an earlier lowering left in ExecuTorch's check (release_graph_cache)
         release_graph_cache()
         dropped: dict[Node, str] = {}
-        partitions = propose(exported_program, dropped)
+        partitions = propose(exported_program, dropped, self.executorch_ops)
         tags = {}
         claimed = set()
         for i, pn in enumerate(partitions):
@@ -590,7 +618,9 @@ class KilnPartitioner(Partitioner):
             tags[tag] = self.delegation_spec
             claimed |= pn
         reasons = {
-            n: low.check_node(n, _ranges(exported_program), constant_tensors(exported_program))
+            n: low.Check(False, _EXCLUDED)
+            if excluded_op(n, self.executorch_ops)
+            else low.check_node(n, _ranges(exported_program), constant_tensors(exported_program))
             for n in exported_program.graph.nodes
             if n.op == "call_function"
             and n not in claimed
@@ -641,7 +671,11 @@ class KilnPartitioner(Partitioner):
         from executorch.exir.lowered_backend_module import executorch_call_delegate
 
         by_op: dict = {}
-        names = set(low.PRESERVED_OPS)
+        names = {
+            o
+            for o in low.PRESERVED_OPS
+            if o not in self.executorch_ops and o.rsplit(".", 1)[0] not in self.executorch_ops
+        }
         for n in ep.graph.nodes:
             if n.op != "call_function":
                 continue
