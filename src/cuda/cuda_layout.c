@@ -48,8 +48,10 @@ static int follow_unary(uint32_t op) {
            op == KILN_OP_GELU || op == KILN_OP_HARDSIGMOID;
 }
 
+// Binary elementwise ops (LeakyReLU is exported as maximum(x, x * slope)).
 static int follow_binary(uint32_t op) {
-    return op == KILN_OP_ADD || op == KILN_OP_SUB || op == KILN_OP_MUL;
+    return op == KILN_OP_ADD || op == KILN_OP_SUB || op == KILN_OP_MUL || op == KILN_OP_MAXIMUM ||
+           op == KILN_OP_MINIMUM;
 }
 
 // t is [N or 1, C, 1, 1] against o [N, C, H, W] (squeeze-excite's scale): its bytes are the same

@@ -507,6 +507,40 @@ static void group_norm_layout(int64_t groups, int gelu) {
     kiln_plan_release(&p);
 }
 
+// LeakyReLU between convs as the export writes it (maximum(h, h * slope); minimum for a slope
+// above 1): the multiply and the maximum follow the NHWC conv output, so no layout copy is made
+// (each read the NCHW copy of an NHWC map, and the next conv an NHWC copy of their result):
+// the two copies left are the input's and the output's.
+static void leaky_layout(uint32_t op) {
+    kiln_graph *g = NULL;
+    kiln_plan p;
+    kiln_cuda_layout l;
+    int64_t xd[4] = {1, 16, 6, 6}, one[1] = {1};
+    int32_t x = -1, m = -1, y = -1;
+    memset(&p, 0, sizeof p);
+    CHECK(kiln_graph_new(&g) == KILN_OK);
+    CHECK(kiln_graph_add_input(g, "x", KILN_DTYPE_F32, 4, xd, xd, &x) == KILN_OK);
+    int32_t h = conv(g, x, 16, 16, 3, -1, 0);
+    int32_t two[2] = {h, constant(g, 1, one)};
+    CHECK(kiln_graph_add_node(g, KILN_OP_MUL, two, 2, NULL, 0, &m, 1) == KILN_OK);
+    int32_t hm[2] = {h, m};
+    CHECK(kiln_graph_add_node(g, op, hm, 2, NULL, 0, &y, 1) == KILN_OK);
+    CHECK(kiln_graph_mark_output(g, conv(g, y, 16, 16, 3, -1, 0), "y") == KILN_OK);
+    if (!load(g, KILN_PRECISION_FP16, &p)) return;
+    CHECK(kiln_cuda_layout_plan(&p, 1, &l) == KILN_OK);
+    const uint32_t mx = find_head(&p, op, 0), mu = find_head(&p, KILN_OP_MUL, 0);
+    CHECK(mx != UINT32_MAX && mu != UINT32_MAX);
+    if (mx != UINT32_MAX && mu != UINT32_MAX) {
+        CHECK_MSG(l.head_nhwc[mu] && l.head_nhwc[mx] && l.nhwc[blk_t(&p, mx)],
+                  "%s: multiply NHWC %d, %s NHWC %d", kiln_op_name(op), l.head_nhwc[mu],
+                  kiln_op_name(op), l.head_nhwc[mx]);
+    }
+    CHECK_MSG(l.n_copies == 2, "%s: %u layout copies (the input's, the output's)", kiln_op_name(op),
+              l.n_copies);
+    kiln_cuda_layout_free(&p, &l);
+    kiln_plan_release(&p);
+}
+
 // A reshape of an NHWC conv's map (MobileViT's unfold, a flatten to tokens), the map's only
 // reader: it transposes the NHWC bytes into its own output (rs_xpose), no layout copy is made.
 // With a second NCHW-only reader of the map (another reshape) they share one copy instead.
@@ -1025,6 +1059,8 @@ int main(void) {
         group_norm_layout(1, gelu);
         group_norm_layout(2, gelu);
     }
+    leaky_layout(KILN_OP_MAXIMUM);
+    leaky_layout(KILN_OP_MINIMUM);
     dw_taps_layout(3);
     dw_taps_layout(5);
     dw_taps_layout(7);
