@@ -98,7 +98,8 @@ extern "C" {
     X(TOPK, 118, "topk")   /* int64 indices of the k best along dim, best first  */                \
     X(GATHER_MATMUL, 119, "gather_matmul")   /* y[b] = w[idx[b]] @ x[b]: experts' weights */       \
     X(SELECTIVE_SCAN, 120, "selective_scan") /* h = a_t h + u_t, y_t = h . c_t: Mamba's scan */    \
-    X(ERF, 121, "erf") /* the error function (GELU written as x/2 (1 + erf(x/sqrt 2)): ESM) */
+    X(ERF, 121, "erf") /* the error function (GELU written as x/2 (1 + erf(x/sqrt 2)): ESM) */     \
+    X(GRID_SAMPLE, 122, "grid_sample") /* x[N,C,H,W] at grid[N,Ho,Wo,2] -> [N,C,Ho,Wo] */
 
 typedef enum kiln_op {
     KILN_OP_INVALID = 0,

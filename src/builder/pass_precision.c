@@ -10,10 +10,11 @@
 // other such values (rotary cos/sin tables from position ids, masks built from positions) keeps
 // its dtype, explicit casts to float32 included, and is cast to the target once where another
 // node reads it (except by rotary, which takes float32 cos/sin tables with a 16-bit x as they
-// are). In half precision a position of a few hundred loses its low bits, and a rotary
-// angle computed from it is off by radians. States are internal
-// to the engine: a float32 state becomes a state of the target dtype (its initial value
-// converted), so that a KV cache is stored and read at the compute precision.
+// are, and grid_sample, which takes a float32 grid: RAFT's coordinate grid from aranges). In half
+// precision a position of a few hundred loses its low bits, and a rotary angle computed from it is
+// off by radians. States are internal to the engine: a float32 state becomes a state of the target
+// dtype (its initial value converted), so that a KV cache is stored and read at the compute
+// precision.
 #include <math.h>
 #include <string.h>
 
@@ -191,8 +192,10 @@ kiln_status kiln_pass_precision(kiln_bgraph *b) {
         for (uint32_t j = 0; j < n->n_inputs && !kept && st == KILN_OK; j++) {
             int32_t v = b->ids[n->input_begin + j];
             if (v < 0 || (size_t)v >= n_orig_vals) continue;
-            // rotary reads its cos and sin tables in float32 (exact angles): no cast for them
-            if (keep[v] && n->op != KILN_OP_CAST && !(n->op == KILN_OP_ROTARY && j >= 1)) {
+            // rotary reads its cos and sin tables in float32 (exact angles), grid_sample its
+            // grid (exact pixel positions): no cast for them
+            if (keep[v] && n->op != KILN_OP_CAST && !(n->op == KILN_OP_ROTARY && j >= 1) &&
+                !(n->op == KILN_OP_GRID_SAMPLE && j == 1)) {
                 if (castv[v] < 0) { // emitted right after its producer (same key, later index)
                     int64_t seq = b->nodes[b->values[v].index].seq;
                     st = cast_node(b, v, target, seq, &castv[v]);

@@ -117,6 +117,10 @@ static inline int64_t kiln_rotary_dims(int64_t table_last, int64_t d) {
 #define KILN_A_UPSAMPLE_SIZE 0   // output_size ints[2]
 #define KILN_A_UPSAMPLE_SCALES 1 // floats[2]: output/input scale per axis (NaN: OH/H)
 #define KILN_A_UPSAMPLE_ALIGN 2  // bilinear only: align_corners
+// grid_sample: x[N, C, H, W], grid[N, Ho, Wo, 2] (x's dtype or float32; (x, y) in [-1, 1])
+#define KILN_A_GRID_MODE 0    // 0 bilinear, 1 nearest (round half to even)
+#define KILN_A_GRID_PADDING 1 // 0 zeros (a corner outside reads 0), 1 border (clamped)
+#define KILN_A_GRID_ALIGN 2   // align_corners: -1 and 1 are the corner pixels' centres
 // max_pool2d
 #define KILN_A_MAXPOOL_KERNEL 0
 #define KILN_A_MAXPOOL_STRIDE 1

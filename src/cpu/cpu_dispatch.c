@@ -81,6 +81,7 @@ static const cpu_op_entry table[KILN_OP_MAX_ID + 1] = {
     [KILN_OP_GROUP_NORM] = E_(group_norm),
     [KILN_OP_UPSAMPLE_NEAREST2D] = E_(upsample),
     [KILN_OP_UPSAMPLE_BILINEAR2D] = E_(upsample),
+    [KILN_OP_GRID_SAMPLE] = E_(grid_sample),
     [KILN_OP_CUMSUM] = E_(cumsum),
     [KILN_OP_ARGMAX] = E_(argmax),
     [KILN_OP_TOPK] = E_(topk),
@@ -207,6 +208,10 @@ static const char *unsupported_reason(const kiln_kernel_args *args, char *buf, s
     case KILN_OP_UPSAMPLE_BILINEAR2D:
         if (!is_float(x) || x->rank != 4 || y->rank != 4)
             return "resize needs a float [N, C, H, W]";
+        break;
+    case KILN_OP_GRID_SAMPLE:
+        if (!is_float(x) || x->dtype != y->dtype || args->n_in < 2 || !is_float(args->in[1]))
+            return "grid_sample needs a float x, a float grid and x's dtype out";
         break;
     case KILN_OP_CUMSUM:
         if (kiln_cpu_is_int(y->dtype) != kiln_cpu_is_int(x->dtype) || y->dtype == KILN_DTYPE_BOOL)

@@ -153,6 +153,10 @@ static int make_layer(uint32_t op, uint32_t dt, layer *l) {
         l->in[0] = tt_new4(dt, 1, 2, 2, 3), l->n_in = 1, l->out = tt_new4(dt, 1, 2, 4, 5);
         tattrs_int2(&l->a, KILN_A_UPSAMPLE_SIZE, 4, 5);
         break;
+    case KILN_OP_GRID_SAMPLE:
+        l->in[0] = tt_new4(dt, 1, 2, 2, 3), l->in[1] = tt_new4(dt, 1, 4, 5, 2), l->n_in = 2;
+        l->out = tt_new4(dt, 1, 2, 4, 5);
+        break;
     case KILN_OP_CUMSUM:
         l->in[0] = tt_new2(dt, 2, 3), l->n_in = 1, l->out = tt_new2(dt, 2, 3);
         tattrs_int(&l->a, KILN_A_CUMSUM_DIM, 1);

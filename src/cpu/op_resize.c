@@ -40,6 +40,69 @@ void kiln_cpu_linear_index(int64_t dst, int64_t in, int64_t out, double given, i
     *w1 = src - (float)a;
 }
 
+// --- grid_sample (PyTorch's grid_sampler_2d): x [N, C, H, W] read at grid [N, Ho, Wo, 2] ((x, y)
+// normalized to [-1, 1]) -> [N, C, Ho, Wo]. Source positions unnormalized in float32, as PyTorch
+// does: ((g + 1) * size - 1) / 2, or (g + 1) / 2 * (size - 1) with align_corners; border padding
+// clamps them into [0, size - 1]. Bilinear: the four corners of floor(), each weighted by the
+// opposite corner's distances, a corner outside the map skipped (zeros padding); nearest: the
+// pixel at rint() (half to even), 0 outside. Float32 sums, one rounding.
+
+float kiln_cpu_grid_source(float g, int64_t size, int align, int border) {
+    float s =
+        align ? (g + 1.0f) / 2.0f * (float)(size - 1) : ((g + 1.0f) * (float)size - 1.0f) / 2.0f;
+    if (border) s = fminf((float)(size - 1), fmaxf(s, 0.0f));
+    return s;
+}
+
+static float grid_at(const kiln_tensor *x, int64_t base, int64_t h, int64_t w, float r, float q) {
+    if (!(r >= 0.0f && r <= (float)(h - 1) && q >= 0.0f && q <= (float)(w - 1))) return 0.0f;
+    return kiln_load_f32(x->data, x->dtype, base + (int64_t)r * w + (int64_t)q);
+}
+
+size_t kiln_cpu_grid_sample_scratch(const kiln_kernel_args *args) {
+    (void)args;
+    return 0;
+}
+
+kiln_status kiln_cpu_grid_sample(const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *g = args->in[1];
+    kiln_tensor *y = args->out;
+    KILN_CHECK(x->rank == 4 && g->rank == 4 && y->rank == 4 && g->dims[3] == 2 &&
+                   g->dims[0] == x->dims[0] && y->dims[0] == x->dims[0] &&
+                   y->dims[1] == x->dims[1] && y->dims[2] == g->dims[1] && y->dims[3] == g->dims[2],
+               KILN_ERR_INVALID_ARG,
+               "cpu grid_sample: needs x [N, C, H, W], grid [N, Ho, Wo, 2], output [N, C, Ho, Wo]");
+    const int nearest = kiln_attrs_int(&args->attrs, KILN_A_GRID_MODE, 0) == 1;
+    const int border = kiln_attrs_int(&args->attrs, KILN_A_GRID_PADDING, 0) == 1;
+    const int align = kiln_attrs_int(&args->attrs, KILN_A_GRID_ALIGN, 0) != 0;
+    const int64_t nb = x->dims[0], c = x->dims[1], h = x->dims[2], w = x->dims[3];
+    const int64_t ho = y->dims[2], wo = y->dims[3];
+    for (int64_t n = 0; n < nb; n++) {
+        for (int64_t p = 0; p < ho * wo; p++) {
+            const int64_t gi = (n * ho * wo + p) * 2;
+            const float ix =
+                kiln_cpu_grid_source(kiln_load_f32(g->data, g->dtype, gi), w, align, border);
+            const float iy =
+                kiln_cpu_grid_source(kiln_load_f32(g->data, g->dtype, gi + 1), h, align, border);
+            for (int64_t ch = 0; ch < c; ch++) {
+                const int64_t base = (n * c + ch) * h * w;
+                float v;
+                if (nearest) {
+                    v = grid_at(x, base, h, w, rintf(iy), rintf(ix));
+                } else {
+                    const float x0 = floorf(ix), y0 = floorf(iy), x1 = x0 + 1.0f, y1 = y0 + 1.0f;
+                    v = grid_at(x, base, h, w, y0, x0) * ((x1 - ix) * (y1 - iy));
+                    v += grid_at(x, base, h, w, y0, x1) * ((ix - x0) * (y1 - iy));
+                    v += grid_at(x, base, h, w, y1, x0) * ((x1 - ix) * (iy - y0));
+                    v += grid_at(x, base, h, w, y1, x1) * ((ix - x0) * (iy - y0));
+                }
+                kiln_store_f32(y->data, y->dtype, (n * c + ch) * ho * wo + p, v);
+            }
+        }
+    }
+    return KILN_OK;
+}
+
 size_t kiln_cpu_upsample_scratch(const kiln_kernel_args *args) {
     (void)args;
     return 0;

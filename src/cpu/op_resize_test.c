@@ -93,8 +93,47 @@ static void test_resize(void) {
     tt_free(x), tt_free(y);
 }
 
+// grid_sample by hand over x = [[1, 2, 3], [4, 5, 6]] (H 2, W 3) at four points (x, y): the
+// centre (0, 0), the corner (-1, -1), (0.9, 0.9) near the bottom right, (0.9, 1.5) below it.
+static void check_grid(int mode, int border, int align, const double *want, const char *what) {
+    kiln_tensor *x = tt_new4(KILN_DTYPE_F32, 1, 1, 2, 3), *g = tt_new4(KILN_DTYPE_F32, 1, 1, 4, 2);
+    kiln_tensor *y = tt_new4(KILN_DTYPE_F32, 1, 1, 1, 4);
+    double xv[6] = {1, 2, 3, 4, 5, 6}, gv[8] = {0, 0, -1, -1, 0.9, 0.9, 0.9, 1.5};
+    tt_set_all(x, xv);
+    tt_set_all(g, gv);
+    tattrs a;
+    tattrs_init(&a, KILN_OP_GRID_SAMPLE);
+    tattrs_int(&a, KILN_A_GRID_MODE, mode);
+    tattrs_int(&a, KILN_A_GRID_PADDING, border);
+    tattrs_int(&a, KILN_A_GRID_ALIGN, align);
+    kiln_tensor *ins[2] = {x, g};
+    CHECK_OK(trun(KILN_OP_GRID_SAMPLE, &a, ins, 2, y));
+    tt_close(y, want, 1e-5, 0, what);
+    tt_free(x), tt_free(g), tt_free(y);
+}
+
+static void test_grid_sample(void) {
+    // sources (ix, iy) = (((g + 1) W - 1) / 2, ((g + 1) H - 1) / 2): (1, 0.5), (-0.5, -0.5),
+    // (2.35, 1.4), (2.35, 2). Bilinear: (1, 0.5) is halfway between 2 and 5; the corner keeps a
+    // quarter of x[0][0]; (2.35, 1.4) keeps 0.65 * 0.6 of x[1][2]; (2.35, 2) lies on row 2
+    const double bz[4] = {3.5, 0.25, 2.34, 0.0}, bb[4] = {3.5, 1.0, 6.0, 6.0};
+    check_grid(0, 0, 0, bz, "grid_sample bilinear zeros");
+    check_grid(0, 1, 0, bb, "grid_sample bilinear border"); // clamped: (0, 0), (2, 1), (2, 1)
+    // nearest: rint (half to even) of (1, 0.5) is (1, 0); of (-0.5, -0.5) (-0, -0): x[0][0];
+    // (2, 1); (2, 2) outside, or with border (2, 1)
+    const double nz[4] = {2.0, 1.0, 6.0, 0.0}, nb[4] = {2.0, 1.0, 6.0, 6.0};
+    check_grid(1, 0, 0, nz, "grid_sample nearest zeros");
+    check_grid(1, 1, 0, nb, "grid_sample nearest border");
+    // align_corners: ((g + 1) / 2 (W - 1), (g + 1) / 2 (H - 1)) = (1, 0.5), (0, 0), (1.9, 0.95),
+    // (1.9, 1.25): 0.1 * 0.05 * 2 + 0.9 * 0.05 * 3 + 0.1 * 0.95 * 5 + 0.9 * 0.95 * 6 = 5.75, and
+    // row 1 alone with weight 0.75: 0.75 * (0.1 * 5 + 0.9 * 6) = 4.425
+    const double ba[4] = {3.5, 1.0, 5.75, 4.425};
+    check_grid(0, 0, 1, ba, "grid_sample bilinear zeros align_corners");
+}
+
 int main(void) {
     check_rng_seed();
     test_resize();
+    test_grid_sample();
     return check_summary();
 }

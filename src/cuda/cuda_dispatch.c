@@ -58,6 +58,7 @@ static kiln_status run_launcher(const kiln_cuda_ctx *ctx, const kiln_kernel_args
     case KILN_OP_SELECTIVE_SCAN: return kiln_cuda_selective_scan(ctx, args);
     case KILN_OP_UPSAMPLE_NEAREST2D:
     case KILN_OP_UPSAMPLE_BILINEAR2D: return kiln_cuda_upsample(ctx, args);
+    case KILN_OP_GRID_SAMPLE: return kiln_cuda_grid_sample(ctx, args);
     case KILN_OP_GROUP_NORM: return kiln_cuda_group_norm(ctx, args);
     case KILN_OP_CUMSUM: return kiln_cuda_cumsum(ctx, args);
     case KILN_OP_ARGMAX: return kiln_cuda_argmax(ctx, args);
@@ -293,6 +294,20 @@ int kiln_cuda_supports(const kiln_kernel_args *args, char *why, size_t why_nbyte
             return why_not(why, why_nbytes, args, "the index must be int32 or int64");
         }
         return 1;
+    case KILN_OP_GRID_SAMPLE:
+        if (args->n_in < 2 || args->in[1] == NULL || args->in[1]->rank != 4 ||
+            args->in[0]->rank != 4 ||
+            (args->in[1]->dtype != args->in[0]->dtype && args->in[1]->dtype != KILN_DTYPE_F32)) {
+            return why_not(why, why_nbytes, args,
+                           "needs a 4-D x and a 4-D grid of x's dtype "
+                           "or float32");
+        }
+        if (kiln_tensor_numel(args->in[0]) >= (1 << 30) ||
+            kiln_tensor_numel(args->in[1]) >= (1 << 30) ||
+            kiln_tensor_numel(args->out) >= (1 << 30)) {
+            return why_not(why, why_nbytes, args, "more than 2^30 elements");
+        }
+        /* fall through */
     case KILN_OP_UPSAMPLE_NEAREST2D:
     case KILN_OP_UPSAMPLE_BILINEAR2D:
     case KILN_OP_GROUP_NORM:

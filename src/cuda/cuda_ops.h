@@ -46,6 +46,7 @@ KILN_CUDA_LAUNCHER(gather);              // op_index.cu
 KILN_CUDA_LAUNCHER(gather_matmul);       // op_index.cu: y[b] = w[idx[b]] @ x[b]
 KILN_CUDA_LAUNCHER(index_copy);          // op_index.cu: in place when out->data == in[0]->data
 KILN_CUDA_LAUNCHER(upsample);            // op_resize.cu: upsample_nearest2d, _bilinear2d
+KILN_CUDA_LAUNCHER(grid_sample);         // op_resize.cu
 KILN_CUDA_LAUNCHER(group_norm);          // op_norm.cu
 KILN_CUDA_LAUNCHER(argmax);              // op_reduce.cu
 KILN_CUDA_LAUNCHER(topk);                // op_reduce.cu

@@ -149,6 +149,105 @@ static kiln_status resize_launch(const kiln_cuda_ctx *ctx, const resize_params &
     return kiln_cuda_check_launch(ctx, "resize_kernel");
 }
 
+// --- grid_sample (the CPU reference's rules, src/cpu/op_resize.c: PyTorch's grid_sampler_2d):
+// x [N, C, H, W] NCHW at grid [N, Ho, Wo, 2] (x's dtype, or float32) -> [N, C, Ho, Wo], one
+// output element a thread, the source position unnormalized in float32 and the corners'
+// weighted sum in float32 (deformable attention's and RAFT's lookups: one launch for what was a
+// chain of some fifty elementwise, gather and reshape layers).
+
+typedef struct grid_params {
+    uint32_t n, c, h, w, ho, wo;
+    int nearest, border, align, g_f32;
+} grid_params;
+
+// Each step rounded as the CPU reference rounds it (no fused multiply-add): nearest mode's
+// rint() and bilinear's floor() then pick the same pixel.
+__device__ __forceinline__ float gs_source(float g, uint32_t size, int align, int border) {
+    const float g1 = __fadd_rn(g, 1.0f);
+    float s = align ? __fmul_rn(__fmul_rn(g1, 0.5f), (float)(size - 1))
+                    : __fmul_rn(__fsub_rn(__fmul_rn(g1, (float)size), 1.0f), 0.5f);
+    return border ? fminf((float)(size - 1), fmaxf(s, 0.0f)) : s;
+}
+
+template <typename T>
+__device__ __forceinline__ float gs_at(const T *x, const grid_params &P, float r, float q) {
+    if (!(r >= 0.0f && r <= (float)(P.h - 1) && q >= 0.0f && q <= (float)(P.w - 1))) return 0.0f;
+    return kc_to_f(x[(uint32_t)r * P.w + (uint32_t)q]);
+}
+
+template <typename T>
+static __global__ void grid_sample_kernel(const __grid_constant__ grid_params P, const T *x,
+                                          const void *grid, T *y) {
+    const uint32_t pix = P.ho * P.wo, total = P.n * P.c * pix;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        const uint32_t p = i % pix, nc = i / pix, n = nc / P.c;
+        const uint32_t gi = (n * pix + p) * 2;
+        const float gx = P.g_f32 ? ((const float *)grid)[gi] : kc_to_f(((const T *)grid)[gi]);
+        const float gy =
+            P.g_f32 ? ((const float *)grid)[gi + 1] : kc_to_f(((const T *)grid)[gi + 1]);
+        const float ix = gs_source(gx, P.w, P.align, P.border);
+        const float iy = gs_source(gy, P.h, P.align, P.border);
+        const T *xb = x + (size_t)nc * P.h * P.w;
+        float v;
+        if (P.nearest) {
+            v = gs_at(xb, P, rintf(iy), rintf(ix));
+        } else {
+            const float x0 = floorf(ix), y0 = floorf(iy), x1 = x0 + 1.0f, y1 = y0 + 1.0f;
+            v = gs_at(xb, P, y0, x0) * ((x1 - ix) * (y1 - iy));
+            v += gs_at(xb, P, y0, x1) * ((ix - x0) * (y1 - iy));
+            v += gs_at(xb, P, y1, x0) * ((x1 - ix) * (iy - y0));
+            v += gs_at(xb, P, y1, x1) * ((ix - x0) * (iy - y0));
+        }
+        y[i] = kc_from_f<T>(v);
+    }
+}
+
+template <typename T>
+static kiln_status grid_sample_launch(const kiln_cuda_ctx *ctx, const grid_params &P,
+                                      const kiln_kernel_args *args) {
+    const uint64_t n = (uint64_t)P.n * P.c * P.ho * P.wo;
+    if (n == 0) return KILN_OK;
+    grid_sample_kernel<T><<<kc_blocks((int64_t)n, RESIZE_BLOCK), RESIZE_BLOCK, 0, ctx->stream>>>(
+        P, (const T *)args->in[0]->data, args->in[1]->data, (T *)args->out->data);
+    return kiln_cuda_check_launch(ctx, "grid_sample_kernel");
+}
+
+extern "C" kiln_status kiln_cuda_grid_sample(const kiln_cuda_ctx *ctx,
+                                             const kiln_kernel_args *args) {
+    const kiln_tensor *x = args->in[0], *g = args->in[1], *y = args->out;
+    // 32-bit indices: every element index of x, the grid and y, and the last grid-stride step
+    const int64_t big = (int64_t)1 << 30;
+    if (x->rank != 4 || g == NULL || g->rank != 4 || y->rank != 4 || x->dtype != y->dtype ||
+        (g->dtype != x->dtype && g->dtype != KILN_DTYPE_F32) || kc_numel(x) >= big ||
+        kc_numel(g) >= big || kc_numel(y) >= big) {
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+                              "cuda grid_sample: needs [N, C, H, W] of one float dtype, a grid of "
+                              "it or float32 and fewer than 2^30 elements each, at %s",
+                              ctx->where ? ctx->where : "?");
+    }
+    grid_params P;
+    memset(&P, 0, sizeof P);
+    P.n = (uint32_t)x->dims[0];
+    P.c = (uint32_t)x->dims[1];
+    P.h = (uint32_t)x->dims[2];
+    P.w = (uint32_t)x->dims[3];
+    P.ho = (uint32_t)y->dims[2];
+    P.wo = (uint32_t)y->dims[3];
+    P.nearest = kiln_attrs_int(&args->attrs, KILN_A_GRID_MODE, 0) == 1;
+    P.border = kiln_attrs_int(&args->attrs, KILN_A_GRID_PADDING, 0) == 1;
+    P.align = kiln_attrs_int(&args->attrs, KILN_A_GRID_ALIGN, 0) != 0;
+    P.g_f32 = g->dtype == KILN_DTYPE_F32;
+    switch (y->dtype) {
+    case KILN_DTYPE_F32: return grid_sample_launch<float>(ctx, P, args);
+    case KILN_DTYPE_F16: return grid_sample_launch<__half>(ctx, P, args);
+    case KILN_DTYPE_BF16: return grid_sample_launch<__nv_bfloat16>(ctx, P, args);
+    default:
+        return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda grid_sample: dtype %s at %s",
+                              kiln_cuda_dtype_name(y->dtype), ctx->where ? ctx->where : "?");
+    }
+}
+
 // --- entry points
 
 extern "C" kiln_status kiln_cuda_upsample(const kiln_cuda_ctx *ctx, const kiln_kernel_args *args) {

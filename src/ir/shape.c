@@ -1370,6 +1370,43 @@ static kiln_status infer_upsample(const ictx *c, const kiln_attrs *a,
     return KILN_OK;
 }
 
+// grid_sample: x [N, C, H, W] read at grid [N, Ho, Wo, 2] (x's dtype, or float32 with a 16-bit
+// x: coordinates the precision pass keeps in float32) -> [N, C, Ho, Wo].
+static kiln_status infer_grid_sample(const ictx *c, const kiln_attrs *a,
+                                     const kiln_value_desc *const *in, uint32_t n,
+                                     kiln_value_desc *out) {
+    const kiln_shape *x = &in[0]->shape, *g = &in[1]->shape;
+    int64_t lo, hi;
+    (void)n;
+    KILN_TRY(want_rank(c, in[0], 0, 4, 4));
+    KILN_TRY(want_rank(c, in[1], 1, 4, 4));
+    if (in[1]->dtype != KILN_DTYPE_F32) KILN_TRY(want_same_dtype(c, in, 1, 0));
+    int64_t mode = kiln_attrs_int(a, KILN_A_GRID_MODE, 0);
+    int64_t pad = kiln_attrs_int(a, KILN_A_GRID_PADDING, 0);
+    if (mode != 0 && mode != 1) {
+        return UNSUP_FAIL(c, "attribute 'mode' = %lld; 0 (bilinear) or 1 (nearest)",
+                          (long long)mode);
+    }
+    if (pad != 0 && pad != 1) {
+        return UNSUP_FAIL(c, "attribute 'padding_mode' = %lld; 0 (zeros) or 1 (border)",
+                          (long long)pad);
+    }
+    KILN_TRY(want_bool_attr(c, a, KILN_A_GRID_ALIGN));
+    if (g->min[3] != 2 || g->max[3] != 2) {
+        return SHAPE_FAIL(c, "%s %s must end in a dimension of 2 (x, y)", IN(c, 1), SS(g));
+    }
+    if (x->max[2] < 1 || x->max[3] < 1) {
+        return SHAPE_FAIL(c, "%s %s has an empty spatial dimension", IN(c, 0), SS(x));
+    }
+    KILN_TRY(want_agree(c, "batch", in, 1, 0, 0, 0, &lo, &hi));
+    out->shape = *x;
+    set_dim(&out->shape, 0, lo, hi);
+    set_dim(&out->shape, 2, g->min[1], g->max[1]);
+    set_dim(&out->shape, 3, g->min[2], g->max[2]);
+    out->dtype = in[0]->dtype;
+    return KILN_OK;
+}
+
 static kiln_status infer_cumsum(const ictx *c, const kiln_attrs *a,
                                 const kiln_value_desc *const *in, uint32_t n,
                                 kiln_value_desc *out) {
@@ -1699,6 +1736,7 @@ static infer_fn infer_for(uint32_t op) {
     case KILN_OP_ROTARY: return infer_rotary;
     case KILN_OP_UPSAMPLE_NEAREST2D:
     case KILN_OP_UPSAMPLE_BILINEAR2D: return infer_upsample;
+    case KILN_OP_GRID_SAMPLE: return infer_grid_sample;
     case KILN_OP_CUMSUM: return infer_cumsum;
     case KILN_OP_ARGMAX: return infer_argmax;
     case KILN_OP_TOPK: return infer_topk;

@@ -395,6 +395,19 @@ static void test_upsample(void) {
     EXPECT_ERR(SETI(SETI(A(KILN_OP_UPSAMPLE_BILINEAR2D), KILN_A_UPSAMPLE_SIZE, 4, 4),
                     KILN_A_UPSAMPLE_ALIGN, 2),
                KILN_ERR_UNSUPPORTED, "'align_corners'", "f32[1,2,3,3]");
+    // grid_sample: x [N, C, H, W] at grid [N, Ho, Wo, 2] (x's dtype or float32)
+    EXPECT(A(KILN_OP_GRID_SAMPLE), "f32[2,3,300,4]", "f32[2,3,20,25]", "f32[2,300,4,2]");
+    EXPECT(A(KILN_OP_GRID_SAMPLE), "f16[1..8,32,5,6]", "f16[1..8,32,9,9]", "f32[1..8,5,6,2]");
+    EXPECT(SETI(A(KILN_OP_GRID_SAMPLE), KILN_A_GRID_MODE, 1), "bf16[1,2,3,4]", "bf16[1,2,5,5]",
+           "bf16[1,3,4,2]");
+    EXPECT_ERR(A(KILN_OP_GRID_SAMPLE), KILN_ERR_SHAPE, "dimension of 2", "f32[1,2,5,5]",
+               "f32[1,3,4,3]");
+    EXPECT_ERR(A(KILN_OP_GRID_SAMPLE), KILN_ERR_SHAPE, "batch", "f32[2,2,5,5]", "f32[3,3,4,2]");
+    EXPECT_ERR(A(KILN_OP_GRID_SAMPLE), KILN_ERR_SHAPE, "dtype", "f16[1,2,5,5]", "bf16[1,3,4,2]");
+    EXPECT_ERR(SETI(A(KILN_OP_GRID_SAMPLE), KILN_A_GRID_MODE, 2), KILN_ERR_UNSUPPORTED,
+               "'mode' = 2", "f32[1,2,5,5]", "f32[1,3,4,2]");
+    EXPECT_ERR(SETI(A(KILN_OP_GRID_SAMPLE), KILN_A_GRID_PADDING, 2), KILN_ERR_UNSUPPORTED,
+               "'padding_mode' = 2", "f32[1,2,5,5]", "f32[1,3,4,2]");
 }
 
 static void test_cumsum_pad(void) {

@@ -2364,6 +2364,30 @@ static void cases_resize(void) {
     }
 }
 
+// grid_sample (op_resize.cu): bilinear and nearest, zeros and border padding, either
+// align_corners, the grid reaching past the map on every side, in x's dtype or float32;
+// deformable attention's shape (heads x batch, 32 channels, 300 queries x 4 points).
+static void cases_grid_sample(void) {
+    op_case c;
+    struct {
+        const char *x, *g;
+    } gs[] = {{"2x3x5x7", "2x4x6x2"}, {"16x32x20x25", "16x300x4x2"}, {"1x1x1x1", "1x3x3x2"}};
+    for (uint32_t d = 0; d < N_FLOATS; d++) {
+        for (size_t k = 0; k < (opt_quick ? 1u : 3u); k++) {
+            for (int m = 0; m < 8; m++) {
+                const int f32_grid = (m & 4) != 0 && FLOATS[d] != F32;
+                case_init(&c, KILN_OP_GRID_SAMPLE);
+                case_in(&c, S(FLOATS[d], gs[k].x));
+                case_in(&c, SR(f32_grid ? F32 : FLOATS[d], gs[k].g, -1.3, 1.3));
+                attrs_int(&c.attrs, KILN_A_GRID_MODE, m & 1);
+                attrs_int(&c.attrs, KILN_A_GRID_PADDING, (m >> 1) & 1);
+                attrs_int(&c.attrs, KILN_A_GRID_ALIGN, (m >> 2) & 1);
+                run_case(&c);
+            }
+        }
+    }
+}
+
 // group_norm (op_norm.cu), cumsum (op_reduce.cu), pad (op_shape.cu), cos and sin
 // (op_eltwise.cu): the ops the real-model zoo added to existing families.
 static void cases_zoo_families(void) {
@@ -2487,6 +2511,7 @@ static void run_ops(void) {
     cases_index_copy();
     case_index_copy_in_place();
     cases_resize();
+    cases_grid_sample();
     cases_zoo_families();
     cases_unary();
     cases_binary();

@@ -1661,109 +1661,26 @@ _GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
 
 
-@_handles(
-    "aten.grid_sampler_2d.default",
-    "aten.grid_sampler.default",
-    kiln=(
-        "select", "cast", "add", "sub", "mul", "floor", "round", "clamp", "ge", "le",
-        "bitwise_and", "unsqueeze", "cat", "reshape", "expand", "gather", "where", "sum",
-    ),
-)  # fmt: skip
+@_handles("aten.grid_sampler_2d.default", "aten.grid_sampler.default", kiln="grid_sample")
 def _grid_sampler(L, node, a):
-    """F.grid_sample of a 4-D input (bilinear or nearest; zeros or border padding) as gathers:
-    each output pixel's source coordinates are unnormalized from the grid as PyTorch does
-    (``((g + 1) * size - 1) / 2``, or ``(g + 1) / 2 * (size - 1)`` with align_corners), in
-    float32; bilinear takes the four corners ``floor`` gives, nearest the one ``round`` (half to
-    even) gives. The corners' flat indices ``y * W + x`` (clamped into the map) index the input
-    viewed ``[N, C, H * W]`` by one gather along the pixels; a corner outside the map reads 0
-    (zeros padding: the gathered value itself is replaced, so an infinity there is no NaN), and
-    the corners' values are weighted and summed in float32 before the output's rounding.
-    RAFT's correlation lookup, deformable attention (Deformable DETR, RT-DETR), spatial
-    transformers."""
+    """F.grid_sample of a 4-D input, bilinear or nearest, zeros or border padding: Kiln's
+    grid_sample (RAFT's correlation lookup, deformable attention: Deformable DETR, RT-DETR;
+    spatial transformers). Bicubic, reflection padding and 5-D inputs stay with ExecuTorch."""
     x, grid = a["input"], a["grid"]
     mode = _GRID_MODES.get(_static_int(a["interpolation_mode"], "interpolation_mode"))
     padding = _GRID_PADDINGS.get(_static_int(a["padding_mode"], "padding_mode"))
-    align = bool(a["align_corners"])
     if L.rank(x) != 4 or L.rank(grid) != 4:
         raise Unsupported("grid_sample of a 5-D (volumetric) input")
     if mode not in ("bilinear", "nearest"):
         raise Unsupported(f"grid_sample's {mode} mode (Kiln takes bilinear and nearest)")
     if padding not in ("zeros", "border"):
         raise Unsupported(f"grid_sample's {padding} padding (Kiln takes zeros and border)")
-    dt = L.dtype(x)
-    if not dt.is_floating_point or L.dtype(grid) != dt:
-        raise Unsupported(f"grid_sample of {dt} with a {L.dtype(grid)} grid")
-    c = _static_count(x, [1], "grid_sample")
-    h, w = _static_count(x, [2], "grid_sample"), _static_count(x, [3], "grid_sample")
-    ho, wo = _static_count(grid, [1], "grid_sample"), _static_count(grid, [2], "grid_sample")
-    if _static_count(grid, [3], "grid_sample") != 2:
-        raise Unsupported("grid_sample's grid has no two coordinates in its last dim")
-    if h * w >= 1 << 24:
-        raise Unsupported(f"grid_sample of a {h}x{w} map (indices exact in float32 below 2^24)")
-    f32 = torch.float32
-
-    def num(v: float) -> int:
-        return L.scalar(v, f32)
-
-    def source(dim: int, size: int) -> int:
-        g = L.cast(L.op("select", [L.value(grid)], {"dim": 3, "index": dim}), dt, f32)
-        g = L.op("add", [g, num(1.0)])
-        if align:
-            s = L.op("mul", [L.op("mul", [g, num(0.5)]), num(size - 1.0)])
-        else:
-            s = L.op("mul", [L.op("sub", [L.op("mul", [g, num(float(size))]), num(1.0)]), num(0.5)])
-        if padding == "border":
-            s = L.op("clamp", [s], {"min": [0.0], "max": [size - 1.0]})
-        return s
-
-    def inside(v: int, size: int) -> int:
-        return L.op("bitwise_and", [L.op("ge", [v, num(0.0)]), L.op("le", [v, num(size - 1.0)])])
-
-    def flat(xv: int, yv: int) -> int:
-        cx = L.op("clamp", [xv], {"min": [0.0], "max": [w - 1.0]})
-        cy = L.op("clamp", [yv], {"min": [0.0], "max": [h - 1.0]})
-        return L.op("add", [L.op("mul", [cy, num(float(w))]), cx])
-
-    ix, iy = source(0, w), source(1, h)
-    if mode == "nearest":
-        xs, ys = L.op("round", [ix]), L.op("round", [iy])
-        corners = [(xs, ys, None)]
-    else:
-        x0, y0 = L.op("floor", [ix]), L.op("floor", [iy])
-        x1, y1 = L.op("add", [x0, num(1.0)]), L.op("add", [y0, num(1.0)])
-        # PyTorch's weights: the opposite corner's distances
-        wx0, wx1 = L.op("sub", [x1, ix]), L.op("sub", [ix, x0])
-        wy0, wy1 = L.op("sub", [y1, iy]), L.op("sub", [iy, y0])
-        corners = [
-            (x0, y0, L.op("mul", [wx0, wy0])),
-            (x1, y0, L.op("mul", [wx1, wy0])),
-            (x0, y1, L.op("mul", [wx0, wy1])),
-            (x1, y1, L.op("mul", [wx1, wy1])),
-        ]
-    k = len(corners)
-
-    def stacked(vals: list[int]) -> int:  # k values [N, Ho, Wo] -> [N, 1, k * Ho * Wo]
-        if k > 1:
-            v = L.op("cat", [L.op("unsqueeze", [u], {"dim": 1}) for u in vals], {"dim": 1})
-        else:
-            v = vals[0]
-        return L.op("reshape", [v], {"shape": [-2, 1, k * ho * wo]})
-
-    idx = L.cast(stacked([flat(cx, cy) for cx, cy, _ in corners]), f32, torch.int32)
-    ok = stacked([L.op("bitwise_and", [inside(cx, w), inside(cy, h)]) for cx, cy, _ in corners])
-    src = L.op("reshape", [L.value(x)], {"shape": [-2, c, h * w]})
-    idx = L.op("expand", [idx], {"shape": [-1, c, -1]})
-    vals = L.op("gather", [src, idx], {"dim": 2})
-    vals = L.op("where", [ok, vals, L.scalar(0.0, dt)])
-    if mode == "nearest":
-        out = vals
-    else:
-        vals = L.op("reshape", [L.cast(vals, dt, f32)], {"shape": [-2, c, k, ho * wo]})
-        wts = L.op(
-            "reshape", [stacked([wt for _, _, wt in corners])], {"shape": [-2, 1, k, ho * wo]}
-        )
-        out = L.cast(L.op("sum", [L.op("mul", [vals, wts])], {"dims": [2]}), f32, dt)
-    return L.op("reshape", [out], {"shape": [-2, c, ho, wo]})
+    attrs = {
+        "mode": int(mode == "nearest"),
+        "padding_mode": int(padding == "border"),
+        "align_corners": int(bool(a["align_corners"])),
+    }
+    return L.op("grid_sample", [L.value(x), L.value(grid)], attrs)
 
 
 # writes into a tensor (a KV cache's update): index_put with one index tensor, index_copy and
