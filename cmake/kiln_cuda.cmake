@@ -70,9 +70,10 @@ target_compile_definitions(kiln_cuda_sm90a PRIVATE KILN_BUILDING_CUDA_PLUGIN)
 # attention kernels' variants (tensor-core, and the fp32-FMA flash kernel that fp16/bf16 engines
 # rarely load) are compressed for size (zstd): the driver inflates a module when its first kernel
 # loads, a few ms for these, where compressing the whole plugin cost 30-90 ms at the first engine
-# load (docs/packaging.md); they keep the runtime wheel under 3 MB. So is Kiln's tiled GEMM
-# (gemm_tiled.cu), which runs only what cuBLASLt does not take.
-set_source_files_properties(src/cuda/gemm_tiled.cu
+# load (docs/packaging.md); they keep the runtime wheel under 3 MB. So are Kiln's tiled GEMM
+# (gemm_tiled.cu), which runs only what cuBLASLt does not take, and the stem conv kernels
+# (conv_stem.cu), which only a CNN's first convolution loads.
+set_source_files_properties(src/cuda/gemm_tiled.cu src/cuda/conv_stem.cu
                             src/cuda/op_eltwise.cu src/cuda/op_conv.cu src/cuda/conv_pw.cu src/cuda/op_reduce.cu
                             src/cuda/op_pool.cu src/cuda/op_index.cu src/cuda/attn_tc.cu
                             src/cuda/attn_flash.cu src/cuda/op_resize.cu src/cuda/op_logic.cu

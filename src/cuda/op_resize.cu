@@ -157,8 +157,20 @@ static kiln_status resize_launch(const kiln_cuda_ctx *ctx, const resize_params &
 
 typedef struct grid_params {
     uint32_t n, c, h, w, ho, wo;
-    int nearest, border, align, g_f32;
+    int nearest, border, align;
+    int xt, gt; // element kinds of x (and y) and of the grid: 0 float32, 1 float16, 2 bfloat16
 } grid_params;
+
+// One kernel for every dtype, the element kind a run-time switch (a template per dtype cost the
+// runtime wheel 10 kB: docs/packaging.md).
+__device__ __forceinline__ float gs_load(const void *p, uint32_t i, int kind) {
+    const uint16_t *h = (const uint16_t *)p;
+    switch (kind) {
+    case 1: return __half2float(__ushort_as_half(h[i]));
+    case 2: return __uint_as_float((uint32_t)h[i] << 16);
+    default: return ((const float *)p)[i];
+    }
+}
 
 // Each step rounded as the CPU reference rounds it (no fused multiply-add): nearest mode's
 // rint() and bilinear's floor() then pick the same pixel.
@@ -169,48 +181,45 @@ __device__ __forceinline__ float gs_source(float g, uint32_t size, int align, in
     return border ? fminf((float)(size - 1), fmaxf(s, 0.0f)) : s;
 }
 
-template <typename T>
-__device__ __forceinline__ float gs_at(const T *x, const grid_params &P, float r, float q) {
+__device__ __forceinline__ float gs_at(const void *x, uint32_t base, const grid_params &P, float r,
+                                       float q) {
     if (!(r >= 0.0f && r <= (float)(P.h - 1) && q >= 0.0f && q <= (float)(P.w - 1))) return 0.0f;
-    return kc_to_f(x[(uint32_t)r * P.w + (uint32_t)q]);
+    return gs_load(x, base + (uint32_t)r * P.w + (uint32_t)q, P.xt);
 }
 
-template <typename T>
-static __global__ void grid_sample_kernel(const __grid_constant__ grid_params P, const T *x,
-                                          const void *grid, T *y) {
+static __global__ void grid_sample_kernel(const __grid_constant__ grid_params P, const void *x,
+                                          const void *grid, void *y) {
     const uint32_t pix = P.ho * P.wo, total = P.n * P.c * pix;
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += gridDim.x * blockDim.x) {
-        const uint32_t p = i % pix, nc = i / pix, n = nc / P.c;
-        const uint32_t gi = (n * pix + p) * 2;
-        const float gx = P.g_f32 ? ((const float *)grid)[gi] : kc_to_f(((const T *)grid)[gi]);
-        const float gy =
-            P.g_f32 ? ((const float *)grid)[gi + 1] : kc_to_f(((const T *)grid)[gi + 1]);
-        const float ix = gs_source(gx, P.w, P.align, P.border);
-        const float iy = gs_source(gy, P.h, P.align, P.border);
-        const T *xb = x + (size_t)nc * P.h * P.w;
-        float v;
-        if (P.nearest) {
-            v = gs_at(xb, P, rintf(iy), rintf(ix));
-        } else {
-            const float x0 = floorf(ix), y0 = floorf(iy), x1 = x0 + 1.0f, y1 = y0 + 1.0f;
-            v = gs_at(xb, P, y0, x0) * ((x1 - ix) * (y1 - iy));
-            v += gs_at(xb, P, y0, x1) * ((ix - x0) * (y1 - iy));
-            v += gs_at(xb, P, y1, x0) * ((x1 - ix) * (iy - y0));
-            v += gs_at(xb, P, y1, x1) * ((ix - x0) * (iy - y0));
+        const uint32_t p = i % pix, nc = i / pix, gi = (nc / P.c * pix + p) * 2;
+        const float ix = gs_source(gs_load(grid, gi, P.gt), P.w, P.align, P.border);
+        const float iy = gs_source(gs_load(grid, gi + 1, P.gt), P.h, P.align, P.border);
+        const uint32_t base = nc * P.h * P.w;
+        // the corners in PyTorch's order (nw, ne, sw, se), each weighted by the opposite
+        // corner's distances; nearest: the one pixel at rint(), weight 1. A loop, not unrolled
+        // (device code size, as above).
+        const float x0 = floorf(ix), y0 = floorf(iy), x1 = x0 + 1.0f, y1 = y0 + 1.0f;
+        float v = 0.0f;
+#pragma unroll 1
+        for (int k = 0; k < (P.nearest ? 1 : 4); k++) {
+            const float r = P.nearest ? rintf(iy) : (k & 2 ? y1 : y0);
+            const float q = P.nearest ? rintf(ix) : (k & 1 ? x1 : x0);
+            const float t = P.nearest ? gs_at(x, base, P, r, q)
+                                      : gs_at(x, base, P, r, q) * ((k & 1 ? ix - x0 : x1 - ix) *
+                                                                   (k & 2 ? iy - y0 : y1 - iy));
+            v = k == 0 ? t : v + t;
         }
-        y[i] = kc_from_f<T>(v);
+        switch (P.xt) {
+        case 1: ((__half *)y)[i] = __float2half_rn(v); break;
+        case 2: ((__nv_bfloat16 *)y)[i] = __float2bfloat16_rn(v); break;
+        default: ((float *)y)[i] = v;
+        }
     }
 }
 
-template <typename T>
-static kiln_status grid_sample_launch(const kiln_cuda_ctx *ctx, const grid_params &P,
-                                      const kiln_kernel_args *args) {
-    const uint64_t n = (uint64_t)P.n * P.c * P.ho * P.wo;
-    if (n == 0) return KILN_OK;
-    grid_sample_kernel<T><<<kc_blocks((int64_t)n, RESIZE_BLOCK), RESIZE_BLOCK, 0, ctx->stream>>>(
-        P, (const T *)args->in[0]->data, args->in[1]->data, (T *)args->out->data);
-    return kiln_cuda_check_launch(ctx, "grid_sample_kernel");
+static int gs_kind(uint32_t dt) {
+    return dt == KILN_DTYPE_F16 ? 1 : dt == KILN_DTYPE_BF16 ? 2 : dt == KILN_DTYPE_F32 ? 0 : -1;
 }
 
 extern "C" kiln_status kiln_cuda_grid_sample(const kiln_cuda_ctx *ctx,
@@ -237,15 +246,17 @@ extern "C" kiln_status kiln_cuda_grid_sample(const kiln_cuda_ctx *ctx,
     P.nearest = kiln_attrs_int(&args->attrs, KILN_A_GRID_MODE, 0) == 1;
     P.border = kiln_attrs_int(&args->attrs, KILN_A_GRID_PADDING, 0) == 1;
     P.align = kiln_attrs_int(&args->attrs, KILN_A_GRID_ALIGN, 0) != 0;
-    P.g_f32 = g->dtype == KILN_DTYPE_F32;
-    switch (y->dtype) {
-    case KILN_DTYPE_F32: return grid_sample_launch<float>(ctx, P, args);
-    case KILN_DTYPE_F16: return grid_sample_launch<__half>(ctx, P, args);
-    case KILN_DTYPE_BF16: return grid_sample_launch<__nv_bfloat16>(ctx, P, args);
-    default:
+    P.xt = gs_kind(y->dtype);
+    P.gt = gs_kind(g->dtype);
+    if (P.xt < 0 || P.gt < 0) {
         return kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda grid_sample: dtype %s at %s",
                               kiln_cuda_dtype_name(y->dtype), ctx->where ? ctx->where : "?");
     }
+    const uint64_t n = (uint64_t)P.n * P.c * P.ho * P.wo;
+    if (n == 0) return KILN_OK;
+    grid_sample_kernel<<<kc_blocks((int64_t)n, RESIZE_BLOCK), RESIZE_BLOCK, 0, ctx->stream>>>(
+        P, x->data, g->data, args->out->data);
+    return kiln_cuda_check_launch(ctx, "grid_sample_kernel");
 }
 
 // --- entry points
