@@ -9,7 +9,7 @@ ExecuTorch and an error near the precision's rounding.
     python bench/heldout.py --models t5,codegen --precision fp16 --json out.json
 
 Each model runs in a process of its own (a crash or a hang costs one row, ``--timeout``).
-bench/models.py times 29 of them on the GPU (``--models heldout``) at :func:`use_gpu_sizes`.
+bench/models.py times 30 of them on the GPU (``--models heldout``) at :func:`use_gpu_sizes`.
 Transformer stacks are cut to two layers (a T5 decoder to six: its cross-attention k and v of every
 layer read one tensor), vocabularies to 1024 rows and text to 64 tokens; widths are the library
 defaults or the named checkpoint's; batch-norm running statistics are drawn at random (as in the
