@@ -206,8 +206,6 @@ KILN_CPU_DECLARE(gather);
 KILN_CPU_DECLARE(index_copy);
 KILN_CPU_DECLARE(upsample);    // upsample_nearest2d, upsample_bilinear2d (op_resize.c)
 KILN_CPU_DECLARE(grid_sample); // op_resize.c
-// grid_sample's source position of normalized coordinate g over size pixels (op_resize.c)
-float kiln_cpu_grid_source(float g, int64_t size, int align, int border);
 
 // True when the comparison or bitwise op of args is implemented for its dtypes and shapes.
 int kiln_cpu_logic_supports(const kiln_kernel_args *args);

@@ -47,7 +47,7 @@ void kiln_cpu_linear_index(int64_t dst, int64_t in, int64_t out, double given, i
 // opposite corner's distances, a corner outside the map skipped (zeros padding); nearest: the
 // pixel at rint() (half to even), 0 outside. Float32 sums, one rounding.
 
-float kiln_cpu_grid_source(float g, int64_t size, int align, int border) {
+static float grid_source(float g, int64_t size, int align, int border) {
     float s =
         align ? (g + 1.0f) / 2.0f * (float)(size - 1) : ((g + 1.0f) * (float)size - 1.0f) / 2.0f;
     if (border) s = fminf((float)(size - 1), fmaxf(s, 0.0f));
@@ -80,10 +80,9 @@ kiln_status kiln_cpu_grid_sample(const kiln_kernel_args *args) {
     for (int64_t n = 0; n < nb; n++) {
         for (int64_t p = 0; p < ho * wo; p++) {
             const int64_t gi = (n * ho * wo + p) * 2;
-            const float ix =
-                kiln_cpu_grid_source(kiln_load_f32(g->data, g->dtype, gi), w, align, border);
+            const float ix = grid_source(kiln_load_f32(g->data, g->dtype, gi), w, align, border);
             const float iy =
-                kiln_cpu_grid_source(kiln_load_f32(g->data, g->dtype, gi + 1), h, align, border);
+                grid_source(kiln_load_f32(g->data, g->dtype, gi + 1), h, align, border);
             for (int64_t ch = 0; ch < c; ch++) {
                 const int64_t base = (n * c + ch) * h * w;
                 float v;
