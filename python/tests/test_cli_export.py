@@ -146,6 +146,20 @@ def _line_of(text: str) -> int:
     raise AssertionError(text)
 
 
+def _net_file(tmp_path: Path, returned: str) -> Path:
+    """m.py holding Net: one Linear(4, 4) ``self.l``, forward returning ``returned`` (line 6)."""
+    src = tmp_path / "m.py"
+    src.write_text(
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.l = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        f"        return {returned}\n"
+    )
+    return src
+
+
 class SoftmaxBetween(Partial):
     """Partial's layers around a softmax: a model Kiln takes whole."""
 
@@ -179,15 +193,7 @@ def test_executorch_ops_leaves_the_named_op_to_executorch(tmp_path, name, capsys
     save(model, tmp_path / "s.pte", (x,), quiet=True, executorch_ops=[name])
     from kiln.cli import main
 
-    src = tmp_path / "m.py"
-    src.write_text(
-        "import torch\n"
-        "class Net(torch.nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__(); self.l = torch.nn.Linear(4, 4)\n"
-        "    def forward(self, x):\n"
-        "        return self.l(torch.softmax(self.l(x), -1))\n"
-    )
+    src = _net_file(tmp_path, "self.l(torch.softmax(self.l(x), -1))")
     out = tmp_path / "c.pte"
     assert main([f"{src}:Net", str(out), "--input", "2x4", "--executorch-op", name]) == 0
     assert "2 Kiln delegate call(s)" in capsys.readouterr().out
@@ -227,15 +233,7 @@ def test_kiln_export_reports_and_refuses_a_missing_module(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "kiln-export: error:" in err and "cannot import 'no_such_module'" in err
     assert "Traceback" not in err
-    src = tmp_path / "m.py"
-    src.write_text(
-        "import torch\n"
-        "class Net(torch.nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__(); self.l = torch.nn.Linear(4, 4)\n"
-        "    def forward(self, x):\n"
-        "        return torch.atan(self.l(x))\n"
-    )
+    src = _net_file(tmp_path, "torch.atan(self.l(x))")
     assert main([f"{src}:Net", str(tmp_path / "b.pte"), "--input", "2x4"]) == 0
     out = capsys.readouterr().out
     assert "Kiln export report" in out and "aten.atan.default" in out
